@@ -1,0 +1,268 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/streamer-dev/streamer/model"
+	"github.com/streamer-dev/streamer/model/load"
+	"github.com/streamer-dev/streamer/supervisor"
+	"github.com/streamer-dev/streamer/supervisor/httpapi"
+)
+
+// serveOptions are the flags of streamer serve.
+type serveOptions struct {
+	listen        string
+	workers       int
+	cuda          string
+	batchSize     int
+	maxLatency    time.Duration
+	maxQueue      int
+	maxBody       int64
+	workerTimeout time.Duration
+	initTimeout   time.Duration
+	grace         time.Duration
+	maxRestarts   int
+	logFormat     string
+
+	model          string
+	plugin         string
+	pluginArgs     []string
+	pluginSHA256   string
+	device         string
+	intraOpThreads int
+	ortLib         string
+	pad            []string
+}
+
+func newServeCommand() *cobra.Command {
+	var o serveOptions
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve a model over HTTP with dynamic batching",
+		Long: `Serve starts one supervisor process that owns the request queue and forms
+batches, and --workers child processes that each run the model. Child i gets
+CUDA_VISIBLE_DEVICES set to the (i mod n)-th entry of --cuda.`,
+		Example: `  streamer serve --model sleep:10ms,100us --workers 4 --cuda 0,1 --batch-size 64
+  streamer serve --plugin ./bin/fillmask --workers 2
+  streamer serve --model model.onnx --device cuda --cuda 0,1,2,3 --workers 4`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runServe(cmd.Context(), o)
+		},
+	}
+	addServeFlags(cmd, &o)
+	return cmd
+}
+
+func addServeFlags(cmd *cobra.Command, o *serveOptions) {
+	f := cmd.Flags()
+	f.StringVar(&o.listen, "listen", "127.0.0.1:5005", "address the HTTP API listens on")
+	f.IntVar(&o.workers, "workers", 1, "number of worker processes")
+	f.StringVar(&o.cuda, "cuda", "", "comma-separated GPU ids handed round-robin to the workers as CUDA_VISIBLE_DEVICES (unset: the variable passes through)")
+	f.IntVar(&o.batchSize, "batch-size", 64, "most items in one batch")
+	f.DurationVar(&o.maxLatency, "max-latency", 100*time.Millisecond, "longest an item waits for batch-mates while every worker is busy (an idle worker never waits)")
+	f.IntVar(&o.maxQueue, "max-queue", 0, "most items waiting; beyond it requests get 429 (0: 100 × batch-size × workers)")
+	f.Int64Var(&o.maxBody, "max-body", 8<<20, "largest request body in bytes; larger gets 413")
+	f.DurationVar(&o.workerTimeout, "worker-timeout", 20*time.Second, "a batch running longer kills its worker (counted as a crash)")
+	f.DurationVar(&o.initTimeout, "init-timeout", 2*time.Minute, "longest a worker may take to start and initialise its model")
+	f.DurationVar(&o.grace, "grace", 30*time.Second, "on SIGTERM, how long admitted requests may take to finish before the rest are failed")
+	f.IntVar(&o.maxRestarts, "max-restarts", 30, "restarts of one slot within a minute after which the slot is given up; when every slot is given up the server exits 1")
+	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+
+	f.StringVar(&o.model, "model", "echo", "model to serve: echo, sleep:FIXED,PER_ITEM, chaos:OPTS (tests), or a path to an .onnx file")
+	f.StringVar(&o.plugin, "plugin", "", "path to a model plugin binary (overrides --model)")
+	f.StringArrayVar(&o.pluginArgs, "plugin-arg", nil, "key=value setting passed to the plugin's Init (repeatable)")
+	f.StringVar(&o.pluginSHA256, "plugin-sha256", "", "refuse a plugin binary whose SHA-256 (hex) differs")
+	f.StringVar(&o.device, "device", "cpu", "where the model runs: cpu or cuda (device 0 of the worker's CUDA_VISIBLE_DEVICES)")
+	f.IntVar(&o.intraOpThreads, "intra-op-threads", 0, "threads one worker uses inside a batch (ONNX; 0: runtime default); keep workers × threads ≤ cores")
+	f.StringVar(&o.ortLib, "ort-lib", "", "path to the ONNX Runtime shared library (default: $STREAMER_ORT_LIB, third_party/onnxruntime, then the system)")
+	f.StringArrayVar(&o.pad, "pad", nil, "INPUT=VALUE: pad that ONNX input's dynamic axes with VALUE so items of different lengths share a batch (repeatable)")
+}
+
+// spec turns the model flags into the Spec every worker opens.
+func (o serveOptions) spec() (model.Spec, error) {
+	spec := model.Spec{
+		Name:           o.model,
+		Plugin:         o.plugin,
+		PluginSHA256:   o.pluginSHA256,
+		Device:         o.device,
+		IntraOpThreads: o.intraOpThreads,
+		ORTLib:         o.ortLib,
+	}
+	if spec.Device != "cpu" && spec.Device != "cuda" {
+		return spec, fmt.Errorf("--device %q: want cpu or cuda", spec.Device)
+	}
+	for _, kv := range o.pluginArgs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return spec, fmt.Errorf("--plugin-arg %q: want key=value", kv)
+		}
+		if spec.PluginArgs == nil {
+			spec.PluginArgs = map[string]string{}
+		}
+		spec.PluginArgs[k] = v
+	}
+	for _, kv := range o.pad {
+		k, v, ok := strings.Cut(kv, "=")
+		value, err := strconv.ParseFloat(v, 64)
+		if !ok || k == "" || err != nil {
+			return spec, fmt.Errorf("--pad %q: want INPUT=NUMBER", kv)
+		}
+		if spec.Pad == nil {
+			spec.Pad = map[string]float64{}
+		}
+		spec.Pad[k] = value
+	}
+	return spec, nil
+}
+
+func (o serveOptions) logger() (*slog.Logger, error) {
+	switch o.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, nil)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, nil)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", o.logFormat)
+}
+
+// supervisorConfig builds the streamer's configuration from the flags.
+func (o serveOptions) supervisorConfig(spec model.Spec, log *slog.Logger) (supervisor.Config, error) {
+	if o.workers < 1 {
+		return supervisor.Config{}, fmt.Errorf("--workers %d: want at least 1", o.workers)
+	}
+	if o.batchSize < 1 {
+		return supervisor.Config{}, fmt.Errorf("--batch-size %d: want at least 1", o.batchSize)
+	}
+	if o.maxQueue < 0 {
+		return supervisor.Config{}, fmt.Errorf("--max-queue %d: must not be negative", o.maxQueue)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return supervisor.Config{}, fmt.Errorf("find own binary to start workers: %w", err)
+	}
+	specJSON, err := json.Marshal(spec)
+	if err != nil {
+		return supervisor.Config{}, err
+	}
+	var cuda []string
+	if o.cuda != "" {
+		for _, id := range strings.Split(o.cuda, ",") {
+			if id = strings.TrimSpace(id); id == "" {
+				return supervisor.Config{}, fmt.Errorf("--cuda %q: empty device id", o.cuda)
+			}
+			cuda = append(cuda, id)
+		}
+	}
+	return supervisor.Config{
+		BatchSize:     o.batchSize,
+		MaxLatency:    o.maxLatency,
+		MaxQueue:      o.maxQueue,
+		Workers:       o.workers,
+		WorkerTimeout: o.workerTimeout,
+		InitTimeout:   o.initTimeout,
+		MaxRestarts:   o.maxRestarts,
+		Logger:        log,
+		Process: supervisor.ProcessConfig{
+			Path:        self,
+			Args:        []string{"worker"},
+			Env:         []string{envWorkerSpec + "=" + string(specJSON)},
+			CUDADevices: cuda,
+		},
+	}, nil
+}
+
+func runServe(ctx context.Context, o serveOptions) error {
+	log, err := o.logger()
+	if err != nil {
+		return err
+	}
+	spec, err := o.spec()
+	if err != nil {
+		return err
+	}
+	if err := load.Check(spec); err != nil {
+		return err
+	}
+	codec, info, err := codecFor(spec)
+	if err != nil {
+		return err
+	}
+	cfg, err := o.supervisorConfig(spec, log)
+	if err != nil {
+		return err
+	}
+	st, err := supervisor.New(cfg)
+	if err != nil {
+		return err
+	}
+	listener, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", o.listen, err)
+	}
+	defer listener.Close()
+
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	log.Info("starting workers", "model", spec.String(), "workers", o.workers, "cuda", o.cuda)
+	if err := st.Start(ctx); err != nil {
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), o.grace)
+		defer cancel()
+		_ = st.Shutdown(shutdownCtx)
+		return fmt.Errorf("start workers: %w", err)
+	}
+
+	server := &http.Server{
+		Handler:           httpapi.New(httpapi.Config{Backend: st, Codec: codec, MaxBody: o.maxBody, Logger: log, Model: info}),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- server.Serve(listener) }()
+	log.Info("serving", "listen", listener.Addr().String())
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("signal received: draining", "grace", o.grace)
+	case err := <-st.Fatal():
+		runErr = err
+		log.Error("every worker slot has failed; exiting so an orchestrator can take over", "err", err)
+	case err := <-serveErr:
+		runErr = fmt.Errorf("http server: %w", err)
+	}
+	return errors.Join(runErr, drain(st, server, o.grace, log))
+}
+
+// drain stops admitting work, lets admitted requests finish within grace,
+// stops the workers and then closes the HTTP server. While draining, new
+// requests are answered 503 rather than refused at the socket.
+func drain(st *supervisor.Streamer, server *http.Server, grace time.Duration, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	err := st.Shutdown(ctx)
+	if err != nil {
+		log.Warn("drain did not finish within the grace period", "err", err)
+	}
+	httpCtx, httpCancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer httpCancel()
+	if herr := server.Shutdown(httpCtx); herr != nil {
+		log.Warn("close http server", "err", herr)
+	}
+	log.Info("stopped")
+	return nil
+}

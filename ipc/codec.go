@@ -1,0 +1,312 @@
+package ipc
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
+)
+
+// messageFields is the number of elements in an encoded message array:
+// kind, batch id, items, item errors, error, ready.
+const messageFields = 6
+
+// readyFields is the number of entries in an encoded Ready map.
+const readyFields = 4
+
+// maxSkipDepth bounds how deeply an unknown Ready field may nest. msgpack's
+// own Skip recurses once per level without limit, so a few megabytes of
+// nested arrays would overflow the stack and kill the process.
+const maxSkipDepth = 32
+
+// encoder appends messages to a reusable buffer.
+type encoder struct {
+	buf bytes.Buffer
+	enc *msgpack.Encoder
+}
+
+func newEncoder() *encoder {
+	e := &encoder{}
+	e.enc = msgpack.NewEncoder(&e.buf)
+	return e
+}
+
+// encode writes the frame for m (length prefix included) into e.buf.
+func (e *encoder) encode(m *Message) error {
+	e.buf.Reset()
+	e.buf.Write([]byte{0, 0, 0, 0})
+	enc := e.enc
+	if err := enc.EncodeArrayLen(messageFields); err != nil {
+		return err
+	}
+	if err := enc.EncodeUint8(uint8(m.Kind)); err != nil {
+		return err
+	}
+	if err := enc.EncodeUint64(m.BatchID); err != nil {
+		return err
+	}
+	if err := encodeItems(enc, m.Items); err != nil {
+		return err
+	}
+	if err := encodeStrings(enc, m.ItemErrors); err != nil {
+		return err
+	}
+	if err := enc.EncodeString(m.Error); err != nil {
+		return err
+	}
+	if err := encodeReady(enc, m.Ready); err != nil {
+		return err
+	}
+	b := e.buf.Bytes()
+	n := len(b) - frameHeader
+	b[0], b[1], b[2], b[3] = byte(n>>24), byte(n>>16), byte(n>>8), byte(n)
+	return nil
+}
+
+func encodeItems(enc *msgpack.Encoder, items [][]byte) error {
+	if items == nil {
+		return enc.EncodeNil()
+	}
+	if err := enc.EncodeArrayLen(len(items)); err != nil {
+		return err
+	}
+	for _, it := range items {
+		if err := enc.EncodeBytes(it); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func encodeStrings(enc *msgpack.Encoder, ss []string) error {
+	if ss == nil {
+		return enc.EncodeNil()
+	}
+	if err := enc.EncodeArrayLen(len(ss)); err != nil {
+		return err
+	}
+	for _, s := range ss {
+		if err := enc.EncodeString(s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// encodeReady writes r as a map keyed by the msgpack tags of Ready, or nil.
+func encodeReady(enc *msgpack.Encoder, r *Ready) error {
+	if r == nil {
+		return enc.EncodeNil()
+	}
+	return errors.Join(
+		enc.EncodeMapLen(readyFields),
+		enc.EncodeString("version"), enc.EncodeInt(int64(r.Version)),
+		enc.EncodeString("pid"), enc.EncodeInt(int64(r.PID)),
+		enc.EncodeString("device"), enc.EncodeString(r.Device),
+		enc.EncodeString("model"), enc.EncodeString(r.Model),
+	)
+}
+
+// Decode parses one frame payload (without its length prefix). Items in the
+// result are sub-slices of payload: the caller must not reuse payload while
+// they are in use. Any malformed input yields an error wrapping ErrCorruptFrame.
+func Decode(payload []byte) (Message, error) {
+	return newDecoder().decode(payload)
+}
+
+// decoder parses payloads. One is kept per Reader so that its msgpack
+// decoder and scratch buffer are allocated once, not once per frame.
+type decoder struct {
+	payload []byte
+	r       bytes.Reader
+	dec     *msgpack.Decoder
+}
+
+func newDecoder() *decoder {
+	d := &decoder{}
+	d.dec = msgpack.NewDecoder(&d.r)
+	return d
+}
+
+func (d *decoder) decode(payload []byte) (Message, error) {
+	d.payload = payload
+	d.r.Reset(payload)
+	m, err := d.message()
+	// Let go of the payload: it belongs to the caller now.
+	d.payload = nil
+	d.r.Reset(nil)
+	if err != nil {
+		return Message{}, fmt.Errorf("%w: %v", ErrCorruptFrame, err)
+	}
+	return m, nil
+}
+
+func (d *decoder) message() (Message, error) {
+	var m Message
+	n, err := d.dec.DecodeArrayLen()
+	if err != nil {
+		return m, err
+	}
+	if n != messageFields {
+		return m, fmt.Errorf("message has %d fields, want %d", n, messageFields)
+	}
+	kind, err := d.dec.DecodeUint8()
+	if err != nil {
+		return m, fmt.Errorf("kind: %w", err)
+	}
+	m.Kind = Kind(kind)
+	if m.Kind < KindReady || m.Kind > KindFatal {
+		return m, fmt.Errorf("unknown message kind %d", kind)
+	}
+	if m.BatchID, err = d.dec.DecodeUint64(); err != nil {
+		return m, fmt.Errorf("batch id: %w", err)
+	}
+	if m.Items, err = d.items(); err != nil {
+		return m, fmt.Errorf("items: %w", err)
+	}
+	if m.ItemErrors, err = d.strings(); err != nil {
+		return m, fmt.Errorf("item errors: %w", err)
+	}
+	if m.Error, err = d.dec.DecodeString(); err != nil {
+		return m, fmt.Errorf("error: %w", err)
+	}
+	if m.Ready, err = d.ready(); err != nil {
+		return m, fmt.Errorf("ready: %w", err)
+	}
+	if d.r.Len() != 0 {
+		return m, fmt.Errorf("%d trailing bytes", d.r.Len())
+	}
+	return m, nil
+}
+
+// checkLen refuses an array or map header that claims more elements than
+// there are bytes left (each takes at least one), so that a corrupt header
+// cannot make us allocate.
+func (d *decoder) checkLen(n int, what string) error {
+	if n > d.r.Len() {
+		return fmt.Errorf("%s of %d elements in %d bytes", what, n, d.r.Len())
+	}
+	return nil
+}
+
+// arrayLen reads an array header; nil gives -1.
+func (d *decoder) arrayLen() (int, error) {
+	n, err := d.dec.DecodeArrayLen()
+	if err != nil {
+		return 0, err
+	}
+	return n, d.checkLen(n, "array")
+}
+
+func (d *decoder) items() ([][]byte, error) {
+	n, err := d.arrayLen()
+	if err != nil || n < 0 {
+		return nil, err
+	}
+	items := make([][]byte, n)
+	for i := range items {
+		size, err := d.dec.DecodeBytesLen()
+		if err != nil {
+			return nil, fmt.Errorf("item %d: %w", i, err)
+		}
+		if size < 0 {
+			continue
+		}
+		if size > d.r.Len() {
+			return nil, fmt.Errorf("item %d: %d bytes claimed, %d left", i, size, d.r.Len())
+		}
+		start := len(d.payload) - d.r.Len()
+		items[i] = d.payload[start : start+size : start+size]
+		if _, err := d.r.Seek(int64(size), io.SeekCurrent); err != nil {
+			return nil, err
+		}
+	}
+	return items, nil
+}
+
+func (d *decoder) strings() ([]string, error) {
+	n, err := d.arrayLen()
+	if err != nil || n < 0 {
+		return nil, err
+	}
+	ss := make([]string, n)
+	for i := range ss {
+		if ss[i], err = d.dec.DecodeString(); err != nil {
+			return nil, fmt.Errorf("%d: %w", i, err)
+		}
+	}
+	return ss, nil
+}
+
+// ready reads the map encodeReady writes. Unknown keys are skipped, so a
+// newer worker may add fields without breaking an older supervisor.
+func (d *decoder) ready() (*Ready, error) {
+	n, err := d.dec.DecodeMapLen()
+	if err != nil || n < 0 {
+		return nil, err
+	}
+	if err := d.checkLen(n, "map"); err != nil {
+		return nil, err
+	}
+	r := new(Ready)
+	for range n {
+		key, err := d.dec.DecodeString()
+		if err != nil {
+			return nil, fmt.Errorf("key: %w", err)
+		}
+		switch key {
+		case "version":
+			r.Version, err = d.dec.DecodeInt()
+		case "pid":
+			r.PID, err = d.dec.DecodeInt()
+		case "device":
+			r.Device, err = d.dec.DecodeString()
+		case "model":
+			r.Model, err = d.dec.DecodeString()
+		default:
+			err = d.skip(0)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%q: %w", key, err)
+		}
+	}
+	return r, nil
+}
+
+// skip passes over one value of any type, refusing to nest deeper than
+// maxSkipDepth.
+func (d *decoder) skip(depth int) error {
+	if depth > maxSkipDepth {
+		return fmt.Errorf("value nested over %d levels deep", maxSkipDepth)
+	}
+	code, err := d.dec.PeekCode()
+	if err != nil {
+		return err
+	}
+	var elems int
+	switch {
+	case msgpcode.IsFixedArray(code) || code == msgpcode.Array16 || code == msgpcode.Array32:
+		elems, err = d.arrayLen()
+	case msgpcode.IsFixedMap(code) || code == msgpcode.Map16 || code == msgpcode.Map32:
+		elems, err = d.dec.DecodeMapLen()
+		if err == nil {
+			err = d.checkLen(elems, "map")
+		}
+		elems *= 2
+	default:
+		// Scalars, strings, binaries and extensions hold no nested values.
+		return d.dec.Skip()
+	}
+	if err != nil {
+		return err
+	}
+	for range elems {
+		if err := d.skip(depth + 1); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,141 @@
+package ipc
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sync"
+)
+
+// keepEncodeBuffer is the largest encode buffer a Writer keeps between
+// messages; after one large batch it starts afresh instead of pinning it.
+const keepEncodeBuffer = 4 << 20
+
+// readAhead is the most a Reader allocates for a frame beyond the bytes that
+// have arrived: a large frame's buffer grows as its bytes come in, so a
+// corrupt length under the limit costs memory only for data that exists.
+const readAhead = 1 << 20
+
+// frameLimit returns the limit to use for maxFrame: the default for zero or
+// less, and never more than the length prefix can express.
+func frameLimit(maxFrame int) int {
+	if maxFrame <= 0 {
+		return DefaultMaxFrame
+	}
+	return min(maxFrame, math.MaxUint32)
+}
+
+// Writer writes messages as frames. It is safe for concurrent use: each
+// message goes out whole.
+type Writer struct {
+	mu       sync.Mutex
+	w        io.Writer
+	enc      *encoder
+	maxFrame int
+}
+
+// NewWriter returns a Writer on w that refuses to send frames over maxFrame
+// bytes (DefaultMaxFrame when maxFrame <= 0).
+func NewWriter(w io.Writer, maxFrame int) *Writer {
+	return &Writer{w: w, enc: newEncoder(), maxFrame: frameLimit(maxFrame)}
+}
+
+// Write encodes m and writes it as one frame. A message too large for the
+// limit is not written and yields an error wrapping ErrFrameTooLarge.
+func (w *Writer) Write(m *Message) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if size := contentSize(m); size > w.maxFrame {
+		// Refuse before encoding: no point copying a huge batch to throw it away.
+		return fmt.Errorf("%w: %s message of over %d bytes, limit %d", ErrFrameTooLarge, m.Kind, size, w.maxFrame)
+	}
+	defer w.trimBuffer()
+	if err := w.enc.encode(m); err != nil {
+		return fmt.Errorf("ipc: encode %s: %w", m.Kind, err)
+	}
+	b := w.enc.buf.Bytes()
+	if len(b)-frameHeader > w.maxFrame {
+		return fmt.Errorf("%w: %s message of %d bytes, limit %d", ErrFrameTooLarge, m.Kind, len(b)-frameHeader, w.maxFrame)
+	}
+	if _, err := w.w.Write(b); err != nil {
+		return fmt.Errorf("ipc: write %s: %w", m.Kind, err)
+	}
+	return nil
+}
+
+func (w *Writer) trimBuffer() {
+	if w.enc.buf.Cap() > keepEncodeBuffer {
+		w.enc = newEncoder()
+	}
+}
+
+// contentSize is a lower bound of m's encoded size: the bytes of its items
+// and texts without their msgpack headers.
+func contentSize(m *Message) int {
+	n := len(m.Error)
+	for _, it := range m.Items {
+		n += len(it)
+	}
+	for _, s := range m.ItemErrors {
+		n += len(s)
+	}
+	return n
+}
+
+// Reader reads frames written by a Writer. It is not safe for concurrent use.
+type Reader struct {
+	r        *bufio.Reader
+	dec      *decoder
+	maxFrame int
+	header   [frameHeader]byte
+}
+
+// NewReader returns a Reader on r that rejects frames over maxFrame bytes
+// (DefaultMaxFrame when maxFrame <= 0).
+func NewReader(r io.Reader, maxFrame int) *Reader {
+	return &Reader{r: bufio.NewReaderSize(r, 64<<10), dec: newDecoder(), maxFrame: frameLimit(maxFrame)}
+}
+
+// Read returns the next message. At a clean end of stream it returns io.EOF; a
+// stream that ends inside a frame gives io.ErrUnexpectedEOF. An oversized
+// frame gives ErrFrameTooLarge before anything is allocated for it, and a
+// malformed one ErrCorruptFrame; after either, the stream is out of step and
+// the caller should close it. The returned Items are owned by the caller.
+func (r *Reader) Read() (Message, error) {
+	if _, err := io.ReadFull(r.r, r.header[:]); err != nil {
+		return Message{}, err
+	}
+	n := binary.BigEndian.Uint32(r.header[:])
+	if int64(n) > int64(r.maxFrame) {
+		return Message{}, fmt.Errorf("%w: %d bytes announced, limit %d", ErrFrameTooLarge, n, r.maxFrame)
+	}
+	payload, err := readPayload(r.r, int(n))
+	if err != nil {
+		return Message{}, err
+	}
+	return r.dec.decode(payload)
+}
+
+// readPayload reads n bytes into a new buffer, growing it as the bytes
+// arrive once past readAhead. A stream that ends early gives
+// io.ErrUnexpectedEOF.
+func readPayload(r io.Reader, n int) ([]byte, error) {
+	buf := make([]byte, 0, min(n, readAhead))
+	for len(buf) < n {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, min(len(buf), n-len(buf)))
+		}
+		got, err := io.ReadFull(r, buf[len(buf):min(cap(buf), n)])
+		buf = buf[:len(buf)+got]
+		if err == io.EOF {
+			return nil, io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return buf, nil
+}

@@ -1,0 +1,94 @@
+// Package ipc is the wire between the supervisor and its worker processes:
+// the message types, their msgpack encoding, and the length-delimited frames
+// that carry them over a pipe, with a hard size limit.
+//
+// A frame is a 4-byte big-endian payload length followed by that many bytes
+// of msgpack. The payload is a msgpack array whose first element is the
+// message Kind. Items travel as opaque msgpack bin values: the supervisor never
+// looks inside them.
+package ipc
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Version is the protocol version. A worker reports it in its Ready message and
+// the supervisor refuses a worker that speaks another one.
+const Version = 1
+
+// DefaultMaxFrame is the frame size limit used when none is given.
+const DefaultMaxFrame = 256 << 20
+
+// frameHeader is the size of the length prefix in front of every frame.
+const frameHeader = 4
+
+// Kind tells what a message is for.
+type Kind uint8
+
+// The message kinds. The comment on each says who sends it.
+const (
+	// KindReady (worker → supervisor): the model is initialised; Ready is set.
+	KindReady Kind = 1
+	// KindBatch (supervisor → worker): run Items as one batch, answer with BatchID.
+	KindBatch Kind = 2
+	// KindResult (worker → supervisor): the answer to batch BatchID. Items holds
+	// one output per input; ItemErrors, when not nil, holds one error text per
+	// input ("" where that item succeeded); Error, when set, fails the whole batch.
+	KindResult Kind = 3
+	// KindHeartbeat (worker → supervisor): the worker's loop is alive.
+	KindHeartbeat Kind = 4
+	// KindStop (supervisor → worker): finish the batches already sent, then exit 0.
+	KindStop Kind = 5
+	// KindFatal (worker → supervisor): the worker cannot go on (its model failed
+	// to initialise, say); Error says why. The worker exits after sending it.
+	KindFatal Kind = 6
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindReady:
+		return "ready"
+	case KindBatch:
+		return "batch"
+	case KindResult:
+		return "result"
+	case KindHeartbeat:
+		return "heartbeat"
+	case KindStop:
+		return "stop"
+	case KindFatal:
+		return "fatal"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Message is one frame's content. Which fields are set depends on Kind.
+type Message struct {
+	Kind       Kind
+	BatchID    uint64
+	Items      [][]byte
+	ItemErrors []string
+	Error      string
+	Ready      *Ready
+}
+
+// Ready describes a worker that has initialised its model.
+type Ready struct {
+	// Version is the protocol version the worker speaks.
+	Version int `msgpack:"version"`
+	// PID is the worker's process id.
+	PID int `msgpack:"pid"`
+	// Device is what the worker runs on, e.g. "cpu" or "cuda:0 (CUDA_VISIBLE_DEVICES=2)".
+	Device string `msgpack:"device"`
+	// Model names the model the worker serves.
+	Model string `msgpack:"model"`
+}
+
+// Errors a Reader returns; callers branch on them with errors.Is.
+var (
+	// ErrFrameTooLarge: a frame announced a payload over the reader's limit.
+	ErrFrameTooLarge = errors.New("ipc: frame too large")
+	// ErrCorruptFrame: a frame's payload is not a valid message.
+	ErrCorruptFrame = errors.New("ipc: corrupt frame")
+)

@@ -1,0 +1,128 @@
+// Package supervisor is streamer's engine: the bounded request queue, the
+// batcher that forms batches from it, and the worker slots that run them.
+//
+// Callers Submit items and get a Future. Items are opaque bytes: the
+// supervisor never decodes them. Each item is scheduled on its own (items of
+// one request may land in different batches) and results come back in order.
+//
+// A slot runs either a worker process (the same binary started as
+// `streamer worker`, talking msgpack frames over pipes) or, for the in-process
+// mode, a Go function. Slots whose worker dies are restarted with back-off;
+// the batch that was running is retried elsewhere, and a batch that keeps
+// killing workers is split until the one item doing it is found.
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Errors that callers branch on with errors.Is. Every item that Submit
+// accepted is answered exactly once: with its output or with an error wrapping
+// one of these.
+var (
+	// ErrOverloaded: the queue is full; try again later (HTTP 429).
+	ErrOverloaded = errors.New("overloaded: the queue is full")
+	// ErrUnavailable: no worker is able to run (HTTP 503).
+	ErrUnavailable = errors.New("unavailable: no worker is able to run")
+	// ErrShuttingDown: the streamer is draining or stopped (HTTP 503).
+	ErrShuttingDown = errors.New("shutting down")
+	// ErrDeadline: the item's deadline passed before it was answered (HTTP 504).
+	ErrDeadline = errors.New("deadline passed")
+	// ErrCanceled: the caller canceled the request before it ran.
+	ErrCanceled = errors.New("request canceled")
+	// ErrPoison: the item kills the workers that run it; it is refused (HTTP 422).
+	ErrPoison = errors.New("item crashes the model")
+	// ErrModel: the model rejected the item or failed its batch (HTTP 422).
+	ErrModel = errors.New("model error")
+	// ErrBadRequest: the request itself is malformed, e.g. it has no items.
+	ErrBadRequest = errors.New("bad request")
+)
+
+// ItemError is the error of one item of a request.
+type ItemError struct {
+	// Index is the item's position in its request.
+	Index int
+	// Err says why; it wraps one of the package's sentinel errors.
+	Err error
+}
+
+func (e *ItemError) Error() string { return fmt.Sprintf("item %d: %v", e.Index, e.Err) }
+
+// Unwrap returns the item's error.
+func (e *ItemError) Unwrap() error { return e.Err }
+
+// Request is what Submit takes.
+type Request struct {
+	// Items are the samples, each encoded as the model expects (msgpack).
+	Items [][]byte
+	// Keys, when not nil, holds one batch key per item: items with different
+	// keys never share a batch (e.g. tensors of different shapes).
+	Keys []string
+	// Deadline, when set, bounds the wait for the answer; the context's
+	// deadline is used when it is earlier. An item whose deadline has passed
+	// is never sent to a worker.
+	Deadline time.Time
+}
+
+// Stats is a snapshot of the streamer's counters since it started.
+type Stats struct {
+	// Submitted counts items accepted by Submit.
+	Submitted uint64 `json:"submitted"`
+	// Answered counts items answered, with an output or an error.
+	Answered uint64 `json:"answered"`
+	// Failed counts items answered with an error.
+	Failed uint64 `json:"failed"`
+	// Rejected counts items refused at Submit (overloaded, unavailable, poison).
+	Rejected uint64 `json:"rejected"`
+	// Expired counts items dropped because their deadline passed in the queue.
+	Expired uint64 `json:"expired"`
+	// Batches counts batches run to completion.
+	Batches uint64 `json:"batches"`
+	// BatchSizes[n] counts completed batches of n items.
+	BatchSizes []uint64 `json:"batch_sizes"`
+	// Queued is the number of items waiting now.
+	Queued int `json:"queued"`
+	// Crashes counts workers that died or were killed.
+	Crashes uint64 `json:"crashes"`
+	// Poisoned counts items found to crash the model.
+	Poisoned uint64 `json:"poisoned"`
+}
+
+// MeanBatchSize is the average size of the completed batches.
+func (s Stats) MeanBatchSize() float64 {
+	var items, batches uint64
+	for n, c := range s.BatchSizes {
+		items += uint64(n) * c
+		batches += c
+	}
+	if batches == 0 {
+		return 0
+	}
+	return float64(items) / float64(batches)
+}
+
+// SlotState is where a slot is in its worker's life.
+type SlotState string
+
+// The slot states.
+const (
+	SlotStarting SlotState = "starting" // a worker is starting or initialising
+	SlotReady    SlotState = "ready"    // the worker takes batches
+	SlotBackoff  SlotState = "backoff"  // the worker died; waiting before restarting it
+	SlotFailed   SlotState = "failed"   // restarted too often; given up
+	SlotStopped  SlotState = "stopped"  // shut down
+)
+
+// SlotStatus describes one slot.
+type SlotStatus struct {
+	Slot     int       `json:"slot"`
+	State    SlotState `json:"state"`
+	PID      int       `json:"pid,omitempty"`
+	Device   string    `json:"device,omitempty"`
+	CUDA     string    `json:"cuda_visible_devices,omitempty"`
+	Restarts int       `json:"restarts"`
+	InFlight int       `json:"in_flight"`
+	LastErr  string    `json:"last_error,omitempty"`
+}

@@ -1,0 +1,133 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// BatchFunc runs one batch in this process: it returns one output per item,
+// or a *BatchItemErrors to fail some items, or another error to fail them all.
+type BatchFunc func(ctx context.Context, items [][]byte) ([][]byte, error)
+
+// BatchItemErrors fails some items of a batch: Errs has one entry per item,
+// nil where the item succeeded.
+type BatchItemErrors struct{ Errs []error }
+
+func (e *BatchItemErrors) Error() string { return "some items of the batch failed" }
+
+// Config sets up a Streamer. The zero value of every field but the model
+// (Func or Process) works.
+type Config struct {
+	// BatchSize is the most items in one batch. Default 64.
+	BatchSize int
+	// MaxLatency bounds how long an item waits for batch-mates while every
+	// worker is busy. An idle worker takes what is queued at once, so a lone
+	// request never pays it. Default 100ms.
+	MaxLatency time.Duration
+	// MaxQueue is the most items waiting; beyond it Submit fails with
+	// ErrOverloaded. Default 100 × BatchSize × Workers.
+	MaxQueue int
+	// MaxBatchBytes bounds the summed item bytes of one batch, so a batch
+	// fits the pipe's frame limit. Default 64 MiB.
+	MaxBatchBytes int
+	// Workers is the number of slots. Default 1.
+	Workers int
+
+	// Func, when set, runs batches in this process, one goroutine per slot,
+	// and no child process is started (the in-process mode).
+	Func BatchFunc
+	// Process, when Func is nil, starts one worker process per slot.
+	Process ProcessConfig
+
+	// WorkerTimeout: a batch running longer kills its worker, which counts
+	// as a crash. Default 20s.
+	WorkerTimeout time.Duration
+	// InitTimeout bounds a worker's start and model initialisation. Default 2m.
+	InitTimeout time.Duration
+	// BackoffMin and BackoffMax bound the wait before restarting a dead worker;
+	// it doubles with each crash and resets after StableAfter of life.
+	// Defaults 20ms, 5s and 30s.
+	BackoffMin, BackoffMax, StableAfter time.Duration
+	// MaxRestarts within RestartWindow marks a slot failed; when every slot has
+	// failed, Fatal reports it. Defaults 30 and 1m.
+	MaxRestarts   int
+	RestartWindow time.Duration
+	// UnavailableAfter: when no worker has been able to run for this long,
+	// queued items fail with ErrUnavailable and new ones are refused at once.
+	// Default 1s.
+	UnavailableAfter time.Duration
+	// PoisonTTL is how long an item found to crash workers is remembered and
+	// refused on sight. Default 10m.
+	PoisonTTL time.Duration
+
+	// Logger receives one line per event; nil discards them.
+	Logger *slog.Logger
+}
+
+// ProcessConfig tells how to start worker processes.
+type ProcessConfig struct {
+	// Path is the binary to run; default: this program.
+	Path string
+	// Args are its arguments; default: ["worker"].
+	Args []string
+	// Env is added to this process's environment for every worker.
+	Env []string
+	// CUDADevices, when not empty, sets CUDA_VISIBLE_DEVICES of slot i to
+	// CUDADevices[i % len]; a restarted worker keeps its slot's device. When
+	// empty the variable passes through unchanged.
+	CUDADevices []string
+	// HeartbeatTimeout: a worker silent for this long is killed. Default 10s.
+	HeartbeatTimeout time.Duration
+	// StopTimeout bounds a worker's clean exit after Stop; then it is killed.
+	// Default 5s.
+	StopTimeout time.Duration
+	// MaxFrame bounds pipe frames both ways; default ipc.DefaultMaxFrame.
+	MaxFrame int
+}
+
+func (c *Config) setDefaults() error {
+	if c.BatchSize < 0 || c.Workers < 0 || c.MaxQueue < 0 {
+		return errors.New("supervisor: BatchSize, Workers and MaxQueue must not be negative")
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 64
+	}
+	if c.Workers == 0 {
+		c.Workers = 1
+	}
+	if c.MaxQueue == 0 {
+		c.MaxQueue = 100 * c.BatchSize * c.Workers
+	}
+	if c.MaxBatchBytes <= 0 {
+		c.MaxBatchBytes = 64 << 20
+	}
+	def(&c.MaxLatency, 100*time.Millisecond)
+	def(&c.WorkerTimeout, 20*time.Second)
+	def(&c.InitTimeout, 2*time.Minute)
+	def(&c.BackoffMin, 20*time.Millisecond)
+	def(&c.BackoffMax, 5*time.Second)
+	def(&c.StableAfter, 30*time.Second)
+	def(&c.RestartWindow, time.Minute)
+	def(&c.UnavailableAfter, time.Second)
+	def(&c.PoisonTTL, 10*time.Minute)
+	def(&c.Process.HeartbeatTimeout, 10*time.Second)
+	def(&c.Process.StopTimeout, 5*time.Second)
+	if c.MaxRestarts <= 0 {
+		c.MaxRestarts = 30
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.BackoffMin > c.BackoffMax {
+		return fmt.Errorf("supervisor: BackoffMin %s is above BackoffMax %s", c.BackoffMin, c.BackoffMax)
+	}
+	return nil
+}

@@ -1,0 +1,238 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// dispatchLoop hands batches to slots whenever something changes: items
+// arrive, a worker answers or becomes ready, a timer fires.
+func (s *Streamer) dispatchLoop() {
+	defer s.dispatched.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		next := s.dispatchLocked(time.Now())
+		s.mu.Unlock()
+		timer.Reset(time.Until(next))
+		select {
+		case <-s.wake:
+		case <-timer.C:
+		case <-s.stopped:
+			return
+		}
+	}
+}
+
+// dispatchLocked sends every batch that should go now and returns when it
+// wants to look again at the latest.
+//
+// The policy: a slot with nothing in flight takes whatever is queued at once
+// (work-conserving: an idle worker never waits for batch-mates). A slot with
+// one batch running gets its next batch early, so it never idles between
+// batches, but only once that batch is full or its oldest item has waited
+// MaxLatency. No slot holds more than two batches.
+func (s *Streamer) dispatchLocked(now time.Time) time.Time {
+	next := now.Add(time.Hour)
+	earlier := func(t time.Time) {
+		if t.Before(next) {
+			next = t
+		}
+	}
+	s.checkTimeouts(now, earlier)
+	s.checkAvailable(now, earlier)
+	for {
+		sl := s.pickSlot()
+		if sl == nil {
+			break
+		}
+		b := s.nextBatch(len(sl.inflight) == 0, now, earlier)
+		if b == nil {
+			break
+		}
+		sl.sendLocked(b, now)
+	}
+	if s.draining.Load() {
+		s.checkDrained()
+	}
+	return next
+}
+
+// pickSlot returns the ready slot with the fewest batches in flight (fewer
+// than two), taking turns among equals.
+func (s *Streamer) pickSlot() *slot {
+	var best *slot
+	n := len(s.slots)
+	for i := range n {
+		sl := s.slots[(s.nextSlot+i)%n]
+		if sl.state != SlotReady || len(sl.inflight) >= 2 {
+			continue
+		}
+		if best == nil || len(sl.inflight) < len(best.inflight) {
+			best = sl
+		}
+	}
+	if best != nil {
+		s.nextSlot = (best.id + 1) % n
+	}
+	return best
+}
+
+// nextBatch takes the batch a slot should run next, or nil if it should wait.
+func (s *Streamer) nextBatch(idle bool, now time.Time, earlier func(time.Time)) *batch {
+	for i := 0; i < len(s.queue.ready); i++ {
+		b := s.queue.ready[i]
+		if b.suspect && !idle {
+			continue
+		}
+		s.queue.ready = append(s.queue.ready[:i], s.queue.ready[i+1:]...)
+		if s.pruneLocked(b, now) {
+			return b
+		}
+		i--
+	}
+	for {
+		f := s.queue.oldest()
+		if f == nil {
+			return nil
+		}
+		if !idle && f.len() < s.cfg.BatchSize {
+			due := f.front().enqueued.Add(s.cfg.MaxLatency)
+			if now.Before(due) {
+				earlier(due)
+				return nil
+			}
+		}
+		items := s.queue.take(f, s.cfg.BatchSize, s.cfg.MaxBatchBytes, now, s.drop)
+		if len(items) > 0 {
+			return s.newBatch(items, false)
+		}
+	}
+}
+
+func (s *Streamer) newBatch(items []item, suspect bool) *batch {
+	b := &batch{id: s.batchID.Add(1), items: items, suspect: suspect, data: make([][]byte, len(items))}
+	for i := range items {
+		b.data[i] = items[i].data
+	}
+	return b
+}
+
+// pruneLocked answers the items of a formed batch that must not run any
+// more and reports whether any are left.
+func (s *Streamer) pruneLocked(b *batch, now time.Time) bool {
+	kept := b.items[:0]
+	for _, it := range b.items {
+		if it.fut.canceled.Load() || it.fut.expired(now) {
+			s.drop(it, now)
+			continue
+		}
+		kept = append(kept, it)
+	}
+	if len(kept) == len(b.data) {
+		return true
+	}
+	clear(b.items[len(kept):])
+	b.items = kept
+	b.data = b.data[:len(kept)]
+	for i := range kept {
+		b.data[i] = kept[i].data
+	}
+	return len(kept) > 0
+}
+
+// checkTimeouts kills the workers whose running batch is past WorkerTimeout.
+func (s *Streamer) checkTimeouts(now time.Time, earlier func(time.Time)) {
+	for _, sl := range s.slots {
+		if sl.state != SlotReady || len(sl.inflight) == 0 {
+			continue
+		}
+		due := sl.headStart.Add(s.cfg.WorkerTimeout)
+		if now.Before(due) {
+			earlier(due)
+			continue
+		}
+		sl.killLocked(fmt.Errorf("batch %d ran past the worker timeout of %s", sl.inflight[0].id, s.cfg.WorkerTimeout))
+	}
+}
+
+// checkAvailable tracks whether any worker can run. Once none has been able
+// to for UnavailableAfter, queued items are failed and new ones refused, so
+// callers get a quick error rather than a hang.
+func (s *Streamer) checkAvailable(now time.Time, earlier func(time.Time)) {
+	for _, sl := range s.slots {
+		if sl.state == SlotReady {
+			s.downSince = time.Time{}
+			s.unavail.Store(false)
+			return
+		}
+	}
+	if s.downSince.IsZero() {
+		s.downSince = now
+	}
+	due := s.downSince.Add(s.cfg.UnavailableAfter)
+	if now.Before(due) {
+		earlier(due)
+		return
+	}
+	if !s.unavail.Load() {
+		s.log.Error("no worker is able to run; refusing requests until one is ready", "for", now.Sub(s.downSince).Round(time.Millisecond))
+	}
+	s.unavail.Store(true)
+	err := fmt.Errorf("%w for %s", ErrUnavailable, now.Sub(s.downSince).Round(time.Millisecond))
+	for _, it := range s.queue.drain() {
+		s.complete(it, nil, err)
+	}
+}
+
+// checkDrained reports, while draining, that nothing is queued or in flight.
+func (s *Streamer) checkDrained() {
+	if s.queue.items() > 0 {
+		return
+	}
+	for _, sl := range s.slots {
+		if len(sl.inflight) > 0 {
+			return
+		}
+	}
+	s.drainedOnce.Do(func() { close(s.drained) })
+}
+
+// Shutdown stops the streamer gracefully. It stops admitting work at once
+// (Submit fails with ErrShuttingDown and Ready turns false), then waits for
+// every admitted item to be answered, then stops the workers and waits for
+// them to exit. If ctx ends first, the items still queued or running are
+// answered with ErrShuttingDown, the workers are killed, and Shutdown
+// returns ctx's error. Either way every admitted item has been answered when
+// Shutdown returns.
+func (s *Streamer) Shutdown(ctx context.Context) error {
+	s.draining.Store(true)
+	if !s.started.Load() {
+		return nil
+	}
+	s.signal()
+	var err error
+	select {
+	case <-s.drained:
+	case <-ctx.Done():
+		err = fmt.Errorf("drain: %w", ctx.Err())
+	}
+	s.stopOnce.Do(func() { close(s.stopping) })
+	s.mu.Lock()
+	pending := s.queue.drain()
+	s.mu.Unlock()
+	for _, it := range pending {
+		s.complete(it, nil, ErrShuttingDown)
+	}
+	var wg sync.WaitGroup
+	for _, sl := range s.slots {
+		wg.Go(func() { sl.shutdown(err != nil) })
+	}
+	wg.Wait()
+	s.closeOnce.Do(func() { close(s.stopped) })
+	s.dispatched.Wait()
+	return err
+}

@@ -1,0 +1,129 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// benchBody is a typical small request: one sentence.
+const benchBody = `{"inputs": ["The quick brown fox jumps over the [MASK] dog."]}`
+
+// mediumItem is a small tensor as nested JSON arrays with a label.
+const mediumItem = `{"label": "cat", "pixels": [[0.1, 0.2, 0.3, 0.4], [1, 2, 3, 4], [-1.5, 2.25, 1e-3, 42]], "ok": true, "n": null}`
+
+func BenchmarkPredictJSON(b *testing.B) {
+	h := New(Config{Backend: &fakeBackend{}})
+	body := []byte(benchBody)
+	b.ReportAllocs()
+	for b.Loop() {
+		req := httptest.NewRequest(http.MethodPost, "/predict", bytes.NewReader(body))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != 200 {
+			b.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+		}
+	}
+}
+
+func BenchmarkPredictMsgpack(b *testing.B) {
+	h := New(Config{Backend: &fakeBackend{}})
+	body := mustMsgpack(b, map[string]any{"inputs": []string{"The quick brown fox jumps over the [MASK] dog."}})
+	b.ReportAllocs()
+	for b.Loop() {
+		req := httptest.NewRequest(http.MethodPost, "/predict", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/msgpack")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != 200 {
+			b.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+		}
+	}
+}
+
+// benchServer measures h behind a real loopback HTTP server with parallel
+// keep-alive clients, the way a load test sees it.
+func benchServer(b *testing.B, h http.Handler) {
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	transport := &http.Transport{MaxIdleConnsPerHost: 256}
+	defer transport.CloseIdleConnections()
+	client := &http.Client{Transport: transport}
+	b.SetParallelism(32)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			resp, err := client.Post(srv.URL+"/predict", "application/json", strings.NewReader(benchBody))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				b.Errorf("status %d", resp.StatusCode)
+				return
+			}
+		}
+	})
+}
+
+func BenchmarkPredictHTTP(b *testing.B) {
+	benchServer(b, New(Config{Backend: &fakeBackend{}}))
+}
+
+// BenchmarkBareHTTP is the ceiling for BenchmarkPredictHTTP: a handler that
+// reads the body and answers a fixed JSON.
+func BenchmarkBareHTTP(b *testing.B) {
+	answer := []byte(`{"outputs":["The quick brown fox jumps over the [MASK] dog."]}`)
+	benchServer(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(answer)
+	}))
+}
+
+func BenchmarkGenericFromJSON(b *testing.B) {
+	for _, bc := range []struct{ name, item string }{
+		{"string", `"The quick brown fox jumps over the [MASK] dog."`},
+		{"object", mediumItem},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			raw := json.RawMessage(bc.item)
+			b.ReportAllocs()
+			b.SetBytes(int64(len(raw)))
+			for b.Loop() {
+				if _, _, err := (Generic{}).FromJSON(raw); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkGenericAppendJSON(b *testing.B) {
+	for _, bc := range []struct{ name, item string }{
+		{"string", `"The quick brown fox jumps over the [MASK] dog."`},
+		{"object", mediumItem},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			out, _, err := (Generic{}).FromJSON(json.RawMessage(bc.item))
+			if err != nil {
+				b.Fatal(err)
+			}
+			var dst []byte
+			b.ReportAllocs()
+			b.SetBytes(int64(len(out)))
+			for b.Loop() {
+				if dst, err = (Generic{}).AppendJSON(dst[:0], out); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

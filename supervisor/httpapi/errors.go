@@ -1,0 +1,76 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// StatusClientClosedRequest answers a request whose client went away before
+// its answer was ready. Nobody reads it; it shows in access logs.
+const StatusClientClosedRequest = 499
+
+// requestError is a request the handler refuses before submitting it: its
+// status and a message naming the problem.
+type requestError struct {
+	status int
+	msg    string
+}
+
+func (e *requestError) Error() string { return e.msg }
+
+func badRequest(msg string) *requestError {
+	return &requestError{status: http.StatusBadRequest, msg: msg}
+}
+
+// StatusOf maps an error from the supervisor (or a Future) to the HTTP status
+// that tells the client what happened.
+func StatusOf(err error) int {
+	var reqErr *requestError
+	switch {
+	case err == nil:
+		return http.StatusOK
+	case errors.As(err, &reqErr):
+		return reqErr.status
+	case errors.Is(err, supervisor.ErrOverloaded):
+		return http.StatusTooManyRequests
+	case errors.Is(err, supervisor.ErrUnavailable), errors.Is(err, supervisor.ErrShuttingDown):
+		return http.StatusServiceUnavailable
+	case errors.Is(err, supervisor.ErrDeadline):
+		return http.StatusGatewayTimeout
+	case errors.Is(err, supervisor.ErrPoison), errors.Is(err, supervisor.ErrModel):
+		return http.StatusUnprocessableEntity
+	case errors.Is(err, supervisor.ErrCanceled):
+		return StatusClientClosedRequest
+	case errors.Is(err, supervisor.ErrBadRequest):
+		return http.StatusBadRequest
+	}
+	return http.StatusInternalServerError
+}
+
+// fail answers a failed request with the status err maps to.
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status := StatusOf(err)
+	switch status {
+	case http.StatusTooManyRequests:
+		w.Header()["Retry-After"] = h.retryAfter
+	case http.StatusInternalServerError:
+		h.log.Error("predict failed", "path", r.URL.Path, "remote", r.RemoteAddr, "err", err)
+	}
+	h.writeError(w, status, err.Error())
+}
+
+// errorBody is the JSON of every error answer.
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+func (h *handler) writeError(w http.ResponseWriter, status int, msg string) {
+	b, err := json.Marshal(errorBody{Error: msg})
+	if err != nil { // a string always encodes; keep the answer JSON regardless
+		b = []byte(`{"error":"internal error"}`)
+	}
+	h.writeBody(w, status, h.jsonType, append(b, '\n'))
+}

@@ -1,0 +1,208 @@
+// Package httpapi is streamer's HTTP front: it turns POST /predict bodies
+// (JSON, msgpack or the form fields of the original service-streamer
+// clients) into supervisor requests, maps their outcome to HTTP statuses, and
+// serves the health, readiness, model, stats and worker endpoints.
+//
+// Routes:
+//
+//	POST /predict      {"inputs": [item, ...], "timeout_ms": N} → {"outputs": [...]}
+//	GET  /healthz      200 while the process runs
+//	GET  /readyz       200 when a worker can take work, else 503
+//	GET  /v1/models    the configured model description
+//	GET  /v1/stats     the supervisor's counters and the mean batch size
+//	GET  /v1/workers   one entry per worker slot
+//
+// Errors are always JSON, {"error": "..."}, with a status that says whose
+// fault it is: 4xx for the request, 429/503 for load and availability, 504 for
+// a deadline, 500 for the rest.
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// DefaultMaxBody is the request body limit used when Config.MaxBody is zero.
+const DefaultMaxBody = 8 << 20
+
+// Backend runs the requests the handler accepts. *supervisor.Streamer
+// implements it; so can anything else that answers through a
+// supervisor.Future (a front end feeding remote GPU nodes, a test fake).
+type Backend interface {
+	// SubmitRequest queues the request's items and returns their Future. It
+	// fails at once, with an error wrapping one of supervisor's sentinel
+	// errors, when the request cannot be admitted.
+	SubmitRequest(ctx context.Context, req supervisor.Request) (*supervisor.Future, error)
+	// Ready reports whether some worker can take work now.
+	Ready() bool
+	// Stats is a snapshot of the counters.
+	Stats() supervisor.Stats
+	// Slots describes every worker slot.
+	Slots() []supervisor.SlotStatus
+}
+
+// Config sets up the handler. Only Backend is required.
+type Config struct {
+	// Backend runs the requests. Required.
+	Backend Backend
+	// Codec turns request items into model items and outputs into JSON.
+	// Nil means Generic{}.
+	Codec Codec
+	// MaxBody is the largest request body accepted, in bytes; larger ones get
+	// 413. Zero means DefaultMaxBody.
+	MaxBody int64
+	// Logger receives a line for every request that fails on the server's
+	// side (5xx); nil discards them.
+	Logger *slog.Logger
+	// Model is served as JSON at GET /v1/models; nil serves {"model":"unknown"}.
+	Model any
+}
+
+// handler serves every route. It holds no per-request state: buffers come
+// from pools so that the hot path allocates little.
+type handler struct {
+	backend Backend
+	codec   Codec
+	maxBody int64
+	log     *slog.Logger
+	model   any
+
+	bufs sync.Pool // *bytes.Buffer: request bodies and responses
+
+	// Header values are shared, never mutated: setting a header from them
+	// saves an allocation per response.
+	jsonType    []string
+	msgpackType []string
+	retryAfter  []string
+}
+
+// New returns the HTTP handler for cfg. It panics when cfg.Backend is nil,
+// since no request could ever be served.
+func New(cfg Config) http.Handler {
+	if cfg.Backend == nil {
+		panic("httpapi: Config.Backend is nil")
+	}
+	h := &handler{
+		backend:     cfg.Backend,
+		codec:       cfg.Codec,
+		maxBody:     cfg.MaxBody,
+		log:         cfg.Logger,
+		model:       cfg.Model,
+		jsonType:    []string{"application/json"},
+		msgpackType: []string{"application/msgpack"},
+		retryAfter:  []string{"1"},
+	}
+	if h.codec == nil {
+		h.codec = Generic{}
+	}
+	if h.maxBody <= 0 {
+		h.maxBody = DefaultMaxBody
+	}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	if h.model == nil {
+		h.model = map[string]string{"model": "unknown"}
+	}
+	h.bufs.New = func() any { return new(bytes.Buffer) }
+	return h
+}
+
+// maxPooledBuffer keeps one huge request from pinning its memory in the pool.
+const maxPooledBuffer = 1 << 20
+
+func (h *handler) getBuffer() *bytes.Buffer {
+	b := h.bufs.Get().(*bytes.Buffer)
+	b.Reset()
+	return b
+}
+
+func (h *handler) putBuffer(b *bytes.Buffer) {
+	if b.Cap() <= maxPooledBuffer {
+		h.bufs.Put(b)
+	}
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/predict":
+		if r.Method != http.MethodPost {
+			h.methodNotAllowed(w, http.MethodPost)
+			return
+		}
+		h.predict(w, r)
+	case "/healthz":
+		h.get(w, r, func() (int, any) { return http.StatusOK, map[string]string{"status": "ok"} })
+	case "/readyz":
+		h.get(w, r, h.readiness)
+	case "/v1/models":
+		h.get(w, r, func() (int, any) { return http.StatusOK, h.model })
+	case "/v1/stats":
+		h.get(w, r, h.stats)
+	case "/v1/workers":
+		h.get(w, r, func() (int, any) { return http.StatusOK, h.backend.Slots() })
+	default:
+		h.writeError(w, http.StatusNotFound, "no route "+strconv.Quote(r.URL.Path)+
+			"; the routes are POST /predict, GET /healthz, /readyz, /v1/models, /v1/stats, /v1/workers")
+	}
+}
+
+// get serves a read-only route: GET or HEAD, answered with body's JSON.
+func (h *handler) get(w http.ResponseWriter, r *http.Request, body func() (int, any)) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		h.methodNotAllowed(w, "GET, HEAD")
+		return
+	}
+	status, v := body()
+	h.writeJSON(w, status, v)
+}
+
+func (h *handler) readiness() (int, any) {
+	if h.backend.Ready() {
+		return http.StatusOK, map[string]string{"status": "ready"}
+	}
+	return http.StatusServiceUnavailable, map[string]string{"status": "not ready", "error": "no worker is ready"}
+}
+
+// statsBody is the /v1/stats answer: the supervisor's counters and the one
+// figure derived from them that everybody asks for.
+type statsBody struct {
+	supervisor.Stats
+	MeanBatchSize float64 `json:"mean_batch_size"`
+}
+
+func (h *handler) stats() (int, any) {
+	s := h.backend.Stats()
+	return http.StatusOK, statsBody{Stats: s, MeanBatchSize: s.MeanBatchSize()}
+}
+
+func (h *handler) methodNotAllowed(w http.ResponseWriter, allow string) {
+	w.Header().Set("Allow", allow)
+	h.writeError(w, http.StatusMethodNotAllowed, "method not allowed; use "+allow)
+}
+
+// writeJSON answers with v encoded as JSON.
+func (h *handler) writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		h.log.Error("encode response", "err", err)
+		h.writeError(w, http.StatusInternalServerError, "encode response: "+err.Error())
+		return
+	}
+	h.writeBody(w, status, h.jsonType, append(b, '\n'))
+}
+
+func (h *handler) writeBody(w http.ResponseWriter, status int, contentType []string, body []byte) {
+	hdr := w.Header()
+	hdr["Content-Type"] = contentType
+	hdr["Content-Length"] = []string{strconv.Itoa(len(body))}
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}

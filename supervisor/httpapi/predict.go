@@ -1,0 +1,408 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/streamer-dev/streamer/supervisor"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// TimeoutHeader carries a request's deadline in milliseconds, as an
+// alternative to the body's timeout_ms; when both are given the shorter wins.
+const TimeoutHeader = "X-Timeout-Ms"
+
+// bodyFormat is how a /predict body is encoded; the answer uses the same
+// encoding (form requests are answered in JSON).
+type bodyFormat int
+
+const (
+	formatJSON bodyFormat = iota
+	formatMsgpack
+	formatForm
+)
+
+// acceptedTypes is named in the 415 answer.
+const acceptedTypes = "application/json, application/msgpack (or application/x-msgpack), application/x-www-form-urlencoded"
+
+// formatOf reads the Content-Type header. A missing header means JSON.
+func formatOf(contentType string) (bodyFormat, error) {
+	if contentType == "" || contentType == "application/json" {
+		return formatJSON, nil
+	}
+	mediaType, _, _ := strings.Cut(contentType, ";")
+	mediaType = strings.TrimSpace(mediaType)
+	switch {
+	case strings.EqualFold(mediaType, "application/json"):
+		return formatJSON, nil
+	case strings.EqualFold(mediaType, "application/msgpack"), strings.EqualFold(mediaType, "application/x-msgpack"):
+		return formatMsgpack, nil
+	case strings.EqualFold(mediaType, "application/x-www-form-urlencoded"):
+		return formatForm, nil
+	}
+	return 0, &requestError{
+		status: http.StatusUnsupportedMediaType,
+		msg:    "unsupported content type " + strconv.Quote(contentType) + "; send " + acceptedTypes,
+	}
+}
+
+// predictRequest is a decoded /predict body.
+type predictRequest struct {
+	items   [][]byte
+	keys    []string // nil unless the codec gave some item a key
+	timeout time.Duration
+}
+
+// addItem records one encoded item; index is its position, n the item count.
+func (p *predictRequest) addItem(index, n int, item []byte, key string) {
+	p.items = append(p.items, item)
+	if key != "" && p.keys == nil {
+		p.keys = make([]string, n)
+	}
+	if p.keys != nil {
+		p.keys[index] = key
+	}
+}
+
+func (h *handler) predict(w http.ResponseWriter, r *http.Request) {
+	format, err := formatOf(r.Header.Get("Content-Type"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	body := h.getBuffer()
+	defer h.putBuffer(body)
+	if err := h.readBody(w, r, body); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	var req predictRequest
+	switch format {
+	case formatJSON:
+		err = h.decodeJSON(body.Bytes(), &req)
+	case formatMsgpack:
+		err = h.decodeMsgpack(body.Bytes(), &req)
+	case formatForm:
+		err = h.decodeForm(body.Bytes(), &req)
+	}
+	if err == nil {
+		err = applyTimeoutHeader(r.Header.Get(TimeoutHeader), &req)
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	outputs, err := h.run(r.Context(), &req)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	out := body // the body's bytes are no longer referenced: items are copies
+	out.Reset()
+	if format == formatMsgpack {
+		appendMsgpackOutputs(out, outputs)
+		h.writeBody(w, http.StatusOK, h.msgpackType, out.Bytes())
+		return
+	}
+	if err := h.appendJSONOutputs(out, outputs); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.writeBody(w, http.StatusOK, h.jsonType, out.Bytes())
+}
+
+// run submits the request and waits for its outputs. The deadline, if any,
+// bounds both the supervisor's scheduling and this wait; the request's
+// context ends when the client goes away, which cancels undispatched items.
+func (h *handler) run(ctx context.Context, req *predictRequest) ([][]byte, error) {
+	sreq := supervisor.Request{Items: req.items, Keys: req.keys}
+	if req.timeout > 0 {
+		sreq.Deadline = time.Now().Add(req.timeout)
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, sreq.Deadline)
+		defer cancel()
+	}
+	fut, err := h.backend.SubmitRequest(ctx, sreq)
+	if err != nil {
+		return nil, err
+	}
+	return fut.Result(ctx)
+}
+
+// readBody reads the whole body into buf, refusing more than maxBody bytes.
+func (h *handler) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer) error {
+	if r.ContentLength > h.maxBody {
+		return h.tooLarge()
+	}
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength) + bytes.MinRead)
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, h.maxBody))
+	var tooBig *http.MaxBytesError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &tooBig):
+		return h.tooLarge()
+	}
+	return badRequest("read request body: " + err.Error())
+}
+
+func (h *handler) tooLarge() error {
+	return &requestError{
+		status: http.StatusRequestEntityTooLarge,
+		msg:    "request body is larger than the limit of " + strconv.FormatInt(h.maxBody, 10) + " bytes",
+	}
+}
+
+// jsonBody is the JSON form of a /predict body. Items stay raw: the codec
+// encodes each one.
+type jsonBody struct {
+	Inputs    []json.RawMessage `json:"inputs"`
+	TimeoutMs int64             `json:"timeout_ms"`
+}
+
+func (h *handler) decodeJSON(body []byte, req *predictRequest) error {
+	var in jsonBody
+	if err := json.Unmarshal(body, &in); err != nil {
+		return jsonBodyError(err)
+	}
+	if err := checkItemCount(len(in.Inputs), in.Inputs == nil); err != nil {
+		return err
+	}
+	if err := setTimeout(req, in.TimeoutMs); err != nil {
+		return err
+	}
+	req.items = make([][]byte, 0, len(in.Inputs))
+	for i, raw := range in.Inputs {
+		item, key, err := h.codec.FromJSON(raw)
+		if err != nil {
+			return itemError(i, err)
+		}
+		req.addItem(i, len(in.Inputs), item, key)
+	}
+	return nil
+}
+
+// jsonBodyError names what is wrong with a JSON body that did not decode.
+func jsonBodyError(err error) error {
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) {
+		switch typeErr.Field {
+		case "":
+			return badRequest(`body must be a JSON object {"inputs": [...]}, not ` + typeErr.Value)
+		case "inputs":
+			return badRequest(`"inputs" must be an array of items, not ` + typeErr.Value)
+		case "timeout_ms":
+			return badRequest(`"timeout_ms" must be a whole number of milliseconds, not ` + typeErr.Value)
+		}
+		return badRequest("malformed JSON body: " + err.Error())
+	}
+	return badRequest("malformed JSON body: " + err.Error())
+}
+
+func checkItemCount(n int, missing bool) error {
+	switch {
+	case missing:
+		return badRequest(`missing "inputs": send {"inputs": [item, ...]}`)
+	case n == 0:
+		return badRequest(`empty "inputs": send at least one item`)
+	}
+	return nil
+}
+
+func setTimeout(req *predictRequest, ms int64) error {
+	switch {
+	case ms < 0:
+		return badRequest(`"timeout_ms" must not be negative, got ` + strconv.FormatInt(ms, 10))
+	case ms > 0:
+		req.timeout = time.Duration(ms) * time.Millisecond
+	}
+	return nil
+}
+
+// applyTimeoutHeader takes the header's deadline when it is shorter than the
+// body's.
+func applyTimeoutHeader(value string, req *predictRequest) error {
+	if value == "" {
+		return nil
+	}
+	ms, err := strconv.ParseInt(strings.TrimSpace(value), 10, 64)
+	if err != nil || ms <= 0 {
+		return badRequest(TimeoutHeader + " must be a positive whole number of milliseconds, got " + strconv.Quote(value))
+	}
+	if t := time.Duration(ms) * time.Millisecond; req.timeout == 0 || t < req.timeout {
+		req.timeout = t
+	}
+	return nil
+}
+
+func itemError(index int, err error) error {
+	return badRequest(fmt.Sprintf("item %d: %v", index, err))
+}
+
+// decodeMsgpack reads a msgpack map {"inputs": [item, ...], "timeout_ms": N}.
+// Items are copied out of the body (DecodeRaw copies), so they stay valid
+// after the body's buffer is reused.
+func (h *handler) decodeMsgpack(body []byte, req *predictRequest) error {
+	dec := msgpack.GetDecoder()
+	defer msgpack.PutDecoder(dec)
+	rd := bytes.NewReader(body)
+	dec.Reset(rd)
+	fields, err := dec.DecodeMapLen()
+	if err != nil || fields < 0 {
+		return badRequest(`body must be a msgpack map {"inputs": [...]}` + detail(err))
+	}
+	var raws []msgpack.RawMessage
+	for range fields {
+		key, err := dec.DecodeString()
+		if err != nil {
+			return badRequest("malformed msgpack body: map key" + detail(err))
+		}
+		switch key {
+		case "inputs":
+			raws, err = decodeMsgpackItems(dec, len(body))
+		case "timeout_ms":
+			var ms int64
+			if ms, err = dec.DecodeInt64(); err != nil {
+				return badRequest(`"timeout_ms" must be a whole number of milliseconds` + detail(err))
+			}
+			err = setTimeout(req, ms)
+		default:
+			err = dec.Skip()
+		}
+		if err != nil {
+			var reqErr *requestError
+			if errors.As(err, &reqErr) {
+				return err
+			}
+			return badRequest("malformed msgpack body: " + key + detail(err))
+		}
+	}
+	if rd.Len() != 0 {
+		return badRequest("malformed msgpack body: " + strconv.Itoa(rd.Len()) + " bytes after the map")
+	}
+	if err := checkItemCount(len(raws), raws == nil); err != nil {
+		return err
+	}
+	req.items = make([][]byte, 0, len(raws))
+	for i, raw := range raws {
+		item, key, err := h.codec.FromMsgpack(raw)
+		if err != nil {
+			return itemError(i, err)
+		}
+		req.addItem(i, len(raws), item, key)
+	}
+	return nil
+}
+
+// decodeMsgpackItems reads the inputs array; nil means it was msgpack nil.
+// The announced length is checked against the body size before anything is
+// allocated for it.
+func decodeMsgpackItems(dec *msgpack.Decoder, bodyLen int) ([]msgpack.RawMessage, error) {
+	n, err := dec.DecodeArrayLen()
+	if err != nil {
+		return nil, badRequest(`"inputs" must be an array of items` + detail(err))
+	}
+	if n < 0 {
+		return nil, nil
+	}
+	if n > bodyLen {
+		return nil, badRequest(`malformed msgpack body: "inputs" announces ` + strconv.Itoa(n) + " items in a body of " + strconv.Itoa(bodyLen) + " bytes")
+	}
+	raws := make([]msgpack.RawMessage, 0, n)
+	for i := range n {
+		raw, err := dec.DecodeRaw()
+		if err != nil {
+			return nil, badRequest(fmt.Sprintf("malformed msgpack body: item %d: %v", i, err))
+		}
+		raws = append(raws, raw)
+	}
+	return raws, nil
+}
+
+func detail(err error) string {
+	if err == nil {
+		return ""
+	}
+	return ": " + err.Error()
+}
+
+// decodeForm reads the original service-streamer's client format: one form
+// field s per item, each a string. Each becomes a msgpack string item.
+func (h *handler) decodeForm(body []byte, req *predictRequest) error {
+	values, err := url.ParseQuery(string(body))
+	if err != nil {
+		return badRequest("malformed form body: " + err.Error())
+	}
+	strs, ok := values["s"]
+	if !ok {
+		return badRequest(`missing form field "s": send one s=... per item`)
+	}
+	if ms := values.Get("timeout_ms"); ms != "" {
+		n, err := strconv.ParseInt(ms, 10, 64)
+		if err != nil {
+			return badRequest(`"timeout_ms" must be a whole number of milliseconds, got ` + strconv.Quote(ms))
+		}
+		if err := setTimeout(req, n); err != nil {
+			return err
+		}
+	}
+	req.items = make([][]byte, 0, len(strs))
+	for i, s := range strs {
+		raw, err := msgpack.Marshal(s)
+		if err != nil {
+			return itemError(i, err)
+		}
+		item, key, err := h.codec.FromMsgpack(raw)
+		if err != nil {
+			return itemError(i, err)
+		}
+		req.addItem(i, len(strs), item, key)
+	}
+	return nil
+}
+
+// appendJSONOutputs writes {"outputs":[...]} with each output in its JSON
+// form. An output that has none is the model's fault: 500.
+func (h *handler) appendJSONOutputs(out *bytes.Buffer, outputs [][]byte) error {
+	out.WriteString(`{"outputs":[`)
+	for i, o := range outputs {
+		if i > 0 {
+			out.WriteByte(',')
+		}
+		b, err := h.codec.AppendJSON(out.AvailableBuffer(), o)
+		if err != nil {
+			return fmt.Errorf("output %d: %w", i, err)
+		}
+		out.Write(b)
+	}
+	out.WriteString("]}\n")
+	return nil
+}
+
+// appendMsgpackOutputs writes the msgpack map {"outputs": [...]}. The
+// outputs are msgpack already and are spliced in as they are.
+func appendMsgpackOutputs(out *bytes.Buffer, outputs [][]byte) {
+	out.WriteByte(0x81) // a map of one entry
+	out.WriteString("\xa7outputs")
+	switch n := len(outputs); {
+	case n < 16:
+		out.WriteByte(0x90 | byte(n))
+	case n <= 0xffff:
+		out.Write([]byte{0xdc, byte(n >> 8), byte(n)})
+	default:
+		out.Write([]byte{0xdd, byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
+	}
+	for _, o := range outputs {
+		out.Write(o)
+	}
+}

@@ -1,0 +1,339 @@
+package supervisor
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/streamer-dev/streamer/ipc"
+)
+
+// startWorker starts a worker for sl and waits until it is ready.
+func (s *Streamer) startWorker(sl *slot) (worker, error) {
+	if s.cfg.Func != nil {
+		return startLocal(sl, s.cfg.Func), nil
+	}
+	return startProcess(sl)
+}
+
+// process is a worker running as a child process. Batches go to it on one
+// pipe and results come back on another, as ipc frames; its stdout and
+// stderr are read line by line into the log.
+type process struct {
+	sl      *slot
+	cmd     *exec.Cmd
+	out     *ipc.Writer
+	in      *os.File // results from the child
+	toChild *os.File
+	ready   ipc.Ready
+
+	batches chan *batch // nil batch: send Stop
+	waited  chan struct{}
+	exited  chan struct{}
+
+	mu         sync.Mutex
+	killReason error
+	exitErr    error
+
+	lastHeard  atomic.Int64 // unix nanoseconds of the last message
+	lastStderr atomic.Pointer[string]
+}
+
+func startProcess(sl *slot) (*process, error) {
+	s := sl.s
+	pc := s.cfg.Process
+	path := pc.Path
+	if path == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("find own binary: %w", err)
+		}
+		path = self
+	}
+	args := pc.Args
+	if args == nil {
+		args = []string{"worker"}
+	}
+	pipes, err := newPipes()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(path, args...)
+	cmd.Env = append(os.Environ(), pc.Env...)
+	if sl.cuda != "" {
+		cmd.Env = append(cmd.Env, "CUDA_VISIBLE_DEVICES="+sl.cuda)
+	}
+	// The child reads batches on fd 3 and writes results on fd 4.
+	cmd.ExtraFiles = []*os.File{pipes.childIn, pipes.childOut}
+	cmd.Stdout, cmd.Stderr = pipes.stdoutW, pipes.stderrW
+	// Its own process group, so that killing it also kills what it started
+	// (a plugin); and it dies with us.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	err = cmd.Start()
+	pipes.closeChildEnds()
+	if err != nil {
+		pipes.closeParentEnds()
+		return nil, fmt.Errorf("start worker %s: %w", path, err)
+	}
+	p := &process{
+		sl:      sl,
+		cmd:     cmd,
+		out:     ipc.NewWriter(pipes.toChild, pc.MaxFrame),
+		in:      pipes.fromChild,
+		toChild: pipes.toChild,
+		batches: make(chan *batch, 4),
+		waited:  make(chan struct{}),
+		exited:  make(chan struct{}),
+	}
+	p.lastHeard.Store(time.Now().UnixNano())
+	go p.logLines(pipes.stdoutR, "stdout")
+	go p.logLines(pipes.stderrR, "stderr")
+	go func() {
+		err := cmd.Wait()
+		p.mu.Lock()
+		p.exitErr = err
+		p.mu.Unlock()
+		close(p.waited)
+	}()
+	if err := p.awaitReady(ipc.NewReader(p.in, pc.MaxFrame)); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// awaitReady waits for the child's Ready message, then starts the loops that
+// serve it. On failure the child is killed and reaped before returning.
+func (p *process) awaitReady(r *ipc.Reader) error {
+	s := p.sl.s
+	first := make(chan error, 1)
+	go p.readLoop(r, first)
+	timer := time.NewTimer(s.cfg.InitTimeout)
+	defer timer.Stop()
+	var err error
+	select {
+	case err = <-first:
+	case <-timer.C:
+		err = fmt.Errorf("worker did not become ready within %s", s.cfg.InitTimeout)
+	case <-s.stopping:
+		err = ErrShuttingDown
+	}
+	if err == nil && p.ready.Version != ipc.Version {
+		err = fmt.Errorf("worker speaks protocol version %d, want %d: is %s the same build as this supervisor?", p.ready.Version, ipc.Version, p.cmd.Path)
+	}
+	if err != nil {
+		p.kill(err)
+		<-p.exited
+		return p.wait()
+	}
+	go p.writeLoop()
+	go p.watchHeartbeat()
+	return nil
+}
+
+// readLoop reads the child's messages until its pipe ends, then reaps it.
+// The outcome of the wait for Ready goes to first.
+func (p *process) readLoop(r *ipc.Reader, first chan<- error) {
+	defer close(p.exited)
+	defer func() {
+		// Whatever ended the reading, the child must be gone before we say so.
+		if !isClosed(p.waited) {
+			p.kill(nil)
+		}
+		<-p.waited
+	}()
+	isReady := false
+	for {
+		msg, err := r.Read()
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				p.kill(fmt.Errorf("read from worker: %w", err))
+			}
+			if !isReady {
+				first <- p.startError()
+			}
+			return
+		}
+		p.lastHeard.Store(time.Now().UnixNano())
+		switch {
+		case msg.Kind == ipc.KindReady && !isReady && msg.Ready != nil:
+			p.ready = *msg.Ready
+			isReady = true
+			first <- nil
+		case msg.Kind == ipc.KindFatal:
+			p.kill(fmt.Errorf("worker gave up: %s", msg.Error))
+		case msg.Kind == ipc.KindHeartbeat:
+		case msg.Kind == ipc.KindResult && isReady:
+			p.sl.onResult(p, result{id: msg.BatchID, outputs: msg.Items, itemErrors: msg.ItemErrors, err: msg.Error})
+		default:
+			p.kill(fmt.Errorf("unexpected %s message from worker", msg.Kind))
+		}
+	}
+}
+
+// startError explains why a child ended before it was ready.
+func (p *process) startError() error {
+	<-p.waited
+	err := p.wait()
+	if last := p.lastStderr.Load(); last != nil && p.reason() == nil {
+		return fmt.Errorf("%w; its last words: %s", err, *last)
+	}
+	return err
+}
+
+func (p *process) writeLoop() {
+	for {
+		select {
+		case b := <-p.batches:
+			msg := &ipc.Message{Kind: ipc.KindStop}
+			if b != nil {
+				msg = &ipc.Message{Kind: ipc.KindBatch, BatchID: b.id, Items: b.data}
+			}
+			if err := p.out.Write(msg); err != nil {
+				p.kill(fmt.Errorf("send %s to worker: %w", msg.Kind, err))
+				return
+			}
+		case <-p.exited:
+			return
+		}
+	}
+}
+
+// watchHeartbeat kills a child that has said nothing for HeartbeatTimeout:
+// its process may be alive but its loop is stuck.
+func (p *process) watchHeartbeat() {
+	timeout := p.sl.s.cfg.Process.HeartbeatTimeout
+	t := time.NewTicker(timeout / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.exited:
+			return
+		case now := <-t.C:
+			silent := now.Sub(time.Unix(0, p.lastHeard.Load()))
+			if silent > timeout {
+				p.kill(fmt.Errorf("no heartbeat for %s", silent.Round(time.Millisecond)))
+				return
+			}
+		}
+	}
+}
+
+// logLines copies the child's output into the log, a line an event.
+func (p *process) logLines(r *os.File, stream string) {
+	defer r.Close()
+	br := bufio.NewReaderSize(r, 4096)
+	log := p.sl.s.log.With("slot", p.sl.id, "pid", p.cmd.Process.Pid, "stream", stream)
+	for {
+		line, err := br.ReadSlice('\n')
+		if len(line) > 0 {
+			text := string(trimNewline(line))
+			log.Info("worker output", "line", text)
+			if stream == "stderr" {
+				p.lastStderr.Store(&text)
+			}
+		}
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+			return
+		}
+	}
+}
+
+func trimNewline(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+func (p *process) send(b *batch) { p.batches <- b }
+
+func (p *process) stop() {
+	select {
+	case p.batches <- nil:
+	case <-p.exited:
+	}
+}
+
+// kill ends the child and everything in its process group. The first
+// non-nil reason is kept as the cause of death.
+func (p *process) kill(reason error) {
+	p.mu.Lock()
+	if p.killReason == nil {
+		p.killReason = reason
+	}
+	p.mu.Unlock()
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	_ = p.cmd.Process.Kill()
+}
+
+func (p *process) reason() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.killReason
+}
+
+func (p *process) wait() error {
+	<-p.exited
+	p.toChild.Close()
+	p.in.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.killReason != nil {
+		return p.killReason
+	}
+	if p.exitErr != nil {
+		return fmt.Errorf("worker pid %d exited: %w", p.cmd.Process.Pid, p.exitErr)
+	}
+	return fmt.Errorf("worker pid %d exited", p.cmd.Process.Pid)
+}
+
+func (p *process) pid() int { return p.cmd.Process.Pid }
+
+func (p *process) device() string { return p.ready.Device }
+
+// pipes are the four pipes between the supervisor and one child.
+type pipes struct {
+	toChild, childIn    *os.File // batches: we write toChild, the child reads childIn
+	fromChild, childOut *os.File // results: the child writes childOut, we read fromChild
+	stdoutR, stdoutW    *os.File
+	stderrR, stderrW    *os.File
+}
+
+func newPipes() (*pipes, error) {
+	p := &pipes{}
+	var err error
+	pairs := []struct{ r, w **os.File }{
+		{&p.childIn, &p.toChild}, {&p.fromChild, &p.childOut}, {&p.stdoutR, &p.stdoutW}, {&p.stderrR, &p.stderrW},
+	}
+	for _, pair := range pairs {
+		if *pair.r, *pair.w, err = os.Pipe(); err != nil {
+			p.closeChildEnds()
+			p.closeParentEnds()
+			return nil, fmt.Errorf("make pipes for a worker: %w", err)
+		}
+	}
+	return p, nil
+}
+
+func (p *pipes) closeChildEnds() {
+	for _, f := range []*os.File{p.childIn, p.childOut, p.stdoutW, p.stderrW} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+func (p *pipes) closeParentEnds() {
+	for _, f := range []*os.File{p.toChild, p.fromChild, p.stdoutR, p.stderrR} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}

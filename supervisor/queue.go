@@ -1,0 +1,186 @@
+package supervisor
+
+import (
+	"time"
+)
+
+// item is one queued sample: a reference to its request's Future and its
+// place there, its bytes and batch key, and what happened to it so far.
+type item struct {
+	fut      *Future
+	index    int32
+	data     []byte
+	key      string
+	enqueued time.Time
+	// crashes counts the batches containing this item whose worker died;
+	// aloneCrashes those in which it was the only item.
+	crashes      uint8
+	aloneCrashes uint8
+}
+
+// batch is a group of items sent to one worker as one message.
+type batch struct {
+	id    uint64
+	items []item
+	data  [][]byte // items[i].data, as sent on the wire
+	// suspect batches were formed by splitting a batch whose worker died:
+	// they run as they are, alone on an idle worker.
+	suspect bool
+}
+
+// fifo holds the items of one batch key in arrival order.
+type fifo struct {
+	items []item
+	head  int
+}
+
+func (f *fifo) len() int { return len(f.items) - f.head }
+
+func (f *fifo) push(it item) { f.items = append(f.items, it) }
+
+func (f *fifo) front() *item { return &f.items[f.head] }
+
+func (f *fifo) pop() item {
+	it := f.items[f.head]
+	f.items[f.head] = item{}
+	f.head++
+	if f.head == len(f.items) {
+		f.items = f.items[:0]
+		f.head = 0
+	} else if f.head > 1024 && f.head*2 > len(f.items) {
+		n := copy(f.items, f.items[f.head:])
+		clear(f.items[n:])
+		f.items = f.items[:n]
+		f.head = 0
+	}
+	return it
+}
+
+// queue is the bounded waiting room: one fifo per batch key, plus batches
+// that were formed already and must run before anything new (retries).
+type queue struct {
+	byKey map[string]*fifo
+	keys  []string // keys with a non-empty fifo
+	n     int      // items in the fifos
+	ready []*batch // formed batches waiting for a worker, oldest first
+}
+
+func newQueue() *queue {
+	return &queue{byKey: make(map[string]*fifo)}
+}
+
+// items is the number of queued items, formed batches included.
+func (q *queue) items() int {
+	n := q.n
+	for _, b := range q.ready {
+		n += len(b.items)
+	}
+	return n
+}
+
+func (q *queue) push(it item) {
+	f := q.byKey[it.key]
+	if f == nil {
+		f = &fifo{}
+		q.byKey[it.key] = f
+	}
+	if f.len() == 0 {
+		q.keys = append(q.keys, it.key)
+	}
+	f.push(it)
+	q.n++
+}
+
+// oldest returns the fifo whose first item has waited longest, or nil.
+func (q *queue) oldest() *fifo {
+	var best *fifo
+	for _, k := range q.keys {
+		f := q.byKey[k]
+		if best == nil || f.front().enqueued.Before(best.front().enqueued) {
+			best = f
+		}
+	}
+	return best
+}
+
+// take removes up to max items (and at most maxBytes, but always one) from
+// f. drop is called for items that must not run (deadline passed, caller
+// gone); they are removed too.
+func (q *queue) take(f *fifo, max, maxBytes int, now time.Time, drop func(item, time.Time)) []item {
+	var out []item
+	size := 0
+	for f.len() > 0 && len(out) < max {
+		it := f.front()
+		if it.fut.canceled.Load() || it.fut.expired(now) {
+			drop(f.pop(), now)
+			q.n--
+			continue
+		}
+		if len(out) > 0 && size+len(it.data) > maxBytes {
+			break
+		}
+		size += len(it.data)
+		if out == nil {
+			out = make([]item, 0, min(max, f.len()))
+		}
+		out = append(out, f.pop())
+		q.n--
+	}
+	if f.len() == 0 {
+		q.removeKey(f)
+	}
+	return out
+}
+
+func (q *queue) removeKey(f *fifo) {
+	for i, k := range q.keys {
+		if q.byKey[k] == f {
+			q.keys[i] = q.keys[len(q.keys)-1]
+			q.keys = q.keys[:len(q.keys)-1]
+			if len(q.byKey) > 64 {
+				// Keys come from request shapes; forget idle ones so the map
+				// cannot grow without bound.
+				delete(q.byKey, k)
+			}
+			return
+		}
+	}
+}
+
+// sweep removes every item that must not run, calling drop for each.
+func (q *queue) sweep(now time.Time, drop func(item, time.Time)) {
+	for _, k := range append([]string(nil), q.keys...) {
+		f := q.byKey[k]
+		kept := f.items[:0]
+		for _, it := range f.items[f.head:] {
+			if it.fut.canceled.Load() || it.fut.expired(now) {
+				drop(it, now)
+				q.n--
+				continue
+			}
+			kept = append(kept, it)
+		}
+		clear(f.items[len(kept):])
+		f.items, f.head = kept, 0
+		if f.len() == 0 {
+			q.removeKey(f)
+		}
+	}
+}
+
+// drain removes everything queued, formed batches included.
+func (q *queue) drain() []item {
+	var out []item
+	for _, b := range q.ready {
+		out = append(out, b.items...)
+	}
+	q.ready = nil
+	for _, k := range q.keys {
+		f := q.byKey[k]
+		out = append(out, f.items[f.head:]...)
+		f.items, f.head = nil, 0
+	}
+	q.keys = q.keys[:0]
+	q.n = 0
+	return out
+}

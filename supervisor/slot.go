@@ -1,0 +1,362 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// worker is one running worker behind a slot: a child process, or a
+// goroutine in the in-process mode. Its results and its death reach the
+// slot through slot.onResult and wait.
+type worker interface {
+	// send hands a batch over; it never blocks for long (a slot holds at most
+	// two batches).
+	send(b *batch)
+	// stop asks the worker to exit once the batches it has are answered.
+	stop()
+	// kill ends the worker now; reason becomes the error wait returns.
+	kill(reason error)
+	// wait blocks until the worker has exited and says why.
+	wait() error
+	pid() int
+	device() string
+}
+
+// result is a worker's answer to one batch.
+type result struct {
+	id         uint64
+	outputs    [][]byte
+	itemErrors []string // one per item ("" for success), or nil
+	err        string   // the whole batch failed
+}
+
+// slot is one place for a worker: it keeps a worker running there,
+// restarting it with back-off when it dies, on the same device.
+type slot struct {
+	s    *Streamer
+	id   int
+	cuda string // CUDA_VISIBLE_DEVICES for this slot's workers; "" leaves it alone
+
+	runDone chan struct{}
+
+	// Guarded by s.mu.
+	state     SlotState
+	w         worker
+	inflight  []*batch // sent and not answered, oldest (running) first
+	headStart time.Time
+	restarts  int
+	recent    []time.Time // restarts within RestartWindow
+	failures  int         // crashes since the last answered batch
+	lastErr   string
+}
+
+func newSlot(s *Streamer, id int) *slot {
+	sl := &slot{s: s, id: id, state: SlotStarting, runDone: make(chan struct{})}
+	if devs := s.cfg.Process.CUDADevices; len(devs) > 0 {
+		sl.cuda = devs[id%len(devs)]
+	}
+	return sl
+}
+
+func (sl *slot) status() SlotStatus {
+	st := SlotStatus{Slot: sl.id, State: sl.state, CUDA: sl.cuda, Restarts: sl.restarts, InFlight: len(sl.inflight), LastErr: sl.lastErr}
+	if sl.w != nil {
+		st.PID, st.Device = sl.w.pid(), sl.w.device()
+	}
+	return st
+}
+
+// run keeps a worker alive in the slot until the streamer stops or the slot
+// fails. The outcome of the first start is sent on firstTry.
+func (sl *slot) run(firstTry chan<- error) {
+	defer close(sl.runDone)
+	s := sl.s
+	reported := false
+	report := func(err error) {
+		if !reported {
+			reported = true
+			firstTry <- err
+		}
+	}
+	for {
+		select {
+		case <-s.stopping:
+			report(ErrShuttingDown)
+			sl.setState(SlotStopped)
+			return
+		default:
+		}
+		sl.setState(SlotStarting)
+		w, err := s.startWorker(sl)
+		if err != nil {
+			err = fmt.Errorf("slot %d: %w", sl.id, err)
+			s.log.Error("worker failed to start", "slot", sl.id, "cuda", sl.cuda, "err", err)
+			report(err)
+			sl.noteCrash(err)
+		} else {
+			sl.setReady(w)
+			report(nil)
+			born := time.Now()
+			sl.onExit(w, w.wait(), born)
+		}
+		if !sl.backoff() {
+			return
+		}
+	}
+}
+
+func (sl *slot) setState(st SlotState) {
+	sl.s.mu.Lock()
+	sl.state = st
+	sl.s.mu.Unlock()
+}
+
+func (sl *slot) setReady(w worker) {
+	s := sl.s
+	s.mu.Lock()
+	sl.w = w
+	sl.state = SlotReady
+	s.mu.Unlock()
+	s.log.Info("worker ready", "slot", sl.id, "pid", w.pid(), "device", w.device())
+	s.signal()
+}
+
+// sendLocked hands b to the slot's worker.
+func (sl *slot) sendLocked(b *batch, now time.Time) {
+	if len(sl.inflight) == 0 {
+		sl.headStart = now
+	}
+	sl.inflight = append(sl.inflight, b)
+	sl.w.send(b)
+}
+
+func (sl *slot) killLocked(reason error) {
+	if sl.w != nil {
+		sl.s.log.Warn("killing worker", "slot", sl.id, "pid", sl.w.pid(), "reason", reason)
+		sl.w.kill(reason)
+	}
+}
+
+// onResult settles the items of the batch w answered.
+func (sl *slot) onResult(w worker, r result) {
+	s := sl.s
+	now := time.Now()
+	s.mu.Lock()
+	if sl.w != w || len(sl.inflight) == 0 || sl.inflight[0].id != r.id {
+		s.mu.Unlock()
+		w.kill(fmt.Errorf("worker answered batch %d, which is not the one it runs", r.id))
+		return
+	}
+	b := sl.inflight[0]
+	sl.inflight = append(sl.inflight[:0], sl.inflight[1:]...)
+	sl.headStart = now
+	sl.failures = 0
+	s.mu.Unlock()
+	s.signal()
+
+	s.stats.batches.Add(1)
+	if n := len(b.items); n < len(s.stats.batchSizes) {
+		s.stats.batchSizes[n].Add(1)
+	}
+	batchErr := checkResult(r, len(b.items))
+	for i, it := range b.items {
+		switch {
+		case batchErr != nil:
+			s.complete(it, nil, batchErr)
+		case r.itemErrors != nil && r.itemErrors[i] != "":
+			s.complete(it, nil, fmt.Errorf("%w: %s", ErrModel, r.itemErrors[i]))
+		default:
+			s.complete(it, r.outputs[i], nil)
+		}
+	}
+}
+
+// checkResult returns the error that fails the whole batch, if any.
+func checkResult(r result, n int) error {
+	switch {
+	case r.err != "":
+		return fmt.Errorf("%w: %s", ErrModel, r.err)
+	case len(r.outputs) != n:
+		return fmt.Errorf("%w: the model returned %d outputs for a batch of %d", ErrModel, len(r.outputs), n)
+	case r.itemErrors != nil && len(r.itemErrors) != n:
+		return fmt.Errorf("%w: the model returned %d item errors for a batch of %d", ErrModel, len(r.itemErrors), n)
+	}
+	return nil
+}
+
+// onExit deals with a worker that has exited: its batches are run again
+// elsewhere, except for an item that was alone in a batch that killed a
+// worker twice, which is poison.
+func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
+	s := sl.s
+	s.mu.Lock()
+	batches := sl.inflight
+	sl.inflight = nil
+	sl.w = nil
+	stopping := isClosed(s.stopping)
+	if stopping {
+		sl.state = SlotStopped
+	} else {
+		sl.state = SlotBackoff
+	}
+	var poisoned []item
+	if !stopping && len(batches) > 0 {
+		poisoned = sl.requeueLocked(batches)
+		batches = nil
+	}
+	s.mu.Unlock()
+	if stopping {
+		for _, b := range batches {
+			for _, it := range b.items {
+				s.complete(it, nil, fmt.Errorf("%w: the worker stopped", ErrShuttingDown))
+			}
+		}
+		return
+	}
+	s.stats.crashes.Add(1)
+	if time.Since(born) >= s.cfg.StableAfter {
+		sl.setFailures(0)
+	}
+	s.log.Error("worker died", "slot", sl.id, "pid", w.pid(), "cuda", sl.cuda, "err", exitErr, "batches_in_flight", len(batches)+len(poisoned))
+	sl.noteCrash(exitErr)
+	for _, it := range poisoned {
+		s.poison.add(it.key, it.data)
+		s.stats.poisoned.Add(1)
+		s.log.Error("poison item isolated", "slot", sl.id, "crashes", it.crashes)
+		s.complete(it, nil, fmt.Errorf("%w: it killed the worker %d times (last: %v)", ErrPoison, it.crashes, exitErr))
+	}
+	s.signal()
+}
+
+// requeueLocked puts the batches of a dead worker back in front of the
+// queue. The first was running when the worker died: it is split in halves,
+// each run alone, so that the item that kills workers is narrowed down. The
+// others never started and go back as they were.
+func (sl *slot) requeueLocked(batches []*batch) (poisoned []item) {
+	s := sl.s
+	head := batches[0]
+	for i := range head.items {
+		head.items[i].crashes++
+		if len(head.items) == 1 {
+			head.items[i].aloneCrashes++
+		}
+	}
+	var again []*batch
+	switch {
+	case len(head.items) == 1 && head.items[0].aloneCrashes >= 2:
+		poisoned = head.items
+	case len(head.items) == 1:
+		head.suspect = true
+		again = append(again, head)
+	default:
+		half := len(head.items) / 2
+		again = append(again,
+			s.newBatch(append([]item(nil), head.items[:half]...), true),
+			s.newBatch(append([]item(nil), head.items[half:]...), true))
+	}
+	again = append(again, batches[1:]...)
+	s.queue.ready = append(again, s.queue.ready...)
+	return poisoned
+}
+
+func (sl *slot) setFailures(n int) {
+	sl.s.mu.Lock()
+	sl.failures = n
+	sl.s.mu.Unlock()
+}
+
+// noteCrash records a failed start or a death, for back-off and for the
+// restart budget.
+func (sl *slot) noteCrash(err error) {
+	s := sl.s
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sl.failures++
+	if err != nil {
+		sl.lastErr = err.Error()
+	}
+	kept := sl.recent[:0]
+	for _, t := range sl.recent {
+		if now.Sub(t) < s.cfg.RestartWindow {
+			kept = append(kept, t)
+		}
+	}
+	sl.recent = append(kept, now)
+}
+
+// backoff waits before the next start. It returns false when the slot must
+// not start again: the streamer is stopping, or the slot restarted more than
+// MaxRestarts times within RestartWindow.
+func (sl *slot) backoff() bool {
+	s := sl.s
+	s.mu.Lock()
+	if len(sl.recent) > s.cfg.MaxRestarts {
+		sl.state = SlotFailed
+		allFailed := true
+		for _, other := range s.slots {
+			allFailed = allFailed && other.state == SlotFailed
+		}
+		lastErr := sl.lastErr
+		s.mu.Unlock()
+		s.log.Error("slot is crash-looping; giving up on it", "slot", sl.id, "restarts", len(sl.recent), "window", s.cfg.RestartWindow, "last_err", lastErr)
+		s.signal()
+		if allFailed {
+			s.fatalOnce.Do(func() {
+				s.fatal <- fmt.Errorf("every slot restarted more than %d times within %s; last error: %s", s.cfg.MaxRestarts, s.cfg.RestartWindow, lastErr)
+			})
+		}
+		return false
+	}
+	delay := s.cfg.BackoffMin << min(max(sl.failures-1, 0), 20)
+	if delay > s.cfg.BackoffMax || delay <= 0 {
+		delay = s.cfg.BackoffMax
+	}
+	sl.restarts++
+	s.mu.Unlock()
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.stopping:
+		sl.setState(SlotStopped)
+		return false
+	}
+}
+
+// shutdown stops the slot's worker (gently unless kill) and waits for the
+// slot to end.
+func (sl *slot) shutdown(kill bool) {
+	s := sl.s
+	s.mu.Lock()
+	w := sl.w
+	s.mu.Unlock()
+	if w != nil {
+		if kill {
+			w.kill(ErrShuttingDown)
+		} else {
+			w.stop()
+		}
+	}
+	select {
+	case <-sl.runDone:
+		return
+	case <-time.After(s.cfg.Process.StopTimeout):
+	}
+	if w != nil {
+		s.log.Warn("worker did not stop in time; killing it", "slot", sl.id, "pid", w.pid())
+		w.kill(errors.New("did not stop in time"))
+	}
+	<-sl.runDone
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,329 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Streamer queues items, forms batches and runs them on its worker slots.
+// Make one with New, then Start it; it is safe for concurrent use.
+type Streamer struct {
+	cfg Config
+	log *slog.Logger
+
+	mu         sync.Mutex // guards queue and the slots' dispatch state
+	queue      *queue
+	slots      []*slot
+	downSince  time.Time // when the last ready slot went away; zero while one is ready
+	nextSlot   int       // round-robin start for picking a slot
+	wake       chan struct{}
+	batchID    atomic.Uint64
+	draining   atomic.Bool
+	unavail    atomic.Bool // no worker has been able to run for UnavailableAfter
+	dispatched sync.WaitGroup
+
+	drained     chan struct{} // closed when draining and nothing is left
+	drainedOnce sync.Once
+	stopping    chan struct{} // closed when slots must stop restarting workers
+	stopOnce    sync.Once
+	stopped     chan struct{} // closed when the dispatcher must end
+	closeOnce   sync.Once
+
+	poison *poisonList
+
+	started   atomic.Bool
+	fatalOnce sync.Once
+	fatal     chan error
+
+	stats counters
+}
+
+type counters struct {
+	submitted, answered, failed, rejected, expired atomic.Uint64
+	batches, crashes, poisoned                     atomic.Uint64
+	batchSizes                                     []atomic.Uint64
+}
+
+// New checks cfg and returns a Streamer that is not yet running.
+func New(cfg Config) (*Streamer, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	s := &Streamer{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		queue:    newQueue(),
+		wake:     make(chan struct{}, 1),
+		stopped:  make(chan struct{}),
+		drained:  make(chan struct{}),
+		stopping: make(chan struct{}),
+		poison:   newPoisonList(cfg.PoisonTTL),
+		fatal:    make(chan error, 1),
+	}
+	s.stats.batchSizes = make([]atomic.Uint64, cfg.BatchSize+1)
+	for i := range cfg.Workers {
+		s.slots = append(s.slots, newSlot(s, i))
+	}
+	return s, nil
+}
+
+// Start launches every slot's worker and returns once one of them is ready
+// to take batches. It fails when every slot's first worker failed to start,
+// with the reason the last one gave, or when ctx ends first.
+func (s *Streamer) Start(ctx context.Context) error {
+	if !s.started.CompareAndSwap(false, true) {
+		return errors.New("supervisor: Start called twice")
+	}
+	s.mu.Lock()
+	s.downSince = time.Now()
+	s.mu.Unlock()
+	firstTries := make(chan error, len(s.slots))
+	for _, sl := range s.slots {
+		go sl.run(firstTries)
+	}
+	s.dispatched.Add(1)
+	go s.dispatchLoop()
+	var errs []error
+	for range s.slots {
+		select {
+		case err := <-firstTries:
+			if err == nil {
+				return nil
+			}
+			errs = append(errs, err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return fmt.Errorf("no worker started: %w", errors.Join(errs...))
+}
+
+// Submit queues items as one request. See SubmitRequest.
+func (s *Streamer) Submit(ctx context.Context, items [][]byte) (*Future, error) {
+	return s.SubmitRequest(ctx, Request{Items: items})
+}
+
+// Predict submits items and waits for their outputs.
+func (s *Streamer) Predict(ctx context.Context, items [][]byte) ([][]byte, error) {
+	f, err := s.Submit(ctx, items)
+	if err != nil {
+		return nil, err
+	}
+	return f.Result(ctx)
+}
+
+// SubmitRequest queues the request's items and returns their Future at once.
+// It refuses the whole request, answering nothing, when the streamer is
+// shutting down (ErrShuttingDown), no worker can run (ErrUnavailable), the
+// queue has no room for all its items (ErrOverloaded), its deadline has
+// passed (ErrDeadline), or an item is known to crash the model (an
+// *ItemError wrapping ErrPoison). When ctx ends before an item is sent to a
+// worker, that item is dropped and answered with ErrCanceled.
+func (s *Streamer) SubmitRequest(ctx context.Context, req Request) (*Future, error) {
+	n := len(req.Items)
+	if err := s.admit(req); err != nil {
+		s.stats.rejected.Add(uint64(n))
+		return nil, err
+	}
+	deadline := req.Deadline
+	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
+		deadline = d
+	}
+	now := time.Now()
+	if !deadline.IsZero() && !now.Before(deadline) {
+		s.stats.rejected.Add(uint64(n))
+		return nil, fmt.Errorf("%w: before the request was queued", ErrDeadline)
+	}
+	f := NewFuture(n)
+	f.deadline = deadline
+
+	s.mu.Lock()
+	if s.queue.items()+n > s.cfg.MaxQueue {
+		s.queue.sweep(now, s.drop)
+		if s.queue.items()+n > s.cfg.MaxQueue {
+			s.mu.Unlock()
+			s.stats.rejected.Add(uint64(n))
+			return nil, fmt.Errorf("%w: %d items waiting, limit %d", ErrOverloaded, s.queue.items(), s.cfg.MaxQueue)
+		}
+	}
+	for i, data := range req.Items {
+		it := item{fut: f, index: int32(i), data: data, enqueued: now}
+		if req.Keys != nil {
+			it.key = req.Keys[i]
+		}
+		s.queue.push(it)
+	}
+	s.mu.Unlock()
+	s.stats.submitted.Add(uint64(n))
+	s.signal()
+	if ctx.Done() != nil {
+		context.AfterFunc(ctx, func() {
+			f.canceled.Store(true)
+		})
+	}
+	return f, nil
+}
+
+// admit checks what can be checked before taking the lock.
+func (s *Streamer) admit(req Request) error {
+	switch {
+	case len(req.Items) == 0:
+		return fmt.Errorf("%w: no items", ErrBadRequest)
+	case req.Keys != nil && len(req.Keys) != len(req.Items):
+		return fmt.Errorf("%w: %d keys for %d items", ErrBadRequest, len(req.Keys), len(req.Items))
+	case s.draining.Load():
+		return ErrShuttingDown
+	case s.unavail.Load():
+		return fmt.Errorf("%w for %s or more", ErrUnavailable, s.cfg.UnavailableAfter)
+	}
+	if s.poison.active() {
+		for i, data := range req.Items {
+			key := ""
+			if req.Keys != nil {
+				key = req.Keys[i]
+			}
+			if s.poison.has(key, data) {
+				return &ItemError{Index: i, Err: fmt.Errorf("%w: refused on sight, it crashed workers earlier", ErrPoison)}
+			}
+		}
+	}
+	return nil
+}
+
+// signal wakes the dispatcher; it never blocks.
+func (s *Streamer) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// complete answers one item and counts it.
+func (s *Streamer) complete(it item, output []byte, err error) {
+	s.stats.answered.Add(1)
+	if err != nil {
+		s.stats.failed.Add(1)
+	}
+	it.fut.Complete(int(it.index), output, err)
+}
+
+// drop answers an item that will not run: its deadline passed or its caller left.
+func (s *Streamer) drop(it item, now time.Time) {
+	if it.fut.expired(now) {
+		s.stats.expired.Add(1)
+		s.complete(it, nil, fmt.Errorf("%w: expired after %s in the queue", ErrDeadline, now.Sub(it.enqueued).Round(time.Millisecond)))
+		return
+	}
+	s.complete(it, nil, ErrCanceled)
+}
+
+// Ready reports whether some worker takes batches and the streamer admits work.
+func (s *Streamer) Ready() bool {
+	if s.draining.Load() {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sl := range s.slots {
+		if sl.state == SlotReady {
+			return true
+		}
+	}
+	return false
+}
+
+// Fatal delivers an error when every slot has failed past MaxRestarts: the
+// streamer can no longer run anything, and its owner should exit.
+func (s *Streamer) Fatal() <-chan error { return s.fatal }
+
+// Slots describes every slot.
+func (s *Streamer) Slots() []SlotStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]SlotStatus, len(s.slots))
+	for i, sl := range s.slots {
+		out[i] = sl.status()
+	}
+	return out
+}
+
+// Stats returns a snapshot of the counters.
+func (s *Streamer) Stats() Stats {
+	st := Stats{
+		Submitted:  s.stats.submitted.Load(),
+		Answered:   s.stats.answered.Load(),
+		Failed:     s.stats.failed.Load(),
+		Rejected:   s.stats.rejected.Load(),
+		Expired:    s.stats.expired.Load(),
+		Batches:    s.stats.batches.Load(),
+		Crashes:    s.stats.crashes.Load(),
+		Poisoned:   s.stats.poisoned.Load(),
+		BatchSizes: make([]uint64, len(s.stats.batchSizes)),
+	}
+	for i := range s.stats.batchSizes {
+		st.BatchSizes[i] = s.stats.batchSizes[i].Load()
+	}
+	s.mu.Lock()
+	st.Queued = s.queue.items()
+	s.mu.Unlock()
+	return st
+}
+
+// poisonList remembers items that crashed workers, by content hash, for a while.
+type poisonList struct {
+	mu    sync.Mutex
+	seed  maphash.Seed
+	ttl   time.Duration
+	until map[uint64]time.Time
+	count atomic.Int32
+}
+
+func newPoisonList(ttl time.Duration) *poisonList {
+	return &poisonList{seed: maphash.MakeSeed(), ttl: ttl, until: make(map[uint64]time.Time)}
+}
+
+func (p *poisonList) hash(key string, data []byte) uint64 {
+	var h maphash.Hash
+	h.SetSeed(p.seed)
+	h.WriteString(key)
+	h.WriteByte(0)
+	h.Write(data)
+	return h.Sum64()
+}
+
+// active is a cheap check for the common case of an empty list.
+func (p *poisonList) active() bool { return p.count.Load() > 0 }
+
+func (p *poisonList) add(key string, data []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	for h, until := range p.until {
+		if now.After(until) {
+			delete(p.until, h)
+		}
+	}
+	if len(p.until) < 10000 {
+		p.until[p.hash(key, data)] = now.Add(p.ttl)
+	}
+	p.count.Store(int32(len(p.until)))
+}
+
+func (p *poisonList) has(key string, data []byte) bool {
+	h := p.hash(key, data)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	until, ok := p.until[h]
+	if ok && time.Now().After(until) {
+		delete(p.until, h)
+		p.count.Store(int32(len(p.until)))
+		return false
+	}
+	return ok
+}

@@ -1,0 +1,158 @@
+// Package workerproc is the loop that runs inside a worker process: open the
+// model, say ready, then read batches from the supervisor, run them and write
+// the results back, with heartbeats in between, until told to stop.
+package workerproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/streamer-dev/streamer/ipc"
+	"github.com/streamer-dev/streamer/model"
+)
+
+// Config tells Run what to serve and where the supervisor is.
+type Config struct {
+	// Spec names the model.
+	Spec model.Spec
+	// Open initialises the model; it is called once, after the process started.
+	Open func(context.Context, model.Spec) (model.Model, error)
+	// In carries frames from the supervisor; Out carries frames to it.
+	In  io.Reader
+	Out io.Writer
+	// Device describes what the worker runs on, for the ready message.
+	Device string
+	// HeartbeatInterval is how often the worker says it is alive; zero means 1s.
+	HeartbeatInterval time.Duration
+	// MaxFrame bounds frames both ways; zero means ipc.DefaultMaxFrame.
+	MaxFrame int
+	// Logger receives the worker's own log lines; nil discards them.
+	Logger *slog.Logger
+}
+
+// ErrStopped is returned by Run when the supervisor closed the pipe without
+// asking the worker to stop: it is gone, so the worker exits.
+var ErrStopped = errors.New("workerproc: supervisor went away")
+
+// Run serves batches until the supervisor sends Stop (nil) or goes away
+// (ErrStopped), or the model cannot be opened (its error, after a Fatal
+// message told the supervisor why).
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	out := ipc.NewWriter(cfg.Out, cfg.MaxFrame)
+
+	m, err := cfg.Open(ctx, cfg.Spec)
+	if err != nil {
+		err = fmt.Errorf("open model %s: %w", cfg.Spec, err)
+		_ = out.Write(&ipc.Message{Kind: ipc.KindFatal, Error: err.Error()})
+		return err
+	}
+	defer func() {
+		if err := m.Close(); err != nil {
+			log.Warn("close model", "err", err)
+		}
+	}()
+	name := cfg.Spec.String()
+	if d, ok := m.(model.Describer); ok {
+		name = d.Describe()
+	}
+	ready := &ipc.Ready{Version: ipc.Version, PID: os.Getpid(), Device: cfg.Device, Model: name}
+	if err := out.Write(&ipc.Message{Kind: ipc.KindReady, Ready: ready}); err != nil {
+		return fmt.Errorf("send ready: %w", err)
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go heartbeat(ctx, out, cfg.HeartbeatInterval)
+
+	batches := make(chan ipc.Message, 1)
+	var readErr error
+	go func() {
+		readErr = readBatches(ctx, ipc.NewReader(cfg.In, cfg.MaxFrame), batches)
+		close(batches)
+	}()
+	for msg := range batches {
+		if err := out.Write(runBatch(ctx, m, msg)); err != nil {
+			return fmt.Errorf("send result of batch %d: %w", msg.BatchID, err)
+		}
+	}
+	return readErr
+}
+
+// readBatches decodes frames ahead of the model so that the next batch is
+// ready the moment the current one is done. It returns nil on Stop.
+func readBatches(ctx context.Context, in *ipc.Reader, batches chan<- ipc.Message) error {
+	for {
+		msg, err := in.Read()
+		switch {
+		case errors.Is(err, io.EOF):
+			return ErrStopped
+		case err != nil:
+			return fmt.Errorf("read from supervisor: %w", err)
+		}
+		switch msg.Kind {
+		case ipc.KindBatch:
+			select {
+			case batches <- msg:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		case ipc.KindStop:
+			return nil
+		default:
+			return fmt.Errorf("unexpected %s message from supervisor", msg.Kind)
+		}
+	}
+}
+
+// runBatch calls the model and turns what it said into a result message.
+func runBatch(ctx context.Context, m model.Model, msg ipc.Message) *ipc.Message {
+	res := &ipc.Message{Kind: ipc.KindResult, BatchID: msg.BatchID}
+	outputs, err := m.Predict(ctx, msg.Items)
+	var itemErrs *model.ItemErrors
+	switch {
+	case errors.As(err, &itemErrs) && len(itemErrs.Errs) == len(msg.Items):
+		res.ItemErrors = make([]string, len(msg.Items))
+		for i, e := range itemErrs.Errs {
+			if e != nil {
+				res.ItemErrors[i] = e.Error()
+			}
+		}
+	case err != nil:
+		res.Error = err.Error()
+		return res
+	}
+	if len(outputs) != len(msg.Items) {
+		res.Error = fmt.Sprintf("model returned %d outputs for %d items", len(outputs), len(msg.Items))
+		res.ItemErrors = nil
+		return res
+	}
+	res.Items = outputs
+	return res
+}
+
+func heartbeat(ctx context.Context, out *ipc.Writer, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := out.Write(&ipc.Message{Kind: ipc.KindHeartbeat}); err != nil {
+				return
+			}
+		}
+	}
+}
