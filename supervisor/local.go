@@ -43,6 +43,9 @@ func (l *local) loop() {
 				l.die(err)
 				return
 			}
+			if isClosed(l.exited) {
+				return
+			}
 			l.sl.onResult(l, r)
 		case <-l.exited:
 			return
@@ -79,8 +82,10 @@ func (l *local) run(b *batch) (r result, err error) {
 func (l *local) die(reason error) {
 	l.once.Do(func() {
 		l.reason = reason
-		l.cancel()
+		// Close exited before canceling, so that a batch that returns because
+		// of the cancel is seen as belonging to a dead worker.
 		close(l.exited)
+		l.cancel()
 	})
 }
 

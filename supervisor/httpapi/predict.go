@@ -61,14 +61,14 @@ type predictRequest struct {
 	timeout time.Duration
 }
 
-// addItem records one encoded item; index is its position, n the item count.
-func (p *predictRequest) addItem(index, n int, item []byte, key string) {
+// addItem records the next encoded item and its batch key.
+func (p *predictRequest) addItem(item []byte, key string) {
 	p.items = append(p.items, item)
 	if key != "" && p.keys == nil {
-		p.keys = make([]string, n)
+		p.keys = make([]string, len(p.items)-1, cap(p.items))
 	}
 	if p.keys != nil {
-		p.keys[index] = key
+		p.keys = append(p.keys, key)
 	}
 }
 
@@ -163,50 +163,176 @@ func (h *handler) tooLarge() error {
 	}
 }
 
-// jsonBody is the JSON form of a /predict body. Items stay raw: the codec
-// encodes each one.
-type jsonBody struct {
-	Inputs    []json.RawMessage `json:"inputs"`
-	TimeoutMs int64             `json:"timeout_ms"`
+// decodeJSON reads {"inputs": [item, ...], "timeout_ms": N}. It walks the
+// body once with a jsonScanner and hands each item's bytes to the codec,
+// without building Go values for the items.
+func (h *handler) decodeJSON(body []byte, req *predictRequest) error {
+	s := jsonScanner{data: body}
+	s.skipSpace()
+	if begin := s.pos; begin < len(body) && body[begin] != '{' {
+		if _, err := s.value(nil, false, 0); err != nil {
+			return badRequest("malformed JSON body: " + err.Error())
+		}
+		return badRequest(`body must be a JSON object {"inputs": [...]}, not ` + jsonKind(body[begin:]))
+	}
+	if !s.consume('{') {
+		return badRequest("malformed JSON body: " + s.unexpected(`looking for {"inputs": [...]}`).Error())
+	}
+	seenInputs := false
+	for first := true; ; first = false {
+		if first && s.consume('}') {
+			break
+		}
+		key, err := s.objectKey(first)
+		if err != nil {
+			return badRequest("malformed JSON body: " + err.Error())
+		}
+		switch key {
+		case "inputs":
+			if seenInputs {
+				return badRequest(`"inputs" is given twice`)
+			}
+			seenInputs = true
+			err = h.decodeJSONInputs(&s, req)
+		case "timeout_ms":
+			err = decodeJSONTimeout(&s, req)
+		default:
+			if _, err = s.value(nil, false, 1); err != nil {
+				err = badRequest("malformed JSON body: " + err.Error())
+			}
+		}
+		if err != nil {
+			return err
+		}
+		if s.consume(',') {
+			continue
+		}
+		if s.consume('}') {
+			break
+		}
+		return badRequest("malformed JSON body: " + s.unexpected("after an object value").Error())
+	}
+	if err := s.end(); err != nil {
+		return badRequest("malformed JSON body: " + err.Error())
+	}
+	return checkItemCount(len(req.items), req.items == nil)
 }
 
-func (h *handler) decodeJSON(body []byte, req *predictRequest) error {
-	var in jsonBody
-	if err := json.Unmarshal(body, &in); err != nil {
-		return jsonBodyError(err)
+// objectKey reads `"key":` of the body's top-level object. Keys that need
+// unescaping are returned raw: they are never "inputs" or "timeout_ms".
+func (s *jsonScanner) objectKey(first bool) (string, error) {
+	s.skipSpace()
+	if s.pos >= len(s.data) || s.data[s.pos] != '"' {
+		if first {
+			return "", s.unexpected("looking for an object key or }")
+		}
+		return "", s.unexpected("looking for an object key")
 	}
-	if err := checkItemCount(len(in.Inputs), in.Inputs == nil); err != nil {
-		return err
+	begin := s.pos + 1
+	if _, err := s.str(nil, false); err != nil {
+		return "", err
 	}
-	if err := setTimeout(req, in.TimeoutMs); err != nil {
-		return err
+	key := s.data[begin : s.pos-1]
+	if !s.consume(':') {
+		return "", s.unexpected("after an object key")
 	}
-	req.items = make([][]byte, 0, len(in.Inputs))
-	for i, raw := range in.Inputs {
-		item, key, err := h.codec.FromJSON(raw)
+	switch string(key) { // no allocation: the compiler compares in place
+	case "inputs":
+		return "inputs", nil
+	case "timeout_ms":
+		return "timeout_ms", nil
+	}
+	return "", nil
+}
+
+// decodeJSONInputs reads the inputs array, encoding each item as it goes.
+// null counts as missing.
+func (h *handler) decodeJSONInputs(s *jsonScanner, req *predictRequest) error {
+	s.skipSpace()
+	if s.pos < len(s.data) && s.data[s.pos] != '[' {
+		begin := s.pos
+		if _, err := s.value(nil, false, 1); err != nil {
+			return badRequest("malformed JSON body: " + err.Error())
+		}
+		if string(s.data[begin:s.pos]) == "null" {
+			return nil
+		}
+		return badRequest(`"inputs" must be an array of items, not ` + jsonKind(s.data[begin:]))
+	}
+	if !s.consume('[') {
+		return badRequest("malformed JSON body: " + s.unexpected(`looking for "inputs"`).Error())
+	}
+	req.items = make([][]byte, 0, 4)
+	if s.consume(']') {
+		return nil
+	}
+	for i := 0; ; i++ {
+		s.skipSpace()
+		begin := s.pos
+		if _, err := s.value(nil, false, 2); err != nil {
+			return badRequest("malformed JSON body: " + err.Error())
+		}
+		item, key, err := h.codec.FromJSON(json.RawMessage(s.data[begin:s.pos]))
 		if err != nil {
 			return itemError(i, err)
 		}
-		req.addItem(i, len(in.Inputs), item, key)
+		req.addItem(item, key)
+		if s.consume(',') {
+			continue
+		}
+		if s.consume(']') {
+			return nil
+		}
+		return badRequest("malformed JSON body: " + s.unexpected("after an item").Error())
 	}
-	return nil
 }
 
-// jsonBodyError names what is wrong with a JSON body that did not decode.
-func jsonBodyError(err error) error {
-	var typeErr *json.UnmarshalTypeError
-	if errors.As(err, &typeErr) {
-		switch typeErr.Field {
-		case "":
-			return badRequest(`body must be a JSON object {"inputs": [...]}, not ` + typeErr.Value)
-		case "inputs":
-			return badRequest(`"inputs" must be an array of items, not ` + typeErr.Value)
-		case "timeout_ms":
-			return badRequest(`"timeout_ms" must be a whole number of milliseconds, not ` + typeErr.Value)
-		}
+// decodeJSONTimeout reads timeout_ms: a whole number, or null for none.
+func decodeJSONTimeout(s *jsonScanner, req *predictRequest) error {
+	s.skipSpace()
+	begin := s.pos
+	if _, err := s.value(nil, false, 1); err != nil {
 		return badRequest("malformed JSON body: " + err.Error())
 	}
-	return badRequest("malformed JSON body: " + err.Error())
+	text := s.data[begin:s.pos]
+	if string(text) == "null" {
+		return nil
+	}
+	ms, ok := int64(0), false
+	if text[0] == '-' || '0' <= text[0] && text[0] <= '9' {
+		ms, ok = parseIntText(text)
+	}
+	if !ok {
+		return badRequest(`"timeout_ms" must be a whole number of milliseconds, not ` + string(text))
+	}
+	return setTimeout(req, ms)
+}
+
+// parseIntText parses a validated JSON number that must be an integer.
+func parseIntText(text []byte) (int64, bool) {
+	for _, c := range text {
+		if c == '.' || c == 'e' || c == 'E' {
+			return 0, false
+		}
+	}
+	return parseInt(text)
+}
+
+// jsonKind names the kind of the JSON value that starts data.
+func jsonKind(data []byte) string {
+	switch data[0] {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
 }
 
 func checkItemCount(n int, missing bool) error {
@@ -299,7 +425,7 @@ func (h *handler) decodeMsgpack(body []byte, req *predictRequest) error {
 		if err != nil {
 			return itemError(i, err)
 		}
-		req.addItem(i, len(raws), item, key)
+		req.addItem(item, key)
 	}
 	return nil
 }
@@ -366,7 +492,7 @@ func (h *handler) decodeForm(body []byte, req *predictRequest) error {
 		if err != nil {
 			return itemError(i, err)
 		}
-		req.addItem(i, len(strs), item, key)
+		req.addItem(item, key)
 	}
 	return nil
 }

@@ -1,0 +1,489 @@
+package httpapi
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// maxNesting bounds how deep arrays and objects may nest, as encoding/json
+// does, so that a hostile body cannot exhaust the stack.
+const maxNesting = 10000
+
+// jsonScanner walks one JSON text without building Go values: it validates
+// it, finds the extent of values, and transcodes values to msgpack. It is
+// the hot path of every JSON request, where encoding/json's reflection and
+// interface values cost more than the rest of the request handling.
+type jsonScanner struct {
+	data []byte
+	pos  int
+}
+
+func (s *jsonScanner) errorf(format string, args ...any) error {
+	return fmt.Errorf("offset %d: "+format, append([]any{s.pos}, args...)...)
+}
+
+// unexpected describes the byte at pos (or the end of the text) for an error.
+func (s *jsonScanner) unexpected(context string) error {
+	if s.pos >= len(s.data) {
+		return s.errorf("unexpected end of JSON %s", context)
+	}
+	return s.errorf("invalid character %q %s", s.data[s.pos], context)
+}
+
+func (s *jsonScanner) skipSpace() {
+	for s.pos < len(s.data) {
+		switch s.data[s.pos] {
+		case ' ', '\t', '\n', '\r':
+			s.pos++
+		default:
+			return
+		}
+	}
+}
+
+// end checks nothing but white space follows the value.
+func (s *jsonScanner) end() error {
+	s.skipSpace()
+	if s.pos != len(s.data) {
+		return s.unexpected("after the top-level value")
+	}
+	return nil
+}
+
+// consume advances past c if it is next, after white space.
+func (s *jsonScanner) consume(c byte) bool {
+	s.skipSpace()
+	if s.pos < len(s.data) && s.data[s.pos] == c {
+		s.pos++
+		return true
+	}
+	return false
+}
+
+// value reads one value. When emit is set its msgpack encoding is appended
+// to dst; otherwise it is only validated and skipped.
+func (s *jsonScanner) value(dst []byte, emit bool, depth int) ([]byte, error) {
+	s.skipSpace()
+	if s.pos >= len(s.data) {
+		return dst, s.unexpected("looking for a value")
+	}
+	switch c := s.data[s.pos]; {
+	case c == '{':
+		return s.object(dst, emit, depth+1)
+	case c == '[':
+		return s.array(dst, emit, depth+1)
+	case c == '"':
+		return s.str(dst, emit)
+	case c == '-' || '0' <= c && c <= '9':
+		return s.number(dst, emit)
+	case c == 't':
+		return s.literal(dst, emit, "true", 0xc3)
+	case c == 'f':
+		return s.literal(dst, emit, "false", 0xc2)
+	case c == 'n':
+		return s.literal(dst, emit, "null", 0xc0)
+	}
+	return dst, s.unexpected("looking for a value")
+}
+
+func (s *jsonScanner) literal(dst []byte, emit bool, word string, code byte) ([]byte, error) {
+	if len(s.data)-s.pos < len(word) || string(s.data[s.pos:s.pos+len(word)]) != word {
+		return dst, s.unexpected("in literal " + word)
+	}
+	s.pos += len(word)
+	if emit {
+		dst = append(dst, code)
+	}
+	return dst, nil
+}
+
+// Containers are written after a placeholder of maxHeader bytes; once the
+// element count is known, finishHeader writes the shortest header and moves
+// the content up to it.
+const maxHeader = 5
+
+func (s *jsonScanner) array(dst []byte, emit bool, depth int) ([]byte, error) {
+	if depth > maxNesting {
+		return dst, s.errorf("nesting deeper than %d", maxNesting)
+	}
+	s.pos++ // '['
+	start := len(dst)
+	if emit {
+		dst = append(dst, make([]byte, maxHeader)...)
+	}
+	n := 0
+	if s.consume(']') {
+		return finishHeader(dst, start, emit, n, arrayHeader), nil
+	}
+	for {
+		var err error
+		if dst, err = s.value(dst, emit, depth); err != nil {
+			return dst, err
+		}
+		n++
+		if s.consume(',') {
+			continue
+		}
+		if s.consume(']') {
+			return finishHeader(dst, start, emit, n, arrayHeader), nil
+		}
+		return dst, s.unexpected("after an array element")
+	}
+}
+
+func (s *jsonScanner) object(dst []byte, emit bool, depth int) ([]byte, error) {
+	if depth > maxNesting {
+		return dst, s.errorf("nesting deeper than %d", maxNesting)
+	}
+	s.pos++ // '{'
+	start := len(dst)
+	if emit {
+		dst = append(dst, make([]byte, maxHeader)...)
+	}
+	n := 0
+	if s.consume('}') {
+		return finishHeader(dst, start, emit, n, mapHeader), nil
+	}
+	for {
+		s.skipSpace()
+		if s.pos >= len(s.data) || s.data[s.pos] != '"' {
+			return dst, s.unexpected("looking for an object key")
+		}
+		var err error
+		if dst, err = s.str(dst, emit); err != nil {
+			return dst, err
+		}
+		if !s.consume(':') {
+			return dst, s.unexpected("after an object key")
+		}
+		if dst, err = s.value(dst, emit, depth); err != nil {
+			return dst, err
+		}
+		n++
+		if s.consume(',') {
+			continue
+		}
+		if s.consume('}') {
+			return finishHeader(dst, start, emit, n, mapHeader), nil
+		}
+		return dst, s.unexpected("after an object value")
+	}
+}
+
+// str reads a string. Without escapes and with valid UTF-8 (the usual case)
+// its bytes are copied as they are; otherwise it is unescaped, with invalid
+// UTF-8 and lone surrogates replaced by U+FFFD as encoding/json does.
+func (s *jsonScanner) str(dst []byte, emit bool) ([]byte, error) {
+	s.pos++ // opening quote
+	begin := s.pos
+	plain := true
+	for {
+		if s.pos >= len(s.data) {
+			return dst, s.unexpected("in a string")
+		}
+		c := s.data[s.pos]
+		switch {
+		case c == '"':
+			raw := s.data[begin:s.pos]
+			s.pos++
+			if !emit {
+				return dst, nil
+			}
+			if plain && utf8.Valid(raw) {
+				dst = appendStrHeader(dst, len(raw))
+				return append(dst, raw...), nil
+			}
+			return appendUnescaped(dst, raw), nil
+		case c < 0x20:
+			return dst, s.unexpected("in a string")
+		case c == '\\':
+			plain = false
+			if err := s.escape(); err != nil {
+				return dst, err
+			}
+			continue
+		}
+		s.pos++
+	}
+}
+
+// escape validates the escape sequence at pos and moves past it.
+func (s *jsonScanner) escape() error {
+	s.pos++ // backslash
+	if s.pos >= len(s.data) {
+		return s.unexpected("in a string escape")
+	}
+	switch s.data[s.pos] {
+	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		s.pos++
+		return nil
+	case 'u':
+		s.pos++
+		for range 4 {
+			if s.pos >= len(s.data) || unhex(s.data[s.pos]) < 0 {
+				return s.unexpected(`in a \u escape`)
+			}
+			s.pos++
+		}
+		return nil
+	}
+	return s.unexpected("in a string escape")
+}
+
+func unhex(c byte) rune {
+	switch {
+	case '0' <= c && c <= '9':
+		return rune(c - '0')
+	case 'a' <= c && c <= 'f':
+		return rune(c - 'a' + 10)
+	case 'A' <= c && c <= 'F':
+		return rune(c - 'A' + 10)
+	}
+	return -1
+}
+
+// appendUnescaped appends the msgpack string for the already validated
+// string body raw.
+func appendUnescaped(dst []byte, raw []byte) []byte {
+	start := len(dst)
+	dst = append(dst, make([]byte, maxHeader)...)
+	for i := 0; i < len(raw); {
+		c := raw[i]
+		switch {
+		case c == '\\':
+			var r rune
+			r, i = unescapeAt(raw, i)
+			dst = utf8.AppendRune(dst, r)
+		case c < utf8.RuneSelf:
+			dst = append(dst, c)
+			i++
+		default:
+			r, size := utf8.DecodeRune(raw[i:])
+			if r == utf8.RuneError && size == 1 {
+				dst = utf8.AppendRune(dst, utf8.RuneError)
+			} else {
+				dst = append(dst, raw[i:i+size]...)
+			}
+			i += size
+		}
+	}
+	return finishHeader(dst, start, true, len(dst)-start-maxHeader, strHeader)
+}
+
+// unescapeAt decodes the escape at raw[i] (a backslash) and returns the rune
+// and the index after it. A surrogate pair is joined; a lone surrogate
+// becomes U+FFFD.
+func unescapeAt(raw []byte, i int) (rune, int) {
+	switch raw[i+1] {
+	case 'b':
+		return '\b', i + 2
+	case 'f':
+		return '\f', i + 2
+	case 'n':
+		return '\n', i + 2
+	case 'r':
+		return '\r', i + 2
+	case 't':
+		return '\t', i + 2
+	case 'u':
+		r := hex4(raw[i+2:])
+		i += 6
+		if utf16.IsSurrogate(r) {
+			if i+5 < len(raw) && raw[i] == '\\' && raw[i+1] == 'u' {
+				if joined := utf16.DecodeRune(r, hex4(raw[i+2:])); joined != utf8.RuneError {
+					return joined, i + 6
+				}
+			}
+			return utf8.RuneError, i
+		}
+		return r, i
+	}
+	return rune(raw[i+1]), i + 2 // '"', '\\' or '/'
+}
+
+func hex4(b []byte) rune {
+	return unhex(b[0])<<12 | unhex(b[1])<<8 | unhex(b[2])<<4 | unhex(b[3])
+}
+
+// number reads a number. Integers that fit int64 become msgpack integers in
+// their shortest form; every other number becomes a float64.
+func (s *jsonScanner) number(dst []byte, emit bool) ([]byte, error) {
+	begin := s.pos
+	integer := true
+	if s.data[s.pos] == '-' {
+		s.pos++
+	}
+	switch {
+	case s.pos < len(s.data) && s.data[s.pos] == '0':
+		s.pos++
+	case s.digits() == 0:
+		return dst, s.unexpected("in a number")
+	}
+	if s.pos < len(s.data) && s.data[s.pos] == '.' {
+		integer = false
+		s.pos++
+		if s.digits() == 0 {
+			return dst, s.unexpected("after a decimal point")
+		}
+	}
+	if s.pos < len(s.data) && (s.data[s.pos] == 'e' || s.data[s.pos] == 'E') {
+		integer = false
+		s.pos++
+		if s.pos < len(s.data) && (s.data[s.pos] == '+' || s.data[s.pos] == '-') {
+			s.pos++
+		}
+		if s.digits() == 0 {
+			return dst, s.unexpected("in an exponent")
+		}
+	}
+	if !emit {
+		return dst, nil
+	}
+	text := s.data[begin:s.pos]
+	if integer {
+		if v, ok := parseInt(text); ok {
+			return appendInt(dst, v), nil
+		}
+	}
+	f, err := strconv.ParseFloat(string(text), 64)
+	if err != nil || math.IsInf(f, 0) {
+		return dst, fmt.Errorf("offset %d: number %s is out of range", begin, text)
+	}
+	return appendFloat64(dst, f), nil
+}
+
+func (s *jsonScanner) digits() int {
+	n := 0
+	for s.pos < len(s.data) && '0' <= s.data[s.pos] && s.data[s.pos] <= '9' {
+		s.pos++
+		n++
+	}
+	return n
+}
+
+// parseInt parses a validated JSON integer; false when it overflows int64.
+func parseInt(text []byte) (int64, bool) {
+	neg := text[0] == '-'
+	if neg {
+		text = text[1:]
+	}
+	var u uint64
+	for _, c := range text {
+		if u > (math.MaxUint64-9)/10 {
+			return 0, false
+		}
+		u = u*10 + uint64(c-'0')
+	}
+	switch {
+	case !neg && u <= math.MaxInt64:
+		return int64(u), true
+	case neg && u <= 1<<63:
+		return -int64(u - 1) - 1, true
+	}
+	return 0, false
+}
+
+// The msgpack header codes finishHeader writes.
+type headerKind int
+
+const (
+	strHeader headerKind = iota
+	arrayHeader
+	mapHeader
+)
+
+// finishHeader writes the shortest header for n (elements, entries or
+// bytes) in front of the content that follows the maxHeader placeholder at
+// dst[start:], moving the content up when the header is shorter.
+func finishHeader(dst []byte, start int, emit bool, n int, kind headerKind) []byte {
+	if !emit {
+		return dst
+	}
+	var hdr [maxHeader]byte
+	var h []byte
+	switch kind {
+	case strHeader:
+		h = appendStrHeader(hdr[:0], n)
+	case arrayHeader:
+		h = appendContainerHeader(hdr[:0], n, 0x90, 0xdc)
+	case mapHeader:
+		h = appendContainerHeader(hdr[:0], n, 0x80, 0xde)
+	}
+	copy(dst[start:], h)
+	if shift := maxHeader - len(h); shift > 0 {
+		content := start + maxHeader
+		copy(dst[start+len(h):], dst[content:])
+		dst = dst[:len(dst)-shift]
+	}
+	return dst
+}
+
+func appendStrHeader(dst []byte, n int) []byte {
+	switch {
+	case n < 32:
+		return append(dst, 0xa0|byte(n))
+	case n < 1<<8:
+		return append(dst, 0xd9, byte(n))
+	case n < 1<<16:
+		return append(dst, 0xda, byte(n>>8), byte(n))
+	}
+	return append(dst, 0xdb, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+}
+
+// appendContainerHeader writes an array or map header: fix is the fixarray
+// or fixmap code, code16 the 16-bit form's code (the 32-bit one follows it).
+func appendContainerHeader(dst []byte, n int, fix, code16 byte) []byte {
+	switch {
+	case n < 16:
+		return append(dst, fix|byte(n))
+	case n < 1<<16:
+		return append(dst, code16, byte(n>>8), byte(n))
+	}
+	return append(dst, code16+1, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+}
+
+// appendInt writes v in msgpack's shortest integer form.
+func appendInt(dst []byte, v int64) []byte {
+	switch {
+	case v >= 0 && v < 128:
+		return append(dst, byte(v))
+	case v < 0 && v >= -32:
+		return append(dst, byte(v))
+	case v >= 0 && v <= math.MaxUint8:
+		return append(dst, 0xcc, byte(v))
+	case v >= 0 && v <= math.MaxUint16:
+		return append(dst, 0xcd, byte(v>>8), byte(v))
+	case v >= 0 && v <= math.MaxUint32:
+		return append(dst, 0xce, byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
+	case v >= 0:
+		return appendUint64(append(dst, 0xcf), uint64(v))
+	case v >= math.MinInt8:
+		return append(dst, 0xd0, byte(v))
+	case v >= math.MinInt16:
+		return append(dst, 0xd1, byte(v>>8), byte(v))
+	case v >= math.MinInt32:
+		return append(dst, 0xd2, byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
+	}
+	return appendUint64(append(dst, 0xd3), uint64(v))
+}
+
+func appendFloat64(dst []byte, f float64) []byte {
+	return appendUint64(append(dst, 0xcb), math.Float64bits(f))
+}
+
+func appendUint64(dst []byte, u uint64) []byte {
+	return append(dst, byte(u>>56), byte(u>>48), byte(u>>40), byte(u>>32), byte(u>>24), byte(u>>16), byte(u>>8), byte(u))
+}
+
+// jsonToMsgpack appends the msgpack encoding of the one JSON value in data.
+func jsonToMsgpack(dst, data []byte) ([]byte, error) {
+	s := jsonScanner{data: data}
+	dst, err := s.value(dst, true, 0)
+	if err != nil {
+		return dst, err
+	}
+	return dst, s.end()
+}

@@ -1,0 +1,361 @@
+package httpapi
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// msgpackScanner transcodes one msgpack value to JSON without building Go
+// values. Binary becomes a base64 string and timestamps RFC 3339 strings, as
+// encoding/json writes []byte and time.Time; map keys that are not strings
+// become their JSON text as a string. Floats that JSON cannot hold (NaN,
+// ±Inf) and other extension types are errors.
+type msgpackScanner struct {
+	data []byte
+	pos  int
+}
+
+func (s *msgpackScanner) errorf(format string, args ...any) error {
+	return fmt.Errorf("offset %d: "+format, append([]any{s.pos}, args...)...)
+}
+
+// take returns the next n bytes.
+func (s *msgpackScanner) take(n int) ([]byte, error) {
+	if n < 0 || len(s.data)-s.pos < n {
+		return nil, s.errorf("truncated: want %d more bytes, have %d", n, len(s.data)-s.pos)
+	}
+	b := s.data[s.pos : s.pos+n]
+	s.pos += n
+	return b, nil
+}
+
+// length reads a big-endian length of size bytes (1, 2 or 4).
+func (s *msgpackScanner) length(size int) (int, error) {
+	b, err := s.take(size)
+	if err != nil {
+		return 0, err
+	}
+	switch size {
+	case 1:
+		return int(b[0]), nil
+	case 2:
+		return int(binary.BigEndian.Uint16(b)), nil
+	}
+	return int(binary.BigEndian.Uint32(b)), nil
+}
+
+// value appends the JSON form of the next value to dst.
+func (s *msgpackScanner) value(dst []byte, depth int) ([]byte, error) {
+	if depth > maxNesting {
+		return dst, s.errorf("nesting deeper than %d", maxNesting)
+	}
+	if s.pos >= len(s.data) {
+		return dst, s.errorf("truncated: want a value")
+	}
+	c := s.data[s.pos]
+	s.pos++
+	switch {
+	case c <= 0x7f:
+		return strconv.AppendInt(dst, int64(c), 10), nil
+	case c >= 0xe0:
+		return strconv.AppendInt(dst, int64(int8(c)), 10), nil
+	case c <= 0x8f:
+		return s.object(dst, int(c&0x0f), depth)
+	case c <= 0x9f:
+		return s.array(dst, int(c&0x0f), depth)
+	case c <= 0xbf:
+		return s.str(dst, int(c&0x1f))
+	}
+	return s.tagged(dst, c, depth)
+}
+
+// tagged handles the codes 0xc0 to 0xdf.
+func (s *msgpackScanner) tagged(dst []byte, c byte, depth int) ([]byte, error) {
+	switch c {
+	case 0xc0:
+		return append(dst, "null"...), nil
+	case 0xc2:
+		return append(dst, "false"...), nil
+	case 0xc3:
+		return append(dst, "true"...), nil
+	case 0xc4, 0xc5, 0xc6:
+		n, err := s.length(1 << (c - 0xc4))
+		if err != nil {
+			return dst, err
+		}
+		return s.bin(dst, n)
+	case 0xc7, 0xc8, 0xc9:
+		n, err := s.length(1 << (c - 0xc7))
+		if err != nil {
+			return dst, err
+		}
+		return s.ext(dst, n)
+	case 0xca:
+		b, err := s.take(4)
+		if err != nil {
+			return dst, err
+		}
+		return s.float(dst, float64(math.Float32frombits(binary.BigEndian.Uint32(b))), 32)
+	case 0xcb:
+		b, err := s.take(8)
+		if err != nil {
+			return dst, err
+		}
+		return s.float(dst, math.Float64frombits(binary.BigEndian.Uint64(b)), 64)
+	case 0xcc, 0xcd, 0xce, 0xcf:
+		b, err := s.take(1 << (c - 0xcc))
+		if err != nil {
+			return dst, err
+		}
+		return strconv.AppendUint(dst, bigEndian(b), 10), nil
+	case 0xd0, 0xd1, 0xd2, 0xd3:
+		b, err := s.take(1 << (c - 0xd0))
+		if err != nil {
+			return dst, err
+		}
+		shift := 64 - 8*len(b) // sign-extend
+		return strconv.AppendInt(dst, int64(bigEndian(b)<<shift)>>shift, 10), nil
+	case 0xd4, 0xd5, 0xd6, 0xd7, 0xd8:
+		return s.ext(dst, 1<<(c-0xd4))
+	case 0xd9, 0xda, 0xdb:
+		n, err := s.length(1 << (c - 0xd9))
+		if err != nil {
+			return dst, err
+		}
+		return s.str(dst, n)
+	case 0xdc, 0xdd:
+		n, err := s.length(2 << (c - 0xdc))
+		if err != nil {
+			return dst, err
+		}
+		return s.array(dst, n, depth)
+	case 0xde, 0xdf:
+		n, err := s.length(2 << (c - 0xde))
+		if err != nil {
+			return dst, err
+		}
+		return s.object(dst, n, depth)
+	}
+	return dst, fmt.Errorf("offset %d: invalid msgpack code 0x%02x", s.pos-1, c)
+}
+
+func bigEndian(b []byte) uint64 {
+	var u uint64
+	for _, x := range b {
+		u = u<<8 | uint64(x)
+	}
+	return u
+}
+
+func (s *msgpackScanner) float(dst []byte, f float64, bits int) ([]byte, error) {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return dst, s.errorf("float %v has no JSON form", f)
+	}
+	return appendJSONFloat(dst, f, bits), nil
+}
+
+// appendJSONFloat writes f the way JavaScript and encoding/json do: plain
+// decimals, switching to an exponent below 1e-6 and from 1e21.
+func appendJSONFloat(dst []byte, f float64, bits int) []byte {
+	format := byte('f')
+	if abs := math.Abs(f); abs != 0 {
+		if bits == 64 && (abs < 1e-6 || abs >= 1e21) ||
+			bits == 32 && (float32(abs) < 1e-6 || float32(abs) >= 1e21) {
+			format = 'e'
+		}
+	}
+	dst = strconv.AppendFloat(dst, f, format, -1, bits)
+	if format == 'e' { // e-07 → e-7
+		if n := len(dst); n >= 4 && dst[n-4] == 'e' && dst[n-3] == '-' && dst[n-2] == '0' {
+			dst[n-2] = dst[n-1]
+			dst = dst[:n-1]
+		}
+	}
+	return dst
+}
+
+func (s *msgpackScanner) str(dst []byte, n int) ([]byte, error) {
+	b, err := s.take(n)
+	if err != nil {
+		return dst, err
+	}
+	return appendJSONString(dst, b), nil
+}
+
+func (s *msgpackScanner) bin(dst []byte, n int) ([]byte, error) {
+	b, err := s.take(n)
+	if err != nil {
+		return dst, err
+	}
+	dst = append(dst, '"')
+	dst = base64.StdEncoding.AppendEncode(dst, b)
+	return append(dst, '"'), nil
+}
+
+// ext reads an extension value of n data bytes. Only timestamps (type -1)
+// have a JSON form.
+func (s *msgpackScanner) ext(dst []byte, n int) ([]byte, error) {
+	typ, err := s.take(1)
+	if err != nil {
+		return dst, err
+	}
+	data, err := s.take(n)
+	if err != nil {
+		return dst, err
+	}
+	if int8(typ[0]) != -1 {
+		return dst, s.errorf("msgpack extension type %d has no JSON form", int8(typ[0]))
+	}
+	var t time.Time
+	switch n {
+	case 4:
+		t = time.Unix(int64(binary.BigEndian.Uint32(data)), 0)
+	case 8:
+		v := binary.BigEndian.Uint64(data)
+		t = time.Unix(int64(v&(1<<34-1)), int64(v>>34))
+	case 12:
+		t = time.Unix(int64(binary.BigEndian.Uint64(data[4:])), int64(binary.BigEndian.Uint32(data[:4])))
+	default:
+		return dst, s.errorf("msgpack timestamp of %d bytes; want 4, 8 or 12", n)
+	}
+	dst = append(dst, '"')
+	dst = t.UTC().AppendFormat(dst, time.RFC3339Nano)
+	return append(dst, '"'), nil
+}
+
+// checkCount refuses a count of elements that cannot fit in the bytes left,
+// each element taking at least perElement bytes, before looping over it.
+func (s *msgpackScanner) checkCount(n, perElement int) error {
+	if left := len(s.data) - s.pos; n > left/perElement {
+		return s.errorf("truncated: %d elements announced, %d bytes left", n, left)
+	}
+	return nil
+}
+
+func (s *msgpackScanner) array(dst []byte, n, depth int) ([]byte, error) {
+	if err := s.checkCount(n, 1); err != nil {
+		return dst, err
+	}
+	dst = append(dst, '[')
+	for i := range n {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		var err error
+		if dst, err = s.value(dst, depth+1); err != nil {
+			return dst, err
+		}
+	}
+	return append(dst, ']'), nil
+}
+
+func (s *msgpackScanner) object(dst []byte, n, depth int) ([]byte, error) {
+	if err := s.checkCount(n, 2); err != nil {
+		return dst, err
+	}
+	dst = append(dst, '{')
+	for i := range n {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		var err error
+		if dst, err = s.key(dst, depth+1); err != nil {
+			return dst, err
+		}
+		dst = append(dst, ':')
+		if dst, err = s.value(dst, depth+1); err != nil {
+			return dst, err
+		}
+	}
+	return append(dst, '}'), nil
+}
+
+// key writes a map key as a JSON string: strings as they are, scalars as
+// their JSON text. Containers cannot be keys.
+func (s *msgpackScanner) key(dst []byte, depth int) ([]byte, error) {
+	if s.pos >= len(s.data) {
+		return dst, s.errorf("truncated: want a map key")
+	}
+	c := s.data[s.pos]
+	if 0xa0 <= c && c <= 0xbf || 0xd9 <= c && c <= 0xdb {
+		return s.value(dst, depth)
+	}
+	if 0x80 <= c && c <= 0x9f || c == 0xdc || c == 0xdd || c == 0xde || c == 0xdf {
+		return dst, s.errorf("a map key that is an array or a map has no JSON form")
+	}
+	start := len(dst)
+	dst, err := s.value(dst, depth)
+	if err != nil {
+		return dst, err
+	}
+	if dst[start] == '"' { // binary or timestamp: already a string
+		return dst, nil
+	}
+	dst = append(dst, 0, 0)
+	copy(dst[start+1:], dst[start:len(dst)-2])
+	dst[start] = '"'
+	dst[len(dst)-1] = '"'
+	return dst, nil
+}
+
+// appendJSONString writes s as a JSON string. Invalid UTF-8 becomes U+FFFD,
+// as encoding/json does; HTML characters are left alone.
+func appendJSONString(dst, s []byte) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+			i++
+			continue
+		}
+		if c < utf8.RuneSelf {
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRune(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i++
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// msgpackToJSON appends the JSON form of the one msgpack value in data.
+func msgpackToJSON(dst, data []byte) ([]byte, error) {
+	s := msgpackScanner{data: data}
+	dst, err := s.value(dst, 0)
+	if err != nil {
+		return dst, err
+	}
+	if s.pos != len(data) {
+		return dst, s.errorf("%d bytes after the value", len(data)-s.pos)
+	}
+	return dst, nil
+}

@@ -1,0 +1,504 @@
+package supervisor_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// gate is a model function the test steers: every batch is recorded, and
+// batches block while the gate is closed.
+type gate struct {
+	mu      sync.Mutex
+	open    chan struct{}
+	batches [][]string
+	started chan int // receives each batch's size as it starts
+}
+
+func newGate(open bool) *gate {
+	g := &gate{open: make(chan struct{}), started: make(chan int, 1000)}
+	if open {
+		close(g.open)
+	}
+	return g
+}
+
+func (g *gate) release() { close(g.open) }
+
+func (g *gate) fn(ctx context.Context, items [][]byte) ([][]byte, error) {
+	names := make([]string, len(items))
+	for i, it := range items {
+		names[i] = string(it)
+	}
+	g.mu.Lock()
+	g.batches = append(g.batches, names)
+	g.mu.Unlock()
+	g.started <- len(items)
+	for _, n := range names {
+		switch {
+		case n == "boom":
+			panic("boom item")
+		case n == "hang":
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+	}
+	select {
+	case <-g.open:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	out := make([][]byte, len(items))
+	var errs []error
+	for i, it := range items {
+		out[i] = append([]byte("out:"), it...)
+		if strings.HasPrefix(string(it), "bad") {
+			if errs == nil {
+				errs = make([]error, len(items))
+			}
+			errs[i] = fmt.Errorf("%s is not acceptable", it)
+		}
+	}
+	if errs != nil {
+		return out, &supervisor.BatchItemErrors{Errs: errs}
+	}
+	return out, nil
+}
+
+func (g *gate) seen() [][]string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.batches)
+}
+
+func start(t *testing.T, cfg supervisor.Config) *supervisor.Streamer {
+	t.Helper()
+	s, err := supervisor.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.Shutdown(ctx)
+	})
+	return s
+}
+
+func items(names ...string) [][]byte {
+	out := make([][]byte, len(names))
+	for i, n := range names {
+		out[i] = []byte(n)
+	}
+	return out
+}
+
+// waitFor polls cond until it holds, failing the test after a deadline.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestPredictKeepsOrderUnderConcurrency(t *testing.T) {
+	g := newGate(true)
+	s := start(t, supervisor.Config{Func: g.fn, Workers: 3, BatchSize: 8})
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for c := range 16 {
+		wg.Go(func() {
+			for r := range 20 {
+				in := []string{fmt.Sprintf("c%d-r%d-a", c, r), fmt.Sprintf("c%d-r%d-b", c, r), fmt.Sprintf("c%d-r%d-c", c, r)}
+				out, err := s.Predict(context.Background(), items(in...))
+				if err != nil {
+					errs <- err
+					return
+				}
+				for i := range in {
+					if string(out[i]) != "out:"+in[i] {
+						errs <- fmt.Errorf("output %d = %q, want %q", i, out[i], "out:"+in[i])
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	st := s.Stats()
+	if st.Answered != 16*20*3 || st.Failed != 0 {
+		t.Errorf("stats: answered %d failed %d, want %d and 0", st.Answered, st.Failed, 16*20*3)
+	}
+}
+
+func TestLoneRequestDoesNotWaitForMaxLatency(t *testing.T) {
+	g := newGate(true)
+	s := start(t, supervisor.Config{Func: g.fn, MaxLatency: time.Hour})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := s.Predict(ctx, items("alone"))
+	if err != nil {
+		t.Fatalf("a lone request must run at once on an idle worker: %v", err)
+	}
+	if string(out[0]) != "out:alone" {
+		t.Fatalf("got %q", out[0])
+	}
+}
+
+func TestBusyWorkerGetsWhatQueuedWhenItFrees(t *testing.T) {
+	g := newGate(false)
+	s := start(t, supervisor.Config{Func: g.fn, MaxLatency: time.Hour, BatchSize: 64})
+	first, err := s.Submit(context.Background(), items("first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-g.started
+	var rest []*supervisor.Future
+	for i := range 10 {
+		f, err := s.Submit(context.Background(), items(fmt.Sprint("later", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rest = append(rest, f)
+	}
+	g.release()
+	for _, f := range append(rest, first) {
+		if _, err := f.Result(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sizes := []int{}
+	for _, b := range g.seen() {
+		sizes = append(sizes, len(b))
+	}
+	if !slices.Equal(sizes, []int{1, 10}) {
+		t.Fatalf("batch sizes %v, want [1 10]: the ten items should wait for the busy worker and go together", sizes)
+	}
+}
+
+func TestFullBatchIsPrefetchedForABusyWorker(t *testing.T) {
+	g := newGate(false)
+	s := start(t, supervisor.Config{Func: g.fn, MaxLatency: time.Hour, BatchSize: 4})
+	if _, err := s.Submit(context.Background(), items("a")); err != nil {
+		t.Fatal(err)
+	}
+	<-g.started
+	if _, err := s.Submit(context.Background(), items("b", "c", "d", "e")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a second batch in flight", func() bool { return s.Slots()[0].InFlight == 2 })
+	g.release()
+}
+
+func TestKeysNeverShareABatch(t *testing.T) {
+	g := newGate(false)
+	s := start(t, supervisor.Config{Func: g.fn, MaxLatency: time.Hour})
+	if _, err := s.Submit(context.Background(), items("x-block")); err != nil {
+		t.Fatal(err)
+	}
+	<-g.started
+	var futures []*supervisor.Future
+	for i := range 12 {
+		key := []string{"k1", "k2", "k3"}[i%3]
+		f, err := s.SubmitRequest(context.Background(), supervisor.Request{Items: items(key + "-" + fmt.Sprint(i)), Keys: []string{key}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		futures = append(futures, f)
+	}
+	g.release()
+	for _, f := range futures {
+		if _, err := f.Result(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, b := range g.seen()[1:] {
+		key, _, _ := strings.Cut(b[0], "-")
+		for _, name := range b {
+			if !strings.HasPrefix(name, key+"-") {
+				t.Fatalf("batch %v mixes keys", b)
+			}
+		}
+		if len(b) != 4 {
+			t.Errorf("batch %v: want the 4 items of its key together", b)
+		}
+	}
+}
+
+func TestPoisonItemIsIsolatedAndRemembered(t *testing.T) {
+	g := newGate(false)
+	s := start(t, supervisor.Config{Func: g.fn, MaxLatency: time.Hour, BackoffMin: time.Millisecond})
+	if _, err := s.Submit(context.Background(), items("block")); err != nil {
+		t.Fatal(err)
+	}
+	<-g.started
+	var good []*supervisor.Future
+	for i := range 15 {
+		f, err := s.Submit(context.Background(), items(fmt.Sprint("good", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		good = append(good, f)
+	}
+	bad, err := s.Submit(context.Background(), items("fine", "boom"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.release()
+	for i, f := range good {
+		out, err := f.Result(context.Background())
+		if err != nil || string(out[0]) != fmt.Sprint("out:good", i) {
+			t.Fatalf("good item %d: %q, %v", i, out, err)
+		}
+	}
+	_, err = bad.Result(context.Background())
+	var itemErr *supervisor.ItemError
+	if !errors.As(err, &itemErr) || itemErr.Index != 1 || !errors.Is(err, supervisor.ErrPoison) {
+		t.Fatalf("poison request: %v, want ItemError index 1 wrapping ErrPoison", err)
+	}
+	crashes := s.Stats().Crashes
+	_, err = s.Submit(context.Background(), items("boom"))
+	if !errors.Is(err, supervisor.ErrPoison) {
+		t.Fatalf("a known poison item must be refused on sight, got %v", err)
+	}
+	if got := s.Stats().Crashes; got != crashes {
+		t.Fatalf("crashes went from %d to %d: the known poison item reached a worker", crashes, got)
+	}
+}
+
+func TestHangingBatchTimesOutAndIsIsolated(t *testing.T) {
+	g := newGate(true)
+	s := start(t, supervisor.Config{Func: g.fn, WorkerTimeout: 50 * time.Millisecond, BackoffMin: time.Millisecond, Workers: 2})
+	f, err := s.Submit(context.Background(), items("ok1", "hang", "ok2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := f.Result(context.Background())
+	var itemErr *supervisor.ItemError
+	if !errors.As(err, &itemErr) || itemErr.Index != 1 || !errors.Is(err, supervisor.ErrPoison) {
+		t.Fatalf("got %v, want item 1 poison", err)
+	}
+	if string(out[0]) != "out:ok1" || string(out[2]) != "out:ok2" {
+		t.Fatalf("batch-mates of the hanging item: %q", out)
+	}
+	if _, err := s.Predict(context.Background(), items("after")); err != nil {
+		t.Fatalf("streamer must keep serving: %v", err)
+	}
+}
+
+func TestOverloadIsRefusedAtOnce(t *testing.T) {
+	g := newGate(false)
+	s := start(t, supervisor.Config{Func: g.fn, MaxQueue: 3, BatchSize: 1, MaxLatency: time.Hour})
+	var accepted []*supervisor.Future
+	overloaded := 0
+	for i := range 10 {
+		f, err := s.Submit(context.Background(), items(fmt.Sprint(i)))
+		switch {
+		case errors.Is(err, supervisor.ErrOverloaded):
+			overloaded++
+		case err != nil:
+			t.Fatal(err)
+		default:
+			accepted = append(accepted, f)
+		}
+	}
+	// One batch runs, one is prefetched, three wait: the rest are refused.
+	if overloaded == 0 || len(accepted) > 5 {
+		t.Fatalf("accepted %d, overloaded %d: the queue bound of 3 was not enforced", len(accepted), overloaded)
+	}
+	g.release()
+	for _, f := range accepted {
+		if _, err := f.Result(context.Background()); err != nil {
+			t.Fatalf("an accepted item must be answered: %v", err)
+		}
+	}
+}
+
+func TestExpiredItemsNeverReachTheModel(t *testing.T) {
+	g := newGate(false)
+	s := start(t, supervisor.Config{Func: g.fn, MaxLatency: time.Hour})
+	if _, err := s.Submit(context.Background(), items("block")); err != nil {
+		t.Fatal(err)
+	}
+	<-g.started
+	late, err := s.SubmitRequest(context.Background(), supervisor.Request{Items: items("late"), Deadline: time.Now().Add(20 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := late.Result(context.Background()); !errors.Is(err, supervisor.ErrDeadline) {
+		t.Fatalf("got %v, want ErrDeadline at the deadline", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	gone, err := s.Submit(ctx, items("gone"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	g.release()
+	<-late.Done()
+	<-gone.Done()
+	if _, err := gone.Result(context.Background()); !errors.Is(err, supervisor.ErrCanceled) {
+		t.Fatalf("canceled item: %v, want ErrCanceled", err)
+	}
+	if _, err := s.Predict(context.Background(), items("after")); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range g.seen() {
+		if slices.Contains(b, "late") || slices.Contains(b, "gone") {
+			t.Fatalf("batch %v holds an item whose deadline passed or whose caller left", b)
+		}
+	}
+}
+
+func TestItemErrorsFailOnlyTheirItem(t *testing.T) {
+	g := newGate(true)
+	s := start(t, supervisor.Config{Func: g.fn})
+	out, err := s.Predict(context.Background(), items("ok", "bad-one", "ok2"))
+	var itemErr *supervisor.ItemError
+	if !errors.As(err, &itemErr) || itemErr.Index != 1 || !errors.Is(err, supervisor.ErrModel) {
+		t.Fatalf("got %v, want item 1 ErrModel", err)
+	}
+	if string(out[0]) != "out:ok" || string(out[2]) != "out:ok2" {
+		t.Fatalf("outputs %q", out)
+	}
+}
+
+func TestWrongOutputCountFailsTheBatchClearly(t *testing.T) {
+	fn := func(_ context.Context, items [][]byte) ([][]byte, error) { return items[:1], nil }
+	s := start(t, supervisor.Config{Func: fn})
+	_, err := s.Predict(context.Background(), items("a", "b"))
+	if !errors.Is(err, supervisor.ErrModel) || !strings.Contains(err.Error(), "1 outputs for a batch of 2") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestShutdownDrainsAdmittedWork(t *testing.T) {
+	g := newGate(false)
+	s, err := supervisor.New(supervisor.Config{Func: g.fn, BatchSize: 2, MaxLatency: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var futures []*supervisor.Future
+	for i := range 7 {
+		f, err := s.Submit(context.Background(), items(fmt.Sprint(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		futures = append(futures, f)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Shutdown(context.Background()) }()
+	waitFor(t, "draining", func() bool { return !s.Ready() })
+	if _, err := s.Submit(context.Background(), items("new")); !errors.Is(err, supervisor.ErrShuttingDown) {
+		t.Fatalf("submit while draining: %v, want ErrShuttingDown", err)
+	}
+	g.release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range futures {
+		out, err := f.Result(context.Background())
+		if err != nil || string(out[0]) != fmt.Sprint("out:", i) {
+			t.Fatalf("item %d: %q %v", i, out, err)
+		}
+	}
+}
+
+func TestShutdownPastGraceAnswersEverything(t *testing.T) {
+	g := newGate(false)
+	s, err := supervisor.New(supervisor.Config{Func: g.fn, BatchSize: 1, MaxLatency: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var futures []*supervisor.Future
+	for i := range 4 {
+		f, err := s.Submit(context.Background(), items(fmt.Sprint(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		futures = append(futures, f)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	if err := s.Shutdown(ctx); err == nil {
+		t.Fatal("shutdown past its grace must say so")
+	}
+	for i, f := range futures {
+		select {
+		case <-f.Done():
+		default:
+			t.Fatalf("item %d was not answered by Shutdown", i)
+		}
+		if _, err := f.Result(context.Background()); !errors.Is(err, supervisor.ErrShuttingDown) {
+			t.Fatalf("item %d: %v, want ErrShuttingDown", i, err)
+		}
+	}
+	g.release()
+}
+
+func TestNoWorkerMeansQuickUnavailable(t *testing.T) {
+	g := newGate(true)
+	s := start(t, supervisor.Config{Func: g.fn, BackoffMin: time.Hour, BackoffMax: time.Hour, UnavailableAfter: 50 * time.Millisecond})
+	f, err := s.Submit(context.Background(), items("boom"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Result(context.Background()); !errors.Is(err, supervisor.ErrUnavailable) {
+		t.Fatalf("queued item with no worker: %v, want ErrUnavailable", err)
+	}
+	if _, err := s.Submit(context.Background(), items("x")); !errors.Is(err, supervisor.ErrUnavailable) {
+		t.Fatalf("new item with no worker: %v, want ErrUnavailable", err)
+	}
+	if s.Ready() {
+		t.Fatal("Ready must be false with no worker")
+	}
+}
+
+func TestEverySlotFailingIsFatal(t *testing.T) {
+	var calls atomic.Int32
+	fn := func(context.Context, [][]byte) ([][]byte, error) {
+		calls.Add(1)
+		panic("always")
+	}
+	s := start(t, supervisor.Config{Func: fn, MaxRestarts: 2, BackoffMin: time.Millisecond, Workers: 2})
+	for i := range 4 {
+		if f, err := s.Submit(context.Background(), items(fmt.Sprint(i))); err == nil {
+			<-f.Done()
+		}
+	}
+	select {
+	case err := <-s.Fatal():
+		if !strings.Contains(err.Error(), "every slot") {
+			t.Fatalf("fatal error %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no fatal error after %d crashes; slots %+v", calls.Load(), s.Slots())
+	}
+}
