@@ -35,6 +35,9 @@ type Config struct {
 	MaxBatchBytes int
 	// Workers is the number of slots. Default 1.
 	Workers int
+	// PipelineDepth is the most batches one worker holds: the one it runs and
+	// those formed ahead so it never idles between batches. Default 2.
+	PipelineDepth int
 
 	// Func, when set, runs batches in this process, one goroutine per slot,
 	// and no child process is started (the in-process mode).
@@ -102,6 +105,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Workers == 0 {
 		c.Workers = 1
+	}
+	if c.PipelineDepth <= 0 {
+		c.PipelineDepth = 2
 	}
 	if c.MaxQueue == 0 {
 		c.MaxQueue = 100 * c.BatchSize * c.Workers

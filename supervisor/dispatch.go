@@ -34,7 +34,7 @@ func (s *Streamer) dispatchLoop() {
 // (work-conserving: an idle worker never waits for batch-mates). A slot with
 // one batch running gets its next batch early, so it never idles between
 // batches, but only once that batch is full or its oldest item has waited
-// MaxLatency. No slot holds more than two batches.
+// MaxLatency. No slot holds more than PipelineDepth batches.
 func (s *Streamer) dispatchLocked(now time.Time) time.Time {
 	next := now.Add(time.Hour)
 	earlier := func(t time.Time) {
@@ -61,14 +61,14 @@ func (s *Streamer) dispatchLocked(now time.Time) time.Time {
 	return next
 }
 
-// pickSlot returns the ready slot with the fewest batches in flight (fewer
-// than two), taking turns among equals.
+// pickSlot returns the ready slot with the fewest batches in flight (below
+// PipelineDepth), taking turns among equals.
 func (s *Streamer) pickSlot() *slot {
 	var best *slot
 	n := len(s.slots)
 	for i := range n {
 		sl := s.slots[(s.nextSlot+i)%n]
-		if sl.state != SlotReady || len(sl.inflight) >= 2 {
+		if sl.state != SlotReady || len(sl.inflight) >= s.cfg.PipelineDepth {
 			continue
 		}
 		if best == nil || len(sl.inflight) < len(best.inflight) {
@@ -235,4 +235,20 @@ func (s *Streamer) Shutdown(ctx context.Context) error {
 	s.closeOnce.Do(func() { close(s.stopped) })
 	s.dispatched.Wait()
 	return err
+}
+
+// worthWaking reports whether the dispatcher could send something now that
+// queued items have arrived: some slot is idle, or one has room for a batch
+// ahead and a full batch is waiting. It saves a wake-up per item under load.
+func (s *Streamer) worthWaking() bool {
+	full := s.queue.n >= s.cfg.BatchSize
+	for _, sl := range s.slots {
+		if sl.state != SlotReady {
+			continue
+		}
+		if len(sl.inflight) == 0 || (full && len(sl.inflight) < s.cfg.PipelineDepth) {
+			return true
+		}
+	}
+	return false
 }

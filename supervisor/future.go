@@ -69,6 +69,10 @@ func (f *Future) Done() <-chan struct{} { return f.done }
 // early, with an error wrapping ErrDeadline, at the request's deadline or when
 // ctx ends; the items still pending are answered later regardless.
 func (f *Future) Result(ctx context.Context) ([][]byte, error) {
+	if ctx.Done() == nil && f.deadline.IsZero() {
+		<-f.done
+		return f.result()
+	}
 	select {
 	case <-f.done:
 		return f.result()

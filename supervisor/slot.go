@@ -152,6 +152,11 @@ func (sl *slot) onResult(w worker, r result) {
 	sl.inflight = append(sl.inflight[:0], sl.inflight[1:]...)
 	sl.headStart = now
 	sl.failures = 0
+	// Refill this worker's pipeline here rather than wait for the dispatcher
+	// goroutine to be scheduled: for a fast model that wait is the bottleneck.
+	if next := s.nextBatch(len(sl.inflight) == 0, now, func(time.Time) {}); next != nil {
+		sl.sendLocked(next, now)
+	}
 	s.mu.Unlock()
 	s.signal()
 

@@ -152,6 +152,7 @@ func (s *Streamer) SubmitRequest(ctx context.Context, req Request) (*Future, err
 			return nil, fmt.Errorf("%w: %d items waiting, limit %d", ErrOverloaded, s.queue.items(), s.cfg.MaxQueue)
 		}
 	}
+	wasEmpty := s.queue.n == 0
 	for i, data := range req.Items {
 		it := item{fut: f, index: int32(i), data: data, enqueued: now}
 		if req.Keys != nil {
@@ -159,9 +160,13 @@ func (s *Streamer) SubmitRequest(ctx context.Context, req Request) (*Future, err
 		}
 		s.queue.push(it)
 	}
+	// The first item queued arms the dispatcher's MaxLatency timer.
+	wake := wasEmpty || s.worthWaking()
 	s.mu.Unlock()
 	s.stats.submitted.Add(uint64(n))
-	s.signal()
+	if wake {
+		s.signal()
+	}
 	if ctx.Done() != nil {
 		context.AfterFunc(ctx, func() {
 			f.canceled.Store(true)

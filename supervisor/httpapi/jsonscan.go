@@ -381,7 +381,7 @@ func parseInt(text []byte) (int64, bool) {
 	case !neg && u <= math.MaxInt64:
 		return int64(u), true
 	case neg && u <= 1<<63:
-		return -int64(u - 1) - 1, true
+		return -int64(u-1) - 1, true
 	}
 	return 0, false
 }

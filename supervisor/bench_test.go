@@ -1,0 +1,177 @@
+package supervisor_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/streamer-dev/streamer/model"
+	"github.com/streamer-dev/streamer/supervisor"
+	"github.com/streamer-dev/streamer/workerproc"
+)
+
+// envTestWorker makes this test binary act as a worker process running the
+// built-in model it names, so the benchmarks and process tests exercise real
+// children and real pipes without building the streamer binary.
+const envTestWorker = "SUPERVISOR_TEST_WORKER_MODEL"
+
+func TestMain(m *testing.M) {
+	if name := os.Getenv(envTestWorker); name != "" {
+		os.Exit(runTestWorker(name))
+	}
+	os.Exit(m.Run())
+}
+
+func runTestWorker(name string) int {
+	err := workerproc.Run(context.Background(), workerproc.Config{
+		Spec: model.Spec{Name: name},
+		Open: func(_ context.Context, spec model.Spec) (model.Model, error) {
+			m, ok, err := model.OpenBuiltin(spec.Name)
+			if !ok {
+				return nil, fmt.Errorf("not a built-in model: %s", spec.Name)
+			}
+			return m, err
+		},
+		In:     os.NewFile(3, "in"),
+		Out:    os.NewFile(4, "out"),
+		Device: "cpu",
+	})
+	if err != nil && err != workerproc.ErrStopped {
+		fmt.Fprintln(os.Stderr, "test worker:", err)
+		return 1
+	}
+	return 0
+}
+
+// processConfig starts workers running the named built-in model.
+func processConfig(modelName string, workers, batchSize int) supervisor.Config {
+	return supervisor.Config{
+		Workers:   workers,
+		BatchSize: batchSize,
+		Process: supervisor.ProcessConfig{
+			Path: os.Args[0],
+			Args: []string{"-test.run=^$"},
+			Env:  []string{envTestWorker + "=" + modelName},
+		},
+	}
+}
+
+func startBench(b *testing.B, cfg supervisor.Config) *supervisor.Streamer {
+	b.Helper()
+	s, err := supervisor.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	// Every slot must be ready before the clock starts.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		ready := 0
+		for _, sl := range s.Slots() {
+			if sl.State == supervisor.SlotReady {
+				ready++
+			}
+		}
+		if ready == cfg.Workers {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("only %d of %d workers ready", ready, cfg.Workers)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Shutdown(ctx)
+	})
+	return s
+}
+
+// closedLoop runs b.N single-item Predicts from clients goroutines, each
+// sending its next item when the last is answered, and returns items/s.
+func closedLoop(b *testing.B, s *supervisor.Streamer, clients int) float64 {
+	item, _ := msgpack.Marshal("hello, streamer")
+	var next atomic.Int64
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for range clients {
+		wg.Go(func() {
+			req := [][]byte{item}
+			for next.Add(1) <= int64(b.N) {
+				if _, err := s.Predict(context.Background(), req); err != nil {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if n := failed.Load(); n > 0 {
+		b.Fatalf("%d requests failed", n)
+	}
+	return float64(b.N) / elapsed.Seconds()
+}
+
+// BenchmarkSleepLimit is scenario A: the sleep model (10ms + 100us per item)
+// at batch 64, driven through the Go API with real worker processes, as a
+// fraction of the physical limit workers × 64 / cost(64).
+func BenchmarkSleepLimit(b *testing.B) {
+	cost := model.Sleep{Fixed: 10 * time.Millisecond, PerItem: 100 * time.Microsecond}
+	for _, workers := range []int{1, 2, 4, 8} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+			s := startBench(b, processConfig("sleep:10ms,100us", workers, 64))
+			perSec := closedLoop(b, s, 4*64*workers)
+			limit := float64(workers) * 64 / cost.Cost(64).Seconds()
+			b.ReportMetric(perSec, "items/s")
+			b.ReportMetric(perSec/limit, "of-limit")
+			b.ReportMetric(s.Stats().MeanBatchSize(), "mean-batch")
+		})
+	}
+}
+
+// BenchmarkEchoOverhead is scenario D: the echo model through worker
+// processes, single-item submits, so only streamer's own cost shows.
+func BenchmarkEchoOverhead(b *testing.B) {
+	for _, workers := range []int{1, 2} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+			s := startBench(b, processConfig("echo", workers, 64))
+			perSec := closedLoop(b, s, 512)
+			b.ReportMetric(perSec, "items/s")
+			b.ReportMetric(s.Stats().MeanBatchSize(), "mean-batch")
+		})
+	}
+}
+
+// BenchmarkLoneUser is scenario C: one client at a time on an idle server
+// with the default --max-latency; it reports the median latency.
+func BenchmarkLoneUser(b *testing.B) {
+	s := startBench(b, processConfig("sleep:10ms,100us", 1, 64))
+	item, _ := msgpack.Marshal("alone")
+	latencies := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		if _, err := s.Predict(context.Background(), [][]byte{item}); err != nil {
+			b.Fatal(err)
+		}
+		latencies = append(latencies, time.Since(t0))
+	}
+	b.StopTimer()
+	slices.Sort(latencies)
+	b.ReportMetric(float64(latencies[len(latencies)/2])/float64(time.Millisecond), "p50-ms")
+	b.ReportMetric(float64(latencies[len(latencies)*99/100])/float64(time.Millisecond), "p99-ms")
+}
