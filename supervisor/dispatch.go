@@ -42,7 +42,6 @@ func (s *Streamer) dispatchLocked(now time.Time) time.Time {
 			next = t
 		}
 	}
-	s.checkTimeouts(now, earlier)
 	s.checkAvailable(now, earlier)
 	for {
 		sl := s.pickSlot()
@@ -55,6 +54,8 @@ func (s *Streamer) dispatchLocked(now time.Time) time.Time {
 		}
 		sl.sendLocked(b, now)
 	}
+	// After the sends, so that the batches just sent are timed too.
+	s.checkTimeouts(now, earlier)
 	if s.draining.Load() {
 		s.checkDrained()
 	}
@@ -126,7 +127,7 @@ func (s *Streamer) newBatch(items []item, suspect bool) *batch {
 func (s *Streamer) pruneLocked(b *batch, now time.Time) bool {
 	kept := b.items[:0]
 	for _, it := range b.items {
-		if it.fut.canceled.Load() || it.fut.expired(now) {
+		if it.fut.gone() || it.fut.expired(now) {
 			s.drop(it, now)
 			continue
 		}

@@ -16,7 +16,7 @@ type Future struct {
 	remaining atomic.Int32
 	done      chan struct{}
 	deadline  time.Time
-	canceled  atomic.Bool // the caller gave up: undispatched items are dropped
+	ctx       context.Context // the caller's; once it ends, undispatched items are dropped
 }
 
 // NewFuture returns a Future for n items. The supervisor makes its own; other
@@ -107,6 +107,9 @@ func (f *Future) result() ([][]byte, error) {
 	}
 	return f.outputs, nil
 }
+
+// gone reports whether the caller's context has ended.
+func (f *Future) gone() bool { return f.ctx != nil && f.ctx.Err() != nil }
 
 // expired reports whether the request's deadline has passed at now.
 func (f *Future) expired(now time.Time) bool {

@@ -111,7 +111,7 @@ func (q *queue) take(f *fifo, max, maxBytes int, now time.Time, drop func(item, 
 	size := 0
 	for f.len() > 0 && len(out) < max {
 		it := f.front()
-		if it.fut.canceled.Load() || it.fut.expired(now) {
+		if it.fut.gone() || it.fut.expired(now) {
 			drop(f.pop(), now)
 			q.n--
 			continue
@@ -153,7 +153,7 @@ func (q *queue) sweep(now time.Time, drop func(item, time.Time)) {
 		f := q.byKey[k]
 		kept := f.items[:0]
 		for _, it := range f.items[f.head:] {
-			if it.fut.canceled.Load() || it.fut.expired(now) {
+			if it.fut.gone() || it.fut.expired(now) {
 				drop(it, now)
 				q.n--
 				continue

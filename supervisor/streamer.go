@@ -142,14 +142,17 @@ func (s *Streamer) SubmitRequest(ctx context.Context, req Request) (*Future, err
 	}
 	f := NewFuture(n)
 	f.deadline = deadline
+	if ctx.Done() != nil {
+		f.ctx = ctx
+	}
 
 	s.mu.Lock()
 	if s.queue.items()+n > s.cfg.MaxQueue {
 		s.queue.sweep(now, s.drop)
-		if s.queue.items()+n > s.cfg.MaxQueue {
+		if waiting := s.queue.items(); waiting+n > s.cfg.MaxQueue {
 			s.mu.Unlock()
 			s.stats.rejected.Add(uint64(n))
-			return nil, fmt.Errorf("%w: %d items waiting, limit %d", ErrOverloaded, s.queue.items(), s.cfg.MaxQueue)
+			return nil, fmt.Errorf("%w: %d items waiting, limit %d", ErrOverloaded, waiting, s.cfg.MaxQueue)
 		}
 	}
 	wasEmpty := s.queue.n == 0
@@ -166,11 +169,6 @@ func (s *Streamer) SubmitRequest(ctx context.Context, req Request) (*Future, err
 	s.stats.submitted.Add(uint64(n))
 	if wake {
 		s.signal()
-	}
-	if ctx.Done() != nil {
-		context.AfterFunc(ctx, func() {
-			f.canceled.Store(true)
-		})
 	}
 	return f, nil
 }
