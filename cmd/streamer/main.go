@@ -24,6 +24,6 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCommand(), newWorkerCommand())
+	root.AddCommand(newServeCommand(), newBenchCommand(), newWorkerCommand())
 	return root
 }
