@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -100,15 +101,23 @@ func ParseSleep(args string) (Sleep, error) {
 // Cost is how long a batch of n items takes.
 func (s Sleep) Cost(n int) time.Duration { return s.Fixed + time.Duration(n)*s.PerItem }
 
-// Predict waits Cost(len(items)) and echoes the items.
+// Predict waits Cost(len(items)) and echoes the items. It blocks its thread
+// in the kernel, as a call into a GPU runtime would: the Go runtime's timers
+// overshoot sleeps of this length by most of a millisecond, which would
+// understate what the batcher reaches against the limit.
 func (s Sleep) Predict(ctx context.Context, items [][]byte) ([][]byte, error) {
-	t := time.NewTimer(s.Cost(len(items)))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return items, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ts := syscall.NsecToTimespec(int64(s.Cost(len(items))))
+	for {
+		err := syscall.Nanosleep(&ts, &ts)
+		if err == nil {
+			return items, nil
+		}
+		if err != syscall.EINTR {
+			return nil, fmt.Errorf("sleep: %w", err)
+		}
 	}
 }
 
