@@ -17,12 +17,18 @@ type Future struct {
 	done      chan struct{}
 	deadline  time.Time
 	ctx       context.Context // the caller's; once it ends, undispatched items are dropped
+	one       [1][]byte       // outputs of a single-item request, saving an allocation
 }
 
 // NewFuture returns a Future for n items. The supervisor makes its own; other
 // intakes (a remote front end, say) use it to answer through the same type.
 func NewFuture(n int) *Future {
-	f := &Future{outputs: make([][]byte, n), done: make(chan struct{})}
+	f := &Future{done: make(chan struct{})}
+	if n == 1 {
+		f.outputs = f.one[:]
+	} else {
+		f.outputs = make([][]byte, n)
+	}
 	f.remaining.Store(int32(n))
 	if n == 0 {
 		close(f.done)
