@@ -180,7 +180,7 @@ func (p *process) readLoop(r *ipc.Reader, first chan<- error) {
 // startError explains why a child ended before it was ready.
 func (p *process) startError() error {
 	<-p.waited
-	err := p.wait()
+	err := p.deathReason()
 	if last := p.lastStderr.Load(); last != nil && p.reason() == nil {
 		return fmt.Errorf("%w; its last words: %s", err, *last)
 	}
@@ -283,6 +283,11 @@ func (p *process) wait() error {
 	<-p.exited
 	p.toChild.Close()
 	p.in.Close()
+	return p.deathReason()
+}
+
+// deathReason says why the child ended; call it once the child is reaped.
+func (p *process) deathReason() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.killReason != nil {
