@@ -153,14 +153,15 @@ func (d *decoder) message() (Message, error) {
 	if n != messageFields {
 		return m, fmt.Errorf("message has %d fields, want %d", n, messageFields)
 	}
-	kind, err := d.dec.DecodeUint8()
+	// Read the kind wide: DecodeUint8 would truncate 258 to a valid 2.
+	kind, err := d.dec.DecodeUint64()
 	if err != nil {
 		return m, fmt.Errorf("kind: %w", err)
 	}
-	m.Kind = Kind(kind)
-	if m.Kind < KindReady || m.Kind > KindFatal {
+	if kind < uint64(KindReady) || kind > uint64(KindFatal) {
 		return m, fmt.Errorf("unknown message kind %d", kind)
 	}
+	m.Kind = Kind(kind)
 	if m.BatchID, err = d.dec.DecodeUint64(); err != nil {
 		return m, fmt.Errorf("batch id: %w", err)
 	}

@@ -328,6 +328,8 @@ func TestDecodeCorrupt(t *testing.T) {
 		{"too many fields", fields(t, 2, 1, nil, nil, "", nil, nil)},
 		{"kind zero", fields(t, 0, 1, nil, nil, "", nil)},
 		{"kind past the last", fields(t, 7, 1, nil, nil, "", nil)},
+		{"kind wraps to a valid one", fields(t, 258, 1, nil, nil, "", nil)},
+		{"kind is negative", fields(t, -254, 1, nil, nil, "", nil)},
 		{"kind is a string", fields(t, "batch", 1, nil, nil, "", nil)},
 		{"batch id is a string", fields(t, 2, "one", nil, nil, "", nil)},
 		{"items not an array", fields(t, 2, 1, "items", nil, "", nil)},

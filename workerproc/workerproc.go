@@ -40,8 +40,8 @@ type Config struct {
 var ErrStopped = errors.New("workerproc: supervisor went away")
 
 // Run serves batches until the supervisor sends Stop (nil) or goes away
-// (ErrStopped), or the model cannot be opened (its error, after a Fatal
-// message told the supervisor why).
+// (ErrStopped), the model cannot be opened (its error, after a Fatal message
+// told the supervisor why), or ctx is done (ctx.Err()).
 func Run(ctx context.Context, cfg Config) error {
 	if cfg.HeartbeatInterval <= 0 {
 		cfg.HeartbeatInterval = time.Second
@@ -82,12 +82,32 @@ func Run(ctx context.Context, cfg Config) error {
 		readErr = readBatches(ctx, ipc.NewReader(cfg.In, cfg.MaxFrame), batches)
 		close(batches)
 	}()
-	for msg := range batches {
-		if err := out.Write(runBatch(ctx, m, msg)); err != nil {
+	for {
+		var msg ipc.Message
+		var more bool
+		select {
+		case msg, more = <-batches:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if !more {
+			return readErr
+		}
+		if err := sendResult(out, runBatch(ctx, m, msg)); err != nil {
 			return fmt.Errorf("send result of batch %d: %w", msg.BatchID, err)
 		}
 	}
-	return readErr
+}
+
+// sendResult writes res. A result too large for a frame fails its batch
+// instead: the Writer sent nothing, so the stream is still in step, and
+// the worker need not die for one oversized answer.
+func sendResult(out *ipc.Writer, res *ipc.Message) error {
+	err := out.Write(res)
+	if errors.Is(err, ipc.ErrFrameTooLarge) {
+		err = out.Write(&ipc.Message{Kind: ipc.KindResult, BatchID: res.BatchID, Error: err.Error()})
+	}
+	return err
 }
 
 // readBatches decodes frames ahead of the model so that the next batch is

@@ -1,0 +1,64 @@
+# Build, test and demo entry points. `make test` is what CI runs.
+
+GO        ?= go
+BIN       := bin
+FUZZTIME  ?= 10s
+BENCH     ?= .
+BENCHPKGS ?= ./...
+
+# Go sources outside fetched and built folders, for the gofmt check.
+GOFILES = $(shell find . -name '*.go' -not -path './.git/*' -not -path './bin/*' -not -path './third_party/*')
+
+.PHONY: build serve test install-tools vet staticcheck fmtcheck unit fuzz bench onnxruntime proto
+
+## build: compile the streamer binary into bin/
+build:
+	$(GO) build -o $(BIN)/streamer ./cmd/streamer
+
+## serve: build, then run the demo server on 127.0.0.1:5005
+serve: build
+	$(BIN)/streamer serve --model sleep:10ms,100us --workers 2 --listen 127.0.0.1:5005
+
+## test: every check CI runs: vet, staticcheck, gofmt, then the tests with -race
+test: install-tools vet staticcheck fmtcheck unit
+
+## install-tools: install what the checks and tests need (idempotent)
+install-tools:
+	bash scripts/install-tools.sh
+
+vet:
+	$(GO) vet ./...
+
+staticcheck:
+	$(BIN)/staticcheck ./...
+
+fmtcheck:
+	@out=$$(gofmt -l $(GOFILES)); \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+unit:
+	$(GO) test -race -count=1 -timeout 30m ./...
+
+## fuzz: run every fuzz target for FUZZTIME (default 10s) each
+fuzz:
+	@set -e; \
+	for file in $$(grep -rl --include='*_test.go' --exclude-dir=third_party --exclude-dir=bin --exclude-dir=.git '^func Fuzz' . | sort); do \
+	  for target in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$file); do \
+	    echo "== $$target ($$(dirname $$file)) for $(FUZZTIME)"; \
+	    $(GO) test -run='^$$' -fuzz="^$$target$$" -fuzztime=$(FUZZTIME) ./$$(dirname $$file); \
+	  done; \
+	done
+
+## bench: run the benchmarks (BENCH selects them, BENCHPKGS the packages)
+bench:
+	$(GO) test -run='^$$' -bench='$(BENCH)' -benchmem $(BENCHPKGS)
+
+## onnxruntime: fetch the ONNX Runtime shared library into third_party/
+onnxruntime:
+	@if [ -f scripts/fetch-onnxruntime.sh ]; then bash scripts/fetch-onnxruntime.sh; \
+	else echo "scripts/fetch-onnxruntime.sh is not there yet"; exit 1; fi
+
+## proto: regenerate the plugin contract's Go code from its .proto
+proto:
+	@if [ -f scripts/gen-proto.sh ]; then bash scripts/gen-proto.sh; \
+	else echo "scripts/gen-proto.sh is not there yet"; exit 1; fi

@@ -1,0 +1,574 @@
+package workerproc_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/streamer-dev/streamer/ipc"
+	"github.com/streamer-dev/streamer/model"
+	"github.com/streamer-dev/streamer/model/load"
+	"github.com/streamer-dev/streamer/workerproc"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// waitLimit bounds every wait in these tests; nothing should take close.
+const waitLimit = 10 * time.Second
+
+// worker is workerproc.Run serving in a goroutine, seen from the supervisor's
+// end of two OS pipes.
+type worker struct {
+	t       *testing.T
+	toIn    *os.File // the supervisor's end of the worker's input
+	send    *ipc.Writer
+	msgs    chan ipc.Message // every frame the worker wrote, in order
+	readErr chan error       // why the stream from the worker ended
+	done    chan error       // Run's result
+}
+
+// startWorker runs workerproc.Run with cfg, its In and Out set to fresh
+// pipes. Unless the test stops it, the worker is told to go away (its input
+// closed) when the test ends, and Run must return.
+func startWorker(t *testing.T, cfg workerproc.Config) *worker {
+	t.Helper()
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.In, cfg.Out = inR, outW
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = time.Hour // only the heartbeat test wants them
+	}
+	w := &worker{
+		t: t, toIn: inW, send: ipc.NewWriter(inW, cfg.MaxFrame),
+		msgs: make(chan ipc.Message, 100), readErr: make(chan error, 1), done: make(chan error, 1),
+	}
+	go func() {
+		err := workerproc.Run(t.Context(), cfg)
+		// The process would exit here: its end of both pipes closes.
+		inR.Close()
+		outW.Close()
+		w.done <- err
+	}()
+	go func() {
+		r := ipc.NewReader(outR, cfg.MaxFrame)
+		for {
+			m, err := r.Read()
+			if err != nil {
+				w.readErr <- err
+				close(w.msgs)
+				return
+			}
+			w.msgs <- m
+		}
+	}()
+	t.Cleanup(func() {
+		inW.Close()
+		select {
+		case <-w.done:
+		case <-time.After(waitLimit):
+			t.Errorf("Run did not return within %s of its input closing", waitLimit)
+		}
+		outR.Close()
+	})
+	return w
+}
+
+// next returns the next frame from the worker, heartbeats skipped.
+func (w *worker) next() ipc.Message {
+	w.t.Helper()
+	return w.nextOf(func(k ipc.Kind) bool { return k != ipc.KindHeartbeat })
+}
+
+// nextOf returns the next frame from the worker whose kind wants accepts.
+func (w *worker) nextOf(wants func(ipc.Kind) bool) ipc.Message {
+	w.t.Helper()
+	deadline := time.After(waitLimit)
+	for {
+		select {
+		case m, ok := <-w.msgs:
+			if !ok {
+				w.t.Fatalf("the worker's output ended (%v) while a frame was awaited", <-w.readErr)
+			}
+			if wants(m.Kind) {
+				return m
+			}
+		case <-deadline:
+			w.t.Fatalf("no frame from the worker within %s", waitLimit)
+		}
+	}
+}
+
+// ready reads the first frame and requires it to be the ready message.
+func (w *worker) ready() *ipc.Ready {
+	w.t.Helper()
+	m := w.nextOf(func(ipc.Kind) bool { return true })
+	if m.Kind != ipc.KindReady || m.Ready == nil {
+		w.t.Fatalf("first frame is %s (ready %+v), want ready", m.Kind, m.Ready)
+	}
+	return m.Ready
+}
+
+func (w *worker) write(m ipc.Message) {
+	w.t.Helper()
+	if err := w.send.Write(&m); err != nil {
+		w.t.Fatalf("send %s to the worker: %v", m.Kind, err)
+	}
+}
+
+func (w *worker) batch(id uint64, items ...[]byte) {
+	w.t.Helper()
+	w.write(ipc.Message{Kind: ipc.KindBatch, BatchID: id, Items: items})
+}
+
+// result waits for the next result and requires it to answer batch id.
+func (w *worker) result(id uint64) ipc.Message {
+	w.t.Helper()
+	m := w.next()
+	if m.Kind != ipc.KindResult || m.BatchID != id {
+		w.t.Fatalf("got %s for batch %d (error %q), want the result of batch %d", m.Kind, m.BatchID, m.Error, id)
+	}
+	return m
+}
+
+// exit waits for Run to return and gives its error.
+func (w *worker) exit() error {
+	w.t.Helper()
+	select {
+	case err := <-w.done:
+		w.done <- err // for the cleanup
+		return err
+	case <-time.After(waitLimit):
+		w.t.Fatalf("Run did not return within %s", waitLimit)
+		return nil
+	}
+}
+
+// fake is a model whose Predict the test writes.
+type fake struct {
+	predict func(ctx context.Context, items [][]byte) ([][]byte, error)
+	closed  atomic.Int32
+}
+
+func (f *fake) Predict(ctx context.Context, items [][]byte) ([][]byte, error) {
+	return f.predict(ctx, items)
+}
+
+func (f *fake) Close() error {
+	f.closed.Add(1)
+	return nil
+}
+
+// opens returns an Open func that hands out m.
+func opens(m model.Model) func(context.Context, model.Spec) (model.Model, error) {
+	return func(context.Context, model.Spec) (model.Model, error) { return m, nil }
+}
+
+// upper is a fake model that upper-cases each item, so outputs are visibly
+// the model's work and not the inputs echoed.
+func upper() *fake {
+	return &fake{predict: func(_ context.Context, items [][]byte) ([][]byte, error) {
+		out := make([][]byte, len(items))
+		for i, it := range items {
+			out[i] = []byte(strings.ToUpper(string(it)))
+		}
+		return out, nil
+	}}
+}
+
+func mp(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := msgpack.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestReadyMessage(t *testing.T) {
+	tests := []struct {
+		name      string
+		spec      model.Spec
+		open      func(context.Context, model.Spec) (model.Model, error)
+		wantModel string
+	}{
+		{"echo", model.Spec{Name: "echo"}, load.Open, "echo"},
+		{"sleep describes its cost", model.Spec{Name: "sleep:10ms,100us"}, load.Open, "sleep:10ms,100µs"},
+		{"chaos", model.Spec{Name: "chaos:reject=x"}, load.Open, "chaos"},
+		{"no Describe: the spec names it", model.Spec{Name: "my-model"}, opens(upper()), "my-model"},
+		{"plugin spec", model.Spec{Plugin: "/opt/m/plugin"}, opens(upper()), "plugin /opt/m/plugin"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := startWorker(t, workerproc.Config{Spec: tc.spec, Open: tc.open, Device: "cuda:0 (CUDA_VISIBLE_DEVICES=3)"})
+			got := w.ready()
+			want := ipc.Ready{Version: ipc.Version, PID: os.Getpid(), Device: "cuda:0 (CUDA_VISIBLE_DEVICES=3)", Model: tc.wantModel}
+			if *got != want {
+				t.Fatalf("ready = %+v, want %+v", *got, want)
+			}
+		})
+	}
+}
+
+func TestBatchRoundTrip(t *testing.T) {
+	tests := []struct {
+		name  string
+		spec  model.Spec
+		open  func(context.Context, model.Spec) (model.Model, error)
+		items [][]byte
+		want  [][]byte
+	}{
+		{"fake model", model.Spec{Name: "upper"}, opens(upper()), [][]byte{[]byte("abc"), []byte("xyz")}, [][]byte{[]byte("ABC"), []byte("XYZ")}},
+		{"echo", model.Spec{Name: "echo"}, load.Open, [][]byte{{0xa1, 'a'}, {0x01}, {}}, [][]byte{{0xa1, 'a'}, {0x01}, {}}},
+		{"sleep", model.Spec{Name: "sleep:0s,0s"}, load.Open, [][]byte{{0x02}}, [][]byte{{0x02}}},
+		{"chaos without triggers", model.Spec{Name: "chaos:reject=no"}, load.Open, [][]byte{{0x03}, {0x04}}, [][]byte{{0x03}, {0x04}}},
+		{"empty batch", model.Spec{Name: "echo"}, load.Open, [][]byte{}, [][]byte{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := startWorker(t, workerproc.Config{Spec: tc.spec, Open: tc.open})
+			w.ready()
+			// Several batches in a row: each is answered, in order, under its own id.
+			for id := uint64(10); id < 13; id++ {
+				w.batch(id, tc.items...)
+			}
+			for id := uint64(10); id < 13; id++ {
+				res := w.result(id)
+				if res.Error != "" || res.ItemErrors != nil {
+					t.Fatalf("batch %d: error %q, item errors %q", id, res.Error, res.ItemErrors)
+				}
+				if !slices.EqualFunc(res.Items, tc.want, func(a, b []byte) bool { return string(a) == string(b) }) {
+					t.Fatalf("batch %d: outputs %q, want %q", id, res.Items, tc.want)
+				}
+			}
+		})
+	}
+}
+
+func TestItemErrors(t *testing.T) {
+	items := [][]byte{[]byte("good"), []byte("bad"), []byte("fine")}
+	failSecond := &fake{predict: func(_ context.Context, items [][]byte) ([][]byte, error) {
+		return items, &model.ItemErrors{Errs: []error{nil, errors.New("shape [3] does not match [4]"), nil}}
+	}}
+	w := startWorker(t, workerproc.Config{Spec: model.Spec{Name: "picky"}, Open: opens(failSecond)})
+	w.ready()
+	w.batch(1, items...)
+	res := w.result(1)
+	if res.Error != "" {
+		t.Fatalf("whole batch failed with %q, want per-item errors", res.Error)
+	}
+	if want := []string{"", "shape [3] does not match [4]", ""}; !slices.Equal(res.ItemErrors, want) {
+		t.Fatalf("item errors %q, want %q", res.ItemErrors, want)
+	}
+	if len(res.Items) != 3 || string(res.Items[0]) != "good" || string(res.Items[2]) != "fine" {
+		t.Fatalf("outputs %q: the items that succeeded lost their answers", res.Items)
+	}
+}
+
+func TestChaosRejectsOneItem(t *testing.T) {
+	w := startWorker(t, workerproc.Config{Spec: model.Spec{Name: "chaos:reject=poison"}, Open: load.Open})
+	w.ready()
+	w.batch(5, mp(t, "ok"), mp(t, "poison"), mp(t, 7))
+	res := w.result(5)
+	if res.Error != "" || len(res.ItemErrors) != 3 {
+		t.Fatalf("error %q, item errors %q: want three item errors", res.Error, res.ItemErrors)
+	}
+	if res.ItemErrors[0] != "" || res.ItemErrors[2] != "" || !strings.Contains(res.ItemErrors[1], "poison") {
+		t.Fatalf("item errors %q: want only item 1 rejected, naming it", res.ItemErrors)
+	}
+}
+
+func TestBatchErrors(t *testing.T) {
+	three := [][]byte{[]byte("a"), []byte("b"), []byte("c")}
+	tests := []struct {
+		name    string
+		predict func(context.Context, [][]byte) ([][]byte, error)
+		want    []string // all must appear in the batch error
+	}{
+		{"model error", func(context.Context, [][]byte) ([][]byte, error) {
+			return nil, errors.New("CUDA out of memory")
+		}, []string{"CUDA out of memory"}},
+		{"too few outputs", func(_ context.Context, items [][]byte) ([][]byte, error) {
+			return items[:2], nil
+		}, []string{"2 outputs", "3 items"}},
+		{"too many outputs", func(_ context.Context, items [][]byte) ([][]byte, error) {
+			return append(items, []byte("extra")), nil
+		}, []string{"4 outputs", "3 items"}},
+		{"item errors of the wrong length", func(_ context.Context, items [][]byte) ([][]byte, error) {
+			return items, &model.ItemErrors{Errs: []error{errors.New("odd item")}}
+		}, []string{"odd item"}},
+		{"item errors and too few outputs", func(_ context.Context, items [][]byte) ([][]byte, error) {
+			return items[:1], &model.ItemErrors{Errs: []error{nil, errors.New("bad"), nil}}
+		}, []string{"1 outputs", "3 items"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := startWorker(t, workerproc.Config{Open: opens(&fake{predict: tc.predict})})
+			w.ready()
+			w.batch(9, three...)
+			res := w.result(9)
+			for _, s := range tc.want {
+				if !strings.Contains(res.Error, s) {
+					t.Fatalf("batch error %q does not say %q", res.Error, s)
+				}
+			}
+			if res.Items != nil || res.ItemErrors != nil {
+				t.Fatalf("a failed batch carried outputs %q and item errors %q", res.Items, res.ItemErrors)
+			}
+			// The worker goes on serving after a failed batch.
+			w.batch(10, three...)
+			w.result(10)
+		})
+	}
+}
+
+// TestStopFinishesSentBatches sends two batches and Stop while the first is
+// still running: both are answered, then Run returns nil and closes the model.
+func TestStopFinishesSentBatches(t *testing.T) {
+	started := make(chan struct{}, 2)
+	release := make(chan struct{})
+	gated := &fake{predict: func(ctx context.Context, items [][]byte) ([][]byte, error) {
+		started <- struct{}{}
+		select {
+		case <-release:
+			return items, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}}
+	w := startWorker(t, workerproc.Config{Open: opens(gated)})
+	w.ready()
+	w.batch(1, []byte("one"))
+	w.batch(2, []byte("two"))
+	select {
+	case <-started:
+	case <-time.After(waitLimit):
+		t.Fatal("batch 1 never reached the model")
+	}
+	w.write(ipc.Message{Kind: ipc.KindStop})
+	close(release)
+	if res := w.result(1); string(res.Items[0]) != "one" {
+		t.Fatalf("batch 1 answered %q", res.Items)
+	}
+	if res := w.result(2); string(res.Items[0]) != "two" {
+		t.Fatalf("batch 2 answered %q", res.Items)
+	}
+	if err := w.exit(); err != nil {
+		t.Fatalf("Run after Stop: %v, want nil", err)
+	}
+	if n := gated.closed.Load(); n != 1 {
+		t.Fatalf("model closed %d times, want once", n)
+	}
+	// Nothing but heartbeats may follow the last result.
+	for m := range w.msgs {
+		if m.Kind != ipc.KindHeartbeat {
+			t.Fatalf("unexpected %s after Stop", m.Kind)
+		}
+	}
+	if err := <-w.readErr; err != io.EOF {
+		t.Fatalf("the worker's output ended with %v, want a clean io.EOF", err)
+	}
+}
+
+func TestSupervisorGoneStopsRun(t *testing.T) {
+	m := upper()
+	w := startWorker(t, workerproc.Config{Open: opens(m)})
+	w.ready()
+	w.batch(1, []byte("x"))
+	w.result(1)
+	w.toIn.Close()
+	if err := w.exit(); !errors.Is(err, workerproc.ErrStopped) {
+		t.Fatalf("Run after its input closed: %v, want ErrStopped", err)
+	}
+	if m.closed.Load() != 1 {
+		t.Fatal("the model was not closed")
+	}
+}
+
+func TestContextCancelStopsRun(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inR.Close()
+	defer inW.Close()
+	done := make(chan error, 1)
+	go func() {
+		done <- workerproc.Run(ctx, workerproc.Config{Open: opens(upper()), In: inR, Out: io.Discard})
+	}()
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run after cancel: %v, want context.Canceled", err)
+		}
+	case <-time.After(waitLimit):
+		t.Fatalf("Run still waiting %s after its context was cancelled", waitLimit)
+	}
+}
+
+func TestOpenFailureSendsFatal(t *testing.T) {
+	errNoWeights := errors.New("weights.onnx: no such file")
+	tests := []struct {
+		name string
+		spec model.Spec
+		open func(context.Context, model.Spec) (model.Model, error)
+		want []string
+		is   error
+	}{
+		{"fake", model.Spec{Name: "resnet.onnx"}, func(context.Context, model.Spec) (model.Model, error) {
+			return nil, errNoWeights
+		}, []string{"resnet.onnx", "weights.onnx: no such file"}, errNoWeights},
+		{"chaos init-fail", model.Spec{Name: "chaos:init-fail"}, load.Open, []string{"chaos:init-fail", "init failed"}, nil},
+		{"unknown model", model.Spec{Name: "nope"}, load.Open, []string{"nope", "unknown model"}, model.ErrUnknownModel},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := startWorker(t, workerproc.Config{Spec: tc.spec, Open: tc.open})
+			m := w.nextOf(func(ipc.Kind) bool { return true })
+			if m.Kind != ipc.KindFatal {
+				t.Fatalf("first frame is %s, want fatal", m.Kind)
+			}
+			for _, s := range tc.want {
+				if !strings.Contains(m.Error, s) {
+					t.Fatalf("fatal message %q does not say %q", m.Error, s)
+				}
+			}
+			err := w.exit()
+			if err == nil || err.Error() != m.Error {
+				t.Fatalf("Run returned %v; want the error the fatal message carried (%q)", err, m.Error)
+			}
+			if tc.is != nil && !errors.Is(err, tc.is) {
+				t.Fatalf("Run returned %v, which does not wrap %v", err, tc.is)
+			}
+		})
+	}
+}
+
+// TestHeartbeats waits for heartbeats while idle and while a batch runs: the
+// supervisor tells a slow batch from a dead worker by them.
+func TestHeartbeats(t *testing.T) {
+	started := make(chan struct{})
+	release := make(chan struct{})
+	slow := &fake{predict: func(_ context.Context, items [][]byte) ([][]byte, error) {
+		close(started)
+		<-release
+		return items, nil
+	}}
+	w := startWorker(t, workerproc.Config{Open: opens(slow), HeartbeatInterval: 5 * time.Millisecond})
+	w.ready()
+	isHeartbeat := func(k ipc.Kind) bool { return k == ipc.KindHeartbeat }
+	w.nextOf(isHeartbeat)
+
+	w.batch(1, []byte("x"))
+	<-started
+	for range 3 {
+		if m := w.nextOf(func(ipc.Kind) bool { return true }); m.Kind != ipc.KindHeartbeat {
+			t.Fatalf("got %s while the batch was still running, want heartbeats", m.Kind)
+		}
+	}
+	close(release)
+	w.result(1)
+}
+
+func TestBadFramesFromSupervisor(t *testing.T) {
+	tests := []struct {
+		name string
+		send func(w *worker)
+		want string
+		is   error
+	}{
+		{"unexpected kind", func(w *worker) {
+			w.write(ipc.Message{Kind: ipc.KindResult, BatchID: 1})
+		}, "unexpected result", nil},
+		{"corrupt frame", func(w *worker) {
+			if _, err := w.toIn.Write([]byte{0, 0, 0, 2, 0x91, 0x01}); err != nil {
+				w.t.Fatal(err)
+			}
+		}, "corrupt", ipc.ErrCorruptFrame},
+		{"oversized frame", func(w *worker) {
+			if _, err := w.toIn.Write([]byte{0x7f, 0xff, 0xff, 0xff}); err != nil {
+				w.t.Fatal(err)
+			}
+		}, "too large", ipc.ErrFrameTooLarge},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := startWorker(t, workerproc.Config{Open: opens(upper()), MaxFrame: 1 << 20})
+			w.ready()
+			tc.send(w)
+			err := w.exit()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Run returned %v, want an error saying %q", err, tc.want)
+			}
+			if tc.is != nil && !errors.Is(err, tc.is) {
+				t.Fatalf("Run returned %v, which does not wrap %v", err, tc.is)
+			}
+		})
+	}
+}
+
+// TestOversizedResultFailsTheBatch has the model answer with more than a
+// frame can carry: that batch fails with an error saying so, and the worker
+// keeps serving instead of dying with the whole batch.
+func TestOversizedResultFailsTheBatch(t *testing.T) {
+	const limit = 64 << 10
+	inflate := &fake{predict: func(_ context.Context, items [][]byte) ([][]byte, error) {
+		out := make([][]byte, len(items))
+		for i, it := range items {
+			out[i] = make([]byte, len(it)*limit)
+		}
+		return out, nil
+	}}
+	w := startWorker(t, workerproc.Config{Open: opens(inflate), MaxFrame: limit})
+	w.ready()
+	w.batch(1, []byte("xx"))
+	if res := w.result(1); !strings.Contains(res.Error, "too large") || res.Items != nil {
+		t.Fatalf("oversized result: error %q with %d items, want a batch error saying it is too large", res.Error, len(res.Items))
+	}
+	w.batch(2, []byte{})
+	if res := w.result(2); res.Error != "" || len(res.Items) != 1 {
+		t.Fatalf("the batch after: error %q, %d items", res.Error, len(res.Items))
+	}
+}
+
+func ExampleRun() {
+	// A worker process serves the echo model over its protocol pipes; here
+	// the supervisor's side is simulated with in-memory pipes.
+	toWorker, fromSupervisor := io.Pipe()
+	fromWorker, toSupervisor := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- workerproc.Run(context.Background(), workerproc.Config{
+			Spec: model.Spec{Name: "echo"}, Open: load.Open,
+			In: toWorker, Out: toSupervisor, Device: "cpu",
+		})
+		toSupervisor.Close()
+	}()
+	send := ipc.NewWriter(fromSupervisor, 0)
+	recv := ipc.NewReader(fromWorker, 0)
+
+	ready, _ := recv.Read()
+	fmt.Println(ready.Kind, ready.Ready.Model, ready.Ready.Device)
+	_ = send.Write(&ipc.Message{Kind: ipc.KindBatch, BatchID: 1, Items: [][]byte{{0xa2, 'h', 'i'}}})
+	res, _ := recv.Read()
+	fmt.Println(res.Kind, res.BatchID, string(res.Items[0][1:]))
+	_ = send.Write(&ipc.Message{Kind: ipc.KindStop})
+	fmt.Println(<-done)
+	// Output:
+	// ready echo cpu
+	// result 1 hi
+	// <nil>
+}
