@@ -253,3 +253,14 @@ func (s *Streamer) worthWaking() bool {
 	}
 	return false
 }
+
+// otherSlotHasRoom reports whether a ready slot other than sl holds fewer
+// batches than sl: the work should go there, through the dispatcher.
+func (s *Streamer) otherSlotHasRoom(sl *slot) bool {
+	for _, other := range s.slots {
+		if other != sl && other.state == SlotReady && len(other.inflight) < len(sl.inflight) {
+			return true
+		}
+	}
+	return false
+}

@@ -25,7 +25,7 @@ type local struct {
 
 func startLocal(sl *slot, fn BatchFunc) *local {
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &local{sl: sl, fn: fn, ctx: ctx, cancel: cancel, batches: make(chan *batch, 4), exited: make(chan struct{})}
+	l := &local{sl: sl, fn: fn, ctx: ctx, cancel: cancel, batches: make(chan *batch, sl.s.cfg.PipelineDepth+1), exited: make(chan struct{})}
 	go l.loop()
 	return l
 }

@@ -88,7 +88,7 @@ func startProcess(sl *slot) (*process, error) {
 		out:     ipc.NewWriter(pipes.toChild, pc.MaxFrame),
 		in:      pipes.fromChild,
 		toChild: pipes.toChild,
-		batches: make(chan *batch, 4),
+		batches: make(chan *batch, s.cfg.PipelineDepth+1),
 		waited:  make(chan struct{}),
 		exited:  make(chan struct{}),
 	}

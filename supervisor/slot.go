@@ -133,6 +133,8 @@ func (sl *slot) sendLocked(b *batch, now time.Time) {
 
 func (sl *slot) killLocked(reason error) {
 	if sl.w != nil {
+		// No more batches for it while it dies.
+		sl.state = SlotBackoff
 		sl.s.log.Warn("killing worker", "slot", sl.id, "pid", sl.w.pid(), "reason", reason)
 		sl.w.kill(reason)
 	}
@@ -154,8 +156,10 @@ func (sl *slot) onResult(w worker, r result) {
 	sl.failures = 0
 	// Refill this worker's pipeline here rather than wait for the dispatcher
 	// goroutine to be scheduled: for a fast model that wait is the bottleneck.
-	if next := s.nextBatch(len(sl.inflight) == 0, now, func(time.Time) {}); next != nil {
-		sl.sendLocked(next, now)
+	if !s.otherSlotHasRoom(sl) {
+		if next := s.nextBatch(len(sl.inflight) == 0, now, func(time.Time) {}); next != nil {
+			sl.sendLocked(next, now)
+		}
 	}
 	s.mu.Unlock()
 	s.signal()

@@ -36,6 +36,7 @@ type serveOptions struct {
 	initTimeout   time.Duration
 	grace         time.Duration
 	maxRestarts   int
+	pipeline      int
 	logFormat     string
 
 	model          string
@@ -81,6 +82,7 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f.DurationVar(&o.initTimeout, "init-timeout", 2*time.Minute, "longest a worker may take to start and initialise its model")
 	f.DurationVar(&o.grace, "grace", 30*time.Second, "on SIGTERM, how long admitted requests may take to finish before the rest are failed")
 	f.IntVar(&o.maxRestarts, "max-restarts", 30, "restarts of one slot within a minute after which the slot is given up; when every slot is given up the server exits 1")
+	f.IntVar(&o.pipeline, "pipeline-depth", 2, "most batches one worker holds: the one it runs and those formed ahead (raise it for very fast models)")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 
 	f.StringVar(&o.model, "model", "echo", "model to serve: echo, sleep:FIXED,PER_ITEM, chaos:OPTS (tests), or a path to an .onnx file")
@@ -176,6 +178,7 @@ func (o serveOptions) supervisorConfig(spec model.Spec, log *slog.Logger) (super
 		WorkerTimeout: o.workerTimeout,
 		InitTimeout:   o.initTimeout,
 		MaxRestarts:   o.maxRestarts,
+		PipelineDepth: o.pipeline,
 		Logger:        log,
 		Process: supervisor.ProcessConfig{
 			Path:        self,

@@ -189,25 +189,41 @@ func FuzzPredictJSONBody(f *testing.F) {
 }
 
 // expectedJSONStatus decides with encoding/json what /predict must answer.
+// Keys match exactly (encoding/json's struct fields would match any case),
+// and each top-level member is looked at, duplicates included.
 func expectedJSONStatus(body []byte) int {
 	if !json.Valid(body) {
 		return http.StatusBadRequest
 	}
-	var fields map[string]json.RawMessage
-	if json.Unmarshal(body, &fields) != nil || fields == nil {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, _ := dec.Token(); tok != json.Delim('{') {
 		return http.StatusBadRequest
 	}
-	if strings.Count(string(body), `"inputs"`) > 1 { // possibly given twice: the fuzzer's corner
-		return -1
+	var inputs []json.RawMessage
+	seenInputs := false
+	for dec.More() {
+		key, _ := dec.Token()
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			panic(err) // valid JSON always decodes
+		}
+		switch key {
+		case "inputs":
+			if seenInputs || json.Unmarshal(raw, &inputs) != nil {
+				return http.StatusBadRequest
+			}
+			seenInputs = true
+		case "timeout_ms":
+			var ms *int64
+			if json.Unmarshal(raw, &ms) != nil || ms != nil && *ms < 0 {
+				return http.StatusBadRequest
+			}
+		}
 	}
-	var in struct {
-		Inputs    []json.RawMessage `json:"inputs"`
-		TimeoutMs *int64            `json:"timeout_ms"`
-	}
-	if json.Unmarshal(body, &in) != nil || len(in.Inputs) == 0 || in.TimeoutMs != nil && *in.TimeoutMs < 0 {
+	if len(inputs) == 0 {
 		return http.StatusBadRequest
 	}
-	for _, raw := range in.Inputs {
+	for _, raw := range inputs {
 		if _, err := referenceJSON(raw); err != nil { // e.g. a number out of range
 			return http.StatusBadRequest
 		}
@@ -253,6 +269,33 @@ func FuzzPredictMsgpackBody(f *testing.F) {
 		case http.StatusBadRequest:
 		default:
 			t.Fatalf("body %x: status %d: %s", body, rec.Code, rec.Body.String())
+		}
+	})
+}
+
+// FuzzMsgpackSkip checks the scanner's idea of where a msgpack value ends
+// against the msgpack library's.
+func FuzzMsgpackSkip(f *testing.F) {
+	for _, v := range []any{
+		nil, "x", []byte{1}, 1.5, float32(1), int64(-1 << 40), uint64(1 << 63), time.Unix(1, 2),
+		map[string]any{"a": []any{1, "b", nil, true, map[string]any{}}}, make([]int, 20),
+	} {
+		b, _ := msgpack.Marshal(v)
+		f.Add(append(b, 0x01))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s := msgpackScanner{data: data}
+		err := s.skip(0)
+		rd := bytes.NewReader(data)
+		refErr := msgpack.NewDecoder(rd).Skip()
+		refEnd := len(data) - rd.Len()
+		switch {
+		case err == nil && refErr != nil:
+			t.Fatalf("skip(%x) accepted %d bytes; the library refuses: %v", data, s.pos, refErr)
+		case err == nil && s.pos != refEnd:
+			t.Fatalf("skip(%x) ends at %d, the library at %d", data, s.pos, refEnd)
+		case err != nil && refErr == nil && !strings.Contains(err.Error(), "nesting") && !strings.Contains(err.Error(), "announced"):
+			t.Fatalf("skip(%x): %v; the library skips %d bytes", data, err, refEnd)
 		}
 	})
 }

@@ -12,9 +12,17 @@
 //	GET  /v1/stats     the supervisor's counters and the mean batch size
 //	GET  /v1/workers   one entry per worker slot
 //
+// A /predict body is JSON (also when Content-Type is missing), msgpack
+// (application/msgpack or application/x-msgpack, the same map; the answer is
+// msgpack too), or a form with one field s per string item, as the original
+// service-streamer clients send (answered in JSON). A form body that starts
+// with '{' is read as JSON, since that is what curl -d sends. The deadline is
+// timeout_ms in the body or the X-Timeout-Ms header; the shorter wins.
+//
 // Errors are always JSON, {"error": "..."}, with a status that says whose
 // fault it is: 4xx for the request, 429/503 for load and availability, 504 for
-// a deadline, 500 for the rest.
+// a deadline, 422 for an item the model refused or that crashes it, 500 for
+// the rest.
 package httpapi
 
 import (

@@ -270,6 +270,13 @@ func TestPredictAnswersEachContentType(t *testing.T) {
 			wantMsgpack: []any{int8(-1)},
 		},
 		{
+			name:        "JSON sent as a form, as curl -d does",
+			contentType: "application/x-www-form-urlencoded",
+			body:        []byte(` {"inputs": ["x", 1]}`),
+			wantItems:   []any{"x", int8(1)},
+			wantJSON:    `{"outputs":["x",1]}`,
+		},
+		{
 			name:        "form",
 			contentType: "application/x-www-form-urlencoded",
 			body:        []byte(url.Values{"s": {"I love [MASK].", "héllo & bye"}}.Encode()),
@@ -322,6 +329,28 @@ func TestPredictAnswersEachContentType(t *testing.T) {
 				t.Errorf("answer %s, want %s", got, tt.wantJSON)
 			}
 		})
+	}
+}
+
+func TestPredictJSONKeys(t *testing.T) {
+	tests := []struct {
+		body       string
+		wantStatus int
+	}{
+		{`{"\u0069nputs": [1]}`, 200},                     // an escaped key is still "inputs"
+		{`{"INPUTS": [1]}`, 400},                          // keys match exactly
+		{`{"inputs": [1], "inputs": [2]}`, 400},           // given twice
+		{`{"other": {"inputs": []}, "inputs": [1]}`, 200}, // unknown members are skipped
+		{`{"inputs": [1], "timeout_ms": null}`, 200},      // null is no timeout
+		{`{"inputs": [1], "timeout_ms": "5"}`, 400},       // a string is not a number
+		{`{"inputs": [1], "timeout_ms": 99999999999999999999}`, 400},
+	}
+	for _, tt := range tests {
+		h := New(Config{Backend: &fakeBackend{}})
+		rec := do(t, h, http.MethodPost, "/predict", "", []byte(tt.body))
+		if rec.Code != tt.wantStatus {
+			t.Errorf("%s: status %d (%s), want %d", tt.body, rec.Code, rec.Body.String(), tt.wantStatus)
+		}
 	}
 }
 
@@ -476,6 +505,25 @@ func TestPredictOutputWithoutJSONFormIs500(t *testing.T) {
 	}
 	if msg := errorOf(t, rec); !strings.Contains(msg, "output 0") || !strings.Contains(msg, "no JSON form") {
 		t.Errorf("error %q does not say which output is broken and why", msg)
+	}
+}
+
+func TestPredictMsgpackOutputThatIsNotMsgpackIs500(t *testing.T) {
+	for _, output := range [][]byte{{0xc1}, {0x01, 0x02}, {0xa3, 'a'}} {
+		backend := &fakeBackend{submit: func(_ context.Context, req supervisor.Request) (*supervisor.Future, error) {
+			f := supervisor.NewFuture(len(req.Items))
+			f.Complete(0, req.Items[0], nil)
+			f.Complete(1, output, nil)
+			return f, nil
+		}}
+		h := New(Config{Backend: backend})
+		rec := do(t, h, http.MethodPost, "/predict", "application/msgpack", mustMsgpack(t, map[string]any{"inputs": []int{1, 2}}))
+		if rec.Code != 500 {
+			t.Fatalf("output %x: status %d, want 500", output, rec.Code)
+		}
+		if msg := errorOf(t, rec); !strings.Contains(msg, "output 1 is not one msgpack value") {
+			t.Errorf("output %x: error %q does not name the broken output", output, msg)
+		}
 	}
 }
 

@@ -250,6 +250,13 @@ func unhex(c byte) rune {
 func appendUnescaped(dst []byte, raw []byte) []byte {
 	start := len(dst)
 	dst = append(dst, make([]byte, maxHeader)...)
+	dst = appendUnescapedText(dst, raw)
+	return finishHeader(dst, start, true, len(dst)-start-maxHeader, strHeader)
+}
+
+// appendUnescapedText appends the text of the already validated string body
+// raw, escapes decoded.
+func appendUnescapedText(dst []byte, raw []byte) []byte {
 	for i := 0; i < len(raw); {
 		c := raw[i]
 		switch {
@@ -270,7 +277,7 @@ func appendUnescaped(dst []byte, raw []byte) []byte {
 			i += size
 		}
 	}
-	return finishHeader(dst, start, true, len(dst)-start-maxHeader, strHeader)
+	return dst
 }
 
 // unescapeAt decodes the escape at raw[i] (a backslash) and returns the rune

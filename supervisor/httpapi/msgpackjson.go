@@ -359,3 +359,152 @@ func msgpackToJSON(dst, data []byte) ([]byte, error) {
 	}
 	return dst, nil
 }
+
+// skip moves past the next value, checking only that it is whole.
+func (s *msgpackScanner) skip(depth int) error {
+	if depth > maxNesting {
+		return s.errorf("nesting deeper than %d", maxNesting)
+	}
+	if s.pos >= len(s.data) {
+		return s.errorf("truncated: want a value")
+	}
+	c := s.data[s.pos]
+	s.pos++
+	var elems, size int // elements to skip, bytes to skip
+	var err error
+	switch {
+	case c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3:
+		return nil
+	case c <= 0x8f:
+		elems = 2 * int(c&0x0f)
+	case c <= 0x9f:
+		elems = int(c & 0x0f)
+	case c <= 0xbf:
+		size = int(c & 0x1f)
+	case c == 0xc4 || c == 0xc5 || c == 0xc6:
+		size, err = s.length(1 << (c - 0xc4))
+	case c == 0xc7 || c == 0xc8 || c == 0xc9:
+		size, err = s.length(1 << (c - 0xc7))
+		size++ // the type byte
+	case c == 0xca:
+		size = 4
+	case c == 0xcb:
+		size = 8
+	case 0xcc <= c && c <= 0xcf:
+		size = 1 << (c - 0xcc)
+	case 0xd0 <= c && c <= 0xd3:
+		size = 1 << (c - 0xd0)
+	case 0xd4 <= c && c <= 0xd8:
+		size = 1 + 1<<(c-0xd4)
+	case c == 0xd9 || c == 0xda || c == 0xdb:
+		size, err = s.length(1 << (c - 0xd9))
+	case c == 0xdc || c == 0xdd:
+		elems, err = s.length(2 << (c - 0xdc))
+	case c == 0xde || c == 0xdf:
+		elems, err = s.length(2 << (c - 0xde))
+		elems *= 2
+	default:
+		return fmt.Errorf("offset %d: invalid msgpack code 0x%02x", s.pos-1, c)
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := s.take(size); err != nil {
+		return err
+	}
+	if err := s.checkCount(elems, 1); err != nil {
+		return err
+	}
+	for range elems {
+		if err := s.skip(depth + 1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mapLen reads a map header; nil reads as -1.
+func (s *msgpackScanner) mapLen() (int, error) {
+	return s.containerLen(0x80, 0xde, "a map")
+}
+
+// arrayLen reads an array header; nil reads as -1.
+func (s *msgpackScanner) arrayLen() (int, error) {
+	return s.containerLen(0x90, 0xdc, "an array")
+}
+
+func (s *msgpackScanner) containerLen(fix, code16 byte, what string) (int, error) {
+	if s.pos >= len(s.data) {
+		return 0, s.errorf("truncated: want %s", what)
+	}
+	c := s.data[s.pos]
+	switch {
+	case c == 0xc0:
+		s.pos++
+		return -1, nil
+	case c&0xf0 == fix:
+		s.pos++
+		return int(c & 0x0f), nil
+	case c == code16 || c == code16+1:
+		s.pos++
+		return s.length(2 << (c - code16))
+	}
+	return 0, s.errorf("want %s, found code 0x%02x", what, c)
+}
+
+// stringBytes reads a string and returns its bytes without copying.
+func (s *msgpackScanner) stringBytes() ([]byte, error) {
+	if s.pos >= len(s.data) {
+		return nil, s.errorf("truncated: want a string")
+	}
+	c := s.data[s.pos]
+	var n int
+	var err error
+	switch {
+	case 0xa0 <= c && c <= 0xbf:
+		s.pos++
+		n = int(c & 0x1f)
+	case c == 0xd9 || c == 0xda || c == 0xdb:
+		s.pos++
+		n, err = s.length(1 << (c - 0xd9))
+	default:
+		return nil, s.errorf("want a string, found code 0x%02x", c)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s.take(n)
+}
+
+// integer reads a whole number of any msgpack integer width.
+func (s *msgpackScanner) integer() (int64, error) {
+	if s.pos >= len(s.data) {
+		return 0, s.errorf("truncated: want an integer")
+	}
+	c := s.data[s.pos]
+	switch {
+	case c <= 0x7f || c >= 0xe0:
+		s.pos++
+		return int64(int8(c)), nil
+	case 0xcc <= c && c <= 0xcf:
+		s.pos++
+		b, err := s.take(1 << (c - 0xcc))
+		if err != nil {
+			return 0, err
+		}
+		u := bigEndian(b)
+		if u > math.MaxInt64 {
+			return 0, s.errorf("integer %d is out of range", u)
+		}
+		return int64(u), nil
+	case 0xd0 <= c && c <= 0xd3:
+		s.pos++
+		b, err := s.take(1 << (c - 0xd0))
+		if err != nil {
+			return 0, err
+		}
+		shift := 64 - 8*len(b)
+		return int64(bigEndian(b)<<shift) >> shift, nil
+	}
+	return 0, s.errorf("want an integer, found code 0x%02x", c)
+}

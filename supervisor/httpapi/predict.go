@@ -84,6 +84,9 @@ func (h *handler) predict(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
+	if format == formatForm && looksLikeJSONObject(body.Bytes()) {
+		format = formatJSON // curl -d sends JSON labelled as a form
+	}
 	var req predictRequest
 	switch format {
 	case formatJSON:
@@ -107,16 +110,18 @@ func (h *handler) predict(w http.ResponseWriter, r *http.Request) {
 	}
 	out := body // the body's bytes are no longer referenced: items are copies
 	out.Reset()
+	contentType := h.jsonType
 	if format == formatMsgpack {
-		appendMsgpackOutputs(out, outputs)
-		h.writeBody(w, http.StatusOK, h.msgpackType, out.Bytes())
-		return
+		contentType = h.msgpackType
+		err = appendMsgpackOutputs(out, outputs)
+	} else {
+		err = h.appendJSONOutputs(out, outputs)
 	}
-	if err := h.appendJSONOutputs(out, outputs); err != nil {
+	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	h.writeBody(w, http.StatusOK, h.jsonType, out.Bytes())
+	h.writeBody(w, http.StatusOK, contentType, out.Bytes())
 }
 
 // run submits the request and waits for its outputs. The deadline, if any,
@@ -135,6 +140,14 @@ func (h *handler) run(ctx context.Context, req *predictRequest) ([][]byte, error
 		return nil, err
 	}
 	return fut.Result(ctx)
+}
+
+// looksLikeJSONObject reports whether body starts like a JSON object. A form
+// body never does: its first field name would begin with '{'.
+func looksLikeJSONObject(body []byte) bool {
+	s := jsonScanner{data: body}
+	s.skipSpace()
+	return s.pos < len(body) && body[s.pos] == '{'
 }
 
 // readBody reads the whole body into buf, refusing more than maxBody bytes.
@@ -218,8 +231,8 @@ func (h *handler) decodeJSON(body []byte, req *predictRequest) error {
 	return checkItemCount(len(req.items), req.items == nil)
 }
 
-// objectKey reads `"key":` of the body's top-level object. Keys that need
-// unescaping are returned raw: they are never "inputs" or "timeout_ms".
+// objectKey reads `"key":` of the body's top-level object and returns the
+// key when it is one the body may have, else "".
 func (s *jsonScanner) objectKey(first bool) (string, error) {
 	s.skipSpace()
 	if s.pos >= len(s.data) || s.data[s.pos] != '"' {
@@ -233,6 +246,9 @@ func (s *jsonScanner) objectKey(first bool) (string, error) {
 		return "", err
 	}
 	key := s.data[begin : s.pos-1]
+	if bytes.IndexByte(key, '\\') >= 0 { // rare: an escaped key
+		key = appendUnescapedText(nil, key)
+	}
 	if !s.consume(':') {
 		return "", s.unexpected("after an object key")
 	}
@@ -376,52 +392,68 @@ func itemError(index int, err error) error {
 }
 
 // decodeMsgpack reads a msgpack map {"inputs": [item, ...], "timeout_ms": N}.
-// Items are copied out of the body (DecodeRaw copies), so they stay valid
-// after the body's buffer is reused.
+// Each item is checked to be one whole value and handed to the codec as a
+// slice of the body.
 func (h *handler) decodeMsgpack(body []byte, req *predictRequest) error {
-	dec := msgpack.GetDecoder()
-	defer msgpack.PutDecoder(dec)
-	rd := bytes.NewReader(body)
-	dec.Reset(rd)
-	fields, err := dec.DecodeMapLen()
+	s := msgpackScanner{data: body}
+	fields, err := s.mapLen()
 	if err != nil || fields < 0 {
 		return badRequest(`body must be a msgpack map {"inputs": [...]}` + detail(err))
 	}
-	var raws []msgpack.RawMessage
+	if err := s.checkCount(fields, 2); err != nil {
+		return badRequest("malformed msgpack body: " + err.Error())
+	}
+	seenInputs := false
 	for range fields {
-		key, err := dec.DecodeString()
+		key, err := s.stringBytes()
 		if err != nil {
-			return badRequest("malformed msgpack body: map key" + detail(err))
+			return badRequest("malformed msgpack body: map key: " + err.Error())
 		}
-		switch key {
+		switch string(key) {
 		case "inputs":
-			raws, err = decodeMsgpackItems(dec, len(body))
-		case "timeout_ms":
-			var ms int64
-			if ms, err = dec.DecodeInt64(); err != nil {
-				return badRequest(`"timeout_ms" must be a whole number of milliseconds` + detail(err))
+			if seenInputs {
+				return badRequest(`"inputs" is given twice`)
 			}
-			err = setTimeout(req, ms)
+			seenInputs = true
+			err = h.decodeMsgpackInputs(&s, req)
+		case "timeout_ms":
+			err = decodeMsgpackTimeout(&s, req)
 		default:
-			err = dec.Skip()
+			if err = s.skip(1); err != nil {
+				err = badRequest("malformed msgpack body: " + string(key) + ": " + err.Error())
+			}
 		}
 		if err != nil {
-			var reqErr *requestError
-			if errors.As(err, &reqErr) {
-				return err
-			}
-			return badRequest("malformed msgpack body: " + key + detail(err))
+			return err
 		}
 	}
-	if rd.Len() != 0 {
-		return badRequest("malformed msgpack body: " + strconv.Itoa(rd.Len()) + " bytes after the map")
+	if left := len(body) - s.pos; left != 0 {
+		return badRequest("malformed msgpack body: " + strconv.Itoa(left) + " bytes after the map")
 	}
-	if err := checkItemCount(len(raws), raws == nil); err != nil {
-		return err
+	return checkItemCount(len(req.items), req.items == nil)
+}
+
+// decodeMsgpackInputs reads the inputs array; nil counts as missing. The
+// announced length is checked against the bytes left before anything is
+// allocated for it.
+func (h *handler) decodeMsgpackInputs(s *msgpackScanner, req *predictRequest) error {
+	n, err := s.arrayLen()
+	if err != nil {
+		return badRequest(`"inputs" must be an array of items: ` + err.Error())
 	}
-	req.items = make([][]byte, 0, len(raws))
-	for i, raw := range raws {
-		item, key, err := h.codec.FromMsgpack(raw)
+	if n < 0 {
+		return nil
+	}
+	if left := len(s.data) - s.pos; n > left {
+		return badRequest(`malformed msgpack body: "inputs" announces ` + strconv.Itoa(n) + " items in the " + strconv.Itoa(left) + " bytes left")
+	}
+	req.items = make([][]byte, 0, n)
+	for i := range n {
+		begin := s.pos
+		if err := s.skip(2); err != nil {
+			return badRequest(fmt.Sprintf("malformed msgpack body: item %d: %v", i, err))
+		}
+		item, key, err := h.codec.FromMsgpack(msgpack.RawMessage(s.data[begin:s.pos]))
 		if err != nil {
 			return itemError(i, err)
 		}
@@ -430,29 +462,17 @@ func (h *handler) decodeMsgpack(body []byte, req *predictRequest) error {
 	return nil
 }
 
-// decodeMsgpackItems reads the inputs array; nil means it was msgpack nil.
-// The announced length is checked against the body size before anything is
-// allocated for it.
-func decodeMsgpackItems(dec *msgpack.Decoder, bodyLen int) ([]msgpack.RawMessage, error) {
-	n, err := dec.DecodeArrayLen()
+// decodeMsgpackTimeout reads timeout_ms: an integer, or nil for none.
+func decodeMsgpackTimeout(s *msgpackScanner, req *predictRequest) error {
+	if s.pos < len(s.data) && s.data[s.pos] == 0xc0 {
+		s.pos++
+		return nil
+	}
+	ms, err := s.integer()
 	if err != nil {
-		return nil, badRequest(`"inputs" must be an array of items` + detail(err))
+		return badRequest(`"timeout_ms" must be a whole number of milliseconds: ` + err.Error())
 	}
-	if n < 0 {
-		return nil, nil
-	}
-	if n > bodyLen {
-		return nil, badRequest(`malformed msgpack body: "inputs" announces ` + strconv.Itoa(n) + " items in a body of " + strconv.Itoa(bodyLen) + " bytes")
-	}
-	raws := make([]msgpack.RawMessage, 0, n)
-	for i := range n {
-		raw, err := dec.DecodeRaw()
-		if err != nil {
-			return nil, badRequest(fmt.Sprintf("malformed msgpack body: item %d: %v", i, err))
-		}
-		raws = append(raws, raw)
-	}
-	return raws, nil
+	return setTimeout(req, ms)
 }
 
 func detail(err error) string {
@@ -516,8 +536,18 @@ func (h *handler) appendJSONOutputs(out *bytes.Buffer, outputs [][]byte) error {
 }
 
 // appendMsgpackOutputs writes the msgpack map {"outputs": [...]}. The
-// outputs are msgpack already and are spliced in as they are.
-func appendMsgpackOutputs(out *bytes.Buffer, outputs [][]byte) {
+// outputs are msgpack already and are spliced in as they are, once checked
+// to be one whole value each: a broken model must not corrupt the answer.
+func appendMsgpackOutputs(out *bytes.Buffer, outputs [][]byte) error {
+	for i, o := range outputs {
+		s := msgpackScanner{data: o}
+		if err := s.skip(0); err != nil || s.pos != len(o) {
+			if err == nil {
+				err = s.errorf("%d bytes after the value", len(o)-s.pos)
+			}
+			return fmt.Errorf("output %d is not one msgpack value: %w", i, err)
+		}
+	}
 	out.WriteByte(0x81) // a map of one entry
 	out.WriteString("\xa7outputs")
 	switch n := len(outputs); {
@@ -531,4 +561,5 @@ func appendMsgpackOutputs(out *bytes.Buffer, outputs [][]byte) {
 	for _, o := range outputs {
 		out.Write(o)
 	}
+	return nil
 }
