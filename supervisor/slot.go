@@ -117,6 +117,7 @@ func (sl *slot) setReady(w worker) {
 	s.mu.Lock()
 	sl.w = w
 	sl.state = SlotReady
+	s.everReady.Store(true)
 	s.mu.Unlock()
 	s.log.Info("worker ready", "slot", sl.id, "pid", w.pid(), "device", w.device())
 	s.signal()

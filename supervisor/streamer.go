@@ -38,6 +38,7 @@ type Streamer struct {
 	poison *poisonList
 
 	started   atomic.Bool
+	everReady atomic.Bool // some worker has been ready since Start
 	fatalOnce sync.Once
 	fatal     chan error
 
@@ -182,6 +183,8 @@ func (s *Streamer) admit(req Request) error {
 		return fmt.Errorf("%w: %d keys for %d items", ErrBadRequest, len(req.Keys), len(req.Items))
 	case s.draining.Load():
 		return ErrShuttingDown
+	case !s.everReady.Load():
+		return fmt.Errorf("%w: the workers are still starting", ErrUnavailable)
 	case s.unavail.Load():
 		return fmt.Errorf("%w for %s or more", ErrUnavailable, s.cfg.UnavailableAfter)
 	}

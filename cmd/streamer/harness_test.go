@@ -170,8 +170,10 @@ func (s *server) lostPortRace() bool {
 }
 
 // stop sends SIGTERM, waits a bounded time, then kills the process group.
+// Idle client connections are closed first: the server's drain would wait
+// for connections it cannot tell are abandoned.
 func (s *server) stop(t *testing.T) {
-	defer s.client.CloseIdleConnections()
+	s.client.CloseIdleConnections()
 	if !s.exited() {
 		_ = s.cmd.Process.Signal(syscall.SIGTERM)
 		select {

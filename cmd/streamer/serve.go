@@ -221,14 +221,9 @@ func runServe(ctx context.Context, o serveOptions) error {
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	log.Info("starting workers", "model", spec.String(), "workers", o.workers, "cuda", o.cuda)
-	if err := st.Start(ctx); err != nil {
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), o.grace)
-		defer cancel()
-		_ = st.Shutdown(shutdownCtx)
-		return fmt.Errorf("start workers: %w", err)
-	}
 
+	// Serve from the start: while the workers initialise, /readyz says 503
+	// and requests get a quick 503 instead of waiting on a silent socket.
 	server := &http.Server{
 		Handler:           httpapi.New(httpapi.Config{Backend: st, Codec: codec, MaxBody: o.maxBody, Logger: log, Model: info}),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -236,7 +231,11 @@ func runServe(ctx context.Context, o serveOptions) error {
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- server.Serve(listener) }()
-	log.Info("serving", "listen", listener.Addr().String())
+	log.Info("listening; starting workers", "listen", listener.Addr().String(), "model", spec.String(), "workers", o.workers, "cuda", o.cuda)
+	if err := st.Start(ctx); err != nil {
+		return errors.Join(fmt.Errorf("start workers: %w", err), drain(st, server, o.grace, log))
+	}
+	log.Info("serving")
 
 	var runErr error
 	select {
@@ -253,18 +252,21 @@ func runServe(ctx context.Context, o serveOptions) error {
 
 // drain stops admitting work, lets admitted requests finish within grace,
 // stops the workers and then closes the HTTP server. While draining, new
-// requests are answered 503 rather than refused at the socket.
+// requests are answered 503 rather than refused at the socket, and
+// keep-alive is off so that idle client connections do not hold the exit.
 func drain(st *supervisor.Streamer, server *http.Server, grace time.Duration, log *slog.Logger) error {
+	server.SetKeepAlivesEnabled(false)
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	err := st.Shutdown(ctx)
-	if err != nil {
-		log.Warn("drain did not finish within the grace period", "err", err)
+	if err := st.Shutdown(ctx); err != nil {
+		log.Warn("drain did not finish within the grace period; the rest was answered 503", "err", err)
 	}
-	httpCtx, httpCancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// Every admitted item is answered by now: handlers only have their
+	// responses left to write.
+	httpCtx, httpCancel := context.WithTimeout(context.Background(), time.Second)
 	defer httpCancel()
-	if herr := server.Shutdown(httpCtx); herr != nil {
-		log.Warn("close http server", "err", herr)
+	if err := server.Shutdown(httpCtx); err != nil {
+		_ = server.Close()
 	}
 	log.Info("stopped")
 	return nil

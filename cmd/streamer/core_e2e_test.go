@@ -1,0 +1,550 @@
+package main
+
+// Core integration tests: each drives the real streamer binary and its real
+// worker processes through HTTP and signals, and breaks one of the promises
+// of the design on purpose (a killed worker, a poison item, a hang, bad
+// input, overload, no worker, a deadline, SIGTERM, a chatty model).
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// workerEnv reads one variable from a live process's environment.
+func workerEnv(t *testing.T, pid int, name string) (string, bool) {
+	t.Helper()
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		t.Fatalf("read environment of worker %d: %v", pid, err)
+	}
+	for kv := range strings.SplitSeq(string(data), "\x00") {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == name {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+func slotByIndex(t *testing.T, slots []supervisor.SlotStatus, index int) supervisor.SlotStatus {
+	t.Helper()
+	for _, s := range slots {
+		if s.Slot == index {
+			return s
+		}
+	}
+	t.Fatalf("no slot %d in %+v", index, slots)
+	return supervisor.SlotStatus{}
+}
+
+func TestCUDADevicesRoundRobinAndSurviveRestart(t *testing.T) {
+	s := startServer(t, "--workers", "8", "--cuda", "0,1,2,3")
+	slots := s.waitAllReady(t, 8)
+	for i := range 8 {
+		slot := slotByIndex(t, slots, i)
+		want := strconv.Itoa(i % 4)
+		if slot.CUDA != want {
+			t.Errorf("slot %d reports CUDA_VISIBLE_DEVICES=%q, want %q", i, slot.CUDA, want)
+		}
+		if got, ok := workerEnv(t, slot.PID, "CUDA_VISIBLE_DEVICES"); !ok || got != want {
+			t.Errorf("slot %d: worker %d runs with CUDA_VISIBLE_DEVICES=%q (set %v), want %q", i, slot.PID, got, ok, want)
+		}
+	}
+
+	const victim = 5
+	old := slotByIndex(t, slots, victim)
+	killWorker(t, old.PID)
+	var restarted supervisor.SlotStatus
+	s.waitFor(t, "slot 5 to run a new worker", readyTimeout, func() bool {
+		restarted = slotByIndex(t, s.workers(t), victim)
+		return restarted.State == supervisor.SlotReady && restarted.PID > 0 && restarted.PID != old.PID
+	})
+	if restarted.CUDA != "1" {
+		t.Errorf("restarted slot 5 reports CUDA_VISIBLE_DEVICES=%q, want 1", restarted.CUDA)
+	}
+	if got, _ := workerEnv(t, restarted.PID, "CUDA_VISIBLE_DEVICES"); got != "1" {
+		t.Errorf("restarted worker %d runs with CUDA_VISIBLE_DEVICES=%q, want 1", restarted.PID, got)
+	}
+	if restarted.Restarts < 1 {
+		t.Errorf("slot 5 counts %d restarts after its worker was killed", restarted.Restarts)
+	}
+	if p := s.predictJSON(t, "still", "serving"); p.Status != http.StatusOK {
+		t.Errorf("after the restart: %s", p)
+	}
+}
+
+// clientLoad runs clients goroutines that each send requests requests with
+// unique items, checks every answer is 200 and equals its inputs, and counts
+// the answered requests in done.
+func clientLoad(s *server, clients, requests int, done *atomic.Int64) []error {
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	for c := range clients {
+		wg.Go(func() {
+			for r := range requests {
+				inputs := []any{fmt.Sprintf("c%d-r%d-a", c, r), fmt.Sprintf("c%d-r%d-b", c, r)}
+				p, err := s.tryPredictJSON(map[string]any{"inputs": inputs})
+				if err == nil && (p.Status != http.StatusOK || !reflect.DeepEqual(p.Outputs, inputs)) {
+					err = fmt.Errorf("inputs %v: %s", inputs, p)
+				}
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+				done.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+func TestKilledWorkersLoseNoRequest(t *testing.T) {
+	s := startServer(t, "--workers", "3", "--model", "sleep:40ms,0s", "--batch-size", "4", "--max-latency", "5ms")
+	s.waitAllReady(t, 3)
+
+	const clients, requests, kills = 16, 12, 4
+	var answered atomic.Int64
+	loadDone := make(chan []error, 1)
+	go func() { loadDone <- clientLoad(s, clients, requests, &answered) }()
+
+	// Kill a worker each time another stretch of requests was answered, so
+	// that the kills land while batches run.
+	killed := map[int]bool{}
+	for k := range kills {
+		threshold := int64((k + 1) * clients * requests / (kills + 2))
+		s.waitFor(t, "load to progress", readyTimeout, func() bool { return answered.Load() >= threshold })
+		var victim int
+		s.waitFor(t, "a ready worker not killed yet", readyTimeout, func() bool {
+			for _, w := range s.readyWorkers(t) {
+				if !killed[w.PID] {
+					victim = w.PID
+					return true
+				}
+			}
+			return false
+		})
+		killed[victim] = true
+		killWorker(t, victim)
+	}
+	var errs []error
+	select {
+	case errs = <-loadDone:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the load did not finish within 60s")
+	}
+	for _, err := range errs {
+		t.Error(err)
+	}
+	if st := s.stats(t); st.Crashes < kills {
+		t.Errorf("stats count %d crashes after %d kills", st.Crashes, kills)
+	}
+}
+
+// sumRestarts adds up the restarts of every slot.
+func sumRestarts(slots []supervisor.SlotStatus) int {
+	n := 0
+	for _, s := range slots {
+		n += s.Restarts
+	}
+	return n
+}
+
+func TestPoisonItemFailsAloneAndIsRemembered(t *testing.T) {
+	s := startServer(t, "--workers", "2", "--model", "chaos:crash=boom", "--batch-size", "8", "--max-latency", "20ms")
+	s.waitAllReady(t, 2)
+
+	var answered atomic.Int64
+	loadDone := make(chan []error, 1)
+	go func() { loadDone <- clientLoad(s, 8, 10, &answered) }()
+	s.waitFor(t, "load to start", readyTimeout, func() bool { return answered.Load() >= 5 })
+
+	start := time.Now()
+	p := s.predictJSON(t, "fine-1", "boom", "fine-2")
+	t.Logf("poison isolated after %s", time.Since(start))
+	if p.Status != http.StatusUnprocessableEntity || !strings.Contains(p.Error, "item 1") {
+		t.Errorf("poison request: %s, want 422 naming item 1", p)
+	}
+	for _, err := range <-loadDone {
+		t.Error(err)
+	}
+
+	// Known poison is refused on sight: no new crash.
+	s.waitAllReady(t, 2)
+	before, restartsBefore := s.stats(t), sumRestarts(s.workers(t))
+	if before.Crashes == 0 {
+		t.Errorf("no crash counted although the poison item crashed workers")
+	}
+	start = time.Now()
+	p = s.predictJSON(t, "boom")
+	if p.Status != http.StatusUnprocessableEntity || !strings.Contains(p.Error, "item 0") {
+		t.Errorf("second poison request: %s, want 422 naming item 0", p)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("known poison took %s to refuse", took)
+	}
+	after := s.stats(t)
+	if after.Crashes != before.Crashes || sumRestarts(s.workers(t)) != restartsBefore {
+		t.Errorf("known poison crashed a worker again: crashes %d → %d", before.Crashes, after.Crashes)
+	}
+	if p := s.predictJSON(t, "fine-3"); p.Status != http.StatusOK {
+		t.Errorf("after poison: %s", p)
+	}
+}
+
+func TestHangingBatchKillsWorker(t *testing.T) {
+	s := startServer(t, "--workers", "2", "--model", "chaos:hang=zzz", "--worker-timeout", "500ms")
+	before := s.waitAllReady(t, 2)
+
+	start := time.Now()
+	// The request's own deadline is far beyond the worker timeout: it must
+	// fail because the worker was killed, not because the client gave up.
+	const requestTimeout = 8 * time.Second
+	p, err := s.tryPredictJSON(map[string]any{"inputs": []any{"zzz"}, "timeout_ms": requestTimeout.Milliseconds()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if p.Status != http.StatusUnprocessableEntity && p.Status != http.StatusGatewayTimeout {
+		t.Errorf("hanging request: %s, want 422 or 504", p)
+	}
+	if took < 500*time.Millisecond || took >= requestTimeout-time.Second {
+		t.Errorf("hanging request answered after %s, want after the 500ms worker timeout and well before its own %s", took, requestTimeout)
+	}
+	oldPIDs := map[int]bool{before[0].PID: true, before[1].PID: true}
+	s.waitFor(t, "a replaced worker", 10*time.Second, func() bool {
+		for _, w := range s.readyWorkers(t) {
+			if !oldPIDs[w.PID] {
+				return true
+			}
+		}
+		return false
+	})
+	if st := s.stats(t); st.Crashes == 0 {
+		t.Error("no crash counted for the timed-out batch")
+	}
+	if p := s.predictJSON(t, "after", "hang"); p.Status != http.StatusOK || !reflect.DeepEqual(p.Outputs, []any{"after", "hang"}) {
+		t.Errorf("after the hang: %s", p)
+	}
+}
+
+func TestBadInputAnsweredAndServerKeepsServing(t *testing.T) {
+	s := startServer(t, "--max-body", "1000")
+	tests := []struct {
+		name        string
+		method      string
+		contentType string
+		body        string
+		wantStatus  int
+		wantMsg     string
+	}{
+		{"malformed JSON", http.MethodPost, "application/json", `{"inputs": [`, 400, "malformed JSON"},
+		{"missing inputs", http.MethodPost, "application/json", `{"input": [1]}`, 400, `missing "inputs"`},
+		{"empty inputs", http.MethodPost, "application/json", `{"inputs": []}`, 400, `empty "inputs"`},
+		{"malformed msgpack", http.MethodPost, "application/msgpack", "\xc1\xc1", 400, "msgpack"},
+		{"wrong content type", http.MethodPost, "text/csv", "a,b", 415, `"text/csv"`},
+		{"body over --max-body", http.MethodPost, "application/json", `{"inputs": ["` + strings.Repeat("x", 4000) + `"]}`, 413, "1000 bytes"},
+		{"wrong method", http.MethodPut, "application/json", `{"inputs": [1]}`, 405, "POST"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, body, _, err := s.do(context.Background(), tt.method, "/predict", tt.contentType, []byte(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var answer struct{ Error string }
+			if status != tt.wantStatus || json.Unmarshal(body, &answer) != nil || !strings.Contains(answer.Error, tt.wantMsg) {
+				t.Errorf("status %d, body %s; want %d with an error naming %q", status, body, tt.wantStatus, tt.wantMsg)
+			}
+			if p := s.predictJSON(t, "good", 1); p.Status != http.StatusOK || !reflect.DeepEqual(p.Outputs, []any{"good", 1.0}) {
+				t.Errorf("good request right after: %s", p)
+			}
+		})
+	}
+}
+
+func TestOverloadAnswers429(t *testing.T) {
+	s := startServer(t, "--workers", "1", "--batch-size", "1", "--max-queue", "2", "--model", "sleep:200ms,0s")
+	const burst = 12
+	type result struct {
+		status int
+		retry  string
+		took   time.Duration
+		err    error
+	}
+	results := make(chan result, burst)
+	var wg sync.WaitGroup
+	for i := range burst {
+		wg.Go(func() {
+			start := time.Now()
+			status, _, hdr, err := s.tryPost("application/json", []byte(`{"inputs": ["burst-`+strconv.Itoa(i)+`"]}`))
+			results <- result{status: status, retry: hdr.Get("Retry-After"), took: time.Since(start), err: err}
+		})
+	}
+	wg.Wait()
+	close(results)
+	counts := map[int]int{}
+	for r := range results {
+		if r.err != nil {
+			t.Error(r.err)
+			continue
+		}
+		counts[r.status]++
+		switch r.status {
+		case http.StatusOK:
+		case http.StatusTooManyRequests:
+			if r.retry != "1" {
+				t.Errorf("429 with Retry-After %q, want 1", r.retry)
+			}
+			if r.took > time.Second {
+				t.Errorf("429 took %s; refusal should be at once", r.took)
+			}
+		default:
+			t.Errorf("status %d in an overload burst, want 200 or 429", r.status)
+		}
+	}
+	if counts[http.StatusOK] == 0 || counts[http.StatusTooManyRequests] == 0 {
+		t.Errorf("statuses %v: want some 200 and some 429", counts)
+	}
+	if p := s.predictJSON(t, "after the burst"); p.Status != http.StatusOK {
+		t.Errorf("after the burst: %s", p)
+	}
+}
+
+func TestNoLiveWorkerFailsFast(t *testing.T) {
+	for _, tt := range []struct{ model, reason string }{
+		{"chaos:init-fail", "init failed as asked"},
+		{"chaos:init-exit", "exiting during init as asked"},
+	} {
+		model := tt.model
+		t.Run(model, func(t *testing.T) {
+			s := launchServer(t, "--model", model, "--max-restarts", "2")
+			// Either the server answers 503 quickly while it is up, or it gives
+			// up and exits non-zero; it must never hang a client.
+			var served bool
+			waitFor(t, "the server to refuse work or exit", 10*time.Second, func() bool {
+				if s.exited() {
+					return true
+				}
+				// A server that accepts connections but never answers them
+				// is the hang this test is about: each probe is bounded.
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				defer cancel()
+				status, _, _, err := s.do(ctx, http.MethodGet, "/readyz", "", nil)
+				if err != nil {
+					return false // not listening yet, or not answering
+				}
+				if status != http.StatusServiceUnavailable {
+					t.Fatalf("/readyz answered %d with no worker able to start", status)
+				}
+				start := time.Now()
+				pstatus, body, _, err := s.do(ctx, http.MethodPost, "/predict", "application/json", []byte(`{"inputs": [1]}`))
+				if err != nil {
+					return s.exited() // the server may have quit meanwhile
+				}
+				if pstatus != http.StatusServiceUnavailable || time.Since(start) > time.Second {
+					t.Fatalf("/predict with no worker: status %d after %s (%s), want 503 within 1s", pstatus, time.Since(start), body)
+				}
+				served = true
+				return true
+			})
+			if served {
+				return
+			}
+			code, err := s.wait(stopTimeout)
+			if err != nil || code == 0 {
+				t.Errorf("server with no possible worker: exit code %d (%v), want non-zero", code, err)
+			}
+			if !strings.Contains(s.logs(), tt.reason) {
+				t.Errorf("the server's output does not say why the workers failed (%q)", tt.reason)
+			}
+		})
+	}
+}
+
+func TestDeadlineAnswers504(t *testing.T) {
+	s := startServer(t, "--workers", "1", "--model", "sleep:800ms,0s")
+	tests := []struct {
+		name   string
+		body   any
+		header []string
+	}{
+		{"timeout_ms", map[string]any{"inputs": []any{"slow"}, "timeout_ms": 150}, nil},
+		{"header", map[string]any{"inputs": []any{"slow"}}, []string{"X-Timeout-Ms", "150"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			start := time.Now()
+			p, err := s.tryPredictJSON(tt.body, tt.header...)
+			took := time.Since(start)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Status != http.StatusGatewayTimeout {
+				t.Errorf("%s, want 504", p)
+			}
+			if took < 150*time.Millisecond || took > 700*time.Millisecond {
+				t.Errorf("answered after %s, want at the 150ms deadline, before the 800ms batch ends", took)
+			}
+		})
+	}
+	p, err := s.tryPredictJSON(map[string]any{"inputs": []any{"patient"}, "timeout_ms": 20000})
+	if err != nil || p.Status != http.StatusOK {
+		t.Errorf("a request with room for the batch: %s %v", p, err)
+	}
+}
+
+func TestSIGTERMDrainsAdmittedRequests(t *testing.T) {
+	s := startServer(t, "--workers", "2", "--model", "sleep:1s,0s", "--batch-size", "4", "--grace", "10s")
+	const inflight = 6
+	var completed atomic.Int64
+	type answer struct {
+		p   prediction
+		err error
+		in  []any
+	}
+	answers := make(chan answer, inflight)
+	for i := range inflight {
+		go func() {
+			in := []any{"drain-" + strconv.Itoa(i)}
+			p, err := s.tryPredictJSON(map[string]any{"inputs": in})
+			completed.Add(1)
+			answers <- answer{p, err, in}
+		}()
+	}
+	s.waitFor(t, "the requests to be admitted", readyTimeout, func() bool { return s.stats(t).Submitted >= inflight })
+	if err := s.signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	doneBeforeSignal := completed.Load()
+
+	// New work is refused once the signal is handled: 503, or no listener.
+	waitFor(t, "new requests to be refused", 5*time.Second, func() bool {
+		status, _, _, err := s.tryPost("application/json", []byte(`{"inputs": ["late"]}`))
+		return err != nil || status == http.StatusServiceUnavailable
+	})
+	for range inflight {
+		a := <-answers
+		if a.err != nil || a.p.Status != http.StatusOK || !reflect.DeepEqual(a.p.Outputs, a.in) {
+			t.Errorf("admitted request %v during drain: %s %v", a.in, a.p, a.err)
+		}
+	}
+	if doneBeforeSignal == inflight {
+		t.Error("every request finished before SIGTERM; the test proved nothing")
+	}
+	code, err := s.wait(stopTimeout)
+	if err != nil || code != 0 {
+		t.Errorf("exit code %d (%v) after SIGTERM, want 0", code, err)
+	}
+}
+
+func TestModelStdoutGoesToLogNotProtocol(t *testing.T) {
+	s := startServer(t, "--workers", "1", "--model", "chaos:stdout", "--log-format", "json")
+	pid := s.waitAllReady(t, 1)[0].PID
+	var wg sync.WaitGroup
+	for c := range 4 {
+		wg.Go(func() {
+			for r := range 5 {
+				in := []any{fmt.Sprintf("noisy-%d-%d", c, r), map[string]any{"n": float64(r)}}
+				p, err := s.tryPredictJSON(map[string]any{"inputs": in})
+				if err != nil || p.Status != http.StatusOK || !reflect.DeepEqual(p.Outputs, in) {
+					t.Errorf("inputs %v: %s %v", in, p, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	var tagged bool
+	s.waitFor(t, "the model's stdout in the log", 5*time.Second, func() bool {
+		tagged = false
+		found := false
+		for _, line := range logLinesContaining(s.logs(), "chaos: a batch of") {
+			found = true
+			if slot, ok := line["slot"].(float64); ok && slot == 0 && line["pid"] == float64(pid) {
+				tagged = true
+			}
+		}
+		return found
+	})
+	if !tagged {
+		t.Errorf("the model's stdout lines are not tagged with slot 0 and pid %d:\n%s", pid,
+			strings.Join(rawLinesContaining(s.logs(), "chaos: a batch of"), "\n"))
+	}
+}
+
+// logLinesContaining decodes the JSON log lines that mention text.
+func logLinesContaining(logs, text string) []map[string]any {
+	var out []map[string]any
+	for _, raw := range rawLinesContaining(logs, text) {
+		var line map[string]any
+		if json.Unmarshal([]byte(raw), &line) == nil {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+func rawLinesContaining(logs, text string) []string {
+	var out []string
+	sc := bufio.NewScanner(strings.NewReader(logs))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), text) {
+			out = append(out, sc.Text())
+		}
+	}
+	if err := sc.Err(); err != nil && !errors.Is(err, bufio.ErrTooLong) {
+		out = append(out, "(reading the log: "+err.Error()+")")
+	}
+	return out
+}
+
+func TestMsgpackAndFormClients(t *testing.T) {
+	s := startServer(t, "--workers", "2")
+
+	body, err := msgpack.Marshal(map[string]any{"inputs": []any{"a", []byte{1, 2}, 3.5, map[string]any{"k": int8(1)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, data, hdr := s.post(t, "application/msgpack", body)
+	var answer struct {
+		Outputs []any `msgpack:"outputs"`
+	}
+	if status != http.StatusOK || hdr.Get("Content-Type") != "application/msgpack" || msgpack.Unmarshal(data, &answer) != nil {
+		t.Fatalf("msgpack request: status %d, Content-Type %q, body %x", status, hdr.Get("Content-Type"), data)
+	}
+	want := []any{"a", []byte{1, 2}, 3.5, map[string]any{"k": int8(1)}}
+	if !reflect.DeepEqual(answer.Outputs, want) {
+		t.Errorf("msgpack outputs %#v, want %#v", answer.Outputs, want)
+	}
+
+	// The original service-streamer clients post one form field s per item.
+	form := url.Values{"s": {"I love [MASK].", "second & last"}}.Encode()
+	status, data, _ = s.post(t, "application/x-www-form-urlencoded", []byte(form))
+	p, err := decodePrediction(status, data, nil)
+	if err != nil || !reflect.DeepEqual(p.Outputs, []any{"I love [MASK].", "second & last"}) {
+		t.Errorf("form request: %s %v", p, err)
+	}
+}
