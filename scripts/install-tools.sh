@@ -19,10 +19,9 @@ log() { echo "install-tools: $*"; }
 # apt_packages are the Debian packages the build and tests need.
 # ── Add packages here. ──
 #   gcc, libc6-dev: cgo, for -race and the ONNX Runtime binding.
-#   Expected from other parts of the project: protobuf-compiler (make proto),
-#   python3-grpcio (the Python plugin example), redis-server (the Redis
-#   broker tests).
-apt_packages=(gcc libc6-dev)
+#   protobuf-compiler: make proto, and the Python plugin's generated stubs.
+#   python3-grpcio, python3-protobuf, python3-msgpack: the Python plugin example.
+apt_packages=(gcc libc6-dev protobuf-compiler python3-grpcio python3-protobuf python3-msgpack)
 
 # install_apt_packages installs those of apt_packages that are missing,
 # refreshing the package lists once first.

@@ -2,8 +2,8 @@
 //
 // A plugin is a program that serves the Model service below over gRPC after
 // the go-plugin handshake described in handshake.go (and in the package
-// documentation of pluginpb). The worker calls Init once, then Predict once
-// per batch, from one goroutine at a time.
+// documentation of pluginpb). The worker calls Init once, then sends its
+// batches one at a time on one Predict stream.
 //
 // Items and outputs are msgpack-encoded values: a JSON string item sent to
 // streamer's HTTP API arrives here as a msgpack string, and an output encoded
@@ -192,10 +192,19 @@ func (x *PredictRequest) GetItems() [][]byte {
 	return nil
 }
 
-// PredictResponse answers a batch: exactly one output per item, in order.
+// PredictResponse answers a batch: exactly one output per item, in order,
+// or an error for the whole batch.
 type PredictResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Outputs       []*Output              `protobuf:"bytes,1,rep,name=outputs,proto3" json:"outputs,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// outputs[i] is the msgpack-encoded answer to items[i]. An item that failed
+	// has an empty output and an entry in item_errors.
+	Outputs [][]byte `protobuf:"bytes,1,rep,name=outputs,proto3" json:"outputs,omitempty"`
+	// item_errors fails single items, keyed by their index in the batch; their
+	// batch-mates keep their outputs.
+	ItemErrors map[uint32]string `protobuf:"bytes,2,rep,name=item_errors,json=itemErrors,proto3" json:"item_errors,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// error, when not empty, fails every item of the batch with this message
+	// (the rest is then ignored); the stream goes on with the next batch.
+	Error         string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -230,97 +239,26 @@ func (*PredictResponse) Descriptor() ([]byte, []int) {
 	return file_model_proto_rawDescGZIP(), []int{3}
 }
 
-func (x *PredictResponse) GetOutputs() []*Output {
+func (x *PredictResponse) GetOutputs() [][]byte {
 	if x != nil {
 		return x.Outputs
 	}
 	return nil
 }
 
-// Output answers one item: its value, or why this item alone failed.
-type Output struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// Types that are valid to be assigned to Result:
-	//
-	//	*Output_Value
-	//	*Output_Error
-	Result        isOutput_Result `protobuf_oneof:"result"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *Output) Reset() {
-	*x = Output{}
-	mi := &file_model_proto_msgTypes[4]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *Output) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*Output) ProtoMessage() {}
-
-func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_model_proto_msgTypes[4]
+func (x *PredictResponse) GetItemErrors() map[uint32]string {
 	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use Output.ProtoReflect.Descriptor instead.
-func (*Output) Descriptor() ([]byte, []int) {
-	return file_model_proto_rawDescGZIP(), []int{4}
-}
-
-func (x *Output) GetResult() isOutput_Result {
-	if x != nil {
-		return x.Result
+		return x.ItemErrors
 	}
 	return nil
 }
 
-func (x *Output) GetValue() []byte {
+func (x *PredictResponse) GetError() string {
 	if x != nil {
-		if x, ok := x.Result.(*Output_Value); ok {
-			return x.Value
-		}
-	}
-	return nil
-}
-
-func (x *Output) GetError() string {
-	if x != nil {
-		if x, ok := x.Result.(*Output_Error); ok {
-			return x.Error
-		}
+		return x.Error
 	}
 	return ""
 }
-
-type isOutput_Result interface {
-	isOutput_Result()
-}
-
-type Output_Value struct {
-	// value is the msgpack-encoded answer.
-	Value []byte `protobuf:"bytes,1,opt,name=value,proto3,oneof"`
-}
-
-type Output_Error struct {
-	// error fails this item only; its batch-mates keep their values.
-	Error string `protobuf:"bytes,2,opt,name=error,proto3,oneof"`
-}
-
-func (*Output_Value) isOutput_Result() {}
-
-func (*Output_Error) isOutput_Result() {}
 
 var File_model_proto protoreflect.FileDescriptor
 
@@ -337,16 +275,18 @@ const file_model_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06device\x18\x02 \x01(\tR\x06device\"&\n" +
 	"\x0ePredictRequest\x12\x14\n" +
-	"\x05items\x18\x01 \x03(\fR\x05items\"G\n" +
-	"\x0fPredictResponse\x124\n" +
-	"\aoutputs\x18\x01 \x03(\v2\x1a.streamer.plugin.v1.OutputR\aoutputs\"B\n" +
-	"\x06Output\x12\x16\n" +
-	"\x05value\x18\x01 \x01(\fH\x00R\x05value\x12\x16\n" +
-	"\x05error\x18\x02 \x01(\tH\x00R\x05errorB\b\n" +
-	"\x06result2\xa6\x01\n" +
+	"\x05items\x18\x01 \x03(\fR\x05items\"\xd6\x01\n" +
+	"\x0fPredictResponse\x12\x18\n" +
+	"\aoutputs\x18\x01 \x03(\fR\aoutputs\x12T\n" +
+	"\vitem_errors\x18\x02 \x03(\v23.streamer.plugin.v1.PredictResponse.ItemErrorsEntryR\n" +
+	"itemErrors\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\x1a=\n" +
+	"\x0fItemErrorsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\xaa\x01\n" +
 	"\x05Model\x12I\n" +
-	"\x04Init\x12\x1f.streamer.plugin.v1.InitRequest\x1a .streamer.plugin.v1.InitResponse\x12R\n" +
-	"\aPredict\x12\".streamer.plugin.v1.PredictRequest\x1a#.streamer.plugin.v1.PredictResponseB8Z6github.com/streamer-dev/streamer/model/plugin/pluginpbb\x06proto3"
+	"\x04Init\x12\x1f.streamer.plugin.v1.InitRequest\x1a .streamer.plugin.v1.InitResponse\x12V\n" +
+	"\aPredict\x12\".streamer.plugin.v1.PredictRequest\x1a#.streamer.plugin.v1.PredictResponse(\x010\x01B8Z6github.com/streamer-dev/streamer/model/plugin/pluginpbb\x06proto3"
 
 var (
 	file_model_proto_rawDescOnce sync.Once
@@ -366,12 +306,12 @@ var file_model_proto_goTypes = []any{
 	(*InitResponse)(nil),    // 1: streamer.plugin.v1.InitResponse
 	(*PredictRequest)(nil),  // 2: streamer.plugin.v1.PredictRequest
 	(*PredictResponse)(nil), // 3: streamer.plugin.v1.PredictResponse
-	(*Output)(nil),          // 4: streamer.plugin.v1.Output
-	nil,                     // 5: streamer.plugin.v1.InitRequest.ArgsEntry
+	nil,                     // 4: streamer.plugin.v1.InitRequest.ArgsEntry
+	nil,                     // 5: streamer.plugin.v1.PredictResponse.ItemErrorsEntry
 }
 var file_model_proto_depIdxs = []int32{
-	5, // 0: streamer.plugin.v1.InitRequest.args:type_name -> streamer.plugin.v1.InitRequest.ArgsEntry
-	4, // 1: streamer.plugin.v1.PredictResponse.outputs:type_name -> streamer.plugin.v1.Output
+	4, // 0: streamer.plugin.v1.InitRequest.args:type_name -> streamer.plugin.v1.InitRequest.ArgsEntry
+	5, // 1: streamer.plugin.v1.PredictResponse.item_errors:type_name -> streamer.plugin.v1.PredictResponse.ItemErrorsEntry
 	0, // 2: streamer.plugin.v1.Model.Init:input_type -> streamer.plugin.v1.InitRequest
 	2, // 3: streamer.plugin.v1.Model.Predict:input_type -> streamer.plugin.v1.PredictRequest
 	1, // 4: streamer.plugin.v1.Model.Init:output_type -> streamer.plugin.v1.InitResponse
@@ -387,10 +327,6 @@ func init() { file_model_proto_init() }
 func file_model_proto_init() {
 	if File_model_proto != nil {
 		return
-	}
-	file_model_proto_msgTypes[4].OneofWrappers = []any{
-		(*Output_Value)(nil),
-		(*Output_Error)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

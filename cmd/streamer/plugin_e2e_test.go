@@ -1,0 +1,392 @@
+package main
+
+// Integration tests of model plugins: `streamer serve --plugin BINARY` with
+// real worker processes, each running its own real plugin process (the
+// fillmask example, the Python example, and test plugins that crash, hang or
+// misbehave on purpose).
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// pluginBins builds the example and test plugins into a temporary folder.
+func pluginBins(t *testing.T) map[string]string {
+	t.Helper()
+	pkgs := map[string]string{
+		"fillmask":     "github.com/streamer-dev/streamer/examples/fillmask",
+		"chaos":        "github.com/streamer-dev/streamer/model/plugin/internal/testplugins/chaos",
+		"wrongversion": "github.com/streamer-dev/streamer/model/plugin/internal/testplugins/wrongversion",
+		"silent":       "github.com/streamer-dev/streamer/model/plugin/internal/testplugins/silent",
+	}
+	dir := t.TempDir()
+	args := []string{"build", "-o", dir + string(filepath.Separator)}
+	bins := map[string]string{}
+	for name, pkg := range pkgs {
+		args = append(args, pkg)
+		bins[name] = filepath.Join(dir, name)
+	}
+	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+		t.Fatalf("build plugins: %v\n%s", err, out)
+	}
+	return bins
+}
+
+// childrenOf lists the processes whose parent is pid.
+func childrenOf(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var kids []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if stat, ok := procStat(child); ok && len(stat) > 1 && stat[1] == strconv.Itoa(pid) {
+			kids = append(kids, child)
+		}
+	}
+	return kids
+}
+
+// procStat returns the fields of /proc/PID/stat after the command name:
+// state, parent pid, ...
+func procStat(pid int) ([]string, bool) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil, false
+	}
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil, false
+	}
+	return strings.Fields(s[i+1:]), true
+}
+
+// processGone reports whether pid has exited (a zombie counts as gone).
+func processGone(pid int) bool {
+	stat, ok := procStat(pid)
+	return !ok || len(stat) == 0 || stat[0] == "Z"
+}
+
+// pluginOf waits for the plugin process of a worker and returns its pid.
+func pluginOf(t *testing.T, workerPID int) int {
+	t.Helper()
+	var plugin int
+	waitFor(t, fmt.Sprintf("the plugin of worker %d", workerPID), readyTimeout, func() bool {
+		for _, kid := range childrenOf(workerPID) {
+			if !processGone(kid) {
+				plugin = kid
+				return true
+			}
+		}
+		return false
+	})
+	return plugin
+}
+
+func TestPlugin(t *testing.T) {
+	bins := pluginBins(t)
+	t.Run("fillmask on every worker, each on its own card", func(t *testing.T) { testFillMask(t, bins) })
+	t.Run("init gets the plugin args and device", func(t *testing.T) { testPluginConfig(t, bins) })
+	t.Run("a crashing plugin is a worker crash, its item isolated", func(t *testing.T) { testPluginCrash(t, bins) })
+	t.Run("a hanging plugin is killed with its worker", func(t *testing.T) { testPluginHang(t, bins) })
+	t.Run("a plugin dies with its worker", func(t *testing.T) { testPluginDiesWithWorker(t, bins) })
+	t.Run("item errors and wrong output counts fail only their requests", func(t *testing.T) { testPluginBadAnswers(t, bins) })
+	t.Run("a bad plugin binary fails the start clearly", func(t *testing.T) { testPluginStartErrors(t, bins) })
+}
+
+func testFillMask(t *testing.T, bins map[string]string) {
+	data, err := os.ReadFile(bins["fillmask"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	s := startServer(t, "--plugin", bins["fillmask"], "--plugin-sha256", hex.EncodeToString(sum[:]),
+		"--plugin-arg", "order=4", "--workers", "4", "--cuda", "0,1,2,3", "--batch-size", "8")
+	slots := s.waitAllReady(t, 4)
+
+	in := []any{"Happy birthday to [MASK].", "The [MASK] barked at the postman.", "The sun rises in the [MASK].", "Once upon a [MASK] there was a king."}
+	want := []any{"you", "dog", "east", "time"}
+	if p := s.predictJSON(t, in...); p.Status != http.StatusOK || !reflect.DeepEqual(p.Outputs, want) {
+		t.Errorf("fillmask: %s, want outputs %v", p, want)
+	}
+	if p := s.predictJSON(t, "no mask in this one"); p.Status != http.StatusUnprocessableEntity || !strings.Contains(p.Error, "no [MASK]") {
+		t.Errorf("a sentence without a mask: %s, want 422 saying so", p)
+	}
+
+	// Each worker started its own plugin, which inherited the worker's card.
+	for _, slot := range slots {
+		plugin := pluginOf(t, slot.PID)
+		got, _ := workerEnv(t, plugin, "CUDA_VISIBLE_DEVICES")
+		if got != slot.CUDA {
+			t.Errorf("slot %d: plugin pid %d has CUDA_VISIBLE_DEVICES=%q, want its worker's %q", slot.Slot, plugin, got, slot.CUDA)
+		}
+		wantLog := fmt.Sprintf("slot=%d pid=%d stream=stderr line=\"[plugin fillmask] fillmask: 4-gram model", slot.Slot, slot.PID)
+		if !strings.Contains(s.logs(), wantLog) {
+			t.Errorf("slot %d: the plugin's stderr is not in the server log tagged with its slot; want %q", slot.Slot, wantLog)
+		}
+	}
+}
+
+func testPluginConfig(t *testing.T, bins map[string]string) {
+	s := startServer(t, "--plugin", bins["chaos"], "--plugin-arg", "lang=en", "--plugin-arg", "k=v=w", "--device", "cuda")
+	want := map[string]any{"args": map[string]any{"lang": "en", "k": "v=w"}, "device": "cuda"}
+	if p := s.predictJSON(t, "config"); p.Status != http.StatusOK || len(p.Outputs) != 1 || !reflect.DeepEqual(p.Outputs[0], want) {
+		t.Errorf("the plugin's Init config: %s, want %v", p, want)
+	}
+}
+
+func testPluginCrash(t *testing.T, bins map[string]string) {
+	s := startServer(t, "--plugin", bins["chaos"], "--workers", "2", "--batch-size", "8", "--max-latency", "20ms")
+	s.waitAllReady(t, 2)
+
+	var answered atomic.Int64
+	loadDone := make(chan []error, 1)
+	go func() { loadDone <- clientLoad(s, 8, 10, &answered) }()
+	s.waitFor(t, "load to start", readyTimeout, func() bool { return answered.Load() >= 5 })
+
+	p := s.predictJSON(t, "fine-1", "crash", "fine-2")
+	if p.Status != http.StatusUnprocessableEntity || !strings.Contains(p.Error, "item 1") {
+		t.Errorf("crashing request: %s, want 422 naming item 1", p)
+	}
+	// Every batch-mate of the crashing item was answered.
+	for _, err := range <-loadDone {
+		t.Error(err)
+	}
+	if st := s.stats(t); st.Crashes == 0 || st.Poisoned == 0 {
+		t.Errorf("stats %+v: want the plugin's crashes counted and its item poisoned", st)
+	}
+	if sumRestarts(s.workers(t)) == 0 {
+		t.Error("no worker was restarted after its plugin crashed")
+	}
+	if !strings.Contains(s.logs(), "[plugin chaos] chaos plugin: crashing on a trigger item") {
+		t.Error("the crashing plugin's last words are not in the server log")
+	}
+	s.waitAllReady(t, 2)
+	if p := s.predictJSON(t, "crash"); p.Status != http.StatusUnprocessableEntity {
+		t.Errorf("known poison: %s, want 422", p)
+	}
+	if p := s.predictJSON(t, "after"); p.Status != http.StatusOK || !reflect.DeepEqual(p.Outputs, []any{"after"}) {
+		t.Errorf("after the crashes: %s", p)
+	}
+}
+
+func testPluginHang(t *testing.T, bins map[string]string) {
+	s := startServer(t, "--plugin", bins["chaos"], "--workers", "2", "--worker-timeout", "500ms")
+	before := s.waitAllReady(t, 2)
+	plugins := []int{pluginOf(t, before[0].PID), pluginOf(t, before[1].PID)}
+
+	start := time.Now()
+	const requestTimeout = 8 * time.Second
+	p, err := s.tryPredictJSON(map[string]any{"inputs": []any{"hang"}, "timeout_ms": requestTimeout.Milliseconds()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if p.Status != http.StatusUnprocessableEntity && p.Status != http.StatusGatewayTimeout {
+		t.Errorf("hanging request: %s, want 422 or 504", p)
+	}
+	if took < 500*time.Millisecond || took >= requestTimeout-time.Second {
+		t.Errorf("hanging request answered after %s, want after the 500ms worker timeout", took)
+	}
+	if st := s.stats(t); st.Crashes == 0 {
+		t.Error("no crash counted for the hanging plugin")
+	}
+	// The hung plugin was killed with its worker, not left behind.
+	waitFor(t, "the hung plugin to be gone", 10*time.Second, func() bool {
+		return processGone(plugins[0]) || processGone(plugins[1])
+	})
+	s.waitAllReady(t, 2)
+	if p := s.predictJSON(t, "after"); p.Status != http.StatusOK {
+		t.Errorf("after the hang: %s", p)
+	}
+}
+
+func testPluginDiesWithWorker(t *testing.T, bins map[string]string) {
+	s := startServer(t, "--plugin", bins["chaos"], "--workers", "1")
+	worker := s.waitAllReady(t, 1)[0].PID
+	plugin := pluginOf(t, worker)
+	killWorker(t, worker)
+	waitFor(t, fmt.Sprintf("plugin %d to die with its worker %d", plugin, worker), 10*time.Second, func() bool { return processGone(plugin) })
+
+	var replacement supervisor.SlotStatus
+	s.waitFor(t, "a new worker", readyTimeout, func() bool {
+		ready := s.readyWorkers(t)
+		if len(ready) == 1 && ready[0].PID != worker {
+			replacement = ready[0]
+			return true
+		}
+		return false
+	})
+	if newPlugin := pluginOf(t, replacement.PID); newPlugin == plugin {
+		t.Errorf("the new worker serves the old plugin %d", plugin)
+	}
+	if p := s.predictJSON(t, "again"); p.Status != http.StatusOK {
+		t.Errorf("after the kill: %s", p)
+	}
+}
+
+func testPluginBadAnswers(t *testing.T, bins map[string]string) {
+	s := startServer(t, "--plugin", bins["chaos"], "--workers", "1", "--log-format", "json")
+	worker := s.waitAllReady(t, 1)[0].PID
+	tests := []struct {
+		name    string
+		inputs  []any
+		wantErr string
+	}{
+		{"item error", []any{"fine", "reject"}, `plugin chaos: chaos plugin: item "reject" rejected`},
+		{"wrong output count", []any{"a", "b", "wrong-count"}, "outputs for a batch of"},
+		{"batch error", []any{"batch-error"}, "chaos plugin: batch failed as asked"},
+	}
+	for _, tt := range tests {
+		p := s.predictJSON(t, tt.inputs...)
+		if p.Status != http.StatusUnprocessableEntity || !strings.Contains(p.Error, tt.wantErr) {
+			t.Errorf("%s: %s, want 422 with %q", tt.name, p, tt.wantErr)
+		}
+	}
+
+	// The plugin's stderr reaches the log as whole lines, tagged.
+	if p := s.predictJSON(t, "say:plugin-marker-6131"); p.Status != http.StatusOK {
+		t.Fatalf("say: %s", p)
+	}
+	var tagged bool
+	s.waitFor(t, "the plugin's line in the log", 5*time.Second, func() bool {
+		for _, line := range logLinesContaining(s.logs(), "plugin-marker-6131") {
+			tagged = line["slot"] == float64(0) && line["pid"] == float64(worker) && line["line"] == "[plugin chaos] plugin-marker-6131"
+		}
+		return tagged
+	})
+
+	if st := s.stats(t); st.Crashes != 0 {
+		t.Errorf("%d crashes: bad answers must not kill the worker", st.Crashes)
+	}
+	if now := s.readyWorkers(t); len(now) != 1 || now[0].PID != worker || now[0].Restarts != 0 {
+		t.Errorf("workers %+v: want worker %d still serving", now, worker)
+	}
+	if p := s.predictJSON(t, "fine"); p.Status != http.StatusOK {
+		t.Errorf("after the bad answers: %s", p)
+	}
+}
+
+func testPluginStartErrors(t *testing.T, bins map[string]string) {
+	dir := t.TempDir()
+	notExec := filepath.Join(dir, "not-executable")
+	chatty := filepath.Join(dir, "chatty")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(chatty, []byte("#!/bin/sh\necho hello, I am no plugin\nsleep 30\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	trueBin, err := exec.LookPath("true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		want []string // in the server's output
+	}{
+		{"missing", []string{"--plugin", filepath.Join(dir, "nope")}, []string{filepath.Join(dir, "nope") + ": no such file"}},
+		{"not executable", []string{"--plugin", notExec}, []string{notExec + ": is not executable"}},
+		{"checksum mismatch", []string{"--plugin", bins["chaos"], "--plugin-sha256", strings.Repeat("ab", 32)},
+			[]string{bins["chaos"], "checksum mismatch", "want " + strings.Repeat("ab", 32)}},
+		{"not a plugin", []string{"--plugin", trueBin}, []string{trueBin + ": not a streamer plugin", "exited before the handshake", "want a streamer model plugin"}},
+		{"prints something else", []string{"--plugin", chatty}, []string{chatty + ": not a streamer plugin", `printed "hello, I am no plugin"`}},
+		{"prints nothing", []string{"--plugin", bins["silent"]}, []string{bins["silent"] + ": not a streamer plugin", "printed no handshake within 5s"}},
+		{"wrong protocol version", []string{"--plugin", bins["wrongversion"]}, []string{bins["wrongversion"] + ": not a streamer plugin", "want streamer plugin protocol version 1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			start := time.Now()
+			s := launchServer(t, append(tt.args, "--workers", "2")...)
+			code, err := s.wait(20 * time.Second)
+			if err != nil || code == 0 {
+				t.Fatalf("serve with a bad plugin: exit code %d (%v), want a failed start", code, err)
+			}
+			t.Logf("failed after %s", time.Since(start))
+			for _, want := range tt.want {
+				if !strings.Contains(s.logs(), want) {
+					t.Errorf("output does not contain %q:\n%s", want, s.logs())
+				}
+			}
+		})
+	}
+}
+
+// TestPythonPlugin serves the Python example, built on Debian's grpcio, when
+// the Python packages are there.
+func TestPythonPlugin(t *testing.T) {
+	python := pythonWithGRPC(t)
+	protoc, err := exec.LookPath("protoc")
+	if err != nil {
+		t.Skip("the Python plugin test needs protoc: apt-get install -y protobuf-compiler")
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	gen := exec.Command(protoc, "--python_out="+dir, "-I", filepath.Join(root, "model/plugin/pluginpb"), "model.proto")
+	if out, err := gen.CombinedOutput(); err != nil {
+		t.Fatalf("generate the Python messages: %v\n%s", err, out)
+	}
+	wrapper := filepath.Join(dir, "python-plugin")
+	script := fmt.Sprintf("#!/bin/sh\nPYTHONPATH=%s exec %s %s\n", dir, python, filepath.Join(root, "examples/python-plugin/plugin.py"))
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	s := startServer(t, "--plugin", wrapper, "--workers", "2",
+		"--plugin-arg", "corpus="+filepath.Join(root, "examples/fillmask/corpus.txt"))
+	slots := s.waitAllReady(t, 2)
+	in := []any{"Happy birthday to [MASK].", "The [MASK] barked at the postman."}
+	if p := s.predictJSON(t, in...); p.Status != http.StatusOK || !reflect.DeepEqual(p.Outputs, []any{"you", "dog"}) {
+		t.Errorf("python fillmask: %s, want [you dog]", p)
+	}
+	if p := s.predictJSON(t, 42); p.Status != http.StatusUnprocessableEntity || !strings.Contains(p.Error, "want a string, got int") {
+		t.Errorf("a number for the python plugin: %s, want 422 saying it wants a string", p)
+	}
+	if !strings.Contains(s.logs(), "[plugin python-plugin] python-plugin: bigram model of") {
+		t.Error("the Python plugin's stderr is not in the server log")
+	}
+	// A Python plugin dies with its worker too.
+	plugin := pluginOf(t, slots[0].PID)
+	killWorker(t, slots[0].PID)
+	waitFor(t, "the Python plugin to die with its worker", 10*time.Second, func() bool { return processGone(plugin) })
+	s.waitAllReady(t, 2)
+	if p := s.predictJSON(t, in...); p.Status != http.StatusOK {
+		t.Errorf("after a worker was killed: %s", p)
+	}
+}
+
+// pythonWithGRPC finds a python3 that can import grpc, protobuf and msgpack,
+// or skips the test saying what to install.
+func pythonWithGRPC(t *testing.T) string {
+	t.Helper()
+	candidates := []string{"/usr/bin/python3"}
+	if p, err := exec.LookPath("python3"); err == nil {
+		candidates = append(candidates, p)
+	}
+	for _, python := range candidates {
+		if exec.Command(python, "-c", "import grpc, google.protobuf, msgpack").Run() == nil {
+			return python
+		}
+	}
+	t.Skip("the Python plugin test needs python3 with grpc, protobuf and msgpack: apt-get install -y python3-grpcio python3-protobuf python3-msgpack")
+	return ""
+}

@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""A streamer model plugin in Python: fills the [MASK] in a sentence.
+
+It implements the plugin contract (model/plugin/pluginpb/model.proto and the
+handshake documented in model/plugin/pluginpb/doc.go) with grpcio and the
+message classes protoc generates from model.proto (model_pb2.py). The model is
+a small bigram language model trained on a text corpus at Init; replace
+BigramFillMask with your own class that has the same predict_batch method to
+serve anything else (see README.md for a PyTorch model).
+
+Settings (--plugin-arg key=value):
+    corpus=PATH   the text to train on (default: ../fillmask/corpus.txt)
+"""
+
+import collections
+import math
+import os
+import re
+import shutil
+import sys
+import tempfile
+import threading
+from concurrent import futures
+
+import grpc
+import msgpack
+
+import model_pb2  # generated: protoc --python_out=. model.proto
+
+# The handshake: these must match model/plugin/pluginpb/handshake.go.
+MAGIC_COOKIE_KEY = "STREAMER_PLUGIN"
+MAGIC_COOKIE_VALUE = "6f3c1e0a-streamer-model-plugin"
+PROTOCOL_VERSION = 1
+CORE_PROTOCOL_VERSION = 1  # go-plugin's own, always 1
+
+SERVICE = "streamer.plugin.v1.Model"
+CONTROLLER = "plugin.GRPCController"  # go-plugin asks it to shut down
+MAX_MESSAGE = 2**31 - 1  # batches can be large: lift gRPC's 4 MiB default
+
+TOKEN = re.compile(r"\[mask\]|[^\W_]+(?:'[^\W_]+)?|[.,!?;:]")
+
+
+def tokenize(text):
+    return TOKEN.findall(text.lower())
+
+
+class BigramFillMask:
+    """Fills a mask with the word w that maximises P(w | left) * P(right | w)."""
+
+    def __init__(self, corpus_path):
+        self.unigrams = collections.Counter()
+        self.bigrams = collections.Counter()
+        with open(corpus_path, encoding="utf-8") as corpus:
+            for line in corpus:
+                if line.lstrip().startswith("#"):
+                    continue
+                tokens = ["<s>"] + tokenize(line) + ["</s>"]
+                self.unigrams.update(tokens)
+                self.bigrams.update(zip(tokens, tokens[1:]))
+        self.vocabulary = [w for w in self.unigrams if w[0].isalnum()]
+        if not self.vocabulary:
+            raise ValueError(f"{corpus_path}: no words to learn from")
+
+    def _log_prob(self, prev, word):
+        # Add-one smoothing: every word after every word, at least a little.
+        count = self.bigrams[(prev, word)] + 1
+        return math.log(count / (self.unigrams[prev] + len(self.unigrams)))
+
+    def fill(self, text):
+        tokens = ["<s>"] + tokenize(text) + ["</s>"]
+        if tokens.count("[mask]") != 1:
+            raise ValueError("want a sentence with exactly one [MASK]")
+        i = tokens.index("[mask]")
+        left, right = tokens[i - 1], tokens[i + 1]
+        return max(self.vocabulary,
+                   key=lambda w: (self._log_prob(left, w) + self._log_prob(w, right), w))
+
+    def predict_batch(self, texts):
+        """One answer per text, or an exception for a text that fails alone.
+
+        A model that runs whole batches at once (a PyTorch model) does its
+        batch here, in one call.
+        """
+        results = []
+        for text in texts:
+            try:
+                results.append(self.fill(text))
+            except ValueError as err:
+                results.append(err)
+        return results
+
+
+class Plugin:
+    """Serves the Model service for one model object."""
+
+    def __init__(self, server):
+        self.server = server
+        self.model = None
+        self.lock = threading.Lock()  # one batch at a time, as the contract says
+
+    def init(self, request, context):
+        args = dict(request.args)
+        default = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fillmask", "corpus.txt")
+        try:
+            self.model = BigramFillMask(args.get("corpus", default))
+        except (OSError, ValueError) as err:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"init: {err}")
+        print(f"python-plugin: bigram model of {len(self.model.vocabulary)} words ready", file=sys.stderr, flush=True)
+        return model_pb2.InitResponse(name="python fillmask", device="cpu")
+
+    def predict(self, requests, context):
+        # One stream carries every batch: answer each request, in order.
+        for request in requests:
+            yield self.predict_one(request)
+
+    def predict_one(self, request):
+        if self.model is None:
+            return model_pb2.PredictResponse(error="Predict before Init")
+        with self.lock:
+            texts, errors = [], {}
+            for i, raw in enumerate(request.items):
+                value = msgpack.unpackb(raw, raw=False)
+                if not isinstance(value, str):
+                    errors[i] = f"want a string, got {type(value).__name__}"
+                    value = ""
+                texts.append(value)
+            try:
+                results = self.model.predict_batch(texts)
+            except Exception as err:  # the whole batch failed
+                return model_pb2.PredictResponse(error=f"{type(err).__name__}: {err}")
+        response = model_pb2.PredictResponse()
+        for i, result in enumerate(results):
+            if i in errors or isinstance(result, Exception):
+                response.outputs.append(b"")
+                response.item_errors[i] = errors.get(i) or str(result)
+            else:
+                response.outputs.append(msgpack.packb(result, use_bin_type=True))
+        return response
+
+    def shutdown(self, request, context):
+        threading.Thread(target=self.server.stop, args=(0,)).start()
+        return b""  # google.protobuf.Empty, encoded
+
+
+def handlers(plugin):
+    model = grpc.method_handlers_generic_handler(SERVICE, {
+        "Init": grpc.unary_unary_rpc_method_handler(
+            plugin.init,
+            request_deserializer=model_pb2.InitRequest.FromString,
+            response_serializer=model_pb2.InitResponse.SerializeToString),
+        "Predict": grpc.stream_stream_rpc_method_handler(
+            plugin.predict,
+            request_deserializer=model_pb2.PredictRequest.FromString,
+            response_serializer=model_pb2.PredictResponse.SerializeToString),
+    })
+    # Shutdown takes and returns an empty message: raw bytes will do.
+    controller = grpc.method_handlers_generic_handler(CONTROLLER, {
+        "Shutdown": grpc.unary_unary_rpc_method_handler(plugin.shutdown),
+    })
+    return [model, controller]
+
+
+def main():
+    if os.environ.get(MAGIC_COOKIE_KEY) != MAGIC_COOKIE_VALUE:
+        print(f"{sys.argv[0]} is a streamer model plugin: a streamer worker starts it.\n"
+              f"Serve it with: streamer serve --plugin {sys.argv[0]}", file=sys.stderr)
+        sys.exit(1)
+    versions = os.environ.get("PLUGIN_PROTOCOL_VERSIONS", str(PROTOCOL_VERSION)).split(",")
+    if str(PROTOCOL_VERSION) not in versions:
+        print(f"python-plugin: the worker speaks plugin protocol {versions}, this plugin {PROTOCOL_VERSION}",
+              file=sys.stderr)
+
+    socket_dir = tempfile.mkdtemp(prefix="streamer-plugin-")
+    socket_path = os.path.join(socket_dir, "model.sock")
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=4),
+        options=[("grpc.max_receive_message_length", MAX_MESSAGE),
+                 ("grpc.max_send_message_length", MAX_MESSAGE)])
+    plugin = Plugin(server)
+    server.add_generic_rpc_handlers(handlers(plugin))
+    server.add_insecure_port("unix:" + socket_path)
+    server.start()
+    try:
+        # The handshake line, then nothing more on stdout: point it at stderr,
+        # which the server log shows tagged with the worker's slot.
+        print(f"{CORE_PROTOCOL_VERSION}|{PROTOCOL_VERSION}|unix|{socket_path}|grpc", flush=True)
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
+        server.wait_for_termination()
+    finally:
+        shutil.rmtree(socket_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

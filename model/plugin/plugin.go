@@ -1,0 +1,492 @@
+// Package plugin runs a model plugin binary as a model.Model: it starts the
+// binary through hashicorp/go-plugin (gRPC only), checks the handshake, calls
+// the plugin's Init once, sends it each batch on one Predict stream, and
+// stops it. What the plugin prints on stdout or stderr is passed on line by
+// line, prefixed with its name.
+//
+// Each streamer worker process opens its own copy of the plugin, which
+// inherits the worker's environment and so its CUDA_VISIBLE_DEVICES. The
+// plugin's death is the worker's crash: a worker opens its plugin with
+// OpenSpec, which ends the worker process when the plugin dies, so that the
+// supervisor restarts it, retries the batch elsewhere and isolates an item
+// that keeps killing plugins. On Linux the plugin is also killed the moment
+// its worker dies, however it dies.
+//
+// Plugins are written in Go with package model/plugin/sdk, or in any language
+// that implements the contract of package model/plugin/pluginpb.
+package plugin
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goplugin "github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/streamer-dev/streamer/model"
+	"github.com/streamer-dev/streamer/model/plugin/pluginpb"
+)
+
+// Errors that callers branch on with errors.Is.
+var (
+	// ErrChecksum: the binary's SHA-256 is not the one asked for.
+	ErrChecksum = errors.New("plugin checksum mismatch")
+	// ErrHandshake: the binary did not answer as a streamer plugin of this
+	// protocol version: it exited, printed something else, or nothing.
+	ErrHandshake = errors.New("not a streamer plugin")
+	// ErrExited: the plugin process died while in use.
+	ErrExited = errors.New("plugin process exited")
+)
+
+// DefaultStartTimeout is how long Open waits for the handshake when
+// Config.StartTimeout is zero. A plugin loads its model in Init, after the
+// handshake, so the handshake itself is quick.
+const DefaultStartTimeout = 5 * time.Second
+
+// windowSize is the HTTP/2 flow control window of the plugin connection. A
+// fixed window also turns off gRPC's bandwidth estimation, whose ping on
+// every response would cost a round trip of system calls per batch.
+const windowSize = 16 << 20
+
+// Config tells Open which plugin to run and how.
+type Config struct {
+	// Path is the plugin binary. Required.
+	Path string
+	// Args are passed to the plugin's Init (--plugin-arg key=value).
+	Args map[string]string
+	// Device is passed to the plugin's Init: "cpu" or "cuda". Empty means cpu.
+	Device string
+	// SHA256, when not empty, is the binary's expected SHA-256 in hex; a
+	// binary that differs is refused before it runs.
+	SHA256 string
+	// StartTimeout bounds the wait for the plugin's handshake (not its
+	// Init, which the context bounds). Zero means DefaultStartTimeout.
+	StartTimeout time.Duration
+	// Output receives what the plugin prints on stdout and stderr, one whole
+	// line per write, each prefixed with "[plugin NAME] ". Nil discards it.
+	Output io.Writer
+	// Logger receives go-plugin's own lines about the plugin process. Nil
+	// discards them.
+	Logger *slog.Logger
+	// Crashed, when set, is called once when the plugin process dies after
+	// Open succeeded and before Close, whether or not a batch was running. A
+	// worker sets it to end its own process, so that the plugin's death
+	// counts as the worker's crash; a Predict that the dying plugin could not
+	// answer then waits for Crashed rather than fail its batch. When Crashed
+	// returns, or is nil, Predict fails with ErrExited.
+	Crashed func(error)
+}
+
+// Model is a running plugin. It implements model.Model and model.Describer.
+// Predict must not be called concurrently, as the worker never does.
+type Model struct {
+	cfg     Config
+	name    string // the binary's base name, for messages
+	client  *goplugin.Client
+	cmd     *exec.Cmd
+	rpc     pluginpb.ModelClient
+	exited  <-chan struct{} // closed when the plugin process has exited
+	release func()          // lets the thread that started the plugin go
+	outputs []*lineWriter
+	info    *pluginpb.InitResponse
+
+	stream       pluginpb.Model_PredictClient // the batches' stream; nil until the first
+	cancelStream context.CancelFunc
+
+	serving   atomic.Bool // Init succeeded: a death from now on is a crash
+	closing   atomic.Bool
+	crashOnce sync.Once
+	crashErr  error
+}
+
+// Open starts the plugin, checks its handshake and calls its Init with
+// cfg's Args and Device. ctx bounds Init. Errors name the binary and say
+// what was expected of it.
+func Open(ctx context.Context, cfg Config) (*Model, error) {
+	// The checksum is go-plugin's to check, right before it runs the binary.
+	path, err := Check(cfg.Path, "")
+	if err != nil {
+		return nil, err
+	}
+	if _, err := decodeSHA256(cfg.SHA256); err != nil {
+		return nil, err
+	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = DefaultStartTimeout
+	}
+	if cfg.Device == "" {
+		cfg.Device = "cpu"
+	}
+	m := &Model{cfg: cfg, name: filepath.Base(path)}
+	if err := m.start(path); err != nil {
+		return nil, err
+	}
+	info, err := m.rpc.Init(ctx, &pluginpb.InitRequest{Args: cfg.Args, Device: cfg.Device})
+	if err != nil {
+		err = m.callError(ctx, "init", err)
+		m.kill()
+		return nil, err
+	}
+	m.info = info
+	m.serving.Store(true)
+	go m.watch()
+	return m, nil
+}
+
+// start launches the process and connects to it.
+func (m *Model) start(path string) error {
+	m.cmd = exec.Command(path)
+	setProcAttr(m.cmd)
+	prefix := "[plugin " + m.name + "] "
+	var mu sync.Mutex
+	newOutput := func() io.Writer {
+		w := &lineWriter{mu: &mu, out: m.cfg.Output, prefix: prefix}
+		m.outputs = append(m.outputs, w)
+		return w
+	}
+	clientCfg := &goplugin.ClientConfig{
+		HandshakeConfig: handshakeConfig(),
+		Plugins:         goplugin.PluginSet{pluginpb.PluginName: &grpcPlugin{}},
+		Cmd:             m.cmd,
+		AllowedProtocols: []goplugin.Protocol{
+			goplugin.ProtocolGRPC,
+		},
+		StartTimeout: m.cfg.StartTimeout,
+		// The plugin's own stderr, and the copies of its os.Stdout and
+		// os.Stderr that go-plugin streams over gRPC: all of it is wanted.
+		Stderr:     newOutput(),
+		SyncStdout: newOutput(),
+		SyncStderr: newOutput(),
+		Logger:     newHCLogger(m.cfg.Logger, m.name),
+		GRPCDialOptions: []grpc.DialOption{
+			grpc.WithInitialWindowSize(windowSize),
+			grpc.WithInitialConnWindowSize(windowSize),
+		},
+	}
+	if m.cfg.SHA256 != "" {
+		sum, _ := decodeSHA256(m.cfg.SHA256) // Open validated it
+		clientCfg.SecureConfig = &goplugin.SecureConfig{Checksum: sum, Hash: sha256.New()}
+	}
+	m.client = goplugin.NewClient(clientCfg)
+
+	conn, release, err := startOnLockedThread(m.client)
+	m.release = release
+	if err != nil {
+		m.kill()
+		return m.startError(err)
+	}
+	m.rpc, m.exited = conn.rpc, conn.exited
+	return nil
+}
+
+// handshakeConfig is what go-plugin checks before any call.
+func handshakeConfig() goplugin.HandshakeConfig {
+	return goplugin.HandshakeConfig{
+		ProtocolVersion:  pluginpb.ProtocolVersion,
+		MagicCookieKey:   pluginpb.MagicCookieKey,
+		MagicCookieValue: pluginpb.MagicCookieValue,
+	}
+}
+
+// startError explains a failed start: what the binary did and what a
+// streamer plugin does instead. go-plugin's errors are strings; the known
+// ones are reworded, any other is passed on.
+func (m *Model) startError(err error) error {
+	path := m.cmd.Path
+	if errors.Is(err, goplugin.ErrChecksumsDoNotMatch) {
+		return checksumError(path, m.cfg.SHA256)
+	}
+	msg, _, _ := strings.Cut(err.Error(), "\n") // go-plugin appends generic advice; ours follows
+	want := fmt.Sprintf("want a streamer model plugin: started with %s set, it prints the handshake line \"1|%d|unix|SOCKET|grpc\" on stdout within %s and serves streamer.plugin.v1.Model over gRPC (Go plugins: model/plugin/sdk)",
+		pluginpb.MagicCookieKey, pluginpb.ProtocolVersion, m.cfg.StartTimeout)
+	did := msg
+	switch {
+	case strings.HasPrefix(msg, "Unrecognized remote plugin message: "):
+		if printed := strings.TrimPrefix(msg, "Unrecognized remote plugin message: "); printed != "" {
+			did = fmt.Sprintf("it printed %q instead of a handshake", printed)
+		} else {
+			did = "it exited before the handshake, or closed its stdout"
+		}
+	case strings.Contains(msg, "exited before we could connect"):
+		did = "it exited before the handshake"
+	case strings.Contains(msg, "timeout while waiting"):
+		did = fmt.Sprintf("it printed no handshake within %s", m.cfg.StartTimeout)
+	case strings.Contains(msg, "incompatible API version"):
+		did = strings.TrimPrefix(msg, "incompatible API version with plugin. ")
+		want = fmt.Sprintf("want streamer plugin protocol version %d: rebuild the plugin against this streamer's model/plugin/sdk", pluginpb.ProtocolVersion)
+	case strings.Contains(msg, "unsupported plugin protocol"):
+		want = "want a plugin that serves gRPC (go-plugin's net/rpc is not supported)"
+	}
+	return fmt.Errorf("plugin %s: %w: %s; %s", path, ErrHandshake, did, want)
+}
+
+// Predict sends the batch to the plugin. Per-item failures come back as a
+// *model.ItemErrors with the outputs; a plugin that answers with the wrong
+// number of outputs fails the whole batch. When ctx ends first, Predict
+// returns ctx's error and the next batch goes on a new stream.
+func (m *Model) Predict(ctx context.Context, items [][]byte) ([][]byte, error) {
+	resp, err := m.roundTrip(ctx, items)
+	if err != nil {
+		return nil, err
+	}
+	if msg := resp.GetError(); msg != "" {
+		return nil, fmt.Errorf("plugin %s: %s", m.name, msg)
+	}
+	outputs := resp.GetOutputs()
+	if len(outputs) != len(items) {
+		return nil, fmt.Errorf("plugin %s returned %d outputs for a batch of %d items; a plugin must answer each item once", m.name, len(outputs), len(items))
+	}
+	failed := resp.GetItemErrors()
+	if len(failed) == 0 {
+		return outputs, nil
+	}
+	errs := make([]error, len(items))
+	for i, msg := range failed {
+		if int64(i) >= int64(len(items)) {
+			return nil, fmt.Errorf("plugin %s failed item %d of a batch of %d items", m.name, i, len(items))
+		}
+		errs[i] = fmt.Errorf("plugin %s: %s", m.name, msg)
+	}
+	return outputs, &model.ItemErrors{Errs: errs}
+}
+
+// roundTrip sends one batch on the Predict stream and reads its answer.
+func (m *Model) roundTrip(ctx context.Context, items [][]byte) (*pluginpb.PredictResponse, error) {
+	if m.hasExited() {
+		return nil, m.crash(nil)
+	}
+	if m.stream == nil {
+		streamCtx, cancel := context.WithCancel(context.Background())
+		stream, err := m.rpc.Predict(streamCtx)
+		if err != nil {
+			cancel()
+			return nil, m.callError(ctx, "predict", err)
+		}
+		m.stream, m.cancelStream = stream, cancel
+	}
+	// A stream is not bound to one call's context: ending ctx ends the
+	// stream, and with it this call.
+	stopWatch := context.AfterFunc(ctx, m.cancelStream)
+	err := m.stream.Send(&pluginpb.PredictRequest{Items: items})
+	var resp *pluginpb.PredictResponse
+	if err == nil || errors.Is(err, io.EOF) { // on EOF, Recv says why
+		resp, err = m.stream.Recv()
+	}
+	if !stopWatch() {
+		err = ctx.Err()
+	}
+	if err != nil {
+		m.cancelStream()
+		m.stream = nil
+		return nil, m.callError(ctx, "predict", err)
+	}
+	return resp, nil
+}
+
+// callError turns a failed call into an error. A plugin that cannot be
+// reached any more is dead (or as good as dead, and then killed): that is a
+// crash, reported through Crashed.
+func (m *Model) callError(ctx context.Context, call string, err error) error {
+	code := status.Code(err)
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("plugin %s: %s: %w", m.name, call, ctx.Err())
+	case code == codes.DeadlineExceeded:
+		// The plugin's side saw ctx's deadline pass a moment before ctx did.
+		return fmt.Errorf("plugin %s: %s: %w", m.name, call, context.DeadlineExceeded)
+	case code == codes.Unavailable || m.hasExited():
+		return m.crash(err)
+	}
+	return fmt.Errorf("plugin %s: %s: %s", m.name, call, status.Convert(err).Message())
+}
+
+func (m *Model) hasExited() bool {
+	select {
+	case <-m.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// watch reports the plugin's death when no call is there to see it.
+func (m *Model) watch() {
+	<-m.exited
+	if !m.closing.Load() {
+		_ = m.crash(nil)
+	}
+}
+
+// crash makes sure the plugin is gone, says why once and calls Crashed.
+// Every caller waits for the first to finish.
+func (m *Model) crash(cause error) error {
+	m.crashOnce.Do(func() {
+		select {
+		case <-m.exited:
+		case <-time.After(2 * time.Second):
+			// Unreachable but alive: no use to anyone.
+		}
+		m.kill()
+		how := "exited"
+		if st := m.cmd.ProcessState; st != nil {
+			how = st.String()
+		}
+		m.crashErr = fmt.Errorf("plugin %s (pid %d): %w: %s", m.cmd.Path, m.pid(), ErrExited, how)
+		if cause != nil && status.Code(cause) != codes.Unavailable {
+			m.crashErr = fmt.Errorf("%w (%s)", m.crashErr, status.Convert(cause).Message())
+		}
+		if m.cfg.Crashed != nil && m.serving.Load() {
+			m.cfg.Crashed(m.crashErr)
+		}
+	})
+	return m.crashErr
+}
+
+func (m *Model) pid() int {
+	if m.cmd.Process == nil {
+		return 0
+	}
+	return m.cmd.Process.Pid
+}
+
+// PID is the plugin process's id.
+func (m *Model) PID() int { return m.pid() }
+
+// Close stops the plugin: it is asked to shut down, and killed if it is
+// still running two seconds later, together with any process it started.
+func (m *Model) Close() error {
+	m.closing.Store(true)
+	if m.cancelStream != nil {
+		m.cancelStream()
+	}
+	done := make(chan struct{})
+	go func() {
+		m.client.Kill()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Second):
+		// Something the plugin started holds its output open.
+	}
+	m.kill()
+	return nil
+}
+
+// kill ends the plugin and what it started at once, and waits until go-plugin
+// has read the last of its output.
+func (m *Model) kill() {
+	killGroup(m.pid())
+	m.client.Kill()
+	m.flushOutput()
+	if m.release != nil {
+		m.release()
+	}
+}
+
+func (m *Model) flushOutput() {
+	for _, w := range m.outputs {
+		w.Flush()
+	}
+}
+
+// Describe names the plugin's model and device, as its Init said.
+func (m *Model) Describe() string {
+	name, device := m.info.GetName(), m.info.GetDevice()
+	if name == "" {
+		name = m.name
+	}
+	if device == "" {
+		device = m.cfg.Device
+	}
+	return fmt.Sprintf("plugin %s on %s (%s)", name, device, m.cmd.Path)
+}
+
+// Check validates a plugin binary without running it: it exists, is an
+// executable file, and, when sha256Hex is not empty, has that SHA-256. It
+// returns the binary's absolute path.
+func Check(path, sha256Hex string) (string, error) {
+	if path == "" {
+		return "", errors.New("plugin: no binary given")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", fmt.Errorf("plugin %s: %w", path, err)
+	}
+	st, err := os.Stat(abs)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return "", fmt.Errorf("plugin %s: no such file; want the path of a plugin binary", path)
+	case err != nil:
+		return "", fmt.Errorf("plugin %s: %w", path, err)
+	case st.IsDir():
+		return "", fmt.Errorf("plugin %s: is a directory; want the path of a plugin binary", path)
+	case st.Mode().Perm()&0o111 == 0:
+		return "", fmt.Errorf("plugin %s: is not executable (mode %s); want an executable plugin binary", path, st.Mode().Perm())
+	}
+	want, err := decodeSHA256(sha256Hex)
+	if err != nil {
+		return "", err
+	}
+	if want == nil {
+		return abs, nil
+	}
+	got, err := fileSHA256(abs)
+	if err != nil {
+		return "", fmt.Errorf("plugin %s: checksum: %w", path, err)
+	}
+	if !bytes.Equal(got, want) {
+		return "", checksumError(path, sha256Hex)
+	}
+	return abs, nil
+}
+
+// decodeSHA256 reads a hex SHA-256; empty is nil.
+func decodeSHA256(sha256Hex string) ([]byte, error) {
+	if sha256Hex == "" {
+		return nil, nil
+	}
+	sum, err := hex.DecodeString(sha256Hex)
+	if err != nil || len(sum) != sha256.Size {
+		return nil, fmt.Errorf("plugin sha256 %q: want %d hex digits", sha256Hex, 2*sha256.Size)
+	}
+	return sum, nil
+}
+
+// checksumError says that the binary at path does not have the SHA-256 asked
+// for, and which one it has.
+func checksumError(path, want string) error {
+	got, err := fileSHA256(path)
+	if err != nil {
+		return fmt.Errorf("plugin %s: %w: want SHA-256 %s; refusing to run it", path, ErrChecksum, strings.ToLower(want))
+	}
+	return fmt.Errorf("plugin %s: %w: its SHA-256 is %x, want %s; refusing to run it", path, ErrChecksum, got, strings.ToLower(want))
+}
+
+func fileSHA256(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return nil, err
+	}
+	return h.Sum(nil), nil
+}

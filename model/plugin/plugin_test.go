@@ -1,0 +1,400 @@
+package plugin
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/streamer-dev/streamer/model"
+)
+
+func TestRoundTrip(t *testing.T) {
+	t.Setenv("CUDA_VISIBLE_DEVICES", "3")
+	m := openChaos(t, Config{Args: map[string]string{"lang": "en", "k": "v=w"}, Device: "cuda"})
+
+	if got, want := m.Describe(), "plugin chaos on cuda ("+bin("chaos")+")"; got != want {
+		t.Errorf("Describe() = %q, want %q", got, want)
+	}
+	items := pack(t, "Happy birthday to [MASK].", int64(42), map[string]any{"x": []any{1.5, "y"}}, "config", "env:CUDA_VISIBLE_DEVICES")
+	outs, err := m.Predict(context.Background(), items)
+	if err != nil {
+		t.Fatalf("Predict: %v", err)
+	}
+	if len(outs) != len(items) {
+		t.Fatalf("%d outputs for %d items", len(outs), len(items))
+	}
+	for i := range 3 {
+		if string(outs[i]) != string(items[i]) {
+			t.Errorf("output %d = %x, want the item echoed: %x", i, outs[i], items[i])
+		}
+	}
+	wantConfig := map[string]any{"args": map[string]any{"lang": "en", "k": "v=w"}, "device": "cuda"}
+	if got := unpack(t, outs[3]); !reflect.DeepEqual(got, wantConfig) {
+		t.Errorf("the plugin's Init config = %v, want %v", got, wantConfig)
+	}
+	if got := unpack(t, outs[4]); got != "3" {
+		t.Errorf("the plugin's CUDA_VISIBLE_DEVICES = %v, want the worker's, 3", got)
+	}
+}
+
+func TestPerItemErrors(t *testing.T) {
+	m := openChaos(t, Config{})
+	items := pack(t, "a", "reject", "b")
+	outs, err := m.Predict(context.Background(), items)
+	var itemErrs *model.ItemErrors
+	if !errors.As(err, &itemErrs) {
+		t.Fatalf("Predict error = %v, want *model.ItemErrors", err)
+	}
+	if len(itemErrs.Errs) != 3 || itemErrs.Errs[0] != nil || itemErrs.Errs[2] != nil {
+		t.Fatalf("item errors = %v, want only item 1 failed", itemErrs.Errs)
+	}
+	if msg := itemErrs.Errs[1].Error(); !strings.Contains(msg, `item "reject" rejected`) || !strings.Contains(msg, "plugin chaos") {
+		t.Errorf("item 1's error %q does not say what failed where", msg)
+	}
+	if string(outs[0]) != string(items[0]) || string(outs[2]) != string(items[2]) {
+		t.Errorf("batch-mates of the failed item were not answered: %x", outs)
+	}
+	assertServes(t, m)
+}
+
+func TestBatchFailures(t *testing.T) {
+	tests := []struct {
+		name    string
+		items   []any
+		wantErr string
+	}{
+		{"wrong output count", []any{"a", "b", "wrong-count"}, "plugin chaos returned 2 outputs for a batch of 3 items"},
+		{"batch error", []any{"a", "batch-error"}, "plugin chaos: chaos plugin: batch failed as asked"},
+	}
+	m := openChaos(t, Config{})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			outs, err := m.Predict(context.Background(), pack(t, tt.items...))
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Predict = %x, %v; want an error containing %q", outs, err, tt.wantErr)
+			}
+			var itemErrs *model.ItemErrors
+			if errors.As(err, &itemErrs) {
+				t.Errorf("a batch failure came back as item errors: %v", err)
+			}
+			assertServes(t, m)
+		})
+	}
+}
+
+// TestLargeBatch sends a batch past gRPC's default 4 MiB message limit.
+func TestLargeBatch(t *testing.T) {
+	m := openChaos(t, Config{})
+	big := strings.Repeat("x", 1<<20)
+	values := make([]any, 6)
+	for i := range values {
+		values[i] = big
+	}
+	items := pack(t, values...)
+	outs, err := m.Predict(context.Background(), items)
+	if err != nil {
+		t.Fatalf("Predict of a 6 MiB batch: %v", err)
+	}
+	for i := range items {
+		if string(outs[i]) != string(items[i]) {
+			t.Fatalf("output %d of the large batch differs from its item", i)
+		}
+	}
+}
+
+// assertServes checks that the plugin still answers.
+func assertServes(t *testing.T, m *Model) {
+	t.Helper()
+	items := pack(t, "still there?")
+	outs, err := m.Predict(context.Background(), items)
+	if err != nil || len(outs) != 1 || string(outs[0]) != string(items[0]) {
+		t.Fatalf("the plugin does not serve any more: %x, %v", outs, err)
+	}
+}
+
+func TestCrashes(t *testing.T) {
+	tests := []struct {
+		name       string
+		trigger    string
+		wantStatus string // in the error
+		wantOutput string // what the dying plugin printed, in Output
+	}{
+		{"exit", "crash", "exit status 3", "[plugin chaos] chaos plugin: crashing on a trigger item\n"},
+		{"panic", "panic", "exit status 2", "[plugin chaos] panic: chaos plugin: panic on a trigger item\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out syncBuffer
+			var crashes atomic.Int32
+			crashed := make(chan error, 2)
+			m := openChaos(t, Config{Output: &out, Crashed: func(err error) {
+				crashes.Add(1)
+				crashed <- err
+			}})
+			pid := pidOf(t, m)
+
+			_, err := m.Predict(context.Background(), pack(t, "a", tt.trigger, "b"))
+			if !errors.Is(err, ErrExited) {
+				t.Fatalf("Predict error = %v, want ErrExited", err)
+			}
+			for _, want := range []string{bin("chaos"), fmt.Sprintf("pid %d", pid), tt.wantStatus} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("crash error %q does not contain %q", err, want)
+				}
+			}
+			select {
+			case cerr := <-crashed:
+				if cerr.Error() != err.Error() {
+					t.Errorf("Crashed got %q, Predict returned %q", cerr, err)
+				}
+			default:
+				t.Fatal("Predict returned before Crashed was called")
+			}
+			if !strings.Contains(out.String(), tt.wantOutput) {
+				t.Errorf("the plugin's last words are missing from its output; want %q in:\n%s", tt.wantOutput, out.String())
+			}
+			if _, err := m.Predict(context.Background(), pack(t, "a")); !errors.Is(err, ErrExited) {
+				t.Errorf("Predict after the crash = %v, want ErrExited", err)
+			}
+			m.Close()
+			if n := crashes.Load(); n != 1 {
+				t.Errorf("Crashed called %d times, want once", n)
+			}
+		})
+	}
+}
+
+func TestCrashBetweenBatchesIsReported(t *testing.T) {
+	crashed := make(chan error, 1)
+	m := openChaos(t, Config{Crashed: func(err error) { crashed <- err }})
+	pid := pidOf(t, m)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-crashed:
+		if !errors.Is(err, ErrExited) || !strings.Contains(err.Error(), "signal: killed") {
+			t.Errorf("Crashed got %v, want ErrExited saying it was killed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the plugin's death was not reported")
+	}
+}
+
+func TestHangIsBoundedByContext(t *testing.T) {
+	m := openChaos(t, Config{Crashed: func(err error) { t.Errorf("Crashed(%v) for a plugin that hangs", err) }})
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := m.Predict(ctx, pack(t, "hang"))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Predict error = %v, want the context's deadline", err)
+	}
+	if elapsed := time.Since(start); elapsed > 2*time.Second {
+		t.Errorf("Predict returned %s after its deadline", elapsed)
+	}
+	pid := m.PID()
+	m.Close()
+	if !processGone(pid) {
+		t.Errorf("the hung plugin (pid %d) outlived Close", pid)
+	}
+}
+
+func TestCloseStopsThePlugin(t *testing.T) {
+	m := openChaos(t, Config{Crashed: func(err error) { t.Errorf("Crashed(%v) after Close", err) }})
+	pid := pidOf(t, m)
+	start := time.Now()
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if elapsed := time.Since(start); elapsed > time.Second {
+		t.Errorf("Close of an idle plugin took %s; it should shut down at once", elapsed)
+	}
+	if !processGone(pid) {
+		t.Errorf("plugin pid %d still runs after Close", pid)
+	}
+}
+
+func TestOutputReachesTheLogWhole(t *testing.T) {
+	var out syncBuffer
+	m := openChaos(t, Config{Output: &out})
+	if _, err := m.Predict(context.Background(), pack(t, "say:to stderr", "print:to stdout")); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	lines := strings.Split(out.String(), "\n")
+	for _, want := range []string{"[plugin chaos] to stderr", "[plugin chaos] to stdout"} {
+		found := false
+		for _, l := range lines {
+			found = found || l == want
+		}
+		if !found {
+			t.Errorf("line %q missing from the plugin's output:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestStartErrors(t *testing.T) {
+	dir := t.TempDir()
+	notExec := filepath.Join(dir, "not-executable")
+	chatty := filepath.Join(dir, "chatty")
+	writeFile(t, notExec, "#!/bin/sh\n", 0o644)
+	writeFile(t, chatty, "#!/bin/sh\necho hello, I am no plugin\nsleep 30\n", 0o755)
+	trueBin, err := exec.LookPath("true")
+	if err != nil {
+		t.Skip("no true binary")
+	}
+	tests := []struct {
+		name     string
+		path     string
+		wantIs   error
+		wantText []string
+	}{
+		{"missing", filepath.Join(dir, "nope"), nil, []string{"nope", "no such file"}},
+		{"directory", dir, nil, []string{"is a directory"}},
+		{"not executable", notExec, nil, []string{"not-executable", "is not executable"}},
+		{"exits at once", trueBin, ErrHandshake, []string{trueBin, "exited before the handshake", "want a streamer model plugin", "STREAMER_PLUGIN"}},
+		{"prints something else", chatty, ErrHandshake, []string{chatty, `printed "hello, I am no plugin" instead of a handshake`, "want a streamer model plugin"}},
+		{"prints nothing", bin("silent"), ErrHandshake, []string{bin("silent"), "printed no handshake within 700ms"}},
+		{"wrong protocol version", bin("wrongversion"), ErrHandshake, []string{bin("wrongversion"), "Plugin version: 99", "want streamer plugin protocol version 1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			start := time.Now()
+			m, err := Open(context.Background(), Config{Path: tt.path, StartTimeout: 700 * time.Millisecond})
+			if err == nil {
+				m.Close()
+				t.Fatal("Open succeeded")
+			}
+			if elapsed := time.Since(start); elapsed > 3*time.Second {
+				t.Errorf("Open took %s to fail", elapsed)
+			}
+			if tt.wantIs != nil && !errors.Is(err, tt.wantIs) {
+				t.Errorf("error %v is not %v", err, tt.wantIs)
+			}
+			for _, want := range tt.wantText {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not contain %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+func TestChecksum(t *testing.T) {
+	data, err := os.ReadFile(bin("chaos"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	good := hex.EncodeToString(sum[:])
+	bad := strings.Repeat("0", 64)
+
+	m, err := Open(context.Background(), Config{Path: bin("chaos"), SHA256: strings.ToUpper(good)})
+	if err != nil {
+		t.Fatalf("Open with the right checksum: %v", err)
+	}
+	m.Close()
+
+	// Open leaves the check to go-plugin's SecureConfig, right before it
+	// runs the binary; Check does it for a supervisor, before any worker.
+	_, openErr := Open(context.Background(), Config{Path: bin("chaos"), SHA256: bad})
+	_, checkErr := Check(bin("chaos"), bad)
+	for _, err := range []error{openErr, checkErr} {
+		if !errors.Is(err, ErrChecksum) {
+			t.Fatalf("a wrong checksum: %v, want ErrChecksum", err)
+		}
+		for _, want := range []string{bin("chaos"), good, bad} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("checksum error %q does not contain %q", err, want)
+			}
+		}
+	}
+	if _, err := Check(bin("chaos"), "abc"); err == nil || !strings.Contains(err.Error(), "want 64 hex digits") {
+		t.Errorf("Check with a malformed checksum = %v", err)
+	}
+	if _, err := Open(context.Background(), Config{Path: bin("chaos"), SHA256: "xyz"}); err == nil || !strings.Contains(err.Error(), "want 64 hex digits") {
+		t.Errorf("Open with a malformed checksum = %v", err)
+	}
+}
+
+func TestInitFailures(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    map[string]string
+		wantIs  error
+		wantErr string
+	}{
+		{"error", map[string]string{"fail-init": "no weights in /models"}, nil, "plugin chaos: init: no weights in /models"},
+		{"exit", map[string]string{"init-exit": ""}, ErrExited, "exit status 4"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out syncBuffer
+			m, err := Open(context.Background(), Config{Path: bin("chaos"), Args: tt.args, Output: &out,
+				Crashed: func(err error) { t.Errorf("Crashed(%v) for a plugin that never served", err) }})
+			if err == nil {
+				m.Close()
+				t.Fatal("Open succeeded")
+			}
+			if tt.wantIs != nil && !errors.Is(err, tt.wantIs) {
+				t.Errorf("error %v is not %v", err, tt.wantIs)
+			}
+			if !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("error %q does not contain %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestPluginDiesWithItsHost kills a host process outright and checks that
+// its plugin does not outlive it.
+func TestPluginDiesWithItsHost(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the parent death signal is Linux's")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := exec.Command(self, "-test.run=^$")
+	host.Env = append(os.Environ(), envHostPlugin+"="+bin("chaos"))
+	host.Stderr = os.Stderr
+	stdout, err := host.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := host.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer host.Process.Kill()
+	pid := atoi(t, readLine(t, bufio.NewReader(stdout), 20*time.Second))
+	if processGone(pid) {
+		t.Fatalf("plugin pid %d is not running", pid)
+	}
+	if err := host.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = host.Wait()
+	waitFor(t, 5*time.Second, fmt.Sprintf("plugin pid %d to die with its host", pid), func() bool { return processGone(pid) })
+}
+
+func writeFile(t *testing.T, path, content string, mode os.FileMode) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Regenerates the Go code of the model plugin contract
+# (model/plugin/pluginpb/model.proto). Run it through `make proto`.
+#
+# Needs protoc (Debian: apt-get install -y protobuf-compiler). The Go code
+# generators are installed into bin/ at the versions this module uses:
+# protoc-gen-go at go.mod's google.golang.org/protobuf version, and
+# protoc-gen-go-grpc (pinned below; bump it on purpose).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+root=$PWD
+gobin=$root/bin
+grpc_gen_version=v1.6.2
+
+if ! command -v protoc >/dev/null 2>&1; then
+  echo "gen-proto: protoc not found; install it with: apt-get install -y protobuf-compiler" >&2
+  exit 1
+fi
+
+protobuf_version=$(go list -m -f '{{.Version}}' google.golang.org/protobuf)
+mkdir -p "$gobin"
+if [ "$("$gobin/protoc-gen-go" --version 2>/dev/null)" != "protoc-gen-go $protobuf_version" ]; then
+  GOBIN=$gobin go install "google.golang.org/protobuf/cmd/protoc-gen-go@$protobuf_version"
+fi
+if [ "$("$gobin/protoc-gen-go-grpc" --version 2>/dev/null)" != "protoc-gen-go-grpc ${grpc_gen_version#v}" ]; then
+  GOBIN=$gobin go install "google.golang.org/grpc/cmd/protoc-gen-go-grpc@$grpc_gen_version"
+fi
+
+PATH=$gobin:$PATH protoc \
+  --proto_path=model/plugin/pluginpb \
+  --go_out=model/plugin/pluginpb --go_opt=paths=source_relative \
+  --go-grpc_out=model/plugin/pluginpb --go-grpc_opt=paths=source_relative \
+  model/plugin/pluginpb/model.proto
+echo "gen-proto: regenerated model/plugin/pluginpb from model.proto (protoc $(protoc --version | cut -d' ' -f2), protoc-gen-go $protobuf_version, protoc-gen-go-grpc $grpc_gen_version)"
