@@ -15,9 +15,9 @@ GOFILES = $(shell find . -name '*.go' -not -path './.git/*' -not -path './bin/*'
 build:
 	$(GO) build -o $(BIN)/streamer ./cmd/streamer
 
-## serve: build, then run the demo server on 127.0.0.1:5005
-serve: build
-	$(BIN)/streamer serve --model sleep:10ms,100us --workers 2 --listen 127.0.0.1:5005
+## serve: build, fetch the ONNX Runtime library, serve the demo model on 127.0.0.1:5005
+serve: build onnxruntime
+	$(BIN)/streamer serve --model demo --workers 2 --intra-op-threads 1 --listen 127.0.0.1:5005
 
 ## test: every check CI runs: vet, staticcheck, gofmt, then the tests with -race
 test: install-tools vet staticcheck fmtcheck unit
@@ -27,7 +27,8 @@ install-tools:
 	bash scripts/install-tools.sh
 
 vet:
-	$(GO) vet ./...
+	$(GO) vet ./... ./testdata/gen
+	$(GO) run ./testdata/gen -check
 
 staticcheck:
 	$(BIN)/staticcheck ./...

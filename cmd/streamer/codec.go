@@ -1,12 +1,41 @@
 package main
 
 import (
+	"log/slog"
+	"time"
+
 	"github.com/streamer-dev/streamer/model"
+	"github.com/streamer-dev/streamer/model/onnx"
 	"github.com/streamer-dev/streamer/supervisor/httpapi"
 )
 
 // codecFor picks how the HTTP layer encodes and checks items for the model
-// spec names, and what GET /v1/models says about it.
+// spec names, and what GET /v1/models says about it. An ONNX model gets a
+// codec that checks every item against the model's inputs before it is
+// queued and gives it a batch key (its shape signature), and a description
+// of its inputs, outputs and batching; other models take any value.
 func codecFor(spec model.Spec) (httpapi.Codec, any, error) {
+	if _, builtin, _ := model.ParseBuiltin(spec.Name); !builtin && spec.Plugin == "" && onnx.Handles(spec.Name) {
+		codec, desc, err := onnx.Codec(spec)
+		if err != nil {
+			return nil, nil, err
+		}
+		return codec, desc, nil
+	}
 	return httpapi.Generic{}, map[string]any{"model": spec.String()}, nil
+}
+
+// announceModel completes the model description with the server's batching
+// limits and logs, once at start, what it says an operator should know
+// (an ONNX model whose items run one by one).
+func announceModel(info any, batchSize int, maxLatency time.Duration, log *slog.Logger) {
+	desc, ok := info.(*onnx.Description)
+	if !ok {
+		return
+	}
+	desc.Batching.BatchSize = batchSize
+	desc.Batching.MaxLatency = maxLatency.String()
+	for _, note := range desc.Notes() {
+		log.Info(note)
+	}
 }

@@ -205,6 +205,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
+	announceModel(info, o.batchSize, o.maxLatency, log)
 	cfg, err := o.supervisorConfig(spec, log)
 	if err != nil {
 		return err

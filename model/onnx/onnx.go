@@ -1,0 +1,183 @@
+// Package onnx serves ONNX model files with ONNX Runtime, through
+// github.com/yalue/onnxruntime_go, which loads the runtime's shared library
+// when a model is opened (see FindLibrary for where it looks).
+//
+// A Runner stacks the items of a batch along the model's batch axis, one run
+// per batch key (items of different shapes never share a run), runs the
+// model on the CPU or on CUDA device 0 of the worker's CUDA_VISIBLE_DEVICES,
+// and splits the outputs back into one answer per item. The edge side, which
+// checks items before they are queued, is in onnxio.
+package onnx
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/streamer-dev/streamer/model"
+	"github.com/streamer-dev/streamer/model/onnx/demo"
+	"github.com/streamer-dev/streamer/model/onnx/onnxio"
+)
+
+// Handles reports whether the model name is one for this runner: the
+// embedded demo, a name ending in .onnx, or any existing file (which Check
+// then refuses clearly when it is not an ONNX model).
+func Handles(name string) bool {
+	if name == demo.Name || strings.HasSuffix(strings.ToLower(name), ".onnx") {
+		return true
+	}
+	info, err := os.Stat(name)
+	return err == nil && info.Mode().IsRegular()
+}
+
+// source is where a model's bytes come from: the embedded demo, or a file.
+type source struct {
+	name string
+	path string // empty for the demo
+	data []byte
+}
+
+func readSource(name string) (source, error) {
+	if name == demo.Name {
+		return source{name: name, data: demo.ONNX()}, nil
+	}
+	info, err := os.Stat(name)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return source{}, fmt.Errorf("--model %s: no such file", name)
+	case err != nil:
+		return source{}, fmt.Errorf("--model %s: %w", name, err)
+	case info.IsDir():
+		return source{}, fmt.Errorf("--model %s: is a folder, not an .onnx file", name)
+	}
+	data, err := os.ReadFile(name)
+	if err != nil {
+		return source{}, fmt.Errorf("--model %s: %w", name, err)
+	}
+	return source{name: name, path: name, data: data}, nil
+}
+
+// Codec reads the model spec names and returns the codec that checks its
+// items at the edge, with the description GET /v1/models serves. It reads
+// the model file only; it does not need the ONNX Runtime library.
+func Codec(spec model.Spec) (*onnxio.Codec, *Description, error) {
+	src, sig, err := signatureOf(spec.Name)
+	if err != nil {
+		return nil, nil, err
+	}
+	codec, err := onnxio.NewCodec(sig, spec.Pad)
+	if err != nil {
+		return nil, nil, err
+	}
+	return codec, describe(src.name, spec, codec), nil
+}
+
+func signatureOf(name string) (source, *onnxio.Signature, error) {
+	src, err := readSource(name)
+	if err != nil {
+		return src, nil, err
+	}
+	sig, err := onnxio.Parse(src.data)
+	if err != nil {
+		return src, nil, fmt.Errorf("--model %s: %w", name, err)
+	}
+	return src, sig, nil
+}
+
+// Check validates spec in the supervisor before any worker starts: the model
+// file exists and is an ONNX model streamer can serve, the --pad, --device
+// and --intra-op-threads settings fit it, and the ONNX Runtime library loads
+// and has the C API onnxruntime_go needs. Each failure is one line that says
+// what was looked for and how to fix it.
+func Check(spec model.Spec) error {
+	if _, _, err := Codec(spec); err != nil {
+		return err
+	}
+	if err := checkSettings(spec); err != nil {
+		return err
+	}
+	_, _, err := probeLibrary(spec.ORTLib)
+	return err
+}
+
+func checkSettings(spec model.Spec) error {
+	switch spec.Device {
+	case "", "cpu", "cuda":
+	default:
+		return fmt.Errorf("--device %q: want cpu or cuda", spec.Device)
+	}
+	if spec.IntraOpThreads < 0 {
+		return fmt.Errorf("--intra-op-threads %d: must not be negative", spec.IntraOpThreads)
+	}
+	return nil
+}
+
+// Description is what GET /v1/models says about an ONNX model.
+type Description struct {
+	// Model is the --model value; Runner is "onnx".
+	Model  string `json:"model"`
+	Runner string `json:"runner"`
+	// Device is cpu or cuda; IntraOpThreads 0 means the runtime's default.
+	Device         string `json:"device"`
+	IntraOpThreads int    `json:"intra_op_threads"`
+	// Inputs and Outputs are the model's, with names, dtypes and shapes
+	// (fixed axes as numbers, dynamic ones as their name or null).
+	Inputs  []onnxio.Port `json:"inputs"`
+	Outputs []onnxio.Port `json:"outputs"`
+	// Batching says how items are put together.
+	Batching Batching `json:"batching"`
+	// Producer, IRVersion and Opset describe the file.
+	Producer  string `json:"producer,omitempty"`
+	IRVersion int64  `json:"ir_version"`
+	Opset     int64  `json:"opset"`
+}
+
+// Batching describes how the items of an ONNX model share runs.
+type Batching struct {
+	// Mode is "stacked" (items stacked along the batch axis) or
+	// "one-by-one"; Why explains the latter.
+	Mode onnxio.BatchMode `json:"mode"`
+	Why  string           `json:"why,omitempty"`
+	// Key says which items may share a run.
+	Key string `json:"key"`
+	// Pad lists the --pad settings: input name → padding value.
+	Pad map[string]float64 `json:"pad,omitempty"`
+	// BatchSize and MaxLatency are the server's batching limits; the server
+	// fills them in.
+	BatchSize  int    `json:"batch_size,omitempty"`
+	MaxLatency string `json:"max_latency,omitempty"`
+}
+
+// Notes returns what the server should log once at start about how the
+// model is batched.
+func (d *Description) Notes() []string {
+	if d.Batching.Mode == onnxio.OneByOne {
+		return []string{"ONNX model " + d.Model + " runs items one by one: " + d.Batching.Why}
+	}
+	return nil
+}
+
+func describe(name string, spec model.Spec, codec *onnxio.Codec) *Description {
+	sig := codec.Signature()
+	device := spec.Device
+	if device == "" {
+		device = "cpu"
+	}
+	d := &Description{
+		Model: name, Runner: "onnx", Device: device, IntraOpThreads: spec.IntraOpThreads,
+		Inputs: sig.Inputs, Outputs: sig.Outputs,
+		Producer: sig.Producer, IRVersion: sig.IRVersion, Opset: sig.Opset,
+		Batching: Batching{Mode: sig.Mode, Why: sig.Why},
+	}
+	switch {
+	case sig.Mode == onnxio.OneByOne:
+		d.Batching.Key = "none: each item runs alone"
+	case len(codec.Pads()) > 0:
+		d.Batching.Key = "input shapes, padded axes excepted, and the values of inputs without a batch axis"
+		d.Batching.Pad = codec.Pads()
+	default:
+		d.Batching.Key = "input shapes and the values of inputs without a batch axis: items run together only when these agree"
+	}
+	return d
+}

@@ -1,0 +1,525 @@
+package onnxio
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
+)
+
+// builder fills one input tensor from nested arrays, learning and checking
+// the shape as it goes. Nesting is bounded by the input's rank, so a deeply
+// nested body is refused at the first level too many.
+type builder struct {
+	port  *Port
+	rank  int
+	shape []int64 // lengths per depth, -1 until seen
+	index []int   // position of the current value, for messages
+	data  []byte
+	// detail says what is wrong with the structure, after errShape.
+	detail string
+}
+
+// errShape marks a structure that does not match the input's rank or is
+// ragged; the caller reports the shape that was sent.
+var errShape = errors.New("shape mismatch")
+
+func newBuilder(p *Port) *builder {
+	b := &builder{port: p, rank: len(p.ItemShape)}
+	b.shape = make([]int64, b.rank)
+	for i := range b.shape {
+		b.shape[i] = -1
+	}
+	b.index = make([]int, 0, b.rank)
+	n := int64(1)
+	for _, d := range p.ItemShape {
+		if !d.Dynamic() {
+			n *= d.Size
+		}
+	}
+	if n > 0 && n < 1<<20 {
+		b.data = make([]byte, 0, n*int64(p.DType.Size()))
+	}
+	return b
+}
+
+// array is called for an array of n elements at the current depth.
+func (b *builder) array(n int) error {
+	depth := len(b.index)
+	if depth >= b.rank {
+		return errShape
+	}
+	d := b.port.ItemShape[depth]
+	switch {
+	case b.shape[depth] >= 0 && b.shape[depth] != int64(n):
+		b.detail = fmt.Sprintf(" with rows of different lengths along axis %d (%d and %d)", depth, b.shape[depth], n)
+		return errShape
+	case n == 0 || !d.Dynamic() && int64(n) != d.Size:
+		return errShape // refused before the contents are read
+	}
+	b.shape[depth] = int64(n)
+	return nil
+}
+
+// leaf checks that a value sits at the innermost depth.
+func (b *builder) leaf() error {
+	if len(b.index) != b.rank {
+		if len(b.index) > 0 {
+			b.detail = " with a single value at " + b.at() + " where an array belongs"
+		}
+		return errShape
+	}
+	return nil
+}
+
+func (b *builder) push(i int) { b.index = append(b.index, i) }
+func (b *builder) pop()       { b.index = b.index[:len(b.index)-1] }
+
+// at writes the current position as "[1, 2]".
+func (b *builder) at() string {
+	parts := make([]string, len(b.index))
+	for i, x := range b.index {
+		parts[i] = strconv.Itoa(x)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+// misfit reports a value that does not fit the input's dtype.
+func (b *builder) misfit(value string) error {
+	at := ""
+	if len(b.index) > 0 {
+		at = " at " + b.at()
+	}
+	return fmt.Errorf("input %q: want %s; got %s%s, which does not fit %s", b.port.Name, b.port.describe(), value, at, b.port.DType)
+}
+
+// tensor finishes the tensor and checks it against the declared item shape.
+func (b *builder) tensor() (Tensor, error) {
+	t := Tensor{DType: b.port.DType, Shape: b.shape, Data: b.data}
+	for k, d := range b.port.ItemShape {
+		if t.Shape[k] == 0 || !d.Dynamic() && t.Shape[k] != d.Size {
+			return t, b.wrongShape(shapeString(t.Shape))
+		}
+	}
+	return t, nil
+}
+
+func (b *builder) wrongShape(sent string) error {
+	extra := ""
+	if b.rank > 0 {
+		extra = ", every axis at least 1 long"
+	}
+	return fmt.Errorf("input %q: want %s (rank %d%s); got %s", b.port.Name, b.port.describe(), b.rank, extra, sent)
+}
+
+func shapeString(shape []int64) string {
+	parts := make([]string, len(shape))
+	for i, d := range shape {
+		parts[i] = strconv.FormatInt(d, 10)
+	}
+	return "shape [" + strings.Join(parts, ", ") + "]"
+}
+
+// parseJSON reads one input's value: nested JSON arrays of numbers (or
+// booleans), a bare number for a rank-0 input.
+func parseJSON(p *Port, raw []byte) (Tensor, error) {
+	b := newBuilder(p)
+	s := jsonWalker{b: b, data: raw}
+	s.space()
+	err := s.value()
+	if err == nil {
+		s.space()
+		if s.pos != len(s.data) {
+			err = fmt.Errorf("input %q: unexpected %q after the value", p.Name, s.data[s.pos])
+		}
+	}
+	if errors.Is(err, errShape) {
+		return Tensor{}, b.wrongShape(describeJSON(raw) + b.detail)
+	}
+	if err != nil {
+		return Tensor{}, err
+	}
+	return b.tensor()
+}
+
+type jsonWalker struct {
+	b    *builder
+	data []byte
+	pos  int
+}
+
+func (s *jsonWalker) space() {
+	for s.pos < len(s.data) {
+		switch s.data[s.pos] {
+		case ' ', '\t', '\n', '\r':
+			s.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (s *jsonWalker) value() error {
+	if s.pos >= len(s.data) {
+		return fmt.Errorf("input %q: the value ends too early", s.b.port.Name)
+	}
+	switch c := s.data[s.pos]; {
+	case c == '[':
+		return s.array()
+	case c == '-' || '0' <= c && c <= '9':
+		return s.number()
+	case c == 't' || c == 'f':
+		return s.boolean()
+	case c == 'n':
+		if err := s.b.leaf(); err != nil {
+			return err
+		}
+		return s.b.misfit("null")
+	}
+	if len(s.b.index) == 0 {
+		return errShape // a string or an object where the input was expected
+	}
+	return s.b.misfit("a " + jsonKindOf(s.data[s.pos]))
+}
+
+func (s *jsonWalker) array() error {
+	s.pos++ // '['
+	// Count the elements first: the builder checks lengths at the start of
+	// an array, so that a ragged array fails before its contents are read.
+	n, err := countJSONElements(s.data[s.pos:])
+	if err != nil {
+		return fmt.Errorf("input %q: %w", s.b.port.Name, err)
+	}
+	if err := s.b.array(n); err != nil {
+		return err
+	}
+	for i := range n {
+		s.space()
+		if i > 0 {
+			if s.pos >= len(s.data) || s.data[s.pos] != ',' {
+				return fmt.Errorf("input %q: malformed array", s.b.port.Name)
+			}
+			s.pos++
+			s.space()
+		}
+		s.b.push(i)
+		if err := s.value(); err != nil {
+			return err
+		}
+		s.b.pop()
+		s.space()
+	}
+	if s.pos >= len(s.data) || s.data[s.pos] != ']' {
+		return fmt.Errorf("input %q: malformed array", s.b.port.Name)
+	}
+	s.pos++
+	return nil
+}
+
+func (s *jsonWalker) number() error {
+	start := s.pos
+	for s.pos < len(s.data) {
+		c := s.data[s.pos]
+		if c != '-' && c != '+' && c != '.' && c != 'e' && c != 'E' && (c < '0' || c > '9') {
+			break
+		}
+		s.pos++
+	}
+	if err := s.b.leaf(); err != nil {
+		return err
+	}
+	text := string(s.data[start:s.pos])
+	var ok bool
+	var err error
+	s.b.data, ok, err = appendJSONNumber(s.b.data, s.b.port.DType, text)
+	if err != nil {
+		return fmt.Errorf("input %q: malformed number %q", s.b.port.Name, text)
+	}
+	if !ok {
+		return s.b.misfit(text)
+	}
+	return nil
+}
+
+func (s *jsonWalker) boolean() error {
+	var v bool
+	switch {
+	case strings.HasPrefix(string(s.data[s.pos:]), "true"):
+		v, s.pos = true, s.pos+4
+	case strings.HasPrefix(string(s.data[s.pos:]), "false"):
+		s.pos += 5
+	default:
+		return fmt.Errorf("input %q: malformed JSON at byte %d", s.b.port.Name, s.pos)
+	}
+	if err := s.b.leaf(); err != nil {
+		return err
+	}
+	var ok bool
+	if s.b.data, ok = appendBool(s.b.data, s.b.port.DType, v); !ok {
+		return s.b.misfit(strconv.FormatBool(v))
+	}
+	return nil
+}
+
+// appendJSONNumber converts a JSON number's text. A float32 input parses the
+// text at 32 bits, so that the value is rounded once.
+func appendJSONNumber(dst []byte, d DType, text string) ([]byte, bool, error) {
+	if text == "" || text[0] == '+' {
+		return dst, false, errors.New("malformed")
+	}
+	integer := !strings.ContainsAny(text, ".eE")
+	switch {
+	case d == Float32:
+		f, err := strconv.ParseFloat(text, 32)
+		if err != nil {
+			return dst, false, rangeOrSyntax(err)
+		}
+		dst, ok := appendFloat32(dst, d, float32(f))
+		return dst, ok, nil
+	case d == Float64 || !integer:
+		f, err := strconv.ParseFloat(text, 64)
+		if err != nil {
+			return dst, false, rangeOrSyntax(err)
+		}
+		dst, ok := appendFloat(dst, d, f)
+		return dst, ok, nil
+	}
+	if i, err := strconv.ParseInt(text, 10, 64); err == nil {
+		dst, ok := appendInt(dst, d, i)
+		return dst, ok, nil
+	} else if !errors.Is(err, strconv.ErrRange) {
+		return dst, false, err
+	}
+	if u, err := strconv.ParseUint(text, 10, 64); err == nil {
+		dst, ok := appendUint(dst, d, u)
+		return dst, ok, nil
+	}
+	return dst, false, nil // a whole number beyond 64 bits fits nothing integral
+}
+
+// rangeOrSyntax turns an out-of-range parse into "does not fit" (nil) and
+// keeps a syntax error.
+func rangeOrSyntax(err error) error {
+	if errors.Is(err, strconv.ErrRange) {
+		return nil
+	}
+	return err
+}
+
+// countJSONElements counts the elements of the array whose body starts data
+// (just after its '['), without descending into them beyond bracket
+// matching. It relies on the body being valid JSON only as far as strings go.
+func countJSONElements(data []byte) (int, error) {
+	depth, n, inString, sawValue := 0, 0, false, false
+	for i := 0; i < len(data); i++ {
+		c := data[i]
+		switch {
+		case inString:
+			if c == '\\' {
+				i++
+			} else if c == '"' {
+				inString = false
+			}
+		case c == '"':
+			inString, sawValue = true, true
+		case c == '[' || c == '{':
+			depth++
+			sawValue = true
+		case c == ']' || c == '}':
+			if depth == 0 {
+				if sawValue {
+					n++
+				}
+				return n, nil
+			}
+			depth--
+		case c == ',' && depth == 0:
+			n++
+		case c != ' ' && c != '\t' && c != '\n' && c != '\r':
+			sawValue = true
+		}
+	}
+	return 0, errors.New("unterminated array")
+}
+
+// describeJSON says what shape a JSON value has, for an error message: the
+// lengths along its first elements, or what else it is.
+func describeJSON(raw []byte) string {
+	s := jsonWalker{data: raw}
+	var shape []int64
+	for depth := 0; depth <= maxRank; depth++ {
+		s.space()
+		if s.pos >= len(s.data) {
+			return "nothing"
+		}
+		c := s.data[s.pos]
+		if c != '[' {
+			if depth == 0 {
+				return "a " + jsonKindOf(c)
+			}
+			return shapeString(shape)
+		}
+		s.pos++
+		n, err := countJSONElements(s.data[s.pos:])
+		if err != nil {
+			return "malformed JSON"
+		}
+		shape = append(shape, int64(n))
+		if n == 0 {
+			return shapeString(shape)
+		}
+	}
+	return "arrays nested more than " + strconv.Itoa(maxRank) + " deep"
+}
+
+func jsonKindOf(c byte) string {
+	switch c {
+	case '{':
+		return "JSON object"
+	case '"':
+		return "string"
+	case 't', 'f':
+		return "boolean"
+	case 'n':
+		return "null"
+	case '[':
+		return "array"
+	}
+	return "number"
+}
+
+// parseMsgpack reads one input's value from msgpack: nested arrays of
+// numbers, a bare number for a rank-0 input, or a tensor map
+// {"dtype", "shape", "data"}.
+func parseMsgpack(p *Port, r *reader) (Tensor, error) {
+	c, err := r.peek()
+	if err != nil {
+		return Tensor{}, fmt.Errorf("input %q: %w", p.Name, err)
+	}
+	if isMap(c) {
+		t, err := r.tensorMap()
+		if err != nil {
+			return t, fmt.Errorf("input %q: %w", p.Name, err)
+		}
+		return t, checkTensor(p, t)
+	}
+	start := r.offset()
+	b := newBuilder(p)
+	err = b.msgpack(r)
+	if errors.Is(err, errShape) {
+		return Tensor{}, b.wrongShape(describeMsgpack(r.data[start:]) + b.detail)
+	}
+	if err != nil {
+		return Tensor{}, err
+	}
+	return b.tensor()
+}
+
+func (b *builder) msgpack(r *reader) error {
+	c, err := r.peek()
+	if err != nil {
+		return fmt.Errorf("input %q: %w", b.port.Name, err)
+	}
+	if isArray(c) {
+		n, err := r.arrayLen()
+		if err != nil {
+			return fmt.Errorf("input %q: %w", b.port.Name, err)
+		}
+		if err := b.array(n); err != nil {
+			return err
+		}
+		for i := range n {
+			b.push(i)
+			if err := b.msgpack(r); err != nil {
+				return err
+			}
+			b.pop()
+		}
+		return nil
+	}
+	if err := b.leaf(); err != nil {
+		return err
+	}
+	return b.msgpackScalar(r, c)
+}
+
+func (b *builder) msgpackScalar(r *reader, c byte) error {
+	var ok bool
+	var text string
+	switch {
+	case msgpcode.IsFixedNum(c) || c == msgpcode.Int8 || c == msgpcode.Int16 || c == msgpcode.Int32 || c == msgpcode.Int64:
+		v, err := r.dec.DecodeInt64()
+		if err != nil {
+			return fmt.Errorf("input %q: %w", b.port.Name, err)
+		}
+		b.data, ok = appendInt(b.data, b.port.DType, v)
+		text = strconv.FormatInt(v, 10)
+	case c == msgpcode.Uint8 || c == msgpcode.Uint16 || c == msgpcode.Uint32 || c == msgpcode.Uint64:
+		v, err := r.dec.DecodeUint64()
+		if err != nil {
+			return fmt.Errorf("input %q: %w", b.port.Name, err)
+		}
+		b.data, ok = appendUint(b.data, b.port.DType, v)
+		text = strconv.FormatUint(v, 10)
+	case c == msgpcode.Float:
+		v, err := r.dec.DecodeFloat32()
+		if err != nil {
+			return fmt.Errorf("input %q: %w", b.port.Name, err)
+		}
+		b.data, ok = appendFloat32(b.data, b.port.DType, v)
+		text = strconv.FormatFloat(float64(v), 'g', -1, 32)
+	case c == msgpcode.Double:
+		v, err := r.dec.DecodeFloat64()
+		if err != nil {
+			return fmt.Errorf("input %q: %w", b.port.Name, err)
+		}
+		b.data, ok = appendFloat(b.data, b.port.DType, v)
+		text = strconv.FormatFloat(v, 'g', -1, 64)
+	case c == msgpcode.True || c == msgpcode.False:
+		v, err := r.dec.DecodeBool()
+		if err != nil {
+			return fmt.Errorf("input %q: %w", b.port.Name, err)
+		}
+		b.data, ok = appendBool(b.data, b.port.DType, v)
+		text = strconv.FormatBool(v)
+	default:
+		if len(b.index) == 0 {
+			return errShape
+		}
+		return b.misfit(kindOf(c))
+	}
+	if !ok {
+		return b.misfit(text)
+	}
+	return nil
+}
+
+// describeMsgpack says what shape a msgpack value has, for an error message.
+func describeMsgpack(data []byte) string {
+	r := newReader(data)
+	defer r.release()
+	var shape []int64
+	for depth := 0; depth <= maxRank; depth++ {
+		c, err := r.peek()
+		if err != nil {
+			return "malformed msgpack"
+		}
+		if !isArray(c) {
+			if depth == 0 {
+				return kindOf(c)
+			}
+			return shapeString(shape)
+		}
+		n, err := r.arrayLen()
+		if err != nil {
+			return "malformed msgpack"
+		}
+		shape = append(shape, int64(n))
+		if n == 0 {
+			return shapeString(shape)
+		}
+	}
+	return "arrays nested more than " + strconv.Itoa(maxRank) + " deep"
+}

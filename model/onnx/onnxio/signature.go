@@ -1,0 +1,277 @@
+// Package onnxio is an ONNX model's edge: it reads the model's inputs and
+// outputs from the file, without its weights and without ONNX Runtime, and
+// turns request items (JSON or msgpack) into the tensors a worker stacks into
+// batches, refusing any item that does not fit the model before it is
+// queued. It also encodes a worker's per-item outputs and renders them back
+// as JSON.
+//
+// An item is one sample without its batch axis. A model with one input takes
+// the bare value ([[0.1, 0.2], ...]); any model also takes an object keyed by
+// input name. msgpack bodies may send a tensor as a map {"dtype", "shape",
+// "data"} with data the little-endian element bytes.
+package onnxio
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/streamer-dev/streamer/model/onnx/onnxpb"
+)
+
+// ErrNotONNX is returned by Parse for bytes that are not an ONNX model.
+var ErrNotONNX = errors.New("not an ONNX model")
+
+// Dim is one axis of a declared shape.
+type Dim struct {
+	// Size is the axis length when it is fixed; 0 when it is dynamic.
+	Size int64
+	// Param is a dynamic axis's symbolic name ("batch", "seq"), if it has one.
+	// Axes of different tensors with the same name have the same length.
+	Param string
+}
+
+// Dynamic reports whether the axis may take any length.
+func (d Dim) Dynamic() bool { return d.Size <= 0 }
+
+// String is the size, the symbolic name, or "?" for an unnamed dynamic axis.
+func (d Dim) String() string {
+	switch {
+	case !d.Dynamic():
+		return strconv.FormatInt(d.Size, 10)
+	case d.Param != "":
+		return d.Param
+	}
+	return "?"
+}
+
+// MarshalJSON writes a fixed axis as its size, a named dynamic axis as its
+// name and an unnamed one as null.
+func (d Dim) MarshalJSON() ([]byte, error) {
+	switch {
+	case !d.Dynamic():
+		return strconv.AppendInt(nil, d.Size, 10), nil
+	case d.Param != "":
+		return json.Marshal(d.Param)
+	}
+	return []byte("null"), nil
+}
+
+// Shape is a declared shape.
+type Shape []Dim
+
+// String writes the shape as "[batch, 4]".
+func (s Shape) String() string {
+	parts := make([]string, len(s))
+	for i, d := range s {
+		parts[i] = d.String()
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+// Port is one input or output of the model.
+type Port struct {
+	// Name is the graph's name for the value.
+	Name string `json:"name"`
+	// DType is the element type.
+	DType DType `json:"dtype"`
+	// Shape is the declared shape, batch axis included. It is nil for an
+	// output whose shape the model does not declare.
+	Shape Shape `json:"shape"`
+	// Batched reports whether the leading axis is the batch axis; an
+	// unbatched input (a scalar such as a sample rate) is taken whole from
+	// each item.
+	Batched bool `json:"batched"`
+	// ItemShape is Shape without the batch axis: what one item carries.
+	ItemShape Shape `json:"item_shape"`
+}
+
+// describe writes "float32 [seq, 3]" for error messages.
+func (p Port) describe() string {
+	return p.DType.String() + " " + p.ItemShape.String()
+}
+
+// BatchMode is how items of a model are stacked into a run.
+type BatchMode string
+
+// The batch modes.
+const (
+	// Stacked: the inputs have a dynamic leading axis; items with the same
+	// batch key run together, stacked along it.
+	Stacked BatchMode = "stacked"
+	// OneByOne: the model cannot take several items in one run (its batch
+	// axis is fixed at 1, it has none, or an output has none); a batch's
+	// items run one after the other.
+	OneByOne BatchMode = "one-by-one"
+)
+
+// Signature is what a model takes and gives.
+type Signature struct {
+	// Inputs are the values a caller feeds, in the graph's order.
+	Inputs []Port `json:"inputs"`
+	// Outputs are the values the model answers, in the graph's order.
+	Outputs []Port `json:"outputs"`
+	// Mode is how items are run.
+	Mode BatchMode `json:"mode"`
+	// Why explains a OneByOne mode.
+	Why string `json:"why,omitempty"`
+	// IRVersion and Opset describe the file (Opset is the default domain's).
+	IRVersion int64 `json:"ir_version"`
+	Opset     int64 `json:"opset"`
+	// Producer is the tool that wrote the file.
+	Producer string `json:"producer,omitempty"`
+}
+
+// Input returns the index of the input called name, or -1.
+func (s *Signature) Input(name string) int {
+	for i, p := range s.Inputs {
+		if p.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// Parse reads the signature of the ONNX model in data. It reads only the
+// graph's interface; the weights are skipped.
+func Parse(data []byte) (*Signature, error) {
+	var m onnxpb.ModelHeader
+	if err := (proto.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotONNX, err)
+	}
+	if m.GetIrVersion() <= 0 || m.GetGraph() == nil || len(m.GetOpsetImport()) == 0 {
+		return nil, fmt.Errorf("%w: it has no ir_version, graph or opset_import", ErrNotONNX)
+	}
+	sig := &Signature{IRVersion: m.GetIrVersion(), Producer: m.GetProducerName()}
+	for _, o := range m.GetOpsetImport() {
+		if o.GetDomain() == "" || o.GetDomain() == "ai.onnx" {
+			sig.Opset = o.GetVersion()
+		}
+	}
+	weights := map[string]bool{}
+	for _, w := range m.GetGraph().GetInitializer() {
+		weights[w.GetName()] = true
+	}
+	for _, vi := range m.GetGraph().GetInput() {
+		if weights[vi.GetName()] {
+			continue // a weight listed as an input by an old exporter
+		}
+		p, err := port(vi, true)
+		if err != nil {
+			return nil, fmt.Errorf("input %q: %w", vi.GetName(), err)
+		}
+		sig.Inputs = append(sig.Inputs, p)
+	}
+	for _, vi := range m.GetGraph().GetOutput() {
+		p, err := port(vi, false)
+		if err != nil {
+			return nil, fmt.Errorf("output %q: %w", vi.GetName(), err)
+		}
+		sig.Outputs = append(sig.Outputs, p)
+	}
+	if len(sig.Inputs) == 0 || len(sig.Outputs) == 0 {
+		return nil, fmt.Errorf("the model has %d inputs and %d outputs; streamer serves models with at least one of each", len(sig.Inputs), len(sig.Outputs))
+	}
+	sig.decideBatching()
+	return sig, nil
+}
+
+// port reads one declared value. Inputs must declare a shape: it is what an
+// item is checked against.
+func port(vi *onnxpb.ValueInfoProto, input bool) (Port, error) {
+	p := Port{Name: vi.GetName()}
+	if p.Name == "" {
+		return p, errors.New("the value has no name")
+	}
+	t := vi.GetType()
+	if t.GetTensorType() == nil {
+		kind := "a value of unknown type"
+		switch {
+		case t.GetSequenceType() != nil:
+			kind = "a sequence"
+		case t.GetMapType() != nil:
+			kind = "a map"
+		case t.GetSparseTensorType() != nil:
+			kind = "a sparse tensor"
+		case t.GetOptionalType() != nil:
+			kind = "an optional"
+		}
+		return p, fmt.Errorf("it is %s; streamer serves dense tensors only", kind)
+	}
+	dtype, err := dtypeOfONNX(t.GetTensorType().GetElemType())
+	if err != nil {
+		return p, err
+	}
+	p.DType = dtype
+	shape := t.GetTensorType().GetShape()
+	if shape == nil {
+		if input {
+			return p, errors.New("the model does not declare its shape; re-export it with shapes")
+		}
+		return p, nil
+	}
+	p.Shape = Shape{}
+	for _, d := range shape.GetDim() {
+		dim := Dim{Param: d.GetDimParam()}
+		if v, ok := d.GetValue().(*onnxpb.TensorShapeProto_Dimension_DimValue); ok && v.DimValue > 0 {
+			dim = Dim{Size: v.DimValue}
+		}
+		p.Shape = append(p.Shape, dim)
+	}
+	return p, nil
+}
+
+// decideBatching finds the batch axis. Inputs whose leading axis is dynamic
+// are stacked along it. When no input has one, inputs whose leading axis is
+// fixed at 1 carry it and items run one by one. Inputs left (scalars, fixed
+// leading axes) are taken whole from each item.
+func (s *Signature) decideBatching() {
+	leadingDynamic := func(p Port) bool { return len(p.Shape) > 0 && p.Shape[0].Dynamic() }
+	leadingOne := func(p Port) bool { return len(p.Shape) > 0 && p.Shape[0].Size == 1 }
+	batched := leadingDynamic
+	s.Mode = Stacked
+	if !anyPort(s.Inputs, leadingDynamic) {
+		s.Mode = OneByOne
+		if anyPort(s.Inputs, leadingOne) {
+			batched = leadingOne
+			s.Why = "the model's batch axis is fixed at 1"
+		} else {
+			batched = func(Port) bool { return false }
+			s.Why = "the model's inputs have no batch axis"
+		}
+	}
+	for i := range s.Inputs {
+		s.Inputs[i].setBatched(batched(s.Inputs[i]))
+	}
+	for i := range s.Outputs {
+		p := &s.Outputs[i]
+		// An output with no declared shape is assumed to carry the batch
+		// axis, as exporters write it; the worker checks its length.
+		p.setBatched(p.Shape == nil && s.Mode == Stacked || p.Shape != nil && batched(*p))
+		if s.Mode == Stacked && !p.Batched {
+			s.Mode = OneByOne
+			s.Why = fmt.Sprintf("output %q has no batch axis, so items cannot share a run", p.Name)
+		}
+	}
+}
+
+func (p *Port) setBatched(b bool) {
+	p.Batched = b
+	p.ItemShape = p.Shape
+	if b && len(p.Shape) > 0 {
+		p.ItemShape = p.Shape[1:]
+	}
+}
+
+func anyPort(ports []Port, f func(Port) bool) bool {
+	for _, p := range ports {
+		if f(p) {
+			return true
+		}
+	}
+	return false
+}

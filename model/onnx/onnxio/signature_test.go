@@ -1,0 +1,178 @@
+package onnxio_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/streamer-dev/streamer/model/onnx/onnxio"
+	"github.com/streamer-dev/streamer/model/onnx/onnxpb"
+	"github.com/streamer-dev/streamer/model/onnx/onnxtest"
+)
+
+func signature(t testing.TB, name string) *onnxio.Signature {
+	t.Helper()
+	data, err := onnxtest.Build(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig, err := onnxio.Parse(data)
+	if err != nil {
+		t.Fatalf("parse %s: %v", name, err)
+	}
+	return sig
+}
+
+// ports writes a signature's ports as "name dtype shape item-shape batched".
+func ports(ps []onnxio.Port) []string {
+	var out []string
+	for _, p := range ps {
+		b := "unbatched"
+		if p.Batched {
+			b = "batched"
+		}
+		out = append(out, p.Name+" "+p.DType.String()+" "+p.Shape.String()+" "+p.ItemShape.String()+" "+b)
+	}
+	return out
+}
+
+func TestParseReadsTheModelsInterface(t *testing.T) {
+	tests := []struct {
+		model   string
+		inputs  []string
+		outputs []string
+		mode    onnxio.BatchMode
+		why     string
+	}{
+		{onnxtest.MLP, []string{"features float32 [batch, 4] [4] batched"}, []string{"probs float32 [batch, 3] [3] batched"}, onnxio.Stacked, ""},
+		{onnxtest.Demo, []string{"features float32 [batch, 4] [4] batched"}, []string{"probs float32 [batch, 3] [3] batched"}, onnxio.Stacked, ""},
+		{onnxtest.Seq, []string{"x float32 [batch, seq, 3] [seq, 3] batched"}, []string{"y float32 [batch, seq, 4] [seq, 4] batched"}, onnxio.Stacked, ""},
+		{onnxtest.Multi,
+			[]string{"ids int64 [batch, seq] [seq] batched", "mask bool [batch, seq] [seq] batched", "scale float64 [] [] unbatched", "offset int32 [batch] [] batched"},
+			[]string{"pooled float32 [batch, 4] [4] batched", "count int64 [batch] [] batched", "scaled float64 [batch] [] batched", "above bool [batch] [] batched", "next int32 [batch] [] batched"},
+			onnxio.Stacked, ""},
+		{onnxtest.Fixed, []string{"x float32 [1, 4] [4] batched"}, []string{"y float32 [1, 2] [2] batched", "energy float32 [] [] unbatched"}, onnxio.OneByOne, "batch axis is fixed at 1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.model, func(t *testing.T) {
+			sig := signature(t, tt.model)
+			if got := ports(sig.Inputs); strings.Join(got, "; ") != strings.Join(tt.inputs, "; ") {
+				t.Errorf("inputs:\n got %q\nwant %q", got, tt.inputs)
+			}
+			if got := ports(sig.Outputs); strings.Join(got, "; ") != strings.Join(tt.outputs, "; ") {
+				t.Errorf("outputs:\n got %q\nwant %q", got, tt.outputs)
+			}
+			if sig.Mode != tt.mode || !strings.Contains(sig.Why, tt.why) {
+				t.Errorf("mode %s (%q), want %s (%q)", sig.Mode, sig.Why, tt.mode, tt.why)
+			}
+			if sig.IRVersion != 8 || sig.Opset != 17 {
+				t.Errorf("ir_version %d opset %d, want 8 and 17", sig.IRVersion, sig.Opset)
+			}
+		})
+	}
+}
+
+// handModel builds a one-node model with the given interface.
+func handModel(inputs, outputs []*onnxpb.ValueInfoProto, weights ...*onnxpb.TensorProto) []byte {
+	m := &onnxpb.ModelProto{
+		IrVersion:   8,
+		OpsetImport: []*onnxpb.OperatorSetIdProto{{Version: 17}},
+		Graph: &onnxpb.GraphProto{
+			Name:        "hand",
+			Node:        []*onnxpb.NodeProto{{OpType: "Identity", Input: []string{inputs[0].GetName()}, Output: []string{outputs[0].GetName()}}},
+			Input:       inputs,
+			Output:      outputs,
+			Initializer: weights,
+		},
+	}
+	data, err := proto.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	return data
+}
+
+func tensorValue(name string, elem onnxpb.TensorProto_DataType, dims ...any) *onnxpb.ValueInfoProto {
+	shape := &onnxpb.TensorShapeProto{}
+	for _, d := range dims {
+		switch d := d.(type) {
+		case int:
+			shape.Dim = append(shape.Dim, &onnxpb.TensorShapeProto_Dimension{Value: &onnxpb.TensorShapeProto_Dimension_DimValue{DimValue: int64(d)}})
+		case string:
+			shape.Dim = append(shape.Dim, &onnxpb.TensorShapeProto_Dimension{Value: &onnxpb.TensorShapeProto_Dimension_DimParam{DimParam: d}})
+		}
+	}
+	return &onnxpb.ValueInfoProto{Name: name, Type: &onnxpb.TypeProto{Value: &onnxpb.TypeProto_TensorType{
+		TensorType: &onnxpb.TypeProto_Tensor{ElemType: int32(elem), Shape: shape}}}}
+}
+
+func TestParseHandlesOddInterfaces(t *testing.T) {
+	f32 := onnxpb.TensorProto_FLOAT
+	t.Run("an output without batch axis makes items run one by one", func(t *testing.T) {
+		sig, err := onnxio.Parse(handModel(
+			[]*onnxpb.ValueInfoProto{tensorValue("x", f32, "n", 2)},
+			[]*onnxpb.ValueInfoProto{tensorValue("y", f32, "n", 2), tensorValue("total", f32)}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sig.Mode != onnxio.OneByOne || !strings.Contains(sig.Why, `output "total" has no batch axis`) {
+			t.Fatalf("mode %s (%q), want one-by-one because of total", sig.Mode, sig.Why)
+		}
+	})
+	t.Run("weights listed as inputs are not inputs", func(t *testing.T) {
+		sig, err := onnxio.Parse(handModel(
+			[]*onnxpb.ValueInfoProto{tensorValue("x", f32, "n", 2), tensorValue("w", f32, 2)},
+			[]*onnxpb.ValueInfoProto{tensorValue("y", f32, "n", 2)},
+			&onnxpb.TensorProto{Name: "w", Dims: []int64{2}, DataType: 1, RawData: make([]byte, 8)}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(sig.Inputs) != 1 || sig.Inputs[0].Name != "x" {
+			t.Fatalf("inputs %v, want only x", ports(sig.Inputs))
+		}
+	})
+	t.Run("no batch axis at all", func(t *testing.T) {
+		sig, err := onnxio.Parse(handModel(
+			[]*onnxpb.ValueInfoProto{tensorValue("x", f32, 3)},
+			[]*onnxpb.ValueInfoProto{tensorValue("y", f32, 3)}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sig.Mode != onnxio.OneByOne || sig.Inputs[0].Batched || sig.Inputs[0].ItemShape.String() != "[3]" {
+			t.Fatalf("got %s %v, want one-by-one with x taken whole", sig.Mode, ports(sig.Inputs))
+		}
+	})
+}
+
+func TestParseRefuses(t *testing.T) {
+	f32 := onnxpb.TensorProto_FLOAT
+	sequence := &onnxpb.ValueInfoProto{Name: "s", Type: &onnxpb.TypeProto{Value: &onnxpb.TypeProto_SequenceType{SequenceType: &onnxpb.TypeProto_Opaque{}}}}
+	noShape := &onnxpb.ValueInfoProto{Name: "x", Type: &onnxpb.TypeProto{Value: &onnxpb.TypeProto_TensorType{TensorType: &onnxpb.TypeProto_Tensor{ElemType: 1}}}}
+	tests := []struct {
+		name   string
+		data   []byte
+		want   string
+		notONX bool
+	}{
+		{"empty file", nil, "not an ONNX model", true},
+		{"text", []byte("# streamer\nThis is a README, not a model.\n"), "not an ONNX model", true},
+		{"json", []byte(`{"inputs": [1, 2]}`), "not an ONNX model", true},
+		{"sequence input", handModel([]*onnxpb.ValueInfoProto{sequence}, []*onnxpb.ValueInfoProto{tensorValue("y", f32, "n")}), `input "s": it is a sequence`, false},
+		{"string input", handModel([]*onnxpb.ValueInfoProto{tensorValue("text", onnxpb.TensorProto_STRING, "n")}, []*onnxpb.ValueInfoProto{tensorValue("y", f32, "n")}), `input "text": element type string is not served`, false},
+		{"float16 output", handModel([]*onnxpb.ValueInfoProto{tensorValue("x", f32, "n")}, []*onnxpb.ValueInfoProto{tensorValue("y", onnxpb.TensorProto_FLOAT16, "n")}), `output "y": element type float16 is not served`, false},
+		{"input without shape", handModel([]*onnxpb.ValueInfoProto{noShape}, []*onnxpb.ValueInfoProto{tensorValue("y", f32, "n")}), `input "x": the model does not declare its shape`, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := onnxio.Parse(tt.data)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want one containing %q", err, tt.want)
+			}
+			if errors.Is(err, onnxio.ErrNotONNX) != tt.notONX {
+				t.Fatalf("errors.Is(%v, ErrNotONNX) = %v, want %v", err, !tt.notONX, tt.notONX)
+			}
+		})
+	}
+}

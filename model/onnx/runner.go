@@ -1,0 +1,312 @@
+package onnx
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/streamer-dev/streamer/model"
+	"github.com/streamer-dev/streamer/model/onnx/onnxio"
+)
+
+// Runner runs an ONNX model in the worker process. It implements
+// model.Model and model.Describer. Predict is called from one goroutine at a
+// time.
+type Runner struct {
+	codec       *onnxio.Codec
+	sig         *onnxio.Signature
+	session     *ort.DynamicAdvancedSession
+	description string
+	padding     bool // some input is padded
+	closed      bool
+	runs        atomic.Uint64
+}
+
+var (
+	_ model.Model     = (*Runner)(nil)
+	_ model.Describer = (*Runner)(nil)
+)
+
+// Open loads the ONNX Runtime library (see FindLibrary) and the model spec
+// names, on the CPU or, with spec.Device "cuda", on CUDA device 0 of the
+// process's CUDA_VISIBLE_DEVICES. It fails, rather than falling back to the
+// CPU, when the library has no usable CUDA execution provider.
+func Open(ctx context.Context, spec model.Spec) (*Runner, error) {
+	if binary.NativeEndian.Uint16([]byte{1, 0}) != 1 {
+		return nil, errors.New("onnx: streamer's tensors are little-endian; this machine is not")
+	}
+	if err := checkSettings(spec); err != nil {
+		return nil, err
+	}
+	src, sig, err := signatureOf(spec.Name)
+	if err != nil {
+		return nil, err
+	}
+	codec, err := onnxio.NewCodec(sig, spec.Pad)
+	if err != nil {
+		return nil, err
+	}
+	if src.path != "" {
+		src.data = nil // ONNX Runtime reads the file itself
+	}
+	lib, err := FindLibrary(spec.ORTLib)
+	if err != nil {
+		return nil, err
+	}
+	version, err := acquireRuntime(lib)
+	if err != nil {
+		return nil, err
+	}
+	session, err := newSession(src, sig, spec, lib, version)
+	if err != nil {
+		releaseRuntime()
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		_ = session.Destroy()
+		releaseRuntime()
+		return nil, err
+	}
+	return &Runner{
+		codec:       codec,
+		sig:         sig,
+		session:     session,
+		padding:     len(codec.Pads()) > 0,
+		description: runnerDescription(src.name, spec, version, sig),
+	}, nil
+}
+
+// runnerDescription is the one line a worker reports when it is ready.
+func runnerDescription(name string, spec model.Spec, version string, sig *onnxio.Signature) string {
+	d := fmt.Sprintf("onnx %s on %s (ONNX Runtime %s", name, deviceName(spec), version)
+	if spec.IntraOpThreads > 0 {
+		d += fmt.Sprintf(", %d intra-op threads", spec.IntraOpThreads)
+	}
+	if sig.Mode == onnxio.OneByOne {
+		d += "; one item per run: " + sig.Why
+	}
+	return d + ")"
+}
+
+func deviceName(spec model.Spec) string {
+	if spec.Device == "cuda" {
+		return "cuda:0"
+	}
+	return "cpu"
+}
+
+func newSession(src source, sig *onnxio.Signature, spec model.Spec, lib, version string) (*ort.DynamicAdvancedSession, error) {
+	opts, err := ort.NewSessionOptions()
+	if err != nil {
+		return nil, fmt.Errorf("onnx: session options: %w", err)
+	}
+	defer func() { _ = opts.Destroy() }()
+	if spec.IntraOpThreads > 0 {
+		if err := opts.SetIntraOpNumThreads(spec.IntraOpThreads); err != nil {
+			return nil, fmt.Errorf("onnx: --intra-op-threads %d: %w", spec.IntraOpThreads, err)
+		}
+	}
+	// Streamer runs one batch at a time per worker: operators run one after
+	// the other, each using the intra-op threads.
+	if err := opts.SetInterOpNumThreads(1); err != nil {
+		return nil, fmt.Errorf("onnx: inter-op threads: %w", err)
+	}
+	if spec.Device == "cuda" {
+		if err := appendCUDA(opts); err != nil {
+			return nil, fmt.Errorf("--device cuda: the ONNX Runtime library %s (version %s) has no usable CUDA execution provider: %v; use a CUDA build of ONNX Runtime with --ort-lib, or --device cpu", lib, version, err)
+		}
+	}
+	inputs := make([]string, len(sig.Inputs))
+	for i, p := range sig.Inputs {
+		inputs[i] = p.Name
+	}
+	outputs := make([]string, len(sig.Outputs))
+	for i, p := range sig.Outputs {
+		outputs[i] = p.Name
+	}
+	var session *ort.DynamicAdvancedSession
+	if src.path != "" {
+		session, err = ort.NewDynamicAdvancedSession(src.path, inputs, outputs, opts)
+	} else {
+		session, err = ort.NewDynamicAdvancedSessionWithONNXData(src.data, inputs, outputs, opts)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("onnx: load %s on %s: %w", src.name, deviceName(spec), err)
+	}
+	return session, nil
+}
+
+// appendCUDA adds the CUDA execution provider on device 0: the worker's own
+// card, since its CUDA_VISIBLE_DEVICES names only that one.
+func appendCUDA(opts *ort.SessionOptions) error {
+	cuda, err := ort.NewCUDAProviderOptions()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = cuda.Destroy() }()
+	if err := cuda.Update(map[string]string{"device_id": "0"}); err != nil {
+		return err
+	}
+	return opts.AppendExecutionProviderCUDA(cuda)
+}
+
+// Describe names the model, its device and the runtime version.
+func (r *Runner) Describe() string { return r.description }
+
+// Runs is the number of times the model has run: once per batch key of a
+// stacked batch, once per item of a one-by-one model.
+func (r *Runner) Runs() uint64 { return r.runs.Load() }
+
+// Session returns the ONNX Runtime session, for measuring the model alone.
+func (r *Runner) Session() *ort.DynamicAdvancedSession { return r.session }
+
+// Codec returns the codec the runner checks items with.
+func (r *Runner) Codec() *onnxio.Codec { return r.codec }
+
+// Close releases the session, and the runtime after its last user.
+func (r *Runner) Close() error {
+	if r.closed {
+		return nil
+	}
+	r.closed = true
+	err := r.session.Destroy()
+	releaseRuntime()
+	return err
+}
+
+// Predict runs one batch. Items are checked again here (a Go program may
+// submit items that no codec saw); a bad item fails alone. Items are grouped
+// by batch key, each group stacked into one run (or, for a model that takes
+// one item at a time, one run per item). When a stacked run fails, its items
+// are run one by one, so that an item the model rejects fails alone.
+func (r *Runner) Predict(ctx context.Context, items [][]byte) ([][]byte, error) {
+	if r.closed {
+		return nil, errors.New("onnx: the model is closed")
+	}
+	outputs := make([][]byte, len(items))
+	errs := make([]error, len(items))
+	decoded := make([][]onnxio.Tensor, len(items))
+	var order []string
+	groups := map[string][]int{}
+	for i, item := range items {
+		inputs, err := onnxio.DecodeItem(item)
+		if err == nil {
+			err = r.codec.Check(inputs)
+		}
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		decoded[i] = inputs
+		key := r.codec.Key(inputs)
+		if r.sig.Mode == onnxio.OneByOne {
+			key = fmt.Sprint(i)
+		}
+		if _, ok := groups[key]; !ok {
+			order = append(order, key)
+		}
+		groups[key] = append(groups[key], i)
+	}
+	for _, key := range order {
+		r.runGroup(ctx, groups[key], decoded, outputs, errs)
+	}
+	for _, err := range errs {
+		if err != nil {
+			return outputs, &model.ItemErrors{Errs: errs}
+		}
+	}
+	return outputs, nil
+}
+
+func (r *Runner) runGroup(ctx context.Context, idx []int, decoded [][]onnxio.Tensor, outputs [][]byte, errs []error) {
+	if err := ctx.Err(); err != nil {
+		for _, i := range idx {
+			errs[i] = err
+		}
+		return
+	}
+	group := make([][]onnxio.Tensor, len(idx))
+	for k, i := range idx {
+		group[k] = decoded[i]
+	}
+	outs, err := r.run(group)
+	if err == nil {
+		for k, i := range idx {
+			outputs[i] = outs[k]
+		}
+		return
+	}
+	if len(idx) == 1 {
+		errs[idx[0]] = err
+		return
+	}
+	for _, i := range idx {
+		r.runGroup(ctx, []int{i}, decoded, outputs, errs)
+	}
+}
+
+// run stacks items (all with one batch key), runs the model once and
+// returns each item's encoded outputs.
+func (r *Runner) run(items [][]onnxio.Tensor) ([][]byte, error) {
+	inputs := make([]ort.Value, len(r.sig.Inputs))
+	defer destroyAll(inputs)
+	for j := range r.sig.Inputs {
+		t := r.stack(j, items)
+		v, err := newValue(t)
+		if err != nil {
+			return nil, fmt.Errorf("onnx: input %q: %w", r.sig.Inputs[j].Name, err)
+		}
+		inputs[j] = v
+	}
+	outputs := make([]ort.Value, len(r.sig.Outputs))
+	defer destroyAll(outputs)
+	for k, p := range r.sig.Outputs {
+		if p.Shape != nil && len(p.Shape) == 0 {
+			// onnxruntime_go cannot take a scalar output it allocates
+			// itself; give it one.
+			v, err := newValue(onnxio.Tensor{DType: p.DType, Data: make([]byte, p.DType.Size())})
+			if err != nil {
+				return nil, fmt.Errorf("onnx: output %q: %w", p.Name, err)
+			}
+			outputs[k] = v
+		}
+	}
+	r.runs.Add(1)
+	if err := r.session.Run(inputs, outputs); err != nil {
+		return nil, fmt.Errorf("onnx runtime: %w", err)
+	}
+	perItem := make([][]onnxio.Tensor, len(items))
+	for i := range perItem {
+		perItem[i] = make([]onnxio.Tensor, len(r.sig.Outputs))
+	}
+	for k, p := range r.sig.Outputs {
+		t, err := valueTensor(outputs[k])
+		if err != nil {
+			return nil, fmt.Errorf("onnx: output %q: %w", p.Name, err)
+		}
+		if err := r.split(k, t, items, perItem); err != nil {
+			return nil, fmt.Errorf("onnx: output %q: %w", p.Name, err)
+		}
+	}
+	encoded := make([][]byte, len(items))
+	for i, outs := range perItem {
+		b, err := onnxio.EncodeOutput(r.sig, outs)
+		if err != nil {
+			return nil, err
+		}
+		encoded[i] = b
+	}
+	return encoded, nil
+}
+
+func destroyAll(values []ort.Value) {
+	for _, v := range values {
+		if v != nil {
+			_ = v.Destroy()
+		}
+	}
+}

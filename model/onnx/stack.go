@@ -1,0 +1,165 @@
+package onnx
+
+import (
+	"fmt"
+
+	"github.com/streamer-dev/streamer/model/onnx/onnxio"
+)
+
+// stack builds input j of a run from the items: stacked along a new leading
+// batch axis for a batched input, padded along its padded axes to the
+// longest item; taken from the first item for an input without a batch axis
+// (the items' batch key guarantees they agree).
+func (r *Runner) stack(j int, items [][]onnxio.Tensor) onnxio.Tensor {
+	first := items[0][j]
+	if !r.sig.Inputs[j].Batched {
+		return first
+	}
+	shape := append([]int64{int64(len(items))}, first.Shape...)
+	axes, value, padded := r.codec.Padded(j)
+	if padded {
+		for _, it := range items[1:] {
+			for k, n := range it[j].Shape {
+				if axes[k] && n > shape[k+1] {
+					shape[k+1] = n
+				}
+			}
+		}
+	}
+	size := int64(first.DType.Size())
+	perItem := size
+	for _, n := range shape[1:] {
+		perItem *= n
+	}
+	data := make([]byte, perItem*int64(len(items)))
+	if padded {
+		fill(data, value)
+	}
+	for i, it := range items {
+		dst := data[int64(i)*perItem : int64(i+1)*perItem]
+		if padded {
+			copyBlock(dst, shape[1:], it[j].Data, it[j].Shape, size)
+		} else {
+			copy(dst, it[j].Data)
+		}
+	}
+	return onnxio.Tensor{DType: first.DType, Shape: shape, Data: data}
+}
+
+// fill repeats one element's bytes over data.
+func fill(data, value []byte) {
+	if len(value) == 0 {
+		return
+	}
+	n := copy(data, value)
+	for n < len(data) {
+		n += copy(data[n:], data[:n])
+	}
+}
+
+// copyBlock copies the row-major tensor src (shape srcShape) into the corner
+// of dst (shape dstShape), axis by axis as far as both reach: into a larger
+// dst it pads (the rest of dst keeps its bytes), into a smaller one it
+// crops. Elements are size bytes.
+func copyBlock(dst []byte, dstShape []int64, src []byte, srcShape []int64, size int64) {
+	if len(srcShape) == 0 {
+		copy(dst[:size], src[:size])
+		return
+	}
+	inner := func(shape []int64) int64 {
+		n := size
+		for _, d := range shape[1:] {
+			n *= d
+		}
+		return n
+	}
+	dstStride, srcStride := inner(dstShape), inner(srcShape)
+	rows := min(srcShape[0], dstShape[0])
+	if len(srcShape) == 1 {
+		copy(dst[:rows*size], src[:rows*size])
+		return
+	}
+	for i := range rows {
+		copyBlock(dst[i*dstStride:], dstShape[1:], src[i*srcStride:], srcShape[1:], size)
+	}
+}
+
+// split cuts output k of a run into the items' outputs. A batched output is
+// cut along its leading axis; axes that share their name with a padded input
+// axis are cropped back to the item's own length. An output without a batch
+// axis (only in one-by-one runs) goes whole to the item.
+func (r *Runner) split(k int, out onnxio.Tensor, items [][]onnxio.Tensor, perItem [][]onnxio.Tensor) error {
+	p := r.sig.Outputs[k]
+	if !p.Batched {
+		if len(items) != 1 {
+			return fmt.Errorf("has no batch axis, but %d items shared the run", len(items))
+		}
+		perItem[0][k] = out
+		return nil
+	}
+	if len(out.Shape) == 0 || out.Shape[0] != int64(len(items)) {
+		return fmt.Errorf("shape %v does not lead with the batch of %d items", out.Shape, len(items))
+	}
+	itemShape := out.Shape[1:]
+	stride := int64(len(out.Data)) / int64(len(items))
+	for i := range items {
+		data := out.Data[int64(i)*stride : int64(i+1)*stride]
+		shape := r.croppedShape(p, itemShape, items[i])
+		if !equalShapes(shape, itemShape) {
+			data = crop(data, itemShape, shape, int64(out.DType.Size()))
+		}
+		perItem[i][k] = onnxio.Tensor{DType: out.DType, Shape: shape, Data: data}
+	}
+	return nil
+}
+
+// croppedShape is the item's own length of each output axis that shares its
+// name with a padded input axis.
+func (r *Runner) croppedShape(p onnxio.Port, itemShape []int64, item []onnxio.Tensor) []int64 {
+	if !r.padding || len(p.ItemShape) != len(itemShape) {
+		return itemShape
+	}
+	var shape []int64
+	for a, d := range p.ItemShape {
+		if d.Param == "" {
+			continue
+		}
+		for j, in := range r.sig.Inputs {
+			axes, _, padded := r.codec.Padded(j)
+			for b, id := range in.ItemShape {
+				if padded && axes[b] && id.Param == d.Param && item[j].Shape[b] < itemShape[a] {
+					if shape == nil {
+						shape = append([]int64(nil), itemShape...)
+					}
+					shape[a] = item[j].Shape[b]
+				}
+			}
+		}
+	}
+	if shape == nil {
+		return itemShape
+	}
+	return shape
+}
+
+func crop(data []byte, from, to []int64, size int64) []byte {
+	n := size
+	for _, d := range to {
+		n *= d
+	}
+	out := make([]byte, n)
+	copyBlock(out, to, data, from, size)
+	return out
+}
+
+func equalShapes(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
