@@ -16,7 +16,9 @@ build:
 	$(GO) build -o $(BIN)/streamer ./cmd/streamer
 
 ## serve: build, fetch the ONNX Runtime library, serve the demo model on 127.0.0.1:5005
-serve: build onnxruntime
+serve:
+	bash scripts/install-tools.sh --serve
+	$(MAKE) build
 	$(BIN)/streamer serve --model demo --workers 2 --intra-op-threads 1 --listen 127.0.0.1:5005
 
 ## test: every check CI runs: vet, staticcheck, gofmt, then the tests with -race

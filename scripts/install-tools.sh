@@ -78,6 +78,20 @@ if ! command -v go >/dev/null 2>&1; then
   log "go is not on PATH (it usually lives in /usr/local/go/bin)" >&2
   exit 1
 fi
+if [ "${1:-}" = "--serve" ]; then
+  # Only what `make serve` needs: cgo for the ONNX binding, and the runtime.
+  apt_packages=(gcc libc6-dev)
+fi
+# The ONNX Runtime fetch needs npm. Machines that bring their own Node.js
+# have it already; installing Debian's over theirs could conflict.
+if ! command -v npm >/dev/null 2>&1; then
+  apt_packages+=(npm)
+fi
+if [ "${1:-}" = "--serve" ]; then
+  install_apt_packages
+  fetch_onnxruntime
+  exit 0
+fi
 install_apt_packages
 install_go_tools
 fetch_onnxruntime

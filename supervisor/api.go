@@ -34,8 +34,12 @@ var (
 	ErrCanceled = errors.New("request canceled")
 	// ErrPoison: the item kills the workers that run it; it is refused (HTTP 422).
 	ErrPoison = errors.New("item crashes the model")
-	// ErrModel: the model rejected the item or failed its batch (HTTP 422).
+	// ErrModel: the model rejected the item (HTTP 422).
 	ErrModel = errors.New("model error")
+	// ErrModelFailed: the model failed the whole batch, or answered it with
+	// the wrong number of outputs: a fault of the model, not of the item
+	// (HTTP 500).
+	ErrModelFailed = errors.New("model failed")
 	// ErrBadRequest: the request itself is malformed, e.g. it has no items.
 	ErrBadRequest = errors.New("bad request")
 )

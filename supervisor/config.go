@@ -50,17 +50,21 @@ type Config struct {
 	WorkerTimeout time.Duration
 	// InitTimeout bounds a worker's start and model initialisation. Default 2m.
 	InitTimeout time.Duration
-	// BackoffMin and BackoffMax bound the wait before restarting a dead worker;
-	// it doubles with each crash and resets after StableAfter of life.
-	// Defaults 20ms, 5s and 30s.
+	// BackoffMin and BackoffMax bound the wait before restarting a dead worker.
+	// It doubles with each start that fails and each death with no batch in
+	// flight, and resets when the worker answers a batch or lives StableAfter.
+	// A worker killed by a batch restarts after BackoffMin: its batch is
+	// being dealt with. Defaults 20ms, 5s and 30s.
 	BackoffMin, BackoffMax, StableAfter time.Duration
-	// MaxRestarts within RestartWindow marks a slot failed; when every slot has
-	// failed, Fatal reports it. Defaults 30 and 1m.
+	// More than MaxRestarts restarts within RestartWindow mark a slot failed;
+	// when every slot has failed, Fatal reports it. Deaths while narrowing
+	// down a batch that already killed a worker do not count. Defaults 10
+	// and 1m.
 	MaxRestarts   int
 	RestartWindow time.Duration
 	// UnavailableAfter: when no worker has been able to run for this long,
-	// queued items fail with ErrUnavailable and new ones are refused at once.
-	// Default 1s.
+	// new items are refused at once with ErrUnavailable, and queued ones fail
+	// too unless some worker is starting. Default 1s.
 	UnavailableAfter time.Duration
 	// PoisonTTL is how long an item found to crash workers is remembered and
 	// refused on sight. Default 10m.
@@ -127,7 +131,7 @@ func (c *Config) setDefaults() error {
 	def(&c.Process.HeartbeatTimeout, 10*time.Second)
 	def(&c.Process.StopTimeout, 5*time.Second)
 	if c.MaxRestarts <= 0 {
-		c.MaxRestarts = 30
+		c.MaxRestarts = 10
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -183,6 +183,14 @@ func (s *Streamer) checkAvailable(now time.Time, earlier func(time.Time)) {
 		s.log.Error("no worker is able to run; refusing requests until one is ready", "for", now.Sub(s.downSince).Round(time.Millisecond))
 	}
 	s.unavail.Store(true)
+	for _, sl := range s.slots {
+		if sl.state == SlotStarting {
+			// Admitted work waits for the worker coming up (bounded by
+			// InitTimeout and the items' own deadlines).
+			earlier(now.Add(s.cfg.UnavailableAfter))
+			return
+		}
+	}
 	err := fmt.Errorf("%w for %s", ErrUnavailable, now.Sub(s.downSince).Round(time.Millisecond))
 	for _, it := range s.queue.drain() {
 		s.complete(it, nil, err)

@@ -93,7 +93,7 @@ func (sl *slot) run(firstTry chan<- error) {
 			err = fmt.Errorf("slot %d: %w", sl.id, err)
 			s.log.Error("worker failed to start", "slot", sl.id, "cuda", sl.cuda, "err", err)
 			report(err)
-			sl.noteCrash(err)
+			sl.noteCrash(err, crashUnexplained)
 		} else {
 			sl.setReady(w)
 			report(nil)
@@ -186,11 +186,11 @@ func (sl *slot) onResult(w worker, r result) {
 func checkResult(r result, n int) error {
 	switch {
 	case r.err != "":
-		return fmt.Errorf("%w: %s", ErrModel, r.err)
+		return fmt.Errorf("%w: %s", ErrModelFailed, r.err)
 	case len(r.outputs) != n:
-		return fmt.Errorf("%w: the model returned %d outputs for a batch of %d", ErrModel, len(r.outputs), n)
+		return fmt.Errorf("%w: it returned %d outputs for a batch of %d", ErrModelFailed, len(r.outputs), n)
 	case r.itemErrors != nil && len(r.itemErrors) != n:
-		return fmt.Errorf("%w: the model returned %d item errors for a batch of %d", ErrModel, len(r.itemErrors), n)
+		return fmt.Errorf("%w: it returned %d item errors for a batch of %d", ErrModelFailed, len(r.itemErrors), n)
 	}
 	return nil
 }
@@ -211,7 +211,13 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 		sl.state = SlotBackoff
 	}
 	var poisoned []item
+	cause := crashUnexplained
+	inFlight := len(batches)
 	if !stopping && len(batches) > 0 {
+		cause = crashFirstOfBatch
+		if batches[0].suspect {
+			cause = crashHunting
+		}
 		poisoned = sl.requeueLocked(batches)
 		batches = nil
 	}
@@ -228,8 +234,8 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 	if time.Since(born) >= s.cfg.StableAfter {
 		sl.setFailures(0)
 	}
-	s.log.Error("worker died", "slot", sl.id, "pid", w.pid(), "cuda", sl.cuda, "err", exitErr, "batches_in_flight", len(batches)+len(poisoned))
-	sl.noteCrash(exitErr)
+	s.log.Error("worker died", "slot", sl.id, "pid", w.pid(), "cuda", sl.cuda, "err", exitErr, "batches_in_flight", inFlight)
+	sl.noteCrash(exitErr, cause)
 	for _, it := range poisoned {
 		s.poison.add(it.key, it.data)
 		s.stats.poisoned.Add(1)
@@ -276,16 +282,38 @@ func (sl *slot) setFailures(n int) {
 	sl.s.mu.Unlock()
 }
 
+// crashCause says how much a worker's death says about the slot's health.
+type crashCause int
+
+const (
+	// crashUnexplained: it failed to start, or died with no batch in flight.
+	// The back-off grows: something is wrong with the worker itself.
+	crashUnexplained crashCause = iota
+	// crashFirstOfBatch: it died running a batch that had not killed a
+	// worker before. The batch is split and retried; the worker restarts at
+	// once, but the death counts towards MaxRestarts.
+	crashFirstOfBatch
+	// crashHunting: it died running a piece of a batch that already killed
+	// a worker. The hunt for the bad item is bounded (about log2 of the
+	// batch size), so it neither slows the restart nor counts again.
+	crashHunting
+)
+
 // noteCrash records a failed start or a death, for back-off and for the
 // restart budget.
-func (sl *slot) noteCrash(err error) {
+func (sl *slot) noteCrash(err error, cause crashCause) {
 	s := sl.s
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sl.failures++
+	if cause == crashUnexplained {
+		sl.failures++
+	}
 	if err != nil {
 		sl.lastErr = err.Error()
+	}
+	if cause == crashHunting {
+		return
 	}
 	kept := sl.recent[:0]
 	for _, t := range sl.recent {

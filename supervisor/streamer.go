@@ -148,6 +148,13 @@ func (s *Streamer) SubmitRequest(ctx context.Context, req Request) (*Future, err
 	}
 
 	s.mu.Lock()
+	if s.draining.Load() {
+		// Checked again under the lock: Shutdown empties the queue under it,
+		// and an item pushed after that would never be answered.
+		s.mu.Unlock()
+		s.stats.rejected.Add(uint64(n))
+		return nil, ErrShuttingDown
+	}
 	if s.queue.items()+n > s.cfg.MaxQueue {
 		s.queue.sweep(now, s.drop)
 		if waiting := s.queue.items(); waiting+n > s.cfg.MaxQueue {

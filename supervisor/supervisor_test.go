@@ -388,7 +388,7 @@ func TestWrongOutputCountFailsTheBatchClearly(t *testing.T) {
 	fn := func(_ context.Context, items [][]byte) ([][]byte, error) { return items[:1], nil }
 	s := start(t, supervisor.Config{Func: fn})
 	_, err := s.Predict(context.Background(), items("a", "b"))
-	if !errors.Is(err, supervisor.ErrModel) || !strings.Contains(err.Error(), "1 outputs for a batch of 2") {
+	if !errors.Is(err, supervisor.ErrModelFailed) || !strings.Contains(err.Error(), "1 outputs for a batch of 2") {
 		t.Fatalf("got %v", err)
 	}
 }
@@ -488,7 +488,10 @@ func TestEverySlotFailingIsFatal(t *testing.T) {
 		panic("always")
 	}
 	s := start(t, supervisor.Config{Func: fn, MaxRestarts: 2, BackoffMin: time.Millisecond, Workers: 2})
-	for i := range 4 {
+	// Each item kills a worker once as a fresh batch (which counts towards
+	// MaxRestarts) and once more alone before it is isolated (which does not):
+	// 2 slots × 3 counted restarts need 6 items.
+	for i := range 6 {
 		if f, err := s.Submit(context.Background(), items(fmt.Sprint(i))); err == nil {
 			<-f.Done()
 		}
@@ -500,5 +503,31 @@ func TestEverySlotFailingIsFatal(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatalf("no fatal error after %d crashes; slots %+v", calls.Load(), s.Slots())
+	}
+}
+
+// TestPoisonFirstInAFullBatchWithOneWorker is the hardest case for the hunt:
+// the bad item always lands in the half that runs first, so the one worker
+// dies again and again in a row. The hunt must not slow its own restarts
+// into the unavailable window, and every other item must be answered.
+func TestPoisonFirstInAFullBatchWithOneWorker(t *testing.T) {
+	g := newGate(true)
+	s := start(t, supervisor.Config{Func: g.fn, Workers: 1, BatchSize: 64})
+	names := []string{"boom"}
+	for i := 1; i < 64; i++ {
+		names = append(names, fmt.Sprint("ok", i))
+	}
+	out, err := s.Predict(context.Background(), items(names...))
+	var itemErr *supervisor.ItemError
+	if !errors.As(err, &itemErr) || itemErr.Index != 0 || !errors.Is(err, supervisor.ErrPoison) {
+		t.Fatalf("got %v, want item 0 isolated as poison", err)
+	}
+	for i := 1; i < 64; i++ {
+		if string(out[i]) != "out:"+names[i] {
+			t.Fatalf("item %d: %q, want it answered", i, out[i])
+		}
+	}
+	if st := s.Slots()[0]; st.State == supervisor.SlotFailed {
+		t.Fatalf("the hunt for one bad item gave up the slot: %+v", st)
 	}
 }

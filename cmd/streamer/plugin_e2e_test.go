@@ -244,18 +244,21 @@ func testPluginBadAnswers(t *testing.T, bins map[string]string) {
 	s := startServer(t, "--plugin", bins["chaos"], "--workers", "1", "--log-format", "json")
 	worker := s.waitAllReady(t, 1)[0].PID
 	tests := []struct {
-		name    string
-		inputs  []any
-		wantErr string
+		name       string
+		inputs     []any
+		wantStatus int
+		wantErr    string
 	}{
-		{"item error", []any{"fine", "reject"}, `plugin chaos: chaos plugin: item "reject" rejected`},
-		{"wrong output count", []any{"a", "b", "wrong-count"}, "outputs for a batch of"},
-		{"batch error", []any{"batch-error"}, "chaos plugin: batch failed as asked"},
+		// An item the model rejects is the client's problem; a batch the
+		// model fails or miscounts is the model's.
+		{"item error", []any{"fine", "reject"}, http.StatusUnprocessableEntity, `plugin chaos: chaos plugin: item "reject" rejected`},
+		{"wrong output count", []any{"a", "b", "wrong-count"}, http.StatusInternalServerError, "outputs for a batch of"},
+		{"batch error", []any{"batch-error"}, http.StatusInternalServerError, "chaos plugin: batch failed as asked"},
 	}
 	for _, tt := range tests {
 		p := s.predictJSON(t, tt.inputs...)
-		if p.Status != http.StatusUnprocessableEntity || !strings.Contains(p.Error, tt.wantErr) {
-			t.Errorf("%s: %s, want 422 with %q", tt.name, p, tt.wantErr)
+		if p.Status != tt.wantStatus || !strings.Contains(p.Error, tt.wantErr) {
+			t.Errorf("%s: %s, want %d with %q", tt.name, p, tt.wantStatus, tt.wantErr)
 		}
 	}
 

@@ -25,19 +25,20 @@ import (
 
 // serveOptions are the flags of streamer serve.
 type serveOptions struct {
-	listen        string
-	workers       int
-	cuda          string
-	batchSize     int
-	maxLatency    time.Duration
-	maxQueue      int
-	maxBody       int64
-	workerTimeout time.Duration
-	initTimeout   time.Duration
-	grace         time.Duration
-	maxRestarts   int
-	pipeline      int
-	logFormat     string
+	listen           string
+	workers          int
+	cuda             string
+	batchSize        int
+	maxLatency       time.Duration
+	maxQueue         int
+	maxBody          int64
+	workerTimeout    time.Duration
+	initTimeout      time.Duration
+	grace            time.Duration
+	maxRestarts      int
+	unavailableAfter time.Duration
+	pipeline         int
+	logFormat        string
 
 	model          string
 	plugin         string
@@ -81,7 +82,8 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f.DurationVar(&o.workerTimeout, "worker-timeout", 20*time.Second, "a batch running longer kills its worker (counted as a crash)")
 	f.DurationVar(&o.initTimeout, "init-timeout", 2*time.Minute, "longest a worker may take to start and initialise its model")
 	f.DurationVar(&o.grace, "grace", 30*time.Second, "on SIGTERM, how long admitted requests may take to finish before the rest are failed")
-	f.IntVar(&o.maxRestarts, "max-restarts", 30, "restarts of one slot within a minute after which the slot is given up; when every slot is given up the server exits 1")
+	f.IntVar(&o.maxRestarts, "max-restarts", 10, "restarts of one slot within a minute after which the slot is given up (deaths while isolating a bad item do not count); when every slot is given up the server exits 1")
+	f.DurationVar(&o.unavailableAfter, "unavailable-after", time.Second, "with no worker able to run for this long, new requests get 503 at once (and queued ones too unless a worker is starting)")
 	f.IntVar(&o.pipeline, "pipeline-depth", 2, "most batches one worker holds: the one it runs and those formed ahead (raise it for very fast models)")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 
@@ -171,15 +173,16 @@ func (o serveOptions) supervisorConfig(spec model.Spec, log *slog.Logger) (super
 		}
 	}
 	return supervisor.Config{
-		BatchSize:     o.batchSize,
-		MaxLatency:    o.maxLatency,
-		MaxQueue:      o.maxQueue,
-		Workers:       o.workers,
-		WorkerTimeout: o.workerTimeout,
-		InitTimeout:   o.initTimeout,
-		MaxRestarts:   o.maxRestarts,
-		PipelineDepth: o.pipeline,
-		Logger:        log,
+		BatchSize:        o.batchSize,
+		MaxLatency:       o.maxLatency,
+		MaxQueue:         o.maxQueue,
+		Workers:          o.workers,
+		WorkerTimeout:    o.workerTimeout,
+		InitTimeout:      o.initTimeout,
+		MaxRestarts:      o.maxRestarts,
+		UnavailableAfter: o.unavailableAfter,
+		PipelineDepth:    o.pipeline,
+		Logger:           log,
 		Process: supervisor.ProcessConfig{
 			Path:        self,
 			Args:        []string{"worker"},
@@ -234,6 +237,10 @@ func runServe(ctx context.Context, o serveOptions) error {
 	go func() { serveErr <- server.Serve(listener) }()
 	log.Info("listening; starting workers", "listen", listener.Addr().String(), "model", spec.String(), "workers", o.workers, "cuda", o.cuda)
 	if err := st.Start(ctx); err != nil {
+		if ctx.Err() != nil {
+			log.Info("signal received while starting: stopping")
+			return drain(st, server, o.grace, log)
+		}
 		return errors.Join(fmt.Errorf("start workers: %w", err), drain(st, server, o.grace, log))
 	}
 	log.Info("serving")
@@ -241,7 +248,9 @@ func runServe(ctx context.Context, o serveOptions) error {
 	var runErr error
 	select {
 	case <-ctx.Done():
-		log.Info("signal received: draining", "grace", o.grace)
+		// A second signal ends the process at once, the default behaviour.
+		stop()
+		log.Info("signal received: draining (a second signal exits at once)", "grace", o.grace)
 	case err := <-st.Fatal():
 		runErr = err
 		log.Error("every worker slot has failed; exiting so an orchestrator can take over", "err", err)

@@ -2,12 +2,16 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/streamer-dev/streamer/supervisor"
 )
 
 // benchBody is a typical small request: one sentence.
@@ -75,6 +79,32 @@ func benchServer(b *testing.B, h http.Handler) {
 
 func BenchmarkPredictHTTP(b *testing.B) {
 	benchServer(b, New(Config{Backend: &fakeBackend{}}))
+}
+
+// BenchmarkSupervisorHTTP is scenario E's server path in one process: the
+// handler in front of a real supervisor whose two slots echo in goroutines,
+// so that a CPU profile of it shows HTTP, the handler and the batcher
+// without the worker pipes:
+//
+//	go test -run '^$' -bench SupervisorHTTP -cpuprofile cpu.prof ./supervisor/httpapi
+func BenchmarkSupervisorHTTP(b *testing.B) {
+	st, err := supervisor.New(supervisor.Config{Func: echoBatch, Workers: 2, BatchSize: 64})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := st.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		if err := st.Shutdown(ctx); err != nil {
+			b.Errorf("shutdown: %v", err)
+		}
+	}()
+	benchServer(b, New(Config{Backend: st}))
+	b.StopTimer()
+	b.ReportMetric(st.Stats().MeanBatchSize(), "mean-batch")
 }
 
 // BenchmarkBareHTTP is the ceiling for BenchmarkPredictHTTP: a handler that

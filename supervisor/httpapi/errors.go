@@ -42,6 +42,8 @@ func StatusOf(err error) int {
 		return http.StatusGatewayTimeout
 	case errors.Is(err, supervisor.ErrPoison), errors.Is(err, supervisor.ErrModel):
 		return http.StatusUnprocessableEntity
+	case errors.Is(err, supervisor.ErrModelFailed):
+		return http.StatusInternalServerError
 	case errors.Is(err, supervisor.ErrCanceled):
 		return StatusClientClosedRequest
 	case errors.Is(err, supervisor.ErrBadRequest):
