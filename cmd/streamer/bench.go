@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,11 +10,15 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
+	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -48,14 +53,19 @@ func newBenchCommand() *cobra.Command {
 		Short: "Measure throughput and latency under load",
 		Long: `Bench starts a server with the given serve flags (or drives --target),
 sends load for --duration, and reports requests/s, items/s, latency
-percentiles, the batch sizes the server formed, and errors by kind. With the
-sleep model it also reports the physical limit workers × batch / cost(batch).
+percentiles, the batch sizes the server formed (from GET /v1/stats), and
+errors by kind. With the sleep model it also reports the physical limit
+workers × batch / cost(batch).
 
 Closed loop by default: --concurrency clients, each sending its next request
 when the last returns. With --rate the load is open: requests are sent on a
 fixed schedule and latency counts from the scheduled time, so queueing shows.
 --api go drives the supervisor through its Go API in this process (worker
-processes still run the model), so that HTTP does not hide the batcher's cost.`,
+processes still run the model), so that HTTP does not hide the batcher's cost.
+
+Over plain http the load comes from a lean HTTP/1.1 keep-alive client, so
+that on a small machine the client takes as little CPU from the server as it
+can; https targets get Go's standard client.`,
 		Example: `  streamer bench --model sleep:10ms,100us --workers 4 --concurrency 512 --duration 10s
   streamer bench --api go --model echo --workers 2 --concurrency 512
   streamer bench --target http://127.0.0.1:5005 --rate 2000 --duration 30s --json`,
@@ -81,83 +91,218 @@ processes still run the model), so that HTTP does not hide the batcher's cost.`,
 
 // sample is one request's outcome.
 type sample struct {
-	at      time.Duration // since the measurement started, at send
+	at      time.Duration // since the measurement started, at send (open loop: scheduled send)
 	latency time.Duration
 	errKind string // "" for success
 }
 
-// sender sends one request and says how it went.
+// sender sends one request and says how it went. It is called from many
+// goroutines at once.
 type sender func(ctx context.Context) (errKind string)
 
 // statsSource reads the server's counters.
 type statsSource func(ctx context.Context) (supervisor.Stats, error)
 
-func runBench(ctx context.Context, flags *pflag.FlagSet, o benchOptions) error {
-	if o.concurrency < 1 || o.itemsPerRequest < 1 || o.duration <= 0 {
-		return errors.New("--concurrency, --items-per-request and --duration must be positive")
+// check validates the bench flags before anything is started, so that a
+// typo fails at once rather than after a server start.
+func (o benchOptions) check() (item any, err error) {
+	switch {
+	case o.concurrency < 1:
+		return nil, fmt.Errorf("--concurrency %d: want at least 1", o.concurrency)
+	case o.itemsPerRequest < 1:
+		return nil, fmt.Errorf("--items-per-request %d: want at least 1", o.itemsPerRequest)
+	case o.duration <= 0:
+		return nil, fmt.Errorf("--duration %s: must be positive", o.duration)
+	case o.warmup < 0:
+		return nil, fmt.Errorf("--warmup %s: must not be negative", o.warmup)
+	case o.rate < 0:
+		return nil, fmt.Errorf("--rate %g: must not be negative (0 is closed loop)", o.rate)
+	case o.api != "http" && o.api != "go":
+		return nil, fmt.Errorf("--api %q: want http or go", o.api)
+	case o.api == "go" && o.target != "":
+		return nil, errors.New("--api go runs its own supervisor; it cannot drive --target")
 	}
-	var item any
+	if o.target != "" {
+		if _, err := parseTarget(o.target); err != nil {
+			return nil, err
+		}
+	}
 	if err := json.Unmarshal([]byte(o.input), &item); err != nil {
-		return fmt.Errorf("--input %q is not JSON: %w", o.input, err)
+		return nil, fmt.Errorf("--input %q is not JSON: %w", o.input, err)
 	}
+	return item, nil
+}
+
+// parseTarget checks that target is an http or https URL with a host.
+func parseTarget(target string) (*url.URL, error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return nil, fmt.Errorf("--target %q: %w", target, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("--target %q: want an http:// or https:// URL such as http://127.0.0.1:5005", target)
+	}
+	return u, nil
+}
+
+func runBench(ctx context.Context, flags *pflag.FlagSet, o benchOptions) error {
+	item, err := o.check()
+	if err != nil {
+		return err
+	}
+	// The plot file is created first: a path that cannot be written fails
+	// now, not after the whole run.
+	var plotFile *os.File
+	if o.plot != "" {
+		if plotFile, err = os.Create(o.plot); err != nil {
+			return fmt.Errorf("--plot: %w", err)
+		}
+		defer func() {
+			if plotFile != nil { // not written: leave no empty or partial file behind
+				plotFile.Close()
+				os.Remove(o.plot)
+			}
+		}()
+	}
+	// An interrupt ends the load early; the server this run started is
+	// stopped and what was measured so far is still reported.
+	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stopSignals()
+
 	send, stats, stop, err := o.setUp(ctx, flags, item)
 	if err != nil {
 		return err
 	}
 	defer stop()
 
-	if o.warmup > 0 {
-		o.load(ctx, send, o.warmup, false)
-	}
-	before, err := stats(ctx)
+	rep, samples, err := o.measure(ctx, send, stats)
 	if err != nil {
-		return fmt.Errorf("read server stats: %w", err)
+		return err
 	}
-	began := time.Now()
-	samples := o.load(ctx, send, o.duration, !o.jsonOut)
-	elapsed := time.Since(began)
-	after, err := stats(ctx)
-	if err != nil {
-		return fmt.Errorf("read server stats: %w", err)
-	}
-	rep := newReport(samples, elapsed, o.itemsPerRequest, before, after)
-	if o.target == "" {
-		rep.setLimit(o.serve)
-	}
-	if o.plot != "" {
-		if err := writePlot(o.plot, samples, rep.BatchSizes); err != nil {
-			return err
+	if plotFile != nil {
+		err := writePlot(plotFile, samples, rep.BatchSizes)
+		if closeErr := plotFile.Close(); err == nil {
+			err = closeErr
 		}
+		if err != nil {
+			return fmt.Errorf("--plot %s: %w", o.plot, err)
+		}
+		plotFile = nil
 	}
-	if o.jsonOut {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+	if err := o.printReport(rep); err != nil {
+		return err
 	}
-	rep.print(os.Stdout)
+	if ctx.Err() != nil {
+		return fmt.Errorf("interrupted after %.1fs of load; the figures above cover that part", rep.Seconds)
+	}
 	return nil
 }
 
-// setUp makes the sender for the chosen API, starting a server when needed.
-func (o benchOptions) setUp(ctx context.Context, flags *pflag.FlagSet, item any) (sender, statsSource, func(), error) {
-	switch {
-	case o.api == "go":
-		if o.target != "" {
-			return nil, nil, nil, errors.New("--api go runs its own supervisor; it cannot drive --target")
+// printReport writes the table, or the JSON object with --json, to stdout.
+func (o benchOptions) printReport(rep report) error {
+	if !o.jsonOut {
+		rep.print(os.Stdout)
+		return nil
+	}
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
+}
+
+// statsSnapshot is the server's counters when the measured window opened.
+type statsSnapshot struct {
+	stats supervisor.Stats
+	err   error
+	at    time.Time
+}
+
+// measure sends one continuous load for the warm-up and then the measured
+// window, and builds the report from the requests answered inside the window
+// and the server's counters at its start and end. The load does not stop
+// between the two: a pause would let the queue and the workers' pipelines
+// drain, and the window would start from an idle server and read low.
+func (o benchOptions) measure(ctx context.Context, send sender, stats statsSource) (report, []sample, error) {
+	// The run may be interrupted: the stats reads must not be.
+	statsCtx := context.WithoutCancel(ctx)
+	opened := make(chan statsSnapshot, 1)
+	openWindow := func() {
+		at := time.Now()
+		st, err := stats(statsCtx)
+		opened <- statsSnapshot{stats: st, err: err, at: at}
+	}
+	var window *time.Timer
+	if o.warmup == 0 {
+		openWindow()
+	} else {
+		window = time.AfterFunc(o.warmup, openWindow)
+	}
+	samples := o.load(ctx, send, !o.jsonOut)
+	loadEnded := time.Now()
+	if window != nil && window.Stop() {
+		return report{}, nil, errors.New("interrupted during the warm-up; nothing was measured")
+	}
+	before := <-opened
+	if before.err != nil {
+		if o.target == "" {
+			return report{}, nil, fmt.Errorf("read server stats: %w", before.err)
 		}
+		// Another server behind --target may not have the endpoint: the
+		// client-side figures still stand.
+		fmt.Fprintf(os.Stderr, "streamer bench: no batch figures: read %s/v1/stats: %v\n", strings.TrimSuffix(o.target, "/"), before.err)
+	}
+	after := before.stats
+	if before.err == nil {
+		var err error
+		if after, err = stats(statsCtx); err != nil {
+			return report{}, nil, fmt.Errorf("read server stats: %w", err)
+		}
+	}
+	elapsed := o.duration
+	if ctx.Err() != nil { // interrupted: the window ended early
+		elapsed = min(loadEnded.Sub(before.at), o.duration)
+	}
+	samples = inWindow(samples, o.warmup)
+	rep := newReport(samples, elapsed, o.itemsPerRequest, before.stats, after)
+	if o.target == "" {
+		rep.setLimit(o.serve)
+	}
+	return rep, samples, nil
+}
+
+// inWindow keeps the samples answered after the warm-up, with their send
+// times counted from the window's start (negative for a request sent during
+// the warm-up and answered inside the window). Counting answers in the
+// window, whenever they were sent, measures the steady rate without a bias
+// for the requests in flight at either end.
+func inWindow(samples []sample, warmup time.Duration) []sample {
+	kept := samples[:0]
+	for _, s := range samples {
+		if s.at+s.latency >= warmup {
+			s.at -= warmup
+			kept = append(kept, s)
+		}
+	}
+	return kept
+}
+
+// setUp makes the sender for the chosen API, starting a server when needed.
+// The returned func stops what was started.
+func (o benchOptions) setUp(ctx context.Context, flags *pflag.FlagSet, item any) (sender, statsSource, func(), error) {
+	if o.api == "go" {
 		return o.goAPI(ctx, item)
-	case o.api != "http":
-		return nil, nil, nil, fmt.Errorf("--api %q: want http or go", o.api)
 	}
 	target, stop := o.target, func() {}
 	if target == "" {
 		var err error
-		target, stop, err = startBenchServer(ctx, flags)
-		if err != nil {
+		if target, stop, err = startBenchServer(ctx, flags, o.serve.workers); err != nil {
 			return nil, nil, nil, err
 		}
 	}
-	target = strings.TrimSuffix(target, "/")
+	u, err := parseTarget(target)
+	if err != nil {
+		stop()
+		return nil, nil, nil, err
+	}
 	inputs := make([]any, o.itemsPerRequest)
 	for i := range inputs {
 		inputs[i] = item
@@ -167,14 +312,22 @@ func (o benchOptions) setUp(ctx context.Context, flags *pflag.FlagSet, item any)
 		stop()
 		return nil, nil, nil, err
 	}
+	base := strings.TrimSuffix(u.String(), "/")
+	statsClient := &http.Client{Timeout: 30 * time.Second}
+	stats := httpStats(statsClient, base+"/v1/stats")
+	if u.Scheme == "http" {
+		c := newWireClient(u, "/predict", body, o.concurrency)
+		return c.send, stats, func() { c.closeIdle(); stop() }, nil
+	}
 	client := &http.Client{Transport: &http.Transport{
 		MaxIdleConns:        o.concurrency * 2,
 		MaxIdleConnsPerHost: o.concurrency * 2,
 		IdleConnTimeout:     time.Minute,
 	}}
-	return httpSender(client, target+"/predict", body), httpStats(client, target+"/v1/stats"), stop, nil
+	return httpSender(client, base+"/predict", body), stats, func() { client.CloseIdleConnections(); stop() }, nil
 }
 
+// httpSender posts body with Go's standard client (used for https).
 func httpSender(client *http.Client, url string, body []byte) sender {
 	return func(ctx context.Context) string {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
@@ -213,7 +366,10 @@ func httpStats(client *http.Client, url string) statsSource {
 		if resp.StatusCode != http.StatusOK {
 			return st, fmt.Errorf("GET %s: %s", url, resp.Status)
 		}
-		return st, json.NewDecoder(resp.Body).Decode(&st)
+		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+			return st, fmt.Errorf("GET %s: %w", url, err)
+		}
+		return st, nil
 	}
 }
 
@@ -228,24 +384,23 @@ func (o benchOptions) goAPI(ctx context.Context, item any) (sender, statsSource,
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	encoded, err := msgpack.Marshal(item)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("--input: encode as msgpack: %w", err)
+	}
 	st, err := supervisor.New(cfg)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	if err := st.Start(ctx); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, fmt.Errorf("start workers: %w", err)
 	}
 	stop := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		_ = st.Shutdown(ctx)
 	}
-	if err := waitAllReady(ctx, st, cfg.Workers); err != nil {
-		stop()
-		return nil, nil, nil, err
-	}
-	encoded, err := msgpack.Marshal(item)
-	if err != nil {
+	if err := waitReady(ctx, cfg.Workers, func(context.Context) ([]supervisor.SlotStatus, error) { return st.Slots(), nil }); err != nil {
 		stop()
 		return nil, nil, nil, err
 	}
@@ -266,22 +421,35 @@ func (o benchOptions) goAPI(ctx context.Context, item any) (sender, statsSource,
 	return send, stats, stop, nil
 }
 
-func waitAllReady(ctx context.Context, st *supervisor.Streamer, workers int) error {
-	deadline := time.Now().Add(time.Minute)
+// readyTimeout bounds the wait for every worker of a started server.
+const benchReadyTimeout = 2 * time.Minute
+
+// waitReady polls slots until all workers are ready: a measurement that
+// starts while some still initialise would understate the limit.
+func waitReady(ctx context.Context, workers int, slots func(context.Context) ([]supervisor.SlotStatus, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, benchReadyTimeout)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		ready := 0
-		for _, sl := range st.Slots() {
+		list, err := slots(ctx)
+		for _, sl := range list {
 			if sl.State == supervisor.SlotReady {
 				ready++
 			}
 		}
-		if ready == workers {
+		if err == nil && ready >= workers {
 			return nil
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("only %d of %d workers became ready", ready, workers)
+		select {
+		case <-ctx.Done():
+			if err != nil {
+				return fmt.Errorf("workers not ready: %w", err)
+			}
+			return fmt.Errorf("only %d of %d workers became ready: %w", ready, workers, ctx.Err())
+		case <-tick.C:
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -302,35 +470,46 @@ func errorKind(err error) string {
 	return "other"
 }
 
-// load sends requests for d and returns what happened to each.
-func (o benchOptions) load(ctx context.Context, send sender, d time.Duration, progress bool) []sample {
-	ctx, cancel := context.WithTimeout(ctx, d)
+// load sends requests for the warm-up and the measured window and returns
+// what happened to each.
+func (o benchOptions) load(ctx context.Context, send sender, progress bool) []sample {
+	d := o.warmup + o.duration
+	// The end of the load cancels the requests still out; it is not their
+	// deadline, which the supervisor would enforce on its own clock and count
+	// as a failure.
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var bar *progressbar.ProgressBar
+	stopLoad := time.AfterFunc(d, cancel)
+	defer stopLoad.Stop()
+	// Answers are counted only for the bar: a counter that every client
+	// bumps costs a contended cache line per request.
+	var done *atomic.Int64
 	stopBar := make(chan struct{})
 	var barDone sync.WaitGroup
 	if progress {
-		bar = progressbar.NewOptions64(d.Milliseconds(),
-			progressbar.OptionSetWriter(os.Stderr),
-			progressbar.OptionSetDescription("bench"),
-			progressbar.OptionShowElapsedTimeOnFinish(),
-			progressbar.OptionSetPredictTime(false),
-			progressbar.OptionClearOnFinish())
-		barDone.Go(func() { tickBar(bar, d, stopBar) })
+		done = new(atomic.Int64)
+		barDone.Go(func() { showProgress(o.warmup, d, done, stopBar) })
 	}
 	start := time.Now()
 	var samples []sample
 	if o.rate > 0 {
-		samples = openLoop(ctx, send, start, o.rate, o.concurrency)
+		samples = openLoop(ctx, send, start, o.rate, o.concurrency, done)
 	} else {
-		samples = closedLoop(ctx, send, start, o.concurrency)
+		samples = closedLoop(ctx, send, start, o.concurrency, done)
 	}
 	close(stopBar)
 	barDone.Wait()
 	return samples
 }
 
-func tickBar(bar *progressbar.ProgressBar, d time.Duration, stop <-chan struct{}) {
+// showProgress draws a bar on stderr that fills over d, says when the
+// warm-up is over, and counts the answered requests, until stop is closed.
+func showProgress(warmup, d time.Duration, done *atomic.Int64, stop <-chan struct{}) {
+	bar := progressbar.NewOptions64(d.Milliseconds(),
+		progressbar.OptionSetWriter(os.Stderr),
+		progressbar.OptionSetDescription("bench"),
+		progressbar.OptionSetPredictTime(false),
+		progressbar.OptionClearOnFinish())
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	start := time.Now()
@@ -340,46 +519,80 @@ func tickBar(bar *progressbar.ProgressBar, d time.Duration, stop <-chan struct{}
 			_ = bar.Finish()
 			return
 		case <-t.C:
-			_ = bar.Set64(min(time.Since(start), d).Milliseconds())
+			elapsed := min(time.Since(start), d)
+			phase := "bench"
+			if elapsed < warmup {
+				phase = "warm-up"
+			}
+			n := done.Load()
+			bar.Describe(fmt.Sprintf("%s: %d answers, %.0f/s", phase, n, float64(n)/max(elapsed.Seconds(), 1e-3)))
+			_ = bar.Set64(elapsed.Milliseconds())
 		}
 	}
 }
 
 // closedLoop runs clients that each send their next request when the last
-// one is answered.
-func closedLoop(ctx context.Context, send sender, start time.Time, clients int) []sample {
+// one is answered. Requests cut short by the end of the load are not counted.
+// done, when not nil, counts the answers for the progress bar.
+func closedLoop(ctx context.Context, send sender, start time.Time, clients int, done *atomic.Int64) []sample {
 	results := make([][]sample, clients)
 	var wg sync.WaitGroup
 	for c := range clients {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				t0 := time.Now()
-				kind := send(ctx)
-				if ctx.Err() != nil {
-					return
-				}
-				results[c] = append(results[c], sample{at: t0.Sub(start), latency: time.Since(t0), errKind: kind})
-			}
-		})
+		wg.Go(func() { results[c] = client(ctx, send, start, done) })
 	}
 	wg.Wait()
 	return slices.Concat(results...)
 }
 
+// client is one closed-loop client. It keeps its samples to itself until
+// the end, and sends under a context of its own: what each request hangs on
+// its context (the supervisor's per-request contexts) then stays off the one
+// context all clients share, whose cache line would otherwise bounce between
+// the cores at every request.
+func client(ctx context.Context, send sender, start time.Time, done *atomic.Int64) []sample {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var samples []sample
+	for ctx.Err() == nil {
+		t0 := time.Now()
+		kind := send(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		samples = append(samples, sample{at: t0.Sub(start), latency: time.Since(t0), errKind: kind})
+		if done != nil {
+			done.Add(1)
+		}
+	}
+	return samples
+}
+
 // openLoop sends rate requests per second on a fixed schedule; latency counts
-// from the scheduled time. At most maxInFlight are outstanding: beyond that a
-// request is counted as a client-side overload instead of being sent.
-func openLoop(ctx context.Context, send sender, start time.Time, rate float64, maxInFlight int) []sample {
+// from the scheduled time, so a sender that falls behind shows as latency
+// rather than as a lower rate. At most maxInFlight are outstanding: beyond
+// that a request is counted as a client-side overload instead of being sent.
+func openLoop(ctx context.Context, send sender, start time.Time, rate float64, maxInFlight int, done *atomic.Int64) []sample {
 	var mu sync.Mutex
 	var samples []sample
+	record := func(s sample) {
+		mu.Lock()
+		samples = append(samples, s)
+		mu.Unlock()
+		if done != nil {
+			done.Add(1)
+		}
+	}
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, maxInFlight)
-	interval := time.Duration(float64(time.Second) / rate)
+	interval := float64(time.Second) / rate
+	timer := time.NewTimer(0)
+	defer timer.Stop()
 	for i := 0; ; i++ {
-		at := time.Duration(i) * interval
+		at := time.Duration(float64(i) * interval)
 		if wait := time.Until(start.Add(at)); wait > 0 {
+			timer.Reset(wait)
 			select {
-			case <-time.After(wait):
+			case <-timer.C:
 			case <-ctx.Done():
 			}
 		}
@@ -389,9 +602,7 @@ func openLoop(ctx context.Context, send sender, start time.Time, rate float64, m
 		select {
 		case slots <- struct{}{}:
 		default:
-			mu.Lock()
-			samples = append(samples, sample{at: at, errKind: "client in-flight limit"})
-			mu.Unlock()
+			record(sample{at: at, errKind: "client in-flight limit"})
 			continue
 		}
 		wg.Go(func() {
@@ -400,10 +611,7 @@ func openLoop(ctx context.Context, send sender, start time.Time, rate float64, m
 			if ctx.Err() != nil {
 				return
 			}
-			s := sample{at: at, latency: time.Since(start.Add(at)), errKind: kind}
-			mu.Lock()
-			samples = append(samples, s)
-			mu.Unlock()
+			record(sample{at: at, latency: time.Since(start.Add(at)), errKind: kind})
 		})
 	}
 	wg.Wait()
@@ -411,18 +619,68 @@ func openLoop(ctx context.Context, send sender, start time.Time, rate float64, m
 }
 
 // startBenchServer runs `streamer serve` with the serve flags that were set,
-// on a free loopback port, and waits until it is ready.
-func startBenchServer(ctx context.Context, flags *pflag.FlagSet) (string, func(), error) {
+// on a free loopback port, and waits until every worker is ready.
+func startBenchServer(ctx context.Context, flags *pflag.FlagSet, workers int) (string, func(), error) {
 	self, err := os.Executable()
 	if err != nil {
-		return "", nil, err
+		return "", nil, fmt.Errorf("find own binary to start the server: %w", err)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return "", nil, err
+		return "", nil, fmt.Errorf("find a free port for the server: %w", err)
 	}
 	addr := l.Addr().String()
 	l.Close()
+	logs := &tailBuffer{max: 64 << 10}
+	cmd := exec.Command(self, serveArgs(flags, addr)...)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		return "", nil, fmt.Errorf("start server: %w", err)
+	}
+	var waitErr error
+	exited := make(chan struct{})
+	go func() {
+		waitErr = cmd.Wait()
+		close(exited)
+	}()
+	stop := func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}
+	url := "http://" + addr
+	waitCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-exited:
+			cancel()
+		case <-waitCtx.Done():
+		}
+	}()
+	client := &http.Client{Timeout: 5 * time.Second}
+	err = waitReady(waitCtx, workers, func(ctx context.Context) ([]supervisor.SlotStatus, error) {
+		return getSlots(ctx, client, url+"/v1/workers")
+	})
+	select {
+	case <-exited:
+		return "", nil, fmt.Errorf("server exited before it was ready (%v); its output:\n%s", waitErr, logs.String())
+	default:
+	}
+	if err != nil {
+		stop()
+		return "", nil, fmt.Errorf("server on %s: %w; its output:\n%s", addr, err, logs.String())
+	}
+	return url, stop, nil
+}
+
+// serveArgs turns the serve flags that were set into `streamer serve`
+// arguments listening on addr.
+func serveArgs(flags *pflag.FlagSet, addr string) []string {
 	args := []string{"serve", "--listen", addr}
 	serveFlags := newServeCommand().Flags()
 	flags.Visit(func(f *pflag.Flag) {
@@ -437,60 +695,54 @@ func startBenchServer(ctx context.Context, flags *pflag.FlagSet) (string, func()
 		}
 		args = append(args, "--"+f.Name+"="+f.Value.String())
 	})
-	var logs bytes.Buffer
-	cmd := exec.Command(self, args...)
-	cmd.Stdout, cmd.Stderr = &syncWriter{w: &logs}, &syncWriter{w: &logs}
-	if err := cmd.Start(); err != nil {
-		return "", nil, fmt.Errorf("start server: %w", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stop := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}
-	url := "http://" + addr
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		resp, err := http.Get(url + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return url, stop, nil
-			}
-		}
-		select {
-		case err := <-exited:
-			return "", nil, fmt.Errorf("server exited before it was ready (%v):\n%s", err, logs.String())
-		case <-ctx.Done():
-			stop()
-			return "", nil, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			stop()
-			return "", nil, fmt.Errorf("server not ready after 2m:\n%s", logs.String())
-		}
-	}
+	return args
 }
 
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+func getSlots(ctx context.Context, client *http.Client, url string) ([]supervisor.SlotStatus, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	var slots []supervisor.SlotStatus
+	if err := json.NewDecoder(resp.Body).Decode(&slots); err != nil {
+		return nil, fmt.Errorf("GET %s: %w", url, err)
+	}
+	return slots, nil
 }
 
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
+// tailBuffer keeps the last max bytes written to it: the server's output,
+// shown when it fails to start, must not grow without bound during a run.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
 }
 
-// report is what bench prints; its JSON keys are documented in the README.
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if extra := len(t.buf) - t.max; extra > 0 {
+		t.buf = append(t.buf[:0], t.buf[extra:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}
+
+// report is what bench prints; BENCHMARKS.md documents its JSON keys.
 type report struct {
 	Requests       int               `json:"requests"`
 	Seconds        float64           `json:"seconds"`
@@ -590,7 +842,295 @@ func (r report) print(w io.Writer) {
 		return
 	}
 	fmt.Fprintln(w, "errors")
-	for kind, n := range r.Errors {
-		fmt.Fprintf(w, "  %-24s %d\n", kind, n)
+	kinds := make([]string, 0, len(r.Errors))
+	for kind := range r.Errors {
+		kinds = append(kinds, kind)
+	}
+	slices.Sort(kinds)
+	for _, kind := range kinds {
+		fmt.Fprintf(w, "  %-24s %d\n", kind, r.Errors[kind])
+	}
+}
+
+// wireClient posts one prepared HTTP/1.1 request over keep-alive connections
+// and reads of each answer only what it needs: the status and where the
+// answer ends. The load generator shares the machine with the server it
+// measures, and net/http's client spends about twice the CPU per request (a
+// reader and a writer goroutine per connection and hand-offs between them);
+// every cycle the client spends is one the server does not get.
+type wireClient struct {
+	addr    string // host:port to dial
+	request []byte // the whole request: head and body
+	idle    chan *wireConn
+	dialer  net.Dialer
+}
+
+// wireConn is one keep-alive connection and its read buffer.
+type wireConn struct {
+	conn net.Conn
+	r    *bufio.Reader
+}
+
+// errNoAnswer means the connection closed before a byte of the answer came:
+// on a reused connection, the server closed it while it was idle.
+var errNoAnswer = errors.New("connection closed before the answer")
+
+// aLongTimeAgo is a deadline in the past: setting it wakes a blocked read.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// newWireClient prepares POST u.Path+path with body as JSON; at most maxIdle
+// connections are kept between requests.
+func newWireClient(u *url.URL, path string, body []byte, maxIdle int) *wireClient {
+	addr := u.Host
+	if u.Port() == "" {
+		addr = net.JoinHostPort(u.Hostname(), "80")
+	}
+	var head bytes.Buffer
+	fmt.Fprintf(&head, "POST %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: streamer-bench\r\n", strings.TrimSuffix(u.EscapedPath(), "/")+path, u.Host)
+	fmt.Fprintf(&head, "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(body))
+	return &wireClient{
+		addr:    addr,
+		request: append(head.Bytes(), body...),
+		idle:    make(chan *wireConn, maxIdle),
+	}
+}
+
+// send is the client's sender. A request that fails on a reused connection
+// before any answer is sent again once on a new one, as browsers do.
+func (c *wireClient) send(ctx context.Context) string {
+	for attempt := 0; ; attempt++ {
+		conn, reused, err := c.get(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ""
+			}
+			return "connection"
+		}
+		status, keepAlive, err := conn.roundTrip(ctx, c.request)
+		switch {
+		case err != nil:
+			conn.conn.Close()
+			if ctx.Err() != nil {
+				return ""
+			}
+			if reused && attempt == 0 && errors.Is(err, errNoAnswer) {
+				continue
+			}
+			return "connection"
+		case keepAlive:
+			c.put(conn)
+		default:
+			conn.conn.Close()
+		}
+		if status != http.StatusOK {
+			return "http " + strconv.Itoa(status)
+		}
+		return ""
+	}
+}
+
+// get takes an idle connection or dials a new one.
+func (c *wireClient) get(ctx context.Context) (conn *wireConn, reused bool, err error) {
+	select {
+	case conn := <-c.idle:
+		return conn, true, nil
+	default:
+	}
+	nc, err := c.dialer.DialContext(ctx, "tcp", c.addr)
+	if err != nil {
+		return nil, false, err
+	}
+	return &wireConn{conn: nc, r: bufio.NewReaderSize(nc, 16<<10)}, false, nil
+}
+
+// put keeps conn for the next request, or closes it when enough are kept.
+func (c *wireClient) put(conn *wireConn) {
+	select {
+	case c.idle <- conn:
+	default:
+		conn.conn.Close()
+	}
+}
+
+// closeIdle closes the kept connections.
+func (c *wireClient) closeIdle() {
+	for {
+		select {
+		case conn := <-c.idle:
+			conn.conn.Close()
+		default:
+			return
+		}
+	}
+}
+
+// roundTrip writes request and reads the answer. When ctx ends first, the
+// blocked read is woken and the connection is unusable: the caller closes
+// it on the error.
+func (w *wireConn) roundTrip(ctx context.Context, request []byte) (status int, keepAlive bool, err error) {
+	stop := context.AfterFunc(ctx, func() { _ = w.conn.SetDeadline(aLongTimeAgo) })
+	defer func() {
+		if !stop() && err == nil {
+			err = ctx.Err() // the deadline is set: the connection cannot be reused
+		}
+	}()
+	if _, err := w.conn.Write(request); err != nil {
+		return 0, false, fmt.Errorf("%w: write: %w", errNoAnswer, err)
+	}
+	return readResponse(w.r)
+}
+
+// readResponse reads one HTTP/1.x answer: its status, whether the
+// connection stays open, and the body, which is discarded. Interim 1xx
+// answers are skipped.
+func readResponse(r *bufio.Reader) (status int, keepAlive bool, err error) {
+	for first := true; ; first = false {
+		line, err := r.ReadSlice('\n')
+		if err != nil {
+			if first && len(line) == 0 && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
+				return 0, false, errNoAnswer
+			}
+			return 0, false, fmt.Errorf("read status line: %w", err)
+		}
+		status, http10, err := parseStatusLine(line)
+		if err != nil {
+			return 0, false, err
+		}
+		h, err := readHeader(r, http10)
+		if err != nil {
+			return 0, false, err
+		}
+		if status >= 100 && status < 200 && status != http.StatusSwitchingProtocols {
+			continue
+		}
+		return status, h.keepAlive, h.discardBody(r, status)
+	}
+}
+
+// parseStatusLine reads "HTTP/1.1 200 OK".
+func parseStatusLine(line []byte) (status int, http10 bool, err error) {
+	line = bytes.TrimRight(line, "\r\n")
+	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) || line[8] != ' ' || (len(line) > 12 && line[12] != ' ') {
+		return 0, false, fmt.Errorf("malformed status line %q", line)
+	}
+	for _, c := range line[9:12] {
+		if c < '0' || c > '9' {
+			return 0, false, fmt.Errorf("malformed status line %q", line)
+		}
+		status = status*10 + int(c-'0')
+	}
+	return status, line[7] == '0', nil
+}
+
+// answerHeader is what readResponse needs of the header fields.
+type answerHeader struct {
+	contentLength int64 // -1: not given
+	chunked       bool
+	keepAlive     bool
+}
+
+// readHeader reads header lines up to the empty one.
+func readHeader(r *bufio.Reader, http10 bool) (answerHeader, error) {
+	h := answerHeader{contentLength: -1, keepAlive: !http10}
+	for {
+		line, err := r.ReadSlice('\n')
+		if err != nil {
+			return h, fmt.Errorf("read header: %w", err)
+		}
+		line = bytes.TrimRight(line, "\r\n")
+		if len(line) == 0 {
+			return h, nil
+		}
+		name, value, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			return h, fmt.Errorf("malformed header line %q", line)
+		}
+		value = bytes.TrimSpace(value)
+		switch {
+		case bytes.EqualFold(name, []byte("Content-Length")):
+			n, ok := parseDecimal(value)
+			if !ok {
+				return h, fmt.Errorf("malformed Content-Length %q", value)
+			}
+			h.contentLength = n
+		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
+			h.chunked = bytes.Contains(bytes.ToLower(value), []byte("chunked"))
+		case bytes.EqualFold(name, []byte("Connection")):
+			switch {
+			case bytes.EqualFold(value, []byte("close")):
+				h.keepAlive = false
+			case bytes.EqualFold(value, []byte("keep-alive")):
+				h.keepAlive = true
+			}
+		}
+	}
+}
+
+// parseDecimal parses a non-negative decimal that fits comfortably in int64.
+func parseDecimal(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+// discardBody reads past the body. An answer with neither a length nor
+// chunks ends when the server closes the connection.
+func (h *answerHeader) discardBody(r *bufio.Reader, status int) error {
+	switch {
+	case status == http.StatusNoContent || status == http.StatusNotModified:
+		return nil
+	case h.chunked:
+		return discardChunked(r)
+	case h.contentLength >= 0:
+		if _, err := r.Discard(int(h.contentLength)); err != nil {
+			return fmt.Errorf("read body: %w", err)
+		}
+		return nil
+	}
+	h.keepAlive = false
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return fmt.Errorf("read body: %w", err)
+	}
+	return nil
+}
+
+// discardChunked reads past a chunked body and its trailer.
+func discardChunked(r *bufio.Reader) error {
+	for {
+		line, err := r.ReadSlice('\n')
+		if err != nil {
+			return fmt.Errorf("read chunk size: %w", err)
+		}
+		sizeText, _, _ := bytes.Cut(bytes.TrimRight(line, "\r\n"), []byte(";"))
+		size, err := strconv.ParseInt(string(bytes.TrimSpace(sizeText)), 16, 32)
+		if err != nil || size < 0 {
+			return fmt.Errorf("malformed chunk size %q", line)
+		}
+		if size == 0 {
+			break
+		}
+		if _, err := r.Discard(int(size)); err != nil {
+			return fmt.Errorf("read chunk: %w", err)
+		}
+		if line, err = r.ReadSlice('\n'); err != nil || len(bytes.TrimRight(line, "\r\n")) != 0 {
+			return fmt.Errorf("malformed chunk end %q: %v", line, err)
+		}
+	}
+	for { // the trailer, up to its empty line
+		line, err := r.ReadSlice('\n')
+		if err != nil {
+			return fmt.Errorf("read trailer: %w", err)
+		}
+		if len(bytes.TrimRight(line, "\r\n")) == 0 {
+			return nil
+		}
 	}
 }

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
+	"image/color"
+	"io"
 	"log/slog"
-	"os"
 	"slices"
 	"time"
 
@@ -16,47 +18,22 @@ import (
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
+// Plot sizing: enough dots to show the spread of latencies without drawing
+// a million glyphs for a long run, and enough time buckets for the
+// percentile lines to follow the run's changes.
+const (
+	plotMaxDots    = 20000
+	plotTimeSlices = 100
+)
+
 // writePlot draws latency against time (successful requests) above the
-// histogram of the batch sizes the server formed, into a PNG at path.
-func writePlot(path string, samples []sample, batchSizes map[int]uint64) error {
-	latency := plot.New()
-	latency.Title.Text = "latency of each request"
-	latency.X.Label.Text = "seconds since start"
-	latency.Y.Label.Text = "ms"
-	points := make(plotter.XYs, 0, len(samples))
-	for _, s := range samples {
-		if s.errKind == "" {
-			points = append(points, plotter.XY{X: s.at.Seconds(), Y: float64(s.latency) / float64(time.Millisecond)})
-		}
-	}
-	scatter, err := plotter.NewScatter(points)
+// histogram of the batch sizes the server formed, as a PNG into w.
+func writePlot(w io.Writer, samples []sample, batchSizes map[int]uint64) error {
+	latency, err := latencyPlot(samples)
 	if err != nil {
-		return fmt.Errorf("plot latency: %w", err)
+		return err
 	}
-	scatter.GlyphStyle.Radius = vg.Points(1)
-	latency.Add(scatter)
-
-	hist := plot.New()
-	hist.Title.Text = "batch sizes"
-	hist.X.Label.Text = "items in the batch"
-	hist.Y.Label.Text = "batches"
-	sizes := make([]int, 0, len(batchSizes))
-	for n := range batchSizes {
-		sizes = append(sizes, n)
-	}
-	slices.Sort(sizes)
-	if len(sizes) > 0 {
-		counts := make(plotter.XYs, len(sizes))
-		for i, n := range sizes {
-			counts[i] = plotter.XY{X: float64(n), Y: float64(batchSizes[n])}
-		}
-		bars, err := plotter.NewHistogram(counts, max(1, sizes[len(sizes)-1]-sizes[0]+1))
-		if err != nil {
-			return fmt.Errorf("plot batch sizes: %w", err)
-		}
-		hist.Add(bars)
-	}
-
+	hist := batchSizePlot(batchSizes)
 	const width, height = 8 * vg.Inch, 8 * vg.Inch
 	img := vgimg.New(width, height)
 	canvas := draw.New(img)
@@ -66,13 +43,107 @@ func writePlot(path string, samples []sample, batchSizes map[int]uint64) error {
 	for row := range grid {
 		grid[row][0].Draw(canvases[row][0])
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("--plot: %w", err)
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(w); err != nil {
+		return fmt.Errorf("write PNG: %w", err)
 	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("--plot: write %s: %w", path, err)
-	}
-	return f.Close()
+	return nil
 }
+
+// latencyPlot shows each successful request's latency at its send time (at
+// most plotMaxDots of them, evenly picked) with the p50 and p99 of each time
+// slice drawn over them.
+func latencyPlot(samples []sample) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = "latency of each request"
+	p.X.Label.Text = "seconds since start"
+	p.Y.Label.Text = "ms"
+	var ok []sample
+	for _, s := range samples {
+		if s.errKind == "" {
+			ok = append(ok, s)
+		}
+	}
+	if len(ok) == 0 {
+		return p, nil
+	}
+	slices.SortFunc(ok, func(a, b sample) int { return cmp.Compare(a.at, b.at) })
+	stride := max(1, len(ok)/plotMaxDots)
+	dots := make(plotter.XYs, 0, len(ok)/stride+1)
+	for i := 0; i < len(ok); i += stride {
+		dots = append(dots, plotter.XY{X: ok[i].at.Seconds(), Y: milliseconds(ok[i].latency)})
+	}
+	scatter, err := plotter.NewScatter(dots)
+	if err != nil {
+		return nil, fmt.Errorf("plot latency: %w", err)
+	}
+	scatter.GlyphStyle.Radius = vg.Points(1)
+	scatter.GlyphStyle.Color = color.Gray{Y: 170}
+	p.Add(scatter)
+	for _, q := range []struct {
+		name     string
+		quantile float64
+		color    color.Color
+	}{
+		{"p50", 0.50, color.RGBA{B: 200, A: 255}},
+		{"p99", 0.99, color.RGBA{R: 200, A: 255}},
+	} {
+		line, err := plotter.NewLine(sliceQuantile(ok, q.quantile))
+		if err != nil {
+			return nil, fmt.Errorf("plot latency %s: %w", q.name, err)
+		}
+		line.Color = q.color
+		line.Width = vg.Points(1.5)
+		p.Add(line)
+		p.Legend.Add(q.name, line)
+	}
+	p.Legend.Top = true
+	return p, nil
+}
+
+// sliceQuantile cuts the run, sorted by send time, into plotTimeSlices
+// equal spans of time and returns the quantile q of the latencies in each
+// span that has any.
+func sliceQuantile(sorted []sample, q float64) plotter.XYs {
+	first, last := sorted[0].at, sorted[len(sorted)-1].at
+	span := max((last-first)/plotTimeSlices, time.Millisecond)
+	var points plotter.XYs
+	lat := make([]time.Duration, 0, len(sorted)/plotTimeSlices+1)
+	for begin := 0; begin < len(sorted); {
+		end := begin
+		limit := sorted[begin].at + span
+		lat = lat[:0]
+		for end < len(sorted) && sorted[end].at < limit {
+			lat = append(lat, sorted[end].latency)
+			end++
+		}
+		slices.Sort(lat)
+		mid := sorted[begin].at + (sorted[end-1].at-sorted[begin].at)/2
+		points = append(points, plotter.XY{X: mid.Seconds(), Y: milliseconds(lat[min(int(q*float64(len(lat))), len(lat)-1)])})
+		begin = end
+	}
+	return points
+}
+
+// batchSizePlot draws one bar per batch size, centred on the size.
+func batchSizePlot(batchSizes map[int]uint64) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = "batch sizes"
+	p.X.Label.Text = "items in the batch"
+	p.Y.Label.Text = "batches"
+	if len(batchSizes) == 0 {
+		return p
+	}
+	sizes := make([]int, 0, len(batchSizes))
+	for n := range batchSizes {
+		sizes = append(sizes, n)
+	}
+	slices.Sort(sizes)
+	bins := make([]plotter.HistogramBin, len(sizes))
+	for i, n := range sizes {
+		bins[i] = plotter.HistogramBin{Min: float64(n) - 0.5, Max: float64(n) + 0.5, Weight: float64(batchSizes[n])}
+	}
+	p.Add(&plotter.Histogram{Bins: bins, Width: 1, FillColor: color.Gray{Y: 128}, LineStyle: plotter.DefaultLineStyle})
+	return p
+}
+
+func milliseconds(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

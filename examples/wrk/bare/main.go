@@ -6,12 +6,15 @@
 // side, to see what streamer's own path costs.
 //
 //	go run ./examples/wrk/bare --listen 127.0.0.1:5006
+//
+// With --listen 127.0.0.1:0 it picks a free port and prints it.
 package main
 
 import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 )
@@ -25,7 +28,14 @@ func main() {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ready"}` + "\n"))
 	})
-	if err := http.ListenAndServe(*listen, mux); err != nil {
+	// Port 0 picks a free port; the line below tells scripts which.
+	l, err := net.Listen("tcp", *listen)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bare:", err)
+		os.Exit(1)
+	}
+	fmt.Println("listening on", l.Addr())
+	if err := http.Serve(l, mux); err != nil {
 		fmt.Fprintln(os.Stderr, "bare:", err)
 		os.Exit(1)
 	}

@@ -1,0 +1,506 @@
+package main
+
+// Tests of `streamer bench` through the real binary: it starts its own real
+// server (or drives one the harness started), loads it for about a second,
+// and its report must agree with the model's known cost and the server's
+// own counters. The load client's HTTP reader is tested on its own at the end.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"image/png"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// benchTimeout bounds one bench run; the runs here load for a second or two.
+const benchTimeout = 60 * time.Second
+
+// benchResult is one finished `streamer bench` run.
+type benchResult struct {
+	code   int
+	stdout string
+	stderr string
+}
+
+// runBenchCmd runs `streamer bench args...` to completion.
+func runBenchCmd(t *testing.T, args ...string) benchResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, streamerBin, append([]string{"bench"}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.WaitDelay = 5 * time.Second
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("run streamer bench %s: %v\nstderr:\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("streamer bench %s ran past %s\nstderr:\n%s", strings.Join(args, " "), benchTimeout, stderr.String())
+	}
+	return benchResult{code: cmd.ProcessState.ExitCode(), stdout: stdout.String(), stderr: stderr.String()}
+}
+
+// benchJSON runs bench with --json, which must succeed, and returns the
+// report both as the decoded struct and as raw keys.
+func benchJSON(t *testing.T, args ...string) (report, map[string]json.RawMessage) {
+	t.Helper()
+	res := runBenchCmd(t, append([]string{"--json", "--warmup", "0"}, args...)...)
+	if res.code != 0 {
+		t.Fatalf("streamer bench exited %d\nstdout:\n%s\nstderr:\n%s", res.code, res.stdout, res.stderr)
+	}
+	var rep report
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(res.stdout), &rep); err != nil {
+		t.Fatalf("--json output is not the report: %v\n%s", err, res.stdout)
+	}
+	if err := json.Unmarshal([]byte(res.stdout), &keys); err != nil {
+		t.Fatalf("--json output is not one JSON object: %v\n%s", err, res.stdout)
+	}
+	return rep, keys
+}
+
+// checkLatencies fails unless the percentiles are positive and ordered.
+func checkLatencies(t *testing.T, l latencies) {
+	t.Helper()
+	if !(l.P50 > 0 && l.P50 <= l.P90 && l.P90 <= l.P99 && l.P99 <= l.Max) {
+		t.Errorf("latency percentiles not positive and ordered: %+v", l)
+	}
+}
+
+func TestBenchJSONSleepModel(t *testing.T) {
+	const (
+		workers     = 2
+		batch       = 8
+		concurrency = 32
+	)
+	rep, keys := benchJSON(t, "--model", "sleep:2ms,10us", "--workers", strconv.Itoa(workers),
+		"--batch-size", strconv.Itoa(batch), "--concurrency", strconv.Itoa(concurrency), "--duration", "1500ms")
+	for _, key := range []string{"requests_per_s", "items_per_s", "latency_ms", "mean_batch_size", "batch_sizes", "errors", "limit_items_per_s"} {
+		if _, ok := keys[key]; !ok {
+			t.Errorf("--json output lacks %q: %s", key, keys)
+		}
+	}
+	var lat map[string]float64
+	if err := json.Unmarshal(keys["latency_ms"], &lat); err != nil {
+		t.Fatalf("latency_ms: %v", err)
+	}
+	for _, key := range []string{"p50", "p90", "p99", "max"} {
+		if _, ok := lat[key]; !ok {
+			t.Errorf("latency_ms lacks %q: %s", key, keys["latency_ms"])
+		}
+	}
+	wantLimit := workers * batch / (2*time.Millisecond + batch*10*time.Microsecond).Seconds()
+	if math.Abs(rep.LimitItemsPerS-wantLimit) > 1e-6*wantLimit {
+		t.Errorf("limit_items_per_s = %v, want workers × batch / cost(batch) = %v", rep.LimitItemsPerS, wantLimit)
+	}
+	if rep.ItemsPerS <= 0 || rep.ItemsPerS > 1.02*wantLimit {
+		t.Errorf("items_per_s = %v: want above 0 and not above the physical limit %v", rep.ItemsPerS, wantLimit)
+	}
+	if math.Abs(rep.OfLimit-rep.ItemsPerS/rep.LimitItemsPerS) > 1e-9 {
+		t.Errorf("of_limit = %v, want items_per_s / limit = %v", rep.OfLimit, rep.ItemsPerS/rep.LimitItemsPerS)
+	}
+	if rep.MeanBatchSize <= 1 || rep.MeanBatchSize > batch {
+		t.Errorf("mean_batch_size = %v under %d clients: want above 1 and at most %d", rep.MeanBatchSize, concurrency, batch)
+	}
+	if len(rep.Errors) != 0 {
+		t.Errorf("errors: %v", rep.Errors)
+	}
+	checkLatencies(t, rep.LatencyMS)
+	// The histogram is the server's: the items in it are the requests
+	// answered, give or take those in flight when the clock started and
+	// stopped.
+	var items uint64
+	for n, c := range rep.BatchSizes {
+		if n < 1 || n > batch {
+			t.Errorf("batch size %d outside 1..%d", n, batch)
+		}
+		items += uint64(n) * c
+	}
+	if diff := int64(items) - int64(rep.Requests); diff < -2*concurrency || diff > 2*concurrency {
+		t.Errorf("batch_sizes hold %d items for %d answered requests", items, rep.Requests)
+	}
+}
+
+func TestBenchTableAndPlot(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bench.png")
+	res := runBenchCmd(t, "--model", "echo", "--concurrency", "8", "--duration", "1s", "--warmup", "0", "--plot", path)
+	if res.code != 0 {
+		t.Fatalf("streamer bench exited %d\nstderr:\n%s", res.code, res.stderr)
+	}
+	for _, want := range []string{"requests/s", "items/s", "latency ms", "p50", "p99", "mean batch", "batch sizes", "errors        none"} {
+		if !strings.Contains(res.stdout, want) {
+			t.Errorf("table lacks %q:\n%s", want, res.stdout)
+		}
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("--plot wrote no file: %v", err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("--plot %s is not a PNG: %v", path, err)
+	}
+	if b := img.Bounds(); b.Dx() < 200 || b.Dy() < 200 {
+		t.Errorf("plot is %dx%d pixels; want a readable size", b.Dx(), b.Dy())
+	}
+	// Something was drawn: a blank image has one colour.
+	first, varied := img.At(0, 0), false
+	for y := img.Bounds().Min.Y; y < img.Bounds().Max.Y && !varied; y += 7 {
+		for x := img.Bounds().Min.X; x < img.Bounds().Max.X; x += 7 {
+			if img.At(x, y) != first {
+				varied = true
+				break
+			}
+		}
+	}
+	if !varied {
+		t.Error("the plot is blank")
+	}
+}
+
+func TestBenchTargetRunningServer(t *testing.T) {
+	s := startServer(t, "--model", "echo", "--workers", "1")
+	before := s.stats(t)
+	rep, keys := benchJSON(t, "--target", s.URL(), "--concurrency", "4", "--duration", "1s")
+	after := s.stats(t)
+	if rep.Requests == 0 || rep.RequestsPerS <= 0 {
+		t.Fatalf("no requests answered: %+v", rep)
+	}
+	if got := after.Submitted - before.Submitted; got < uint64(rep.Requests) {
+		t.Errorf("the server admitted %d items, bench reports %d answered requests", got, rep.Requests)
+	}
+	if rep.MeanBatchSize < 1 {
+		t.Errorf("mean_batch_size = %v: the server's batch counts were not read", rep.MeanBatchSize)
+	}
+	if _, ok := keys["limit_items_per_s"]; ok {
+		t.Errorf("limit_items_per_s reported for a --target whose model bench does not know: %s", keys["limit_items_per_s"])
+	}
+	checkLatencies(t, rep.LatencyMS)
+}
+
+func TestBenchOpenLoop(t *testing.T) {
+	t.Run("latency from the schedule", func(t *testing.T) {
+		const rate, seconds = 200, 1.5
+		rep, _ := benchJSON(t, "--model", "sleep:2ms,0s", "--rate", strconv.Itoa(rate), "--concurrency", "64", "--duration", "1500ms")
+		if want := rate * seconds; float64(rep.Requests) < 0.7*want || float64(rep.Requests) > 1.05*want {
+			t.Errorf("%d requests at --rate %d for %.1fs; want about %.0f", rep.Requests, rate, seconds, want)
+		}
+		checkLatencies(t, rep.LatencyMS)
+		if rep.LatencyMS.P50 < 2 {
+			t.Errorf("p50 %.2fms is below the model's 2ms cost", rep.LatencyMS.P50)
+		}
+		if len(rep.Errors) != 0 {
+			t.Errorf("errors: %v", rep.Errors)
+		}
+	})
+	t.Run("in-flight limit", func(t *testing.T) {
+		// One request in flight at most, each taking 20ms, at 200/s: most
+		// scheduled sends find no room and are counted, not silently skipped.
+		rep, _ := benchJSON(t, "--model", "sleep:20ms,0s", "--batch-size", "1", "--rate", "200", "--concurrency", "1", "--duration", "1s")
+		if rep.Errors["client in-flight limit"] < 100 {
+			t.Errorf("errors %v: want most of 200 sends refused by the in-flight limit", rep.Errors)
+		}
+		if rep.Requests < 10 || rep.Requests > 60 {
+			t.Errorf("%d requests answered; one at a time at 20ms each for 1s is about 50", rep.Requests)
+		}
+	})
+}
+
+func TestBenchGoAPI(t *testing.T) {
+	rep, _ := benchJSON(t, "--api", "go", "--model", "echo", "--workers", "1", "--concurrency", "16", "--items-per-request", "3", "--duration", "1s")
+	if rep.Requests == 0 {
+		t.Fatalf("no requests answered: %+v", rep)
+	}
+	if math.Abs(rep.ItemsPerS-3*rep.RequestsPerS) > 1e-6*rep.ItemsPerS {
+		t.Errorf("items_per_s %v is not 3 × requests_per_s %v", rep.ItemsPerS, rep.RequestsPerS)
+	}
+	if rep.MeanBatchSize < 1 || len(rep.BatchSizes) == 0 {
+		t.Errorf("no batch figures from the Go API's stats: mean %v, sizes %v", rep.MeanBatchSize, rep.BatchSizes)
+	}
+	if len(rep.Errors) != 0 {
+		t.Errorf("errors: %v", rep.Errors)
+	}
+	checkLatencies(t, rep.LatencyMS)
+}
+
+func TestBenchBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown api", []string{"--api", "foo"}, `--api "foo": want http or go`},
+		{"input not JSON", []string{"--input", "hello"}, `--input "hello" is not JSON`},
+		{"no clients", []string{"--concurrency", "0"}, "--concurrency 0: want at least 1"},
+		{"negative rate", []string{"--rate", "-5"}, "--rate -5: must not be negative"},
+		{"zero duration", []string{"--duration", "0s"}, "--duration 0s: must be positive"},
+		{"target not http", []string{"--target", "ftp://127.0.0.1:21"}, "want an http:// or https:// URL"},
+		{"go api with target", []string{"--api", "go", "--target", "http://127.0.0.1:1"}, "--api go runs its own supervisor"},
+		{"plot not writable", []string{"--plot", filepath.Join(t.TempDir(), "missing", "x.png")}, "--plot:"},
+		{"unknown flag", []string{"--concurency", "8"}, "unknown flag: --concurency"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			began := time.Now()
+			res := runBenchCmd(t, tc.args...)
+			if res.code == 0 {
+				t.Fatalf("exit code 0; want an error\nstdout:\n%s", res.stdout)
+			}
+			if !strings.Contains(res.stderr, tc.want) {
+				t.Errorf("stderr %q does not say %q", res.stderr, tc.want)
+			}
+			if res.stdout != "" {
+				t.Errorf("stdout %q: a failed run must not print a report", res.stdout)
+			}
+			// Flags are checked before any server starts.
+			if d := time.Since(began); d > 5*time.Second {
+				t.Errorf("took %s to reject the flags", d)
+			}
+		})
+	}
+}
+
+func TestBenchServerFailsToStart(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing.onnx")
+	res := runBenchCmd(t, "--model", missing, "--duration", "1s", "--json")
+	if res.code == 0 {
+		t.Fatalf("exit code 0 for a model that does not exist\nstdout:\n%s", res.stdout)
+	}
+	if !strings.Contains(res.stderr, "server exited before it was ready") || !strings.Contains(res.stderr, "missing.onnx") {
+		t.Errorf("stderr does not say the server failed and why:\n%s", res.stderr)
+	}
+}
+
+// childPIDs lists the children of pid (Linux: each thread lists the
+// children it started).
+func childPIDs(pid int) []int {
+	tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
+	var pids []int
+	for _, path := range tasks {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(data)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, n)
+			}
+		}
+	}
+	return pids
+}
+
+func TestBenchInterruptStopsItsServer(t *testing.T) {
+	if _, err := os.Stat("/proc/self/task"); err != nil {
+		t.Skip("needs /proc to find the server bench starts")
+	}
+	cmd := exec.Command(streamerBin, "bench", "--model", "echo", "--workers", "1", "--concurrency", "4", "--duration", "10m", "--warmup", "0")
+	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	var serverPID int
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		if serverPID > 0 && t.Failed() {
+			_ = syscall.Kill(serverPID, syscall.SIGKILL) // do not leave it behind
+		}
+	})
+	// The progress bar counts answers once the measured load runs.
+	waitFor(t, "the load to run", readyTimeout, func() bool { return strings.Contains(stderr.String(), "answers") })
+	children := childPIDs(cmd.Process.Pid)
+	if len(children) != 1 {
+		t.Fatalf("bench has children %v; want its one server", children)
+	}
+	serverPID = children[0]
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(stopTimeout):
+		t.Fatalf("bench still running %s after SIGINT\nstderr:\n%s", stopTimeout, stderr.String())
+	}
+	if cmd.ProcessState.ExitCode() == 0 {
+		t.Errorf("an interrupted run exited 0")
+	}
+	if !strings.Contains(stderr.String(), "interrupted after") {
+		t.Errorf("stderr does not say the run was interrupted:\n%s", stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "requests/s") {
+		t.Errorf("no report of the load measured before the interrupt:\n%s", stdout.String())
+	}
+	if err := syscall.Kill(serverPID, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("the server bench started (pid %d) outlived it (kill 0: %v)", serverPID, err)
+	}
+}
+
+func TestReadResponse(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		answer    string
+		status    int
+		keepAlive bool
+		wantErr   string
+	}{
+		{"content length", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", 200, true, ""},
+		{"chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n3;x=y\r\nabc\r\n0\r\nTrailer: v\r\n\r\n", 200, true, ""},
+		{"connection close", "HTTP/1.1 429 Too Many Requests\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}", 429, false, ""},
+		{"http/1.0", "HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", 200, false, ""},
+		{"http/1.0 keep-alive", "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n", 200, true, ""},
+		{"interim answer skipped", "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 503 Service Unavailable\r\nContent-Length: 1\r\n\r\nx", 503, true, ""},
+		{"no length: read to close", "HTTP/1.1 200 OK\r\n\r\nuntil the end", 200, false, ""},
+		{"no content", "HTTP/1.1 204 No Content\r\n\r\n", 204, true, ""},
+		{"closed before answer", "", 0, false, "connection closed before the answer"},
+		{"not http", "SSH-2.0-OpenSSH\r\n", 0, false, "malformed status line"},
+		{"bad length", "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", 0, false, "malformed Content-Length"},
+		{"short body", "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", 0, false, "read body"},
+		{"bad chunk", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 0, false, "malformed chunk size"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := bufio.NewReader(strings.NewReader(tc.answer))
+			status, keepAlive, err := readResponse(r)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v; want one that says %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if status != tc.status || keepAlive != tc.keepAlive {
+				t.Errorf("status %d keep-alive %v; want %d %v", status, keepAlive, tc.status, tc.keepAlive)
+			}
+			if rest, _ := r.Peek(1); len(rest) != 0 {
+				t.Errorf("%q left unread after the answer", rest)
+			}
+		})
+	}
+}
+
+func TestReadResponseBackToBack(t *testing.T) {
+	// Answers on a keep-alive connection follow each other; each read must
+	// stop exactly at its answer's end.
+	stream := "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}" +
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n" +
+		"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n"
+	r := bufio.NewReader(strings.NewReader(stream))
+	for i, want := range []int{200, 200, 500} {
+		status, keepAlive, err := readResponse(r)
+		if err != nil || status != want || !keepAlive {
+			t.Fatalf("answer %d: status %d keep-alive %v err %v; want %d, true, nil", i, status, keepAlive, err, want)
+		}
+	}
+	if _, _, err := readResponse(r); !errors.Is(err, errNoAnswer) {
+		t.Errorf("after the last answer: %v, want errNoAnswer", err)
+	}
+}
+
+func TestWireClientAgainstNetHTTP(t *testing.T) {
+	body := []byte(`{"inputs":["x"]}`)
+	var served atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, _ := io.ReadAll(r.Body)
+		if r.Method != http.MethodPost || r.URL.Path != "/base/predict" || r.Header.Get("Content-Type") != "application/json" || !bytes.Equal(got, body) {
+			http.Error(w, fmt.Sprintf("unexpected %s %s %q %q", r.Method, r.URL.Path, r.Header.Get("Content-Type"), got), http.StatusBadRequest)
+			return
+		}
+		n := served.Add(1)
+		switch {
+		case n%5 == 0:
+			w.Header().Set("Connection", "close")
+			w.WriteHeader(http.StatusTooManyRequests)
+		case n%2 == 0:
+			// Flushed before the end: the answer goes out chunked.
+			_, _ = w.Write([]byte(`{"outputs":[`))
+			w.(http.Flusher).Flush()
+			_, _ = w.Write([]byte(`"x"]}`))
+		default:
+			_, _ = w.Write([]byte(`{"outputs":["x"]}`))
+		}
+	}))
+	defer srv.Close()
+	u, err := url.Parse(srv.URL + "/base/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newWireClient(u, "/predict", body, 4)
+	defer c.closeIdle()
+	kinds := map[string]int{}
+	for i := range 40 {
+		if i == 20 {
+			// Idle connections closed by the server: the next request on
+			// one is sent again on a new connection, not failed.
+			srv.CloseClientConnections()
+		}
+		kinds[c.send(context.Background())]++
+	}
+	if want := map[string]int{"": 32, "http 429": 8}; !reflect.DeepEqual(kinds, want) {
+		t.Errorf("outcomes %v; want %v", kinds, want)
+	}
+	if served.Load() != 40 {
+		t.Errorf("server answered %d requests; want 40", served.Load())
+	}
+}
+
+func TestWireClientCanceledMidRequest(t *testing.T) {
+	arrived, release := make(chan struct{}, 1), make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+	}))
+	defer srv.Close()
+	defer close(release)
+	u, _ := url.Parse(srv.URL)
+	c := newWireClient(u, "/predict", []byte(`{}`), 1)
+	defer c.closeIdle()
+	ctx, cancel := context.WithCancel(context.Background())
+	result := make(chan string, 1)
+	go func() { result <- c.send(ctx) }()
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request did not reach the server")
+	}
+	cancel()
+	select {
+	case kind := <-result:
+		if kind != "" {
+			t.Errorf("a request cut short by the end of the load counts as %q; want no error", kind)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("send did not return after its context ended")
+	}
+	if n := len(c.idle); n != 0 {
+		t.Errorf("%d connections kept after a canceled request; its connection is unusable", n)
+	}
+}
