@@ -9,7 +9,7 @@ BENCHPKGS ?= ./...
 # Go sources outside fetched and built folders, for the gofmt check.
 GOFILES = $(shell find . -name '*.go' -not -path './.git/*' -not -path './bin/*' -not -path './third_party/*')
 
-.PHONY: build serve test install-tools vet staticcheck fmtcheck unit fuzz bench onnxruntime proto
+.PHONY: bench-all build serve test install-tools vet staticcheck fmtcheck unit fuzz bench onnxruntime proto
 
 ## build: compile the streamer binary into bin/
 build:
@@ -65,3 +65,7 @@ onnxruntime:
 proto:
 	@if [ -f scripts/gen-proto.sh ]; then bash scripts/gen-proto.sh; \
 	else echo "scripts/gen-proto.sh is not there yet"; exit 1; fi
+
+## bench-all: run every performance scenario of BENCHMARKS.md (about ten minutes; not part of test)
+bench-all:
+	bash scripts/bench.sh

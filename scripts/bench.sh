@@ -4,9 +4,9 @@
 # ratio to its target. Everything a run measured lands in one folder: the
 # machine, each command and its JSON report, the side-by-side rounds of
 # scenario E against a bare net/http handler, the RSS samples of scenario F,
-# the Go benchmarks and a CPU profile of the HTTP path.
+# the Go benchmarks and CPU profiles of the HTTP and Go API paths.
 #
-# Not part of `make test`: it takes about eight minutes and wants a quiet
+# Not part of `make test`: it takes about ten minutes and wants a quiet
 # machine. Other engineers on the same cores skew absolute figures; the
 # side-by-side ratios of scenario E (streamer against bare, alternated in
 # the same run) hold up better, and the load average is recorded before and
@@ -23,7 +23,7 @@
 #   MEMORY_SECONDS length of scenario F (default 60)
 #   SCENARIOS      which of A B C D E F G P to run (default all; G is the
 #                  Go benchmarks of the supervisor, ipc and httpapi, P the
-#                  CPU profile of the HTTP path)
+#                  CPU profiles)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -351,15 +351,24 @@ scenario_g() {
   go test -run '^$' -bench . -benchmem ./ipc ./supervisor/httpapi >"$OUT/G-micro.txt" 2>&1 || log "micro-benchmarks failed: see $OUT/G-micro.txt"
 }
 
-# P: a CPU profile of the HTTP path (handler, supervisor, net/http) under
-# parallel load, from the in-process benchmark.
+# P: CPU profiles of the HTTP path (handler, supervisor, net/http under
+# parallel load, from the in-process benchmark) and of scenario D's path
+# (the supervisor with real worker processes, from the lead's benchmark).
 scenario_p() {
-  echo "go test -run '^\$' -bench BenchmarkSupervisorHTTP -benchtime 5s -cpuprofile $OUT/P-httpapi.prof ./supervisor/httpapi" >>"$COMMANDS"
-  log "P: CPU profile of the HTTP path"
-  go test -c -o "$OUT/httpapi.test" ./supervisor/httpapi
-  (cd supervisor/httpapi && "$OUT/httpapi.test" -test.run '^$' -test.bench BenchmarkSupervisorHTTP -test.benchtime 5s -test.cpuprofile "$OUT/P-httpapi.prof") >"$OUT/P-bench.txt" 2>&1
-  go tool pprof -top -cum -nodecount 40 "$OUT/httpapi.test" "$OUT/P-httpapi.prof" >"$OUT/P-top-cum.txt" 2>/dev/null
-  go tool pprof -top -nodecount 25 "$OUT/httpapi.test" "$OUT/P-httpapi.prof" >"$OUT/P-top-flat.txt" 2>/dev/null
+  log "P: CPU profiles of the HTTP path and of the Go API path"
+  profile httpapi ./supervisor/httpapi BenchmarkSupervisorHTTP
+  profile supervisor ./supervisor 'BenchmarkEchoOverhead/workers=2'
+}
+
+# profile NAME PACKAGE BENCHMARK runs one benchmark for 5s under the CPU
+# profiler and keeps the profile and its top functions as P-NAME-*.
+profile() {
+  local name=$1 pkg=$2 bench=$3
+  echo "go test -run '^\$' -bench '$bench' -benchtime 5s -cpuprofile P-$name.prof $pkg" >>"$COMMANDS"
+  go test -c -o "$OUT/$name.test" "$pkg"
+  (cd "$pkg" && "$OUT/$name.test" -test.run '^$' -test.bench "$bench" -test.benchtime 5s -test.cpuprofile "$OUT/P-$name.prof") >"$OUT/P-$name-bench.txt" 2>&1
+  go tool pprof -top -cum -nodecount 40 "$OUT/$name.test" "$OUT/P-$name.prof" >"$OUT/P-$name-top-cum.txt" 2>/dev/null
+  go tool pprof -top -nodecount 25 "$OUT/$name.test" "$OUT/P-$name.prof" >"$OUT/P-$name-top-flat.txt" 2>/dev/null
 }
 
 main() {

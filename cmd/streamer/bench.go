@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -89,11 +90,50 @@ can; https targets get Go's standard client.`,
 	return cmd
 }
 
-// sample is one request's outcome.
+// sample is one request's outcome. It holds no pointers, so that the
+// garbage collector need not scan the millions of them a long run keeps.
 type sample struct {
 	at      time.Duration // since the measurement started, at send (open loop: scheduled send)
 	latency time.Duration
-	errKind string // "" for success
+	errKind uint16 // an errorKinds number; 0 for success
+}
+
+// errorKinds numbers the kinds of failure the samples record.
+type errorKinds struct {
+	mu    sync.Mutex
+	names []string // names[0] is "", success
+	ids   map[string]uint16
+}
+
+func newErrorKinds() *errorKinds {
+	return &errorKinds{names: []string{""}, ids: map[string]uint16{"": 0}}
+}
+
+// id numbers kind, "" being 0; past 65535 distinct kinds, the rest share
+// the last number.
+func (k *errorKinds) id(kind string) uint16 {
+	if kind == "" {
+		return 0
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	id, ok := k.ids[kind]
+	if !ok {
+		if len(k.names) > math.MaxUint16 {
+			return math.MaxUint16
+		}
+		id = uint16(len(k.names))
+		k.names = append(k.names, kind)
+		k.ids[kind] = id
+	}
+	return id
+}
+
+// name is the kind numbered id.
+func (k *errorKinds) name(id uint16) string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.names[id]
 }
 
 // sender sends one request and says how it went. It is called from many
@@ -236,7 +276,7 @@ func (o benchOptions) measure(ctx context.Context, send sender, stats statsSourc
 	} else {
 		window = time.AfterFunc(o.warmup, openWindow)
 	}
-	samples := o.load(ctx, send, !o.jsonOut)
+	samples, kinds := o.load(ctx, send, !o.jsonOut)
 	loadEnded := time.Now()
 	if window != nil && window.Stop() {
 		return report{}, nil, errors.New("interrupted during the warm-up; nothing was measured")
@@ -262,7 +302,7 @@ func (o benchOptions) measure(ctx context.Context, send sender, stats statsSourc
 		elapsed = min(loadEnded.Sub(before.at), o.duration)
 	}
 	samples = inWindow(samples, o.warmup)
-	rep := newReport(samples, elapsed, o.itemsPerRequest, before.stats, after)
+	rep := newReport(samples, kinds, elapsed, o.itemsPerRequest, before.stats, after)
 	if o.target == "" {
 		rep.setLimit(o.serve)
 	}
@@ -470,9 +510,17 @@ func errorKind(err error) string {
 	return "other"
 }
 
+// loadRun is what the load loops share.
+type loadRun struct {
+	send  func(context.Context) uint16 // the sender, its outcome numbered
+	kinds *errorKinds
+	start time.Time
+	done  *atomic.Int64 // counts answers for the progress bar; nil without one
+}
+
 // load sends requests for the warm-up and the measured window and returns
 // what happened to each.
-func (o benchOptions) load(ctx context.Context, send sender, progress bool) []sample {
+func (o benchOptions) load(ctx context.Context, send sender, progress bool) ([]sample, *errorKinds) {
 	d := o.warmup + o.duration
 	// The end of the load cancels the requests still out; it is not their
 	// deadline, which the supervisor would enforce on its own clock and count
@@ -486,20 +534,36 @@ func (o benchOptions) load(ctx context.Context, send sender, progress bool) []sa
 	var done *atomic.Int64
 	stopBar := make(chan struct{})
 	var barDone sync.WaitGroup
-	if progress {
+	switch {
+	case progress && isTerminal(os.Stderr):
 		done = new(atomic.Int64)
 		barDone.Go(func() { showProgress(o.warmup, d, done, stopBar) })
+	case progress:
+		// A bar redrawn ten times a second would fill a log file.
+		fmt.Fprintf(os.Stderr, "streamer bench: loading for %s (%s warm-up, then %s measured)\n", d, o.warmup, o.duration)
 	}
-	start := time.Now()
+	kinds := newErrorKinds()
+	run := loadRun{
+		send:  func(ctx context.Context) uint16 { return kinds.id(send(ctx)) },
+		kinds: kinds,
+		start: time.Now(),
+		done:  done,
+	}
 	var samples []sample
 	if o.rate > 0 {
-		samples = openLoop(ctx, send, start, o.rate, o.concurrency, done)
+		samples = openLoop(ctx, run, o.rate, o.concurrency)
 	} else {
-		samples = closedLoop(ctx, send, start, o.concurrency, done)
+		samples = closedLoop(ctx, run, o.concurrency)
 	}
 	close(stopBar)
 	barDone.Wait()
-	return samples
+	return samples, kinds
+}
+
+// isTerminal reports whether f is a terminal rather than a file or a pipe.
+func isTerminal(f *os.File) bool {
+	info, err := f.Stat()
+	return err == nil && info.Mode()&os.ModeCharDevice != 0
 }
 
 // showProgress draws a bar on stderr that fills over d, says when the
@@ -533,35 +597,34 @@ func showProgress(warmup, d time.Duration, done *atomic.Int64, stop <-chan struc
 
 // closedLoop runs clients that each send their next request when the last
 // one is answered. Requests cut short by the end of the load are not counted.
-// done, when not nil, counts the answers for the progress bar.
-func closedLoop(ctx context.Context, send sender, start time.Time, clients int, done *atomic.Int64) []sample {
+func closedLoop(ctx context.Context, run loadRun, clients int) []sample {
 	results := make([][]sample, clients)
 	var wg sync.WaitGroup
 	for c := range clients {
-		wg.Go(func() { results[c] = client(ctx, send, start, done) })
+		wg.Go(func() { results[c] = client(ctx, run) })
 	}
 	wg.Wait()
 	return slices.Concat(results...)
 }
 
 // client is one closed-loop client. It keeps its samples to itself until
-// the end, and sends under a context of its own: what each request hangs on
-// its context (the supervisor's per-request contexts) then stays off the one
-// context all clients share, whose cache line would otherwise bounce between
-// the cores at every request.
-func client(ctx context.Context, send sender, start time.Time, done *atomic.Int64) []sample {
+// the end, and sends under a context of its own: what each request does
+// with its context then stays off the one context all clients share, whose
+// cache line would otherwise bounce between the cores at every request.
+func client(ctx context.Context, run loadRun) []sample {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var samples []sample
 	for ctx.Err() == nil {
-		t0 := time.Now()
-		kind := send(ctx)
+		// time.Since reads only the monotonic clock; time.Now reads both.
+		sent := time.Since(run.start)
+		kind := run.send(ctx)
 		if ctx.Err() != nil {
 			break
 		}
-		samples = append(samples, sample{at: t0.Sub(start), latency: time.Since(t0), errKind: kind})
-		if done != nil {
-			done.Add(1)
+		samples = append(samples, sample{at: sent, latency: time.Since(run.start) - sent, errKind: kind})
+		if run.done != nil {
+			run.done.Add(1)
 		}
 	}
 	return samples
@@ -571,17 +634,18 @@ func client(ctx context.Context, send sender, start time.Time, done *atomic.Int6
 // from the scheduled time, so a sender that falls behind shows as latency
 // rather than as a lower rate. At most maxInFlight are outstanding: beyond
 // that a request is counted as a client-side overload instead of being sent.
-func openLoop(ctx context.Context, send sender, start time.Time, rate float64, maxInFlight int, done *atomic.Int64) []sample {
+func openLoop(ctx context.Context, run loadRun, rate float64, maxInFlight int) []sample {
 	var mu sync.Mutex
 	var samples []sample
 	record := func(s sample) {
 		mu.Lock()
 		samples = append(samples, s)
 		mu.Unlock()
-		if done != nil {
-			done.Add(1)
+		if run.done != nil {
+			run.done.Add(1)
 		}
 	}
+	refused := run.kinds.id("client in-flight limit")
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, maxInFlight)
 	interval := float64(time.Second) / rate
@@ -589,7 +653,7 @@ func openLoop(ctx context.Context, send sender, start time.Time, rate float64, m
 	defer timer.Stop()
 	for i := 0; ; i++ {
 		at := time.Duration(float64(i) * interval)
-		if wait := time.Until(start.Add(at)); wait > 0 {
+		if wait := time.Until(run.start.Add(at)); wait > 0 {
 			timer.Reset(wait)
 			select {
 			case <-timer.C:
@@ -602,16 +666,16 @@ func openLoop(ctx context.Context, send sender, start time.Time, rate float64, m
 		select {
 		case slots <- struct{}{}:
 		default:
-			record(sample{at: at, errKind: "client in-flight limit"})
+			record(sample{at: at, errKind: refused})
 			continue
 		}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			kind := send(ctx)
+			kind := run.send(ctx)
 			if ctx.Err() != nil {
 				return
 			}
-			record(sample{at: at, latency: time.Since(start.Add(at)), errKind: kind})
+			record(sample{at: at, latency: time.Since(run.start.Add(at)), errKind: kind})
 		})
 	}
 	wg.Wait()
@@ -763,12 +827,12 @@ type latencies struct {
 	Max float64 `json:"max"`
 }
 
-func newReport(samples []sample, elapsed time.Duration, itemsPerRequest int, before, after supervisor.Stats) report {
+func newReport(samples []sample, kinds *errorKinds, elapsed time.Duration, itemsPerRequest int, before, after supervisor.Stats) report {
 	r := report{Seconds: elapsed.Seconds(), Errors: map[string]uint64{}, BatchSizes: map[int]uint64{}}
 	var ok []time.Duration
 	for _, s := range samples {
-		if s.errKind != "" {
-			r.Errors[s.errKind]++
+		if s.errKind != 0 {
+			r.Errors[kinds.name(s.errKind)]++
 			continue
 		}
 		ok = append(ok, s.latency)

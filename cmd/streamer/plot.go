@@ -59,7 +59,7 @@ func latencyPlot(samples []sample) (*plot.Plot, error) {
 	p.Y.Label.Text = "ms"
 	var ok []sample
 	for _, s := range samples {
-		if s.errKind == "" {
+		if s.errKind == 0 {
 			ok = append(ok, s)
 		}
 	}
