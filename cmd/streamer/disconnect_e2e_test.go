@@ -1,0 +1,42 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// TestClientThatDisconnectsCancelsItsQueuedItems: while the one worker is
+// busy (and, with --pipeline-depth 1, holds no batch ahead), a client gives
+// up on a queued request. Its item must never reach the model: once the
+// worker is free, only the first batch has run, and the dropped item is
+// counted as failed.
+func TestClientThatDisconnectsCancelsItsQueuedItems(t *testing.T) {
+	s := startServer(t, "--model", "sleep:400ms,0s", "--workers", "1", "--batch-size", "1", "--pipeline-depth", "1")
+	busy := make(chan int, 1)
+	go func() {
+		status, _, _, _ := s.do(context.Background(), http.MethodPost, "/predict", "application/json", []byte(`{"inputs": ["first"]}`))
+		busy <- status
+	}()
+	s.waitFor(t, "the first request running", 10*time.Second, func() bool { return s.stats(t).Submitted == 1 })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, _, _, err := s.do(ctx, http.MethodPost, "/predict", "application/json", []byte(`{"inputs": ["gone"]}`))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the client should have given up, got %v", err)
+	}
+	if status := <-busy; status != http.StatusOK {
+		t.Fatalf("first request: status %d", status)
+	}
+	s.waitFor(t, "the dropped item answered", 10*time.Second, func() bool { return s.stats(t).Answered == 2 })
+	st := s.stats(t)
+	if st.Batches != 1 || st.Failed != 1 {
+		t.Fatalf("stats %+v: want 1 batch run and the canceled item failed without running", st)
+	}
+	if p := s.predictJSON(t, "after"); p.Status != http.StatusOK {
+		t.Fatalf("the server must keep serving: %s", p)
+	}
+}
