@@ -344,10 +344,10 @@ scenario_f() {
 # G: the Go benchmarks (the lead's A, C and D through the Go API, and the
 # ipc, batcher and httpapi micro-benchmarks).
 scenario_g() {
-  echo "go test -run '^\$' -bench 'BenchmarkSleepLimit|BenchmarkLoneUser|BenchmarkEchoOverhead' -benchmem ./supervisor" >>"$COMMANDS"
+  echo "go test -run '^\$' -bench 'BenchmarkSleepLimit|BenchmarkLoneUser|BenchmarkEchoOverhead|BenchmarkQueue|BenchmarkFuture' -benchmem ./supervisor" >>"$COMMANDS"
   echo "go test -run '^\$' -bench . -benchmem ./ipc ./supervisor/httpapi" >>"$COMMANDS"
   log "G: go test -bench (supervisor, ipc, httpapi)"
-  go test -run '^$' -bench 'BenchmarkSleepLimit|BenchmarkLoneUser|BenchmarkEchoOverhead' -benchmem ./supervisor >"$OUT/G-supervisor.txt" 2>&1 || log "supervisor benchmarks failed: see $OUT/G-supervisor.txt"
+  go test -run '^$' -bench 'BenchmarkSleepLimit|BenchmarkLoneUser|BenchmarkEchoOverhead|BenchmarkQueue|BenchmarkFuture' -benchmem ./supervisor >"$OUT/G-supervisor.txt" 2>&1 || log "supervisor benchmarks failed: see $OUT/G-supervisor.txt"
   go test -run '^$' -bench . -benchmem ./ipc ./supervisor/httpapi >"$OUT/G-micro.txt" 2>&1 || log "micro-benchmarks failed: see $OUT/G-micro.txt"
 }
 
@@ -358,6 +358,24 @@ scenario_p() {
   log "P: CPU profiles of the HTTP path and of the Go API path"
   profile httpapi ./supervisor/httpapi BenchmarkSupervisorHTTP
   profile supervisor ./supervisor 'BenchmarkEchoOverhead/workers=2'
+  profile_serve
+}
+
+# profile_serve keeps a CPU profile of a real `streamer serve`, taken from
+# its --pprof address while streamer bench loads it as in scenario E.
+profile_serve() {
+  local pprof_url load
+  start_server "$OUT/P-serve.log" "$STREAMER" serve --model echo --workers 2 --listen 127.0.0.1:0 --pprof 127.0.0.1:0
+  pprof_url=$(sed -n 's/.*pprof=\(http:[^ ]*\).*/\1/p' "$OUT/P-serve.log" | head -n 1)
+  echo "streamer serve --model echo --workers 2 --pprof ADDR; streamer bench --target URL --concurrency 128 --duration 14s --warmup 2s; curl ADDR/debug/pprof/profile?seconds=10 from the 3rd second" >>"$COMMANDS"
+  "$STREAMER" bench --target "$server_url" --concurrency 128 --duration 14s --warmup 2s --json >"$OUT/P-serve-load.json" 2>/dev/null &
+  load=$!
+  sleep 3
+  curl -sf -o "$OUT/P-serve.prof" "${pprof_url}profile?seconds=10" || log "no profile from $pprof_url"
+  wait "$load" || true
+  stop_server "$server_pid"
+  go tool pprof -top -cum -nodecount 40 "$STREAMER" "$OUT/P-serve.prof" >"$OUT/P-serve-top-cum.txt" 2>/dev/null || true
+  go tool pprof -top -nodecount 25 "$STREAMER" "$OUT/P-serve.prof" >"$OUT/P-serve-top-flat.txt" 2>/dev/null || true
 }
 
 # profile NAME PACKAGE BENCHMARK runs one benchmark for 5s under the CPU

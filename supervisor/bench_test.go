@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -100,6 +101,9 @@ func startBench(b *testing.B, cfg supervisor.Config) *supervisor.Streamer {
 
 // closedLoop runs b.N single-item Predicts from clients goroutines, each
 // sending its next item when the last is answered, and returns items/s.
+// It also reports the CPU time this process (the supervisor and its
+// callers) spent per item: on a shared machine that varies much less than
+// throughput, which suffers from whatever else runs.
 func closedLoop(b *testing.B, s *supervisor.Streamer, clients int) float64 {
 	item, _ := msgpack.Marshal("hello, streamer")
 	var next atomic.Int64
@@ -107,6 +111,7 @@ func closedLoop(b *testing.B, s *supervisor.Streamer, clients int) float64 {
 	var wg sync.WaitGroup
 	b.ResetTimer()
 	start := time.Now()
+	cpu0 := cpuTime(b)
 	for range clients {
 		wg.Go(func() {
 			req := [][]byte{item}
@@ -119,11 +124,21 @@ func closedLoop(b *testing.B, s *supervisor.Streamer, clients int) float64 {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/item")
 	b.StopTimer()
 	if n := failed.Load(); n > 0 {
 		b.Fatalf("%d requests failed", n)
 	}
 	return float64(b.N) / elapsed.Seconds()
+}
+
+// cpuTime is the user and system CPU time this process has used.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkSleepLimit is scenario A: the sleep model (10ms + 100us per item)

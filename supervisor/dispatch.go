@@ -101,25 +101,56 @@ func (s *Streamer) nextBatch(idle bool, now time.Time, earlier func(time.Time)) 
 			return nil
 		}
 		if !idle && f.len() < s.cfg.BatchSize {
-			due := f.front().enqueued.Add(s.cfg.MaxLatency)
+			due := s.at(f.front().fut.enqueued).Add(s.cfg.MaxLatency)
 			if now.Before(due) {
 				earlier(due)
 				return nil
 			}
 		}
-		items := s.queue.take(f, s.cfg.BatchSize, s.cfg.MaxBatchBytes, now, s.drop)
-		if len(items) > 0 {
-			return s.newBatch(items, false)
+		b := s.spareBatch()
+		b.items = s.queue.take(b.items, f, s.cfg.BatchSize, s.cfg.MaxBatchBytes, now, s.drop)
+		if len(b.items) > 0 {
+			return s.sealBatch(b)
 		}
+		s.recycle(b)
 	}
 }
 
+// newBatch makes a batch of items, which it copies.
 func (s *Streamer) newBatch(items []item, suspect bool) *batch {
-	b := &batch{id: s.batchID.Add(1), items: items, suspect: suspect, data: make([][]byte, len(items))}
-	for i := range items {
-		b.data[i] = items[i].data
+	b := s.spareBatch()
+	b.items = append(b.items, items...)
+	b.suspect = suspect
+	return s.sealBatch(b)
+}
+
+// spareBatch returns an empty batch, reusing one that was answered when it
+// can: at a few thousand batches a second their item lists are most of
+// what the batcher allocates.
+func (s *Streamer) spareBatch() *batch {
+	if b, ok := s.batches.Get().(*batch); ok {
+		return b
+	}
+	return &batch{items: make([]item, 0, s.cfg.BatchSize), data: make([][]byte, 0, s.cfg.BatchSize)}
+}
+
+// sealBatch numbers b and lists its items' bytes for the wire.
+func (s *Streamer) sealBatch(b *batch) *batch {
+	b.id = s.batchID.Add(1)
+	b.data = b.data[:0]
+	for i := range b.items {
+		b.data = append(b.data, b.items[i].data)
 	}
 	return b
+}
+
+// recycle keeps b for another batch. Nothing may refer to it any more: it
+// has been answered and its worker is done with its bytes.
+func (s *Streamer) recycle(b *batch) {
+	clear(b.items)
+	clear(b.data)
+	*b = batch{items: b.items[:0], data: b.data[:0]}
+	s.batches.Put(b)
 }
 
 // pruneLocked answers the items of a formed batch that must not run any

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -14,26 +15,46 @@ type Future struct {
 	outputs   [][]byte
 	errs      atomic.Pointer[[]error] // nil until some item fails
 	remaining atomic.Int32
-	done      chan struct{}
-	deadline  time.Time
-	ctx       context.Context // the caller's; once it ends, undispatched items are dropped
-	one       [1][]byte       // outputs of a single-item request, saving an allocation
+
+	mu   sync.Mutex
+	done chan struct{} // made by Done on demand, closed when finished
+	over bool          // every item is completed
+
+	// wake, on the Futures that Predict reuses, gets one token when the
+	// last item is completed: the finishing goroutine's last touch of the
+	// Future, after which its owner may reuse it.
+	wake chan struct{}
+
+	enqueued int64           // when the request was queued, on the streamer's clock
+	deadline time.Time       // zero for none
+	ctx      context.Context // the caller's; once it ends, undispatched items are dropped
+	one      [1][]byte       // outputs of a single-item request, saving an allocation
 }
+
+// closedChan is what Done returns for a Future that finished before anybody
+// asked for its channel.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // NewFuture returns a Future for n items. The supervisor makes its own; other
 // intakes (a remote front end, say) use it to answer through the same type.
 func NewFuture(n int) *Future {
-	f := &Future{done: make(chan struct{})}
+	f := &Future{}
+	f.init(n)
+	return f
+}
+
+func (f *Future) init(n int) {
 	if n == 1 {
 		f.outputs = f.one[:]
 	} else {
 		f.outputs = make([][]byte, n)
 	}
 	f.remaining.Store(int32(n))
-	if n == 0 {
-		close(f.done)
-	}
-	return f
+	f.over = n == 0
 }
 
 // Len is the number of items.
@@ -48,7 +69,20 @@ func (f *Future) Complete(i int, output []byte, err error) {
 		f.outputs[i] = output
 	}
 	if f.remaining.Add(-1) == 0 {
-		close(f.done)
+		f.finish()
+	}
+}
+
+func (f *Future) finish() {
+	f.mu.Lock()
+	f.over = true
+	done, wake := f.done, f.wake
+	f.mu.Unlock()
+	if done != nil {
+		close(done)
+	}
+	if wake != nil {
+		wake <- struct{}{} // last: the owner may reuse f once it has this
 	}
 }
 
@@ -68,21 +102,38 @@ func (f *Future) setErr(i int, err error) {
 }
 
 // Done is closed once every item is answered.
-func (f *Future) Done() <-chan struct{} { return f.done }
+func (f *Future) Done() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.done == nil {
+		if f.over {
+			return closedChan
+		}
+		f.done = make(chan struct{})
+	}
+	return f.done
+}
 
 // Result waits for every item and returns the outputs in order. If an item
 // failed, the error is an *ItemError for the first one that did. Waiting ends
 // early, with an error wrapping ErrDeadline, at the request's deadline or when
 // ctx ends; the items still pending are answered later regardless.
 func (f *Future) Result(ctx context.Context) ([][]byte, error) {
-	if ctx.Done() == nil && f.deadline.IsZero() {
-		<-f.done
+	if f.remaining.Load() == 0 {
 		return f.result()
 	}
-	select {
-	case <-f.done:
-		return f.result()
-	default:
+	if err := f.await(ctx, f.Done()); err != nil {
+		return nil, err
+	}
+	return f.result()
+}
+
+// await waits until ready is signalled, the request's deadline passes or
+// ctx ends, whichever comes first, and says which.
+func (f *Future) await(ctx context.Context, ready <-chan struct{}) error {
+	if ctx.Done() == nil && f.deadline.IsZero() {
+		<-ready
+		return nil
 	}
 	var timeout <-chan time.Time
 	if !f.deadline.IsZero() {
@@ -91,15 +142,15 @@ func (f *Future) Result(ctx context.Context) ([][]byte, error) {
 		timeout = t.C
 	}
 	select {
-	case <-f.done:
-		return f.result()
+	case <-ready:
+		return nil
 	case <-timeout:
-		return nil, fmt.Errorf("%w: no answer by the request's deadline", ErrDeadline)
+		return fmt.Errorf("%w: no answer by the request's deadline", ErrDeadline)
 	case <-ctx.Done():
 		if ctx.Err() == context.DeadlineExceeded {
-			return nil, fmt.Errorf("%w: %v", ErrDeadline, ctx.Err())
+			return fmt.Errorf("%w: %v", ErrDeadline, ctx.Err())
 		}
-		return nil, fmt.Errorf("%w: %v", ErrCanceled, ctx.Err())
+		return fmt.Errorf("%w: %v", ErrCanceled, ctx.Err())
 	}
 }
 
@@ -120,4 +171,41 @@ func (f *Future) gone() bool { return f.ctx != nil && f.ctx.Err() != nil }
 // expired reports whether the request's deadline has passed at now.
 func (f *Future) expired(now time.Time) bool {
 	return !f.deadline.IsZero() && !now.Before(f.deadline)
+}
+
+// futurePool keeps the Futures of finished Predict calls for reuse: at
+// hundreds of thousands of requests a second, a Future and its channel per
+// request are most of what the supervisor allocates, and the collector's
+// work for them the largest cost in its profile.
+type futurePool struct{ pool sync.Pool }
+
+func (p *futurePool) get(n int) *Future {
+	f, _ := p.pool.Get().(*Future)
+	if f == nil {
+		f = &Future{wake: make(chan struct{}, 1)}
+	}
+	f.init(n)
+	return f
+}
+
+// put keeps f, which nothing refers to any more: it was never queued, or
+// its wake token has been taken.
+func (p *futurePool) put(f *Future) {
+	*f = Future{wake: f.wake}
+	p.pool.Put(f)
+}
+
+// wait waits for the pooled f like Result, then hands its outputs over so
+// that f can be reused. reusable is false when waiting ended before every
+// item was answered: then f must be left to the collector, as items still
+// queued refer to it.
+func (f *Future) wait(ctx context.Context) (out [][]byte, reusable bool, err error) {
+	if err := f.await(ctx, f.wake); err != nil {
+		return nil, false, err
+	}
+	out, err = f.result()
+	if len(out) == 1 {
+		out = [][]byte{out[0]} // f.one is f's own memory
+	}
+	return out, true, err
 }

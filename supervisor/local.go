@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 )
 
@@ -61,7 +62,9 @@ func (l *local) run(b *batch) (r result, err error) {
 		}
 	}()
 	r.id = b.id
-	outputs, ferr := l.fn(l.ctx, b.data)
+	// The function gets its own list of the items: a function that outlives
+	// its worker (abandoned on a timeout) must not see the batch reused.
+	outputs, ferr := l.fn(l.ctx, slices.Clone(b.data))
 	var itemErrs *BatchItemErrors
 	switch {
 	case errors.As(ferr, &itemErrs) && len(itemErrs.Errs) == len(b.data):

@@ -37,6 +37,8 @@ type process struct {
 	batches chan *batch // nil batch: send Stop
 	waited  chan struct{}
 	exited  chan struct{}
+	// written is closed when writeLoop has returned; nil until it starts.
+	written chan struct{}
 
 	mu         sync.Mutex
 	killReason error
@@ -132,6 +134,7 @@ func (p *process) awaitReady(r *ipc.Reader) error {
 		<-p.exited
 		return p.wait()
 	}
+	p.written = make(chan struct{})
 	go p.writeLoop()
 	go p.watchHeartbeat()
 	return nil
@@ -188,6 +191,7 @@ func (p *process) startError() error {
 }
 
 func (p *process) writeLoop() {
+	defer close(p.written)
 	for {
 		select {
 		case b := <-p.batches:
@@ -283,6 +287,11 @@ func (p *process) wait() error {
 	<-p.exited
 	p.toChild.Close()
 	p.in.Close()
+	if p.written != nil {
+		// The batches in flight go back to the queue, to be answered and
+		// reused; the writer must be done with their bytes first.
+		<-p.written
+	}
 	return p.deathReason()
 }
 

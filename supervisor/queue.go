@@ -4,14 +4,14 @@ import (
 	"time"
 )
 
-// item is one queued sample: a reference to its request's Future and its
-// place there, its bytes and batch key, and what happened to it so far.
+// item is one queued sample: a reference to its request's Future (which
+// holds when it was queued) and its place there, its bytes and batch key,
+// and what happened to it so far.
 type item struct {
-	fut      *Future
-	index    int32
-	data     []byte
-	key      string
-	enqueued time.Time
+	fut   *Future
+	data  []byte
+	key   string
+	index int32
 	// crashes counts the batches containing this item whose worker died;
 	// aloneCrashes those in which it was the only item.
 	crashes      uint8
@@ -42,8 +42,14 @@ func (f *fifo) front() *item { return &f.items[f.head] }
 
 func (f *fifo) pop() item {
 	it := f.items[f.head]
-	f.items[f.head] = item{}
-	f.head++
+	f.discard(1)
+	return it
+}
+
+// discard forgets the first n items.
+func (f *fifo) discard(n int) {
+	clear(f.items[f.head : f.head+n])
+	f.head += n
 	if f.head == len(f.items) {
 		f.items = f.items[:0]
 		f.head = 0
@@ -53,7 +59,6 @@ func (f *fifo) pop() item {
 		f.items = f.items[:n]
 		f.head = 0
 	}
-	return it
 }
 
 // queue is the bounded waiting room: one fifo per batch key, plus batches
@@ -63,6 +68,10 @@ type queue struct {
 	keys  []string // keys with a non-empty fifo
 	n     int      // items in the fifos
 	ready []*batch // formed batches waiting for a worker, oldest first
+	// last is the fifo of the key pushed last: requests mostly share one
+	// key, and this saves a map look-up per item.
+	last    *fifo
+	lastKey string
 }
 
 func newQueue() *queue {
@@ -79,10 +88,14 @@ func (q *queue) items() int {
 }
 
 func (q *queue) push(it item) {
-	f := q.byKey[it.key]
-	if f == nil {
-		f = &fifo{}
-		q.byKey[it.key] = f
+	f := q.last
+	if f == nil || it.key != q.lastKey {
+		f = q.byKey[it.key]
+		if f == nil {
+			f = &fifo{}
+			q.byKey[it.key] = f
+		}
+		q.last, q.lastKey = f, it.key
 	}
 	if f.len() == 0 {
 		q.keys = append(q.keys, it.key)
@@ -96,35 +109,46 @@ func (q *queue) oldest() *fifo {
 	var best *fifo
 	for _, k := range q.keys {
 		f := q.byKey[k]
-		if best == nil || f.front().enqueued.Before(best.front().enqueued) {
+		if best == nil || f.front().fut.enqueued < best.front().fut.enqueued {
 			best = f
 		}
 	}
 	return best
 }
 
-// take removes up to max items (and at most maxBytes, but always one) from
-// f. drop is called for items that must not run (deadline passed, caller
-// gone); they are removed too.
-func (q *queue) take(f *fifo, max, maxBytes int, now time.Time, drop func(item, time.Time)) []item {
-	var out []item
+// take moves up to max items (and at most maxBytes, but always one) from f
+// to the end of out, which it returns. drop is called for items that must
+// not run (deadline passed, caller gone); they are removed too. Items are
+// moved in runs, not one by one.
+func (q *queue) take(out []item, f *fifo, max, maxBytes int, now time.Time, drop func(item, time.Time)) []item {
 	size := 0
-	for f.len() > 0 && len(out) < max {
-		it := f.front()
-		if it.fut.gone() || it.fut.expired(now) {
-			drop(f.pop(), now)
-			q.n--
+	full := false
+	for !full && f.len() > 0 && len(out) < max {
+		// The run of items at the front that can go, up to the first one
+		// that must not run or would not fit.
+		run := f.items[f.head:]
+		n := 0
+		for ; n < len(run) && len(out)+n < max; n++ {
+			it := &run[n]
+			if it.fut.gone() || it.fut.expired(now) {
+				break
+			}
+			if len(out)+n > 0 && size+len(it.data) > maxBytes {
+				full = true
+				break
+			}
+			size += len(it.data)
+		}
+		if n == 0 {
+			if !full {
+				drop(f.pop(), now)
+				q.n--
+			}
 			continue
 		}
-		if len(out) > 0 && size+len(it.data) > maxBytes {
-			break
-		}
-		size += len(it.data)
-		if out == nil {
-			out = make([]item, 0, min(max, f.len()))
-		}
-		out = append(out, f.pop())
-		q.n--
+		out = append(out, run[:n]...)
+		f.discard(n)
+		q.n -= n
 	}
 	if f.len() == 0 {
 		q.removeKey(f)
@@ -141,6 +165,9 @@ func (q *queue) removeKey(f *fifo) {
 				// Keys come from request shapes; forget idle ones so the map
 				// cannot grow without bound.
 				delete(q.byKey, k)
+				if q.last == f {
+					q.last = nil
+				}
 			}
 			return
 		}

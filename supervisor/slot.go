@@ -169,17 +169,27 @@ func (sl *slot) onResult(w worker, r result) {
 	if n := len(b.items); n < len(s.stats.batchSizes) {
 		s.stats.batchSizes[n].Add(1)
 	}
+	// Counted per batch rather than per item, as complete would: these
+	// counters are shared by every core.
+	failed := 0
 	batchErr := checkResult(r, len(b.items))
 	for i, it := range b.items {
 		switch {
 		case batchErr != nil:
-			s.complete(it, nil, batchErr)
+			failed++
+			it.fut.Complete(int(it.index), nil, batchErr)
 		case r.itemErrors != nil && r.itemErrors[i] != "":
-			s.complete(it, nil, fmt.Errorf("%w: %s", ErrModel, r.itemErrors[i]))
+			failed++
+			it.fut.Complete(int(it.index), nil, fmt.Errorf("%w: %s", ErrModel, r.itemErrors[i]))
 		default:
-			s.complete(it, r.outputs[i], nil)
+			it.fut.Complete(int(it.index), r.outputs[i], nil)
 		}
 	}
+	s.stats.answered.Add(uint64(len(b.items)))
+	if failed > 0 {
+		s.stats.failed.Add(uint64(failed))
+	}
+	s.recycle(b)
 }
 
 // checkResult returns the error that fails the whole batch, if any.
@@ -268,8 +278,8 @@ func (sl *slot) requeueLocked(batches []*batch) (poisoned []item) {
 	default:
 		half := len(head.items) / 2
 		again = append(again,
-			s.newBatch(append([]item(nil), head.items[:half]...), true),
-			s.newBatch(append([]item(nil), head.items[half:]...), true))
+			s.newBatch(head.items[:half], true),
+			s.newBatch(head.items[half:], true))
 	}
 	again = append(again, batches[1:]...)
 	s.queue.ready = append(again, s.queue.ready...)

@@ -152,6 +152,50 @@ func TestPredictKeepsOrderUnderConcurrency(t *testing.T) {
 	}
 }
 
+// Predict reuses its Futures. A caller that gave up must not have its
+// Future reused while its items are still queued or running, and the
+// outputs a caller got must stay its own after later calls.
+func TestPredictOutputsStayTheCallersOwn(t *testing.T) {
+	g := newGate(false)
+	s := start(t, supervisor.Config{Func: g.fn, Workers: 2, BatchSize: 4, MaxLatency: time.Millisecond})
+	for i := range 8 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		_, err := s.Predict(ctx, items(fmt.Sprintf("abandoned-%d", i)))
+		cancel()
+		if !errors.Is(err, supervisor.ErrDeadline) {
+			t.Fatalf("abandoned call %d: %v, want ErrDeadline", i, err)
+		}
+	}
+	g.release()
+	const callers, calls = 16, 50
+	got := make([][][]byte, callers*calls)
+	var wg sync.WaitGroup
+	for c := range callers {
+		wg.Go(func() {
+			for r := range calls {
+				out, err := s.Predict(context.Background(), items(fmt.Sprintf("c%d-r%d", c, r)))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				got[c*calls+r] = out
+			}
+		})
+	}
+	wg.Wait()
+	for c := range callers {
+		for r := range calls {
+			want := fmt.Sprintf("out:c%d-r%d", c, r)
+			if out := got[c*calls+r]; len(out) != 1 || string(out[0]) != want {
+				t.Fatalf("caller %d call %d kept %q, want [%q]", c, r, out, want)
+			}
+		}
+	}
+	waitFor(t, "the abandoned items to be answered", func() bool {
+		return s.Stats().Answered == 8+callers*calls
+	})
+}
+
 func TestLoneRequestDoesNotWaitForMaxLatency(t *testing.T) {
 	g := newGate(true)
 	s := start(t, supervisor.Config{Func: g.fn, MaxLatency: time.Hour})

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strconv"
@@ -39,6 +40,7 @@ type serveOptions struct {
 	unavailableAfter time.Duration
 	pipeline         int
 	logFormat        string
+	pprof            string
 
 	model          string
 	plugin         string
@@ -86,6 +88,7 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f.DurationVar(&o.unavailableAfter, "unavailable-after", time.Second, "with no worker able to run for this long, new requests get 503 at once (and queued ones too unless a worker is starting)")
 	f.IntVar(&o.pipeline, "pipeline-depth", 2, "most batches one worker holds: the one it runs and those formed ahead (raise it for very fast models)")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	f.StringVar(&o.pprof, "pprof", "", "serve Go's profiles (/debug/pprof/) of this supervisor process on this address, apart from the API (off when empty; keep it on loopback)")
 
 	f.StringVar(&o.model, "model", "echo", "model to serve: echo, sleep:FIXED,PER_ITEM, chaos:OPTS (tests), or a path to an .onnx file")
 	f.StringVar(&o.plugin, "plugin", "", "path to a model plugin binary (overrides --model)")
@@ -223,6 +226,14 @@ func runServe(ctx context.Context, o serveOptions) error {
 	}
 	defer listener.Close()
 
+	if o.pprof != "" {
+		profiles, err := serveProfiles(o.pprof, log)
+		if err != nil {
+			return err
+		}
+		defer profiles.Close()
+	}
+
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
@@ -280,4 +291,23 @@ func drain(st *supervisor.Streamer, server *http.Server, grace time.Duration, lo
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// serveProfiles serves net/http/pprof's handlers on their own listener, so
+// that profiles are never reachable through the API's address.
+func serveProfiles(addr string, log *slog.Logger) (*http.Server, error) {
+	listener, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--pprof %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	server := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = server.Serve(listener) }()
+	log.Info("serving profiles", "pprof", "http://"+listener.Addr().String()+"/debug/pprof/")
+	return server, nil
 }

@@ -41,13 +41,14 @@ import (
 const DefaultMaxBody = 8 << 20
 
 // Backend runs the requests the handler accepts. *supervisor.Streamer
-// implements it; so can anything else that answers through a
-// supervisor.Future (a front end feeding remote GPU nodes, a test fake).
+// implements it; so can anything else that answers with supervisor's
+// errors (a front end feeding remote GPU nodes, a test fake).
 type Backend interface {
-	// SubmitRequest queues the request's items and returns their Future. It
-	// fails at once, with an error wrapping one of supervisor's sentinel
-	// errors, when the request cannot be admitted.
-	SubmitRequest(ctx context.Context, req supervisor.Request) (*supervisor.Future, error)
+	// PredictRequest runs the request's items and waits for their outputs.
+	// It fails at once, with an error wrapping one of supervisor's sentinel
+	// errors, when the request cannot be admitted, and otherwise as
+	// supervisor.Future's Result does.
+	PredictRequest(ctx context.Context, req supervisor.Request) ([][]byte, error)
 	// Ready reports whether some worker can take work now.
 	Ready() bool
 	// Stats is a snapshot of the counters.

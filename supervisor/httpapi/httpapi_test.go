@@ -35,16 +35,20 @@ type fakeBackend struct {
 	slots   []supervisor.SlotStatus
 }
 
-func (b *fakeBackend) SubmitRequest(ctx context.Context, req supervisor.Request) (*supervisor.Future, error) {
+func (b *fakeBackend) PredictRequest(ctx context.Context, req supervisor.Request) ([][]byte, error) {
 	b.mu.Lock()
 	b.last, b.lastCtx = req, ctx
 	b.calls++
 	submit := b.submit
 	b.mu.Unlock()
+	f := echoFuture(req)
 	if submit != nil {
-		return submit(ctx, req)
+		var err error
+		if f, err = submit(ctx, req); err != nil {
+			return nil, err
+		}
 	}
-	return echoFuture(req), nil
+	return f.Result(ctx)
 }
 
 func (b *fakeBackend) Ready() bool                    { return b.ready }

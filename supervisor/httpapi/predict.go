@@ -135,11 +135,7 @@ func (h *handler) run(ctx context.Context, req *predictRequest) ([][]byte, error
 		ctx, cancel = context.WithDeadline(ctx, sreq.Deadline)
 		defer cancel()
 	}
-	fut, err := h.backend.SubmitRequest(ctx, sreq)
-	if err != nil {
-		return nil, err
-	}
-	return fut.Result(ctx)
+	return h.backend.PredictRequest(ctx, sreq)
 }
 
 // looksLikeJSONObject reports whether body starts like a JSON object. A form

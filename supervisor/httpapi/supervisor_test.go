@@ -245,9 +245,9 @@ type contextRecorder struct {
 	ctxs chan context.Context
 }
 
-func (r contextRecorder) SubmitRequest(ctx context.Context, req supervisor.Request) (*supervisor.Future, error) {
+func (r contextRecorder) PredictRequest(ctx context.Context, req supervisor.Request) ([][]byte, error) {
 	r.ctxs <- ctx
-	return r.Streamer.SubmitRequest(ctx, req)
+	return r.Streamer.PredictRequest(ctx, req)
 }
 
 func TestSupervisorClientGoneDropsUndispatchedItems(t *testing.T) {
