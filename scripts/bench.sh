@@ -167,39 +167,11 @@ machine() {
 
 # ── Scenarios. ──
 
-# calibrate measures how far the kernel overshoots the sleep model's
-# 16.4 ms batch (nanosleep, as the model sleeps): the ceiling that A and B
-# can reach on this machine whatever streamer does.
+# calibrate measures what the sleep model's 16.4 ms batch really takes on
+# this machine (and how late a plain nanosleep returns): the ceiling that A
+# and B can reach here whatever streamer does.
 calibrate() {
-  local dir=$OUT/calibrate
-  mkdir -p "$dir"
-  cat >"$dir/main.go" <<'GO'
-// Command calibrate prints the mean overshoot of a 16.4 ms nanosleep.
-package main
-
-import (
-	"fmt"
-	"syscall"
-	"time"
-)
-
-func main() {
-	const want, n = 16400 * time.Microsecond, 300
-	var over time.Duration
-	for range n {
-		ts := syscall.NsecToTimespec(int64(want))
-		t0 := time.Now()
-		for syscall.Nanosleep(&ts, &ts) == syscall.EINTR {
-		}
-		over += time.Since(t0) - want
-	}
-	mean := over / n
-	fmt.Printf("sleep calibration: nanosleep(16.4ms) overshoots by %v on average: a sleep-model ceiling of %.4f of the limit\n",
-		mean.Round(time.Microsecond), float64(want)/float64(want+mean))
-}
-GO
-  printf 'module calibrate\n\ngo 1.22\n' >"$dir/go.mod"
-  (cd "$dir" && go run .) | tee -a "$OUT/notes.txt" >&2
+  go run ./scripts/calibrate | tee -a "$OUT/notes.txt" >&2
 }
 
 # A: the sleep model through the Go API, against the physical limit.
