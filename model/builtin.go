@@ -130,7 +130,10 @@ func (s Sleep) Predict(ctx context.Context, items [][]byte) ([][]byte, error) {
 	if s.wakeEarly != nil {
 		early = time.Duration(s.wakeEarly.Load())
 	}
-	if nap := cost - early; nap > 0 {
+	// Never more than half the cost early: the sleep must stay long enough
+	// to keep measuring, or a mean pushed up by one very late wake-up would
+	// leave the model spinning through every batch.
+	if nap := cost - min(early, cost/2); nap > 0 {
 		if err := nanosleep(nap); err != nil {
 			return nil, err
 		}

@@ -122,9 +122,10 @@ func (f *Future) Result(ctx context.Context) ([][]byte, error) {
 	if f.remaining.Load() == 0 {
 		return f.result()
 	}
-	if err := f.await(ctx, f.Done()); err != nil {
+	if err := f.await(ctx, f.Done()); err != nil && f.remaining.Load() != 0 {
 		return nil, err
 	}
+	// Answered, even if the deadline or ctx ended at the same moment.
 	return f.result()
 }
 
@@ -201,7 +202,11 @@ func (p *futurePool) put(f *Future) {
 // queued refer to it.
 func (f *Future) wait(ctx context.Context) (out [][]byte, reusable bool, err error) {
 	if err := f.await(ctx, f.wake); err != nil {
-		return nil, false, err
+		select {
+		case <-f.wake: // answered as the wait ended: the answer wins
+		default:
+			return nil, false, err
+		}
 	}
 	out, err = f.result()
 	if len(out) == 1 {

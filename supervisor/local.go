@@ -62,13 +62,15 @@ func (l *local) run(b *batch) (r result, err error) {
 		}
 	}()
 	r.id = b.id
-	// The function gets its own list of the items: a function that outlives
-	// its worker (abandoned on a timeout) must not see the batch reused.
+	// The function gets its own list of the items, and b is not read after
+	// it returns: a function that outlives its worker (abandoned on a
+	// timeout) returns when b may have been answered elsewhere and reused.
+	n := len(b.data)
 	outputs, ferr := l.fn(l.ctx, slices.Clone(b.data))
 	var itemErrs *BatchItemErrors
 	switch {
-	case errors.As(ferr, &itemErrs) && len(itemErrs.Errs) == len(b.data):
-		r.itemErrors = make([]string, len(b.data))
+	case errors.As(ferr, &itemErrs) && len(itemErrs.Errs) == n:
+		r.itemErrors = make([]string, n)
 		for i, e := range itemErrs.Errs {
 			if e != nil {
 				r.itemErrors[i] = e.Error()

@@ -170,24 +170,33 @@ func (sl *slot) onResult(w worker, r result) {
 		s.stats.batchSizes[n].Add(1)
 	}
 	// Counted per batch rather than per item, as complete would: these
-	// counters are shared by every core.
-	failed := 0
+	// counters are shared by every core. And counted first, as complete
+	// does, so that a caller woken by its answer finds it counted.
 	batchErr := checkResult(r, len(b.items))
-	for i, it := range b.items {
-		switch {
-		case batchErr != nil:
-			failed++
-			it.fut.Complete(int(it.index), nil, batchErr)
-		case r.itemErrors != nil && r.itemErrors[i] != "":
-			failed++
-			it.fut.Complete(int(it.index), nil, fmt.Errorf("%w: %s", ErrModel, r.itemErrors[i]))
-		default:
-			it.fut.Complete(int(it.index), r.outputs[i], nil)
+	failed := 0
+	switch {
+	case batchErr != nil:
+		failed = len(b.items)
+	case r.itemErrors != nil:
+		for _, e := range r.itemErrors {
+			if e != "" {
+				failed++
+			}
 		}
 	}
 	s.stats.answered.Add(uint64(len(b.items)))
 	if failed > 0 {
 		s.stats.failed.Add(uint64(failed))
+	}
+	for i, it := range b.items {
+		switch {
+		case batchErr != nil:
+			it.fut.Complete(int(it.index), nil, batchErr)
+		case r.itemErrors != nil && r.itemErrors[i] != "":
+			it.fut.Complete(int(it.index), nil, fmt.Errorf("%w: %s", ErrModel, r.itemErrors[i]))
+		default:
+			it.fut.Complete(int(it.index), r.outputs[i], nil)
+		}
 	}
 	s.recycle(b)
 }

@@ -1,0 +1,26 @@
+package model
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// A mean pushed to its cap by very late wake-ups must come down again: the
+// model keeps sleeping part of each batch, so it keeps measuring, rather
+// than spinning through whole batches from then on.
+func TestSleepRecoversFromAVeryLateWakeUp(t *testing.T) {
+	m, err := ParseSleep("1ms,0s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.wakeEarly.Store(int64(maxWakeEarly))
+	for range 40 {
+		if _, err := m.Predict(context.Background(), [][]byte{{1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if early := time.Duration(m.wakeEarly.Load()); early >= time.Millisecond {
+		t.Fatalf("after 40 batches the model still wakes %v early for a 1ms cost; it should have learnt the kernel's real lateness", early)
+	}
+}
