@@ -42,6 +42,10 @@ var (
 	ErrModelFailed = errors.New("model failed")
 	// ErrBadRequest: the request itself is malformed, e.g. it has no items.
 	ErrBadRequest = errors.New("bad request")
+	// ErrTooLarge: the request can never be admitted as it is: it has more
+	// items than MaxItems or MaxQueue, or an item or batch too large for
+	// the pipe's frame limit. Retrying it unchanged cannot help (HTTP 413).
+	ErrTooLarge = errors.New("request too large")
 )
 
 // ItemError is the error of one item of a request.

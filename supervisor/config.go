@@ -30,6 +30,10 @@ type Config struct {
 	// MaxQueue is the most items waiting; beyond it Submit fails with
 	// ErrOverloaded. Default 100 × BatchSize × Workers.
 	MaxQueue int
+	// MaxItems is the most items one request may carry; a larger request,
+	// or one larger than MaxQueue, fails with ErrTooLarge, since no wait
+	// would let it in. Default 4096.
+	MaxItems int
 	// MaxBatchBytes bounds the summed item bytes of one batch, so a batch
 	// fits the pipe's frame limit. Default 64 MiB.
 	MaxBatchBytes int
@@ -96,8 +100,8 @@ type ProcessConfig struct {
 }
 
 func (c *Config) setDefaults() error {
-	if c.BatchSize < 0 || c.Workers < 0 || c.MaxQueue < 0 {
-		return errors.New("supervisor: BatchSize, Workers and MaxQueue must not be negative")
+	if c.BatchSize < 0 || c.Workers < 0 || c.MaxQueue < 0 || c.MaxItems < 0 {
+		return errors.New("supervisor: BatchSize, Workers, MaxQueue and MaxItems must not be negative")
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
@@ -115,6 +119,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaxQueue == 0 {
 		c.MaxQueue = 100 * c.BatchSize * c.Workers
+	}
+	if c.MaxItems == 0 {
+		c.MaxItems = 4096
 	}
 	if c.MaxBatchBytes <= 0 {
 		c.MaxBatchBytes = 64 << 20

@@ -213,6 +213,10 @@ func (s *Streamer) admit(req Request) error {
 		return fmt.Errorf("%w: no items", ErrBadRequest)
 	case req.Keys != nil && len(req.Keys) != len(req.Items):
 		return fmt.Errorf("%w: %d keys for %d items", ErrBadRequest, len(req.Keys), len(req.Items))
+	case len(req.Items) > s.cfg.MaxItems:
+		return fmt.Errorf("%w: %d items, the limit per request is %d", ErrTooLarge, len(req.Items), s.cfg.MaxItems)
+	case len(req.Items) > s.cfg.MaxQueue:
+		return fmt.Errorf("%w: %d items, more than the whole queue holds (%d)", ErrTooLarge, len(req.Items), s.cfg.MaxQueue)
 	case s.draining.Load():
 		return ErrShuttingDown
 	case !s.everReady.Load():

@@ -32,6 +32,7 @@ type serveOptions struct {
 	batchSize        int
 	maxLatency       time.Duration
 	maxQueue         int
+	maxItems         int
 	maxBody          int64
 	workerTimeout    time.Duration
 	initTimeout      time.Duration
@@ -80,6 +81,7 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f.IntVar(&o.batchSize, "batch-size", 64, "most items in one batch")
 	f.DurationVar(&o.maxLatency, "max-latency", 100*time.Millisecond, "longest an item waits for batch-mates while every worker is busy (an idle worker never waits)")
 	f.IntVar(&o.maxQueue, "max-queue", 0, "most items waiting; beyond it requests get 429 (0: 100 × batch-size × workers)")
+	f.IntVar(&o.maxItems, "max-items", 4096, "most items in one request; more (or more than --max-queue) gets 413")
 	f.Int64Var(&o.maxBody, "max-body", 8<<20, "largest request body in bytes; larger gets 413")
 	f.DurationVar(&o.workerTimeout, "worker-timeout", 20*time.Second, "a batch running longer kills its worker (counted as a crash)")
 	f.DurationVar(&o.initTimeout, "init-timeout", 2*time.Minute, "longest a worker may take to start and initialise its model")
@@ -158,6 +160,9 @@ func (o serveOptions) supervisorConfig(spec model.Spec, log *slog.Logger) (super
 	if o.maxQueue < 0 {
 		return supervisor.Config{}, fmt.Errorf("--max-queue %d: must not be negative", o.maxQueue)
 	}
+	if o.maxItems < 1 {
+		return supervisor.Config{}, fmt.Errorf("--max-items %d: want at least 1", o.maxItems)
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return supervisor.Config{}, fmt.Errorf("find own binary to start workers: %w", err)
@@ -179,6 +184,7 @@ func (o serveOptions) supervisorConfig(spec model.Spec, log *slog.Logger) (super
 		BatchSize:        o.batchSize,
 		MaxLatency:       o.maxLatency,
 		MaxQueue:         o.maxQueue,
+		MaxItems:         o.maxItems,
 		Workers:          o.workers,
 		WorkerTimeout:    o.workerTimeout,
 		InitTimeout:      o.initTimeout,

@@ -48,6 +48,8 @@ func StatusOf(err error) int {
 		return StatusClientClosedRequest
 	case errors.Is(err, supervisor.ErrBadRequest):
 		return http.StatusBadRequest
+	case errors.Is(err, supervisor.ErrTooLarge):
+		return http.StatusRequestEntityTooLarge
 	}
 	return http.StatusInternalServerError
 }

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// jsonInputs builds a /predict body of n string items.
+func jsonInputs(n int) []byte {
+	var b strings.Builder
+	b.WriteString(`{"inputs": [`)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `"item-%d"`, i)
+	}
+	b.WriteString("]}")
+	return []byte(b.String())
+}
+
+// TestRequestThatCanNeverFitGets413: a request with more items than the
+// whole queue, or than --max-items, could wait forever for room; it is
+// answered 413 naming the limit, with no Retry-After to follow, and a request
+// within the limits is served.
+func TestRequestThatCanNeverFitGets413(t *testing.T) {
+	s := startServer(t, "--workers", "1", "--max-queue", "10", "--max-items", "6")
+	tests := []struct {
+		name  string
+		items int
+		want  int
+		says  string
+	}{
+		{"over --max-items", 7, http.StatusRequestEntityTooLarge, "limit per request is 6"},
+		{"over --max-queue", 11, http.StatusRequestEntityTooLarge, "limit per request is 6"},
+		{"at --max-items", 6, http.StatusOK, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			status, body, hdr := s.post(t, "application/json", jsonInputs(tc.items))
+			if status != tc.want {
+				t.Fatalf("status %d (%s), want %d", status, body, tc.want)
+			}
+			if tc.says != "" && !strings.Contains(string(body), tc.says) {
+				t.Errorf("body %s should name the limit (%q)", body, tc.says)
+			}
+			if status != http.StatusOK && hdr.Get("Retry-After") != "" {
+				t.Errorf("413 with Retry-After %q: retrying cannot help", hdr.Get("Retry-After"))
+			}
+		})
+	}
+	if st := s.stats(t); st.Rejected != 7+11 {
+		t.Errorf("rejected %d items, want %d", st.Rejected, 7+11)
+	}
+}
+
+// TestMaxQueueBelowMaxItemsIsNamed: with --max-queue smaller than
+// --max-items, the queue's size is the limit the answer names.
+func TestMaxQueueBelowMaxItemsIsNamed(t *testing.T) {
+	s := startServer(t, "--workers", "1", "--max-queue", "4")
+	status, body, _ := s.post(t, "application/json", jsonInputs(5))
+	if status != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), "whole queue holds (4)") {
+		t.Fatalf("status %d (%s), want 413 naming the queue's size 4", status, body)
+	}
+}
