@@ -146,13 +146,20 @@ func looksLikeJSONObject(body []byte) bool {
 	return s.pos < len(body) && body[s.pos] == '{'
 }
 
+// initialBodyBuffer is the most readBody sets aside for a body before its
+// bytes arrive.
+const initialBodyBuffer = 64 << 10
+
 // readBody reads the whole body into buf, refusing more than maxBody bytes.
 func (h *handler) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer) error {
 	if r.ContentLength > h.maxBody {
 		return h.tooLarge()
 	}
 	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength) + bytes.MinRead)
+		// The announced length only sizes the first read: memory follows
+		// the bytes that arrive, so a client that announces megabytes and
+		// sends one byte holds no more than initialBodyBuffer.
+		buf.Grow(int(min(r.ContentLength, initialBodyBuffer)) + bytes.MinRead)
 	}
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, h.maxBody))
 	var tooBig *http.MaxBytesError
