@@ -6,6 +6,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -113,4 +115,176 @@ func readRawResponse(conn net.Conn) (*http.Response, []byte, error) {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	return resp, body, err
+}
+
+// TestSlowBodyIsCutOffAtTheReadTimeout: a client that sends its body a byte
+// at a time is answered 408 once --read-timeout has passed, while a normal
+// client is served meanwhile.
+func TestSlowBodyIsCutOffAtTheReadTimeout(t *testing.T) {
+	s := startServer(t, "--model", "echo", "--read-timeout", "1s")
+	conn := dialRaw(t, s.addr)
+	fmt.Fprintf(conn, "POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+	answered := make(chan error, 1)
+	var resp *http.Response
+	var body []byte
+	go func() {
+		var err error
+		resp, body, err = readRawResponse(conn)
+		answered <- err
+	}()
+	start := time.Now()
+	trickle := time.NewTicker(100 * time.Millisecond)
+	defer trickle.Stop()
+	for sending := true; sending; {
+		select {
+		case err := <-answered:
+			if err != nil {
+				t.Fatalf("no answer to the slow body: %v", err)
+			}
+			sending = false
+		case <-trickle.C:
+			_, _ = conn.Write([]byte(" ")) // JSON allows the space
+			if time.Since(start) > 10*time.Second {
+				t.Fatal("a body sent a byte per 100ms was still being read after 10s with --read-timeout 1s")
+			}
+		}
+	}
+	if resp.StatusCode != http.StatusRequestTimeout || !isJSONError(body) {
+		t.Fatalf("slow body answered %d %s; want 408 with a JSON error", resp.StatusCode, body)
+	}
+	if took := time.Since(start); took < 900*time.Millisecond {
+		t.Errorf("cut off after %s, before the read timeout of 1s", took)
+	}
+	if p := s.predictJSON(t, "normal"); p.Status != http.StatusOK {
+		t.Fatalf("a normal request: %s", p)
+	}
+}
+
+// TestLongInferenceOutlivesTheReadTimeout: --read-timeout bounds sending the
+// request, not waiting for the model.
+func TestLongInferenceOutlivesTheReadTimeout(t *testing.T) {
+	s := startServer(t, "--model", "sleep:1500ms,0s", "--read-timeout", "500ms")
+	if p := s.predictJSON(t, "slow model"); p.Status != http.StatusOK {
+		t.Fatalf("a request whose model takes 1.5s with --read-timeout 500ms: %s", p)
+	}
+}
+
+// TestIdleKeepAliveConnectionIsClosed: a keep-alive connection left idle is
+// closed by the server after --idle-timeout.
+func TestIdleKeepAliveConnectionIsClosed(t *testing.T) {
+	s := startServer(t, "--model", "echo", "--idle-timeout", "500ms")
+	conn := dialRaw(t, s.addr)
+	fmt.Fprintf(conn, "POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 15\r\n\r\n{\"inputs\":[1]}\n")
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Close {
+		t.Fatalf("first request: status %d, close %v; want 200 on a kept-alive connection", resp.StatusCode, resp.Close)
+	}
+	idleSince := time.Now()
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("idle connection: read %v, want EOF from the server closing it", err)
+	}
+	if idle := time.Since(idleSince); idle < 400*time.Millisecond {
+		t.Errorf("closed after %s idle, before --idle-timeout 500ms", idle)
+	}
+	if p := s.predictJSON(t, "normal"); p.Status != http.StatusOK {
+		t.Fatalf("a normal request: %s", p)
+	}
+}
+
+// TestClientThatNeverReadsIsDropped: a client that sends a request for a
+// large answer and never reads it is dropped once --write-timeout has
+// passed, and its goroutine does not stay behind.
+func TestClientThatNeverReadsIsDropped(t *testing.T) {
+	s, prof := startProfiledServer(t, "--model", "echo", "--write-timeout", "1s", "--max-body", "40000000")
+	dialer := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	}}
+	conn, err := dialer.Dial("tcp", s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	item := strings.Repeat("x", 30<<20)
+	body := `{"inputs":["` + item + `"]}`
+	fmt.Fprintf(conn, "POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	const writer = "httpapi.(*handler).writeBody"
+	s.waitFor(t, "the answer's write to block", requestTimeout, func() bool { return prof.goroutinesIn(t, writer) == 1 })
+	s.waitFor(t, "the stuck writer to be dropped", 10*time.Second, func() bool { return prof.goroutinesIn(t, writer) == 0 })
+	got, _ := io.Copy(io.Discard, conn)
+	if got >= int64(len(item)) {
+		t.Errorf("the client read %d bytes, the whole answer: it was not dropped", got)
+	}
+	if p := s.predictJSON(t, "normal"); p.Status != http.StatusOK {
+		t.Fatalf("a normal request: %s", p)
+	}
+}
+
+// TestConnectionsBeyondTheCapAreRefused: with --max-connections open, one
+// more connection is answered 503 with a JSON error and closed; once a
+// connection closes, a new one is served.
+func TestConnectionsBeyondTheCapAreRefused(t *testing.T) {
+	const limit = 4
+	s := startServer(t, "--model", "echo", "--max-connections", strconv.Itoa(limit))
+	s.client.CloseIdleConnections() // the readiness probe's connection
+	held := make([]net.Conn, limit)
+	for i := range held {
+		// Each is served, so it is counted before the next is opened.
+		s.waitFor(t, "a held connection to be served", readyTimeout, func() bool {
+			conn, err := net.DialTimeout("tcp", s.addr, requestTimeout)
+			if err != nil {
+				return false
+			}
+			fmt.Fprintf(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+			resp, _, err := readRawResponse(conn)
+			if err != nil || resp.StatusCode != http.StatusOK {
+				conn.Close()
+				return false
+			}
+			held[i] = conn
+			return true
+		})
+		defer held[i].Close()
+	}
+	extra := dialRaw(t, s.addr)
+	fmt.Fprintf(extra, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, body, err := readRawResponse(extra)
+	if err != nil {
+		t.Fatalf("connection over the cap: %v; want a 503 answer", err)
+	}
+	if resp.StatusCode != http.StatusServiceUnavailable || !resp.Close || !isJSONError(body) || !strings.Contains(string(body), "--max-connections") {
+		t.Fatalf("connection over the cap: %d close=%v %s; want 503, Connection: close and a JSON error naming --max-connections", resp.StatusCode, resp.Close, body)
+	}
+	held[0].Close()
+	s.waitFor(t, "a freed place to be served", readyTimeout, func() bool {
+		p, err := s.tryPredictJSON(map[string]any{"inputs": []any{"after"}})
+		return err == nil && p.Status == http.StatusOK
+	})
+}
+
+// TestPprofBeyondLoopbackIsWarnedAbout: --pprof on an address other
+// machines can reach starts, with a warning naming the address.
+func TestPprofBeyondLoopbackIsWarnedAbout(t *testing.T) {
+	s := startServer(t, "--model", "echo", "--pprof", "0.0.0.0:0")
+	if !strings.Contains(s.logs(), "--pprof listens beyond this machine") || !strings.Contains(s.logs(), "pprof=0.0.0.0:") {
+		t.Fatalf("no warning naming the --pprof address in:\n%s", s.logs())
+	}
+	loop := startServer(t, "--model", "echo", "--pprof", "127.0.0.1:0")
+	if strings.Contains(loop.logs(), "beyond this machine") {
+		t.Fatalf("a loopback --pprof was warned about:\n%s", loop.logs())
+	}
+}
+
+// isJSONError reports whether body is {"error": "..."} with a message.
+func isJSONError(body []byte) bool {
+	var e struct {
+		Error string `json:"error"`
+	}
+	return json.Unmarshal(body, &e) == nil && e.Error != ""
 }

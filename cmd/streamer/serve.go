@@ -34,6 +34,10 @@ type serveOptions struct {
 	maxQueue         int
 	maxItems         int
 	maxBody          int64
+	readTimeout      time.Duration
+	writeTimeout     time.Duration
+	idleTimeout      time.Duration
+	maxConnections   int
 	workerTimeout    time.Duration
 	initTimeout      time.Duration
 	grace            time.Duration
@@ -83,6 +87,10 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f.IntVar(&o.maxQueue, "max-queue", 0, "most items waiting; beyond it requests get 429 (0: 100 × batch-size × workers)")
 	f.IntVar(&o.maxItems, "max-items", 4096, "most items in one request; more (or more than --max-queue) gets 413")
 	f.Int64Var(&o.maxBody, "max-body", 8<<20, "largest request body in bytes; larger gets 413")
+	f.DurationVar(&o.readTimeout, "read-timeout", 30*time.Second, "longest a client may take to send a whole request, headers and body (a slower one gets 408, or is dropped while still sending headers)")
+	f.DurationVar(&o.writeTimeout, "write-timeout", 30*time.Second, "longest a client may take to read its answer once it is ready (not counting the wait for the model)")
+	f.DurationVar(&o.idleTimeout, "idle-timeout", 120*time.Second, "how long an idle keep-alive connection is kept open")
+	f.IntVar(&o.maxConnections, "max-connections", 4096, "most client connections open at once; one more is answered 503 and closed")
 	f.DurationVar(&o.workerTimeout, "worker-timeout", 20*time.Second, "a batch running longer kills its worker (counted as a crash)")
 	f.DurationVar(&o.initTimeout, "init-timeout", 2*time.Minute, "longest a worker may take to start and initialise its model")
 	f.DurationVar(&o.grace, "grace", 30*time.Second, "on SIGTERM, how long admitted requests may take to finish before the rest are failed")
@@ -226,10 +234,14 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
-	listener, err := net.Listen("tcp", o.listen)
+	if err := o.checkHTTPLimits(); err != nil {
+		return err
+	}
+	tcpListener, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", o.listen, err)
 	}
+	listener := &cappedListener{Listener: tcpListener, max: int64(o.maxConnections)}
 	defer listener.Close()
 
 	if o.pprof != "" {
@@ -246,9 +258,16 @@ func runServe(ctx context.Context, o serveOptions) error {
 	// Serve from the start: while the workers initialise, /readyz says 503
 	// and requests get a quick 503 instead of waiting on a silent socket.
 	server := &http.Server{
-		Handler:           httpapi.New(httpapi.Config{Backend: st, Codec: codec, MaxBody: o.maxBody, Logger: log, Model: info}),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		Handler: httpapi.New(httpapi.Config{
+			Backend: st, Codec: codec, MaxBody: o.maxBody, Logger: log, Model: info,
+			WriteTimeout: o.writeTimeout,
+		}),
+		ReadHeaderTimeout: min(10*time.Second, o.readTimeout),
+		// The handler lifts this deadline once the body is in, so that it
+		// bounds the sending of a request and not the wait for its answer.
+		ReadTimeout: o.readTimeout,
+		IdleTimeout: o.idleTimeout,
+		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- server.Serve(listener) }()
@@ -299,12 +318,30 @@ func drain(st *supervisor.Streamer, server *http.Server, grace time.Duration, lo
 	return nil
 }
 
+// checkHTTPLimits refuses limits that would make the server unusable.
+func (o serveOptions) checkHTTPLimits() error {
+	switch {
+	case o.readTimeout <= 0:
+		return fmt.Errorf("--read-timeout %s: want a positive duration", o.readTimeout)
+	case o.writeTimeout <= 0:
+		return fmt.Errorf("--write-timeout %s: want a positive duration", o.writeTimeout)
+	case o.idleTimeout <= 0:
+		return fmt.Errorf("--idle-timeout %s: want a positive duration", o.idleTimeout)
+	case o.maxConnections < 1:
+		return fmt.Errorf("--max-connections %d: want at least 1", o.maxConnections)
+	}
+	return nil
+}
+
 // serveProfiles serves net/http/pprof's handlers on their own listener, so
 // that profiles are never reachable through the API's address.
 func serveProfiles(addr string, log *slog.Logger) (*http.Server, error) {
 	listener, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--pprof %s: %w", addr, err)
+	}
+	if ip := listener.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
+		log.Warn("--pprof listens beyond this machine: anyone who can reach it can read the process's memory profiles and command line; keep it on loopback", "pprof", addr, "bound", listener.Addr().String())
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)

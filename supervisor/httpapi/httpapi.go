@@ -33,6 +33,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/streamer-dev/streamer/supervisor"
 )
@@ -72,6 +73,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Model is served as JSON at GET /v1/models; nil serves {"model":"unknown"}.
 	Model any
+	// WriteTimeout bounds the writing of each answer, from its first byte:
+	// a client that stops reading is dropped after it. It does not bound
+	// the wait for the model, unlike http.Server.WriteTimeout, which counts
+	// from the end of the request's headers. Zero means no bound.
+	WriteTimeout time.Duration
 }
 
 // handler serves every route. It holds no per-request state: buffers come
@@ -82,6 +88,8 @@ type handler struct {
 	maxBody int64
 	log     *slog.Logger
 	model   any
+
+	writeTimeout time.Duration
 
 	bufs sync.Pool // *bytes.Buffer: request bodies and responses
 
@@ -99,14 +107,15 @@ func New(cfg Config) http.Handler {
 		panic("httpapi: Config.Backend is nil")
 	}
 	h := &handler{
-		backend:     cfg.Backend,
-		codec:       cfg.Codec,
-		maxBody:     cfg.MaxBody,
-		log:         cfg.Logger,
-		model:       cfg.Model,
-		jsonType:    []string{"application/json"},
-		msgpackType: []string{"application/msgpack"},
-		retryAfter:  []string{"1"},
+		backend:      cfg.Backend,
+		codec:        cfg.Codec,
+		maxBody:      cfg.MaxBody,
+		log:          cfg.Logger,
+		model:        cfg.Model,
+		writeTimeout: cfg.WriteTimeout,
+		jsonType:     []string{"application/json"},
+		msgpackType:  []string{"application/msgpack"},
+		retryAfter:   []string{"1"},
 	}
 	if h.codec == nil {
 		h.codec = Generic{}
@@ -209,6 +218,10 @@ func (h *handler) writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func (h *handler) writeBody(w http.ResponseWriter, status int, contentType []string, body []byte) {
+	if h.writeTimeout > 0 {
+		// Errors only for writers without deadlines (a test recorder).
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(h.writeTimeout))
+	}
 	hdr := w.Header()
 	hdr["Content-Type"] = contentType
 	hdr["Content-Length"] = []string{strconv.Itoa(len(body))}

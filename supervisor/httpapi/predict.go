@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -163,11 +164,18 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Bu
 	}
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, h.maxBody))
 	var tooBig *http.MaxBytesError
+	var netErr net.Error
 	switch {
 	case err == nil:
+		// The server's ReadTimeout bounds reading the request; lifted
+		// now, it does not cut short the wait for the model (net/http
+		// would cancel the request's context when it fires).
+		_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 		return nil
 	case errors.As(err, &tooBig):
 		return h.tooLarge()
+	case errors.As(err, &netErr) && netErr.Timeout():
+		return &requestError{status: http.StatusRequestTimeout, msg: "the request body did not arrive within the server's read timeout"}
 	}
 	return badRequest("read request body: " + err.Error())
 }
