@@ -288,3 +288,27 @@ func isJSONError(body []byte) bool {
 	}
 	return json.Unmarshal(body, &e) == nil && e.Error != ""
 }
+
+// TestBrowserPageCannotRunInference: a form POST from a web page (it
+// carries an Origin header) is refused unless --allow-origin names the
+// page's origin; the allowed origin's preflight and request are answered.
+func TestBrowserPageCannotRunInference(t *testing.T) {
+	s := startServer(t, "--model", "echo", "--allow-origin", "https://app.example")
+	form := []byte("s=hello")
+	status, body, _ := s.post(t, "application/x-www-form-urlencoded", form, "Origin", "https://evil.example")
+	if status != http.StatusForbidden || !isJSONError(body) || !strings.Contains(string(body), "evil.example") {
+		t.Fatalf("form POST from evil.example: %d %s; want 403 with a JSON error naming the origin", status, body)
+	}
+	if st := s.stats(t); st.Submitted != 0 {
+		t.Fatalf("the refused request reached the model: %+v", st)
+	}
+	status, _, hdr, err := s.do(t.Context(), http.MethodOptions, "/predict", "", nil,
+		"Origin", "https://app.example", "Access-Control-Request-Method", "POST", "Access-Control-Request-Headers", "content-type")
+	if err != nil || status != http.StatusNoContent || hdr.Get("Access-Control-Allow-Origin") != "https://app.example" {
+		t.Fatalf("preflight of the allowed origin: %d %v %v", status, hdr, err)
+	}
+	status, body, hdr = s.post(t, "application/x-www-form-urlencoded", form, "Origin", "https://app.example")
+	if status != http.StatusOK || hdr.Get("Access-Control-Allow-Origin") != "https://app.example" {
+		t.Fatalf("form POST from the allowed origin: %d %s %v", status, body, hdr)
+	}
+}

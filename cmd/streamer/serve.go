@@ -38,6 +38,7 @@ type serveOptions struct {
 	writeTimeout     time.Duration
 	idleTimeout      time.Duration
 	maxConnections   int
+	allowOrigins     []string
 	workerTimeout    time.Duration
 	initTimeout      time.Duration
 	grace            time.Duration
@@ -91,6 +92,7 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f.DurationVar(&o.writeTimeout, "write-timeout", 30*time.Second, "longest a client may take to read its answer once it is ready (not counting the wait for the model)")
 	f.DurationVar(&o.idleTimeout, "idle-timeout", 120*time.Second, "how long an idle keep-alive connection is kept open")
 	f.IntVar(&o.maxConnections, "max-connections", 4096, "most client connections open at once; one more is answered 503 and closed")
+	f.StringArrayVar(&o.allowOrigins, "allow-origin", nil, "a browser origin (scheme://host[:port], or * for any) whose pages may call the API (repeatable); requests with any other Origin header get 403")
 	f.DurationVar(&o.workerTimeout, "worker-timeout", 20*time.Second, "a batch running longer kills its worker (counted as a crash)")
 	f.DurationVar(&o.initTimeout, "init-timeout", 2*time.Minute, "longest a worker may take to start and initialise its model")
 	f.DurationVar(&o.grace, "grace", 30*time.Second, "on SIGTERM, how long admitted requests may take to finish before the rest are failed")
@@ -260,7 +262,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 	server := &http.Server{
 		Handler: httpapi.New(httpapi.Config{
 			Backend: st, Codec: codec, MaxBody: o.maxBody, Logger: log, Model: info,
-			WriteTimeout: o.writeTimeout,
+			WriteTimeout: o.writeTimeout, AllowedOrigins: o.allowOrigins,
 		}),
 		ReadHeaderTimeout: min(10*time.Second, o.readTimeout),
 		// The handler lifts this deadline once the body is in, so that it

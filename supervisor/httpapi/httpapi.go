@@ -32,6 +32,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -78,6 +79,14 @@ type Config struct {
 	// the wait for the model, unlike http.Server.WriteTimeout, which counts
 	// from the end of the request's headers. Zero means no bound.
 	WriteTimeout time.Duration
+	// AllowedOrigins lists the browser origins (scheme://host[:port]) whose
+	// pages may call the API; "*" allows every origin. A request that
+	// carries any other Origin header is refused with 403 before it runs,
+	// so that a web page cannot make a browser on the server's machine run
+	// inference on a loopback API. Requests without an Origin header (curl,
+	// programs) are not affected. CORS preflight requests of allowed origins
+	// are answered. Empty allows no origin.
+	AllowedOrigins []string
 }
 
 // handler serves every route. It holds no per-request state: buffers come
@@ -90,6 +99,7 @@ type handler struct {
 	model   any
 
 	writeTimeout time.Duration
+	origins      map[string]bool // allowed Origin values; "*" for any
 
 	bufs sync.Pool // *bytes.Buffer: request bodies and responses
 
@@ -129,6 +139,10 @@ func New(cfg Config) http.Handler {
 	if h.model == nil {
 		h.model = map[string]string{"model": "unknown"}
 	}
+	h.origins = make(map[string]bool, len(cfg.AllowedOrigins))
+	for _, o := range cfg.AllowedOrigins {
+		h.origins[strings.TrimSuffix(o, "/")] = true
+	}
 	h.bufs.New = func() any { return new(bytes.Buffer) }
 	return h
 }
@@ -149,6 +163,9 @@ func (h *handler) putBuffer(b *bytes.Buffer) {
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if origin, ok := r.Header["Origin"]; ok && !h.crossOrigin(w, r, origin) {
+		return
+	}
 	switch r.URL.Path {
 	case "/predict":
 		if r.Method != http.MethodPost {
@@ -170,6 +187,29 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, http.StatusNotFound, "no route "+strconv.Quote(r.URL.Path)+
 			"; the routes are POST /predict, GET /healthz, /readyz, /v1/models, /v1/stats, /v1/workers")
 	}
+}
+
+// crossOrigin vets a request sent by a browser page on behalf of origin. It
+// answers the request itself, and returns false, when the origin is not
+// allowed or the request is a CORS preflight.
+func (h *handler) crossOrigin(w http.ResponseWriter, r *http.Request, origin []string) bool {
+	if len(origin) != 1 || !(h.origins["*"] || h.origins[origin[0]]) {
+		name := strings.Join(origin, ", ")
+		h.writeError(w, http.StatusForbidden, "requests from the web page origin "+strconv.Quote(name)+
+			" are not allowed; to let pages from it call this API, start the server with --allow-origin "+name)
+		return false
+	}
+	hdr := w.Header()
+	hdr.Set("Access-Control-Allow-Origin", origin[0])
+	hdr.Add("Vary", "Origin")
+	if r.Method != http.MethodOptions || r.Header.Get("Access-Control-Request-Method") == "" {
+		return true
+	}
+	hdr.Set("Access-Control-Allow-Methods", "GET, HEAD, POST")
+	hdr.Set("Access-Control-Allow-Headers", "Content-Type, "+TimeoutHeader)
+	hdr.Set("Access-Control-Max-Age", "600")
+	w.WriteHeader(http.StatusNoContent)
+	return false
 }
 
 // get serves a read-only route: GET or HEAD, answered with body's JSON.
