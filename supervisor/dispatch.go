@@ -43,6 +43,7 @@ func (s *Streamer) dispatchLocked(now time.Time) time.Time {
 		}
 	}
 	s.checkAvailable(now, earlier)
+	s.sweepLocked(now, earlier)
 	for {
 		sl := s.pickSlot()
 		if sl == nil {
@@ -60,6 +61,26 @@ func (s *Streamer) dispatchLocked(now time.Time) time.Time {
 		s.checkDrained()
 	}
 	return next
+}
+
+// sweepInterval is the least time between two sweeps of the queue.
+const sweepInterval = 10 * time.Millisecond
+
+// sweepLocked frees the room held by queued items that must not run (their
+// deadline passed, their caller left) once a request was refused for want
+// of room, at most every sweepInterval: refusals stay O(1) however many
+// clients are turned away. The lock must be held.
+func (s *Streamer) sweepLocked(now time.Time, earlier func(time.Time)) {
+	if !s.sweepWanted.Load() {
+		return
+	}
+	if due := s.lastSweep.Add(sweepInterval); now.Before(due) {
+		earlier(due)
+		return
+	}
+	s.sweepWanted.Store(false)
+	s.lastSweep = now
+	s.queue.sweep(now, s.drop)
 }
 
 // pickSlot returns the ready slot with the fewest batches in flight (below
@@ -85,11 +106,10 @@ func (s *Streamer) pickSlot() *slot {
 // nextBatch takes the batch a slot should run next, or nil if it should wait.
 func (s *Streamer) nextBatch(idle bool, now time.Time, earlier func(time.Time)) *batch {
 	for i := 0; i < len(s.queue.ready); i++ {
-		b := s.queue.ready[i]
-		if b.suspect && !idle {
+		if s.queue.ready[i].suspect && !idle {
 			continue
 		}
-		s.queue.ready = append(s.queue.ready[:i], s.queue.ready[i+1:]...)
+		b := s.queue.takeReady(i)
 		if s.pruneLocked(b, now) {
 			return b
 		}

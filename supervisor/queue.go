@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"sync/atomic"
 	"time"
 )
 
@@ -64,10 +65,15 @@ func (f *fifo) discard(n int) {
 // queue is the bounded waiting room: one fifo per batch key, plus batches
 // that were formed already and must run before anything new (retries).
 type queue struct {
-	byKey map[string]*fifo
-	keys  []string // keys with a non-empty fifo
-	n     int      // items in the fifos
-	ready []*batch // formed batches waiting for a worker, oldest first
+	byKey  map[string]*fifo
+	keys   []string // keys with a non-empty fifo
+	n      int      // items in the fifos
+	ready  []*batch // formed batches waiting for a worker, oldest first
+	readyN int      // items in ready
+	// size is n + readyN, stored by every change (made under the
+	// Streamer's lock) and read without it: admission refuses a full
+	// queue without taking the lock.
+	size atomic.Int64
 	// last is the fifo of the key pushed last: requests mostly share one
 	// key, and this saves a map look-up per item.
 	last    *fifo
@@ -79,14 +85,30 @@ func newQueue() *queue {
 }
 
 // items is the number of queued items, formed batches included.
-func (q *queue) items() int {
-	n := q.n
-	for _, b := range q.ready {
-		n += len(b.items)
-	}
-	return n
+func (q *queue) items() int { return q.n + q.readyN }
+
+// resize publishes the number of queued items; call it after every change.
+func (q *queue) resize() { q.size.Store(int64(q.n + q.readyN)) }
+
+// takeReady removes and returns the i-th formed batch.
+func (q *queue) takeReady(i int) *batch {
+	b := q.ready[i]
+	q.ready = append(q.ready[:i], q.ready[i+1:]...)
+	q.readyN -= len(b.items)
+	q.resize()
+	return b
 }
 
+// requeue puts formed batches in front of the others.
+func (q *queue) requeue(batches []*batch) {
+	for _, b := range batches {
+		q.readyN += len(b.items)
+	}
+	q.ready = append(batches, q.ready...)
+	q.resize()
+}
+
+// push queues it; the caller calls resize once the request's items are in.
 func (q *queue) push(it item) {
 	f := q.last
 	if f == nil || it.key != q.lastKey {
@@ -153,6 +175,7 @@ func (q *queue) take(out []item, f *fifo, max, maxBytes int, now time.Time, drop
 	if f.len() == 0 {
 		q.removeKey(f)
 	}
+	q.resize()
 	return out
 }
 
@@ -174,7 +197,9 @@ func (q *queue) removeKey(f *fifo) {
 	}
 }
 
-// sweep removes every item that must not run, calling drop for each.
+// sweep removes every item that must not run, calling drop for each. It
+// walks the whole queue: the dispatcher runs it at most every sweepInterval,
+// never once per request.
 func (q *queue) sweep(now time.Time, drop func(item, time.Time)) {
 	for _, k := range append([]string(nil), q.keys...) {
 		f := q.byKey[k]
@@ -193,6 +218,7 @@ func (q *queue) sweep(now time.Time, drop func(item, time.Time)) {
 			q.removeKey(f)
 		}
 	}
+	q.resize()
 }
 
 // drain removes everything queued, formed batches included.
@@ -208,6 +234,7 @@ func (q *queue) drain() []item {
 		f.items, f.head = nil, 0
 	}
 	q.keys = q.keys[:0]
-	q.n = 0
+	q.n, q.readyN = 0, 0
+	q.resize()
 	return out
 }

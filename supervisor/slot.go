@@ -291,7 +291,7 @@ func (sl *slot) requeueLocked(batches []*batch) (poisoned []item) {
 			s.newBatch(head.items[half:], true))
 	}
 	again = append(again, batches[1:]...)
-	s.queue.ready = append(again, s.queue.ready...)
+	s.queue.requeue(again)
 	return poisoned
 }
 

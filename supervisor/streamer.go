@@ -19,16 +19,18 @@ type Streamer struct {
 
 	epoch time.Time // the origin of clock
 
-	mu         sync.Mutex // guards queue and the slots' dispatch state
-	queue      *queue
-	slots      []*slot
-	downSince  time.Time // when the last ready slot went away; zero while one is ready
-	nextSlot   int       // round-robin start for picking a slot
-	wake       chan struct{}
-	batchID    atomic.Uint64
-	draining   atomic.Bool
-	unavail    atomic.Bool // no worker has been able to run for UnavailableAfter
-	dispatched sync.WaitGroup
+	mu          sync.Mutex // guards queue and the slots' dispatch state
+	queue       *queue
+	slots       []*slot
+	downSince   time.Time   // when the last ready slot went away; zero while one is ready
+	lastSweep   time.Time   // when the queue was last swept
+	sweepWanted atomic.Bool // a request was refused for want of room since lastSweep
+	nextSlot    int         // round-robin start for picking a slot
+	wake        chan struct{}
+	batchID     atomic.Uint64
+	draining    atomic.Bool
+	unavail     atomic.Bool // no worker has been able to run for UnavailableAfter
+	dispatched  sync.WaitGroup
 
 	drained     chan struct{} // closed when draining and nothing is left
 	drainedOnce sync.Once
@@ -172,6 +174,10 @@ func (s *Streamer) enqueue(ctx context.Context, req Request, f *Future) error {
 		f.ctx = ctx
 	}
 
+	if waiting := int(s.queue.size.Load()); waiting+n > s.cfg.MaxQueue {
+		// Refused without the lock, which the workers' answers need.
+		return s.refuseFull(waiting, n)
+	}
 	s.mu.Lock()
 	if s.draining.Load() {
 		// Checked again under the lock: Shutdown empties the queue under it,
@@ -180,13 +186,9 @@ func (s *Streamer) enqueue(ctx context.Context, req Request, f *Future) error {
 		s.stats.rejected.Add(uint64(n))
 		return ErrShuttingDown
 	}
-	if s.queue.items()+n > s.cfg.MaxQueue {
-		s.queue.sweep(time.Now(), s.drop)
-		if waiting := s.queue.items(); waiting+n > s.cfg.MaxQueue {
-			s.mu.Unlock()
-			s.stats.rejected.Add(uint64(n))
-			return fmt.Errorf("%w: %d items waiting, limit %d", ErrOverloaded, waiting, s.cfg.MaxQueue)
-		}
+	if waiting := s.queue.items(); waiting+n > s.cfg.MaxQueue {
+		s.mu.Unlock()
+		return s.refuseFull(waiting, n)
 	}
 	wasEmpty := s.queue.n == 0
 	for i, data := range req.Items {
@@ -196,6 +198,7 @@ func (s *Streamer) enqueue(ctx context.Context, req Request, f *Future) error {
 		}
 		s.queue.push(it)
 	}
+	s.queue.resize()
 	// The first item queued arms the dispatcher's MaxLatency timer.
 	wake := wasEmpty || s.worthWaking()
 	s.mu.Unlock()
@@ -204,6 +207,17 @@ func (s *Streamer) enqueue(ctx context.Context, req Request, f *Future) error {
 		s.signal()
 	}
 	return nil
+}
+
+// refuseFull refuses n items for want of room. The first refusal since the
+// last sweep asks the dispatcher for one: room held by items that will never
+// run is then given back within sweepInterval.
+func (s *Streamer) refuseFull(waiting, n int) error {
+	s.stats.rejected.Add(uint64(n))
+	if s.sweepWanted.CompareAndSwap(false, true) {
+		s.signal()
+	}
+	return fmt.Errorf("%w: %d items waiting, limit %d", ErrOverloaded, waiting, s.cfg.MaxQueue)
 }
 
 // admit checks what can be checked before taking the lock.

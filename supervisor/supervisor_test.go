@@ -370,28 +370,78 @@ func TestHangingBatchTimesOutAndIsIsolated(t *testing.T) {
 
 func TestOverloadIsRefusedAtOnce(t *testing.T) {
 	g := newGate(false)
-	s := start(t, supervisor.Config{Func: g.fn, MaxQueue: 3, BatchSize: 1, MaxLatency: time.Hour})
+	s := start(t, supervisor.Config{Func: g.fn, MaxQueue: 3, BatchSize: 1, MaxLatency: time.Hour, PipelineDepth: 1})
+	// One batch runs; the queue holds three more; the rest are refused.
+	running, err := s.Submit(context.Background(), items("running"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-g.started
 	var accepted []*supervisor.Future
-	overloaded := 0
 	for i := range 10 {
 		f, err := s.Submit(context.Background(), items(fmt.Sprint(i)))
 		switch {
-		case errors.Is(err, supervisor.ErrOverloaded):
-			overloaded++
-		case err != nil:
-			t.Fatal(err)
-		default:
+		case i < 3 && err != nil:
+			t.Fatalf("request %d refused with %d of 3 places taken: %v", i, i, err)
+		case i >= 3 && !errors.Is(err, supervisor.ErrOverloaded):
+			t.Fatalf("request %d with the queue full: got %v, want ErrOverloaded", i, err)
+		case err == nil:
 			accepted = append(accepted, f)
 		}
 	}
-	// One batch runs, one is prefetched, three wait: the rest are refused.
-	if overloaded == 0 || len(accepted) > 5 {
-		t.Fatalf("accepted %d, overloaded %d: the queue bound of 3 was not enforced", len(accepted), overloaded)
+	if st := s.Stats(); st.Rejected != 7 || st.Queued != 3 {
+		t.Fatalf("stats %+v: want 7 rejected and 3 queued", st)
 	}
 	g.release()
-	for _, f := range accepted {
+	for i, f := range append(accepted, running) {
 		if _, err := f.Result(context.Background()); err != nil {
-			t.Fatalf("an accepted item must be answered: %v", err)
+			t.Fatalf("accepted request %d must be answered: %v", i, err)
+		}
+	}
+	if _, err := s.Predict(context.Background(), items("after")); err != nil {
+		t.Fatalf("with the queue empty again: %v", err)
+	}
+}
+
+// TestRoomHeldByExpiredItemsIsGivenBack: a queue full of items whose
+// deadline passed refuses at once, without walking the queue, and then gives
+// their room back, answering them expired, without any of them running.
+func TestRoomHeldByExpiredItemsIsGivenBack(t *testing.T) {
+	g := newGate(false)
+	s := start(t, supervisor.Config{Func: g.fn, MaxQueue: 4, BatchSize: 1, MaxLatency: time.Hour, PipelineDepth: 1})
+	if _, err := s.Submit(context.Background(), items("running")); err != nil {
+		t.Fatal(err)
+	}
+	<-g.started
+	deadline := time.Now().Add(50 * time.Millisecond)
+	var doomed []*supervisor.Future
+	for i := range 4 {
+		f, err := s.SubmitRequest(context.Background(), supervisor.Request{Items: items(fmt.Sprint("doomed", i)), Deadline: deadline})
+		if err != nil {
+			t.Fatal(err)
+		}
+		doomed = append(doomed, f)
+	}
+	for _, f := range doomed {
+		if _, err := f.Result(context.Background()); !errors.Is(err, supervisor.ErrDeadline) {
+			t.Fatalf("doomed item: %v, want ErrDeadline", err)
+		}
+	}
+	// Their callers are answered; their room is taken back after the next
+	// refusal asks for a sweep.
+	waitFor(t, "room for a new item", func() bool {
+		_, err := s.Submit(context.Background(), items("fresh"))
+		return err == nil
+	})
+	if st := s.Stats(); st.Expired != 4 {
+		t.Fatalf("stats %+v: want the 4 doomed items counted expired", st)
+	}
+	g.release()
+	for _, batch := range g.seen() {
+		for _, name := range batch {
+			if strings.HasPrefix(name, "doomed") {
+				t.Fatalf("expired item %s reached the model", name)
+			}
 		}
 	}
 }
