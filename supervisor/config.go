@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/streamer-dev/streamer/ipc"
 )
 
 // BatchFunc runs one batch in this process: it returns one output per item,
@@ -35,7 +37,9 @@ type Config struct {
 	// would let it in. Default 4096.
 	MaxItems int
 	// MaxBatchBytes bounds the summed item bytes of one batch, so a batch
-	// fits the pipe's frame limit. Default 64 MiB.
+	// fits the pipe's frame limit; an item larger than it is refused with
+	// ErrTooLarge. Default 64 MiB, or less if Process.MaxFrame is smaller;
+	// New refuses a value whose batch would not fit in a frame.
 	MaxBatchBytes int
 	// Workers is the number of slots. Default 1.
 	Workers int
@@ -123,8 +127,8 @@ func (c *Config) setDefaults() error {
 	if c.MaxItems == 0 {
 		c.MaxItems = 4096
 	}
-	if c.MaxBatchBytes <= 0 {
-		c.MaxBatchBytes = 64 << 20
+	if err := c.fitBatchBytes(); err != nil {
+		return err
 	}
 	def(&c.MaxLatency, 100*time.Millisecond)
 	def(&c.WorkerTimeout, 20*time.Second)
@@ -145,6 +149,33 @@ func (c *Config) setDefaults() error {
 	}
 	if c.BackoffMin > c.BackoffMax {
 		return fmt.Errorf("supervisor: BackoffMin %s is above BackoffMax %s", c.BackoffMin, c.BackoffMax)
+	}
+	return nil
+}
+
+// frameOverhead bounds what a batch frame carries besides its items' bytes:
+// the message's own fields and, per item, its header and deadline.
+func frameOverhead(batchSize int) int { return 64 + 18*batchSize }
+
+// fitBatchBytes defaults MaxBatchBytes and checks that a batch of that many
+// bytes fits the pipe's frame limit (worker processes only).
+func (c *Config) fitBatchBytes() error {
+	fits := int(^uint(0) >> 1)
+	if c.Func == nil {
+		frame := c.Process.MaxFrame
+		if frame <= 0 {
+			frame = ipc.DefaultMaxFrame
+		}
+		fits = frame - frameOverhead(c.BatchSize)
+		if fits < 1 {
+			return fmt.Errorf("supervisor: Process.MaxFrame %d cannot carry a batch of %d items", frame, c.BatchSize)
+		}
+	}
+	switch {
+	case c.MaxBatchBytes <= 0:
+		c.MaxBatchBytes = min(64<<20, fits)
+	case c.MaxBatchBytes > fits:
+		return fmt.Errorf("supervisor: MaxBatchBytes %d does not fit the pipe's frame limit: a batch of %d items may carry at most %d bytes", c.MaxBatchBytes, c.BatchSize, fits)
 	}
 	return nil
 }

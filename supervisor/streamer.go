@@ -231,6 +231,16 @@ func (s *Streamer) admit(req Request) error {
 		return fmt.Errorf("%w: %d items, the limit per request is %d", ErrTooLarge, len(req.Items), s.cfg.MaxItems)
 	case len(req.Items) > s.cfg.MaxQueue:
 		return fmt.Errorf("%w: %d items, more than the whole queue holds (%d)", ErrTooLarge, len(req.Items), s.cfg.MaxQueue)
+	}
+	for i, data := range req.Items {
+		if len(data) > s.cfg.MaxBatchBytes {
+			// It could only be sent to a worker alone, in a frame over
+			// the limit: the worker would die, and the item be taken for
+			// poison.
+			return &ItemError{Index: i, Err: fmt.Errorf("%w: the item is %d bytes encoded; the most one batch may carry is %d", ErrTooLarge, len(data), s.cfg.MaxBatchBytes)}
+		}
+	}
+	switch {
 	case s.draining.Load():
 		return ErrShuttingDown
 	case !s.everReady.Load():

@@ -642,3 +642,41 @@ func TestPoisonFirstInAFullBatchWithOneWorker(t *testing.T) {
 		t.Fatalf("the hunt for one bad item gave up the slot: %+v", st)
 	}
 }
+
+func TestBatchBytesMustFitTheFrame(t *testing.T) {
+	tests := []struct {
+		name    string
+		cfg     supervisor.Config
+		wantErr string
+	}{
+		{"default fits", supervisor.Config{}, ""},
+		{"over the default frame", supervisor.Config{MaxBatchBytes: 300 << 20}, "does not fit the pipe's frame limit"},
+		{"over a small frame", supervisor.Config{MaxBatchBytes: 1 << 20, Process: supervisor.ProcessConfig{MaxFrame: 1 << 20}}, "does not fit"},
+		{"within a small frame", supervisor.Config{MaxBatchBytes: 1 << 19, Process: supervisor.ProcessConfig{MaxFrame: 1 << 20}}, ""},
+		{"in-process has no frame", supervisor.Config{MaxBatchBytes: 300 << 20, Func: newGate(true).fn}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := supervisor.New(tc.cfg)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("New: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("New: %v, want an error saying %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestItemOverTheBatchByteLimitIsTooLarge(t *testing.T) {
+	g := newGate(true)
+	s := start(t, supervisor.Config{Func: g.fn, MaxBatchBytes: 10})
+	_, err := s.Predict(context.Background(), items("small", strings.Repeat("x", 11)))
+	var itemErr *supervisor.ItemError
+	if !errors.Is(err, supervisor.ErrTooLarge) || !errors.As(err, &itemErr) || itemErr.Index != 1 {
+		t.Fatalf("got %v, want ErrTooLarge for item 1", err)
+	}
+	if len(g.seen()) != 0 {
+		t.Fatalf("the model ran %v; the request must be refused whole", g.seen())
+	}
+}

@@ -65,3 +65,36 @@ func TestMaxQueueBelowMaxItemsIsNamed(t *testing.T) {
 		t.Fatalf("status %d (%s), want 413 naming the queue's size 4", status, body)
 	}
 }
+
+// TestItemOverTheBatchByteLimitIsRefused: an item larger than a batch may
+// carry is answered 413 at admission; it never reaches a worker, so no
+// worker dies and the item is not taken for poison on a second try.
+func TestItemOverTheBatchByteLimitIsRefused(t *testing.T) {
+	s := startServer(t, "--workers", "1", "--max-batch-bytes", "1000")
+	big := []byte(`{"inputs": ["` + strings.Repeat("x", 2000) + `"]}`)
+	for try := range 2 {
+		status, body, _ := s.post(t, "application/json", big)
+		if status != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), "item 0") || !strings.Contains(string(body), "1000") {
+			t.Fatalf("try %d: status %d (%s), want 413 naming the item and the limit", try, status, body)
+		}
+	}
+	if st := s.stats(t); st.Crashes != 0 || st.Poisoned != 0 || st.Submitted != 0 {
+		t.Fatalf("stats %+v: the item must be refused before it is queued", st)
+	}
+	if p := s.predictJSON(t, strings.Repeat("y", 900)); p.Status != http.StatusOK {
+		t.Fatalf("an item within the limit: %s", p)
+	}
+}
+
+// TestBatchByteLimitOverTheFrameIsRefused: serve will not start with a
+// batch byte limit whose batches would not fit the pipe's frames.
+func TestBatchByteLimitOverTheFrameIsRefused(t *testing.T) {
+	s := launchServer(t, "--max-batch-bytes", "300000000")
+	code, err := s.wait(stopTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != 1 || !strings.Contains(s.logs(), "does not fit the pipe's frame limit") {
+		t.Fatalf("exit %d, output:\n%s\nwant 1 and the reason", code, s.logs())
+	}
+}

@@ -33,6 +33,7 @@ type serveOptions struct {
 	maxLatency       time.Duration
 	maxQueue         int
 	maxItems         int
+	maxBatchBytes    int
 	maxBody          int64
 	readTimeout      time.Duration
 	writeTimeout     time.Duration
@@ -87,6 +88,7 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f.DurationVar(&o.maxLatency, "max-latency", 100*time.Millisecond, "longest an item waits for batch-mates while every worker is busy (an idle worker never waits)")
 	f.IntVar(&o.maxQueue, "max-queue", 0, "most items waiting; beyond it requests get 429 (0: 100 × batch-size × workers)")
 	f.IntVar(&o.maxItems, "max-items", 4096, "most items in one request; more (or more than --max-queue) gets 413")
+	f.IntVar(&o.maxBatchBytes, "max-batch-bytes", 64<<20, "most encoded item bytes in one batch; an item larger gets 413 (must fit the pipe's frame limit of 256 MiB)")
 	f.Int64Var(&o.maxBody, "max-body", 8<<20, "largest request body in bytes; larger gets 413")
 	f.DurationVar(&o.readTimeout, "read-timeout", 30*time.Second, "longest a client may take to send a whole request, headers and body (a slower one gets 408, or is dropped while still sending headers)")
 	f.DurationVar(&o.writeTimeout, "write-timeout", 30*time.Second, "longest a client may take to read its answer once it is ready (not counting the wait for the model)")
@@ -170,6 +172,9 @@ func (o serveOptions) supervisorConfig(spec model.Spec, log *slog.Logger) (super
 	if o.maxQueue < 0 {
 		return supervisor.Config{}, fmt.Errorf("--max-queue %d: must not be negative", o.maxQueue)
 	}
+	if o.maxBatchBytes < 1 {
+		return supervisor.Config{}, fmt.Errorf("--max-batch-bytes %d: want at least 1", o.maxBatchBytes)
+	}
 	if o.maxItems < 1 {
 		return supervisor.Config{}, fmt.Errorf("--max-items %d: want at least 1", o.maxItems)
 	}
@@ -195,6 +200,7 @@ func (o serveOptions) supervisorConfig(spec model.Spec, log *slog.Logger) (super
 		MaxLatency:       o.maxLatency,
 		MaxQueue:         o.maxQueue,
 		MaxItems:         o.maxItems,
+		MaxBatchBytes:    o.maxBatchBytes,
 		Workers:          o.workers,
 		WorkerTimeout:    o.workerTimeout,
 		InitTimeout:      o.initTimeout,
