@@ -44,7 +44,9 @@ type process struct {
 	killReason error
 	exitErr    error
 
-	lastHeard  atomic.Int64 // unix nanoseconds of the last message
+	// lastHeard is when the last message came, on the streamer's monotonic
+	// clock: a step of the wall clock must not make a worker look silent.
+	lastHeard  atomic.Int64
 	lastStderr atomic.Pointer[string]
 }
 
@@ -94,7 +96,7 @@ func startProcess(sl *slot) (*process, error) {
 		waited:  make(chan struct{}),
 		exited:  make(chan struct{}),
 	}
-	p.lastHeard.Store(time.Now().UnixNano())
+	p.heard()
 	go p.logLines(pipes.stdoutR, "stdout")
 	go p.logLines(pipes.stderrR, "stderr")
 	go func() {
@@ -163,7 +165,7 @@ func (p *process) readLoop(r *ipc.Reader, first chan<- error) {
 			}
 			return
 		}
-		p.lastHeard.Store(time.Now().UnixNano())
+		p.heard()
 		switch {
 		case msg.Kind == ipc.KindReady && !isReady && msg.Ready != nil:
 			p.ready = *msg.Ready
@@ -219,14 +221,21 @@ func (p *process) watchHeartbeat() {
 		select {
 		case <-p.exited:
 			return
-		case now := <-t.C:
-			silent := now.Sub(time.Unix(0, p.lastHeard.Load()))
-			if silent > timeout {
+		case <-t.C:
+			if silent := p.silence(); silent > timeout {
 				p.kill(fmt.Errorf("no heartbeat for %s", silent.Round(time.Millisecond)))
 				return
 			}
 		}
 	}
+}
+
+// heard notes that the child just said something.
+func (p *process) heard() { p.lastHeard.Store(p.sl.s.clock()) }
+
+// silence is how long the child has said nothing.
+func (p *process) silence() time.Duration {
+	return time.Duration(p.sl.s.clock() - p.lastHeard.Load())
 }
 
 // logLines copies the child's output into the log, a line an event.
