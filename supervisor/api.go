@@ -46,6 +46,8 @@ var (
 	// items than MaxItems or MaxQueue, or an item or batch too large for
 	// the pipe's frame limit. Retrying it unchanged cannot help (HTTP 413).
 	ErrTooLarge = errors.New("request too large")
+	// ErrStarted: Start was called on a Streamer already started.
+	ErrStarted = errors.New("supervisor: already started")
 )
 
 // ItemError is the error of one item of a request.

@@ -268,11 +268,37 @@ func (s *Streamer) checkDrained() {
 // answered with ErrShuttingDown, the workers are killed, and Shutdown
 // returns ctx's error. Either way every admitted item has been answered when
 // Shutdown returns.
+//
+// Only the first call drains. Another call made while it runs waits for it
+// to end, bounded by its own ctx, and returns nil (or its ctx's error); a
+// call after it has ended returns nil at once. A Streamer that was never
+// started is marked shut down: Start then fails.
 func (s *Streamer) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
 	s.draining.Store(true)
-	if !s.started.Load() {
+	started := s.started.Load()
+	s.mu.Unlock()
+	if !started {
 		return nil
 	}
+	if s.shutdownBegun.CompareAndSwap(false, true) {
+		err := s.shutdown(ctx)
+		close(s.shutDown)
+		return err
+	}
+	if isClosed(s.shutDown) {
+		return nil
+	}
+	select {
+	case <-s.shutDown:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("wait for the first shutdown: %w", ctx.Err())
+	}
+}
+
+// shutdown is the first Shutdown's work.
+func (s *Streamer) shutdown(ctx context.Context) error {
 	s.signal()
 	var err error
 	select {

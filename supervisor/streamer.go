@@ -39,6 +39,9 @@ type Streamer struct {
 	stopped     chan struct{} // closed when the dispatcher must end
 	closeOnce   sync.Once
 
+	shutdownBegun atomic.Bool   // the first Shutdown drains; the others wait
+	shutDown      chan struct{} // closed when the first Shutdown is done
+
 	poison  *poisonList
 	batches sync.Pool // of *batch, answered and emptied, for reuse
 	futures futurePool
@@ -71,6 +74,7 @@ func New(cfg Config) (*Streamer, error) {
 		stopped:  make(chan struct{}),
 		drained:  make(chan struct{}),
 		stopping: make(chan struct{}),
+		shutDown: make(chan struct{}),
 		poison:   newPoisonList(cfg.PoisonTTL),
 		fatal:    make(chan error, 1),
 	}
@@ -83,12 +87,25 @@ func New(cfg Config) (*Streamer, error) {
 
 // Start launches every slot's worker and returns once one of them is ready
 // to take batches. It fails when every slot's first worker failed to start,
-// with the reason the last one gave, or when ctx ends first.
+// with the reason the last one gave; the slots keep restarting their
+// workers then, until Shutdown. When ctx ends before a worker is ready,
+// Start stops everything it started, waits for it to exit, and returns
+// ctx's error; the Streamer is then shut down. Start after Shutdown fails
+// with ErrShuttingDown and starts nothing; a second Start fails with
+// ErrStarted.
 func (s *Streamer) Start(ctx context.Context) error {
-	if !s.started.CompareAndSwap(false, true) {
-		return errors.New("supervisor: Start called twice")
-	}
 	s.mu.Lock()
+	switch {
+	case s.draining.Load():
+		s.mu.Unlock()
+		return fmt.Errorf("start: %w", ErrShuttingDown)
+	case s.started.Load():
+		s.mu.Unlock()
+		return ErrStarted
+	}
+	// Under the lock, so that a Shutdown either sees it started or
+	// makes this Start refuse.
+	s.started.Store(true)
 	s.downSince = time.Now()
 	s.mu.Unlock()
 	firstTries := make(chan error, len(s.slots))
@@ -106,6 +123,8 @@ func (s *Streamer) Start(ctx context.Context) error {
 			}
 			errs = append(errs, err)
 		case <-ctx.Done():
+			// Nothing was admitted: no worker was ever ready.
+			_ = s.Shutdown(ctx)
 			return ctx.Err()
 		}
 	}
