@@ -11,8 +11,13 @@ import (
 )
 
 // messageFields is the number of elements in an encoded message array:
-// kind, batch id, items, item errors, error, ready.
-const messageFields = 6
+// kind, batch id, items, item errors, error, ready, TTLs, expired. A
+// message of version 1 had only the first six; they are read, so that a
+// worker of that version is told apart by its Ready's Version.
+const (
+	messageFields   = 8
+	messageFieldsV1 = 6
+)
 
 // readyFields is the number of entries in an encoded Ready map.
 const readyFields = 4
@@ -60,6 +65,12 @@ func (e *encoder) encode(m *Message) error {
 	if err := encodeReady(enc, m.Ready); err != nil {
 		return err
 	}
+	if err := encodeInts(enc, m.TTLs); err != nil {
+		return err
+	}
+	if err := encodeInts(enc, m.Expired); err != nil {
+		return err
+	}
 	b := e.buf.Bytes()
 	n := len(b) - frameHeader
 	b[0], b[1], b[2], b[3] = byte(n>>24), byte(n>>16), byte(n>>8), byte(n)
@@ -90,6 +101,21 @@ func encodeStrings(enc *msgpack.Encoder, ss []string) error {
 	}
 	for _, s := range ss {
 		if err := enc.EncodeString(s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func encodeInts[T int | int64](enc *msgpack.Encoder, ns []T) error {
+	if ns == nil {
+		return enc.EncodeNil()
+	}
+	if err := enc.EncodeArrayLen(len(ns)); err != nil {
+		return err
+	}
+	for _, n := range ns {
+		if err := enc.EncodeInt(int64(n)); err != nil {
 			return err
 		}
 	}
@@ -150,7 +176,7 @@ func (d *decoder) message() (Message, error) {
 	if err != nil {
 		return m, err
 	}
-	if n != messageFields {
+	if n != messageFields && n != messageFieldsV1 {
 		return m, fmt.Errorf("message has %d fields, want %d", n, messageFields)
 	}
 	// Read the kind wide: DecodeUint8 would truncate 258 to a valid 2.
@@ -176,6 +202,14 @@ func (d *decoder) message() (Message, error) {
 	}
 	if m.Ready, err = d.ready(); err != nil {
 		return m, fmt.Errorf("ready: %w", err)
+	}
+	if n == messageFields {
+		if m.TTLs, err = d.ints(); err != nil {
+			return m, fmt.Errorf("ttls: %w", err)
+		}
+		if m.Expired, err = d.indices(len(m.Items)); err != nil {
+			return m, fmt.Errorf("expired: %w", err)
+		}
 	}
 	if d.r.Len() != 0 {
 		return m, fmt.Errorf("%d trailing bytes", d.r.Len())
@@ -240,6 +274,36 @@ func (d *decoder) strings() ([]string, error) {
 		}
 	}
 	return ss, nil
+}
+
+func (d *decoder) ints() ([]int64, error) {
+	n, err := d.arrayLen()
+	if err != nil || n < 0 {
+		return nil, err
+	}
+	ns := make([]int64, n)
+	for i := range ns {
+		if ns[i], err = d.dec.DecodeInt64(); err != nil {
+			return nil, fmt.Errorf("%d: %w", i, err)
+		}
+	}
+	return ns, nil
+}
+
+// indices reads increasing indices below n.
+func (d *decoder) indices(n int) ([]int, error) {
+	ns, err := d.ints()
+	if err != nil || ns == nil {
+		return nil, err
+	}
+	out := make([]int, len(ns))
+	for i, v := range ns {
+		if v < 0 || v >= int64(n) || (i > 0 && v <= int64(out[i-1])) {
+			return nil, fmt.Errorf("%d: index %d out of order or not below %d", i, v, n)
+		}
+		out[i] = int(v)
+	}
+	return out, nil
 }
 
 // ready reads the map encodeReady writes. Unknown keys are skipped, so a

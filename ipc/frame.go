@@ -82,7 +82,7 @@ func contentSize(m *Message) int {
 	for _, s := range m.ItemErrors {
 		n += len(s)
 	}
-	return n
+	return n + len(m.TTLs) + len(m.Expired)
 }
 
 // Reader reads frames written by a Writer. It is not safe for concurrent use.

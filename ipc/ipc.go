@@ -15,7 +15,7 @@ import (
 
 // Version is the protocol version. A worker reports it in its Ready message and
 // the supervisor refuses a worker that speaks another one.
-const Version = 1
+const Version = 2
 
 // DefaultMaxFrame is the frame size limit used when none is given.
 const DefaultMaxFrame = 256 << 20
@@ -30,11 +30,16 @@ type Kind uint8
 const (
 	// KindReady (worker → supervisor): the model is initialised; Ready is set.
 	KindReady Kind = 1
-	// KindBatch (supervisor → worker): run Items as one batch, answer with BatchID.
+	// KindBatch (supervisor → worker): run Items as one batch, answer with
+	// BatchID. TTLs, when not nil, holds each item's time left when it was
+	// sent; the worker does not run an item whose time is up when the batch
+	// reaches the model.
 	KindBatch Kind = 2
 	// KindResult (worker → supervisor): the answer to batch BatchID. Items holds
 	// one output per input; ItemErrors, when not nil, holds one error text per
-	// input ("" where that item succeeded); Error, when set, fails the whole batch.
+	// input ("" where that item succeeded); Expired lists the inputs the
+	// worker did not run because their time was up; Error, when set, fails
+	// the whole batch.
 	KindResult Kind = 3
 	// KindHeartbeat (worker → supervisor): the worker's loop is alive.
 	KindHeartbeat Kind = 4
@@ -71,6 +76,16 @@ type Message struct {
 	ItemErrors []string
 	Error      string
 	Ready      *Ready
+	// TTLs (KindBatch) has one entry per item: the nanoseconds it had left
+	// before its deadline when the batch was sent, or 0 for no deadline.
+	// Time left rather than a time of day: the two processes need not
+	// agree on a clock, and a step of the wall clock changes nothing. The
+	// worker counts from when it reads the frame, which errs towards
+	// running an item, never towards dropping one early.
+	TTLs []int64
+	// Expired (KindResult) lists, in increasing order, the indices of the
+	// items the worker did not run because their time was up.
+	Expired []int
 }
 
 // Ready describes a worker that has initialised its model.

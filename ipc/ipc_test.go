@@ -40,7 +40,9 @@ func sampleMessages(tb testing.TB) []struct {
 		{"batch empty items", ipc.Message{Kind: ipc.KindBatch, BatchID: 3, Items: [][]byte{}}},
 		{"batch nil and empty item", ipc.Message{Kind: ipc.KindBatch, BatchID: 4, Items: [][]byte{nil, {}, {0xc0}}}},
 		{"batch big items", ipc.Message{Kind: ipc.KindBatch, BatchID: 5, Items: [][]byte{big, big[:70000], big[:300]}}},
+		{"batch deadlines", ipc.Message{Kind: ipc.KindBatch, BatchID: 11, Items: [][]byte{mp(tb, "a"), mp(tb, "b"), mp(tb, "c")}, TTLs: []int64{0, 30e6, 1 << 62}}},
 		{"result", ipc.Message{Kind: ipc.KindResult, BatchID: 6, Items: [][]byte{mp(tb, "A"), mp(tb, "B")}}},
+		{"result expired", ipc.Message{Kind: ipc.KindResult, BatchID: 12, Items: [][]byte{nil, mp(tb, "B"), nil}, Expired: []int{0, 2}}},
 		{"result item errors", ipc.Message{Kind: ipc.KindResult, BatchID: 7, Items: [][]byte{mp(tb, 1), nil}, ItemErrors: []string{"", "item 1: shape [3] does not match [4] — naïve input"}}},
 		{"result empty item errors", ipc.Message{Kind: ipc.KindResult, BatchID: 8, Items: [][]byte{}, ItemErrors: []string{}}},
 		{"result batch error", ipc.Message{Kind: ipc.KindResult, BatchID: 9, Error: "model returned 2 outputs for 3 items"}},
@@ -109,7 +111,7 @@ func describe(m ipc.Message) string {
 	if m.ItemErrors != nil {
 		errs = fmt.Sprintf("%q", m.ItemErrors)
 	}
-	return fmt.Sprintf("{%s batch=%d items=%s itemErrors=%s error=%.60q ready=%+v}", m.Kind, m.BatchID, items, errs, m.Error, m.Ready)
+	return fmt.Sprintf("{%s batch=%d items=%s itemErrors=%s error=%.60q ready=%+v ttls=%v expired=%v}", m.Kind, m.BatchID, items, errs, m.Error, m.Ready, m.TTLs, m.Expired)
 }
 
 // TestStream sends every sample message, one after the other, through an
@@ -504,6 +506,22 @@ func TestKindString(t *testing.T) {
 	for _, tc := range tests {
 		if got := tc.kind.String(); got != tc.want {
 			t.Errorf("Kind(%d).String() = %q, want %q", uint8(tc.kind), got, tc.want)
+		}
+	}
+}
+
+// TestBadExpiredIndicesAreCorrupt: a result whose Expired list names an
+// item it does not have, or names one twice, is a corrupt frame, not an
+// index the supervisor would trip over.
+func TestBadExpiredIndicesAreCorrupt(t *testing.T) {
+	for _, expired := range [][]int{{2}, {-1}, {1, 1}, {1, 0}} {
+		var buf bytes.Buffer
+		m := ipc.Message{Kind: ipc.KindResult, BatchID: 1, Items: [][]byte{nil, nil}, Expired: expired}
+		if err := ipc.NewWriter(&buf, 0).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ipc.Decode(buf.Bytes()[4:]); !errors.Is(err, ipc.ErrCorruptFrame) {
+			t.Errorf("Expired %v: decoded with %v, want ErrCorruptFrame", expired, err)
 		}
 	}
 }

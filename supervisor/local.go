@@ -39,6 +39,9 @@ func (l *local) loop() {
 				l.die(errors.New("stopped"))
 				return
 			}
+			if _, ok := l.sl.pruneForRun(l, b, nil); !ok {
+				return // abandoned: its batches are back in the queue
+			}
 			r, err := l.run(b)
 			if err != nil {
 				l.die(err)
@@ -62,6 +65,9 @@ func (l *local) run(b *batch) (r result, err error) {
 		}
 	}()
 	r.id = b.id
+	if len(b.data) == 0 {
+		return r, nil // everything in it expired on the way
+	}
 	// The function gets its own list of the items, and b is not read after
 	// it returns: a function that outlives its worker (abandoned on a
 	// timeout) returns when b may have been answered elsewhere and reused.

@@ -175,7 +175,7 @@ func (p *process) readLoop(r *ipc.Reader, first chan<- error) {
 			p.kill(fmt.Errorf("worker gave up: %s", msg.Error))
 		case msg.Kind == ipc.KindHeartbeat:
 		case msg.Kind == ipc.KindResult && isReady:
-			p.sl.onResult(p, result{id: msg.BatchID, outputs: msg.Items, itemErrors: msg.ItemErrors, err: msg.Error})
+			p.sl.onResult(p, result{id: msg.BatchID, outputs: msg.Items, itemErrors: msg.ItemErrors, expired: msg.Expired, err: msg.Error})
 		default:
 			p.kill(fmt.Errorf("unexpected %s message from worker", msg.Kind))
 		}
@@ -194,12 +194,17 @@ func (p *process) startError() error {
 
 func (p *process) writeLoop() {
 	defer close(p.written)
+	var ttls []int64 // reused from batch to batch
 	for {
 		select {
 		case b := <-p.batches:
 			msg := &ipc.Message{Kind: ipc.KindStop}
 			if b != nil {
-				msg = &ipc.Message{Kind: ipc.KindBatch, BatchID: b.id, Items: b.data}
+				var ok bool
+				if ttls, ok = p.sl.pruneForRun(p, b, ttls); !ok {
+					return // it is dying: its batches are back in the queue
+				}
+				msg = &ipc.Message{Kind: ipc.KindBatch, BatchID: b.id, Items: b.data, TTLs: ttls}
 			}
 			if err := p.out.Write(msg); err != nil {
 				p.kill(fmt.Errorf("send %s to worker: %w", msg.Kind, err))

@@ -28,6 +28,7 @@ type result struct {
 	id         uint64
 	outputs    [][]byte
 	itemErrors []string // one per item ("" for success), or nil
+	expired    []int    // the items the worker found expired and did not run
 	err        string   // the whole batch failed
 }
 
@@ -132,6 +133,36 @@ func (sl *slot) sendLocked(b *batch, now time.Time) {
 	sl.w.send(b)
 }
 
+// pruneForRun answers the items of b that must not run any more, at the
+// moment b goes to worker w rather than when it was formed: a batch formed
+// ahead for a busy worker may wait a whole batch's time. It fills ttls with
+// the time left of the items that remain, or returns nil ttls when none has
+// a deadline. It reports false, touching nothing, when w no longer holds the
+// slot: b has been given back to the queue then, and is not w's to change.
+func (sl *slot) pruneForRun(w worker, b *batch, ttls []int64) ([]int64, bool) {
+	s := sl.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sl.w != w {
+		return nil, false
+	}
+	now := time.Now()
+	s.pruneLocked(b, now)
+	ttls = ttls[:0]
+	timed := false
+	for i := range b.items {
+		var ttl int64
+		if d := b.items[i].fut.deadline; !d.IsZero() {
+			ttl, timed = max(int64(d.Sub(now)), 1), true
+		}
+		ttls = append(ttls, ttl)
+	}
+	if !timed {
+		return nil, true
+	}
+	return ttls, true
+}
+
 func (sl *slot) killLocked(reason error) {
 	if sl.w != nil {
 		// No more batches for it while it dies.
@@ -165,9 +196,12 @@ func (sl *slot) onResult(w worker, r result) {
 	s.mu.Unlock()
 	s.signal()
 
-	s.stats.batches.Add(1)
-	if n := len(b.items); n < len(s.stats.batchSizes) {
-		s.stats.batchSizes[n].Add(1)
+	if n := len(b.items) - len(r.expired); n > 0 {
+		// Only batches that reached the model count.
+		s.stats.batches.Add(1)
+		if n < len(s.stats.batchSizes) {
+			s.stats.batchSizes[n].Add(1)
+		}
 	}
 	// Counted per batch rather than per item, as complete would: these
 	// counters are shared by every core. And counted first, as complete
@@ -184,12 +218,22 @@ func (sl *slot) onResult(w worker, r result) {
 			}
 		}
 	}
+	if len(r.expired) > 0 {
+		if batchErr == nil {
+			failed += len(r.expired)
+		}
+		s.stats.expired.Add(uint64(len(r.expired)))
+	}
 	s.stats.answered.Add(uint64(len(b.items)))
 	if failed > 0 {
 		s.stats.failed.Add(uint64(failed))
 	}
+	expired := r.expired
 	for i, it := range b.items {
 		switch {
+		case len(expired) > 0 && expired[0] == i:
+			expired = expired[1:]
+			it.fut.Complete(int(it.index), nil, fmt.Errorf("%w: expired before its worker ran it", ErrDeadline))
 		case batchErr != nil:
 			it.fut.Complete(int(it.index), nil, batchErr)
 		case r.itemErrors != nil && r.itemErrors[i] != "":

@@ -680,3 +680,37 @@ func TestItemOverTheBatchByteLimitIsTooLarge(t *testing.T) {
 		t.Fatalf("the model ran %v; the request must be refused whole", g.seen())
 	}
 }
+
+// TestBatchFormedAheadDropsWhatExpiredMeanwhile: a full batch formed ahead
+// for a busy worker whose items' deadline passes before the worker takes
+// it is answered expired, and its items never reach the model.
+func TestBatchFormedAheadDropsWhatExpiredMeanwhile(t *testing.T) {
+	g := newGate(false)
+	s := start(t, supervisor.Config{Func: g.fn, BatchSize: 2, MaxLatency: time.Hour})
+	running, err := s.Submit(context.Background(), items("running"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-g.started
+	ahead, err := s.SubmitRequest(context.Background(), supervisor.Request{Items: items("ahead1", "ahead2"), Deadline: time.Now().Add(30 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the full batch to be formed ahead", func() bool { return s.Stats().Queued == 0 })
+	if _, err := ahead.Result(context.Background()); !errors.Is(err, supervisor.ErrDeadline) {
+		t.Fatalf("items formed ahead: %v, want ErrDeadline", err)
+	}
+	g.release()
+	if _, err := running.Result(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the expired items counted", func() bool { return s.Stats().Expired == 2 })
+	for _, batch := range g.seen() {
+		if slices.Contains(batch, "ahead1") || slices.Contains(batch, "ahead2") {
+			t.Fatalf("the model ran %v after their deadline", batch)
+		}
+	}
+	if st := s.Stats(); st.Batches != 1 {
+		t.Fatalf("stats %+v: only the running batch reached the model", st)
+	}
+}

@@ -76,27 +76,98 @@ func Run(ctx context.Context, cfg Config) error {
 	defer cancel()
 	go heartbeat(ctx, out, cfg.HeartbeatInterval)
 
-	batches := make(chan ipc.Message, 1)
+	batches := make(chan arrival, 1)
 	var readErr error
 	go func() {
 		readErr = readBatches(ctx, ipc.NewReader(cfg.In, cfg.MaxFrame), batches)
 		close(batches)
 	}()
 	for {
-		var msg ipc.Message
+		var next arrival
 		var more bool
 		select {
-		case msg, more = <-batches:
+		case next, more = <-batches:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 		if !more {
 			return readErr
 		}
-		if err := sendResult(out, runBatch(ctx, m, msg)); err != nil {
-			return fmt.Errorf("send result of batch %d: %w", msg.BatchID, err)
+		if err := sendResult(out, runArrival(ctx, m, next, time.Now())); err != nil {
+			return fmt.Errorf("send result of batch %d: %w", next.msg.BatchID, err)
 		}
 	}
+}
+
+// arrival is a batch as read from the supervisor, with when it was read:
+// its items' TTLs count from then.
+type arrival struct {
+	msg  ipc.Message
+	read time.Time
+}
+
+// runArrival runs the items of a batch whose time is not up at now, and
+// answers the others as expired without showing them to the model.
+func runArrival(ctx context.Context, m model.Model, a arrival, now time.Time) *ipc.Message {
+	msg := a.msg
+	if len(msg.Items) == 0 {
+		// Everything in it expired on the supervisor's side on the way.
+		return &ipc.Message{Kind: ipc.KindResult, BatchID: msg.BatchID, Items: [][]byte{}}
+	}
+	var expired []int
+	for i, ttl := range msg.TTLs {
+		if ttl > 0 && !now.Before(a.read.Add(time.Duration(ttl))) {
+			expired = append(expired, i)
+		}
+	}
+	if expired == nil {
+		return runBatch(ctx, m, msg)
+	}
+	dead := make([]bool, len(msg.Items))
+	for _, i := range expired {
+		dead[i] = true
+	}
+	live := ipc.Message{Kind: msg.Kind, BatchID: msg.BatchID, Items: make([][]byte, 0, len(msg.Items)-len(expired))}
+	for i, it := range msg.Items {
+		if !dead[i] {
+			live.Items = append(live.Items, it)
+		}
+	}
+	res := &ipc.Message{Kind: ipc.KindResult, BatchID: msg.BatchID, Items: [][]byte{}}
+	if len(live.Items) > 0 {
+		res = runBatch(ctx, m, live)
+	}
+	res.Expired = expired
+	if res.Error != "" {
+		return res
+	}
+	return spread(res, dead)
+}
+
+// spread puts the answers of a batch's live items back at their places
+// among all its items, leaving the dead (expired) places empty.
+func spread(res *ipc.Message, dead []bool) *ipc.Message {
+	n := len(dead)
+	outputs := make([][]byte, n)
+	var itemErrs []string
+	if res.ItemErrors != nil {
+		itemErrs = make([]string, n)
+	}
+	live := 0
+	for i := range n {
+		if dead[i] {
+			continue
+		}
+		if live < len(res.Items) {
+			outputs[i] = res.Items[live]
+		}
+		if itemErrs != nil {
+			itemErrs[i] = res.ItemErrors[live]
+		}
+		live++
+	}
+	res.Items, res.ItemErrors = outputs, itemErrs
+	return res
 }
 
 // sendResult writes res. A result too large for a frame fails its batch
@@ -112,7 +183,7 @@ func sendResult(out *ipc.Writer, res *ipc.Message) error {
 
 // readBatches decodes frames ahead of the model so that the next batch is
 // ready the moment the current one is done. It returns nil on Stop.
-func readBatches(ctx context.Context, in *ipc.Reader, batches chan<- ipc.Message) error {
+func readBatches(ctx context.Context, in *ipc.Reader, batches chan<- arrival) error {
 	for {
 		msg, err := in.Read()
 		switch {
@@ -124,7 +195,7 @@ func readBatches(ctx context.Context, in *ipc.Reader, batches chan<- ipc.Message
 		switch msg.Kind {
 		case ipc.KindBatch:
 			select {
-			case batches <- msg:
+			case batches <- arrival{msg: msg, read: time.Now()}:
 			case <-ctx.Done():
 				return ctx.Err()
 			}

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -571,4 +573,57 @@ func ExampleRun() {
 	// ready echo cpu
 	// result 1 hi
 	// <nil>
+}
+
+// TestExpiredItemsAreNotRun: items whose time was up when their batch
+// reached the model are answered as expired and never shown to it; the
+// others keep their places in the answer.
+func TestExpiredItemsAreNotRun(t *testing.T) {
+	var mu sync.Mutex
+	var seen [][]string
+	m := upper()
+	inner := m.predict
+	m.predict = func(ctx context.Context, items [][]byte) ([][]byte, error) {
+		names := make([]string, len(items))
+		for i, it := range items {
+			names[i] = string(it)
+		}
+		mu.Lock()
+		seen = append(seen, names)
+		mu.Unlock()
+		if names[0] == "slow" {
+			time.Sleep(100 * time.Millisecond) // the model's work, not a wait for a state
+		}
+		return inner(ctx, items)
+	}
+	w := startWorker(t, workerproc.Config{Spec: model.Spec{Name: "upper"}, Open: opens(m)})
+	w.ready()
+	w.batch(1, []byte("slow"))
+	// Sent while the first runs: two items with 20ms left, one with an
+	// hour, one with no deadline. When it reaches the model, 100ms on, the
+	// first two are expired.
+	w.write(ipc.Message{Kind: ipc.KindBatch, BatchID: 2,
+		Items: [][]byte{[]byte("late"), []byte("keep"), []byte("late too"), []byte("free")},
+		TTLs:  []int64{int64(20 * time.Millisecond), int64(time.Hour), int64(20 * time.Millisecond), 0}})
+	// A batch whose items are all expired never reaches the model.
+	w.write(ipc.Message{Kind: ipc.KindBatch, BatchID: 3, Items: [][]byte{[]byte("gone")}, TTLs: []int64{1}})
+	w.result(1)
+	res := w.result(2)
+	if res.Error != "" || !slices.Equal(res.Expired, []int{0, 2}) {
+		t.Fatalf("batch 2: error %q, expired %v; want items 0 and 2 expired", res.Error, res.Expired)
+	}
+	want := []string{"", "KEEP", "", "FREE"}
+	for i, out := range res.Items {
+		if string(out) != want[i] {
+			t.Fatalf("batch 2 outputs %q, want %q", res.Items, want)
+		}
+	}
+	if res := w.result(3); !slices.Equal(res.Expired, []int{0}) || len(res.Items) != 1 {
+		t.Fatalf("batch 3: %+v, want its one item expired", res)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !reflect.DeepEqual(seen, [][]string{{"slow"}, {"keep", "free"}}) {
+		t.Fatalf("the model saw %q; want only the live items", seen)
+	}
 }
