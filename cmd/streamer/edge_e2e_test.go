@@ -6,7 +6,9 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +16,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -310,5 +314,66 @@ func TestBrowserPageCannotRunInference(t *testing.T) {
 	status, body, hdr = s.post(t, "application/x-www-form-urlencoded", form, "Origin", "https://app.example")
 	if status != http.StatusOK || hdr.Get("Access-Control-Allow-Origin") != "https://app.example" {
 		t.Fatalf("form POST from the allowed origin: %d %s %v", status, body, hdr)
+	}
+}
+
+// TestSIGTERMUnderLoadAnswersEveryRequest: clients on keep-alive
+// connections keep sending while SIGTERM arrives. Every request that reached
+// the server gets a whole answer: 200, or 503 with Connection: close, after
+// which a client moves off; none sees its connection closed under it. The
+// process exits 0.
+func TestSIGTERMUnderLoadAnswersEveryRequest(t *testing.T) {
+	const clients = 48
+	s := startServer(t, "--model", "echo", "--workers", "1")
+	var ok, refused, lost atomic.Int64
+	var firstLost atomic.Value
+	var wg sync.WaitGroup
+	body := []byte(`{"inputs": ["last moments"]}`)
+	for range clients {
+		wg.Go(func() {
+			client := &http.Client{Timeout: requestTimeout, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+			defer client.CloseIdleConnections()
+			for {
+				resp, err := client.Post(s.URL()+"/predict", "application/json", bytes.NewReader(body))
+				if err != nil {
+					if errors.Is(err, syscall.ECONNREFUSED) {
+						return // the server is gone: the request never reached it
+					}
+					lost.Add(1)
+					firstLost.CompareAndSwap(nil, err.Error())
+					return
+				}
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				switch {
+				case err != nil:
+					lost.Add(1)
+					firstLost.CompareAndSwap(nil, "reading the answer: "+err.Error())
+					return
+				case resp.StatusCode == http.StatusOK:
+					ok.Add(1)
+				case resp.StatusCode == http.StatusServiceUnavailable && resp.Close:
+					refused.Add(1)
+					return
+				default:
+					lost.Add(1)
+					firstLost.CompareAndSwap(nil, fmt.Sprintf("status %d, close %v", resp.StatusCode, resp.Close))
+					return
+				}
+			}
+		})
+	}
+	s.waitFor(t, "load to be running", readyTimeout, func() bool { return ok.Load() > 2000 })
+	if err := s.signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	code, err := s.wait(stopTimeout)
+	if err != nil || code != 0 {
+		t.Fatalf("exit %d (%v) after SIGTERM, want 0", code, err)
+	}
+	t.Logf("%d answered 200, %d answered 503 and closed, %d lost", ok.Load(), refused.Load(), lost.Load())
+	if n := lost.Load(); n > 0 {
+		t.Fatalf("%d requests got no whole answer; the first: %v", n, firstLost.Load())
 	}
 }

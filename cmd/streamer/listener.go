@@ -12,27 +12,38 @@ import (
 // cap: the refusal must cost the server next to nothing.
 const refusalTimeout = time.Second
 
-// refusalBody is the error a connection over the cap is answered with.
-const refusalBody = `{"error":"too many open connections: the server's limit (--max-connections) is reached; try again"}` + "\n"
+// refusal is the whole answer to a connection the server will not serve:
+// a 503 with a JSON error, written before the client's request is read,
+// which HTTP/1.1 clients take as the answer to the request they send.
+func refusal(reason string) []byte {
+	body := `{"error":` + strconv.Quote(reason) + "}\n"
+	return []byte("HTTP/1.1 503 Service Unavailable\r\n" +
+		"Content-Type: application/json\r\n" +
+		"Retry-After: 1\r\n" +
+		"Connection: close\r\n" +
+		"Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" +
+		body)
+}
 
-// connectionRefusal is the whole answer to a connection over the cap. It is
-// written before the client's request is read, which HTTP/1.1 clients take
-// as the answer to the request they send.
-var connectionRefusal = []byte("HTTP/1.1 503 Service Unavailable\r\n" +
-	"Content-Type: application/json\r\n" +
-	"Retry-After: 1\r\n" +
-	"Connection: close\r\n" +
-	"Content-Length: " + strconv.Itoa(len(refusalBody)) + "\r\n\r\n" +
-	refusalBody)
+var (
+	overCapRefusal  = refusal("too many open connections: the server's limit (--max-connections) is reached; try again")
+	shutdownRefusal = refusal("shutting down: this server takes no more requests")
+)
 
 // cappedListener holds at most max connections open at once. A connection
 // beyond the cap is accepted, answered 503 and closed, rather than left
 // waiting in the kernel's queue where the client cannot tell a full server
 // from a dead one.
+//
+// Before the server closes, quiesce turns every new connection away with a
+// 503 until connections stop coming, so that a client that connects in the
+// last moments gets an answer rather than a reset.
 type cappedListener struct {
 	net.Listener
-	max  int64
-	open atomic.Int64
+	max      int64
+	open     atomic.Int64
+	closing  atomic.Bool
+	lastSeen atomic.Int64 // when the last connection came, in Unix nanoseconds
 }
 
 func (l *cappedListener) Accept() (net.Conn, error) {
@@ -41,19 +52,44 @@ func (l *cappedListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if l.open.Add(1) > l.max {
+		l.lastSeen.Store(time.Now().UnixNano())
+		switch {
+		case l.closing.Load():
+			go refuse(conn, shutdownRefusal)
+			continue
+		case l.open.Add(1) > l.max:
 			l.open.Add(-1)
-			go refuse(conn)
+			go refuse(conn, overCapRefusal)
 			continue
 		}
 		return &countedConn{Conn: conn, open: &l.open}, nil
 	}
 }
 
-// refuse answers a connection over the cap and closes it.
-func refuse(conn net.Conn) {
+// quiesce answers every new connection 503 from now on, and returns once
+// none has come for quiet, or after at most limit.
+func (l *cappedListener) quiesce(quiet, limit time.Duration) {
+	l.closing.Store(true)
+	l.lastSeen.Store(time.Now().UnixNano())
+	end := time.Now().Add(limit)
+	for {
+		calm := time.Unix(0, l.lastSeen.Load()).Add(quiet)
+		now := time.Now()
+		if !now.Before(calm) || !now.Before(end) {
+			return
+		}
+		wake := calm
+		if end.Before(wake) {
+			wake = end
+		}
+		time.Sleep(wake.Sub(now))
+	}
+}
+
+// refuse answers a connection with answer and closes it.
+func refuse(conn net.Conn, answer []byte) {
 	_ = conn.SetWriteDeadline(time.Now().Add(refusalTimeout))
-	_, _ = conn.Write(connectionRefusal)
+	_, _ = conn.Write(answer)
 	if tcp, ok := conn.(*net.TCPConn); ok {
 		// Closing with the request unread would reset the connection and
 		// could destroy the answer in flight: shut down writing and let

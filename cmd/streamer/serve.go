@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -265,11 +266,13 @@ func runServe(ctx context.Context, o serveOptions) error {
 
 	// Serve from the start: while the workers initialise, /readyz says 503
 	// and requests get a quick 503 instead of waiting on a silent socket.
+	api := httpapi.New(httpapi.Config{
+		Backend: st, Codec: codec, MaxBody: o.maxBody, Logger: log, Model: info,
+		WriteTimeout: o.writeTimeout, AllowedOrigins: o.allowOrigins,
+	})
+	stopping := &drainer{st: st, listener: listener, grace: o.grace, log: log}
 	server := &http.Server{
-		Handler: httpapi.New(httpapi.Config{
-			Backend: st, Codec: codec, MaxBody: o.maxBody, Logger: log, Model: info,
-			WriteTimeout: o.writeTimeout, AllowedOrigins: o.allowOrigins,
-		}),
+		Handler:           stopping.wrap(api),
 		ReadHeaderTimeout: min(10*time.Second, o.readTimeout),
 		// The handler lifts this deadline once the body is in, so that it
 		// bounds the sending of a request and not the wait for its answer.
@@ -283,9 +286,9 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if err := st.Start(ctx); err != nil {
 		if ctx.Err() != nil {
 			log.Info("signal received while starting: stopping")
-			return drain(st, server, o.grace, log)
+			return stopping.drain(server)
 		}
-		return errors.Join(fmt.Errorf("start workers: %w", err), drain(st, server, o.grace, log))
+		return errors.Join(fmt.Errorf("start workers: %w", err), stopping.drain(server))
 	}
 	log.Info("serving")
 
@@ -301,28 +304,59 @@ func runServe(ctx context.Context, o serveOptions) error {
 	case err := <-serveErr:
 		runErr = fmt.Errorf("http server: %w", err)
 	}
-	return errors.Join(runErr, drain(st, server, o.grace, log))
+	return errors.Join(runErr, stopping.drain(server))
 }
 
+// drainer stops the server on a signal without leaving a request that
+// reached it unanswered.
+type drainer struct {
+	st       *supervisor.Streamer
+	listener *cappedListener
+	grace    time.Duration
+	log      *slog.Logger
+	draining atomic.Bool
+}
+
+// wrap makes every answer given while draining close its connection, so
+// that clients move off a server that is going away.
+func (d *drainer) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if d.draining.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// Quiet period and bound of the last phase of a drain: new connections are
+// answered 503 until none has come for drainQuiet, or for drainQuietMax.
+const (
+	drainQuiet    = 100 * time.Millisecond
+	drainQuietMax = 2 * time.Second
+)
+
 // drain stops admitting work, lets admitted requests finish within grace,
-// stops the workers and then closes the HTTP server. While draining, new
-// requests are answered 503 rather than refused at the socket, and
-// keep-alive is off so that idle client connections do not hold the exit.
-func drain(st *supervisor.Streamer, server *http.Server, grace time.Duration, log *slog.Logger) error {
-	server.SetKeepAlivesEnabled(false)
-	ctx, cancel := context.WithTimeout(context.Background(), grace)
+// and stops the workers; meanwhile requests get 503 with Connection: close,
+// on connections open or new. Then new connections are still answered 503
+// until they stop coming, and only then does the listener close, along with
+// the connections left idle. Idle connections are not closed at the start:
+// a request racing the close of its connection would get no answer at all.
+func (d *drainer) drain(server *http.Server) error {
+	d.draining.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), d.grace)
 	defer cancel()
-	if err := st.Shutdown(ctx); err != nil {
-		log.Warn("drain did not finish within the grace period; the rest was answered 503", "err", err)
+	if err := d.st.Shutdown(ctx); err != nil {
+		d.log.Warn("drain did not finish within the grace period; the rest was answered 503", "err", err)
 	}
 	// Every admitted item is answered by now: handlers only have their
-	// responses left to write.
+	// responses left to write, and new requests get 503.
+	d.listener.quiesce(drainQuiet, drainQuietMax)
 	httpCtx, httpCancel := context.WithTimeout(context.Background(), time.Second)
 	defer httpCancel()
 	if err := server.Shutdown(httpCtx); err != nil {
 		_ = server.Close()
 	}
-	log.Info("stopped")
+	d.log.Info("stopped")
 	return nil
 }
 
