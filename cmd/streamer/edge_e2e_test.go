@@ -377,3 +377,51 @@ func TestSIGTERMUnderLoadAnswersEveryRequest(t *testing.T) {
 		t.Fatalf("%d requests got no whole answer; the first: %v", n, firstLost.Load())
 	}
 }
+
+// TestErrorsAtTheProtocolEdge: what the server answers to requests that are
+// wrong at the HTTP level. The ones our handler sees are JSON; the ones
+// net/http refuses before any handler runs (a malformed Content-Length) are
+// its own plain-text answers, as the README says, and the server keeps
+// serving either way.
+func TestErrorsAtTheProtocolEdge(t *testing.T) {
+	s := startServer(t, "--model", "echo", "--max-body", "1000")
+	big := strings.Repeat("x", 5000)
+	tests := []struct {
+		name     string
+		request  string
+		status   int
+		wantJSON bool
+	}{
+		{"chunked body over --max-body", "POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" +
+			fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(big), big), http.StatusRequestEntityTooLarge, true},
+		{"announced length over --max-body", "POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2000000\r\n\r\n", http.StatusRequestEntityTooLarge, true},
+		{"body shorter than announced", "POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\nConnection: close\r\n\r\n{", http.StatusBadRequest, true},
+		{"unknown route", "GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n", http.StatusNotFound, true},
+		{"malformed Content-Length (net/http's own answer)", "POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: ten\r\n\r\n", http.StatusBadRequest, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			conn := dialRaw(t, s.addr)
+			if strings.Contains(tc.request, "Connection: close") {
+				// The body never comes: shut the sending side so the
+				// server sees it end short.
+				go func() {
+					_, _ = io.WriteString(conn, tc.request)
+					_ = conn.(*net.TCPConn).CloseWrite()
+				}()
+			} else {
+				go func() { _, _ = io.WriteString(conn, tc.request) }()
+			}
+			resp, body, err := readRawResponse(conn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != tc.status || isJSONError(body) != tc.wantJSON {
+				t.Fatalf("status %d, body %q; want %d, JSON error %v", resp.StatusCode, body, tc.status, tc.wantJSON)
+			}
+			if p := s.predictJSON(t, "after"); p.Status != http.StatusOK {
+				t.Fatalf("the server keeps serving: %s", p)
+			}
+		})
+	}
+}
