@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -424,4 +425,61 @@ func TestErrorsAtTheProtocolEdge(t *testing.T) {
 			}
 		})
 	}
+}
+
+// rssBytes is a process's resident memory.
+func rssBytes(t *testing.T, pid int) int64 {
+	t.Helper()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				t.Fatalf("VmRSS line %q: %v", line, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS in /proc status")
+	return 0
+}
+
+// TestMemoryIsGivenBackAfterABurst: after a burst of large requests, an idle
+// server returns the burst's memory to the system by itself, within a few
+// seconds rather than at the runtime's periodic collection minutes later.
+func TestMemoryIsGivenBackAfterABurst(t *testing.T) {
+	s := startServer(t, "--model", "echo", "--workers", "2", "--max-body", "10000000")
+	pid := s.cmd.Process.Pid
+	base := rssBytes(t, pid)
+	body := []byte(`{"inputs": ["` + strings.Repeat("m", 4<<20) + `"]}`)
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for range 3 {
+				if status, _, _, err := s.tryPost("application/json", body); err != nil || status != http.StatusOK {
+					t.Errorf("burst request: %d %v", status, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	peak := rssBytes(t, pid)
+	if peak < base+100<<20 {
+		t.Fatalf("the burst raised RSS from %d MiB to only %d MiB: nothing to give back", base>>20, peak>>20)
+	}
+	curve := []string{fmt.Sprintf("0s:%d", peak>>20)}
+	start, noted := time.Now(), time.Now()
+	s.waitFor(t, "the burst's memory to be given back", 20*time.Second, func() bool {
+		rss := rssBytes(t, pid)
+		given := rss < base+(peak-base)/4
+		if given || time.Since(noted) >= 500*time.Millisecond {
+			noted = time.Now()
+			curve = append(curve, fmt.Sprintf("%.1fs:%d", time.Since(start).Seconds(), rss>>20))
+		}
+		return given
+	})
+	t.Logf("RSS before the burst %d MiB; after it, seconds:MiB %s", base>>20, strings.Join(curve, " "))
 }

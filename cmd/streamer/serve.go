@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -41,6 +42,7 @@ type serveOptions struct {
 	idleTimeout      time.Duration
 	maxConnections   int
 	allowOrigins     []string
+	memoryLimit      string
 	workerTimeout    time.Duration
 	initTimeout      time.Duration
 	grace            time.Duration
@@ -96,6 +98,7 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f.DurationVar(&o.idleTimeout, "idle-timeout", 120*time.Second, "how long an idle keep-alive connection is kept open")
 	f.IntVar(&o.maxConnections, "max-connections", 4096, "most client connections open at once; one more is answered 503 and closed")
 	f.StringArrayVar(&o.allowOrigins, "allow-origin", nil, "a browser origin (scheme://host[:port], or * for any) whose pages may call the API (repeatable); requests with any other Origin header get 403")
+	f.StringVar(&o.memoryLimit, "memory-limit", "", "soft limit on this supervisor process's Go memory (e.g. 2GiB): the collector works harder as it nears it (unset: none; memory is given back anyway once the server is idle after a burst)")
 	f.DurationVar(&o.workerTimeout, "worker-timeout", 20*time.Second, "a batch running longer kills its worker (counted as a crash)")
 	f.DurationVar(&o.initTimeout, "init-timeout", 2*time.Minute, "longest a worker may take to start and initialise its model")
 	f.DurationVar(&o.grace, "grace", 30*time.Second, "on SIGTERM, how long admitted requests may take to finish before the rest are failed")
@@ -246,6 +249,13 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if err := o.checkHTTPLimits(); err != nil {
 		return err
 	}
+	if o.memoryLimit != "" {
+		limit, err := parseBytes(o.memoryLimit)
+		if err != nil {
+			return fmt.Errorf("--memory-limit: %w", err)
+		}
+		debug.SetMemoryLimit(limit)
+	}
 	tcpListener, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", o.listen, err)
@@ -291,6 +301,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		return errors.Join(fmt.Errorf("start workers: %w", err), stopping.drain(server))
 	}
 	log.Info("serving")
+	go releaseMemoryWhenIdle(ctx, st, log)
 
 	var runErr error
 	select {

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"runtime/metrics"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// idleCheckEvery is how often the server looks for memory to give back.
+const idleCheckEvery = 2 * time.Second
+
+// releaseSlack is how much the heap may hold beyond twice its live size
+// before an idle server gives the rest back.
+const releaseSlack = 32 << 20
+
+// releaseMemoryWhenIdle gives memory back to the system once a burst is
+// over. Go collects garbage only as the heap grows, so after a burst of
+// large requests an idle server would hold the burst's garbage until the
+// runtime's periodic collection minutes later. When nothing was queued,
+// running or answered for a whole check interval and the heap holds far
+// more than it uses, it collects and returns the free memory at once.
+func releaseMemoryWhenIdle(ctx context.Context, st *supervisor.Streamer, log *slog.Logger) {
+	tick := time.NewTicker(idleCheckEvery)
+	defer tick.Stop()
+	samples := []metrics.Sample{
+		{Name: "/gc/heap/live:bytes"},
+		{Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/memory/classes/heap/free:bytes"},
+	}
+	var lastAnswered uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		stats := st.Stats()
+		idle := stats.Queued == 0 && stats.Answered == stats.Submitted && stats.Answered == lastAnswered
+		lastAnswered = stats.Answered
+		if !idle {
+			continue
+		}
+		metrics.Read(samples)
+		live := samples[0].Value.Uint64()
+		held := samples[1].Value.Uint64() + samples[2].Value.Uint64()
+		if held <= 2*live+releaseSlack {
+			continue
+		}
+		debug.FreeOSMemory()
+		log.Info("idle after a burst: returned memory to the system", "heap_held_mib", held>>20, "heap_live_mib", live>>20)
+	}
+}
+
+// parseBytes reads a size such as 512MiB, 2GiB, 1.5G or 1000000.
+func parseBytes(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		factor float64
+	}{
+		{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+		{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40}, {"B", 1},
+	}
+	text := strings.TrimSpace(s)
+	factor := 1.0
+	for _, u := range units {
+		if strings.HasSuffix(text, u.suffix) {
+			text, factor = strings.TrimSpace(strings.TrimSuffix(text, u.suffix)), u.factor
+			break
+		}
+	}
+	n, err := strconv.ParseFloat(text, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%q is not a size: want a number of bytes with an optional unit (KiB, MiB, GiB, TiB)", s)
+	}
+	return int64(n * factor), nil
+}
