@@ -67,6 +67,10 @@ type Spec struct {
 	// PluginSHA256 is the expected hex SHA-256 of the plugin binary; empty
 	// skips the check.
 	PluginSHA256 string `json:"plugin_sha256,omitempty"`
+	// PluginSocketDir is the private directory the plugin's socket is made
+	// in (see plugin.Config.SocketDir); empty means the system's temporary
+	// directory. It says where, not what: it does not change the model.
+	PluginSocketDir string `json:"plugin_socket_dir,omitempty"`
 	// Device is "cpu" (default) or "cuda". With "cuda" the model runs on
 	// device 0 of the worker's CUDA_VISIBLE_DEVICES.
 	Device string `json:"device,omitempty"`

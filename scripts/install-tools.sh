@@ -20,8 +20,9 @@ log() { echo "install-tools: $*"; }
 # ── Add packages here. ──
 #   gcc, libc6-dev: cgo, for -race and the ONNX Runtime binding.
 #   protobuf-compiler: make proto, and the Python plugin's generated stubs.
-#   python3-grpcio, python3-protobuf, python3-msgpack: the Python plugin example.
-apt_packages=(gcc libc6-dev protobuf-compiler python3-grpcio python3-protobuf python3-msgpack)
+#   python3-grpcio, python3-protobuf, python3-msgpack, python3-cryptography: the
+#   Python plugin example (cryptography makes its TLS certificate).
+apt_packages=(gcc libc6-dev protobuf-compiler python3-grpcio python3-protobuf python3-msgpack python3-cryptography)
 
 # install_apt_packages installs those of apt_packages that are missing,
 # refreshing the package lists once first.

@@ -386,10 +386,10 @@ func pythonWithGRPC(t *testing.T) string {
 		candidates = append(candidates, p)
 	}
 	for _, python := range candidates {
-		if exec.Command(python, "-c", "import grpc, google.protobuf, msgpack").Run() == nil {
+		if exec.Command(python, "-c", "import grpc, google.protobuf, msgpack, cryptography").Run() == nil {
 			return python
 		}
 	}
-	t.Skip("the Python plugin test needs python3 with grpc, protobuf and msgpack: apt-get install -y python3-grpcio python3-protobuf python3-msgpack")
+	t.Skip("the Python plugin test needs python3 with grpc, protobuf, msgpack and cryptography: apt-get install -y python3-grpcio python3-protobuf python3-msgpack python3-cryptography")
 	return ""
 }

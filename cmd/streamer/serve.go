@@ -233,6 +233,16 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if err := load.Check(spec); err != nil {
 		return err
 	}
+	if spec.Plugin != "" {
+		dir, err := makeSocketDir(log)
+		if err != nil {
+			return err
+		}
+		// Deferred first, so it runs last: after the workers, and their
+		// plugins, have stopped.
+		defer os.RemoveAll(dir)
+		spec.PluginSocketDir = dir
+	}
 	codec, info, err := codecFor(spec)
 	if err != nil {
 		return err

@@ -12,11 +12,14 @@ Settings (--plugin-arg key=value):
     corpus=PATH   the text to train on (default: ../fillmask/corpus.txt)
 """
 
+import base64
 import collections
+import datetime
 import math
 import os
 import re
 import shutil
+import ssl
 import sys
 import tempfile
 import threading
@@ -24,6 +27,10 @@ from concurrent import futures
 
 import grpc
 import msgpack
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 import model_pb2  # generated: protoc --python_out=. model.proto
 
@@ -160,6 +167,40 @@ def handlers(plugin):
     return [model, controller]
 
 
+def server_certificate():
+    """A self-signed certificate for "localhost" and its key, both PEM.
+
+    The worker makes a certificate of its own for every plugin it starts
+    and passes it in PLUGIN_CLIENT_CERT; the plugin answers with this one
+    in its handshake line. Each side then accepts only the other: no other
+    process can call the plugin, even one that can reach its socket.
+    """
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=365))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(
+            digital_signature=True, key_encipherment=True, key_agreement=True, key_cert_sign=True,
+            content_commitment=False, data_encipherment=False, crl_sign=False,
+            encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage(
+            [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+
+
 def main():
     if os.environ.get(MAGIC_COOKIE_KEY) != MAGIC_COOKIE_VALUE:
         print(f"{sys.argv[0]} is a streamer model plugin: a streamer worker starts it.\n"
@@ -170,7 +211,9 @@ def main():
         print(f"python-plugin: the worker speaks plugin protocol {versions}, this plugin {PROTOCOL_VERSION}",
               file=sys.stderr)
 
-    socket_dir = tempfile.mkdtemp(prefix="streamer-plugin-")
+    # The worker names a private directory for the socket; mkdtemp makes
+    # one (mode 0700) inside it, or in the system's when run by hand.
+    socket_dir = tempfile.mkdtemp(prefix="python-plugin-", dir=os.environ.get("PLUGIN_UNIX_SOCKET_DIR"))
     socket_path = os.path.join(socket_dir, "model.sock")
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=4),
@@ -178,12 +221,22 @@ def main():
                  ("grpc.max_send_message_length", MAX_MESSAGE)])
     plugin = Plugin(server)
     server.add_generic_rpc_handlers(handlers(plugin))
-    server.add_insecure_port("unix:" + socket_path)
+    handshake = f"{CORE_PROTOCOL_VERSION}|{PROTOCOL_VERSION}|unix|{socket_path}|grpc"
+    client_cert = os.environ.get("PLUGIN_CLIENT_CERT")
+    if client_cert:
+        cert_pem, key_pem = server_certificate()
+        credentials = grpc.ssl_server_credentials(
+            [(key_pem, cert_pem)], root_certificates=client_cert.encode(), require_client_auth=True)
+        server.add_secure_port("unix:" + socket_path, credentials)
+        der = ssl.PEM_cert_to_DER_cert(cert_pem.decode())
+        handshake += "|" + base64.b64encode(der).decode().rstrip("=")
+    else:
+        server.add_insecure_port("unix:" + socket_path)
     server.start()
     try:
         # The handshake line, then nothing more on stdout: point it at stderr,
         # which the server log shows tagged with the worker's slot.
-        print(f"{CORE_PROTOCOL_VERSION}|{PROTOCOL_VERSION}|unix|{socket_path}|grpc", flush=True)
+        print(handshake, flush=True)
         os.dup2(2, 1)
         sys.stdout = sys.stderr
         server.wait_for_termination()

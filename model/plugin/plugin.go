@@ -83,6 +83,13 @@ type Config struct {
 	// Logger receives go-plugin's own lines about the plugin process. Nil
 	// discards them.
 	Logger *slog.Logger
+	// SocketDir is where the plugin's socket goes: Open makes a private
+	// directory (mode 0700) inside it for each plugin it starts, and
+	// removes it when the plugin is closed or killed. Empty means the
+	// system's temporary directory. streamer serve points it at a
+	// directory of its own, removed when it exits and swept at its next
+	// start after a kill -9.
+	SocketDir string
 	// Crashed, when set, is called once when the plugin process dies after
 	// Open succeeded and before Close, whether or not a batch was running. A
 	// worker sets it to end its own process, so that the plugin's death
@@ -104,6 +111,8 @@ type Model struct {
 	release func()          // lets the thread that started the plugin go
 	outputs []*lineWriter
 	info    *pluginpb.InitResponse
+
+	socketDir string // the plugin's private socket directory
 
 	stream       pluginpb.Model_PredictClient // the batches' stream; nil until the first
 	cancelStream context.CancelFunc
@@ -152,6 +161,18 @@ func Open(ctx context.Context, cfg Config) (*Model, error) {
 func (m *Model) start(path string) error {
 	m.cmd = exec.Command(path)
 	setProcAttr(m.cmd)
+	// The socket goes in a directory only this user can enter, whatever
+	// the umask: no other local user can connect to it. AutoMTLS below
+	// also keeps out this user's other processes.
+	dir, err := os.MkdirTemp(m.cfg.SocketDir, "plugin-")
+	if err == nil {
+		err = os.Chmod(dir, 0o700)
+	}
+	if err != nil {
+		return fmt.Errorf("plugin %s: make its socket directory: %w", path, err)
+	}
+	m.socketDir = dir
+	m.cmd.Env = []string{goplugin.EnvUnixSocketDir + "=" + dir}
 	prefix := "[plugin " + m.name + "] "
 	var mu sync.Mutex
 	newOutput := func() io.Writer {
@@ -167,6 +188,9 @@ func (m *Model) start(path string) error {
 			goplugin.ProtocolGRPC,
 		},
 		StartTimeout: m.cfg.StartTimeout,
+		// A certificate for each side, made for this start: the plugin
+		// answers only this worker, over TLS.
+		AutoMTLS: true,
 		// The plugin's own stderr, and the copies of its os.Stdout and
 		// os.Stderr that go-plugin streams over gRPC: all of it is wanted.
 		Stderr:     newOutput(),
@@ -396,6 +420,9 @@ func (m *Model) kill() {
 	m.flushOutput()
 	if m.release != nil {
 		m.release()
+	}
+	if m.socketDir != "" {
+		_ = os.RemoveAll(m.socketDir)
 	}
 }
 

@@ -29,12 +29,13 @@ func OpenSpec(ctx context.Context, spec model.Spec) (model.Model, error) {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	m, err := Open(ctx, Config{
-		Path:   spec.Plugin,
-		Args:   spec.PluginArgs,
-		Device: spec.Device,
-		SHA256: spec.PluginSHA256,
-		Output: os.Stderr,
-		Logger: log,
+		Path:      spec.Plugin,
+		Args:      spec.PluginArgs,
+		Device:    spec.Device,
+		SHA256:    spec.PluginSHA256,
+		SocketDir: spec.PluginSocketDir,
+		Output:    os.Stderr,
+		Logger:    log,
 		Crashed: func(err error) {
 			fmt.Fprintf(os.Stderr, "worker: %v; exiting so that the supervisor restarts this worker\n", err)
 			os.Exit(CrashExitStatus)

@@ -11,7 +11,8 @@
 //
 //	STREAMER_PLUGIN=<MagicCookieValue>   the magic cookie (MagicCookieKey=MagicCookieValue)
 //	PLUGIN_PROTOCOL_VERSIONS=1           the protocol versions the worker speaks (ProtocolVersion)
-//	PLUGIN_MIN_PORT, PLUGIN_MAX_PORT     a port range, for plugins that listen on TCP
+//	PLUGIN_UNIX_SOCKET_DIR=<dir>         the private directory to make the socket in
+//	PLUGIN_CLIENT_CERT=<PEM>             the worker's certificate (see TLS below)
 //	CUDA_VISIBLE_DEVICES                 inherited: the card of the worker's slot
 //
 // A program started without the cookie was not started by streamer: it should
@@ -19,17 +20,29 @@
 //
 // # Handshake
 //
-// The plugin starts a gRPC server (HTTP/2, no TLS) on a Unix socket it
-// creates, or on 127.0.0.1 at a port within the range, serving the
-// streamer.plugin.v1.Model service. Then it writes exactly one line to
-// stdout and flushes it:
+// The plugin starts a gRPC server on a Unix socket it creates in a
+// directory of its own inside PLUGIN_UNIX_SOCKET_DIR (a private directory,
+// mode 0700, that the worker made for it), serving the
+// streamer.plugin.v1.Model service over TLS with client certificates
+// required. Then it writes exactly one line to stdout and flushes it:
 //
-//	1|1|unix|/tmp/plugin123/model.sock|grpc
+//	1|1|unix|/tmp/streamer-plugins-42-1/plugin-7/p/model.sock|grpc|CERT
 //
 // The fields are: the go-plugin core protocol version (always 1); the
-// streamer plugin protocol version (ProtocolVersion); the network, "unix" or
-// "tcp"; the address (a socket path, or 127.0.0.1:PORT); and the RPC protocol,
-// which must be "grpc". The worker refuses a plugin that prints anything
+// streamer plugin protocol version (ProtocolVersion); the network, "unix";
+// the socket's path; the RPC protocol, which must be "grpc"; and the
+// plugin's certificate.
+//
+// TLS: the worker makes a certificate for each plugin it starts and passes
+// it, PEM encoded, in PLUGIN_CLIENT_CERT. The plugin makes a self-signed
+// certificate of its own, valid for the name "localhost" and usable for
+// server authentication, accepts only clients presenting the worker's
+// certificate, and writes its own in the handshake's last field as base64
+// (standard alphabet, no padding) of its DER bytes. So no other process,
+// even one that can reach the socket, can call the plugin.
+// examples/python-plugin does all this with grpcio and cryptography.
+//
+// The worker refuses a plugin that prints anything
 // else, exits, or prints nothing within its start timeout (a few seconds),
 // with an error naming the binary and what it expected. Load the model in
 // Init, not before the handshake.

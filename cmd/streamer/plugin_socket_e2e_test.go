@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/streamer-dev/streamer/model/plugin/pluginpb"
+)
+
+// serverSocketDir finds the plugin socket directory of the server with pid.
+func serverSocketDir(t *testing.T, pid int) string {
+	t.Helper()
+	dirs, err := filepath.Glob(filepath.Join(os.TempDir(), socketDirPrefix+strconv.Itoa(pid)+"-*"))
+	if err != nil || len(dirs) != 1 {
+		t.Fatalf("socket directories of server %d: %v (%v), want one", pid, dirs, err)
+	}
+	return dirs[0]
+}
+
+// socketsIn lists the unix sockets below dir.
+func socketsIn(t *testing.T, dir string) []string {
+	t.Helper()
+	var sockets []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type()&fs.ModeSocket != 0 {
+			sockets = append(sockets, path)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sockets
+}
+
+// TestPluginSocketsArePrivate: under umask 000, each plugin's socket lies in
+// directories only their owner can enter; a process that reaches the socket
+// without the worker's certificate cannot call the plugin; the directory is
+// removed when the server stops.
+func TestPluginSocketsArePrivate(t *testing.T) {
+	bin := pluginBins(t)["fillmask"]
+	old := syscall.Umask(0)
+	s := startServer(t, "--plugin", bin, "--workers", "2")
+	syscall.Umask(old)
+	if p := s.predictJSON(t, "the [MASK] sat"); p.Status != http.StatusOK {
+		t.Fatalf("fillmask: %s", p)
+	}
+	dir := serverSocketDir(t, s.cmd.Process.Pid)
+	var sockets []string
+	s.waitFor(t, "a socket per worker's plugin", readyTimeout, func() bool {
+		sockets = socketsIn(t, dir)
+		return len(sockets) == 2
+	})
+	for _, sock := range sockets {
+		for d := filepath.Dir(sock); ; d = filepath.Dir(d) {
+			info, err := os.Stat(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if perm := info.Mode().Perm(); perm != 0o700 {
+				t.Errorf("%s, on the way to a plugin socket, has mode %o; want 0700", d, perm)
+			}
+			if d == dir {
+				break
+			}
+		}
+		conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err = pluginpb.NewModelClient(conn).Init(ctx, &pluginpb.InitRequest{})
+		cancel()
+		conn.Close()
+		if err == nil {
+			t.Errorf("a client without the worker's certificate called Init on %s", sock)
+		}
+	}
+	s.stop(t)
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("socket directory %s after the server stopped: %v; want it removed", dir, err)
+	}
+}
+
+// TestLeftoverSocketDirIsSwept: the socket directory of a server killed
+// with kill -9 is removed by the next server that starts.
+func TestLeftoverSocketDirIsSwept(t *testing.T) {
+	bin := pluginBins(t)["fillmask"]
+	first := startServer(t, "--plugin", bin)
+	dir := serverSocketDir(t, first.cmd.Process.Pid)
+	if err := syscall.Kill(-first.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.wait(stopTimeout); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("after kill -9 the directory %s should be left behind: %v", dir, err)
+	}
+	second := startServer(t, "--plugin", bin)
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("the dead server's directory %s survived a new start: %v", dir, err)
+	}
+	if !strings.Contains(second.logs(), "removed a dead server's plugin socket directory") {
+		t.Errorf("the sweep was not logged:\n%s", second.logs())
+	}
+}
