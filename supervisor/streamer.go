@@ -228,6 +228,11 @@ func (s *Streamer) enqueue(ctx context.Context, req Request, f *Future) error {
 	return nil
 }
 
+// Full reports whether the queue has no room for even one more item: a
+// request now would be refused with ErrOverloaded. It takes no lock, so a
+// front end can refuse before it reads a request's body.
+func (s *Streamer) Full() bool { return int(s.queue.size.Load()) >= s.cfg.MaxQueue }
+
 // refuseFull refuses n items for want of room. The first refusal since the
 // last sweep asks the dispatcher for one: room held by items that will never
 // run is then given back within sweepInterval.

@@ -108,6 +108,7 @@ type handler struct {
 	jsonType    []string
 	msgpackType []string
 	retryAfter  []string
+	fullBody    []byte // the JSON answer to a request refused for a full queue
 }
 
 // New returns the HTTP handler for cfg. It panics when cfg.Backend is nil,
@@ -144,6 +145,8 @@ func New(cfg Config) http.Handler {
 		h.origins[strings.TrimSuffix(o, "/")] = true
 	}
 	h.bufs.New = func() any { return new(bytes.Buffer) }
+	h.fullBody, _ = json.Marshal(errorBody{Error: fullMessage})
+	h.fullBody = append(h.fullBody, '\n')
 	return h
 }
 
@@ -258,9 +261,8 @@ func (h *handler) writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func (h *handler) writeBody(w http.ResponseWriter, status int, contentType []string, body []byte) {
-	if h.writeTimeout > 0 {
-		// Errors only for writers without deadlines (a test recorder).
-		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(h.writeTimeout))
+	if d, ok := w.(writeDeadliner); ok && h.writeTimeout > 0 {
+		_ = d.SetWriteDeadline(time.Now().Add(h.writeTimeout))
 	}
 	hdr := w.Header()
 	hdr["Content-Type"] = contentType

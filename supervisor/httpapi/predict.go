@@ -73,7 +73,21 @@ func (p *predictRequest) addItem(item []byte, key string) {
 	}
 }
 
+// fuller is a Backend that can tell, cheaply, that it would refuse any
+// request now.
+type fuller interface{ Full() bool }
+
+// fullMessage answers a request that arrives while the queue is full,
+// before its body is read: refusing must cost less than serving, or an
+// overload starves the model of the work it was admitting.
+var fullMessage = supervisor.ErrOverloaded.Error() + ": no room for another item"
+
 func (h *handler) predict(w http.ResponseWriter, r *http.Request) {
+	if f, ok := h.backend.(fuller); ok && f.Full() {
+		w.Header()["Retry-After"] = h.retryAfter
+		h.writeBody(w, http.StatusTooManyRequests, h.jsonType, h.fullBody)
+		return
+	}
 	format, err := formatOf(r.Header.Get("Content-Type"))
 	if err != nil {
 		h.fail(w, r, err)
@@ -147,6 +161,13 @@ func looksLikeJSONObject(body []byte) bool {
 	return s.pos < len(body) && body[s.pos] == '{'
 }
 
+// readDeadliner and writeDeadliner are what http.ResponseController uses
+// of net/http's ResponseWriter; asserting them directly costs no allocation.
+type (
+	readDeadliner  interface{ SetReadDeadline(time.Time) error }
+	writeDeadliner interface{ SetWriteDeadline(time.Time) error }
+)
+
 // initialBodyBuffer is the most readBody sets aside for a body before its
 // bytes arrive.
 const initialBodyBuffer = 64 << 10
@@ -163,15 +184,24 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Bu
 		buf.Grow(int(min(r.ContentLength, initialBodyBuffer)) + bytes.MinRead)
 	}
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, h.maxBody))
+	if err != nil {
+		return h.bodyError(err)
+	}
+	// The server's ReadTimeout bounds reading the request; lifted now, it
+	// does not cut short the wait for the model (net/http would cancel the
+	// request's context when it fires).
+	if d, ok := w.(readDeadliner); ok {
+		_ = d.SetReadDeadline(time.Time{})
+	}
+	return nil
+}
+
+// bodyError says why reading a body failed. Apart from readBody, so that
+// the targets errors.As needs are allocated only when there is an error.
+func (h *handler) bodyError(err error) error {
 	var tooBig *http.MaxBytesError
 	var netErr net.Error
 	switch {
-	case err == nil:
-		// The server's ReadTimeout bounds reading the request; lifted
-		// now, it does not cut short the wait for the model (net/http
-		// would cancel the request's context when it fires).
-		_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
-		return nil
 	case errors.As(err, &tooBig):
 		return h.tooLarge()
 	case errors.As(err, &netErr) && netErr.Timeout():
