@@ -9,7 +9,7 @@ BENCHPKGS ?= ./...
 # Go sources outside fetched and built folders, for the gofmt check.
 GOFILES = $(shell find . -name '*.go' -not -path './.git/*' -not -path './bin/*' -not -path './third_party/*')
 
-.PHONY: bench-all build serve test install-tools vet staticcheck fmtcheck unit fuzz bench onnxruntime proto
+.PHONY: bench-all build serve test install-tools vet staticcheck fmtcheck tidycheck unit fuzz bench onnxruntime proto
 
 ## build: compile the streamer binary into bin/
 build:
@@ -21,8 +21,8 @@ serve:
 	$(MAKE) build
 	$(BIN)/streamer serve --model demo --workers 2 --intra-op-threads 1 --listen 127.0.0.1:5005
 
-## test: every check CI runs: vet, staticcheck, gofmt, then the tests with -race
-test: install-tools vet staticcheck fmtcheck unit
+## test: every check CI runs: vet, staticcheck, gofmt, a tidy go.mod, then the tests with -race
+test: install-tools vet staticcheck fmtcheck tidycheck unit
 
 ## install-tools: install what the checks and tests need (idempotent)
 install-tools:
@@ -38,6 +38,9 @@ staticcheck:
 fmtcheck:
 	@out=$$(gofmt -l $(GOFILES)); \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+tidycheck:
+	@if ! $(GO) mod tidy -diff >/dev/null; then echo "go.mod or go.sum is not tidy: run go mod tidy"; $(GO) mod tidy -diff; exit 1; fi
 
 unit:
 	$(GO) test -race -count=1 -timeout 30m ./...
