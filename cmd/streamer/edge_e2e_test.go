@@ -471,7 +471,9 @@ func TestMemoryIsGivenBackAfterABurst(t *testing.T) {
 		t.Fatalf("the burst raised RSS from %d MiB to only %d MiB: nothing to give back", base>>20, peak>>20)
 	}
 	curve := []string{fmt.Sprintf("0s:%d", peak>>20)}
-	defer func() { t.Logf("RSS before the burst %d MiB; after it, seconds:MiB %s", base>>20, strings.Join(curve, " ")) }()
+	defer func() {
+		t.Logf("RSS before the burst %d MiB; after it, seconds:MiB %s", base>>20, strings.Join(curve, " "))
+	}()
 	start, noted := time.Now(), time.Now()
 	s.waitFor(t, "the burst's memory to be given back", 20*time.Second, func() bool {
 		rss := rssBytes(t, pid)
