@@ -7,7 +7,6 @@ import (
 	"os"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -147,20 +146,6 @@ func (s Sleep) Predict(ctx context.Context, items [][]byte) ([][]byte, error) {
 	for time.Now().Before(end) {
 	}
 	return items, nil
-}
-
-// nanosleep blocks the calling thread in the kernel for d.
-func nanosleep(d time.Duration) error {
-	ts := syscall.NsecToTimespec(int64(d))
-	for {
-		err := syscall.Nanosleep(&ts, &ts)
-		if err == nil {
-			return nil
-		}
-		if err != syscall.EINTR {
-			return fmt.Errorf("sleep: %w", err)
-		}
-	}
 }
 
 // Close does nothing.

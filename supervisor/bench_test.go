@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -130,15 +129,6 @@ func closedLoop(b *testing.B, s *supervisor.Streamer, clients int) float64 {
 		b.Fatalf("%d requests failed", n)
 	}
 	return float64(b.N) / elapsed.Seconds()
-}
-
-// cpuTime is the user and system CPU time this process has used.
-func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkSleepLimit is scenario A: the sleep model (10ms + 100us per item)

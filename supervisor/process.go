@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/streamer-dev/streamer/ipc"
@@ -78,8 +77,8 @@ func startProcess(sl *slot) (*process, error) {
 	cmd.ExtraFiles = []*os.File{pipes.childIn, pipes.childOut}
 	cmd.Stdout, cmd.Stderr = pipes.stdoutW, pipes.stderrW
 	// Its own process group, so that killing it also kills what it started
-	// (a plugin); and it dies with us.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// (a plugin); and, on Linux, it dies with us.
+	cmd.SysProcAttr = workerProcAttr()
 	err = cmd.Start()
 	pipes.closeChildEnds()
 	if err != nil {
@@ -287,7 +286,7 @@ func (p *process) kill(reason error) {
 		p.killReason = reason
 	}
 	p.mu.Unlock()
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	killProcessGroup(p.cmd.Process.Pid)
 	_ = p.cmd.Process.Kill()
 }
 
