@@ -451,22 +451,42 @@ func rssBytes(t *testing.T, pid int) int64 {
 // server returns the burst's memory to the system by itself, within a few
 // seconds rather than at the runtime's periodic collection minutes later.
 func TestMemoryIsGivenBackAfterABurst(t *testing.T) {
-	s := startServer(t, "--model", "echo", "--workers", "2", "--max-body", "10000000")
+	// The model holds each batch a while, so that the burst's requests are
+	// all in memory at once, however slow the machine.
+	s := startServer(t, "--model", "sleep:300ms,0s", "--workers", "1", "--max-body", "10000000")
 	pid := s.cmd.Process.Pid
 	base := rssBytes(t, pid)
 	body := []byte(`{"inputs": ["` + strings.Repeat("m", 4<<20) + `"]}`)
 	var wg sync.WaitGroup
-	for range 32 {
+	for range 48 {
 		wg.Go(func() {
-			for range 3 {
-				if status, _, _, err := s.tryPost("application/json", body); err != nil || status != http.StatusOK {
-					t.Errorf("burst request: %d %v", status, err)
-				}
+			if status, _, _, err := s.tryPost("application/json", body); err != nil || status != http.StatusOK {
+				t.Errorf("burst request: %d %v", status, err)
 			}
 		})
 	}
+	// The peak is sampled while the burst runs: on a slow machine the
+	// server may be idle, and give memory back, before the last client has
+	// read its answer.
+	burstDone := make(chan struct{})
+	peaked := make(chan int64)
+	go func() {
+		peak := rssBytes(t, pid)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			peak = max(peak, rssBytes(t, pid))
+			select {
+			case <-burstDone:
+				peaked <- peak
+				return
+			case <-tick.C:
+			}
+		}
+	}()
 	wg.Wait()
-	peak := rssBytes(t, pid)
+	close(burstDone)
+	peak := <-peaked
 	if peak < base+100<<20 {
 		t.Fatalf("the burst raised RSS from %d MiB to only %d MiB: nothing to give back", base>>20, peak>>20)
 	}
