@@ -11,16 +11,17 @@ import (
 )
 
 // messageFields is the number of elements in an encoded message array:
-// kind, batch id, items, item errors, error, ready, TTLs, expired. A
-// message of version 1 had only the first six; they are read, so that a
-// worker of that version is told apart by its Ready's Version.
+// kind, batch id, items, item errors, error, ready, TTLs, expired, spec.
+// Messages of versions 1 and 2 had only the first six and eight; they are
+// read, so that a worker of those versions is told apart by its Version.
 const (
-	messageFields   = 8
+	messageFields   = 9
+	messageFieldsV2 = 8
 	messageFieldsV1 = 6
 )
 
 // readyFields is the number of entries in an encoded Ready map.
-const readyFields = 4
+const readyFields = 5
 
 // maxSkipDepth bounds how deeply an unknown Ready field may nest. msgpack's
 // own Skip recurses once per level without limit, so a few megabytes of
@@ -69,6 +70,9 @@ func (e *encoder) encode(m *Message) error {
 		return err
 	}
 	if err := encodeInts(enc, m.Expired); err != nil {
+		return err
+	}
+	if err := enc.EncodeBytes(m.Spec); err != nil {
 		return err
 	}
 	b := e.buf.Bytes()
@@ -133,6 +137,7 @@ func encodeReady(enc *msgpack.Encoder, r *Ready) error {
 		enc.EncodeString("pid"), enc.EncodeInt(int64(r.PID)),
 		enc.EncodeString("device"), enc.EncodeString(r.Device),
 		enc.EncodeString("model"), enc.EncodeString(r.Model),
+		enc.EncodeString("magic"), enc.EncodeString(r.Magic),
 	)
 }
 
@@ -176,7 +181,7 @@ func (d *decoder) message() (Message, error) {
 	if err != nil {
 		return m, err
 	}
-	if n != messageFields && n != messageFieldsV1 {
+	if n != messageFields && n != messageFieldsV2 && n != messageFieldsV1 {
 		return m, fmt.Errorf("message has %d fields, want %d", n, messageFields)
 	}
 	// Read the kind wide: DecodeUint8 would truncate 258 to a valid 2.
@@ -184,7 +189,7 @@ func (d *decoder) message() (Message, error) {
 	if err != nil {
 		return m, fmt.Errorf("kind: %w", err)
 	}
-	if kind < uint64(KindReady) || kind > uint64(KindFatal) {
+	if kind < uint64(KindReady) || kind > uint64(KindInit) {
 		return m, fmt.Errorf("unknown message kind %d", kind)
 	}
 	m.Kind = Kind(kind)
@@ -203,12 +208,17 @@ func (d *decoder) message() (Message, error) {
 	if m.Ready, err = d.ready(); err != nil {
 		return m, fmt.Errorf("ready: %w", err)
 	}
-	if n == messageFields {
+	if n >= messageFieldsV2 {
 		if m.TTLs, err = d.ints(); err != nil {
 			return m, fmt.Errorf("ttls: %w", err)
 		}
 		if m.Expired, err = d.indices(len(m.Items)); err != nil {
 			return m, fmt.Errorf("expired: %w", err)
+		}
+	}
+	if n == messageFields {
+		if m.Spec, err = d.bytes(); err != nil {
+			return m, fmt.Errorf("spec: %w", err)
 		}
 	}
 	if d.r.Len() != 0 {
@@ -260,6 +270,22 @@ func (d *decoder) items() ([][]byte, error) {
 		}
 	}
 	return items, nil
+}
+
+// bytes reads a bin value into a copy of its own: nil stays nil.
+func (d *decoder) bytes() ([]byte, error) {
+	size, err := d.dec.DecodeBytesLen()
+	if err != nil || size < 0 {
+		return nil, err
+	}
+	if size > d.r.Len() {
+		return nil, fmt.Errorf("%d bytes claimed, %d left", size, d.r.Len())
+	}
+	b := make([]byte, size)
+	if _, err := io.ReadFull(&d.r, b); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 func (d *decoder) strings() ([]string, error) {
@@ -331,6 +357,8 @@ func (d *decoder) ready() (*Ready, error) {
 			r.Device, err = d.dec.DecodeString()
 		case "model":
 			r.Model, err = d.dec.DecodeString()
+		case "magic":
+			r.Magic, err = d.dec.DecodeString()
 		default:
 			err = d.skip(0)
 		}

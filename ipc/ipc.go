@@ -13,9 +13,28 @@ import (
 	"fmt"
 )
 
-// Version is the protocol version. A worker reports it in its Ready message and
-// the supervisor refuses a worker that speaks another one.
-const Version = 2
+// Version is the protocol version. A worker reports it in its Hello and
+// Ready messages and the supervisor refuses a worker that speaks another one.
+const Version = 3
+
+// The worker contract: how a supervisor starts a worker process and how the
+// worker knows it was started by one. The supervisor sets WorkerEnv to
+// WorkerCookie in the child's environment and hands it two pipes as file
+// descriptors WorkerInFD (frames to the worker) and WorkerOutFD (frames from
+// it), keeping the child's stdout and stderr free for the model to print on.
+//
+// The worker's first frame is a Hello whose Ready carries Magic and its
+// Version: a program that is not a worker sends none, and the supervisor
+// refuses it by name. The supervisor then sends an Init frame with the
+// model spec; the worker opens the model and answers Ready, or Fatal.
+const (
+	WorkerEnv    = "STREAMER_WORKER"
+	WorkerCookie = "a3f6c0de-streamer-worker"
+	WorkerInFD   = 3
+	WorkerOutFD  = 4
+	// Magic is what a worker's Hello carries in Ready.Magic.
+	Magic = "streamer-worker"
+)
 
 // DefaultMaxFrame is the frame size limit used when none is given.
 const DefaultMaxFrame = 256 << 20
@@ -48,6 +67,12 @@ const (
 	// KindFatal (worker → supervisor): the worker cannot go on (its model failed
 	// to initialise, say); Error says why. The worker exits after sending it.
 	KindFatal Kind = 6
+	// KindHello (worker → supervisor): the worker's first message, before
+	// it knows its model; Ready holds Magic, Version and PID.
+	KindHello Kind = 7
+	// KindInit (supervisor → worker): the answer to Hello; Spec is the model
+	// to open. The worker answers Ready once the model is open, or Fatal.
+	KindInit Kind = 8
 )
 
 func (k Kind) String() string {
@@ -64,6 +89,10 @@ func (k Kind) String() string {
 		return "stop"
 	case KindFatal:
 		return "fatal"
+	case KindHello:
+		return "hello"
+	case KindInit:
+		return "init"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -86,6 +115,9 @@ type Message struct {
 	// Expired (KindResult) lists, in increasing order, the indices of the
 	// items the worker did not run because their time was up.
 	Expired []int
+	// Spec (KindInit) is the model the worker opens, as the supervisor's
+	// caller encoded it (a model.Spec in JSON); ipc does not read it.
+	Spec []byte
 }
 
 // Ready describes a worker that has initialised its model.
@@ -98,6 +130,9 @@ type Ready struct {
 	Device string `msgpack:"device"`
 	// Model names the model the worker serves.
 	Model string `msgpack:"model"`
+	// Magic (Hello only) is ipc.Magic: the proof that the sender is a
+	// streamer worker, not some other program started by mistake.
+	Magic string `msgpack:"magic"`
 }
 
 // Errors a Reader returns; callers branch on them with errors.Is.

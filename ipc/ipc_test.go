@@ -50,6 +50,8 @@ func sampleMessages(tb testing.TB) []struct {
 		{"heartbeat", ipc.Message{Kind: ipc.KindHeartbeat}},
 		{"stop", ipc.Message{Kind: ipc.KindStop}},
 		{"fatal", ipc.Message{Kind: ipc.KindFatal, Error: "open model chaos:init-fail: chaos: init failed as asked"}},
+		{"hello", ipc.Message{Kind: ipc.KindHello, Ready: &ipc.Ready{Version: ipc.Version, PID: 77, Magic: ipc.Magic}}},
+		{"init", ipc.Message{Kind: ipc.KindInit, Spec: []byte(`{"runner":"sleep","settings":{"fixed":1000000,"per_item":0}}`)}},
 	}
 }
 
@@ -329,7 +331,8 @@ func TestDecodeCorrupt(t *testing.T) {
 		{"too few fields", fields(t, 2, 1, nil, nil, "")},
 		{"too many fields", fields(t, 2, 1, nil, nil, "", nil, nil)},
 		{"kind zero", fields(t, 0, 1, nil, nil, "", nil)},
-		{"kind past the last", fields(t, 7, 1, nil, nil, "", nil)},
+		{"kind past the last", fields(t, 9, 1, nil, nil, "", nil)},
+		{"spec longer than the payload", []byte{0x99, 0x08, 0x00, 0xc0, 0xc0, 0xa0, 0xc0, 0xc0, 0xc0, 0xc4, 0x09, 'x'}},
 		{"kind wraps to a valid one", fields(t, 258, 1, nil, nil, "", nil)},
 		{"kind is negative", fields(t, -254, 1, nil, nil, "", nil)},
 		{"kind is a string", fields(t, "batch", 1, nil, nil, "", nil)},
@@ -500,6 +503,8 @@ func TestKindString(t *testing.T) {
 		{ipc.KindHeartbeat, "heartbeat"},
 		{ipc.KindStop, "stop"},
 		{ipc.KindFatal, "fatal"},
+		{ipc.KindHello, "hello"},
+		{ipc.KindInit, "init"},
 		{0, "kind(0)"},
 		{200, "kind(200)"},
 	}
@@ -523,5 +528,22 @@ func TestBadExpiredIndicesAreCorrupt(t *testing.T) {
 		if _, err := ipc.Decode(buf.Bytes()[4:]); !errors.Is(err, ipc.ErrCorruptFrame) {
 			t.Errorf("Expired %v: decoded with %v, want ErrCorruptFrame", expired, err)
 		}
+	}
+}
+
+// TestDecodeReadsOlderVersions: a worker of an older version must be told
+// apart by the Version it reports, not fail as a corrupt frame, so its
+// eight-field (version 2) and six-field (version 1) messages are read.
+func TestDecodeReadsOlderVersions(t *testing.T) {
+	ready := map[string]any{"version": 2, "pid": 5, "device": "cpu", "model": "echo"}
+	for _, payload := range [][]byte{
+		fields(t, 1, 0, nil, nil, "", ready, nil, nil),
+		fields(t, 1, 0, nil, nil, "", ready),
+	} {
+		m, err := ipc.Decode(payload)
+		if err != nil {
+			t.Fatalf("Decode: %v", err)
+		}
+		assertSame(t, m, ipc.Message{Kind: ipc.KindReady, Ready: &ipc.Ready{Version: 2, PID: 5, Device: "cpu", Model: "echo"}})
 	}
 }

@@ -1,14 +1,17 @@
 // Package model defines what a model is to streamer: something initialised
 // once in its worker process that predicts whole batches of opaque items, and
-// then is closed. It also holds the built-in models (echo, sleep, chaos) and
-// the Spec that names which model a worker should open.
+// then is closed; and the Spec that names which model a worker opens.
 //
-// Runners for ONNX files and plugin binaries live in subpackages; the package
-// model/load turns a Spec into a running Model.
+// The runners live in subpackages, each with its own settings type:
+// model/builtin (echo, sleep, chaos), model/onnx (ONNX files) and
+// model/plugin (plugin binaries). The package model/load turns a Spec into a
+// running Model with whichever of them it names.
 package model
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -51,47 +54,66 @@ func (e *ItemErrors) Error() string {
 }
 
 // ErrUnknownModel is returned for a model name that is neither built in nor
-// a file a runner knows.
+// a file a runner knows, and for a Spec whose Runner no opener knows.
 var ErrUnknownModel = errors.New("unknown model")
 
-// Spec names the model a worker opens and carries its settings. The zero
-// value is the echo model.
+// ErrBadSettings is returned when a Spec's settings are not what its runner
+// reads: malformed, or with a field the runner does not know.
+var ErrBadSettings = errors.New("bad model settings")
+
+// Spec names the model a worker opens: the runner that opens it and that
+// runner's own settings. The supervisor carries it to every worker process
+// without reading it; only the worker's opener decodes the settings, into
+// the runner's own settings type (builtin.Sleep, onnx.Settings,
+// plugin.Settings, or an embedder's own).
 type Spec struct {
-	// Name is the --model value: a built-in ("echo", "sleep:10ms,100us",
-	// "chaos:crash=boom") or a path to an .onnx file. Ignored when Plugin is set.
-	Name string `json:"name,omitempty"`
-	// Plugin is the path of a plugin binary (hashicorp/go-plugin, gRPC).
-	Plugin string `json:"plugin,omitempty"`
-	// PluginArgs are passed to the plugin's Init as key=value settings.
-	PluginArgs map[string]string `json:"plugin_args,omitempty"`
-	// PluginSHA256 is the expected hex SHA-256 of the plugin binary; empty
-	// skips the check.
-	PluginSHA256 string `json:"plugin_sha256,omitempty"`
-	// PluginSocketDir is the private directory the plugin's socket is made
-	// in (see plugin.Config.SocketDir); empty means the system's temporary
-	// directory. It says where, not what: it does not change the model.
-	PluginSocketDir string `json:"plugin_socket_dir,omitempty"`
-	// Device is "cpu" (default) or "cuda". With "cuda" the model runs on
-	// device 0 of the worker's CUDA_VISIBLE_DEVICES.
-	Device string `json:"device,omitempty"`
-	// IntraOpThreads bounds the threads a runner uses inside one batch; 0
-	// leaves the runner's default.
-	IntraOpThreads int `json:"intra_op_threads,omitempty"`
-	// ORTLib is the path of the ONNX Runtime shared library; empty searches
-	// the usual places.
-	ORTLib string `json:"ort_lib,omitempty"`
-	// Pad maps an ONNX input name to the value its dynamic non-batch axes are
-	// padded with, so items of different lengths can share a batch.
-	Pad map[string]float64 `json:"pad,omitempty"`
+	// Runner names what opens the model: "echo", "sleep" and "chaos" (the
+	// built-ins), "onnx", "plugin", or a name an embedder's opener knows.
+	Runner string `json:"runner"`
+	// Settings are the runner's settings, JSON-encoded; empty for a runner
+	// that takes none.
+	Settings json.RawMessage `json:"settings,omitempty"`
 }
 
-// String names the model for logs.
+// NewSpec encodes settings (nil for none) as the Spec of runner.
+func NewSpec(runner string, settings any) (Spec, error) {
+	if runner == "" {
+		return Spec{}, errors.New("model spec: the runner must be named")
+	}
+	spec := Spec{Runner: runner}
+	if settings == nil {
+		return spec, nil
+	}
+	b, err := json.Marshal(settings)
+	if err != nil {
+		return Spec{}, fmt.Errorf("model spec %s: encode settings: %w", runner, err)
+	}
+	spec.Settings = b
+	return spec, nil
+}
+
+// Decode reads the spec's settings into v, refusing a field v does not
+// have: a misspelt setting fails the worker rather than being ignored.
+// Empty settings leave v as it is.
+func (s Spec) Decode(v any) error {
+	if len(s.Settings) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(s.Settings))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w for %s: %v", ErrBadSettings, s.Runner, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w for %s: more than one value", ErrBadSettings, s.Runner)
+	}
+	return nil
+}
+
+// String names the model for logs: the runner, then its settings.
 func (s Spec) String() string {
-	if s.Plugin != "" {
-		return "plugin " + s.Plugin
+	if len(s.Settings) == 0 || string(s.Settings) == "{}" || string(s.Settings) == "null" {
+		return s.Runner
 	}
-	if s.Name == "" {
-		return "echo"
-	}
-	return s.Name
+	return s.Runner + " " + string(s.Settings)
 }

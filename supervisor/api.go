@@ -46,6 +46,10 @@ var (
 	// items than MaxItems or MaxQueue, or an item or batch too large for
 	// the pipe's frame limit. Retrying it unchanged cannot help (HTTP 413).
 	ErrTooLarge = errors.New("request too large")
+	// ErrNotWorker: the binary ProcessConfig.Path names did not answer the
+	// worker handshake: it exited or stayed silent instead of proving it is
+	// a streamer worker (its main calls workerproc.Main).
+	ErrNotWorker = errors.New("not a streamer worker")
 	// ErrStarted: Start was called on a Streamer already started.
 	ErrStarted = errors.New("supervisor: already started")
 )

@@ -13,52 +13,37 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/streamer-dev/streamer/model"
+	"github.com/streamer-dev/streamer/model/builtin"
 	"github.com/streamer-dev/streamer/supervisor"
 	"github.com/streamer-dev/streamer/workerproc"
 )
 
-// envTestWorker makes this test binary act as a worker process running the
-// built-in model it names, so the benchmarks and process tests exercise real
-// children and real pipes without building the streamer binary.
-const envTestWorker = "SUPERVISOR_TEST_WORKER_MODEL"
-
+// TestMain makes this test binary a worker process when a supervisor
+// starts it, serving the built-in models, so the benchmarks and process
+// tests exercise real children and real pipes without building the
+// streamer binary.
 func TestMain(m *testing.M) {
-	if name := os.Getenv(envTestWorker); name != "" {
-		os.Exit(runTestWorker(name))
+	if workerproc.Started() {
+		workerproc.Main(func(_ context.Context, spec model.Spec) (model.Model, error) {
+			return builtin.Open(spec)
+		})
 	}
 	os.Exit(m.Run())
 }
 
-func runTestWorker(name string) int {
-	err := workerproc.Run(context.Background(), workerproc.Config{
-		Spec: model.Spec{Name: name},
-		Open: func(_ context.Context, spec model.Spec) (model.Model, error) {
-			m, ok, err := model.OpenBuiltin(spec.Name)
-			if !ok {
-				return nil, fmt.Errorf("not a built-in model: %s", spec.Name)
-			}
-			return m, err
-		},
-		In:     os.NewFile(3, "in"),
-		Out:    os.NewFile(4, "out"),
-		Device: "cpu",
-	})
-	if err != nil && err != workerproc.ErrStopped {
-		fmt.Fprintln(os.Stderr, "test worker:", err)
-		return 1
-	}
-	return 0
-}
-
 // processConfig starts workers running the named built-in model.
 func processConfig(modelName string, workers, batchSize int) supervisor.Config {
+	spec, ok, err := builtin.Parse(modelName)
+	if !ok || err != nil {
+		panic(fmt.Sprintf("not a built-in model: %s (%v)", modelName, err))
+	}
 	return supervisor.Config{
 		Workers:   workers,
 		BatchSize: batchSize,
 		Process: supervisor.ProcessConfig{
-			Path: os.Args[0],
-			Args: []string{"-test.run=^$"},
-			Env:  []string{envTestWorker + "=" + modelName},
+			Model: spec,
+			Path:  os.Args[0],
+			Args:  []string{"-test.run=^$"},
 		},
 	}
 }
@@ -135,7 +120,7 @@ func closedLoop(b *testing.B, s *supervisor.Streamer, clients int) float64 {
 // at batch 64, driven through the Go API with real worker processes, as a
 // fraction of the physical limit workers × 64 / cost(64).
 func BenchmarkSleepLimit(b *testing.B) {
-	cost := model.Sleep{Fixed: 10 * time.Millisecond, PerItem: 100 * time.Microsecond}
+	cost := builtin.NewSleep(10*time.Millisecond, 100*time.Microsecond)
 	for _, workers := range []int{1, 2, 4, 8} {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
 			s := startBench(b, processConfig("sleep:10ms,100us", workers, 64))

@@ -2,12 +2,14 @@ package supervisor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/streamer-dev/streamer/ipc"
+	"github.com/streamer-dev/streamer/model"
 )
 
 // BatchFunc runs one batch in this process: it returns one output per item,
@@ -82,11 +84,21 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// ProcessConfig tells how to start worker processes.
+// ProcessConfig tells how to start worker processes: a binary whose main
+// is a worker (it calls workerproc.Main, or is `streamer worker`), and the
+// model every worker opens.
 type ProcessConfig struct {
-	// Path is the binary to run; default: this program.
+	// Model is the model every worker opens, sent to each in the protocol's
+	// Init message. The supervisor does not read it; a worker that cannot
+	// open it says why and the slot fails. Required.
+	Model model.Spec
+	// Path is the worker binary; default: this program, which must then
+	// call workerproc.Main when workerproc.Started says so. A binary that
+	// does not answer the handshake fails Start with ErrNotWorker.
 	Path string
-	// Args are its arguments; default: ["worker"].
+	// Args are its arguments; default: ["worker"], which is what the
+	// streamer binary needs. A program that checks workerproc.Started
+	// first ignores them.
 	Args []string
 	// Env is added to this process's environment for every worker.
 	Env []string
@@ -94,6 +106,10 @@ type ProcessConfig struct {
 	// CUDADevices[i % len]; a restarted worker keeps its slot's device. When
 	// empty the variable passes through unchanged.
 	CUDADevices []string
+	// HandshakeTimeout bounds the wait for a started binary's first message,
+	// which proves it is a worker; the model's initialisation comes after,
+	// bounded by Config.InitTimeout. Default 10s.
+	HandshakeTimeout time.Duration
 	// HeartbeatTimeout: a worker silent for this long is killed. Default 10s.
 	HeartbeatTimeout time.Duration
 	// StopTimeout bounds a worker's clean exit after Stop; then it is killed.
@@ -130,6 +146,11 @@ func (c *Config) setDefaults() error {
 	if err := c.fitBatchBytes(); err != nil {
 		return err
 	}
+	if c.Func == nil {
+		if err := checkSpec(c.Process.Model); err != nil {
+			return err
+		}
+	}
 	def(&c.MaxLatency, 100*time.Millisecond)
 	def(&c.WorkerTimeout, 20*time.Second)
 	def(&c.InitTimeout, 2*time.Minute)
@@ -139,6 +160,7 @@ func (c *Config) setDefaults() error {
 	def(&c.RestartWindow, time.Minute)
 	def(&c.UnavailableAfter, time.Second)
 	def(&c.PoisonTTL, 10*time.Minute)
+	def(&c.Process.HandshakeTimeout, 10*time.Second)
 	def(&c.Process.HeartbeatTimeout, 10*time.Second)
 	def(&c.Process.StopTimeout, 5*time.Second)
 	if c.MaxRestarts <= 0 {
@@ -149,6 +171,18 @@ func (c *Config) setDefaults() error {
 	}
 	if c.BackoffMin > c.BackoffMax {
 		return fmt.Errorf("supervisor: BackoffMin %s is above BackoffMax %s", c.BackoffMin, c.BackoffMax)
+	}
+	return nil
+}
+
+// checkSpec refuses a model spec that no worker could read. What it means
+// is the worker's business.
+func checkSpec(spec model.Spec) error {
+	if spec.Runner == "" {
+		return errors.New("supervisor: Process.Model names no runner: say which model the workers open (or run a model in-process)")
+	}
+	if len(spec.Settings) > 0 && !json.Valid(spec.Settings) {
+		return fmt.Errorf("supervisor: Process.Model's settings for %s are not JSON", spec.Runner)
 	}
 	return nil
 }

@@ -3,6 +3,8 @@ package supervisor
 import (
 	"testing"
 	"time"
+
+	"github.com/streamer-dev/streamer/model"
 )
 
 // TestHeartbeatSilenceIsMonotonic: a worker's silence is measured on the
@@ -11,7 +13,7 @@ import (
 // reading of that clock: a fresh one is silent for next to nothing, one a
 // minute older for a minute.
 func TestHeartbeatSilenceIsMonotonic(t *testing.T) {
-	s, err := New(Config{})
+	s, err := New(Config{Process: ProcessConfig{Model: model.Spec{Runner: "echo"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/streamer-dev/streamer/model"
+	"github.com/streamer-dev/streamer/model/builtin"
 	"github.com/streamer-dev/streamer/supervisor"
 )
 
@@ -26,7 +26,7 @@ import (
 // -benchtime 4x.
 func BenchmarkOverload(b *testing.B) {
 	const batch, overload = 64, 10
-	cost := model.Sleep{Fixed: 10 * time.Millisecond, PerItem: 100 * time.Microsecond}
+	cost := builtin.NewSleep(10*time.Millisecond, 100*time.Microsecond)
 	capacity := batch / cost.Cost(batch).Seconds()
 	cfg := processConfig("sleep:10ms,100us", 1, batch)
 	s := startBench(b, cfg)

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -34,8 +35,10 @@ type process struct {
 	ready   ipc.Ready
 
 	batches chan *batch // nil batch: send Stop
-	waited  chan struct{}
-	exited  chan struct{}
+	// hello is closed when the child has proved it is a worker.
+	hello  chan struct{}
+	waited chan struct{}
+	exited chan struct{}
 	// written is closed when writeLoop has returned; nil until it starts.
 	written chan struct{}
 
@@ -70,10 +73,12 @@ func startProcess(sl *slot) (*process, error) {
 	}
 	cmd := exec.Command(path, args...)
 	cmd.Env = append(os.Environ(), pc.Env...)
+	cmd.Env = append(cmd.Env, ipc.WorkerEnv+"="+ipc.WorkerCookie)
 	if sl.cuda != "" {
 		cmd.Env = append(cmd.Env, "CUDA_VISIBLE_DEVICES="+sl.cuda)
 	}
-	// The child reads batches on fd 3 and writes results on fd 4.
+	// The child reads frames on fd 3 and writes its own on fd 4
+	// (ipc.WorkerInFD and ipc.WorkerOutFD): ExtraFiles start at 3.
 	cmd.ExtraFiles = []*os.File{pipes.childIn, pipes.childOut}
 	cmd.Stdout, cmd.Stderr = pipes.stdoutW, pipes.stderrW
 	// Its own process group, so that killing it also kills what it started
@@ -92,6 +97,7 @@ func startProcess(sl *slot) (*process, error) {
 		in:      pipes.fromChild,
 		toChild: pipes.toChild,
 		batches: make(chan *batch, s.cfg.PipelineDepth+1),
+		hello:   make(chan struct{}),
 		waited:  make(chan struct{}),
 		exited:  make(chan struct{}),
 	}
@@ -111,24 +117,34 @@ func startProcess(sl *slot) (*process, error) {
 	return p, nil
 }
 
-// awaitReady waits for the child's Ready message, then starts the loops that
-// serve it. On failure the child is killed and reaped before returning.
+// awaitReady waits for the child's Hello, which proves it is a worker, and
+// then for its Ready, and starts the loops that serve it. On failure the
+// child is killed and reaped before returning.
 func (p *process) awaitReady(r *ipc.Reader) error {
 	s := p.sl.s
 	first := make(chan error, 1)
 	go p.readLoop(r, first)
+	handshake := time.NewTimer(s.cfg.Process.HandshakeTimeout)
+	defer handshake.Stop()
 	timer := time.NewTimer(s.cfg.InitTimeout)
 	defer timer.Stop()
 	var err error
-	select {
-	case err = <-first:
-	case <-timer.C:
-		err = fmt.Errorf("worker did not become ready within %s", s.cfg.InitTimeout)
-	case <-s.stopping:
-		err = ErrShuttingDown
-	}
-	if err == nil && p.ready.Version != ipc.Version {
-		err = fmt.Errorf("worker speaks protocol version %d, want %d: is %s the same build as this supervisor?", p.ready.Version, ipc.Version, p.cmd.Path)
+	helloed := p.hello
+	for done := false; !done; {
+		done = true
+		select {
+		case err = <-first:
+		case <-helloed:
+			helloed = nil // closed: stop selecting on it
+			handshake.Stop()
+			done = false
+		case <-handshake.C:
+			err = fmt.Errorf("%w: %s said nothing on the worker pipe within %s (a worker binary's main calls workerproc.Main)", ErrNotWorker, p.cmd.Path, s.cfg.Process.HandshakeTimeout)
+		case <-timer.C:
+			err = fmt.Errorf("worker did not become ready within %s", s.cfg.InitTimeout)
+		case <-s.stopping:
+			err = ErrShuttingDown
+		}
 	}
 	if err != nil {
 		p.kill(err)
@@ -152,20 +168,30 @@ func (p *process) readLoop(r *ipc.Reader, first chan<- error) {
 		}
 		<-p.waited
 	}()
-	isReady := false
+	helloed, isReady := false, false
 	for {
 		msg, err := r.Read()
 		if err != nil {
-			if !errors.Is(err, io.EOF) {
+			switch {
+			case !errors.Is(err, io.EOF) && !helloed:
+				p.kill(fmt.Errorf("%w: %s wrote what is not a worker's frame on the worker pipe: %v", ErrNotWorker, p.cmd.Path, err))
+			case !errors.Is(err, io.EOF):
 				p.kill(fmt.Errorf("read from worker: %w", err))
 			}
 			if !isReady {
-				first <- p.startError()
+				first <- p.startError(helloed)
 			}
 			return
 		}
 		p.heard()
 		switch {
+		case !helloed:
+			if err := p.greet(msg); err != nil {
+				p.kill(err)
+				continue
+			}
+			helloed = true
+			close(p.hello)
 		case msg.Kind == ipc.KindReady && !isReady && msg.Ready != nil:
 			p.ready = *msg.Ready
 			isReady = true
@@ -181,12 +207,41 @@ func (p *process) readLoop(r *ipc.Reader, first chan<- error) {
 	}
 }
 
-// startError explains why a child ended before it was ready.
-func (p *process) startError() error {
+// greet checks the child's first message, which must be a Hello of this
+// protocol's version, and answers it with the model spec.
+func (p *process) greet(msg ipc.Message) error {
+	path := p.cmd.Path
+	switch {
+	case msg.Kind == ipc.KindReady && msg.Ready != nil && msg.Ready.Version != ipc.Version:
+		// Workers before version 3 said Ready first, without a Hello.
+		return fmt.Errorf("worker speaks protocol version %d, want %d: is %s the same build as this supervisor?", msg.Ready.Version, ipc.Version, path)
+	case msg.Kind != ipc.KindHello || msg.Ready == nil || msg.Ready.Magic != ipc.Magic:
+		return fmt.Errorf("%w: %s sent a %s message where a worker says hello", ErrNotWorker, path, msg.Kind)
+	case msg.Ready.Version != ipc.Version:
+		return fmt.Errorf("worker speaks protocol version %d, want %d: is %s the same build as this supervisor?", msg.Ready.Version, ipc.Version, path)
+	}
+	spec, err := json.Marshal(p.sl.s.cfg.Process.Model)
+	if err != nil {
+		return fmt.Errorf("encode the model spec: %w", err)
+	}
+	// The writer is ours alone until writeLoop starts, after Ready.
+	if err := p.out.Write(&ipc.Message{Kind: ipc.KindInit, Spec: spec}); err != nil {
+		return fmt.Errorf("send init to worker: %w", err)
+	}
+	return nil
+}
+
+// startError explains why a child ended before it was ready: one that
+// ended before its Hello is no worker, unless we killed it for a reason.
+func (p *process) startError(helloed bool) error {
 	<-p.waited
 	err := p.deathReason()
-	if last := p.lastStderr.Load(); last != nil && p.reason() == nil {
-		return fmt.Errorf("%w; its last words: %s", err, *last)
+	killed := p.reason() != nil
+	if last := p.lastStderr.Load(); last != nil && !killed {
+		err = fmt.Errorf("%w; its last words: %s", err, *last)
+	}
+	if !helloed && !killed {
+		return fmt.Errorf("%w: %s ended before the handshake (%v)", ErrNotWorker, p.cmd.Path, err)
 	}
 	return err
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamer-dev/streamer/model"
 	"github.com/streamer-dev/streamer/supervisor"
 )
 
@@ -643,16 +644,21 @@ func TestPoisonFirstInAFullBatchWithOneWorker(t *testing.T) {
 	}
 }
 
+// echoProcess is a worker configuration that New accepts.
+var echoProcess = supervisor.ProcessConfig{Model: model.Spec{Runner: "echo"}}
+
 func TestBatchBytesMustFitTheFrame(t *testing.T) {
 	tests := []struct {
 		name    string
 		cfg     supervisor.Config
 		wantErr string
 	}{
-		{"default fits", supervisor.Config{}, ""},
-		{"over the default frame", supervisor.Config{MaxBatchBytes: 300 << 20}, "does not fit the pipe's frame limit"},
-		{"over a small frame", supervisor.Config{MaxBatchBytes: 1 << 20, Process: supervisor.ProcessConfig{MaxFrame: 1 << 20}}, "does not fit"},
-		{"within a small frame", supervisor.Config{MaxBatchBytes: 1 << 19, Process: supervisor.ProcessConfig{MaxFrame: 1 << 20}}, ""},
+		{"default fits", supervisor.Config{Process: echoProcess}, ""},
+		{"over the default frame", supervisor.Config{MaxBatchBytes: 300 << 20, Process: echoProcess}, "does not fit the pipe's frame limit"},
+		{"over a small frame", supervisor.Config{MaxBatchBytes: 1 << 20, Process: supervisor.ProcessConfig{Model: echoProcess.Model, MaxFrame: 1 << 20}}, "does not fit"},
+		{"within a small frame", supervisor.Config{MaxBatchBytes: 1 << 19, Process: supervisor.ProcessConfig{Model: echoProcess.Model, MaxFrame: 1 << 20}}, ""},
+		{"no model for the workers", supervisor.Config{}, "names no runner"},
+		{"settings that are not JSON", supervisor.Config{Process: supervisor.ProcessConfig{Model: model.Spec{Runner: "sleep", Settings: []byte("{fixed")}}}, "not JSON"},
 		{"in-process has no frame", supervisor.Config{MaxBatchBytes: 300 << 20, Func: newGate(true).fn}, ""},
 	}
 	for _, tc := range tests {

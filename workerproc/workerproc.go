@@ -1,10 +1,16 @@
-// Package workerproc is the loop that runs inside a worker process: open the
-// model, say ready, then read batches from the supervisor, run them and write
-// the results back, with heartbeats in between, until told to stop.
+// Package workerproc is what runs inside a worker process: prove to the
+// supervisor that it is a worker, learn its model from it, open the model,
+// say ready, then read batches, run them and write the results back, with
+// heartbeats in between, until told to stop.
+//
+// A worker binary's main calls Main (see its example); Run is the same loop
+// on any reader and writer, for tests and for callers that own their pipes.
 package workerproc
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,12 +22,16 @@ import (
 	"github.com/streamer-dev/streamer/model"
 )
 
-// Config tells Run what to serve and where the supervisor is.
+// OpenFunc opens the model a Spec names. A worker calls it once, after its
+// handshake with the supervisor; model/load.Open opens every runner streamer
+// has, and an embedder may pass its own.
+type OpenFunc func(ctx context.Context, spec model.Spec) (model.Model, error)
+
+// Config tells Run how to serve and where the supervisor is. The model comes
+// from the supervisor, in its Init message.
 type Config struct {
-	// Spec names the model.
-	Spec model.Spec
-	// Open initialises the model; it is called once, after the process started.
-	Open func(context.Context, model.Spec) (model.Model, error)
+	// Open initialises the model; it is called once, after the handshake.
+	Open OpenFunc
 	// In carries frames from the supervisor; Out carries frames to it.
 	In  io.Reader
 	Out io.Writer
@@ -35,13 +45,22 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// ErrStopped is returned by Run when the supervisor closed the pipe without
-// asking the worker to stop: it is gone, so the worker exits.
-var ErrStopped = errors.New("workerproc: supervisor went away")
+// Errors Run returns; callers branch on them with errors.Is.
+var (
+	// ErrStopped: the supervisor closed the pipe without asking the worker
+	// to stop. It is gone, so the worker exits.
+	ErrStopped = errors.New("workerproc: supervisor went away")
+	// ErrNoSpec: the supervisor's Init carried no model spec, or one that is
+	// not a model.Spec. A worker never falls back to a default model.
+	ErrNoSpec = errors.New("workerproc: no usable model spec")
+)
 
-// Run serves batches until the supervisor sends Stop (nil) or goes away
-// (ErrStopped), the model cannot be opened (its error, after a Fatal message
-// told the supervisor why), or ctx is done (ctx.Err()).
+// Run is the worker's side of the protocol: it says hello, reads the model
+// spec from the supervisor's Init, opens the model and says ready, then
+// serves batches until the supervisor sends Stop (nil) or goes away
+// (ErrStopped), or ctx is done (ctx.Err()). When the spec is missing or
+// the model cannot be opened, a Fatal message tells the supervisor why and
+// Run returns that error.
 func Run(ctx context.Context, cfg Config) error {
 	if cfg.HeartbeatInterval <= 0 {
 		cfg.HeartbeatInterval = time.Second
@@ -51,10 +70,19 @@ func Run(ctx context.Context, cfg Config) error {
 		log = slog.New(slog.DiscardHandler)
 	}
 	out := ipc.NewWriter(cfg.Out, cfg.MaxFrame)
-
-	m, err := cfg.Open(ctx, cfg.Spec)
+	in := ipc.NewReader(cfg.In, cfg.MaxFrame)
+	hello := &ipc.Ready{Version: ipc.Version, PID: os.Getpid(), Magic: ipc.Magic}
+	if err := out.Write(&ipc.Message{Kind: ipc.KindHello, Ready: hello}); err != nil {
+		return fmt.Errorf("send hello: %w", err)
+	}
+	spec, err := awaitInit(ctx, in)
 	if err != nil {
-		err = fmt.Errorf("open model %s: %w", cfg.Spec, err)
+		_ = out.Write(&ipc.Message{Kind: ipc.KindFatal, Error: err.Error()})
+		return err
+	}
+	m, err := cfg.Open(ctx, spec)
+	if err != nil {
+		err = fmt.Errorf("open model %s: %w", spec, err)
 		_ = out.Write(&ipc.Message{Kind: ipc.KindFatal, Error: err.Error()})
 		return err
 	}
@@ -63,7 +91,7 @@ func Run(ctx context.Context, cfg Config) error {
 			log.Warn("close model", "err", err)
 		}
 	}()
-	name := cfg.Spec.String()
+	name := spec.String()
 	if d, ok := m.(model.Describer); ok {
 		name = d.Describe()
 	}
@@ -71,7 +99,57 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := out.Write(&ipc.Message{Kind: ipc.KindReady, Ready: ready}); err != nil {
 		return fmt.Errorf("send ready: %w", err)
 	}
+	return serve(ctx, cfg, m, in, out)
+}
 
+// awaitInit waits for the supervisor's Init, or for ctx: a read cannot be
+// interrupted, so it runs apart and is abandoned when ctx ends first.
+func awaitInit(ctx context.Context, in *ipc.Reader) (model.Spec, error) {
+	type outcome struct {
+		spec model.Spec
+		err  error
+	}
+	got := make(chan outcome, 1)
+	go func() {
+		spec, err := readInit(in)
+		got <- outcome{spec, err}
+	}()
+	select {
+	case o := <-got:
+		return o.spec, o.err
+	case <-ctx.Done():
+		return model.Spec{}, ctx.Err()
+	}
+}
+
+// readInit reads the supervisor's Init and decodes its model spec, refusing
+// a field model.Spec does not have.
+func readInit(in *ipc.Reader) (model.Spec, error) {
+	var spec model.Spec
+	msg, err := in.Read()
+	switch {
+	case errors.Is(err, io.EOF):
+		return spec, ErrStopped
+	case err != nil:
+		return spec, fmt.Errorf("read init from supervisor: %w", err)
+	case msg.Kind != ipc.KindInit:
+		return spec, fmt.Errorf("%w: the supervisor sent %s before init", ErrNoSpec, msg.Kind)
+	case len(msg.Spec) == 0:
+		return spec, fmt.Errorf("%w: the supervisor's init names no model", ErrNoSpec)
+	}
+	dec := json.NewDecoder(bytes.NewReader(msg.Spec))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&spec); err != nil {
+		return spec, fmt.Errorf("%w: %v", ErrNoSpec, err)
+	}
+	if spec.Runner == "" {
+		return spec, fmt.Errorf("%w: the spec names no runner", ErrNoSpec)
+	}
+	return spec, nil
+}
+
+// serve runs batches from in until Stop, the supervisor's going, or ctx.
+func serve(ctx context.Context, cfg Config, m model.Model, in *ipc.Reader, out *ipc.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go heartbeat(ctx, out, cfg.HeartbeatInterval)
@@ -79,7 +157,7 @@ func Run(ctx context.Context, cfg Config) error {
 	batches := make(chan arrival, 1)
 	var readErr error
 	go func() {
-		readErr = readBatches(ctx, ipc.NewReader(cfg.In, cfg.MaxFrame), batches)
+		readErr = readBatches(ctx, in, batches)
 		close(batches)
 	}()
 	for {

@@ -2,6 +2,7 @@ package workerproc_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/streamer-dev/streamer/ipc"
 	"github.com/streamer-dev/streamer/model"
+	"github.com/streamer-dev/streamer/model/builtin"
 	"github.com/streamer-dev/streamer/model/load"
 	"github.com/streamer-dev/streamer/workerproc"
 	"github.com/vmihailenco/msgpack/v5"
@@ -36,9 +38,20 @@ type worker struct {
 }
 
 // startWorker runs workerproc.Run with cfg, its In and Out set to fresh
-// pipes. Unless the test stops it, the worker is told to go away (its input
-// closed) when the test ends, and Run must return.
-func startWorker(t *testing.T, cfg workerproc.Config) *worker {
+// pipes, and answers its hello with spec, as a supervisor does.
+func startWorker(t *testing.T, spec model.Spec, cfg workerproc.Config) *worker {
+	t.Helper()
+	w := startRaw(t, cfg)
+	w.hello()
+	w.init(spec)
+	return w
+}
+
+// startRaw runs workerproc.Run with cfg, its In and Out set to fresh pipes,
+// and leaves the handshake to the test. Unless the test stops it, the
+// worker is told to go away (its input closed) when the test ends, and Run
+// must return.
+func startRaw(t *testing.T, cfg workerproc.Config) *worker {
 	t.Helper()
 	inR, inW, err := os.Pipe()
 	if err != nil {
@@ -112,7 +125,40 @@ func (w *worker) nextOf(wants func(ipc.Kind) bool) ipc.Message {
 	}
 }
 
-// ready reads the first frame and requires it to be the ready message.
+// hello reads the first frame and requires it to be a worker's hello.
+func (w *worker) hello() *ipc.Ready {
+	w.t.Helper()
+	m := w.nextOf(func(ipc.Kind) bool { return true })
+	if m.Kind != ipc.KindHello || m.Ready == nil {
+		w.t.Fatalf("first frame is %s (ready %+v), want hello", m.Kind, m.Ready)
+	}
+	return m.Ready
+}
+
+// init sends the model spec, as the supervisor answers a hello.
+func (w *worker) init(spec model.Spec) {
+	w.t.Helper()
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.write(ipc.Message{Kind: ipc.KindInit, Spec: raw})
+}
+
+// builtinSpec is the spec of a built-in model, as streamer serve parses it.
+func builtinSpec(t *testing.T, name string) model.Spec {
+	t.Helper()
+	spec, ok, err := builtin.Parse(name)
+	if !ok || err != nil {
+		t.Fatalf("%s: built-in %v, %v", name, ok, err)
+	}
+	return spec
+}
+
+// fakeSpec names a model the test's own opener serves.
+var fakeSpec = model.Spec{Runner: "fake"}
+
+// ready reads the next frame and requires it to be the ready message.
 func (w *worker) ready() *ipc.Ready {
 	w.t.Helper()
 	m := w.nextOf(func(ipc.Kind) bool { return true })
@@ -205,15 +251,15 @@ func TestReadyMessage(t *testing.T) {
 		open      func(context.Context, model.Spec) (model.Model, error)
 		wantModel string
 	}{
-		{"echo", model.Spec{Name: "echo"}, load.Open, "echo"},
-		{"sleep describes its cost", model.Spec{Name: "sleep:10ms,100us"}, load.Open, "sleep:10ms,100µs"},
-		{"chaos", model.Spec{Name: "chaos:reject=x"}, load.Open, "chaos"},
-		{"no Describe: the spec names it", model.Spec{Name: "my-model"}, opens(upper()), "my-model"},
-		{"plugin spec", model.Spec{Plugin: "/opt/m/plugin"}, opens(upper()), "plugin /opt/m/plugin"},
+		{"echo", builtinSpec(t, "echo"), load.Open, "echo"},
+		{"sleep describes its cost", builtinSpec(t, "sleep:10ms,100us"), load.Open, "sleep:10ms,100µs"},
+		{"chaos", builtinSpec(t, "chaos:reject=x"), load.Open, "chaos"},
+		{"no Describe: the spec names it", model.Spec{Runner: "my-model"}, opens(upper()), "my-model"},
+		{"plugin spec", model.Spec{Runner: "plugin", Settings: []byte(`{"path":"/opt/m/plugin"}`)}, opens(upper()), `plugin {"path":"/opt/m/plugin"}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			w := startWorker(t, workerproc.Config{Spec: tc.spec, Open: tc.open, Device: "cuda:0 (CUDA_VISIBLE_DEVICES=3)"})
+			w := startWorker(t, tc.spec, workerproc.Config{Open: tc.open, Device: "cuda:0 (CUDA_VISIBLE_DEVICES=3)"})
 			got := w.ready()
 			want := ipc.Ready{Version: ipc.Version, PID: os.Getpid(), Device: "cuda:0 (CUDA_VISIBLE_DEVICES=3)", Model: tc.wantModel}
 			if *got != want {
@@ -231,15 +277,15 @@ func TestBatchRoundTrip(t *testing.T) {
 		items [][]byte
 		want  [][]byte
 	}{
-		{"fake model", model.Spec{Name: "upper"}, opens(upper()), [][]byte{[]byte("abc"), []byte("xyz")}, [][]byte{[]byte("ABC"), []byte("XYZ")}},
-		{"echo", model.Spec{Name: "echo"}, load.Open, [][]byte{{0xa1, 'a'}, {0x01}, {}}, [][]byte{{0xa1, 'a'}, {0x01}, {}}},
-		{"sleep", model.Spec{Name: "sleep:0s,0s"}, load.Open, [][]byte{{0x02}}, [][]byte{{0x02}}},
-		{"chaos without triggers", model.Spec{Name: "chaos:reject=no"}, load.Open, [][]byte{{0x03}, {0x04}}, [][]byte{{0x03}, {0x04}}},
-		{"empty batch", model.Spec{Name: "echo"}, load.Open, [][]byte{}, [][]byte{}},
+		{"fake model", model.Spec{Runner: "upper"}, opens(upper()), [][]byte{[]byte("abc"), []byte("xyz")}, [][]byte{[]byte("ABC"), []byte("XYZ")}},
+		{"echo", builtinSpec(t, "echo"), load.Open, [][]byte{{0xa1, 'a'}, {0x01}, {}}, [][]byte{{0xa1, 'a'}, {0x01}, {}}},
+		{"sleep", builtinSpec(t, "sleep:0s,0s"), load.Open, [][]byte{{0x02}}, [][]byte{{0x02}}},
+		{"chaos without triggers", builtinSpec(t, "chaos:reject=no"), load.Open, [][]byte{{0x03}, {0x04}}, [][]byte{{0x03}, {0x04}}},
+		{"empty batch", builtinSpec(t, "echo"), load.Open, [][]byte{}, [][]byte{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			w := startWorker(t, workerproc.Config{Spec: tc.spec, Open: tc.open})
+			w := startWorker(t, tc.spec, workerproc.Config{Open: tc.open})
 			w.ready()
 			// Several batches in a row: each is answered, in order, under its own id.
 			for id := uint64(10); id < 13; id++ {
@@ -263,7 +309,7 @@ func TestItemErrors(t *testing.T) {
 	failSecond := &fake{predict: func(_ context.Context, items [][]byte) ([][]byte, error) {
 		return items, &model.ItemErrors{Errs: []error{nil, errors.New("shape [3] does not match [4]"), nil}}
 	}}
-	w := startWorker(t, workerproc.Config{Spec: model.Spec{Name: "picky"}, Open: opens(failSecond)})
+	w := startWorker(t, model.Spec{Runner: "picky"}, workerproc.Config{Open: opens(failSecond)})
 	w.ready()
 	w.batch(1, items...)
 	res := w.result(1)
@@ -279,7 +325,7 @@ func TestItemErrors(t *testing.T) {
 }
 
 func TestChaosRejectsOneItem(t *testing.T) {
-	w := startWorker(t, workerproc.Config{Spec: model.Spec{Name: "chaos:reject=poison"}, Open: load.Open})
+	w := startWorker(t, builtinSpec(t, "chaos:reject=poison"), workerproc.Config{Open: load.Open})
 	w.ready()
 	w.batch(5, mp(t, "ok"), mp(t, "poison"), mp(t, 7))
 	res := w.result(5)
@@ -316,7 +362,7 @@ func TestBatchErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			w := startWorker(t, workerproc.Config{Open: opens(&fake{predict: tc.predict})})
+			w := startWorker(t, fakeSpec, workerproc.Config{Open: opens(&fake{predict: tc.predict})})
 			w.ready()
 			w.batch(9, three...)
 			res := w.result(9)
@@ -349,7 +395,7 @@ func TestStopFinishesSentBatches(t *testing.T) {
 			return nil, ctx.Err()
 		}
 	}}
-	w := startWorker(t, workerproc.Config{Open: opens(gated)})
+	w := startWorker(t, fakeSpec, workerproc.Config{Open: opens(gated)})
 	w.ready()
 	w.batch(1, []byte("one"))
 	w.batch(2, []byte("two"))
@@ -385,7 +431,7 @@ func TestStopFinishesSentBatches(t *testing.T) {
 
 func TestSupervisorGoneStopsRun(t *testing.T) {
 	m := upper()
-	w := startWorker(t, workerproc.Config{Open: opens(m)})
+	w := startWorker(t, fakeSpec, workerproc.Config{Open: opens(m)})
 	w.ready()
 	w.batch(1, []byte("x"))
 	w.result(1)
@@ -430,15 +476,15 @@ func TestOpenFailureSendsFatal(t *testing.T) {
 		want []string
 		is   error
 	}{
-		{"fake", model.Spec{Name: "resnet.onnx"}, func(context.Context, model.Spec) (model.Model, error) {
+		{"fake", model.Spec{Runner: "onnx", Settings: []byte(`{"path":"resnet.onnx"}`)}, func(context.Context, model.Spec) (model.Model, error) {
 			return nil, errNoWeights
 		}, []string{"resnet.onnx", "weights.onnx: no such file"}, errNoWeights},
-		{"chaos init-fail", model.Spec{Name: "chaos:init-fail"}, load.Open, []string{"chaos:init-fail", "init failed"}, nil},
-		{"unknown model", model.Spec{Name: "nope"}, load.Open, []string{"nope", "unknown model"}, model.ErrUnknownModel},
+		{"chaos init-fail", builtinSpec(t, "chaos:init-fail"), load.Open, []string{"chaos", "init failed"}, nil},
+		{"unknown model", model.Spec{Runner: "nope"}, load.Open, []string{"nope", "unknown model"}, model.ErrUnknownModel},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			w := startWorker(t, workerproc.Config{Spec: tc.spec, Open: tc.open})
+			w := startWorker(t, tc.spec, workerproc.Config{Open: tc.open})
 			m := w.nextOf(func(ipc.Kind) bool { return true })
 			if m.Kind != ipc.KindFatal {
 				t.Fatalf("first frame is %s, want fatal", m.Kind)
@@ -469,7 +515,7 @@ func TestHeartbeats(t *testing.T) {
 		<-release
 		return items, nil
 	}}
-	w := startWorker(t, workerproc.Config{Open: opens(slow), HeartbeatInterval: 5 * time.Millisecond})
+	w := startWorker(t, fakeSpec, workerproc.Config{Open: opens(slow), HeartbeatInterval: 5 * time.Millisecond})
 	w.ready()
 	isHeartbeat := func(k ipc.Kind) bool { return k == ipc.KindHeartbeat }
 	w.nextOf(isHeartbeat)
@@ -508,7 +554,7 @@ func TestBadFramesFromSupervisor(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			w := startWorker(t, workerproc.Config{Open: opens(upper()), MaxFrame: 1 << 20})
+			w := startWorker(t, fakeSpec, workerproc.Config{Open: opens(upper()), MaxFrame: 1 << 20})
 			w.ready()
 			tc.send(w)
 			err := w.exit()
@@ -534,7 +580,7 @@ func TestOversizedResultFailsTheBatch(t *testing.T) {
 		}
 		return out, nil
 	}}
-	w := startWorker(t, workerproc.Config{Open: opens(inflate), MaxFrame: limit})
+	w := startWorker(t, fakeSpec, workerproc.Config{Open: opens(inflate), MaxFrame: limit})
 	w.ready()
 	w.batch(1, []byte("xx"))
 	if res := w.result(1); !strings.Contains(res.Error, "too large") || res.Items != nil {
@@ -554,14 +600,17 @@ func ExampleRun() {
 	done := make(chan error, 1)
 	go func() {
 		done <- workerproc.Run(context.Background(), workerproc.Config{
-			Spec: model.Spec{Name: "echo"}, Open: load.Open,
-			In: toWorker, Out: toSupervisor, Device: "cpu",
+			Open: load.Open,
+			In:   toWorker, Out: toSupervisor, Device: "cpu",
 		})
 		toSupervisor.Close()
 	}()
 	send := ipc.NewWriter(fromSupervisor, 0)
 	recv := ipc.NewReader(fromWorker, 0)
 
+	hello, _ := recv.Read()
+	fmt.Println(hello.Kind, hello.Ready.Magic)
+	_ = send.Write(&ipc.Message{Kind: ipc.KindInit, Spec: []byte(`{"runner":"echo"}`)})
 	ready, _ := recv.Read()
 	fmt.Println(ready.Kind, ready.Ready.Model, ready.Ready.Device)
 	_ = send.Write(&ipc.Message{Kind: ipc.KindBatch, BatchID: 1, Items: [][]byte{{0xa2, 'h', 'i'}}})
@@ -570,6 +619,7 @@ func ExampleRun() {
 	_ = send.Write(&ipc.Message{Kind: ipc.KindStop})
 	fmt.Println(<-done)
 	// Output:
+	// hello streamer-worker
 	// ready echo cpu
 	// result 1 hi
 	// <nil>
@@ -596,7 +646,7 @@ func TestExpiredItemsAreNotRun(t *testing.T) {
 		}
 		return inner(ctx, items)
 	}
-	w := startWorker(t, workerproc.Config{Spec: model.Spec{Name: "upper"}, Open: opens(m)})
+	w := startWorker(t, model.Spec{Runner: "upper"}, workerproc.Config{Open: opens(m)})
 	w.ready()
 	w.batch(1, []byte("slow"))
 	// Sent while the first runs: two items with 20ms left, one with an
@@ -625,5 +675,56 @@ func TestExpiredItemsAreNotRun(t *testing.T) {
 	defer mu.Unlock()
 	if !reflect.DeepEqual(seen, [][]string{{"slow"}, {"keep", "free"}}) {
 		t.Fatalf("the model saw %q; want only the live items", seen)
+	}
+}
+
+// TestHandshake: a worker's first frame proves it is one, before it knows
+// its model; and a worker given no usable model spec says why and exits,
+// never falling back to some default model.
+func TestHandshake(t *testing.T) {
+	w := startRaw(t, workerproc.Config{Open: load.Open})
+	if h := w.hello(); h.Magic != ipc.Magic || h.Version != ipc.Version || h.PID != os.Getpid() {
+		t.Fatalf("hello %+v", h)
+	}
+	tests := []struct {
+		name string
+		init ipc.Message
+		want string
+	}{
+		{"no spec", ipc.Message{Kind: ipc.KindInit}, "names no model"},
+		{"not JSON", ipc.Message{Kind: ipc.KindInit, Spec: []byte("echo")}, "invalid character"},
+		{"unknown spec field", ipc.Message{Kind: ipc.KindInit, Spec: []byte(`{"runner":"echo","name":"sleep"}`)}, `unknown field "name"`},
+		{"no runner", ipc.Message{Kind: ipc.KindInit, Spec: []byte(`{"settings":{}}`)}, "names no runner"},
+		{"a batch before init", ipc.Message{Kind: ipc.KindBatch, BatchID: 1, Items: [][]byte{{1}}}, "batch before init"},
+		{"unknown setting", ipc.Message{Kind: ipc.KindInit, Spec: []byte(`{"runner":"sleep","settings":{"fixed":1,"jitter":2}}`)}, `unknown field "jitter"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := startRaw(t, workerproc.Config{Open: load.Open})
+			w.hello()
+			w.write(tc.init)
+			m := w.nextOf(func(ipc.Kind) bool { return true })
+			if m.Kind != ipc.KindFatal || !strings.Contains(m.Error, tc.want) {
+				t.Fatalf("answer to %s: %s %q, want fatal saying %q", tc.name, m.Kind, m.Error, tc.want)
+			}
+			if err := w.exit(); err == nil || err.Error() != m.Error {
+				t.Fatalf("Run returned %v, want the fatal's error", err)
+			}
+		})
+	}
+}
+
+// A worker binary run by hand, or by anything but a supervisor, says what
+// it is instead of waiting on descriptors it does not have.
+func TestServeOutsideASupervisor(t *testing.T) {
+	for _, cookie := range []string{"", "some-other-value"} {
+		t.Setenv(ipc.WorkerEnv, cookie)
+		if workerproc.Started() {
+			t.Fatalf("Started with %s=%q", ipc.WorkerEnv, cookie)
+		}
+		err := workerproc.Serve(t.Context(), load.Open)
+		if !errors.Is(err, workerproc.ErrNotStarted) || !strings.Contains(err.Error(), ipc.WorkerEnv) {
+			t.Fatalf("Serve: %v, want ErrNotStarted naming %s", err, ipc.WorkerEnv)
+		}
 	}
 }

@@ -28,7 +28,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/streamer-dev/streamer/model"
+	"github.com/streamer-dev/streamer/model/builtin"
 	"github.com/streamer-dev/streamer/supervisor"
 )
 
@@ -416,7 +416,7 @@ func httpStats(client *http.Client, url string) statsSource {
 // goAPI runs a supervisor in this process, with worker processes, and sends
 // msgpack items through Predict.
 func (o benchOptions) goAPI(ctx context.Context, item any) (sender, statsSource, func(), error) {
-	spec, err := o.serve.spec()
+	spec, err := o.serve.spec("")
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -872,7 +872,7 @@ func (r *report) setLimit(o serveOptions) {
 	if name != "sleep" || o.plugin != "" {
 		return
 	}
-	cost, err := model.ParseSleep(args)
+	cost, err := builtin.ParseSleep(args)
 	if err != nil || cost.Cost(o.batchSize) <= 0 {
 		return
 	}

@@ -15,8 +15,12 @@ import (
 // queued and gives it a batch key (its shape signature), and a description
 // of its inputs, outputs and batching; other models take any value.
 func codecFor(spec model.Spec) (httpapi.Codec, any, error) {
-	if _, builtin, _ := model.ParseBuiltin(spec.Name); !builtin && spec.Plugin == "" && onnx.Handles(spec.Name) {
-		codec, desc, err := onnx.Codec(spec)
+	if spec.Runner == onnx.SpecRunner {
+		settings, err := onnx.SettingsOf(spec)
+		if err != nil {
+			return nil, nil, err
+		}
+		codec, desc, err := onnx.Codec(settings)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -39,7 +39,7 @@ func onnxModel(t *testing.T, name string) (string, *onnxtest.Reference) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := onnx.Check(model.Spec{Name: path}); err != nil {
+	if err := onnx.Check(onnx.Settings{Path: path}); err != nil {
 		t.Fatal(err) // for a missing library: run make onnxruntime
 	}
 	ref, err := onnxtest.Load(path)
@@ -472,11 +472,11 @@ func TestONNXServeFailsFast(t *testing.T) {
 		env  string
 		want []string
 	}{
-		{"missing model", []string{"--model", "testdata/models/none.onnx"}, "", []string{"--model testdata/models/none.onnx: no such file"}},
+		{"missing model", []string{"--model", "testdata/models/none.onnx"}, "", []string{"model testdata/models/none.onnx: no such file"}},
 		{"not ONNX", []string{"--model", notes}, "", []string{"not an ONNX model"}},
-		{"missing library", []string{"--model", mlp, "--ort-lib", "/no/such/libonnxruntime.so"}, "", []string{"--ort-lib names /no/such/libonnxruntime.so, which does not exist", "make onnxruntime"}},
+		{"missing library", []string{"--model", mlp, "--ort-lib", "/no/such/libonnxruntime.so"}, "", []string{"the library path names /no/such/libonnxruntime.so, which does not exist", "make onnxruntime", "--ort-lib"}},
 		{"missing library from the environment", []string{"--model", mlp}, "/no/such/dir/libonnxruntime.so", []string{"$STREAMER_ORT_LIB names /no/such/dir/libonnxruntime.so", "make onnxruntime"}},
-		{"bad pad", []string{"--model", mlp, "--pad", "features=0"}, "", []string{`--pad features=0: input "features" (float32 [4]) has no dynamic axis`}},
+		{"bad pad", []string{"--model", mlp, "--pad", "features=0"}, "", []string{`pad features=0: input "features" (float32 [4]) has no dynamic axis`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -537,15 +537,24 @@ func TestONNXCUDAWithoutProviderNeverFallsBack(t *testing.T) {
 
 func TestCodecForPicksTheModelsCodec(t *testing.T) {
 	fixed, _ := onnxModel(t, onnxtest.Fixed)
+	spec := func(o serveOptions) model.Spec {
+		t.Helper()
+		o.device = "cpu"
+		s, err := o.spec("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
 	for _, tt := range []struct {
 		spec model.Spec
 		onnx bool
 	}{
-		{model.Spec{Name: "echo"}, false},
-		{model.Spec{Name: "sleep:1ms,1us"}, false},
-		{model.Spec{Name: "demo"}, true},
-		{model.Spec{Name: fixed}, true},
-		{model.Spec{Name: fixed, Plugin: "/bin/plugin"}, false},
+		{spec(serveOptions{model: "echo"}), false},
+		{spec(serveOptions{model: "sleep:1ms,1us"}), false},
+		{spec(serveOptions{model: "demo"}), true},
+		{spec(serveOptions{model: fixed}), true},
+		{spec(serveOptions{model: fixed, plugin: "/bin/plugin"}), false},
 	} {
 		codec, info, err := codecFor(tt.spec)
 		if err != nil {
@@ -556,11 +565,11 @@ func TestCodecForPicksTheModelsCodec(t *testing.T) {
 			t.Errorf("%+v: codec %T, description %T; want ONNX: %v", tt.spec, codec, info, tt.onnx)
 		}
 	}
-	if _, _, err := codecFor(model.Spec{Name: "missing.onnx"}); err == nil || !strings.Contains(err.Error(), "no such file") {
+	if _, _, err := codecFor(spec(serveOptions{model: "missing.onnx"})); err == nil || !strings.Contains(err.Error(), "no such file") {
 		t.Errorf("missing model file: %v", err)
 	}
 
-	_, info, err := codecFor(model.Spec{Name: fixed})
+	_, info, err := codecFor(spec(serveOptions{model: fixed}))
 	if err != nil {
 		t.Fatal(err)
 	}

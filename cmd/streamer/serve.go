@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,6 +21,8 @@ import (
 
 	"github.com/streamer-dev/streamer/model"
 	"github.com/streamer-dev/streamer/model/load"
+	"github.com/streamer-dev/streamer/model/onnx"
+	"github.com/streamer-dev/streamer/model/plugin"
 	"github.com/streamer-dev/streamer/supervisor"
 	"github.com/streamer-dev/streamer/supervisor/httpapi"
 )
@@ -118,41 +119,78 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f.StringArrayVar(&o.pad, "pad", nil, "INPUT=VALUE: pad that ONNX input's dynamic axes with VALUE so items of different lengths share a batch (repeatable)")
 }
 
-// spec turns the model flags into the Spec every worker opens.
-func (o serveOptions) spec() (model.Spec, error) {
-	spec := model.Spec{
-		Name:           o.model,
-		Plugin:         o.plugin,
-		PluginSHA256:   o.pluginSHA256,
+// spec turns the model flags into the Spec every worker opens. socketDir
+// is where a plugin's private socket directory goes (empty: not made yet).
+func (o serveOptions) spec(socketDir string) (model.Spec, error) {
+	if o.device != "cpu" && o.device != "cuda" {
+		return model.Spec{}, fmt.Errorf("--device %q: want cpu or cuda", o.device)
+	}
+	if o.plugin != "" {
+		return o.pluginSpec(socketDir)
+	}
+	pad, err := keyValues("--pad", "INPUT=NUMBER", o.pad, func(v string) (float64, error) {
+		return strconv.ParseFloat(v, 64)
+	})
+	if err != nil {
+		return model.Spec{}, err
+	}
+	spec, err := load.Parse(o.model, onnx.Settings{
 		Device:         o.device,
 		IntraOpThreads: o.intraOpThreads,
-		ORTLib:         o.ortLib,
-	}
-	if spec.Device != "cpu" && spec.Device != "cuda" {
-		return spec, fmt.Errorf("--device %q: want cpu or cuda", spec.Device)
-	}
-	for _, kv := range o.pluginArgs {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return spec, fmt.Errorf("--plugin-arg %q: want key=value", kv)
-		}
-		if spec.PluginArgs == nil {
-			spec.PluginArgs = map[string]string{}
-		}
-		spec.PluginArgs[k] = v
-	}
-	for _, kv := range o.pad {
-		k, v, ok := strings.Cut(kv, "=")
-		value, err := strconv.ParseFloat(v, 64)
-		if !ok || k == "" || err != nil {
-			return spec, fmt.Errorf("--pad %q: want INPUT=NUMBER", kv)
-		}
-		if spec.Pad == nil {
-			spec.Pad = map[string]float64{}
-		}
-		spec.Pad[k] = value
+		Library:        o.ortLib,
+		Pad:            pad,
+	})
+	if err != nil {
+		return model.Spec{}, fmt.Errorf("--model: %w", err)
 	}
 	return spec, nil
+}
+
+func (o serveOptions) pluginSpec(socketDir string) (model.Spec, error) {
+	args, err := keyValues("--plugin-arg", "key=value", o.pluginArgs, func(v string) (string, error) { return v, nil })
+	if err != nil {
+		return model.Spec{}, err
+	}
+	return plugin.Settings{
+		Path:      o.plugin,
+		Args:      args,
+		Device:    o.device,
+		SHA256:    o.pluginSHA256,
+		SocketDir: socketDir,
+	}.Spec()
+}
+
+// keyValues reads repeated key=value flags into a map (nil when none).
+func keyValues[V any](flag, want string, pairs []string, parse func(string) (V, error)) (map[string]V, error) {
+	var m map[string]V
+	for _, kv := range pairs {
+		k, v, ok := strings.Cut(kv, "=")
+		value, err := parse(v)
+		if !ok || k == "" || err != nil {
+			return nil, fmt.Errorf("%s %q: want %s", flag, kv, want)
+		}
+		if m == nil {
+			m = map[string]V{}
+		}
+		m[k] = value
+	}
+	return m, nil
+}
+
+// checkModel checks spec before any worker starts. The runners' errors
+// name the setting that is wrong; where a flag sets it under another name,
+// the flag is added.
+func (o serveOptions) checkModel(spec model.Spec) error {
+	err := load.Check(spec)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, onnx.ErrNoLibrary) || errors.Is(err, onnx.ErrBadLibrary):
+		return fmt.Errorf("%w (streamer serve takes the library's path with --ort-lib)", err)
+	case spec.Runner == plugin.Runner:
+		return fmt.Errorf("--plugin %s: %w", o.plugin, err)
+	}
+	return err
 }
 
 func (o serveOptions) logger() (*slog.Logger, error) {
@@ -186,10 +224,6 @@ func (o serveOptions) supervisorConfig(spec model.Spec, log *slog.Logger) (super
 	if err != nil {
 		return supervisor.Config{}, fmt.Errorf("find own binary to start workers: %w", err)
 	}
-	specJSON, err := json.Marshal(spec)
-	if err != nil {
-		return supervisor.Config{}, err
-	}
 	var cuda []string
 	if o.cuda != "" {
 		for _, id := range strings.Split(o.cuda, ",") {
@@ -215,7 +249,7 @@ func (o serveOptions) supervisorConfig(spec model.Spec, log *slog.Logger) (super
 		Process: supervisor.ProcessConfig{
 			Path:        self,
 			Args:        []string{"worker"},
-			Env:         []string{envWorkerSpec + "=" + string(specJSON)},
+			Model:       spec,
 			CUDADevices: cuda,
 		},
 	}, nil
@@ -226,14 +260,14 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
-	spec, err := o.spec()
+	spec, err := o.spec("")
 	if err != nil {
 		return err
 	}
-	if err := load.Check(spec); err != nil {
+	if err := o.checkModel(spec); err != nil {
 		return err
 	}
-	if spec.Plugin != "" {
+	if o.plugin != "" {
 		dir, err := makeSocketDir(log)
 		if err != nil {
 			return err
@@ -241,7 +275,9 @@ func runServe(ctx context.Context, o serveOptions) error {
 		// Deferred first, so it runs last: after the workers, and their
 		// plugins, have stopped.
 		defer os.RemoveAll(dir)
-		spec.PluginSocketDir = dir
+		if spec, err = o.spec(dir); err != nil {
+			return err
+		}
 	}
 	codec, info, err := codecFor(spec)
 	if err != nil {

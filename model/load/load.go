@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/streamer-dev/streamer/model"
+	"github.com/streamer-dev/streamer/model/builtin"
 	"github.com/streamer-dev/streamer/model/onnx"
 	"github.com/streamer-dev/streamer/model/plugin"
 )
@@ -15,19 +16,13 @@ import (
 // after the worker has started, so its cost (loading weights, starting a
 // plugin) is paid once per worker.
 func Open(ctx context.Context, spec model.Spec) (model.Model, error) {
-	if spec.Plugin != "" {
+	switch {
+	case spec.Runner == plugin.Runner:
 		return plugin.OpenSpec(ctx, spec)
-	}
-	m, ok, err := model.OpenBuiltin(spec.Name)
-	if ok {
-		return m, err
-	}
-	if onnx.Handles(spec.Name) {
-		r, err := onnx.Open(ctx, spec)
-		if err != nil {
-			return nil, err
-		}
-		return r, nil
+	case spec.Runner == onnx.SpecRunner:
+		return onnx.OpenSpec(ctx, spec)
+	case builtin.Handles(spec.Runner):
+		return builtin.Open(spec)
 	}
 	return nil, unknown(spec)
 }
@@ -36,18 +31,36 @@ func Open(ctx context.Context, spec model.Spec) (model.Model, error) {
 // so that a typo fails at once with a clear message instead of in every
 // worker. It opens nothing heavy and runs no model code.
 func Check(spec model.Spec) error {
-	if spec.Plugin != "" {
+	switch {
+	case spec.Runner == plugin.Runner:
 		return plugin.CheckSpec(spec)
-	}
-	if _, ok, err := model.ParseBuiltin(spec.Name); ok {
-		return err
-	}
-	if onnx.Handles(spec.Name) {
-		return onnx.Check(spec)
+	case spec.Runner == onnx.SpecRunner:
+		settings, err := onnx.SettingsOf(spec)
+		if err != nil {
+			return err
+		}
+		return onnx.Check(settings)
+	case builtin.Handles(spec.Runner):
+		return builtin.Check(spec)
 	}
 	return unknown(spec)
 }
 
+// Parse reads a model name as streamer serve's model flag takes it: a
+// built-in with its arguments ("echo", "sleep:10ms,100us", "chaos:OPTS") or
+// an ONNX file (or "demo"), whose other settings onnx carries. A plugin is
+// named by its own settings, not by a name.
+func Parse(name string, onnxSettings onnx.Settings) (model.Spec, error) {
+	if spec, ok, err := builtin.Parse(name); ok {
+		return spec, err
+	}
+	if onnx.Handles(name) {
+		onnxSettings.Path = name
+		return onnxSettings.Spec()
+	}
+	return model.Spec{}, fmt.Errorf("%w %q: want echo, sleep:FIXED,PER_ITEM, chaos:OPTS, demo or an .onnx file", model.ErrUnknownModel, name)
+}
+
 func unknown(spec model.Spec) error {
-	return fmt.Errorf("%w %q: want echo, sleep:FIXED,PER_ITEM, chaos:OPTS, a .onnx file, or --plugin PATH", model.ErrUnknownModel, spec.Name)
+	return fmt.Errorf("%w: no runner %q (want echo, sleep, chaos, onnx or plugin)", model.ErrUnknownModel, spec.Runner)
 }

@@ -10,7 +10,6 @@ import (
 
 	ort "github.com/yalue/onnxruntime_go"
 
-	"github.com/streamer-dev/streamer/model"
 	"github.com/streamer-dev/streamer/model/onnx"
 	"github.com/streamer-dev/streamer/model/onnx/demo"
 )
@@ -84,7 +83,7 @@ func BenchmarkDemoPredict(b *testing.B) {
 
 func openBench(b *testing.B) *onnx.Runner {
 	b.Helper()
-	r, err := onnx.Open(context.Background(), model.Spec{Name: demo.Name, IntraOpThreads: 1})
+	r, err := onnx.Open(context.Background(), onnx.Settings{Path: demo.Name, IntraOpThreads: 1})
 	if err != nil {
 		b.Fatal(err)
 	}

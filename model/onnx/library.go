@@ -12,7 +12,7 @@ import (
 )
 
 // EnvLibrary is the environment variable that names the ONNX Runtime shared
-// library when --ort-lib is not given.
+// library when no path is given.
 const EnvLibrary = "STREAMER_ORT_LIB"
 
 // The library streamer fetches and the C API it needs. onnxruntime_go
@@ -23,7 +23,7 @@ const (
 	libraryFolder = "third_party/onnxruntime"
 	apiVersion    = 24
 	minimumORT    = "1.24"
-	fixHint       = `run "make onnxruntime" to fetch it into third_party/onnxruntime, or pass --ort-lib PATH (or set STREAMER_ORT_LIB)`
+	fixHint       = `run "make onnxruntime" to fetch it into third_party/onnxruntime, or set STREAMER_ORT_LIB to its path`
 )
 
 // Errors that Check and Open wrap, for callers that branch on them.
@@ -36,13 +36,13 @@ var (
 )
 
 // FindLibrary returns the ONNX Runtime library to load, looking in order at
-// flagPath (--ort-lib), $STREAMER_ORT_LIB, third_party/onnxruntime in the
+// path (when not empty), $STREAMER_ORT_LIB, third_party/onnxruntime in the
 // working directory or a folder above it or above the running binary, and
 // last the bare library name, which the system's library path resolves when
 // it is loaded. A path that is given but missing is an error.
-func FindLibrary(flagPath string) (string, error) {
-	if flagPath != "" {
-		return existing(flagPath, "--ort-lib")
+func FindLibrary(path string) (string, error) {
+	if path != "" {
+		return existing(path, "the library path")
 	}
 	if env := os.Getenv(EnvLibrary); env != "" {
 		return existing(env, "$"+EnvLibrary)
@@ -143,7 +143,7 @@ func loadError(lib string, err error) error {
 	case strings.Contains(msg, "Error setting ORT API base"):
 		return fmt.Errorf("%w: %s does not provide the ONNX Runtime C API version %d that onnxruntime_go needs (ONNX Runtime %s or later); %s", ErrBadLibrary, lib, apiVersion, minimumORT, fixHint)
 	case lib == libraryName && strings.Contains(msg, "Error loading ONNX shared library"):
-		return fmt.Errorf("%w: looked at --ort-lib (not set), $%s (not set), %s/%s in the working directory, the folders above it and next to the binary, and %s on the system library path; %s", ErrNoLibrary, EnvLibrary, libraryFolder, libraryName, libraryName, fixHint)
+		return fmt.Errorf("%w: looked at the given path (none), $%s (not set), %s/%s in the working directory, the folders above it and next to the binary, and %s on the system library path; %s", ErrNoLibrary, EnvLibrary, libraryFolder, libraryName, libraryName, fixHint)
 	}
 	return fmt.Errorf("%w: load %s: %s; %s", ErrBadLibrary, lib, msg, fixHint)
 }

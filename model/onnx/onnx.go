@@ -20,6 +20,50 @@ import (
 	"github.com/streamer-dev/streamer/model/onnx/onnxio"
 )
 
+// SpecRunner is the runner name of an ONNX model in a model.Spec.
+const SpecRunner = "onnx"
+
+// Settings say which ONNX model a worker opens and how it runs it.
+type Settings struct {
+	// Path is the model file, or demo.Name for the embedded demo model.
+	Path string `json:"path"`
+	// Device is "cpu" (default) or "cuda": CUDA device 0 of the worker's
+	// CUDA_VISIBLE_DEVICES.
+	Device string `json:"device,omitempty"`
+	// IntraOpThreads bounds the threads ONNX Runtime uses inside one batch;
+	// 0 leaves the runtime's default.
+	IntraOpThreads int `json:"intra_op_threads,omitempty"`
+	// Library is the ONNX Runtime shared library; empty searches the usual
+	// places (see FindLibrary).
+	Library string `json:"library,omitempty"`
+	// Pad maps an input name to the value its dynamic non-batch axes are
+	// padded with, so items of different lengths can share a batch.
+	Pad map[string]float64 `json:"pad,omitempty"`
+}
+
+// Spec is the Spec that opens this model in a worker.
+func (s Settings) Spec() (model.Spec, error) {
+	if s.Path == "" {
+		return model.Spec{}, errors.New("onnx: the model's path is required")
+	}
+	return model.NewSpec(SpecRunner, s)
+}
+
+// SettingsOf reads an ONNX model's settings from spec.
+func SettingsOf(spec model.Spec) (Settings, error) {
+	var s Settings
+	if spec.Runner != SpecRunner {
+		return s, fmt.Errorf("%w: runner %q is not %q", model.ErrUnknownModel, spec.Runner, SpecRunner)
+	}
+	if err := spec.Decode(&s); err != nil {
+		return s, err
+	}
+	if s.Path == "" {
+		return s, fmt.Errorf("%w for onnx: no path", model.ErrBadSettings)
+	}
+	return s, nil
+}
+
 // Handles reports whether the model name is one for this runner: the
 // embedded demo, a name ending in .onnx, or any existing file (which Check
 // then refuses clearly when it is not an ONNX model).
@@ -45,24 +89,24 @@ func readSource(name string) (source, error) {
 	info, err := os.Stat(name)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		return source{}, fmt.Errorf("--model %s: no such file", name)
+		return source{}, fmt.Errorf("model %s: no such file", name)
 	case err != nil:
-		return source{}, fmt.Errorf("--model %s: %w", name, err)
+		return source{}, fmt.Errorf("model %s: %w", name, err)
 	case info.IsDir():
-		return source{}, fmt.Errorf("--model %s: is a folder, not an .onnx file", name)
+		return source{}, fmt.Errorf("model %s: is a folder, not an .onnx file", name)
 	}
 	data, err := os.ReadFile(name)
 	if err != nil {
-		return source{}, fmt.Errorf("--model %s: %w", name, err)
+		return source{}, fmt.Errorf("model %s: %w", name, err)
 	}
 	return source{name: name, path: name, data: data}, nil
 }
 
-// Codec reads the model spec names and returns the codec that checks its
+// Codec reads the model the settings name and returns the codec that checks its
 // items at the edge, with the description GET /v1/models serves. It reads
 // the model file only; it does not need the ONNX Runtime library.
-func Codec(spec model.Spec) (*onnxio.Codec, *Description, error) {
-	src, sig, err := signatureOf(spec.Name)
+func Codec(spec Settings) (*onnxio.Codec, *Description, error) {
+	src, sig, err := signatureOf(spec.Path)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -80,42 +124,42 @@ func signatureOf(name string) (source, *onnxio.Signature, error) {
 	}
 	sig, err := onnxio.Parse(src.data)
 	if err != nil {
-		return src, nil, fmt.Errorf("--model %s: %w", name, err)
+		return src, nil, fmt.Errorf("model %s: %w", name, err)
 	}
 	return src, sig, nil
 }
 
-// Check validates spec in the supervisor before any worker starts: the model
-// file exists and is an ONNX model streamer can serve, the --pad, --device
-// and --intra-op-threads settings fit it, and the ONNX Runtime library loads
+// Check validates the settings in the supervisor before any worker starts:
+// the model file exists and is an ONNX model streamer can serve, the pad,
+// device and intra-op thread settings fit it, and the ONNX Runtime library loads
 // and has the C API onnxruntime_go needs. Each failure is one line that says
 // what was looked for and how to fix it.
-func Check(spec model.Spec) error {
+func Check(spec Settings) error {
 	if _, _, err := Codec(spec); err != nil {
 		return err
 	}
 	if err := checkSettings(spec); err != nil {
 		return err
 	}
-	_, _, err := probeLibrary(spec.ORTLib)
+	_, _, err := probeLibrary(spec.Library)
 	return err
 }
 
-func checkSettings(spec model.Spec) error {
+func checkSettings(spec Settings) error {
 	switch spec.Device {
 	case "", "cpu", "cuda":
 	default:
-		return fmt.Errorf("--device %q: want cpu or cuda", spec.Device)
+		return fmt.Errorf("device %q: want cpu or cuda", spec.Device)
 	}
 	if spec.IntraOpThreads < 0 {
-		return fmt.Errorf("--intra-op-threads %d: must not be negative", spec.IntraOpThreads)
+		return fmt.Errorf("intra-op threads %d: must not be negative", spec.IntraOpThreads)
 	}
 	return nil
 }
 
 // Description is what GET /v1/models says about an ONNX model.
 type Description struct {
-	// Model is the --model value; Runner is "onnx".
+	// Model is the model's path (or the demo's name); Runner is "onnx".
 	Model  string `json:"model"`
 	Runner string `json:"runner"`
 	// Device is cpu or cuda; IntraOpThreads 0 means the runtime's default.
@@ -141,7 +185,7 @@ type Batching struct {
 	Why  string           `json:"why,omitempty"`
 	// Key says which items may share a run.
 	Key string `json:"key"`
-	// Pad lists the --pad settings: input name → padding value.
+	// Pad lists the padding settings: input name → padding value.
 	Pad map[string]float64 `json:"pad,omitempty"`
 	// BatchSize and MaxLatency are the server's batching limits; the server
 	// fills them in.
@@ -158,7 +202,7 @@ func (d *Description) Notes() []string {
 	return nil
 }
 
-func describe(name string, spec model.Spec, codec *onnxio.Codec) *Description {
+func describe(name string, spec Settings, codec *onnxio.Codec) *Description {
 	sig := codec.Signature()
 	device := spec.Device
 	if device == "" {

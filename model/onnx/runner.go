@@ -31,18 +31,31 @@ var (
 	_ model.Describer = (*Runner)(nil)
 )
 
-// Open loads the ONNX Runtime library (see FindLibrary) and the model spec
-// names, on the CPU or, with spec.Device "cuda", on CUDA device 0 of the
+// OpenSpec opens the ONNX model spec names, as a worker does.
+func OpenSpec(ctx context.Context, spec model.Spec) (model.Model, error) {
+	settings, err := SettingsOf(spec)
+	if err != nil {
+		return nil, err
+	}
+	r, err := Open(ctx, settings)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Open loads the ONNX Runtime library (see FindLibrary) and the model the
+// settings name, on the CPU or, with Device "cuda", on CUDA device 0 of the
 // process's CUDA_VISIBLE_DEVICES. It fails, rather than falling back to the
 // CPU, when the library has no usable CUDA execution provider.
-func Open(ctx context.Context, spec model.Spec) (*Runner, error) {
+func Open(ctx context.Context, spec Settings) (*Runner, error) {
 	if binary.NativeEndian.Uint16([]byte{1, 0}) != 1 {
 		return nil, errors.New("onnx: streamer's tensors are little-endian; this machine is not")
 	}
 	if err := checkSettings(spec); err != nil {
 		return nil, err
 	}
-	src, sig, err := signatureOf(spec.Name)
+	src, sig, err := signatureOf(spec.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +66,7 @@ func Open(ctx context.Context, spec model.Spec) (*Runner, error) {
 	if src.path != "" {
 		src.data = nil // ONNX Runtime reads the file itself
 	}
-	lib, err := FindLibrary(spec.ORTLib)
+	lib, err := FindLibrary(spec.Library)
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +94,7 @@ func Open(ctx context.Context, spec model.Spec) (*Runner, error) {
 }
 
 // runnerDescription is the one line a worker reports when it is ready.
-func runnerDescription(name string, spec model.Spec, version string, sig *onnxio.Signature) string {
+func runnerDescription(name string, spec Settings, version string, sig *onnxio.Signature) string {
 	d := fmt.Sprintf("onnx %s on %s (ONNX Runtime %s", name, deviceName(spec), version)
 	if spec.IntraOpThreads > 0 {
 		d += fmt.Sprintf(", %d intra-op threads", spec.IntraOpThreads)
@@ -92,14 +105,14 @@ func runnerDescription(name string, spec model.Spec, version string, sig *onnxio
 	return d + ")"
 }
 
-func deviceName(spec model.Spec) string {
+func deviceName(spec Settings) string {
 	if spec.Device == "cuda" {
 		return "cuda:0"
 	}
 	return "cpu"
 }
 
-func newSession(src source, sig *onnxio.Signature, spec model.Spec, lib, version string) (*ort.DynamicAdvancedSession, error) {
+func newSession(src source, sig *onnxio.Signature, spec Settings, lib, version string) (*ort.DynamicAdvancedSession, error) {
 	opts, err := ort.NewSessionOptions()
 	if err != nil {
 		return nil, fmt.Errorf("onnx: session options: %w", err)
@@ -107,7 +120,7 @@ func newSession(src source, sig *onnxio.Signature, spec model.Spec, lib, version
 	defer func() { _ = opts.Destroy() }()
 	if spec.IntraOpThreads > 0 {
 		if err := opts.SetIntraOpNumThreads(spec.IntraOpThreads); err != nil {
-			return nil, fmt.Errorf("onnx: --intra-op-threads %d: %w", spec.IntraOpThreads, err)
+			return nil, fmt.Errorf("onnx: intra-op threads %d: %w", spec.IntraOpThreads, err)
 		}
 	}
 	// Streamer runs one batch at a time per worker: operators run one after
@@ -117,7 +130,7 @@ func newSession(src source, sig *onnxio.Signature, spec model.Spec, lib, version
 	}
 	if spec.Device == "cuda" {
 		if err := appendCUDA(opts); err != nil {
-			return nil, fmt.Errorf("--device cuda: the ONNX Runtime library %s (version %s) has no usable CUDA execution provider: %v; use a CUDA build of ONNX Runtime with --ort-lib, or --device cpu", lib, version, err)
+			return nil, fmt.Errorf("device cuda: the ONNX Runtime library %s (version %s) has no usable CUDA execution provider: %v; use a CUDA build of ONNX Runtime, or the CPU", lib, version, err)
 		}
 	}
 	inputs := make([]string, len(sig.Inputs))

@@ -26,16 +26,16 @@ const tolerance = 1e-5
 
 // modelSpec names a test model by its onnxtest name, with one intra-op
 // thread: the test machines have few cores.
-func modelSpec(t testing.TB, name string) model.Spec {
+func modelSpec(t testing.TB, name string) onnx.Settings {
 	t.Helper()
 	if name == onnxtest.Demo {
-		return model.Spec{Name: demo.Name, IntraOpThreads: 1}
+		return onnx.Settings{Path: demo.Name, IntraOpThreads: 1}
 	}
 	path, err := onnxtest.Path(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return model.Spec{Name: path, IntraOpThreads: 1}
+	return onnx.Settings{Path: path, IntraOpThreads: 1}
 }
 
 func reference(t testing.TB, name string) *onnxtest.Reference {
@@ -53,11 +53,11 @@ func reference(t testing.TB, name string) *onnxtest.Reference {
 
 // open opens a runner; a missing runtime library fails the test with the
 // fix (the error says: run make onnxruntime).
-func open(t testing.TB, spec model.Spec) *onnx.Runner {
+func open(t testing.TB, spec onnx.Settings) *onnx.Runner {
 	t.Helper()
 	r, err := onnx.Open(context.Background(), spec)
 	if err != nil {
-		t.Fatalf("open %s: %v", spec.Name, err)
+		t.Fatalf("open %s: %v", spec.Path, err)
 	}
 	t.Cleanup(func() {
 		if err := r.Close(); err != nil {
@@ -416,7 +416,7 @@ func TestCUDAWithoutProviderFailsLoudly(t *testing.T) {
 		_ = r.Close()
 		t.Skip("this ONNX Runtime library has a working CUDA provider")
 	}
-	for _, want := range []string{"--device cuda", "has no usable CUDA execution provider", "--device cpu"} {
+	for _, want := range []string{"device cuda", "has no usable CUDA execution provider", "or the CPU"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
@@ -457,25 +457,25 @@ func TestCheckFailsFastWithOneClearLine(t *testing.T) {
 	if err := os.WriteFile(notONNX, []byte("these are notes, not a model\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	with := func(edit func(*model.Spec)) model.Spec {
+	with := func(edit func(*onnx.Settings)) onnx.Settings {
 		s := mlp
 		edit(&s)
 		return s
 	}
 	tests := []struct {
 		name string
-		spec model.Spec
+		spec onnx.Settings
 		is   error
 		want []string
 	}{
-		{"missing file", with(func(s *model.Spec) { s.Name = "no/such/model.onnx" }), nil, []string{"--model no/such/model.onnx: no such file"}},
-		{"folder", with(func(s *model.Spec) { s.Name = t.TempDir() }), nil, []string{"is a folder, not an .onnx file"}},
-		{"not ONNX", with(func(s *model.Spec) { s.Name = notONNX }), onnxio.ErrNotONNX, []string{notONNX, "not an ONNX model"}},
-		{"bad pad", with(func(s *model.Spec) { s.Pad = map[string]float64{"feature": 0} }), nil, []string{`--pad feature=0: the model has no input "feature"`}},
-		{"bad device", with(func(s *model.Spec) { s.Device = "tpu" }), nil, []string{`--device "tpu": want cpu or cuda`}},
-		{"missing library", with(func(s *model.Spec) { s.ORTLib = "/no/such/libonnxruntime.so" }), onnx.ErrNoLibrary, []string{"--ort-lib names /no/such/libonnxruntime.so, which does not exist", "make onnxruntime"}},
-		{"not a library", with(func(s *model.Spec) { s.ORTLib = notONNX }), onnx.ErrBadLibrary, []string{"load " + notONNX, "make onnxruntime"}},
-		{"old library", with(func(s *model.Spec) { s.ORTLib = fakeRuntime(t) }), onnx.ErrBadLibrary, []string{"does not provide the ONNX Runtime C API version 24", "1.24 or later", "make onnxruntime"}},
+		{"missing file", with(func(s *onnx.Settings) { s.Path = "no/such/model.onnx" }), nil, []string{"model no/such/model.onnx: no such file"}},
+		{"folder", with(func(s *onnx.Settings) { s.Path = t.TempDir() }), nil, []string{"is a folder, not an .onnx file"}},
+		{"not ONNX", with(func(s *onnx.Settings) { s.Path = notONNX }), onnxio.ErrNotONNX, []string{notONNX, "not an ONNX model"}},
+		{"bad pad", with(func(s *onnx.Settings) { s.Pad = map[string]float64{"feature": 0} }), nil, []string{`--pad feature=0: the model has no input "feature"`}},
+		{"bad device", with(func(s *onnx.Settings) { s.Device = "tpu" }), nil, []string{`device "tpu": want cpu or cuda`}},
+		{"missing library", with(func(s *onnx.Settings) { s.Library = "/no/such/libonnxruntime.so" }), onnx.ErrNoLibrary, []string{"the library path names /no/such/libonnxruntime.so, which does not exist", "make onnxruntime"}},
+		{"not a library", with(func(s *onnx.Settings) { s.Library = notONNX }), onnx.ErrBadLibrary, []string{"load " + notONNX, "make onnxruntime"}},
+		{"old library", with(func(s *onnx.Settings) { s.Library = fakeRuntime(t) }), onnx.ErrBadLibrary, []string{"does not provide the ONNX Runtime C API version 24", "1.24 or later", "make onnxruntime"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -545,5 +545,26 @@ func TestFindLibraryLooksWhereDocumented(t *testing.T) {
 	t.Setenv(onnx.EnvLibrary, "")
 	if got, _ := onnx.FindLibrary(""); got != "libonnxruntime.so" && !strings.HasSuffix(got, "/third_party/onnxruntime/libonnxruntime.so") {
 		t.Errorf("elsewhere: %q, want the system's libonnxruntime.so or the copy next to the binary", got)
+	}
+}
+
+// The settings travel to the worker as JSON: a misspelt field fails the
+// worker by name instead of being dropped, and a spec of another runner is
+// not taken for an ONNX one.
+func TestSpecRefusesUnknownSettings(t *testing.T) {
+	good, err := onnx.Settings{Path: demo.Name, Pad: map[string]float64{"x": 0}}.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := onnx.SettingsOf(good)
+	if err != nil || back.Path != demo.Name || back.Pad["x"] != 0 || len(back.Pad) != 1 {
+		t.Fatalf("round trip: %+v, %v", back, err)
+	}
+	bad := model.Spec{Runner: onnx.SpecRunner, Settings: []byte(`{"path":"m.onnx","ort_lib":"/x.so"}`)}
+	if _, err := onnx.OpenSpec(context.Background(), bad); !errors.Is(err, model.ErrBadSettings) || !strings.Contains(err.Error(), "ort_lib") {
+		t.Fatalf("unknown field: %v", err)
+	}
+	if _, err := onnx.OpenSpec(context.Background(), model.Spec{Runner: "sleep"}); !errors.Is(err, model.ErrUnknownModel) {
+		t.Fatalf("another runner's spec: %v", err)
 	}
 }

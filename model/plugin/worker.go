@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,6 +13,48 @@ import (
 
 // CrashExitStatus is the exit status of a worker process whose plugin died.
 const CrashExitStatus = 3
+
+// Runner is the runner name of a plugin in a model.Spec.
+const Runner = "plugin"
+
+// Settings are what a worker needs to open a plugin: the serialisable part
+// of Config, carried to the worker in a model.Spec.
+type Settings struct {
+	// Path is the plugin binary. Required.
+	Path string `json:"path"`
+	// Args are passed to the plugin's Init as key=value settings.
+	Args map[string]string `json:"args,omitempty"`
+	// Device is passed to the plugin's Init: "cpu" or "cuda". Empty means cpu.
+	Device string `json:"device,omitempty"`
+	// SHA256 is the binary's expected SHA-256 in hex; empty skips the check.
+	SHA256 string `json:"sha256,omitempty"`
+	// SocketDir is where the plugin's private socket directory is made (see
+	// Config.SocketDir). It says where, not what: it does not change the model.
+	SocketDir string `json:"socket_dir,omitempty"`
+}
+
+// Spec is the Spec that opens this plugin in a worker.
+func (s Settings) Spec() (model.Spec, error) {
+	if s.Path == "" {
+		return model.Spec{}, errors.New("plugin: the binary's path is required")
+	}
+	return model.NewSpec(Runner, s)
+}
+
+// SettingsOf reads a plugin's settings from spec.
+func SettingsOf(spec model.Spec) (Settings, error) {
+	var s Settings
+	if spec.Runner != Runner {
+		return s, fmt.Errorf("%w: runner %q is not %q", model.ErrUnknownModel, spec.Runner, Runner)
+	}
+	if err := spec.Decode(&s); err != nil {
+		return s, err
+	}
+	if s.Path == "" {
+		return s, fmt.Errorf("%w for plugin: no path", model.ErrBadSettings)
+	}
+	return s, nil
+}
 
 // OpenSpec opens spec's plugin the way a streamer worker process does: the
 // plugin's output and go-plugin's log lines go to the worker's stderr, which
@@ -24,16 +67,20 @@ const CrashExitStatus = 3
 // GOMAXPROCS): with fewer idle threads to wake for each message, the hop to
 // the plugin costs about a quarter less per batch.
 func OpenSpec(ctx context.Context, spec model.Spec) (model.Model, error) {
+	settings, err := SettingsOf(spec)
+	if err != nil {
+		return nil, err
+	}
 	if _, set := os.LookupEnv("GOMAXPROCS"); !set {
 		runtime.GOMAXPROCS(1)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	m, err := Open(ctx, Config{
-		Path:      spec.Plugin,
-		Args:      spec.PluginArgs,
-		Device:    spec.Device,
-		SHA256:    spec.PluginSHA256,
-		SocketDir: spec.PluginSocketDir,
+		Path:      settings.Path,
+		Args:      settings.Args,
+		Device:    settings.Device,
+		SHA256:    settings.SHA256,
+		SocketDir: settings.SocketDir,
 		Output:    os.Stderr,
 		Logger:    log,
 		Crashed: func(err error) {
@@ -51,6 +98,10 @@ func OpenSpec(ctx context.Context, spec model.Spec) (model.Model, error) {
 // supervisor can refuse a missing, non-executable or tampered binary before
 // it starts any worker.
 func CheckSpec(spec model.Spec) error {
-	_, err := Check(spec.Plugin, spec.PluginSHA256)
+	settings, err := SettingsOf(spec)
+	if err != nil {
+		return err
+	}
+	_, err = Check(settings.Path, settings.SHA256)
 	return err
 }

@@ -12,12 +12,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/streamer-dev/streamer/model"
+	"github.com/streamer-dev/streamer/model/builtin"
 )
 
 func main() {
 	const n = 150
-	m, err := model.ParseSleep("10ms,100us")
+	m, err := builtin.ParseSleep("10ms,100us")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "calibrate:", err)
 		os.Exit(1)

@@ -1,7 +1,8 @@
-package model_test
+package builtin_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/streamer-dev/streamer/model"
+	"github.com/streamer-dev/streamer/model/builtin"
 )
 
 func TestParseBuiltin(t *testing.T) {
@@ -32,7 +34,7 @@ func TestParseBuiltin(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, ok, err := model.ParseBuiltin(tt.name)
+			_, ok, err := builtin.Parse(tt.name)
 			if ok != tt.builtin {
 				t.Fatalf("built-in = %v, want %v", ok, tt.builtin)
 			}
@@ -46,8 +48,59 @@ func TestParseBuiltin(t *testing.T) {
 	}
 }
 
+// open parses name as the serve command would and opens it as a worker would.
+func open(name string) (model.Model, error) {
+	spec, ok, err := builtin.Parse(name)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, errors.New(name + " is not a built-in")
+	}
+	return builtin.Open(spec)
+}
+
+// A spec travels as JSON to the worker: what the worker opens must be what
+// was parsed, and a setting the runner does not know fails it by name.
+func TestSpecsSurviveTheTripAndRefuseUnknownSettings(t *testing.T) {
+	spec, _, err := builtin.Parse("chaos:reject=nope,delay=3ms,stdout")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back model.Spec
+	raw, _ := json.Marshal(spec)
+	if err := json.Unmarshal(raw, &back); err != nil {
+		t.Fatal(err)
+	}
+	m, err := builtin.Open(back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := m.(*builtin.Chaos)
+	if c.Reject != "nope" || c.Delay != 3*time.Millisecond || !c.Stdout || c.Crash != "" {
+		t.Fatalf("opened %+v from %s", c, raw)
+	}
+	sleep, _, _ := builtin.Parse("sleep:10ms,100us")
+	if s, err := builtin.Open(sleep); err != nil || s.(builtin.Sleep).Cost(10) != 11*time.Millisecond {
+		t.Fatalf("sleep from %s: %v, %v", sleep, s, err)
+	}
+	for _, bad := range []model.Spec{
+		{Runner: "sleep", Settings: json.RawMessage(`{"fixed":1,"perItem":2}`)},
+		{Runner: "echo", Settings: json.RawMessage(`{"loud":true}`)},
+		{Runner: "chaos", Settings: json.RawMessage(`{"crash":`)},
+		{Runner: "sleep", Settings: json.RawMessage(`{"fixed":-1}`)},
+	} {
+		if _, err := builtin.Open(bad); !errors.Is(err, model.ErrBadSettings) {
+			t.Errorf("%s: got %v, want ErrBadSettings", bad, err)
+		}
+	}
+	if _, err := builtin.Open(model.Spec{Runner: "onnx"}); !errors.Is(err, model.ErrUnknownModel) {
+		t.Errorf("onnx is no built-in: got %v", err)
+	}
+}
+
 func TestSleepCostsWhatItSays(t *testing.T) {
-	m, _, err := model.OpenBuiltin("sleep:2ms,1ms")
+	m, err := open("sleep:2ms,1ms")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +119,7 @@ func TestSleepCostsWhatItSays(t *testing.T) {
 }
 
 func TestChaosRejectFailsOnlyThatItem(t *testing.T) {
-	m, _, err := model.OpenBuiltin("chaos:reject=nope")
+	m, err := open("chaos:reject=nope")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +139,7 @@ func TestChaosRejectFailsOnlyThatItem(t *testing.T) {
 }
 
 func TestChaosInitFail(t *testing.T) {
-	if _, _, err := model.OpenBuiltin("chaos:init-fail"); err == nil || !strings.Contains(err.Error(), "init failed") {
+	if _, err := open("chaos:init-fail"); err == nil || !strings.Contains(err.Error(), "init failed") {
 		t.Fatalf("got %v", err)
 	}
 }

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package model
+package builtin
 
 import "time"
 

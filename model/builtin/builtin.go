@@ -1,4 +1,7 @@
-package model
+// Package builtin holds the models built into streamer: echo, sleep (a
+// stand-in with a known cost, for benchmarks) and chaos (misbehaviour on
+// purpose, for tests). Each is its own settings type.
+package builtin
 
 import (
 	"context"
@@ -10,54 +13,111 @@ import (
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/streamer-dev/streamer/model"
 )
 
-// OpenBuiltin opens the built-in model that name selects. It reports false
-// when name is not a built-in, so the caller can try other runners.
-//
-// The built-ins are:
+// The runner names of the built-ins, as a model.Spec carries them.
+const (
+	RunnerEcho  = "echo"
+	RunnerSleep = "sleep"
+	RunnerChaos = "chaos"
+)
+
+// Handles reports whether runner names a built-in.
+func Handles(runner string) bool {
+	return runner == RunnerEcho || runner == RunnerSleep || runner == RunnerChaos
+}
+
+// Parse reads a built-in model's name and arguments, as streamer serve's
+// model flag takes them, into its Spec, without initialising anything. It
+// reports false when name is not a built-in, so the caller can try other
+// runners. The built-ins are:
 //
 //	echo                 each output is its input
 //	sleep:FIXED,PER_ITEM a batch of n items takes FIXED + n×PER_ITEM; outputs echo inputs
 //	chaos:OPTS           echo that misbehaves on purpose, for tests (see ParseChaos)
-func OpenBuiltin(name string) (Model, bool, error) {
-	m, ok, err := ParseBuiltin(name)
-	if !ok || err != nil {
-		return m, ok, err
-	}
-	if c, isChaos := m.(*Chaos); isChaos {
-		if err := c.init(); err != nil {
-			return nil, true, fmt.Errorf("model %q: %w", name, err)
-		}
-	}
-	return m, true, nil
-}
-
-// ParseBuiltin reads a built-in model's name and arguments without
-// initialising it, so a supervisor can check a --model value before it
-// starts any worker. It reports false when name is not a built-in.
-func ParseBuiltin(name string) (Model, bool, error) {
+func Parse(name string) (model.Spec, bool, error) {
 	kind, args, _ := strings.Cut(name, ":")
 	switch kind {
-	case "", "echo":
+	case "", RunnerEcho:
 		if args != "" {
-			return nil, true, fmt.Errorf("model %q: echo takes no arguments", name)
+			return model.Spec{}, true, fmt.Errorf("model %q: echo takes no arguments", name)
 		}
-		return Echo{}, true, nil
-	case "sleep":
+		return EchoSpec(), true, nil
+	case RunnerSleep:
 		m, err := ParseSleep(args)
 		if err != nil {
-			return nil, true, fmt.Errorf("model %q: %w", name, err)
+			return model.Spec{}, true, fmt.Errorf("model %q: %w", name, err)
 		}
-		return m, true, nil
-	case "chaos":
+		return m.Spec(), true, nil
+	case RunnerChaos:
 		m, err := ParseChaos(args)
 		if err != nil {
-			return nil, true, fmt.Errorf("model %q: %w", name, err)
+			return model.Spec{}, true, fmt.Errorf("model %q: %w", name, err)
 		}
-		return m, true, nil
+		return m.Spec(), true, nil
 	}
-	return nil, false, nil
+	return model.Spec{}, false, nil
+}
+
+// Open initialises the built-in model spec names.
+func Open(spec model.Spec) (model.Model, error) {
+	m, err := decode(spec)
+	if err != nil {
+		return nil, err
+	}
+	if c, ok := m.(*Chaos); ok {
+		if err := c.init(); err != nil {
+			return nil, fmt.Errorf("model %s: %w", spec, err)
+		}
+	}
+	return m, nil
+}
+
+// Check reads spec's settings as Open does, without initialising the model.
+func Check(spec model.Spec) error {
+	_, err := decode(spec)
+	return err
+}
+
+func decode(spec model.Spec) (model.Model, error) {
+	switch spec.Runner {
+	case RunnerEcho:
+		if err := spec.Decode(&struct{}{}); err != nil {
+			return nil, err
+		}
+		return Echo{}, nil
+	case RunnerSleep:
+		var m Sleep
+		if err := spec.Decode(&m); err != nil {
+			return nil, err
+		}
+		if m.Fixed < 0 || m.PerItem < 0 {
+			return nil, fmt.Errorf("%w for sleep: costs must not be negative", model.ErrBadSettings)
+		}
+		return NewSleep(m.Fixed, m.PerItem), nil
+	case RunnerChaos:
+		c := &Chaos{}
+		if err := spec.Decode(c); err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+	return nil, fmt.Errorf("%w: %q is not a built-in runner", model.ErrUnknownModel, spec.Runner)
+}
+
+// EchoSpec is the Spec of the echo model.
+func EchoSpec() model.Spec { return model.Spec{Runner: RunnerEcho} }
+
+// specOf encodes settings that cannot fail to encode (durations, strings
+// and booleans) as the Spec of runner.
+func specOf(runner string, settings any) model.Spec {
+	spec, err := model.NewSpec(runner, settings)
+	if err != nil {
+		panic(fmt.Sprintf("builtin: encode %s settings: %v", runner, err))
+	}
+	return spec
 }
 
 // Echo answers each item with the item itself.
@@ -77,11 +137,11 @@ func (Echo) Describe() string { return "echo" }
 // Sleep stands in for a GPU model with a known cost: a batch of n items takes
 // Fixed + n×PerItem, and each output is its input.
 type Sleep struct {
-	Fixed   time.Duration
-	PerItem time.Duration
+	Fixed   time.Duration `json:"fixed"`
+	PerItem time.Duration `json:"per_item"`
 	// wakeEarly is how long before the end of a batch Predict asks the
 	// kernel to wake it, in nanoseconds: a running mean of how late the
-	// kernel has woken it. Nil in a Sleep not made by ParseSleep.
+	// kernel has woken it. Nil in a Sleep not made by NewSleep.
 	wakeEarly *atomic.Int64
 }
 
@@ -99,7 +159,17 @@ func ParseSleep(args string) (Sleep, error) {
 	if err != nil || p < 0 {
 		return Sleep{}, fmt.Errorf("sleep: per-item cost %q is not a duration", perItem)
 	}
-	return Sleep{Fixed: f, PerItem: p, wakeEarly: new(atomic.Int64)}, nil
+	return NewSleep(f, p), nil
+}
+
+// NewSleep is the sleep model with those costs.
+func NewSleep(fixed, perItem time.Duration) Sleep {
+	return Sleep{Fixed: fixed, PerItem: perItem, wakeEarly: new(atomic.Int64)}
+}
+
+// Spec is the Spec that opens this model in a worker.
+func (s Sleep) Spec() model.Spec {
+	return specOf(RunnerSleep, Sleep{Fixed: s.Fixed, PerItem: s.PerItem})
 }
 
 // Cost is how long a batch of n items takes.
@@ -158,15 +228,15 @@ func (s Sleep) Describe() string { return fmt.Sprintf("sleep:%s,%s", s.Fixed, s.
 // item (a msgpack string equal to the trigger), so that tests can crash, hang
 // or upset a real worker process through the real binary.
 type Chaos struct {
-	Crash     string        // exit the process with status 3
-	Panic     string        // panic
-	Hang      string        // never return
-	Reject    string        // fail that item alone
-	InitExit  bool          // exit with status 4 while initialising
-	InitFail  bool          // report an initialisation error
-	InitDelay time.Duration // take this long to initialise
-	Delay     time.Duration // take this long for every batch
-	Stdout    bool          // print noise on stdout for every batch
+	Crash     string        `json:"crash,omitempty"`      // exit the process with status 3
+	Panic     string        `json:"panic,omitempty"`      // panic
+	Hang      string        `json:"hang,omitempty"`       // never return
+	Reject    string        `json:"reject,omitempty"`     // fail that item alone
+	InitExit  bool          `json:"init_exit,omitempty"`  // exit with status 4 while initialising
+	InitFail  bool          `json:"init_fail,omitempty"`  // report an initialisation error
+	InitDelay time.Duration `json:"init_delay,omitempty"` // take this long to initialise
+	Delay     time.Duration `json:"delay,omitempty"`      // take this long for every batch
+	Stdout    bool          `json:"stdout,omitempty"`     // print noise on stdout for every batch
 
 	triggers map[string]string // encoded trigger → action
 }
@@ -208,6 +278,13 @@ func ParseChaos(args string) (*Chaos, error) {
 		}
 	}
 	return c, nil
+}
+
+// Spec is the Spec that opens this model in a worker.
+func (c *Chaos) Spec() model.Spec {
+	settings := *c
+	settings.triggers = nil
+	return specOf(RunnerChaos, &settings)
 }
 
 func (c *Chaos) init() error {
@@ -261,7 +338,7 @@ func (c *Chaos) Predict(ctx context.Context, items [][]byte) ([][]byte, error) {
 		}
 	}
 	if errs != nil {
-		return items, &ItemErrors{Errs: errs}
+		return items, &model.ItemErrors{Errs: errs}
 	}
 	return items, nil
 }

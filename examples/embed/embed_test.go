@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestEmbeddedServerWithItsOwnWorkers builds this program, runs it as a
+// server whose workers are the same binary started again, and checks that
+// requests are answered by worker processes with the settings the server
+// gave them, that one bad item fails alone, and that SIGTERM drains it.
+func TestEmbeddedServerWithItsOwnWorkers(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "embed")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--workers", "2", "--suffix", "?!")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("server log:\n%s", stderr.String())
+		}
+	}()
+	base := "http://" + awaitAddress(t, stdout, exited)
+
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Go(func() {
+			text := fmt.Sprintf("hello %d", i)
+			status, got := shoutAt(t, base, `{"texts":["`+text+`","x"]}`)
+			want := []string{strings.ToUpper(text) + "?!", "X?!"}
+			if status != http.StatusOK || len(got.Texts) != 2 || got.Texts[0] != want[0] || got.Texts[1] != want[1] {
+				t.Errorf("request %d: %d %+v, want %q", i, status, got, want)
+			}
+		})
+	}
+	wg.Wait()
+	if status, got := shoutAt(t, base, `{"texts":["fine", 42]}`); status != http.StatusUnprocessableEntity || !strings.Contains(got.Error, "item 1") || !strings.Contains(got.Error, "want a string") {
+		t.Errorf("a number among the texts: %d %+v, want 422 naming item 1", status, got)
+	}
+
+	// Both workers are children of the server, not the server itself.
+	pids := regexp.MustCompile(`"worker ready" slot=\d pid=(\d+)`).FindAllStringSubmatch(stderr.String(), -1)
+	if len(pids) != 2 || pids[0][1] == pids[1][1] || pids[0][1] == fmt.Sprint(cmd.Process.Pid) {
+		t.Errorf("worker ready lines %q: want two worker processes apart from the server (pid %d)", pids, cmd.Process.Pid)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("after SIGTERM the server exited with %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the server did not exit within 30s of SIGTERM")
+	}
+}
+
+// awaitAddress reads the server's stdout until it says where it listens.
+func awaitAddress(t *testing.T, stdout io.Reader, exited <-chan error) string {
+	t.Helper()
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if a, ok := strings.CutPrefix(sc.Text(), "listening on "); ok {
+				addr <- a
+			}
+		}
+	}()
+	select {
+	case a := <-addr:
+		return a
+	case err := <-exited:
+		t.Fatalf("the server exited before listening: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the server did not listen within 30s")
+	}
+	return ""
+}
+
+func shoutAt(t *testing.T, base, body string) (int, shoutAnswer) {
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Post(base+"/shout", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Errorf("POST /shout: %v", err)
+		return 0, shoutAnswer{}
+	}
+	defer resp.Body.Close()
+	var a shoutAnswer
+	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
+		t.Errorf("answer of %d: %v", resp.StatusCode, err)
+	}
+	return resp.StatusCode, a
+}
+
+// lockedBuffer collects the server's log from one goroutine while the test
+// reads it from another.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

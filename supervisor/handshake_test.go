@@ -1,0 +1,130 @@
+package supervisor_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/streamer-dev/streamer/model"
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// A binary that is not a streamer worker fails Start with ErrNotWorker,
+// naming the binary, whether it exits, stays silent or writes something
+// else on the worker pipe; and it never serves anything.
+func TestStartRefusesABinaryThatIsNotAWorker(t *testing.T) {
+	tests := []struct {
+		name   string
+		script string
+		want   string
+	}{
+		{"exits at once", "exit 0", "ended before the handshake"},
+		{"prints a usage and fails", "echo 'usage: tool [flags]' >&2; exit 2", "usage: tool"},
+		{"stays silent", "exec sleep 60", "said nothing on the worker pipe within"},
+		{"writes something else", "echo 'hello, world' >&4; exec sleep 60", "not a worker's frame"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := supervisor.New(supervisor.Config{
+				Workers: 2,
+				Process: supervisor.ProcessConfig{
+					Model:            model.Spec{Runner: "echo"},
+					Path:             "/bin/sh",
+					Args:             []string{"-c", tc.script},
+					HandshakeTimeout: 300 * time.Millisecond,
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			err = s.Start(ctx)
+			defer shutdown(t, s)
+			if !errors.Is(err, supervisor.ErrNotWorker) {
+				t.Fatalf("Start: %v, want ErrNotWorker", err)
+			}
+			for _, want := range []string{"/bin/sh", tc.want} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("Start: %q does not say %q", err, want)
+				}
+			}
+			if _, err := s.Predict(ctx, [][]byte{{0x01}}); err == nil {
+				t.Fatal("a streamer whose workers never started answered a request")
+			}
+		})
+	}
+}
+
+// A worker told a model it cannot read (a misspelt setting, a runner it
+// does not have) says why, and Start reports it instead of serving some
+// default model.
+func TestStartReportsAModelTheWorkerCannotOpen(t *testing.T) {
+	tests := []struct {
+		name string
+		spec model.Spec
+		want []string
+	}{
+		{"misspelt setting", model.Spec{Runner: "sleep", Settings: []byte(`{"fixd":1000}`)}, []string{"worker gave up", "unknown field", "fixd"}},
+		{"unknown runner", model.Spec{Runner: "tpu-magic"}, []string{"worker gave up", "tpu-magic"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := processConfig("echo", 1, 8)
+			cfg.Process.Model = tc.spec
+			s, err := supervisor.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			err = s.Start(ctx)
+			defer shutdown(t, s)
+			if err == nil {
+				t.Fatal("Start succeeded with a model the worker cannot open")
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("Start: %q does not say %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+// The model a worker serves is the one ProcessConfig.Model names, carried
+// over the pipe: a chaos model that rejects one item proves the settings
+// arrived.
+func TestWorkersOpenTheModelTheConfigNames(t *testing.T) {
+	s, err := supervisor.New(processConfig("chaos:reject=nope", 1, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer shutdown(t, s)
+	good, bad := []byte{0xa2, 'o', 'k'}, []byte{0xa4, 'n', 'o', 'p', 'e'}
+	_, err = s.Predict(ctx, [][]byte{good, bad})
+	var itemErr *supervisor.ItemError
+	if !errors.As(err, &itemErr) || itemErr.Index != 1 || !errors.Is(err, supervisor.ErrModel) {
+		t.Fatalf("Predict: %v, want item 1 rejected by the chaos model", err)
+	}
+	if status := s.Slots(); len(status) != 1 || status[0].PID == os.Getpid() {
+		t.Fatalf("workers %+v: want one child process", status)
+	}
+}
+
+func shutdown(t *testing.T, s *supervisor.Streamer) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil && !errors.Is(err, supervisor.ErrShuttingDown) {
+		t.Errorf("Shutdown: %v", err)
+	}
+}

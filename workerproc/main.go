@@ -1,0 +1,76 @@
+package workerproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"syscall"
+
+	"github.com/streamer-dev/streamer/ipc"
+)
+
+// ErrNotStarted is returned by Serve in a process that no supervisor
+// started: its environment lacks the worker cookie (ipc.WorkerEnv).
+var ErrNotStarted = fmt.Errorf("workerproc: this process was not started by a streamer supervisor (%s is not set); workers are started by streamer serve or a supervisor.Streamer", ipc.WorkerEnv)
+
+// Started reports whether a supervisor started this process as a worker:
+// its environment holds ipc.WorkerEnv set to ipc.WorkerCookie. A program
+// that is both the server and its own workers calls it first thing in main,
+// and calls Main when it reports true.
+func Started() bool { return os.Getenv(ipc.WorkerEnv) == ipc.WorkerCookie }
+
+// Main runs this process as a streamer worker serving the model open opens,
+// and exits: with status 0 when the supervisor told it to stop, 1 when it
+// failed (the supervisor was told why), and 2 when no supervisor started it.
+// It owns file descriptors ipc.WorkerInFD and ipc.WorkerOutFD and logs to
+// stderr, which the supervisor copies into its log tagged with the slot.
+func Main(open OpenFunc) {
+	err := Serve(context.Background(), open)
+	switch {
+	case err == nil:
+		os.Exit(0)
+	case errors.Is(err, ErrNotStarted):
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+}
+
+// Serve is Main without the exit: it checks that a supervisor started this
+// process (ErrNotStarted if not), takes the protocol's file descriptors, and
+// returns what Run returns.
+func Serve(ctx context.Context, open OpenFunc) error {
+	if !Started() {
+		return ErrNotStarted
+	}
+	// What the model starts (a plugin) is not a worker, and must not
+	// inherit our pipes, or the supervisor would not see us die.
+	_ = os.Unsetenv(ipc.WorkerEnv)
+	syscall.CloseOnExec(ipc.WorkerInFD)
+	syscall.CloseOnExec(ipc.WorkerOutFD)
+	in := os.NewFile(ipc.WorkerInFD, "supervisor-in")
+	out := os.NewFile(ipc.WorkerOutFD, "supervisor-out")
+	if in == nil || out == nil {
+		return fmt.Errorf("workerproc: file descriptors %d and %d must be the supervisor's pipes", ipc.WorkerInFD, ipc.WorkerOutFD)
+	}
+	return Run(ctx, Config{
+		Open:   open,
+		In:     in,
+		Out:    out,
+		Device: visibleDevices(),
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
+	})
+}
+
+// visibleDevices says which GPUs the supervisor gave this worker; where
+// the model runs on them is the model's to say, in its description.
+func visibleDevices() string {
+	if visible, ok := os.LookupEnv("CUDA_VISIBLE_DEVICES"); ok {
+		return "CUDA_VISIBLE_DEVICES=" + visible
+	}
+	return "CUDA_VISIBLE_DEVICES unset"
+}
