@@ -7,9 +7,12 @@
 //
 // A slot runs either a worker process (the same binary started as
 // `streamer worker`, talking msgpack frames over pipes) or, for the in-process
-// mode, a Go function. Slots whose worker dies are restarted with back-off;
-// the batch that was running is retried elsewhere, and a batch that keeps
-// killing workers is split until the one item doing it is found.
+// mode, a goroutine calling the model.Model given as Config.InProcess
+// (model.Func makes one of a plain Go function), whose errors reach the
+// callers as they are, for errors.Is. Slots whose worker dies (or whose
+// in-process model panics) are restarted with back-off; the batch that was
+// running is retried elsewhere, and a batch that keeps killing workers is
+// split until the one item doing it is found.
 package supervisor
 
 import (
@@ -30,7 +33,9 @@ var (
 	ErrShuttingDown = errors.New("shutting down")
 	// ErrDeadline: the item's deadline passed before it was answered (HTTP 504).
 	ErrDeadline = errors.New("deadline passed")
-	// ErrCanceled: the caller canceled the request before it ran.
+	// ErrCanceled: the caller's context was canceled (not timed out): the
+	// items not yet sent to a worker are dropped with it, and a caller
+	// waiting in Result or Predict stops waiting with it.
 	ErrCanceled = errors.New("request canceled")
 	// ErrPoison: the item kills the workers that run it; it is refused (HTTP 422).
 	ErrPoison = errors.New("item crashes the model")

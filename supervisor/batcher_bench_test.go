@@ -15,7 +15,7 @@ func BenchmarkQueue(b *testing.B) {
 	for _, size := range []int{8, 64, 256} {
 		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
 			q := newQueue()
-			fut := NewFuture(1) // shared by every item; never completed here
+			fut := newFuture(1) // shared by every item; never completed here
 			data := []byte("\xa5hello")
 			now := time.Now()
 			drop := func(item, time.Time) { b.Fatal("an item was dropped") }
@@ -50,8 +50,8 @@ func BenchmarkFuture(b *testing.B) {
 	b.Run("same-goroutine", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			f := NewFuture(1)
-			f.Complete(0, out, nil)
+			f := newFuture(1)
+			f.complete(0, out, nil)
 			if got, err := f.Result(context.Background()); err != nil || len(got) != 1 {
 				b.Fatal(got, err)
 			}
@@ -64,7 +64,7 @@ func BenchmarkFuture(b *testing.B) {
 		var completer sync.WaitGroup
 		completer.Go(func() {
 			for f := range futs {
-				f.Complete(0, out, nil)
+				f.complete(0, out, nil)
 			}
 		})
 		var pool futurePool
@@ -85,7 +85,7 @@ func BenchmarkFuture(b *testing.B) {
 							pool.put(f)
 						}
 					} else {
-						f := NewFuture(1)
+						f := newFuture(1)
 						futs <- f
 						got, err = f.Result(ctx)
 					}

@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,18 +11,8 @@ import (
 	"github.com/streamer-dev/streamer/model"
 )
 
-// BatchFunc runs one batch in this process: it returns one output per item,
-// or a *BatchItemErrors to fail some items, or another error to fail them all.
-type BatchFunc func(ctx context.Context, items [][]byte) ([][]byte, error)
-
-// BatchItemErrors fails some items of a batch: Errs has one entry per item,
-// nil where the item succeeded.
-type BatchItemErrors struct{ Errs []error }
-
-func (e *BatchItemErrors) Error() string { return "some items of the batch failed" }
-
 // Config sets up a Streamer. The zero value of every field but the model
-// (Func or Process) works.
+// (InProcess or Process) works.
 type Config struct {
 	// BatchSize is the most items in one batch. Default 64.
 	BatchSize int
@@ -49,10 +38,20 @@ type Config struct {
 	// those formed ahead so it never idles between batches. Default 2.
 	PipelineDepth int
 
-	// Func, when set, runs batches in this process, one goroutine per slot,
-	// and no child process is started (the in-process mode).
-	Func BatchFunc
-	// Process, when Func is nil, starts one worker process per slot.
+	// InProcess, when set, runs batches in this process, one goroutine per
+	// slot, calling its Predict; no child process is started (the in-process
+	// mode). Predict may be called from several goroutines at once (one per
+	// slot, and any call abandoned on a timeout), so it must be safe for
+	// concurrent use. Its errors reach the callers wrapped, not flattened to text:
+	// errors.Is finds the model's own sentinels as well as ErrModel or
+	// ErrModelFailed. A panic in Predict is handled like a crashed worker.
+	// The Streamer never closes it: the caller owns it, and closes it once
+	// Shutdown has returned. A call abandoned by the Streamer (its batch ran
+	// past WorkerTimeout, or Shutdown's context ended) may still be running
+	// then, with its context canceled; a model whose Close cannot overlap
+	// Predict must wait for it. model.Func makes a Model of a plain function.
+	InProcess model.Model
+	// Process, when InProcess is nil, starts one worker process per slot.
 	Process ProcessConfig
 
 	// WorkerTimeout: a batch running longer kills its worker, which counts
@@ -146,7 +145,7 @@ func (c *Config) setDefaults() error {
 	if err := c.fitBatchBytes(); err != nil {
 		return err
 	}
-	if c.Func == nil {
+	if c.InProcess == nil {
 		if err := checkSpec(c.Process.Model); err != nil {
 			return err
 		}
@@ -195,7 +194,7 @@ func frameOverhead(batchSize int) int { return 64 + 18*batchSize }
 // bytes fits the pipe's frame limit (worker processes only).
 func (c *Config) fitBatchBytes() error {
 	fits := int(^uint(0) >> 1)
-	if c.Func == nil {
+	if c.InProcess == nil {
 		frame := c.Process.MaxFrame
 		if frame <= 0 {
 			frame = ipc.DefaultMaxFrame

@@ -35,6 +35,8 @@ func (s *Streamer) dispatchLoop() {
 // one batch running gets its next batch early, so it never idles between
 // batches, but only once that batch is full or its oldest item has waited
 // MaxLatency. No slot holds more than PipelineDepth batches.
+//
+// It requires that s.mu is held.
 func (s *Streamer) dispatchLocked(now time.Time) time.Time {
 	next := now.Add(time.Hour)
 	earlier := func(t time.Time) {
@@ -69,7 +71,7 @@ const sweepInterval = 10 * time.Millisecond
 // sweepLocked frees the room held by queued items that must not run (their
 // deadline passed, their caller left) once a request was refused for want
 // of room, at most every sweepInterval: refusals stay O(1) however many
-// clients are turned away. The lock must be held.
+// clients are turned away. It requires that s.mu is held.
 func (s *Streamer) sweepLocked(now time.Time, earlier func(time.Time)) {
 	if !s.sweepWanted.Load() {
 		return
@@ -84,7 +86,7 @@ func (s *Streamer) sweepLocked(now time.Time, earlier func(time.Time)) {
 }
 
 // pickSlot returns the ready slot with the fewest batches in flight (below
-// PipelineDepth), taking turns among equals.
+// PipelineDepth), taking turns among equals. It requires that s.mu is held.
 func (s *Streamer) pickSlot() *slot {
 	var best *slot
 	n := len(s.slots)
@@ -104,6 +106,7 @@ func (s *Streamer) pickSlot() *slot {
 }
 
 // nextBatch takes the batch a slot should run next, or nil if it should wait.
+// idle says the slot has nothing in flight. It requires that s.mu is held.
 func (s *Streamer) nextBatch(idle bool, now time.Time, earlier func(time.Time)) *batch {
 	for i := 0; i < len(s.queue.ready); i++ {
 		if s.queue.ready[i].suspect && !idle {
@@ -174,7 +177,7 @@ func (s *Streamer) recycle(b *batch) {
 }
 
 // pruneLocked answers the items of a formed batch that must not run any
-// more and reports whether any are left.
+// more and reports whether any are left. It requires that s.mu is held.
 func (s *Streamer) pruneLocked(b *batch, now time.Time) bool {
 	kept := b.items[:0]
 	for _, it := range b.items {
@@ -197,6 +200,7 @@ func (s *Streamer) pruneLocked(b *batch, now time.Time) bool {
 }
 
 // checkTimeouts kills the workers whose running batch is past WorkerTimeout.
+// It requires that s.mu is held.
 func (s *Streamer) checkTimeouts(now time.Time, earlier func(time.Time)) {
 	for _, sl := range s.slots {
 		if sl.state != SlotReady || len(sl.inflight) == 0 {
@@ -213,7 +217,7 @@ func (s *Streamer) checkTimeouts(now time.Time, earlier func(time.Time)) {
 
 // checkAvailable tracks whether any worker can run. Once none has been able
 // to for UnavailableAfter, queued items are failed and new ones refused, so
-// callers get a quick error rather than a hang.
+// callers get a quick error rather than a hang. It requires that s.mu is held.
 func (s *Streamer) checkAvailable(now time.Time, earlier func(time.Time)) {
 	for _, sl := range s.slots {
 		if sl.state == SlotReady {
@@ -249,6 +253,7 @@ func (s *Streamer) checkAvailable(now time.Time, earlier func(time.Time)) {
 }
 
 // checkDrained reports, while draining, that nothing is queued or in flight.
+// It requires that s.mu is held.
 func (s *Streamer) checkDrained() {
 	if s.queue.items() > 0 {
 		return
@@ -273,6 +278,9 @@ func (s *Streamer) checkDrained() {
 // to end, bounded by its own ctx, and returns nil (or its ctx's error); a
 // call after it has ended returns nil at once. A Streamer that was never
 // started is marked shut down: Start then fails.
+//
+// Shutdown does not close Config.InProcess: its owner does, once Shutdown
+// has returned.
 func (s *Streamer) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.draining.Store(true)
@@ -326,6 +334,7 @@ func (s *Streamer) shutdown(ctx context.Context) error {
 // worthWaking reports whether the dispatcher could send something now that
 // queued items have arrived: some slot is idle, or one has room for a batch
 // ahead and a full batch is waiting. It saves a wake-up per item under load.
+// It requires that s.mu is held.
 func (s *Streamer) worthWaking() bool {
 	full := s.queue.n >= s.cfg.BatchSize
 	for _, sl := range s.slots {
@@ -341,6 +350,7 @@ func (s *Streamer) worthWaking() bool {
 
 // otherSlotHasRoom reports whether a ready slot other than sl holds fewer
 // batches than sl: the work should go there, through the dispatcher.
+// It requires that s.mu is held.
 func (s *Streamer) otherSlotHasRoom(sl *slot) bool {
 	for _, other := range s.slots {
 		if other != sl && other.state == SlotReady && len(other.inflight) < len(sl.inflight) {

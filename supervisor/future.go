@@ -16,7 +16,7 @@ type Future struct {
 	errs      atomic.Pointer[[]error] // nil until some item fails
 	remaining atomic.Int32
 
-	mu   sync.Mutex
+	mu   sync.Mutex    // guards done and over
 	done chan struct{} // made by Done on demand, closed when finished
 	over bool          // every item is completed
 
@@ -39,9 +39,8 @@ var closedChan = func() chan struct{} {
 	return c
 }()
 
-// NewFuture returns a Future for n items. The supervisor makes its own; other
-// intakes (a remote front end, say) use it to answer through the same type.
-func NewFuture(n int) *Future {
+// newFuture returns a Future for n items.
+func newFuture(n int) *Future {
 	f := &Future{}
 	f.init(n)
 	return f
@@ -60,9 +59,10 @@ func (f *Future) init(n int) {
 // Len is the number of items.
 func (f *Future) Len() int { return len(f.outputs) }
 
-// Complete settles item i with its output, or with err when err is not nil.
-// Each item must be completed exactly once.
-func (f *Future) Complete(i int, output []byte, err error) {
+// complete settles item i with its output, or with err when err is not nil.
+// Each item must be completed exactly once: a second completion would
+// finish the Future early or twice. It may be called from any goroutine.
+func (f *Future) complete(i int, output []byte, err error) {
 	if err != nil {
 		f.setErr(i, err)
 	} else {
@@ -114,10 +114,14 @@ func (f *Future) Done() <-chan struct{} {
 	return f.done
 }
 
-// Result waits for every item and returns the outputs in order. If an item
-// failed, the error is an *ItemError for the first one that did. Waiting ends
-// early, with an error wrapping ErrDeadline, at the request's deadline or when
-// ctx ends; the items still pending are answered later regardless.
+// Result waits for every item and returns the outputs in order. If some item
+// failed, the error is an *ItemError for the failed item with the lowest
+// index, and the outputs of the others are returned with it. Waiting ends
+// early with an error wrapping ErrDeadline when the request's deadline or
+// ctx's deadline passes, and with one wrapping ErrCanceled when ctx is
+// canceled; the items still pending are answered later regardless, and an
+// item answered at the moment waiting ends is returned rather than the
+// error.
 func (f *Future) Result(ctx context.Context) ([][]byte, error) {
 	if f.remaining.Load() == 0 {
 		return f.result()
@@ -130,7 +134,9 @@ func (f *Future) Result(ctx context.Context) ([][]byte, error) {
 }
 
 // await waits until ready is signalled, the request's deadline passes or
-// ctx ends, whichever comes first, and says which.
+// ctx ends, whichever comes first. It returns nil when ready came, an error
+// wrapping ErrDeadline for the request's or ctx's deadline, and one
+// wrapping ErrCanceled when ctx was canceled.
 func (f *Future) await(ctx context.Context, ready <-chan struct{}) error {
 	if ctx.Done() == nil && f.deadline.IsZero() {
 		<-ready

@@ -14,15 +14,15 @@ func TestAnsweredFutureWinsOverEndedContext(t *testing.T) {
 	var pool futurePool
 	for i := range 1000 {
 		f := pool.get(1)
-		f.Complete(0, []byte("out"), nil)
+		f.complete(0, []byte("out"), nil)
 		out, reusable, err := f.wait(ctx)
 		if err != nil || !reusable || len(out) != 1 || string(out[0]) != "out" {
 			t.Fatalf("try %d: wait = %q, reusable %v, %v; want the answer", i, out, reusable, err)
 		}
 		pool.put(f)
 
-		g := NewFuture(1)
-		g.Complete(0, []byte("out"), nil)
+		g := newFuture(1)
+		g.complete(0, []byte("out"), nil)
 		if out, err := g.Result(ctx); err != nil || string(out[0]) != "out" {
 			t.Fatalf("try %d: Result = %q, %v; want the answer", i, out, err)
 		}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamer-dev/streamer/model"
 	"github.com/streamer-dev/streamer/supervisor"
 )
 
@@ -57,7 +58,7 @@ func TestStartAfterShutdownStartsNothing(t *testing.T) {
 }
 
 func TestSecondStartFails(t *testing.T) {
-	s := start(t, supervisor.Config{Func: newGate(true).fn})
+	s := start(t, supervisor.Config{InProcess: model.Func(newGate(true).fn)})
 	if err := s.Start(context.Background()); !errors.Is(err, supervisor.ErrStarted) {
 		t.Fatalf("second Start: %v, want ErrStarted", err)
 	}
@@ -92,7 +93,7 @@ func TestStartWhoseContextEndsStopsWhatItStarted(t *testing.T) {
 // TestSecondShutdownReturnsAtOnce: once a Shutdown has returned, another
 // needs no time at all, even with a context that has already ended.
 func TestSecondShutdownReturnsAtOnce(t *testing.T) {
-	s := start(t, supervisor.Config{Func: newGate(true).fn})
+	s := start(t, supervisor.Config{InProcess: model.Func(newGate(true).fn)})
 	if err := s.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +108,7 @@ func TestSecondShutdownReturnsAtOnce(t *testing.T) {
 // drains returns only once the admitted work is answered.
 func TestConcurrentShutdownWaitsForTheFirst(t *testing.T) {
 	g := newGate(false)
-	s := start(t, supervisor.Config{Func: g.fn})
+	s := start(t, supervisor.Config{InProcess: model.Func(g.fn)})
 	f, err := s.Submit(context.Background(), items("admitted"))
 	if err != nil {
 		t.Fatal(err)

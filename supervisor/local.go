@@ -5,16 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"slices"
 	"sync"
+
+	"github.com/streamer-dev/streamer/model"
 )
 
-// local is a worker in this process: a goroutine calling a BatchFunc. A
-// panic in the function is that worker's death, handled like a crashed child:
+// local is a worker in this process: a goroutine calling a Model's Predict.
+// A panic in Predict is that worker's death, handled like a crashed child:
 // the goroutine is replaced and its batch retried or isolated.
 type local struct {
 	sl      *slot
-	fn      BatchFunc
+	model   model.Model
 	ctx     context.Context
 	cancel  context.CancelFunc
 	batches chan *batch // nil batch: stop
@@ -24,9 +27,9 @@ type local struct {
 	reason error
 }
 
-func startLocal(sl *slot, fn BatchFunc) *local {
+func startLocal(sl *slot, m model.Model) *local {
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &local{sl: sl, fn: fn, ctx: ctx, cancel: cancel, batches: make(chan *batch, sl.s.cfg.PipelineDepth+1), exited: make(chan struct{})}
+	l := &local{sl: sl, model: m, ctx: ctx, cancel: cancel, batches: make(chan *batch, sl.s.cfg.PipelineDepth+1), exited: make(chan struct{})}
 	go l.loop()
 	return l
 }
@@ -57,36 +60,23 @@ func (l *local) loop() {
 	}
 }
 
-// run calls the function for one batch; a panic comes back as an error.
+// run calls the model for one batch. A panic comes back as a short error,
+// its stack logged, as a crashed child's stderr would be.
 func (l *local) run(b *batch) (r result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("panic in the model function: %v", p)
+			l.sl.s.log.Error("panic in the in-process model", "slot", l.sl.id, "batch", r.id, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			err = fmt.Errorf("panic in the model: %v", p)
 		}
 	}()
 	r.id = b.id
 	if len(b.data) == 0 {
 		return r, nil // everything in it expired on the way
 	}
-	// The function gets its own list of the items, and b is not read after
-	// it returns: a function that outlives its worker (abandoned on a
-	// timeout) returns when b may have been answered elsewhere and reused.
-	n := len(b.data)
-	outputs, ferr := l.fn(l.ctx, slices.Clone(b.data))
-	var itemErrs *BatchItemErrors
-	switch {
-	case errors.As(ferr, &itemErrs) && len(itemErrs.Errs) == n:
-		r.itemErrors = make([]string, n)
-		for i, e := range itemErrs.Errs {
-			if e != nil {
-				r.itemErrors[i] = e.Error()
-			}
-		}
-	case ferr != nil:
-		r.err = ferr.Error()
-		return r, nil
-	}
-	r.outputs = outputs
+	// The model gets its own list of the items, and b is not read after
+	// it returns: a call that outlives its worker (abandoned on a timeout)
+	// returns when b may have been answered elsewhere and reused.
+	r.outputs, r.itemErrs, r.err = model.Call(l.ctx, l.model, slices.Clone(b.data))
 	return r, nil
 }
 
@@ -109,7 +99,7 @@ func (l *local) stop() {
 	}
 }
 
-// kill abandons the goroutine: a function stuck in a batch cannot be
+// kill abandons the goroutine: a Predict stuck in a batch cannot be
 // interrupted, only told through its context and no longer listened to.
 func (l *local) kill(reason error) {
 	if reason == nil {

@@ -5,7 +5,7 @@ package supervisor
 import "syscall"
 
 // workerProcAttr has nothing to add where there are no process groups.
-// Worker processes are untested there; the in-process mode (Config.Func)
+// Worker processes are untested there; the in-process mode (Config.InProcess)
 // is the way to run on such systems.
 func workerProcAttr() *syscall.SysProcAttr { return nil }
 

@@ -17,8 +17,8 @@ import (
 
 // startWorker starts a worker for sl and waits until it is ready.
 func (s *Streamer) startWorker(sl *slot) (worker, error) {
-	if s.cfg.Func != nil {
-		return startLocal(sl, s.cfg.Func), nil
+	if s.cfg.InProcess != nil {
+		return startLocal(sl, s.cfg.InProcess), nil
 	}
 	return startProcess(sl)
 }
@@ -200,7 +200,7 @@ func (p *process) readLoop(r *ipc.Reader, first chan<- error) {
 			p.kill(fmt.Errorf("worker gave up: %s", msg.Error))
 		case msg.Kind == ipc.KindHeartbeat:
 		case msg.Kind == ipc.KindResult && isReady:
-			p.sl.onResult(p, result{id: msg.BatchID, outputs: msg.Items, itemErrors: msg.ItemErrors, expired: msg.Expired, err: msg.Error})
+			p.sl.onResult(p, result{id: msg.BatchID, outputs: msg.Items, itemErrs: pipeErrors(msg.ItemErrors), expired: msg.Expired, err: pipeError(msg.Error)})
 		default:
 			p.kill(fmt.Errorf("unexpected %s message from worker", msg.Kind))
 		}

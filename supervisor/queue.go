@@ -29,7 +29,8 @@ type batch struct {
 	suspect bool
 }
 
-// fifo holds the items of one batch key in arrival order.
+// fifo holds the items of one batch key in arrival order. It belongs to
+// the queue: its methods, too, require that the Streamer's mu is held.
 type fifo struct {
 	items []item
 	head  int
@@ -64,6 +65,8 @@ func (f *fifo) discard(n int) {
 
 // queue is the bounded waiting room: one fifo per batch key, plus batches
 // that were formed already and must run before anything new (retries).
+// It has no lock of its own: every method requires that the Streamer's mu
+// is held, and only size may be read without it.
 type queue struct {
 	byKey  map[string]*fifo
 	keys   []string // keys with a non-empty fifo
@@ -85,12 +88,15 @@ func newQueue() *queue {
 }
 
 // items is the number of queued items, formed batches included.
+// It requires that the Streamer's mu is held.
 func (q *queue) items() int { return q.n + q.readyN }
 
 // resize publishes the number of queued items; call it after every change.
+// It requires that the Streamer's mu is held.
 func (q *queue) resize() { q.size.Store(int64(q.n + q.readyN)) }
 
 // takeReady removes and returns the i-th formed batch.
+// It requires that the Streamer's mu is held.
 func (q *queue) takeReady(i int) *batch {
 	b := q.ready[i]
 	q.ready = append(q.ready[:i], q.ready[i+1:]...)
@@ -100,6 +106,7 @@ func (q *queue) takeReady(i int) *batch {
 }
 
 // requeue puts formed batches in front of the others.
+// It requires that the Streamer's mu is held.
 func (q *queue) requeue(batches []*batch) {
 	for _, b := range batches {
 		q.readyN += len(b.items)
@@ -109,6 +116,7 @@ func (q *queue) requeue(batches []*batch) {
 }
 
 // push queues it; the caller calls resize once the request's items are in.
+// It requires that the Streamer's mu is held.
 func (q *queue) push(it item) {
 	f := q.last
 	if f == nil || it.key != q.lastKey {
@@ -127,6 +135,7 @@ func (q *queue) push(it item) {
 }
 
 // oldest returns the fifo whose first item has waited longest, or nil.
+// It requires that the Streamer's mu is held.
 func (q *queue) oldest() *fifo {
 	var best *fifo
 	for _, k := range q.keys {
@@ -142,6 +151,7 @@ func (q *queue) oldest() *fifo {
 // to the end of out, which it returns. drop is called for items that must
 // not run (deadline passed, caller gone); they are removed too. Items are
 // moved in runs, not one by one.
+// It requires that the Streamer's mu is held.
 func (q *queue) take(out []item, f *fifo, max, maxBytes int, now time.Time, drop func(item, time.Time)) []item {
 	size := 0
 	full := false
@@ -179,6 +189,8 @@ func (q *queue) take(out []item, f *fifo, max, maxBytes int, now time.Time, drop
 	return out
 }
 
+// removeKey forgets f, which is empty, as a key with items.
+// It requires that the Streamer's mu is held.
 func (q *queue) removeKey(f *fifo) {
 	for i, k := range q.keys {
 		if q.byKey[k] == f {
@@ -200,6 +212,7 @@ func (q *queue) removeKey(f *fifo) {
 // sweep removes every item that must not run, calling drop for each. It
 // walks the whole queue: the dispatcher runs it at most every sweepInterval,
 // never once per request.
+// It requires that the Streamer's mu is held.
 func (q *queue) sweep(now time.Time, drop func(item, time.Time)) {
 	for _, k := range append([]string(nil), q.keys...) {
 		f := q.byKey[k]
@@ -222,6 +235,7 @@ func (q *queue) sweep(now time.Time, drop func(item, time.Time)) {
 }
 
 // drain removes everything queued, formed batches included.
+// It requires that the Streamer's mu is held.
 func (q *queue) drain() []item {
 	var out []item
 	for _, b := range q.ready {

@@ -10,8 +10,8 @@ import (
 // goroutine in the in-process mode. Its results and its death reach the
 // slot through slot.onResult and wait.
 type worker interface {
-	// send hands a batch over; it never blocks for long (a slot holds at most
-	// two batches).
+	// send hands a batch over; it never blocks for long: a slot holds at
+	// most PipelineDepth batches, and a worker has room for them and a stop.
 	send(b *batch)
 	// stop asks the worker to exit once the batches it has are answered.
 	stop()
@@ -23,13 +23,37 @@ type worker interface {
 	device() string
 }
 
-// result is a worker's answer to one batch.
+// result is a worker's answer to one batch. Its errors are the model's
+// own in the in-process mode, so that callers can match them with
+// errors.Is; from a worker process they are rebuilt from the pipe's text.
 type result struct {
-	id         uint64
-	outputs    [][]byte
-	itemErrors []string // one per item ("" for success), or nil
-	expired    []int    // the items the worker found expired and did not run
-	err        string   // the whole batch failed
+	id       uint64
+	outputs  [][]byte
+	itemErrs []error // one per item (nil for success), or nil
+	expired  []int   // the items the worker found expired and did not run
+	err      error   // the whole batch failed
+}
+
+// pipeError turns an error text a worker process sent into an error; ""
+// is none.
+func pipeError(text string) error {
+	if text == "" {
+		return nil
+	}
+	return errors.New(text)
+}
+
+// pipeErrors turns a worker process's item error texts into errors, nil
+// where the text is "" (the item succeeded).
+func pipeErrors(texts []string) []error {
+	if texts == nil {
+		return nil
+	}
+	errs := make([]error, len(texts))
+	for i, text := range texts {
+		errs[i] = pipeError(text)
+	}
+	return errs
 }
 
 // slot is one place for a worker: it keeps a worker running there,
@@ -60,6 +84,7 @@ func newSlot(s *Streamer, id int) *slot {
 	return sl
 }
 
+// status describes the slot. It requires that s.mu is held.
 func (sl *slot) status() SlotStatus {
 	st := SlotStatus{Slot: sl.id, State: sl.state, CUDA: sl.cuda, Restarts: sl.restarts, InFlight: len(sl.inflight), LastErr: sl.lastErr}
 	if sl.w != nil {
@@ -124,7 +149,7 @@ func (sl *slot) setReady(w worker) {
 	s.signal()
 }
 
-// sendLocked hands b to the slot's worker.
+// sendLocked hands b to the slot's worker. It requires that s.mu is held.
 func (sl *slot) sendLocked(b *batch, now time.Time) {
 	if len(sl.inflight) == 0 {
 		sl.headStart = now
@@ -163,6 +188,8 @@ func (sl *slot) pruneForRun(w worker, b *batch, ttls []int64) ([]int64, bool) {
 	return ttls, true
 }
 
+// killLocked kills the slot's worker, if it has one, and takes no more
+// batches for it. It requires that s.mu is held.
 func (sl *slot) killLocked(reason error) {
 	if sl.w != nil {
 		// No more batches for it while it dies.
@@ -211,9 +238,9 @@ func (sl *slot) onResult(w worker, r result) {
 	switch {
 	case batchErr != nil:
 		failed = len(b.items)
-	case r.itemErrors != nil:
-		for _, e := range r.itemErrors {
-			if e != "" {
+	case r.itemErrs != nil:
+		for _, e := range r.itemErrs {
+			if e != nil {
 				failed++
 			}
 		}
@@ -233,13 +260,13 @@ func (sl *slot) onResult(w worker, r result) {
 		switch {
 		case len(expired) > 0 && expired[0] == i:
 			expired = expired[1:]
-			it.fut.Complete(int(it.index), nil, fmt.Errorf("%w: expired before its worker ran it", ErrDeadline))
+			it.fut.complete(int(it.index), nil, fmt.Errorf("%w: expired before its worker ran it", ErrDeadline))
 		case batchErr != nil:
-			it.fut.Complete(int(it.index), nil, batchErr)
-		case r.itemErrors != nil && r.itemErrors[i] != "":
-			it.fut.Complete(int(it.index), nil, fmt.Errorf("%w: %s", ErrModel, r.itemErrors[i]))
+			it.fut.complete(int(it.index), nil, batchErr)
+		case r.itemErrs != nil && r.itemErrs[i] != nil:
+			it.fut.complete(int(it.index), nil, fmt.Errorf("%w: %w", ErrModel, r.itemErrs[i]))
 		default:
-			it.fut.Complete(int(it.index), r.outputs[i], nil)
+			it.fut.complete(int(it.index), r.outputs[i], nil)
 		}
 	}
 	s.recycle(b)
@@ -248,12 +275,12 @@ func (sl *slot) onResult(w worker, r result) {
 // checkResult returns the error that fails the whole batch, if any.
 func checkResult(r result, n int) error {
 	switch {
-	case r.err != "":
-		return fmt.Errorf("%w: %s", ErrModelFailed, r.err)
+	case r.err != nil:
+		return fmt.Errorf("%w: %w", ErrModelFailed, r.err)
 	case len(r.outputs) != n:
 		return fmt.Errorf("%w: it returned %d outputs for a batch of %d", ErrModelFailed, len(r.outputs), n)
-	case r.itemErrors != nil && len(r.itemErrors) != n:
-		return fmt.Errorf("%w: it returned %d item errors for a batch of %d", ErrModelFailed, len(r.itemErrors), n)
+	case r.itemErrs != nil && len(r.itemErrs) != n:
+		return fmt.Errorf("%w: it returned %d item errors for a batch of %d", ErrModelFailed, len(r.itemErrs), n)
 	}
 	return nil
 }
@@ -311,7 +338,8 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 // requeueLocked puts the batches of a dead worker back in front of the
 // queue. The first was running when the worker died: it is split in halves,
 // each run alone, so that the item that kills workers is narrowed down. The
-// others never started and go back as they were.
+// others never started and go back as they were. It requires that s.mu is
+// held.
 func (sl *slot) requeueLocked(batches []*batch) (poisoned []item) {
 	s := sl.s
 	head := batches[0]

@@ -19,7 +19,9 @@ type Streamer struct {
 
 	epoch time.Time // the origin of clock
 
-	mu          sync.Mutex // guards queue and the slots' dispatch state
+	// mu guards queue, downSince, lastSweep, nextSlot and the slots' fields
+	// marked as guarded by it. Functions that need it say so.
+	mu          sync.Mutex
 	queue       *queue
 	slots       []*slot
 	downSince   time.Time   // when the last ready slot went away; zero while one is ready
@@ -163,9 +165,10 @@ func (s *Streamer) PredictRequest(ctx context.Context, req Request) ([][]byte, e
 // queue has no room for all its items (ErrOverloaded), its deadline has
 // passed (ErrDeadline), or an item is known to crash the model (an
 // *ItemError wrapping ErrPoison). When ctx ends before an item is sent to a
-// worker, that item is dropped and answered with ErrCanceled.
+// worker, that item is dropped and answered with ErrCanceled, or with
+// ErrDeadline when it was ctx's deadline (or the request's) that passed.
 func (s *Streamer) SubmitRequest(ctx context.Context, req Request) (*Future, error) {
-	f := NewFuture(len(req.Items))
+	f := newFuture(len(req.Items))
 	if err := s.enqueue(ctx, req, f); err != nil {
 		return nil, err
 	}
@@ -308,7 +311,7 @@ func (s *Streamer) complete(it item, output []byte, err error) {
 	if err != nil {
 		s.stats.failed.Add(1)
 	}
-	it.fut.Complete(int(it.index), output, err)
+	it.fut.complete(int(it.index), output, err)
 }
 
 // drop answers an item that will not run: its deadline passed or its caller left.

@@ -69,7 +69,7 @@ func (g *gate) fn(ctx context.Context, items [][]byte) ([][]byte, error) {
 		}
 	}
 	if errs != nil {
-		return out, &supervisor.BatchItemErrors{Errs: errs}
+		return out, &model.ItemErrors{Errs: errs}
 	}
 	return out, nil
 }
@@ -121,7 +121,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func TestPredictKeepsOrderUnderConcurrency(t *testing.T) {
 	g := newGate(true)
-	s := start(t, supervisor.Config{Func: g.fn, Workers: 3, BatchSize: 8})
+	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), Workers: 3, BatchSize: 8})
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
 	for c := range 16 {
@@ -158,7 +158,7 @@ func TestPredictKeepsOrderUnderConcurrency(t *testing.T) {
 // outputs a caller got must stay its own after later calls.
 func TestPredictOutputsStayTheCallersOwn(t *testing.T) {
 	g := newGate(false)
-	s := start(t, supervisor.Config{Func: g.fn, Workers: 2, BatchSize: 4, MaxLatency: time.Millisecond})
+	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), Workers: 2, BatchSize: 4, MaxLatency: time.Millisecond})
 	for i := range 8 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 		_, err := s.Predict(ctx, items(fmt.Sprintf("abandoned-%d", i)))
@@ -203,7 +203,7 @@ func TestPredictOutputsStayTheCallersOwn(t *testing.T) {
 // A caller woken by its answer finds it counted in Stats.
 func TestAnswerIsCountedBeforeTheCallerWakes(t *testing.T) {
 	echo := func(_ context.Context, items [][]byte) ([][]byte, error) { return items, nil }
-	s := start(t, supervisor.Config{Func: echo, Workers: 1, BatchSize: 1})
+	s := start(t, supervisor.Config{InProcess: model.Func(echo), Workers: 1, BatchSize: 1})
 	for i := range 5000 {
 		if _, err := s.Predict(context.Background(), items("x")); err != nil {
 			t.Fatal(err)
@@ -216,7 +216,7 @@ func TestAnswerIsCountedBeforeTheCallerWakes(t *testing.T) {
 
 func TestLoneRequestDoesNotWaitForMaxLatency(t *testing.T) {
 	g := newGate(true)
-	s := start(t, supervisor.Config{Func: g.fn, MaxLatency: time.Hour})
+	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), MaxLatency: time.Hour})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	out, err := s.Predict(ctx, items("alone"))
@@ -230,7 +230,7 @@ func TestLoneRequestDoesNotWaitForMaxLatency(t *testing.T) {
 
 func TestBusyWorkerGetsWhatQueuedWhenItFrees(t *testing.T) {
 	g := newGate(false)
-	s := start(t, supervisor.Config{Func: g.fn, MaxLatency: time.Hour, BatchSize: 64})
+	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), MaxLatency: time.Hour, BatchSize: 64})
 	first, err := s.Submit(context.Background(), items("first"))
 	if err != nil {
 		t.Fatal(err)
@@ -261,7 +261,7 @@ func TestBusyWorkerGetsWhatQueuedWhenItFrees(t *testing.T) {
 
 func TestFullBatchIsPrefetchedForABusyWorker(t *testing.T) {
 	g := newGate(false)
-	s := start(t, supervisor.Config{Func: g.fn, MaxLatency: time.Hour, BatchSize: 4})
+	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), MaxLatency: time.Hour, BatchSize: 4})
 	if _, err := s.Submit(context.Background(), items("a")); err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ func TestFullBatchIsPrefetchedForABusyWorker(t *testing.T) {
 
 func TestKeysNeverShareABatch(t *testing.T) {
 	g := newGate(false)
-	s := start(t, supervisor.Config{Func: g.fn, MaxLatency: time.Hour})
+	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), MaxLatency: time.Hour})
 	if _, err := s.Submit(context.Background(), items("x-block")); err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +310,7 @@ func TestKeysNeverShareABatch(t *testing.T) {
 
 func TestPoisonItemIsIsolatedAndRemembered(t *testing.T) {
 	g := newGate(false)
-	s := start(t, supervisor.Config{Func: g.fn, MaxLatency: time.Hour, BackoffMin: time.Millisecond})
+	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), MaxLatency: time.Hour, BackoffMin: time.Millisecond})
 	if _, err := s.Submit(context.Background(), items("block")); err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +351,7 @@ func TestPoisonItemIsIsolatedAndRemembered(t *testing.T) {
 
 func TestHangingBatchTimesOutAndIsIsolated(t *testing.T) {
 	g := newGate(true)
-	s := start(t, supervisor.Config{Func: g.fn, WorkerTimeout: 50 * time.Millisecond, BackoffMin: time.Millisecond, Workers: 2})
+	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), WorkerTimeout: 50 * time.Millisecond, BackoffMin: time.Millisecond, Workers: 2})
 	f, err := s.Submit(context.Background(), items("ok1", "hang", "ok2"))
 	if err != nil {
 		t.Fatal(err)
@@ -371,7 +371,7 @@ func TestHangingBatchTimesOutAndIsIsolated(t *testing.T) {
 
 func TestOverloadIsRefusedAtOnce(t *testing.T) {
 	g := newGate(false)
-	s := start(t, supervisor.Config{Func: g.fn, MaxQueue: 3, BatchSize: 1, MaxLatency: time.Hour, PipelineDepth: 1})
+	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), MaxQueue: 3, BatchSize: 1, MaxLatency: time.Hour, PipelineDepth: 1})
 	// One batch runs; the queue holds three more; the rest are refused.
 	running, err := s.Submit(context.Background(), items("running"))
 	if err != nil {
@@ -409,7 +409,7 @@ func TestOverloadIsRefusedAtOnce(t *testing.T) {
 // their room back, answering them expired, without any of them running.
 func TestRoomHeldByExpiredItemsIsGivenBack(t *testing.T) {
 	g := newGate(false)
-	s := start(t, supervisor.Config{Func: g.fn, MaxQueue: 4, BatchSize: 1, MaxLatency: time.Hour, PipelineDepth: 1})
+	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), MaxQueue: 4, BatchSize: 1, MaxLatency: time.Hour, PipelineDepth: 1})
 	if _, err := s.Submit(context.Background(), items("running")); err != nil {
 		t.Fatal(err)
 	}
@@ -449,7 +449,7 @@ func TestRoomHeldByExpiredItemsIsGivenBack(t *testing.T) {
 
 func TestExpiredItemsNeverReachTheModel(t *testing.T) {
 	g := newGate(false)
-	s := start(t, supervisor.Config{Func: g.fn, MaxLatency: time.Hour})
+	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), MaxLatency: time.Hour})
 	if _, err := s.Submit(context.Background(), items("block")); err != nil {
 		t.Fatal(err)
 	}
@@ -485,7 +485,7 @@ func TestExpiredItemsNeverReachTheModel(t *testing.T) {
 
 func TestItemErrorsFailOnlyTheirItem(t *testing.T) {
 	g := newGate(true)
-	s := start(t, supervisor.Config{Func: g.fn})
+	s := start(t, supervisor.Config{InProcess: model.Func(g.fn)})
 	out, err := s.Predict(context.Background(), items("ok", "bad-one", "ok2"))
 	var itemErr *supervisor.ItemError
 	if !errors.As(err, &itemErr) || itemErr.Index != 1 || !errors.Is(err, supervisor.ErrModel) {
@@ -498,7 +498,7 @@ func TestItemErrorsFailOnlyTheirItem(t *testing.T) {
 
 func TestWrongOutputCountFailsTheBatchClearly(t *testing.T) {
 	fn := func(_ context.Context, items [][]byte) ([][]byte, error) { return items[:1], nil }
-	s := start(t, supervisor.Config{Func: fn})
+	s := start(t, supervisor.Config{InProcess: model.Func(fn)})
 	_, err := s.Predict(context.Background(), items("a", "b"))
 	if !errors.Is(err, supervisor.ErrModelFailed) || !strings.Contains(err.Error(), "1 outputs for a batch of 2") {
 		t.Fatalf("got %v", err)
@@ -507,7 +507,7 @@ func TestWrongOutputCountFailsTheBatchClearly(t *testing.T) {
 
 func TestShutdownDrainsAdmittedWork(t *testing.T) {
 	g := newGate(false)
-	s, err := supervisor.New(supervisor.Config{Func: g.fn, BatchSize: 2, MaxLatency: time.Hour})
+	s, err := supervisor.New(supervisor.Config{InProcess: model.Func(g.fn), BatchSize: 2, MaxLatency: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -542,7 +542,7 @@ func TestShutdownDrainsAdmittedWork(t *testing.T) {
 
 func TestShutdownPastGraceAnswersEverything(t *testing.T) {
 	g := newGate(false)
-	s, err := supervisor.New(supervisor.Config{Func: g.fn, BatchSize: 1, MaxLatency: time.Hour})
+	s, err := supervisor.New(supervisor.Config{InProcess: model.Func(g.fn), BatchSize: 1, MaxLatency: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -577,7 +577,7 @@ func TestShutdownPastGraceAnswersEverything(t *testing.T) {
 
 func TestNoWorkerMeansQuickUnavailable(t *testing.T) {
 	g := newGate(true)
-	s := start(t, supervisor.Config{Func: g.fn, BackoffMin: time.Hour, BackoffMax: time.Hour, UnavailableAfter: 50 * time.Millisecond})
+	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), BackoffMin: time.Hour, BackoffMax: time.Hour, UnavailableAfter: 50 * time.Millisecond})
 	f, err := s.Submit(context.Background(), items("boom"))
 	if err != nil {
 		t.Fatal(err)
@@ -599,7 +599,7 @@ func TestEverySlotFailingIsFatal(t *testing.T) {
 		calls.Add(1)
 		panic("always")
 	}
-	s := start(t, supervisor.Config{Func: fn, MaxRestarts: 2, BackoffMin: time.Millisecond, Workers: 2})
+	s := start(t, supervisor.Config{InProcess: model.Func(fn), MaxRestarts: 2, BackoffMin: time.Millisecond, Workers: 2})
 	// Each item kills a worker once as a fresh batch (which counts towards
 	// MaxRestarts) and once more alone before it is isolated (which does not):
 	// 2 slots × 3 counted restarts need 6 items.
@@ -624,7 +624,7 @@ func TestEverySlotFailingIsFatal(t *testing.T) {
 // into the unavailable window, and every other item must be answered.
 func TestPoisonFirstInAFullBatchWithOneWorker(t *testing.T) {
 	g := newGate(true)
-	s := start(t, supervisor.Config{Func: g.fn, Workers: 1, BatchSize: 64})
+	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), Workers: 1, BatchSize: 64})
 	names := []string{"boom"}
 	for i := 1; i < 64; i++ {
 		names = append(names, fmt.Sprint("ok", i))
@@ -659,7 +659,7 @@ func TestBatchBytesMustFitTheFrame(t *testing.T) {
 		{"within a small frame", supervisor.Config{MaxBatchBytes: 1 << 19, Process: supervisor.ProcessConfig{Model: echoProcess.Model, MaxFrame: 1 << 20}}, ""},
 		{"no model for the workers", supervisor.Config{}, "names no runner"},
 		{"settings that are not JSON", supervisor.Config{Process: supervisor.ProcessConfig{Model: model.Spec{Runner: "sleep", Settings: []byte("{fixed")}}}, "not JSON"},
-		{"in-process has no frame", supervisor.Config{MaxBatchBytes: 300 << 20, Func: newGate(true).fn}, ""},
+		{"in-process has no frame", supervisor.Config{MaxBatchBytes: 300 << 20, InProcess: model.Func(newGate(true).fn)}, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -676,7 +676,7 @@ func TestBatchBytesMustFitTheFrame(t *testing.T) {
 
 func TestItemOverTheBatchByteLimitIsTooLarge(t *testing.T) {
 	g := newGate(true)
-	s := start(t, supervisor.Config{Func: g.fn, MaxBatchBytes: 10})
+	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), MaxBatchBytes: 10})
 	_, err := s.Predict(context.Background(), items("small", strings.Repeat("x", 11)))
 	var itemErr *supervisor.ItemError
 	if !errors.Is(err, supervisor.ErrTooLarge) || !errors.As(err, &itemErr) || itemErr.Index != 1 {
@@ -692,7 +692,7 @@ func TestItemOverTheBatchByteLimitIsTooLarge(t *testing.T) {
 // it is answered expired, and its items never reach the model.
 func TestBatchFormedAheadDropsWhatExpiredMeanwhile(t *testing.T) {
 	g := newGate(false)
-	s := start(t, supervisor.Config{Func: g.fn, BatchSize: 2, MaxLatency: time.Hour})
+	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), BatchSize: 2, MaxLatency: time.Hour})
 	running, err := s.Submit(context.Background(), items("running"))
 	if err != nil {
 		t.Fatal(err)

@@ -288,24 +288,18 @@ func readBatches(ctx context.Context, in *ipc.Reader, batches chan<- arrival) er
 // runBatch calls the model and turns what it said into a result message.
 func runBatch(ctx context.Context, m model.Model, msg ipc.Message) *ipc.Message {
 	res := &ipc.Message{Kind: ipc.KindResult, BatchID: msg.BatchID}
-	outputs, err := m.Predict(ctx, msg.Items)
-	var itemErrs *model.ItemErrors
-	switch {
-	case errors.As(err, &itemErrs) && len(itemErrs.Errs) == len(msg.Items):
-		res.ItemErrors = make([]string, len(msg.Items))
-		for i, e := range itemErrs.Errs {
+	outputs, itemErrs, err := model.Call(ctx, m, msg.Items)
+	if err != nil {
+		res.Error = err.Error()
+		return res
+	}
+	if itemErrs != nil {
+		res.ItemErrors = make([]string, len(itemErrs))
+		for i, e := range itemErrs {
 			if e != nil {
 				res.ItemErrors[i] = e.Error()
 			}
 		}
-	case err != nil:
-		res.Error = err.Error()
-		return res
-	}
-	if len(outputs) != len(msg.Items) {
-		res.Error = fmt.Sprintf("model returned %d outputs for %d items", len(outputs), len(msg.Items))
-		res.ItemErrors = nil
-		return res
 	}
 	res.Items = outputs
 	return res

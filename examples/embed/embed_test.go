@@ -31,8 +31,8 @@ func TestEmbeddedServerWithItsOwnWorkers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr lockedBuffer
-	cmd.Stderr = &stderr
+	stderr := &lockedBuffer{changed: make(chan struct{}, 1)}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestEmbeddedServerWithItsOwnWorkers(t *testing.T) {
 	}
 
 	// Both workers are children of the server, not the server itself.
-	pids := regexp.MustCompile(`"worker ready" slot=\d pid=(\d+)`).FindAllStringSubmatch(stderr.String(), -1)
+	pids := stderr.await(t, regexp.MustCompile(`"worker ready" slot=\d pid=(\d+)`), 2)
 	if len(pids) != 2 || pids[0][1] == pids[1][1] || pids[0][1] == fmt.Sprint(cmd.Process.Pid) {
 		t.Errorf("worker ready lines %q: want two worker processes apart from the server (pid %d)", pids, cmd.Process.Pid)
 	}
@@ -120,16 +120,38 @@ func shoutAt(t *testing.T, base, body string) (int, shoutAnswer) {
 }
 
 // lockedBuffer collects the server's log from one goroutine while the test
-// reads it from another.
+// reads it from another; changed is signalled after every write.
 type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	changed chan struct{}
 }
 
 func (b *lockedBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	select {
+	case b.changed <- struct{}{}:
+	default:
+	}
 	return b.buf.Write(p)
+}
+
+// await waits until the log holds n matches of re, and returns them.
+func (b *lockedBuffer) await(t *testing.T, re *regexp.Regexp, n int) [][]string {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		if m := re.FindAllStringSubmatch(b.String(), -1); len(m) >= n {
+			return m
+		}
+		select {
+		case <-b.changed:
+		case <-deadline:
+			t.Fatalf("the log did not show %d lines matching %s within 30s", n, re)
+			return nil
+		}
+	}
 }
 
 func (b *lockedBuffer) String() string {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamer-dev/streamer/model"
 	"github.com/streamer-dev/streamer/supervisor"
 )
 
@@ -88,7 +89,7 @@ func BenchmarkPredictHTTP(b *testing.B) {
 //
 //	go test -run '^$' -bench SupervisorHTTP -cpuprofile cpu.prof ./supervisor/httpapi
 func BenchmarkSupervisorHTTP(b *testing.B) {
-	st, err := supervisor.New(supervisor.Config{Func: echoBatch, Workers: 2, BatchSize: 64})
+	st, err := supervisor.New(supervisor.Config{InProcess: model.Func(echoBatch), Workers: 2, BatchSize: 64})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -26,7 +26,7 @@ import (
 // every item. It records the last request and its context.
 type fakeBackend struct {
 	mu      sync.Mutex
-	submit  func(ctx context.Context, req supervisor.Request) (*supervisor.Future, error)
+	submit  func(ctx context.Context, req supervisor.Request) (*answer, error)
 	last    supervisor.Request
 	lastCtx context.Context
 	calls   int
@@ -41,7 +41,7 @@ func (b *fakeBackend) PredictRequest(ctx context.Context, req supervisor.Request
 	b.calls++
 	submit := b.submit
 	b.mu.Unlock()
-	f := echoFuture(req)
+	f := echoAnswer(req)
 	if submit != nil {
 		var err error
 		if f, err = submit(ctx, req); err != nil {
@@ -61,10 +61,57 @@ func (b *fakeBackend) lastRequest() (supervisor.Request, context.Context, int) {
 	return b.last, b.lastCtx, b.calls
 }
 
-func echoFuture(req supervisor.Request) *supervisor.Future {
-	f := supervisor.NewFuture(len(req.Items))
+// answer is a fake backend's reply to one request, completed item by item
+// from any goroutine, and waited for as supervisor.Future's Result is.
+type answer struct {
+	mu      sync.Mutex
+	outputs [][]byte
+	errs    []error
+	left    int
+	done    chan struct{}
+}
+
+func newAnswer(n int) *answer {
+	return &answer{outputs: make([][]byte, n), errs: make([]error, n), left: n, done: make(chan struct{})}
+}
+
+func (a *answer) complete(i int, output []byte, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.outputs[i], a.errs[i] = output, err
+	if a.left--; a.left == 0 {
+		close(a.done)
+	}
+}
+
+// Result waits for every item, or for ctx, with the errors the real Future
+// gives: the first failed item's as an *supervisor.ItemError, ErrDeadline
+// or ErrCanceled when ctx ends first.
+func (a *answer) Result(ctx context.Context) ([][]byte, error) {
+	select {
+	case <-a.done:
+	case <-ctx.Done():
+		select {
+		case <-a.done: // answered as the wait ended: the answer wins
+		default:
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return nil, fmt.Errorf("%w: %v", supervisor.ErrDeadline, ctx.Err())
+			}
+			return nil, fmt.Errorf("%w: %v", supervisor.ErrCanceled, ctx.Err())
+		}
+	}
+	for i, err := range a.errs {
+		if err != nil {
+			return a.outputs, &supervisor.ItemError{Index: i, Err: err}
+		}
+	}
+	return a.outputs, nil
+}
+
+func echoAnswer(req supervisor.Request) *answer {
+	f := newAnswer(len(req.Items))
 	for i, it := range req.Items {
-		f.Complete(i, it, nil)
+		f.complete(i, it, nil)
 	}
 	return f
 }
@@ -359,10 +406,10 @@ func TestPredictJSONKeys(t *testing.T) {
 }
 
 func TestPredictKeepsOrderWhenItemsFinishOutOfOrder(t *testing.T) {
-	backend := &fakeBackend{submit: func(_ context.Context, req supervisor.Request) (*supervisor.Future, error) {
-		f := supervisor.NewFuture(len(req.Items))
+	backend := &fakeBackend{submit: func(_ context.Context, req supervisor.Request) (*answer, error) {
+		f := newAnswer(len(req.Items))
 		for i := len(req.Items) - 1; i >= 0; i-- {
-			go f.Complete(i, req.Items[i], nil)
+			go f.complete(i, req.Items[i], nil)
 		}
 		return f, nil
 	}}
@@ -439,16 +486,16 @@ func TestPredictMapsErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var logs bytes.Buffer
-			backend := &fakeBackend{submit: func(_ context.Context, req supervisor.Request) (*supervisor.Future, error) {
+			backend := &fakeBackend{submit: func(_ context.Context, req supervisor.Request) (*answer, error) {
 				if tt.submitErr != nil {
 					return nil, tt.submitErr
 				}
-				f := supervisor.NewFuture(len(req.Items))
+				f := newAnswer(len(req.Items))
 				for i, it := range req.Items {
 					if i == 2 {
-						f.Complete(i, nil, tt.itemErr)
+						f.complete(i, nil, tt.itemErr)
 					} else {
-						f.Complete(i, it, nil)
+						f.complete(i, it, nil)
 					}
 				}
 				return f, nil
@@ -497,9 +544,9 @@ func TestStatusOf(t *testing.T) {
 }
 
 func TestPredictOutputWithoutJSONFormIs500(t *testing.T) {
-	backend := &fakeBackend{submit: func(_ context.Context, req supervisor.Request) (*supervisor.Future, error) {
-		f := supervisor.NewFuture(len(req.Items))
-		f.Complete(0, []byte{0xc1}, nil) // 0xc1 is never valid msgpack
+	backend := &fakeBackend{submit: func(_ context.Context, req supervisor.Request) (*answer, error) {
+		f := newAnswer(len(req.Items))
+		f.complete(0, []byte{0xc1}, nil) // 0xc1 is never valid msgpack
 		return f, nil
 	}}
 	h := New(Config{Backend: backend})
@@ -514,10 +561,10 @@ func TestPredictOutputWithoutJSONFormIs500(t *testing.T) {
 
 func TestPredictMsgpackOutputThatIsNotMsgpackIs500(t *testing.T) {
 	for _, output := range [][]byte{{0xc1}, {0x01, 0x02}, {0xa3, 'a'}} {
-		backend := &fakeBackend{submit: func(_ context.Context, req supervisor.Request) (*supervisor.Future, error) {
-			f := supervisor.NewFuture(len(req.Items))
-			f.Complete(0, req.Items[0], nil)
-			f.Complete(1, output, nil)
+		backend := &fakeBackend{submit: func(_ context.Context, req supervisor.Request) (*answer, error) {
+			f := newAnswer(len(req.Items))
+			f.complete(0, req.Items[0], nil)
+			f.complete(1, output, nil)
 			return f, nil
 		}}
 		h := New(Config{Backend: backend})
@@ -533,8 +580,8 @@ func TestPredictMsgpackOutputThatIsNotMsgpackIs500(t *testing.T) {
 
 // blockingBackend never answers on its own: the test or the deadline does.
 func blockingBackend() *fakeBackend {
-	return &fakeBackend{submit: func(_ context.Context, req supervisor.Request) (*supervisor.Future, error) {
-		return supervisor.NewFuture(len(req.Items)), nil
+	return &fakeBackend{submit: func(_ context.Context, req supervisor.Request) (*answer, error) {
+		return newAnswer(len(req.Items)), nil
 	}}
 }
 
@@ -594,9 +641,9 @@ func TestPredictWithoutTimeoutHasNoDeadline(t *testing.T) {
 
 func TestPredictClientGoneCancelsContext(t *testing.T) {
 	submitted := make(chan context.Context, 1)
-	backend := &fakeBackend{submit: func(ctx context.Context, req supervisor.Request) (*supervisor.Future, error) {
+	backend := &fakeBackend{submit: func(ctx context.Context, req supervisor.Request) (*answer, error) {
 		submitted <- ctx
-		return supervisor.NewFuture(len(req.Items)), nil
+		return newAnswer(len(req.Items)), nil
 	}}
 	srv := httptest.NewServer(New(Config{Backend: backend}))
 	defer srv.Close()

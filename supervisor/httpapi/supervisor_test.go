@@ -14,6 +14,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/streamer-dev/streamer/model"
 	"github.com/streamer-dev/streamer/supervisor"
 )
 
@@ -73,7 +74,7 @@ func postJSON(srv *httptest.Server, body string, header ...string) (int, map[str
 }
 
 func TestSupervisorEchoUnderConcurrency(t *testing.T) {
-	_, srv := startStreamer(t, supervisor.Config{Func: echoBatch, Workers: 2, BatchSize: 8, MaxLatency: time.Millisecond})
+	_, srv := startStreamer(t, supervisor.Config{InProcess: model.Func(echoBatch), Workers: 2, BatchSize: 8, MaxLatency: time.Millisecond})
 	var wg sync.WaitGroup
 	for c := range 16 {
 		wg.Go(func() {
@@ -102,11 +103,11 @@ func TestSupervisorModelErrorNamesItem(t *testing.T) {
 			}
 		}
 		if failed {
-			return items, &supervisor.BatchItemErrors{Errs: errs}
+			return items, &model.ItemErrors{Errs: errs}
 		}
 		return items, nil
 	}
-	_, srv := startStreamer(t, supervisor.Config{Func: reject, Workers: 1})
+	_, srv := startStreamer(t, supervisor.Config{InProcess: model.Func(reject), Workers: 1})
 	status, answer, _, err := postJSON(srv, `{"inputs": ["ok", "ok", "bad"]}`)
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +182,7 @@ func waitStarted(t *testing.T, g *gate) {
 
 func TestSupervisorOverloadIs429(t *testing.T) {
 	g := newGate()
-	st, srv := startStreamer(t, supervisor.Config{Func: g.run, Workers: 1, BatchSize: 1, MaxQueue: 2})
+	st, srv := startStreamer(t, supervisor.Config{InProcess: model.Func(g.run), Workers: 1, BatchSize: 1, MaxQueue: 2})
 	defer close(g.release)
 
 	go func() { _, _, _, _ = postJSON(srv, `{"inputs": ["running"]}`) }()
@@ -225,7 +226,7 @@ func TestSupervisorOverloadIs429(t *testing.T) {
 
 func TestSupervisorDeadlineIs504(t *testing.T) {
 	g := newGate()
-	_, srv := startStreamer(t, supervisor.Config{Func: g.run, Workers: 1})
+	_, srv := startStreamer(t, supervisor.Config{InProcess: model.Func(g.run), Workers: 1})
 	defer close(g.release)
 	start := time.Now()
 	status, answer, _, err := postJSON(srv, `{"inputs": ["slow"], "timeout_ms": 100}`)
@@ -253,7 +254,7 @@ func (r contextRecorder) PredictRequest(ctx context.Context, req supervisor.Requ
 func TestSupervisorClientGoneDropsUndispatchedItems(t *testing.T) {
 	g := newGate()
 	ctxs := make(chan context.Context, 10)
-	st, srv := startStreamerWith(t, supervisor.Config{Func: g.run, Workers: 1, BatchSize: 1},
+	st, srv := startStreamerWith(t, supervisor.Config{InProcess: model.Func(g.run), Workers: 1, BatchSize: 1},
 		func(st *supervisor.Streamer) Backend { return contextRecorder{st, ctxs} })
 	first := make(chan int, 1)
 	go func() { s, _, _, _ := postJSON(srv, `{"inputs": ["first"]}`); first <- s }()
@@ -302,7 +303,7 @@ func TestSupervisorClientGoneDropsUndispatchedItems(t *testing.T) {
 }
 
 func TestSupervisorShutdownIs503(t *testing.T) {
-	st, err := supervisor.New(supervisor.Config{Func: echoBatch})
+	st, err := supervisor.New(supervisor.Config{InProcess: model.Func(echoBatch)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +332,7 @@ func TestSupervisorShutdownIs503(t *testing.T) {
 }
 
 func TestSupervisorStatsAndWorkers(t *testing.T) {
-	_, srv := startStreamer(t, supervisor.Config{Func: echoBatch, Workers: 3})
+	_, srv := startStreamer(t, supervisor.Config{InProcess: model.Func(echoBatch), Workers: 3})
 	for range 5 {
 		if status, _, _, err := postJSON(srv, `{"inputs": [1, 2]}`); err != nil || status != 200 {
 			t.Fatalf("status %d: %v", status, err)

@@ -1,0 +1,132 @@
+package model_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/streamer-dev/streamer/model"
+)
+
+var errShape = errors.New("wrong shape")
+
+func TestCall(t *testing.T) {
+	items := [][]byte{[]byte("a"), []byte("b")}
+	outputs := [][]byte{[]byte("A"), []byte("B")}
+	tests := []struct {
+		name        string
+		fn          model.Func
+		wantOutputs [][]byte
+		wantItemErr []error
+		wantErr     string // substring; "" for none
+		wantErrIs   error
+	}{
+		{
+			name:        "every item answered",
+			fn:          func(context.Context, [][]byte) ([][]byte, error) { return outputs, nil },
+			wantOutputs: outputs,
+		},
+		{
+			name: "whole batch fails with the model's own error",
+			fn: func(context.Context, [][]byte) ([][]byte, error) {
+				return nil, fmt.Errorf("load weights: %w", errShape)
+			},
+			wantErr:   "load weights: wrong shape",
+			wantErrIs: errShape,
+		},
+		{
+			name: "some items fail",
+			fn: func(context.Context, [][]byte) ([][]byte, error) {
+				return [][]byte{nil, []byte("B")}, &model.ItemErrors{Errs: []error{errShape, nil}}
+			},
+			wantOutputs: [][]byte{nil, []byte("B")},
+			wantItemErr: []error{errShape, nil},
+		},
+		{
+			name: "wrapped item errors are found",
+			fn: func(context.Context, [][]byte) ([][]byte, error) {
+				return outputs, fmt.Errorf("batch: %w", &model.ItemErrors{Errs: []error{nil, errShape}})
+			},
+			wantOutputs: outputs,
+			wantItemErr: []error{nil, errShape},
+		},
+		{
+			name: "item errors of the wrong length fail the batch",
+			fn: func(context.Context, [][]byte) ([][]byte, error) {
+				return outputs, &model.ItemErrors{Errs: []error{errShape}}
+			},
+			wantErr: "item 0: wrong shape",
+		},
+		{
+			name:    "too few outputs",
+			fn:      func(context.Context, [][]byte) ([][]byte, error) { return outputs[:1], nil },
+			wantErr: "model returned 1 outputs for a batch of 2 items",
+		},
+		{
+			name: "too many outputs with item errors",
+			fn: func(context.Context, [][]byte) ([][]byte, error) {
+				return append(outputs, nil), &model.ItemErrors{Errs: []error{errShape, nil}}
+			},
+			wantErr: "model returned 3 outputs for a batch of 2 items",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, itemErrs, err := model.Call(context.Background(), tt.fn, items)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want one saying %q", err, tt.wantErr)
+				}
+				if tt.wantErrIs != nil && !errors.Is(err, tt.wantErrIs) {
+					t.Errorf("err = %v does not wrap %v", err, tt.wantErrIs)
+				}
+				if out != nil || itemErrs != nil {
+					t.Errorf("outputs %q and item errors %v alongside a batch error, want none", out, itemErrs)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("err = %v, want nil", err)
+			}
+			if !reflect.DeepEqual(out, tt.wantOutputs) {
+				t.Errorf("outputs = %q, want %q", out, tt.wantOutputs)
+			}
+			if len(itemErrs) != len(tt.wantItemErr) {
+				t.Fatalf("item errors = %v, want %v", itemErrs, tt.wantItemErr)
+			}
+			for i := range itemErrs {
+				if !errors.Is(itemErrs[i], tt.wantItemErr[i]) || (itemErrs[i] == nil) != (tt.wantItemErr[i] == nil) {
+					t.Errorf("item error %d = %v, want %v", i, itemErrs[i], tt.wantItemErr[i])
+				}
+			}
+		})
+	}
+}
+
+func TestCallPassesContextAndItems(t *testing.T) {
+	type key struct{}
+	ctx := context.WithValue(context.Background(), key{}, "v")
+	items := [][]byte{[]byte("x")}
+	var gotCtx context.Context
+	var gotItems [][]byte
+	fn := model.Func(func(ctx context.Context, items [][]byte) ([][]byte, error) {
+		gotCtx, gotItems = ctx, items
+		return items, nil
+	})
+	if _, _, err := model.Call(ctx, fn, items); err != nil {
+		t.Fatal(err)
+	}
+	if gotCtx.Value(key{}) != "v" || !reflect.DeepEqual(gotItems, items) {
+		t.Errorf("Predict got context %v and items %q, want the caller's", gotCtx, gotItems)
+	}
+}
+
+func TestFuncCloseReturnsNil(t *testing.T) {
+	var m model.Model = model.Func(func(context.Context, [][]byte) ([][]byte, error) { return nil, nil })
+	if err := m.Close(); err != nil {
+		t.Errorf("Close = %v, want nil", err)
+	}
+}

@@ -1,0 +1,178 @@
+package supervisor_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/streamer-dev/streamer/model"
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// errOwn and shapeError are a model's own errors, which its callers branch on.
+var errOwn = errors.New("the model's own sentinel")
+
+type shapeError struct{ want int }
+
+func (e *shapeError) Error() string { return fmt.Sprintf("want %d values", e.want) }
+
+// answerBoth runs items through s both ways a caller can: Predict, and
+// Submit then Result.
+func answerBoth(t *testing.T, s *supervisor.Streamer, items [][]byte) map[string]error {
+	t.Helper()
+	_, predictErr := s.Predict(context.Background(), items)
+	f, err := s.Submit(context.Background(), items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, resultErr := f.Result(context.Background())
+	return map[string]error{"Predict": predictErr, "Future.Result": resultErr}
+}
+
+func TestInProcessBatchErrorKeepsItsType(t *testing.T) {
+	fn := func(context.Context, [][]byte) ([][]byte, error) {
+		return nil, fmt.Errorf("load weights: %w; %w", errOwn, &shapeError{want: 3})
+	}
+	s := start(t, supervisor.Config{InProcess: model.Func(fn)})
+	for how, err := range answerBoth(t, s, items("a", "b")) {
+		var shape *shapeError
+		switch {
+		case !errors.Is(err, errOwn):
+			t.Errorf("%s: %v does not wrap the model's own sentinel", how, err)
+		case !errors.As(err, &shape) || shape.want != 3:
+			t.Errorf("%s: %v does not wrap the model's own error type", how, err)
+		case !errors.Is(err, supervisor.ErrModelFailed):
+			t.Errorf("%s: %v does not wrap ErrModelFailed", how, err)
+		case errors.Is(err, supervisor.ErrModel):
+			t.Errorf("%s: %v wraps ErrModel, which is for one item's fault", how, err)
+		}
+	}
+}
+
+func TestInProcessItemErrorKeepsItsType(t *testing.T) {
+	fn := func(_ context.Context, items [][]byte) ([][]byte, error) {
+		errs := make([]error, len(items))
+		errs[1] = fmt.Errorf("item b: %w", errOwn)
+		return items, &model.ItemErrors{Errs: errs}
+	}
+	s := start(t, supervisor.Config{InProcess: model.Func(fn)})
+	for how, err := range answerBoth(t, s, items("a", "b", "c")) {
+		var itemErr *supervisor.ItemError
+		switch {
+		case !errors.Is(err, errOwn):
+			t.Errorf("%s: %v does not wrap the model's own sentinel", how, err)
+		case !errors.Is(err, supervisor.ErrModel):
+			t.Errorf("%s: %v does not wrap ErrModel", how, err)
+		case !errors.As(err, &itemErr) || itemErr.Index != 1:
+			t.Errorf("%s: %v is not item 1's error", how, err)
+		case err.Error() != "item 1: model error: item b: the model's own sentinel":
+			t.Errorf("%s: error text %q changed", how, err)
+		}
+	}
+}
+
+// syncBuffer is a log destination the test reads while the streamer writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// panicOnBoom is a model that panics on the item "boom"; the test looks for
+// its name in the logged stack.
+func panicOnBoom(_ context.Context, items [][]byte) ([][]byte, error) {
+	for _, it := range items {
+		if string(it) == "boom" {
+			panic("boom item")
+		}
+	}
+	return items, nil
+}
+
+func TestInProcessPanicLogsItsStack(t *testing.T) {
+	var logs syncBuffer
+	s := start(t, supervisor.Config{
+		InProcess:  model.Func(panicOnBoom),
+		BackoffMin: time.Millisecond,
+		Logger:     slog.New(slog.NewJSONHandler(&logs, nil)),
+	})
+	_, err := s.Predict(context.Background(), items("boom"))
+	if !errors.Is(err, supervisor.ErrPoison) || !strings.Contains(err.Error(), "panic in the model: boom item") {
+		t.Fatalf("got %v, want ErrPoison naming the panic", err)
+	}
+	if strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "goroutine") || len(err.Error()) > 200 {
+		t.Errorf("the caller's error carries the stack: %q", err)
+	}
+	panics := 0
+	for line := range strings.SplitSeq(strings.TrimSpace(logs.String()), "\n") {
+		var rec struct {
+			Msg   string
+			Slot  *int
+			Panic string
+			Stack string
+		}
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q is not one JSON record: %v", line, err)
+		}
+		if rec.Msg != "panic in the in-process model" {
+			continue
+		}
+		panics++
+		if rec.Slot == nil || *rec.Slot != 0 || rec.Panic != "boom item" {
+			t.Errorf("panic line %s lacks slot 0 or the panic value", line)
+		}
+		if !strings.Contains(rec.Stack, "panicOnBoom") {
+			t.Errorf("logged stack does not name the panicking function:\n%s", rec.Stack)
+		}
+	}
+	// The item killed the worker twice before it was taken for poison.
+	if panics != 2 {
+		t.Errorf("%d panic lines logged, want 2:\n%s", panics, logs.String())
+	}
+}
+
+// closeCounter is a model that counts the calls to its Close.
+type closeCounter struct {
+	model.Func
+	closed atomic.Int32
+}
+
+func (m *closeCounter) Close() error {
+	m.closed.Add(1)
+	return nil
+}
+
+func TestShutdownLeavesTheInProcessModelOpen(t *testing.T) {
+	m := &closeCounter{Func: func(_ context.Context, items [][]byte) ([][]byte, error) { return items, nil }}
+	s := start(t, supervisor.Config{InProcess: m, Workers: 2})
+	if _, err := s.Predict(context.Background(), items("a")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := m.closed.Load(); n != 0 {
+		t.Fatalf("the streamer closed the caller's model %d times; its owner closes it", n)
+	}
+}
