@@ -11,9 +11,10 @@ GOFILES = $(shell find . -name '*.go' -not -path './.git/*' -not -path './bin/*'
 
 .PHONY: bench-all build serve test install-tools vet staticcheck fmtcheck tidycheck unit fuzz bench onnxruntime proto
 
-## build: compile the streamer binary into bin/
+## build: compile the streamer binary and its plotter streamer-bench (for bench --plot) into bin/
 build:
 	$(GO) build -o $(BIN)/streamer ./cmd/streamer
+	$(GO) build -o $(BIN)/streamer-bench ./cmd/streamer-bench
 
 ## serve: build, fetch the ONNX Runtime library, serve the demo model on 127.0.0.1:5005
 serve:

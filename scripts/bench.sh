@@ -365,6 +365,8 @@ main() {
   log "results in $OUT"
   machine
   go build -o "$STREAMER" ./cmd/streamer
+  # The plotter of `streamer bench --plot`, found next to streamer.
+  go build -o "$OUT/streamer-bench" ./cmd/streamer-bench
   go build -o "$BARE" ./examples/wrk/bare
   : >"$COMMANDS"
   : >"$OUT/notes.txt"

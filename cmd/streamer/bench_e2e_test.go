@@ -3,31 +3,27 @@ package main
 // Tests of `streamer bench` through the real binary: it starts its own real
 // server (or drives one the harness started), loads it for about a second,
 // and its report must agree with the model's known cost and the server's
-// own counters. The load client's HTTP reader is tested on its own at the end.
+// own counters. The load client's HTTP reader is tested in
+// internal/bench/httpclient, the report's arithmetic in internal/bench.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"image/png"
-	"io"
 	"math"
-	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
+	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/streamer-dev/streamer/internal/bench"
 )
 
 // benchTimeout bounds one bench run; the runs here load for a second or two.
@@ -43,9 +39,17 @@ type benchResult struct {
 // runBenchCmd runs `streamer bench args...` to completion.
 func runBenchCmd(t *testing.T, args ...string) benchResult {
 	t.Helper()
+	return runBenchCmdWithPath(t, os.Getenv("PATH"), args...)
+}
+
+// runBenchCmdWithPath runs `streamer bench args...` to completion with PATH
+// set to path, where it looks for the plotter.
+func runBenchCmdWithPath(t *testing.T, path string, args ...string) benchResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, streamerBin, append([]string{"bench"}, args...)...)
+	cmd.Env = append(os.Environ(), "PATH="+path)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = 5 * time.Second
@@ -62,13 +66,13 @@ func runBenchCmd(t *testing.T, args ...string) benchResult {
 
 // benchJSON runs bench with --json, which must succeed, and returns the
 // report both as the decoded struct and as raw keys.
-func benchJSON(t *testing.T, args ...string) (report, map[string]json.RawMessage) {
+func benchJSON(t *testing.T, args ...string) (bench.Report, map[string]json.RawMessage) {
 	t.Helper()
 	res := runBenchCmd(t, append([]string{"--json", "--warmup", "0"}, args...)...)
 	if res.code != 0 {
 		t.Fatalf("streamer bench exited %d\nstdout:\n%s\nstderr:\n%s", res.code, res.stdout, res.stderr)
 	}
-	var rep report
+	var rep bench.Report
 	var keys map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(res.stdout), &rep); err != nil {
 		t.Fatalf("--json output is not the report: %v\n%s", err, res.stdout)
@@ -80,7 +84,7 @@ func benchJSON(t *testing.T, args ...string) (report, map[string]json.RawMessage
 }
 
 // checkLatencies fails unless the percentiles are positive and ordered.
-func checkLatencies(t *testing.T, l latencies) {
+func checkLatencies(t *testing.T, l bench.Latencies) {
 	t.Helper()
 	if !(l.P50 > 0 && l.P50 <= l.P90 && l.P90 <= l.P99 && l.P99 <= l.Max) {
 		t.Errorf("latency percentiles not positive and ordered: %+v", l)
@@ -141,9 +145,23 @@ func TestBenchJSONSleepModel(t *testing.T) {
 	}
 }
 
+// buildPlotter builds the streamer-bench binary into a folder of its own and
+// returns the folder.
+func buildPlotter(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	build := exec.Command("go", "build", "-o", filepath.Join(dir, bench.PlotterName), "../"+bench.PlotterName)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", bench.PlotterName, err, out)
+	}
+	return dir
+}
+
 func TestBenchTableAndPlot(t *testing.T) {
+	plotter := buildPlotter(t)
 	path := filepath.Join(t.TempDir(), "bench.png")
-	res := runBenchCmd(t, "--model", "echo", "--concurrency", "8", "--duration", "1s", "--warmup", "0", "--plot", path)
+	res := runBenchCmdWithPath(t, plotter+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"--model", "echo", "--concurrency", "8", "--duration", "1s", "--warmup", "0", "--plot", path)
 	if res.code != 0 {
 		t.Fatalf("streamer bench exited %d\nstderr:\n%s", res.code, res.stderr)
 	}
@@ -176,6 +194,64 @@ func TestBenchTableAndPlot(t *testing.T) {
 	}
 	if !varied {
 		t.Error("the plot is blank")
+	}
+}
+
+func TestBenchPlotWithoutPlotter(t *testing.T) {
+	if _, err := os.Stat(filepath.Join(filepath.Dir(streamerBin), bench.PlotterName)); err == nil {
+		t.Skipf("%s lies next to the binary under test: bench would find it", bench.PlotterName)
+	}
+	path := filepath.Join(t.TempDir(), "bench.png")
+	began := time.Now()
+	res := runBenchCmdWithPath(t, t.TempDir(), "--model", "echo", "--duration", "1s", "--plot", path)
+	if res.code == 0 {
+		t.Fatalf("exit code 0 without a plotter\nstdout:\n%s", res.stdout)
+	}
+	for _, want := range []string{"--plot:", "drawn by the " + bench.PlotterName + " binary", "./cmd/" + bench.PlotterName, "make build"} {
+		if !strings.Contains(res.stderr, want) {
+			t.Errorf("stderr %q does not say %q", res.stderr, want)
+		}
+	}
+	if res.stdout != "" {
+		t.Errorf("stdout %q: a failed run must not print a report", res.stdout)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the plot file was left behind (stat: %v)", err)
+	}
+	if d := time.Since(began); d > 5*time.Second {
+		t.Errorf("took %s to find the plotter missing; it must fail before the load", d)
+	}
+}
+
+// TestStreamerLinksNoPlotting holds the line that keeps the plot out of the
+// streamer binary, which every worker process runs: no gonum.org package
+// and not the chart package may be among its dependencies. The plotter's
+// own dependencies are listed the same way and must have them, so that the
+// check is seen to see them.
+func TestStreamerLinksNoPlotting(t *testing.T) {
+	deps := func(pkg string) []string {
+		out, err := exec.Command("go", "list", "-deps", pkg).Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", pkg, err)
+		}
+		return strings.Fields(string(out))
+	}
+	plotting := func(pkg string) bool {
+		return strings.HasPrefix(pkg, "gonum.org/") || strings.HasSuffix(pkg, "/internal/bench/chart")
+	}
+	for _, pkg := range deps(".") {
+		if plotting(pkg) {
+			t.Errorf("the streamer binary links %s; the plot belongs in %s", pkg, bench.PlotterName)
+		}
+	}
+	var seen []string
+	for _, pkg := range deps("../" + bench.PlotterName) {
+		if plotting(pkg) {
+			seen = append(seen, pkg)
+		}
+	}
+	if !slices.Contains(seen, "gonum.org/v1/plot") || !slices.ContainsFunc(seen, func(p string) bool { return strings.HasSuffix(p, "/internal/bench/chart") }) {
+		t.Errorf("%s's dependencies hold %v; want gonum.org/v1/plot and the chart package, or this check sees nothing", bench.PlotterName, seen)
 	}
 }
 
@@ -360,147 +436,5 @@ func TestBenchInterruptStopsItsServer(t *testing.T) {
 	}
 	if err := syscall.Kill(serverPID, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Errorf("the server bench started (pid %d) outlived it (kill 0: %v)", serverPID, err)
-	}
-}
-
-func TestReadResponse(t *testing.T) {
-	for _, tc := range []struct {
-		name      string
-		answer    string
-		status    int
-		keepAlive bool
-		wantErr   string
-	}{
-		{"content length", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", 200, true, ""},
-		{"chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n3;x=y\r\nabc\r\n0\r\nTrailer: v\r\n\r\n", 200, true, ""},
-		{"connection close", "HTTP/1.1 429 Too Many Requests\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}", 429, false, ""},
-		{"http/1.0", "HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", 200, false, ""},
-		{"http/1.0 keep-alive", "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n", 200, true, ""},
-		{"interim answer skipped", "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 503 Service Unavailable\r\nContent-Length: 1\r\n\r\nx", 503, true, ""},
-		{"no length: read to close", "HTTP/1.1 200 OK\r\n\r\nuntil the end", 200, false, ""},
-		{"no content", "HTTP/1.1 204 No Content\r\n\r\n", 204, true, ""},
-		{"closed before answer", "", 0, false, "connection closed before the answer"},
-		{"not http", "SSH-2.0-OpenSSH\r\n", 0, false, "malformed status line"},
-		{"bad length", "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", 0, false, "malformed Content-Length"},
-		{"short body", "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", 0, false, "read body"},
-		{"bad chunk", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 0, false, "malformed chunk size"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			r := bufio.NewReader(strings.NewReader(tc.answer))
-			status, keepAlive, err := readResponse(r)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v; want one that says %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if status != tc.status || keepAlive != tc.keepAlive {
-				t.Errorf("status %d keep-alive %v; want %d %v", status, keepAlive, tc.status, tc.keepAlive)
-			}
-			if rest, _ := r.Peek(1); len(rest) != 0 {
-				t.Errorf("%q left unread after the answer", rest)
-			}
-		})
-	}
-}
-
-func TestReadResponseBackToBack(t *testing.T) {
-	// Answers on a keep-alive connection follow each other; each read must
-	// stop exactly at its answer's end.
-	stream := "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}" +
-		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n" +
-		"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n"
-	r := bufio.NewReader(strings.NewReader(stream))
-	for i, want := range []int{200, 200, 500} {
-		status, keepAlive, err := readResponse(r)
-		if err != nil || status != want || !keepAlive {
-			t.Fatalf("answer %d: status %d keep-alive %v err %v; want %d, true, nil", i, status, keepAlive, err, want)
-		}
-	}
-	if _, _, err := readResponse(r); !errors.Is(err, errNoAnswer) {
-		t.Errorf("after the last answer: %v, want errNoAnswer", err)
-	}
-}
-
-func TestWireClientAgainstNetHTTP(t *testing.T) {
-	body := []byte(`{"inputs":["x"]}`)
-	var served atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, _ := io.ReadAll(r.Body)
-		if r.Method != http.MethodPost || r.URL.Path != "/base/predict" || r.Header.Get("Content-Type") != "application/json" || !bytes.Equal(got, body) {
-			http.Error(w, fmt.Sprintf("unexpected %s %s %q %q", r.Method, r.URL.Path, r.Header.Get("Content-Type"), got), http.StatusBadRequest)
-			return
-		}
-		n := served.Add(1)
-		switch {
-		case n%5 == 0:
-			w.Header().Set("Connection", "close")
-			w.WriteHeader(http.StatusTooManyRequests)
-		case n%2 == 0:
-			// Flushed before the end: the answer goes out chunked.
-			_, _ = w.Write([]byte(`{"outputs":[`))
-			w.(http.Flusher).Flush()
-			_, _ = w.Write([]byte(`"x"]}`))
-		default:
-			_, _ = w.Write([]byte(`{"outputs":["x"]}`))
-		}
-	}))
-	defer srv.Close()
-	u, err := url.Parse(srv.URL + "/base/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := newWireClient(u, "/predict", body, 4)
-	defer c.closeIdle()
-	kinds := map[string]int{}
-	for i := range 40 {
-		if i == 20 {
-			// Idle connections closed by the server: the next request on
-			// one is sent again on a new connection, not failed.
-			srv.CloseClientConnections()
-		}
-		kinds[c.send(context.Background())]++
-	}
-	if want := map[string]int{"": 32, "http 429": 8}; !reflect.DeepEqual(kinds, want) {
-		t.Errorf("outcomes %v; want %v", kinds, want)
-	}
-	if served.Load() != 40 {
-		t.Errorf("server answered %d requests; want 40", served.Load())
-	}
-}
-
-func TestWireClientCanceledMidRequest(t *testing.T) {
-	arrived, release := make(chan struct{}, 1), make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		arrived <- struct{}{}
-		<-release
-	}))
-	defer srv.Close()
-	defer close(release)
-	u, _ := url.Parse(srv.URL)
-	c := newWireClient(u, "/predict", []byte(`{}`), 1)
-	defer c.closeIdle()
-	ctx, cancel := context.WithCancel(context.Background())
-	result := make(chan string, 1)
-	go func() { result <- c.send(ctx) }()
-	select {
-	case <-arrived:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the request did not reach the server")
-	}
-	cancel()
-	select {
-	case kind := <-result:
-		if kind != "" {
-			t.Errorf("a request cut short by the end of the load counts as %q; want no error", kind)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("send did not return after its context ended")
-	}
-	if n := len(c.idle); n != 0 {
-		t.Errorf("%d connections kept after a canceled request; its connection is unusable", n)
 	}
 }

@@ -1,13 +1,19 @@
-package main
+// Package chart draws a bench run as a PNG: each request's latency against
+// its send time, with the p50 and p99 over time, above the histogram of the
+// batch sizes the server formed. It links gonum/plot, its fonts and its
+// LaTeX renderer, so only the streamer-bench binary imports it: never the
+// streamer binary, which every worker process runs.
+package chart
 
 import (
 	"cmp"
 	"fmt"
 	"image/color"
 	"io"
-	"log/slog"
 	"slices"
 	"time"
+
+	"github.com/streamer-dev/streamer/internal/bench/plotdata"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -15,8 +21,6 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 )
-
-func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // Plot sizing: enough dots to show the spread of latencies without drawing
 // a million glyphs for a long run, and enough time buckets for the
@@ -26,14 +30,14 @@ const (
 	plotTimeSlices = 100
 )
 
-// writePlot draws latency against time (successful requests) above the
-// histogram of the batch sizes the server formed, as a PNG into w.
-func writePlot(w io.Writer, samples []sample, batchSizes map[int]uint64) error {
-	latency, err := latencyPlot(samples)
+// WritePNG draws latency against time above the histogram of the batch
+// sizes, as a PNG into w.
+func WritePNG(w io.Writer, d plotdata.Data) error {
+	latency, err := latencyPlot(d.Points)
 	if err != nil {
 		return err
 	}
-	hist := batchSizePlot(batchSizes)
+	hist := batchSizePlot(d.BatchSizes)
 	const width, height = 8 * vg.Inch, 8 * vg.Inch
 	img := vgimg.New(width, height)
 	canvas := draw.New(img)
@@ -49,28 +53,23 @@ func writePlot(w io.Writer, samples []sample, batchSizes map[int]uint64) error {
 	return nil
 }
 
-// latencyPlot shows each successful request's latency at its send time (at
+// latencyPlot shows each request's latency at its send time (at
 // most plotMaxDots of them, evenly picked) with the p50 and p99 of each time
 // slice drawn over them.
-func latencyPlot(samples []sample) (*plot.Plot, error) {
+func latencyPlot(points []plotdata.Point) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = "latency of each request"
 	p.X.Label.Text = "seconds since start"
 	p.Y.Label.Text = "ms"
-	var ok []sample
-	for _, s := range samples {
-		if s.errKind == 0 {
-			ok = append(ok, s)
-		}
-	}
-	if len(ok) == 0 {
+	if len(points) == 0 {
 		return p, nil
 	}
-	slices.SortFunc(ok, func(a, b sample) int { return cmp.Compare(a.at, b.at) })
+	ok := slices.Clone(points)
+	slices.SortFunc(ok, func(a, b plotdata.Point) int { return cmp.Compare(a.At, b.At) })
 	stride := max(1, len(ok)/plotMaxDots)
 	dots := make(plotter.XYs, 0, len(ok)/stride+1)
 	for i := 0; i < len(ok); i += stride {
-		dots = append(dots, plotter.XY{X: ok[i].at.Seconds(), Y: milliseconds(ok[i].latency)})
+		dots = append(dots, plotter.XY{X: ok[i].At.Seconds(), Y: milliseconds(ok[i].Latency)})
 	}
 	scatter, err := plotter.NewScatter(dots)
 	if err != nil {
@@ -103,21 +102,21 @@ func latencyPlot(samples []sample) (*plot.Plot, error) {
 // sliceQuantile cuts the run, sorted by send time, into plotTimeSlices
 // equal spans of time and returns the quantile q of the latencies in each
 // span that has any.
-func sliceQuantile(sorted []sample, q float64) plotter.XYs {
-	first, last := sorted[0].at, sorted[len(sorted)-1].at
+func sliceQuantile(sorted []plotdata.Point, q float64) plotter.XYs {
+	first, last := sorted[0].At, sorted[len(sorted)-1].At
 	span := max((last-first)/plotTimeSlices, time.Millisecond)
 	var points plotter.XYs
 	lat := make([]time.Duration, 0, len(sorted)/plotTimeSlices+1)
 	for begin := 0; begin < len(sorted); {
 		end := begin
-		limit := sorted[begin].at + span
+		limit := sorted[begin].At + span
 		lat = lat[:0]
-		for end < len(sorted) && sorted[end].at < limit {
-			lat = append(lat, sorted[end].latency)
+		for end < len(sorted) && sorted[end].At < limit {
+			lat = append(lat, sorted[end].Latency)
 			end++
 		}
 		slices.Sort(lat)
-		mid := sorted[begin].at + (sorted[end-1].at-sorted[begin].at)/2
+		mid := sorted[begin].At + (sorted[end-1].At-sorted[begin].At)/2
 		points = append(points, plotter.XY{X: mid.Seconds(), Y: milliseconds(lat[min(int(q*float64(len(lat))), len(lat)-1)])})
 		begin = end
 	}

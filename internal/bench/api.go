@@ -1,0 +1,214 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/streamer-dev/streamer/internal/bench/httpclient"
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// setUp makes the sender for the chosen API, starting a server when needed.
+// The returned func stops what was started.
+func (cfg *Config) setUp(ctx context.Context, item any) (sender, statsSource, func(), error) {
+	if cfg.API == APIGo {
+		return cfg.goAPI(ctx, item)
+	}
+	target, stop := cfg.Target, func() {}
+	if target == "" {
+		var err error
+		if target, stop, err = startServer(ctx, cfg.Server); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	send, stats, closeIdle, err := cfg.httpAPI(target, item)
+	if err != nil {
+		stop()
+		return nil, nil, nil, err
+	}
+	return send, stats, func() { closeIdle(); stop() }, nil
+}
+
+// httpAPI makes the sender that posts to target's /predict: the lean client
+// of package httpclient over plain http, Go's standard client over https.
+// The returned func closes the idle connections.
+func (cfg *Config) httpAPI(target string, item any) (sender, statsSource, func(), error) {
+	u, err := parseTarget(target)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	inputs := make([]any, cfg.ItemsPerRequest)
+	for i := range inputs {
+		inputs[i] = item
+	}
+	body, err := json.Marshal(map[string]any{"inputs": inputs})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	base := strings.TrimSuffix(u.String(), "/")
+	stats := httpStats(&http.Client{Timeout: 30 * time.Second}, base+"/v1/stats")
+	if u.Scheme == "http" {
+		c := httpclient.New(u, "/predict", body, cfg.Concurrency)
+		return leanSender(c), stats, c.CloseIdle, nil
+	}
+	client := &http.Client{Transport: &http.Transport{
+		MaxIdleConns:        cfg.Concurrency * 2,
+		MaxIdleConnsPerHost: cfg.Concurrency * 2,
+		IdleConnTimeout:     time.Minute,
+	}}
+	return httpSender(client, base+"/predict", body), stats, client.CloseIdleConnections, nil
+}
+
+// leanSender sends with c. A request cut short by the end of the load is
+// no error.
+func leanSender(c *httpclient.Client) sender {
+	return func(ctx context.Context) string {
+		status, err := c.Post(ctx)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return ""
+		case err != nil:
+			return "connection"
+		case status != http.StatusOK:
+			return "http " + strconv.Itoa(status)
+		}
+		return ""
+	}
+}
+
+// httpSender posts body with Go's standard client (used for https).
+func httpSender(client *http.Client, url string, body []byte) sender {
+	return func(ctx context.Context) string {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			return "client"
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ""
+			}
+			return "connection"
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Sprintf("http %d", resp.StatusCode)
+		}
+		return ""
+	}
+}
+
+// httpStats reads GET url, the server's /v1/stats.
+func httpStats(client *http.Client, url string) statsSource {
+	return func(ctx context.Context) (supervisor.Stats, error) {
+		var st supervisor.Stats
+		err := getJSON(ctx, client, url, &st)
+		return st, err
+	}
+}
+
+// getJSON decodes the JSON answer of GET url into v.
+func getJSON(ctx context.Context, client *http.Client, url string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return fmt.Errorf("GET %s: %w", url, err)
+	}
+	return nil
+}
+
+// goAPI runs a supervisor in this process, with worker processes, and sends
+// msgpack items through Predict.
+func (cfg *Config) goAPI(ctx context.Context, item any) (sender, statsSource, func(), error) {
+	if cfg.Supervisor == nil {
+		return nil, nil, nil, errors.New("--api go: no supervisor config")
+	}
+	encoded, err := msgpack.Marshal(item)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("--input: encode as msgpack: %w", err)
+	}
+	st, stop, err := startSupervisor(ctx, cfg.Supervisor)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	items := make([][]byte, cfg.ItemsPerRequest)
+	for i := range items {
+		items[i] = encoded
+	}
+	send := func(ctx context.Context) string {
+		if _, err := st.Predict(ctx, items); err != nil {
+			if ctx.Err() != nil {
+				return ""
+			}
+			return errorKind(err)
+		}
+		return ""
+	}
+	stats := func(context.Context) (supervisor.Stats, error) { return st.Stats(), nil }
+	return send, stats, stop, nil
+}
+
+// startSupervisor starts the supervisor that makeConfig describes and waits
+// for all its workers. The returned func shuts it down.
+func startSupervisor(ctx context.Context, makeConfig func() (supervisor.Config, error)) (*supervisor.Streamer, func(), error) {
+	cfg, err := makeConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := supervisor.New(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := st.Start(ctx); err != nil {
+		return nil, nil, fmt.Errorf("start workers: %w", err)
+	}
+	stop := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = st.Shutdown(ctx)
+	}
+	if err := waitReady(ctx, cfg.Workers, func(context.Context) ([]supervisor.SlotStatus, error) { return st.Slots(), nil }); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return st, stop, nil
+}
+
+// errorKind names a Go API error by its sentinel.
+func errorKind(err error) string {
+	for _, k := range []struct {
+		err  error
+		name string
+	}{
+		{supervisor.ErrOverloaded, "overloaded"}, {supervisor.ErrUnavailable, "unavailable"},
+		{supervisor.ErrShuttingDown, "shutting down"}, {supervisor.ErrDeadline, "deadline"},
+		{supervisor.ErrPoison, "poison"}, {supervisor.ErrModel, "model"},
+	} {
+		if errors.Is(err, k.err) {
+			return k.name
+		}
+	}
+	return "other"
+}

@@ -1,0 +1,177 @@
+// Package bench is the load generator behind `streamer bench`: it sends a
+// closed or open loop of requests to a streamer server (one it starts, one
+// at a URL, or a supervisor in this process through the Go API) for a
+// warm-up and a measured window, and reports throughput, latency
+// percentiles, the batch sizes the server formed and errors by kind.
+//
+// The plot of a run is drawn by the streamer-bench binary (see package
+// chart), so this package, which the streamer binary links, links no
+// plotting code.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"time"
+
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// The APIs a run can drive.
+const (
+	// APIHTTP posts to the server's /predict.
+	APIHTTP = "http"
+	// APIGo calls Predict on a supervisor in this process; worker
+	// processes still run the model.
+	APIGo = "go"
+)
+
+// Config is one run. Its errors name the `streamer bench` flag of the
+// field that is wrong.
+type Config struct {
+	// Concurrency is the number of clients of a closed loop, or the most
+	// requests in flight of an open one (Rate > 0). At least 1.
+	Concurrency int
+	// Duration is the length of the measured window. Positive.
+	Duration time.Duration
+	// Warmup is the load sent before the window opens, without a pause
+	// between the two. Not negative.
+	Warmup time.Duration
+	// Rate, when above 0, makes the loop open: requests per second on a
+	// fixed schedule, latency counted from the scheduled send.
+	Rate float64
+	// Target is the http or https URL of a running server to load; empty,
+	// Run starts one with Server.
+	Target string
+	// API is APIHTTP (the default when empty) or APIGo.
+	API string
+	// Input is one item, as JSON.
+	Input string
+	// ItemsPerRequest is how many copies of Input each request carries. At
+	// least 1.
+	ItemsPerRequest int
+	// Progress shows a progress bar on Stderr when it is a terminal, or
+	// one line when the load starts when it is not.
+	Progress bool
+	// Stderr receives progress and notes; nil discards them.
+	Stderr io.Writer
+	// PlotFile, when set, receives a PNG of the run drawn by the
+	// streamer-bench binary; see Plotter.
+	PlotFile string
+	// Plotter is the streamer-bench binary; empty, it is looked up next to
+	// Server.Binary, then on PATH.
+	Plotter string
+	// Server starts the server of an http run without a Target.
+	Server Server
+	// Supervisor makes the config of the in-process supervisor of an
+	// APIGo run; it is called once, after the other fields are checked.
+	Supervisor func() (supervisor.Config, error)
+	// LimitItemsPerS is the physical limit of the model Run's own server
+	// runs (see SleepLimit); 0 when it is not known. It is not reported
+	// for a Target.
+	LimitItemsPerS float64
+}
+
+// Server is how Run starts a server: Binary serve --listen ADDR Args...,
+// on a free loopback port.
+type Server struct {
+	// Binary is the streamer binary.
+	Binary string
+	// Args are serve flags, without --listen.
+	Args []string
+	// Workers is how many workers must be ready before the load starts.
+	Workers int
+}
+
+// Result is what Run measured.
+type Result struct {
+	// Report is the figures of the measured window.
+	Report Report
+	// Interrupted says that ctx ended before the window did: Report covers
+	// the part that was measured.
+	Interrupted bool
+}
+
+// check validates cfg before anything is started, so that a typo fails at
+// once rather than after a server start, and returns the decoded Input.
+func (cfg *Config) check() (item any, err error) {
+	if cfg.API == "" {
+		cfg.API = APIHTTP
+	}
+	switch {
+	case cfg.Concurrency < 1:
+		return nil, fmt.Errorf("--concurrency %d: want at least 1", cfg.Concurrency)
+	case cfg.ItemsPerRequest < 1:
+		return nil, fmt.Errorf("--items-per-request %d: want at least 1", cfg.ItemsPerRequest)
+	case cfg.Duration <= 0:
+		return nil, fmt.Errorf("--duration %s: must be positive", cfg.Duration)
+	case cfg.Warmup < 0:
+		return nil, fmt.Errorf("--warmup %s: must not be negative", cfg.Warmup)
+	case cfg.Rate < 0:
+		return nil, fmt.Errorf("--rate %g: must not be negative (0 is closed loop)", cfg.Rate)
+	case cfg.API != APIHTTP && cfg.API != APIGo:
+		return nil, fmt.Errorf("--api %q: want http or go", cfg.API)
+	case cfg.API == APIGo && cfg.Target != "":
+		return nil, errors.New("--api go runs its own supervisor; it cannot drive --target")
+	}
+	if cfg.Target != "" {
+		if _, err := parseTarget(cfg.Target); err != nil {
+			return nil, err
+		}
+	}
+	if err := json.Unmarshal([]byte(cfg.Input), &item); err != nil {
+		return nil, fmt.Errorf("--input %q is not JSON: %w", cfg.Input, err)
+	}
+	return item, nil
+}
+
+// parseTarget checks that target is an http or https URL with a host.
+func parseTarget(target string) (*url.URL, error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return nil, fmt.Errorf("--target %q: %w", target, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("--target %q: want an http:// or https:// URL such as http://127.0.0.1:5005", target)
+	}
+	return u, nil
+}
+
+// Run sends the load cfg describes and reports on it. When ctx ends, the
+// load stops, the server Run started is stopped, and what was measured is
+// still returned, with Interrupted set; an end during the warm-up is an
+// error, as nothing was measured. The plot, when asked for, is written
+// before Run returns.
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	item, err := cfg.check()
+	if err != nil {
+		return Result{}, err
+	}
+	if cfg.Stderr == nil {
+		cfg.Stderr = io.Discard
+	}
+	// The plot file and the plotter are found first: a path that cannot
+	// be written fails now, not after the whole run.
+	plot, err := cfg.openPlot()
+	if err != nil {
+		return Result{}, err
+	}
+	defer plot.abandon()
+	send, stats, stop, err := cfg.setUp(ctx, item)
+	if err != nil {
+		return Result{}, err
+	}
+	defer stop()
+	rep, samples, err := cfg.measure(ctx, send, stats)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := plot.draw(samples, rep.BatchSizes); err != nil {
+		return Result{}, err
+	}
+	return Result{Report: rep, Interrupted: ctx.Err() != nil}, nil
+}

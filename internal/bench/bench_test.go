@@ -1,0 +1,318 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// validConfig is a config that check accepts.
+func validConfig() Config {
+	return Config{Concurrency: 4, Duration: time.Second, Input: `"x"`, ItemsPerRequest: 1}
+}
+
+func TestCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(*Config)
+		want   string
+	}{
+		{"valid", func(*Config) {}, ""},
+		{"no clients", func(c *Config) { c.Concurrency = 0 }, "--concurrency 0: want at least 1"},
+		{"no items", func(c *Config) { c.ItemsPerRequest = 0 }, "--items-per-request 0: want at least 1"},
+		{"zero duration", func(c *Config) { c.Duration = 0 }, "--duration 0s: must be positive"},
+		{"negative warm-up", func(c *Config) { c.Warmup = -time.Second }, "--warmup -1s: must not be negative"},
+		{"negative rate", func(c *Config) { c.Rate = -5 }, "--rate -5: must not be negative"},
+		{"unknown api", func(c *Config) { c.API = "grpc" }, `--api "grpc": want http or go`},
+		{"go api with target", func(c *Config) { c.API, c.Target = APIGo, "http://127.0.0.1:1" }, "--api go runs its own supervisor"},
+		{"target not http", func(c *Config) { c.Target = "ftp://h:21" }, "want an http:// or https:// URL"},
+		{"target without host", func(c *Config) { c.Target = "http://" }, "want an http:// or https:// URL"},
+		{"input not JSON", func(c *Config) { c.Input = "hello" }, `--input "hello" is not JSON`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := validConfig()
+			tc.change(&cfg)
+			item, err := cfg.check()
+			if tc.want == "" {
+				if err != nil || item != "x" || cfg.API != APIHTTP {
+					t.Fatalf("check() = %v, %v, API %q; want the item, no error, API http", item, err, cfg.API)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("check() error %v; want one that says %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestInWindow(t *testing.T) {
+	const warmup = 100 * time.Millisecond
+	samples := []sample{
+		{at: 10 * time.Millisecond, latency: 20 * time.Millisecond}, // answered in the warm-up
+		{at: 90 * time.Millisecond, latency: 20 * time.Millisecond}, // sent in the warm-up, answered after
+		{at: 150 * time.Millisecond, latency: 1 * time.Millisecond}, // inside
+		{at: 100 * time.Millisecond, latency: 0, errKind: 1},        // at the edge
+	}
+	got := inWindow(samples, warmup)
+	want := []time.Duration{-10 * time.Millisecond, 50 * time.Millisecond, 0}
+	if len(got) != len(want) {
+		t.Fatalf("kept %d samples %+v; want %d", len(got), got, len(want))
+	}
+	for i, s := range got {
+		if s.at != want[i] {
+			t.Errorf("sample %d at %s; want %s from the window's start", i, s.at, want[i])
+		}
+	}
+}
+
+func TestNewReport(t *testing.T) {
+	kinds := newErrorKinds()
+	refused := kinds.id("http 429")
+	var samples []sample
+	for i := 1; i <= 100; i++ {
+		samples = append(samples, sample{latency: time.Duration(i) * time.Millisecond})
+	}
+	samples = append(samples, sample{errKind: refused}, sample{errKind: refused})
+	before := supervisor.Stats{BatchSizes: []uint64{0, 5, 0, 1}}
+	after := supervisor.Stats{BatchSizes: []uint64{0, 15, 0, 11, 4}}
+	r := newReport(samples, kinds, 2*time.Second, 3, before, after)
+	if r.Requests != 100 || r.RequestsPerS != 50 || r.ItemsPerS != 150 {
+		t.Errorf("requests %d, %v/s, items %v/s; want 100, 50, 150", r.Requests, r.RequestsPerS, r.ItemsPerS)
+	}
+	if want := (Latencies{P50: 51, P90: 91, P99: 100, Max: 100}); r.LatencyMS != want {
+		t.Errorf("latencies %+v; want %+v", r.LatencyMS, want)
+	}
+	if want := map[int]uint64{1: 10, 3: 10, 4: 4}; !mapsEqual(r.BatchSizes, want) {
+		t.Errorf("batch sizes %v; want the difference %v", r.BatchSizes, want)
+	}
+	if want := (10.0 + 30 + 16) / 24; r.MeanBatchSize != want {
+		t.Errorf("mean batch %v; want %v", r.MeanBatchSize, want)
+	}
+	if r.Errors["http 429"] != 2 || len(r.Errors) != 1 {
+		t.Errorf("errors %v; want 2 of http 429", r.Errors)
+	}
+	r.setLimit(300)
+	if r.LimitItemsPerS != 300 || r.OfLimit != 0.5 {
+		t.Errorf("limit %v, of limit %v; want 300, 0.5", r.LimitItemsPerS, r.OfLimit)
+	}
+}
+
+func mapsEqual(a, b map[int]uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func TestReportPrint(t *testing.T) {
+	var out strings.Builder
+	Report{Requests: 3, Seconds: 1, BatchSizes: map[int]uint64{2: 1, 8: 4}, Errors: map[string]uint64{"connection": 1}}.Print(&out)
+	for _, want := range []string{"requests      3 in 1.0s", "batch sizes", "     2         1  " + strings.Repeat("#", 10) + "\n", "     8         4  " + strings.Repeat("#", 40), "connection"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestSleepLimit(t *testing.T) {
+	for _, tc := range []struct {
+		spec           string
+		workers, batch int
+		want           float64
+	}{
+		{"sleep:10ms,100us", 4, 64, 4 * 64 / (16.4e-3)},
+		{"sleep:2ms,0s", 1, 1, 500},
+		{"echo", 4, 64, 0},
+		{"sleep:bad", 1, 8, 0},
+		{"sleep:0s,0s", 1, 8, 0},
+	} {
+		if got := SleepLimit(tc.spec, tc.workers, tc.batch); got < tc.want*(1-1e-9) || got > tc.want*(1+1e-9) {
+			t.Errorf("SleepLimit(%q, %d, %d) = %v; want %v", tc.spec, tc.workers, tc.batch, got, tc.want)
+		}
+	}
+}
+
+func TestErrorKinds(t *testing.T) {
+	k := newErrorKinds()
+	if k.id("") != 0 || k.name(0) != "" {
+		t.Error("success is not kind 0")
+	}
+	a, b := k.id("a"), k.id("b")
+	if a == b || k.id("a") != a || k.name(a) != "a" || k.name(b) != "b" {
+		t.Errorf("ids a=%d b=%d do not name their kinds", a, b)
+	}
+}
+
+func TestLoops(t *testing.T) {
+	t.Run("closed", func(t *testing.T) {
+		var inFlight, most atomic.Int32
+		send := func(ctx context.Context) uint16 {
+			n := inFlight.Add(1)
+			defer inFlight.Add(-1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			time.Sleep(time.Millisecond) // a request's cost, not a wait for a state
+			return 0
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		samples := closedLoop(ctx, loadRun{send: send, kinds: newErrorKinds(), start: time.Now()}, 3)
+		if len(samples) < 10 || most.Load() > 3 {
+			t.Errorf("%d samples, at most %d in flight; want many, and never more than 3 clients", len(samples), most.Load())
+		}
+	})
+	t.Run("open, in-flight limit", func(t *testing.T) {
+		release := make(chan struct{})
+		kinds := newErrorKinds()
+		send := func(ctx context.Context) uint16 {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return 0
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		run := loadRun{send: send, kinds: kinds, start: time.Now()}
+		done := make(chan []sample)
+		go func() { done <- openLoop(ctx, run, 1000, 1) }()
+		time.AfterFunc(100*time.Millisecond, cancel)
+		samples := <-done
+		close(release)
+		refused := kinds.id("client in-flight limit")
+		for _, s := range samples {
+			if s.errKind != refused {
+				t.Fatalf("sample %+v: the one request in flight never returned before the end, so every sample must be a refusal", s)
+			}
+		}
+		if len(samples) < 50 {
+			t.Errorf("%d refusals in 100ms at 1000/s; want most of 100", len(samples))
+		}
+	})
+}
+
+func TestTailBuffer(t *testing.T) {
+	b := &tailBuffer{max: 8}
+	for _, s := range []string{"hello, ", "streamer", "!"} {
+		if n, err := b.Write([]byte(s)); n != len(s) || err != nil {
+			t.Fatalf("Write(%q) = %d, %v", s, n, err)
+		}
+	}
+	if got := b.String(); got != "treamer!" {
+		t.Errorf("kept %q; want the last 8 bytes %q", got, "treamer!")
+	}
+}
+
+func TestFindPlotter(t *testing.T) {
+	dir := t.TempDir()
+	streamer := filepath.Join(dir, "streamer")
+	t.Setenv("PATH", t.TempDir())
+	if _, err := findPlotter("", streamer); !errors.Is(err, ErrNoPlotter) || !strings.Contains(err.Error(), "make build") || !strings.Contains(err.Error(), dir) {
+		t.Errorf("no plotter: err %v; want ErrNoPlotter saying where it looked and how to build it", err)
+	}
+	beside := filepath.Join(dir, PlotterName)
+	if err := os.WriteFile(beside, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := findPlotter("", streamer); err != nil || got != beside {
+		t.Errorf("findPlotter = %q, %v; want the one beside streamer, %q", got, err, beside)
+	}
+	if got, _ := findPlotter("/given", streamer); got != "/given" {
+		t.Errorf("findPlotter with a given path = %q; want it", got)
+	}
+}
+
+// fakeServer answers /predict with 200, every fifth with 429, and counts
+// one batch of one item per request in /v1/stats.
+func fakeServer(t *testing.T) *httptest.Server {
+	var answered atomic.Uint64
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /predict", func(w http.ResponseWriter, r *http.Request) {
+		if answered.Add(1)%5 == 0 {
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		_, _ = w.Write([]byte(`{"outputs":["x"]}`))
+	})
+	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(supervisor.Stats{BatchSizes: []uint64{0, answered.Load()}})
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestRunAgainstTarget(t *testing.T) {
+	cfg := validConfig()
+	cfg.Target = fakeServer(t).URL
+	cfg.Duration, cfg.Warmup = 300*time.Millisecond, 50*time.Millisecond
+	cfg.LimitItemsPerS = 1000 // not reported for a target
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := res.Report
+	if res.Interrupted || rep.Requests == 0 || rep.Seconds != 0.3 {
+		t.Fatalf("report %+v, interrupted %v; want requests over 0.3s", rep, res.Interrupted)
+	}
+	if rep.Errors["http 429"] == 0 || len(rep.Errors) != 1 {
+		t.Errorf("errors %v; want http 429 only", rep.Errors)
+	}
+	if rep.MeanBatchSize != 1 || rep.BatchSizes[1] == 0 {
+		t.Errorf("batches %v mean %v; want single items read from /v1/stats", rep.BatchSizes, rep.MeanBatchSize)
+	}
+	if rep.LimitItemsPerS != 0 {
+		t.Errorf("limit %v reported for a target", rep.LimitItemsPerS)
+	}
+}
+
+func TestRunInterrupted(t *testing.T) {
+	cfg := validConfig()
+	cfg.Target = fakeServer(t).URL
+	cfg.Duration = time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Interrupted || res.Report.Requests == 0 || res.Report.Seconds >= 10 {
+		t.Errorf("interrupted %v after %.1fs with %d requests; want the part measured, marked interrupted", res.Interrupted, res.Report.Seconds, res.Report.Requests)
+	}
+	cfg.Warmup = time.Minute
+	ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := Run(ctx, cfg); err == nil || !strings.Contains(err.Error(), "during the warm-up") {
+		t.Errorf("interrupted in the warm-up: %v; want an error saying nothing was measured", err)
+	}
+}
+
+func TestRunPlotFailsBeforeTheLoad(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	cfg := validConfig()
+	cfg.Target = "http://127.0.0.1:1" // never dialled: the plot fails first
+	cfg.PlotFile = filepath.Join(t.TempDir(), "x.png")
+	cfg.Server.Binary = filepath.Join(t.TempDir(), "streamer")
+	_, err := Run(context.Background(), cfg)
+	if err == nil || !strings.Contains(err.Error(), "--plot:") || !strings.Contains(err.Error(), PlotterName) {
+		t.Fatalf("Run = %v; want a --plot error naming %s", err, PlotterName)
+	}
+	if _, statErr := os.Stat(cfg.PlotFile); !os.IsNotExist(statErr) {
+		t.Errorf("plot file left behind: %v", statErr)
+	}
+}

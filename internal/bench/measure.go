@@ -1,0 +1,101 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// sender sends one request and says how it went: "" for success, or the
+// kind of failure. It is called from many goroutines at once.
+type sender func(ctx context.Context) (errKind string)
+
+// statsSource reads the server's counters.
+type statsSource func(ctx context.Context) (supervisor.Stats, error)
+
+// statsSnapshot is the server's counters when the measured window opened.
+type statsSnapshot struct {
+	stats supervisor.Stats
+	err   error
+	at    time.Time
+}
+
+// measure sends one continuous load for the warm-up and then the measured
+// window, and builds the report from the requests answered inside the window
+// and the server's counters at its start and end. The load does not stop
+// between the two: a pause would let the queue and the workers' pipelines
+// drain, and the window would start from an idle server and read low.
+func (cfg *Config) measure(ctx context.Context, send sender, stats statsSource) (Report, []sample, error) {
+	// The run may be interrupted: the stats reads must not be.
+	statsCtx := context.WithoutCancel(ctx)
+	opened := make(chan statsSnapshot, 1)
+	openWindow := func() {
+		at := time.Now()
+		st, err := stats(statsCtx)
+		opened <- statsSnapshot{stats: st, err: err, at: at}
+	}
+	var window *time.Timer
+	if cfg.Warmup == 0 {
+		openWindow()
+	} else {
+		window = time.AfterFunc(cfg.Warmup, openWindow)
+	}
+	samples, kinds := cfg.load(ctx, send)
+	loadEnded := time.Now()
+	if window != nil && window.Stop() {
+		return Report{}, nil, errors.New("interrupted during the warm-up; nothing was measured")
+	}
+	before := <-opened
+	after, err := cfg.statsAfter(statsCtx, stats, before)
+	if err != nil {
+		return Report{}, nil, err
+	}
+	elapsed := cfg.Duration
+	if ctx.Err() != nil { // interrupted: the window ended early
+		elapsed = min(loadEnded.Sub(before.at), cfg.Duration)
+	}
+	samples = inWindow(samples, cfg.Warmup)
+	rep := newReport(samples, kinds, elapsed, cfg.ItemsPerRequest, before.stats, after)
+	if cfg.Target == "" {
+		rep.setLimit(cfg.LimitItemsPerS)
+	}
+	return rep, samples, nil
+}
+
+// statsAfter reads the counters at the end of the window. Without a read at
+// its start there is nothing to subtract: a server behind --target that
+// lacks the endpoint still gets its client-side figures, with a note.
+func (cfg *Config) statsAfter(ctx context.Context, stats statsSource, before statsSnapshot) (supervisor.Stats, error) {
+	if before.err != nil {
+		if cfg.Target == "" {
+			return supervisor.Stats{}, fmt.Errorf("read server stats: %w", before.err)
+		}
+		fmt.Fprintf(cfg.Stderr, "streamer bench: no batch figures: read %s/v1/stats: %v\n", strings.TrimSuffix(cfg.Target, "/"), before.err)
+		return before.stats, nil
+	}
+	after, err := stats(ctx)
+	if err != nil {
+		return supervisor.Stats{}, fmt.Errorf("read server stats: %w", err)
+	}
+	return after, nil
+}
+
+// inWindow keeps the samples answered after the warm-up, with their send
+// times counted from the window's start (negative for a request sent during
+// the warm-up and answered inside the window). Counting answers in the
+// window, whenever they were sent, measures the steady rate without a bias
+// for the requests in flight at either end.
+func inWindow(samples []sample, warmup time.Duration) []sample {
+	kept := samples[:0]
+	for _, s := range samples {
+		if s.at+s.latency >= warmup {
+			s.at -= warmup
+			kept = append(kept, s)
+		}
+	}
+	return kept
+}

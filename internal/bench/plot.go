@@ -1,0 +1,125 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/streamer-dev/streamer/internal/bench/plotdata"
+)
+
+// PlotterName is the binary that draws the plot: the plotting code lives
+// there, not in the streamer binary that every worker process runs.
+const PlotterName = "streamer-bench"
+
+// ErrNoPlotter means the streamer-bench binary was not found; the error
+// that wraps it says where it was looked for and how to build it.
+var ErrNoPlotter = errors.New(PlotterName + " not found")
+
+// plotJob is the plot a run writes: its file, created before the load, and
+// the plotter that draws it. The zero plotJob writes nothing.
+type plotJob struct {
+	path    string
+	file    *os.File // nil once written, or when no plot is asked for
+	plotter string
+}
+
+// openPlot creates the plot file and finds the plotter, so that either
+// failing ends the run before it starts.
+func (cfg *Config) openPlot() (*plotJob, error) {
+	if cfg.PlotFile == "" {
+		return &plotJob{}, nil
+	}
+	f, err := os.Create(cfg.PlotFile)
+	if err != nil {
+		return nil, fmt.Errorf("--plot: %w", err)
+	}
+	job := &plotJob{path: cfg.PlotFile, file: f}
+	if job.plotter, err = findPlotter(cfg.Plotter, cfg.Server.Binary); err != nil {
+		job.abandon()
+		return nil, fmt.Errorf("--plot: %w", err)
+	}
+	return job, nil
+}
+
+// findPlotter returns given when set, else the streamer-bench binary next
+// to nextTo (the streamer binary), else the one on PATH.
+func findPlotter(given, nextTo string) (string, error) {
+	if given != "" {
+		return given, nil
+	}
+	looked := "on PATH"
+	if nextTo != "" {
+		beside := filepath.Join(filepath.Dir(nextTo), PlotterName)
+		if info, err := os.Stat(beside); err == nil && !info.IsDir() && info.Mode()&0o111 != 0 {
+			return beside, nil
+		}
+		looked = "at " + beside + " and on PATH"
+	}
+	if onPath, err := exec.LookPath(PlotterName); err == nil {
+		return onPath, nil
+	}
+	return "", fmt.Errorf("the plot is drawn by the %s binary: %w (looked %s); build it with `go build -o bin/%s ./cmd/%s` (make build does) and keep it next to streamer",
+		PlotterName, ErrNoPlotter, looked, PlotterName, PlotterName)
+}
+
+// draw runs `streamer-bench plot` with the samples on its stdin and its
+// stdout on the plot file.
+func (p *plotJob) draw(samples []sample, batchSizes map[int]uint64) error {
+	if p.file == nil {
+		return nil
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(p.plotter, "plot")
+	cmd.Stdout, cmd.Stderr = p.file, &stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return fmt.Errorf("--plot %s: %w", p.path, err)
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("--plot %s: run %s: %w", p.path, p.plotter, err)
+	}
+	in := bufio.NewWriter(stdin)
+	writeErr := plotdata.Write(in, plotInput(samples, batchSizes))
+	if writeErr == nil {
+		writeErr = in.Flush()
+	}
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("--plot %s: %s plot: %w: %s", p.path, p.plotter, err, strings.TrimSpace(stderr.String()))
+	}
+	if writeErr != nil {
+		return fmt.Errorf("--plot %s: %w", p.path, writeErr)
+	}
+	err = p.file.Close()
+	p.file = nil
+	if err != nil {
+		return fmt.Errorf("--plot %s: %w", p.path, err)
+	}
+	return nil
+}
+
+// abandon removes a plot file that was not written: a failed or interrupted
+// run leaves no empty or partial file behind.
+func (p *plotJob) abandon() {
+	if p.file != nil {
+		p.file.Close()
+		os.Remove(p.path)
+	}
+}
+
+// plotInput is the plot's view of the samples: the successful ones.
+func plotInput(samples []sample, batchSizes map[int]uint64) plotdata.Data {
+	points := make([]plotdata.Point, 0, len(samples))
+	for _, s := range samples {
+		if s.errKind == 0 {
+			points = append(points, plotdata.Point{At: s.at, Latency: s.latency})
+		}
+	}
+	return plotdata.Data{Points: points, BatchSizes: batchSizes}
+}

@@ -1,0 +1,172 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/streamer-dev/streamer/model/builtin"
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// Report is the figures of a run's measured window. BENCHMARKS.md documents
+// its JSON keys.
+type Report struct {
+	// Requests is the number of successful requests answered in the window.
+	Requests int `json:"requests"`
+	// Seconds is the window's length (shorter than asked when interrupted).
+	Seconds float64 `json:"seconds"`
+	// RequestsPerS is Requests over Seconds.
+	RequestsPerS float64 `json:"requests_per_s"`
+	// ItemsPerS is RequestsPerS times the items in each request.
+	ItemsPerS float64 `json:"items_per_s"`
+	// LatencyMS is the percentiles of the successful requests' latency.
+	LatencyMS Latencies `json:"latency_ms"`
+	// MeanBatchSize is the mean of BatchSizes.
+	MeanBatchSize float64 `json:"mean_batch_size"`
+	// BatchSizes counts the batches the server formed in the window by
+	// their number of items, from its /v1/stats (or Stats).
+	BatchSizes map[int]uint64 `json:"batch_sizes"`
+	// Errors counts the failed requests by kind: "http 429", "connection",
+	// "overloaded", "client in-flight limit" and the like.
+	Errors map[string]uint64 `json:"errors"`
+	// LimitItemsPerS is the physical limit workers × batch / cost(batch),
+	// when the model's cost is known.
+	LimitItemsPerS float64 `json:"limit_items_per_s,omitempty"`
+	// OfLimit is ItemsPerS over LimitItemsPerS.
+	OfLimit float64 `json:"of_limit,omitempty"`
+}
+
+// Latencies are latency percentiles in milliseconds.
+type Latencies struct {
+	// P50 is the median.
+	P50 float64 `json:"p50"`
+	// P90 is the 90th percentile.
+	P90 float64 `json:"p90"`
+	// P99 is the 99th percentile.
+	P99 float64 `json:"p99"`
+	// Max is the slowest.
+	Max float64 `json:"max"`
+}
+
+// newReport counts the samples of the window and the batches the server
+// formed between the before and after counters.
+func newReport(samples []sample, kinds *errorKinds, elapsed time.Duration, itemsPerRequest int, before, after supervisor.Stats) Report {
+	r := Report{Seconds: elapsed.Seconds(), Errors: map[string]uint64{}, BatchSizes: map[int]uint64{}}
+	var ok []time.Duration
+	for _, s := range samples {
+		if s.errKind != 0 {
+			r.Errors[kinds.name(s.errKind)]++
+			continue
+		}
+		ok = append(ok, s.latency)
+	}
+	r.Requests = len(ok)
+	r.RequestsPerS = float64(len(ok)) / elapsed.Seconds()
+	r.ItemsPerS = r.RequestsPerS * float64(itemsPerRequest)
+	slices.Sort(ok)
+	ms := func(q float64) float64 {
+		if len(ok) == 0 {
+			return 0
+		}
+		return float64(ok[min(int(q*float64(len(ok))), len(ok)-1)]) / float64(time.Millisecond)
+	}
+	r.LatencyMS = Latencies{P50: ms(0.50), P90: ms(0.90), P99: ms(0.99), Max: ms(1)}
+	r.BatchSizes, r.MeanBatchSize = batchesBetween(before, after)
+	return r
+}
+
+// batchesBetween counts the batches formed between two reads of the
+// counters, by size, and their mean size.
+func batchesBetween(before, after supervisor.Stats) (sizes map[int]uint64, mean float64) {
+	sizes = map[int]uint64{}
+	var items, batches uint64
+	for n := range after.BatchSizes {
+		c := after.BatchSizes[n]
+		if n < len(before.BatchSizes) {
+			c -= before.BatchSizes[n]
+		}
+		if c > 0 {
+			sizes[n] = c
+			items += uint64(n) * c
+			batches += c
+		}
+	}
+	if batches > 0 {
+		mean = float64(items) / float64(batches)
+	}
+	return sizes, mean
+}
+
+// setLimit fills in the physical limit, when it is known (above 0).
+func (r *Report) setLimit(limitItemsPerS float64) {
+	if limitItemsPerS <= 0 {
+		return
+	}
+	r.LimitItemsPerS = limitItemsPerS
+	r.OfLimit = r.ItemsPerS / r.LimitItemsPerS
+}
+
+// SleepLimit is the physical limit workers × batch / cost(batch) in items/s
+// of the model spec names (a --model value), or 0 when spec is not the sleep
+// model, whose cost is the only one known in advance.
+func SleepLimit(spec string, workers, batchSize int) float64 {
+	name, args, _ := strings.Cut(spec, ":")
+	if name != "sleep" {
+		return 0
+	}
+	cost, err := builtin.ParseSleep(args)
+	if err != nil || cost.Cost(batchSize) <= 0 {
+		return 0
+	}
+	return float64(workers) * float64(batchSize) / cost.Cost(batchSize).Seconds()
+}
+
+// Print writes r as a table.
+func (r Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "requests      %d in %.1fs\n", r.Requests, r.Seconds)
+	fmt.Fprintf(w, "requests/s    %.0f\n", r.RequestsPerS)
+	fmt.Fprintf(w, "items/s       %.0f\n", r.ItemsPerS)
+	if r.LimitItemsPerS > 0 {
+		fmt.Fprintf(w, "limit items/s %.0f (workers × batch / cost(batch)); reached %.3f of it\n", r.LimitItemsPerS, r.OfLimit)
+	}
+	fmt.Fprintf(w, "latency ms    p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n", r.LatencyMS.P50, r.LatencyMS.P90, r.LatencyMS.P99, r.LatencyMS.Max)
+	fmt.Fprintf(w, "mean batch    %.2f\n", r.MeanBatchSize)
+	r.printBatchSizes(w)
+	r.printErrors(w)
+}
+
+// printBatchSizes draws the histogram of batch sizes with #s.
+func (r Report) printBatchSizes(w io.Writer) {
+	fmt.Fprintln(w, "batch sizes")
+	sizes := make([]int, 0, len(r.BatchSizes))
+	var most uint64
+	for n, c := range r.BatchSizes {
+		sizes = append(sizes, n)
+		most = max(most, c)
+	}
+	slices.Sort(sizes)
+	for _, n := range sizes {
+		c := r.BatchSizes[n]
+		fmt.Fprintf(w, "  %4d  %8d  %s\n", n, c, strings.Repeat("#", int(1+39*c/max(most, 1))))
+	}
+}
+
+// printErrors lists the failed requests by kind.
+func (r Report) printErrors(w io.Writer) {
+	if len(r.Errors) == 0 {
+		fmt.Fprintln(w, "errors        none")
+		return
+	}
+	fmt.Fprintln(w, "errors")
+	kinds := make([]string, 0, len(r.Errors))
+	for kind := range r.Errors {
+		kinds = append(kinds, kind)
+	}
+	slices.Sort(kinds)
+	for _, kind := range kinds {
+		fmt.Fprintf(w, "  %-24s %d\n", kind, r.Errors[kind])
+	}
+}
