@@ -10,6 +10,7 @@
 package onnx
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -224,4 +225,17 @@ func describe(name string, spec Settings, codec *onnxio.Codec) *Description {
 		d.Batching.Key = "input shapes and the values of inputs without a batch axis: items run together only when these agree"
 	}
 	return d
+}
+
+// OpenSpec opens the ONNX model spec names, as a worker does.
+func OpenSpec(ctx context.Context, spec model.Spec) (model.Model, error) {
+	settings, err := SettingsOf(spec)
+	if err != nil {
+		return nil, err
+	}
+	r, err := Open(ctx, settings)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
 }

@@ -1,3 +1,5 @@
+//go:build cgo
+
 package onnx
 
 import (
@@ -30,19 +32,6 @@ var (
 	_ model.Model     = (*Runner)(nil)
 	_ model.Describer = (*Runner)(nil)
 )
-
-// OpenSpec opens the ONNX model spec names, as a worker does.
-func OpenSpec(ctx context.Context, spec model.Spec) (model.Model, error) {
-	settings, err := SettingsOf(spec)
-	if err != nil {
-		return nil, err
-	}
-	r, err := Open(ctx, settings)
-	if err != nil {
-		return nil, err
-	}
-	return r, nil
-}
 
 // Open loads the ONNX Runtime library (see FindLibrary) and the model the
 // settings name, on the CPU or, with Device "cuda", on CUDA device 0 of the

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command calibrate measures what the sleep model's batch of 64 really
 // costs on this machine, against its nominal 16.4 ms, and for comparison
 // how late a plain nanosleep of that length returns. The model's mean is
