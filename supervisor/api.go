@@ -5,8 +5,11 @@
 // supervisor never decodes them. Each item is scheduled on its own (items of
 // one request may land in different batches) and results come back in order.
 //
-// A slot runs either a worker process (the same binary started as
-// `streamer worker`, talking msgpack frames over pipes) or, for the in-process
+// A slot runs either a worker process, talking msgpack frames over pipes
+// (ProcessConfig: `streamer worker`, or the embedder's own program whose main
+// calls workerproc.Main; the model travels to it in the protocol, and a
+// binary that does not answer the handshake fails Start with ErrNotWorker),
+// or, for the in-process
 // mode, a goroutine calling the model.Model given as Config.InProcess
 // (model.Func makes one of a plain Go function), whose errors reach the
 // callers as they are, for errors.Is. Slots whose worker dies (or whose

@@ -728,3 +728,14 @@ func TestServeOutsideASupervisor(t *testing.T) {
 		}
 	}
 }
+
+// A program that is its own worker asks Started first thing in main: a
+// supervisor set the cookie, so this process serves the model it is sent
+// and exits, never reaching the program's own code.
+func ExampleMain() {
+	if workerproc.Started() {
+		workerproc.Main(load.Open) // or an OpenFunc of your own
+	}
+	// … the program proper: a supervisor.Streamer whose ProcessConfig.Path
+	// is empty starts this same binary as its workers.
+}
