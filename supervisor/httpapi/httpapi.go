@@ -199,7 +199,7 @@ func (h *handler) crossOrigin(w http.ResponseWriter, r *http.Request, origin []s
 	if len(origin) != 1 || !(h.origins["*"] || h.origins[origin[0]]) {
 		name := strings.Join(origin, ", ")
 		h.writeError(w, http.StatusForbidden, "requests from the web page origin "+strconv.Quote(name)+
-			" are not allowed; to let pages from it call this API, start the server with --allow-origin "+name)
+			" are not allowed; to let pages from it call this API, add it to the server's allowed origins")
 		return false
 	}
 	hdr := w.Header()

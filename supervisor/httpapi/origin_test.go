@@ -36,7 +36,7 @@ func TestOriginIsVetted(t *testing.T) {
 				t.Errorf("Access-Control-Allow-Origin %q, want %q", got, tc.allowOrigin)
 			}
 			if rec.Code == http.StatusForbidden {
-				if msg := errorOf(t, rec); !strings.Contains(msg, "--allow-origin") {
+				if msg := errorOf(t, rec); !strings.Contains(msg, "allowed origins") {
 					t.Errorf("refusal %q does not say how to allow the origin", msg)
 				}
 			}
