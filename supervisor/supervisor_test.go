@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -262,15 +263,25 @@ func TestBusyWorkerGetsWhatQueuedWhenItFrees(t *testing.T) {
 func TestFullBatchIsPrefetchedForABusyWorker(t *testing.T) {
 	g := newGate(false)
 	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), MaxLatency: time.Hour, BatchSize: 4})
-	if _, err := s.Submit(context.Background(), items("a")); err != nil {
+	first, err := s.Submit(context.Background(), items("a"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	<-g.started
-	if _, err := s.Submit(context.Background(), items("b", "c", "d", "e")); err != nil {
+	second, err := s.Submit(context.Background(), items("b", "c", "d", "e"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "a second batch in flight", func() bool { return s.Slots()[0].InFlight == 2 })
 	g.release()
+	for _, f := range []*supervisor.Future{first, second} {
+		if _, err := f.Result(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := g.seen(); !reflect.DeepEqual(got, [][]string{{"a"}, {"b", "c", "d", "e"}}) {
+		t.Fatalf("batches %q, want [a] then the prefetched full batch [b c d e]", got)
+	}
 }
 
 func TestKeysNeverShareABatch(t *testing.T) {
