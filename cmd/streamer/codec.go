@@ -10,11 +10,12 @@ import (
 )
 
 // codecFor picks how the HTTP layer encodes and checks items for the model
-// spec names, and what GET /v1/models says about it. An ONNX model gets a
+// spec names, and what GET /v1/models says about it (name is what the
+// command line called the model). An ONNX model gets a
 // codec that checks every item against the model's inputs before it is
 // queued and gives it a batch key (its shape signature), and a description
 // of its inputs, outputs and batching; other models take any value.
-func codecFor(spec model.Spec) (httpapi.Codec, any, error) {
+func codecFor(spec model.Spec, name string) (httpapi.Codec, any, error) {
 	if spec.Runner == onnx.SpecRunner {
 		settings, err := onnx.SettingsOf(spec)
 		if err != nil {
@@ -26,7 +27,7 @@ func codecFor(spec model.Spec) (httpapi.Codec, any, error) {
 		}
 		return codec, desc, nil
 	}
-	return httpapi.Generic{}, map[string]any{"model": spec.String()}, nil
+	return httpapi.Generic{}, map[string]any{"model": name, "runner": spec.Runner, "settings": spec.Settings}, nil
 }
 
 // announceModel completes the model description with the server's batching

@@ -556,7 +556,7 @@ func TestCodecForPicksTheModelsCodec(t *testing.T) {
 		{spec(serveOptions{model: fixed}), true},
 		{spec(serveOptions{model: fixed, plugin: "/bin/plugin"}), false},
 	} {
-		codec, info, err := codecFor(tt.spec)
+		codec, info, err := codecFor(tt.spec, "m")
 		if err != nil {
 			t.Fatalf("%+v: %v", tt.spec, err)
 		}
@@ -565,11 +565,14 @@ func TestCodecForPicksTheModelsCodec(t *testing.T) {
 			t.Errorf("%+v: codec %T, description %T; want ONNX: %v", tt.spec, codec, info, tt.onnx)
 		}
 	}
-	if _, _, err := codecFor(spec(serveOptions{model: "missing.onnx"})); err == nil || !strings.Contains(err.Error(), "no such file") {
+	if _, info, _ := codecFor(spec(serveOptions{model: "sleep:1ms,1us"}), "sleep:1ms,1us"); info.(map[string]any)["model"] != "sleep:1ms,1us" || info.(map[string]any)["runner"] != "sleep" {
+		t.Errorf("a built-in's description %v: want its name and runner", info)
+	}
+	if _, _, err := codecFor(spec(serveOptions{model: "missing.onnx"}), "missing.onnx"); err == nil || !strings.Contains(err.Error(), "no such file") {
 		t.Errorf("missing model file: %v", err)
 	}
 
-	_, info, err := codecFor(spec(serveOptions{model: fixed}))
+	_, info, err := codecFor(spec(serveOptions{model: fixed}), fixed)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -146,6 +146,14 @@ func (o serveOptions) spec(socketDir string) (model.Spec, error) {
 	return spec, nil
 }
 
+// modelName is the model as the command line named it, for logs.
+func (o serveOptions) modelName() string {
+	if o.plugin != "" {
+		return "plugin " + o.plugin
+	}
+	return o.model
+}
+
 func (o serveOptions) pluginSpec(socketDir string) (model.Spec, error) {
 	args, err := keyValues("--plugin-arg", "key=value", o.pluginArgs, func(v string) (string, error) { return v, nil })
 	if err != nil {
@@ -279,7 +287,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 			return err
 		}
 	}
-	codec, info, err := codecFor(spec)
+	codec, info, err := codecFor(spec, o.modelName())
 	if err != nil {
 		return err
 	}
@@ -338,7 +346,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- server.Serve(listener) }()
-	log.Info("listening; starting workers", "listen", listener.Addr().String(), "model", spec.String(), "workers", o.workers, "cuda", o.cuda)
+	log.Info("listening; starting workers", "listen", listener.Addr().String(), "model", o.modelName(), "workers", o.workers, "cuda", o.cuda)
 	if err := st.Start(ctx); err != nil {
 		if ctx.Err() != nil {
 			log.Info("signal received while starting: stopping")
