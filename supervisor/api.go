@@ -110,6 +110,41 @@ type Stats struct {
 	Crashes uint64 `json:"crashes"`
 	// Poisoned counts items found to crash the model.
 	Poisoned uint64 `json:"poisoned"`
+	// Dispatch counts the batches formed, by why each was sent.
+	Dispatch DispatchStats `json:"dispatch"`
+	// Cost is the batch cost measured on the recent batches.
+	Cost CostStats `json:"cost"`
+}
+
+// DispatchStats counts batches by why they were dispatched.
+type DispatchStats struct {
+	// Full batches had BatchSize items.
+	Full uint64 `json:"full"`
+	// Idle: an idle worker took what was queued, at once.
+	Idle uint64 `json:"idle"`
+	// Waited: an idle worker waited for arrivals first (BatchingAdaptive).
+	Waited uint64 `json:"waited"`
+	// MaxLatency: the oldest item had waited MaxLatency, or would have.
+	MaxLatency uint64 `json:"max_latency"`
+	// Deadline: a wait was cut short so that an item meets its deadline.
+	Deadline uint64 `json:"deadline"`
+	// Retry batches were formed before: retried after a crash, or split.
+	Retry uint64 `json:"retry"`
+	// WaitAddedMs is the time idle workers spent waiting for arrivals, in
+	// milliseconds, summed over the waits.
+	WaitAddedMs float64 `json:"wait_added_ms"`
+}
+
+// CostStats is the batch cost fitted on the recent batches (about the last
+// 200): a batch of n items runs for about FixedMs + n × PerItemMs.
+type CostStats struct {
+	// Fitted is false while the batches seen are too few, or too alike in
+	// size, to tell the fixed cost from the per-item cost.
+	Fitted    bool    `json:"fitted"`
+	FixedMs   float64 `json:"fixed_ms"`
+	PerItemMs float64 `json:"per_item_ms"`
+	// Batches counts the batches measured.
+	Batches uint64 `json:"batches"`
 }
 
 // MeanBatchSize is the average size of the completed batches.

@@ -34,6 +34,9 @@ type Config struct {
 	MaxBatchBytes int
 	// Workers is the number of slots. Default 1.
 	Workers int
+	// Batching decides when an idle worker starts a batch that is not full:
+	// BatchingAdaptive (the default) or BatchingGreedy.
+	Batching Batching
 	// PipelineDepth is the most batches one worker holds: the one it runs and
 	// those formed ahead so it never idles between batches. Default 2.
 	PipelineDepth int
@@ -132,6 +135,13 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Workers == 0 {
 		c.Workers = 1
+	}
+	switch c.Batching {
+	case "":
+		c.Batching = BatchingAdaptive
+	case BatchingAdaptive, BatchingGreedy:
+	default:
+		return fmt.Errorf("supervisor: Batching %q: want %q or %q", c.Batching, BatchingAdaptive, BatchingGreedy)
 	}
 	if c.PipelineDepth <= 0 {
 		c.PipelineDepth = 2

@@ -30,8 +30,10 @@ func (s *Streamer) dispatchLoop() {
 // dispatchLocked sends every batch that should go now and returns when it
 // wants to look again at the latest.
 //
-// The policy: a slot with nothing in flight takes whatever is queued at once
-// (work-conserving: an idle worker never waits for batch-mates). A slot with
+// The policy: a slot with nothing in flight takes whatever is queued, at
+// once with BatchingGreedy; with BatchingAdaptive it may first wait a little
+// for arrivals, when its measured costs say a fuller batch pays (see
+// holdLocked). A slot with
 // one batch running gets its next batch early, so it never idles between
 // batches, but only once that batch is full or its oldest item has waited
 // MaxLatency. No slot holds more than PipelineDepth batches.
@@ -114,6 +116,7 @@ func (s *Streamer) nextBatch(idle bool, now time.Time, earlier func(time.Time)) 
 		}
 		b := s.queue.takeReady(i)
 		if s.pruneLocked(b, now) {
+			s.stats.reasons[reasonRetry].Add(1)
 			return b
 		}
 		i--
@@ -123,19 +126,40 @@ func (s *Streamer) nextBatch(idle bool, now time.Time, earlier func(time.Time)) 
 		if f == nil {
 			return nil
 		}
-		if !idle && f.len() < s.cfg.BatchSize {
+		why := reasonFull
+		switch {
+		case f.len() >= s.cfg.BatchSize:
+		case !idle:
 			due := s.at(f.front().fut.enqueued).Add(s.cfg.MaxLatency)
 			if now.Before(due) {
 				earlier(due)
+				return nil
+			}
+			why = reasonMaxLatency
+		default:
+			var hold bool
+			if hold, why = s.holdLocked(f, now, earlier); hold {
 				return nil
 			}
 		}
 		b := s.spareBatch()
 		b.items = s.queue.take(b.items, f, s.cfg.BatchSize, s.cfg.MaxBatchBytes, now, s.drop)
 		if len(b.items) > 0 {
+			s.counted(why, now)
 			return s.sealBatch(b)
 		}
 		s.recycle(b)
+	}
+}
+
+// counted counts a batch formed for reason why, and ends a wait for
+// arrivals, if one was on, adding its length to the wait added. It requires
+// that s.mu is held.
+func (s *Streamer) counted(why int, now time.Time) {
+	s.stats.reasons[why].Add(1)
+	if !s.holdStart.IsZero() {
+		s.stats.waitAdded.Add(int64(now.Sub(s.holdStart)))
+		s.holdStart = time.Time{}
 	}
 }
 

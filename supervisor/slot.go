@@ -211,6 +211,12 @@ func (sl *slot) onResult(w worker, r result) {
 	}
 	b := sl.inflight[0]
 	sl.inflight = append(sl.inflight[:0], sl.inflight[1:]...)
+	if ran := len(b.items) - len(r.expired); ran > 0 && r.err == nil {
+		s.cost.observe(ran, now.Sub(sl.headStart))
+	}
+	if s.cfg.Batching == BatchingAdaptive {
+		s.returns.answered(now, len(b.items))
+	}
 	sl.headStart = now
 	sl.failures = 0
 	// Refill this worker's pipeline here rather than wait for the dispatcher

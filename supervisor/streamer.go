@@ -24,10 +24,14 @@ type Streamer struct {
 	mu          sync.Mutex
 	queue       *queue
 	slots       []*slot
-	downSince   time.Time   // when the last ready slot went away; zero while one is ready
-	lastSweep   time.Time   // when the queue was last swept
-	sweepWanted atomic.Bool // a request was refused for want of room since lastSweep
-	nextSlot    int         // round-robin start for picking a slot
+	downSince   time.Time     // when the last ready slot went away; zero while one is ready
+	lastSweep   time.Time     // when the queue was last swept
+	sweepWanted atomic.Bool   // a request was refused for want of room since lastSweep
+	nextSlot    int           // round-robin start for picking a slot
+	cost        costFit       // the batches' measured cost
+	returns     returnTracker // callers coming back after their answers
+	holdStart   time.Time     // when an idle slot began waiting for arrivals; zero if none
+	explore     int           // holds considered while the cost fit was not ready
 	wake        chan struct{}
 	batchID     atomic.Uint64
 	draining    atomic.Bool
@@ -57,6 +61,8 @@ type Streamer struct {
 }
 
 type counters struct {
+	reasons                                        [numReasons]atomic.Uint64 // batches by why they were dispatched
+	waitAdded                                      atomic.Int64              // nanoseconds idle slots waited for arrivals
 	submitted, answered, failed, rejected, expired atomic.Uint64
 	batches, crashes, poisoned                     atomic.Uint64
 	batchSizes                                     []atomic.Uint64
@@ -78,6 +84,7 @@ func New(cfg Config) (*Streamer, error) {
 		stopping: make(chan struct{}),
 		shutDown: make(chan struct{}),
 		poison:   newPoisonList(cfg.PoisonTTL),
+		returns:  newReturnTracker(cfg.MaxLatency),
 		fatal:    make(chan error, 1),
 	}
 	s.stats.batchSizes = make([]atomic.Uint64, cfg.BatchSize+1)
@@ -213,6 +220,9 @@ func (s *Streamer) enqueue(ctx context.Context, req Request, f *Future) error {
 		return s.refuseFull(waiting, n)
 	}
 	wasEmpty := s.queue.n == 0
+	if s.cfg.Batching == BatchingAdaptive {
+		s.returns.arrived(time.Now(), n)
+	}
 	for i, data := range req.Items {
 		it := item{fut: f, index: int32(i), data: data}
 		if req.Keys != nil {
@@ -370,11 +380,21 @@ func (s *Streamer) Stats() Stats {
 	for i := range s.stats.batchSizes {
 		st.BatchSizes[i] = s.stats.batchSizes[i].Load()
 	}
+	r := &s.stats.reasons
+	st.Dispatch = DispatchStats{
+		Full: r[reasonFull].Load(), Idle: r[reasonIdle].Load(), Waited: r[reasonWaited].Load(),
+		MaxLatency: r[reasonMaxLatency].Load(), Deadline: r[reasonDeadline].Load(), Retry: r[reasonRetry].Load(),
+		WaitAddedMs: float64(s.stats.waitAdded.Load()) / 1e6,
+	}
 	s.mu.Lock()
 	st.Queued = s.queue.items()
+	fixed, perItem, fitted := s.cost.line()
+	st.Cost = CostStats{Fitted: fitted, FixedMs: ms(fixed), PerItemMs: ms(perItem), Batches: s.cost.batches}
 	s.mu.Unlock()
 	return st
 }
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 
 // poisonList remembers items that crashed workers, by content hash, for a while.
 type poisonList struct {

@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -19,9 +21,11 @@ import (
 
 // benchOptions are the flags of streamer bench; the serve flags come too.
 type benchOptions struct {
-	serve   serveOptions
-	cfg     bench.Config
-	jsonOut bool
+	serve         serveOptions
+	cfg           bench.Config
+	jsonOut       bool
+	sweepClients  []int
+	sweepBatching []string
 }
 
 func newBenchCommand() *cobra.Command {
@@ -72,6 +76,8 @@ func addBenchFlags(f *pflag.FlagSet, o *benchOptions) {
 	f.StringVar(&o.cfg.Input, "input", `"hello, streamer"`, "one item, as JSON")
 	f.IntVar(&o.cfg.ItemsPerRequest, "items-per-request", 1, "items in each request")
 	f.BoolVar(&o.jsonOut, "json", false, "print one JSON object instead of the table")
+	f.IntSliceVar(&o.sweepClients, "sweep-concurrency", nil, "run a closed loop at each of these numbers of clients (e.g. 1,2,8,32,64,128,256,512) and print one table, each figure beside the best possible for the sleep model")
+	f.StringSliceVar(&o.sweepBatching, "sweep-batching", nil, "with --sweep-concurrency: the batching policies to run side by side at each number of clients (e.g. greedy,adaptive; default: --batching)")
 	f.StringVar(&o.cfg.PlotFile, "plot", "", "write a PNG of latency over time and the batch-size histogram to this file (drawn by the "+bench.PlotterName+" binary)")
 }
 
@@ -99,6 +105,9 @@ func runBench(ctx context.Context, flags *pflag.FlagSet, o benchOptions) error {
 	}
 	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stopSignals()
+	if len(o.sweepClients) > 0 {
+		return runSweep(ctx, cfg, o)
+	}
 	res, err := bench.Run(ctx, cfg)
 	if err != nil {
 		return err
@@ -109,6 +118,62 @@ func runBench(ctx context.Context, flags *pflag.FlagSet, o benchOptions) error {
 	if res.Interrupted {
 		return fmt.Errorf("interrupted after %.1fs of load; the figures above cover that part", res.Report.Seconds)
 	}
+	return nil
+}
+
+// runSweep runs the closed loop at each number of clients under each
+// batching policy, each run against a server of its own, and prints one
+// table (or one JSON array).
+func runSweep(ctx context.Context, cfg bench.Config, o benchOptions) error {
+	if cfg.Rate > 0 || cfg.Target != "" || cfg.PlotFile != "" {
+		return errors.New("--sweep-concurrency runs closed loops against servers it starts: it takes no --rate, --target or --plot")
+	}
+	policies := o.sweepBatching
+	if len(policies) == 0 {
+		policies = []string{o.serve.batching}
+	}
+	var rows []bench.SweepRow
+	for _, clients := range o.sweepClients {
+		for _, policy := range policies {
+			if policy != string(supervisor.BatchingAdaptive) && policy != string(supervisor.BatchingGreedy) {
+				return fmt.Errorf("--sweep-batching %q: want adaptive or greedy", policy)
+			}
+			run := cfg
+			run.Concurrency = clients
+			run.Progress = false
+			run.Server.Args = append(slices.Clone(cfg.Server.Args), "--batching="+policy)
+			serve := o.serve
+			serve.batching = policy
+			run.Supervisor = func() (supervisor.Config, error) {
+				spec, err := serve.spec("")
+				if err != nil {
+					return supervisor.Config{}, err
+				}
+				return serve.supervisorConfig(spec, slog.New(slog.DiscardHandler))
+			}
+			res, err := bench.Run(ctx, run)
+			if err != nil {
+				return fmt.Errorf("%d clients, %s: %w", clients, policy, err)
+			}
+			row := bench.SweepRow{Batching: policy, Clients: clients, Report: res.Report}
+			if o.serve.plugin == "" {
+				row.BestItemsPerS, row.BestP50MS = bench.SleepBest(o.serve.model, o.serve.workers, o.serve.batchSize, clients)
+			}
+			rows = append(rows, row)
+			if !o.jsonOut {
+				fmt.Fprintf(os.Stderr, "streamer bench: %d clients, %s: %.0f items/s, p50 %.2f ms\n", clients, policy, res.Report.ItemsPerS, res.Report.LatencyMS.P50)
+			}
+			if res.Interrupted {
+				return errors.New("interrupted")
+			}
+		}
+	}
+	if o.jsonOut {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	bench.PrintSweep(os.Stdout, o.serve.workers, rows)
 	return nil
 }
 

@@ -59,6 +59,7 @@ type serveOptions struct {
 	pluginSHA256   string
 	device         string
 	intraOpThreads int
+	batching       string
 	ortLib         string
 	pad            []string
 }
@@ -105,6 +106,7 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f.DurationVar(&o.grace, "grace", 30*time.Second, "on SIGTERM, how long admitted requests may take to finish before the rest are failed")
 	f.IntVar(&o.maxRestarts, "max-restarts", 10, "restarts of one slot within a minute after which the slot is given up (deaths while isolating a bad item do not count); when every slot is given up the server exits 1")
 	f.DurationVar(&o.unavailableAfter, "unavailable-after", time.Second, "with no worker able to run for this long, new requests get 503 at once (and queued ones too unless a worker is starting)")
+	f.StringVar(&o.batching, "batching", "adaptive", "when an idle worker starts a batch that is not full: adaptive (waits a little for arriving items when its measured batch cost says a fuller batch pays) or greedy (at once)")
 	f.IntVar(&o.pipeline, "pipeline-depth", 2, "most batches one worker holds: the one it runs and those formed ahead (raise it for very fast models)")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&o.pprof, "pprof", "", "serve Go's profiles (/debug/pprof/) of this supervisor process on this address, apart from the API (off when empty; keep it on loopback)")
@@ -228,6 +230,9 @@ func (o serveOptions) supervisorConfig(spec model.Spec, log *slog.Logger) (super
 	if o.maxItems < 1 {
 		return supervisor.Config{}, fmt.Errorf("--max-items %d: want at least 1", o.maxItems)
 	}
+	if b := supervisor.Batching(o.batching); b != supervisor.BatchingAdaptive && b != supervisor.BatchingGreedy {
+		return supervisor.Config{}, fmt.Errorf("--batching %q: want adaptive or greedy", o.batching)
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return supervisor.Config{}, fmt.Errorf("find own binary to start workers: %w", err)
@@ -253,6 +258,7 @@ func (o serveOptions) supervisorConfig(spec model.Spec, log *slog.Logger) (super
 		MaxRestarts:      o.maxRestarts,
 		UnavailableAfter: o.unavailableAfter,
 		PipelineDepth:    o.pipeline,
+		Batching:         supervisor.Batching(o.batching),
 		Logger:           log,
 		Process: supervisor.ProcessConfig{
 			Path:        self,

@@ -37,6 +37,11 @@ type Report struct {
 	LimitItemsPerS float64 `json:"limit_items_per_s,omitempty"`
 	// OfLimit is ItemsPerS over LimitItemsPerS.
 	OfLimit float64 `json:"of_limit,omitempty"`
+	// Dispatch counts the batches formed in the window by why they were
+	// sent, and the wait for arrivals that the server added.
+	Dispatch supervisor.DispatchStats `json:"dispatch"`
+	// Cost is the batch cost the server measured, at the window's end.
+	Cost supervisor.CostStats `json:"cost"`
 }
 
 // Latencies are latency percentiles in milliseconds.
@@ -75,7 +80,18 @@ func newReport(samples []sample, kinds *errorKinds, elapsed time.Duration, items
 	}
 	r.LatencyMS = Latencies{P50: ms(0.50), P90: ms(0.90), P99: ms(0.99), Max: ms(1)}
 	r.BatchSizes, r.MeanBatchSize = batchesBetween(before, after)
+	r.Dispatch = dispatchBetween(before.Dispatch, after.Dispatch)
+	r.Cost = after.Cost
 	return r
+}
+
+// dispatchBetween counts the dispatches between two reads of the counters.
+func dispatchBetween(before, after supervisor.DispatchStats) supervisor.DispatchStats {
+	return supervisor.DispatchStats{
+		Full: after.Full - before.Full, Idle: after.Idle - before.Idle, Waited: after.Waited - before.Waited,
+		MaxLatency: after.MaxLatency - before.MaxLatency, Deadline: after.Deadline - before.Deadline,
+		Retry: after.Retry - before.Retry, WaitAddedMs: after.WaitAddedMs - before.WaitAddedMs,
+	}
 }
 
 // batchesBetween counts the batches formed between two reads of the
@@ -134,6 +150,12 @@ func (r Report) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "latency ms    p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n", r.LatencyMS.P50, r.LatencyMS.P90, r.LatencyMS.P99, r.LatencyMS.Max)
 	fmt.Fprintf(w, "mean batch    %.2f\n", r.MeanBatchSize)
+	d := r.Dispatch
+	fmt.Fprintf(w, "dispatched    full %d  idle %d  waited %d (%.2f ms each)  max-latency %d  deadline %d  retry %d\n",
+		d.Full, d.Idle, d.Waited, d.WaitAddedMs/float64(max(d.Waited, 1)), d.MaxLatency, d.Deadline, d.Retry)
+	if r.Cost.Fitted {
+		fmt.Fprintf(w, "batch cost    %.3f ms + %.4f ms per item (fitted on the server)\n", r.Cost.FixedMs, r.Cost.PerItemMs)
+	}
 	r.printBatchSizes(w)
 	r.printErrors(w)
 }

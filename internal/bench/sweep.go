@@ -1,0 +1,71 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strings"
+
+	"github.com/streamer-dev/streamer/model/builtin"
+)
+
+// SweepRow is one run of a sweep: a batching policy at a number of clients,
+// with the best any batcher could do there when the model's cost is known.
+type SweepRow struct {
+	Batching string `json:"batching"`
+	Clients  int    `json:"clients"`
+	Report   Report `json:"report"`
+	// BestItemsPerS and BestP50MS are the best possible throughput and
+	// median latency for the sleep model (see SleepBest); 0 when unknown.
+	BestItemsPerS float64 `json:"best_items_per_s,omitempty"`
+	BestP50MS     float64 `json:"best_p50_ms,omitempty"`
+}
+
+// SleepBest is the best a batcher can do for a closed loop of clients on
+// workers running the sleep model spec names (batch cost F + p·n) with
+// batches of at most batchSize: while the clients fit in one batch per
+// worker, every round runs them all at once, c / (F + p·⌈c/w⌉) items a
+// second, each answered after F + p·⌈c/w⌉; beyond that the workers run
+// full batches back to back, w·B / (F + p·B), and the median latency is
+// not given (0). It returns zeros for a model whose cost is not known.
+func SleepBest(spec string, workers, batchSize, clients int) (itemsPerS, p50ms float64) {
+	name, args, _ := strings.Cut(spec, ":")
+	if name != "sleep" || workers < 1 || clients < 1 {
+		return 0, 0
+	}
+	cost, err := builtin.ParseSleep(args)
+	if err != nil {
+		return 0, 0
+	}
+	if clients > workers*batchSize {
+		return float64(workers*batchSize) / cost.Cost(batchSize).Seconds(), 0
+	}
+	perWorker := int(math.Ceil(float64(clients) / float64(workers)))
+	round := cost.Cost(perWorker)
+	if round <= 0 {
+		return 0, 0
+	}
+	return float64(clients) / round.Seconds(), float64(round.Microseconds()) / 1000
+}
+
+// PrintSweep writes the rows as one table, each figure beside the best
+// possible: items/s as a fraction of it, p50 as a multiple of it.
+func PrintSweep(w io.Writer, workers int, rows []SweepRow) {
+	fmt.Fprintf(w, "%7s %8s %9s %10s %10s %8s %6s %9s %9s %7s %9s %8s\n",
+		"workers", "clients", "batching", "items/s", "best", "fraction", "batch", "p50 ms", "best p50", "× best", "p99 ms", "waited")
+	for _, r := range rows {
+		fraction, overBest := "—", "—"
+		best, bestP50 := "—", "—"
+		if r.BestItemsPerS > 0 {
+			best = fmt.Sprintf("%.0f", r.BestItemsPerS)
+			fraction = fmt.Sprintf("%.3f", r.Report.ItemsPerS/r.BestItemsPerS)
+		}
+		if r.BestP50MS > 0 {
+			bestP50 = fmt.Sprintf("%.2f", r.BestP50MS)
+			overBest = fmt.Sprintf("%.2f", r.Report.LatencyMS.P50/r.BestP50MS)
+		}
+		fmt.Fprintf(w, "%7d %8d %9s %10.0f %10s %8s %6.1f %9.2f %9s %7s %9.2f %8d\n",
+			workers, r.Clients, r.Batching, r.Report.ItemsPerS, best, fraction, r.Report.MeanBatchSize,
+			r.Report.LatencyMS.P50, bestP50, overBest, r.Report.LatencyMS.P99, r.Report.Dispatch.Waited)
+	}
+}

@@ -1,0 +1,305 @@
+package supervisor
+
+import (
+	"math"
+	"time"
+)
+
+// Batching is the policy that decides when an idle worker starts a batch
+// that is not full.
+type Batching string
+
+// The batching policies.
+const (
+	// BatchingAdaptive lets an idle worker wait a little for items that are
+	// about to arrive, when its measured batch cost says that a fuller batch
+	// pays: mostly the callers just answered, coming back. A lone request
+	// on an idle server never waits, nor does anything when the per-item
+	// cost dominates; MaxLatency bounds every wait.
+	BatchingAdaptive Batching = "adaptive"
+	// BatchingGreedy starts a batch on an idle worker at once with whatever
+	// is queued (work-conserving).
+	BatchingGreedy Batching = "greedy"
+)
+
+// Why a batch was dispatched, as counted in Stats.Dispatch.
+const (
+	reasonFull       = iota // it had BatchSize items
+	reasonIdle              // an idle worker took what was queued
+	reasonWaited            // an idle worker waited for arrivals, then took them
+	reasonMaxLatency        // its oldest item had waited MaxLatency
+	reasonDeadline          // a wait ended early for an item's deadline
+	reasonRetry             // it was formed before: a retry or a split
+	numReasons
+)
+
+// costFit is a running least-squares fit of a batch's run time against its
+// number of items, t ≈ fixed + perItem·n, over the recent batches: each new
+// batch weighs 1 and the older ones fade by costDecay per batch.
+type costFit struct {
+	s0, s1, s2, st, snt float64 // Σw, Σw·n, Σw·n², Σw·t, Σw·n·t (t in seconds)
+	batches             uint64
+}
+
+// costDecay makes the fit remember about the last 200 batches.
+const costDecay = 0.995
+
+func (c *costFit) observe(n int, took time.Duration) {
+	x, t := float64(n), took.Seconds()
+	c.s0 = c.s0*costDecay + 1
+	c.s1 = c.s1*costDecay + x
+	c.s2 = c.s2*costDecay + x*x
+	c.st = c.st*costDecay + t
+	c.snt = c.snt*costDecay + x*t
+	c.batches++
+}
+
+// line returns the fitted fixed and per-item cost. ok is false while the
+// batches seen are too few, or too alike in size, to tell the two apart.
+func (c *costFit) line() (fixed, perItem time.Duration, ok bool) {
+	if c.batches < 8 {
+		return 0, 0, false
+	}
+	spread := c.s0*c.s2 - c.s1*c.s1 // s0² × the variance of n
+	if spread < 0.25*c.s0*c.s0 {    // n's standard deviation under half an item
+		return 0, 0, false
+	}
+	p := (c.s0*c.snt - c.s1*c.st) / spread
+	f := (c.st - p*c.s1) / c.s0
+	switch {
+	case p < 0:
+		p, f = 0, c.st/c.s0
+	case f < 0:
+		p, f = c.st/c.s1, 0
+	}
+	return seconds(f), seconds(p), true
+}
+
+// mean returns the mean batch size and run time of the recent batches.
+func (c *costFit) mean() (n float64, took time.Duration) {
+	if c.s0 == 0 {
+		return 0, 0
+	}
+	return c.s1 / c.s0, seconds(c.st / c.s0)
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// answer is one batch's answer, as the return tracker remembers it: when,
+// how many callers it answered, and how many items arrived since that are
+// counted as theirs.
+type answer struct {
+	at      time.Time
+	n       int
+	arrived int
+}
+
+// returnTracker learns how many callers come back right after they are
+// answered, and how soon: in a closed loop nearly all of them, within the
+// client's round trip. Arrivals are counted against the oldest answers
+// still within the return window; an answer leaves the window after
+// window(), and what came back by then updates the return ratio.
+type returnTracker struct {
+	answers []answer // in the window, oldest first
+	// ratio is the share of answered callers that came back within the
+	// window; delay the mean time they took, and spread its mean absolute
+	// deviation. All are running means.
+	ratio  float64
+	delay  time.Duration
+	spread time.Duration
+	limit time.Duration // the window's upper bound: MaxLatency, at most 20ms
+}
+
+func newReturnTracker(maxLatency time.Duration) returnTracker {
+	return returnTracker{delay: time.Millisecond, limit: min(maxLatency, 20*time.Millisecond)}
+}
+
+// window is how long an answer's callers are expected back within: most
+// come back after about delay, the slowest several spreads later.
+func (r *returnTracker) window() time.Duration {
+	return min(max(r.delay+5*r.spread, 500*time.Microsecond), r.limit)
+}
+
+// expire forgets the answers whose window has passed at now.
+func (r *returnTracker) expire(now time.Time) {
+	w := r.window()
+	i := 0
+	for ; i < len(r.answers) && now.Sub(r.answers[i].at) > w; i++ {
+		a := r.answers[i]
+		r.ratio += (float64(a.arrived)/float64(a.n) - r.ratio) / 16
+	}
+	if i > 0 {
+		n := copy(r.answers, r.answers[i:])
+		r.answers = r.answers[:n]
+	}
+}
+
+// answered notes that n callers were answered at now.
+func (r *returnTracker) answered(now time.Time, n int) {
+	r.expire(now)
+	if len(r.answers) >= 64 { // bounded: the oldest is nearly out anyway
+		n := copy(r.answers, r.answers[1:])
+		r.answers = r.answers[:n]
+	}
+	r.answers = append(r.answers, answer{at: now, n: n})
+}
+
+// arrived notes that m items were queued at now, counting them against the
+// oldest answers still waiting for their callers.
+func (r *returnTracker) arrived(now time.Time, m int) {
+	r.expire(now)
+	for i := range r.answers {
+		a := &r.answers[i]
+		take := min(m, a.n-a.arrived)
+		if take <= 0 {
+			continue
+		}
+		a.arrived += take
+		took := now.Sub(a.at)
+		r.spread += (abs(took-r.delay) - r.spread) / 16
+		r.delay += (took - r.delay) / 16
+		if m -= take; m == 0 {
+			return
+		}
+	}
+}
+
+// sinceLast is how long ago the latest answer in the window was given.
+func (r *returnTracker) sinceLast(now time.Time) time.Duration {
+	if len(r.answers) == 0 {
+		return r.window()
+	}
+	return now.Sub(r.answers[len(r.answers)-1].at)
+}
+
+// expected returns how many more items are expected soon from callers just
+// answered, and when the soonest answer leaves the window (zero if none).
+func (r *returnTracker) expected(now time.Time) (k float64, until time.Time) {
+	r.expire(now)
+	for _, a := range r.answers {
+		if more := r.ratio*float64(a.n) - float64(a.arrived); more > 0 {
+			k += more
+		}
+	}
+	if len(r.answers) > 0 {
+		until = r.answers[0].at.Add(r.window())
+	}
+	return k, until
+}
+
+// holdLocked decides whether an idle slot should leave the q items of f
+// queued a little longer, for arrivals that would fill the batch. It says
+// when to look again (through earlier) when it holds; when it does not, it
+// says why the batch goes now. It requires that s.mu is held.
+//
+// Waiting pays when the k items expected soon, which would otherwise wait
+// for the next free worker, gain more than the waiting costs the q items
+// already queued and the longer batch costs them all:
+//
+//	k·(T − w) > q·w + q·p·k
+//
+// where T is how long the newcomers would otherwise wait for a worker (the
+// batch's own run time F + p·q when no other worker is free sooner), w the
+// expected wait for them and p the per-item cost. With no fixed cost the
+// left side never wins; a lone caller, once back, is expected by nobody.
+func (s *Streamer) holdLocked(f *fifo, now time.Time, earlier func(time.Time)) (hold bool, why int) {
+	why = reasonIdle
+	if !s.holdStart.IsZero() {
+		why = reasonWaited
+	}
+	if s.cfg.Batching != BatchingAdaptive {
+		return false, why
+	}
+	q := f.len()
+	k, until := s.returns.expected(now)
+	k = min(k, float64(s.cfg.BatchSize-q))
+	if k < 0.5 { // what is expected is a mean: 0.99 of a caller is one
+		return false, why
+	}
+	fixed, perItem, ok := s.cost.line()
+	if !ok {
+		// The sizes seen so far cannot tell fixed from per-item cost: wait
+		// now and then, so that the batches differ and the fit learns.
+		s.explore++
+		if s.explore%8 != 0 {
+			return false, why
+		}
+		_, fixed = s.cost.mean()
+		perItem = 0
+	}
+	delay := s.returns.delay
+	w := max(delay/2, delay-s.returns.sinceLast(now))
+	run := fixed + time.Duration(float64(perItem)*(float64(q)+k))
+	// The wait's hard bounds: the oldest item's MaxLatency, and every
+	// queued item's deadline, which must still be met after the wait.
+	due := s.at(f.front().fut.enqueued).Add(s.cfg.MaxLatency)
+	switch {
+	case now.Add(w).After(due):
+		return false, reasonMaxLatency
+	case !s.deadlinesAllow(f, now.Add(w+run)):
+		return false, reasonDeadline
+	}
+	other := s.soonestOtherFree(now, fixed, perItem)
+	newcomersWait := min(fixed+time.Duration(float64(perItem)*float64(q)), other)
+	gain := k * (newcomersWait - w).Seconds()
+	cost := float64(q)*w.Seconds() + float64(q)*perItem.Seconds()*k
+	if gain <= cost {
+		return false, why
+	}
+	if s.holdStart.IsZero() {
+		s.holdStart = now
+	}
+	earlier(minTime(until, due))
+	return true, 0
+}
+
+// deadlinesAllow reports whether every item of f can still meet its
+// deadline if its batch ends at end. It requires that s.mu is held.
+func (s *Streamer) deadlinesAllow(f *fifo, end time.Time) bool {
+	for i := f.head; i < len(f.items); i++ {
+		if d := f.items[i].fut.deadline; !d.IsZero() && d.Before(end) {
+			return false
+		}
+	}
+	return true
+}
+
+// soonestOtherFree estimates how long until some ready slot other than an
+// idle one taking this batch can start a new batch: zero when another is
+// idle too. It requires that s.mu is held.
+func (s *Streamer) soonestOtherFree(now time.Time, fixed, perItem time.Duration) time.Duration {
+	soonest := time.Duration(math.MaxInt64)
+	idleSeen := false
+	for _, sl := range s.slots {
+		if sl.state != SlotReady {
+			continue
+		}
+		if len(sl.inflight) == 0 {
+			if idleSeen {
+				return 0 // a second idle slot: the newcomers need not wait
+			}
+			idleSeen = true
+			continue
+		}
+		left := sl.headStart.Sub(now)
+		for _, b := range sl.inflight {
+			left += fixed + time.Duration(float64(perItem)*float64(len(b.items)))
+		}
+		soonest = min(soonest, max(left, 0))
+	}
+	return soonest
+}
+
+func abs(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
+}
+
+func minTime(a, b time.Time) time.Time {
+	if !a.IsZero() && a.Before(b) {
+		return a
+	}
+	return b
+}
