@@ -86,45 +86,50 @@ func (c *costFit) mean() (n float64, took time.Duration) {
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 // answer is one batch's answer, as the return tracker remembers it: when,
-// how many callers it answered, and how many items arrived since that are
-// counted as theirs.
+// how many callers it answered, how many items arrived since that are
+// counted as theirs, and when the last of them came.
 type answer struct {
-	at      time.Time
-	n       int
-	arrived int
+	at, last time.Time
+	n        int
+	arrived  int
 }
 
 // returnTracker learns how many callers come back right after they are
-// answered, and how soon: in a closed loop nearly all of them, within the
-// client's round trip. Arrivals are counted against the oldest answers
-// still within the return window; an answer leaves the window after
-// window(), and what came back by then updates the return ratio.
+// answered, and how soon: in a closed loop nearly all of them, the first
+// after the client's round trip and the others one after the other, as
+// fast as the clients' and the server's threads turn them round. Arrivals
+// are counted against the oldest answers still in their return window;
+// what came back by the window's end updates the return ratio.
 type returnTracker struct {
-	answers []answer // in the window, oldest first
+	answers []answer // in their window, oldest first
 	// ratio is the share of answered callers that came back within the
-	// window; delay the mean time they took, and spread its mean absolute
-	// deviation. All are running means.
-	ratio  float64
-	delay  time.Duration
-	spread time.Duration
-	limit time.Duration // the window's upper bound: MaxLatency, at most 20ms
+	// window; delay the time until the first of them came; gap the time
+	// between two of them. All are running means.
+	ratio float64
+	delay time.Duration
+	gap   time.Duration
+	limit time.Duration // a window's upper bound: MaxLatency, at most 20ms
 }
 
 func newReturnTracker(maxLatency time.Duration) returnTracker {
-	return returnTracker{delay: time.Millisecond, limit: min(maxLatency, 20*time.Millisecond)}
+	return returnTracker{delay: 500 * time.Microsecond, gap: 50 * time.Microsecond, limit: min(maxLatency, 20*time.Millisecond)}
 }
 
-// window is how long an answer's callers are expected back within: most
-// come back after about delay, the slowest several spreads later.
-func (r *returnTracker) window() time.Duration {
-	return min(max(r.delay+5*r.spread, 500*time.Microsecond), r.limit)
+// eta is how long after an answer of n callers the last is expected back.
+func (r *returnTracker) eta(n int) time.Duration {
+	return r.delay + time.Duration(n-1)*r.gap
+}
+
+// window is how long an answer of n callers is watched for their return:
+// twice the expected time for them all, and at least half a millisecond.
+func (r *returnTracker) window(n int) time.Duration {
+	return min(max(2*r.eta(n), 500*time.Microsecond), r.limit)
 }
 
 // expire forgets the answers whose window has passed at now.
 func (r *returnTracker) expire(now time.Time) {
-	w := r.window()
 	i := 0
-	for ; i < len(r.answers) && now.Sub(r.answers[i].at) > w; i++ {
+	for ; i < len(r.answers) && now.Sub(r.answers[i].at) >= r.window(r.answers[i].n); i++ {
 		a := r.answers[i]
 		r.ratio += (float64(a.arrived)/float64(a.n) - r.ratio) / 16
 	}
@@ -138,8 +143,8 @@ func (r *returnTracker) expire(now time.Time) {
 func (r *returnTracker) answered(now time.Time, n int) {
 	r.expire(now)
 	if len(r.answers) >= 64 { // bounded: the oldest is nearly out anyway
-		n := copy(r.answers, r.answers[1:])
-		r.answers = r.answers[:n]
+		m := copy(r.answers, r.answers[1:])
+		r.answers = r.answers[:m]
 	}
 	r.answers = append(r.answers, answer{at: now, n: n})
 }
@@ -154,37 +159,40 @@ func (r *returnTracker) arrived(now time.Time, m int) {
 		if take <= 0 {
 			continue
 		}
+		if a.arrived == 0 {
+			r.delay += (now.Sub(a.at) - r.delay) / 16
+		} else {
+			r.gap += (now.Sub(a.last)/time.Duration(take) - r.gap) / 16
+		}
 		a.arrived += take
-		took := now.Sub(a.at)
-		r.spread += (abs(took-r.delay) - r.spread) / 16
-		r.delay += (took - r.delay) / 16
+		a.last = now
 		if m -= take; m == 0 {
 			return
 		}
 	}
 }
 
-// sinceLast is how long ago the latest answer in the window was given.
-func (r *returnTracker) sinceLast(now time.Time) time.Duration {
-	if len(r.answers) == 0 {
-		return r.window()
-	}
-	return now.Sub(r.answers[len(r.answers)-1].at)
-}
-
-// expected returns how many more items are expected soon from callers just
-// answered, and when the soonest answer leaves the window (zero if none).
-func (r *returnTracker) expected(now time.Time) (k float64, until time.Time) {
+// expected returns how many more items are expected from callers just
+// answered, how long until they are all in (the wait), and when the
+// soonest answer leaves its window (zero if none).
+func (r *returnTracker) expected(now time.Time) (k float64, wait time.Duration, until time.Time) {
 	r.expire(now)
 	for _, a := range r.answers {
-		if more := r.ratio*float64(a.n) - float64(a.arrived); more > 0 {
-			k += more
+		more := r.ratio*float64(a.n) - float64(a.arrived)
+		if more <= 0 {
+			continue
 		}
+		k += more
+		next := a.at.Add(r.delay) // the first is still to come
+		if a.arrived > 0 {
+			next = a.last
+		}
+		wait = max(wait, next.Add(time.Duration(more*float64(r.gap))).Sub(now))
 	}
 	if len(r.answers) > 0 {
-		until = r.answers[0].at.Add(r.window())
+		until = r.answers[0].at.Add(r.window(r.answers[0].n))
 	}
-	return k, until
+	return k, max(wait, 0), until
 }
 
 // holdLocked decides whether an idle slot should leave the q items of f
@@ -196,11 +204,11 @@ func (r *returnTracker) expected(now time.Time) (k float64, until time.Time) {
 // for the next free worker, gain more than the waiting costs the q items
 // already queued and the longer batch costs them all:
 //
-//	k·(T − w) > q·w + q·p·k
+//	k·(T − w) > 1.5 × (q·w + q·p·k)
 //
 // where T is how long the newcomers would otherwise wait for a worker (the
 // batch's own run time F + p·q when no other worker is free sooner), w the
-// expected wait for them and p the per-item cost. With no fixed cost the
+// expected wait until they are all in and p the per-item cost. With no fixed cost the
 // left side never wins; a lone caller, once back, is expected by nobody.
 func (s *Streamer) holdLocked(f *fifo, now time.Time, earlier func(time.Time)) (hold bool, why int) {
 	why = reasonIdle
@@ -211,13 +219,16 @@ func (s *Streamer) holdLocked(f *fifo, now time.Time, earlier func(time.Time)) (
 		return false, why
 	}
 	q := f.len()
-	k, until := s.returns.expected(now)
+	k, w, until := s.returns.expected(now)
 	k = min(k, float64(s.cfg.BatchSize-q))
 	if k < 0.5 { // what is expected is a mean: 0.99 of a caller is one
 		return false, why
 	}
 	fixed, perItem, ok := s.cost.line()
 	if !ok {
+		if s.cost.batches < 8 {
+			return false, why // too soon to tell anything: be greedy
+		}
 		// The sizes seen so far cannot tell fixed from per-item cost: wait
 		// now and then, so that the batches differ and the fit learns.
 		s.explore++
@@ -227,14 +238,13 @@ func (s *Streamer) holdLocked(f *fifo, now time.Time, earlier func(time.Time)) (
 		_, fixed = s.cost.mean()
 		perItem = 0
 	}
-	delay := s.returns.delay
-	w := max(delay/2, delay-s.returns.sinceLast(now))
 	run := fixed + time.Duration(float64(perItem)*(float64(q)+k))
 	// The wait's hard bounds: the oldest item's MaxLatency, and every
 	// queued item's deadline, which must still be met after the wait.
 	due := s.at(f.front().fut.enqueued).Add(s.cfg.MaxLatency)
 	switch {
-	case now.Add(w).After(due):
+	case !now.Add(w).Before(due):
+		// Not even at due itself: the dispatcher would look again at once.
 		return false, reasonMaxLatency
 	case !s.deadlinesAllow(f, now.Add(w+run)):
 		return false, reasonDeadline
@@ -243,7 +253,9 @@ func (s *Streamer) holdLocked(f *fifo, now time.Time, earlier func(time.Time)) (
 	newcomersWait := min(fixed+time.Duration(float64(perItem)*float64(q)), other)
 	gain := k * (newcomersWait - w).Seconds()
 	cost := float64(q)*w.Seconds() + float64(q)*perItem.Seconds()*k
-	if gain <= cost {
+	// Ask for half as much again: a wait that barely pays on the means
+	// loses whenever the callers come back later than usual.
+	if gain <= 1.5*cost {
 		return false, why
 	}
 	if s.holdStart.IsZero() {
@@ -251,6 +263,34 @@ func (s *Streamer) holdLocked(f *fifo, now time.Time, earlier func(time.Time)) (
 	}
 	earlier(minTime(until, due))
 	return true, 0
+}
+
+// splitLimit is how many of the q items of f an idle slot takes when others
+// are idle too: an even share, so that they all finish sooner (by p·q·(1 −
+// 1/m) on m workers), when nothing is expected to come back soon that the
+// other workers would be needed for. Otherwise it is BatchSize. It requires
+// that s.mu is held.
+func (s *Streamer) splitLimit(f *fifo, now time.Time) int {
+	limit := s.cfg.BatchSize
+	if s.cfg.Batching != BatchingAdaptive || f.len() < 2 {
+		return limit
+	}
+	idle := 0
+	for _, sl := range s.slots {
+		if sl.state == SlotReady && len(sl.inflight) == 0 {
+			idle++
+		}
+	}
+	if idle < 2 {
+		return limit
+	}
+	if _, perItem, ok := s.cost.line(); !ok || perItem <= 0 {
+		return limit
+	}
+	if k, _, _ := s.returns.expected(now); k >= 0.5 {
+		return limit
+	}
+	return min(limit, (f.len()+idle-1)/idle)
 }
 
 // deadlinesAllow reports whether every item of f can still meet its
@@ -288,13 +328,6 @@ func (s *Streamer) soonestOtherFree(now time.Time, fixed, perItem time.Duration)
 		soonest = min(soonest, max(left, 0))
 	}
 	return soonest
-}
-
-func abs(d time.Duration) time.Duration {
-	if d < 0 {
-		return -d
-	}
-	return d
 }
 
 func minTime(a, b time.Time) time.Time {

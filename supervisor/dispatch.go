@@ -126,7 +126,7 @@ func (s *Streamer) nextBatch(idle bool, now time.Time, earlier func(time.Time)) 
 		if f == nil {
 			return nil
 		}
-		why := reasonFull
+		why, limit := reasonFull, s.cfg.BatchSize
 		switch {
 		case f.len() >= s.cfg.BatchSize:
 		case !idle:
@@ -141,9 +141,10 @@ func (s *Streamer) nextBatch(idle bool, now time.Time, earlier func(time.Time)) 
 			if hold, why = s.holdLocked(f, now, earlier); hold {
 				return nil
 			}
+			limit = s.splitLimit(f, now)
 		}
 		b := s.spareBatch()
-		b.items = s.queue.take(b.items, f, s.cfg.BatchSize, s.cfg.MaxBatchBytes, now, s.drop)
+		b.items = s.queue.take(b.items, f, limit, s.cfg.MaxBatchBytes, now, s.drop)
 		if len(b.items) > 0 {
 			s.counted(why, now)
 			return s.sealBatch(b)

@@ -1,0 +1,106 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/streamer-dev/streamer/model"
+)
+
+// trained starts an in-process streamer on the bubble's clock whose policy
+// has learnt a 10ms + 0.1ms/item model and eight callers who all come back
+// 200µs after their answer, and that has just answered eight of them.
+func trained(t *testing.T, maxLatency time.Duration) *Streamer {
+	t.Helper()
+	m := model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) {
+		time.Sleep(10*time.Millisecond + time.Duration(len(items))*100*time.Microsecond)
+		return items, nil
+	})
+	s, err := New(Config{MaxLatency: maxLatency, InProcess: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	s.mu.Lock()
+	for n := range 16 {
+		s.cost.observe(n+1, 10*time.Millisecond+time.Duration(n+1)*100*time.Microsecond)
+	}
+	s.returns.ratio, s.returns.delay, s.returns.gap = 1, 200*time.Microsecond, 0
+	s.returns.answered(time.Now(), 8)
+	s.mu.Unlock()
+	return s
+}
+
+// One of the eight comes back and the other seven never do: the policy
+// waits for them, but never past MaxLatency.
+func TestHoldEndsByMaxLatency(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const maxLatency = 300 * time.Microsecond
+		s := trained(t, maxLatency)
+		time.Sleep(200 * time.Microsecond)
+		start := time.Now()
+		if _, err := s.Predict(context.Background(), [][]byte{{1}}); err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(start)
+		cost := 10100 * time.Microsecond
+		if took <= cost || took > cost+maxLatency {
+			t.Fatalf("the lone returner took %s; want a wait of at most MaxLatency (%s) before its batch (%s)", took, maxLatency, cost)
+		}
+		if d := s.Stats().Dispatch; d.Waited+d.MaxLatency != 1 || d.WaitAddedMs > maxLatency.Seconds()*1000 {
+			t.Fatalf("dispatch %+v: want one wait, of at most MaxLatency", d)
+		}
+	})
+}
+
+// The same wait would cost an item its deadline: it goes at once.
+func TestHoldHonoursDeadlines(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := trained(t, time.Second)
+		time.Sleep(200 * time.Microsecond)
+		cost := 10100 * time.Microsecond
+		start := time.Now()
+		_, err := s.PredictRequest(context.Background(), Request{Items: [][]byte{{1}}, Deadline: start.Add(cost + 50*time.Microsecond)})
+		if errors.Is(err, ErrDeadline) || err != nil {
+			t.Fatalf("the lone returner failed with %v: the wait cost it its deadline", err)
+		}
+		if took := time.Since(start); took != cost {
+			t.Fatalf("it took %s, want its batch's cost %s: no wait", took, cost)
+		}
+		if d := s.Stats().Dispatch; d.Deadline != 1 || d.Waited != 0 {
+			t.Fatalf("dispatch %+v: want the deadline counted as why the batch went", d)
+		}
+	})
+}
+
+// Without the deadline, the same returner is waited for: the two tests
+// above show the bounds, not a policy that never waits.
+func TestHoldWaitsForTheExpected(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := trained(t, time.Second)
+		time.Sleep(200 * time.Microsecond)
+		done := make(chan time.Duration)
+		for range 8 {
+			go func() {
+				start := time.Now()
+				if _, err := s.Predict(context.Background(), [][]byte{{1}}); err != nil {
+					t.Error(err)
+				}
+				done <- time.Since(start)
+			}()
+			time.Sleep(10 * time.Microsecond) // the eight come back one after the other
+		}
+		for range 8 {
+			<-done
+		}
+		if st := s.Stats(); st.Batches != 1 || st.Dispatch.Waited != 1 {
+			t.Fatalf("batches %d, dispatch %+v: want the eight in one batch after one wait", st.Batches, st.Dispatch)
+		}
+	})
+}

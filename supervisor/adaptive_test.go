@@ -1,0 +1,161 @@
+package supervisor_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/streamer-dev/streamer/model"
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// These tests run the in-process streamer in a synctest bubble: the model
+// "runs" by sleeping its cost on the bubble's fake clock, and the clients
+// think on it too, so every figure is exact and the tests take no time.
+
+// sleepModel costs fixed + perItem·n per batch, on the bubble's clock.
+func sleepModel(fixed, perItem time.Duration) model.Model {
+	return model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) {
+		time.Sleep(fixed + time.Duration(len(items))*perItem)
+		return items, nil
+	})
+}
+
+// returningClients runs clients that each send one item, wait for the answer,
+// think, and send again, until stop is closed; it returns the latencies.
+func returningClients(t *testing.T, s *supervisor.Streamer, clients int, think time.Duration, stop <-chan struct{}) func() []time.Duration {
+	var mu sync.Mutex
+	var latencies []time.Duration
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				start := time.Now()
+				if _, err := s.Predict(context.Background(), [][]byte{{1}}); err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				latencies = append(latencies, time.Since(start))
+				mu.Unlock()
+				time.Sleep(think)
+			}
+		})
+	}
+	return func() []time.Duration {
+		wg.Wait()
+		return latencies
+	}
+}
+
+func startBubble(t *testing.T, cfg supervisor.Config) *supervisor.Streamer {
+	t.Helper()
+	s, err := supervisor.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	return s
+}
+
+// run loads s with clients for d of fake time and returns the latencies.
+func run(t *testing.T, s *supervisor.Streamer, clients int, think, d time.Duration) []time.Duration {
+	stop := make(chan struct{})
+	wait := returningClients(t, s, clients, think, stop)
+	time.Sleep(d)
+	close(stop)
+	return wait()
+}
+
+// A lone caller on an idle server never waits: each answer takes exactly
+// the batch's cost.
+func TestAdaptiveLoneCallerNeverWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := startBubble(t, supervisor.Config{InProcess: sleepModel(10*time.Millisecond, 100*time.Microsecond)})
+		for i, took := range run(t, s, 1, 200*time.Microsecond, 2*time.Second) {
+			if took != 10100*time.Microsecond {
+				t.Fatalf("request %d took %s, want the batch's cost of 10.1ms", i, took)
+			}
+		}
+		if st := s.Stats(); st.Dispatch.Waited != 0 || st.Dispatch.Idle == 0 {
+			t.Fatalf("dispatch %+v: a lone caller must never be waited for", st.Dispatch)
+		}
+	})
+}
+
+// Eight clients that come back 200µs after their answer: greedy splits
+// them into batches that alternate, adaptive waits for them and runs them
+// together, once it has learnt the cost and their return.
+func TestAdaptiveWaitsForReturningClients(t *testing.T) {
+	mean := map[supervisor.Batching]float64{}
+	for _, policy := range []supervisor.Batching{supervisor.BatchingGreedy, supervisor.BatchingAdaptive} {
+		synctest.Test(t, func(t *testing.T) {
+			s := startBubble(t, supervisor.Config{Batching: policy, InProcess: sleepModel(10*time.Millisecond, 100*time.Microsecond)})
+			run(t, s, 8, 200*time.Microsecond, time.Second) // learning
+			before := s.Stats()
+			latencies := run(t, s, 8, 200*time.Microsecond, 2*time.Second)
+			after := s.Stats()
+			mean[policy] = meanBatch(before, after)
+			if policy == supervisor.BatchingAdaptive {
+				if after.Dispatch.Waited == 0 || !after.Cost.Fitted {
+					t.Fatalf("dispatch %+v, cost %+v: want waits and a fitted cost", after.Dispatch, after.Cost)
+				}
+				if f, p := after.Cost.FixedMs, after.Cost.PerItemMs; f < 9.9 || f > 10.1 || p < 0.09 || p > 0.11 {
+					t.Errorf("fitted cost %.3f ms + %.4f ms per item, want 10 + 0.1", f, p)
+				}
+				// One batch of 8 (10.8ms) plus the wait for the last client back.
+				if p50 := median(latencies); p50 > 11100*time.Microsecond {
+					t.Errorf("p50 %s, want about one batch of 8 (10.8ms)", p50)
+				}
+			}
+		})
+	}
+	if mean[supervisor.BatchingAdaptive] < 7.5 || mean[supervisor.BatchingGreedy] > 6 {
+		t.Fatalf("mean batch: greedy %.2f, adaptive %.2f; want greedy split and adaptive nearly all 8", mean[supervisor.BatchingGreedy], mean[supervisor.BatchingAdaptive])
+	}
+}
+
+// A model with no fixed cost gains nothing from a fuller batch: it is never
+// waited for.
+func TestAdaptiveNeverWaitsWithoutFixedCost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := startBubble(t, supervisor.Config{InProcess: sleepModel(0, 300*time.Microsecond)})
+		run(t, s, 8, 200*time.Microsecond, 2*time.Second)
+		if st := s.Stats(); st.Dispatch.Waited != 0 {
+			t.Fatalf("dispatch %+v, cost %+v: waited for a model without fixed cost", st.Dispatch, st.Cost)
+		}
+	})
+}
+
+func meanBatch(before, after supervisor.Stats) float64 {
+	var items, batches uint64
+	for n := range after.BatchSizes {
+		c := after.BatchSizes[n] - before.BatchSizes[n]
+		items += uint64(n) * c
+		batches += c
+	}
+	return float64(items) / float64(max(batches, 1))
+}
+
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	sorted := append([]time.Duration(nil), ds...)
+	for i := 1; i < len(sorted); i++ {
+		for j := i; j > 0 && sorted[j] < sorted[j-1]; j-- {
+			sorted[j], sorted[j-1] = sorted[j-1], sorted[j]
+		}
+	}
+	return sorted[len(sorted)/2]
+}
