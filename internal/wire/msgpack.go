@@ -1,27 +1,24 @@
-package httpapi
+package wire
 
 import (
 	"encoding/base64"
 	"encoding/binary"
-	"fmt"
 	"math"
 	"strconv"
 	"time"
 	"unicode/utf8"
 )
 
-// msgpackScanner transcodes one msgpack value to JSON without building Go
-// values. Binary becomes a base64 string and timestamps RFC 3339 strings, as
-// encoding/json writes []byte and time.Time; map keys that are not strings
-// become their JSON text as a string. Floats that JSON cannot hold (NaN,
-// ±Inf) and other extension types are errors.
+// msgpackScanner walks msgpack bytes without building Go values: it
+// transcodes a value to JSON (MsgpackToJSON) or finds where one ends
+// (SkipMsgpack).
 type msgpackScanner struct {
 	data []byte
 	pos  int
 }
 
 func (s *msgpackScanner) errorf(format string, args ...any) error {
-	return fmt.Errorf("offset %d: "+format, append([]any{s.pos}, args...)...)
+	return errorAt(s.pos, format, args...)
 }
 
 // take returns the next n bytes.
@@ -51,8 +48,8 @@ func (s *msgpackScanner) length(size int) (int, error) {
 
 // value appends the JSON form of the next value to dst.
 func (s *msgpackScanner) value(dst []byte, depth int) ([]byte, error) {
-	if depth > maxNesting {
-		return dst, s.errorf("nesting deeper than %d", maxNesting)
+	if depth > MaxDepth {
+		return dst, s.errorf("nesting deeper than %d", MaxDepth)
 	}
 	if s.pos >= len(s.data) {
 		return dst, s.errorf("truncated: want a value")
@@ -141,7 +138,7 @@ func (s *msgpackScanner) tagged(dst []byte, c byte, depth int) ([]byte, error) {
 		}
 		return s.object(dst, n, depth)
 	}
-	return dst, fmt.Errorf("offset %d: invalid msgpack code 0x%02x", s.pos-1, c)
+	return dst, errorAt(s.pos-1, "invalid msgpack code 0x%02x", c)
 }
 
 func bigEndian(b []byte) uint64 {
@@ -347,8 +344,16 @@ func appendJSONString(dst, s []byte) []byte {
 	return append(dst, '"')
 }
 
-// msgpackToJSON appends the JSON form of the one msgpack value in data.
-func msgpackToJSON(dst, data []byte) ([]byte, error) {
+// MsgpackToJSON appends the JSON form of the one msgpack value in data to
+// dst. Binary becomes a base64 string and timestamps RFC 3339 strings, as
+// encoding/json writes []byte and time.Time; map keys that are not strings
+// become their JSON text as a string. Floats that JSON cannot hold (NaN,
+// ±Inf), other extension types, and maps or arrays as map keys are errors.
+// On error the returned slice holds a partial encoding.
+//
+// It walks the bytes itself rather than through msgpack.Decoder:
+// MSGPACK_TO_JSON_FIGURE
+func MsgpackToJSON(dst, data []byte) ([]byte, error) {
 	s := msgpackScanner{data: data}
 	dst, err := s.value(dst, 0)
 	if err != nil {
@@ -360,10 +365,25 @@ func msgpackToJSON(dst, data []byte) ([]byte, error) {
 	return dst, nil
 }
 
+// SkipMsgpack returns the length of the msgpack value that starts data,
+// checking only that it is whole: that every length fits in the bytes left,
+// that every code is one msgpack defines, and that it nests no deeper than
+// MaxDepth counting depth, the number of arrays and maps around it.
+//
+// It walks the bytes itself rather than calling msgpack.Decoder.Skip:
+// SKIP_FIGURE
+func SkipMsgpack(data []byte, depth int) (int, error) {
+	s := msgpackScanner{data: data}
+	if err := s.skip(depth); err != nil {
+		return 0, err
+	}
+	return s.pos, nil
+}
+
 // skip moves past the next value, checking only that it is whole.
 func (s *msgpackScanner) skip(depth int) error {
-	if depth > maxNesting {
-		return s.errorf("nesting deeper than %d", maxNesting)
+	if depth > MaxDepth {
+		return s.errorf("nesting deeper than %d", MaxDepth)
 	}
 	if s.pos >= len(s.data) {
 		return s.errorf("truncated: want a value")
@@ -404,7 +424,7 @@ func (s *msgpackScanner) skip(depth int) error {
 		elems, err = s.length(2 << (c - 0xde))
 		elems *= 2
 	default:
-		return fmt.Errorf("offset %d: invalid msgpack code 0x%02x", s.pos-1, c)
+		return errorAt(s.pos-1, "invalid msgpack code 0x%02x", c)
 	}
 	if err != nil {
 		return err
@@ -421,90 +441,4 @@ func (s *msgpackScanner) skip(depth int) error {
 		}
 	}
 	return nil
-}
-
-// mapLen reads a map header; nil reads as -1.
-func (s *msgpackScanner) mapLen() (int, error) {
-	return s.containerLen(0x80, 0xde, "a map")
-}
-
-// arrayLen reads an array header; nil reads as -1.
-func (s *msgpackScanner) arrayLen() (int, error) {
-	return s.containerLen(0x90, 0xdc, "an array")
-}
-
-func (s *msgpackScanner) containerLen(fix, code16 byte, what string) (int, error) {
-	if s.pos >= len(s.data) {
-		return 0, s.errorf("truncated: want %s", what)
-	}
-	c := s.data[s.pos]
-	switch {
-	case c == 0xc0:
-		s.pos++
-		return -1, nil
-	case c&0xf0 == fix:
-		s.pos++
-		return int(c & 0x0f), nil
-	case c == code16 || c == code16+1:
-		s.pos++
-		return s.length(2 << (c - code16))
-	}
-	return 0, s.errorf("want %s, found code 0x%02x", what, c)
-}
-
-// stringBytes reads a string and returns its bytes without copying.
-func (s *msgpackScanner) stringBytes() ([]byte, error) {
-	if s.pos >= len(s.data) {
-		return nil, s.errorf("truncated: want a string")
-	}
-	c := s.data[s.pos]
-	var n int
-	var err error
-	switch {
-	case 0xa0 <= c && c <= 0xbf:
-		s.pos++
-		n = int(c & 0x1f)
-	case c == 0xd9 || c == 0xda || c == 0xdb:
-		s.pos++
-		n, err = s.length(1 << (c - 0xd9))
-	default:
-		return nil, s.errorf("want a string, found code 0x%02x", c)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return s.take(n)
-}
-
-// integer reads a whole number of any msgpack integer width.
-func (s *msgpackScanner) integer() (int64, error) {
-	if s.pos >= len(s.data) {
-		return 0, s.errorf("truncated: want an integer")
-	}
-	c := s.data[s.pos]
-	switch {
-	case c <= 0x7f || c >= 0xe0:
-		s.pos++
-		return int64(int8(c)), nil
-	case 0xcc <= c && c <= 0xcf:
-		s.pos++
-		b, err := s.take(1 << (c - 0xcc))
-		if err != nil {
-			return 0, err
-		}
-		u := bigEndian(b)
-		if u > math.MaxInt64 {
-			return 0, s.errorf("integer %d is out of range", u)
-		}
-		return int64(u), nil
-	case 0xd0 <= c && c <= 0xd3:
-		s.pos++
-		b, err := s.take(1 << (c - 0xd0))
-		if err != nil {
-			return 0, err
-		}
-		shift := 64 - 8*len(b)
-		return int64(bigEndian(b)<<shift) >> shift, nil
-	}
-	return 0, s.errorf("want an integer, found code 0x%02x", c)
 }

@@ -1,0 +1,40 @@
+// Package wire reads and writes the two encodings items travel in, JSON and
+// msgpack, without building Go values: it transcodes one into the other,
+// walks JSON texts and msgpack values, and finds where a value ends.
+//
+// The transcoders are hand-written because they are the hot path of every
+// request: on small items they run about seven times faster than
+// encoding/json followed by msgpack.Marshal, and allocate nothing but their
+// output. Typed msgpack reading (MsgpackReader) is built on the msgpack
+// library's Decoder; the hand-written walker is kept where the library's
+// costs a measured amount (see MsgpackToJSON and SkipMsgpack).
+//
+// Every walker bounds nesting by MaxDepth and checks every announced length
+// against the bytes left, so that hostile input can neither exhaust the
+// stack nor make it allocate more than the input's size. Errors about the
+// input are *Error values that say at which byte offset the problem was
+// found.
+package wire
+
+import "fmt"
+
+// MaxDepth bounds how deep arrays and objects (maps) may nest, as
+// encoding/json does, so that a hostile body cannot exhaust the stack.
+const MaxDepth = 10000
+
+// An Error is input that a walker refuses: malformed, truncated, nested
+// deeper than allowed, or without a form in the other encoding.
+type Error struct {
+	// Offset is the byte offset in the input at which the problem was found.
+	Offset int
+	// Problem says what is wrong, e.g. "invalid character '}' looking for a
+	// value" or "truncated: want 3 more bytes, have 1".
+	Problem string
+}
+
+// Error writes "offset N: problem".
+func (e *Error) Error() string { return fmt.Sprintf("offset %d: %s", e.Offset, e.Problem) }
+
+func errorAt(offset int, format string, args ...any) *Error {
+	return &Error{Offset: offset, Problem: fmt.Sprintf(format, args...)}
+}
