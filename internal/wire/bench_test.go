@@ -96,7 +96,7 @@ func BenchmarkSkipMsgpack(b *testing.B) {
 		b.Run(item.name+"/wire", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if n, err := SkipMsgpack(item.data, 0); err != nil || n != len(item.data) {
+				if n, err := SkipMsgpack(item.data, MaxDepth); err != nil || n != len(item.data) {
 					b.Fatal(n, err)
 				}
 			}

@@ -174,7 +174,7 @@ func FuzzSkipMsgpack(f *testing.F) {
 		f.Add(append(b, 0x01))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		n, err := SkipMsgpack(data, 0)
+		n, err := SkipMsgpack(data, MaxDepth)
 		rd := bytes.NewReader(data)
 		refErr := msgpack.NewDecoder(rd).Skip()
 		refEnd := len(data) - rd.Len()

@@ -2,9 +2,9 @@ package wire
 
 import (
 	"bytes"
-	"errors"
 	"io"
 	"math"
+	"sync"
 
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
@@ -20,23 +20,35 @@ import (
 type MsgpackReader struct {
 	data []byte
 	rd   bytes.Reader
-	dec  *msgpack.Decoder
+	dec  *msgpack.Decoder // reads rd
 }
 
-// NewMsgpackReader returns a reader at the start of data, with a decoder
-// taken from the msgpack library's pool.
+// readers keeps released readers with their decoders. A reader escapes to
+// the heap (its decoder points at its bytes.Reader), and without the pool
+// every msgpack request paid one more allocation for it
+// (BenchmarkPredictMsgpack: 27 allocations and 6 930 B per request instead
+// of 26 and 6 849 B).
+var readers = sync.Pool{New: func() any {
+	r := new(MsgpackReader)
+	r.dec = msgpack.NewDecoder(&r.rd)
+	return r
+}}
+
+// NewMsgpackReader returns a reader at the start of data.
 func NewMsgpackReader(data []byte) *MsgpackReader {
-	r := &MsgpackReader{data: data}
+	r := readers.Get().(*MsgpackReader)
+	r.data = data
 	r.rd.Reset(data)
-	r.dec = msgpack.GetDecoder()
 	r.dec.Reset(&r.rd)
 	return r
 }
 
-// Release gives the decoder back to the pool; the reader is unusable after.
+// Release hands the reader back for reuse; neither it nor its Decoder may
+// be used after.
 func (r *MsgpackReader) Release() {
-	msgpack.PutDecoder(r.dec)
-	r.dec = nil
+	r.data = nil
+	r.rd.Reset(nil)
+	readers.Put(r)
 }
 
 // Decoder is the decoder at the reader's position, for scalars the reader
@@ -95,8 +107,8 @@ func (r *MsgpackReader) containerLen(is func(byte) bool, decode func() (int, err
 	return n, nil
 }
 
-// String reads a string and returns its bytes without copying them.
-func (r *MsgpackReader) String() ([]byte, error) {
+// StringBytes reads a string and returns its bytes without copying them.
+func (r *MsgpackReader) StringBytes() ([]byte, error) {
 	return r.byteString(msgpcode.IsString, "a string")
 }
 
@@ -132,6 +144,7 @@ func (r *MsgpackReader) take(n int) []byte {
 
 // Int64 reads an integer of any msgpack width that fits an int64.
 func (r *MsgpackReader) Int64() (int64, error) {
+	start := r.Offset()
 	c, err := r.PeekCode()
 	if err != nil {
 		return 0, err
@@ -143,37 +156,29 @@ func (r *MsgpackReader) Int64() (int64, error) {
 		u, err := r.dec.DecodeUint64()
 		switch {
 		case err != nil:
-			return 0, r.errorf("truncated: want an integer")
+			return 0, errorAt(start, "truncated: want an integer")
 		case u > math.MaxInt64:
-			return 0, r.errorf("integer %d is out of range", u)
+			return 0, errorAt(start, "integer %d is out of range", u)
 		}
 		return int64(u), nil
 	}
 	v, err := r.dec.DecodeInt64()
 	if err != nil {
-		return 0, r.errorf("truncated: want an integer")
+		return 0, errorAt(start, "truncated: want an integer")
 	}
 	return v, nil
 }
 
-// Skip moves past the next value, checking only that it is whole (see
-// SkipMsgpack, which it calls), and returns its bytes without copying them.
-// depth is the number of arrays and maps around the value.
+// Skip moves past the next value, checking only that it is whole (as
+// SkipMsgpack does), and returns its bytes without copying them. depth is
+// the number of arrays and maps around the value, counted against MaxDepth.
 func (r *MsgpackReader) Skip(depth int) ([]byte, error) {
 	start := r.Offset()
-	n, err := SkipMsgpack(r.data[start:], depth)
-	if err != nil {
-		var e *Error
-		if errors.As(err, &e) {
-			e.Offset += start
-		}
+	s := msgpackScanner{data: r.data, pos: start, maxDepth: MaxDepth}
+	if err := s.skip(depth); err != nil {
 		return nil, err
 	}
-	return r.take(n), nil
-}
-
-func isInt(c byte) bool {
-	return msgpcode.IsFixedNum(c) || msgpcode.Uint8 <= c && c <= msgpcode.Int64
+	return r.take(s.pos - start), nil
 }
 
 // IsArray reports whether c, a msgpack code, starts an array.
@@ -206,4 +211,8 @@ func KindOf(c byte) string {
 		return "an extension value"
 	}
 	return "a number"
+}
+
+func isInt(c byte) bool {
+	return msgpcode.IsFixedNum(c) || msgpcode.Uint8 <= c && c <= msgpcode.Int64
 }

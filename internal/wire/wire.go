@@ -3,17 +3,17 @@
 // walks JSON texts and msgpack values, and finds where a value ends.
 //
 // The transcoders are hand-written because they are the hot path of every
-// request: on small items they run about seven times faster than
+// request: on small items they run about ten times faster than
 // encoding/json followed by msgpack.Marshal, and allocate nothing but their
-// output. Typed msgpack reading (MsgpackReader) is built on the msgpack
+// output (BenchmarkJSONToMsgpack). Typed msgpack reading (MsgpackReader) is built on the msgpack
 // library's Decoder; the hand-written walker is kept where the library's
 // costs a measured amount (see MsgpackToJSON and SkipMsgpack).
 //
-// Every walker bounds nesting by MaxDepth and checks every announced length
-// against the bytes left, so that hostile input can neither exhaust the
-// stack nor make it allocate more than the input's size. Errors about the
-// input are *Error values that say at which byte offset the problem was
-// found.
+// Every walker bounds nesting (by MaxDepth unless told a bound) and checks
+// every announced length against the bytes left, so that hostile input can
+// neither exhaust the stack nor make it allocate more than its size. Errors
+// about the input are *Error values that say at which byte offset the
+// problem was found.
 package wire
 
 import "fmt"

@@ -431,7 +431,7 @@ func (h *handler) decodeMsgpack(body []byte, req *predictRequest) error {
 	}
 	seenInputs := false
 	for range fields {
-		key, err := r.String()
+		key, err := r.StringBytes()
 		if err != nil {
 			return badRequest("malformed msgpack body: map key: " + err.Error())
 		}
@@ -574,7 +574,7 @@ func (h *handler) appendJSONOutputs(out *bytes.Buffer, outputs [][]byte) error {
 // to be one whole value each: a broken model must not corrupt the answer.
 func appendMsgpackOutputs(out *bytes.Buffer, outputs [][]byte) error {
 	for i, o := range outputs {
-		n, err := wire.SkipMsgpack(o, 0)
+		n, err := wire.SkipMsgpack(o, wire.MaxDepth)
 		if err == nil && n != len(o) {
 			err = &wire.Error{Offset: n, Problem: strconv.Itoa(len(o)-n) + " bytes after the value"}
 		}
