@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"math"
 	"reflect"
 	"strings"
@@ -195,7 +196,7 @@ func FuzzSkipMsgpack(f *testing.F) {
 			t.Fatalf("SkipMsgpack(%x) accepted %d bytes; the library refuses: %v", data, n, refErr)
 		case err == nil && n != refEnd:
 			t.Fatalf("SkipMsgpack(%x) ends at %d, the library at %d", data, n, refEnd)
-		case err != nil && refErr == nil && !strings.Contains(err.Error(), "nesting") && !strings.Contains(err.Error(), "announced"):
+		case err != nil && refErr == nil && !strings.Contains(err.Error(), "nesting") && !errors.As(err, new(*LengthError)):
 			t.Fatalf("SkipMsgpack(%x): %v; the library skips %d bytes", data, err, refEnd)
 		}
 		r := NewMsgpackReader(data)

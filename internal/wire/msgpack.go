@@ -230,7 +230,7 @@ func (s *msgpackScanner) ext(dst []byte, n int) ([]byte, error) {
 // each element taking at least perElement bytes, before looping over it.
 func (s *msgpackScanner) checkCount(n, perElement int) error {
 	if left := len(s.data) - s.pos; n > left/perElement {
-		return s.errorf("truncated: %d elements announced, %d bytes left", n, left)
+		return &LengthError{Offset: s.pos, Announced: n, Left: left}
 	}
 	return nil
 }

@@ -38,7 +38,7 @@ func TestMsgpackReader(t *testing.T) {
 	}
 	_, err = r.Int64()
 	var e *Error
-	if !errors.As(err, &e) || e.Offset != 5 || !strings.Contains(e.Problem, "out of range") {
+	if !errors.As(err, &e) || e.Offset != 5 || !strings.Contains(e.Problem, "out of range") || r.Offset() != 5 {
 		t.Fatalf("Int64 of 1<<63: %v", err)
 	}
 	r = NewMsgpackReader(data[14:])
@@ -68,9 +68,11 @@ func TestMsgpackReaderRefuses(t *testing.T) {
 			r := NewMsgpackReader(decodeHex(t, tt.hex))
 			defer r.Release()
 			err := tt.read(r)
-			var e *Error
-			if !errors.As(err, &e) || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("error %v, want an *Error containing %q", err, tt.want)
+			if _, ok := offsetOf(err); !ok || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %v, want an *Error or *LengthError containing %q", err, tt.want)
+			}
+			if r.Offset() != 0 && !strings.Contains(tt.name, "skip truncated") {
+				t.Errorf("after the error the reader is at %d, want it not moved", r.Offset())
 			}
 		})
 	}

@@ -471,23 +471,19 @@ func notA(code byte, err error) string {
 // announced length is checked against the bytes left before anything is
 // allocated for it.
 func (h *handler) decodeMsgpackInputs(r *wire.MsgpackReader, req *predictRequest) error {
-	c, err := r.PeekCode()
-	switch {
-	case err != nil:
-		return badRequest(`"inputs" must be an array of items: ` + err.Error())
-	case c == msgpcode.Nil:
-		return r.Decoder().DecodeNil()
-	case !wire.IsArray(c):
+	if c, err := r.PeekCode(); err == nil && c != msgpcode.Nil && !wire.IsArray(c) {
 		return badRequest(`"inputs" must be an array of items, not ` + wire.KindOf(c))
 	}
-	// The library's header read, with this package's own check, so that the
-	// error says how many items were announced.
-	n, err := r.Decoder().DecodeArrayLen()
+	n, err := r.ArrayLen()
 	if err != nil {
-		return badRequest(`malformed msgpack body: "inputs": truncated array header`)
+		var tooLong *wire.LengthError
+		if errors.As(err, &tooLong) {
+			return badRequest(`malformed msgpack body: "inputs" announces ` + strconv.Itoa(tooLong.Announced) + " items in the " + strconv.Itoa(tooLong.Left) + " bytes left")
+		}
+		return badRequest(`"inputs" must be an array of items: ` + err.Error())
 	}
-	if left := r.Len(); n > left {
-		return badRequest(`malformed msgpack body: "inputs" announces ` + strconv.Itoa(n) + " items in the " + strconv.Itoa(left) + " bytes left")
+	if n < 0 {
+		return nil
 	}
 	req.items = make([][]byte, 0, n)
 	for i := range n {
@@ -507,7 +503,8 @@ func (h *handler) decodeMsgpackInputs(r *wire.MsgpackReader, req *predictRequest
 // decodeMsgpackTimeout reads timeout_ms: an integer, or nil for none.
 func decodeMsgpackTimeout(r *wire.MsgpackReader, req *predictRequest) error {
 	if c, err := r.PeekCode(); err == nil && c == msgpcode.Nil {
-		return r.Decoder().DecodeNil()
+		_, err = r.Skip(1)
+		return err
 	}
 	ms, err := r.Int64()
 	if err != nil {
