@@ -354,10 +354,10 @@ func appendJSONString(dst, s []byte) []byte {
 //
 // It walks the bytes itself rather than through msgpack.Decoder: the same
 // transcoding on the Decoder's primitives (decoderToJSON, in the tests)
-// takes 2.5 to 3.2 times as long on the benchmark items and allocates, as
+// takes 1.8 to 3.7 times as long on the benchmark items and allocates, as
 // DecodeString copies every string (BenchmarkMsgpackToJSON, medians of 5 on
-// a 2-vCPU VM: a sentence 71 ns against 226 ns, a small object 512 ns
-// against 1 255 ns).
+// a 2-vCPU VM: a sentence 63 ns against 165 ns, a small object 533 ns
+// against 1 173 ns).
 func MsgpackToJSON(dst, data []byte) ([]byte, error) {
 	s := msgpackScanner{data: data, maxDepth: MaxDepth}
 	dst, err := s.value(dst, 0)
@@ -380,8 +380,8 @@ func MsgpackToJSON(dst, data []byte) ([]byte, error) {
 // It walks the bytes itself rather than calling msgpack.Decoder.Skip,
 // which does not bound nesting and reads what it skips into a buffer of its
 // own: a bounded skip around Decoder.Skip (decoderSkip, in the tests) takes
-// 23 µs against 0.1 µs for a tensor map holding 1 MiB of bin, and 810 ns
-// against 218 ns for a small object (BenchmarkSkipMsgpack, medians of 5 on
+// 25 µs against 0.09 µs for a tensor map holding 1 MiB of bin, and 660 ns
+// against 208 ns for a small object (BenchmarkSkipMsgpack, medians of 5 on
 // a 2-vCPU VM).
 func SkipMsgpack(data []byte, maxDepth int) (int, error) {
 	s := msgpackScanner{data: data, maxDepth: maxDepth}

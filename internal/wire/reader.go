@@ -13,14 +13,15 @@ import (
 // every announced length checked against the bytes left, so that corrupt or
 // hostile input cannot make it allocate or recurse without bound. Strings
 // and byte strings come back as sub-slices of the input, not copies. Its
-// errors are *Error values.
+// errors are *Error and *LengthError values; a read that fails does not
+// move the reader.
 //
 // Headers, strings, integers and skips are read by this package's walker;
 // other scalars through Decoder, the msgpack library's decoder at the same
 // position. The walker is kept for what a request body needs because the
 // library's Decoder took twice as long to read one (httpapi's
-// decodeMsgpack on BenchmarkPredictMsgpack's body, medians of 5 on a 2-vCPU
-// VM: 246 ns on Decoder's PeekCode, DecodeMapLen, DecodeBytesLen and
+// decodeMsgpack on BenchmarkDecodeBody's body, medians of 5 on a 2-vCPU
+// VM: 246 ns with Decoder's PeekCode, DecodeMapLen, DecodeBytesLen and
 // DecodeArrayLen, 125 ns walked by hand): every Decoder call goes through
 // an io.ByteScanner.
 //
