@@ -158,3 +158,31 @@ func BenchmarkGenericAppendJSON(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecodeBody measures reading a /predict body alone, without the
+// handler around it: the JSON and the msgpack walk over the body, and the
+// Generic codec's work on its one item.
+func BenchmarkDecodeBody(b *testing.B) {
+	h := New(Config{Backend: &fakeBackend{}}).(*handler)
+	item := "The quick brown fox jumps over the [MASK] dog."
+	jsonBody := []byte(`{"inputs": ["` + item + `"], "timeout_ms": 100}`)
+	msgpackBody := mustMsgpack(b, map[string]any{"inputs": []string{item}, "timeout_ms": 100})
+	b.Run("json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var req predictRequest
+			if err := h.decodeJSON(jsonBody, &req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("msgpack", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var req predictRequest
+			if err := h.decodeMsgpack(msgpackBody, &req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

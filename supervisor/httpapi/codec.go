@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/streamer-dev/streamer/internal/wire"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -36,7 +37,7 @@ type Generic struct{}
 
 // FromJSON re-encodes the JSON value as msgpack.
 func (Generic) FromJSON(raw json.RawMessage) ([]byte, string, error) {
-	item, err := jsonToMsgpack(make([]byte, 0, len(raw)+8), raw)
+	item, err := wire.JSONToMsgpack(make([]byte, 0, len(raw)+8), raw)
 	if err != nil {
 		return nil, "", fmt.Errorf("not valid JSON: %w", err)
 	}
@@ -52,7 +53,7 @@ func (Generic) FromMsgpack(raw msgpack.RawMessage) ([]byte, string, error) {
 // AppendJSON appends the JSON form of the msgpack output; on error dst is
 // returned as it was.
 func (Generic) AppendJSON(dst []byte, output []byte) ([]byte, error) {
-	out, err := msgpackToJSON(dst, output)
+	out, err := wire.MsgpackToJSON(dst, output)
 	if err != nil {
 		return dst, fmt.Errorf("model output has no JSON form: %w", err)
 	}

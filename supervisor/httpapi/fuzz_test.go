@@ -3,12 +3,8 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
-	"math"
 	"net/http"
-	"reflect"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -18,150 +14,6 @@ var jsonSeeds = []string{
 	`{"inputs": []}`, `{}`, `[]`, `"\ud83d\ude00\u00e9\n"`, `-0.5e-3`, `1e400`,
 	`{"a":1,"a":2}`, "\"\xff\"", `{"inputs": [1,]}`, ` 123 `, `[[[[]]]]`,
 	`{"inputs": null, "timeout_ms": 1.5}`, `9223372036854775808`,
-}
-
-// FuzzGenericFromJSON checks the transcoder against encoding/json: it takes
-// exactly the texts encoding/json takes, and keeps their values.
-func FuzzGenericFromJSON(f *testing.F) {
-	for _, s := range jsonSeeds {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		item, _, err := Generic{}.FromJSON(json.RawMessage(data))
-		want, refErr := referenceJSON(data)
-		if (err == nil) != (refErr == nil) {
-			t.Fatalf("FromJSON(%q) error %v, encoding/json error %v", data, err, refErr)
-		}
-		if err != nil {
-			return
-		}
-		var got any
-		if err := msgpack.Unmarshal(item, &got); err != nil {
-			t.Fatalf("FromJSON(%q) = %x, not msgpack: %v", data, item, err)
-		}
-		if got = normalize(got); !reflect.DeepEqual(got, want) {
-			t.Fatalf("FromJSON(%q) holds %#v, want %#v", data, got, want)
-		}
-	})
-}
-
-// FuzzGenericAppendJSON checks that whatever msgpack the transcoder accepts
-// becomes valid JSON that says what the msgpack library reads there.
-func FuzzGenericAppendJSON(f *testing.F) {
-	for _, v := range []any{
-		nil, "héllo", []byte{1, 2}, 1.5, float32(2.5), int64(-1 << 40), uint64(1 << 63),
-		map[string]any{"a": []any{1, "b", nil, true}}, time.Unix(1, 2),
-	} {
-		b, _ := msgpack.Marshal(v)
-		f.Add(b)
-	}
-	f.Add([]byte{0x82, 0x01, 0x02, 0xc0, 0xc3})
-	f.Fuzz(func(t *testing.T, data []byte) {
-		out, err := Generic{}.AppendJSON(nil, data)
-		if err != nil {
-			return
-		}
-		got, err := referenceJSON(out)
-		if err != nil {
-			t.Fatalf("AppendJSON(%x) = %s, not valid JSON: %v", data, out, err)
-		}
-		dec := msgpack.NewDecoder(bytes.NewReader(data))
-		dec.SetMapDecoder(func(d *msgpack.Decoder) (any, error) { return d.DecodeUntypedMap() })
-		var v any
-		if dec.Decode(&v) != nil {
-			return
-		}
-		v, ok := stringKeyed(v)
-		if !ok {
-			return
-		}
-		ref, err := json.Marshal(v)
-		if err != nil {
-			return
-		}
-		want, err := referenceJSON(ref)
-		if err != nil {
-			t.Fatalf("reference JSON %s: %v", ref, err)
-		}
-		if !sameJSON(got, want) {
-			t.Fatalf("AppendJSON(%x) = %s, encoding/json says %s", data, out, ref)
-		}
-	})
-}
-
-// stringKeyed turns maps whose keys are all strings into map[string]any. It
-// reports false for values encoding/json renders differently from
-// AppendJSON: maps with other keys, timestamps (rendered in local time).
-func stringKeyed(v any) (any, bool) {
-	switch x := v.(type) {
-	case time.Time:
-		return nil, false
-	case map[any]any:
-		m := make(map[string]any, len(x))
-		for k, e := range x {
-			ks, ok := k.(string)
-			if !ok {
-				return nil, false
-			}
-			if m[ks], ok = stringKeyed(e); !ok {
-				return nil, false
-			}
-		}
-		return m, true
-	case []any:
-		for i := range x {
-			var ok bool
-			if x[i], ok = stringKeyed(x[i]); !ok {
-				return nil, false
-			}
-		}
-	}
-	return v, true
-}
-
-// sameJSON compares decoded JSON, numbers by value.
-func sameJSON(a, b any) bool {
-	switch x := a.(type) {
-	case int64:
-		switch y := b.(type) {
-		case int64:
-			return x == y
-		case float64:
-			return float64(x) == y
-		}
-		return false
-	case float64:
-		switch y := b.(type) {
-		case int64:
-			return x == float64(y)
-		case float64:
-			return x == y || math.IsNaN(x) && math.IsNaN(y)
-		}
-		return false
-	case []any:
-		y, ok := b.([]any)
-		if !ok || len(x) != len(y) {
-			return false
-		}
-		for i := range x {
-			if !sameJSON(x[i], y[i]) {
-				return false
-			}
-		}
-		return true
-	case map[string]any:
-		y, ok := b.(map[string]any)
-		if !ok || len(x) != len(y) {
-			return false
-		}
-		for k := range x {
-			if !sameJSON(x[k], y[k]) {
-				return false
-			}
-		}
-		return true
-	}
-	return reflect.DeepEqual(a, b)
 }
 
 // FuzzPredictJSONBody checks the JSON body decoder against encoding/json:
@@ -269,33 +121,6 @@ func FuzzPredictMsgpackBody(f *testing.F) {
 		case http.StatusBadRequest:
 		default:
 			t.Fatalf("body %x: status %d: %s", body, rec.Code, rec.Body.String())
-		}
-	})
-}
-
-// FuzzMsgpackSkip checks the scanner's idea of where a msgpack value ends
-// against the msgpack library's.
-func FuzzMsgpackSkip(f *testing.F) {
-	for _, v := range []any{
-		nil, "x", []byte{1}, 1.5, float32(1), int64(-1 << 40), uint64(1 << 63), time.Unix(1, 2),
-		map[string]any{"a": []any{1, "b", nil, true, map[string]any{}}}, make([]int, 20),
-	} {
-		b, _ := msgpack.Marshal(v)
-		f.Add(append(b, 0x01))
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		s := msgpackScanner{data: data}
-		err := s.skip(0)
-		rd := bytes.NewReader(data)
-		refErr := msgpack.NewDecoder(rd).Skip()
-		refEnd := len(data) - rd.Len()
-		switch {
-		case err == nil && refErr != nil:
-			t.Fatalf("skip(%x) accepted %d bytes; the library refuses: %v", data, s.pos, refErr)
-		case err == nil && s.pos != refEnd:
-			t.Fatalf("skip(%x) ends at %d, the library at %d", data, s.pos, refEnd)
-		case err != nil && refErr == nil && !strings.Contains(err.Error(), "nesting") && !strings.Contains(err.Error(), "announced"):
-			t.Fatalf("skip(%x): %v; the library skips %d bytes", data, err, refEnd)
 		}
 	})
 }

@@ -13,8 +13,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/streamer-dev/streamer/internal/wire"
 	"github.com/streamer-dev/streamer/supervisor"
 	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
 // TimeoutHeader carries a request's deadline in milliseconds, as an
@@ -156,9 +158,9 @@ func (h *handler) run(ctx context.Context, req *predictRequest) ([][]byte, error
 // looksLikeJSONObject reports whether body starts like a JSON object. A form
 // body never does: its first field name would begin with '{'.
 func looksLikeJSONObject(body []byte) bool {
-	s := jsonScanner{data: body}
-	s.skipSpace()
-	return s.pos < len(body) && body[s.pos] == '{'
+	s := wire.NewJSONScanner(body)
+	c, ok := s.Peek()
+	return ok && c == '{'
 }
 
 // readDeadliner and writeDeadliner are what http.ResponseController uses
@@ -218,26 +220,26 @@ func (h *handler) tooLarge() error {
 }
 
 // decodeJSON reads {"inputs": [item, ...], "timeout_ms": N}. It walks the
-// body once with a jsonScanner and hands each item's bytes to the codec,
-// without building Go values for the items.
+// body once with a wire.JSONScanner and hands each item's bytes to the
+// codec, without building Go values for the items.
 func (h *handler) decodeJSON(body []byte, req *predictRequest) error {
-	s := jsonScanner{data: body}
-	s.skipSpace()
-	if begin := s.pos; begin < len(body) && body[begin] != '{' {
-		if _, err := s.value(nil, false, 0); err != nil {
+	s := wire.NewJSONScanner(body)
+	if c, ok := s.Peek(); ok && c != '{' {
+		value, err := s.Skip(0)
+		if err != nil {
 			return badRequest("malformed JSON body: " + err.Error())
 		}
-		return badRequest(`body must be a JSON object {"inputs": [...]}, not ` + jsonKind(body[begin:]))
+		return badRequest(`body must be a JSON object {"inputs": [...]}, not ` + jsonKind(value))
 	}
-	if !s.consume('{') {
-		return badRequest("malformed JSON body: " + s.unexpected(`looking for {"inputs": [...]}`).Error())
+	if !s.Consume('{') {
+		return badRequest("malformed JSON body: " + s.Unexpected(`looking for {"inputs": [...]}`).Error())
 	}
 	seenInputs := false
 	for first := true; ; first = false {
-		if first && s.consume('}') {
+		if first && s.Consume('}') {
 			break
 		}
-		key, err := s.objectKey(first)
+		key, err := objectKey(&s, first)
 		if err != nil {
 			return badRequest("malformed JSON body: " + err.Error())
 		}
@@ -251,22 +253,22 @@ func (h *handler) decodeJSON(body []byte, req *predictRequest) error {
 		case "timeout_ms":
 			err = decodeJSONTimeout(&s, req)
 		default:
-			if _, err = s.value(nil, false, 1); err != nil {
+			if _, err = s.Skip(1); err != nil {
 				err = badRequest("malformed JSON body: " + err.Error())
 			}
 		}
 		if err != nil {
 			return err
 		}
-		if s.consume(',') {
+		if s.Consume(',') {
 			continue
 		}
-		if s.consume('}') {
+		if s.Consume('}') {
 			break
 		}
-		return badRequest("malformed JSON body: " + s.unexpected("after an object value").Error())
+		return badRequest("malformed JSON body: " + s.Unexpected("after an object value").Error())
 	}
-	if err := s.end(); err != nil {
+	if err := s.End(); err != nil {
 		return badRequest("malformed JSON body: " + err.Error())
 	}
 	return checkItemCount(len(req.items), req.items == nil)
@@ -274,24 +276,13 @@ func (h *handler) decodeJSON(body []byte, req *predictRequest) error {
 
 // objectKey reads `"key":` of the body's top-level object and returns the
 // key when it is one the body may have, else "".
-func (s *jsonScanner) objectKey(first bool) (string, error) {
-	s.skipSpace()
-	if s.pos >= len(s.data) || s.data[s.pos] != '"' {
-		if first {
-			return "", s.unexpected("looking for an object key or }")
-		}
-		return "", s.unexpected("looking for an object key")
+func objectKey(s *wire.JSONScanner, first bool) (string, error) {
+	if c, ok := s.Peek(); first && (!ok || c != '"') {
+		return "", s.Unexpected("looking for an object key or }")
 	}
-	begin := s.pos + 1
-	if _, err := s.str(nil, false); err != nil {
+	key, err := s.Key()
+	if err != nil {
 		return "", err
-	}
-	key := s.data[begin : s.pos-1]
-	if bytes.IndexByte(key, '\\') >= 0 { // rare: an escaped key
-		key = appendUnescapedText(nil, key)
-	}
-	if !s.consume(':') {
-		return "", s.unexpected("after an object key")
 	}
 	switch string(key) { // no allocation: the compiler compares in place
 	case "inputs":
@@ -304,54 +295,50 @@ func (s *jsonScanner) objectKey(first bool) (string, error) {
 
 // decodeJSONInputs reads the inputs array, encoding each item as it goes.
 // null counts as missing.
-func (h *handler) decodeJSONInputs(s *jsonScanner, req *predictRequest) error {
-	s.skipSpace()
-	if s.pos < len(s.data) && s.data[s.pos] != '[' {
-		begin := s.pos
-		if _, err := s.value(nil, false, 1); err != nil {
+func (h *handler) decodeJSONInputs(s *wire.JSONScanner, req *predictRequest) error {
+	if c, ok := s.Peek(); ok && c != '[' {
+		value, err := s.Skip(1)
+		if err != nil {
 			return badRequest("malformed JSON body: " + err.Error())
 		}
-		if string(s.data[begin:s.pos]) == "null" {
+		if string(value) == "null" {
 			return nil
 		}
-		return badRequest(`"inputs" must be an array of items, not ` + jsonKind(s.data[begin:]))
+		return badRequest(`"inputs" must be an array of items, not ` + jsonKind(value))
 	}
-	if !s.consume('[') {
-		return badRequest("malformed JSON body: " + s.unexpected(`looking for "inputs"`).Error())
+	if !s.Consume('[') {
+		return badRequest("malformed JSON body: " + s.Unexpected(`looking for "inputs"`).Error())
 	}
 	req.items = make([][]byte, 0, 4)
-	if s.consume(']') {
+	if s.Consume(']') {
 		return nil
 	}
 	for i := 0; ; i++ {
-		s.skipSpace()
-		begin := s.pos
-		if _, err := s.value(nil, false, 2); err != nil {
+		raw, err := s.Skip(2)
+		if err != nil {
 			return badRequest("malformed JSON body: " + err.Error())
 		}
-		item, key, err := h.codec.FromJSON(json.RawMessage(s.data[begin:s.pos]))
+		item, key, err := h.codec.FromJSON(json.RawMessage(raw))
 		if err != nil {
 			return itemError(i, err)
 		}
 		req.addItem(item, key)
-		if s.consume(',') {
+		if s.Consume(',') {
 			continue
 		}
-		if s.consume(']') {
+		if s.Consume(']') {
 			return nil
 		}
-		return badRequest("malformed JSON body: " + s.unexpected("after an item").Error())
+		return badRequest("malformed JSON body: " + s.Unexpected("after an item").Error())
 	}
 }
 
 // decodeJSONTimeout reads timeout_ms: a whole number, or null for none.
-func decodeJSONTimeout(s *jsonScanner, req *predictRequest) error {
-	s.skipSpace()
-	begin := s.pos
-	if _, err := s.value(nil, false, 1); err != nil {
+func decodeJSONTimeout(s *wire.JSONScanner, req *predictRequest) error {
+	text, err := s.Skip(1)
+	if err != nil {
 		return badRequest("malformed JSON body: " + err.Error())
 	}
-	text := s.data[begin:s.pos]
 	if string(text) == "null" {
 		return nil
 	}
@@ -365,14 +352,11 @@ func decodeJSONTimeout(s *jsonScanner, req *predictRequest) error {
 	return setTimeout(req, ms)
 }
 
-// parseIntText parses a validated JSON number that must be an integer.
+// parseIntText parses a validated JSON number that must be a whole number
+// that fits an int64.
 func parseIntText(text []byte) (int64, bool) {
-	for _, c := range text {
-		if c == '.' || c == 'e' || c == 'E' {
-			return 0, false
-		}
-	}
-	return parseInt(text)
+	n, err := strconv.ParseInt(string(text), 10, 64)
+	return n, err == nil
 }
 
 // jsonKind names the kind of the JSON value that starts data.
@@ -436,17 +420,18 @@ func itemError(index int, err error) error {
 // Each item is checked to be one whole value and handed to the codec as a
 // slice of the body.
 func (h *handler) decodeMsgpack(body []byte, req *predictRequest) error {
-	s := msgpackScanner{data: body}
-	fields, err := s.mapLen()
-	if err != nil || fields < 0 {
-		return badRequest(`body must be a msgpack map {"inputs": [...]}` + detail(err))
+	r := wire.NewMsgpackReader(body)
+	defer r.Release()
+	if c, err := r.PeekCode(); err != nil || !wire.IsMap(c) {
+		return badRequest(`body must be a msgpack map {"inputs": [...]}` + notA(c, err))
 	}
-	if err := s.checkCount(fields, 2); err != nil {
+	fields, err := r.MapLen()
+	if err != nil {
 		return badRequest("malformed msgpack body: " + err.Error())
 	}
 	seenInputs := false
 	for range fields {
-		key, err := s.stringBytes()
+		key, err := r.StringBytes()
 		if err != nil {
 			return badRequest("malformed msgpack body: map key: " + err.Error())
 		}
@@ -456,11 +441,11 @@ func (h *handler) decodeMsgpack(body []byte, req *predictRequest) error {
 				return badRequest(`"inputs" is given twice`)
 			}
 			seenInputs = true
-			err = h.decodeMsgpackInputs(&s, req)
+			err = h.decodeMsgpackInputs(r, req)
 		case "timeout_ms":
-			err = decodeMsgpackTimeout(&s, req)
+			err = decodeMsgpackTimeout(r, req)
 		default:
-			if err = s.skip(1); err != nil {
+			if _, err = r.Skip(1); err != nil {
 				err = badRequest("malformed msgpack body: " + string(key) + ": " + err.Error())
 			}
 		}
@@ -468,33 +453,45 @@ func (h *handler) decodeMsgpack(body []byte, req *predictRequest) error {
 			return err
 		}
 	}
-	if left := len(body) - s.pos; left != 0 {
+	if left := r.Len(); left != 0 {
 		return badRequest("malformed msgpack body: " + strconv.Itoa(left) + " bytes after the map")
 	}
 	return checkItemCount(len(req.items), req.items == nil)
 }
 
+// notA says what a body that is not a map is instead.
+func notA(code byte, err error) string {
+	if err != nil {
+		return ": " + err.Error()
+	}
+	return ", not " + wire.KindOf(code)
+}
+
 // decodeMsgpackInputs reads the inputs array; nil counts as missing. The
 // announced length is checked against the bytes left before anything is
 // allocated for it.
-func (h *handler) decodeMsgpackInputs(s *msgpackScanner, req *predictRequest) error {
-	n, err := s.arrayLen()
+func (h *handler) decodeMsgpackInputs(r *wire.MsgpackReader, req *predictRequest) error {
+	if c, err := r.PeekCode(); err == nil && c != msgpcode.Nil && !wire.IsArray(c) {
+		return badRequest(`"inputs" must be an array of items, not ` + wire.KindOf(c))
+	}
+	n, err := r.ArrayLen()
 	if err != nil {
+		var tooLong *wire.LengthError
+		if errors.As(err, &tooLong) {
+			return badRequest(`malformed msgpack body: "inputs" announces ` + strconv.Itoa(tooLong.Announced) + " items in the " + strconv.Itoa(tooLong.Left) + " bytes left")
+		}
 		return badRequest(`"inputs" must be an array of items: ` + err.Error())
 	}
 	if n < 0 {
 		return nil
 	}
-	if left := len(s.data) - s.pos; n > left {
-		return badRequest(`malformed msgpack body: "inputs" announces ` + strconv.Itoa(n) + " items in the " + strconv.Itoa(left) + " bytes left")
-	}
 	req.items = make([][]byte, 0, n)
 	for i := range n {
-		begin := s.pos
-		if err := s.skip(2); err != nil {
+		raw, err := r.Skip(2)
+		if err != nil {
 			return badRequest(fmt.Sprintf("malformed msgpack body: item %d: %v", i, err))
 		}
-		item, key, err := h.codec.FromMsgpack(msgpack.RawMessage(s.data[begin:s.pos]))
+		item, key, err := h.codec.FromMsgpack(msgpack.RawMessage(raw))
 		if err != nil {
 			return itemError(i, err)
 		}
@@ -504,23 +501,16 @@ func (h *handler) decodeMsgpackInputs(s *msgpackScanner, req *predictRequest) er
 }
 
 // decodeMsgpackTimeout reads timeout_ms: an integer, or nil for none.
-func decodeMsgpackTimeout(s *msgpackScanner, req *predictRequest) error {
-	if s.pos < len(s.data) && s.data[s.pos] == 0xc0 {
-		s.pos++
-		return nil
+func decodeMsgpackTimeout(r *wire.MsgpackReader, req *predictRequest) error {
+	if c, err := r.PeekCode(); err == nil && c == msgpcode.Nil {
+		_, err = r.Skip(1)
+		return err
 	}
-	ms, err := s.integer()
+	ms, err := r.Int64()
 	if err != nil {
 		return badRequest(`"timeout_ms" must be a whole number of milliseconds: ` + err.Error())
 	}
 	return setTimeout(req, ms)
-}
-
-func detail(err error) string {
-	if err == nil {
-		return ""
-	}
-	return ": " + err.Error()
 }
 
 // decodeForm reads the original service-streamer's client format: one form
@@ -581,11 +571,11 @@ func (h *handler) appendJSONOutputs(out *bytes.Buffer, outputs [][]byte) error {
 // to be one whole value each: a broken model must not corrupt the answer.
 func appendMsgpackOutputs(out *bytes.Buffer, outputs [][]byte) error {
 	for i, o := range outputs {
-		s := msgpackScanner{data: o}
-		if err := s.skip(0); err != nil || s.pos != len(o) {
-			if err == nil {
-				err = s.errorf("%d bytes after the value", len(o)-s.pos)
-			}
+		n, err := wire.SkipMsgpack(o, wire.MaxDepth)
+		if err == nil && n != len(o) {
+			err = &wire.Error{Offset: n, Problem: strconv.Itoa(len(o)-n) + " bytes after the value"}
+		}
+		if err != nil {
 			return fmt.Errorf("output %d is not one msgpack value: %w", i, err)
 		}
 	}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
+
+	"github.com/streamer-dev/streamer/internal/wire"
 )
 
 // Codec checks and encodes the items of one model at the HTTP edge, and is
@@ -277,17 +279,9 @@ func (c *Codec) want() string {
 }
 
 func (c *Codec) jsonObject(raw []byte) ([]Tensor, error) {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil {
-		return nil, fmt.Errorf("malformed item object: %v", err)
-	}
-	raws := make([][]byte, len(c.sig.Inputs))
-	for name, v := range fields {
-		i := c.sig.Input(name)
-		if i < 0 {
-			return nil, fmt.Errorf("unknown input %q; the model's inputs are %s", name, c.inputList())
-		}
-		raws[i] = v
+	raws, err := c.jsonFields(raw)
+	if err != nil {
+		return nil, err
 	}
 	inputs := make([]Tensor, len(c.sig.Inputs))
 	for i, p := range c.sig.Inputs {
@@ -302,6 +296,42 @@ func (c *Codec) jsonObject(raw []byte) ([]Tensor, error) {
 	return inputs, nil
 }
 
+// jsonFields splits a JSON object into the texts of the inputs it names,
+// in the model's input order; an input not given is nil.
+func (c *Codec) jsonFields(raw []byte) ([][]byte, error) {
+	raws := make([][]byte, len(c.sig.Inputs))
+	s := wire.NewJSONScanner(raw)
+	s.Consume('{') // FromJSON saw it
+	for more := !s.Consume('}'); more; {
+		name, err := s.Key()
+		if err != nil {
+			return nil, fmt.Errorf("malformed item object: %w", err)
+		}
+		value, err := s.Skip(1)
+		if err != nil {
+			return nil, fmt.Errorf("malformed item object: %w", err)
+		}
+		i := c.sig.Input(string(name))
+		if i < 0 {
+			return nil, fmt.Errorf("unknown input %q; the model's inputs are %s", name, c.inputList())
+		}
+		if raws[i] != nil {
+			return nil, fmt.Errorf("input %q is given twice", name)
+		}
+		raws[i] = value
+		switch {
+		case s.Consume('}'):
+			more = false
+		case !s.Consume(','):
+			return nil, fmt.Errorf("malformed item object: %w", s.Unexpected("after an object value"))
+		}
+	}
+	if err := s.End(); err != nil {
+		return nil, fmt.Errorf("malformed item object: %w", err)
+	}
+	return raws, nil
+}
+
 func (c *Codec) finish(inputs []Tensor) ([]byte, string, error) {
 	if err := c.Check(inputs); err != nil {
 		return nil, "", err
@@ -314,14 +344,14 @@ func (c *Codec) finish(inputs []Tensor) ([]byte, string, error) {
 // whose values are nested arrays or tensor maps.
 func (c *Codec) FromMsgpack(raw msgpack.RawMessage) ([]byte, string, error) {
 	r := newReader(raw)
-	defer r.release()
-	code, err := r.peek()
+	defer r.Release()
+	code, err := r.PeekCode()
 	if err != nil {
 		return nil, "", fmt.Errorf("malformed item: %w", err)
 	}
 	var inputs []Tensor
 	switch {
-	case isMap(code) && !c.isTensorMap(raw):
+	case wire.IsMap(code) && !c.isTensorMap(raw):
 		inputs, err = c.msgpackObject(r)
 	case len(c.sig.Inputs) != 1:
 		return nil, "", fmt.Errorf("the model has %d inputs; %s", len(c.sig.Inputs), c.want())
@@ -333,8 +363,8 @@ func (c *Codec) FromMsgpack(raw msgpack.RawMessage) ([]byte, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	if r.left() != 0 {
-		return nil, "", fmt.Errorf("malformed item: %d bytes after the value", r.left())
+	if r.Len() != 0 {
+		return nil, "", fmt.Errorf("malformed item: %d bytes after the value", r.Len())
 	}
 	return c.finish(inputs)
 }
@@ -343,28 +373,28 @@ func (c *Codec) FromMsgpack(raw msgpack.RawMessage) ([]byte, string, error) {
 // "data" entry holds bytes) rather than inputs by name.
 func (c *Codec) isTensorMap(raw []byte) bool {
 	r := newReader(raw)
-	defer r.release()
+	defer r.Release()
 	n, err := r.mapLen()
 	if err != nil {
 		return false
 	}
 	for range n {
-		key, err := r.dec.DecodeString()
+		key, err := r.Decoder().DecodeString()
 		if err != nil {
 			return false
 		}
 		if key == keyData {
-			code, err := r.peek()
+			code, err := r.PeekCode()
 			return err == nil && msgpcode.IsBin(code)
 		}
-		if r.skip(maxRank+2) != nil {
+		if _, err := r.Skip(1); err != nil {
 			return false
 		}
 	}
 	return false
 }
 
-func (c *Codec) msgpackObject(r *reader) ([]Tensor, error) {
+func (c *Codec) msgpackObject(r reader) ([]Tensor, error) {
 	n, err := r.mapLen()
 	if err != nil {
 		return nil, fmt.Errorf("malformed item: %w", err)
@@ -372,7 +402,7 @@ func (c *Codec) msgpackObject(r *reader) ([]Tensor, error) {
 	inputs := make([]Tensor, len(c.sig.Inputs))
 	have := make([]bool, len(c.sig.Inputs))
 	for range n {
-		name, err := r.dec.DecodeString()
+		name, err := r.Decoder().DecodeString()
 		if err != nil {
 			return nil, fmt.Errorf("malformed item: input name: %w", err)
 		}

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
+
+	"github.com/streamer-dev/streamer/internal/wire"
 )
 
 // builder fills one input tensor from nested arrays, learning and checking
@@ -45,7 +47,19 @@ func newBuilder(p *Port) *builder {
 	return b
 }
 
-// array is called for an array of n elements at the current depth.
+// enter is called where an array starts, before its length is known: an
+// array nested deeper than the input's rank is refused before its contents
+// are read.
+func (b *builder) enter() error {
+	if len(b.index) >= b.rank {
+		return errShape
+	}
+	return nil
+}
+
+// array is called for an array of n elements at the current depth, before
+// its elements are read when n is known up front (msgpack), after them
+// otherwise (JSON).
 func (b *builder) array(n int) error {
 	depth := len(b.index)
 	if depth >= b.rank {
@@ -57,7 +71,7 @@ func (b *builder) array(n int) error {
 		b.detail = fmt.Sprintf(" with rows of different lengths along axis %d (%d and %d)", depth, b.shape[depth], n)
 		return errShape
 	case n == 0 || !d.Dynamic() && int64(n) != d.Size:
-		return errShape // refused before the contents are read
+		return errShape
 	}
 	b.shape[depth] = int64(n)
 	return nil
@@ -126,13 +140,11 @@ func shapeString(shape []int64) string {
 // booleans), a bare number for a rank-0 input.
 func parseJSON(p *Port, raw []byte) (Tensor, error) {
 	b := newBuilder(p)
-	s := jsonWalker{b: b, data: raw}
-	s.space()
-	err := s.value()
+	w := jsonWalker{b: b, s: wire.NewJSONScanner(raw)}
+	err := w.value()
 	if err == nil {
-		s.space()
-		if s.pos != len(s.data) {
-			err = fmt.Errorf("input %q: unexpected %q after the value", p.Name, s.data[s.pos])
+		if c, more := w.s.Peek(); more {
+			err = fmt.Errorf("input %q: unexpected %q after the value", p.Name, c)
 		}
 	}
 	if errors.Is(err, errShape) {
@@ -144,121 +156,121 @@ func parseJSON(p *Port, raw []byte) (Tensor, error) {
 	return b.tensor()
 }
 
+// jsonWalker fills a builder from JSON, through a wire.JSONScanner.
 type jsonWalker struct {
-	b    *builder
-	data []byte
-	pos  int
+	b *builder
+	s wire.JSONScanner
 }
 
-func (s *jsonWalker) space() {
-	for s.pos < len(s.data) {
-		switch s.data[s.pos] {
-		case ' ', '\t', '\n', '\r':
-			s.pos++
-		default:
-			return
-		}
+func (w *jsonWalker) value() error {
+	c, ok := w.s.Peek()
+	if !ok {
+		return fmt.Errorf("input %q: the value ends too early", w.b.port.Name)
 	}
-}
-
-func (s *jsonWalker) value() error {
-	if s.pos >= len(s.data) {
-		return fmt.Errorf("input %q: the value ends too early", s.b.port.Name)
-	}
-	switch c := s.data[s.pos]; {
+	switch {
 	case c == '[':
-		return s.array()
+		return w.array()
 	case c == '-' || '0' <= c && c <= '9':
-		return s.number()
+		return w.number()
 	case c == 't' || c == 'f':
-		return s.boolean()
+		return w.boolean()
 	case c == 'n':
-		if err := s.b.leaf(); err != nil {
+		if err := w.b.leaf(); err != nil {
 			return err
 		}
-		return s.b.misfit("null")
+		return w.b.misfit("null")
 	}
-	if len(s.b.index) == 0 {
+	if len(w.b.index) == 0 {
 		return errShape // a string or an object where the input was expected
 	}
-	return s.b.misfit("a " + jsonKindOf(s.data[s.pos]))
+	return w.b.misfit("a " + jsonKindOf(c))
 }
 
-func (s *jsonWalker) array() error {
-	s.pos++ // '['
-	// Count the elements first: the builder checks lengths at the start of
-	// an array, so that a ragged array fails before its contents are read.
-	n, err := countJSONElements(s.data[s.pos:])
-	if err != nil {
-		return fmt.Errorf("input %q: %w", s.b.port.Name, err)
-	}
-	if err := s.b.array(n); err != nil {
+// malformed wraps an error of the scanner's.
+func (w *jsonWalker) malformed(err error) error {
+	return fmt.Errorf("input %q: %w", w.b.port.Name, err)
+}
+
+// array reads an array's elements, then checks its length: JSON does not
+// say how long an array is before its end, and counting first would read
+// it twice.
+func (w *jsonWalker) array() error {
+	if err := w.b.enter(); err != nil {
 		return err
 	}
-	for i := range n {
-		s.space()
-		if i > 0 {
-			if s.pos >= len(s.data) || s.data[s.pos] != ',' {
-				return fmt.Errorf("input %q: malformed array", s.b.port.Name)
+	w.s.Consume('[')
+	n := 0
+	if !w.s.Consume(']') {
+		for more := true; more; n++ {
+			w.b.push(n)
+			if err := w.value(); err != nil {
+				return err
 			}
-			s.pos++
-			s.space()
+			w.b.pop()
+			switch {
+			case w.s.Consume(']'):
+				more = false
+			case !w.s.Consume(','):
+				return w.malformed(w.s.Unexpected("after an array element"))
+			}
 		}
-		s.b.push(i)
-		if err := s.value(); err != nil {
-			return err
-		}
-		s.b.pop()
-		s.space()
 	}
-	if s.pos >= len(s.data) || s.data[s.pos] != ']' {
-		return fmt.Errorf("input %q: malformed array", s.b.port.Name)
-	}
-	s.pos++
-	return nil
+	return w.b.array(n)
 }
 
-func (s *jsonWalker) number() error {
-	start := s.pos
-	for s.pos < len(s.data) {
-		c := s.data[s.pos]
-		if c != '-' && c != '+' && c != '.' && c != 'e' && c != 'E' && (c < '0' || c > '9') {
-			break
-		}
-		s.pos++
+// countElements counts the elements of the array that starts at s, which
+// it validates; s is a copy, so the caller's scanner does not move. depth
+// is the number of arrays around this one. Only error messages need it.
+func countElements(s wire.JSONScanner, depth int) (int, error) {
+	s.Consume('[')
+	if s.Consume(']') {
+		return 0, nil
 	}
-	if err := s.b.leaf(); err != nil {
+	for n := 1; ; n++ {
+		if _, err := s.Skip(depth + 1); err != nil {
+			return 0, err
+		}
+		if s.Consume(',') {
+			continue
+		}
+		if s.Consume(']') {
+			return n, nil
+		}
+		return 0, s.Unexpected("after an array element")
+	}
+}
+
+func (w *jsonWalker) number() error {
+	text, err := w.s.Skip(len(w.b.index))
+	if err != nil {
+		return w.malformed(err)
+	}
+	if err := w.b.leaf(); err != nil {
 		return err
 	}
-	text := string(s.data[start:s.pos])
 	var ok bool
-	var err error
-	s.b.data, ok, err = appendJSONNumber(s.b.data, s.b.port.DType, text)
+	w.b.data, ok, err = appendJSONNumber(w.b.data, w.b.port.DType, string(text))
 	if err != nil {
-		return fmt.Errorf("input %q: malformed number %q", s.b.port.Name, text)
+		return fmt.Errorf("input %q: malformed number %q", w.b.port.Name, text)
 	}
 	if !ok {
-		return s.b.misfit(text)
+		return w.b.misfit(string(text))
 	}
 	return nil
 }
 
-func (s *jsonWalker) boolean() error {
-	var v bool
-	switch {
-	case strings.HasPrefix(string(s.data[s.pos:]), "true"):
-		v, s.pos = true, s.pos+4
-	case strings.HasPrefix(string(s.data[s.pos:]), "false"):
-		s.pos += 5
-	default:
-		return fmt.Errorf("input %q: malformed JSON at byte %d", s.b.port.Name, s.pos)
+func (w *jsonWalker) boolean() error {
+	text, err := w.s.Skip(len(w.b.index))
+	if err != nil {
+		return w.malformed(err)
 	}
-	if err := s.b.leaf(); err != nil {
+	if err := w.b.leaf(); err != nil {
 		return err
 	}
+	v := string(text) == "true"
 	var ok bool
-	if s.b.data, ok = appendBool(s.b.data, s.b.port.DType, v); !ok {
-		return s.b.misfit(strconv.FormatBool(v))
+	if w.b.data, ok = appendBool(w.b.data, w.b.port.DType, v); !ok {
+		return w.b.misfit(strconv.FormatBool(v))
 	}
 	return nil
 }
@@ -308,61 +320,23 @@ func rangeOrSyntax(err error) error {
 	return err
 }
 
-// countJSONElements counts the elements of the array whose body starts data
-// (just after its '['), without descending into them beyond bracket
-// matching. It relies on the body being valid JSON only as far as strings go.
-func countJSONElements(data []byte) (int, error) {
-	depth, n, inString, sawValue := 0, 0, false, false
-	for i := 0; i < len(data); i++ {
-		c := data[i]
-		switch {
-		case inString:
-			if c == '\\' {
-				i++
-			} else if c == '"' {
-				inString = false
-			}
-		case c == '"':
-			inString, sawValue = true, true
-		case c == '[' || c == '{':
-			depth++
-			sawValue = true
-		case c == ']' || c == '}':
-			if depth == 0 {
-				if sawValue {
-					n++
-				}
-				return n, nil
-			}
-			depth--
-		case c == ',' && depth == 0:
-			n++
-		case c != ' ' && c != '\t' && c != '\n' && c != '\r':
-			sawValue = true
-		}
-	}
-	return 0, errors.New("unterminated array")
-}
-
 // describeJSON says what shape a JSON value has, for an error message: the
 // lengths along its first elements, or what else it is.
 func describeJSON(raw []byte) string {
-	s := jsonWalker{data: raw}
+	s := wire.NewJSONScanner(raw)
 	var shape []int64
 	for depth := 0; depth <= maxRank; depth++ {
-		s.space()
-		if s.pos >= len(s.data) {
+		c, ok := s.Peek()
+		if !ok {
 			return "nothing"
 		}
-		c := s.data[s.pos]
 		if c != '[' {
 			if depth == 0 {
 				return "a " + jsonKindOf(c)
 			}
 			return shapeString(shape)
 		}
-		s.pos++
-		n, err := countJSONElements(s.data[s.pos:])
+		n, err := countElements(s, depth)
 		if err != nil {
 			return "malformed JSON"
 		}
@@ -370,6 +344,7 @@ func describeJSON(raw []byte) string {
 		if n == 0 {
 			return shapeString(shape)
 		}
+		s.Consume('[')
 	}
 	return "arrays nested more than " + strconv.Itoa(maxRank) + " deep"
 }
@@ -393,19 +368,19 @@ func jsonKindOf(c byte) string {
 // parseMsgpack reads one input's value from msgpack: nested arrays of
 // numbers, a bare number for a rank-0 input, or a tensor map
 // {"dtype", "shape", "data"}.
-func parseMsgpack(p *Port, r *reader) (Tensor, error) {
-	c, err := r.peek()
+func parseMsgpack(p *Port, r reader) (Tensor, error) {
+	c, err := r.PeekCode()
 	if err != nil {
 		return Tensor{}, fmt.Errorf("input %q: %w", p.Name, err)
 	}
-	if isMap(c) {
+	if wire.IsMap(c) {
 		t, err := r.tensorMap()
 		if err != nil {
 			return t, fmt.Errorf("input %q: %w", p.Name, err)
 		}
 		return t, checkTensor(p, t)
 	}
-	start := r.offset()
+	start := r.Offset()
 	b := newBuilder(p)
 	err = b.msgpack(r)
 	if errors.Is(err, errShape) {
@@ -417,12 +392,12 @@ func parseMsgpack(p *Port, r *reader) (Tensor, error) {
 	return b.tensor()
 }
 
-func (b *builder) msgpack(r *reader) error {
-	c, err := r.peek()
+func (b *builder) msgpack(r reader) error {
+	c, err := r.PeekCode()
 	if err != nil {
 		return fmt.Errorf("input %q: %w", b.port.Name, err)
 	}
-	if isArray(c) {
+	if wire.IsArray(c) {
 		n, err := r.arrayLen()
 		if err != nil {
 			return fmt.Errorf("input %q: %w", b.port.Name, err)
@@ -445,40 +420,40 @@ func (b *builder) msgpack(r *reader) error {
 	return b.msgpackScalar(r, c)
 }
 
-func (b *builder) msgpackScalar(r *reader, c byte) error {
+func (b *builder) msgpackScalar(r reader, c byte) error {
 	var ok bool
 	var text string
 	switch {
 	case msgpcode.IsFixedNum(c) || c == msgpcode.Int8 || c == msgpcode.Int16 || c == msgpcode.Int32 || c == msgpcode.Int64:
-		v, err := r.dec.DecodeInt64()
+		v, err := r.Decoder().DecodeInt64()
 		if err != nil {
 			return fmt.Errorf("input %q: %w", b.port.Name, err)
 		}
 		b.data, ok = appendInt(b.data, b.port.DType, v)
 		text = strconv.FormatInt(v, 10)
 	case c == msgpcode.Uint8 || c == msgpcode.Uint16 || c == msgpcode.Uint32 || c == msgpcode.Uint64:
-		v, err := r.dec.DecodeUint64()
+		v, err := r.Decoder().DecodeUint64()
 		if err != nil {
 			return fmt.Errorf("input %q: %w", b.port.Name, err)
 		}
 		b.data, ok = appendUint(b.data, b.port.DType, v)
 		text = strconv.FormatUint(v, 10)
 	case c == msgpcode.Float:
-		v, err := r.dec.DecodeFloat32()
+		v, err := r.Decoder().DecodeFloat32()
 		if err != nil {
 			return fmt.Errorf("input %q: %w", b.port.Name, err)
 		}
 		b.data, ok = appendFloat32(b.data, b.port.DType, v)
 		text = strconv.FormatFloat(float64(v), 'g', -1, 32)
 	case c == msgpcode.Double:
-		v, err := r.dec.DecodeFloat64()
+		v, err := r.Decoder().DecodeFloat64()
 		if err != nil {
 			return fmt.Errorf("input %q: %w", b.port.Name, err)
 		}
 		b.data, ok = appendFloat(b.data, b.port.DType, v)
 		text = strconv.FormatFloat(v, 'g', -1, 64)
 	case c == msgpcode.True || c == msgpcode.False:
-		v, err := r.dec.DecodeBool()
+		v, err := r.Decoder().DecodeBool()
 		if err != nil {
 			return fmt.Errorf("input %q: %w", b.port.Name, err)
 		}
@@ -488,7 +463,7 @@ func (b *builder) msgpackScalar(r *reader, c byte) error {
 		if len(b.index) == 0 {
 			return errShape
 		}
-		return b.misfit(kindOf(c))
+		return b.misfit(wire.KindOf(c))
 	}
 	if !ok {
 		return b.misfit(text)
@@ -499,16 +474,16 @@ func (b *builder) msgpackScalar(r *reader, c byte) error {
 // describeMsgpack says what shape a msgpack value has, for an error message.
 func describeMsgpack(data []byte) string {
 	r := newReader(data)
-	defer r.release()
+	defer r.Release()
 	var shape []int64
 	for depth := 0; depth <= maxRank; depth++ {
-		c, err := r.peek()
+		c, err := r.PeekCode()
 		if err != nil {
 			return "malformed msgpack"
 		}
-		if !isArray(c) {
+		if !wire.IsArray(c) {
 			if depth == 0 {
-				return kindOf(c)
+				return wire.KindOf(c)
 			}
 			return shapeString(shape)
 		}

@@ -86,7 +86,7 @@ func encodeShape(enc *msgpack.Encoder, shape []int64) {
 // model: Codec.Check does that.
 func DecodeItem(item []byte) ([]Tensor, error) {
 	d := newReader(item)
-	defer d.release()
+	defer d.Release()
 	n, err := d.arrayLen()
 	if err != nil {
 		return nil, fmt.Errorf("item is not an array of tensors: %w", err)
@@ -97,19 +97,19 @@ func DecodeItem(item []byte) ([]Tensor, error) {
 			return nil, fmt.Errorf("item tensor %d: %w", i, err)
 		}
 	}
-	if d.left() != 0 {
-		return nil, fmt.Errorf("item has %d bytes after its tensors", d.left())
+	if d.Len() != 0 {
+		return nil, fmt.Errorf("item has %d bytes after its tensors", d.Len())
 	}
 	return inputs, nil
 }
 
-func (d *reader) itemTensor() (Tensor, error) {
+func (d reader) itemTensor() (Tensor, error) {
 	var t Tensor
 	n, err := d.arrayLen()
 	if err != nil || n != 3 {
 		return t, fmt.Errorf("want a [dtype, shape, data] array (%d fields, %v)", n, err)
 	}
-	dtype, err := d.dec.DecodeUint8()
+	dtype, err := d.Decoder().DecodeUint8()
 	if err != nil {
 		return t, fmt.Errorf("dtype: %w", err)
 	}
@@ -120,7 +120,7 @@ func (d *reader) itemTensor() (Tensor, error) {
 	if t.Shape, err = d.shape(); err != nil {
 		return t, err
 	}
-	if t.Data, err = d.bin(); err != nil {
+	if t.Data, err = d.Bin(); err != nil {
 		return t, fmt.Errorf("data: %w", err)
 	}
 	return t, t.checkData()
@@ -170,7 +170,7 @@ func encodeTensorMap(enc *msgpack.Encoder, t Tensor) {
 // DecodeOutput reads what EncodeOutput wrote.
 func DecodeOutput(sig *Signature, output []byte) ([]Tensor, error) {
 	d := newReader(output)
-	defer d.release()
+	defer d.Release()
 	outs := make([]Tensor, len(sig.Outputs))
 	if len(sig.Outputs) == 1 {
 		t, err := d.tensorMap()
@@ -183,20 +183,20 @@ func DecodeOutput(sig *Signature, output []byte) ([]Tensor, error) {
 			return nil, err
 		}
 	}
-	if d.left() != 0 {
-		return nil, fmt.Errorf("output has %d bytes after its value", d.left())
+	if d.Len() != 0 {
+		return nil, fmt.Errorf("output has %d bytes after its value", d.Len())
 	}
 	return outs, nil
 }
 
-func (d *reader) outputMap(sig *Signature, outs []Tensor) error {
+func (d reader) outputMap(sig *Signature, outs []Tensor) error {
 	n, err := d.mapLen()
 	if err != nil || n != len(outs) {
 		return fmt.Errorf("want a map of %d outputs (%d entries, %v)", len(outs), n, err)
 	}
 	seen := make([]bool, len(outs))
 	for range n {
-		name, err := d.dec.DecodeString()
+		name, err := d.Decoder().DecodeString()
 		if err != nil {
 			return fmt.Errorf("output name: %w", err)
 		}
@@ -218,7 +218,7 @@ func (d *reader) outputMap(sig *Signature, outs []Tensor) error {
 }
 
 // tensorMap reads a {"dtype", "shape", "data"} map.
-func (d *reader) tensorMap() (Tensor, error) {
+func (d reader) tensorMap() (Tensor, error) {
 	var t Tensor
 	n, err := d.mapLen()
 	if err != nil {
@@ -226,14 +226,14 @@ func (d *reader) tensorMap() (Tensor, error) {
 	}
 	var have [3]bool
 	for range n {
-		key, err := d.dec.DecodeString()
+		key, err := d.Decoder().DecodeString()
 		if err != nil {
 			return t, fmt.Errorf("tensor map key: %w", err)
 		}
 		switch key {
 		case keyDType:
 			var name string
-			if name, err = d.dec.DecodeString(); err == nil {
+			if name, err = d.Decoder().DecodeString(); err == nil {
 				t.DType, err = ParseDType(name)
 			}
 			have[0] = true
@@ -241,7 +241,7 @@ func (d *reader) tensorMap() (Tensor, error) {
 			t.Shape, err = d.shape()
 			have[1] = true
 		case keyData:
-			t.Data, err = d.bin()
+			t.Data, err = d.Bin()
 			have[2] = true
 		default:
 			err = fmt.Errorf("unknown key %q; a tensor map has dtype, shape and data", key)

@@ -1,27 +1,25 @@
-package httpapi
+package wire
 
 import (
 	"encoding/base64"
 	"encoding/binary"
-	"fmt"
 	"math"
 	"strconv"
 	"time"
 	"unicode/utf8"
 )
 
-// msgpackScanner transcodes one msgpack value to JSON without building Go
-// values. Binary becomes a base64 string and timestamps RFC 3339 strings, as
-// encoding/json writes []byte and time.Time; map keys that are not strings
-// become their JSON text as a string. Floats that JSON cannot hold (NaN,
-// ±Inf) and other extension types are errors.
+// msgpackScanner walks msgpack bytes without building Go values: it
+// transcodes a value to JSON (MsgpackToJSON) or finds where one ends
+// (SkipMsgpack).
 type msgpackScanner struct {
-	data []byte
-	pos  int
+	data     []byte
+	pos      int
+	maxDepth int // how deep arrays and maps may nest
 }
 
 func (s *msgpackScanner) errorf(format string, args ...any) error {
-	return fmt.Errorf("offset %d: "+format, append([]any{s.pos}, args...)...)
+	return errorAt(s.pos, format, args...)
 }
 
 // take returns the next n bytes.
@@ -51,8 +49,8 @@ func (s *msgpackScanner) length(size int) (int, error) {
 
 // value appends the JSON form of the next value to dst.
 func (s *msgpackScanner) value(dst []byte, depth int) ([]byte, error) {
-	if depth > maxNesting {
-		return dst, s.errorf("nesting deeper than %d", maxNesting)
+	if depth > s.maxDepth {
+		return dst, s.errorf("nesting deeper than %d", s.maxDepth)
 	}
 	if s.pos >= len(s.data) {
 		return dst, s.errorf("truncated: want a value")
@@ -141,7 +139,7 @@ func (s *msgpackScanner) tagged(dst []byte, c byte, depth int) ([]byte, error) {
 		}
 		return s.object(dst, n, depth)
 	}
-	return dst, fmt.Errorf("offset %d: invalid msgpack code 0x%02x", s.pos-1, c)
+	return dst, errorAt(s.pos-1, "invalid msgpack code 0x%02x", c)
 }
 
 func bigEndian(b []byte) uint64 {
@@ -232,7 +230,7 @@ func (s *msgpackScanner) ext(dst []byte, n int) ([]byte, error) {
 // each element taking at least perElement bytes, before looping over it.
 func (s *msgpackScanner) checkCount(n, perElement int) error {
 	if left := len(s.data) - s.pos; n > left/perElement {
-		return s.errorf("truncated: %d elements announced, %d bytes left", n, left)
+		return &LengthError{Offset: s.pos, Announced: n, Left: left}
 	}
 	return nil
 }
@@ -347,9 +345,21 @@ func appendJSONString(dst, s []byte) []byte {
 	return append(dst, '"')
 }
 
-// msgpackToJSON appends the JSON form of the one msgpack value in data.
-func msgpackToJSON(dst, data []byte) ([]byte, error) {
-	s := msgpackScanner{data: data}
+// MsgpackToJSON appends the JSON form of the one msgpack value in data to
+// dst. Binary becomes a base64 string and timestamps RFC 3339 strings, as
+// encoding/json writes []byte and time.Time; map keys that are not strings
+// become their JSON text as a string. Floats that JSON cannot hold (NaN,
+// ±Inf), other extension types, and maps or arrays as map keys are errors.
+// On error the returned slice holds a partial encoding.
+//
+// It walks the bytes itself rather than through msgpack.Decoder: the same
+// transcoding on the Decoder's primitives (decoderToJSON, in the tests)
+// takes 1.8 to 3.7 times as long on the benchmark items and allocates, as
+// DecodeString copies every string (BenchmarkMsgpackToJSON, medians of 5 on
+// a 2-vCPU VM: a sentence 63 ns against 165 ns, a small object 533 ns
+// against 1 173 ns).
+func MsgpackToJSON(dst, data []byte) ([]byte, error) {
+	s := msgpackScanner{data: data, maxDepth: MaxDepth}
 	dst, err := s.value(dst, 0)
 	if err != nil {
 		return dst, err
@@ -360,10 +370,31 @@ func msgpackToJSON(dst, data []byte) ([]byte, error) {
 	return dst, nil
 }
 
+// SkipMsgpack returns the length of the msgpack value that starts data,
+// checking only that it is whole: that every code is one msgpack defines,
+// that every length fits in the bytes left, and that arrays and maps nest
+// no more than maxDepth deep (a scalar is at depth 0, the elements of an
+// array at depth 1). A decoder of a fixed schema can skip the fields it
+// does not know with it, so that a newer peer may add some.
+//
+// It walks the bytes itself rather than calling msgpack.Decoder.Skip,
+// which does not bound nesting and reads what it skips into a buffer of its
+// own: a bounded skip around Decoder.Skip (decoderSkip, in the tests) takes
+// 25 µs against 0.09 µs for a tensor map holding 1 MiB of bin, and 660 ns
+// against 208 ns for a small object (BenchmarkSkipMsgpack, medians of 5 on
+// a 2-vCPU VM).
+func SkipMsgpack(data []byte, maxDepth int) (int, error) {
+	s := msgpackScanner{data: data, maxDepth: maxDepth}
+	if err := s.skip(0); err != nil {
+		return 0, err
+	}
+	return s.pos, nil
+}
+
 // skip moves past the next value, checking only that it is whole.
 func (s *msgpackScanner) skip(depth int) error {
-	if depth > maxNesting {
-		return s.errorf("nesting deeper than %d", maxNesting)
+	if depth > s.maxDepth {
+		return s.errorf("nesting deeper than %d", s.maxDepth)
 	}
 	if s.pos >= len(s.data) {
 		return s.errorf("truncated: want a value")
@@ -404,7 +435,7 @@ func (s *msgpackScanner) skip(depth int) error {
 		elems, err = s.length(2 << (c - 0xde))
 		elems *= 2
 	default:
-		return fmt.Errorf("offset %d: invalid msgpack code 0x%02x", s.pos-1, c)
+		return errorAt(s.pos-1, "invalid msgpack code 0x%02x", c)
 	}
 	if err != nil {
 		return err
@@ -421,90 +452,4 @@ func (s *msgpackScanner) skip(depth int) error {
 		}
 	}
 	return nil
-}
-
-// mapLen reads a map header; nil reads as -1.
-func (s *msgpackScanner) mapLen() (int, error) {
-	return s.containerLen(0x80, 0xde, "a map")
-}
-
-// arrayLen reads an array header; nil reads as -1.
-func (s *msgpackScanner) arrayLen() (int, error) {
-	return s.containerLen(0x90, 0xdc, "an array")
-}
-
-func (s *msgpackScanner) containerLen(fix, code16 byte, what string) (int, error) {
-	if s.pos >= len(s.data) {
-		return 0, s.errorf("truncated: want %s", what)
-	}
-	c := s.data[s.pos]
-	switch {
-	case c == 0xc0:
-		s.pos++
-		return -1, nil
-	case c&0xf0 == fix:
-		s.pos++
-		return int(c & 0x0f), nil
-	case c == code16 || c == code16+1:
-		s.pos++
-		return s.length(2 << (c - code16))
-	}
-	return 0, s.errorf("want %s, found code 0x%02x", what, c)
-}
-
-// stringBytes reads a string and returns its bytes without copying.
-func (s *msgpackScanner) stringBytes() ([]byte, error) {
-	if s.pos >= len(s.data) {
-		return nil, s.errorf("truncated: want a string")
-	}
-	c := s.data[s.pos]
-	var n int
-	var err error
-	switch {
-	case 0xa0 <= c && c <= 0xbf:
-		s.pos++
-		n = int(c & 0x1f)
-	case c == 0xd9 || c == 0xda || c == 0xdb:
-		s.pos++
-		n, err = s.length(1 << (c - 0xd9))
-	default:
-		return nil, s.errorf("want a string, found code 0x%02x", c)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return s.take(n)
-}
-
-// integer reads a whole number of any msgpack integer width.
-func (s *msgpackScanner) integer() (int64, error) {
-	if s.pos >= len(s.data) {
-		return 0, s.errorf("truncated: want an integer")
-	}
-	c := s.data[s.pos]
-	switch {
-	case c <= 0x7f || c >= 0xe0:
-		s.pos++
-		return int64(int8(c)), nil
-	case 0xcc <= c && c <= 0xcf:
-		s.pos++
-		b, err := s.take(1 << (c - 0xcc))
-		if err != nil {
-			return 0, err
-		}
-		u := bigEndian(b)
-		if u > math.MaxInt64 {
-			return 0, s.errorf("integer %d is out of range", u)
-		}
-		return int64(u), nil
-	case 0xd0 <= c && c <= 0xd3:
-		s.pos++
-		b, err := s.take(1 << (c - 0xd0))
-		if err != nil {
-			return 0, err
-		}
-		shift := 64 - 8*len(b)
-		return int64(bigEndian(b)<<shift) >> shift, nil
-	}
-	return 0, s.errorf("want an integer, found code 0x%02x", c)
 }

@@ -1,39 +1,96 @@
-package httpapi
+package wire
 
 import (
-	"fmt"
+	"bytes"
 	"math"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
 )
 
-// maxNesting bounds how deep arrays and objects may nest, as encoding/json
-// does, so that a hostile body cannot exhaust the stack.
-const maxNesting = 10000
-
-// jsonScanner walks one JSON text without building Go values: it validates
-// it, finds the extent of values, and transcodes values to msgpack. It is
-// the hot path of every JSON request, where encoding/json's reflection and
-// interface values cost more than the rest of the request handling.
-type jsonScanner struct {
+// A JSONScanner walks one JSON text without building Go values: it
+// validates it, finds the extent of values, and transcodes values to
+// msgpack. It is the hot path of every JSON request, where encoding/json's
+// reflection and interface values cost more than the rest of the request
+// handling. Its errors are *Error values, worded as encoding/json words its
+// syntax errors.
+//
+// The zero value walks an empty text; NewJSONScanner starts on data.
+type JSONScanner struct {
 	data []byte
 	pos  int
 }
 
-func (s *jsonScanner) errorf(format string, args ...any) error {
-	return fmt.Errorf("offset %d: "+format, append([]any{s.pos}, args...)...)
+// NewJSONScanner returns a scanner at the start of data.
+func NewJSONScanner(data []byte) JSONScanner { return JSONScanner{data: data} }
+
+// Offset is the byte offset of the scanner in the text.
+func (s *JSONScanner) Offset() int { return s.pos }
+
+// Peek moves past white space and returns the next byte; false at the end
+// of the text.
+func (s *JSONScanner) Peek() (byte, bool) {
+	s.skipSpace()
+	if s.pos >= len(s.data) {
+		return 0, false
+	}
+	return s.data[s.pos], true
 }
 
-// unexpected describes the byte at pos (or the end of the text) for an error.
-func (s *jsonScanner) unexpected(context string) error {
+// Consume moves past white space and then past c if c is next, and reports
+// whether it was.
+func (s *JSONScanner) Consume(c byte) bool { return s.consume(c) }
+
+// Skip validates the next value and moves past it, returning its text.
+// depth is the number of arrays and objects around it, counted against
+// MaxDepth.
+func (s *JSONScanner) Skip(depth int) ([]byte, error) {
+	s.skipSpace()
+	begin := s.pos
+	if _, err := s.value(nil, false, depth); err != nil {
+		return nil, err
+	}
+	return s.data[begin:s.pos], nil
+}
+
+// Key reads an object key and the colon after it, and returns the key's
+// text with its escapes decoded. Unless it has escapes, the key is a
+// sub-slice of the text, not a copy.
+func (s *JSONScanner) Key() ([]byte, error) {
+	if c, ok := s.Peek(); !ok || c != '"' {
+		return nil, s.Unexpected("looking for an object key")
+	}
+	begin := s.pos + 1
+	if _, err := s.str(nil, false); err != nil {
+		return nil, err
+	}
+	key := s.data[begin : s.pos-1]
+	if bytes.IndexByte(key, '\\') >= 0 { // rare: an escaped key
+		key = appendUnescapedText(nil, key)
+	}
+	if !s.consume(':') {
+		return nil, s.Unexpected("after an object key")
+	}
+	return key, nil
+}
+
+// End checks that nothing but white space is left.
+func (s *JSONScanner) End() error { return s.end() }
+
+func (s *JSONScanner) errorf(format string, args ...any) error {
+	return errorAt(s.pos, format, args...)
+}
+
+// Unexpected describes the next byte (or the end of the text) as an error
+// found in context, e.g. "after an array element".
+func (s *JSONScanner) Unexpected(context string) error {
 	if s.pos >= len(s.data) {
 		return s.errorf("unexpected end of JSON %s", context)
 	}
 	return s.errorf("invalid character %q %s", s.data[s.pos], context)
 }
 
-func (s *jsonScanner) skipSpace() {
+func (s *JSONScanner) skipSpace() {
 	for s.pos < len(s.data) {
 		switch s.data[s.pos] {
 		case ' ', '\t', '\n', '\r':
@@ -45,16 +102,16 @@ func (s *jsonScanner) skipSpace() {
 }
 
 // end checks nothing but white space follows the value.
-func (s *jsonScanner) end() error {
+func (s *JSONScanner) end() error {
 	s.skipSpace()
 	if s.pos != len(s.data) {
-		return s.unexpected("after the top-level value")
+		return s.Unexpected("after the top-level value")
 	}
 	return nil
 }
 
 // consume advances past c if it is next, after white space.
-func (s *jsonScanner) consume(c byte) bool {
+func (s *JSONScanner) consume(c byte) bool {
 	s.skipSpace()
 	if s.pos < len(s.data) && s.data[s.pos] == c {
 		s.pos++
@@ -65,10 +122,10 @@ func (s *jsonScanner) consume(c byte) bool {
 
 // value reads one value. When emit is set its msgpack encoding is appended
 // to dst; otherwise it is only validated and skipped.
-func (s *jsonScanner) value(dst []byte, emit bool, depth int) ([]byte, error) {
+func (s *JSONScanner) value(dst []byte, emit bool, depth int) ([]byte, error) {
 	s.skipSpace()
 	if s.pos >= len(s.data) {
-		return dst, s.unexpected("looking for a value")
+		return dst, s.Unexpected("looking for a value")
 	}
 	switch c := s.data[s.pos]; {
 	case c == '{':
@@ -86,12 +143,12 @@ func (s *jsonScanner) value(dst []byte, emit bool, depth int) ([]byte, error) {
 	case c == 'n':
 		return s.literal(dst, emit, "null", 0xc0)
 	}
-	return dst, s.unexpected("looking for a value")
+	return dst, s.Unexpected("looking for a value")
 }
 
-func (s *jsonScanner) literal(dst []byte, emit bool, word string, code byte) ([]byte, error) {
+func (s *JSONScanner) literal(dst []byte, emit bool, word string, code byte) ([]byte, error) {
 	if len(s.data)-s.pos < len(word) || string(s.data[s.pos:s.pos+len(word)]) != word {
-		return dst, s.unexpected("in literal " + word)
+		return dst, s.Unexpected("in literal " + word)
 	}
 	s.pos += len(word)
 	if emit {
@@ -105,9 +162,9 @@ func (s *jsonScanner) literal(dst []byte, emit bool, word string, code byte) ([]
 // the content up to it.
 const maxHeader = 5
 
-func (s *jsonScanner) array(dst []byte, emit bool, depth int) ([]byte, error) {
-	if depth > maxNesting {
-		return dst, s.errorf("nesting deeper than %d", maxNesting)
+func (s *JSONScanner) array(dst []byte, emit bool, depth int) ([]byte, error) {
+	if depth > MaxDepth {
+		return dst, s.errorf("nesting deeper than %d", MaxDepth)
 	}
 	s.pos++ // '['
 	start := len(dst)
@@ -130,13 +187,13 @@ func (s *jsonScanner) array(dst []byte, emit bool, depth int) ([]byte, error) {
 		if s.consume(']') {
 			return finishHeader(dst, start, emit, n, arrayHeader), nil
 		}
-		return dst, s.unexpected("after an array element")
+		return dst, s.Unexpected("after an array element")
 	}
 }
 
-func (s *jsonScanner) object(dst []byte, emit bool, depth int) ([]byte, error) {
-	if depth > maxNesting {
-		return dst, s.errorf("nesting deeper than %d", maxNesting)
+func (s *JSONScanner) object(dst []byte, emit bool, depth int) ([]byte, error) {
+	if depth > MaxDepth {
+		return dst, s.errorf("nesting deeper than %d", MaxDepth)
 	}
 	s.pos++ // '{'
 	start := len(dst)
@@ -150,14 +207,14 @@ func (s *jsonScanner) object(dst []byte, emit bool, depth int) ([]byte, error) {
 	for {
 		s.skipSpace()
 		if s.pos >= len(s.data) || s.data[s.pos] != '"' {
-			return dst, s.unexpected("looking for an object key")
+			return dst, s.Unexpected("looking for an object key")
 		}
 		var err error
 		if dst, err = s.str(dst, emit); err != nil {
 			return dst, err
 		}
 		if !s.consume(':') {
-			return dst, s.unexpected("after an object key")
+			return dst, s.Unexpected("after an object key")
 		}
 		if dst, err = s.value(dst, emit, depth); err != nil {
 			return dst, err
@@ -169,20 +226,20 @@ func (s *jsonScanner) object(dst []byte, emit bool, depth int) ([]byte, error) {
 		if s.consume('}') {
 			return finishHeader(dst, start, emit, n, mapHeader), nil
 		}
-		return dst, s.unexpected("after an object value")
+		return dst, s.Unexpected("after an object value")
 	}
 }
 
 // str reads a string. Without escapes and with valid UTF-8 (the usual case)
 // its bytes are copied as they are; otherwise it is unescaped, with invalid
 // UTF-8 and lone surrogates replaced by U+FFFD as encoding/json does.
-func (s *jsonScanner) str(dst []byte, emit bool) ([]byte, error) {
+func (s *JSONScanner) str(dst []byte, emit bool) ([]byte, error) {
 	s.pos++ // opening quote
 	begin := s.pos
 	plain := true
 	for {
 		if s.pos >= len(s.data) {
-			return dst, s.unexpected("in a string")
+			return dst, s.Unexpected("in a string")
 		}
 		c := s.data[s.pos]
 		switch {
@@ -198,7 +255,7 @@ func (s *jsonScanner) str(dst []byte, emit bool) ([]byte, error) {
 			}
 			return appendUnescaped(dst, raw), nil
 		case c < 0x20:
-			return dst, s.unexpected("in a string")
+			return dst, s.Unexpected("in a string")
 		case c == '\\':
 			plain = false
 			if err := s.escape(); err != nil {
@@ -211,10 +268,10 @@ func (s *jsonScanner) str(dst []byte, emit bool) ([]byte, error) {
 }
 
 // escape validates the escape sequence at pos and moves past it.
-func (s *jsonScanner) escape() error {
+func (s *JSONScanner) escape() error {
 	s.pos++ // backslash
 	if s.pos >= len(s.data) {
-		return s.unexpected("in a string escape")
+		return s.Unexpected("in a string escape")
 	}
 	switch s.data[s.pos] {
 	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
@@ -224,13 +281,13 @@ func (s *jsonScanner) escape() error {
 		s.pos++
 		for range 4 {
 			if s.pos >= len(s.data) || unhex(s.data[s.pos]) < 0 {
-				return s.unexpected(`in a \u escape`)
+				return s.Unexpected(`in a \u escape`)
 			}
 			s.pos++
 		}
 		return nil
 	}
-	return s.unexpected("in a string escape")
+	return s.Unexpected("in a string escape")
 }
 
 func unhex(c byte) rune {
@@ -317,7 +374,7 @@ func hex4(b []byte) rune {
 
 // number reads a number. Integers that fit int64 become msgpack integers in
 // their shortest form; every other number becomes a float64.
-func (s *jsonScanner) number(dst []byte, emit bool) ([]byte, error) {
+func (s *JSONScanner) number(dst []byte, emit bool) ([]byte, error) {
 	begin := s.pos
 	integer := true
 	if s.data[s.pos] == '-' {
@@ -327,13 +384,13 @@ func (s *jsonScanner) number(dst []byte, emit bool) ([]byte, error) {
 	case s.pos < len(s.data) && s.data[s.pos] == '0':
 		s.pos++
 	case s.digits() == 0:
-		return dst, s.unexpected("in a number")
+		return dst, s.Unexpected("in a number")
 	}
 	if s.pos < len(s.data) && s.data[s.pos] == '.' {
 		integer = false
 		s.pos++
 		if s.digits() == 0 {
-			return dst, s.unexpected("after a decimal point")
+			return dst, s.Unexpected("after a decimal point")
 		}
 	}
 	if s.pos < len(s.data) && (s.data[s.pos] == 'e' || s.data[s.pos] == 'E') {
@@ -343,7 +400,7 @@ func (s *jsonScanner) number(dst []byte, emit bool) ([]byte, error) {
 			s.pos++
 		}
 		if s.digits() == 0 {
-			return dst, s.unexpected("in an exponent")
+			return dst, s.Unexpected("in an exponent")
 		}
 	}
 	if !emit {
@@ -357,12 +414,12 @@ func (s *jsonScanner) number(dst []byte, emit bool) ([]byte, error) {
 	}
 	f, err := strconv.ParseFloat(string(text), 64)
 	if err != nil || math.IsInf(f, 0) {
-		return dst, fmt.Errorf("offset %d: number %s is out of range", begin, text)
+		return dst, errorAt(begin, "number %s is out of range", text)
 	}
 	return appendFloat64(dst, f), nil
 }
 
-func (s *jsonScanner) digits() int {
+func (s *JSONScanner) digits() int {
 	n := 0
 	for s.pos < len(s.data) && '0' <= s.data[s.pos] && s.data[s.pos] <= '9' {
 		s.pos++
@@ -485,9 +542,14 @@ func appendUint64(dst []byte, u uint64) []byte {
 	return append(dst, byte(u>>56), byte(u>>48), byte(u>>40), byte(u>>32), byte(u>>24), byte(u>>16), byte(u>>8), byte(u))
 }
 
-// jsonToMsgpack appends the msgpack encoding of the one JSON value in data.
-func jsonToMsgpack(dst, data []byte) ([]byte, error) {
-	s := jsonScanner{data: data}
+// JSONToMsgpack appends the msgpack encoding of the one JSON value in data
+// to dst. It takes exactly the texts encoding/json takes. Integers that fit
+// an int64 become msgpack integers in their shortest form, other numbers
+// float64; strings are unescaped, with invalid UTF-8 and lone surrogates
+// replaced by U+FFFD as encoding/json does; object keys keep their order.
+// On error the returned slice holds a partial encoding.
+func JSONToMsgpack(dst, data []byte) ([]byte, error) {
+	s := JSONScanner{data: data}
 	dst, err := s.value(dst, true, 0)
 	if err != nil {
 		return dst, err

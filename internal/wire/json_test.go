@@ -1,0 +1,241 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+func TestJSONToMsgpackEncodings(t *testing.T) {
+	tests := []struct {
+		json string
+		hex  string // the exact msgpack bytes
+	}{
+		{`0`, "00"},
+		{`127`, "7f"},
+		{`128`, "cc80"},
+		{`-1`, "ff"},
+		{`-32`, "e0"},
+		{`-33`, "d0df"},
+		{`-0`, "00"},
+		{`200`, "ccc8"},
+		{`65535`, "cdffff"},
+		{`70000`, "ce00011170"},
+		{`4294967296`, "cf0000000100000000"},
+		{`9223372036854775807`, "cf7fffffffffffffff"},
+		{`-200`, "d1ff38"},
+		{`-70000`, "d2fffeee90"},
+		{`-9223372036854775808`, "d38000000000000000"},
+		{`9223372036854775808`, "cb43e0000000000000"}, // past int64: a float
+		{`1.5`, "cb3ff8000000000000"},
+		{`1.0`, "cb3ff0000000000000"},
+		{`1e2`, "cb4059000000000000"},
+		{`-2.5E-3`, "cbbf647ae147ae147b"},
+		{`true`, "c3"},
+		{`false`, "c2"},
+		{`null`, "c0"},
+		{`""`, "a0"},
+		{`"abc"`, "a3616263"},
+		{`"\u00e9"`, "a2c3a9"},
+		{`"\ud83d\ude00"`, "a4f09f9880"},
+		{`"\ud800"`, "a3efbfbd"},         // lone surrogate
+		{`"\ud800x"`, "a4efbfbd78"},      // lone surrogate, then a letter
+		{`"\ud800\u0041"`, "a4efbfbd41"}, // high surrogate, then not a low one
+		{`"a\"\\\/\b\f\n\r\t"`, "a961225c2f080c0a0d09"},
+		{"\"\xff\"", "a3efbfbd"}, // invalid UTF-8
+		{`[]`, "90"},
+		{`[1, [2, []]]`, "920192" + "0290"},
+		{`{}`, "80"},
+		{`{"b": 1, "a": [true]}`, "82a16201a16191c3"}, // key order kept
+		{" \t\n\r[ 1 , 2 ]\n", "920102"},
+	}
+	for _, tt := range tests {
+		got, err := JSONToMsgpack([]byte("prefix:"), []byte(tt.json))
+		if err != nil {
+			t.Errorf("JSONToMsgpack(%s): %v", tt.json, err)
+			continue
+		}
+		if hex.EncodeToString(got) != hex.EncodeToString([]byte("prefix:"))+tt.hex {
+			t.Errorf("JSONToMsgpack(%s) = %x, want prefix: then %s", tt.json, got, tt.hex)
+		}
+	}
+}
+
+func TestJSONToMsgpackHeaderSizes(t *testing.T) {
+	for _, n := range []int{0, 15, 16, 31, 32, 255, 256, 65535, 65536} {
+		str := strings.Repeat("x", n)
+		arr := "[" + strings.TrimSuffix(strings.Repeat("1,", n), ",") + "]"
+		var obj strings.Builder
+		obj.WriteString("{")
+		for i := range n {
+			if i > 0 {
+				obj.WriteString(",")
+			}
+			fmt.Fprintf(&obj, `"k%d":%d`, i, i%100)
+		}
+		obj.WriteString("}")
+		for _, in := range []string{strconv.Quote(str), arr, obj.String(), `"\n` + str + `"`} {
+			got, err := JSONToMsgpack(nil, []byte(in))
+			if err != nil {
+				t.Fatalf("n=%d: %v", n, err)
+			}
+			assertSameValue(t, []byte(in), got)
+		}
+	}
+}
+
+// assertSameValue checks the msgpack item holds the value of the JSON text.
+func assertSameValue(t testing.TB, jsonText, item []byte) {
+	t.Helper()
+	want, err := referenceJSON(jsonText)
+	if err != nil {
+		t.Fatalf("reference decode of %.80s: %v", jsonText, err)
+	}
+	var got any
+	if err := msgpack.Unmarshal(item, &got); err != nil {
+		t.Fatalf("item %x is not msgpack: %v", item, err)
+	}
+	if got = normalize(got); !reflect.DeepEqual(got, want) {
+		t.Fatalf("JSON %.80s became %#v, want %#v", jsonText, got, want)
+	}
+}
+
+// referenceJSON decodes JSON the way encoding/json does, with numbers as
+// int64 when they fit and float64 otherwise; out of range is an error.
+func referenceJSON(data []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("more after the value: %v", err)
+	}
+	return jsonNumbers(v)
+}
+
+func jsonNumbers(v any) (any, error) {
+	switch x := v.(type) {
+	case json.Number:
+		if i, err := strconv.ParseInt(string(x), 10, 64); err == nil {
+			return i, nil
+		}
+		f, err := strconv.ParseFloat(string(x), 64)
+		if err != nil {
+			return nil, err
+		}
+		return f, nil
+	case []any:
+		for i := range x {
+			var err error
+			if x[i], err = jsonNumbers(x[i]); err != nil {
+				return nil, err
+			}
+		}
+	case map[string]any:
+		for k := range x {
+			var err error
+			if x[k], err = jsonNumbers(x[k]); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return v, nil
+}
+
+// normalize turns the integer types msgpack decodes into int64.
+func normalize(v any) any {
+	switch x := v.(type) {
+	case int8:
+		return int64(x)
+	case int16:
+		return int64(x)
+	case int32:
+		return int64(x)
+	case uint8:
+		return int64(x)
+	case uint16:
+		return int64(x)
+	case uint32:
+		return int64(x)
+	case uint64:
+		if x > math.MaxInt64 {
+			return x
+		}
+		return int64(x)
+	case []any:
+		for i := range x {
+			x[i] = normalize(x[i])
+		}
+	case map[string]any:
+		for k := range x {
+			x[k] = normalize(x[k])
+		}
+	}
+	return v
+}
+
+func TestJSONToMsgpackRefusesInvalid(t *testing.T) {
+	tests := []struct {
+		json string
+		want string
+	}{
+		{``, "unexpected end of JSON"},
+		{`   `, "unexpected end of JSON"},
+		{`{"a":}`, `offset 5: invalid character '}' looking for a value`},
+		{`[1,]`, `invalid character ']' looking for a value`},
+		{`[1 2]`, `invalid character '2' after an array element`},
+		{`{"a" 1}`, `invalid character '1' after an object key`},
+		{`{"a":1 "b":2}`, `after an object value`},
+		{`{1:2}`, `looking for an object key`},
+		{`01`, `invalid character '1' after the top-level value`},
+		{`1 2`, `after the top-level value`},
+		{`1.`, `after a decimal point`},
+		{`1.e3`, `after a decimal point`},
+		{`1e`, `in an exponent`},
+		{`1e+`, `in an exponent`},
+		{`-`, `in a number`},
+		{`-a`, `in a number`},
+		{`+1`, `looking for a value`},
+		{`.5`, `looking for a value`},
+		{`"abc`, `unexpected end of JSON in a string`},
+		{`"\x"`, `in a string escape`},
+		{`"\u12"`, `in a \u escape`},
+		{`"\u12g4"`, `in a \u escape`},
+		{"\"a\nb\"", `in a string`},
+		{`tru`, `in literal true`},
+		{`nul`, `in literal null`},
+		{`fals`, `in literal false`},
+		{`True`, `looking for a value`},
+		{`1e400`, `number 1e400 is out of range`},
+		{`-1e400`, `out of range`},
+		{strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1), "nesting deeper than 10000"},
+		{strings.Repeat(`{"a":`, MaxDepth+1) + "1" + strings.Repeat("}", MaxDepth+1), "nesting deeper than 10000"},
+	}
+	for _, tt := range tests {
+		_, err := JSONToMsgpack(nil, []byte(tt.json))
+		var e *Error
+		if !errors.As(err, &e) || !strings.Contains(err.Error(), tt.want) || e.Error() != fmt.Sprintf("offset %d: %s", e.Offset, e.Problem) {
+			t.Errorf("JSONToMsgpack(%.40q) error %v, want an *Error containing %q", tt.json, err, tt.want)
+		}
+		if json.Valid([]byte(tt.json)) && !strings.Contains(tt.want, "out of range") {
+			t.Errorf("test case %q is valid JSON", tt.json)
+		}
+	}
+	// The deepest nesting encoding/json allows still works.
+	deep := strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth)
+	if _, err := JSONToMsgpack(nil, []byte(deep)); err != nil {
+		t.Errorf("%d nested arrays: %v", MaxDepth, err)
+	}
+}
