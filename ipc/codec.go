@@ -7,7 +7,8 @@ import (
 	"io"
 
 	"github.com/vmihailenco/msgpack/v5"
-	"github.com/vmihailenco/msgpack/v5/msgpcode"
+
+	"github.com/streamer-dev/streamer/internal/wire"
 )
 
 // messageFields is the number of elements in an encoded message array:
@@ -23,9 +24,8 @@ const (
 // readyFields is the number of entries in an encoded Ready map.
 const readyFields = 5
 
-// maxSkipDepth bounds how deeply an unknown Ready field may nest. msgpack's
-// own Skip recurses once per level without limit, so a few megabytes of
-// nested arrays would overflow the stack and kill the process.
+// maxSkipDepth bounds how deeply an unknown Ready field may nest, so that a
+// few megabytes of nested arrays cannot overflow the stack.
 const maxSkipDepth = 32
 
 // encoder appends messages to a reusable buffer.
@@ -360,7 +360,7 @@ func (d *decoder) ready() (*Ready, error) {
 		case "magic":
 			r.Magic, err = d.dec.DecodeString()
 		default:
-			err = d.skip(0)
+			err = d.skip()
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%q: %w", key, err)
@@ -370,36 +370,13 @@ func (d *decoder) ready() (*Ready, error) {
 }
 
 // skip passes over one value of any type, refusing to nest deeper than
-// maxSkipDepth.
-func (d *decoder) skip(depth int) error {
-	if depth > maxSkipDepth {
-		return fmt.Errorf("value nested over %d levels deep", maxSkipDepth)
-	}
-	code, err := d.dec.PeekCode()
+// maxSkipDepth, without copying what it skips.
+func (d *decoder) skip() error {
+	start := len(d.payload) - d.r.Len()
+	n, err := wire.SkipMsgpack(d.payload[start:], maxSkipDepth)
 	if err != nil {
 		return err
 	}
-	var elems int
-	switch {
-	case msgpcode.IsFixedArray(code) || code == msgpcode.Array16 || code == msgpcode.Array32:
-		elems, err = d.arrayLen()
-	case msgpcode.IsFixedMap(code) || code == msgpcode.Map16 || code == msgpcode.Map32:
-		elems, err = d.dec.DecodeMapLen()
-		if err == nil {
-			err = d.checkLen(elems, "map")
-		}
-		elems *= 2
-	default:
-		// Scalars, strings, binaries and extensions hold no nested values.
-		return d.dec.Skip()
-	}
-	if err != nil {
-		return err
-	}
-	for range elems {
-		if err := d.skip(depth + 1); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, err = d.r.Seek(int64(n), io.SeekCurrent)
+	return err
 }

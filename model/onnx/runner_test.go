@@ -471,7 +471,7 @@ func TestCheckFailsFastWithOneClearLine(t *testing.T) {
 		{"missing file", with(func(s *onnx.Settings) { s.Path = "no/such/model.onnx" }), nil, []string{"model no/such/model.onnx: no such file"}},
 		{"folder", with(func(s *onnx.Settings) { s.Path = t.TempDir() }), nil, []string{"is a folder, not an .onnx file"}},
 		{"not ONNX", with(func(s *onnx.Settings) { s.Path = notONNX }), onnxio.ErrNotONNX, []string{notONNX, "not an ONNX model"}},
-		{"bad pad", with(func(s *onnx.Settings) { s.Pad = map[string]float64{"feature": 0} }), nil, []string{`--pad feature=0: the model has no input "feature"`}},
+		{"bad pad", with(func(s *onnx.Settings) { s.Pad = map[string]float64{"feature": 0} }), nil, []string{`pad feature=0: the model has no input "feature"`}},
 		{"bad device", with(func(s *onnx.Settings) { s.Device = "tpu" }), nil, []string{`device "tpu": want cpu or cuda`}},
 		{"missing library", with(func(s *onnx.Settings) { s.Library = "/no/such/libonnxruntime.so" }), onnx.ErrNoLibrary, []string{"the library path names /no/such/libonnxruntime.so, which does not exist", "make onnxruntime"}},
 		{"not a library", with(func(s *onnx.Settings) { s.Library = notONNX }), onnx.ErrBadLibrary, []string{"load " + notONNX, "make onnxruntime"}},

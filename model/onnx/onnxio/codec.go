@@ -38,7 +38,7 @@ type padding struct {
 }
 
 // NewCodec returns the codec for sig. pad maps input names to the value
-// their dynamic non-batch axes are padded with (the --pad flag); it is
+// their dynamic non-batch axes are padded with (streamer serve's --pad); it is
 // refused when padding cannot work for the model.
 func NewCodec(sig *Signature, pad map[string]float64) (*Codec, error) {
 	c := &Codec{sig: sig, pads: make([]*padding, len(sig.Inputs))}
@@ -56,7 +56,7 @@ func NewCodec(sig *Signature, pad map[string]float64) (*Codec, error) {
 	sort.Strings(names)
 	for _, name := range names {
 		if err := c.addPad(name, pad[name]); err != nil {
-			return nil, fmt.Errorf("--pad %s=%g: %w", name, pad[name], err)
+			return nil, fmt.Errorf("pad %s=%g: %w", name, pad[name], err)
 		}
 	}
 	return c, c.checkPadPartners()
@@ -107,7 +107,7 @@ func (c *Codec) checkPadPartners() error {
 			for j, q := range c.sig.Inputs {
 				for l, d := range q.ItemShape {
 					if d.Param == param && (c.pads[j] == nil || !c.pads[j].axes[l]) {
-						return fmt.Errorf("--pad %s: input %q shares axis %q with it; pad it too (--pad %s=VALUE)", c.sig.Inputs[i].Name, q.Name, param, q.Name)
+						return fmt.Errorf("pad %s: input %q shares axis %q with it; pad it too (pad %s=VALUE)", c.sig.Inputs[i].Name, q.Name, param, q.Name)
 					}
 				}
 			}
@@ -127,7 +127,7 @@ func (c *Codec) Padded(i int) (axes []bool, value []byte, ok bool) {
 	return nil, nil, false
 }
 
-// Pads returns the --pad settings in force, by input name.
+// Pads returns the padding settings in force, by input name.
 func (c *Codec) Pads() map[string]float64 {
 	m := map[string]float64{}
 	for i, pd := range c.pads {

@@ -312,12 +312,12 @@ func TestNewCodecChecksPadding(t *testing.T) {
 		pad   map[string]float64
 		want  string
 	}{
-		{"unknown input", onnxtest.Seq, map[string]float64{"tokens": 0}, `--pad tokens=0: the model has no input "tokens"; its inputs are x (float32 [seq, 3])`},
+		{"unknown input", onnxtest.Seq, map[string]float64{"tokens": 0}, `pad tokens=0: the model has no input "tokens"; its inputs are x (float32 [seq, 3])`},
 		{"nothing to pad", onnxtest.MLP, map[string]float64{"features": 0}, `input "features" (float32 [4]) has no dynamic axis besides the batch axis`},
 		{"one by one", onnxtest.Fixed, map[string]float64{"x": 0}, "items of this model run one by one"},
 		{"no batch axis", onnxtest.Multi, map[string]float64{"scale": 0, "ids": 0, "mask": 0}, `input "scale" has no batch axis`},
-		{"value does not fit", onnxtest.Multi, map[string]float64{"ids": 0.5, "mask": 0}, "--pad ids=0.5: the value does not fit input \"ids\"'s dtype int64"},
-		{"partner left unpadded", onnxtest.Multi, map[string]float64{"ids": 0}, `--pad ids: input "mask" shares axis "seq" with it; pad it too (--pad mask=VALUE)`},
+		{"value does not fit", onnxtest.Multi, map[string]float64{"ids": 0.5, "mask": 0}, "pad ids=0.5: the value does not fit input \"ids\"'s dtype int64"},
+		{"partner left unpadded", onnxtest.Multi, map[string]float64{"ids": 0}, `pad ids: input "mask" shares axis "seq" with it; pad it too (pad mask=VALUE)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
