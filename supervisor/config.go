@@ -16,9 +16,9 @@ import (
 type Config struct {
 	// BatchSize is the most items in one batch. Default 64.
 	BatchSize int
-	// MaxLatency bounds how long an item waits for batch-mates while every
-	// worker is busy. An idle worker takes what is queued at once, so a lone
-	// request never pays it. Default 100ms.
+	// MaxLatency bounds how long an item waits for batch-mates: while every
+	// worker is busy, or while an idle one waits for arrivals (Batching). A
+	// lone request on an idle streamer never pays it. Default 100ms.
 	MaxLatency time.Duration
 	// MaxQueue is the most items waiting; beyond it Submit fails with
 	// ErrOverloaded. Default 100 × BatchSize × Workers.
