@@ -76,6 +76,6 @@ proto:
 	@if [ -f scripts/gen-proto.sh ]; then bash scripts/gen-proto.sh; \
 	else echo "scripts/gen-proto.sh is not there yet"; exit 1; fi
 
-## bench-all: run every performance scenario of BENCHMARKS.md (about ten minutes; not part of test)
+## bench-all: run every performance scenario of BENCHMARKS.md (about twenty minutes; not part of test)
 bench-all:
 	bash scripts/bench.sh

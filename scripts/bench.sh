@@ -6,7 +6,7 @@
 # scenario E against a bare net/http handler, the RSS samples of scenario F,
 # the Go benchmarks and CPU profiles of the HTTP and Go API paths.
 #
-# Not part of `make test`: it takes about ten minutes and wants a quiet
+# Not part of `make test`: it takes about twenty minutes and wants a quiet
 # machine. Other engineers on the same cores skew absolute figures; the
 # side-by-side ratios of scenario E (streamer against bare, alternated in
 # the same run) hold up better, and the load average is recorded before and
@@ -21,7 +21,9 @@
 #   WARMUP         load before each measurement (default 2s)
 #   ROUNDS         side-by-side rounds for scenario E (default 3)
 #   MEMORY_SECONDS length of scenario F (default 60)
-#   SCENARIOS      which of A B C D E F G P to run (default all; G is the
+#   M_DURATION     measured load per row of scenario M's sweeps (default 4s)
+#   SCENARIOS      which of A B C D M E F G P to run (default all; M is the
+#                  moderate-load sweeps of greedy against adaptive; G is the
 #                  Go benchmarks of the supervisor, ipc and httpapi, P the
 #                  CPU profiles)
 set -euo pipefail
@@ -33,7 +35,8 @@ DURATION=${DURATION:-10s}
 WARMUP=${WARMUP:-2s}
 ROUNDS=${ROUNDS:-3}
 MEMORY_SECONDS=${MEMORY_SECONDS:-60}
-SCENARIOS=${SCENARIOS:-A B C D E F G P}
+SCENARIOS=${SCENARIOS:-A B C D M E F G P}
+M_DURATION=${M_DURATION:-4s}
 
 SLEEP_MODEL=sleep:10ms,100us
 mkdir -p "$OUT"
@@ -194,6 +197,24 @@ scenario_b() {
     row B "HTTP, sleep, $w worker(s), $c clients: of limit" "$(jnum "$OUT/B-workers$w.json" of_limit | xargs printf '%.3f')" "≥ 0.95" \
       "$(jnum "$OUT/B-workers$w.json" of_limit) / 0.95"
   done
+}
+
+# M: moderate load, closed loops from 1 to 512 clients, greedy and adaptive
+# batching side by side at each, beside the best possible; and the same for
+# a model whose per-item cost dominates. The tables land in M-*.txt.
+scenario_m() {
+  local w
+  for w in 1 2 4; do
+    log "M: sweep, $w worker(s)"
+    echo "streamer bench --model $SLEEP_MODEL --batch-size 64 --workers $w --sweep-concurrency 1,2,8,32,64,128,256,512 --sweep-batching greedy,adaptive --duration $M_DURATION --warmup $WARMUP" >>"$COMMANDS"
+    "$STREAMER" bench --model "$SLEEP_MODEL" --batch-size 64 --workers "$w" --sweep-concurrency 1,2,8,32,64,128,256,512 \
+      --sweep-batching greedy,adaptive --duration "$M_DURATION" --warmup "$WARMUP" >"$OUT/M-workers$w.txt"
+  done
+  log "M: sweep, per-item cost dominant"
+  echo "streamer bench --model sleep:1ms,300us --batch-size 64 --workers 1 --sweep-concurrency 1,2,8,32,64,128 --sweep-batching greedy,adaptive --duration $M_DURATION --warmup $WARMUP" >>"$COMMANDS"
+  "$STREAMER" bench --model sleep:1ms,300us --batch-size 64 --workers 1 --sweep-concurrency 1,2,8,32,64,128 \
+    --sweep-batching greedy,adaptive --duration "$M_DURATION" --warmup "$WARMUP" >"$OUT/M-per-item.txt"
+  cat "$OUT"/M-*.txt >>"$OUT/notes.txt"
 }
 
 # C: one client at a time on default flags.
@@ -379,6 +400,7 @@ main() {
   wants B && scenario_b
   wants C && scenario_c
   wants D && scenario_d
+  wants M && scenario_m
   wants E && scenario_e
   wants F && scenario_f
   wants G && scenario_g

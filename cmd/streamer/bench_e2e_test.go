@@ -438,3 +438,46 @@ func TestBenchInterruptStopsItsServer(t *testing.T) {
 		t.Errorf("the server bench started (pid %d) outlived it (kill 0: %v)", serverPID, err)
 	}
 }
+
+// --sweep-concurrency runs one server per row, for each policy asked, and
+// reports each row beside the best possible for the sleep model; the
+// adaptive server's stats say why it sent its batches and what it measured.
+func TestBenchSweep(t *testing.T) {
+	res := runBenchCmd(t, "--model", "sleep:2ms,10us", "--workers", "1", "--duration", "1s", "--warmup", "300ms",
+		"--sweep-concurrency", "1,4", "--sweep-batching", "greedy,adaptive", "--json")
+	if res.code != 0 {
+		t.Fatalf("exit %d\nstderr:\n%s", res.code, res.stderr)
+	}
+	var rows []bench.SweepRow
+	if err := json.Unmarshal([]byte(res.stdout), &rows); err != nil {
+		t.Fatalf("output is not a JSON array of rows: %v\n%s", err, res.stdout)
+	}
+	if len(rows) != 4 {
+		t.Fatalf("%d rows, want 2 clients × 2 policies", len(rows))
+	}
+	for i, want := range []struct {
+		clients  int
+		batching string
+	}{{1, "greedy"}, {1, "adaptive"}, {4, "greedy"}, {4, "adaptive"}} {
+		r := rows[i]
+		if r.Clients != want.clients || r.Batching != want.batching {
+			t.Errorf("row %d is %d clients %s, want %d %s", i, r.Clients, r.Batching, want.clients, want.batching)
+		}
+		best, bestP50 := bench.SleepBest("sleep:2ms,10us", 1, 64, r.Clients)
+		if r.BestItemsPerS != best || r.BestP50MS != bestP50 || best <= 0 {
+			t.Errorf("row %d: best %.0f items/s p50 %.2f ms, want %.0f and %.2f", i, r.BestItemsPerS, r.BestP50MS, best, bestP50)
+		}
+		if r.Report.ItemsPerS <= 0 || r.Report.ItemsPerS > 1.05*best {
+			t.Errorf("row %d: %.0f items/s against a best of %.0f", i, r.Report.ItemsPerS, best)
+		}
+		if d := r.Report.Dispatch; d.Full+d.Idle+d.Waited+d.MaxLatency+d.Deadline == 0 {
+			t.Errorf("row %d: no batch counted by why it was sent: %+v", i, d)
+		}
+		if r.Batching == "greedy" && r.Report.Dispatch.Waited != 0 {
+			t.Errorf("row %d: greedy waited %d times", i, r.Report.Dispatch.Waited)
+		}
+	}
+	if c := rows[3].Report.Cost; !c.Fitted || c.FixedMs < 1.5 || c.FixedMs > 3 {
+		t.Errorf("adaptive at 4 clients fitted %+v, want about 2ms fixed", c)
+	}
+}

@@ -1,0 +1,27 @@
+package bench
+
+import "testing"
+
+func TestSleepBest(t *testing.T) {
+	tests := []struct {
+		workers, clients int
+		items, p50       float64
+	}{
+		{1, 8, 8 / 0.0108, 10.8},           // one batch of 8
+		{2, 8, 8 / 0.0104, 10.4},           // 4 on each
+		{1, 64, 64 / 0.0164, 16.4},         // one full batch
+		{1, 512, 64 / 0.0164, 0},           // beyond a batch per worker: the limit
+		{4, 512, 4 * 64 / 0.0164, 0},       // the limit of four
+		{4, 200, 200 / 0.0150, 15.0},       // ⌈200/4⌉ = 50 per worker
+		{3, 7, 7 / (0.010 + 0.0003), 10.3}, // ⌈7/3⌉ = 3 per worker
+	}
+	for _, tt := range tests {
+		items, p50 := SleepBest("sleep:10ms,100us", tt.workers, 64, tt.clients)
+		if diff := items/tt.items - 1; diff > 1e-9 || diff < -1e-9 || p50 != tt.p50 {
+			t.Errorf("%d workers, %d clients: %.2f items/s p50 %.2f, want %.2f and %.2f", tt.workers, tt.clients, items, p50, tt.items, tt.p50)
+		}
+	}
+	if items, _ := SleepBest("echo", 1, 64, 8); items != 0 {
+		t.Errorf("echo has no known cost, got %.0f", items)
+	}
+}
