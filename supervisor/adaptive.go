@@ -36,9 +36,15 @@ const (
 // costFit is a running least-squares fit of a batch's run time against its
 // number of items, t ≈ fixed + perItem·n, over the recent batches: each new
 // batch weighs 1 and the older ones fade by costDecay per batch.
+//
+// The slope needs batches of different sizes. When the recent ones are all
+// alike (a steady load forms the same batch again and again), the last slope
+// found is kept and only the fixed cost follows the recent mean.
 type costFit struct {
 	s0, s1, s2, st, snt float64 // Σw, Σw·n, Σw·n², Σw·t, Σw·n·t (t in seconds)
 	batches             uint64
+	perItem             float64 // seconds, the last slope found
+	fitted              bool    // a slope was found
 }
 
 // costDecay makes the fit remember about the last 200 batches.
@@ -52,24 +58,23 @@ func (c *costFit) observe(n int, took time.Duration) {
 	c.st = c.st*costDecay + t
 	c.snt = c.snt*costDecay + x*t
 	c.batches++
+	spread := c.s0*c.s2 - c.s1*c.s1 // s0² × the variance of n
+	// A standard deviation of a fifth of an item, over 8 batches at least.
+	if c.batches >= 8 && spread >= 0.04*c.s0*c.s0 {
+		c.perItem = max((c.s0*c.snt-c.s1*c.st)/spread, 0)
+		c.fitted = true
+	}
 }
 
-// line returns the fitted fixed and per-item cost. ok is false while the
-// batches seen are too few, or too alike in size, to tell the two apart.
+// line returns the fitted fixed and per-item cost. ok is false until batches
+// of different sizes have told the two apart.
 func (c *costFit) line() (fixed, perItem time.Duration, ok bool) {
-	if c.batches < 8 {
+	if !c.fitted {
 		return 0, 0, false
 	}
-	spread := c.s0*c.s2 - c.s1*c.s1 // s0² × the variance of n
-	if spread < 0.25*c.s0*c.s0 {    // n's standard deviation under half an item
-		return 0, 0, false
-	}
-	p := (c.s0*c.snt - c.s1*c.st) / spread
+	p := c.perItem
 	f := (c.st - p*c.s1) / c.s0
-	switch {
-	case p < 0:
-		p, f = 0, c.st/c.s0
-	case f < 0:
+	if f < 0 {
 		p, f = c.st/c.s1, 0
 	}
 	return seconds(f), seconds(p), true
@@ -230,10 +235,13 @@ func (s *Streamer) holdLocked(f *fifo, now time.Time, earlier func(time.Time)) (
 			return false, why // too soon to tell anything: be greedy
 		}
 		// The sizes seen so far cannot tell fixed from per-item cost: wait
-		// now and then, so that the batches differ and the fit learns.
-		s.explore++
-		if s.explore%8 != 0 {
-			return false, why
+		// now and then, so that the batches differ and the fit learns. A
+		// wait begun goes on: this is looked at again at every arrival.
+		if s.holdStart.IsZero() {
+			s.explore++
+			if s.explore%8 != 0 {
+				return false, why
+			}
 		}
 		_, fixed = s.cost.mean()
 		perItem = 0
