@@ -257,8 +257,16 @@ func (s *Streamer) holdLocked(f *fifo, now time.Time, earlier func(time.Time)) (
 	case !s.deadlinesAllow(f, now.Add(w+run)):
 		return false, reasonDeadline
 	}
-	other := s.soonestOtherFree(now, fixed, perItem)
-	newcomersWait := min(fixed+time.Duration(float64(perItem)*float64(q)), other)
+	// The newcomers would otherwise wait for this batch to run, or for a
+	// busy worker to come free first. But a wait that fills the batch is
+	// worth a whole batch to them: a busy worker that took them would leave
+	// its own callers, coming back as it answers, to wait in their turn.
+	newcomersWait := fixed + time.Duration(float64(perItem)*float64(q))
+	if float64(q)+k < float64(s.cfg.BatchSize)-0.5 {
+		newcomersWait = min(newcomersWait, s.soonestOtherFree(now, fixed, perItem))
+	} else if s.otherSlotIdle() {
+		newcomersWait = 0
+	}
 	gain := k * (newcomersWait - w).Seconds()
 	cost := float64(q)*w.Seconds() + float64(q)*perItem.Seconds()*k
 	// Ask for half as much again: a wait that barely pays on the means
@@ -336,6 +344,19 @@ func (s *Streamer) soonestOtherFree(now time.Time, fixed, perItem time.Duration)
 		soonest = min(soonest, max(left, 0))
 	}
 	return soonest
+}
+
+// otherSlotIdle reports whether more than one ready slot is idle: one of
+// them takes this batch, and the newcomers need not wait for the other.
+// It requires that s.mu is held.
+func (s *Streamer) otherSlotIdle() bool {
+	idle := 0
+	for _, sl := range s.slots {
+		if sl.state == SlotReady && len(sl.inflight) == 0 {
+			idle++
+		}
+	}
+	return idle > 1
 }
 
 func minTime(a, b time.Time) time.Time {
