@@ -11,14 +11,11 @@ import (
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/streamer-dev/streamer/internal/wire/wiretest"
 )
 
-var jsonSeeds = []string{
-	`{"inputs": ["a", 1, 2.5, true, null, {"k": [1, {}]}], "timeout_ms": 100}`,
-	`{"inputs": []}`, `{}`, `[]`, `"\ud83d\ude00\u00e9\n"`, `-0.5e-3`, `1e400`,
-	`{"a":1,"a":2}`, "\"\xff\"", `{"inputs": [1,]}`, ` 123 `, `[[[[]]]]`,
-	`{"inputs": null, "timeout_ms": 1.5}`, `9223372036854775808`,
-}
+var jsonSeeds = wiretest.JSONSeeds
 
 // FuzzJSONToMsgpack checks the transcoder against encoding/json: it takes
 // exactly the texts encoding/json takes, and keeps their values.
@@ -28,7 +25,7 @@ func FuzzJSONToMsgpack(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		item, err := JSONToMsgpack(nil, data)
-		want, refErr := referenceJSON(data)
+		want, refErr := wiretest.ReferenceJSON(data)
 		if (err == nil) != (refErr == nil) {
 			t.Fatalf("JSONToMsgpack(%q) error %v, encoding/json error %v", data, err, refErr)
 		}
@@ -61,7 +58,7 @@ func FuzzMsgpackToJSON(f *testing.F) {
 		if err != nil {
 			return
 		}
-		got, err := referenceJSON(out)
+		got, err := wiretest.ReferenceJSON(out)
 		if err != nil {
 			t.Fatalf("MsgpackToJSON(%x) = %s, not valid JSON: %v", data, out, err)
 		}
@@ -77,7 +74,7 @@ func FuzzMsgpackToJSON(f *testing.F) {
 		if err != nil {
 			return
 		}
-		want, err := referenceJSON(ref)
+		want, err := wiretest.ReferenceJSON(ref)
 		if err != nil {
 			t.Fatalf("reference JSON %s: %v", ref, err)
 		}

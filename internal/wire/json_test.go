@@ -1,12 +1,10 @@
 package wire
 
 import (
-	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"reflect"
 	"strconv"
@@ -14,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/streamer-dev/streamer/internal/wire/wiretest"
 )
 
 func TestJSONToMsgpackEncodings(t *testing.T) {
@@ -97,7 +97,7 @@ func TestJSONToMsgpackHeaderSizes(t *testing.T) {
 // assertSameValue checks the msgpack item holds the value of the JSON text.
 func assertSameValue(t testing.TB, jsonText, item []byte) {
 	t.Helper()
-	want, err := referenceJSON(jsonText)
+	want, err := wiretest.ReferenceJSON(jsonText)
 	if err != nil {
 		t.Fatalf("reference decode of %.80s: %v", jsonText, err)
 	}
@@ -108,50 +108,6 @@ func assertSameValue(t testing.TB, jsonText, item []byte) {
 	if got = normalize(got); !reflect.DeepEqual(got, want) {
 		t.Fatalf("JSON %.80s became %#v, want %#v", jsonText, got, want)
 	}
-}
-
-// referenceJSON decodes JSON the way encoding/json does, with numbers as
-// int64 when they fit and float64 otherwise; out of range is an error.
-func referenceJSON(data []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("more after the value: %v", err)
-	}
-	return jsonNumbers(v)
-}
-
-func jsonNumbers(v any) (any, error) {
-	switch x := v.(type) {
-	case json.Number:
-		if i, err := strconv.ParseInt(string(x), 10, 64); err == nil {
-			return i, nil
-		}
-		f, err := strconv.ParseFloat(string(x), 64)
-		if err != nil {
-			return nil, err
-		}
-		return f, nil
-	case []any:
-		for i := range x {
-			var err error
-			if x[i], err = jsonNumbers(x[i]); err != nil {
-				return nil, err
-			}
-		}
-	case map[string]any:
-		for k := range x {
-			var err error
-			if x[k], err = jsonNumbers(x[k]); err != nil {
-				return nil, err
-			}
-		}
-	}
-	return v, nil
 }
 
 // normalize turns the integer types msgpack decodes into int64.

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/streamer-dev/streamer/internal/wire/wiretest"
 )
 
 func mustMsgpack(t testing.TB, v any) []byte {
@@ -172,8 +174,8 @@ func TestRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("MsgpackToJSON(%x): %v", item, err)
 		}
-		want, _ := referenceJSON([]byte(in))
-		got, err := referenceJSON(out)
+		want, _ := wiretest.ReferenceJSON([]byte(in))
+		got, err := wiretest.ReferenceJSON(out)
 		if err != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("round trip of %s gave %s (%v)", in, out, err)
 		}

@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -56,48 +53,4 @@ func TestGenericFromMsgpackCopies(t *testing.T) {
 	if item[1] != 'x' {
 		t.Error("the item aliases the raw bytes, which the caller reuses")
 	}
-}
-
-// referenceJSON decodes JSON the way encoding/json does, with numbers as
-// int64 when they fit and float64 otherwise; out of range is an error.
-func referenceJSON(data []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("more after the value: %v", err)
-	}
-	return jsonNumbers(v)
-}
-
-func jsonNumbers(v any) (any, error) {
-	switch x := v.(type) {
-	case json.Number:
-		if i, err := strconv.ParseInt(string(x), 10, 64); err == nil {
-			return i, nil
-		}
-		f, err := strconv.ParseFloat(string(x), 64)
-		if err != nil {
-			return nil, err
-		}
-		return f, nil
-	case []any:
-		for i := range x {
-			var err error
-			if x[i], err = jsonNumbers(x[i]); err != nil {
-				return nil, err
-			}
-		}
-	case map[string]any:
-		for k := range x {
-			var err error
-			if x[k], err = jsonNumbers(x[k]); err != nil {
-				return nil, err
-			}
-		}
-	}
-	return v, nil
 }

@@ -7,14 +7,11 @@ import (
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/streamer-dev/streamer/internal/wire/wiretest"
 )
 
-var jsonSeeds = []string{
-	`{"inputs": ["a", 1, 2.5, true, null, {"k": [1, {}]}], "timeout_ms": 100}`,
-	`{"inputs": []}`, `{}`, `[]`, `"\ud83d\ude00\u00e9\n"`, `-0.5e-3`, `1e400`,
-	`{"a":1,"a":2}`, "\"\xff\"", `{"inputs": [1,]}`, ` 123 `, `[[[[]]]]`,
-	`{"inputs": null, "timeout_ms": 1.5}`, `9223372036854775808`,
-}
+var jsonSeeds = wiretest.JSONSeeds
 
 // FuzzPredictJSONBody checks the JSON body decoder against encoding/json:
 // a body is answered 200 exactly when it is a JSON object whose "inputs" is
@@ -76,7 +73,7 @@ func expectedJSONStatus(body []byte) int {
 		return http.StatusBadRequest
 	}
 	for _, raw := range inputs {
-		if _, err := referenceJSON(raw); err != nil { // e.g. a number out of range
+		if _, err := wiretest.ReferenceJSON(raw); err != nil { // e.g. a number out of range
 			return http.StatusBadRequest
 		}
 	}
