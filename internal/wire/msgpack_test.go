@@ -11,19 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmihailenco/msgpack/v5"
-
 	"github.com/streamer-dev/streamer/internal/wire/wiretest"
 )
 
-func mustMsgpack(t testing.TB, v any) []byte {
-	t.Helper()
-	b, err := msgpack.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
+var mustMsgpack = wiretest.MustMsgpack
 
 func TestMsgpackToJSON(t *testing.T) {
 	ts := time.Date(2024, 5, 6, 7, 8, 9, 123456789, time.UTC)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/streamer-dev/streamer/internal/wire/wiretest"
 	"github.com/streamer-dev/streamer/supervisor"
 )
 
@@ -146,14 +147,7 @@ func errorOf(t *testing.T, rec *httptest.ResponseRecorder) string {
 	return e.Error
 }
 
-func mustMsgpack(t testing.TB, v any) []byte {
-	t.Helper()
-	b, err := msgpack.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
+var mustMsgpack = wiretest.MustMsgpack
 
 // pickyCodec refuses the JSON or msgpack string "bad" and gives the string
 // "other" its own batch key.

@@ -1,6 +1,6 @@
 // Package wiretest holds what the tests of the wire codecs and of their
 // users share: the reference decoder a fast codec is held against, and the
-// seed texts of their fuzzers.
+// seed texts of their fuzzers, and the reference msgpack encoder.
 package wiretest
 
 import (
@@ -9,6 +9,9 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // JSONSeeds are JSON texts, valid and not, that every JSON fuzzer starts from.
@@ -57,4 +60,15 @@ func numbers(v any) (any, error) {
 		}
 	}
 	return v, nil
+}
+
+// MustMsgpack encodes v with the msgpack library, the reference encoder,
+// failing the test when it cannot.
+func MustMsgpack(tb testing.TB, v any) []byte {
+	tb.Helper()
+	b, err := msgpack.Marshal(v)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
 }
