@@ -262,12 +262,18 @@ func (s *Streamer) holdLocked(f *fifo, now time.Time, earlier func(time.Time)) (
 	// worth a whole batch to them: a busy worker that took them would leave
 	// its own callers, coming back as it answers, to wait in their turn.
 	newcomersWait := fixed + time.Duration(float64(perItem)*float64(q))
+	var gain float64
 	if float64(q)+k < float64(s.cfg.BatchSize)-0.5 {
-		newcomersWait = min(newcomersWait, s.soonestOtherFree(now, fixed, perItem))
+		// A busy worker that takes them makes its own callers' batch
+		// longer by p·k, as this one would be for the q queued here.
+		if t, n := s.soonestOtherFree(now, fixed, perItem); t < newcomersWait {
+			newcomersWait = t
+			gain = 1.5 * k * perItem.Seconds() * n
+		}
 	} else if s.otherSlotIdle() {
 		newcomersWait = 0
 	}
-	gain := k * (newcomersWait - w).Seconds()
+	gain += k * (newcomersWait - w).Seconds()
 	cost := float64(q)*w.Seconds() + float64(q)*perItem.Seconds()*k
 	// Ask for half as much again: a wait that barely pays on the means
 	// loses whenever the callers come back later than usual.
@@ -321,10 +327,12 @@ func (s *Streamer) deadlinesAllow(f *fifo, end time.Time) bool {
 }
 
 // soonestOtherFree estimates how long until some ready slot other than an
-// idle one taking this batch can start a new batch: zero when another is
-// idle too. It requires that s.mu is held.
-func (s *Streamer) soonestOtherFree(now time.Time, fixed, perItem time.Duration) time.Duration {
-	soonest := time.Duration(math.MaxInt64)
+// idle one taking this batch starts its next batch, and how many of its own
+// callers it expects in it: once free, it waits in its turn for them to come
+// back. It is zero when another slot is idle too. It requires that s.mu is
+// held.
+func (s *Streamer) soonestOtherFree(now time.Time, fixed, perItem time.Duration) (after time.Duration, callers float64) {
+	after = time.Duration(math.MaxInt64)
 	idleSeen := false
 	for _, sl := range s.slots {
 		if sl.state != SlotReady {
@@ -332,7 +340,7 @@ func (s *Streamer) soonestOtherFree(now time.Time, fixed, perItem time.Duration)
 		}
 		if len(sl.inflight) == 0 {
 			if idleSeen {
-				return 0 // a second idle slot: the newcomers need not wait
+				return 0, 0 // a second idle slot: the newcomers need not wait
 			}
 			idleSeen = true
 			continue
@@ -341,9 +349,17 @@ func (s *Streamer) soonestOtherFree(now time.Time, fixed, perItem time.Duration)
 		for _, b := range sl.inflight {
 			left += fixed + time.Duration(float64(perItem)*float64(len(b.items)))
 		}
-		soonest = min(soonest, max(left, 0))
+		n := 0.0
+		if s.returns.ratio >= 0.5 {
+			last := len(sl.inflight[len(sl.inflight)-1].items)
+			left += s.returns.eta(last)
+			n = s.returns.ratio * float64(last)
+		}
+		if left = max(left, 0); left < after {
+			after, callers = left, n
+		}
 	}
-	return soonest
+	return after, callers
 }
 
 // otherSlotIdle reports whether more than one ready slot is idle: one of
