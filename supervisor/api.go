@@ -114,6 +114,8 @@ type Stats struct {
 	Dispatch DispatchStats `json:"dispatch"`
 	// Cost is the batch cost measured on the recent batches.
 	Cost CostStats `json:"cost"`
+	// Returns is how the callers answered come back, as measured.
+	Returns ReturnStats `json:"returns"`
 }
 
 // DispatchStats counts batches by why they were dispatched.
@@ -145,6 +147,19 @@ type CostStats struct {
 	PerItemMs float64 `json:"per_item_ms"`
 	// Batches counts the batches measured.
 	Batches uint64 `json:"batches"`
+}
+
+// ReturnStats is how callers come back once answered, as the adaptive
+// policy measures it (running means over the recent batches): in a closed
+// loop nearly all of them, the first FirstMs after the answer and the
+// others GapMs apart. A batch of n callers is back after about FirstMs +
+// (n − 1) × GapMs.
+type ReturnStats struct {
+	// Share of the answered callers that sent a new item within their
+	// batch's return window (0 to 1).
+	Share   float64 `json:"share"`
+	FirstMs float64 `json:"first_ms"`
+	GapMs   float64 `json:"gap_ms"`
 }
 
 // MeanBatchSize is the average size of the completed batches.

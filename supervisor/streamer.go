@@ -390,6 +390,7 @@ func (s *Streamer) Stats() Stats {
 	st.Queued = s.queue.items()
 	fixed, perItem, fitted := s.cost.line()
 	st.Cost = CostStats{Fitted: fitted, FixedMs: ms(fixed), PerItemMs: ms(perItem), Batches: s.cost.batches}
+	st.Returns = ReturnStats{Share: s.returns.ratio, FirstMs: ms(s.returns.delay), GapMs: ms(s.returns.gap)}
 	s.mu.Unlock()
 	return st
 }

@@ -158,6 +158,7 @@ func runSweep(ctx context.Context, cfg bench.Config, o benchOptions) error {
 			row := bench.SweepRow{Batching: policy, Clients: clients, Report: res.Report}
 			if o.serve.plugin == "" {
 				row.BestItemsPerS, row.BestP50MS = bench.SleepBest(o.serve.model, o.serve.workers, o.serve.batchSize, clients)
+				row.WithReturn(o.serve.workers)
 			}
 			rows = append(rows, row)
 			if !o.jsonOut {

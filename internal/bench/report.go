@@ -42,6 +42,9 @@ type Report struct {
 	Dispatch supervisor.DispatchStats `json:"dispatch"`
 	// Cost is the batch cost the server measured, at the window's end.
 	Cost supervisor.CostStats `json:"cost"`
+	// Returns is how the callers came back once answered, as the server
+	// measured it at the window's end.
+	Returns supervisor.ReturnStats `json:"returns"`
 }
 
 // Latencies are latency percentiles in milliseconds.
@@ -82,6 +85,7 @@ func newReport(samples []sample, kinds *errorKinds, elapsed time.Duration, items
 	r.BatchSizes, r.MeanBatchSize = batchesBetween(before, after)
 	r.Dispatch = dispatchBetween(before.Dispatch, after.Dispatch)
 	r.Cost = after.Cost
+	r.Returns = after.Returns
 	return r
 }
 

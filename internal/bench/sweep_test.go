@@ -25,3 +25,25 @@ func TestSleepBest(t *testing.T) {
 		t.Errorf("echo has no known cost, got %.0f", items)
 	}
 }
+
+func TestWithReturn(t *testing.T) {
+	// 8 clients on 2 workers: rounds of 4, 10.4 ms each; the callers of a
+	// round are back 0.5 + 3 × 0.1 ms after their answer.
+	best, p50 := SleepBest("sleep:10ms,100us", 2, 64, 8)
+	r := SweepRow{Clients: 8, BestItemsPerS: best, BestP50MS: p50}
+	r.Report.Returns.FirstMs, r.Report.Returns.GapMs = 0.5, 0.1
+	r.WithReturn(2)
+	if diff := r.ReturnMS - 0.8; diff > 1e-9 || diff < -1e-9 {
+		t.Errorf("return %.3f ms, want 0.8", r.ReturnMS)
+	}
+	if want := 8 / 0.0112; r.BestWithReturnItemsPerS/want-1 > 1e-9 || r.BestWithReturnItemsPerS/want-1 < -1e-9 {
+		t.Errorf("best with return %.1f items/s, want %.1f", r.BestWithReturnItemsPerS, want)
+	}
+	// Beyond a batch per worker the limit holds whatever the return.
+	best, p50 = SleepBest("sleep:10ms,100us", 1, 64, 512)
+	r = SweepRow{Clients: 512, BestItemsPerS: best, BestP50MS: p50}
+	r.Report.Returns.FirstMs = 3
+	if r.WithReturn(1); r.BestWithReturnItemsPerS != 0 {
+		t.Errorf("at saturation: best with return %.1f, want none", r.BestWithReturnItemsPerS)
+	}
+}
