@@ -176,3 +176,31 @@ func TestShutdownLeavesTheInProcessModelOpen(t *testing.T) {
 		t.Fatalf("the streamer closed the caller's model %d times; its owner closes it", n)
 	}
 }
+
+// A shutdown right after Start, which returns once one worker is ready,
+// must also stop the workers still coming up.
+func TestShutdownRightAfterStartStopsWorkersStillStarting(t *testing.T) {
+	m := model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) { return items, nil })
+	for i := range 200 {
+		s, err := supervisor.New(supervisor.Config{InProcess: m, Workers: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := s.Start(ctx); err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- s.Shutdown(ctx) }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("round %d: %v", i, err)
+			}
+		case <-ctx.Done():
+			t.Fatalf("round %d: Shutdown did not return within 10s", i)
+		}
+		cancel()
+	}
+}

@@ -147,6 +147,11 @@ func (sl *slot) setReady(w worker) {
 	s.mu.Unlock()
 	s.log.Info("worker ready", "slot", sl.id, "pid", w.pid(), "device", w.device())
 	s.signal()
+	// A shutdown that began while this worker was starting found no worker
+	// to stop (it looks at sl.w after closing stopping, this after setting it).
+	if isClosed(s.stopping) {
+		w.stop()
+	}
 }
 
 // sendLocked hands b to the slot's worker. It requires that s.mu is held.
@@ -480,6 +485,9 @@ func (sl *slot) shutdown(kill bool) {
 		return
 	case <-time.After(s.cfg.Process.StopTimeout):
 	}
+	s.mu.Lock()
+	w = sl.w // it may have come up since
+	s.mu.Unlock()
 	if w != nil {
 		s.log.Warn("worker did not stop in time; killing it", "slot", sl.id, "pid", w.pid())
 		w.kill(errors.New("did not stop in time"))
