@@ -22,7 +22,8 @@ type SweepRow struct {
 	// ReturnMS is how long a round's callers took to be all back after
 	// their answer, as the server measured it (see supervisor.ReturnStats), and
 	// BestWithReturnItemsPerS the best throughput once that time is
-	// counted in each round; both 0 beyond a batch per worker.
+	// counted in each round; both 0 beyond a batch per worker, and when the
+	// server did not measure the returns.
 	ReturnMS                float64 `json:"return_ms,omitempty"`
 	BestWithReturnItemsPerS float64 `json:"best_with_return_items_per_s,omitempty"`
 }
@@ -34,8 +35,8 @@ type SweepRow struct {
 // a batch of answers into new requests takes milliseconds, which a closed
 // loop cannot avoid.
 func (r *SweepRow) WithReturn(workers int) {
-	if r.BestP50MS <= 0 || r.BestItemsPerS <= 0 {
-		return
+	if r.BestP50MS <= 0 || r.BestItemsPerS <= 0 || r.Report.Returns.Share == 0 {
+		return // nothing measured: greedy batching does not follow the returns
 	}
 	perWorker := math.Ceil(float64(r.Clients) / float64(workers))
 	ret := r.Report.Returns
