@@ -22,7 +22,9 @@ log() { echo "install-tools: $*"; }
 #   protobuf-compiler: make proto, and the Python plugin's generated stubs.
 #   python3-grpcio, python3-protobuf, python3-msgpack, python3-cryptography: the
 #   Python plugin example (cryptography makes its TLS certificate).
-apt_packages=(gcc libc6-dev protobuf-compiler python3-grpcio python3-protobuf python3-msgpack python3-cryptography)
+#   redis-server: the Redis broker's tests, which start their own servers
+#   (internal/redistest).
+apt_packages=(gcc libc6-dev protobuf-compiler python3-grpcio python3-protobuf python3-msgpack python3-cryptography redis-server)
 
 # install_apt_packages installs those of apt_packages that are missing,
 # refreshing the package lists once first.

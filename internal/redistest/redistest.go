@@ -1,0 +1,517 @@
+// Package redistest starts real redis-server processes for tests: each on a
+// free loopback port, with its own directory and configuration, killed when
+// the test ends. Tests that need Redis fail, rather than skip, when
+// redis-server is not installed; `make install-tools` installs it.
+//
+// A Server also answers single commands through Do, over a minimal RESP
+// client of its own, so a test can look at the server's state (DBSIZE, XLEN,
+// INFO memory) without the client library under test.
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Options configure the server Start runs. The zero value is a server with
+// no password, no TLS and no persistence.
+type Options struct {
+	// Password is the default user's password (requirepass). Empty: the
+	// default user needs none.
+	Password string
+
+	// User, when not empty, is an extra ACL user with every permission on
+	// every key and channel, whose password is UserPassword (empty: the user
+	// needs none).
+	User, UserPassword string
+
+	// TLS makes the server speak TLS only: its one port is a tls-port, and
+	// plain TCP is refused. The certificates are made for this server alone:
+	// a test CA (CAFile, CACertPool) and a certificate for 127.0.0.1 signed
+	// by it. Clients need no certificate of their own.
+	TLS bool
+
+	// Persist keeps the data across Kill and Restart, in an append-only file
+	// in the server's directory (appendfsync everysec). Redis writes the
+	// file before it replies, so a write acknowledged before Kill is there
+	// after Restart; everysec only risks the last second on a machine crash.
+	// Without Persist nothing is ever written to disk and Restart starts
+	// empty.
+	Persist bool
+
+	// MaxMemory is the server's maxmemory in Redis's notation ("64mb").
+	// Empty: no limit.
+	MaxMemory string
+}
+
+// Server is a redis-server process run for one test. Its address, directory
+// and credentials stay the same across Kill and Restart.
+type Server struct {
+	opt     Options
+	binary  string
+	dir     string
+	port    int
+	certs   certFiles   // zero without TLS
+	tlsConf *tls.Config // for Do's connections; nil without TLS
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd       // the running process; nil while killed
+	exited <-chan struct{} // closed once cmd has exited and been waited for
+}
+
+const (
+	// readyTimeout bounds how long a start waits for the first PONG.
+	readyTimeout = 10 * time.Second
+	// readyPollInterval is the pause between PINGs while the server starts.
+	readyPollInterval = 10 * time.Millisecond
+	// doTimeout bounds one Do, connection included.
+	doTimeout = 10 * time.Second
+	// bindAttempts is how many free ports Start tries: another process can
+	// take the port between its probe and the server's bind.
+	bindAttempts = 5
+	// logTailLines is how much of the server's log a failure shows.
+	logTailLines = 30
+)
+
+// errPortTaken marks a start that failed because the port was in use.
+var errPortTaken = errors.New("port already in use")
+
+// Start runs redis-server configured by opt and returns once it answers
+// PING, or fails the test: at once if redis-server is not on PATH or exits
+// while starting, with its log; after 10 seconds if it never answers. The
+// test's cleanup kills the server and removes its directory. Call Start from
+// the goroutine running the test.
+func Start(t testing.TB, opt Options) *Server {
+	t.Helper()
+	binary, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redistest: redis-server not found: run make install-tools (%v)", err)
+	}
+	s := &Server{opt: opt, binary: binary, dir: t.TempDir()}
+	if opt.TLS {
+		s.certs, err = writeCertificates(s.dir)
+		if err != nil {
+			t.Fatalf("redistest: TLS certificates: %v", err)
+		}
+		s.tlsConf = &tls.Config{RootCAs: s.certs.pool, ServerName: "127.0.0.1"}
+	}
+	t.Cleanup(s.Kill)
+	for attempt := 1; ; attempt++ {
+		s.port, err = freePort()
+		if err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		err = s.launch()
+		if err == nil {
+			return s
+		}
+		if !errors.Is(err, errPortTaken) || attempt == bindAttempts {
+			t.Fatalf("redistest: start redis-server on %s (attempt %d): %v", s.Addr(), attempt, err)
+		}
+	}
+}
+
+// Addr returns the server's address, "127.0.0.1:PORT".
+func (s *Server) Addr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+}
+
+// URL returns the address as a client library takes it:
+// redis://127.0.0.1:PORT/0, or rediss:// with TLS. It carries User and
+// UserPassword when Options named a User, and otherwise Password for the
+// default user.
+func (s *Server) URL() string {
+	u := url.URL{Scheme: "redis", Host: s.Addr(), Path: "/0"}
+	if s.opt.TLS {
+		u.Scheme = "rediss"
+	}
+	switch {
+	case s.opt.User != "":
+		u.User = url.UserPassword(s.opt.User, s.opt.UserPassword)
+	case s.opt.Password != "":
+		u.User = url.UserPassword("", s.opt.Password)
+	}
+	return u.String()
+}
+
+// CAFile returns the path of the PEM file of the CA that signed the server's
+// certificate, or "" without TLS.
+func (s *Server) CAFile() string { return s.certs.caFile }
+
+// CACertPool returns a pool holding the CA that signed the server's
+// certificate, for a client's tls.Config.RootCAs, or nil without TLS.
+func (s *Server) CACertPool() *x509.CertPool { return s.certs.pool }
+
+// Kill ends the server with SIGKILL, as a crash would, and returns once it
+// has exited. Nothing holds the port while the server is down: Restart binds
+// it again, and fails if another process took it meanwhile. Kill on a server
+// that is not running does nothing; commands sent while it is down fail.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	// An error here means it has exited already; the wait below is the same.
+	_ = s.cmd.Process.Kill()
+	<-s.exited
+	s.cmd = nil
+}
+
+// Restart starts the server again on the same port and in the same
+// directory, killing it first if it is running, and returns once it answers
+// PING; with Persist it has loaded its data by then. It fails the test as
+// Start does, and also when another process took the port while the server
+// was down. It may be called any number of times, from the goroutine running
+// the test.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.Kill()
+	err := s.launch()
+	if errors.Is(err, errPortTaken) {
+		t.Fatalf("redistest: restart redis-server on %s: %v (another process took the port while the server was down)", s.Addr(), err)
+	}
+	if err != nil {
+		t.Fatalf("redistest: restart redis-server on %s: %v", s.Addr(), err)
+	}
+}
+
+// Do runs one command as the default user (with Options.Password) and
+// returns its reply as text: simple and bulk strings as they are, integers
+// in decimal, a null reply as "", arrays as their elements joined by
+// newlines. It fails the test on an error reply or a failed connection.
+func (s *Server) Do(t testing.TB, args ...string) string {
+	t.Helper()
+	// Not t.Context: that ends before the cleanups, and a cleanup may well
+	// want to look at the server.
+	ctx, cancel := context.WithTimeout(context.Background(), doTimeout)
+	defer cancel()
+	text, err := s.DoErr(ctx, args...)
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	return text
+}
+
+// DoErr is Do returning the error instead of failing the test. An error
+// reply is a *ReplyError, wrapped with the command's name.
+func (s *Server) DoErr(ctx context.Context, args ...string) (string, error) {
+	return s.DoAs(ctx, "", s.opt.Password, args...)
+}
+
+// DoAs is DoErr on a connection that first authenticates as user with
+// password: AUTH password for the default user when user is empty, and no
+// AUTH at all when both are empty.
+func (s *Server) DoAs(ctx context.Context, user, password string, args ...string) (string, error) {
+	if len(args) == 0 {
+		return "", errors.New("redistest: no command")
+	}
+	text, err := s.roundTrip(ctx, user, password, args)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", args[0], err)
+	}
+	return text, nil
+}
+
+// roundTrip dials the server, authenticates when asked to, sends args and
+// renders the reply. Each call has a connection of its own, so a command
+// never sees the state another left behind.
+func (s *Server) roundTrip(ctx context.Context, user, password string, args []string) (string, error) {
+	conn, err := s.dial(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	if deadline, ok := ctx.Deadline(); ok {
+		if err := conn.SetDeadline(deadline); err != nil {
+			return "", err
+		}
+	}
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	r := bufio.NewReader(conn)
+	if user != "" || password != "" {
+		auth := []string{"AUTH", password}
+		if user != "" {
+			auth = []string{"AUTH", user, password}
+		}
+		if _, err := exchange(conn, r, auth); err != nil {
+			return "", fmt.Errorf("AUTH: %w", err)
+		}
+	}
+	text, err := exchange(conn, r, args)
+	if err != nil && ctx.Err() != nil {
+		return "", fmt.Errorf("%w (%v)", ctx.Err(), err)
+	}
+	return text, err
+}
+
+func (s *Server) dial(ctx context.Context) (net.Conn, error) {
+	var dialer net.Dialer
+	if s.tlsConf == nil {
+		return dialer.DialContext(ctx, "tcp", s.Addr())
+	}
+	tlsDialer := tls.Dialer{NetDialer: &dialer, Config: s.tlsConf}
+	return tlsDialer.DialContext(ctx, "tcp", s.Addr())
+}
+
+func exchange(conn net.Conn, r *bufio.Reader, args []string) (string, error) {
+	if err := writeCommand(conn, args); err != nil {
+		return "", err
+	}
+	rep, err := readReply(r)
+	if err != nil {
+		return "", err
+	}
+	return render(rep)
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// launch writes the configuration, starts redis-server on s.port and waits
+// until it answers. On failure the process is gone again.
+func (s *Server) launch() error {
+	confPath := filepath.Join(s.dir, "redis.conf")
+	if err := os.WriteFile(confPath, []byte(s.config()), 0o600); err != nil {
+		return err
+	}
+	// The server's own log and what it prints before it opens that log (a
+	// configuration error) go to one file; both append, so neither
+	// overwrites the other.
+	logFile, err := os.OpenFile(s.logPath(), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	info, err := logFile.Stat()
+	if err != nil {
+		return err
+	}
+	logStart := info.Size()
+
+	cmd := exec.Command(s.binary, confPath)
+	cmd.Dir = s.dir
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = sysProcAttr()
+	exited, err := startAndWait(cmd)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.cmd, s.exited = cmd, exited
+	s.mu.Unlock()
+
+	if err := s.awaitReady(cmd, exited, logStart); err != nil {
+		s.Kill()
+		return err
+	}
+	return nil
+}
+
+// startAndWait starts cmd and waits for it in a goroutine, which closes the
+// returned channel once it has exited.
+func startAndWait(cmd *exec.Cmd) (<-chan struct{}, error) {
+	started := make(chan error, 1)
+	exited := make(chan struct{})
+	go func() {
+		// The parent-death signal fires when the thread that started the
+		// child ends, not the process. Holding this thread until the child
+		// has exited means no other goroutine, locking it and returning, can
+		// end it early; waiting occupies a thread anyway.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		err := cmd.Start()
+		started <- err
+		if err != nil {
+			return
+		}
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return exited, nil
+}
+
+// awaitReady PINGs until the server answers PONG, it exits, or readyTimeout
+// passes. An exit while binding the port is errPortTaken.
+func (s *Server) awaitReady(cmd *exec.Cmd, exited <-chan struct{}, logStart int64) error {
+	deadline := time.NewTimer(readyTimeout)
+	defer deadline.Stop()
+	// A PING in flight ends when the server exits: what answered on the port
+	// may be another process, which took it first.
+	untilExit, cancelAtExit := context.WithCancel(context.Background())
+	defer cancelAtExit()
+	go func() {
+		select {
+		case <-exited:
+			cancelAtExit()
+		case <-untilExit.Done():
+		}
+	}()
+	for {
+		// Each PING gets a second at most, so a server that accepts but
+		// never answers still leaves time for the next try.
+		ctx, cancel := context.WithTimeout(untilExit, time.Second)
+		err := s.ping(ctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return s.exitError(cmd, logStart)
+		case <-deadline.C:
+			return fmt.Errorf("no PONG within %s (last: %v); log:\n%s", readyTimeout, err, tail(s.logSince(logStart)))
+		case <-time.After(readyPollInterval):
+		}
+	}
+}
+
+// exitError tells why cmd exited while starting, from what it logged since
+// logStart.
+func (s *Server) exitError(cmd *exec.Cmd, logStart int64) error {
+	log := s.logSince(logStart)
+	if strings.Contains(log, "Address already in use") {
+		return fmt.Errorf("%w: redis-server %s", errPortTaken, cmd.ProcessState)
+	}
+	return fmt.Errorf("redis-server exited while starting (%s); log:\n%s", cmd.ProcessState, tail(log))
+}
+
+// ping succeeds once the server answers PONG as the default user. While it
+// loads its data it answers LOADING instead, so Restart with Persist waits
+// for the data.
+func (s *Server) ping(ctx context.Context) error {
+	text, err := s.roundTrip(ctx, "", s.opt.Password, []string{"PING"})
+	if err != nil {
+		return err
+	}
+	if text != "PONG" {
+		return fmt.Errorf("PING answered %q", text)
+	}
+	return nil
+}
+
+func (s *Server) logPath() string { return filepath.Join(s.dir, "redis.log") }
+
+// logSince returns what the server logged from offset on: this start's part
+// of a log that every start appends to.
+func (s *Server) logSince(offset int64) string {
+	data, err := os.ReadFile(s.logPath())
+	if err != nil {
+		return fmt.Sprintf("(read log: %v)", err)
+	}
+	if offset > int64(len(data)) {
+		offset = 0
+	}
+	return string(data[offset:])
+}
+
+// tail returns the last logTailLines lines of log.
+func tail(log string) string {
+	lines := strings.Split(strings.TrimRight(log, "\n"), "\n")
+	if len(lines) > logTailLines {
+		lines = lines[len(lines)-logTailLines:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// config renders the server's configuration file. Every value is quoted, so
+// a directory or password with spaces or quotes stays one argument.
+func (s *Server) config() string {
+	var b strings.Builder
+	set := func(args ...string) {
+		for i, arg := range args {
+			if i > 0 {
+				b.WriteByte(' ')
+				arg = quote(arg)
+			}
+			b.WriteString(arg)
+		}
+		b.WriteByte('\n')
+	}
+	port := strconv.Itoa(s.port)
+	set("bind", "127.0.0.1")
+	set("protected-mode", "no")
+	set("daemonize", "no")
+	set("dir", s.dir)
+	set("logfile", s.logPath())
+	set("save", "")
+	if s.opt.TLS {
+		set("port", "0")
+		set("tls-port", port)
+		set("tls-cert-file", s.certs.certFile)
+		set("tls-key-file", s.certs.keyFile)
+		set("tls-ca-cert-file", s.certs.caFile)
+		set("tls-auth-clients", "no")
+	} else {
+		set("port", port)
+	}
+	if s.opt.Persist {
+		set("appendonly", "yes")
+		set("appendfsync", "everysec")
+	} else {
+		set("appendonly", "no")
+	}
+	if s.opt.MaxMemory != "" {
+		set("maxmemory", s.opt.MaxMemory)
+	}
+	if s.opt.Password != "" {
+		set("requirepass", s.opt.Password)
+	}
+	if s.opt.User != "" {
+		secret := "nopass"
+		if s.opt.UserPassword != "" {
+			secret = ">" + s.opt.UserPassword
+		}
+		set("user", s.opt.User, "on", secret, "~*", "&*", "+@all")
+	}
+	return b.String()
+}
+
+// quote puts s in double quotes, escaping what Redis's configuration parser
+// would otherwise read as the end of the string or an escape.
+func quote(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, c := range []byte(s) {
+		switch c {
+		case '"', '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case '\n':
+			b.WriteString(`\n`)
+		case '\r':
+			b.WriteString(`\r`)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
