@@ -26,7 +26,7 @@ const releaseSlack = 32 << 20
 // runtime's periodic collection minutes later. When nothing was queued,
 // running or answered for a whole check interval and the heap holds far
 // more than it uses, it collects and returns the free memory at once.
-func releaseMemoryWhenIdle(ctx context.Context, st *supervisor.Streamer, log *slog.Logger) {
+func releaseMemoryWhenIdle(ctx context.Context, st interface{ Stats() supervisor.Stats }, log *slog.Logger) {
 	tick := time.NewTicker(idleCheckEvery)
 	defer tick.Stop()
 	samples := []metrics.Sample{

@@ -62,6 +62,8 @@ type serveOptions struct {
 	batching       string
 	ortLib         string
 	pad            []string
+
+	broker brokerOptions
 }
 
 func newServeCommand() *cobra.Command {
@@ -87,11 +89,11 @@ CUDA_VISIBLE_DEVICES set to the (i mod n)-th entry of --cuda.`,
 func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f := cmd.Flags()
 	f.StringVar(&o.listen, "listen", "127.0.0.1:5005", "address the HTTP API listens on")
-	f.IntVar(&o.workers, "workers", 1, "number of worker processes")
+	f.IntVar(&o.workers, "workers", 1, "number of worker processes (0: a front end only, with --broker)")
 	f.StringVar(&o.cuda, "cuda", "", "comma-separated GPU ids handed round-robin to the workers as CUDA_VISIBLE_DEVICES (unset: the variable passes through)")
 	f.IntVar(&o.batchSize, "batch-size", 64, "most items in one batch")
 	f.DurationVar(&o.maxLatency, "max-latency", 100*time.Millisecond, "longest an item waits for batch-mates while every worker is busy (an idle worker never waits)")
-	f.IntVar(&o.maxQueue, "max-queue", 0, "most items waiting; beyond it requests get 429 (0: 100 × batch-size × workers)")
+	f.IntVar(&o.maxQueue, "max-queue", 0, "most items waiting; beyond it requests get 429 (0: 100 × batch-size × workers); with --broker, the bound of the shared backlog in Redis (0: 100 × batch-size × max(workers, 1))")
 	f.IntVar(&o.maxItems, "max-items", 4096, "most items in one request; more (or more than --max-queue) gets 413")
 	f.IntVar(&o.maxBatchBytes, "max-batch-bytes", 64<<20, "most encoded item bytes in one batch; an item larger gets 413 (must fit the pipe's frame limit of 256 MiB)")
 	f.Int64Var(&o.maxBody, "max-body", 8<<20, "largest request body in bytes; larger gets 413")
@@ -119,6 +121,7 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f.IntVar(&o.intraOpThreads, "intra-op-threads", 0, "threads one worker uses inside a batch (ONNX; 0: runtime default); keep workers × threads ≤ cores")
 	f.StringVar(&o.ortLib, "ort-lib", "", "path to the ONNX Runtime shared library (default: $STREAMER_ORT_LIB, third_party/onnxruntime, then the system)")
 	f.StringArrayVar(&o.pad, "pad", nil, "INPUT=VALUE: pad that ONNX input's dynamic axes with VALUE so items of different lengths share a batch (repeatable)")
+	addBrokerFlags(f, &o.broker)
 }
 
 // spec turns the model flags into the Spec every worker opens. socketDir
@@ -298,13 +301,26 @@ func runServe(ctx context.Context, o serveOptions) error {
 		return err
 	}
 	announceModel(info, o.batchSize, o.maxLatency, log)
-	cfg, err := o.supervisorConfig(spec, log)
-	if err != nil {
-		return err
+	if o.workers == 0 && o.broker.url == "" {
+		return errNoBroker
 	}
-	st, err := supervisor.New(cfg)
-	if err != nil {
-		return err
+	var st *supervisor.Streamer
+	if o.workers != 0 || o.broker.url == "" {
+		cfg, err := o.supervisorConfig(spec, log)
+		if err != nil {
+			return err
+		}
+		if st, err = supervisor.New(cfg); err != nil {
+			return err
+		}
+	}
+	var backend httpapi.Backend = st
+	var remote *brokerParts
+	if o.broker.url != "" {
+		if remote, err = o.brokerParts(st, log); err != nil {
+			return err
+		}
+		backend = remote.backend()
 	}
 	if err := o.checkHTTPLimits(); err != nil {
 		return err
@@ -337,10 +353,16 @@ func runServe(ctx context.Context, o serveOptions) error {
 	// Serve from the start: while the workers initialise, /readyz says 503
 	// and requests get a quick 503 instead of waiting on a silent socket.
 	api := httpapi.New(httpapi.Config{
-		Backend: st, Codec: codec, MaxBody: o.maxBody, Logger: log, Model: info,
+		Backend: backend, Codec: codec, MaxBody: o.maxBody, Logger: log, Model: info,
 		WriteTimeout: o.writeTimeout, AllowedOrigins: o.allowOrigins,
 	})
-	stopping := &drainer{st: st, listener: listener, grace: o.grace, log: log}
+	stopping := &drainer{listener: listener, grace: o.grace, log: log}
+	if remote != nil {
+		stopping.stops = append(stopping.stops, remote.stops()...)
+	}
+	if st != nil {
+		stopping.stops = append(stopping.stops, st.Shutdown)
+	}
 	server := &http.Server{
 		Handler:           stopping.wrap(api),
 		ReadHeaderTimeout: min(10*time.Second, o.readTimeout),
@@ -353,15 +375,22 @@ func runServe(ctx context.Context, o serveOptions) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- server.Serve(listener) }()
 	log.Info("listening; starting workers", "listen", listener.Addr().String(), "model", o.modelName(), "workers", o.workers, "cuda", o.cuda)
-	if err := st.Start(ctx); err != nil {
-		if ctx.Err() != nil {
-			log.Info("signal received while starting: stopping")
-			return stopping.drain(server)
+	var fatal <-chan error
+	if st != nil {
+		if err := st.Start(ctx); err != nil {
+			if ctx.Err() != nil {
+				log.Info("signal received while starting: stopping")
+				return stopping.drain(server)
+			}
+			return errors.Join(fmt.Errorf("start workers: %w", err), stopping.drain(server))
 		}
-		return errors.Join(fmt.Errorf("start workers: %w", err), stopping.drain(server))
+		fatal = st.Fatal()
+	}
+	if remote != nil {
+		remote.start(ctx, log)
 	}
 	log.Info("serving")
-	go releaseMemoryWhenIdle(ctx, st, log)
+	go releaseMemoryWhenIdle(ctx, backend, log)
 
 	var runErr error
 	select {
@@ -369,7 +398,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		// A second signal ends the process at once, the default behaviour.
 		stop()
 		log.Info("signal received: draining (a second signal exits at once)", "grace", o.grace)
-	case err := <-st.Fatal():
+	case err := <-fatal:
 		runErr = err
 		log.Error("every worker slot has failed; exiting so an orchestrator can take over", "err", err)
 	case err := <-serveErr:
@@ -381,7 +410,8 @@ func runServe(ctx context.Context, o serveOptions) error {
 // drainer stops the server on a signal without leaving a request that
 // reached it unanswered.
 type drainer struct {
-	st       *supervisor.Streamer
+	// stops run in order: the front end, the node, the local supervisor.
+	stops    []func(context.Context) error
 	listener *cappedListener
 	grace    time.Duration
 	log      *slog.Logger
@@ -416,8 +446,10 @@ func (d *drainer) drain(server *http.Server) error {
 	d.draining.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), d.grace)
 	defer cancel()
-	if err := d.st.Shutdown(ctx); err != nil {
-		d.log.Warn("drain did not finish within the grace period; the rest was answered 503", "err", err)
+	for _, stop := range d.stops {
+		if err := stop(ctx); err != nil {
+			d.log.Warn("drain did not finish within the grace period; the rest was answered 503", "err", err)
+		}
 	}
 	// Every admitted item is answered by now: handlers only have their
 	// responses left to write, and new requests get 503.

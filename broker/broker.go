@@ -1,0 +1,243 @@
+// Package broker spreads streamer over many machines through one Redis:
+// front ends put items on a Redis stream, GPU nodes read them through a
+// consumer group, batch and run them on their local workers, write each
+// answer to the asking front end's reply stream and acknowledge the item.
+//
+// What Redis holds, under Config.Prefix (default "streamer"):
+//
+//	PREFIX:items         the stream of items waiting or running, oldest first
+//	                     (consumer group "nodes"); an item leaves it once
+//	                     answered. Its length is the shared backlog.
+//	PREFIX:reply:FRONT   one front end's answers, trimmed by the front end
+//	                     as it reads them; it expires ReplyTTL after the last
+//	                     answer written to it, so a dead front end's
+//	                     answers go away by themselves
+//	PREFIX:nodes         sorted set: every node's last heartbeat (unix ms)
+//	PREFIX:poison        sorted set: the hashes of items found to crash the
+//	                     model, each until its expiry (unix ms)
+//
+// The guarantees: items are served in the order they reached Redis; a node
+// acknowledges an item only after its answer is written, and the items of a
+// node that stops answering are claimed by another after ClaimIdle
+// (XAUTOCLAIM), so every admitted item is answered; a second answer to an
+// item (after a claim) is dropped by the front end. A node reads only about
+// what its workers can run soon, so no node hoards the stream while another
+// idles. Deadlines travel with the items: an item whose deadline passed in
+// Redis is never run. An item that crashes one node's model is refused by
+// every node for the quarantine's time.
+package broker
+
+import (
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// Config is what front ends and nodes share: where Redis is and how the
+// keys are named. Only URL is required.
+type Config struct {
+	// URL is redis://[user:password@]host:port/db, or rediss:// for TLS.
+	URL string
+	// TLS, when not nil, replaces the TLS settings a rediss:// URL implies
+	// (e.g. to trust a private CA).
+	TLS *tls.Config
+	// Prefix starts every key, so that several models can share one Redis.
+	// Empty means "streamer".
+	Prefix string
+	// ClaimIdle is how long an item may stay with a node that shows no sign
+	// of life before another node claims it. Zero means 5s.
+	ClaimIdle time.Duration
+	// ReplyTTL is how long a front end's reply stream outlives the last
+	// answer written to it (or the front end's last sign of life). Zero
+	// means 1 minute.
+	ReplyTTL time.Duration
+	// Logger receives the broker's events; nil discards them.
+	Logger *slog.Logger
+}
+
+// The defaults of Config.
+const (
+	DefaultPrefix    = "streamer"
+	DefaultClaimIdle = 5 * time.Second
+	DefaultReplyTTL  = time.Minute
+)
+
+// nodeGroup is the consumer group every node reads the items through.
+const nodeGroup = "nodes"
+
+// heartbeat is how often a node says it is alive; a node not heard from for
+// nodeSilence is taken for gone.
+const (
+	heartbeat   = time.Second
+	nodeSilence = 3 * heartbeat
+)
+
+// keys are the Redis keys of one prefix.
+type keys struct {
+	items, nodes, poison, replyPrefix string
+}
+
+func newKeys(prefix string) keys {
+	return keys{
+		items:       prefix + ":items",
+		nodes:       prefix + ":nodes",
+		poison:      prefix + ":poison",
+		replyPrefix: prefix + ":reply:",
+	}
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	cfg := *c
+	if cfg.URL == "" {
+		return cfg, errors.New("broker: no Redis URL")
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	if cfg.ClaimIdle == 0 {
+		cfg.ClaimIdle = DefaultClaimIdle
+	}
+	if cfg.ReplyTTL == 0 {
+		cfg.ReplyTTL = DefaultReplyTTL
+	}
+	if cfg.ClaimIdle < 100*time.Millisecond || cfg.ReplyTTL < time.Second {
+		return cfg, fmt.Errorf("broker: claim idle %s must be at least 100ms and reply TTL %s at least 1s", cfg.ClaimIdle, cfg.ReplyTTL)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return cfg, nil
+}
+
+// connect makes the client for cfg.URL. Nothing is sent yet: a Redis that
+// is down now is retried as the front end or node runs.
+func connect(cfg Config, poolSize int) (*redis.Client, error) {
+	opt, err := redis.ParseURL(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
+	if cfg.TLS != nil {
+		tc := cfg.TLS.Clone()
+		if tc.ServerName == "" {
+			tc.ServerName, _, _ = net.SplitHostPort(opt.Addr)
+		}
+		opt.TLSConfig = tc
+	}
+	// Fail fast while Redis is down: a request must not wait for the
+	// client's own retries and long timeouts.
+	opt.DialTimeout = time.Second
+	opt.ReadTimeout = 2 * time.Second
+	opt.WriteTimeout = 2 * time.Second
+	opt.MaxRetries = -1
+	opt.PoolSize = poolSize
+	opt.DisableIdentity = true
+	return redis.NewClient(opt), nil
+}
+
+// endpoint names the Redis of a client in messages, without its password.
+func endpoint(rdb *redis.Client) string { return rdb.Options().Addr }
+
+// The fields of an item entry on the items stream.
+const (
+	fieldFront    = "f" // the front end's id: where the answer goes
+	fieldSeq      = "q" // the request's number at that front end
+	fieldIndex    = "i" // the item's place in its request
+	fieldDeadline = "d" // unix microseconds; 0 for none
+	fieldKey      = "k" // the batch key; absent for none
+	fieldValue    = "v" // the item's bytes
+)
+
+// The fields of an answer on a reply stream.
+const (
+	fieldOutput  = "o" // the output's bytes, on success
+	fieldCode    = "e" // the error's kind (see codes), on failure
+	fieldMessage = "m" // the error's text, on failure
+)
+
+// codes name supervisor's sentinel errors on the wire, so that a front end
+// answers a remote failure as a local supervisor would.
+var codes = []struct {
+	code string
+	err  error
+}{
+	{"deadline", supervisor.ErrDeadline},
+	{"poison", supervisor.ErrPoison},
+	{"model", supervisor.ErrModel},
+	{"model_failed", supervisor.ErrModelFailed},
+	{"bad_request", supervisor.ErrBadRequest},
+	{"too_large", supervisor.ErrTooLarge},
+	{"canceled", supervisor.ErrCanceled},
+}
+
+// codeOf returns the wire code of err: its sentinel's, or model_failed.
+func codeOf(err error) string {
+	for _, c := range codes {
+		if errors.Is(err, c.err) {
+			return c.code
+		}
+	}
+	return "model_failed"
+}
+
+// remoteError is an item's failure as a node reported it.
+type remoteError struct {
+	msg string
+	is  error // the sentinel it wraps
+}
+
+func (e *remoteError) Error() string { return e.msg }
+func (e *remoteError) Unwrap() error { return e.is }
+
+func errorOf(code, msg string) error {
+	for _, c := range codes {
+		if c.code == code {
+			return &remoteError{msg: msg, is: c.err}
+		}
+	}
+	return &remoteError{msg: msg, is: supervisor.ErrModelFailed}
+}
+
+// itemError strips the *ItemError of a one-item request: the front end
+// wraps the cause again with the item's place in its own request.
+func itemError(err error) error {
+	var ie *supervisor.ItemError
+	if errors.As(err, &ie) {
+		return ie.Err
+	}
+	return err
+}
+
+// poisonHash names an item in the shared quarantine.
+func poisonHash(key string, data []byte) string {
+	h := sha256.New()
+	h.Write([]byte(key))
+	h.Write([]byte{0})
+	h.Write(data)
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// str reads a field of an entry as go-redis hands it over.
+func str(values map[string]any, field string) string {
+	s, _ := values[field].(string)
+	return s
+}
+
+func uintField(values map[string]any, field string) (uint64, error) {
+	v, err := strconv.ParseUint(str(values, field), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("field %q: %w", field, err)
+	}
+	return v, nil
+}
+
+func unixMs(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }

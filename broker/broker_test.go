@@ -1,0 +1,395 @@
+package broker_test
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/streamer-dev/streamer/broker"
+	"github.com/streamer-dev/streamer/internal/redistest"
+	"github.com/streamer-dev/streamer/model"
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// recorder is an in-process model that answers each item with itself and
+// remembers what it ran, in order. Items named in hold wait for release;
+// items named in fail are refused by the model; an item "panic" panics.
+type recorder struct {
+	mu      sync.Mutex
+	ran     []string
+	hold    map[string]bool
+	release chan struct{}
+}
+
+func newRecorder() *recorder { return &recorder{hold: map[string]bool{}, release: make(chan struct{})} }
+
+func (r *recorder) Predict(ctx context.Context, items [][]byte) ([][]byte, error) {
+	errs := make([]error, len(items))
+	failed := false
+	for i, it := range items {
+		s := string(it)
+		r.mu.Lock()
+		r.ran = append(r.ran, s)
+		held := r.hold[s]
+		r.mu.Unlock()
+		switch {
+		case s == "panic":
+			panic("the model cannot take this item")
+		case strings.HasPrefix(s, "bad"):
+			errs[i], failed = fmt.Errorf("item %q is not valid", s), true
+		}
+		if held {
+			select {
+			case <-r.release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+	}
+	if failed {
+		return items, &model.ItemErrors{Errs: errs}
+	}
+	return items, nil
+}
+
+func (r *recorder) Close() error { return nil }
+
+func (r *recorder) runs(item string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, s := range r.ran {
+		if s == item {
+			n++
+		}
+	}
+	return n
+}
+
+func (r *recorder) order() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.ran)
+}
+
+// startNode runs a node with an in-process streamer around m.
+func startNode(t *testing.T, rs *redistest.Server, m model.Model, batch int, tweak func(*broker.NodeConfig)) *broker.Node {
+	t.Helper()
+	st, err := supervisor.New(supervisor.Config{InProcess: m, Workers: 1, BatchSize: batch, MaxLatency: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := st.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cfg := broker.NodeConfig{Config: broker.Config{URL: rs.URL(), ClaimIdle: 400 * time.Millisecond}, Streamer: st, Capacity: 2 * batch}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	n, err := broker.NewNode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = n.Shutdown(ctx)
+		_ = st.Shutdown(ctx)
+	})
+	return n
+}
+
+func startFront(t *testing.T, rs *redistest.Server, tweak func(*broker.FrontEndConfig)) *broker.FrontEnd {
+	t.Helper()
+	cfg := broker.FrontEndConfig{Config: broker.Config{URL: rs.URL()}}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	fe, err := broker.NewFrontEnd(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fe.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = fe.Close(ctx)
+	})
+	return fe
+}
+
+// eventually polls cond until it holds, failing the test after 10s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10s: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// fakeNode makes front ends see a live node, so that items wait in Redis
+// for a real node started later.
+func fakeNode(t *testing.T, rs *redistest.Server) {
+	rs.Do(t, "ZADD", "streamer:nodes", strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10), "fake")
+}
+
+func predict(t *testing.T, fe *broker.FrontEnd, items ...string) ([][]byte, error) {
+	t.Helper()
+	raw := make([][]byte, len(items))
+	for i, s := range items {
+		raw[i] = []byte(s)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return fe.Predict(ctx, raw)
+}
+
+func TestAnswersComeBackInOrderWithTheirErrors(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	startNode(t, rs, newRecorder(), 8, nil)
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+
+	out, err := predict(t, fe, "a", "b", "c")
+	if err != nil || len(out) != 3 || string(out[0]) != "a" || string(out[1]) != "b" || string(out[2]) != "c" {
+		t.Fatalf("got %q, %v; want a b c", out, err)
+	}
+	out, err = predict(t, fe, "x", "bad-1", "y")
+	var ie *supervisor.ItemError
+	if !errors.As(err, &ie) || ie.Index != 1 || !errors.Is(err, supervisor.ErrModel) || !strings.Contains(err.Error(), `"bad-1" is not valid`) {
+		t.Fatalf("error %v; want item 1 refused by the model, with its message", err)
+	}
+	if string(out[0]) != "x" || string(out[2]) != "y" {
+		t.Errorf("the other outputs: %q; want x and y", out)
+	}
+	if st := fe.Stats(); st.Submitted != 6 || st.Answered != 6 || st.Failed != 1 || st.Queued != 0 {
+		t.Errorf("stats %+v; want 6 submitted and answered, 1 failed, none queued", st)
+	}
+	if n := rs.Do(t, "XLEN", "streamer:items"); n != "0" {
+		t.Errorf("%s items left on the stream; want none once answered", n)
+	}
+}
+
+func TestItemsAreServedInArrivalOrderAcrossFrontEnds(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fakeNode(t, rs)
+	fronts := []*broker.FrontEnd{startFront(t, rs, nil), startFront(t, rs, nil)}
+	for _, fe := range fronts {
+		eventually(t, "front end ready", fe.Ready)
+	}
+	const n = 24
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		fe := fronts[i%2]
+		wg.Go(func() { _, errs[i] = predict(t, fe, fmt.Sprint(i)) })
+		// The next is sent once this one is on the stream: the arrival
+		// order is known.
+		eventually(t, "item on the stream", func() bool { return rs.Do(t, "XLEN", "streamer:items") == fmt.Sprint(i+1) })
+	}
+	rec := newRecorder()
+	startNode(t, rs, rec, 1, nil)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("item %d: %v", i, err)
+		}
+	}
+	want := make([]string, n)
+	for i := range want {
+		want[i] = fmt.Sprint(i)
+	}
+	if got := rec.order(); !slices.Equal(got, want) {
+		t.Errorf("ran in order %v; want %v", got, want)
+	}
+}
+
+func TestASilentNodesItemsAreClaimedAndAnsweredOnce(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	stuck := newRecorder()
+	stuck.hold["slow"] = true
+	a := startNode(t, rs, stuck, 4, nil)
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+
+	done := make(chan error, 1)
+	var out [][]byte
+	go func() {
+		var err error
+		out, err = predict(t, fe, "slow")
+		done <- err
+	}()
+	eventually(t, "the first node holds the item", func() bool { return stuck.runs("slow") == 1 })
+	// The node goes silent: it stops reading, keeping and writing, and
+	// leaves its item unacknowledged, as a node killed would.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := a.Shutdown(ctx); err == nil {
+		t.Fatal("the node's shutdown left nothing to claim")
+	}
+	other := newRecorder()
+	b := startNode(t, rs, other, 4, nil)
+	if err := <-done; err != nil || string(out[0]) != "slow" {
+		t.Fatalf("got %q, %v; want the item answered by the other node", out, err)
+	}
+	if other.runs("slow") != 1 || b.Stats().Claimed != 1 {
+		t.Errorf("the other node ran the item %d times and claimed %d; want 1 and 1", other.runs("slow"), b.Stats().Claimed)
+	}
+	// The first node's model finishes late; nobody writes its answer, and
+	// a second answer would be dropped anyway.
+	close(stuck.release)
+	if n := rs.Do(t, "XLEN", "streamer:items"); n != "0" {
+		t.Errorf("%s items left on the stream; want none", n)
+	}
+}
+
+func TestADuplicateAnswerIsDropped(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fakeNode(t, rs)
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	done := make(chan error, 1)
+	var out [][]byte
+	go func() {
+		var err error
+		out, err = predict(t, fe, "q")
+		done <- err
+	}()
+	eventually(t, "item on the stream", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "1" })
+	reply := "streamer:reply:" + fe.ID()
+	// Two nodes answer the same item: the first answer counts.
+	rs.Do(t, "XADD", reply, "*", "q", "1", "i", "0", "o", "first")
+	rs.Do(t, "XADD", reply, "*", "q", "1", "i", "0", "o", "second")
+	if err := <-done; err != nil || string(out[0]) != "first" {
+		t.Fatalf("got %q, %v; want the first answer", out, err)
+	}
+	eventually(t, "the second answer dropped", func() bool { return fe.Duplicates() == 1 })
+}
+
+func TestTheSharedBacklogIsBounded(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fakeNode(t, rs)
+	fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.MaxBacklog = 4 })
+	eventually(t, "front end ready", fe.Ready)
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			_, _ = fe.Predict(ctx, [][]byte{[]byte(fmt.Sprint(i))})
+		})
+	}
+	eventually(t, "4 items on the stream", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "4" })
+	_, err := predict(t, fe, "one too many")
+	if !errors.Is(err, supervisor.ErrOverloaded) {
+		t.Fatalf("error %v; want ErrOverloaded", err)
+	}
+	wg.Wait()
+}
+
+func TestItemsWhoseDeadlinePassedInRedisNeverRun(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fakeNode(t, rs)
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := fe.Predict(ctx, [][]byte{[]byte("late")}); !errors.Is(err, supervisor.ErrDeadline) {
+		t.Fatalf("error %v; want ErrDeadline", err)
+	}
+	rec := newRecorder()
+	n := startNode(t, rs, rec, 4, nil)
+	eventually(t, "the item dropped by the node", func() bool { return n.Stats().Expired == 1 })
+	if rec.runs("late") != 0 {
+		t.Error("the model ran an item whose deadline had passed")
+	}
+	eventually(t, "the stream empty", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "0" })
+}
+
+func TestAPoisonItemIsRefusedByEveryNode(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	first := newRecorder()
+	a := startNode(t, rs, first, 4, nil)
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	if _, err := predict(t, fe, "panic"); !errors.Is(err, supervisor.ErrPoison) {
+		t.Fatalf("error %v; want ErrPoison from the first node", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := a.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := newRecorder()
+	b := startNode(t, rs, second, 4, nil)
+	if _, err := predict(t, fe, "panic"); !errors.Is(err, supervisor.ErrPoison) {
+		t.Fatalf("error %v; want ErrPoison from the second node", err)
+	}
+	if second.runs("panic") != 0 || b.Stats().Quarantined != 1 {
+		t.Errorf("the second node ran the poison item %d times, quarantined %d; want 0 and 1", second.runs("panic"), b.Stats().Quarantined)
+	}
+	if out, err := predict(t, fe, "fine"); err != nil || string(out[0]) != "fine" {
+		t.Errorf("after the poison item: %q, %v", out, err)
+	}
+}
+
+func TestRedisDownFailsFastAndServingResumesWhenItReturns(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	startNode(t, rs, newRecorder(), 4, nil)
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	if _, err := predict(t, fe, "before"); err != nil {
+		t.Fatal(err)
+	}
+	rs.Kill()
+	eventually(t, "front end not ready", func() bool { return !fe.Ready() })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := fe.Predict(ctx, [][]byte{[]byte("during")})
+	if !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), rs.Addr()) {
+		t.Fatalf("error %v; want ErrUnavailable naming redis at %s", err, rs.Addr())
+	}
+	rs.Restart(t)
+	eventually(t, "front end ready again", fe.Ready)
+	eventually(t, "served again", func() bool {
+		out, err := predict(t, fe, "after")
+		return err == nil && string(out[0]) == "after"
+	})
+}
+
+func TestRedisWithAPasswordAndTLS(t *testing.T) {
+	for _, opt := range []redistest.Options{{Password: "s3cret"}, {User: "streamer", UserPassword: "pw"}, {TLS: true}} {
+		t.Run(fmt.Sprintf("%+v", opt), func(t *testing.T) {
+			rs := redistest.Start(t, opt)
+			tweakNode := func(c *broker.NodeConfig) {}
+			tweakFront := func(c *broker.FrontEndConfig) {}
+			if opt.TLS {
+				tweakNode = func(c *broker.NodeConfig) { c.TLS = &tls.Config{RootCAs: rs.CACertPool()} }
+				tweakFront = func(c *broker.FrontEndConfig) { c.TLS = &tls.Config{RootCAs: rs.CACertPool()} }
+			}
+			startNode(t, rs, newRecorder(), 4, tweakNode)
+			fe := startFront(t, rs, tweakFront)
+			eventually(t, "front end ready", fe.Ready)
+			if out, err := predict(t, fe, "hi"); err != nil || string(out[0]) != "hi" {
+				t.Fatalf("got %q, %v", out, err)
+			}
+		})
+	}
+}

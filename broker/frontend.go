@@ -1,0 +1,619 @@
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// FrontEndConfig sets up a front end. Only URL is required.
+type FrontEndConfig struct {
+	Config
+	// MaxBacklog is the most items the shared stream may hold (waiting or
+	// running, from every front end); a request that would pass it is
+	// refused with supervisor.ErrOverloaded. Zero means 6400.
+	MaxBacklog int
+	// MaxItems is the most items in one request; more is ErrTooLarge.
+	// Zero means 4096.
+	MaxItems int
+	// Outage is how long Redis may be unreachable, or every node silent,
+	// before the requests waiting for answers fail with
+	// supervisor.ErrUnavailable. New requests fail at once meanwhile.
+	// Zero means 1s.
+	Outage time.Duration
+}
+
+// FrontEnd takes requests and has them answered by the nodes reading the
+// same Redis. It offers the Go API of a local supervisor (PredictRequest,
+// Ready, Stats, Slots), so the HTTP layer and embedders use it alike.
+type FrontEnd struct {
+	cfg      FrontEndConfig
+	rdb      *redis.Client
+	k        keys
+	id       string
+	replyKey string
+
+	mu    sync.Mutex
+	calls map[uint64]*call // waiting for answers, by request number
+	seq   uint64
+	held  int // items of the calls
+
+	submits chan *call
+	closing chan struct{}
+	done    sync.WaitGroup
+	closed  atomic.Bool
+
+	up      atomic.Bool  // Redis answered the last check
+	nodes   atomic.Int64 // nodes heard from within nodeSilence, at the last check
+	backlog atomic.Int64 // the stream's length at the last check
+	lastErr atomic.Pointer[string]
+
+	stats struct {
+		submitted, answered, failed, rejected, expired, duplicates atomic.Uint64
+	}
+}
+
+// call is one request waiting for its answers.
+type call struct {
+	seq      uint64
+	items    [][]byte
+	keys     []string
+	deadline time.Time
+	admitted chan error // the stream's verdict: nil, or why it was refused
+
+	// Filled by the reply reader under FrontEnd.mu.
+	outputs [][]byte
+	errs    []error
+	got     []bool
+	left    int
+	over    chan struct{} // closed when every item is answered, or the call failed
+	failure error         // set before over is closed when the call failed as a whole
+}
+
+// admitScript puts a request's items on the stream, or none of them when
+// the backlog would pass its bound (it answers -1 then).
+//
+//	KEYS[1] the items stream
+//	ARGV    max backlog, the stream's trim bound, front end, request
+//	        number, deadline, "1" when keys follow, then per item [key] value
+var admitScript = redis.NewScript(`
+local keyed = ARGV[6] == '1'
+local n = #ARGV - 6
+if keyed then n = n / 2 end
+if redis.call('XLEN', KEYS[1]) + n > tonumber(ARGV[1]) then return -1 end
+local j = 7
+for i = 0, n - 1 do
+  if keyed then
+    redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'f', ARGV[3], 'q', ARGV[4], 'i', i, 'd', ARGV[5], 'k', ARGV[j], 'v', ARGV[j + 1])
+    j = j + 2
+  else
+    redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'f', ARGV[3], 'q', ARGV[4], 'i', i, 'd', ARGV[5], 'v', ARGV[j])
+    j = j + 1
+  end
+end
+return n
+`)
+
+// NewFrontEnd returns a front end for cfg, not yet running.
+func NewFrontEnd(cfg FrontEndConfig) (*FrontEnd, error) {
+	base, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	cfg.Config = base
+	if cfg.MaxBacklog == 0 {
+		cfg.MaxBacklog = 100 * 64
+	}
+	if cfg.MaxItems == 0 {
+		cfg.MaxItems = 4096
+	}
+	if cfg.Outage == 0 {
+		cfg.Outage = time.Second
+	}
+	if cfg.MaxBacklog < 0 || cfg.MaxItems < 0 || cfg.Outage < 0 {
+		return nil, errors.New("broker: MaxBacklog, MaxItems and Outage must not be negative")
+	}
+	rdb, err := connect(cfg.Config, 32)
+	if err != nil {
+		return nil, err
+	}
+	var raw [8]byte
+	_, _ = rand.Read(raw[:])
+	id := hex.EncodeToString(raw[:])
+	k := newKeys(cfg.Prefix)
+	return &FrontEnd{
+		cfg: cfg, rdb: rdb, k: k, id: id, replyKey: k.replyPrefix + id,
+		calls:   map[uint64]*call{},
+		submits: make(chan *call, 1024),
+		closing: make(chan struct{}),
+	}, nil
+}
+
+// ID is the front end's name on Redis: its replies stream is
+// PREFIX:reply:ID.
+func (fe *FrontEnd) ID() string { return fe.id }
+
+// Start runs the front end: it checks Redis once (an error says why it is
+// not reachable, but the front end runs on regardless and keeps trying),
+// then reads its answers and writes requests until Close.
+func (fe *FrontEnd) Start(ctx context.Context) error {
+	err := fe.check(ctx)
+	fe.done.Add(3)
+	go fe.writeLoop()
+	go fe.readLoop()
+	go fe.checkLoop()
+	return err
+}
+
+// Ready reports whether a request can be served now: Redis answers and some
+// node has been heard from.
+func (fe *FrontEnd) Ready() bool { return fe.up.Load() && fe.nodes.Load() > 0 && !fe.closed.Load() }
+
+// Full reports whether the shared backlog was at its bound at the last
+// check, so that a request can be refused before its body is read.
+func (fe *FrontEnd) Full() bool { return fe.backlog.Load() >= int64(fe.cfg.MaxBacklog) }
+
+// Slots is empty: a front end has no workers of its own.
+func (fe *FrontEnd) Slots() []supervisor.SlotStatus { return nil }
+
+// Stats counts the front end's items; Queued is those waiting for answers.
+func (fe *FrontEnd) Stats() supervisor.Stats {
+	fe.mu.Lock()
+	held := fe.held
+	fe.mu.Unlock()
+	return supervisor.Stats{
+		Submitted: fe.stats.submitted.Load(),
+		Answered:  fe.stats.answered.Load(),
+		Failed:    fe.stats.failed.Load(),
+		Rejected:  fe.stats.rejected.Load(),
+		Expired:   fe.stats.expired.Load(),
+		Queued:    held,
+	}
+}
+
+// Duplicates counts the answers dropped because their item was answered
+// already (a node's items claimed by another that answered them too).
+func (fe *FrontEnd) Duplicates() uint64 { return fe.stats.duplicates.Load() }
+
+// Predict runs items as one request. See PredictRequest.
+func (fe *FrontEnd) Predict(ctx context.Context, items [][]byte) ([][]byte, error) {
+	return fe.PredictRequest(ctx, supervisor.Request{Items: items})
+}
+
+// PredictRequest puts req's items on the shared stream and waits for their
+// answers, with the errors of supervisor.Streamer.PredictRequest: it fails
+// at once with ErrUnavailable while Redis is unreachable or no node is
+// alive, with ErrOverloaded when the shared backlog is full, and with
+// ErrDeadline when the request's (or ctx's) deadline passes first. An
+// item's failure comes back as an *supervisor.ItemError for the lowest
+// failed index, with the other outputs.
+func (fe *FrontEnd) PredictRequest(ctx context.Context, req supervisor.Request) ([][]byte, error) {
+	n := len(req.Items)
+	switch {
+	case n == 0:
+		return nil, fmt.Errorf("%w: no items", supervisor.ErrBadRequest)
+	case n > fe.cfg.MaxItems:
+		fe.stats.rejected.Add(uint64(n))
+		return nil, fmt.Errorf("%w: %d items, limit %d", supervisor.ErrTooLarge, n, fe.cfg.MaxItems)
+	case req.Keys != nil && len(req.Keys) != n:
+		return nil, fmt.Errorf("%w: %d keys for %d items", supervisor.ErrBadRequest, len(req.Keys), n)
+	}
+	if err := fe.unavailable(); err != nil {
+		fe.stats.rejected.Add(uint64(n))
+		return nil, err
+	}
+	deadline := req.Deadline
+	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
+		deadline = d
+	}
+	if !deadline.IsZero() && !time.Now().Before(deadline) {
+		fe.stats.rejected.Add(uint64(n))
+		return nil, fmt.Errorf("%w: before the request was queued", supervisor.ErrDeadline)
+	}
+	c := &call{
+		items: req.Items, keys: req.Keys, deadline: deadline,
+		admitted: make(chan error, 1),
+		outputs:  make([][]byte, n), got: make([]bool, n), left: n,
+		over: make(chan struct{}),
+	}
+	fe.mu.Lock()
+	fe.seq++
+	c.seq = fe.seq
+	fe.calls[c.seq] = c
+	fe.held += n
+	fe.mu.Unlock()
+
+	select {
+	case fe.submits <- c:
+	case <-fe.closing:
+		fe.forget(c)
+		return nil, supervisor.ErrShuttingDown
+	}
+	if err := <-c.admitted; err != nil {
+		fe.forget(c)
+		fe.stats.rejected.Add(uint64(n))
+		return nil, err
+	}
+	fe.stats.submitted.Add(uint64(n))
+	return fe.await(ctx, c)
+}
+
+// unavailable says why a request cannot be served now, or nil.
+func (fe *FrontEnd) unavailable() error {
+	switch {
+	case fe.closed.Load():
+		return supervisor.ErrShuttingDown
+	case !fe.up.Load():
+		msg := "not checked yet"
+		if p := fe.lastErr.Load(); p != nil {
+			msg = *p
+		}
+		return fmt.Errorf("%w: redis at %s is unreachable: %s", supervisor.ErrUnavailable, endpoint(fe.rdb), msg)
+	case fe.nodes.Load() == 0:
+		return fmt.Errorf("%w: no node has been heard from on redis at %s for %s", supervisor.ErrUnavailable, endpoint(fe.rdb), nodeSilence)
+	}
+	return nil
+}
+
+// await waits for c's answers.
+func (fe *FrontEnd) await(ctx context.Context, c *call) ([][]byte, error) {
+	var timeout <-chan time.Time
+	if !c.deadline.IsZero() {
+		t := time.NewTimer(time.Until(c.deadline))
+		defer t.Stop()
+		timeout = t.C
+	}
+	var err error
+	select {
+	case <-c.over:
+	case <-timeout:
+		err = fmt.Errorf("%w: no answer by the request's deadline", supervisor.ErrDeadline)
+	case <-ctx.Done():
+		err = fmt.Errorf("%w: %v", supervisor.ErrCanceled, ctx.Err())
+		if ctx.Err() == context.DeadlineExceeded {
+			err = fmt.Errorf("%w: %v", supervisor.ErrDeadline, ctx.Err())
+		}
+	}
+	fe.mu.Lock()
+	defer fe.mu.Unlock()
+	if err != nil && c.left > 0 && c.failure == nil {
+		fe.forgetLocked(c)
+		fe.stats.expired.Add(uint64(c.left))
+		fe.stats.failed.Add(uint64(c.left))
+		return nil, err
+	}
+	if c.failure != nil {
+		return nil, c.failure
+	}
+	for i, e := range c.errs {
+		if e != nil {
+			return c.outputs, &supervisor.ItemError{Index: i, Err: e}
+		}
+	}
+	return c.outputs, nil
+}
+
+func (fe *FrontEnd) forget(c *call) {
+	fe.mu.Lock()
+	fe.forgetLocked(c)
+	fe.mu.Unlock()
+}
+
+// forgetLocked drops c from the calls waiting; answers for it that come
+// later are dropped. It requires that fe.mu is held.
+func (fe *FrontEnd) forgetLocked(c *call) {
+	if fe.calls[c.seq] == c {
+		delete(fe.calls, c.seq)
+		fe.held -= c.left
+	}
+}
+
+// failAllLocked ends every waiting call with err. It requires that fe.mu is
+// held.
+func (fe *FrontEnd) failAllLocked(err error) {
+	for seq, c := range fe.calls {
+		delete(fe.calls, seq)
+		fe.stats.failed.Add(uint64(c.left))
+		c.failure = err
+		close(c.over)
+	}
+	fe.held = 0
+}
+
+// writeLoop puts the submitted requests on the stream, many in one round
+// trip: while one pipeline is out, the next requests gather.
+func (fe *FrontEnd) writeLoop() {
+	defer fe.done.Done()
+	var batch []*call
+	for {
+		batch = batch[:0]
+		select {
+		case c := <-fe.submits:
+			batch = append(batch, c)
+		case <-fe.closing:
+			return
+		}
+	gather:
+		for len(batch) < 256 {
+			select {
+			case c := <-fe.submits:
+				batch = append(batch, c)
+			default:
+				break gather
+			}
+		}
+		fe.admit(batch)
+	}
+}
+
+// admit runs the admission script for every call of batch in one pipeline
+// and tells each call the verdict.
+func (fe *FrontEnd) admit(batch []*call) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	run := func(batch []*call) []*redis.Cmd {
+		pipe := fe.rdb.Pipeline()
+		cmds := make([]*redis.Cmd, len(batch))
+		for i, c := range batch {
+			cmds[i] = admitScript.EvalSha(ctx, pipe, []string{fe.k.items}, fe.admitArgs(c)...)
+		}
+		_, _ = pipe.Exec(ctx) // each command's own error is read below
+		return cmds
+	}
+	cmds := run(batch)
+	var again []*call
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			again = append(again, batch[i])
+		}
+	}
+	if len(again) > 0 { // Redis restarted, or flushed its scripts
+		if err := admitScript.Load(ctx, fe.rdb).Err(); err == nil {
+			redone := run(again)
+			for i, cmd := range cmds {
+				if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+					cmds[i], redone = redone[0], redone[1:]
+				}
+			}
+		}
+	}
+	for i, cmd := range cmds {
+		n, err := cmd.Int64()
+		switch {
+		case err != nil:
+			fe.noteDown(err)
+			err = fmt.Errorf("%w: redis at %s: %v", supervisor.ErrUnavailable, endpoint(fe.rdb), err)
+		case n < 0:
+			err = fmt.Errorf("%w: the shared backlog is at its limit of %d items", supervisor.ErrOverloaded, fe.cfg.MaxBacklog)
+			fe.backlog.Store(int64(fe.cfg.MaxBacklog))
+		}
+		batch[i].admitted <- err
+	}
+}
+
+func (fe *FrontEnd) admitArgs(c *call) []any {
+	deadline := int64(0)
+	if !c.deadline.IsZero() {
+		deadline = c.deadline.UnixMicro()
+	}
+	keyed := "0"
+	if c.keys != nil {
+		keyed = "1"
+	}
+	args := make([]any, 0, 6+2*len(c.items))
+	args = append(args, fe.cfg.MaxBacklog, 2*fe.cfg.MaxBacklog, fe.id, c.seq, deadline, keyed)
+	for i, item := range c.items {
+		if c.keys != nil {
+			args = append(args, c.keys[i])
+		}
+		args = append(args, item)
+	}
+	return args
+}
+
+// readLoop reads the answers on the front end's reply stream and hands
+// them to their calls, trimming what it has read.
+func (fe *FrontEnd) readLoop() {
+	defer fe.done.Done()
+	last := "0-0"
+	var read int
+	lastTrim := time.Now()
+	retry := newBackoff()
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-fe.closing; cancel() }()
+	for !fe.closed.Load() {
+		streams, err := fe.rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{fe.replyKey, last}, Count: 1024, Block: time.Second}).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			if ctx.Err() != nil {
+				return
+			}
+			fe.noteDown(err)
+			retry.wait(fe.closing)
+			continue
+		}
+		retry.reset()
+		for _, st := range streams {
+			if len(st.Messages) == 0 {
+				continue
+			}
+			fe.deliver(st.Messages)
+			last = st.Messages[len(st.Messages)-1].ID
+			read += len(st.Messages)
+		}
+		if read > 0 && (read >= 4096 || time.Since(lastTrim) > time.Second) {
+			pipe := fe.rdb.Pipeline()
+			pipe.XTrimMinID(ctx, fe.replyKey, last)
+			pipe.Expire(ctx, fe.replyKey, fe.cfg.ReplyTTL)
+			_, _ = pipe.Exec(ctx) // trimming is best effort: the TTL bounds it too
+			read, lastTrim = 0, time.Now()
+		}
+	}
+}
+
+// deliver hands answers to their calls.
+func (fe *FrontEnd) deliver(msgs []redis.XMessage) {
+	fe.mu.Lock()
+	defer fe.mu.Unlock()
+	for _, m := range msgs {
+		seq, err1 := uintField(m.Values, fieldSeq)
+		idx, err2 := uintField(m.Values, fieldIndex)
+		if err1 != nil || err2 != nil {
+			fe.cfg.Logger.Warn("malformed answer on the reply stream", "id", m.ID, "err", errors.Join(err1, err2))
+			continue
+		}
+		c := fe.calls[seq]
+		if c == nil || idx >= uint64(len(c.got)) || c.got[idx] {
+			fe.stats.duplicates.Add(1)
+			continue
+		}
+		c.got[idx] = true
+		if code, failed := m.Values[fieldCode]; failed {
+			if c.errs == nil {
+				c.errs = make([]error, len(c.got))
+			}
+			c.errs[idx] = errorOf(fmt.Sprint(code), str(m.Values, fieldMessage))
+			fe.stats.failed.Add(1)
+		} else {
+			c.outputs[idx] = []byte(str(m.Values, fieldOutput))
+		}
+		fe.stats.answered.Add(1)
+		fe.held--
+		if c.left--; c.left == 0 {
+			delete(fe.calls, seq)
+			close(c.over)
+		}
+	}
+}
+
+// checkLoop checks Redis and the nodes every quarter second, and fails the
+// waiting calls once either has been gone for Outage.
+func (fe *FrontEnd) checkLoop() {
+	defer fe.done.Done()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	var goneSince time.Time
+	for {
+		select {
+		case <-tick.C:
+		case <-fe.closing:
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		err := fe.check(ctx)
+		cancel()
+		if err == nil && fe.nodes.Load() > 0 {
+			goneSince = time.Time{}
+			continue
+		}
+		if goneSince.IsZero() {
+			goneSince = time.Now()
+			continue
+		}
+		if time.Since(goneSince) >= fe.cfg.Outage {
+			cause := fe.unavailable()
+			if cause == nil {
+				continue
+			}
+			fe.mu.Lock()
+			if len(fe.calls) > 0 {
+				fe.cfg.Logger.Error("failing the requests waiting for answers", "requests", len(fe.calls), "err", cause)
+				fe.failAllLocked(cause)
+			}
+			fe.mu.Unlock()
+		}
+	}
+}
+
+// check asks Redis for the nodes alive and the backlog.
+func (fe *FrontEnd) check(ctx context.Context) error {
+	pipe := fe.rdb.Pipeline()
+	nodes := pipe.ZCount(ctx, fe.k.nodes, "("+unixMs(time.Now().Add(-nodeSilence)), "+inf")
+	backlog := pipe.XLen(ctx, fe.k.items)
+	pipe.Expire(ctx, fe.replyKey, fe.cfg.ReplyTTL)
+	if _, err := pipe.Exec(ctx); err != nil {
+		fe.noteDown(err)
+		return fmt.Errorf("redis at %s: %w", endpoint(fe.rdb), err)
+	}
+	if !fe.up.Swap(true) {
+		fe.cfg.Logger.Info("redis reachable", "redis", endpoint(fe.rdb))
+	}
+	fe.nodes.Store(nodes.Val())
+	fe.backlog.Store(backlog.Val())
+	return nil
+}
+
+// noteDown marks Redis unreachable after a failed command that did not get
+// an answer from it.
+func (fe *FrontEnd) noteDown(err error) {
+	var answered redis.Error
+	if errors.As(err, &answered) && !strings.HasPrefix(answered.Error(), "LOADING") {
+		return // Redis answered: it is up, the command was wrong
+	}
+	msg := err.Error()
+	fe.lastErr.Store(&msg)
+	if fe.up.Swap(false) {
+		fe.cfg.Logger.Error("redis unreachable", "redis", endpoint(fe.rdb), "err", err)
+	}
+}
+
+// Close stops admitting requests, waits for those admitted to be answered
+// until ctx ends, then fails the rest with ErrShuttingDown and stops.
+func (fe *FrontEnd) Close(ctx context.Context) error {
+	if fe.closed.Swap(true) {
+		return nil
+	}
+	var err error
+	for {
+		fe.mu.Lock()
+		waiting := len(fe.calls)
+		fe.mu.Unlock()
+		if waiting == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			err = fmt.Errorf("broker: %d requests unanswered at close: %w", waiting, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+			continue
+		}
+		break
+	}
+	close(fe.closing)
+	fe.done.Wait()
+	fe.mu.Lock()
+	fe.failAllLocked(supervisor.ErrShuttingDown)
+	fe.mu.Unlock()
+	// Whatever nodes still write for it expires with the key.
+	dctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	fe.rdb.Del(dctx, fe.replyKey)
+	return errors.Join(err, fe.rdb.Close())
+}
+
+// backoff paces retries while Redis is down: 50ms, doubling up to 1s.
+type backoff struct{ next time.Duration }
+
+func newBackoff() *backoff { return &backoff{next: 50 * time.Millisecond} }
+
+func (b *backoff) reset() { b.next = 50 * time.Millisecond }
+
+// wait waits for the next retry, or until stop is closed.
+func (b *backoff) wait(stop <-chan struct{}) {
+	t := time.NewTimer(b.next)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-stop:
+	}
+	b.next = min(2*b.next, time.Second)
+}

@@ -1,0 +1,596 @@
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// NodeConfig sets up a node. URL and Streamer are required.
+type NodeConfig struct {
+	Config
+	// Streamer runs the items on this machine's workers; it is started by
+	// the caller and shut down after the node.
+	Streamer *supervisor.Streamer
+	// Capacity is the most items the node holds at once, running or
+	// queued on its workers: about what they can run soon (workers ×
+	// batch size × pipeline depth). Zero means 128.
+	Capacity int
+	// Name is the node's consumer name in the group; empty means
+	// host-pid-random. Two live nodes must not share one.
+	Name string
+	// PoisonTTL is how long an item found to crash the model is refused
+	// by every node. Zero means 10 minutes.
+	PoisonTTL time.Duration
+}
+
+// Node reads items from the shared stream through the consumer group,
+// runs them on its Streamer, writes each answer to the asking front end's
+// reply stream and only then acknowledges the item. It claims the items of
+// nodes that have been silent for ClaimIdle.
+type Node struct {
+	cfg NodeConfig
+	rdb *redis.Client
+	k   keys
+	s   *supervisor.Streamer
+
+	mu   sync.Mutex
+	held map[string]time.Time // stream ids held, since when they were last claimed by us
+	room chan struct{}        // a token when held shrinks
+
+	answers chan answerEntry
+	poison  atomic.Pointer[map[string]bool]
+
+	stop    chan struct{} // closed: read no more
+	stopped chan struct{} // closed: the writer is done
+	loops   sync.WaitGroup
+	writer  sync.WaitGroup
+
+	stats struct {
+		read, claimed, answered, expired, released, quarantined atomic.Uint64
+	}
+}
+
+// answerEntry is an answer to write, for the item with stream id id.
+type answerEntry struct {
+	id, front, seq, index string
+	output                []byte
+	err                   error
+}
+
+// NodeStats counts a node's traffic with Redis.
+type NodeStats struct {
+	// Read counts the items read from the stream; Claimed those of them
+	// taken over from a silent node.
+	Read, Claimed uint64
+	// Answered counts the answers written and acknowledged.
+	Answered uint64
+	// Expired counts items whose deadline passed while they waited in Redis.
+	Expired uint64
+	// Released counts items left for another node, as this one could not
+	// run them (its workers were unavailable or it was shutting down).
+	Released uint64
+	// Quarantined counts items refused because some node found them to
+	// crash the model.
+	Quarantined uint64
+	// Held is the items held now.
+	Held int
+}
+
+// NewNode returns a node for cfg, not yet running.
+func NewNode(cfg NodeConfig) (*Node, error) {
+	base, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	cfg.Config = base
+	if cfg.Streamer == nil {
+		return nil, errors.New("broker: a node needs a Streamer")
+	}
+	if cfg.Capacity == 0 {
+		cfg.Capacity = 128
+	}
+	if cfg.PoisonTTL == 0 {
+		cfg.PoisonTTL = 10 * time.Minute
+	}
+	if cfg.Capacity < 0 || cfg.PoisonTTL < 0 {
+		return nil, errors.New("broker: Capacity and PoisonTTL must not be negative")
+	}
+	if cfg.Name == "" {
+		host, _ := os.Hostname()
+		var raw [3]byte
+		_, _ = rand.Read(raw[:])
+		cfg.Name = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(raw[:]))
+	}
+	rdb, err := connect(cfg.Config, 8)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{
+		cfg: cfg, rdb: rdb, k: newKeys(cfg.Prefix), s: cfg.Streamer,
+		held:    map[string]time.Time{},
+		room:    make(chan struct{}, 1),
+		answers: make(chan answerEntry, cfg.Capacity),
+		stop:    make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+	empty := map[string]bool{}
+	n.poison.Store(&empty)
+	return n, nil
+}
+
+// Name is the node's consumer name.
+func (n *Node) Name() string { return n.cfg.Name }
+
+// Stats counts the node's traffic.
+func (n *Node) Stats() NodeStats {
+	n.mu.Lock()
+	held := len(n.held)
+	n.mu.Unlock()
+	return NodeStats{
+		Read: n.stats.read.Load(), Claimed: n.stats.claimed.Load(), Answered: n.stats.answered.Load(),
+		Expired: n.stats.expired.Load(), Released: n.stats.released.Load(), Quarantined: n.stats.quarantined.Load(),
+		Held: held,
+	}
+}
+
+// Start joins the consumer group (making it when missing) and runs the
+// node until Shutdown. An unreachable Redis is reported, and retried.
+func (n *Node) Start(ctx context.Context) error {
+	err := n.join(ctx)
+	if err == nil {
+		err = n.beat(ctx)
+	}
+	n.writer.Add(1)
+	go n.writeLoop()
+	n.loops.Add(2)
+	go n.readLoop()
+	go n.upkeepLoop()
+	return err
+}
+
+// join makes the consumer group, reading from the stream's start so that
+// items put there before it existed are served too.
+func (n *Node) join(ctx context.Context) error {
+	err := n.rdb.XGroupCreateMkStream(ctx, n.k.items, nodeGroup, "0").Err()
+	if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
+		return fmt.Errorf("broker: join group %s on redis at %s: %w", nodeGroup, endpoint(n.rdb), err)
+	}
+	return nil
+}
+
+// free is how many more items the node may take now.
+func (n *Node) free() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.cfg.Capacity - len(n.held)
+}
+
+// readLoop reads new items while the node has room and its workers can run.
+func (n *Node) readLoop() {
+	defer n.loops.Done()
+	ctx, cancel := n.stopContext()
+	defer cancel()
+	retry := newBackoff()
+	for {
+		select {
+		case <-n.stop:
+			return
+		default:
+		}
+		free := n.free()
+		if free <= 0 || !n.s.Ready() {
+			select {
+			case <-n.room:
+			case <-time.After(100 * time.Millisecond): // Ready has no event
+			case <-n.stop:
+				return
+			}
+			continue
+		}
+		streams, err := n.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+			Group: nodeGroup, Consumer: n.cfg.Name, Streams: []string{n.k.items, ">"},
+			Count: int64(free), Block: time.Second,
+		}).Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			continue
+		case err != nil && redis.HasErrorPrefix(err, "NOGROUP"):
+			// Redis lost the group (restarted without its data).
+			if err := n.join(ctx); err != nil {
+				n.cfg.Logger.Warn("rejoin the group", "err", err)
+				retry.wait(n.stop)
+			}
+			continue
+		case err != nil:
+			if ctx.Err() != nil {
+				return
+			}
+			n.cfg.Logger.Warn("read items", "redis", endpoint(n.rdb), "err", err)
+			retry.wait(n.stop)
+			continue
+		}
+		retry.reset()
+		for _, st := range streams {
+			n.stats.read.Add(uint64(len(st.Messages)))
+			n.take(st.Messages)
+		}
+	}
+}
+
+// stopContext is canceled when the node stops reading.
+func (n *Node) stopContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-n.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+// take runs the items read, or answers at once those that must not run.
+func (n *Node) take(msgs []redis.XMessage) {
+	now := time.Now()
+	n.mu.Lock()
+	for _, m := range msgs {
+		n.held[m.ID] = now
+	}
+	n.mu.Unlock()
+	poison := *n.poison.Load()
+	for _, m := range msgs {
+		a := answerEntry{id: m.ID, front: str(m.Values, fieldFront), seq: str(m.Values, fieldSeq), index: str(m.Values, fieldIndex)}
+		value, hasValue := m.Values[fieldValue].(string)
+		deadline, err := strconv.ParseInt(str(m.Values, fieldDeadline), 10, 64)
+		if a.front == "" || a.seq == "" || a.index == "" || !hasValue || err != nil {
+			n.cfg.Logger.Warn("malformed item on the stream; dropped", "id", m.ID)
+			a.err = fmt.Errorf("%w: malformed item %s on the stream", supervisor.ErrBadRequest, m.ID)
+			n.answer(a)
+			continue
+		}
+		req := supervisor.Request{Items: [][]byte{[]byte(value)}}
+		key, keyed := m.Values[fieldKey].(string)
+		if keyed {
+			req.Keys = []string{key}
+		}
+		if deadline > 0 {
+			req.Deadline = time.UnixMicro(deadline)
+			if !now.Before(req.Deadline) {
+				n.stats.expired.Add(1)
+				a.err = fmt.Errorf("%w: while the item waited in redis", supervisor.ErrDeadline)
+				n.answer(a)
+				continue
+			}
+		}
+		if len(poison) > 0 && poison[poisonHash(key, req.Items[0])] {
+			n.stats.quarantined.Add(1)
+			a.err = fmt.Errorf("%w: quarantined, as it crashed a node's model", supervisor.ErrPoison)
+			n.answer(a)
+			continue
+		}
+		fut, err := n.s.SubmitRequest(context.Background(), req)
+		if err != nil {
+			n.settle(a, key, req.Items[0], nil, err)
+			continue
+		}
+		go func() {
+			<-fut.Done()
+			out, err := fut.Result(context.Background())
+			var output []byte
+			if len(out) == 1 {
+				output = out[0]
+			}
+			n.settle(a, key, req.Items[0], output, err)
+		}()
+	}
+}
+
+// settle answers an item that ran (or was refused by the Streamer), or
+// leaves it to another node when this one could not run it.
+func (n *Node) settle(a answerEntry, key string, data, output []byte, err error) {
+	switch {
+	case errors.Is(err, supervisor.ErrUnavailable), errors.Is(err, supervisor.ErrShuttingDown), errors.Is(err, supervisor.ErrOverloaded):
+		// Not the item's fault: leave it in the group, unacknowledged and
+		// no longer kept alive by this node, for another to claim.
+		n.stats.released.Add(1)
+		n.release(a.id)
+		return
+	case errors.Is(err, supervisor.ErrPoison):
+		n.quarantine(poisonHash(key, data))
+	}
+	a.output, a.err = output, itemError(err)
+	n.answer(a)
+}
+
+func (n *Node) answer(a answerEntry) { n.answers <- a }
+
+// release forgets the item with stream id id.
+func (n *Node) release(id string) {
+	n.mu.Lock()
+	delete(n.held, id)
+	n.mu.Unlock()
+	select {
+	case n.room <- struct{}{}:
+	default:
+	}
+}
+
+// quarantine shares an item's hash with every node.
+func (n *Node) quarantine(hash string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	until := time.Now().Add(n.cfg.PoisonTTL)
+	if err := n.rdb.ZAdd(ctx, n.k.poison, redis.Z{Score: float64(until.UnixMilli()), Member: hash}).Err(); err != nil {
+		n.cfg.Logger.Warn("share a poison item", "err", err)
+	}
+	n.addPoison(hash)
+}
+
+func (n *Node) addPoison(hashes ...string) {
+	old := *n.poison.Load()
+	fresh := make(map[string]bool, len(old)+len(hashes))
+	for h := range old {
+		fresh[h] = true
+	}
+	for _, h := range hashes {
+		fresh[h] = true
+	}
+	n.poison.Store(&fresh)
+}
+
+// writeLoop writes the answers, many in one round trip, and acknowledges
+// their items once they are written. An answer that cannot be written is
+// retried until it is, or until the node is killed: its item stays in the
+// group meanwhile, for another node to claim.
+func (n *Node) writeLoop() {
+	defer n.writer.Done()
+	var batch []answerEntry
+	retry := newBackoff()
+	for {
+		if len(batch) == 0 {
+			select {
+			case a := <-n.answers:
+				batch = append(batch, a)
+			case <-n.stopped:
+				return
+			}
+		}
+	gather:
+		for len(batch) < 512 {
+			select {
+			case a := <-n.answers:
+				batch = append(batch, a)
+			default:
+				break gather
+			}
+		}
+		if err := n.flush(batch); err != nil {
+			n.cfg.Logger.Warn("write answers", "answers", len(batch), "redis", endpoint(n.rdb), "err", err)
+			select {
+			case <-n.stopped:
+				return
+			default:
+			}
+			retry.wait(n.stopped)
+			continue
+		}
+		retry.reset()
+		n.mu.Lock()
+		for _, a := range batch {
+			delete(n.held, a.id)
+		}
+		n.mu.Unlock()
+		select {
+		case n.room <- struct{}{}:
+		default:
+		}
+		n.stats.answered.Add(uint64(len(batch)))
+		batch = batch[:0]
+	}
+}
+
+// replyMaxLen bounds a reply stream whose front end stopped reading it
+// while alive; the front end trims what it has read.
+const replyMaxLen = 100_000
+
+// flush writes the answers of batch, then acknowledges and deletes their
+// items, in one pipeline: if the node dies half way, an item answered but
+// not acknowledged is claimed and answered again, and the front end drops
+// the second answer.
+func (n *Node) flush(batch []answerEntry) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	pipe := n.rdb.Pipeline()
+	fronts := map[string]bool{}
+	ids := make([]string, 0, len(batch))
+	for _, a := range batch {
+		ids = append(ids, a.id)
+		if a.front == "" {
+			continue // malformed: nobody to answer
+		}
+		values := []any{fieldSeq, a.seq, fieldIndex, a.index}
+		if a.err != nil {
+			values = append(values, fieldCode, codeOf(a.err), fieldMessage, a.err.Error())
+		} else {
+			values = append(values, fieldOutput, a.output)
+		}
+		key := n.k.replyPrefix + a.front
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, MaxLen: replyMaxLen, Approx: true, Values: values})
+		fronts[key] = true
+	}
+	for key := range fronts {
+		pipe.Expire(ctx, key, n.cfg.ReplyTTL)
+	}
+	pipe.XAck(ctx, n.k.items, nodeGroup, ids...)
+	pipe.XDel(ctx, n.k.items, ids...)
+	cmds, err := pipe.Exec(ctx)
+	if err == nil {
+		return nil
+	}
+	// A command Redis refused (the group gone after a restart) needs no
+	// retry; one it never got does.
+	for _, cmd := range cmds {
+		var answered redis.Error
+		if e := cmd.Err(); e != nil && !errors.As(e, &answered) {
+			return e
+		}
+	}
+	return nil
+}
+
+// upkeepLoop keeps the node's items its own, takes over those of silent
+// nodes, says the node is alive, and follows the shared quarantine.
+func (n *Node) upkeepLoop() {
+	defer n.loops.Done()
+	ctx, cancel := n.stopContext()
+	defer cancel()
+	every := min(n.cfg.ClaimIdle/4, heartbeat)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	lastBeat := time.Now()
+	for {
+		select {
+		case <-tick.C:
+		case <-n.stop:
+			return
+		}
+		if time.Since(lastBeat) >= heartbeat {
+			if err := n.beat(ctx); err != nil {
+				n.cfg.Logger.Warn("heartbeat", "err", err)
+			}
+			lastBeat = time.Now()
+		}
+		if err := n.keep(ctx); err != nil {
+			n.cfg.Logger.Warn("keep items", "err", err)
+		}
+		if err := n.claim(ctx); err != nil && ctx.Err() == nil {
+			n.cfg.Logger.Warn("claim items", "err", err)
+		}
+	}
+}
+
+// beat says the node is alive and reads the shared quarantine.
+func (n *Node) beat(ctx context.Context) error {
+	now := time.Now()
+	pipe := n.rdb.Pipeline()
+	pipe.ZAdd(ctx, n.k.nodes, redis.Z{Score: float64(now.UnixMilli()), Member: n.cfg.Name})
+	pipe.ZRemRangeByScore(ctx, n.k.nodes, "-inf", unixMs(now.Add(-time.Hour)))
+	pipe.ZRemRangeByScore(ctx, n.k.poison, "-inf", unixMs(now))
+	poison := pipe.ZRange(ctx, n.k.poison, 0, -1)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("redis at %s: %w", endpoint(n.rdb), err)
+	}
+	if hashes := poison.Val(); len(hashes) > 0 {
+		n.addPoison(hashes...)
+	}
+	return nil
+}
+
+// keep resets the idle time of the items the node has held for a while,
+// so that no other node claims them while this one is alive.
+func (n *Node) keep(ctx context.Context) error {
+	cutoff := time.Now().Add(-n.cfg.ClaimIdle / 4)
+	var ids []string
+	n.mu.Lock()
+	for id, since := range n.held {
+		if since.Before(cutoff) {
+			ids = append(ids, id)
+			n.held[id] = time.Now()
+		}
+	}
+	n.mu.Unlock()
+	if len(ids) == 0 {
+		return nil
+	}
+	err := n.rdb.XClaimJustID(ctx, &redis.XClaimArgs{Stream: n.k.items, Group: nodeGroup, Consumer: n.cfg.Name, Messages: ids}).Err()
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	return err
+}
+
+// claim takes over, as room allows, the items that other nodes have held
+// without a sign of life for ClaimIdle.
+func (n *Node) claim(ctx context.Context) error {
+	if !n.s.Ready() {
+		return nil
+	}
+	start := "0-0"
+	for {
+		free := n.free()
+		if free <= 0 {
+			return nil
+		}
+		msgs, next, err := n.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
+			Stream: n.k.items, Group: nodeGroup, Consumer: n.cfg.Name,
+			MinIdle: n.cfg.ClaimIdle, Start: start, Count: int64(free),
+		}).Result()
+		switch {
+		case err != nil && redis.HasErrorPrefix(err, "NOGROUP"):
+			return n.join(ctx)
+		case err != nil:
+			return err
+		}
+		if len(msgs) > 0 {
+			n.cfg.Logger.Info("claimed items of a silent node", "items", len(msgs))
+			n.stats.claimed.Add(uint64(len(msgs)))
+			n.stats.read.Add(uint64(len(msgs)))
+			n.take(msgs)
+		}
+		if next == "0-0" || len(msgs) == 0 {
+			return nil
+		}
+		start = next
+	}
+}
+
+// Shutdown stops reading, waits until ctx ends for the items held to be
+// answered and acknowledged, and leaves the group's list of live nodes.
+// Items still held at the end stay in the group for another node to claim.
+func (n *Node) Shutdown(ctx context.Context) error {
+	select {
+	case <-n.stop:
+		return nil
+	default:
+	}
+	close(n.stop)
+	n.loops.Wait()
+	var err error
+	for {
+		n.mu.Lock()
+		held := len(n.held)
+		n.mu.Unlock()
+		if held == 0 {
+			break
+		}
+		select {
+		case <-n.room:
+			continue
+		case <-ctx.Done():
+			err = fmt.Errorf("broker: node %s left %d items to be claimed: %w", n.cfg.Name, held, ctx.Err())
+		}
+		break
+	}
+	close(n.stopped)
+	n.writer.Wait()
+	dctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	n.rdb.ZRem(dctx, n.k.nodes, n.cfg.Name)
+	if err == nil {
+		n.rdb.XGroupDelConsumer(dctx, n.k.items, nodeGroup, n.cfg.Name)
+	}
+	return errors.Join(err, n.rdb.Close())
+}

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/streamer-dev/streamer/broker"
+	"github.com/streamer-dev/streamer/supervisor"
+	"github.com/streamer-dev/streamer/supervisor/httpapi"
+)
+
+// brokerOptions are the flags of the many-machine mode.
+type brokerOptions struct {
+	url       string
+	prefix    string
+	claimIdle time.Duration
+	replyTTL  time.Duration
+	caFile    string
+}
+
+func addBrokerFlags(f *pflag.FlagSet, o *brokerOptions) {
+	f.StringVar(&o.url, "broker", os.Getenv("STREAMER_BROKER"), "redis://[user:password@]host:port/db (or rediss:// for TLS) shared by front ends and GPU nodes: requests go through it and every node with --workers > 0 serves them (default $STREAMER_BROKER)")
+	f.StringVar(&o.prefix, "stream-prefix", broker.DefaultPrefix, "prefix of every Redis key, to keep several models apart on one Redis")
+	f.DurationVar(&o.claimIdle, "claim-idle", broker.DefaultClaimIdle, "with --broker: how long a node may hold items without a sign of life before another node claims and answers them")
+	f.DurationVar(&o.replyTTL, "reply-ttl", broker.DefaultReplyTTL, "with --broker: how long a front end's answers stay in Redis after the last was written, when nobody reads them (the front end died)")
+	f.StringVar(&o.caFile, "broker-ca", "", "with a rediss:// --broker: PEM file of the CA that signed Redis's certificate (default: the system's)")
+}
+
+// brokerParts are the front end this process serves HTTP through and, with
+// workers, the node that feeds them from Redis.
+type brokerParts struct {
+	front *broker.FrontEnd
+	node  *broker.Node
+	local *supervisor.Streamer
+}
+
+// brokerParts makes the front end, and the node when st is not nil.
+func (o serveOptions) brokerParts(st *supervisor.Streamer, log *slog.Logger) (*brokerParts, error) {
+	if o.workers < 0 {
+		return nil, fmt.Errorf("--workers %d: must not be negative", o.workers)
+	}
+	if o.batchSize < 1 {
+		return nil, fmt.Errorf("--batch-size %d: want at least 1", o.batchSize)
+	}
+	base := broker.Config{
+		URL: o.broker.url, Prefix: o.broker.prefix, ClaimIdle: o.broker.claimIdle,
+		ReplyTTL: o.broker.replyTTL, Logger: log.With("broker", o.broker.prefix),
+	}
+	if o.broker.caFile != "" {
+		pem, err := os.ReadFile(o.broker.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--broker-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--broker-ca %s: no PEM certificate in it", o.broker.caFile)
+		}
+		base.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	backlog := o.maxQueue
+	if backlog == 0 {
+		backlog = 100 * o.batchSize * max(o.workers, 1)
+	}
+	front, err := broker.NewFrontEnd(broker.FrontEndConfig{Config: base, MaxBacklog: backlog, MaxItems: o.maxItems})
+	if err != nil {
+		return nil, fmt.Errorf("--broker: %w", err)
+	}
+	p := &brokerParts{front: front, local: st}
+	if st != nil {
+		// As much as the workers can run soon: a batch running and those
+		// formed ahead on every worker.
+		capacity := o.workers * o.batchSize * max(o.pipeline, 1)
+		if p.node, err = broker.NewNode(broker.NodeConfig{Config: base, Streamer: st, Capacity: capacity}); err != nil {
+			return nil, fmt.Errorf("--broker: %w", err)
+		}
+	}
+	return p, nil
+}
+
+// start runs the node, then the front end. Redis being down is logged, not
+// fatal: both keep trying, and /readyz says not ready meanwhile.
+func (p *brokerParts) start(ctx context.Context, log *slog.Logger) {
+	if p.node != nil {
+		if err := p.node.Start(ctx); err != nil {
+			log.Warn("node started without redis; retrying", "err", err)
+		}
+		log.Info("node serving items from redis", "node", p.node.Name())
+	}
+	if err := p.front.Start(ctx); err != nil {
+		log.Warn("front end started without redis; retrying", "err", err)
+	}
+	log.Info("front end sending requests through redis", "front", p.front.ID())
+}
+
+// stops are the shutdowns in order: the front end first, which waits for
+// the answers to its callers, then the node, which finishes the items it
+// holds.
+func (p *brokerParts) stops() []func(context.Context) error {
+	stops := []func(context.Context) error{p.front.Close}
+	if p.node != nil {
+		stops = append(stops, p.node.Shutdown)
+	}
+	return stops
+}
+
+// backend is what the HTTP layer talks to: the front end, with the local
+// workers' slots and batch counters on a node.
+func (p *brokerParts) backend() httpapi.Backend {
+	if p.local == nil {
+		return p.front
+	}
+	return nodeBackend{p.front, p.local}
+}
+
+// nodeBackend sends requests through Redis and describes the local workers.
+type nodeBackend struct {
+	*broker.FrontEnd
+	local *supervisor.Streamer
+}
+
+func (b nodeBackend) Slots() []supervisor.SlotStatus { return b.local.Slots() }
+
+// Stats are the front end's request counters with the local batches.
+func (b nodeBackend) Stats() supervisor.Stats {
+	st := b.local.Stats()
+	front := b.FrontEnd.Stats()
+	st.Submitted, st.Answered, st.Failed, st.Rejected, st.Expired = front.Submitted, front.Answered, front.Failed, front.Rejected, front.Expired
+	return st
+}
+
+var errNoBroker = errors.New("--workers 0 runs a front end only, which needs --broker (or STREAMER_BROKER)")
