@@ -82,6 +82,10 @@ const (
 	nodeSilence = 3 * heartbeat
 )
 
+// blockFor bounds a blocking read, and so how long a stop waits for one:
+// the client cannot cut a blocking read short.
+const blockFor = 250 * time.Millisecond
+
 // keys are the Redis keys of one prefix.
 type keys struct {
 	items, nodes, poison, replyPrefix string

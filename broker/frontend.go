@@ -432,7 +432,7 @@ func (fe *FrontEnd) readLoop() {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-fe.closing; cancel() }()
 	for !fe.closed.Load() {
-		streams, err := fe.rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{fe.replyKey, last}, Count: 1024, Block: time.Second}).Result()
+		streams, err := fe.rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{fe.replyKey, last}, Count: 1024, Block: blockFor}).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			if ctx.Err() != nil {
 				return

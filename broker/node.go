@@ -201,7 +201,7 @@ func (n *Node) readLoop() {
 		}
 		streams, err := n.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
 			Group: nodeGroup, Consumer: n.cfg.Name, Streams: []string{n.k.items, ">"},
-			Count: int64(free), Block: time.Second,
+			Count: int64(free), Block: blockFor,
 		}).Result()
 		switch {
 		case errors.Is(err, redis.Nil):
