@@ -393,3 +393,34 @@ func TestRedisWithAPasswordAndTLS(t *testing.T) {
 		})
 	}
 }
+
+func TestAnswersAreKeptUntilRedisHasRoomForThem(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{}) // noeviction: Redis's default
+	held := newRecorder()
+	held.hold["slow"] = true
+	n := startNode(t, rs, held, 4, nil)
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	done := make(chan error, 1)
+	var out [][]byte
+	go func() {
+		var err error
+		out, err = predict(t, fe, "slow")
+		done <- err
+	}()
+	eventually(t, "the item running", func() bool { return held.runs("slow") == 1 })
+	rs.Do(t, "CONFIG", "SET", "maxmemory", "1") // Redis is full: it refuses every write
+
+	if _, err := predict(t, fe, "more"); !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("a request while Redis is full: %v; want ErrUnavailable saying why", err)
+	}
+	close(held.release)
+	eventually(t, "the answer refused by Redis", func() bool { return n.Stats().WriteFailures > 0 })
+	if got := rs.Do(t, "XLEN", "streamer:items"); got != "1" {
+		t.Fatalf("%s items on the stream; want the item kept until its answer is written", got)
+	}
+	rs.Do(t, "CONFIG", "SET", "maxmemory", "0")
+	if err := <-done; err != nil || string(out[0]) != "slow" {
+		t.Fatalf("got %q, %v; want the answer once Redis had room", out, err)
+	}
+}

@@ -58,7 +58,7 @@ type Node struct {
 	writer  sync.WaitGroup
 
 	stats struct {
-		read, claimed, answered, expired, released, quarantined atomic.Uint64
+		read, claimed, answered, expired, released, quarantined, writeFailures atomic.Uint64
 	}
 }
 
@@ -84,6 +84,9 @@ type NodeStats struct {
 	// Quarantined counts items refused because some node found them to
 	// crash the model.
 	Quarantined uint64
+	// WriteFailures counts the writes of answers that Redis did not take
+	// (unreachable, or out of memory): they are retried, their items kept.
+	WriteFailures uint64
 	// Held is the items held now.
 	Held int
 }
@@ -141,6 +144,7 @@ func (n *Node) Stats() NodeStats {
 	return NodeStats{
 		Read: n.stats.read.Load(), Claimed: n.stats.claimed.Load(), Answered: n.stats.answered.Load(),
 		Expired: n.stats.expired.Load(), Released: n.stats.released.Load(), Quarantined: n.stats.quarantined.Load(),
+		WriteFailures: n.stats.writeFailures.Load(),
 		Held: held,
 	}
 }
@@ -378,6 +382,7 @@ func (n *Node) writeLoop() {
 			}
 		}
 		if err := n.flush(batch); err != nil {
+			n.stats.writeFailures.Add(1)
 			n.cfg.Logger.Warn("write answers", "answers", len(batch), "redis", endpoint(n.rdb), "err", err)
 			select {
 			case <-n.stopped:
@@ -407,13 +412,14 @@ func (n *Node) writeLoop() {
 const replyMaxLen = 100_000
 
 // flush writes the answers of batch, then acknowledges and deletes their
-// items, in one pipeline: if the node dies half way, an item answered but
-// not acknowledged is claimed and answered again, and the front end drops
-// the second answer.
+// items, in one transaction: Redis refuses it whole when it cannot take the
+// answers (out of memory), and then nothing is acknowledged. If the node
+// dies before the transaction, its items are claimed and answered by
+// another node; the front end drops any second answer.
 func (n *Node) flush(batch []answerEntry) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	pipe := n.rdb.Pipeline()
+	pipe := n.rdb.TxPipeline()
 	fronts := map[string]bool{}
 	ids := make([]string, 0, len(batch))
 	for _, a := range batch {
@@ -440,13 +446,16 @@ func (n *Node) flush(batch []answerEntry) error {
 	if err == nil {
 		return nil
 	}
-	// A command Redis refused (the group gone after a restart) needs no
-	// retry; one it never got does.
+	// A command that failed as it ran (the group gone after a restart)
+	// needs no retry; a transaction refused or never received does.
 	for _, cmd := range cmds {
 		var answered redis.Error
-		if e := cmd.Err(); e != nil && !errors.As(e, &answered) {
+		if e := cmd.Err(); e != nil && (!errors.As(e, &answered) || redis.HasErrorPrefix(e, "EXECABORT")) {
 			return e
 		}
+	}
+	if redis.HasErrorPrefix(err, "EXECABORT") || !errors.As(err, new(redis.Error)) {
+		return err
 	}
 	return nil
 }

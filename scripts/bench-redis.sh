@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Runs the many-machine benchmark of BENCHMARKS.md on one machine: a Redis
+# (Debian's redis-server on a free loopback port, no persistence), two GPU
+# nodes of 2 workers each and one front end, driven over HTTP by `streamer
+# bench --target` at several closed-loop concurrencies; and, alternated row
+# by row in the same run, one local server of 4 workers with the same model.
+# It prints one table: items/s and p50 of both, their ratio, and the best
+# any batcher could do (c / (F + p·⌈c/w⌉) while c ≤ w·B, else w·B / (F + p·B)).
+#
+#   bash scripts/bench-redis.sh
+#
+# Settings (environment):
+#   OUT          results folder (default bin/bench-redis/<UTC time>)
+#   DURATION     measured load per row (default 5s)
+#   WARMUP       load before each measurement (default 2s)
+#   CONCURRENCY  the clients of each row (default "8 32 64 128 256 512")
+#   MODEL        the model (default sleep:10ms,100us)
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+OUT=${OUT:-bin/bench-redis/$(date -u +%Y%m%dT%H%M%SZ)}
+DURATION=${DURATION:-5s}
+WARMUP=${WARMUP:-2s}
+CONCURRENCY=${CONCURRENCY:-8 32 64 128 256 512}
+MODEL=${MODEL:-sleep:10ms,100us}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+STREAMER=$OUT/streamer
+
+log() { echo "bench-redis.sh: $*" >&2; }
+
+command -v redis-server >/dev/null || { log "redis-server not found: run make install-tools"; exit 1; }
+
+pids=()
+cleanup() {
+  local pid
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+wait_ready() {
+  local url=$1 i
+  for i in $(seq 1 200); do
+    if curl -sf "$url/readyz" >/dev/null; then return; fi
+    sleep 0.05
+  done
+  log "$url never became ready"; exit 1
+}
+
+go build -o "$STREAMER" ./cmd/streamer
+
+redis_port=$(free_port)
+redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$OUT" >"$OUT/redis.log" 2>&1 &
+pids+=($!)
+for i in $(seq 1 100); do
+  if redis-cli -p "$redis_port" ping 2>/dev/null | grep -q PONG; then break; fi
+  sleep 0.05
+done
+broker=redis://127.0.0.1:$redis_port/0
+
+for node in 1 2; do
+  port=$(free_port)
+  "$STREAMER" serve --broker "$broker" --workers 2 --model "$MODEL" --listen "127.0.0.1:$port" >"$OUT/node$node.log" 2>&1 &
+  pids+=($!)
+  wait_ready "http://127.0.0.1:$port"
+done
+front_port=$(free_port)
+"$STREAMER" serve --broker "$broker" --workers 0 --model "$MODEL" --listen "127.0.0.1:$front_port" >"$OUT/front.log" 2>&1 &
+pids+=($!)
+front=http://127.0.0.1:$front_port
+wait_ready "$front"
+
+{
+  echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "redis: $(redis-server --version | cut -d' ' -f3)"
+  echo "started: $(date -u +%FT%TZ)"
+} >"$OUT/machine.txt"
+
+for c in $CONCURRENCY; do
+  log "$c clients through redis"
+  "$STREAMER" bench --target "$front" --model "$MODEL" --workers 4 --concurrency "$c" --duration "$DURATION" --warmup "$WARMUP" --json >"$OUT/redis_$c.json"
+  log "$c clients on one local server"
+  "$STREAMER" bench --model "$MODEL" --workers 4 --concurrency "$c" --duration "$DURATION" --warmup "$WARMUP" --json >"$OUT/local_$c.json"
+done
+echo "ended: $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/machine.txt"
+
+python3 - "$OUT" "$MODEL" $CONCURRENCY <<'EOF' | tee "$OUT/summary.md"
+import json, math, re, sys
+out, model, clients = sys.argv[1], sys.argv[2], [int(c) for c in sys.argv[3:]]
+m = re.fullmatch(r"sleep:([0-9.]+)ms,([0-9.]+)us", model)
+workers, batch = 4, 64
+def best(c):
+    if not m:
+        return 0
+    fixed, per = float(m.group(1)) / 1000, float(m.group(2)) / 1e6
+    if c > workers * batch:
+        return workers * batch / (fixed + per * batch)
+    return c / (fixed + per * math.ceil(c / workers))
+print(open(f"{out}/machine.txt").read().strip().replace("\n", "; "))
+print()
+print("| clients | best items/s | local items/s | local of best | redis items/s | redis of best | redis ÷ local | local p50 ms | redis p50 ms | redis p99 ms | errors |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for c in clients:
+    lo = json.load(open(f"{out}/local_{c}.json"))
+    re_ = json.load(open(f"{out}/redis_{c}.json"))
+    b = best(c)
+    of = lambda x: f"{x / b:.3f}" if b else "—"
+    errs = sum(re_.get("errors", {}).values())
+    print(f"| {c} | {b:.0f} | {lo['items_per_s']:.0f} | {of(lo['items_per_s'])} | {re_['items_per_s']:.0f} | {of(re_['items_per_s'])} | "
+          f"{re_['items_per_s'] / lo['items_per_s']:.3f} | {lo['latency_ms']['p50']:.2f} | {re_['latency_ms']['p50']:.2f} | {re_['latency_ms']['p99']:.2f} | {errs} |")
+EOF
+log "results in $OUT"
