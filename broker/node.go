@@ -145,7 +145,7 @@ func (n *Node) Stats() NodeStats {
 		Read: n.stats.read.Load(), Claimed: n.stats.claimed.Load(), Answered: n.stats.answered.Load(),
 		Expired: n.stats.expired.Load(), Released: n.stats.released.Load(), Quarantined: n.stats.quarantined.Load(),
 		WriteFailures: n.stats.writeFailures.Load(),
-		Held: held,
+		Held:          held,
 	}
 }
 
