@@ -424,3 +424,49 @@ func TestAnswersAreKeptUntilRedisHasRoomForThem(t *testing.T) {
 		t.Fatalf("got %q, %v; want the answer once Redis had room", out, err)
 	}
 }
+
+func TestCloseWaitsForTheAnswersThenRefuses(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	held := newRecorder()
+	held.hold["slow"] = true
+	startNode(t, rs, held, 4, nil)
+	fe, err := broker.NewFrontEnd(broker.FrontEndConfig{Config: broker.Config{URL: rs.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fe.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "front end ready", fe.Ready)
+	done := make(chan error, 1)
+	go func() {
+		_, err := predict(t, fe, "slow")
+		done <- err
+	}()
+	eventually(t, "the item running", func() bool { return held.runs("slow") == 1 })
+	closed := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		closed <- fe.Close(ctx)
+	}()
+	eventually(t, "the front end closing", func() bool { return !fe.Ready() })
+	if _, err := predict(t, fe, "late"); !errors.Is(err, supervisor.ErrShuttingDown) {
+		t.Fatalf("a request after Close: %v; want ErrShuttingDown", err)
+	}
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while a request waited for its answer", err)
+	default:
+	}
+	close(held.release)
+	if err := <-done; err != nil {
+		t.Fatalf("the request admitted before Close: %v", err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if n := rs.Do(t, "EXISTS", "streamer:reply:"+fe.ID()); n != "0" {
+		t.Error("the closed front end's reply stream is still in Redis")
+	}
+}

@@ -49,9 +49,12 @@ type FrontEnd struct {
 	held  int // items of the calls
 
 	submits chan *call
-	closing chan struct{}
-	done    sync.WaitGroup
-	closed  atomic.Bool
+	idle    chan struct{} // a token when the last call ends while closed
+	// writerDone is closed when the writer has stopped taking calls.
+	writerDone chan struct{}
+	closing    chan struct{}
+	done       sync.WaitGroup
+	closed     atomic.Bool
 
 	up      atomic.Bool  // Redis answered the last check
 	nodes   atomic.Int64 // nodes heard from within nodeSilence, at the last check
@@ -133,9 +136,11 @@ func NewFrontEnd(cfg FrontEndConfig) (*FrontEnd, error) {
 	k := newKeys(cfg.Prefix)
 	return &FrontEnd{
 		cfg: cfg, rdb: rdb, k: k, id: id, replyKey: k.replyPrefix + id,
-		calls:   map[uint64]*call{},
-		submits: make(chan *call, 1024),
-		closing: make(chan struct{}),
+		calls:      map[uint64]*call{},
+		submits:    make(chan *call, 1024),
+		idle:       make(chan struct{}, 1),
+		writerDone: make(chan struct{}),
+		closing:    make(chan struct{}),
 	}, nil
 }
 
@@ -239,13 +244,29 @@ func (fe *FrontEnd) PredictRequest(ctx context.Context, req supervisor.Request) 
 		fe.forget(c)
 		return nil, supervisor.ErrShuttingDown
 	}
-	if err := <-c.admitted; err != nil {
+	if err := fe.verdict(c); err != nil {
 		fe.forget(c)
 		fe.stats.rejected.Add(uint64(n))
 		return nil, err
 	}
 	fe.stats.submitted.Add(uint64(n))
 	return fe.await(ctx, c)
+}
+
+// verdict waits for the stream's verdict on c: the writer gives one for
+// every call it takes, before it stops.
+func (fe *FrontEnd) verdict(c *call) error {
+	select {
+	case err := <-c.admitted:
+		return err
+	case <-fe.writerDone:
+		select {
+		case err := <-c.admitted:
+			return err
+		default:
+			return supervisor.ErrShuttingDown
+		}
+	}
 }
 
 // unavailable says why a request cannot be served now, or nil.
@@ -315,6 +336,18 @@ func (fe *FrontEnd) forgetLocked(c *call) {
 	if fe.calls[c.seq] == c {
 		delete(fe.calls, c.seq)
 		fe.held -= c.left
+		fe.noteIdleLocked()
+	}
+}
+
+// noteIdleLocked tells a Close waiting for the calls that none is left. It
+// requires that fe.mu is held.
+func (fe *FrontEnd) noteIdleLocked() {
+	if len(fe.calls) == 0 && fe.closed.Load() {
+		select {
+		case fe.idle <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -334,6 +367,7 @@ func (fe *FrontEnd) failAllLocked(err error) {
 // trip: while one pipeline is out, the next requests gather.
 func (fe *FrontEnd) writeLoop() {
 	defer fe.done.Done()
+	defer close(fe.writerDone)
 	var batch []*call
 	for {
 		batch = batch[:0]
@@ -491,6 +525,7 @@ func (fe *FrontEnd) deliver(msgs []redis.XMessage) {
 		if c.left--; c.left == 0 {
 			delete(fe.calls, seq)
 			close(c.over)
+			fe.noteIdleLocked()
 		}
 	}
 }
@@ -528,6 +563,7 @@ func (fe *FrontEnd) checkLoop() {
 			if len(fe.calls) > 0 {
 				fe.cfg.Logger.Error("failing the requests waiting for answers", "requests", len(fe.calls), "err", cause)
 				fe.failAllLocked(cause)
+				fe.noteIdleLocked()
 			}
 			fe.mu.Unlock()
 		}
@@ -573,20 +609,17 @@ func (fe *FrontEnd) Close(ctx context.Context) error {
 		return nil
 	}
 	var err error
-	for {
-		fe.mu.Lock()
-		waiting := len(fe.calls)
-		fe.mu.Unlock()
-		if waiting == 0 {
-			break
-		}
+	fe.mu.Lock()
+	waiting := len(fe.calls)
+	fe.mu.Unlock()
+	if waiting > 0 {
 		select {
+		case <-fe.idle:
 		case <-ctx.Done():
-			err = fmt.Errorf("broker: %d requests unanswered at close: %w", waiting, ctx.Err())
-		case <-time.After(10 * time.Millisecond):
-			continue
+			fe.mu.Lock()
+			err = fmt.Errorf("broker: %d requests unanswered at close: %w", len(fe.calls), ctx.Err())
+			fe.mu.Unlock()
 		}
-		break
 	}
 	close(fe.closing)
 	fe.done.Wait()
