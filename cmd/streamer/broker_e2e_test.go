@@ -1,0 +1,689 @@
+package main
+
+// End-to-end tests of the many-machine mode: front ends (--workers 0) and
+// GPU nodes as real processes on one real redis-server, killed, starved and
+// cut off from Redis as machines in a cluster are.
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/streamer-dev/streamer/internal/redistest"
+)
+
+// brokerResult is what one client of brokerLoad saw.
+type brokerResult struct {
+	item   string
+	status int   // 0 when the request failed in transport
+	err    error // a transport error, or an answer that is not the documented JSON
+	output any   // the one output of a 200
+}
+
+// brokerLoadTimeout bounds one request of brokerLoad: each takes well under a
+// second, or, when its node died, about --claim-idle more. An item lost in
+// Redis shows as a client timeout.
+const brokerLoadTimeout = 10 * time.Second
+
+// brokerLoad is clients goroutines sending one-item requests with unique
+// items to one server until stopped. A client stops early at its first
+// answer other than 200, or transport error: its server is going or gone.
+type brokerLoad struct {
+	timeout time.Duration // bounds each request
+	ok      atomic.Int64  // the 200s so far
+	stopped chan struct{}
+	stop    func() // stops the clients and waits for them; idempotent
+
+	mu      sync.Mutex
+	results []brokerResult
+}
+
+// startBrokerLoad starts clients clients sending requests named name-…
+// to s, each bounded by timeout (zero: brokerLoadTimeout). The load stops
+// when the test ends, at the latest, before the servers do.
+func startBrokerLoad(t *testing.T, s *server, name string, clients int, timeout time.Duration) *brokerLoad {
+	l := &brokerLoad{timeout: cmp.Or(timeout, brokerLoadTimeout), stopped: make(chan struct{})}
+	var wg sync.WaitGroup
+	l.stop = sync.OnceFunc(func() {
+		close(l.stopped)
+		wg.Wait()
+	})
+	t.Cleanup(l.stop)
+	for c := range clients {
+		wg.Go(func() {
+			for r := 0; ; r++ {
+				select {
+				case <-l.stopped:
+					return
+				default:
+				}
+				if !l.send(s, fmt.Sprintf("%s-c%02d-r%05d", name, c, r)) {
+					return
+				}
+			}
+		})
+	}
+	return l
+}
+
+// send sends one request of item and reports whether it was answered 200.
+func (l *brokerLoad) send(s *server, item string) bool {
+	p, err := predictWithin(s, l.timeout, 0, item)
+	res := brokerResult{item: item, status: p.Status, err: err}
+	ok := err == nil && p.Status == http.StatusOK
+	if ok && len(p.Outputs) == 1 {
+		res.output = p.Outputs[0]
+	}
+	l.mu.Lock()
+	l.results = append(l.results, res)
+	l.mu.Unlock()
+	if ok {
+		l.ok.Add(1)
+	}
+	return ok
+}
+
+// all returns every answer so far; once the load is stopped, every answer.
+func (l *brokerLoad) all() []brokerResult {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.results)
+}
+
+// TestBrokerKilledNodeAndFrontEndLoseNoAdmittedRequest: two front ends and
+// two GPU nodes on one Redis, under load through both front ends. One node
+// and one front end are killed with SIGKILL, workers and all, while the
+// killed node holds items of the live front end. Every request to the live
+// front end is answered 200 with its own input, those that were on the
+// killed node too (the other node claims them); requests to the killed
+// front end either got their own answer or failed in transport. The live
+// front end answered each of its items once, and Redis is left with no
+// item waiting.
+func TestBrokerKilledNodeAndFrontEndLoseNoAdmittedRequest(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	node := []string{"--workers", "2", "--model", "sleep:40ms,0s", "--max-latency", "5ms", "--claim-idle", "1s"}
+	victimNode := startBrokerNode(t, rs, node...)
+	survivor := startBrokerNode(t, rs, node...)
+	victimName := brokerLogField(t, victimNode, "node serving items from redis", "node")
+	live := startBrokerFront(t, rs)
+	doomed := startBrokerFront(t, rs)
+	liveID := brokerLogField(t, live, "front end sending requests through redis", "front")
+	waitReadyz(t, live, http.StatusOK)
+	waitReadyz(t, doomed, http.StatusOK)
+	// A request's items spread over both nodes come back in its order,
+	// through a front end and through a node's own HTTP alike.
+	const many = 32
+	for _, s := range []*server{live, survivor} {
+		inputs := make([]any, many)
+		for i := range inputs {
+			inputs[i] = fmt.Sprint("many-", i)
+		}
+		if p, err := predictWithin(s, requestTimeout, 0, inputs...); err != nil || p.Status != http.StatusOK || !slices.Equal(p.Outputs, inputs) {
+			t.Fatalf("%d items through %s: %s, %v; want them back in order", many, s.addr, p, err)
+		}
+	}
+
+	liveLoad := startBrokerLoad(t, live, "live", 16, 0)
+	doomedLoad := startBrokerLoad(t, doomed, "doomed", 16, 0)
+	waitFor(t, "load through both front ends", brokerWait, func() bool {
+		return liveLoad.ok.Load() >= 50 && doomedLoad.ok.Load() >= 50
+	})
+
+	// Kill the node while it holds items of the live front end.
+	waitFor(t, "the node to be killed to hold items of the live front end", brokerWait, func() bool {
+		return len(heldItemsOf(t, rs, victimName, liveID)) >= 2
+	})
+	sigkillGroup(t, victimNode)
+	sigkillGroup(t, doomed)
+	// Those it held at its death, unanswered: the survivor must answer them.
+	orphans := heldItemsOf(t, rs, victimName, liveID)
+	if len(orphans) == 0 {
+		t.Fatal("the killed node had answered every item of the live front end: nothing left to claim")
+	}
+	killedAt := liveLoad.ok.Load()
+	t.Logf("killed the node holding %d unanswered items of the live front end", len(orphans))
+
+	waitFor(t, "the survivor to claim the killed node's items", brokerWait, func() bool {
+		return len(redisPending(t, rs, victimName)) == 0
+	})
+	if !strings.Contains(survivor.logs(), "claimed items of a silent node") {
+		t.Error("the surviving node never said it claimed the killed node's items")
+	}
+	waitFor(t, "more load through the live front end after the kill", brokerWait, func() bool {
+		return liveLoad.ok.Load() >= killedAt+100
+	})
+	liveLoad.stop()
+	doomedLoad.stop()
+
+	liveResults := liveLoad.all()
+	answered := checkBrokerLoad(t, "live", liveResults, false)
+	for _, item := range orphans {
+		if !answered[item] {
+			t.Errorf("item %q of the live front end, held by the killed node, was not answered 200", item)
+		}
+	}
+	checkBrokerLoad(t, "doomed", doomedLoad.all(), true)
+
+	st, want := live.stats(t), uint64(many+len(liveResults))
+	if st.Submitted != want || st.Answered != want || st.Failed != 0 || st.Queued != 0 {
+		t.Errorf("live front end stats: %d submitted, %d answered, %d failed, %d waiting; want %d submitted and answered, none failed or waiting",
+			st.Submitted, st.Answered, st.Failed, st.Queued, want)
+	}
+	waitFor(t, "every item on the stream answered", brokerWait, func() bool {
+		return redisInt(t, rs, "XLEN", brokerItemsKey) == 0
+	})
+}
+
+// heldItemsOf returns the values of the items that consumer holds, read but
+// not acknowledged, that the front end front asked for.
+func heldItemsOf(t *testing.T, rs *redistest.Server, consumer, front string) []string {
+	t.Helper()
+	items := redisStreamItems(t, rs)
+	var held []string
+	for _, id := range redisPending(t, rs, consumer) {
+		if it, ok := items[id]; ok && it.front == front && it.value != "" {
+			// The value is the item's msgpack: a one-byte header, then the
+			// string.
+			held = append(held, it.value[1:])
+		}
+	}
+	return held
+}
+
+// checkBrokerLoad checks the answers a front end gave: each 200 is the request's
+// own item; with mayFail, transport errors are allowed (the front end was
+// killed), and otherwise nothing but 200s. It returns the items answered
+// 200.
+func checkBrokerLoad(t *testing.T, name string, results []brokerResult, mayFail bool) map[string]bool {
+	t.Helper()
+	answered := map[string]bool{}
+	var transport int
+	for _, r := range results {
+		switch {
+		case r.status == 0 && mayFail:
+			transport++
+		case r.err != nil:
+			t.Errorf("%s front end, item %q: %v", name, r.item, r.err)
+		case r.status != http.StatusOK:
+			t.Errorf("%s front end, item %q: status %d", name, r.item, r.status)
+		case r.output != r.item:
+			t.Errorf("%s front end, item %q: answered %v, another request's output", name, r.item, r.output)
+		case answered[r.item]:
+			t.Errorf("%s front end, item %q: answered twice", name, r.item)
+		default:
+			answered[r.item] = true
+		}
+	}
+	t.Logf("%s front end: %d requests, %d answered 200, %d failed in transport", name, len(results), len(answered), transport)
+	return answered
+}
+
+// TestBrokerNodeSIGTERMUnderLoadHandsOverCleanly: a node stopped by
+// SIGTERM under load, as in a rolling restart, answers the items it holds
+// before it exits: every request through the front end is answered 200
+// with its own input, and the other node has nothing to claim.
+func TestBrokerNodeSIGTERMUnderLoadHandsOverCleanly(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	node := []string{"--workers", "2", "--model", "sleep:40ms,0s", "--max-latency", "5ms", "--claim-idle", "1s"}
+	leaving := startBrokerNode(t, rs, node...)
+	staying := startBrokerNode(t, rs, node...)
+	leavingName := brokerLogField(t, leaving, "node serving items from redis", "node")
+	front := startBrokerFront(t, rs)
+	waitReadyz(t, front, http.StatusOK)
+
+	load := startBrokerLoad(t, front, "roll", 16, 0)
+	waitFor(t, "load, with items held by the node to stop", brokerWait, func() bool {
+		return load.ok.Load() >= 50 && len(redisPending(t, rs, leavingName)) > 0
+	})
+	if err := leaving.signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := leaving.wait(stopTimeout); err != nil || code != 0 {
+		t.Errorf("the node's exit on SIGTERM: code %d, %v; want 0", code, err)
+	}
+	after := load.ok.Load()
+	waitFor(t, "load served by the other node", brokerWait, func() bool { return load.ok.Load() >= after+100 })
+	load.stop()
+
+	checkBrokerLoad(t, "front", load.all(), false)
+	if held := redisPending(t, rs, leavingName); len(held) != 0 {
+		t.Errorf("the stopped node left %d items unanswered", len(held))
+	}
+	if strings.Contains(staying.logs(), "claimed items of a silent node") {
+		t.Error("the other node had to claim items the stopped node left")
+	}
+	waitFor(t, "every item on the stream answered", brokerWait, func() bool {
+		return redisInt(t, rs, "XLEN", brokerItemsKey) == 0
+	})
+}
+
+// TestBrokerFrontEndSIGTERMAnswersWhatItAdmitted: a front end stopped by
+// SIGTERM under load answers every request it admitted with its output and
+// refuses the others with 503 (or, once closed, the connection); it deletes
+// its reply stream on the way out rather than leave it to expire.
+func TestBrokerFrontEndSIGTERMAnswersWhatItAdmitted(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	startBrokerNode(t, rs, "--workers", "2", "--model", "sleep:40ms,0s", "--max-latency", "5ms")
+	front := startBrokerFront(t, rs)
+	reply := brokerReplyKeys + brokerLogField(t, front, "front end sending requests through redis", "front")
+	waitReadyz(t, front, http.StatusOK)
+
+	// Requests take about 40ms: one with no answer in 3s was dropped.
+	load := startBrokerLoad(t, front, "drain", 16, 3*time.Second)
+	waitFor(t, "load through the front end", brokerWait, func() bool { return load.ok.Load() >= 50 })
+	if err := front.signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	signaled := time.Now()
+	// Its requests are answered within 40ms or so: the drain is quick.
+	if _, err := front.wait(2 * time.Second); err != nil {
+		t.Errorf("the front end still draining 2s after SIGTERM: its admitted requests are not answered")
+	}
+	if code, err := front.wait(stopTimeout); err != nil || code != 0 {
+		t.Errorf("the front end's exit on SIGTERM: code %d, %v; want 0", code, err)
+	}
+	t.Logf("the front end exited %s after SIGTERM", time.Since(signaled).Round(time.Millisecond))
+	load.stop() // every client has stopped at its first answer other than 200
+	if n := redisInt(t, rs, "EXISTS", reply); n != 0 {
+		t.Errorf("the stopped front end's reply stream %s is still there", reply)
+	}
+
+	var answered, refused, closed int
+	var unanswered []string
+	for _, r := range load.all() {
+		switch {
+		case r.status == 0 && errors.Is(r.err, context.DeadlineExceeded):
+			unanswered = append(unanswered, r.item)
+		case r.status == 0:
+			closed++
+		case r.status == http.StatusOK && r.output == r.item:
+			answered++
+		case r.status == http.StatusServiceUnavailable && r.err == nil:
+			refused++
+		default:
+			t.Errorf("item %q: status %d, output %v, %v; want its own output, or 503 while draining", r.item, r.status, r.output, r.err)
+		}
+	}
+	if len(unanswered) > 0 {
+		t.Errorf("%d admitted requests got no answer within %s while the front end drained: %q", len(unanswered), load.timeout, unanswered)
+	}
+	t.Logf("%d answered, %d refused while draining, %d failed in transport once closed", answered, refused, closed)
+	waitFor(t, "every item on the stream answered", brokerWait, func() bool {
+		return redisInt(t, rs, "XLEN", brokerItemsKey) == 0
+	})
+}
+
+// TestBrokerRedisRestartFailsFastThenServesAgain: with Redis killed, a
+// request waiting for its answer and new requests get 503 naming Redis
+// within about a second, and /readyz says not ready; once Redis is back
+// (empty), the same processes are ready and serve again.
+func TestBrokerRedisRestartFailsFastThenServesAgain(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	startBrokerNode(t, rs, "--workers", "1", "--model", "sleep:400ms,0s")
+	front := startBrokerFront(t, rs)
+	waitReadyz(t, front, http.StatusOK)
+	if p, err := predictWithin(front, requestTimeout, 0, "before"); err != nil || p.Status != http.StatusOK {
+		t.Fatalf("before the outage: %s, %v", p, err)
+	}
+
+	type answer struct {
+		p   prediction
+		err error
+	}
+	inFlight := make(chan answer, 1)
+	go func() {
+		p, err := predictWithin(front, 5*time.Second, 0, "in flight")
+		inFlight <- answer{p, err}
+	}()
+	waitFor(t, "the item in flight on the stream", brokerWait, func() bool {
+		return redisInt(t, rs, "XLEN", brokerItemsKey) == 1
+	})
+	killed := time.Now()
+	rs.Kill()
+	a := <-inFlight
+	p := a.p
+	if a.err != nil {
+		t.Errorf("a request waiting when Redis died: %v; want a 503", a.err)
+	} else if took := time.Since(killed); p.Status != http.StatusServiceUnavailable || !strings.Contains(p.Error, "redis") || took > 3*time.Second {
+		t.Errorf("a request waiting when Redis died: %s after %s; want 503 naming redis within about a second", p, took)
+	}
+
+	start := time.Now()
+	p, err := predictWithin(front, 3*time.Second, 0, "during")
+	if err != nil {
+		t.Fatalf("a request while Redis is down: %v (want a quick 503, not a client timeout)", err)
+	}
+	if took := time.Since(start); p.Status != http.StatusServiceUnavailable || !strings.Contains(p.Error, "redis") || took > 2*time.Second {
+		t.Errorf("a request while Redis is down: %s after %s; want 503 naming redis at once", p, took)
+	}
+	waitReadyz(t, front, 0)
+
+	rs.Restart(t)
+	waitReadyz(t, front, http.StatusOK)
+	for i := range 3 {
+		item := fmt.Sprintf("after-%d", i)
+		p, err := predictWithin(front, 10*time.Second, 0, item)
+		if err != nil || p.Status != http.StatusOK || len(p.Outputs) != 1 || p.Outputs[0] != item {
+			t.Fatalf("request %d after Redis came back: %s, %v; want 200 with its input", i, p, err)
+		}
+	}
+}
+
+// TestBrokerDeadFrontEndsKeysExpire: a front end killed under load leaves
+// its reply stream behind, which expires --reply-ttl (1s, on every process
+// here) after the last answer written to it; the items it had sent are
+// answered (to nobody) and leave the stream. Redis ends up holding the
+// shared keys only.
+func TestBrokerDeadFrontEndsKeysExpire(t *testing.T) {
+	deadFrontEndKeysExpire(t, "--reply-ttl", "1s")
+}
+
+// TestBrokerReplyTTLOfTheFrontEndBoundsItsKeys: as above with --reply-ttl
+// given to the front end alone, as its help says it is the front end's
+// setting ("how long a front end's answers stay in Redis ... when the front
+// end died"): the dead front end's reply stream must go within about that
+// second, whatever the nodes were started with.
+func TestBrokerReplyTTLOfTheFrontEndBoundsItsKeys(t *testing.T) {
+	deadFrontEndKeysExpire(t)
+}
+
+// deadFrontEndKeysExpire runs one node with nodeArgs and a front end with
+// --reply-ttl 1s, kills the front end under load, and checks that what
+// Redis holds for it goes within a few seconds.
+func deadFrontEndKeysExpire(t *testing.T, nodeArgs ...string) {
+	rs := redistest.Start(t, redistest.Options{})
+	startBrokerNode(t, rs, append([]string{"--workers", "2", "--model", "sleep:20ms,0s", "--max-latency", "5ms"}, nodeArgs...)...)
+	front := startBrokerFront(t, rs, "--reply-ttl", "1s")
+	reply := brokerReplyKeys + brokerLogField(t, front, "front end sending requests through redis", "front")
+	waitReadyz(t, front, http.StatusOK)
+
+	load := startBrokerLoad(t, front, "gone", 16, 0)
+	waitFor(t, "load through the front end", brokerWait, func() bool { return load.ok.Load() >= 100 })
+	if n := redisInt(t, rs, "EXISTS", reply); n != 1 {
+		t.Fatalf("EXISTS %s: %d under load; want the front end's reply stream there", reply, n)
+	}
+	sigkillGroup(t, front)
+	killed := time.Now()
+	load.stop() // every client has stopped at its first transport error
+	checkBrokerLoad(t, "killed", load.all(), true)
+
+	const bound = 5 * time.Second // the TTL, after the answers to the items it left
+	if !holdsWithin(bound, func() bool { return redisInt(t, rs, "EXISTS", reply) == 0 }) {
+		t.Fatalf("%s still there %s after its front end died, expiring in %ss (--reply-ttl 1s)", reply, time.Since(killed).Round(time.Millisecond), rs.Do(t, "TTL", reply))
+	}
+	t.Logf("the reply stream expired %s after the kill", time.Since(killed).Round(time.Millisecond))
+	waitFor(t, "the stream of items to drain", brokerWait, func() bool {
+		return redisInt(t, rs, "XLEN", brokerItemsKey) == 0
+	})
+	if keys := redisKeys(t, rs, "*"); strings.Join(keys, " ") != brokerItemsKey+" "+brokerNodesKey {
+		t.Errorf("Redis holds %q; want only %s and %s", keys, brokerItemsKey, brokerNodesKey)
+	}
+}
+
+// TestBrokerFullBacklogAnswers429: with a shared backlog of 4 in front of
+// one slow worker, a burst of requests gets 4 admitted and answered and the
+// rest refused with 429 and Retry-After.
+func TestBrokerFullBacklogAnswers429(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	startBrokerNode(t, rs, "--workers", "1", "--batch-size", "1", "--model", "sleep:500ms,0s")
+	front := startBrokerFront(t, rs, "--max-queue", "4")
+	waitReadyz(t, front, http.StatusOK)
+
+	const burst = 12
+	answers := make([]prediction, burst)
+	errs := make([]error, burst)
+	var wg sync.WaitGroup
+	for i := range burst {
+		wg.Go(func() { answers[i], errs[i] = predictWithin(front, requestTimeout, 0, fmt.Sprint("burst-", i)) })
+	}
+	wg.Wait()
+	var ok, refused int
+	for i, p := range answers {
+		switch {
+		case errs[i] != nil:
+			t.Errorf("request %d: %v", i, errs[i])
+		case p.Status == http.StatusOK && len(p.Outputs) == 1 && p.Outputs[0] == fmt.Sprint("burst-", i):
+			ok++
+		case p.Status == http.StatusTooManyRequests && p.Header.Get("Retry-After") != "":
+			refused++
+		default:
+			t.Errorf("request %d: %s, Retry-After %q; want 200 with its input or 429 with Retry-After", i, p, p.Header.Get("Retry-After"))
+		}
+	}
+	if ok != 4 || refused != burst-4 {
+		t.Errorf("%d answered and %d refused; want 4 (the backlog) and %d", ok, refused, burst-4)
+	}
+	if p, err := predictWithin(front, requestTimeout, 0, "after"); err != nil || p.Status != http.StatusOK {
+		t.Errorf("once the backlog drained: %s, %v", p, err)
+	}
+}
+
+// TestBrokerExpiredItemNeverRuns: an item whose deadline passes while it
+// waits in Redis (no node reads yet) is answered 504 at its deadline, and
+// the node that reads it later never runs it: its model would crash on it.
+func TestBrokerExpiredItemNeverRuns(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	// A node that says it is alive and reads nothing, so that the front
+	// end admits the request and the item waits.
+	rs.Do(t, "ZADD", brokerNodesKey, fmt.Sprint(time.Now().Add(time.Hour).UnixMilli()), "silent")
+	front := startBrokerFront(t, rs)
+	waitReadyz(t, front, http.StatusOK)
+
+	start := time.Now()
+	p, err := predictWithin(front, 5*time.Second, 200, "late")
+	if took := time.Since(start); err != nil || p.Status != http.StatusGatewayTimeout || took > 2*time.Second {
+		t.Fatalf("timeout_ms 200 with no node reading: %s, %v after %s; want 504 at the deadline", p, err, took)
+	}
+	if n := redisInt(t, rs, "XLEN", brokerItemsKey); n != 1 {
+		t.Fatalf("%d items on the stream; want the expired one, still waiting", n)
+	}
+
+	node := startBrokerNode(t, rs, "--workers", "1", "--model", "chaos:crash=late")
+	waitFor(t, "the node to drop the expired item", brokerWait, func() bool {
+		return redisInt(t, rs, "XLEN", brokerItemsKey) == 0
+	})
+	if st := node.stats(t); st.Batches != 0 || st.Crashes != 0 {
+		t.Errorf("node stats %+v: the expired item ran (want no batch, no crash)", st)
+	}
+	if p, err := predictWithin(front, requestTimeout, 0, "fresh"); err != nil || p.Status != http.StatusOK {
+		t.Errorf("a fresh item: %s, %v", p, err)
+	}
+	if st := node.stats(t); st.Batches != 1 || st.Crashes != 0 {
+		t.Errorf("node stats %+v: want the fresh item's batch alone", st)
+	}
+}
+
+// TestBrokerPoisonFoundByOneNodeIsRefusedByTheOther: two nodes whose model
+// crashes on an item, both up. Once one node has found it poison (422), the
+// other, left alone at once, refuses it on sight with 422 without running
+// it: none of its workers crashes.
+func TestBrokerPoisonFoundByOneNodeIsRefusedByTheOther(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	node := []string{"--workers", "2", "--model", "chaos:crash=boom", "--max-latency", "5ms"}
+	nodes := []*server{startBrokerNode(t, rs, node...), startBrokerNode(t, rs, node...)}
+	front := startBrokerFront(t, rs)
+	waitReadyz(t, front, http.StatusOK)
+
+	if p, err := predictWithin(front, requestTimeout, 0, "boom"); err != nil || p.Status != http.StatusUnprocessableEntity {
+		t.Fatalf("the poison item: %s, %v; want 422", p, err)
+	}
+	finder, other := nodes[0], nodes[1]
+	if finder.stats(t).Crashes == 0 {
+		finder, other = other, finder
+	}
+	if finder.stats(t).Crashes == 0 {
+		t.Fatal("neither node's workers crashed on the poison item")
+	}
+	// The finder goes, so that the item lands on the other node.
+	sigkillGroup(t, finder)
+	if p, err := predictWithin(front, requestTimeout, 0, "boom"); err != nil || p.Status != http.StatusUnprocessableEntity {
+		t.Errorf("the poison item again: %s, %v; want 422", p, err)
+	}
+	if st := other.stats(t); st.Crashes != 0 || st.Batches != 0 {
+		t.Errorf("the other node ran the known poison item: %d crashes, %d poisoned, %d batches; want none", st.Crashes, st.Poisoned, st.Batches)
+	}
+	if p, err := predictWithin(front, requestTimeout, 0, "fine"); err != nil || p.Status != http.StatusOK {
+		t.Errorf("after the poison item: %s, %v", p, err)
+	}
+}
+
+// TestBrokerPoisonRefusedAfterAGracefulStop: a node started after another
+// found an item poison takes the shared quarantine with it: once the finder
+// is stopped by SIGTERM, as in a rolling restart, the newcomer refuses the
+// item with 422 without running it.
+func TestBrokerPoisonRefusedAfterAGracefulStop(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	finder := startBrokerNode(t, rs, "--workers", "2", "--model", "chaos:crash=boom")
+	front := startBrokerFront(t, rs)
+	waitReadyz(t, front, http.StatusOK)
+	if p, err := predictWithin(front, requestTimeout, 0, "boom"); err != nil || p.Status != http.StatusUnprocessableEntity {
+		t.Fatalf("the poison item: %s, %v; want 422", p, err)
+	}
+	other := startBrokerNode(t, rs, "--workers", "2", "--model", "chaos:crash=boom")
+	if err := finder.signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := finder.wait(stopTimeout); err != nil || code != 0 {
+		t.Fatalf("the finder's exit on SIGTERM: code %d, %v", code, err)
+	}
+	if p, err := predictWithin(front, requestTimeout, 0, "boom"); err != nil || p.Status != http.StatusUnprocessableEntity {
+		t.Errorf("the poison item again: %s, %v; want 422", p, err)
+	}
+	if st := other.stats(t); st.Crashes != 0 || st.Batches != 0 {
+		t.Errorf("the other node ran the known poison item: %d crashes, %d batches; want none", st.Crashes, st.Batches)
+	}
+}
+
+// TestBrokerStartsBeforeRedis: a node and a front end started while Redis
+// is down keep trying rather than exit, are not ready meanwhile, and serve
+// once Redis is up, without a restart.
+func TestBrokerStartsBeforeRedis(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	rs.Kill()
+	node := launchBroker(t, rs.URL(), "--workers", "1")
+	front := startBrokerFront(t, rs)
+	for _, s := range []*server{node, front} {
+		if status, _, err := s.get("/readyz"); err != nil || status == http.StatusOK {
+			t.Errorf("GET /readyz on %s with Redis down: %d, %v; want not ready", s.addr, status, err)
+		}
+	}
+	if p, err := predictWithin(front, 3*time.Second, 0, "early"); err != nil || p.Status != http.StatusServiceUnavailable {
+		t.Errorf("a request with Redis down: %s, %v; want 503", p, err)
+	}
+	rs.Restart(t)
+	waitReadyz(t, node, http.StatusOK)
+	waitReadyz(t, front, http.StatusOK)
+	if p, err := predictWithin(front, requestTimeout, 0, "late"); err != nil || p.Status != http.StatusOK || len(p.Outputs) != 1 || p.Outputs[0] != "late" {
+		t.Errorf("once Redis is up: %s, %v; want 200 with the input", p, err)
+	}
+}
+
+// TestBrokerStreamPrefixKeepsModelsApart: clusters with different
+// --stream-prefix share one Redis without seeing each other: a front end
+// is not ready while only another prefix has a node, and its requests run
+// only on its own prefix's node.
+func TestBrokerStreamPrefixKeepsModelsApart(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	one := startBrokerNode(t, rs, "--workers", "1", "--stream-prefix", "one")
+	front := startBrokerFront(t, rs, "--stream-prefix", "two")
+	if p, err := predictWithin(front, 3*time.Second, 0, "x"); err != nil || p.Status != http.StatusServiceUnavailable {
+		t.Errorf("with a node of another prefix only: %s, %v; want 503", p, err)
+	}
+	two := startBrokerNode(t, rs, "--workers", "1", "--stream-prefix", "two")
+	waitReadyz(t, front, http.StatusOK)
+	for i := range 3 {
+		if p, err := predictWithin(front, requestTimeout, 0, fmt.Sprint("two-", i)); err != nil || p.Status != http.StatusOK {
+			t.Fatalf("through prefix two: %s, %v", p, err)
+		}
+	}
+	if b1, b2 := one.stats(t).Batches, two.stats(t).Batches; b1 != 0 || b2 != 3 {
+		t.Errorf("batches run: %d on prefix one's node, %d on prefix two's; want 0 and 3", b1, b2)
+	}
+	if keys := redisKeys(t, rs, "*"); strings.Join(keys, " ") != "one:items one:nodes two:items two:nodes two:reply:"+brokerLogField(t, front, "front end sending requests through redis", "front") {
+		t.Errorf("Redis holds %q; want each prefix's own keys", keys)
+	}
+}
+
+// TestBrokerFlagsAndConnections: a front end needs --broker; Redis with a
+// password, an ACL user and TLS (trusting the CA given by --broker-ca)
+// serve, and a certificate signed by a CA the front end does not trust is
+// answered 503 saying so.
+func TestBrokerFlagsAndConnections(t *testing.T) {
+	t.Run("workers 0 without broker", func(t *testing.T) {
+		t.Setenv("STREAMER_BROKER", "")
+		s := launchServer(t, "--workers", "0")
+		code, err := s.wait(readyTimeout)
+		if err != nil || code == 0 || !strings.Contains(s.logs(), "--broker") {
+			t.Errorf("exit code %d, %v; want non-zero with an error naming --broker:\n%s", code, err, s.logs())
+		}
+	})
+	t.Run("password", func(t *testing.T) {
+		rs := redistest.Start(t, redistest.Options{Password: "s3cret"})
+		serveThrough(t, rs)
+	})
+	t.Run("acl user", func(t *testing.T) {
+		rs := redistest.Start(t, redistest.Options{User: "streamer", UserPassword: "pw"})
+		serveThrough(t, rs)
+	})
+	t.Run("tls", func(t *testing.T) {
+		rs := redistest.Start(t, redistest.Options{TLS: true})
+		serveThrough(t, rs, "--broker-ca", rs.CAFile())
+	})
+	t.Run("tls with an untrusted certificate", func(t *testing.T) {
+		rs := redistest.Start(t, redistest.Options{TLS: true})
+		startBrokerNode(t, rs, "--workers", "1", "--broker-ca", rs.CAFile())
+		refusedThrough(t, rs.URL(), []string{"certificate"})
+	})
+}
+
+// TestBrokerWrongPasswordIsNamed: a front end whose --broker password Redis
+// refuses answers 503, as it cannot serve, and says why: the password, not
+// "not checked yet", which sends an operator looking for a network fault.
+func TestBrokerWrongPasswordIsNamed(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{Password: "s3cret"})
+	startBrokerNode(t, rs, "--workers", "1")
+	url := strings.Replace(rs.URL(), "s3cret", "wrong", 1)
+	refusedThrough(t, url, []string{"WRONGPASS", "password"})
+}
+
+// serveThrough runs a node and a front end on rs, both with extra flags,
+// and checks a request is answered.
+func serveThrough(t *testing.T, rs *redistest.Server, extra ...string) {
+	t.Helper()
+	startBrokerNode(t, rs, append([]string{"--workers", "1"}, extra...)...)
+	front := startBrokerFront(t, rs, extra...)
+	waitReadyz(t, front, http.StatusOK)
+	if p, err := predictWithin(front, requestTimeout, 0, "hi"); err != nil || p.Status != http.StatusOK || len(p.Outputs) != 1 || p.Outputs[0] != "hi" {
+		t.Fatalf("through %s: %s, %v", rs.URL(), p, err)
+	}
+}
+
+// refusedThrough runs a front end on url that Redis refuses, and checks
+// that requests get 503 with a message holding one of why.
+func refusedThrough(t *testing.T, url string, why []string) {
+	t.Helper()
+	front := launchBroker(t, url, "--workers", "0")
+	p, err := predictWithin(front, 3*time.Second, 0, "hi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	said := false
+	for _, w := range why {
+		said = said || strings.Contains(p.Error, w)
+	}
+	if p.Status != http.StatusServiceUnavailable || !said {
+		t.Errorf("%s; want 503 saying why (one of %q)", p, why)
+	}
+	if status, _, err := front.get("/readyz"); err != nil || status == http.StatusOK {
+		t.Errorf("GET /readyz: %d, %v; want not ready", status, err)
+	}
+}

@@ -1,0 +1,244 @@
+package main
+
+// Helpers for the tests of the many-machine mode: real `streamer serve`
+// processes sharing one real redis-server, as front ends (--workers 0) and
+// GPU nodes (--workers > 0), and a look at what Redis holds for them.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/streamer-dev/streamer/internal/redistest"
+)
+
+// The keys a broker under the default prefix keeps in Redis.
+const (
+	brokerItemsKey  = "streamer:items"
+	brokerNodesKey  = "streamer:nodes"
+	brokerReplyKeys = "streamer:reply:"
+	brokerGroup     = "nodes"
+)
+
+// brokerWait bounds the waits of these tests on the cluster: for a
+// process's start, a claim, a key's expiry. Each normally takes a second or
+// two.
+const brokerWait = 15 * time.Second
+
+// launchBroker runs `streamer serve --broker url --log-format json args...`
+// and waits until its front end has started, without waiting for /readyz:
+// a front end is ready only once some node is alive.
+func launchBroker(t *testing.T, url string, args ...string) *server {
+	t.Helper()
+	s := launchServer(t, append([]string{"--broker", url, "--log-format", "json"}, args...)...)
+	brokerLogField(t, s, "front end sending requests through redis", "front")
+	return s
+}
+
+// startBrokerNode runs a GPU node (the caller's args name the model and
+// workers) and waits until it is ready: its workers are up and it has said
+// it is alive on Redis.
+func startBrokerNode(t *testing.T, rs *redistest.Server, args ...string) *server {
+	t.Helper()
+	s := launchBroker(t, rs.URL(), args...)
+	brokerLogField(t, s, "node serving items from redis", "node")
+	waitReadyz(t, s, http.StatusOK)
+	return s
+}
+
+// startBrokerFront runs a front end (--workers 0). It is not waited for to
+// be ready, as it may be started before any node.
+func startBrokerFront(t *testing.T, rs *redistest.Server, args ...string) *server {
+	t.Helper()
+	return launchBroker(t, rs.URL(), append([]string{"--workers", "0"}, args...)...)
+}
+
+// waitReadyz waits until GET /readyz answers want (or, with want 0, anything
+// but 200).
+func waitReadyz(t *testing.T, s *server, want int) {
+	t.Helper()
+	what := fmt.Sprintf("GET /readyz to answer %d", want)
+	if want == 0 {
+		what = "GET /readyz to answer other than 200"
+	}
+	waitFor(t, what, brokerWait, func() bool {
+		status, _, err := s.get("/readyz")
+		if want == 0 {
+			return err == nil && status != http.StatusOK
+		}
+		return err == nil && status == want
+	})
+}
+
+// within polls cond every pollInterval until it holds or timeout passes,
+// and reports whether it held.
+func holdsWithin(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		<-tick.C
+	}
+	return true
+}
+
+// brokerLogField waits for the JSON log line whose msg is msg and returns
+// its attribute field, failing the test if the process exits first.
+func brokerLogField(t *testing.T, s *server, msg, field string) string {
+	t.Helper()
+	var value string
+	waitFor(t, fmt.Sprintf("the log line %q", msg), brokerWait, func() bool {
+		if v, ok := jsonLogAttr(s.logs(), msg, field); ok {
+			value = v
+			return true
+		}
+		if s.exited() {
+			t.Fatalf("the server exited before logging %q:\n%s", msg, s.logs())
+		}
+		return false
+	})
+	return value
+}
+
+// jsonLogAttr finds the first JSON log line whose msg is msg and returns its
+// attribute field as text.
+func jsonLogAttr(logs, msg, field string) (string, bool) {
+	sc := bufio.NewScanner(strings.NewReader(logs))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var line map[string]any
+		if json.Unmarshal(sc.Bytes(), &line) != nil || line["msg"] != msg {
+			continue
+		}
+		return fmt.Sprint(line[field]), true
+	}
+	return "", false
+}
+
+// sigkillGroup ends a server and its workers at once, as a machine losing power
+// would: SIGKILL to its whole process group, then waits for it to be gone.
+func sigkillGroup(t *testing.T, s *server) {
+	t.Helper()
+	if err := syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		t.Fatalf("kill -9 the process group of %d: %v", s.cmd.Process.Pid, err)
+	}
+	if _, err := s.wait(stopTimeout); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// predictWithin posts one request of inputs, with timeout_ms when it is not
+// zero, through a client that gives up after clientTimeout; safe from any
+// goroutine.
+func predictWithin(s *server, clientTimeout time.Duration, timeoutMs int, inputs ...any) (prediction, error) {
+	body := map[string]any{"inputs": inputs}
+	if timeoutMs > 0 {
+		body["timeout_ms"] = timeoutMs
+	}
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return prediction{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
+	defer cancel()
+	status, data, hdr, err := s.do(ctx, http.MethodPost, "/predict", "application/json", raw)
+	if err != nil {
+		return prediction{}, fmt.Errorf("POST /predict %s: %w", raw, err)
+	}
+	return decodePrediction(status, data, hdr)
+}
+
+// redisKeys returns the keys matching pattern, sorted.
+func redisKeys(t *testing.T, rs *redistest.Server, pattern string) []string {
+	t.Helper()
+	out := rs.Do(t, "KEYS", pattern)
+	if out == "" {
+		return nil
+	}
+	keys := strings.Split(out, "\n")
+	slices.Sort(keys)
+	return keys
+}
+
+// redisInt runs a command answered by an integer.
+func redisInt(t *testing.T, rs *redistest.Server, args ...string) int {
+	t.Helper()
+	out := rs.Do(t, args...)
+	n, err := strconv.Atoi(out)
+	if err != nil {
+		t.Fatalf("%s: answer %q is not an integer", strings.Join(args, " "), out)
+	}
+	return n
+}
+
+// redisPending returns the stream ids of the items consumer holds in the
+// group, read but not yet acknowledged.
+func redisPending(t *testing.T, rs *redistest.Server, consumer string) []string {
+	t.Helper()
+	// Each entry is id, consumer, idle time, deliveries.
+	out := rs.Do(t, "XPENDING", brokerItemsKey, brokerGroup, "-", "+", "100000", consumer)
+	if out == "" {
+		return nil
+	}
+	lines := strings.Split(out, "\n")
+	ids := make([]string, 0, len(lines)/4)
+	for i := 0; i+3 < len(lines); i += 4 {
+		ids = append(ids, lines[i])
+	}
+	return ids
+}
+
+// redisStreamItem is an item waiting on the items stream.
+type redisStreamItem struct {
+	front string // the id of the front end that asked
+	value string // the item's bytes
+}
+
+// redisStreamItems returns the items on the stream, by stream id.
+func redisStreamItems(t *testing.T, rs *redistest.Server) map[string]redisStreamItem {
+	t.Helper()
+	out := rs.Do(t, "XRANGE", brokerItemsKey, "-", "+")
+	items := map[string]redisStreamItem{}
+	if out == "" {
+		return items
+	}
+	// Each entry is its id, then field, value pairs; every entry has the
+	// same fields, the batch key aside, which these tests never set.
+	lines := strings.Split(out, "\n")
+	for i := 0; i < len(lines); {
+		id := lines[i]
+		i++
+		var it redisStreamItem
+		for ; i+1 < len(lines) && !isStreamID(lines[i]); i += 2 {
+			switch lines[i] {
+			case "f":
+				it.front = lines[i+1]
+			case "v":
+				it.value = lines[i+1]
+			}
+		}
+		items[id] = it
+	}
+	return items
+}
+
+// isStreamID reports whether s looks like a stream entry id (ms-seq): no
+// field name of an item does.
+func isStreamID(s string) bool {
+	ms, seq, ok := strings.Cut(s, "-")
+	_, err1 := strconv.ParseUint(ms, 10, 64)
+	_, err2 := strconv.ParseUint(seq, 10, 64)
+	return ok && err1 == nil && err2 == nil
+}
