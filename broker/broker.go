@@ -58,8 +58,9 @@ type Config struct {
 	// of life before another node claims it. Zero means 5s.
 	ClaimIdle time.Duration
 	// ReplyTTL is how long a front end's reply stream outlives the last
-	// answer written to it (or the front end's last sign of life). Zero
-	// means 1 minute.
+	// answer written to it (or the front end's last sign of life). It is
+	// the front end's: its items carry it to the nodes, which use it for
+	// their answers. Zero means 1 minute.
 	ReplyTTL time.Duration
 	// Logger receives the broker's events; nil discards them.
 	Logger *slog.Logger
@@ -157,6 +158,7 @@ const (
 	fieldSeq      = "q" // the request's number at that front end
 	fieldIndex    = "i" // the item's place in its request
 	fieldDeadline = "d" // unix microseconds; 0 for none
+	fieldTTL      = "t" // the front end's ReplyTTL in ms: how long its answers may wait unread
 	fieldKey      = "k" // the batch key; absent for none
 	fieldValue    = "v" // the item's bytes
 )

@@ -88,19 +88,20 @@ type call struct {
 //
 //	KEYS[1] the items stream
 //	ARGV    max backlog, the stream's trim bound, front end, request
-//	        number, deadline, "1" when keys follow, then per item [key] value
+//	        number, deadline, "1" when keys follow, the reply TTL in ms,
+//	        then per item [key] value
 var admitScript = redis.NewScript(`
 local keyed = ARGV[6] == '1'
-local n = #ARGV - 6
+local n = #ARGV - 7
 if keyed then n = n / 2 end
 if redis.call('XLEN', KEYS[1]) + n > tonumber(ARGV[1]) then return -1 end
-local j = 7
+local j = 8
 for i = 0, n - 1 do
   if keyed then
-    redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'f', ARGV[3], 'q', ARGV[4], 'i', i, 'd', ARGV[5], 'k', ARGV[j], 'v', ARGV[j + 1])
+    redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'f', ARGV[3], 'q', ARGV[4], 'i', i, 'd', ARGV[5], 't', ARGV[7], 'k', ARGV[j], 'v', ARGV[j + 1])
     j = j + 2
   else
-    redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'f', ARGV[3], 'q', ARGV[4], 'i', i, 'd', ARGV[5], 'v', ARGV[j])
+    redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'f', ARGV[3], 'q', ARGV[4], 'i', i, 'd', ARGV[5], 't', ARGV[7], 'v', ARGV[j])
     j = j + 1
   end
 end
@@ -279,7 +280,7 @@ func (fe *FrontEnd) unavailable() error {
 		if p := fe.lastErr.Load(); p != nil {
 			msg = *p
 		}
-		return fmt.Errorf("%w: redis at %s is unreachable: %s", supervisor.ErrUnavailable, endpoint(fe.rdb), msg)
+		return fmt.Errorf("%w: redis at %s does not serve: %s", supervisor.ErrUnavailable, endpoint(fe.rdb), msg)
 	case fe.nodes.Load() == 0:
 		return fmt.Errorf("%w: no node has been heard from on redis at %s for %s", supervisor.ErrUnavailable, endpoint(fe.rdb), nodeSilence)
 	}
@@ -444,8 +445,8 @@ func (fe *FrontEnd) admitArgs(c *call) []any {
 	if c.keys != nil {
 		keyed = "1"
 	}
-	args := make([]any, 0, 6+2*len(c.items))
-	args = append(args, fe.cfg.MaxBacklog, 2*fe.cfg.MaxBacklog, fe.id, c.seq, deadline, keyed)
+	args := make([]any, 0, 7+2*len(c.items))
+	args = append(args, fe.cfg.MaxBacklog, 2*fe.cfg.MaxBacklog, fe.id, c.seq, deadline, keyed, fe.cfg.ReplyTTL.Milliseconds())
 	for i, item := range c.items {
 		if c.keys != nil {
 			args = append(args, c.keys[i])
@@ -465,7 +466,8 @@ func (fe *FrontEnd) readLoop() {
 	retry := newBackoff()
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-fe.closing; cancel() }()
-	for !fe.closed.Load() {
+	// It reads until Close has the answers it waits for: until closing.
+	for ctx.Err() == nil {
 		streams, err := fe.rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{fe.replyKey, last}, Count: 1024, Block: blockFor}).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			if ctx.Err() != nil {
@@ -577,7 +579,10 @@ func (fe *FrontEnd) check(ctx context.Context) error {
 	backlog := pipe.XLen(ctx, fe.k.items)
 	pipe.Expire(ctx, fe.replyKey, fe.cfg.ReplyTTL)
 	if _, err := pipe.Exec(ctx); err != nil {
-		fe.noteDown(err)
+		// These commands are never wrong: an error Redis sent back is a
+		// refusal to serve (a wrong password, no permission), as bad as
+		// no answer.
+		fe.markDown(err)
 		return fmt.Errorf("redis at %s: %w", endpoint(fe.rdb), err)
 	}
 	if !fe.up.Swap(true) {
@@ -595,10 +600,15 @@ func (fe *FrontEnd) noteDown(err error) {
 	if errors.As(err, &answered) && !strings.HasPrefix(answered.Error(), "LOADING") {
 		return // Redis answered: it is up, the command was wrong
 	}
+	fe.markDown(err)
+}
+
+// markDown marks Redis unusable, for err.
+func (fe *FrontEnd) markDown(err error) {
 	msg := err.Error()
 	fe.lastErr.Store(&msg)
 	if fe.up.Swap(false) {
-		fe.cfg.Logger.Error("redis unreachable", "redis", endpoint(fe.rdb), "err", err)
+		fe.cfg.Logger.Error("redis does not serve", "redis", endpoint(fe.rdb), "err", err)
 	}
 }
 

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -65,6 +66,7 @@ type Node struct {
 // answerEntry is an answer to write, for the item with stream id id.
 type answerEntry struct {
 	id, front, seq, index string
+	ttl                   time.Duration // the front end's ReplyTTL; 0: the node's
 	output                []byte
 	err                   error
 }
@@ -254,9 +256,12 @@ func (n *Node) take(msgs []redis.XMessage) {
 		n.held[m.ID] = now
 	}
 	n.mu.Unlock()
-	poison := *n.poison.Load()
+	poison := n.quarantined(msgs)
 	for _, m := range msgs {
 		a := answerEntry{id: m.ID, front: str(m.Values, fieldFront), seq: str(m.Values, fieldSeq), index: str(m.Values, fieldIndex)}
+		if ms, err := strconv.ParseInt(str(m.Values, fieldTTL), 10, 64); err == nil && ms > 0 {
+			a.ttl = time.Duration(ms) * time.Millisecond
+		}
 		value, hasValue := m.Values[fieldValue].(string)
 		deadline, err := strconv.ParseInt(str(m.Values, fieldDeadline), 10, 64)
 		if a.front == "" || a.seq == "" || a.index == "" || !hasValue || err != nil {
@@ -279,7 +284,7 @@ func (n *Node) take(msgs []redis.XMessage) {
 				continue
 			}
 		}
-		if len(poison) > 0 && poison[poisonHash(key, req.Items[0])] {
+		if poison[m.ID] {
 			n.stats.quarantined.Add(1)
 			a.err = fmt.Errorf("%w: quarantined, as it crashed a node's model", supervisor.ErrPoison)
 			n.answer(a)
@@ -300,6 +305,36 @@ func (n *Node) take(msgs []redis.XMessage) {
 			n.settle(a, key, req.Items[0], output, err)
 		}()
 	}
+}
+
+// quarantined returns the ids of the items of msgs that some node found to
+// crash the model: asked of Redis for every read, so that an item found by
+// one node is refused by the others at once, and remembered from the
+// heartbeats' copy of the quarantine while Redis does not answer.
+func (n *Node) quarantined(msgs []redis.XMessage) map[string]bool {
+	known := *n.poison.Load()
+	hashes := make([]string, len(msgs))
+	for i, m := range msgs {
+		value, _ := m.Values[fieldValue].(string)
+		hashes[i] = poisonHash(str(m.Values, fieldKey), []byte(value))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	scores, err := n.rdb.ZMScore(ctx, n.k.poison, hashes...).Result()
+	if err != nil {
+		n.cfg.Logger.Warn("read the quarantine", "err", err)
+	}
+	now := float64(time.Now().UnixMilli())
+	var ids map[string]bool
+	for i, m := range msgs {
+		if known[hashes[i]] || (err == nil && scores[i] > now) {
+			if ids == nil {
+				ids = map[string]bool{}
+			}
+			ids[m.ID] = true
+		}
+	}
+	return ids
 }
 
 // settle answers an item that ran (or was refused by the Streamer), or
@@ -420,7 +455,7 @@ func (n *Node) flush(batch []answerEntry) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	pipe := n.rdb.TxPipeline()
-	fronts := map[string]bool{}
+	fronts := map[string]time.Duration{}
 	ids := make([]string, 0, len(batch))
 	for _, a := range batch {
 		ids = append(ids, a.id)
@@ -435,10 +470,10 @@ func (n *Node) flush(batch []answerEntry) error {
 		}
 		key := n.k.replyPrefix + a.front
 		pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, MaxLen: replyMaxLen, Approx: true, Values: values})
-		fronts[key] = true
+		fronts[key] = cmp.Or(a.ttl, n.cfg.ReplyTTL)
 	}
-	for key := range fronts {
-		pipe.Expire(ctx, key, n.cfg.ReplyTTL)
+	for key, ttl := range fronts {
+		pipe.Expire(ctx, key, ttl)
 	}
 	pipe.XAck(ctx, n.k.items, nodeGroup, ids...)
 	pipe.XDel(ctx, n.k.items, ids...)

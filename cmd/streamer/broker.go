@@ -30,7 +30,7 @@ func addBrokerFlags(f *pflag.FlagSet, o *brokerOptions) {
 	f.StringVar(&o.url, "broker", os.Getenv("STREAMER_BROKER"), "redis://[user:password@]host:port/db (or rediss:// for TLS) shared by front ends and GPU nodes: requests go through it and every node with --workers > 0 serves them (default $STREAMER_BROKER)")
 	f.StringVar(&o.prefix, "stream-prefix", broker.DefaultPrefix, "prefix of every Redis key, to keep several models apart on one Redis")
 	f.DurationVar(&o.claimIdle, "claim-idle", broker.DefaultClaimIdle, "with --broker: how long a node may hold items without a sign of life before another node claims and answers them")
-	f.DurationVar(&o.replyTTL, "reply-ttl", broker.DefaultReplyTTL, "with --broker: how long a front end's answers stay in Redis after the last was written, when nobody reads them (the front end died)")
+	f.DurationVar(&o.replyTTL, "reply-ttl", broker.DefaultReplyTTL, "with --broker: how long this front end's answers stay in Redis after the last was written, when nobody reads them (it died); its items carry it to the nodes")
 	f.StringVar(&o.caFile, "broker-ca", "", "with a rediss:// --broker: PEM file of the CA that signed Redis's certificate (default: the system's)")
 }
 
