@@ -130,7 +130,7 @@ func runSweep(ctx context.Context, cfg bench.Config, o benchOptions) error {
 	}
 	policies := o.sweepBatching
 	if len(policies) == 0 {
-		policies = []string{o.serve.batching}
+		policies = []string{string(o.serve.policy())}
 	}
 	var rows []bench.SweepRow
 	for _, clients := range o.sweepClients {
