@@ -470,3 +470,39 @@ func TestCloseWaitsForTheAnswersThenRefuses(t *testing.T) {
 		t.Error("the closed front end's reply stream is still in Redis")
 	}
 }
+
+func TestANodeTakesOnlyWhatItCanRunSoon(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	busy := newRecorder()
+	for i := range 20 {
+		busy.hold[fmt.Sprint(i)] = true
+	}
+	a := startNode(t, rs, busy, 2, nil) // capacity 4
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	var wg sync.WaitGroup
+	errs := make([]error, 20)
+	for i := range 20 {
+		wg.Go(func() { _, errs[i] = predict(t, fe, fmt.Sprint(i)) })
+	}
+	eventually(t, "20 items on the stream", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "20" })
+	eventually(t, "the first node full", func() bool { return a.Stats().Held == 4 })
+	// What the first node holds is all it was given: the rest waits in
+	// Redis for a node with room.
+	if got := rs.Do(t, "XPENDING", "streamer:items", "nodes"); !strings.HasPrefix(got, "4\n") {
+		t.Fatalf("XPENDING says %q; want 4 items delivered, the first node's capacity", got)
+	}
+	idle := newRecorder()
+	b := startNode(t, rs, idle, 8, nil)
+	eventually(t, "the second node serving the rest", func() bool { return b.Stats().Answered == 16 })
+	close(busy.release)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("item %d: %v", i, err)
+		}
+	}
+	// The node counts its answers once Redis has taken them, which the
+	// front end may see first.
+	eventually(t, "the first node's 4 answered", func() bool { return a.Stats().Answered == 4 })
+}
