@@ -674,7 +674,8 @@ func TestGetRoutes(t *testing.T) {
 	backend := &fakeBackend{
 		ready: true,
 		stats: supervisor.Stats{Submitted: 10, Answered: 9, Batches: 3, BatchSizes: []uint64{0, 1, 0, 2},
-			Dispatch: supervisor.DispatchStats{Full: 1, Waited: 2, WaitAddedMs: 1.5}, Cost: supervisor.CostStats{Fitted: true, FixedMs: 10, PerItemMs: 0.1, Batches: 3}},
+			Dispatch: supervisor.DispatchStats{Full: 1, Waited: 2, WaitAddedMs: 1.5}, Cost: supervisor.CostStats{Fitted: true, FixedMs: 10, PerItemMs: 0.1, Batches: 3},
+			Returns: supervisor.ReturnStats{Share: 0.9, FirstMs: 0.5, GapMs: 0.05}},
 		slots: []supervisor.SlotStatus{{Slot: 0, State: supervisor.SlotReady, PID: 42, CUDA: "1", Restarts: 2}},
 	}
 	h := New(Config{Backend: backend, Model: map[string]any{"model": "echo", "workers": 1}})
@@ -685,7 +686,7 @@ func TestGetRoutes(t *testing.T) {
 		{"/healthz", `{"status":"ok"}`},
 		{"/readyz", `{"status":"ready"}`},
 		{"/v1/models", `{"model":"echo","workers":1}`},
-		{"/v1/stats", `{"submitted":10,"answered":9,"failed":0,"rejected":0,"expired":0,"batches":3,"batch_sizes":[0,1,0,2],"queued":0,"crashes":0,"poisoned":0,"dispatch":{"full":1,"idle":0,"waited":2,"max_latency":0,"deadline":0,"retry":0,"wait_added_ms":1.5},"cost":{"fitted":true,"fixed_ms":10,"per_item_ms":0.1,"batches":3},"mean_batch_size":2.3333333333333335}`},
+		{"/v1/stats", `{"submitted":10,"answered":9,"failed":0,"rejected":0,"expired":0,"batches":3,"batch_sizes":[0,1,0,2],"queued":0,"crashes":0,"poisoned":0,"dispatch":{"full":1,"idle":0,"waited":2,"max_latency":0,"deadline":0,"retry":0,"wait_added_ms":1.5},"cost":{"fitted":true,"fixed_ms":10,"per_item_ms":0.1,"batches":3},"returns":{"share":0.9,"first_ms":0.5,"gap_ms":0.05},"mean_batch_size":2.3333333333333335}`},
 		{"/v1/workers", `[{"slot":0,"state":"ready","pid":42,"cuda_visible_devices":"1","restarts":2,"in_flight":0}]`},
 	}
 	for _, tt := range tests {
