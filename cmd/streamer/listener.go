@@ -88,13 +88,14 @@ func (l *cappedListener) quiesce(quiet, limit time.Duration) {
 
 // refuse answers a connection with answer and closes it.
 func refuse(conn net.Conn, answer []byte) {
-	_ = conn.SetWriteDeadline(time.Now().Add(refusalTimeout))
+	// Both ways: over TLS, the write first reads the client's handshake.
+	_ = conn.SetDeadline(time.Now().Add(refusalTimeout))
 	_, _ = conn.Write(answer)
-	if tcp, ok := conn.(*net.TCPConn); ok {
+	if half, ok := conn.(interface{ CloseWrite() error }); ok {
 		// Closing with the request unread would reset the connection and
 		// could destroy the answer in flight: shut down writing and let
 		// the client close.
-		_ = tcp.CloseWrite()
+		_ = half.CloseWrite()
 		_ = conn.SetReadDeadline(time.Now().Add(refusalTimeout))
 		var discard [512]byte
 		for {

@@ -51,6 +51,7 @@ type serveOptions struct {
 	unavailableAfter time.Duration
 	pipeline         int
 	logFormat        string
+	logLevel         string
 	pprof            string
 
 	model          string
@@ -63,7 +64,8 @@ type serveOptions struct {
 	ortLib         string
 	pad            []string
 
-	broker brokerOptions
+	broker   brokerOptions
+	security securityOptions
 }
 
 func newServeCommand() *cobra.Command {
@@ -111,6 +113,7 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f.StringVar(&o.batching, "batching", "", "when an idle worker starts a batch that is not full: adaptive (waits a little for arriving items when its measured batch cost says a fuller batch pays) or greedy (at once) (default: adaptive; greedy on a node fed through --broker, whose callers come back through any node)")
 	f.IntVar(&o.pipeline, "pipeline-depth", 2, "most batches one worker holds: the one it runs and those formed ahead (raise it for very fast models)")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	f.StringVar(&o.logLevel, "log-level", "info", "least severe log lines written: debug, info, warn or error")
 	f.StringVar(&o.pprof, "pprof", "", "serve Go's profiles (/debug/pprof/) of this supervisor process on this address, apart from the API (off when empty; keep it on loopback)")
 
 	f.StringVar(&o.model, "model", "echo", "model to serve: echo, sleep:FIXED,PER_ITEM, chaos:OPTS (tests), or a path to an .onnx file")
@@ -122,6 +125,7 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f.StringVar(&o.ortLib, "ort-lib", "", "path to the ONNX Runtime shared library (default: $STREAMER_ORT_LIB, third_party/onnxruntime, then the system)")
 	f.StringArrayVar(&o.pad, "pad", nil, "INPUT=VALUE: pad that ONNX input's dynamic axes with VALUE so items of different lengths share a batch (repeatable)")
 	addBrokerFlags(f, &o.broker)
+	addSecurityFlags(f, &o.security)
 }
 
 // spec turns the model flags into the Spec every worker opens. socketDir
@@ -207,11 +211,16 @@ func (o serveOptions) checkModel(spec model.Spec) error {
 }
 
 func (o serveOptions) logger() (*slog.Logger, error) {
+	level, err := parseLogLevel(o.logLevel)
+	if err != nil {
+		return nil, err
+	}
+	opts := &slog.HandlerOptions{Level: level}
 	switch o.logFormat {
 	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, nil)), nil
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, nil)), nil
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", o.logFormat)
 }
@@ -294,6 +303,10 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
+	guard, err := o.security.prepare(os.LookupEnv, log)
+	if err != nil {
+		return err
+	}
 	spec, err := o.spec("")
 	if err != nil {
 		return err
@@ -353,7 +366,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", o.listen, err)
 	}
-	listener := &cappedListener{Listener: tcpListener, max: int64(o.maxConnections)}
+	listener := &cappedListener{Listener: guard.listener(tcpListener), max: int64(o.maxConnections)}
 	defer listener.Close()
 
 	if o.pprof != "" {
@@ -381,7 +394,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		stopping.stops = append(stopping.stops, st.Shutdown)
 	}
 	server := &http.Server{
-		Handler:           stopping.wrap(api),
+		Handler:           stopping.wrap(guard.protect(api)),
 		ReadHeaderTimeout: min(10*time.Second, o.readTimeout),
 		// The handler lifts this deadline once the body is in, so that it
 		// bounds the sending of a request and not the wait for its answer.

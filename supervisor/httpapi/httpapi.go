@@ -209,7 +209,7 @@ func (h *handler) crossOrigin(w http.ResponseWriter, r *http.Request, origin []s
 		return true
 	}
 	hdr.Set("Access-Control-Allow-Methods", "GET, HEAD, POST")
-	hdr.Set("Access-Control-Allow-Headers", "Content-Type, "+TimeoutHeader)
+	hdr.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, "+TimeoutHeader)
 	hdr.Set("Access-Control-Max-Age", "600")
 	w.WriteHeader(http.StatusNoContent)
 	return false

@@ -1,0 +1,401 @@
+package main
+
+// End-to-end tests of the security flags of streamer serve: the bearer
+// token, HTTPS with a certificate reloaded on SIGHUP, and the log level.
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// authedRequest sends method path with the given Authorization header value
+// (none when empty) and returns the status, headers and body.
+func authedRequest(t *testing.T, s *server, method, path, auth string) (int, http.Header, []byte) {
+	t.Helper()
+	var body []byte
+	contentType := ""
+	if method == http.MethodPost {
+		body, contentType = []byte(`{"inputs": ["x"]}`), "application/json"
+	}
+	var header []string
+	if auth != "" {
+		header = []string{"Authorization", auth}
+	}
+	status, data, hdr, err := s.do(context.Background(), method, path, contentType, body, header...)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return status, hdr, data
+}
+
+// checkUnauthorized fails the test unless the answer is the documented 401.
+func checkUnauthorized(t *testing.T, what string, status int, hdr http.Header, body []byte) {
+	t.Helper()
+	if status != http.StatusUnauthorized {
+		t.Errorf("%s: status %d (%s), want 401", what, status, bytes.TrimSpace(body))
+		return
+	}
+	if got := hdr.Get("WWW-Authenticate"); !strings.HasPrefix(got, "Bearer") {
+		t.Errorf("%s: WWW-Authenticate %q, want a Bearer challenge", what, got)
+	}
+	var e struct {
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal(body, &e); err != nil || e.Error == "" {
+		t.Errorf("%s: 401 body %q is not {\"error\": \"...\"}", what, body)
+	}
+}
+
+func TestSecurityAuthTokenGuardsEndpoints(t *testing.T) {
+	const token = "tok-7f3a9c"
+	s := startServer(t, "--workers", "1", "--model", "echo", "--auth-token", token)
+	guarded := []struct{ method, path string }{
+		{http.MethodPost, "/predict"},
+		{http.MethodGet, "/v1/stats"},
+		{http.MethodGet, "/v1/workers"},
+		{http.MethodGet, "/v1/models"},
+		{http.MethodGet, "/"},
+		{http.MethodGet, "/metrics"},
+		{http.MethodPost, "/admin/reload"},
+	}
+	for _, r := range guarded {
+		what := r.method + " " + r.path
+		status, hdr, body := authedRequest(t, s, r.method, r.path, "")
+		checkUnauthorized(t, what+" without a token", status, hdr, body)
+		status, hdr, body = authedRequest(t, s, r.method, r.path, "Bearer wrong-"+token)
+		checkUnauthorized(t, what+" with a wrong token", status, hdr, body)
+		status, hdr, body = authedRequest(t, s, r.method, r.path, "Bearer "+token[:len(token)-1])
+		checkUnauthorized(t, what+" with a prefix of the token", status, hdr, body)
+	}
+	for _, path := range []string{"/predict", "/v1/stats"} {
+		method := http.MethodGet
+		if path == "/predict" {
+			method = http.MethodPost
+		}
+		if status, _, body := authedRequest(t, s, method, path, "Bearer "+token); status != http.StatusOK {
+			t.Errorf("%s %s with the token: status %d (%s), want 200", method, path, status, bytes.TrimSpace(body))
+		}
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if status, _, body := authedRequest(t, s, http.MethodGet, path, ""); status != http.StatusOK {
+			t.Errorf("GET %s without a token: status %d (%s), want 200", path, status, bytes.TrimSpace(body))
+		}
+	}
+}
+
+func TestSecurityAuthTokenPreflightPassesWithoutToken(t *testing.T) {
+	s := startServer(t, "--workers", "1", "--auth-token", "tok", "--allow-origin", "https://app.example")
+	status, body, hdr, err := s.do(context.Background(), http.MethodOptions, "/predict", "", nil,
+		"Origin", "https://app.example", "Access-Control-Request-Method", "POST", "Access-Control-Request-Headers", "authorization, content-type")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status != http.StatusNoContent {
+		t.Fatalf("preflight: status %d (%s), want 204", status, body)
+	}
+	if got := hdr.Get("Access-Control-Allow-Headers"); !strings.Contains(got, "Authorization") {
+		t.Errorf("preflight allows headers %q: a page could not send its token", got)
+	}
+}
+
+func TestSecurityAuthTokenFromEnvAndFile(t *testing.T) {
+	const token = "from-elsewhere-42"
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte("  "+token+"\n\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sources := []struct {
+		name  string
+		setup func(t *testing.T) []string // flags to pass
+	}{
+		{"env", func(t *testing.T) []string {
+			t.Setenv(envAuthToken, token) // inherited by the server process
+			return nil
+		}},
+		{"file", func(t *testing.T) []string { return []string{"--auth-token-file", file} }},
+	}
+	for _, src := range sources {
+		t.Run(src.name, func(t *testing.T) {
+			s := startServer(t, append([]string{"--workers", "1"}, src.setup(t)...)...)
+			status, hdr, body := authedRequest(t, s, http.MethodPost, "/predict", "")
+			checkUnauthorized(t, "POST /predict without a token", status, hdr, body)
+			if status, _, body := authedRequest(t, s, http.MethodPost, "/predict", "Bearer "+token); status != http.StatusOK {
+				t.Errorf("POST /predict with the token: status %d (%s), want 200", status, bytes.TrimSpace(body))
+			}
+		})
+	}
+}
+
+// runServeToFailure runs streamer serve with args and env added to the
+// environment (without any token variable of the test's own), expecting it
+// to exit non-zero before serving; it returns the output.
+func runServeToFailure(t *testing.T, env []string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, streamerBin, append([]string{"serve", "--listen", "127.0.0.1:0", "--workers", "1"}, args...)...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, envAuthToken+"=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, env...)
+	cmd.WaitDelay = time.Second
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("streamer serve %s still ran after %s; want it to refuse to start\n%s", strings.Join(args, " "), readyTimeout, out)
+	}
+	if err == nil {
+		t.Fatalf("streamer serve %s exited 0; want a refusal\n%s", strings.Join(args, " "), out)
+	}
+	return string(out)
+}
+
+func TestSecurityRefusesBadSettings(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty")
+	token := filepath.Join(dir, "token")
+	garbage := filepath.Join(dir, "garbage.pem")
+	for path, data := range map[string]string{empty: " \n", token: "t0k\n", garbage: "not a certificate\n"} {
+		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pair := writeCertPair(t, dir, newTestCA(t, "refusals"), 1)
+	missing := filepath.Join(dir, "missing.pem")
+	tests := []struct {
+		name string
+		env  []string
+		args []string
+		want []string // all in the output
+	}{
+		{"empty token", nil, []string{"--auth-token", ""}, []string{"--auth-token is empty"}},
+		{"blank token", nil, []string{"--auth-token", "  "}, []string{"--auth-token is empty"}},
+		{"empty env token", []string{envAuthToken + "="}, nil, []string{"$" + envAuthToken, "empty"}},
+		{"empty token file", nil, []string{"--auth-token-file", empty}, []string{"--auth-token-file", empty, "empty"}},
+		{"missing token file", nil, []string{"--auth-token-file", missing}, []string{"--auth-token-file", missing}},
+		{"flag and file", nil, []string{"--auth-token", "a", "--auth-token-file", token}, []string{"--auth-token and --auth-token-file", "one way only"}},
+		{"env and flag", []string{envAuthToken + "=b"}, []string{"--auth-token", "a"}, []string{"--auth-token and $" + envAuthToken}},
+		{"cert without key", nil, []string{"--tls-cert", pair.cert}, []string{"--tls-cert and --tls-key"}},
+		{"key without cert", nil, []string{"--tls-key", pair.key}, []string{"--tls-cert and --tls-key"}},
+		{"missing cert", nil, []string{"--tls-cert", missing, "--tls-key", pair.key}, []string{"--tls-cert", missing}},
+		{"missing key", nil, []string{"--tls-cert", pair.cert, "--tls-key", missing}, []string{"--tls-key", missing}},
+		{"garbage cert", nil, []string{"--tls-cert", garbage, "--tls-key", pair.key}, []string{"--tls-cert " + garbage}},
+		{"bad log level", nil, []string{"--log-level", "loud"}, []string{"--log-level", "loud", "debug, info, warn or error"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out := runServeToFailure(t, tc.env, tc.args...)
+			for _, want := range tc.want {
+				if !strings.Contains(out, want) {
+					t.Errorf("output does not contain %q:\n%s", want, out)
+				}
+			}
+			if strings.Contains(out, "listening") {
+				t.Errorf("the server started listening before refusing:\n%s", out)
+			}
+		})
+	}
+}
+
+// testCA is a certificate authority made for one test.
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+}
+
+func newTestCA(t *testing.T, name string) testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	template := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "streamer test CA " + name},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, template, template, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testCA{cert: cert, key: key}
+}
+
+// certPair names a certificate file and its key file.
+type certPair struct{ cert, key string }
+
+// writeCertPair issues a server certificate for 127.0.0.1 with the given
+// serial, signed by ca, and writes it and its key as PEM files in dir. It
+// writes each file whole, through a rename, so that a reload never reads
+// half of one.
+func writeCertPair(t *testing.T, dir string, ca testCA, serial int64) certPair {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	template := &x509.Certificate{
+		SerialNumber: big.NewInt(serial),
+		Subject:      pkix.Name{CommonName: "127.0.0.1"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, template, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair := certPair{cert: filepath.Join(dir, "server.crt"), key: filepath.Join(dir, "server.key")}
+	writeFileWhole(t, pair.key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}))
+	writeFileWhole(t, pair.cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+	return pair
+}
+
+func writeFileWhole(t *testing.T, path string, data []byte) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// servedSerial makes a new TLS connection to addr, trusting roots, and
+// returns the serial number of the certificate the server presented.
+func servedSerial(addr string, roots *x509.CertPool) (int64, error) {
+	dialer := &net.Dialer{Timeout: requestTimeout}
+	conn, err := tls.DialWithDialer(dialer, "tcp", addr, &tls.Config{RootCAs: roots})
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0].SerialNumber.Int64(), nil
+}
+
+func TestSecurityTLSServesAndReloadsOnSIGHUP(t *testing.T) {
+	dir := t.TempDir()
+	firstCA, secondCA := newTestCA(t, "first"), newTestCA(t, "second")
+	pair := writeCertPair(t, dir, firstCA, 101)
+
+	s := launchServer(t, "--workers", "1", "--tls-cert", pair.cert, "--tls-key", pair.key)
+	roots := x509.NewCertPool()
+	roots.AddCert(firstCA.cert)
+	roots.AddCert(secondCA.cert)
+	// A new connection per request, so that each sees the certificate
+	// served at that moment.
+	client := &http.Client{Timeout: requestTimeout, Transport: &http.Transport{
+		TLSClientConfig:   &tls.Config{RootCAs: roots},
+		DisableKeepAlives: true,
+	}}
+	base := "https://" + s.addr
+	s.waitFor(t, "the server to be ready over https", readyTimeout, func() bool {
+		resp, err := client.Get(base + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	predict := func(what string) {
+		t.Helper()
+		resp, err := client.Post(base+"/predict", "application/json", strings.NewReader(`{"inputs": ["tls"]}`))
+		if err != nil {
+			t.Fatalf("%s: POST /predict over https: %v", what, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: POST /predict over https: status %d (%s)", what, resp.StatusCode, body)
+		}
+	}
+	predict("first certificate")
+
+	// The only CA a client without the test's pool trusts is the system's:
+	// the handshake must fail, which shows the test CA's certificate is served.
+	if _, err := servedSerial(s.addr, x509.NewCertPool()); err == nil {
+		t.Error("a client trusting no CA completed the handshake")
+	}
+	if status, body, err := s.get("/readyz"); err == nil && status == http.StatusOK {
+		t.Errorf("plain http to the TLS port got 200 (%s)", body)
+	}
+
+	writeCertPair(t, dir, secondCA, 202)
+	if err := s.signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor(t, "a new connection to see the new certificate", readyTimeout, func() bool {
+		serial, err := servedSerial(s.addr, roots)
+		return err == nil && serial == 202
+	})
+	predict("second certificate")
+
+	writeFileWhole(t, pair.cert, []byte("-----BEGIN CERTIFICATE-----\nbroken\n-----END CERTIFICATE-----\n"))
+	if err := s.signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor(t, "the failed reload to be logged", readyTimeout, func() bool {
+		return strings.Contains(s.logs(), "TLS certificate not reloaded")
+	})
+	if serial, err := servedSerial(s.addr, roots); err != nil || serial != 202 {
+		t.Errorf("after a failed reload: serial %d, %v; want the previous certificate, 202", serial, err)
+	}
+	predict("after a failed reload")
+	if s.exited() {
+		t.Fatalf("the server exited on SIGHUP:\n%s", s.logs())
+	}
+}
+
+func TestSecurityLogLevel(t *testing.T) {
+	t.Run("warn hides info", func(t *testing.T) {
+		s := startServer(t, "--workers", "1", "--log-level", "warn")
+		if p := s.predictJSON(t, "quiet"); p.Status != http.StatusOK {
+			t.Fatalf("predict: %s", p)
+		}
+		s.stop(t) // every line the server would write is written
+		if logs := s.logs(); strings.Contains(logs, "level=INFO") {
+			t.Errorf("--log-level warn wrote info lines:\n%s", logs)
+		}
+	})
+	t.Run("debug shows info", func(t *testing.T) {
+		s := startServer(t, "--workers", "1", "--log-level", "debug")
+		s.waitFor(t, "the serving line", readyTimeout, func() bool {
+			return strings.Contains(s.logs(), "msg=serving")
+		})
+	})
+}

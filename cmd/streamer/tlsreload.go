@@ -1,0 +1,116 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+)
+
+// certificate is the server's TLS certificate, read from its files at start
+// and again on every SIGHUP. Connections already open keep the certificate
+// they were made with; new ones get the latest that loaded.
+type certificate struct {
+	certFile, keyFile string
+	log               *slog.Logger
+	current           atomic.Pointer[tls.Certificate]
+}
+
+// newCertificate loads the pair of files, failing with an error that names
+// the file at fault.
+func newCertificate(certFile, keyFile string, log *slog.Logger) (*certificate, error) {
+	c := &certificate{certFile: certFile, keyFile: keyFile, log: log}
+	cert, err := c.load()
+	if err != nil {
+		return nil, err
+	}
+	c.current.Store(cert)
+	return c, nil
+}
+
+// load reads and parses both files. tls.LoadX509KeyPair would do it, but
+// its parse errors do not say which file they are about.
+func (c *certificate) load() (*tls.Certificate, error) {
+	certPEM, err := os.ReadFile(c.certFile)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert: %w", err)
+	}
+	keyPEM, err := os.ReadFile(c.keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-key: %w", err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert %s, --tls-key %s: %w", c.certFile, c.keyFile, err)
+	}
+	return &cert, nil
+}
+
+// reload swaps in the certificate the files hold now. On failure the one
+// served so far stays, and the log says why.
+func (c *certificate) reload() {
+	cert, err := c.load()
+	if err != nil {
+		c.log.Error("TLS certificate not reloaded; still serving the previous one", "err", err)
+		return
+	}
+	c.current.Store(cert)
+	c.log.Info("TLS certificate reloaded", append([]any{"cert", c.certFile}, describeLeaf(cert.Leaf)...)...)
+}
+
+// describeLeaf gives the log attributes that tell one certificate from the
+// next: its serial number and expiry.
+func describeLeaf(leaf *x509.Certificate) []any {
+	if leaf == nil { // parsed lazily under GODEBUG=x509keypairleaf=0
+		return nil
+	}
+	return []any{"serial", leaf.SerialNumber.String(), "not_after", leaf.NotAfter}
+}
+
+// listen serves TLS on l with the current certificate, reloading it on
+// SIGHUP until the returned listener is closed. Other handlers of SIGHUP in
+// the process get the signal too: Go hands it to every channel registered.
+func (c *certificate) listen(l net.Listener) net.Listener {
+	config := &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return c.current.Load(), nil
+		},
+	}
+	hangups := make(chan os.Signal, 1)
+	signal.Notify(hangups, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-hangups:
+				c.reload()
+			case <-done:
+				return
+			}
+		}
+	}()
+	c.log.Info("serving HTTPS", append([]any{"cert", c.certFile}, describeLeaf(c.current.Load().Leaf)...)...)
+	return &reloadingListener{Listener: tls.NewListener(l, config), stop: func() {
+		signal.Stop(hangups)
+		close(done)
+	}}
+}
+
+// reloadingListener stops the reloading of its certificate when closed.
+type reloadingListener struct {
+	net.Listener
+	stop     func()
+	stopOnce sync.Once
+}
+
+func (l *reloadingListener) Close() error {
+	l.stopOnce.Do(l.stop)
+	return l.Listener.Close()
+}
