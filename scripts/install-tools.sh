@@ -24,7 +24,8 @@ log() { echo "install-tools: $*"; }
 #   Python plugin example (cryptography makes its TLS certificate).
 #   redis-server: the Redis broker's tests, which start their own servers
 #   (internal/redistest).
-apt_packages=(gcc libc6-dev protobuf-compiler python3-grpcio python3-protobuf python3-msgpack python3-cryptography redis-server)
+#   chromium: the status page's test loads GET / in headless Chromium.
+apt_packages=(gcc libc6-dev protobuf-compiler python3-grpcio python3-protobuf python3-msgpack python3-cryptography redis-server chromium)
 
 # install_apt_packages installs those of apt_packages that are missing,
 # refreshing the package lists once first.

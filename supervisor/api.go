@@ -116,6 +116,8 @@ type Stats struct {
 	Cost CostStats `json:"cost"`
 	// Returns is how the callers answered come back, as measured.
 	Returns ReturnStats `json:"returns"`
+	// Latency is where the items' time went, as histograms.
+	Latency LatencyStats `json:"latency"`
 }
 
 // DispatchStats counts batches by why they were dispatched.
@@ -197,4 +199,11 @@ type SlotStatus struct {
 	Restarts int       `json:"restarts"`
 	InFlight int       `json:"in_flight"`
 	LastErr  string    `json:"last_error,omitempty"`
+	// Batches counts the batches the slot's workers answered.
+	Batches uint64 `json:"batches"`
+	// Crashes counts the slot's workers that died or were killed.
+	Crashes int `json:"crashes"`
+	// InitSeconds is how long the slot's current worker took to start and
+	// open its model; zero while none is ready.
+	InitSeconds float64 `json:"init_seconds,omitempty"`
 }

@@ -74,6 +74,9 @@ type slot struct {
 	recent    []time.Time // restarts within RestartWindow
 	failures  int         // crashes since the last answered batch
 	lastErr   string
+	batches   uint64        // batches answered
+	crashes   int           // workers that died
+	initTime  time.Duration // how long the current worker took to be ready
 }
 
 func newSlot(s *Streamer, id int) *slot {
@@ -86,9 +89,11 @@ func newSlot(s *Streamer, id int) *slot {
 
 // status describes the slot. It requires that s.mu is held.
 func (sl *slot) status() SlotStatus {
-	st := SlotStatus{Slot: sl.id, State: sl.state, CUDA: sl.cuda, Restarts: sl.restarts, InFlight: len(sl.inflight), LastErr: sl.lastErr}
+	st := SlotStatus{Slot: sl.id, State: sl.state, CUDA: sl.cuda, Restarts: sl.restarts, InFlight: len(sl.inflight), LastErr: sl.lastErr,
+		Batches: sl.batches, Crashes: sl.crashes}
 	if sl.w != nil {
 		st.PID, st.Device = sl.w.pid(), sl.w.device()
+		st.InitSeconds = sl.initTime.Seconds()
 	}
 	return st
 }
@@ -114,6 +119,7 @@ func (sl *slot) run(firstTry chan<- error) {
 		default:
 		}
 		sl.setState(SlotStarting)
+		starting := time.Now()
 		w, err := s.startWorker(sl)
 		if err != nil {
 			err = fmt.Errorf("slot %d: %w", sl.id, err)
@@ -121,7 +127,7 @@ func (sl *slot) run(firstTry chan<- error) {
 			report(err)
 			sl.noteCrash(err, crashUnexplained)
 		} else {
-			sl.setReady(w)
+			sl.setReady(w, time.Since(starting))
 			report(nil)
 			born := time.Now()
 			sl.onExit(w, w.wait(), born)
@@ -138,10 +144,11 @@ func (sl *slot) setState(st SlotState) {
 	sl.s.mu.Unlock()
 }
 
-func (sl *slot) setReady(w worker) {
+func (sl *slot) setReady(w worker, initTime time.Duration) {
 	s := sl.s
 	s.mu.Lock()
 	sl.w = w
+	sl.initTime = initTime
 	sl.state = SlotReady
 	s.everReady.Store(true)
 	s.mu.Unlock()
@@ -222,6 +229,8 @@ func (sl *slot) onResult(w worker, r result) {
 	if s.cfg.Batching == BatchingAdaptive {
 		s.returns.answered(now, len(b.items))
 	}
+	started := sl.headStart
+	sl.batches++
 	sl.headStart = now
 	sl.failures = 0
 	// Refill this worker's pipeline here rather than wait for the dispatcher
@@ -234,6 +243,7 @@ func (sl *slot) onResult(w worker, r result) {
 	s.mu.Unlock()
 	s.signal()
 
+	s.observeLatency(b, r.expired, started, now)
 	if n := len(b.items) - len(r.expired); n > 0 {
 		// Only batches that reached the model count.
 		s.stats.batches.Add(1)
@@ -314,6 +324,9 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 	var poisoned []item
 	cause := crashUnexplained
 	inFlight := len(batches)
+	if !stopping {
+		sl.crashes++
+	}
 	if !stopping && len(batches) > 0 {
 		cause = crashFirstOfBatch
 		if batches[0].suspect {

@@ -66,6 +66,7 @@ type counters struct {
 	submitted, answered, failed, rejected, expired atomic.Uint64
 	batches, crashes, poisoned                     atomic.Uint64
 	batchSizes                                     []atomic.Uint64
+	latency                                        latencies
 }
 
 // New checks cfg and returns a Streamer that is not yet running.
@@ -381,6 +382,11 @@ func (s *Streamer) Stats() Stats {
 		st.BatchSizes[i] = s.stats.batchSizes[i].Load()
 	}
 	r := &s.stats.reasons
+	st.Latency = LatencyStats{
+		QueueWait: s.stats.latency.queueWait.snapshot(),
+		Compute:   s.stats.latency.compute.snapshot(),
+		EndToEnd:  s.stats.latency.endToEnd.snapshot(),
+	}
 	st.Dispatch = DispatchStats{
 		Full: r[reasonFull].Load(), Idle: r[reasonIdle].Load(), Waited: r[reasonWaited].Load(),
 		MaxLatency: r[reasonMaxLatency].Load(), Deadline: r[reasonDeadline].Load(), Retry: r[reasonRetry].Load(),

@@ -24,6 +24,6 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCommand(), newBenchCommand(), newWorkerCommand())
+	root.AddCommand(newServeCommand(), newBenchCommand(), newWorkerCommand(), newStatusCommand())
 	return root
 }

@@ -57,6 +57,7 @@ func StatusOf(err error) int {
 // fail answers a failed request with the status err maps to.
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status := StatusOf(err)
+	h.requests.count(status, err)
 	switch status {
 	case http.StatusTooManyRequests:
 		w.Header()["Retry-After"] = h.retryAfter

@@ -11,6 +11,8 @@
 //	GET  /v1/models    the configured model description
 //	GET  /v1/stats     the supervisor's counters and the mean batch size
 //	GET  /v1/workers   one entry per worker slot
+//	GET  /metrics      Prometheus metrics (see metrics.go)
+//	GET  /             a status page that shows the above, live
 //
 // A /predict body is JSON (also when Content-Type is missing), msgpack
 // (application/msgpack or application/x-msgpack, the same map; the answer is
@@ -103,6 +105,9 @@ type handler struct {
 
 	bufs sync.Pool // *bytes.Buffer: request bodies and responses
 
+	requests requestCounts
+	metrics  http.Handler
+
 	// Header values are shared, never mutated: setting a header from them
 	// saves an allocation per response.
 	jsonType    []string
@@ -145,6 +150,7 @@ func New(cfg Config) http.Handler {
 		h.origins[strings.TrimSuffix(o, "/")] = true
 	}
 	h.bufs.New = func() any { return new(bytes.Buffer) }
+	h.metrics = metricsHandler(h.backend, &h.requests)
 	h.fullBody, _ = json.Marshal(errorBody{Error: fullMessage})
 	h.fullBody = append(h.fullBody, '\n')
 	return h
@@ -186,9 +192,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.get(w, r, h.stats)
 	case "/v1/workers":
 		h.get(w, r, func() (int, any) { return http.StatusOK, h.backend.Slots() })
+	case "/metrics":
+		h.serveRead(w, r, h.metrics)
+	case "/":
+		h.serveRead(w, r, statusPage)
 	default:
 		h.writeError(w, http.StatusNotFound, "no route "+strconv.Quote(r.URL.Path)+
-			"; the routes are POST /predict, GET /healthz, /readyz, /v1/models, /v1/stats, /v1/workers")
+			"; the routes are POST /predict, GET /, /healthz, /readyz, /metrics, /v1/models, /v1/stats, /v1/workers")
 	}
 }
 

@@ -87,6 +87,7 @@ var fullMessage = supervisor.ErrOverloaded.Error() + ": no room for another item
 func (h *handler) predict(w http.ResponseWriter, r *http.Request) {
 	if f, ok := h.backend.(fuller); ok && f.Full() {
 		w.Header()["Retry-After"] = h.retryAfter
+		h.requests.count(http.StatusTooManyRequests, nil)
 		h.writeBody(w, http.StatusTooManyRequests, h.jsonType, h.fullBody)
 		return
 	}
@@ -138,6 +139,7 @@ func (h *handler) predict(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
+	h.requests.count(http.StatusOK, nil)
 	h.writeBody(w, http.StatusOK, contentType, out.Bytes())
 }
 

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// statusReport is what `streamer status` reads from a running server.
+type statusReport struct {
+	model string
+	ready bool
+	stats supervisor.Stats
+	slots []supervisor.SlotStatus
+}
+
+func newStatusCommand() *cobra.Command {
+	var target string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show a running server's model, workers, queue and batching",
+		Long: "status asks a running `streamer serve` for its model (/v1/models), workers\n" +
+			"(/v1/workers) and counters (/v1/stats), and prints them.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			report, err := fetchStatus(ctx, strings.TrimSuffix(target, "/"))
+			if err != nil {
+				return err
+			}
+			return report.print(cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().StringVar(&target, "target", "http://127.0.0.1:5005", "base URL of the server's HTTP API")
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Second, "longest to wait for the server's answers")
+	return cmd
+}
+
+// fetchStatus reads the report from the server at base.
+func fetchStatus(ctx context.Context, base string) (statusReport, error) {
+	if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return statusReport{}, fmt.Errorf("--target %q: want a URL such as http://127.0.0.1:5005", base)
+	}
+	var r statusReport
+	var info map[string]any
+	if err := getStatusJSON(ctx, base+"/v1/models", &info); err != nil {
+		return r, err
+	}
+	r.model, _ = info["model"].(string)
+	if err := getStatusJSON(ctx, base+"/v1/stats", &r.stats); err != nil {
+		return r, err
+	}
+	if err := getStatusJSON(ctx, base+"/v1/workers", &r.slots); err != nil {
+		return r, err
+	}
+	var readiness map[string]string
+	r.ready = getStatusJSON(ctx, base+"/readyz", &readiness) == nil
+	return r, nil
+}
+
+// getStatusJSON decodes the 200 answer to GET url into v.
+func getStatusJSON(ctx context.Context, url string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", url, err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("GET %s: %w (is `streamer serve` running there?)", url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return fmt.Errorf("GET %s: read the answer: %w", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: status %d: %s", url, resp.StatusCode, strings.TrimSpace(string(body)))
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("GET %s: not a streamer answer: %w", url, err)
+	}
+	return nil
+}
+
+// print writes the report as aligned text.
+func (r statusReport) print(out io.Writer) error {
+	st := r.stats
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "model\t%s\n", r.model)
+	fmt.Fprintf(w, "ready\t%s\n", yesNo(r.ready))
+	fmt.Fprintf(w, "queue depth\t%d items\n", st.Queued)
+	fmt.Fprintf(w, "items\tanswered %d, failed %d, rejected %d, expired %d, poisoned %d\n",
+		st.Answered, st.Failed, st.Rejected, st.Expired, st.Poisoned)
+	fmt.Fprintf(w, "batches\t%d, mean batch size %.2f\n", st.Batches, st.MeanBatchSize())
+	d := st.Dispatch
+	fmt.Fprintf(w, "dispatch reasons\tfull %d, idle %d, waited %d, max_latency %d, deadline %d, retry %d\n",
+		d.Full, d.Idle, d.Waited, d.MaxLatency, d.Deadline, d.Retry)
+	if st.Cost.Fitted {
+		fmt.Fprintf(w, "batch cost\t%.2f ms + %.3f ms per item\n", st.Cost.FixedMs, st.Cost.PerItemMs)
+	} else {
+		fmt.Fprintf(w, "batch cost\tnot fitted yet\n")
+	}
+	lat := st.Latency
+	fmt.Fprintf(w, "mean latency\tqueue wait %s, compute %s, end to end %s\n",
+		meanMs(lat.QueueWait), meanMs(lat.Compute), meanMs(lat.EndToEnd))
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "SLOT\tDEVICE\tPID\tSTATE\tRESTARTS\tCRASHES\tBATCHES\tIN FLIGHT\tLAST ERROR")
+	for _, sl := range r.slots {
+		device := "-" // no card assigned: the worker sees what the server sees
+		if sl.CUDA != "" {
+			device = "cuda:" + sl.CUDA
+		}
+		pid := "-"
+		if sl.PID != 0 {
+			pid = fmt.Sprint(sl.PID)
+		}
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n",
+			sl.Slot, device, pid, sl.State, sl.Restarts, sl.Crashes, sl.Batches, sl.InFlight, sl.LastErr)
+	}
+	return w.Flush()
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// meanMs is a histogram's mean in milliseconds, or "-" when it is empty.
+func meanMs(h supervisor.Histogram) string {
+	n := h.Count()
+	if n == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f ms", h.SumSeconds/float64(n)*1000)
+}

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// TestStatusCommand runs `streamer status` against a real server and checks
+// that it prints what the server's own endpoints say.
+func TestStatusCommand(t *testing.T) {
+	s := startServer(t, "--workers", "2", "--model", "echo")
+	slots := s.waitAllReady(t, 2)
+	for range 3 {
+		s.predictJSON(t, "a", "b", "c")
+	}
+	out, err := runStatus(t, s.URL())
+	if err != nil {
+		t.Fatalf("streamer status: %v\n%s", err, out)
+	}
+	st := s.stats(t)
+	for _, want := range []string{
+		"model", "echo", "ready", "yes",
+		"queue depth", "0 items",
+		fmt.Sprintf("idle %d", st.Dispatch.Idle),
+		"SLOT", "DEVICE", "PID", "STATE", "RESTARTS", "BATCHES",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("streamer status lacks %q:\n%s", want, out)
+		}
+	}
+	batches := regexp.MustCompile(fmt.Sprintf(`(?m)^batches +%d, mean batch size %.2f$`, st.Batches, st.MeanBatchSize()))
+	if st.Batches == 0 || !batches.MatchString(out) {
+		t.Errorf("streamer status does not say the %d batches of mean size %.2f:\n%s", st.Batches, st.MeanBatchSize(), out)
+	}
+	for _, sl := range slots {
+		row := regexp.MustCompile(fmt.Sprintf(`(?m)^%d +\S+ +%d +ready +0 +0 +\d+ `, sl.Slot, sl.PID))
+		if !row.MatchString(out) {
+			t.Errorf("streamer status has no row for slot %d, pid %d, ready:\n%s", sl.Slot, sl.PID, out)
+		}
+	}
+}
+
+// A server that is not there is an error that says where status looked.
+func TestStatusCommandUnreachable(t *testing.T) {
+	target := "http://" + freePort(t)
+	out, err := runStatus(t, target)
+	if err == nil {
+		t.Fatalf("streamer status --target %s succeeded with nothing there:\n%s", target, out)
+	}
+	if !strings.Contains(out, target+"/v1/models") || !strings.Contains(out, "running there") {
+		t.Errorf("streamer status --target %s: the error does not say where it looked or what to check:\n%s", target, out)
+	}
+}
+
+func runStatus(t *testing.T, target string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, streamerBin, "status", "--target", target, "--timeout", "10s").CombinedOutput()
+	return string(out), err
+}
+
+// TestMetricsEndpoint scrapes a real server's /metrics after some traffic,
+// a refusal and a killed worker.
+func TestMetricsEndpoint(t *testing.T) {
+	s := startServer(t, "--workers", "2", "--model", "echo", "--cuda", "3,5")
+	slots := s.waitAllReady(t, 2)
+	for range 4 {
+		s.predictJSON(t, "a", "b")
+	}
+	if status, _, _ := s.post(t, "application/json", []byte(`{"inputs": 7}`)); status != http.StatusBadRequest {
+		t.Fatalf("a malformed body got %d, want 400", status)
+	}
+	killWorker(t, slots[0].PID)
+	s.waitFor(t, "slot 0 to restart", readyTimeout, func() bool {
+		sl := s.workers(t)[0]
+		return sl.State == supervisor.SlotReady && sl.PID != slots[0].PID
+	})
+	metrics := func() string {
+		status, body, err := s.get("/metrics")
+		if err != nil || status != http.StatusOK {
+			t.Fatalf("GET /metrics: %d %v", status, err)
+		}
+		return string(body)
+	}
+	text := metrics()
+	for _, want := range []string{
+		`streamer_requests_total{outcome="ok"} 4`,
+		`streamer_requests_total{outcome="rejected"} 1`,
+		`streamer_items_total{outcome="ok"} 8`,
+		`streamer_end_to_end_seconds_count 8`,
+		`streamer_queue_wait_seconds_count 8`,
+		`streamer_compute_seconds_count 8`,
+		`streamer_worker_crashes_total{slot="0"} 1`,
+		`streamer_worker_restarts_total{slot="0"} 1`,
+		`streamer_worker_crashes_total{slot="1"} 0`,
+		`streamer_worker_state{device="cuda:3",slot="0",state="ready"} 1`,
+		`streamer_worker_state{device="cuda:5",slot="1",state="ready"} 1`,
+		`streamer_queue_depth_items 0`,
+		`streamer_ready 1`,
+		"streamer_batch_size_items_count ",
+		`streamer_dispatches_total{reason="idle"} `,
+		"streamer_batch_cost_fixed_seconds ",
+		"process_resident_memory_bytes ",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if m := regexp.MustCompile(`streamer_worker_init_seconds\{slot="0"\} (\S+)`).FindStringSubmatch(text); m == nil {
+		t.Errorf("/metrics has no init time for slot 0")
+	} else if v, err := strconv.ParseFloat(m[1], 64); err != nil || v <= 0 {
+		t.Errorf("slot 0's init time is %q, want a positive number of seconds", m[1])
+	}
+	if t.Failed() {
+		t.Logf("/metrics:\n%s", text)
+	}
+}
+
+// TestStatusPageInBrowser loads GET / in headless Chromium and checks what
+// the page shows after its script ran: the model, one row per slot with the
+// pids of /v1/workers, and a worker killed with SIGKILL shown with its new
+// pid and one restart.
+func TestStatusPageInBrowser(t *testing.T) {
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("chromium is not installed (%v); run make install-tools", err)
+	}
+	s := startServer(t, "--workers", "2", "--model", "echo")
+	before := s.waitAllReady(t, 2)
+	s.predictJSON(t, "a", "b")
+	killWorker(t, before[1].PID)
+	var after []supervisor.SlotStatus
+	s.waitFor(t, "slot 1 to restart", readyTimeout, func() bool {
+		after = s.readyWorkers(t)
+		return len(after) == 2 && after[1].PID != before[1].PID
+	})
+
+	var dom string
+	var rows map[string]map[string]string
+	waitFor(t, "the page to show both slots with their new pids", 90*time.Second, func() bool {
+		dom = dumpDOM(t, chromium, s.URL()+"/")
+		rows = workerRows(dom)
+		for _, sl := range after {
+			if rows[strconv.Itoa(sl.Slot)]["pid"] != strconv.Itoa(sl.PID) {
+				return false
+			}
+		}
+		return true
+	})
+	if !strings.Contains(dom, `<span id="model">echo</span>`) {
+		t.Errorf("the page does not name the model echo")
+	}
+	if !strings.Contains(dom, `<td id="slot-count">2</td>`) || len(rows) != 2 {
+		t.Errorf("the page does not show 2 slots (rows %v)", rows)
+	}
+	want := map[string]string{"0": "0", "1": "1"}
+	for slot, restarts := range want {
+		row := rows[slot]
+		if row["restarts"] != restarts || row["state"] != "ready" {
+			t.Errorf("slot %s on the page: %v, want ready with %s restarts", slot, row, restarts)
+		}
+	}
+	if rows["1"]["pid"] == strconv.Itoa(before[1].PID) {
+		t.Errorf("the page still shows the killed pid %d", before[1].PID)
+	}
+	if t.Failed() {
+		t.Logf("DOM:\n%s", dom)
+	}
+}
+
+// dumpDOM loads url in headless Chromium, lets its script run for three
+// seconds of virtual time, and returns the DOM it built.
+func dumpDOM(t *testing.T, chromium, url string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu",
+		"--no-first-run", "--user-data-dir="+t.TempDir(), "--virtual-time-budget=3000", "--dump-dom", url)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("chromium --dump-dom %s: %v", url, err)
+	}
+	return string(out)
+}
+
+var (
+	workerRow  = regexp.MustCompile(`<tr class="worker" data-slot="(\d+)">(.*?)</tr>`)
+	workerCell = regexp.MustCompile(`<td class="([a-z-]+)[^"]*">([^<]*)</td>`)
+)
+
+// workerRows reads the page's workers table: slot → column → text.
+func workerRows(dom string) map[string]map[string]string {
+	rows := make(map[string]map[string]string)
+	for _, m := range workerRow.FindAllStringSubmatch(dom, -1) {
+		cells := make(map[string]string)
+		for _, c := range workerCell.FindAllStringSubmatch(m[2], -1) {
+			cells[c[1]] = c[2]
+		}
+		rows[m[1]] = cells
+	}
+	return rows
+}

@@ -1,0 +1,253 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// The outcomes requests and items are counted by, as the label outcome.
+const (
+	outcomeOK       = "ok"        // answered with outputs
+	outcomeRejected = "rejected"  // refused before running: bad, too large, overloaded, unavailable
+	outcomeTimedOut = "timed_out" // its deadline passed
+	outcomeFailed   = "failed"    // the model refused it or failed
+	outcomePoisoned = "poisoned"  // it crashes the model
+	outcomeCanceled = "canceled"  // its client went away
+)
+
+var requestOutcomes = [...]string{outcomeOK, outcomeRejected, outcomeTimedOut, outcomeFailed, outcomePoisoned, outcomeCanceled}
+
+// requestCounts counts /predict requests by outcome: one atomic addition
+// per request, the only cost metrics add to the HTTP path. Everything else
+// is read from the backend when /metrics is scraped.
+type requestCounts [len(requestOutcomes)]atomic.Uint64
+
+// count counts a request answered with status, err being its error if any.
+func (c *requestCounts) count(status int, err error) {
+	i := 1 // rejected
+	switch {
+	case status == http.StatusOK:
+		i = 0
+	case status == http.StatusGatewayTimeout:
+		i = 2
+	case status == StatusClientClosedRequest:
+		i = 5
+	case errors.Is(err, supervisor.ErrPoison):
+		i = 4
+	case status == http.StatusUnprocessableEntity || status >= 500 && status != http.StatusServiceUnavailable:
+		i = 3
+	}
+	c[i].Add(1)
+}
+
+// metricsHandler serves GET /metrics: the collector's metrics, Go's runtime
+// metrics and the process's, in Prometheus's text format.
+func metricsHandler(backend Backend, requests *requestCounts) http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		newCollector(backend, requests),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+}
+
+// collector turns the backend's Stats and Slots into metrics when scraped,
+// so that the hot path pays nothing for them. A backend that lacks a field
+// (a front end with no slots of its own) reports it as zero.
+type collector struct {
+	backend  Backend
+	requests *requestCounts
+
+	requestsTotal, itemsTotal, batchesTotal, batchSize *prometheus.Desc
+	queueWait, compute, endToEnd                       *prometheus.Desc
+	queued, inFlight, ready                            *prometheus.Desc
+	restarts, crashes, slotBatches, workerState, initS *prometheus.Desc
+	dispatches, waitAdded                              *prometheus.Desc
+	costFitted, costFixed, costPerItem                 *prometheus.Desc
+	returnShare, returnFirst, returnGap                *prometheus.Desc
+}
+
+func newCollector(backend Backend, requests *requestCounts) *collector {
+	desc := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("streamer_"+name, help, labels, nil)
+	}
+	return &collector{
+		backend:       backend,
+		requests:      requests,
+		requestsTotal: desc("requests_total", "Prediction requests answered, by outcome.", "outcome"),
+		itemsTotal:    desc("items_total", "Items answered or refused, by outcome.", "outcome"),
+		batchesTotal:  desc("batches_total", "Batches run to completion."),
+		batchSize:     desc("batch_size_items", "Items per completed batch."),
+		queueWait:     desc("queue_wait_seconds", "Time from admission until the item's batch reached the head of its worker."),
+		compute:       desc("compute_seconds", "Time the item's batch ran on its worker, counted once per item."),
+		endToEnd:      desc("end_to_end_seconds", "Time from admission until the item was answered."),
+		queued:        desc("queue_depth_items", "Items waiting in the queue."),
+		inFlight:      desc("batches_in_flight", "Batches handed to workers and not yet answered."),
+		ready:         desc("ready", "1 when some worker can take work and the server is not draining."),
+		restarts:      desc("worker_restarts_total", "Worker restarts, by slot.", "slot"),
+		crashes:       desc("worker_crashes_total", "Workers that died or were killed, by slot.", "slot"),
+		slotBatches:   desc("worker_batches_total", "Batches answered, by slot.", "slot"),
+		workerState:   desc("worker_state", "1 for the state each slot is in, 0 for the others.", "slot", "device", "state"),
+		initS:         desc("worker_init_seconds", "How long the slot's current worker took to start and open its model.", "slot"),
+		dispatches:    desc("dispatches_total", "Batches formed, by why each was sent.", "reason"),
+		waitAdded:     desc("dispatch_wait_added_seconds_total", "Time idle workers waited for arrivals before dispatching."),
+		costFitted:    desc("batch_cost_fitted", "1 when the batch cost below is fitted on enough batches."),
+		costFixed:     desc("batch_cost_fixed_seconds", "Measured cost of a batch regardless of its size."),
+		costPerItem:   desc("batch_cost_per_item_seconds", "Measured cost of each item of a batch."),
+		returnShare:   desc("return_ratio", "Share of answered callers that send a new item soon after (0 to 1)."),
+		returnFirst:   desc("return_first_seconds", "How soon after its answer the first caller of a batch comes back."),
+		returnGap:     desc("return_gap_seconds", "How far apart the other callers of a batch come back."),
+	}
+}
+
+// Describe sends every metric's description.
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		c.requestsTotal, c.itemsTotal, c.batchesTotal, c.batchSize,
+		c.queueWait, c.compute, c.endToEnd, c.queued, c.inFlight, c.ready,
+		c.restarts, c.crashes, c.slotBatches, c.workerState, c.initS,
+		c.dispatches, c.waitAdded, c.costFitted, c.costFixed, c.costPerItem,
+		c.returnShare, c.returnFirst, c.returnGap,
+	} {
+		ch <- d
+	}
+}
+
+// Collect reads the backend once and sends every metric.
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	st := c.backend.Stats()
+	c.collectCounts(ch, st)
+	c.collectHistograms(ch, st)
+	c.collectSlots(ch, c.backend.Slots())
+	c.collectDispatch(ch, st)
+}
+
+func (c *collector) collectCounts(ch chan<- prometheus.Metric, st supervisor.Stats) {
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	for i, outcome := range requestOutcomes {
+		counter(c.requestsTotal, float64(c.requests[i].Load()), outcome)
+	}
+	// Failed counts every item answered with an error, expired and poisoned
+	// ones too; they are told apart here.
+	failed := int64(st.Failed) - int64(st.Expired) - int64(st.Poisoned)
+	counter(c.itemsTotal, float64(st.Answered-st.Failed), outcomeOK)
+	counter(c.itemsTotal, float64(st.Rejected), outcomeRejected)
+	counter(c.itemsTotal, float64(st.Expired), outcomeTimedOut)
+	counter(c.itemsTotal, float64(max(failed, 0)), outcomeFailed)
+	counter(c.itemsTotal, float64(st.Poisoned), outcomePoisoned)
+	counter(c.batchesTotal, float64(st.Batches))
+	ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(st.Queued))
+	ready := 0.0
+	if c.backend.Ready() {
+		ready = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, ready)
+}
+
+func (c *collector) collectHistograms(ch chan<- prometheus.Metric, st supervisor.Stats) {
+	ch <- batchSizeHistogram(c.batchSize, st.BatchSizes)
+	for d, h := range map[*prometheus.Desc]supervisor.Histogram{
+		c.queueWait: st.Latency.QueueWait, c.compute: st.Latency.Compute, c.endToEnd: st.Latency.EndToEnd,
+	} {
+		ch <- latencyHistogram(d, h)
+	}
+}
+
+// batchSizeHistogram makes a histogram of sizes[n], the batches of n items,
+// with buckets at the powers of two up to the largest size.
+func batchSizeHistogram(d *prometheus.Desc, sizes []uint64) prometheus.Metric {
+	buckets := make(map[float64]uint64)
+	var count uint64
+	var sum float64
+	bound := 1
+	for n, batches := range sizes {
+		for n > bound {
+			buckets[float64(bound)] = count
+			bound *= 2
+		}
+		count += batches
+		sum += float64(n) * float64(batches)
+	}
+	buckets[float64(bound)] = count
+	return prometheus.MustNewConstHistogram(d, count, sum, buckets)
+}
+
+func latencyHistogram(d *prometheus.Desc, h supervisor.Histogram) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(h.BoundsSeconds))
+	var count uint64
+	for i, c := range h.Counts {
+		count += c
+		if i < len(h.BoundsSeconds) {
+			buckets[h.BoundsSeconds[i]] = count
+		}
+	}
+	return prometheus.MustNewConstHistogram(d, count, h.SumSeconds, buckets)
+}
+
+var slotStates = [...]supervisor.SlotState{
+	supervisor.SlotStarting, supervisor.SlotReady, supervisor.SlotBackoff, supervisor.SlotFailed, supervisor.SlotStopped,
+}
+
+func (c *collector) collectSlots(ch chan<- prometheus.Metric, slots []supervisor.SlotStatus) {
+	inFlight := 0
+	for _, sl := range slots {
+		inFlight += sl.InFlight
+		slot := strconv.Itoa(sl.Slot)
+		ch <- prometheus.MustNewConstMetric(c.restarts, prometheus.CounterValue, float64(sl.Restarts), slot)
+		ch <- prometheus.MustNewConstMetric(c.crashes, prometheus.CounterValue, float64(sl.Crashes), slot)
+		ch <- prometheus.MustNewConstMetric(c.slotBatches, prometheus.CounterValue, float64(sl.Batches), slot)
+		ch <- prometheus.MustNewConstMetric(c.initS, prometheus.GaugeValue, sl.InitSeconds, slot)
+		device := slotDevice(sl)
+		for _, state := range slotStates {
+			v := 0.0
+			if sl.State == state {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.workerState, prometheus.GaugeValue, v, slot, device, string(state))
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(inFlight))
+}
+
+// slotDevice names a slot's card: its CUDA_VISIBLE_DEVICES when it has one,
+// which stays the same across restarts, else what its worker runs on.
+func slotDevice(sl supervisor.SlotStatus) string {
+	if sl.CUDA != "" {
+		return "cuda:" + sl.CUDA
+	}
+	return sl.Device
+}
+
+func (c *collector) collectDispatch(ch chan<- prometheus.Metric, st supervisor.Stats) {
+	d := st.Dispatch
+	for reason, n := range map[string]uint64{
+		"full": d.Full, "idle": d.Idle, "waited": d.Waited, "max_latency": d.MaxLatency, "deadline": d.Deadline, "retry": d.Retry,
+	} {
+		ch <- prometheus.MustNewConstMetric(c.dispatches, prometheus.CounterValue, float64(n), reason)
+	}
+	gauge := func(desc *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v)
+	}
+	ch <- prometheus.MustNewConstMetric(c.waitAdded, prometheus.CounterValue, d.WaitAddedMs/1e3)
+	fitted := 0.0
+	if st.Cost.Fitted {
+		fitted = 1
+	}
+	gauge(c.costFitted, fitted)
+	gauge(c.costFixed, st.Cost.FixedMs/1e3)
+	gauge(c.costPerItem, st.Cost.PerItemMs/1e3)
+	gauge(c.returnShare, st.Returns.Share)
+	gauge(c.returnFirst, st.Returns.FirstMs/1e3)
+	gauge(c.returnGap, st.Returns.GapMs/1e3)
+}

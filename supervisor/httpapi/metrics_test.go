@@ -1,0 +1,132 @@
+package httpapi
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+func TestMetrics(t *testing.T) {
+	backend := &fakeBackend{
+		ready: true,
+		stats: supervisor.Stats{
+			Answered: 10, Failed: 3, Expired: 1, Poisoned: 1, Rejected: 2, Batches: 3, Queued: 4,
+			BatchSizes: []uint64{0, 2, 0, 1},
+			Dispatch:   supervisor.DispatchStats{Full: 4, Waited: 2, WaitAddedMs: 1500},
+			Cost:       supervisor.CostStats{Fitted: true, FixedMs: 10, PerItemMs: 0.5},
+			Returns:    supervisor.ReturnStats{Share: 0.75},
+			Latency: supervisor.LatencyStats{EndToEnd: supervisor.Histogram{
+				BoundsSeconds: []float64{0.001, 0.002}, Counts: []uint64{1, 2, 3}, SumSeconds: 1.5,
+			}},
+		},
+		slots: []supervisor.SlotStatus{
+			{Slot: 0, State: supervisor.SlotReady, CUDA: "1", Device: "cpu", Restarts: 2, Crashes: 3, Batches: 7, InFlight: 2, InitSeconds: 0.25},
+			{Slot: 1, State: supervisor.SlotBackoff, Device: "cpu", InFlight: 1},
+		},
+	}
+	backend.submit = func(ctx context.Context, req supervisor.Request) (*answer, error) {
+		if len(req.Items) > 1 {
+			return nil, fmt.Errorf("%w: go away", supervisor.ErrOverloaded)
+		}
+		return echoAnswer(req), nil
+	}
+	h := New(Config{Backend: backend})
+	for _, body := range []string{`{"inputs": ["a"]}`, `{"inputs": ["b"]}`, `{"inputs": ["c", "d"]}`, `{"inputs": 3}`} {
+		do(t, h, http.MethodPost, "/predict", "application/json", []byte(body))
+	}
+	rec := do(t, h, http.MethodGet, "/metrics", "", nil)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %s", rec.Code, rec.Body)
+	}
+	text := rec.Body.String()
+	for _, want := range []string{
+		`streamer_requests_total{outcome="ok"} 2`,
+		`streamer_requests_total{outcome="rejected"} 2`,
+		`streamer_requests_total{outcome="timed_out"} 0`,
+		`streamer_items_total{outcome="ok"} 7`,
+		`streamer_items_total{outcome="failed"} 1`,
+		`streamer_items_total{outcome="timed_out"} 1`,
+		`streamer_items_total{outcome="poisoned"} 1`,
+		`streamer_items_total{outcome="rejected"} 2`,
+		`streamer_batches_total 3`,
+		`streamer_batch_size_items_bucket{le="1"} 2`,
+		`streamer_batch_size_items_bucket{le="2"} 2`,
+		`streamer_batch_size_items_bucket{le="4"} 3`,
+		`streamer_batch_size_items_sum 5`,
+		`streamer_batch_size_items_count 3`,
+		`streamer_end_to_end_seconds_bucket{le="0.001"} 1`,
+		`streamer_end_to_end_seconds_bucket{le="0.002"} 3`,
+		`streamer_end_to_end_seconds_bucket{le="+Inf"} 6`,
+		`streamer_end_to_end_seconds_sum 1.5`,
+		`streamer_queue_wait_seconds_count 0`,
+		`streamer_compute_seconds_count 0`,
+		`streamer_queue_depth_items 4`,
+		`streamer_batches_in_flight 3`,
+		`streamer_ready 1`,
+		`streamer_worker_restarts_total{slot="0"} 2`,
+		`streamer_worker_crashes_total{slot="0"} 3`,
+		`streamer_worker_batches_total{slot="0"} 7`,
+		`streamer_worker_init_seconds{slot="0"} 0.25`,
+		`streamer_worker_state{device="cuda:1",slot="0",state="ready"} 1`,
+		`streamer_worker_state{device="cuda:1",slot="0",state="backoff"} 0`,
+		`streamer_worker_state{device="cpu",slot="1",state="backoff"} 1`,
+		`streamer_dispatches_total{reason="full"} 4`,
+		`streamer_dispatches_total{reason="waited"} 2`,
+		`streamer_dispatches_total{reason="idle"} 0`,
+		`streamer_dispatch_wait_added_seconds_total 1.5`,
+		`streamer_batch_cost_fitted 1`,
+		`streamer_batch_cost_fixed_seconds 0.01`,
+		`streamer_batch_cost_per_item_seconds 0.0005`,
+		`streamer_return_ratio 0.75`,
+		"# TYPE streamer_items_total counter",
+		"# TYPE streamer_end_to_end_seconds histogram",
+		"go_goroutines ",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("/metrics:\n%s", text)
+	}
+}
+
+// A backend with no slots and empty counters (a front end behind a broker)
+// still has every metric, at zero.
+func TestMetricsOfAnEmptyBackend(t *testing.T) {
+	rec := do(t, New(Config{Backend: &fakeBackend{}}), http.MethodGet, "/metrics", "", nil)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %s", rec.Code, rec.Body)
+	}
+	for _, want := range []string{"streamer_items_total{outcome=\"ok\"} 0\n", "streamer_batch_size_items_count 0\n", "streamer_batches_in_flight 0\n", "streamer_ready 0\n"} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
+func TestStatusPageIsServedWhole(t *testing.T) {
+	h := New(Config{Backend: &fakeBackend{}})
+	rec := do(t, h, http.MethodGet, "/", "", nil)
+	body := rec.Body.String()
+	switch {
+	case rec.Code != http.StatusOK:
+		t.Fatalf("GET /: %d %s", rec.Code, body)
+	case !strings.HasPrefix(rec.Header().Get("Content-Type"), "text/html"):
+		t.Errorf("GET /: Content-Type %q", rec.Header().Get("Content-Type"))
+	case !strings.Contains(body, "v1/workers") || !strings.Contains(body, "</html>"):
+		t.Errorf("GET /: not the status page: %.200s", body)
+	case strings.Contains(body, "http://") || strings.Contains(body, "https://"):
+		t.Errorf("GET /: the page loads something from elsewhere")
+	}
+	if rec := do(t, h, http.MethodPost, "/", "", nil); rec.Code != http.StatusMethodNotAllowed {
+		t.Errorf("POST /: %d, want 405", rec.Code)
+	}
+	if rec := do(t, h, http.MethodGet, "/nowhere", "", nil); rec.Code != http.StatusNotFound {
+		t.Errorf("GET /nowhere: %d, want 404", rec.Code)
+	}
+}
