@@ -17,8 +17,9 @@ var (
 	// become ready; the error wrapping it names the slot and says why
 	// (HTTP 500).
 	ErrStartFailed = errors.New("new worker failed to start")
-	// ErrNotStarted: Reload or SetWorkers was called before Start.
-	ErrNotStarted = errors.New("supervisor: not started")
+	// ErrNotStarted: Reload or SetWorkers was called before Start, or
+	// before any worker was ever ready (HTTP 503).
+	ErrNotStarted = errors.New("supervisor: not started: no worker has been ready yet")
 )
 
 // Workers is the number of slots that take batches, as Config.Workers
@@ -46,7 +47,8 @@ func (s *Streamer) Workers() int {
 // the worker's own error.
 //
 // Only one Reload or SetWorkers runs at a time: another call fails at once
-// with ErrBusy. Reload before Start fails with ErrNotStarted, and after
+// with ErrBusy. Reload before Start, or before any worker was ever
+// ready, fails with ErrNotStarted, and after
 // Shutdown began with ErrShuttingDown; a Shutdown that begins during a
 // Reload ends it with ErrShuttingDown. When ctx ends, Reload returns ctx's
 // error: a worker it was starting is stopped, an old worker that was
@@ -206,7 +208,8 @@ func (s *Streamer) beginChange() (release func(), err error) {
 	switch {
 	case s.draining.Load():
 		err = ErrShuttingDown
-	case !s.started.Load():
+	case !s.started.Load() || !s.everReady.Load():
+		// Start still counts the first tries of the slots it began with.
 		err = ErrNotStarted
 	}
 	if err != nil {

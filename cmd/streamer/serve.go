@@ -52,6 +52,7 @@ type serveOptions struct {
 	pipeline         int
 	logFormat        string
 	pprof            string
+	admin            bool
 
 	model          string
 	plugin         string
@@ -122,6 +123,7 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f.StringVar(&o.ortLib, "ort-lib", "", "path to the ONNX Runtime shared library (default: $STREAMER_ORT_LIB, third_party/onnxruntime, then the system)")
 	f.StringArrayVar(&o.pad, "pad", nil, "INPUT=VALUE: pad that ONNX input's dynamic axes with VALUE so items of different lengths share a batch (repeatable)")
 	addBrokerFlags(f, &o.broker)
+	addAdminFlags(f, &o.admin)
 }
 
 // spec turns the model flags into the Spec every worker opens. socketDir
@@ -355,6 +357,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 	api := httpapi.New(httpapi.Config{
 		Backend: backend, Codec: codec, MaxBody: o.maxBody, Logger: log, Model: info,
 		WriteTimeout: o.writeTimeout, AllowedOrigins: o.allowOrigins,
+		Admin: adminFor(o.admin, st),
 	})
 	stopping := &drainer{listener: listener, grace: o.grace, log: log}
 	if remote != nil {
@@ -377,6 +380,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 	log.Info("listening; starting workers", "listen", listener.Addr().String(), "model", o.modelName(), "workers", o.workers, "cuda", o.cuda)
 	var fatal <-chan error
 	if st != nil {
+		reloadOnHangup(ctx, st, log)
 		if err := st.Start(ctx); err != nil {
 			if ctx.Err() != nil {
 				log.Info("signal received while starting: stopping")
