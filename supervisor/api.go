@@ -185,6 +185,7 @@ const (
 	SlotStarting SlotState = "starting" // a worker is starting or initialising
 	SlotReady    SlotState = "ready"    // the worker takes batches
 	SlotBackoff  SlotState = "backoff"  // the worker died; waiting before restarting it
+	SlotDraining SlotState = "draining" // retired by Reload or SetWorkers: answering what it holds, then stopping
 	SlotFailed   SlotState = "failed"   // restarted too often; given up
 	SlotStopped  SlotState = "stopped"  // shut down
 )

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -227,16 +228,19 @@ func (s *Streamer) pruneLocked(b *batch, now time.Time) bool {
 // checkTimeouts kills the workers whose running batch is past WorkerTimeout.
 // It requires that s.mu is held.
 func (s *Streamer) checkTimeouts(now time.Time, earlier func(time.Time)) {
-	for _, sl := range s.slots {
-		if sl.state != SlotReady || len(sl.inflight) == 0 {
-			continue
+	// Over both lists without joining them: this runs on every dispatch.
+	for _, slots := range [...][]*slot{s.slots, s.retiring} {
+		for _, sl := range slots {
+			if (sl.state != SlotReady && sl.state != SlotDraining) || len(sl.inflight) == 0 {
+				continue
+			}
+			due := sl.headStart.Add(s.cfg.WorkerTimeout)
+			if now.Before(due) {
+				earlier(due)
+				continue
+			}
+			sl.killLocked(fmt.Errorf("batch %d ran past the worker timeout of %s", sl.inflight[0].id, s.cfg.WorkerTimeout))
 		}
-		due := sl.headStart.Add(s.cfg.WorkerTimeout)
-		if now.Before(due) {
-			earlier(due)
-			continue
-		}
-		sl.killLocked(fmt.Errorf("batch %d ran past the worker timeout of %s", sl.inflight[0].id, s.cfg.WorkerTimeout))
 	}
 }
 
@@ -283,9 +287,11 @@ func (s *Streamer) checkDrained() {
 	if s.queue.items() > 0 {
 		return
 	}
-	for _, sl := range s.slots {
-		if len(sl.inflight) > 0 {
-			return
+	for _, slots := range [...][]*slot{s.slots, s.retiring} {
+		for _, sl := range slots {
+			if len(sl.inflight) > 0 {
+				return
+			}
 		}
 	}
 	s.drainedOnce.Do(func() { close(s.drained) })
@@ -342,18 +348,26 @@ func (s *Streamer) shutdown(ctx context.Context) error {
 	s.stopOnce.Do(func() { close(s.stopping) })
 	s.mu.Lock()
 	pending := s.queue.drain()
+	// A Reload or SetWorkers adds no slot once stopping is closed.
+	slots := s.allSlotsLocked()
 	s.mu.Unlock()
 	for _, it := range pending {
 		s.complete(it, nil, ErrShuttingDown)
 	}
 	var wg sync.WaitGroup
-	for _, sl := range s.slots {
+	for _, sl := range slots {
 		wg.Go(func() { sl.shutdown(err != nil) })
 	}
 	wg.Wait()
 	s.closeOnce.Do(func() { close(s.stopped) })
 	s.dispatched.Wait()
 	return err
+}
+
+// allSlotsLocked returns the slots taking batches and those draining, in a
+// new slice. It requires that s.mu is held.
+func (s *Streamer) allSlotsLocked() []*slot {
+	return append(slices.Clone(s.slots), s.retiring...)
 }
 
 // worthWaking reports whether the dispatcher could send something now that

@@ -17,10 +17,15 @@ import (
 
 // startWorker starts a worker for sl and waits until it is ready.
 func (s *Streamer) startWorker(sl *slot) (worker, error) {
+	sl.startBegan = time.Now()
 	if s.cfg.InProcess != nil {
 		return startLocal(sl, s.cfg.InProcess), nil
 	}
-	return startProcess(sl)
+	p, err := startProcess(sl)
+	if err != nil {
+		return nil, err // not a nil *process in a non-nil worker
+	}
+	return p, nil
 }
 
 // process is a worker running as a child process. Batches go to it on one
@@ -90,6 +95,7 @@ func startProcess(sl *slot) (*process, error) {
 		pipes.closeParentEnds()
 		return nil, fmt.Errorf("start worker %s: %w", path, err)
 	}
+	s.log.Info("worker started", sl.logAttrs(nil, "pid", cmd.Process.Pid)...)
 	p := &process{
 		sl:      sl,
 		cmd:     cmd,

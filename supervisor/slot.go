@@ -64,6 +64,10 @@ type slot struct {
 	cuda string // CUDA_VISIBLE_DEVICES for this slot's workers; "" leaves it alone
 
 	runDone chan struct{}
+	// quit is closed, under s.mu, when the slot is retired (by Reload or
+	// SetWorkers): it takes no new batches, its worker stops once those it
+	// holds are answered, and no worker is started in it again.
+	quit chan struct{}
 
 	// Guarded by s.mu.
 	state     SlotState
@@ -77,10 +81,15 @@ type slot struct {
 	batches   uint64        // batches answered
 	crashes   int           // workers that died
 	initTime  time.Duration // how long the current worker took to be ready
+	// startBegan is when the start of the slot's next worker began; only
+	// the goroutine starting it writes it (see startWorker).
+	startBegan time.Time
+	stopAsked  bool // its retired worker was told to stop
+	ended      bool // its run has returned
 }
 
 func newSlot(s *Streamer, id int) *slot {
-	sl := &slot{s: s, id: id, state: SlotStarting, runDone: make(chan struct{})}
+	sl := &slot{s: s, id: id, state: SlotStarting, runDone: make(chan struct{}), quit: make(chan struct{})}
 	if devs := s.cfg.Process.CUDADevices; len(devs) > 0 {
 		sl.cuda = devs[id%len(devs)]
 	}
@@ -98,12 +107,16 @@ func (sl *slot) status() SlotStatus {
 	return st
 }
 
-// run keeps a worker alive in the slot until the streamer stops or the slot
-// fails. The outcome of the first start is sent on firstTry.
-func (sl *slot) run(firstTry chan<- error) {
+// run keeps a worker alive in the slot until the streamer stops, the slot
+// is retired, or the slot fails. It begins with w when w is not nil: a
+// worker already started and made ready, by Reload or SetWorkers.
+// Otherwise it starts one, and the outcome of that first start is sent on
+// firstTry.
+func (sl *slot) run(w worker, firstTry chan<- error) {
 	defer close(sl.runDone)
 	s := sl.s
-	reported := false
+	defer s.forgetRetired(sl)
+	reported := w != nil
 	report := func(err error) {
 		if !reported {
 			reported = true
@@ -111,26 +124,25 @@ func (sl *slot) run(firstTry chan<- error) {
 		}
 	}
 	for {
-		select {
-		case <-s.stopping:
-			report(ErrShuttingDown)
-			sl.setState(SlotStopped)
-			return
-		default:
+		if w == nil {
+			if isClosed(s.stopping) || isClosed(sl.quit) {
+				report(ErrShuttingDown)
+				sl.setState(SlotStopped)
+				return
+			}
+			var err error
+			if w, err = sl.start(); err != nil {
+				report(err)
+				sl.noteCrash(err, crashUnexplained)
+			} else {
+				sl.setReady(w)
+				report(nil)
+			}
 		}
-		sl.setState(SlotStarting)
-		starting := time.Now()
-		w, err := s.startWorker(sl)
-		if err != nil {
-			err = fmt.Errorf("slot %d: %w", sl.id, err)
-			s.log.Error("worker failed to start", "slot", sl.id, "cuda", sl.cuda, "err", err)
-			report(err)
-			sl.noteCrash(err, crashUnexplained)
-		} else {
-			sl.setReady(w, time.Since(starting))
-			report(nil)
+		if w != nil {
 			born := time.Now()
 			sl.onExit(w, w.wait(), born)
+			w = nil
 		}
 		if !sl.backoff() {
 			return
@@ -138,27 +150,69 @@ func (sl *slot) run(firstTry chan<- error) {
 	}
 }
 
+// start starts a worker in the slot and waits until it is ready.
+func (sl *slot) start() (worker, error) {
+	sl.setState(SlotStarting)
+	w, err := sl.s.startWorker(sl)
+	if err != nil {
+		err = fmt.Errorf("slot %d: %w", sl.id, err)
+		sl.s.log.Error("worker failed to start", "slot", sl.id, "device", sl.cuda, "err", err)
+	}
+	return w, err
+}
+
+// logAttrs are the attributes of every lifecycle log line about the slot
+// and its worker w (nil: none).
+func (sl *slot) logAttrs(w worker, more ...any) []any {
+	attrs := []any{"slot", sl.id}
+	if w != nil {
+		attrs = append(attrs, "pid", w.pid())
+	}
+	if sl.cuda != "" {
+		attrs = append(attrs, "device", sl.cuda)
+	}
+	return append(attrs, more...)
+}
+
+// setState moves the slot to st; a retired slot stays draining until it
+// stops.
 func (sl *slot) setState(st SlotState) {
 	sl.s.mu.Lock()
-	sl.state = st
+	if st == SlotStopped || !isClosed(sl.quit) {
+		sl.state = st
+	}
 	sl.s.mu.Unlock()
 }
 
-func (sl *slot) setReady(w worker, initTime time.Duration) {
+func (sl *slot) setReady(w worker) {
 	s := sl.s
 	s.mu.Lock()
-	sl.w = w
-	sl.initTime = initTime
-	sl.state = SlotReady
-	s.everReady.Store(true)
+	sl.readyLocked(w)
+	retired := isClosed(sl.quit) && sl.askStopLocked()
 	s.mu.Unlock()
-	s.log.Info("worker ready", "slot", sl.id, "pid", w.pid(), "device", w.device())
 	s.signal()
 	// A shutdown that began while this worker was starting found no worker
-	// to stop (it looks at sl.w after closing stopping, this after setting it).
-	if isClosed(s.stopping) {
+	// to stop (it looks at sl.w after closing stopping, this after setting
+	// it); so did a retirement.
+	switch {
+	case isClosed(s.stopping):
 		w.stop()
+	case retired:
+		sl.stopRetired(w)
 	}
+}
+
+// readyLocked makes w the slot's worker, ready for batches unless the slot
+// is retired. It requires that s.mu is held.
+func (sl *slot) readyLocked(w worker) {
+	s := sl.s
+	sl.w = w
+	sl.initTime = time.Since(sl.startBegan)
+	if !isClosed(sl.quit) {
+		sl.state = SlotReady
+	}
+	s.everReady.Store(true)
+	s.log.Info("worker ready", sl.logAttrs(w, "runs_on", w.device())...)
 }
 
 // sendLocked hands b to the slot's worker. It requires that s.mu is held.
@@ -205,8 +259,10 @@ func (sl *slot) pruneForRun(w worker, b *batch, ttls []int64) ([]int64, bool) {
 func (sl *slot) killLocked(reason error) {
 	if sl.w != nil {
 		// No more batches for it while it dies.
-		sl.state = SlotBackoff
-		sl.s.log.Warn("killing worker", "slot", sl.id, "pid", sl.w.pid(), "reason", reason)
+		if !isClosed(sl.quit) {
+			sl.state = SlotBackoff
+		}
+		sl.s.log.Warn("killing worker", sl.logAttrs(sl.w, "reason", reason)...)
 		sl.w.kill(reason)
 	}
 }
@@ -233,15 +289,20 @@ func (sl *slot) onResult(w worker, r result) {
 	sl.batches++
 	sl.headStart = now
 	sl.failures = 0
+	retired := isClosed(sl.quit)
 	// Refill this worker's pipeline here rather than wait for the dispatcher
 	// goroutine to be scheduled: for a fast model that wait is the bottleneck.
-	if !s.otherSlotHasRoom(sl) {
+	if !retired && !s.otherSlotHasRoom(sl) {
 		if next := s.nextBatch(len(sl.inflight) == 0, now, func(time.Time) {}); next != nil {
 			sl.sendLocked(next, now)
 		}
 	}
+	drained := retired && len(sl.inflight) == 0 && sl.askStopLocked()
 	s.mu.Unlock()
 	s.signal()
+	if drained {
+		sl.stopRetired(w)
+	}
 
 	s.observeLatency(b, r.expired, started, now)
 	if n := len(b.items) - len(r.expired); n > 0 {
@@ -316,7 +377,8 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 	sl.inflight = nil
 	sl.w = nil
 	stopping := isClosed(s.stopping)
-	if stopping {
+	retired := isClosed(sl.quit)
+	if stopping || retired {
 		sl.state = SlotStopped
 	} else {
 		sl.state = SlotBackoff
@@ -344,16 +406,22 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 		}
 		return
 	}
+	if retired && inFlight == 0 {
+		// A drained worker leaving as asked, or dying with nothing to lose.
+		s.log.Info("worker stopped", sl.logAttrs(w, "reason", "retired", "err", exitErr)...)
+		s.signal()
+		return
+	}
 	s.stats.crashes.Add(1)
 	if time.Since(born) >= s.cfg.StableAfter {
 		sl.setFailures(0)
 	}
-	s.log.Error("worker died", "slot", sl.id, "pid", w.pid(), "cuda", sl.cuda, "err", exitErr, "batches_in_flight", inFlight)
+	s.log.Error("worker died", sl.logAttrs(w, "err", exitErr, "batches_in_flight", inFlight)...)
 	sl.noteCrash(exitErr, cause)
 	for _, it := range poisoned {
 		s.poison.add(it.key, it.data)
 		s.stats.poisoned.Add(1)
-		s.log.Error("poison item isolated", "slot", sl.id, "crashes", it.crashes)
+		s.log.Error("poison item isolated", "slot", sl.id, "crashes", it.crashes, "err", exitErr)
 		s.complete(it, nil, fmt.Errorf("%w: it killed the worker %d times (last: %v)", ErrPoison, it.crashes, exitErr))
 	}
 	s.signal()
@@ -445,6 +513,11 @@ func (sl *slot) noteCrash(err error, cause crashCause) {
 func (sl *slot) backoff() bool {
 	s := sl.s
 	s.mu.Lock()
+	if isClosed(sl.quit) {
+		sl.state = SlotStopped
+		s.mu.Unlock()
+		return false
+	}
 	if len(sl.recent) > s.cfg.MaxRestarts {
 		sl.state = SlotFailed
 		allFailed := true
@@ -453,7 +526,7 @@ func (sl *slot) backoff() bool {
 		}
 		lastErr := sl.lastErr
 		s.mu.Unlock()
-		s.log.Error("slot is crash-looping; giving up on it", "slot", sl.id, "restarts", len(sl.recent), "window", s.cfg.RestartWindow, "last_err", lastErr)
+		s.log.Error("slot is crash-looping; giving up on it", sl.logAttrs(nil, "restarts", len(sl.recent), "window", s.cfg.RestartWindow, "err", lastErr)...)
 		s.signal()
 		if allFailed {
 			s.fatalOnce.Do(func() {
@@ -467,13 +540,18 @@ func (sl *slot) backoff() bool {
 		delay = s.cfg.BackoffMax
 	}
 	sl.restarts++
+	restarts, lastErr := sl.restarts, sl.lastErr
 	s.mu.Unlock()
 	t := time.NewTimer(delay)
 	defer t.Stop()
 	select {
 	case <-t.C:
+		s.log.Info("restarting worker", sl.logAttrs(nil, "restarts", restarts, "after", delay, "reason", lastErr)...)
 		return true
 	case <-s.stopping:
+		sl.setState(SlotStopped)
+		return false
+	case <-sl.quit:
 		sl.setState(SlotStopped)
 		return false
 	}
@@ -502,7 +580,7 @@ func (sl *slot) shutdown(kill bool) {
 	w = sl.w // it may have come up since
 	s.mu.Unlock()
 	if w != nil {
-		s.log.Warn("worker did not stop in time; killing it", "slot", sl.id, "pid", w.pid())
+		s.log.Warn("worker did not stop in time; killing it", sl.logAttrs(w, "reason", "shutdown")...)
 		w.kill(errors.New("did not stop in time"))
 	}
 	<-sl.runDone

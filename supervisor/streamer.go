@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,11 +20,14 @@ type Streamer struct {
 
 	epoch time.Time // the origin of clock
 
-	// mu guards queue, downSince, lastSweep, nextSlot and the slots' fields
-	// marked as guarded by it. Functions that need it say so.
+	// mu guards queue, slots, retiring, downSince, lastSweep, nextSlot and
+	// the slots' fields marked as guarded by it. Functions that need it say
+	// so.
 	mu          sync.Mutex
 	queue       *queue
-	slots       []*slot
+	slots       []*slot       // the slots taking batches; slot i is slots[i]
+	retiring    []*slot       // slots retired by Reload or SetWorkers, until their run ends
+	changing    atomic.Bool   // a Reload or SetWorkers is running
 	downSince   time.Time     // when the last ready slot went away; zero while one is ready
 	lastSweep   time.Time     // when the queue was last swept
 	sweepWanted atomic.Bool   // a request was refused for want of room since lastSweep
@@ -117,15 +121,16 @@ func (s *Streamer) Start(ctx context.Context) error {
 	// makes this Start refuse.
 	s.started.Store(true)
 	s.downSince = time.Now()
+	slots := slices.Clone(s.slots)
 	s.mu.Unlock()
-	firstTries := make(chan error, len(s.slots))
-	for _, sl := range s.slots {
-		go sl.run(firstTries)
+	firstTries := make(chan error, len(slots))
+	for _, sl := range slots {
+		go sl.run(nil, firstTries)
 	}
 	s.dispatched.Add(1)
 	go s.dispatchLoop()
 	var errs []error
-	for range s.slots {
+	for range slots {
 		select {
 		case err := <-firstTries:
 			if err == nil {
@@ -354,13 +359,18 @@ func (s *Streamer) Ready() bool {
 // streamer can no longer run anything, and its owner should exit.
 func (s *Streamer) Fatal() <-chan error { return s.fatal }
 
-// Slots describes every slot.
+// Slots describes every slot: those taking batches, in order, then those
+// that a Reload or SetWorkers is draining (SlotDraining), until their
+// workers have exited.
 func (s *Streamer) Slots() []SlotStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]SlotStatus, len(s.slots))
-	for i, sl := range s.slots {
-		out[i] = sl.status()
+	out := make([]SlotStatus, 0, len(s.slots)+len(s.retiring))
+	for _, sl := range s.slots {
+		out = append(out, sl.status())
+	}
+	for _, sl := range s.retiring {
+		out = append(out, sl.status())
 	}
 	return out
 }

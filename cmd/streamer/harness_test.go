@@ -97,6 +97,9 @@ type server struct {
 	out    *syncBuffer
 	client *http.Client
 	done   chan struct{} // closed once the process has exited and its output is read
+	// token, when set, is sent as the bearer token of every request that
+	// does not bring an Authorization header of its own.
+	token string
 }
 
 // startServer runs `streamer serve --listen 127.0.0.1:PORT args...` and waits
@@ -263,6 +266,9 @@ func (s *server) do(ctx context.Context, method, path, contentType string, body 
 	}
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
+	}
+	if s.token != "" && req.Header.Get("Authorization") == "" {
+		req.Header.Set("Authorization", "Bearer "+s.token)
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {

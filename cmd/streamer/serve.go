@@ -53,6 +53,7 @@ type serveOptions struct {
 	logFormat        string
 	logLevel         string
 	pprof            string
+	admin            bool
 
 	model          string
 	plugin         string
@@ -126,6 +127,7 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f.StringArrayVar(&o.pad, "pad", nil, "INPUT=VALUE: pad that ONNX input's dynamic axes with VALUE so items of different lengths share a batch (repeatable)")
 	addBrokerFlags(f, &o.broker)
 	addSecurityFlags(f, &o.security)
+	addAdminFlags(f, &o.admin)
 }
 
 // spec turns the model flags into the Spec every worker opens. socketDir
@@ -307,6 +309,9 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
+	if o.admin && guard.token == "" {
+		return errors.New("--admin needs --auth-token (or $" + envAuthToken + ", or --auth-token-file): whoever reaches the admin endpoints can reload and scale the workers")
+	}
 	spec, err := o.spec("")
 	if err != nil {
 		return err
@@ -385,6 +390,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 	api := httpapi.New(httpapi.Config{
 		Backend: backend, Codec: codec, MaxBody: o.maxBody, Logger: log, Model: info,
 		WriteTimeout: o.writeTimeout, AllowedOrigins: o.allowOrigins,
+		Admin: adminFor(o.admin, st),
 	})
 	stopping := &drainer{listener: listener, grace: o.grace, log: log}
 	if remote != nil {
@@ -407,6 +413,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 	log.Info("listening; starting workers", "listen", listener.Addr().String(), "model", o.modelName(), "workers", o.workers, "cuda", o.cuda)
 	var fatal <-chan error
 	if st != nil {
+		reloadOnHangup(ctx, st, log)
 		if err := st.Start(ctx); err != nil {
 			if ctx.Err() != nil {
 				log.Info("signal received while starting: stopping")

@@ -13,6 +13,8 @@
 //	GET  /v1/workers   one entry per worker slot
 //	GET  /metrics      Prometheus metrics (see metrics.go)
 //	GET  /             a status page that shows the above, live
+//	POST /admin/reload   replace every worker (only with Config.Admin)
+//	POST /admin/workers  {"workers": N}: scale to N workers (only with Config.Admin)
 //
 // A /predict body is JSON (also when Content-Type is missing), msgpack
 // (application/msgpack or application/x-msgpack, the same map; the answer is
@@ -89,6 +91,10 @@ type Config struct {
 	// programs) are not affected. CORS preflight requests of allowed origins
 	// are answered. Empty allows no origin.
 	AllowedOrigins []string
+	// Admin, when set, serves POST /admin/reload and POST /admin/workers
+	// (see admin.go); nil serves no admin route. The routes change what
+	// every client gets: put them behind authentication.
+	Admin Admin
 }
 
 // handler serves every route. It holds no per-request state: buffers come
@@ -99,6 +105,7 @@ type handler struct {
 	maxBody int64
 	log     *slog.Logger
 	model   any
+	admin   Admin
 
 	writeTimeout time.Duration
 	origins      map[string]bool // allowed Origin values; "*" for any
@@ -128,6 +135,7 @@ func New(cfg Config) http.Handler {
 		maxBody:      cfg.MaxBody,
 		log:          cfg.Logger,
 		model:        cfg.Model,
+		admin:        cfg.Admin,
 		writeTimeout: cfg.WriteTimeout,
 		jsonType:     []string{"application/json"},
 		msgpackType:  []string{"application/msgpack"},
@@ -197,6 +205,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/":
 		h.serveRead(w, r, statusPage)
 	default:
+		if h.serveAdmin(w, r) {
+			return
+		}
 		h.writeError(w, http.StatusNotFound, "no route "+strconv.Quote(r.URL.Path)+
 			"; the routes are POST /predict, GET /, /healthz, /readyz, /metrics, /v1/models, /v1/stats, /v1/workers")
 	}

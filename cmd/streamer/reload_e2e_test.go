@@ -1,0 +1,271 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/streamer-dev/streamer/model/onnx/onnxtest"
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// closedLoop keeps clients sending one request after another, each checked
+// by one (client c's request r), until the returned stop is called; stop
+// fails the test if any request failed or none was answered.
+func closedLoop(t *testing.T, clients int, one func(c, r int) error) (stop func()) {
+	t.Helper()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		failures []error
+		answered int
+		done     = make(chan struct{})
+	)
+	for c := range clients {
+		wg.Go(func() {
+			for r := 0; ; r++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				err := one(c, r)
+				mu.Lock()
+				if err != nil {
+					failures = append(failures, err)
+				} else {
+					answered++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	return func() {
+		t.Helper()
+		close(done)
+		wg.Wait()
+		if len(failures) > 0 {
+			t.Fatalf("%d of %d requests failed under load; the first: %v", len(failures), answered+len(failures), failures[0])
+		}
+		if answered == 0 {
+			t.Fatal("the load got no answer")
+		}
+	}
+}
+
+// adminToken is the bearer token of the servers startAdminServer runs.
+const adminToken = "admin-test-token"
+
+// startAdminServer runs a server with --admin, which needs a token, and
+// sends that token with every request the test makes to it.
+func startAdminServer(t *testing.T, args ...string) *server {
+	t.Helper()
+	s := startServer(t, append(args, "--admin", "--auth-token", adminToken)...)
+	s.token = adminToken
+	return s
+}
+
+// echoRequest sends one text to the echo model and checks it comes back.
+func (s *server) echoRequest(c, r int) error {
+	text := fmt.Sprintf("client %d request %d", c, r)
+	p, err := s.tryPredictJSON(map[string]any{"inputs": []any{text}})
+	if err != nil {
+		return err
+	}
+	if p.Status != http.StatusOK || len(p.Outputs) != 1 || p.Outputs[0] != text {
+		return fmt.Errorf("%q: %s", text, p)
+	}
+	return nil
+}
+
+// admin posts body to an admin path and returns the status and the JSON
+// answer decoded.
+func (s *server) admin(t *testing.T, path, body string) (int, map[string]any) {
+	t.Helper()
+	status, data, _, err := s.do(context.Background(), http.MethodPost, path, "application/json", []byte(body))
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	var answer map[string]any
+	if err := json.Unmarshal(data, &answer); err != nil {
+		t.Fatalf("POST %s: answer %q is not JSON: %v", path, data, err)
+	}
+	return status, answer
+}
+
+// answersGrow waits until the server has answered more items than now.
+func (s *server) answersGrow(t *testing.T) {
+	t.Helper()
+	before := s.stats(t).Answered
+	s.waitFor(t, "answers to the load", readyTimeout, func() bool { return s.stats(t).Answered > before+5 })
+}
+
+// replacedAll waits until n workers are ready, none of them with a pid in
+// old and none draining, and returns them.
+func (s *server) replacedAll(t *testing.T, n int, old []supervisor.SlotStatus) []supervisor.SlotStatus {
+	t.Helper()
+	var now []supervisor.SlotStatus
+	s.waitFor(t, "every worker replaced", readyTimeout, func() bool {
+		now = s.workers(t)
+		if len(now) != n {
+			return false
+		}
+		for _, w := range now {
+			if w.State != supervisor.SlotReady || slices.ContainsFunc(old, func(o supervisor.SlotStatus) bool { return o.PID == w.PID }) {
+				return false
+			}
+		}
+		return true
+	})
+	return now
+}
+
+func TestReloadByAdminAndSIGHUPLosesNoRequest(t *testing.T) {
+	s := startAdminServer(t, "--workers", "2", "--batch-size", "8", "--max-latency", "2ms")
+	first := s.waitAllReady(t, 2)
+	stop := closedLoop(t, 6, s.echoRequest)
+	s.answersGrow(t)
+
+	status, answer := s.admin(t, "/admin/reload", "")
+	if status != http.StatusOK || answer["reloaded"] != float64(2) {
+		t.Fatalf("POST /admin/reload: %d %v, want 200 {\"reloaded\": 2}", status, answer)
+	}
+	// Replaced by the time the answer came: no polling needed for that.
+	second := s.workers(t)
+	if len(second) != 2 {
+		t.Fatalf("workers after the reload: %+v", second)
+	}
+	s.replacedAll(t, 2, first)
+	s.answersGrow(t)
+
+	if err := s.signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	s.replacedAll(t, 2, second)
+	s.waitFor(t, "the SIGHUP reload to be logged done", readyTimeout, func() bool {
+		return strings.Count(s.logs(), "reload done") == 2
+	})
+	s.answersGrow(t)
+	stop()
+	if st := s.stats(t); st.Failed != 0 || st.Crashes != 0 {
+		t.Errorf("after two reloads: %d failed items, %d crashes", st.Failed, st.Crashes)
+	}
+	for _, want := range []string{"reload begun", "worker replaced", "worker drained; stopping it", "worker stopped"} {
+		if !strings.Contains(s.logs(), want) {
+			t.Errorf("the log has no %q line", want)
+		}
+	}
+}
+
+// A model file replaced by garbage fails the reload at the first slot: the
+// answer says so and why, and the old workers keep serving.
+func TestReloadOfABrokenModelKeepsTheOldWorkers(t *testing.T) {
+	src, ref := onnxModel(t, onnxtest.MLP)
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "model.onnx")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startAdminServer(t, "--model", path, "--intra-op-threads", "1", "--workers", "2")
+	before := s.waitAllReady(t, 2)
+	rng := rand.New(rand.NewPCG(3, 3))
+	var mu sync.Mutex // guards rng
+	stop := closedLoop(t, 4, func(int, int) error {
+		mu.Lock()
+		x := features(rng)
+		mu.Unlock()
+		p, err := s.tryPredictJSON(map[string]any{"inputs": []any{x}})
+		if err == nil && (p.Status != http.StatusOK || len(p.Outputs) != 1) {
+			err = fmt.Errorf("%s", p)
+		}
+		if err == nil {
+			err = nearJSON(p.Outputs[0], ref.MLP(x))
+		}
+		return err
+	})
+	s.answersGrow(t)
+	if err := os.WriteFile(path, []byte("this is not an ONNX model"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	status, answer := s.admin(t, "/admin/reload", "{}")
+	msg, _ := answer["error"].(string)
+	if status != http.StatusInternalServerError || !strings.Contains(msg, "slot 0: new worker failed to start") {
+		t.Fatalf("POST /admin/reload of a broken model: %d %v, want 500 naming slot 0", status, answer)
+	}
+	if !strings.Contains(msg, "model.onnx") {
+		t.Errorf("the reload error %q does not name the model file", msg)
+	}
+	s.answersGrow(t)
+	stop()
+	after := s.workers(t)
+	if len(after) != 2 || after[0].PID != before[0].PID || after[1].PID != before[1].PID {
+		t.Fatalf("workers after a failed reload: %+v, want the old ones %+v", after, before)
+	}
+	if !strings.Contains(s.logs(), "reload failed") {
+		t.Error(`the log has no "reload failed" line`)
+	}
+}
+
+func TestScaleUnderLoadLosesNoRequest(t *testing.T) {
+	s := startAdminServer(t, "--workers", "1", "--cuda", "0,1", "--batch-size", "8", "--max-latency", "2ms")
+	stop := closedLoop(t, 6, s.echoRequest)
+	s.answersGrow(t)
+	for _, n := range []int{3, 1, 2} {
+		status, answer := s.admin(t, "/admin/workers", fmt.Sprintf(`{"workers": %d}`, n))
+		if status != http.StatusOK || answer["workers"] != float64(n) {
+			t.Fatalf("POST /admin/workers %d: %d %v", n, status, answer)
+		}
+		workers := s.workers(t)
+		if len(workers) != n {
+			t.Fatalf("after scaling to %d: /v1/workers lists %+v", n, workers)
+		}
+		for i, w := range workers {
+			if w.Slot != i || w.State != supervisor.SlotReady || w.CUDA != fmt.Sprint(i%2) {
+				t.Errorf("after scaling to %d, slot %d: %+v, want ready on CUDA %d", n, i, w, i%2)
+			}
+		}
+		s.answersGrow(t)
+	}
+	stop()
+	if st := s.stats(t); st.Failed != 0 || st.Crashes != 0 {
+		t.Errorf("after scaling: %d failed items, %d crashes", st.Failed, st.Crashes)
+	}
+	status, answer := s.admin(t, "/admin/workers", `{"workers": "many"}`)
+	if status != http.StatusBadRequest || !strings.Contains(fmt.Sprint(answer["error"]), "workers") {
+		t.Errorf(`POST /admin/workers {"workers": "many"}: %d %v, want 400 naming the field`, status, answer)
+	}
+}
+
+func TestAdminRoutesNeedTheAdminFlag(t *testing.T) {
+	s := startServer(t)
+	for _, path := range []string{"/admin/reload", "/admin/workers"} {
+		status, answer := s.admin(t, path, `{"workers": 2}`)
+		if status != http.StatusNotFound || answer["error"] == nil {
+			t.Errorf("POST %s without --admin: %d %v, want 404 with a JSON error", path, status, answer)
+		}
+	}
+	if n := len(s.workers(t)); n != 1 {
+		t.Errorf("workers after refused admin requests: %d, want 1", n)
+	}
+}
+
+func TestAdminNeedsAToken(t *testing.T) {
+	out := runServeToFailure(t, nil, "--workers", "1", "--admin")
+	for _, want := range []string{"--admin needs --auth-token", "reload and scale"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output does not contain %q:\n%s", want, out)
+		}
+	}
+}

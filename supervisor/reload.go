@@ -1,0 +1,347 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Errors of Reload and SetWorkers.
+var (
+	// ErrBusy: a Reload or SetWorkers is already running; only one runs at
+	// a time (HTTP 409).
+	ErrBusy = errors.New("a reload or scaling of the workers is already running")
+	// ErrStartFailed: a worker started by Reload or SetWorkers did not
+	// become ready; the error wrapping it names the slot and says why
+	// (HTTP 500).
+	ErrStartFailed = errors.New("new worker failed to start")
+	// ErrNotStarted: Reload or SetWorkers was called before Start, or
+	// before any worker was ever ready (HTTP 503).
+	ErrNotStarted = errors.New("supervisor: not started: no worker has been ready yet")
+)
+
+// Workers is the number of slots that take batches, as Config.Workers
+// set it or SetWorkers since; slots still draining after a Reload or
+// SetWorkers are not counted.
+func (s *Streamer) Workers() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.slots)
+}
+
+// Reload replaces every slot's worker by a freshly started one, a slot at
+// a time, so that the workers open their model again (after the model
+// file or the plugin binary changed on disk) while the others keep
+// serving. For each slot it starts a new worker on the slot's device and
+// waits until it is ready; then the slot's new batches go to the new
+// worker, the old one answers those it holds and stops, and once it has
+// exited the next slot's turn comes. No admitted item is lost, and the
+// number of workers able to run never drops.
+//
+// A new worker that fails to start (its model does not initialise, it
+// crashes, it fails the handshake) ends the reload there: the slots not
+// yet reached keep their old workers, those done keep their new ones, and
+// Reload returns an error naming the slot, wrapping ErrStartFailed and
+// the worker's own error.
+//
+// Only one Reload or SetWorkers runs at a time: another call fails at once
+// with ErrBusy. Reload before Start, or before any worker was ever
+// ready, fails with ErrNotStarted, and after
+// Shutdown began with ErrShuttingDown; a Shutdown that begins during a
+// Reload ends it with ErrShuttingDown. When ctx ends, Reload returns ctx's
+// error: a worker it was starting is stopped, an old worker that was
+// draining finishes its batches and stops on its own, and the slots not
+// reached keep their workers.
+//
+// In the in-process mode there is nothing to open again: Reload goes
+// through the same steps with new goroutines calling the same
+// Config.InProcess model, which callers cannot tell from before.
+func (s *Streamer) Reload(ctx context.Context) error {
+	release, err := s.beginChange()
+	if err != nil {
+		return fmt.Errorf("reload: %w", err)
+	}
+	defer release()
+	n := s.Workers()
+	began := time.Now()
+	s.log.Info("reload begun", "workers", n)
+	for i := range n {
+		if err := s.reloadSlot(ctx, i); err != nil {
+			s.log.Error("reload failed", "slot", i, "err", err)
+			return err
+		}
+	}
+	s.log.Info("reload done", "workers", n, "took", time.Since(began).Round(time.Millisecond))
+	return nil
+}
+
+// reloadSlot gives slot i a new worker, drains the old one and waits for
+// it to exit.
+func (s *Streamer) reloadSlot(ctx context.Context, i int) error {
+	fresh := newSlot(s, i)
+	w, err := s.startSpare(ctx, fresh)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if err := s.changeRefusedLocked(); err != nil {
+		s.mu.Unlock()
+		discard(w, err)
+		return err
+	}
+	old := s.slots[i]
+	oldPID := pidOf(old.w)
+	s.slots[i] = fresh
+	fresh.readyLocked(w)
+	stop := s.retireLocked(old)
+	s.mu.Unlock()
+	s.log.Info("worker replaced", fresh.logAttrs(w, "old_pid", oldPID)...)
+	go fresh.run(w, nil)
+	if stop != nil {
+		old.stopRetired(stop)
+	}
+	s.signal()
+	return waitRetired(ctx, old)
+}
+
+// SetWorkers changes the number of slots to n, at least 1. New slots are
+// numbered on from the last, and slot i's workers run on
+// ProcessConfig.CUDADevices[i % len], as at Start; SetWorkers starts
+// their workers one at a time and waits until each is ready. Slots beyond
+// n, the last ones, are drained: they take no new batches, their workers
+// answer the batches they hold, then stop; SetWorkers waits until they
+// have exited. No admitted item is lost. Config.MaxQueue stays what New
+// made of it.
+//
+// A new worker that fails to start ends the scaling there, with an error
+// naming the slot and wrapping ErrStartFailed; the slots started before
+// it keep running. Only one Reload or SetWorkers runs at a time, with the
+// same errors as Reload's; when ctx ends, SetWorkers returns ctx's error,
+// and the slots it was draining finish their drain on their own.
+func (s *Streamer) SetWorkers(ctx context.Context, n int) error {
+	if n < 1 {
+		return fmt.Errorf("%w: %d workers: want at least 1", ErrBadRequest, n)
+	}
+	release, err := s.beginChange()
+	if err != nil {
+		return fmt.Errorf("set workers: %w", err)
+	}
+	defer release()
+	have := s.Workers()
+	if n == have {
+		return nil
+	}
+	s.log.Info("scaling workers", "from", have, "to", n)
+	for i := have; i < n; i++ {
+		if err := s.addSlot(ctx, i); err != nil {
+			s.log.Error("scaling failed", "slot", i, "err", err)
+			return err
+		}
+	}
+	if n < have {
+		if err := s.removeSlots(ctx, n); err != nil {
+			return err
+		}
+	}
+	s.log.Info("scaled workers", "workers", n)
+	return nil
+}
+
+// addSlot starts slot i, the next one, and lets it take batches once its
+// worker is ready.
+func (s *Streamer) addSlot(ctx context.Context, i int) error {
+	fresh := newSlot(s, i)
+	w, err := s.startSpare(ctx, fresh)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if err := s.changeRefusedLocked(); err != nil {
+		s.mu.Unlock()
+		discard(w, err)
+		return err
+	}
+	s.slots = append(s.slots, fresh)
+	fresh.readyLocked(w)
+	s.mu.Unlock()
+	go fresh.run(w, nil)
+	s.signal()
+	return nil
+}
+
+// removeSlots drains the slots from n on and waits until they have ended.
+func (s *Streamer) removeSlots(ctx context.Context, n int) error {
+	s.mu.Lock()
+	gone := slices.Clone(s.slots[n:])
+	clear(s.slots[n:])
+	s.slots = s.slots[:n]
+	s.nextSlot = 0
+	stops := make([]worker, len(gone))
+	for i, sl := range gone {
+		stops[i] = s.retireLocked(sl)
+	}
+	s.mu.Unlock()
+	for i, sl := range gone {
+		s.log.Info("draining slot", sl.logAttrs(stops[i], "reason", "scaled down")...)
+		if stops[i] != nil {
+			sl.stopRetired(stops[i])
+		}
+	}
+	s.signal()
+	for _, sl := range gone {
+		if err := waitRetired(ctx, sl); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// beginChange claims the right to change the slots, and returns what gives
+// it back.
+func (s *Streamer) beginChange() (release func(), err error) {
+	if !s.changing.CompareAndSwap(false, true) {
+		return nil, ErrBusy
+	}
+	release = func() { s.changing.Store(false) }
+	switch {
+	case s.draining.Load():
+		err = ErrShuttingDown
+	case !s.started.Load() || !s.everReady.Load():
+		// Start still counts the first tries of the slots it began with.
+		err = ErrNotStarted
+	}
+	if err != nil {
+		release()
+		return nil, err
+	}
+	return release, nil
+}
+
+// changeRefusedLocked says why the slots must not change any more, if they
+// must not: a Shutdown began, and the slots it stops are those it finds.
+// It requires that s.mu is held.
+func (s *Streamer) changeRefusedLocked() error {
+	if s.draining.Load() || isClosed(s.stopping) {
+		return ErrShuttingDown
+	}
+	return nil
+}
+
+// startSpare starts a worker for sl, which no one else sees yet, and waits
+// until it is ready or ctx ends; a worker that comes up after ctx ended is
+// stopped.
+func (s *Streamer) startSpare(ctx context.Context, sl *slot) (worker, error) {
+	type started struct {
+		w   worker
+		err error
+	}
+	s.mu.Lock()
+	err := s.changeRefusedLocked()
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	done := make(chan started, 1)
+	go func() {
+		w, err := s.startWorker(sl)
+		done <- started{w, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return nil, fmt.Errorf("slot %d: %w: %w", sl.id, ErrStartFailed, r.err)
+		}
+		return r.w, nil
+	case <-ctx.Done():
+		go func() {
+			if r := <-done; r.err == nil {
+				discard(r.w, ctx.Err())
+			}
+		}()
+		return nil, fmt.Errorf("slot %d: start a new worker: %w", sl.id, ctx.Err())
+	}
+}
+
+// discard kills a worker that was never given a batch and waits for it.
+func discard(w worker, reason error) {
+	w.kill(reason)
+	_ = w.wait()
+}
+
+// retireLocked takes sl out of dispatch: it keeps its batches in flight,
+// gets no new ones, and its worker stops once they are answered. It
+// returns the worker to stop now, when it holds no batch; the caller
+// stops it with stopRetired once s.mu is released. It requires that s.mu
+// is held.
+func (s *Streamer) retireLocked(sl *slot) worker {
+	close(sl.quit)
+	if sl.state != SlotStopped && sl.state != SlotFailed {
+		sl.state = SlotDraining
+	}
+	if sl.ended {
+		return nil // it had ended already (a failed slot)
+	}
+	s.retiring = append(s.retiring, sl)
+	if sl.w != nil && len(sl.inflight) == 0 && sl.askStopLocked() {
+		return sl.w
+	}
+	return nil
+}
+
+// askStopLocked reports whether the slot's retired worker is yet to be
+// told to stop, and notes that it is being told. It requires that s.mu is
+// held.
+func (sl *slot) askStopLocked() bool {
+	if sl.stopAsked {
+		return false
+	}
+	sl.stopAsked = true
+	return true
+}
+
+// stopRetired asks w, the worker of a retired slot that holds no batch any
+// more, to exit, and kills it when it has not within StopTimeout.
+func (sl *slot) stopRetired(w worker) {
+	s := sl.s
+	s.log.Info("worker drained; stopping it", sl.logAttrs(w, "reason", "retired")...)
+	w.stop()
+	go func() {
+		t := time.NewTimer(s.cfg.Process.StopTimeout)
+		defer t.Stop()
+		select {
+		case <-sl.runDone:
+		case <-t.C:
+			s.log.Warn("worker did not stop in time; killing it", sl.logAttrs(w, "reason", "retired")...)
+			w.kill(errors.New("did not stop in time after its drain"))
+		}
+	}()
+}
+
+// forgetRetired notes that sl has ended and drops it from the slots being
+// drained.
+func (s *Streamer) forgetRetired(sl *slot) {
+	s.mu.Lock()
+	sl.ended = true
+	s.retiring = slices.DeleteFunc(s.retiring, func(r *slot) bool { return r == sl })
+	s.mu.Unlock()
+	s.signal()
+}
+
+// waitRetired waits until the retired slot sl has ended, or ctx has.
+func waitRetired(ctx context.Context, sl *slot) error {
+	select {
+	case <-sl.runDone:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("slot %d: wait for the old worker to drain: %w", sl.id, ctx.Err())
+	}
+}
+
+func pidOf(w worker) any {
+	if w == nil {
+		return nil
+	}
+	return w.pid()
+}

@@ -1,0 +1,393 @@
+package supervisor_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/streamer-dev/streamer/model"
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// load keeps clients closed-loop clients predicting on s until stopped,
+// each checking that every answer is the echo of its own item. stop
+// returns how many answers came and the failures seen.
+func load(t *testing.T, s *supervisor.Streamer, clients int) (stop func() (int, []error)) {
+	t.Helper()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		failures []error
+		answered atomic.Int64
+		done     = make(chan struct{})
+	)
+	for c := range clients {
+		wg.Go(func() {
+			for r := 0; ; r++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				// A msgpack string, as the echo model answers it back.
+				text := fmt.Sprintf("c%d-r%d", c, r)
+				in := append([]byte{0xa0 | byte(len(text))}, text...)
+				out, err := s.Predict(context.Background(), [][]byte{in})
+				if err == nil && string(out[0]) != string(in) {
+					err = fmt.Errorf("answer %q to %q", out[0], in)
+				}
+				if err != nil {
+					mu.Lock()
+					failures = append(failures, err)
+					mu.Unlock()
+					continue
+				}
+				answered.Add(1)
+			}
+		})
+	}
+	return func() (int, []error) {
+		close(done)
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		return int(answered.Load()), failures
+	}
+}
+
+// answersMore waits until the load has answered more than it had.
+func answersMore(t *testing.T, s *supervisor.Streamer) {
+	t.Helper()
+	before := s.Stats().Answered
+	waitFor(t, "answers to the load", func() bool { return s.Stats().Answered > before+10 })
+}
+
+func pids(slots []supervisor.SlotStatus) []int {
+	var out []int
+	for _, st := range slots {
+		out = append(out, st.PID)
+	}
+	return out
+}
+
+// checkNoFailures stops the load and fails the test on any failed answer.
+func checkNoFailures(t *testing.T, stop func() (int, []error)) {
+	t.Helper()
+	n, failures := stop()
+	if len(failures) > 0 {
+		t.Fatalf("%d of %d requests failed, the first: %v", len(failures), n+len(failures), failures[0])
+	}
+	if n == 0 {
+		t.Fatal("the load got no answer at all")
+	}
+}
+
+func TestReloadReplacesEveryWorkerWithoutLosingARequest(t *testing.T) {
+	cfg := processConfig("echo", 2, 8)
+	cfg.Process.CUDADevices = []string{"7", "9"}
+	s := start(t, cfg)
+	waitFor(t, "two ready workers", func() bool { return readyCount(s) == 2 })
+	before := s.Slots()
+	stop := load(t, s, 8)
+	answersMore(t, s)
+	if err := s.Reload(context.Background()); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	answersMore(t, s)
+	checkNoFailures(t, stop)
+
+	after := s.Slots()
+	if len(after) != 2 {
+		t.Fatalf("after Reload: slots %+v, want 2", after)
+	}
+	for i, st := range after {
+		if st.Slot != i || st.State != supervisor.SlotReady || st.CUDA != before[i].CUDA {
+			t.Errorf("slot %d after Reload: %+v, want ready with CUDA %q", i, st, before[i].CUDA)
+		}
+		if slices.Contains(pids(before), st.PID) || st.PID == 0 {
+			t.Errorf("slot %d after Reload has pid %d; the pids before were %v", i, st.PID, pids(before))
+		}
+	}
+	if c := s.Stats().Crashes; c != 0 {
+		t.Errorf("Reload counted %d crashes", c)
+	}
+	for _, pid := range pids(before) {
+		if slices.Contains(children(t), pid) {
+			t.Errorf("old worker %d still runs after Reload returned", pid)
+		}
+	}
+}
+
+// workerScript makes an executable script that runs this test binary as
+// a worker, unless told otherwise by what is in dir, and returns its path.
+func workerScript(t *testing.T, body string) string {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "worker.sh")
+	script := "#!/bin/sh\n" + strings.ReplaceAll(body, "$DIR", dir) + "\nexec " + os.Args[0] + ` "$@"` + "\n"
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// A new worker that fails to start ends the reload at its slot: the slots
+// before it keep their new workers, it and those after keep their old
+// ones, and the error says which slot and why.
+func TestReloadStopsAtTheFirstWorkerThatFailsToStart(t *testing.T) {
+	// Once armed, each start takes a token, and fails as a broken model
+	// file would when none is left.
+	script := workerScript(t, `if [ -e $DIR/armed ]; then
+  token=$(ls $DIR | grep '^ok' | head -n 1)
+  if [ -z "$token" ] || ! rm "$DIR/$token"; then echo "model file is garbage" >&2; exit 3; fi
+fi`)
+	dir := filepath.Dir(script)
+	cfg := processConfig("echo", 3, 8)
+	cfg.Process.Path = script
+	s := start(t, cfg)
+	waitFor(t, "three ready workers", func() bool { return readyCount(s) == 3 })
+	before := s.Slots()
+	for _, name := range []string{"armed", "ok1"} {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := load(t, s, 4)
+	err := s.Reload(context.Background())
+	checkNoFailures(t, stop)
+	if !errors.Is(err, supervisor.ErrStartFailed) || !errors.Is(err, supervisor.ErrNotWorker) {
+		t.Fatalf("Reload: %v, want ErrStartFailed wrapping ErrNotWorker", err)
+	}
+	for _, want := range []string{"slot 1:", "new worker failed to start", "model file is garbage"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Reload: %q does not say %q", err, want)
+		}
+	}
+	after := s.Slots()
+	if len(after) != 3 {
+		t.Fatalf("after a failed Reload: slots %+v, want 3", after)
+	}
+	if after[0].PID == before[0].PID {
+		t.Errorf("slot 0 kept pid %d: its reload succeeded and should have replaced it", after[0].PID)
+	}
+	for i := 1; i < 3; i++ {
+		if after[i].PID != before[i].PID || after[i].State != supervisor.SlotReady {
+			t.Errorf("slot %d after the failed Reload: %+v, want its old worker %d ready", i, after[i], before[i].PID)
+		}
+	}
+	if _, err := s.Predict(context.Background(), [][]byte{{0xa1, 'x'}}); err != nil {
+		t.Fatalf("Predict after a failed Reload: %v", err)
+	}
+}
+
+func readyCount(s *supervisor.Streamer) int {
+	n := 0
+	for _, st := range s.Slots() {
+		if st.State == supervisor.SlotReady {
+			n++
+		}
+	}
+	return n
+}
+
+// holder is an in-process model that holds the items named "hold" until
+// released, answering every item with itself.
+type holder struct {
+	held    chan struct{} // receives one value per batch holding
+	release chan struct{}
+}
+
+func newHolder() *holder {
+	return &holder{held: make(chan struct{}, 16), release: make(chan struct{})}
+}
+
+func (h *holder) fn(ctx context.Context, items [][]byte) ([][]byte, error) {
+	for _, it := range items {
+		if string(it) == "hold" {
+			h.held <- struct{}{}
+			select {
+			case <-h.release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+	}
+	return items, nil
+}
+
+// While a reload waits for an old worker to finish its batch, another
+// Reload or SetWorkers is refused with ErrBusy; the held batch is answered
+// by the old worker once it may finish, and new work meanwhile goes to the
+// new worker.
+func TestReloadWaitsForTheOldWorkersBatchAndRefusesASecond(t *testing.T) {
+	h := newHolder()
+	s := start(t, supervisor.Config{InProcess: model.Func(h.fn), Workers: 1, BatchSize: 1})
+	heldAnswer := make(chan error, 1)
+	go func() {
+		out, err := s.Predict(context.Background(), items("hold"))
+		if err == nil && string(out[0]) != "hold" {
+			err = fmt.Errorf("answer %q", out[0])
+		}
+		heldAnswer <- err
+	}()
+	<-h.held
+	reloaded := make(chan error, 1)
+	go func() { reloaded <- s.Reload(context.Background()) }()
+	waitFor(t, "the old slot to be draining", func() bool {
+		slots := s.Slots()
+		return len(slots) == 2 && slots[1].State == supervisor.SlotDraining && slots[1].InFlight == 1
+	})
+	if err := s.Reload(context.Background()); !errors.Is(err, supervisor.ErrBusy) {
+		t.Errorf("a second Reload: %v, want ErrBusy", err)
+	}
+	if err := s.SetWorkers(context.Background(), 2); !errors.Is(err, supervisor.ErrBusy) {
+		t.Errorf("SetWorkers during a Reload: %v, want ErrBusy", err)
+	}
+	// The new worker serves while the old one holds its batch.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if out, err := s.Predict(ctx, items("meanwhile")); err != nil || string(out[0]) != "meanwhile" {
+		t.Fatalf("Predict during the drain: %q, %v", out, err)
+	}
+	select {
+	case err := <-reloaded:
+		t.Fatalf("Reload returned (%v) before the old worker's batch was answered", err)
+	default:
+	}
+	close(h.release)
+	if err := <-heldAnswer; err != nil {
+		t.Fatalf("the batch held by the old worker: %v", err)
+	}
+	if err := <-reloaded; err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	if slots := s.Slots(); len(slots) != 1 || slots[0].State != supervisor.SlotReady {
+		t.Fatalf("slots after Reload: %+v, want one ready", slots)
+	}
+	if st := s.Stats(); st.Crashes != 0 || st.Failed != 0 {
+		t.Fatalf("stats after Reload: %d crashes, %d failed", st.Crashes, st.Failed)
+	}
+}
+
+func TestSetWorkersScalesUpAndDownWithoutLosingARequest(t *testing.T) {
+	cfg := processConfig("echo", 1, 8)
+	cfg.Process.CUDADevices = []string{"0", "1"}
+	s := start(t, cfg)
+	stop := load(t, s, 8)
+	answersMore(t, s)
+	if err := s.SetWorkers(context.Background(), 3); err != nil {
+		t.Fatalf("SetWorkers(3): %v", err)
+	}
+	up := s.Slots()
+	if len(up) != 3 || s.Workers() != 3 {
+		t.Fatalf("after SetWorkers(3): %d workers, slots %+v", s.Workers(), up)
+	}
+	for i, st := range up {
+		want := []string{"0", "1", "0"}[i]
+		if st.Slot != i || st.State != supervisor.SlotReady || st.CUDA != want || st.PID == 0 {
+			t.Errorf("slot %d: %+v, want ready on CUDA %s", i, st, want)
+		}
+	}
+	answersMore(t, s)
+	if err := s.SetWorkers(context.Background(), 1); err != nil {
+		t.Fatalf("SetWorkers(1): %v", err)
+	}
+	answersMore(t, s)
+	checkNoFailures(t, stop)
+	down := s.Slots()
+	if len(down) != 1 || down[0].PID != up[0].PID || s.Workers() != 1 {
+		t.Fatalf("after SetWorkers(1): slots %+v, want slot 0 alone, pid %d", down, up[0].PID)
+	}
+	for _, st := range up[1:] {
+		if slices.Contains(children(t), st.PID) {
+			t.Errorf("worker %d of a removed slot still runs after SetWorkers returned", st.PID)
+		}
+	}
+	if c := s.Stats().Crashes; c != 0 {
+		t.Errorf("scaling counted %d crashes", c)
+	}
+}
+
+// What Reload and SetWorkers say when they cannot run.
+func TestReloadAndSetWorkersRefusals(t *testing.T) {
+	fresh := func(t *testing.T) *supervisor.Streamer {
+		s, err := supervisor.New(supervisor.Config{InProcess: model.Func(newHolder().fn)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	shutDown := func(t *testing.T) *supervisor.Streamer {
+		s := start(t, supervisor.Config{InProcess: model.Func(newHolder().fn)})
+		shutdown(t, s)
+		return s
+	}
+	tests := []struct {
+		name string
+		make func(*testing.T) *supervisor.Streamer
+		call func(*supervisor.Streamer) error
+		want error
+	}{
+		{"Reload before Start", fresh, func(s *supervisor.Streamer) error { return s.Reload(context.Background()) }, supervisor.ErrNotStarted},
+		{"SetWorkers before Start", fresh, func(s *supervisor.Streamer) error { return s.SetWorkers(context.Background(), 2) }, supervisor.ErrNotStarted},
+		{"Reload after Shutdown", shutDown, func(s *supervisor.Streamer) error { return s.Reload(context.Background()) }, supervisor.ErrShuttingDown},
+		{"SetWorkers after Shutdown", shutDown, func(s *supervisor.Streamer) error { return s.SetWorkers(context.Background(), 2) }, supervisor.ErrShuttingDown},
+		{"SetWorkers(0)", func(t *testing.T) *supervisor.Streamer {
+			return start(t, supervisor.Config{InProcess: model.Func(newHolder().fn)})
+		}, func(s *supervisor.Streamer) error { return s.SetWorkers(context.Background(), 0) }, supervisor.ErrBadRequest},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.make(t)
+			before := s.Workers()
+			if err := tc.call(s); !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+			if s.Workers() != before {
+				t.Fatalf("a refused call changed the workers from %d to %d", before, s.Workers())
+			}
+		})
+	}
+}
+
+// A Reload whose context ends while a new worker starts returns the
+// context's error at once, stops the worker it was starting, and leaves
+// the old worker serving.
+func TestReloadWhoseContextEndsStopsTheWorkerItStarts(t *testing.T) {
+	// Once armed, a start hangs silently, as a stuck model would.
+	script := workerScript(t, `if [ -e $DIR/armed ]; then exec sleep 60; fi`)
+	cfg := processConfig("echo", 1, 8)
+	cfg.Process.Path = script
+	s := start(t, cfg)
+	before := s.Slots()
+	if err := os.WriteFile(filepath.Join(filepath.Dir(script), "armed"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	err := s.Reload(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "slot 0") {
+		t.Fatalf("Reload: %v, want slot 0 and the context's deadline", err)
+	}
+	if took := time.Since(began); took > 5*time.Second {
+		t.Fatalf("Reload took %s to see its context end", took)
+	}
+	waitFor(t, "the worker being started to be stopped", func() bool {
+		return slices.Equal(children(t), pids(before))
+	})
+	if after := s.Slots(); len(after) != 1 || after[0].PID != before[0].PID || after[0].State != supervisor.SlotReady {
+		t.Fatalf("slots after the abandoned Reload: %+v, want the old worker %d ready", after, before[0].PID)
+	}
+	if _, err := s.Predict(context.Background(), [][]byte{{0xa1, 'x'}}); err != nil {
+		t.Fatalf("Predict after the abandoned Reload: %v", err)
+	}
+}
