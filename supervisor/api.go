@@ -118,6 +118,12 @@ type Stats struct {
 	Returns ReturnStats `json:"returns"`
 	// Latency is where the items' time went, as histograms.
 	Latency LatencyStats `json:"latency"`
+	// Reloads and ReloadFailures count the reloads (Reload) that replaced
+	// every worker, and those that stopped at a worker that failed to
+	// start; LastReloadError says why the last failure failed.
+	Reloads         uint64 `json:"reloads"`
+	ReloadFailures  uint64 `json:"reload_failures"`
+	LastReloadError string `json:"last_reload_error,omitempty"`
 }
 
 // DispatchStats counts batches by why they were dispatched.

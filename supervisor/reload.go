@@ -70,9 +70,13 @@ func (s *Streamer) Reload(ctx context.Context) error {
 	for i := range n {
 		if err := s.reloadSlot(ctx, i); err != nil {
 			s.log.Error("reload failed", "slot", i, "err", err)
+			s.stats.reloadFailures.Add(1)
+			msg := err.Error()
+			s.stats.lastReloadError.Store(&msg)
 			return err
 		}
 	}
+	s.stats.reloads.Add(1)
 	s.log.Info("reload done", "workers", n, "took", time.Since(began).Round(time.Millisecond))
 	return nil
 }

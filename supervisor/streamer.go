@@ -71,6 +71,8 @@ type counters struct {
 	batches, crashes, poisoned                     atomic.Uint64
 	batchSizes                                     []atomic.Uint64
 	latency                                        latencies
+	reloads, reloadFailures                        atomic.Uint64
+	lastReloadError                                atomic.Pointer[string]
 }
 
 // New checks cfg and returns a Streamer that is not yet running.
@@ -392,6 +394,10 @@ func (s *Streamer) Stats() Stats {
 		st.BatchSizes[i] = s.stats.batchSizes[i].Load()
 	}
 	r := &s.stats.reasons
+	st.Reloads, st.ReloadFailures = s.stats.reloads.Load(), s.stats.reloadFailures.Load()
+	if msg := s.stats.lastReloadError.Load(); msg != nil {
+		st.LastReloadError = *msg
+	}
 	st.Latency = LatencyStats{
 		QueueWait: s.stats.latency.queueWait.snapshot(),
 		Compute:   s.stats.latency.compute.snapshot(),

@@ -216,6 +216,18 @@ func TestReloadOfABrokenModelKeepsTheOldWorkers(t *testing.T) {
 	if !strings.Contains(s.logs(), "reload failed") {
 		t.Error(`the log has no "reload failed" line`)
 	}
+	// The metrics count it, and the stats say why.
+	status, body, err := s.get("/metrics")
+	if err != nil || status != http.StatusOK || !strings.Contains(string(body), `streamer_reloads_total{outcome="failed"} 1`) {
+		t.Errorf("GET /metrics: %d %v; want streamer_reloads_total{outcome=\"failed\"} 1 in:\n%s", status, err, body)
+	}
+	var st supervisor.Stats
+	if status, body, err := s.get("/v1/stats"); err != nil || status != http.StatusOK || json.Unmarshal(body, &st) != nil {
+		t.Fatalf("GET /v1/stats: %d %v", status, err)
+	}
+	if st.ReloadFailures != 1 || !strings.Contains(st.LastReloadError, "slot 0: new worker failed to start") {
+		t.Errorf("stats: %d reload failures, last error %q; want 1, naming slot 0", st.ReloadFailures, st.LastReloadError)
+	}
 }
 
 func TestScaleUnderLoadLosesNoRequest(t *testing.T) {

@@ -74,6 +74,7 @@ type collector struct {
 	dispatches, waitAdded                              *prometheus.Desc
 	costFitted, costFixed, costPerItem                 *prometheus.Desc
 	returnShare, returnFirst, returnGap                *prometheus.Desc
+	reloads                                            *prometheus.Desc
 }
 
 func newCollector(backend Backend, requests *requestCounts) *collector {
@@ -106,6 +107,7 @@ func newCollector(backend Backend, requests *requestCounts) *collector {
 		returnShare:   desc("return_ratio", "Share of answered callers that send a new item soon after (0 to 1)."),
 		returnFirst:   desc("return_first_seconds", "How soon after its answer the first caller of a batch comes back."),
 		returnGap:     desc("return_gap_seconds", "How far apart the other callers of a batch come back."),
+		reloads:       desc("reloads_total", "Reloads of the workers, by outcome: ok (every worker replaced) or failed (stopped at a worker that failed to start; the old ones kept serving).", "outcome"),
 	}
 }
 
@@ -116,7 +118,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.queueWait, c.compute, c.endToEnd, c.queued, c.inFlight, c.ready,
 		c.restarts, c.crashes, c.slotBatches, c.workerState, c.initS,
 		c.dispatches, c.waitAdded, c.costFitted, c.costFixed, c.costPerItem,
-		c.returnShare, c.returnFirst, c.returnGap,
+		c.returnShare, c.returnFirst, c.returnGap, c.reloads,
 	} {
 		ch <- d
 	}
@@ -147,6 +149,8 @@ func (c *collector) collectCounts(ch chan<- prometheus.Metric, st supervisor.Sta
 	counter(c.itemsTotal, float64(max(failed, 0)), outcomeFailed)
 	counter(c.itemsTotal, float64(st.Poisoned), outcomePoisoned)
 	counter(c.batchesTotal, float64(st.Batches))
+	counter(c.reloads, float64(st.Reloads), outcomeOK)
+	counter(c.reloads, float64(st.ReloadFailures), outcomeFailed)
 	ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(st.Queued))
 	ready := 0.0
 	if c.backend.Ready() {
