@@ -276,8 +276,11 @@ func (s *Streamer) holdLocked(f *fifo, now time.Time, earlier func(time.Time)) (
 	gain += k * (newcomersWait - w).Seconds()
 	cost := float64(q)*w.Seconds() + float64(q)*perItem.Seconds()*k
 	// Ask for half as much again: a wait that barely pays on the means
-	// loses whenever the callers come back later than usual.
-	if gain <= 1.5*cost {
+	// loses whenever the callers come back later than usual. And the fixed
+	// cost the newcomers would pay again in a batch of their own must pay
+	// for the wait by itself: the batch lengths weighed above can favour a
+	// wait even with no fixed cost, where batching buys nothing.
+	if gain <= 1.5*cost || k*fixed.Seconds() <= 1.5*float64(q)*w.Seconds() {
 		return false, why
 	}
 	if s.holdStart.IsZero() {
