@@ -73,7 +73,6 @@ func TestSecurityAuthTokenGuardsEndpoints(t *testing.T) {
 		{http.MethodGet, "/v1/stats"},
 		{http.MethodGet, "/v1/workers"},
 		{http.MethodGet, "/v1/models"},
-		{http.MethodGet, "/"},
 		{http.MethodGet, "/metrics"},
 		{http.MethodPost, "/admin/reload"},
 	}
@@ -95,7 +94,7 @@ func TestSecurityAuthTokenGuardsEndpoints(t *testing.T) {
 			t.Errorf("%s %s with the token: status %d (%s), want 200", method, path, status, bytes.TrimSpace(body))
 		}
 	}
-	for _, path := range []string{"/healthz", "/readyz"} {
+	for _, path := range []string{"/healthz", "/readyz", "/"} {
 		if status, _, body := authedRequest(t, s, http.MethodGet, path, ""); status != http.StatusOK {
 			t.Errorf("GET %s without a token: status %d (%s), want 200", path, status, bytes.TrimSpace(body))
 		}

@@ -210,3 +210,28 @@ func workerRows(dom string) map[string]map[string]string {
 	}
 	return rows
 }
+
+// With --auth-token the status page still opens, asks for the token while
+// it has none, and shows the server's facts once given one.
+func TestStatusPageInBrowserWithAToken(t *testing.T) {
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("chromium is not installed (%v); run make install-tools", err)
+	}
+	const token = "page-token-51"
+	s := startServer(t, "--workers", "1", "--model", "echo", "--auth-token", token)
+	s.token = token
+	slots := s.waitAllReady(t, 1)
+
+	dom := dumpDOM(t, chromium, s.URL()+"/")
+	if !strings.Contains(dom, `<form id="auth">`) || strings.Contains(dom, `<span id="model">echo</span>`) {
+		t.Errorf("without a token the page should show its token form and no data:\n%s", dom)
+	}
+	waitFor(t, "the page to show the worker with the token", 90*time.Second, func() bool {
+		dom = dumpDOM(t, chromium, s.URL()+"/#token="+token)
+		return workerRows(dom)["0"]["pid"] == strconv.Itoa(slots[0].PID)
+	})
+	if !strings.Contains(dom, `<span id="model">echo</span>`) || !strings.Contains(dom, `<form id="auth" hidden="">`) {
+		t.Errorf("with the token the page should show the model and hide its form:\n%s", dom)
+	}
+}

@@ -12,11 +12,14 @@ import (
 // it carries the header "Authorization: Bearer <token>". Others get 401 with
 // a WWW-Authenticate challenge and a JSON error, before next sees them.
 //
-// Three kinds of request pass without the token: GET /healthz and /readyz,
+// Four kinds of request pass without the token: GET /healthz and /readyz,
 // so that load balancers and orchestrators can probe the server without
-// holding the secret, and CORS preflights (OPTIONS with Origin and
-// Access-Control-Request-Method), which browsers send without credentials
-// and which New's handler answers without running anything.
+// holding the secret; GET / itself, the status page, a static file that
+// holds no data and asks for the token to fetch what it shows (a browser
+// cannot send one for a page it is told to open); and CORS preflights
+// (OPTIONS with Origin and Access-Control-Request-Method), which browsers
+// send without credentials and which New's handler answers without running
+// anything.
 //
 // The token is compared through its SHA-256 digest in constant time, so the
 // time an answer takes tells neither how much of a guess was right nor how
@@ -68,6 +71,8 @@ func exemptFromToken(r *http.Request) bool {
 	switch {
 	case r.URL.Path == "/healthz" || r.URL.Path == "/readyz":
 		return true
+	case r.URL.Path == "/" && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+		return true // the status page: static, its data is guarded
 	case r.Method == http.MethodOptions:
 		// Only a real preflight: New's handler answers it itself, with 204
 		// for an allowed origin and 403 otherwise, and never routes it.
