@@ -90,9 +90,16 @@ func runBench(ctx context.Context, flags *pflag.FlagSet, o benchOptions) error {
 		return fmt.Errorf("find own binary to start the server: %w", err)
 	}
 	cfg := o.cfg
+	// The server's --auth-token (or its variable or file): the load sends it.
+	if cfg.Token, err = o.serve.security.token(os.LookupEnv); err != nil {
+		return err
+	}
 	cfg.Progress = !o.jsonOut
 	cfg.Stderr = os.Stderr
 	cfg.Server = bench.Server{Binary: self, Args: serveArgs(flags), Workers: o.serve.workers}
+	if cfg.Token != "" {
+		cfg.Server.Env = []string{envAuthToken + "=" + cfg.Token}
+	}
 	cfg.Supervisor = func() (supervisor.Config, error) {
 		spec, err := o.serve.spec("")
 		if err != nil {
@@ -195,7 +202,9 @@ func serveArgs(flags *pflag.FlagSet) []string {
 	var args []string
 	serveFlags := newServeCommand().Flags()
 	flags.Visit(func(f *pflag.Flag) {
-		if f.Name == "listen" || serveFlags.Lookup(f.Name) == nil {
+		// The token goes to the server in its variable (see runBench), out
+		// of the process list.
+		if f.Name == "listen" || f.Name == "auth-token" || f.Name == "auth-token-file" || serveFlags.Lookup(f.Name) == nil {
 			return
 		}
 		if sv, ok := f.Value.(pflag.SliceValue); ok {

@@ -481,3 +481,21 @@ func TestBenchSweep(t *testing.T) {
 		t.Errorf("adaptive at 4 clients fitted %+v, want about 2ms fixed", c)
 	}
 }
+
+// A server started with --auth-token is loaded with its token, and so is a
+// --target that wants one; without it every request is a 401.
+func TestBenchSendsTheAuthToken(t *testing.T) {
+	rep, _ := benchJSON(t, "--model", "echo", "--workers", "1", "--concurrency", "4", "--duration", "500ms", "--auth-token", "bench-tok")
+	if rep.Requests == 0 || len(rep.Errors) != 0 || rep.MeanBatchSize == 0 {
+		t.Errorf("bench of its own server with a token: %d requests, errors %v, mean batch %.2f; want answers, no errors and batch figures", rep.Requests, rep.Errors, rep.MeanBatchSize)
+	}
+	s := startServer(t, "--workers", "1", "--auth-token", "target-tok")
+	rep, _ = benchJSON(t, "--target", s.URL(), "--concurrency", "4", "--duration", "500ms", "--auth-token", "target-tok")
+	if rep.Requests == 0 || len(rep.Errors) != 0 {
+		t.Errorf("bench of a target with its token: %d requests, errors %v", rep.Requests, rep.Errors)
+	}
+	rep, _ = benchJSON(t, "--target", s.URL(), "--concurrency", "4", "--duration", "300ms")
+	if rep.Requests != 0 || rep.Errors["http 401"] == 0 {
+		t.Errorf("bench of a target without its token: %d requests, errors %v; want only 401s", rep.Requests, rep.Errors)
+	}
+}

@@ -27,7 +27,7 @@ func (cfg *Config) setUp(ctx context.Context, item any) (sender, statsSource, fu
 	target, stop := cfg.Target, func() {}
 	if target == "" {
 		var err error
-		if target, stop, err = startServer(ctx, cfg.Server); err != nil {
+		if target, stop, err = startServer(ctx, cfg.Server, cfg.Token); err != nil {
 			return nil, nil, nil, err
 		}
 	}
@@ -56,16 +56,20 @@ func (cfg *Config) httpAPI(target string, item any) (sender, statsSource, func()
 		return nil, nil, nil, err
 	}
 	base := strings.TrimSuffix(u.String(), "/")
-	stats := httpStats(&http.Client{Timeout: 30 * time.Second}, base+"/v1/stats")
+	stats := httpStats(&http.Client{Timeout: 30 * time.Second, Transport: withToken(http.DefaultTransport, cfg.Token)}, base+"/v1/stats")
 	if u.Scheme == "http" {
-		c := httpclient.New(u, "/predict", body, cfg.Concurrency)
+		var headers []string
+		if cfg.Token != "" {
+			headers = append(headers, "Authorization: Bearer "+cfg.Token)
+		}
+		c := httpclient.New(u, "/predict", body, cfg.Concurrency, headers...)
 		return leanSender(c), stats, c.CloseIdle, nil
 	}
-	client := &http.Client{Transport: &http.Transport{
+	client := &http.Client{Transport: withToken(&http.Transport{
 		MaxIdleConns:        cfg.Concurrency * 2,
 		MaxIdleConnsPerHost: cfg.Concurrency * 2,
 		IdleConnTimeout:     time.Minute,
-	}}
+	}, cfg.Token)}
 	return httpSender(client, base+"/predict", body), stats, client.CloseIdleConnections, nil
 }
 
@@ -108,6 +112,26 @@ func httpSender(client *http.Client, url string, body []byte) sender {
 		}
 		return ""
 	}
+}
+
+// withToken makes base send token as the bearer token of every request;
+// base itself when token is empty.
+func withToken(base http.RoundTripper, token string) http.RoundTripper {
+	if token == "" {
+		return base
+	}
+	return tokenTransport{base: base, header: "Bearer " + token}
+}
+
+type tokenTransport struct {
+	base   http.RoundTripper
+	header string
+}
+
+func (t tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", t.header)
+	return t.base.RoundTrip(r)
 }
 
 // httpStats reads GET url, the server's /v1/stats.

@@ -47,6 +47,9 @@ type Config struct {
 	// Target is the http or https URL of a running server to load; empty,
 	// Run starts one with Server.
 	Target string
+	// Token, when not empty, is sent as "Authorization: Bearer Token" with
+	// every request: the server's --auth-token.
+	Token string
 	// API is APIHTTP (the default when empty) or APIGo.
 	API string
 	// Input is one item, as JSON.
@@ -85,6 +88,8 @@ type Server struct {
 	Args []string
 	// Workers is how many workers must be ready before the load starts.
 	Workers int
+	// Env is added to the server's environment ("NAME=value").
+	Env []string
 }
 
 // Result is what Run measured.

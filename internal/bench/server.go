@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"sync"
 	"syscall"
@@ -21,9 +22,9 @@ const readyTimeout = 2 * time.Minute
 const stopTimeout = 30 * time.Second
 
 // startServer runs srv's `serve` on a free loopback port and waits until
-// every worker is ready. It returns the server's URL and the func that
-// stops it.
-func startServer(ctx context.Context, srv Server) (string, func(), error) {
+// every worker is ready, asking with token when the server wants one. It
+// returns the server's URL and the func that stops it.
+func startServer(ctx context.Context, srv Server, token string) (string, func(), error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, fmt.Errorf("find a free port for the server: %w", err)
@@ -32,6 +33,9 @@ func startServer(ctx context.Context, srv Server) (string, func(), error) {
 	l.Close()
 	logs := &tailBuffer{max: 64 << 10}
 	cmd := exec.Command(srv.Binary, append([]string{"serve", "--listen", addr}, srv.Args...)...)
+	if len(srv.Env) > 0 {
+		cmd.Env = append(os.Environ(), srv.Env...)
+	}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		return "", nil, fmt.Errorf("start server: %w", err)
@@ -52,7 +56,7 @@ func startServer(ctx context.Context, srv Server) (string, func(), error) {
 		}
 	}
 	url := "http://" + addr
-	err = waitServerReady(ctx, url, srv.Workers, exited)
+	err = waitServerReady(ctx, url, srv.Workers, token, exited)
 	select {
 	case <-exited:
 		return "", nil, fmt.Errorf("server exited before it was ready (%v); its output:\n%s", waitErr, logs.String())
@@ -67,7 +71,7 @@ func startServer(ctx context.Context, srv Server) (string, func(), error) {
 
 // waitServerReady waits for workers ready workers at url/v1/workers, and
 // gives up when exited closes.
-func waitServerReady(ctx context.Context, url string, workers int, exited <-chan struct{}) error {
+func waitServerReady(ctx context.Context, url string, workers int, token string, exited <-chan struct{}) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -77,7 +81,7 @@ func waitServerReady(ctx context.Context, url string, workers int, exited <-chan
 		case <-ctx.Done():
 		}
 	}()
-	client := &http.Client{Timeout: 5 * time.Second}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: withToken(http.DefaultTransport, token)}
 	return waitReady(ctx, workers, func(ctx context.Context) ([]supervisor.SlotStatus, error) {
 		var slots []supervisor.SlotStatus
 		err := getJSON(ctx, client, url+"/v1/workers", &slots)

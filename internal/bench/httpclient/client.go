@@ -44,9 +44,9 @@ var errNoAnswer = errors.New("connection closed before the answer")
 var aLongTimeAgo = time.Unix(1, 0)
 
 // New prepares POST target.Path+path with body as JSON to target's host
-// (port 80 when target names none); at most maxIdle connections are kept
-// between requests.
-func New(target *url.URL, path string, body []byte, maxIdle int) *Client {
+// (port 80 when target names none), with the extra header lines headers
+// ("Name: value"); at most maxIdle connections are kept between requests.
+func New(target *url.URL, path string, body []byte, maxIdle int, headers ...string) *Client {
 	u := target
 	addr := u.Host
 	if u.Port() == "" {
@@ -54,6 +54,9 @@ func New(target *url.URL, path string, body []byte, maxIdle int) *Client {
 	}
 	var head bytes.Buffer
 	fmt.Fprintf(&head, "POST %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: streamer-bench\r\n", strings.TrimSuffix(u.EscapedPath(), "/")+path, u.Host)
+	for _, h := range headers {
+		fmt.Fprintf(&head, "%s\r\n", h)
+	}
 	fmt.Fprintf(&head, "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(body))
 	return &Client{
 		addr:    addr,
