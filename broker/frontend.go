@@ -191,6 +191,32 @@ func (fe *FrontEnd) Stats() supervisor.Stats {
 // already (a node's items claimed by another that answered them too).
 func (fe *FrontEnd) Duplicates() uint64 { return fe.stats.duplicates.Load() }
 
+// FrontEndStats is what a front end knows of Redis, as of its last check
+// (every quarter second).
+type FrontEndStats struct {
+	// RedisUp says Redis answered the last check.
+	RedisUp bool `json:"redis_up"`
+	// Nodes is how many nodes were heard from within the last 3 seconds.
+	Nodes int64 `json:"nodes"`
+	// Backlog is the items on the shared stream, waiting or running, from
+	// every front end; MaxBacklog its bound.
+	Backlog    int64 `json:"backlog"`
+	MaxBacklog int   `json:"max_backlog"`
+	// Duplicates counts the answers dropped as second answers.
+	Duplicates uint64 `json:"duplicates"`
+}
+
+// FrontEndStats returns what the front end knows of Redis.
+func (fe *FrontEnd) FrontEndStats() FrontEndStats {
+	return FrontEndStats{
+		RedisUp: fe.up.Load(), Nodes: fe.nodes.Load(), Backlog: fe.backlog.Load(),
+		MaxBacklog: fe.cfg.MaxBacklog, Duplicates: fe.stats.duplicates.Load(),
+	}
+}
+
+// BrokerStats is FrontEndStats, for the HTTP layer's /v1/stats.
+func (fe *FrontEnd) BrokerStats() any { return map[string]any{"front_end": fe.FrontEndStats()} }
+
 // Predict runs items as one request. See PredictRequest.
 func (fe *FrontEnd) Predict(ctx context.Context, items [][]byte) ([][]byte, error) {
 	return fe.PredictRequest(ctx, supervisor.Request{Items: items})

@@ -75,22 +75,23 @@ type answerEntry struct {
 type NodeStats struct {
 	// Read counts the items read from the stream; Claimed those of them
 	// taken over from a silent node.
-	Read, Claimed uint64
+	Read    uint64 `json:"read"`
+	Claimed uint64 `json:"claimed"`
 	// Answered counts the answers written and acknowledged.
-	Answered uint64
+	Answered uint64 `json:"answered"`
 	// Expired counts items whose deadline passed while they waited in Redis.
-	Expired uint64
+	Expired uint64 `json:"expired"`
 	// Released counts items left for another node, as this one could not
 	// run them (its workers were unavailable or it was shutting down).
-	Released uint64
+	Released uint64 `json:"released"`
 	// Quarantined counts items refused because some node found them to
 	// crash the model.
-	Quarantined uint64
+	Quarantined uint64 `json:"quarantined"`
 	// WriteFailures counts the writes of answers that Redis did not take
 	// (unreachable, or out of memory): they are retried, their items kept.
-	WriteFailures uint64
+	WriteFailures uint64 `json:"write_failures"`
 	// Held is the items held now.
-	Held int
+	Held int `json:"held"`
 }
 
 // NewNode returns a node for cfg, not yet running.

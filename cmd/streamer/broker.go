@@ -117,16 +117,22 @@ func (p *brokerParts) backend() httpapi.Backend {
 	if p.local == nil {
 		return p.front
 	}
-	return nodeBackend{p.front, p.local}
+	return nodeBackend{p.front, p.local, p.node}
 }
 
 // nodeBackend sends requests through Redis and describes the local workers.
 type nodeBackend struct {
 	*broker.FrontEnd
 	local *supervisor.Streamer
+	node  *broker.Node
 }
 
 func (b nodeBackend) Slots() []supervisor.SlotStatus { return b.local.Slots() }
+
+// BrokerStats are what the front end and the node did through Redis.
+func (b nodeBackend) BrokerStats() any {
+	return map[string]any{"front_end": b.FrontEnd.FrontEndStats(), "node": b.node.Stats()}
+}
 
 // Stats are the front end's request counters with the local batches.
 func (b nodeBackend) Stats() supervisor.Stats {

@@ -7,6 +7,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -157,6 +158,24 @@ func TestBrokerKilledNodeAndFrontEndLoseNoAdmittedRequest(t *testing.T) {
 	})
 	if !strings.Contains(survivor.logs(), "claimed items of a silent node") {
 		t.Error("the surviving node never said it claimed the killed node's items")
+	}
+	// Its /v1/stats counts them too.
+	var bst struct {
+		Broker struct {
+			FrontEnd struct {
+				RedisUp bool  `json:"redis_up"`
+				Nodes   int64 `json:"nodes"`
+			} `json:"front_end"`
+			Node struct {
+				Claimed uint64 `json:"claimed"`
+			} `json:"node"`
+		} `json:"broker"`
+	}
+	if status, body, err := survivor.get("/v1/stats"); err != nil || status != http.StatusOK || json.Unmarshal(body, &bst) != nil {
+		t.Fatalf("GET /v1/stats of the survivor: %d %v %s", status, err, body)
+	}
+	if bst.Broker.Node.Claimed < uint64(len(orphans)) || !bst.Broker.FrontEnd.RedisUp || bst.Broker.FrontEnd.Nodes < 1 {
+		t.Errorf("the survivor's broker stats %+v: want at least %d claimed, redis up, a node alive", bst.Broker, len(orphans))
 	}
 	waitFor(t, "more load through the live front end after the kill", brokerWait, func() bool {
 		return liveLoad.ok.Load() >= killedAt+100

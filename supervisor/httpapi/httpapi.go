@@ -258,11 +258,21 @@ func (h *handler) readiness() (int, any) {
 type statsBody struct {
 	supervisor.Stats
 	MeanBatchSize float64 `json:"mean_batch_size"`
+	// Broker is what a Backend behind Redis says of its traffic there.
+	Broker any `json:"broker,omitempty"`
 }
+
+// brokerStatser is a Backend that goes through a broker (package broker)
+// and counts what it did there: claims, duplicates, the shared backlog.
+type brokerStatser interface{ BrokerStats() any }
 
 func (h *handler) stats() (int, any) {
 	s := h.backend.Stats()
-	return http.StatusOK, statsBody{Stats: s, MeanBatchSize: s.MeanBatchSize()}
+	body := statsBody{Stats: s, MeanBatchSize: s.MeanBatchSize()}
+	if b, ok := h.backend.(brokerStatser); ok {
+		body.Broker = b.BrokerStats()
+	}
+	return http.StatusOK, body
 }
 
 func (h *handler) methodNotAllowed(w http.ResponseWriter, allow string) {
