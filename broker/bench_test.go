@@ -54,21 +54,7 @@ func BenchmarkPredictThroughRedis(b *testing.B) {
 }
 
 func localStreamer(b *testing.B) *supervisor.Streamer {
-	st, err := supervisor.New(supervisor.Config{InProcess: echo, Workers: 2, BatchSize: 64})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := st.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = st.Shutdown(ctx)
-	})
-	return st
+	return startStreamer(b, supervisor.Config{InProcess: echo, Workers: 2, BatchSize: 64})
 }
 
 // benchPredict runs one-item requests from 64 goroutines per CPU.

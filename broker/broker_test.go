@@ -82,15 +82,7 @@ func (r *recorder) order() []string {
 // startNode runs a node with an in-process streamer around m.
 func startNode(t *testing.T, rs *redistest.Server, m model.Model, batch int, tweak func(*broker.NodeConfig)) *broker.Node {
 	t.Helper()
-	st, err := supervisor.New(supervisor.Config{InProcess: m, Workers: 1, BatchSize: batch, MaxLatency: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := st.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	st := startStreamer(t, supervisor.Config{InProcess: m, Workers: 1, BatchSize: batch, MaxLatency: time.Millisecond})
 	cfg := broker.NodeConfig{Config: broker.Config{URL: rs.URL(), ClaimIdle: 400 * time.Millisecond}, Streamer: st, Capacity: 2 * batch}
 	if tweak != nil {
 		tweak(&cfg)
@@ -99,16 +91,39 @@ func startNode(t *testing.T, rs *redistest.Server, m model.Model, batch int, twe
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Cleanups run last first: the node stops before its streamer.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = n.Shutdown(ctx)
+	})
+	return n
+}
+
+// startStreamer starts an in-process streamer for cfg, shut down when the
+// test ends.
+func startStreamer(t testing.TB, cfg supervisor.Config) *supervisor.Streamer {
+	t.Helper()
+	st, err := supervisor.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := st.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = n.Shutdown(ctx)
 		_ = st.Shutdown(ctx)
 	})
-	return n
+	return st
 }
 
 func startFront(t *testing.T, rs *redistest.Server, tweak func(*broker.FrontEndConfig)) *broker.FrontEnd {
@@ -148,6 +163,22 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // for a real node started later.
 func fakeNode(t *testing.T, rs *redistest.Server) {
 	rs.Do(t, "ZADD", "streamer:nodes", strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10), "fake")
+}
+
+// answer is one request's outcome, for a request sent from a goroutine.
+type answer struct {
+	out [][]byte
+	err error
+}
+
+// predictLater sends items from a goroutine; the answer comes on the channel.
+func predictLater(t *testing.T, fe *broker.FrontEnd, items ...string) <-chan answer {
+	later := make(chan answer, 1)
+	go func() {
+		out, err := predict(t, fe, items...)
+		later <- answer{out, err}
+	}()
+	return later
 }
 
 func predict(t *testing.T, fe *broker.FrontEnd, items ...string) ([][]byte, error) {
@@ -229,13 +260,7 @@ func TestASilentNodesItemsAreClaimedAndAnsweredOnce(t *testing.T) {
 	fe := startFront(t, rs, nil)
 	eventually(t, "front end ready", fe.Ready)
 
-	done := make(chan error, 1)
-	var out [][]byte
-	go func() {
-		var err error
-		out, err = predict(t, fe, "slow")
-		done <- err
-	}()
+	later := predictLater(t, fe, "slow")
 	eventually(t, "the first node holds the item", func() bool { return stuck.runs("slow") == 1 })
 	// The node goes silent: it stops reading, keeping and writing, and
 	// leaves its item unacknowledged, as a node killed would.
@@ -246,8 +271,8 @@ func TestASilentNodesItemsAreClaimedAndAnsweredOnce(t *testing.T) {
 	}
 	other := newRecorder()
 	b := startNode(t, rs, other, 4, nil)
-	if err := <-done; err != nil || string(out[0]) != "slow" {
-		t.Fatalf("got %q, %v; want the item answered by the other node", out, err)
+	if a := <-later; a.err != nil || string(a.out[0]) != "slow" {
+		t.Fatalf("got %q, %v; want the item answered by the other node", a.out, a.err)
 	}
 	if other.runs("slow") != 1 || b.Stats().Claimed != 1 {
 		t.Errorf("the other node ran the item %d times and claimed %d; want 1 and 1", other.runs("slow"), b.Stats().Claimed)
@@ -265,20 +290,14 @@ func TestADuplicateAnswerIsDropped(t *testing.T) {
 	fakeNode(t, rs)
 	fe := startFront(t, rs, nil)
 	eventually(t, "front end ready", fe.Ready)
-	done := make(chan error, 1)
-	var out [][]byte
-	go func() {
-		var err error
-		out, err = predict(t, fe, "q")
-		done <- err
-	}()
+	later := predictLater(t, fe, "q")
 	eventually(t, "item on the stream", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "1" })
 	reply := "streamer:reply:" + fe.ID()
 	// Two nodes answer the same item: the first answer counts.
 	rs.Do(t, "XADD", reply, "*", "q", "1", "i", "0", "o", "first")
 	rs.Do(t, "XADD", reply, "*", "q", "1", "i", "0", "o", "second")
-	if err := <-done; err != nil || string(out[0]) != "first" {
-		t.Fatalf("got %q, %v; want the first answer", out, err)
+	if a := <-later; a.err != nil || string(a.out[0]) != "first" {
+		t.Fatalf("got %q, %v; want the first answer", a.out, a.err)
 	}
 	eventually(t, "the second answer dropped", func() bool { return fe.Duplicates() == 1 })
 }
@@ -401,13 +420,7 @@ func TestAnswersAreKeptUntilRedisHasRoomForThem(t *testing.T) {
 	n := startNode(t, rs, held, 4, nil)
 	fe := startFront(t, rs, nil)
 	eventually(t, "front end ready", fe.Ready)
-	done := make(chan error, 1)
-	var out [][]byte
-	go func() {
-		var err error
-		out, err = predict(t, fe, "slow")
-		done <- err
-	}()
+	later := predictLater(t, fe, "slow")
 	eventually(t, "the item running", func() bool { return held.runs("slow") == 1 })
 	rs.Do(t, "CONFIG", "SET", "maxmemory", "1") // Redis is full: it refuses every write
 
@@ -420,8 +433,8 @@ func TestAnswersAreKeptUntilRedisHasRoomForThem(t *testing.T) {
 		t.Fatalf("%s items on the stream; want the item kept until its answer is written", got)
 	}
 	rs.Do(t, "CONFIG", "SET", "maxmemory", "0")
-	if err := <-done; err != nil || string(out[0]) != "slow" {
-		t.Fatalf("got %q, %v; want the answer once Redis had room", out, err)
+	if a := <-later; a.err != nil || string(a.out[0]) != "slow" {
+		t.Fatalf("got %q, %v; want the answer once Redis had room", a.out, a.err)
 	}
 }
 
@@ -438,11 +451,7 @@ func TestCloseWaitsForTheAnswersThenRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "front end ready", fe.Ready)
-	done := make(chan error, 1)
-	go func() {
-		_, err := predict(t, fe, "slow")
-		done <- err
-	}()
+	later := predictLater(t, fe, "slow")
 	eventually(t, "the item running", func() bool { return held.runs("slow") == 1 })
 	closed := make(chan error, 1)
 	go func() {
@@ -460,8 +469,8 @@ func TestCloseWaitsForTheAnswersThenRefuses(t *testing.T) {
 	default:
 	}
 	close(held.release)
-	if err := <-done; err != nil {
-		t.Fatalf("the request admitted before Close: %v", err)
+	if a := <-later; a.err != nil {
+		t.Fatalf("the request admitted before Close: %v", a.err)
 	}
 	if err := <-closed; err != nil {
 		t.Fatal(err)

@@ -81,18 +81,29 @@ func (s *Streamer) Reload(ctx context.Context) error {
 	return nil
 }
 
-// reloadSlot gives slot i a new worker, drains the old one and waits for
-// it to exit.
-func (s *Streamer) reloadSlot(ctx context.Context, i int) error {
+// freshSlotLocking starts a slot numbered i with a worker of its own,
+// ready, and returns with s.mu held, unless the streamer refuses changes by
+// then (the worker is discarded and s.mu not held) or the start failed.
+func (s *Streamer) freshSlotLocking(ctx context.Context, i int) (*slot, worker, error) {
 	fresh := newSlot(s, i)
 	w, err := s.startSpare(ctx, fresh)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	s.mu.Lock()
 	if err := s.changeRefusedLocked(); err != nil {
 		s.mu.Unlock()
 		discard(w, err)
+		return nil, nil, err
+	}
+	return fresh, w, nil
+}
+
+// reloadSlot gives slot i a new worker, drains the old one and waits for
+// it to exit.
+func (s *Streamer) reloadSlot(ctx context.Context, i int) error {
+	fresh, w, err := s.freshSlotLocking(ctx, i)
+	if err != nil {
 		return err
 	}
 	old := s.slots[i]
@@ -156,15 +167,8 @@ func (s *Streamer) SetWorkers(ctx context.Context, n int) error {
 // addSlot starts slot i, the next one, and lets it take batches once its
 // worker is ready.
 func (s *Streamer) addSlot(ctx context.Context, i int) error {
-	fresh := newSlot(s, i)
-	w, err := s.startSpare(ctx, fresh)
+	fresh, w, err := s.freshSlotLocking(ctx, i)
 	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	if err := s.changeRefusedLocked(); err != nil {
-		s.mu.Unlock()
-		discard(w, err)
 		return err
 	}
 	s.slots = append(s.slots, fresh)
