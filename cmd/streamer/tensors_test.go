@@ -203,3 +203,27 @@ func TestONNXTensorsCarryTheModel(t *testing.T) {
 		t.Errorf("FP64 for FP32: %v", err)
 	}
 }
+
+// FuzzBytesTensors: any element is taken and comes back through echo as it
+// went; any answer is decoded or refused, never a panic.
+func FuzzBytesTensors(f *testing.F) {
+	for _, seed := range [][]byte{nil, []byte("a"), {0xff, 0}, []byte(strings.Repeat("é", 40)), {0xc0}, {0x92, 0x01, 0xa1, 'x'}, {0xc4, 0x05, 'a'}} {
+		f.Add(seed)
+	}
+	m, err := tensorsFor(builtin.EchoSpec(), httpapi.Generic{}, "echo")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		item, _, err := m.Item([]httpapi.Tensor{{Name: "input", Datatype: "BYTES", Shape: []int64{}, Data: element(data)}})
+		if err != nil {
+			t.Fatalf("element %x refused: %v", data, err)
+		}
+		outs, err := m.Outputs(item) // echo answers the item itself
+		if err != nil || len(outs) != 1 || !bytes.Equal(outs[0].Data, element(data)) {
+			t.Fatalf("element %x came back as %+v, %v", data, outs, err)
+		}
+		_, _, _ = m.Item([]httpapi.Tensor{{Name: "input", Datatype: "BYTES", Shape: []int64{}, Data: data}})
+		_, _ = m.Outputs(data)
+	})
+}
