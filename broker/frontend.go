@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamer-dev/streamer/supervisor"
@@ -205,6 +206,10 @@ type FrontEndStats struct {
 	// Duplicates counts the answers dropped as second answers.
 	Duplicates uint64 `json:"duplicates"`
 }
+
+// Metrics are the front end's counters of its traffic through Redis (see
+// Collector), for the HTTP layer's /metrics.
+func (fe *FrontEnd) Metrics() prometheus.Collector { return Collector(fe, nil) }
 
 // FrontEndStats returns what the front end knows of Redis.
 func (fe *FrontEnd) FrontEndStats() FrontEndStats {
