@@ -524,3 +524,42 @@ func TestANodeTakesOnlyWhatItCanRunSoon(t *testing.T) {
 	// front end may see first.
 	eventually(t, "the first node's items answered", func() bool { return int(a.Stats().Answered) == held })
 }
+
+func TestACanceledRequestsItemsAreWithdrawnBeforeAnyNodeRunsThem(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	busy := newRecorder()
+	busy.hold["first"] = true
+	startNode(t, rs, busy, 1, func(c *broker.NodeConfig) { c.Capacity = 1 })
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	first := predictLater(t, fe, "first")
+	eventually(t, "the first item running", func() bool { return busy.runs("first") == 1 })
+	// The node's one place is taken: these wait in Redis, unread, until
+	// their callers give up.
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := fe.Predict(ctx, [][]byte{[]byte("given up 1"), []byte("given up 2")})
+		gaveUp <- err
+	}()
+	eventually(t, "3 items on the stream", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "3" })
+	cancel()
+	if err := <-gaveUp; !errors.Is(err, supervisor.ErrCanceled) {
+		t.Fatalf("canceled request: %v; want ErrCanceled", err)
+	}
+	eventually(t, "the given-up items withdrawn", func() bool { return fe.FrontEndStats().Withdrawn == 2 })
+	if got := rs.Do(t, "XLEN", "streamer:items"); got != "1" {
+		t.Fatalf("XLEN %s after the withdrawal; want 1, the item running", got)
+	}
+	close(busy.release)
+	if a := <-first; a.err != nil {
+		t.Fatal(a.err)
+	}
+	// A later request runs; the withdrawn ones never did.
+	if _, err := predict(t, fe, "after"); err != nil {
+		t.Fatal(err)
+	}
+	if busy.runs("given up 1")+busy.runs("given up 2") != 0 {
+		t.Fatalf("the node ran withdrawn items: %q", busy.ran)
+	}
+}
