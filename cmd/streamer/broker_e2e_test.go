@@ -486,7 +486,7 @@ func TestBrokerFullBacklogAnswers429(t *testing.T) {
 	}
 	// The broker's side in /metrics: the front end's view of Redis, and the
 	// node's items (the node counts an answer once Redis has taken it).
-	wantMetrics(t, front, "streamer_broker_redis_up 1", "streamer_broker_max_backlog_items 4", "streamer_broker_nodes 1")
+	wantMetrics(t, front, "streamer_broker_redis_up 1", "streamer_broker_max_backlog_items 4", "streamer_broker_nodes 1", "streamer_broker_withdrawn_items_total 0")
 	waitFor(t, "the node's 5 answers in its metrics", 10*time.Second, func() bool {
 		_, body, err := node.get("/metrics")
 		return err == nil && strings.Contains(string(body), `streamer_broker_node_items_total{event="answered"} 5`)
