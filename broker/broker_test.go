@@ -495,15 +495,24 @@ func TestANodeTakesOnlyWhatItCanRunSoon(t *testing.T) {
 		wg.Go(func() { _, errs[i] = predict(t, fe, fmt.Sprint(i)) })
 	}
 	eventually(t, "20 items on the stream", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "20" })
-	eventually(t, "the first node full", func() bool { return a.Stats().Held == 4 })
-	// What the first node holds is all it was given: the rest waits in
-	// Redis for a node with room.
-	if got := rs.Do(t, "XPENDING", "streamer:items", "nodes"); !strings.HasPrefix(got, "4\n") {
-		t.Fatalf("XPENDING says %q; want 4 items delivered, the first node's capacity", got)
-	}
+	// The first node's one worker is busy with what it read first: it takes
+	// no more than a batch ahead (and only while it knows items wait), and
+	// never more than its capacity. The rest waits in Redis for a node that
+	// can run it, and is answered there.
+	eventually(t, "the first node running", func() bool { return a.Stats().Held > 0 })
 	idle := newRecorder()
 	b := startNode(t, rs, idle, 8, nil)
-	eventually(t, "the second node serving the rest", func() bool { return b.Stats().Answered == 16 })
+	var held int
+	eventually(t, "the second node serving the rest", func() bool {
+		held = a.Stats().Held
+		return int(b.Stats().Answered)+held == 20
+	})
+	if held > 4 {
+		t.Fatalf("the first node held %d items; want at most its capacity, 4", held)
+	}
+	if got := rs.Do(t, "XPENDING", "streamer:items", "nodes"); !strings.HasPrefix(got, fmt.Sprint(held, "\n")) {
+		t.Fatalf("XPENDING says %q; want the %d items the first node holds", got, held)
+	}
 	close(busy.release)
 	wg.Wait()
 	for i, err := range errs {
@@ -513,5 +522,44 @@ func TestANodeTakesOnlyWhatItCanRunSoon(t *testing.T) {
 	}
 	// The node counts its answers once Redis has taken them, which the
 	// front end may see first.
-	eventually(t, "the first node's 4 answered", func() bool { return a.Stats().Answered == 4 })
+	eventually(t, "the first node's items answered", func() bool { return int(a.Stats().Answered) == held })
+}
+
+func TestACanceledRequestsItemsAreWithdrawnBeforeAnyNodeRunsThem(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	busy := newRecorder()
+	busy.hold["first"] = true
+	startNode(t, rs, busy, 1, func(c *broker.NodeConfig) { c.Capacity = 1 })
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	first := predictLater(t, fe, "first")
+	eventually(t, "the first item running", func() bool { return busy.runs("first") == 1 })
+	// The node's one place is taken: these wait in Redis, unread, until
+	// their callers give up.
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := fe.Predict(ctx, [][]byte{[]byte("given up 1"), []byte("given up 2")})
+		gaveUp <- err
+	}()
+	eventually(t, "3 items on the stream", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "3" })
+	cancel()
+	if err := <-gaveUp; !errors.Is(err, supervisor.ErrCanceled) {
+		t.Fatalf("canceled request: %v; want ErrCanceled", err)
+	}
+	eventually(t, "the given-up items withdrawn", func() bool { return fe.FrontEndStats().Withdrawn == 2 })
+	if got := rs.Do(t, "XLEN", "streamer:items"); got != "1" {
+		t.Fatalf("XLEN %s after the withdrawal; want 1, the item running", got)
+	}
+	close(busy.release)
+	if a := <-first; a.err != nil {
+		t.Fatal(a.err)
+	}
+	// A later request runs; the withdrawn ones never did.
+	if _, err := predict(t, fe, "after"); err != nil {
+		t.Fatal(err)
+	}
+	if busy.runs("given up 1")+busy.runs("given up 2") != 0 {
+		t.Fatalf("the node ran withdrawn items: %q", busy.ran)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamer-dev/streamer/supervisor"
@@ -62,7 +63,7 @@ type FrontEnd struct {
 	lastErr atomic.Pointer[string]
 
 	stats struct {
-		submitted, answered, failed, rejected, expired, duplicates atomic.Uint64
+		submitted, answered, failed, rejected, expired, duplicates, withdrawn atomic.Uint64
 	}
 }
 
@@ -73,6 +74,7 @@ type call struct {
 	keys     []string
 	deadline time.Time
 	admitted chan error // the stream's verdict: nil, or why it was refused
+	ids      []string   // the items' stream ids, once admitted
 
 	// Filled by the reply reader under FrontEnd.mu.
 	outputs [][]byte
@@ -84,7 +86,8 @@ type call struct {
 }
 
 // admitScript puts a request's items on the stream, or none of them when
-// the backlog would pass its bound (it answers -1 then).
+// the backlog would pass its bound. It answers the items' stream ids, or
+// -1 when it refused them.
 //
 //	KEYS[1] the items stream
 //	ARGV    max backlog, the stream's trim bound, front end, request
@@ -96,13 +99,31 @@ local n = #ARGV - 7
 if keyed then n = n / 2 end
 if redis.call('XLEN', KEYS[1]) + n > tonumber(ARGV[1]) then return -1 end
 local j = 8
+local ids = {}
 for i = 0, n - 1 do
   if keyed then
-    redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'f', ARGV[3], 'q', ARGV[4], 'i', i, 'd', ARGV[5], 't', ARGV[7], 'k', ARGV[j], 'v', ARGV[j + 1])
+    ids[#ids + 1] = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'f', ARGV[3], 'q', ARGV[4], 'i', i, 'd', ARGV[5], 't', ARGV[7], 'k', ARGV[j], 'v', ARGV[j + 1])
     j = j + 2
   else
-    redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'f', ARGV[3], 'q', ARGV[4], 'i', i, 'd', ARGV[5], 't', ARGV[7], 'v', ARGV[j])
+    ids[#ids + 1] = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'f', ARGV[3], 'q', ARGV[4], 'i', i, 'd', ARGV[5], 't', ARGV[7], 'v', ARGV[j])
     j = j + 1
+  end
+end
+return ids
+`)
+
+// withdrawScript deletes the items of a request that nobody waits for any
+// more (canceled, or past its deadline) and that no node has read yet, so
+// that none runs them. It answers how many it deleted; an item a node
+// holds is left to it.
+//
+//	KEYS[1] the items stream
+//	ARGV    the group, then the items' stream ids
+var withdrawScript = redis.NewScript(`
+local n = 0
+for i = 2, #ARGV do
+  if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1) == 0 then
+    n = n + redis.call('XDEL', KEYS[1], ARGV[i])
   end
 end
 return n
@@ -204,13 +225,20 @@ type FrontEndStats struct {
 	MaxBacklog int   `json:"max_backlog"`
 	// Duplicates counts the answers dropped as second answers.
 	Duplicates uint64 `json:"duplicates"`
+	// Withdrawn counts the items deleted from the stream before any node
+	// read them, as their request was canceled or past its deadline.
+	Withdrawn uint64 `json:"withdrawn"`
 }
+
+// Metrics are the front end's counters of its traffic through Redis (see
+// Collector), for the HTTP layer's /metrics.
+func (fe *FrontEnd) Metrics() prometheus.Collector { return Collector(fe, nil) }
 
 // FrontEndStats returns what the front end knows of Redis.
 func (fe *FrontEnd) FrontEndStats() FrontEndStats {
 	return FrontEndStats{
 		RedisUp: fe.up.Load(), Nodes: fe.nodes.Load(), Backlog: fe.backlog.Load(),
-		MaxBacklog: fe.cfg.MaxBacklog, Duplicates: fe.stats.duplicates.Load(),
+		MaxBacklog: fe.cfg.MaxBacklog, Duplicates: fe.stats.duplicates.Load(), Withdrawn: fe.stats.withdrawn.Load(),
 	}
 }
 
@@ -336,6 +364,13 @@ func (fe *FrontEnd) await(ctx context.Context, c *call) ([][]byte, error) {
 	defer fe.mu.Unlock()
 	if err != nil && c.left > 0 && c.failure == nil {
 		fe.forgetLocked(c)
+		var open []string
+		for i, id := range c.ids {
+			if !c.got[i] {
+				open = append(open, id)
+			}
+		}
+		fe.withdraw(open)
 		fe.stats.expired.Add(uint64(c.left))
 		fe.stats.failed.Add(uint64(c.left))
 		return nil, err
@@ -449,17 +484,43 @@ func (fe *FrontEnd) admit(batch []*call) {
 		}
 	}
 	for i, cmd := range cmds {
-		n, err := cmd.Int64()
+		ids, err := cmd.StringSlice()
 		switch {
+		case err != nil && cmd.Err() == nil: // not a list: refused
+			err = fmt.Errorf("%w: the shared backlog is at its limit of %d items", supervisor.ErrOverloaded, fe.cfg.MaxBacklog)
+			fe.backlog.Store(int64(fe.cfg.MaxBacklog))
 		case err != nil:
 			fe.noteDown(err)
 			err = fmt.Errorf("%w: redis at %s: %v", supervisor.ErrUnavailable, endpoint(fe.rdb), err)
-		case n < 0:
-			err = fmt.Errorf("%w: the shared backlog is at its limit of %d items", supervisor.ErrOverloaded, fe.cfg.MaxBacklog)
-			fe.backlog.Store(int64(fe.cfg.MaxBacklog))
 		}
+		batch[i].ids = ids
 		batch[i].admitted <- err
 	}
+}
+
+// withdraw deletes from the stream the items of c that are not answered
+// and that no node has read yet (see withdrawScript), in the background:
+// the caller, who gave up on them, is not kept waiting. Not deleted (Redis
+// down, the front end closing), they are run and their answers dropped.
+func (fe *FrontEnd) withdraw(ids []string) {
+	if len(ids) == 0 || fe.closed.Load() {
+		return // closing: the client is closed soon, and the items are run
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		args := make([]any, 0, 1+len(ids))
+		args = append(args, nodeGroup)
+		for _, id := range ids {
+			args = append(args, id)
+		}
+		n, err := withdrawScript.Run(ctx, fe.rdb, []string{fe.k.items}, args...).Int64()
+		if err != nil {
+			fe.cfg.Logger.Debug("withdraw the items of a request given up", "items", len(ids), "err", err)
+			return
+		}
+		fe.stats.withdrawn.Add(uint64(n))
+	}()
 }
 
 func (fe *FrontEnd) admitArgs(c *call) []any {

@@ -190,26 +190,32 @@ func (n *Node) readLoop() {
 	ctx, cancel := n.stopContext()
 	defer cancel()
 	retry := newBackoff()
+	backlog := false // the last read took all it asked for: items wait in Redis
 	for {
 		select {
 		case <-n.stop:
 			return
 		default:
 		}
-		free := n.free()
-		if free <= 0 || !n.s.Ready() {
+		want, block := n.wanted(backlog)
+		if want <= 0 {
 			select {
 			case <-n.room:
-			case <-time.After(100 * time.Millisecond): // Ready has no event
+			case <-time.After(100 * time.Millisecond): // a worker's restart has no event
 			case <-n.stop:
 				return
 			}
 			continue
 		}
-		streams, err := n.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+		args := &redis.XReadGroupArgs{
 			Group: nodeGroup, Consumer: n.cfg.Name, Streams: []string{n.k.items, ">"},
-			Count: int64(free), Block: blockFor,
-		}).Result()
+			Count: int64(want), Block: -1,
+		}
+		if block {
+			args.Block = blockFor
+		}
+		streams, err := n.rdb.XReadGroup(ctx, args).Result()
+		backlog = false
 		switch {
 		case errors.Is(err, redis.Nil):
 			continue
@@ -231,9 +237,32 @@ func (n *Node) readLoop() {
 		retry.reset()
 		for _, st := range streams {
 			n.stats.read.Add(uint64(len(st.Messages)))
+			backlog = len(st.Messages) >= want
 			n.take(st.Messages)
 		}
 	}
+}
+
+// wanted is how many items to read now, and whether to wait for them: as
+// many as idle workers can start at once (waiting for the first to come),
+// and, while items wait in Redis, as many as busy workers can take ahead
+// (without waiting: new items should go to a node with an idle worker).
+// Items a node takes while its workers are busy would wait there while
+// another node's worker idles, so it takes no more than that, and never
+// more than its Capacity.
+func (n *Node) wanted(backlog bool) (want int, block bool) {
+	free := n.free()
+	if free <= 0 {
+		return 0, false
+	}
+	now, ahead := n.s.Room()
+	switch {
+	case now > 0:
+		return min(now, free), true
+	case backlog:
+		return min(ahead, free), false
+	}
+	return 0, false
 }
 
 // stopContext is canceled when the node stops reading.
@@ -353,6 +382,15 @@ func (n *Node) settle(a answerEntry, key string, data, output []byte, err error)
 	}
 	a.output, a.err = output, itemError(err)
 	n.answer(a)
+	n.signalRoom() // the worker that ran it may be idle now
+}
+
+// signalRoom wakes the read loop, which looks again at how much to read.
+func (n *Node) signalRoom() {
+	select {
+	case n.room <- struct{}{}:
+	default:
+	}
 }
 
 func (n *Node) answer(a answerEntry) { n.answers <- a }
@@ -362,10 +400,7 @@ func (n *Node) release(id string) {
 	n.mu.Lock()
 	delete(n.held, id)
 	n.mu.Unlock()
-	select {
-	case n.room <- struct{}{}:
-	default:
-	}
+	n.signalRoom()
 }
 
 // quarantine shares an item's hash with every node.
@@ -434,10 +469,7 @@ func (n *Node) writeLoop() {
 			delete(n.held, a.id)
 		}
 		n.mu.Unlock()
-		select {
-		case n.room <- struct{}{}:
-		default:
-		}
+		n.signalRoom()
 		n.stats.answered.Add(uint64(len(batch)))
 		batch = batch[:0]
 	}

@@ -342,6 +342,37 @@ func (s *Streamer) drop(it item, now time.Time) {
 	s.complete(it, nil, ErrCanceled)
 }
 
+// Room says how many more items the Streamer could start at once: a batch
+// for every ready worker with nothing in flight, less the items already
+// queued. Ahead is how many more it could form ahead for busy workers with
+// room in their pipeline. A feeder that can leave items where others take
+// them (a broker node) takes now while it has room, and ahead only while
+// items wait upstream, so that it never holds what an idle peer could run.
+func (s *Streamer) Room() (now, ahead int) {
+	if s.draining.Load() {
+		return 0, 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.cfg.BatchSize
+	for _, sl := range s.slots {
+		if sl.state != SlotReady {
+			continue
+		}
+		if len(sl.inflight) == 0 {
+			now += b
+			ahead += (s.cfg.PipelineDepth - 1) * b
+		} else {
+			ahead += max(s.cfg.PipelineDepth-len(sl.inflight), 0) * b
+		}
+	}
+	queued := s.queue.items()
+	if queued >= now {
+		return 0, max(ahead-(queued-now), 0)
+	}
+	return now - queued, ahead
+}
+
 // Ready reports whether some worker takes batches and the streamer admits work.
 func (s *Streamer) Ready() bool {
 	if s.draining.Load() {

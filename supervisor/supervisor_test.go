@@ -731,3 +731,52 @@ func TestBatchFormedAheadDropsWhatExpiredMeanwhile(t *testing.T) {
 		t.Fatalf("stats %+v: only the running batch reached the model", st)
 	}
 }
+
+func TestRoomCountsIdleWorkersAndTheirPipelines(t *testing.T) {
+	g := newGate(false)
+	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), Workers: 2, BatchSize: 4, PipelineDepth: 2, MaxLatency: time.Hour})
+	waitFor(t, "both workers ready", func() bool {
+		for _, sl := range s.Slots() {
+			if sl.State != supervisor.SlotReady {
+				return false
+			}
+		}
+		return true
+	})
+	if now, ahead := s.Room(); now != 8 || ahead != 8 {
+		t.Fatalf("idle: Room() = %d, %d; want 8 to start now (a batch per worker) and 8 ahead", now, ahead)
+	}
+	first, err := s.Submit(context.Background(), items("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-g.started
+	// One worker runs a batch of one: the other can start a batch, and each
+	// can take one batch ahead.
+	if now, ahead := s.Room(); now != 4 || ahead != 8 {
+		t.Fatalf("one busy: Room() = %d, %d; want 4 now and 8 ahead", now, ahead)
+	}
+	second, err := s.Submit(context.Background(), items("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-g.started
+	if now, ahead := s.Room(); now != 0 || ahead != 8 {
+		t.Fatalf("both busy: Room() = %d, %d; want 0 now and 8 ahead", now, ahead)
+	}
+	third, err := s.Submit(context.Background(), items("c", "d", "e"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Queued items (held back for a fuller batch, as MaxLatency allows)
+	// take from what is left ahead.
+	if now, ahead := s.Room(); now != 0 || ahead != 5 {
+		t.Fatalf("both busy, 3 queued: Room() = %d, %d; want 0 now and 5 ahead", now, ahead)
+	}
+	g.release()
+	for _, f := range []*supervisor.Future{first, second, third} {
+		if _, err := f.Result(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -73,6 +73,7 @@ func addBenchFlags(f *pflag.FlagSet, o *benchOptions) {
 	f.Float64Var(&o.cfg.Rate, "rate", 0, "open loop: requests per second on a fixed schedule (0: closed loop)")
 	f.StringVar(&o.cfg.Target, "target", "", "drive a running server at this URL instead of starting one")
 	f.StringVar(&o.cfg.API, "api", bench.APIHTTP, "http, or go to drive the supervisor's Go API in this process")
+	f.StringVar(&o.cfg.Protocol, "protocol", bench.ProtocolPredict, "what the load speaks over http: predict (POST /predict), v2 (the Open Inference Protocol, JSON data) or v2-binary (its binary tensor data extension, for inputs and outputs)")
 	f.StringVar(&o.cfg.Input, "input", `"hello, streamer"`, "one item, as JSON")
 	f.IntVar(&o.cfg.ItemsPerRequest, "items-per-request", 1, "items in each request")
 	f.BoolVar(&o.jsonOut, "json", false, "print one JSON object instead of the table")

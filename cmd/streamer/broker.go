@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 
 	"github.com/streamer-dev/streamer/broker"
@@ -133,6 +134,10 @@ func (b nodeBackend) Slots() []supervisor.SlotStatus { return b.local.Slots() }
 func (b nodeBackend) BrokerStats() any {
 	return map[string]any{"front_end": b.FrontEnd.FrontEndStats(), "node": b.node.Stats()}
 }
+
+// Metrics are the front end's and the node's counters of their traffic
+// through Redis, for /metrics.
+func (b nodeBackend) Metrics() prometheus.Collector { return broker.Collector(b.FrontEnd, b.node) }
 
 // Stats are the front end's request counters with the local batches.
 func (b nodeBackend) Stats() supervisor.Stats {

@@ -453,7 +453,7 @@ func deadFrontEndKeysExpire(t *testing.T, nodeArgs ...string) {
 // rest refused with 429 and Retry-After.
 func TestBrokerFullBacklogAnswers429(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
-	startBrokerNode(t, rs, "--workers", "1", "--batch-size", "1", "--model", "sleep:500ms,0s")
+	node := startBrokerNode(t, rs, "--workers", "1", "--batch-size", "1", "--model", "sleep:500ms,0s")
 	front := startBrokerFront(t, rs, "--max-queue", "4")
 	waitReadyz(t, front, http.StatusOK)
 
@@ -483,6 +483,30 @@ func TestBrokerFullBacklogAnswers429(t *testing.T) {
 	}
 	if p, err := predictWithin(front, requestTimeout, 0, "after"); err != nil || p.Status != http.StatusOK {
 		t.Errorf("once the backlog drained: %s, %v", p, err)
+	}
+	// The broker's side in /metrics: the front end's view of Redis, and the
+	// node's items (the node counts an answer once Redis has taken it).
+	wantMetrics(t, front, "streamer_broker_redis_up 1", "streamer_broker_max_backlog_items 4", "streamer_broker_nodes 1", "streamer_broker_withdrawn_items_total 0")
+	waitFor(t, "the node's 5 answers in its metrics", 10*time.Second, func() bool {
+		_, body, err := node.get("/metrics")
+		return err == nil && strings.Contains(string(body), `streamer_broker_node_items_total{event="answered"} 5`)
+	})
+	wantMetrics(t, node, `streamer_broker_node_items_total{event="read"} 5`, `streamer_broker_node_items_total{event="claimed"} 0`,
+		"streamer_broker_node_held_items 0", "streamer_broker_node_write_failures_total 0")
+}
+
+// wantMetrics fails unless s's /metrics has every line of want.
+func wantMetrics(t *testing.T, s *server, want ...string) {
+	t.Helper()
+	status, body, err := s.get("/metrics")
+	if err != nil || status != http.StatusOK {
+		t.Fatalf("GET /metrics: %d, %v", status, err)
+	}
+	lines := strings.Split(string(body), "\n")
+	for _, w := range want {
+		if !slices.Contains(lines, w) {
+			t.Errorf("/metrics lacks the line %q", w)
+		}
 	}
 }
 

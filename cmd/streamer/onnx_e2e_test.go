@@ -586,3 +586,117 @@ func TestCodecForPicksTheModelsCodec(t *testing.T) {
 		t.Errorf("announced %q, want one line saying the model runs items one by one", logs.String())
 	}
 }
+
+// TestONNXEveryDtypeEndToEnd serves the dtypes model and sends the extremes
+// of every served dtype, float16 included, as JSON and as msgpack tensor
+// maps (with the infinities and NaNs JSON cannot carry); every answer must
+// be exact: JSON text for text, msgpack bytes for bytes.
+func TestONNXEveryDtypeEndToEnd(t *testing.T) {
+	s, _ := startONNX(t, onnxtest.Dtypes, "--max-latency", "20ms", "--pad", "in_fp16=0")
+	cases := onnxtest.DtypeCases()
+	// pick returns, of each input's values, those at the given positions
+	// (modulo their number); none: all of them.
+	pick := func(positions ...int) [][]onnxtest.DtypeValue {
+		item := make([][]onnxtest.DtypeValue, len(cases))
+		for j, c := range cases {
+			if len(positions) == 0 {
+				item[j] = c.Values
+			}
+			for _, p := range positions {
+				item[j] = append(item[j], c.Values[p%len(c.Values)])
+			}
+		}
+		return item
+	}
+	items := [][][]onnxtest.DtypeValue{pick(), pick(0), pick(1, 0), pick(3)}
+	var sent, want []string
+	for _, item := range items {
+		var in, out []string
+		for j, c := range cases {
+			texts, answers := make([]string, len(item[j])), make([]string, len(item[j]))
+			for k, v := range item[j] {
+				texts[k], answers[k] = v.JSON, v.Answer
+			}
+			in = append(in, fmt.Sprintf("%q: [%s]", c.Input, strings.Join(texts, ", ")))
+			out = append(out, fmt.Sprintf("%q:[%s]", c.Output, strings.Join(answers, ",")))
+		}
+		sent = append(sent, "{"+strings.Join(in, ", ")+"}")
+		want = append(want, "{"+strings.Join(out, ",")+"}")
+	}
+	status, data, _ := s.post(t, "application/json", []byte(`{"inputs": [`+strings.Join(sent, ", ")+`]}`))
+	var answer struct{ Outputs []json.RawMessage }
+	if status != http.StatusOK || json.Unmarshal(data, &answer) != nil || len(answer.Outputs) != len(items) {
+		t.Fatalf("JSON: status %d, body %s", status, data)
+	}
+	for i, got := range answer.Outputs {
+		if string(got) != want[i] {
+			t.Errorf("JSON item %d:\n got %s\nwant %s", i, got, want[i])
+		}
+	}
+
+	// msgpack: every input as a tensor map, the float inputs carrying
+	// infinities and NaNs with payloads; each output must be its input's
+	// bytes, dtype and shape.
+	nonFinite := map[string][]uint64{
+		"float16": {0x7c00, 0xfc00, 0x7e00, 0xfe01, 0x7c01, 0x7bff},
+		"float32": {0x7f800000, 0xff800000, 0x7fc00000, 0xffc00123},
+		"float64": {0x7ff0000000000000, 0xfff0000000000000, 0x7ff8000000000001},
+	}
+	type tensorMap struct {
+		DType string  `msgpack:"dtype"`
+		Shape []int64 `msgpack:"shape"`
+		Data  []byte  `msgpack:"data"`
+	}
+	var packed []any
+	var wantMaps []map[string]tensorMap
+	for _, item := range [][][]onnxtest.DtypeValue{pick(), pick(2, 1)} {
+		in, out := map[string]any{}, map[string]tensorMap{}
+		for j, c := range cases {
+			values := item[j]
+			if bits, ok := nonFinite[c.DType]; ok && len(item[j]) > 2 {
+				values = nil
+				for _, b := range bits {
+					values = append(values, onnxtest.DtypeValue{Bits: b})
+				}
+			}
+			tm := tensorMap{DType: c.DType, Shape: []int64{int64(len(values))}, Data: c.Bytes(values)}
+			in[c.Input], out[c.Output] = tm, tm
+		}
+		packed, wantMaps = append(packed, in), append(wantMaps, out)
+	}
+	body, err := msgpack.Marshal(map[string]any{"inputs": packed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, data, _ = s.post(t, "application/msgpack", body)
+	var packedAnswer struct {
+		Outputs []map[string]tensorMap `msgpack:"outputs"`
+	}
+	if status != http.StatusOK || msgpack.Unmarshal(data, &packedAnswer) != nil || len(packedAnswer.Outputs) != len(packed) {
+		t.Fatalf("msgpack: status %d, body %x", status, data)
+	}
+	for i, outs := range packedAnswer.Outputs {
+		for _, c := range cases {
+			got, w := outs[c.Output], wantMaps[i][c.Output]
+			if got.DType != w.DType || fmt.Sprint(got.Shape) != fmt.Sprint(w.Shape) || string(got.Data) != string(w.Data) {
+				t.Errorf("msgpack item %d %s: %s %v %x, want %s %v %x", i, c.Output, got.DType, got.Shape, got.Data, w.DType, w.Shape, w.Data)
+			}
+		}
+	}
+
+	var desc struct {
+		Inputs, Outputs []struct {
+			Name  string
+			DType string `json:"dtype"`
+			Shape []any
+		}
+	}
+	s.getJSON(t, "/v1/models", &desc)
+	if len(desc.Inputs) != len(cases) || len(desc.Outputs) != len(cases) || desc.Inputs[0].Name != "in_fp16" || desc.Inputs[0].DType != "float16" ||
+		desc.Outputs[0].Name != "out_fp16" || desc.Outputs[0].DType != "float16" || fmt.Sprint(desc.Outputs[0].Shape) != "[batch n_fp16]" {
+		t.Errorf("GET /v1/models: %+v", desc)
+	}
+	if st := s.stats(t); st.Failed != 0 || st.Crashes != 0 {
+		t.Errorf("stats: %d failed items, %d crashes", st.Failed, st.Crashes)
+	}
+}

@@ -47,22 +47,18 @@ func (cfg *Config) httpAPI(target string, item any) (sender, statsSource, func()
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	inputs := make([]any, cfg.ItemsPerRequest)
-	for i := range inputs {
-		inputs[i] = item
-	}
-	body, err := json.Marshal(map[string]any{"inputs": inputs})
+	base := strings.TrimSuffix(u.String(), "/")
+	plain := &http.Client{Timeout: 30 * time.Second, Transport: withToken(http.DefaultTransport, cfg.Token)}
+	stats := httpStats(plain, base+"/v1/stats")
+	path, body, headers, err := cfg.requestFor(plain, base, item)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	base := strings.TrimSuffix(u.String(), "/")
-	stats := httpStats(&http.Client{Timeout: 30 * time.Second, Transport: withToken(http.DefaultTransport, cfg.Token)}, base+"/v1/stats")
 	if u.Scheme == "http" {
-		var headers []string
 		if cfg.Token != "" {
 			headers = append(headers, "Authorization: Bearer "+cfg.Token)
 		}
-		c := httpclient.New(u, "/predict", body, cfg.Concurrency, headers...)
+		c := httpclient.New(u, path, body, cfg.Concurrency, headers...)
 		return leanSender(c), stats, c.CloseIdle, nil
 	}
 	client := &http.Client{Transport: withToken(&http.Transport{
@@ -70,7 +66,23 @@ func (cfg *Config) httpAPI(target string, item any) (sender, statsSource, func()
 		MaxIdleConnsPerHost: cfg.Concurrency * 2,
 		IdleConnTimeout:     time.Minute,
 	}, cfg.Token)}
-	return httpSender(client, base+"/predict", body), stats, client.CloseIdleConnections, nil
+	return httpSender(client, base+path, body, headers), stats, client.CloseIdleConnections, nil
+}
+
+// requestFor returns the path, body and extra header lines ("Name: value")
+// of the request every client sends.
+func (cfg *Config) requestFor(client *http.Client, base string, item any) (string, []byte, []string, error) {
+	if cfg.Protocol == ProtocolV2 || cfg.Protocol == ProtocolV2Binary {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return cfg.v2Request(ctx, client, base, item)
+	}
+	inputs := make([]any, cfg.ItemsPerRequest)
+	for i := range inputs {
+		inputs[i] = item
+	}
+	body, err := json.Marshal(map[string]any{"inputs": inputs})
+	return "/predict", body, nil, err
 }
 
 // leanSender sends with c. A request cut short by the end of the load is
@@ -91,13 +103,17 @@ func leanSender(c *httpclient.Client) sender {
 }
 
 // httpSender posts body with Go's standard client (used for https).
-func httpSender(client *http.Client, url string, body []byte) sender {
+func httpSender(client *http.Client, url string, body []byte, headers []string) sender {
 	return func(ctx context.Context) string {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 		if err != nil {
 			return "client"
 		}
 		req.Header.Set("Content-Type", "application/json")
+		for _, h := range headers {
+			name, value, _ := strings.Cut(h, ":")
+			req.Header.Set(name, strings.TrimSpace(value))
+		}
 		resp, err := client.Do(req)
 		if err != nil {
 			if ctx.Err() != nil {

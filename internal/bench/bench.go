@@ -52,6 +52,12 @@ type Config struct {
 	Token string
 	// API is APIHTTP (the default when empty) or APIGo.
 	API string
+	// Protocol is what an http run speaks: ProtocolPredict (the default
+	// when empty), ProtocolV2 or ProtocolV2Binary.
+	Protocol string
+	// ModelName is the model's name in the v2 routes; required by the v2
+	// protocols.
+	ModelName string
 	// Input is one item, as JSON.
 	Input string
 	// ItemsPerRequest is how many copies of Input each request carries. At
@@ -122,6 +128,9 @@ func (cfg *Config) check() (item any, err error) {
 		return nil, fmt.Errorf("--api %q: want http or go", cfg.API)
 	case cfg.API == APIGo && cfg.Target != "":
 		return nil, errors.New("--api go runs its own supervisor; it cannot drive --target")
+	}
+	if err := cfg.checkProtocol(); err != nil {
+		return nil, err
 	}
 	if cfg.Target != "" {
 		if _, err := parseTarget(cfg.Target); err != nil {

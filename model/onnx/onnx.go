@@ -131,18 +131,23 @@ func signatureOf(name string) (source, *onnxio.Signature, error) {
 }
 
 // Check validates the settings in the supervisor before any worker starts:
-// the model file exists and is an ONNX model streamer can serve, the pad,
-// device and intra-op thread settings fit it, and the ONNX Runtime library loads
-// and has the C API onnxruntime_go needs. Each failure is one line that says
-// what was looked for and how to fix it.
+// the model file exists and is an ONNX model streamer can serve (float16
+// values included: see float16Outputs), the pad, device and intra-op thread
+// settings fit it, and the ONNX Runtime library loads and has the C API
+// onnxruntime_go needs. Each failure is one line that says what was looked
+// for and how to fix it.
 func Check(spec Settings) error {
-	if _, _, err := Codec(spec); err != nil {
+	codec, _, err := Codec(spec)
+	if err != nil {
 		return err
+	}
+	if _, err := float16Outputs(codec.Signature()); err != nil {
+		return fmt.Errorf("model %s: %w", spec.Path, err)
 	}
 	if err := checkSettings(spec); err != nil {
 		return err
 	}
-	_, _, err := probeLibrary(spec.Library)
+	_, _, err = probeLibrary(spec.Library)
 	return err
 }
 

@@ -21,6 +21,7 @@ import (
 type Runner struct {
 	codec       *onnxio.Codec
 	sig         *onnxio.Signature
+	float16Outs map[int][]outputAxis // by output index: the shapes of the float16 outputs the runner allocates
 	session     *ort.DynamicAdvancedSession
 	description string
 	padding     bool // some input is padded
@@ -52,6 +53,10 @@ func Open(ctx context.Context, spec Settings) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
+	float16Outs, err := float16Outputs(sig)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: %w", src.name, err)
+	}
 	if src.path != "" {
 		src.data = nil // ONNX Runtime reads the file itself
 	}
@@ -76,6 +81,7 @@ func Open(ctx context.Context, spec Settings) (*Runner, error) {
 	return &Runner{
 		codec:       codec,
 		sig:         sig,
+		float16Outs: float16Outs,
 		session:     session,
 		padding:     len(codec.Pads()) > 0,
 		description: runnerDescription(src.name, spec, version, sig),
@@ -256,26 +262,19 @@ func (r *Runner) runGroup(ctx context.Context, idx []int, decoded [][]onnxio.Ten
 func (r *Runner) run(items [][]onnxio.Tensor) ([][]byte, error) {
 	inputs := make([]ort.Value, len(r.sig.Inputs))
 	defer destroyAll(inputs)
+	shapes := make([][]int64, len(r.sig.Inputs))
 	for j := range r.sig.Inputs {
 		t := r.stack(j, items)
 		v, err := newValue(t)
 		if err != nil {
 			return nil, fmt.Errorf("onnx: input %q: %w", r.sig.Inputs[j].Name, err)
 		}
-		inputs[j] = v
+		inputs[j], shapes[j] = v, t.Shape
 	}
-	outputs := make([]ort.Value, len(r.sig.Outputs))
+	outputs, err := r.allocateOutputs(shapes, len(items))
 	defer destroyAll(outputs)
-	for k, p := range r.sig.Outputs {
-		if p.Shape != nil && len(p.Shape) == 0 {
-			// onnxruntime_go cannot take a scalar output it allocates
-			// itself; give it one.
-			v, err := newValue(onnxio.Tensor{DType: p.DType, Data: make([]byte, p.DType.Size())})
-			if err != nil {
-				return nil, fmt.Errorf("onnx: output %q: %w", p.Name, err)
-			}
-			outputs[k] = v
-		}
+	if err != nil {
+		return nil, err
 	}
 	r.runs.Add(1)
 	if err := r.session.Run(inputs, outputs); err != nil {
@@ -303,6 +302,37 @@ func (r *Runner) run(items [][]onnxio.Tensor) ([][]byte, error) {
 		encoded[i] = b
 	}
 	return encoded, nil
+}
+
+// allocateOutputs gives ONNX Runtime the outputs it must not allocate
+// itself; the others stay nil, for the runtime to allocate. onnxruntime_go
+// cannot take a scalar output it allocates, nor return a float16 one (see
+// float16Outputs), so those are made here, float16 ones in the shape their
+// plan takes from the stacked inputs.
+func (r *Runner) allocateOutputs(inputShapes [][]int64, items int) ([]ort.Value, error) {
+	outputs := make([]ort.Value, len(r.sig.Outputs))
+	for k, p := range r.sig.Outputs {
+		plan, float16 := r.float16Outs[k]
+		scalar := p.Shape != nil && len(p.Shape) == 0
+		if !float16 && !scalar {
+			continue
+		}
+		t := onnxio.Tensor{DType: p.DType}
+		if float16 {
+			t.Shape = outputShape(plan, inputShapes, items)
+		}
+		n := int64(p.DType.Size())
+		for _, d := range t.Shape {
+			n *= d
+		}
+		t.Data = make([]byte, n)
+		v, err := newValue(t)
+		if err != nil {
+			return outputs, fmt.Errorf("onnx: output %q: %w", p.Name, err)
+		}
+		outputs[k] = v
+	}
+	return outputs, nil
 }
 
 func destroyAll(values []ort.Value) {

@@ -3,6 +3,7 @@
 package onnx
 
 import (
+	"errors"
 	"fmt"
 	"unsafe"
 
@@ -12,7 +13,9 @@ import (
 )
 
 // newValue wraps t's bytes, without copying them, as an ONNX Runtime
-// tensor; a rank-0 tensor becomes a scalar.
+// tensor; a rank-0 tensor becomes a scalar. Tensors of rank 1 or more,
+// float16 ones included, are CustomDataTensors of t's bytes, which a run
+// reads, or fills when the tensor is an output.
 func newValue(t onnxio.Tensor) (ort.Value, error) {
 	if len(t.Shape) > 0 {
 		return ort.NewCustomDataTensor(ort.Shape(t.Shape), t.Data, ort.TensorElementDataType(t.DType))
@@ -40,6 +43,8 @@ func newValue(t onnxio.Tensor) (ort.Value, error) {
 		return newScalar[uint64](t.Data)
 	case onnxio.Bool:
 		return newScalar[bool](t.Data)
+	case onnxio.Float16:
+		return nil, errors.New(errFloat16Scalar) // Open refuses such models
 	}
 	return nil, fmt.Errorf("dtype %s is not served", t.DType)
 }

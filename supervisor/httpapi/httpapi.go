@@ -1,7 +1,8 @@
 // Package httpapi is streamer's HTTP front: it turns POST /predict bodies
 // (JSON, msgpack or the form fields of the original service-streamer
-// clients) into supervisor requests, maps their outcome to HTTP statuses, and
-// serves the health, readiness, model, stats and worker endpoints.
+// clients) and Open Inference Protocol (KServe v2) inference requests into
+// supervisor requests, maps their outcome to HTTP statuses, and serves the
+// health, readiness, model, stats and worker endpoints.
 //
 // Routes:
 //
@@ -16,12 +17,42 @@
 //	POST /admin/reload   replace every worker (only with Config.Admin)
 //	POST /admin/workers  {"workers": N}: scale to N workers (only with Config.Admin)
 //
+// and the Open Inference Protocol (KServe v2) REST routes, for the model
+// in Config.Tensors:
+//
+//	GET  /v2                          server metadata: name, version, extensions
+//	GET  /v2/health/live              200 {"live": true} while the process runs
+//	GET  /v2/health/ready             200 {"ready": true} when a worker can take work, else 503
+//	GET  /v2/models/{model}           the model's metadata
+//	GET  /v2/models/{model}/ready     200 {"name", "ready": true}, else 503
+//	POST /v2/models/{model}/infer     {"inputs": [tensor, ...]} → {"outputs": [tensor, ...]}
+//
+// (the model routes also as /v2/models/{model}/versions/{v}/...; a version
+// must be one of the model's when it lists any).
+//
 // A /predict body is JSON (also when Content-Type is missing), msgpack
 // (application/msgpack or application/x-msgpack, the same map; the answer is
 // msgpack too), or a form with one field s per string item, as the original
 // service-streamer clients send (answered in JSON). A form body that starts
 // with '{' is read as JSON, since that is what curl -d sends. The deadline is
 // timeout_ms in the body or the X-Timeout-Ms header; the shorter wins.
+//
+// A v2 inference request's batched inputs (TensorSpec.Batched) are cut on
+// their first axis into rows, each row made into one item with the
+// unbatched inputs whole, and the items submitted as one request; the
+// answer stacks the rows of every output on a new first axis. Its data is
+// JSON (flat or nested to the shape) or, with the binary tensor data
+// extension, raw bytes after a JSON header of Inference-Header-Content-Length
+// bytes; outputs asked for with "binary_data": true (or all, with the
+// request parameter "binary_data_output": true) come back the same way.
+// In JSON, FP16 data is read and written as numbers, NaN and ±Inf are
+// written as null (and null is read as NaN), and BYTES elements are
+// strings: bytes of an output that are not UTF-8 are written as U+FFFD, so
+// clients that need them exact ask for binary data. The request parameter
+// "timeout", in microseconds, sets the deadline as timeout_ms does for
+// /predict; "priority" is accepted and ignored, since the batcher has no
+// priorities; other parameters are ignored. The classification extension is
+// not served: an output asked for with a classification is refused.
 //
 // Errors are always JSON, {"error": "..."}, with a status that says whose
 // fault it is: 4xx for the request, 429/503 for load and availability, 504 for
@@ -31,6 +62,7 @@ package httpapi
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -95,6 +127,18 @@ type Config struct {
 	// (see admin.go); nil serves no admin route. The routes change what
 	// every client gets: put them behind authentication.
 	Admin Admin
+	// Tensors is the served model as the Open Inference Protocol (KServe
+	// v2) routes see it: /v2/models/{name}, its ready and infer routes and
+	// their /versions/{v} forms answer for it. Nil answers them 404; the
+	// /v2 server metadata and health routes are served either way.
+	Tensors TensorModel
+	// ServerName is the server's name in the GET /v2 answer; empty means
+	// DefaultServerName.
+	ServerName string
+	// ServerVersion is the server's version in the GET /v2 answer; empty
+	// means the main module's version in the binary's build information,
+	// or "devel" when it has none.
+	ServerVersion string
 }
 
 // handler serves every route. It holds no per-request state: buffers come
@@ -106,11 +150,15 @@ type handler struct {
 	log     *slog.Logger
 	model   any
 	admin   Admin
+	tensors TensorModel
+
+	serverMetadata serverMetadataBody // the GET /v2 answer
 
 	writeTimeout time.Duration
 	origins      map[string]bool // allowed Origin values; "*" for any
 
-	bufs sync.Pool // *bytes.Buffer: request bodies and responses
+	bufs        sync.Pool // *bytes.Buffer: request bodies and responses
+	inferStates sync.Pool // *inferState: the v2 inference requests' memory
 
 	requests requestCounts
 	metrics  http.Handler
@@ -119,6 +167,7 @@ type handler struct {
 	// saves an allocation per response.
 	jsonType    []string
 	msgpackType []string
+	octetType   []string
 	retryAfter  []string
 	fullBody    []byte // the JSON answer to a request refused for a full queue
 }
@@ -136,10 +185,17 @@ func New(cfg Config) http.Handler {
 		log:          cfg.Logger,
 		model:        cfg.Model,
 		admin:        cfg.Admin,
+		tensors:      cfg.Tensors,
 		writeTimeout: cfg.WriteTimeout,
 		jsonType:     []string{"application/json"},
 		msgpackType:  []string{"application/msgpack"},
+		octetType:    []string{"application/octet-stream"},
 		retryAfter:   []string{"1"},
+		serverMetadata: serverMetadataBody{
+			Name:       cmp.Or(cfg.ServerName, DefaultServerName),
+			Version:    cmp.Or(cfg.ServerVersion, defaultServerVersion()),
+			Extensions: []string{"binary_tensor_data"}, // the protocol extensions served
+		},
 	}
 	if h.codec == nil {
 		h.codec = Generic{}
@@ -158,6 +214,7 @@ func New(cfg Config) http.Handler {
 		h.origins[strings.TrimSuffix(o, "/")] = true
 	}
 	h.bufs.New = func() any { return new(bytes.Buffer) }
+	h.inferStates.New = func() any { return new(inferState) }
 	h.metrics = metricsHandler(h.backend, &h.requests)
 	h.fullBody, _ = json.Marshal(errorBody{Error: fullMessage})
 	h.fullBody = append(h.fullBody, '\n')
@@ -205,11 +262,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/":
 		h.serveRead(w, r, statusPage)
 	default:
-		if h.serveAdmin(w, r) {
+		if h.serveV2(w, r) || h.serveAdmin(w, r) {
 			return
 		}
 		h.writeError(w, http.StatusNotFound, "no route "+strconv.Quote(r.URL.Path)+
-			"; the routes are POST /predict, GET /, /healthz, /readyz, /metrics, /v1/models, /v1/stats, /v1/workers")
+			"; the routes are POST /predict, GET /, /healthz, /readyz, /metrics, /v1/models, /v1/stats, /v1/workers, "+
+			"and the v2 inference protocol's GET /v2, /v2/health/live, /v2/health/ready, /v2/models/{model}[/versions/{v}], "+
+			"/v2/models/{model}[/versions/{v}]/ready, POST /v2/models/{model}[/versions/{v}]/infer")
 	}
 }
 
@@ -230,7 +289,7 @@ func (h *handler) crossOrigin(w http.ResponseWriter, r *http.Request, origin []s
 		return true
 	}
 	hdr.Set("Access-Control-Allow-Methods", "GET, HEAD, POST")
-	hdr.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, "+TimeoutHeader)
+	hdr.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, "+TimeoutHeader+", "+InferenceHeaderLength)
 	hdr.Set("Access-Control-Max-Age", "600")
 	w.WriteHeader(http.StatusNoContent)
 	return false

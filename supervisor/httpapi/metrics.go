@@ -57,8 +57,15 @@ func metricsHandler(backend Backend, requests *requestCounts) http.Handler {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	if m, ok := backend.(metricser); ok {
+		reg.MustRegister(m.Metrics())
+	}
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 }
+
+// metricser is a Backend with metrics of its own beyond Stats and Slots:
+// one that goes through a broker counts its traffic there.
+type metricser interface{ Metrics() prometheus.Collector }
 
 // collector turns the backend's Stats and Slots into metrics when scraped,
 // so that the hot path pays nothing for them. A backend that lacks a field

@@ -477,6 +477,12 @@ func appendJSONTensor(dst []byte, t Tensor) []byte {
 
 func appendJSONElement(dst []byte, d DType, b []byte) []byte {
 	switch d {
+	case Float16:
+		// The shortest text that reads back as the same float32, which
+		// every half is: a client reading into float32 or float64 gets the
+		// half's own value (65504, where the shortest text of the half
+		// alone would be 65500), and one reading into float16 the same half.
+		return appendJSONFloat(dst, Float16Frombits(le16(b)), 32)
 	case Float32:
 		return appendJSONFloat(dst, float64(math.Float32frombits(le32(b))), 32)
 	case Float64:

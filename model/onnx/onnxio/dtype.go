@@ -10,7 +10,8 @@ import (
 type DType uint8
 
 // The element types streamer serves. All are fixed-size and travel as
-// little-endian bytes; a bool is one byte, 0 or 1.
+// little-endian bytes; a bool is one byte, 0 or 1, and a float16 is an IEEE
+// 754 half (binary16).
 const (
 	Float32 DType = 1
 	Uint8   DType = 2
@@ -20,13 +21,14 @@ const (
 	Int32   DType = 6
 	Int64   DType = 7
 	Bool    DType = 9
+	Float16 DType = 10
 	Float64 DType = 11
 	Uint32  DType = 12
 	Uint64  DType = 13
 )
 
 var dtypeNames = map[DType]string{
-	Float32: "float32", Float64: "float64",
+	Float16: "float16", Float32: "float32", Float64: "float64",
 	Int8: "int8", Int16: "int16", Int32: "int32", Int64: "int64",
 	Uint8: "uint8", Uint16: "uint16", Uint32: "uint32", Uint64: "uint64",
 	Bool: "bool",
@@ -35,7 +37,7 @@ var dtypeNames = map[DType]string{
 // onnxTypeNames names the ONNX element types streamer does not serve, so an
 // error can say what a model wants.
 var onnxTypeNames = map[int32]string{
-	8: "string", 10: "float16", 14: "complex64", 15: "complex128", 16: "bfloat16",
+	8: "string", 14: "complex64", 15: "complex128", 16: "bfloat16",
 	17: "float8e4m3fn", 18: "float8e4m3fnuz", 19: "float8e5m2", 20: "float8e5m2fnuz",
 	21: "uint4", 22: "int4", 23: "float4e2m1",
 }
@@ -59,7 +61,7 @@ func (d DType) Size() int {
 	switch d {
 	case Uint8, Int8, Bool:
 		return 1
-	case Uint16, Int16:
+	case Uint16, Int16, Float16:
 		return 2
 	case Float32, Int32, Uint32:
 		return 4
@@ -91,7 +93,7 @@ func ParseDType(name string) (DType, error) {
 			return d, nil
 		}
 	}
-	return 0, fmt.Errorf("unknown dtype %q; want one of float32, float64, int8, int16, int32, int64, uint8, uint16, uint32, uint64, bool", name)
+	return 0, fmt.Errorf("unknown dtype %q; want one of float16, float32, float64, int8, int16, int32, int64, uint8, uint16, uint32, uint64, bool", name)
 }
 
 // dtypeOfONNX maps an ONNX element type number to a DType, or says which
@@ -101,7 +103,7 @@ func dtypeOfONNX(elem int32) (DType, error) {
 		return DType(elem), nil
 	}
 	if name, ok := onnxTypeNames[elem]; ok {
-		return 0, fmt.Errorf("element type %s is not served (streamer serves float32, float64, int8-64, uint8-64 and bool)", name)
+		return 0, fmt.Errorf("element type %s is not served (streamer serves float16, float32, float64, int8-64, uint8-64 and bool)", name)
 	}
 	return 0, fmt.Errorf("unknown element type %d", elem)
 }
@@ -112,6 +114,8 @@ func dtypeOfONNX(elem int32) (DType, error) {
 
 func appendInt(dst []byte, d DType, v int64) ([]byte, bool) {
 	switch d {
+	case Float16:
+		return appendFloat(dst, d, float64(v)) // exact to 2^53, far beyond the largest half
 	case Float32:
 		return appendU32(dst, math.Float32bits(float32(v))), true
 	case Float64:
@@ -138,6 +142,8 @@ func appendInt(dst []byte, d DType, v int64) ([]byte, bool) {
 
 func appendUint(dst []byte, d DType, v uint64) ([]byte, bool) {
 	switch d {
+	case Float16:
+		return appendFloat(dst, d, float64(v))
 	case Float32:
 		return appendU32(dst, math.Float32bits(float32(v))), true
 	case Float64:
@@ -163,9 +169,16 @@ func appendUint(dst []byte, d DType, v uint64) ([]byte, bool) {
 }
 
 // appendFloat converts v. A float fits an integer type only when it is a
-// whole number in range; NaN and infinities fit only the float types.
+// whole number in range; NaN and infinities fit only the float types, and
+// a finite value fits a float type only when it does not round to infinity.
 func appendFloat(dst []byte, d DType, v float64) ([]byte, bool) {
 	switch d {
+	case Float16:
+		h := Float16Bits(v)
+		if h&^f16SignMask == f16Inf && !math.IsInf(v, 0) {
+			return dst, false
+		}
+		return appendU16(dst, h), true
 	case Float32:
 		if !math.IsInf(v, 0) && !math.IsNaN(v) && math.Abs(v) > math.MaxFloat32 {
 			return dst, false

@@ -11,12 +11,13 @@ import (
 )
 
 // fuzzCodecs are codecs of models that cover every input form: one input,
-// a sequence, several dtypes with a scalar, and padding.
+// a sequence, several dtypes with a scalar, every dtype, and padding.
 func fuzzCodecs(f *testing.F) []*onnxio.Codec {
 	return []*onnxio.Codec{
 		codec(f, onnxtest.MLP, nil),
 		codec(f, onnxtest.Seq, map[string]float64{"x": 0}),
 		codec(f, onnxtest.Multi, nil),
+		codec(f, onnxtest.Dtypes, map[string]float64{"in_fp16": 1.5}),
 	}
 }
 
@@ -37,6 +38,7 @@ func FuzzFromJSON(f *testing.F) {
 		`[5.1, 3.5, -1.4, 0.2]`, `{"features": [1, 2, 3, 4]}`, `[[1, 2, 3], [4, 5, 6]]`, `[[1, 2, 3], [4, 5]]`,
 		`{"ids": [1, 2], "mask": [true, false], "scale": 0.5, "offset": 3}`, `[1e39, 1, 1, 1]`, `[[[[`, `"x"`, `{}`, `[1,,2]`,
 		`{"ids": [1, 1.5], "mask": [1, 2], "scale": [1], "offset": 3e10}`, `[-0, 1E+2, -1e-2, 0.0]`,
+		`{"in_fp16": [65504, 0.1], "in_fp32": [1], "in_fp64": [1], "in_int8": [-128], "in_int16": [1], "in_int32": [1], "in_int64": [1], "in_uint8": [255], "in_uint16": [1], "in_uint32": [1], "in_uint64": [18446744073709551615], "in_bool": [true]}`,
 	} {
 		f.Add(seed)
 	}

@@ -276,13 +276,20 @@ func (w *jsonWalker) boolean() error {
 }
 
 // appendJSONNumber converts a JSON number's text. A float32 input parses the
-// text at 32 bits, so that the value is rounded once.
+// text at 32 bits and a float16 input rounds it exactly, so that the value is
+// rounded once.
 func appendJSONNumber(dst []byte, d DType, text string) ([]byte, bool, error) {
 	if text == "" || text[0] == '+' {
 		return dst, false, errors.New("malformed")
 	}
 	integer := !strings.ContainsAny(text, ".eE")
 	switch {
+	case d == Float16:
+		h, ok, err := parseFloat16(text)
+		if err != nil || !ok {
+			return dst, false, err
+		}
+		return appendU16(dst, h), true, nil
 	case d == Float32:
 		f, err := strconv.ParseFloat(text, 32)
 		if err != nil {

@@ -2,6 +2,7 @@ package onnxio_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -54,6 +55,10 @@ func TestParseReadsTheModelsInterface(t *testing.T) {
 			[]string{"pooled float32 [batch, 4] [4] batched", "count int64 [batch] [] batched", "scaled float64 [batch] [] batched", "above bool [batch] [] batched", "next int32 [batch] [] batched"},
 			onnxio.Stacked, ""},
 		{onnxtest.Fixed, []string{"x float32 [1, 4] [4] batched"}, []string{"y float32 [1, 2] [2] batched", "energy float32 [] [] unbatched"}, onnxio.OneByOne, "batch axis is fixed at 1"},
+		{onnxtest.Dtypes, dtypesPorts(false), dtypesPorts(true), onnxio.Stacked, ""},
+	}
+	if got := dtypesPorts(false); len(got) != 12 || got[0] != "in_fp16 float16 [batch, n_fp16] [n_fp16] batched" || got[11] != "in_bool bool [batch, n_bool] [n_bool] batched" {
+		t.Fatalf("the dtypes model's inputs are listed as %q; want 12, from in_fp16 to in_bool", got)
 	}
 	for _, tt := range tests {
 		t.Run(tt.model, func(t *testing.T) {
@@ -72,6 +77,20 @@ func TestParseReadsTheModelsInterface(t *testing.T) {
 			}
 		})
 	}
+}
+
+// dtypesPorts writes the dtypes model's inputs (or outputs) as ports does,
+// one per served dtype: "in_fp16 float16 [batch, n_fp16] [n_fp16] batched".
+func dtypesPorts(outputs bool) []string {
+	var out []string
+	for _, c := range onnxtest.DtypeCases() {
+		name := c.Input
+		if outputs {
+			name = c.Output
+		}
+		out = append(out, fmt.Sprintf("%s %s [batch, %s] [%s] batched", name, c.DType, c.Axis, c.Axis))
+	}
+	return out
 }
 
 // handModel builds a one-node model with the given interface.
@@ -161,7 +180,8 @@ func TestParseRefuses(t *testing.T) {
 		{"json", []byte(`{"inputs": [1, 2]}`), "not an ONNX model", true},
 		{"sequence input", handModel([]*onnxpb.ValueInfoProto{sequence}, []*onnxpb.ValueInfoProto{tensorValue("y", f32, "n")}), `input "s": it is a sequence`, false},
 		{"string input", handModel([]*onnxpb.ValueInfoProto{tensorValue("text", onnxpb.TensorProto_STRING, "n")}, []*onnxpb.ValueInfoProto{tensorValue("y", f32, "n")}), `input "text": element type string is not served`, false},
-		{"float16 output", handModel([]*onnxpb.ValueInfoProto{tensorValue("x", f32, "n")}, []*onnxpb.ValueInfoProto{tensorValue("y", onnxpb.TensorProto_FLOAT16, "n")}), `output "y": element type float16 is not served`, false},
+		{"bfloat16 output", handModel([]*onnxpb.ValueInfoProto{tensorValue("x", f32, "n")}, []*onnxpb.ValueInfoProto{tensorValue("y", onnxpb.TensorProto_BFLOAT16, "n")}), `output "y": element type bfloat16 is not served (streamer serves float16, float32`, false},
+		{"complex64 input", handModel([]*onnxpb.ValueInfoProto{tensorValue("z", onnxpb.TensorProto_COMPLEX64, "n")}, []*onnxpb.ValueInfoProto{tensorValue("y", f32, "n")}), `input "z": element type complex64 is not served`, false},
 		{"input without shape", handModel([]*onnxpb.ValueInfoProto{noShape}, []*onnxpb.ValueInfoProto{tensorValue("y", f32, "n")}), `input "x": the model does not declare its shape`, false},
 	}
 	for _, tt := range tests {

@@ -44,6 +44,12 @@ const (
 	// [1, 2] = tanh(x·W + b), and energy float32 [] (a scalar, no batch
 	// axis) = the sum of y's squares.
 	Fixed = "fixed"
+	// Dtypes has one input per dtype streamer serves, in_fp16 float16
+	// [batch, n_fp16] to in_bool bool [batch, n_bool] (DtypeCases lists
+	// them), each passed by Identity to an output of its dtype and shape
+	// (out_fp16 ...). Every input has a second axis of its own name, so an
+	// item sends each at its own length, and each may be padded alone.
+	Dtypes = "dtypes"
 )
 
 // The demo tower's size.
@@ -56,7 +62,7 @@ const (
 const Vocabulary = 10
 
 // Names lists the models Build knows.
-func Names() []string { return []string{MLP, Demo, Seq, Multi, Fixed} }
+func Names() []string { return []string{MLP, Demo, Seq, Multi, Fixed, Dtypes} }
 
 // Build returns the ONNX bytes of the named model. The bytes are the same on
 // every call: weights come from a fixed seed.
@@ -73,6 +79,8 @@ func Build(name string) ([]byte, error) {
 		g = buildMulti()
 	case Fixed:
 		g = buildFixed()
+	case Dtypes:
+		g = buildDtypes()
 	default:
 		return nil, fmt.Errorf("onnxtest: no model %q", name)
 	}

@@ -18,6 +18,8 @@ import (
 // over the weights read from the model file.
 type Reference struct {
 	weights map[string]weight
+	// identities maps the output of each Identity node to its input.
+	identities map[string]string
 }
 
 type weight struct {
@@ -42,7 +44,12 @@ func LoadBytes(data []byte) (*Reference, error) {
 	if err := proto.Unmarshal(data, &m); err != nil {
 		return nil, fmt.Errorf("onnxtest: parse model: %w", err)
 	}
-	r := &Reference{weights: map[string]weight{}}
+	r := &Reference{weights: map[string]weight{}, identities: map[string]string{}}
+	for _, n := range m.GetGraph().GetNode() {
+		if n.GetOpType() == "Identity" && len(n.GetInput()) == 1 && len(n.GetOutput()) == 1 {
+			r.identities[n.GetOutput()[0]] = n.GetInput()[0]
+		}
+	}
 	for _, t := range m.GetGraph().GetInitializer() {
 		w := weight{dims: t.GetDims()}
 		raw := t.GetRawData()
@@ -198,6 +205,21 @@ func (r *Reference) Fixed(x []float32) (y []float64, energy float64) {
 		energy += v * v
 	}
 	return y, energy
+}
+
+// Dtypes answers one item of the dtypes model: each output is the input its
+// Identity node reads, element for element. inputs maps input names to
+// their little-endian elements; the answer maps output names to theirs.
+func (r *Reference) Dtypes(inputs map[string][]byte) map[string][]byte {
+	out := map[string][]byte{}
+	for _, c := range DtypeCases() {
+		in, ok := r.identities[c.Output]
+		if !ok {
+			panic(fmt.Sprintf("onnxtest: the model has no Identity node giving %q", c.Output))
+		}
+		out[c.Output] = append([]byte(nil), inputs[in]...)
+	}
+	return out
 }
 
 // RepoRoot finds the repository's root from the working directory: the

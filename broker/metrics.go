@@ -1,0 +1,83 @@
+package broker
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Collector returns the metrics of a front end and, when node is not nil,
+// of the node beside it, read from their counters when scraped:
+//
+//	streamer_broker_redis_up                    1 when Redis answered the last check
+//	streamer_broker_nodes                       nodes heard from within 3 s
+//	streamer_broker_backlog_items               items on the shared stream, waiting or running
+//	streamer_broker_max_backlog_items           its bound, past which front ends answer 429
+//	streamer_broker_duplicate_answers_total     second answers dropped after a claim
+//	streamer_broker_withdrawn_items_total       items of requests given up, deleted before any node read them
+//	streamer_broker_node_items_total{event}     read, claimed, answered, expired, released, quarantined
+//	streamer_broker_node_write_failures_total   writes of answers Redis did not take (retried)
+//	streamer_broker_node_held_items             items the node holds now
+func Collector(fe *FrontEnd, node *Node) prometheus.Collector {
+	return &collector{fe: fe, node: node,
+		up:         prometheus.NewDesc("streamer_broker_redis_up", "1 when Redis answered the front end's last check, else 0.", nil, nil),
+		nodes:      prometheus.NewDesc("streamer_broker_nodes", "Nodes heard from within the last 3 seconds.", nil, nil),
+		backlog:    prometheus.NewDesc("streamer_broker_backlog_items", "Items on the shared stream, waiting or running, from every front end.", nil, nil),
+		maxBacklog: prometheus.NewDesc("streamer_broker_max_backlog_items", "The shared backlog's bound: past it front ends answer 429.", nil, nil),
+		duplicates: prometheus.NewDesc("streamer_broker_duplicate_answers_total", "Second answers to one item, after a claim, dropped by this front end.", nil, nil),
+		withdrawn:  prometheus.NewDesc("streamer_broker_withdrawn_items_total", "Items of requests given up (client gone, deadline passed) deleted from the stream before any node read them.", nil, nil),
+		items:      prometheus.NewDesc("streamer_broker_node_items_total", "Items this node read from Redis (claimed: of them, taken over from a silent node), answered, found expired, released for another node, or refused as quarantined.", []string{"event"}, nil),
+		failures:   prometheus.NewDesc("streamer_broker_node_write_failures_total", "Writes of answers that Redis did not take; they are retried and their items kept.", nil, nil),
+		held:       prometheus.NewDesc("streamer_broker_node_held_items", "Items this node holds now, running or queued on its workers.", nil, nil),
+	}
+}
+
+type collector struct {
+	fe   *FrontEnd
+	node *Node
+
+	up, nodes, backlog, maxBacklog, duplicates, withdrawn *prometheus.Desc
+	items, failures, held                                 *prometheus.Desc
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.up, c.nodes, c.backlog, c.maxBacklog, c.duplicates, c.withdrawn} {
+		ch <- d
+	}
+	if c.node != nil {
+		ch <- c.items
+		ch <- c.failures
+		ch <- c.held
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	fs := c.fe.FrontEndStats()
+	up := 0.0
+	if fs.RedisUp {
+		up = 1
+	}
+	gauge(c.up, up)
+	gauge(c.nodes, float64(fs.Nodes))
+	gauge(c.backlog, float64(fs.Backlog))
+	gauge(c.maxBacklog, float64(fs.MaxBacklog))
+	counter(c.duplicates, fs.Duplicates)
+	counter(c.withdrawn, fs.Withdrawn)
+	if c.node == nil {
+		return
+	}
+	ns := c.node.Stats()
+	for _, e := range []struct {
+		event string
+		n     uint64
+	}{
+		{"read", ns.Read}, {"claimed", ns.Claimed}, {"answered", ns.Answered}, {"expired", ns.Expired},
+		{"released", ns.Released}, {"quarantined", ns.Quarantined},
+	} {
+		counter(c.items, e.n, e.event)
+	}
+	counter(c.failures, ns.WriteFailures)
+	gauge(c.held, float64(ns.Held))
+}

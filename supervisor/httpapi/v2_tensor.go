@@ -1,0 +1,801 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math"
+	"strconv"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/streamer-dev/streamer/internal/wire"
+)
+
+// This file holds the v2 datatypes and the conversions of their elements
+// between JSON and the binary layout Tensor.Data describes.
+
+// elementKind is how the elements of a datatype are read and written.
+type elementKind uint8
+
+const (
+	kindBool elementKind = iota
+	kindUint
+	kindInt
+	kindHalf
+	kindFloat
+	kindBytes
+)
+
+// dtype is a v2 datatype as the handler uses it.
+type dtype struct {
+	name string
+	kind elementKind
+	size int // bytes per element; 0 for BYTES, whose elements vary
+}
+
+// dtypeOf looks up a datatype by its v2 name, which is case-sensitive.
+func dtypeOf(name []byte) (dtype, bool) {
+	switch string(name) { // no allocation: the compiler compares in place
+	case "BOOL":
+		return dtype{"BOOL", kindBool, 1}, true
+	case "UINT8":
+		return dtype{"UINT8", kindUint, 1}, true
+	case "UINT16":
+		return dtype{"UINT16", kindUint, 2}, true
+	case "UINT32":
+		return dtype{"UINT32", kindUint, 4}, true
+	case "UINT64":
+		return dtype{"UINT64", kindUint, 8}, true
+	case "INT8":
+		return dtype{"INT8", kindInt, 1}, true
+	case "INT16":
+		return dtype{"INT16", kindInt, 2}, true
+	case "INT32":
+		return dtype{"INT32", kindInt, 4}, true
+	case "INT64":
+		return dtype{"INT64", kindInt, 8}, true
+	case "FP16":
+		return dtype{"FP16", kindHalf, 2}, true
+	case "FP32":
+		return dtype{"FP32", kindFloat, 4}, true
+	case "FP64":
+		return dtype{"FP64", kindFloat, 8}, true
+	case "BYTES":
+		return dtype{"BYTES", kindBytes, 0}, true
+	}
+	return dtype{}, false
+}
+
+// datatypeNames is named when a request gives a datatype the protocol lacks.
+const datatypeNames = "BOOL, UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64, FP16, FP32, FP64 or BYTES"
+
+// maxRank bounds the axes of a tensor: no framework goes past 64 (NumPy's
+// limit), and the bound keeps the nested-data walk's recursion shallow.
+const maxRank = 64
+
+// elementCount is the number of elements of shape, false when an axis is
+// negative or the product overflows.
+func elementCount(shape []int64) (int64, bool) {
+	n := int64(1)
+	for _, d := range shape {
+		if d < 0 || d != 0 && n > math.MaxInt64/d {
+			return 0, false
+		}
+		n *= d
+	}
+	return n, true
+}
+
+// formatShape writes shape as JSON, e.g. [2,3].
+func formatShape(shape []int64) string {
+	return string(appendShape(nil, shape))
+}
+
+func appendShape(dst []byte, shape []int64) []byte {
+	dst = append(dst, '[')
+	for i, d := range shape {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = strconv.AppendInt(dst, d, 10)
+	}
+	return append(dst, ']')
+}
+
+// checkData says what is wrong with data as the elements of shape in the
+// binary layout: its size for fixed-size types, the length prefixes of
+// BYTES; "" when nothing is.
+func checkData(dt dtype, shape []int64, data []byte) string {
+	count, ok := elementCount(shape)
+	if !ok {
+		return "shape " + formatShape(shape) + " has a negative axis or too many elements"
+	}
+	if dt.kind != kindBytes {
+		if want := int64(dt.size); count > math.MaxInt64/want || count*want != int64(len(data)) {
+			return strconv.Itoa(len(data)) + " bytes of data do not match shape " + formatShape(shape) + " of " + dt.name +
+				" (" + strconv.FormatInt(count, 10) + " elements of " + strconv.Itoa(dt.size) + " bytes)"
+		}
+		return ""
+	}
+	rest := data
+	for i := int64(0); i < count; i++ {
+		var problem string
+		if _, rest, problem = nextBytesElement(rest); problem != "" {
+			return "BYTES element " + strconv.FormatInt(i, 10) + " of " + strconv.FormatInt(count, 10) + " (shape " +
+				formatShape(shape) + "): " + problem
+		}
+	}
+	if len(rest) != 0 {
+		return strconv.Itoa(len(rest)) + " bytes follow the last of the " + strconv.FormatInt(count, 10) +
+			" BYTES elements of shape " + formatShape(shape)
+	}
+	return ""
+}
+
+// nextBytesElement splits the BYTES element that starts data from the
+// rest; problem says why it cannot.
+func nextBytesElement(data []byte) (element, rest []byte, problem string) {
+	if len(data) < 4 {
+		return nil, nil, "the 4-byte length prefix is cut short: " + strconv.Itoa(len(data)) + " bytes are left"
+	}
+	n := binary.LittleEndian.Uint32(data)
+	if uint64(n) > uint64(len(data)-4) {
+		return nil, nil, "the length prefix says " + strconv.FormatUint(uint64(n), 10) + " bytes, but " +
+			strconv.Itoa(len(data)-4) + " are left"
+	}
+	return data[4 : 4+n], data[4+n:], ""
+}
+
+// skipBytesElements returns data after its first n BYTES elements, which
+// checkData has vetted.
+func skipBytesElements(data []byte, n int64) []byte {
+	for ; n > 0; n-- {
+		data = data[4+binary.LittleEndian.Uint32(data):]
+	}
+	return data
+}
+
+// tensorRef names the tensor an error is about: an input or output by name
+// once its name is known, else by its place in the request.
+type tensorRef struct {
+	what  string // "input" or "output"
+	index int
+	name  []byte
+}
+
+func (r tensorRef) String() string {
+	if r.name != nil {
+		return r.what + " " + strconv.Quote(string(r.name))
+	}
+	return r.what + "s[" + strconv.Itoa(r.index) + "]"
+}
+
+// jsonDataReader converts a "data" array of JSON values into the binary
+// layout, appending to dst: flat row-major, or nested to agree with shape.
+type jsonDataReader struct {
+	// s is a copy of the caller's scanner, put back when done: a pointer
+	// here would send the caller's scanner to the heap, as escape analysis
+	// sees dst, which does escape, and s as one.
+	s     wire.JSONScanner
+	dt    dtype
+	shape []int64
+	ref   tensorRef
+	dst   []byte
+	count int64 // elements read so far
+}
+
+// appendJSONData reads the data array at s for the tensor ref of type dt
+// and shape, and appends its elements in the binary layout to dst.
+func appendJSONData(dst []byte, s *wire.JSONScanner, dt dtype, shape []int64, ref tensorRef) ([]byte, error) {
+	want, ok := elementCount(shape)
+	if !ok {
+		return dst, badRequest(ref.String() + ": shape " + formatShape(shape) + " has a negative axis or too many elements")
+	}
+	c, ok := s.Peek()
+	if !ok || c != '[' {
+		value, err := s.Skip(1)
+		if err != nil {
+			return dst, malformedJSON(err)
+		}
+		return dst, badRequest(ref.String() + `: "data" must be an array, not ` + jsonKind(value))
+	}
+	d := jsonDataReader{s: *s, dt: dt, shape: shape, ref: ref, dst: dst}
+	var err error
+	if d.nested() {
+		err = d.nestedData()
+	} else {
+		err = d.flat()
+	}
+	*s = d.s
+	if err != nil {
+		return d.dst, err
+	}
+	if d.count != want {
+		return d.dst, badRequest(ref.String() + `: "data" has ` + strconv.FormatInt(d.count, 10) + " elements, shape " +
+			formatShape(shape) + " has " + strconv.FormatInt(want, 10))
+	}
+	return d.dst, nil
+}
+
+// nested reports whether the array at the scanner holds arrays: data
+// nested to the shape rather than flat.
+func (d *jsonDataReader) nested() bool {
+	probe := d.s // a copy: peeking past '[' must not move the scanner
+	probe.Consume('[')
+	c, ok := probe.Peek()
+	return ok && c == '['
+}
+
+// flat reads a flat array of elements.
+func (d *jsonDataReader) flat() error {
+	d.s.Consume('[')
+	_, err := d.elements(1)
+	return err
+}
+
+// elements reads the elements of an array whose '[' has been read, up to
+// its ']', and returns how many there were.
+func (d *jsonDataReader) elements(depth int) (int64, error) {
+	n := int64(0)
+	if d.s.Consume(']') {
+		return 0, nil
+	}
+	for {
+		if err := d.element(depth); err != nil {
+			return n, err
+		}
+		n++
+		if d.s.Consume(',') {
+			continue
+		}
+		if d.s.Consume(']') {
+			return n, nil
+		}
+		return n, malformedJSON(d.s.Unexpected("after an array element"))
+	}
+}
+
+// nestedData reads data nested to the shape: on each axis but the last,
+// shape[axis] arrays of the next axis; on the last, the elements. It walks
+// the nesting with a loop rather than by recursion, which would make the
+// scanner escape to the heap.
+func (d *jsonDataReader) nestedData() error {
+	last := len(d.shape) - 1
+	if last < 0 {
+		return badRequest(d.ref.String() + `: "data" nests deeper than shape ` + formatShape(d.shape))
+	}
+	var entries [maxRank]int64 // per axis, the entries read of its current array
+	axis := 0
+	for {
+		if err := d.openArray(axis); err != nil {
+			return err
+		}
+		if axis < last {
+			if !d.s.Consume(']') {
+				axis++ // the array's first entry: an array of the next axis
+				continue
+			}
+			entries[axis] = 0
+		} else {
+			n, err := d.elements(axis + 2)
+			if err != nil {
+				return err
+			}
+			entries[axis] = n
+		}
+		// The array of axis has ended: count it in its parent, and climb
+		// while the parent ends too.
+		for {
+			if entries[axis] != d.shape[axis] {
+				return badRequest(d.ref.String() + `: "data" has ` + strconv.FormatInt(entries[axis], 10) + " entries on axis " +
+					strconv.Itoa(axis) + ", shape " + formatShape(d.shape) + " has " + strconv.FormatInt(d.shape[axis], 10))
+			}
+			if axis == 0 {
+				return nil
+			}
+			axis--
+			entries[axis]++
+			if d.s.Consume(',') {
+				axis++ // the parent's next entry
+				break
+			}
+			if !d.s.Consume(']') {
+				return malformedJSON(d.s.Unexpected("after an array element"))
+			}
+		}
+	}
+}
+
+// openArray reads the '[' of an array for axis, or says why the value
+// there is not one.
+func (d *jsonDataReader) openArray(axis int) error {
+	if c, ok := d.s.Peek(); ok && c == '[' {
+		d.s.Consume('[')
+		return nil
+	}
+	value, err := d.s.Skip(axis + 1)
+	if err != nil {
+		return malformedJSON(err)
+	}
+	return badRequest(d.ref.String() + `: "data" holds ` + jsonKind(value) + " where shape " + formatShape(d.shape) +
+		" needs an array for axis " + strconv.Itoa(axis) + "; send data flat or nested to the shape")
+}
+
+// element reads one element and appends it in the binary layout.
+func (d *jsonDataReader) element(depth int) error {
+	text, err := d.s.Skip(depth)
+	if err != nil {
+		return malformedJSON(err)
+	}
+	var problem string
+	switch d.dt.kind {
+	case kindBool:
+		problem = d.appendBool(text)
+	case kindUint, kindInt:
+		problem = d.appendInteger(text)
+	case kindHalf, kindFloat:
+		problem = d.appendFloat(text)
+	case kindBytes:
+		problem = d.appendBytes(text)
+	}
+	if problem != "" {
+		return badRequest(d.ref.String() + ": element " + strconv.FormatInt(d.count, 10) + " " + problem)
+	}
+	d.count++
+	return nil
+}
+
+func (d *jsonDataReader) appendBool(text []byte) string {
+	switch string(text) {
+	case "true":
+		d.dst = append(d.dst, 1)
+	case "false":
+		d.dst = append(d.dst, 0)
+	default:
+		return "is " + describeValue(text) + ", not true or false (BOOL)"
+	}
+	return ""
+}
+
+// appendInteger appends an integer element, range-checked against the
+// datatype. A number written with a fraction or exponent is taken when its
+// value is a whole number that a float64 holds exactly.
+func (d *jsonDataReader) appendInteger(text []byte) string {
+	if !isNumber(text) {
+		return "is " + describeValue(text) + ", not a whole number (" + d.dt.name + ")"
+	}
+	bits := d.dt.size * 8
+	var u uint64
+	if isIntegerText(text) {
+		var err error
+		if d.dt.kind == kindUint && text[0] != '-' {
+			u, err = strconv.ParseUint(string(text), 10, bits)
+		} else {
+			var v int64
+			v, err = strconv.ParseInt(string(text), 10, bits)
+			if d.dt.kind == kindUint && v != 0 { // -0 is 0; every other negative number is out of range
+				err = strconv.ErrRange
+			}
+			u = uint64(v)
+		}
+		if err != nil {
+			return "is " + string(text) + ", which does not fit " + d.dt.name
+		}
+	} else {
+		f, err := strconv.ParseFloat(string(text), 64)
+		if err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+			return "is " + string(text) + ", not a whole number (" + d.dt.name + ")"
+		}
+		if !intFits(f, d.dt) {
+			return "is " + string(text) + ", which does not fit " + d.dt.name
+		}
+		if f < 0 {
+			u = uint64(int64(f))
+		} else {
+			u = uint64(f)
+		}
+	}
+	switch d.dt.size {
+	case 1:
+		d.dst = append(d.dst, byte(u))
+	case 2:
+		d.dst = binary.LittleEndian.AppendUint16(d.dst, uint16(u))
+	case 4:
+		d.dst = binary.LittleEndian.AppendUint32(d.dst, uint32(u))
+	default:
+		d.dst = binary.LittleEndian.AppendUint64(d.dst, u)
+	}
+	return ""
+}
+
+// intFits reports whether the whole number f (|f| ≤ 2^53) fits dt.
+func intFits(f float64, dt dtype) bool {
+	bits := dt.size * 8
+	if dt.kind == kindUint {
+		return f >= 0 && (bits == 64 || f < float64(uint64(1)<<bits))
+	}
+	limit := float64(uint64(1) << (bits - 1))
+	return f >= -limit && f < limit
+}
+
+// appendFloat appends a floating-point element. null stands for NaN, since
+// JSON has no NaN and the answers write NaN as null; a finite number too
+// large for the datatype is refused rather than made infinite.
+func (d *jsonDataReader) appendFloat(text []byte) string {
+	if string(text) == "null" {
+		switch {
+		case d.dt.kind == kindHalf:
+			d.dst = binary.LittleEndian.AppendUint16(d.dst, halfNaN)
+		case d.dt.size == 4:
+			d.dst = binary.LittleEndian.AppendUint32(d.dst, math.Float32bits(float32(math.NaN())))
+		default:
+			d.dst = binary.LittleEndian.AppendUint64(d.dst, math.Float64bits(math.NaN()))
+		}
+		return ""
+	}
+	if !isNumber(text) {
+		return "is " + describeValue(text) + ", not a number (" + d.dt.name + ")"
+	}
+	bits := 64
+	if d.dt.kind == kindFloat && d.dt.size == 4 {
+		bits = 32 // parsed straight to float32: one rounding, not two
+	}
+	f, err := strconv.ParseFloat(string(text), bits)
+	if err != nil {
+		return "is " + string(text) + ", which does not fit " + d.dt.name
+	}
+	switch {
+	case d.dt.kind == kindHalf:
+		h, ok := halfFromFloat64(f)
+		if !ok {
+			return "is " + string(text) + ", which does not fit " + d.dt.name + " (its largest value is 65504)"
+		}
+		d.dst = binary.LittleEndian.AppendUint16(d.dst, h)
+	case bits == 32:
+		d.dst = binary.LittleEndian.AppendUint32(d.dst, math.Float32bits(float32(f)))
+	default:
+		d.dst = binary.LittleEndian.AppendUint64(d.dst, math.Float64bits(f))
+	}
+	return ""
+}
+
+// appendBytes appends a BYTES element: the string's bytes after a 4-byte
+// length.
+func (d *jsonDataReader) appendBytes(text []byte) string {
+	if text[0] != '"' {
+		return "is " + describeValue(text) + ", not a string (BYTES)"
+	}
+	start := len(d.dst)
+	d.dst = append(d.dst, 0, 0, 0, 0)
+	d.dst = appendUnquoted(d.dst, text[1:len(text)-1])
+	n := len(d.dst) - start - 4
+	if uint64(n) > math.MaxUint32 {
+		return "is longer than a BYTES element can be (4 GiB)"
+	}
+	binary.LittleEndian.PutUint32(d.dst[start:], uint32(n))
+	return ""
+}
+
+// isNumber reports whether the validated JSON value text is a number.
+func isNumber(text []byte) bool {
+	return text[0] == '-' || '0' <= text[0] && text[0] <= '9'
+}
+
+// isIntegerText reports whether the JSON number text has neither a
+// fraction nor an exponent.
+func isIntegerText(text []byte) bool {
+	return !bytes.ContainsAny(text, ".eE")
+}
+
+// describeValue names a JSON value in an error: short scalars as they are,
+// the rest by kind.
+func describeValue(text []byte) string {
+	if len(text) <= 32 && text[0] != '[' && text[0] != '{' {
+		return string(text)
+	}
+	return jsonKind(text)
+}
+
+// appendUnquoted appends the text of a JSON string body (validated, its
+// quotes removed) with its escapes decoded. Invalid UTF-8 and lone
+// surrogates become U+FFFD, as encoding/json decodes them.
+func appendUnquoted(dst, raw []byte) []byte {
+	if bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
+		return append(dst, raw...)
+	}
+	for i := 0; i < len(raw); {
+		c := raw[i]
+		switch {
+		case c == '\\':
+			var r rune
+			r, i = unescape(raw, i)
+			dst = utf8.AppendRune(dst, r)
+		case c < utf8.RuneSelf:
+			dst = append(dst, c)
+			i++
+		default:
+			r, size := utf8.DecodeRune(raw[i:])
+			if r == utf8.RuneError && size == 1 {
+				dst = utf8.AppendRune(dst, utf8.RuneError)
+			} else {
+				dst = append(dst, raw[i:i+size]...)
+			}
+			i += size
+		}
+	}
+	return dst
+}
+
+// unescape decodes the validated escape at raw[i] and returns its rune and
+// the index after it. A surrogate pair is joined; a lone surrogate becomes
+// U+FFFD, leaving what follows it to be read on its own.
+func unescape(raw []byte, i int) (rune, int) {
+	switch raw[i+1] {
+	case 'b':
+		return '\b', i + 2
+	case 'f':
+		return '\f', i + 2
+	case 'n':
+		return '\n', i + 2
+	case 'r':
+		return '\r', i + 2
+	case 't':
+		return '\t', i + 2
+	case 'u':
+		r := hex4(raw[i+2:])
+		i += 6
+		if !utf16.IsSurrogate(r) {
+			return r, i
+		}
+		if i+6 <= len(raw) && raw[i] == '\\' && raw[i+1] == 'u' {
+			if joined := utf16.DecodeRune(r, hex4(raw[i+2:])); joined != utf8.RuneError {
+				return joined, i + 6
+			}
+		}
+		return utf8.RuneError, i
+	}
+	return rune(raw[i+1]), i + 2 // \" \\ \/
+}
+
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b[:4] {
+		r <<= 4
+		switch {
+		case '0' <= c && c <= '9':
+			r |= rune(c - '0')
+		case 'a' <= c && c <= 'f':
+			r |= rune(c - 'a' + 10)
+		case 'A' <= c && c <= 'F':
+			r |= rune(c - 'A' + 10)
+		}
+	}
+	return r
+}
+
+// appendJSONString writes s as a JSON string. Bytes that are not UTF-8
+// become U+FFFD, as encoding/json writes them: the answer stays valid JSON,
+// and a client that needs the exact bytes asks for binary data.
+func appendJSONString(dst, s []byte) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRune(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i++
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+func appendJSONStringText(dst []byte, s string) []byte {
+	// The compiler makes no copy of s: the conversion is neither kept nor
+	// written to.
+	return appendJSONString(dst, []byte(s))
+}
+
+// appendJSONElements appends the elements of data, a tensor of dt in the
+// binary layout that checkData has vetted, as comma-separated JSON values;
+// first says whether one has been written before them.
+func appendJSONElements(dst []byte, dt dtype, data []byte, first bool) []byte {
+	for len(data) > 0 {
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		switch dt.kind {
+		case kindBool:
+			if data[0] != 0 {
+				dst = append(dst, "true"...)
+			} else {
+				dst = append(dst, "false"...)
+			}
+		case kindUint:
+			dst = strconv.AppendUint(dst, readUint(data, dt.size), 10)
+		case kindInt:
+			dst = strconv.AppendInt(dst, readInt(data, dt.size), 10)
+		case kindHalf:
+			dst = appendJSONFloat(dst, float64(halfToFloat32(binary.LittleEndian.Uint16(data))), 32)
+		case kindFloat:
+			if dt.size == 4 {
+				dst = appendJSONFloat(dst, float64(math.Float32frombits(binary.LittleEndian.Uint32(data))), 32)
+			} else {
+				dst = appendJSONFloat(dst, math.Float64frombits(binary.LittleEndian.Uint64(data)), 64)
+			}
+		case kindBytes:
+			var element []byte
+			element, data, _ = nextBytesElement(data)
+			dst = appendJSONString(dst, element)
+			continue
+		}
+		data = data[dt.size:]
+	}
+	return dst
+}
+
+func readUint(b []byte, size int) uint64 {
+	switch size {
+	case 1:
+		return uint64(b[0])
+	case 2:
+		return uint64(binary.LittleEndian.Uint16(b))
+	case 4:
+		return uint64(binary.LittleEndian.Uint32(b))
+	}
+	return binary.LittleEndian.Uint64(b)
+}
+
+func readInt(b []byte, size int) int64 {
+	switch size {
+	case 1:
+		return int64(int8(b[0]))
+	case 2:
+		return int64(int16(binary.LittleEndian.Uint16(b)))
+	case 4:
+		return int64(int32(binary.LittleEndian.Uint32(b)))
+	}
+	return int64(binary.LittleEndian.Uint64(b))
+}
+
+// appendJSONFloat writes f as encoding/json does (plain decimals, an
+// exponent below 1e-6 and from 1e21, the shortest text that reads back as
+// the same value of its size), and NaN and ±Inf, which JSON cannot hold,
+// as null.
+func appendJSONFloat(dst []byte, f float64, bits int) []byte {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return append(dst, "null"...)
+	}
+	format := byte('f')
+	if abs := math.Abs(f); abs != 0 {
+		if bits == 64 && (abs < 1e-6 || abs >= 1e21) ||
+			bits == 32 && (float32(abs) < 1e-6 || float32(abs) >= 1e21) {
+			format = 'e'
+		}
+	}
+	dst = strconv.AppendFloat(dst, f, format, -1, bits)
+	if format == 'e' { // e-07 → e-7
+		if n := len(dst); n >= 4 && dst[n-4] == 'e' && dst[n-3] == '-' && dst[n-2] == '0' {
+			dst[n-2] = dst[n-1]
+			dst = dst[:n-1]
+		}
+	}
+	return dst
+}
+
+// halfNaN is the quiet NaN of IEEE 754 half precision.
+const halfNaN = 0x7e00
+
+// halfFromFloat64 rounds f to the nearest IEEE 754 half-precision value,
+// ties to even, and returns its bits. It reports false when a finite f is
+// too large, so that rounding would make it infinite; ±Inf and NaN convert
+// to themselves.
+func halfFromFloat64(f float64) (uint16, bool) {
+	b := math.Float64bits(f)
+	sign := uint16(b>>48) & 0x8000
+	exp := int(b>>52) & 0x7ff
+	mant := b & (1<<52 - 1)
+	switch {
+	case exp == 0x7ff && mant != 0:
+		return sign | halfNaN, true
+	case exp == 0x7ff:
+		return sign | 0x7c00, true
+	case exp == 0: // zero or a float64 subnormal: far below half's smallest
+		return sign, true
+	}
+	e := exp - 1023 // f = 1.mant × 2^e
+	if e > 15 {
+		return 0, false
+	}
+	m := mant | 1<<52
+	// A half holds 1.m × 2^e with 10 bits of m for e ≥ -14, and m × 2^-24
+	// below: shift the 53-bit significand down to those bits.
+	shift := 42
+	if e < -14 {
+		shift = 28 - e
+	}
+	if shift >= 64 {
+		return sign, true
+	}
+	r := m >> shift
+	rem := m & (1<<shift - 1)
+	if halfway := uint64(1) << (shift - 1); rem > halfway || rem == halfway && r&1 == 1 {
+		r++
+	}
+	// For a normal half r holds the implicit bit (1024), which adds one to
+	// the exponent field below; a carry out of the mantissa on rounding
+	// moves into the exponent the same way.
+	var h uint64
+	if e < -14 {
+		h = r
+	} else {
+		h = uint64(e+14)<<10 + r
+	}
+	if h >= 0x7c00 {
+		return 0, false
+	}
+	return sign | uint16(h), true
+}
+
+// halfToFloat32 widens the IEEE 754 half h exactly.
+func halfToFloat32(h uint16) float32 {
+	sign := uint32(h&0x8000) << 16
+	exp := uint32(h>>10) & 0x1f
+	mant := uint32(h & 0x3ff)
+	switch exp {
+	case 0: // zero or subnormal: mant × 2^-24, exact in a float32
+		f := float32(mant) / (1 << 24)
+		if sign != 0 {
+			f = -f
+		}
+		return f
+	case 0x1f:
+		return math.Float32frombits(sign | 0x7f800000 | mant<<13)
+	}
+	return math.Float32frombits(sign | (exp+127-15)<<23 | mant<<13)
+}
+
+// quoteNames lists names for an error: "a", "b".
+func quoteNames(specs []TensorSpec) string {
+	if len(specs) == 0 {
+		return "none"
+	}
+	var b strings.Builder
+	for i, s := range specs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.Quote(s.Name))
+	}
+	return b.String()
+}
