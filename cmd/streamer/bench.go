@@ -95,6 +95,15 @@ func runBench(ctx context.Context, flags *pflag.FlagSet, o benchOptions) error {
 	if cfg.Token, err = o.serve.security.token(os.LookupEnv); err != nil {
 		return err
 	}
+	if cfg.Protocol != bench.ProtocolPredict {
+		spec, err := o.serve.spec("")
+		if err != nil {
+			return err
+		}
+		if cfg.ModelName, err = o.serve.v2ModelName(spec); err != nil {
+			return err
+		}
+	}
 	cfg.Progress = !o.jsonOut
 	cfg.Stderr = os.Stderr
 	cfg.Server = bench.Server{Binary: self, Args: serveArgs(flags), Workers: o.serve.workers}

@@ -127,6 +127,21 @@ func testFillMask(t *testing.T, bins map[string]string) {
 	if p := s.predictJSON(t, "no mask in this one"); p.Status != http.StatusUnprocessableEntity || !strings.Contains(p.Error, "no [MASK]") {
 		t.Errorf("a sentence without a mask: %s, want 422 saying so", p)
 	}
+	// The same plugin over the Open Inference Protocol, named after its
+	// binary: one BYTES element per sentence.
+	a := s.infer(t, "/v2/models/fillmask/infer", v2Request{Inputs: []v2Input{bytesElements(in...).flat()}})
+	if a.Status != http.StatusOK {
+		t.Fatalf("v2 infer: %s", a)
+	}
+	var words []string
+	for _, e := range elements(t, a.output(t, "output").bytes(t)) {
+		words = append(words, string(e))
+	}
+	if fmt.Sprint(words) != fmt.Sprint(want) {
+		t.Errorf("v2 fillmask: %q, want %v", words, want)
+	}
+	wantError(t, "v2, a sentence without a mask", s.infer(t, "/v2/models/fillmask/infer", v2Request{Inputs: []v2Input{bytesElements("no mask in this one").flat()}}),
+		http.StatusUnprocessableEntity, "no [MASK]")
 
 	// Each worker started its own plugin, which inherited the worker's card.
 	for _, slot := range slots {

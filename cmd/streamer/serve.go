@@ -338,6 +338,14 @@ func runServe(ctx context.Context, o serveOptions) error {
 		return err
 	}
 	announceModel(info, o.batchSize, o.maxLatency, log)
+	v2Name, err := o.v2ModelName(spec)
+	if err != nil {
+		return err
+	}
+	tensors, err := tensorsFor(spec, codec, v2Name)
+	if err != nil {
+		return err
+	}
 	if o.workers == 0 && o.broker.url == "" {
 		return errNoBroker
 	}
@@ -392,7 +400,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 	api := httpapi.New(httpapi.Config{
 		Backend: backend, Codec: codec, MaxBody: o.maxBody, Logger: log, Model: info,
 		WriteTimeout: o.writeTimeout, AllowedOrigins: o.allowOrigins,
-		Admin: adminFor(o.admin, st),
+		Admin: adminFor(o.admin, st), Tensors: tensors,
 	})
 	stopping := &drainer{listener: listener, grace: o.grace, log: log}
 	if remote != nil {

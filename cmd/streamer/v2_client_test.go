@@ -215,9 +215,14 @@ func (d tensorData) flat() v2Input {
 	return v2Input{Name: d.name, Shape: d.shape, Datatype: d.datatype, Data: d.jsonValues()}
 }
 
-// nested is the input with its data as nested JSON arrays of its shape.
+// nested is the input with its data as nested JSON arrays of its shape. A
+// scalar's data is still an array, of its one element: the protocol's data
+// is always an array.
 func (d tensorData) nested() v2Input {
 	values := d.jsonValues()
+	if len(d.shape) == 0 {
+		return d.flat()
+	}
 	var nest func(shape []int64, values []any) any
 	nest = func(shape []int64, values []any) any {
 		if len(shape) == 0 {

@@ -359,6 +359,7 @@ func TestV2MultiRefusals(t *testing.T) {
 			ins[2] = v2Input{Name: "scale", Datatype: "FP64", Shape: []int64{2}, Data: []float64{1, 2}}
 			return ins
 		}), []string{"scale"}},
+		{"a scalar's data not an array", request(func(ins []v2Input) []v2Input { ins[2].Data = 1.5; return ins }), []string{"scale", "array"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
