@@ -17,8 +17,7 @@ import (
 // gives models run by ONNX Runtime.
 const Platform = "onnxruntime_onnx"
 
-// v2Datatypes maps a dtype's name to its v2 datatype. It is keyed by name so
-// that a dtype this package does not serve yet (float16) maps once it does.
+// v2Datatypes maps a dtype's name to its v2 datatype.
 var v2Datatypes = map[string]string{
 	"bool":  "BOOL",
 	"uint8": "UINT8", "uint16": "UINT16", "uint32": "UINT32", "uint64": "UINT64",
