@@ -279,6 +279,7 @@ func (n *Node) stopContext() (context.Context, context.CancelFunc) {
 }
 
 // take runs the items read, or answers at once those that must not run.
+// Those that run are queued together, so that they can share a batch.
 func (n *Node) take(msgs []redis.XMessage) {
 	now := time.Now()
 	n.mu.Lock()
@@ -287,6 +288,9 @@ func (n *Node) take(msgs []redis.XMessage) {
 	}
 	n.mu.Unlock()
 	poison := n.quarantined(msgs)
+	var run []answerEntry
+	var reqs []supervisor.Request
+	var keys []string
 	for _, m := range msgs {
 		a := answerEntry{id: m.ID, front: str(m.Values, fieldFront), seq: str(m.Values, fieldSeq), index: str(m.Values, fieldIndex)}
 		if ms, err := strconv.ParseInt(str(m.Values, fieldTTL), 10, 64); err == nil && ms > 0 {
@@ -320,9 +324,18 @@ func (n *Node) take(msgs []redis.XMessage) {
 			n.answer(a)
 			continue
 		}
-		fut, err := n.s.SubmitRequest(context.Background(), req)
-		if err != nil {
-			n.settle(a, key, req.Items[0], nil, err)
+		run = append(run, a)
+		reqs = append(reqs, req)
+		keys = append(keys, key)
+	}
+	if len(reqs) == 0 {
+		return
+	}
+	futs, errs := n.s.SubmitRequests(context.Background(), reqs)
+	for i, fut := range futs {
+		a, key, data := run[i], keys[i], reqs[i].Items[0]
+		if fut == nil {
+			n.settle(a, key, data, nil, errs[i])
 			continue
 		}
 		go func() {
@@ -332,7 +345,7 @@ func (n *Node) take(msgs []redis.XMessage) {
 			if len(out) == 1 {
 				output = out[0]
 			}
-			n.settle(a, key, req.Items[0], output, err)
+			n.settle(a, key, data, output, err)
 		}()
 	}
 }

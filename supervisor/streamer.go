@@ -190,27 +190,72 @@ func (s *Streamer) SubmitRequest(ctx context.Context, req Request) (*Future, err
 	return f, nil
 }
 
+// SubmitRequests queues several independent requests at once and returns
+// their Futures: futs[i] answers reqs[i], or is nil with errs[i] saying why
+// that request was refused, as SubmitRequest would refuse it. Their items
+// are queued together, so that a batch formed now can take items of all of
+// them, which SubmitRequest called once for each cannot promise: the first
+// may leave in a batch of its own before the next is queued. A front end
+// that receives items in bunches (a node reading a shared queue) uses it.
+func (s *Streamer) SubmitRequests(ctx context.Context, reqs []Request) (futs []*Future, errs []error) {
+	futs, errs = make([]*Future, len(reqs)), make([]error, len(reqs))
+	n := 0
+	for i, req := range reqs {
+		f := newFuture(len(req.Items))
+		if errs[i] = s.prepare(ctx, req, f); errs[i] == nil {
+			futs[i] = f
+			n += len(req.Items)
+		}
+	}
+	if n == 0 {
+		return futs, errs
+	}
+	s.mu.Lock()
+	if s.draining.Load() {
+		s.mu.Unlock()
+		for i := range futs {
+			if futs[i] != nil {
+				s.stats.rejected.Add(uint64(len(reqs[i].Items)))
+				futs[i], errs[i] = nil, ErrShuttingDown
+			}
+		}
+		return futs, errs
+	}
+	wasEmpty := s.queue.n == 0
+	queued := 0
+	for i, f := range futs {
+		if f == nil {
+			continue
+		}
+		if waiting := s.queue.items(); waiting+len(reqs[i].Items) > s.cfg.MaxQueue {
+			futs[i], errs[i] = nil, s.refuseFull(waiting, len(reqs[i].Items))
+			continue
+		}
+		s.pushLocked(reqs[i], f)
+		queued += len(reqs[i].Items)
+	}
+	wake := false
+	if queued > 0 {
+		if s.cfg.Batching == BatchingAdaptive {
+			s.returns.arrived(time.Now(), queued)
+		}
+		s.queue.resize()
+		wake = wasEmpty || s.worthWaking()
+	}
+	s.mu.Unlock()
+	s.stats.submitted.Add(uint64(queued))
+	if wake {
+		s.signal()
+	}
+	return futs, errs
+}
+
 // enqueue queues req's items, to be answered through f, or refuses them all.
 func (s *Streamer) enqueue(ctx context.Context, req Request, f *Future) error {
-	n := len(req.Items)
-	if err := s.admit(req); err != nil {
-		s.stats.rejected.Add(uint64(n))
+	if err := s.prepare(ctx, req, f); err != nil {
 		return err
 	}
-	deadline := req.Deadline
-	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
-		deadline = d
-	}
-	if !deadline.IsZero() && !time.Now().Before(deadline) {
-		s.stats.rejected.Add(uint64(n))
-		return fmt.Errorf("%w: before the request was queued", ErrDeadline)
-	}
-	f.enqueued = s.clock()
-	f.deadline = deadline
-	if ctx.Done() != nil {
-		f.ctx = ctx
-	}
-
+	n := len(req.Items)
 	if waiting := int(s.queue.size.Load()); waiting+n > s.cfg.MaxQueue {
 		// Refused without the lock, which the workers' answers need.
 		return s.refuseFull(waiting, n)
@@ -231,13 +276,7 @@ func (s *Streamer) enqueue(ctx context.Context, req Request, f *Future) error {
 	if s.cfg.Batching == BatchingAdaptive {
 		s.returns.arrived(time.Now(), n)
 	}
-	for i, data := range req.Items {
-		it := item{fut: f, index: int32(i), data: data}
-		if req.Keys != nil {
-			it.key = req.Keys[i]
-		}
-		s.queue.push(it)
-	}
+	s.pushLocked(req, f)
 	s.queue.resize()
 	// The first item queued arms the dispatcher's MaxLatency timer.
 	wake := wasEmpty || s.worthWaking()
@@ -247,6 +286,42 @@ func (s *Streamer) enqueue(ctx context.Context, req Request, f *Future) error {
 		s.signal()
 	}
 	return nil
+}
+
+// prepare checks req before it is queued, and readies f for it: its
+// deadline, the earlier of the request's and ctx's, and ctx itself.
+func (s *Streamer) prepare(ctx context.Context, req Request, f *Future) error {
+	n := len(req.Items)
+	if err := s.admit(req); err != nil {
+		s.stats.rejected.Add(uint64(n))
+		return err
+	}
+	deadline := req.Deadline
+	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
+		deadline = d
+	}
+	if !deadline.IsZero() && !time.Now().Before(deadline) {
+		s.stats.rejected.Add(uint64(n))
+		return fmt.Errorf("%w: before the request was queued", ErrDeadline)
+	}
+	f.enqueued = s.clock()
+	f.deadline = deadline
+	if ctx.Done() != nil {
+		f.ctx = ctx
+	}
+	return nil
+}
+
+// pushLocked queues req's items, answered through f. It requires that s.mu
+// is held.
+func (s *Streamer) pushLocked(req Request, f *Future) {
+	for i, data := range req.Items {
+		it := item{fut: f, index: int32(i), data: data}
+		if req.Keys != nil {
+			it.key = req.Keys[i]
+		}
+		s.queue.push(it)
+	}
 }
 
 // Full reports whether the queue has no room for even one more item: a

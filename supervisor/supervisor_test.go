@@ -780,3 +780,47 @@ func TestRoomCountsIdleWorkersAndTheirPipelines(t *testing.T) {
 		}
 	}
 }
+
+// Requests submitted together share the batch an idle worker starts; one
+// that is refused is answered by its own error, and the others run.
+func TestSubmitRequestsQueuesThemTogether(t *testing.T) {
+	g := newGate(true)
+	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), Workers: 1, BatchSize: 8, MaxQueue: 4, Batching: supervisor.BatchingGreedy})
+	reqs := []supervisor.Request{
+		{Items: items("a")}, {Items: nil}, {Items: items("b"), Keys: []string{""}}, {Items: items("c", "d")}, {Items: items("e")},
+	}
+	futs, errs := s.SubmitRequests(context.Background(), reqs)
+	wantErr := []error{nil, supervisor.ErrBadRequest, nil, nil, supervisor.ErrOverloaded}
+	for i, f := range futs {
+		if (f == nil) != (wantErr[i] != nil) || !errors.Is(errs[i], wantErr[i]) {
+			t.Fatalf("request %d: future %v, error %v; want error %v", i, f != nil, errs[i], wantErr[i])
+		}
+		if f == nil {
+			continue
+		}
+		out, err := f.Result(context.Background())
+		if want := "out:" + string(reqs[i].Items[0]); err != nil || string(out[0]) != want {
+			t.Errorf("request %d answered %q, %v; want %s", i, out, err, want)
+		}
+	}
+	if got := g.seen(); !reflect.DeepEqual(got, [][]string{{"a", "b", "c", "d"}}) {
+		t.Errorf("batches %q; want the four items queued together in one", got)
+	}
+	if st := s.Stats(); st.Submitted != 4 || st.Rejected != 1 {
+		t.Errorf("stats: %d items submitted, %d rejected; want 4, and the one over MaxQueue", st.Submitted, st.Rejected)
+	}
+}
+
+// A streamer shutting down refuses every request submitted together.
+func TestSubmitRequestsAfterShutdown(t *testing.T) {
+	s := start(t, supervisor.Config{InProcess: model.Func(newGate(true).fn), Workers: 1})
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	futs, errs := s.SubmitRequests(context.Background(), []supervisor.Request{{Items: items("a")}, {Items: items("b")}})
+	for i := range futs {
+		if futs[i] != nil || !errors.Is(errs[i], supervisor.ErrShuttingDown) {
+			t.Errorf("request %d: future %v, error %v; want ErrShuttingDown", i, futs[i] != nil, errs[i])
+		}
+	}
+}
