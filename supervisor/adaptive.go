@@ -114,6 +114,12 @@ type returnTracker struct {
 	delay time.Duration
 	gap   time.Duration
 	limit time.Duration // a window's upper bound: MaxLatency, at most 20ms
+	// reach is a window's lower bound: half the batch's fixed cost, once it
+	// is known. Callers who come back later than the window are never
+	// counted, so a window drawn from the delay learned so far could not
+	// learn a longer one: a client across a network, or a front end
+	// through Redis, comes back a millisecond or more after its answer.
+	reach time.Duration
 }
 
 func newReturnTracker(maxLatency time.Duration) returnTracker {
@@ -126,9 +132,10 @@ func (r *returnTracker) eta(n int) time.Duration {
 }
 
 // window is how long an answer of n callers is watched for their return:
-// twice the expected time for them all, and at least half a millisecond.
+// twice the expected time for them all, at least half a millisecond and at
+// least reach, and at most limit.
 func (r *returnTracker) window(n int) time.Duration {
-	return min(max(2*r.eta(n), 500*time.Microsecond), r.limit)
+	return min(max(2*r.eta(n), 500*time.Microsecond, r.reach), r.limit)
 }
 
 // expire forgets the answers whose window has passed at now.

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -101,6 +102,33 @@ func TestHoldWaitsForTheExpected(t *testing.T) {
 		}
 		if st := s.Stats(); st.Batches != 1 || st.Dispatch.Waited != 1 {
 			t.Fatalf("batches %d, dispatch %+v: want the eight in one batch after one wait", st.Batches, st.Dispatch)
+		}
+	})
+}
+
+// Callers across a network (or behind a broker) come back milliseconds
+// after their answer, later than the window drawn from a sub-millisecond
+// delay would watch: the policy still learns how many come back and when,
+// as the window reaches half the batch's fixed cost.
+func TestReturnsFromCallersFarAwayAreLearnt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := trained(t, 20*time.Millisecond)
+		const away = 3 * time.Millisecond
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for range 60 {
+					if _, err := s.Predict(context.Background(), [][]byte{{1}}); err != nil {
+						t.Error(err)
+						return
+					}
+					time.Sleep(away) // the way back to the caller and here again
+				}
+			})
+		}
+		wg.Wait()
+		if r := s.Stats().Returns; r.Share < 0.9 || r.FirstMs < 2.8 || r.FirstMs > 3.2 {
+			t.Fatalf("returns %+v; want a share near 1 and the first back after about %s", r, away)
 		}
 	})
 }

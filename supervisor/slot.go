@@ -283,6 +283,9 @@ func (sl *slot) onResult(w worker, r result) {
 		s.cost.observe(ran, now.Sub(sl.headStart))
 	}
 	if s.cfg.Batching == BatchingAdaptive {
+		if fixed, _, ok := s.cost.line(); ok {
+			s.returns.reach = fixed / 2
+		}
 		s.returns.answered(now, len(b.items))
 	}
 	started := sl.headStart
