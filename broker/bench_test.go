@@ -2,6 +2,9 @@ package broker_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -71,4 +74,116 @@ func benchPredict(b *testing.B, predict func(context.Context, [][]byte) ([][]byt
 			}
 		}
 	})
+}
+
+// The sleep model's batching at moderate load, through Redis (one node)
+// against the same streamer called directly, side by side in one run: a
+// closed loop of one-item requests, reported as items/s, the fraction of
+// the best possible for the model's cost and the mean batch.
+//
+//	go test -run '^$' -bench 'ClosedLoop' -benchtime 2000x ./broker
+
+const (
+	loopFixed   = 10 * time.Millisecond
+	loopPerItem = 100 * time.Microsecond
+	loopWorkers = 4
+	loopBatch   = 64
+)
+
+var sleepModel = model.Func(func(ctx context.Context, items [][]byte) ([][]byte, error) {
+	t := time.NewTimer(loopFixed + time.Duration(len(items))*loopPerItem)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return items, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+})
+
+func BenchmarkClosedLoop(b *testing.B) {
+	for _, clients := range []int{8, 64} {
+		for _, policy := range []supervisor.Batching{supervisor.BatchingGreedy, supervisor.BatchingAdaptive} {
+			b.Run(fmt.Sprintf("clients=%d/%s/local", clients, policy), func(b *testing.B) {
+				st := startStreamer(b, loopConfig(policy))
+				closedLoop(b, st, st.Predict, clients)
+			})
+			b.Run(fmt.Sprintf("clients=%d/%s/local+2ms", clients, policy), func(b *testing.B) {
+				st := startStreamer(b, loopConfig(policy))
+				closedLoop(b, st, func(ctx context.Context, items [][]byte) ([][]byte, error) {
+					out, err := st.Predict(ctx, items)
+					time.Sleep(2 * time.Millisecond)
+					return out, err
+				}, clients)
+			})
+			b.Run(fmt.Sprintf("clients=%d/%s/redis", clients, policy), func(b *testing.B) {
+				st := startStreamer(b, loopConfig(policy))
+				closedLoop(b, st, throughRedis(b, st), clients)
+			})
+		}
+	}
+}
+
+func loopConfig(policy supervisor.Batching) supervisor.Config {
+	return supervisor.Config{InProcess: sleepModel, Workers: loopWorkers, BatchSize: loopBatch, Batching: policy, MaxLatency: 50 * time.Millisecond}
+}
+
+// closedLoop runs b.N one-item requests from clients goroutines, each
+// sending its next when its last is answered.
+func closedLoop(b *testing.B, st *supervisor.Streamer, predict func(context.Context, [][]byte) ([][]byte, error), clients int) {
+	item := [][]byte{[]byte("x")}
+	before := st.Stats()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for range clients {
+		wg.Go(func() {
+			for next.Add(1) <= int64(b.N) {
+				if _, err := predict(context.Background(), item); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	after := st.Stats()
+	itemsPerS := float64(b.N) / elapsed.Seconds()
+	perWorker := (clients + loopWorkers - 1) / loopWorkers
+	best := float64(min(clients, loopWorkers*loopBatch)) / (loopFixed + time.Duration(min(perWorker, loopBatch))*loopPerItem).Seconds()
+	b.ReportMetric(itemsPerS, "items/s")
+	b.ReportMetric(itemsPerS/best, "of-best")
+	b.ReportMetric(float64(after.Answered-before.Answered)/float64(max(after.Batches-before.Batches, 1)), "batch")
+}
+
+// throughRedis starts a Redis, a node running st and a front end, and
+// returns the front end's Predict.
+func throughRedis(b *testing.B, st *supervisor.Streamer) func(context.Context, [][]byte) ([][]byte, error) {
+	rs := redistest.Start(b, redistest.Options{})
+	n, err := broker.NewNode(broker.NodeConfig{Config: broker.Config{URL: rs.URL()}, Streamer: st, Capacity: loopWorkers * loopBatch})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = n.Shutdown(context.Background()) })
+	fe, err := broker.NewFrontEnd(broker.FrontEndConfig{Config: broker.Config{URL: rs.URL()}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := fe.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = fe.Close(context.Background()) })
+	// The first answer says a node is there and reading.
+	if _, err := fe.Predict(ctx, [][]byte{[]byte("warm")}); err != nil {
+		b.Fatal(err)
+	}
+	return fe.Predict
 }

@@ -15,6 +15,7 @@
 #   WARMUP       load before each measurement (default 2s)
 #   CONCURRENCY  the clients of each row (default "8 32 64 128 256 512")
 #   MODEL        the model (default sleep:10ms,100us)
+#   NODE_FLAGS   more flags for the two nodes (e.g. "--batching adaptive")
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -24,6 +25,7 @@ DURATION=${DURATION:-5s}
 WARMUP=${WARMUP:-2s}
 CONCURRENCY=${CONCURRENCY:-8 32 64 128 256 512}
 MODEL=${MODEL:-sleep:10ms,100us}
+NODE_FLAGS=${NODE_FLAGS:-}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 STREAMER=$OUT/streamer
@@ -64,7 +66,8 @@ broker=redis://127.0.0.1:$redis_port/0
 
 for node in 1 2; do
   port=$(free_port)
-  "$STREAMER" serve --broker "$broker" --workers 2 --model "$MODEL" --listen "127.0.0.1:$port" >"$OUT/node$node.log" 2>&1 &
+  # shellcheck disable=SC2086 # NODE_FLAGS is a list of flags
+  "$STREAMER" serve --broker "$broker" --workers 2 --model "$MODEL" --listen "127.0.0.1:$port" $NODE_FLAGS >"$OUT/node$node.log" 2>&1 &
   pids+=($!)
   wait_ready "http://127.0.0.1:$port"
 done
