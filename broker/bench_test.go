@@ -76,10 +76,12 @@ func benchPredict(b *testing.B, predict func(context.Context, [][]byte) ([][]byt
 	})
 }
 
-// The sleep model's batching at moderate load, through Redis (one node)
-// against the same streamer called directly, side by side in one run: a
-// closed loop of one-item requests, reported as items/s, the fraction of
-// the best possible for the model's cost and the mean batch.
+// The sleep model's batching at moderate load on 4 workers, side by side in
+// one run: a streamer called directly, the same with callers who take 2ms
+// to come back (a client across a network), through Redis to one node of 4
+// workers, and to two nodes of 2. A closed loop of one-item requests,
+// reported as items/s, the fraction of the best possible for the model's
+// cost and the mean batch.
 //
 //	go test -run '^$' -bench 'ClosedLoop' -benchtime 2000x ./broker
 
@@ -105,34 +107,47 @@ func BenchmarkClosedLoop(b *testing.B) {
 	for _, clients := range []int{8, 64} {
 		for _, policy := range []supervisor.Batching{supervisor.BatchingGreedy, supervisor.BatchingAdaptive} {
 			b.Run(fmt.Sprintf("clients=%d/%s/local", clients, policy), func(b *testing.B) {
-				st := startStreamer(b, loopConfig(policy))
-				closedLoop(b, st, st.Predict, clients)
+				st := startStreamer(b, loopConfig(policy, loopWorkers))
+				closedLoop(b, st.Predict, clients, st)
 			})
 			b.Run(fmt.Sprintf("clients=%d/%s/local+2ms", clients, policy), func(b *testing.B) {
-				st := startStreamer(b, loopConfig(policy))
-				closedLoop(b, st, func(ctx context.Context, items [][]byte) ([][]byte, error) {
+				st := startStreamer(b, loopConfig(policy, loopWorkers))
+				closedLoop(b, func(ctx context.Context, items [][]byte) ([][]byte, error) {
 					out, err := st.Predict(ctx, items)
 					time.Sleep(2 * time.Millisecond)
 					return out, err
-				}, clients)
+				}, clients, st)
 			})
 			b.Run(fmt.Sprintf("clients=%d/%s/redis", clients, policy), func(b *testing.B) {
-				st := startStreamer(b, loopConfig(policy))
-				closedLoop(b, st, throughRedis(b, st), clients)
+				st := startStreamer(b, loopConfig(policy, loopWorkers))
+				closedLoop(b, throughRedis(b, st), clients, st)
+			})
+			b.Run(fmt.Sprintf("clients=%d/%s/redis-2-nodes", clients, policy), func(b *testing.B) {
+				st1 := startStreamer(b, loopConfig(policy, loopWorkers/2))
+				st2 := startStreamer(b, loopConfig(policy, loopWorkers/2))
+				closedLoop(b, throughRedis(b, st1, st2), clients, st1, st2)
 			})
 		}
 	}
 }
 
-func loopConfig(policy supervisor.Batching) supervisor.Config {
-	return supervisor.Config{InProcess: sleepModel, Workers: loopWorkers, BatchSize: loopBatch, Batching: policy, MaxLatency: 50 * time.Millisecond}
+func loopConfig(policy supervisor.Batching, workers int) supervisor.Config {
+	return supervisor.Config{InProcess: sleepModel, Workers: workers, BatchSize: loopBatch, Batching: policy, MaxLatency: 50 * time.Millisecond}
 }
 
 // closedLoop runs b.N one-item requests from clients goroutines, each
-// sending its next when its last is answered.
-func closedLoop(b *testing.B, st *supervisor.Streamer, predict func(context.Context, [][]byte) ([][]byte, error), clients int) {
+// sending its next when its last is answered, and reports the batches of
+// the streamers that ran them.
+func closedLoop(b *testing.B, predict func(context.Context, [][]byte) ([][]byte, error), clients int, ran ...*supervisor.Streamer) {
 	item := [][]byte{[]byte("x")}
-	before := st.Stats()
+	counts := func() (answered, batches uint64) {
+		for _, st := range ran {
+			s := st.Stats()
+			answered, batches = answered+s.Answered, batches+s.Batches
+		}
+		return answered, batches
+	}
+	answered, batches := counts()
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	b.ResetTimer()
@@ -150,29 +165,31 @@ func closedLoop(b *testing.B, st *supervisor.Streamer, predict func(context.Cont
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
-	after := st.Stats()
+	answeredAfter, batchesAfter := counts()
 	itemsPerS := float64(b.N) / elapsed.Seconds()
 	perWorker := (clients + loopWorkers - 1) / loopWorkers
 	best := float64(min(clients, loopWorkers*loopBatch)) / (loopFixed + time.Duration(min(perWorker, loopBatch))*loopPerItem).Seconds()
 	b.ReportMetric(itemsPerS, "items/s")
 	b.ReportMetric(itemsPerS/best, "of-best")
-	b.ReportMetric(float64(after.Answered-before.Answered)/float64(max(after.Batches-before.Batches, 1)), "batch")
+	b.ReportMetric(float64(answeredAfter-answered)/float64(max(batchesAfter-batches, 1)), "batch")
 }
 
-// throughRedis starts a Redis, a node running st and a front end, and
-// returns the front end's Predict.
-func throughRedis(b *testing.B, st *supervisor.Streamer) func(context.Context, [][]byte) ([][]byte, error) {
+// throughRedis starts a Redis, a node running each of nodes and a front
+// end, and returns the front end's Predict.
+func throughRedis(b *testing.B, nodes ...*supervisor.Streamer) func(context.Context, [][]byte) ([][]byte, error) {
 	rs := redistest.Start(b, redistest.Options{})
-	n, err := broker.NewNode(broker.NodeConfig{Config: broker.Config{URL: rs.URL()}, Streamer: st, Capacity: loopWorkers * loopBatch})
-	if err != nil {
-		b.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := n.Start(ctx); err != nil {
-		b.Fatal(err)
+	for _, st := range nodes {
+		n, err := broker.NewNode(broker.NodeConfig{Config: broker.Config{URL: rs.URL()}, Streamer: st, Capacity: st.Workers() * loopBatch})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := n.Start(ctx); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = n.Shutdown(context.Background()) })
 	}
-	b.Cleanup(func() { _ = n.Shutdown(context.Background()) })
 	fe, err := broker.NewFrontEnd(broker.FrontEndConfig{Config: broker.Config{URL: rs.URL()}})
 	if err != nil {
 		b.Fatal(err)

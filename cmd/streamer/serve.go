@@ -112,7 +112,7 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f.DurationVar(&o.grace, "grace", 30*time.Second, "on SIGTERM, how long admitted requests may take to finish before the rest are failed")
 	f.IntVar(&o.maxRestarts, "max-restarts", 10, "restarts of one slot within a minute after which the slot is given up (deaths while isolating a bad item do not count); when every slot is given up the server exits 1")
 	f.DurationVar(&o.unavailableAfter, "unavailable-after", time.Second, "with no worker able to run for this long, new requests get 503 at once (and queued ones too unless a worker is starting)")
-	f.StringVar(&o.batching, "batching", "", "when an idle worker starts a batch that is not full: adaptive (waits a little for arriving items when its measured batch cost says a fuller batch pays) or greedy (at once) (default: adaptive; greedy on a node fed through --broker, whose callers come back through any node)")
+	f.StringVar(&o.batching, "batching", "", "when an idle worker starts a batch that is not full: adaptive (waits a little for arriving items when its measured batch cost says a fuller batch pays) or greedy (at once) (default: adaptive)")
 	f.IntVar(&o.pipeline, "pipeline-depth", 2, "most batches one worker holds: the one it runs and those formed ahead (raise it for very fast models)")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&o.logLevel, "log-level", "info", "least severe log lines written: debug, info, warn or error")
@@ -229,18 +229,12 @@ func (o serveOptions) logger() (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q: want text or json", o.logFormat)
 }
 
-// policy is the batching policy --batching names. Unset, it is adaptive,
-// but greedy on a node fed through Redis: the adaptive policy waits for the
-// callers a worker just answered to come back to it, and through Redis they
-// come back to whichever node reads first, so it would wait for items that
-// another node takes (measured: 0.46 of the best at 64 clients on 2 nodes,
-// against 0.53 for greedy).
+// policy is the batching policy --batching names; unset, adaptive, on a
+// node fed through Redis too (BenchmarkClosedLoop in package broker: at 8
+// and 64 clients it is at least as good as greedy there).
 func (o serveOptions) policy() supervisor.Batching {
-	switch {
-	case o.batching != "":
+	if o.batching != "" {
 		return supervisor.Batching(o.batching)
-	case o.broker.url != "":
-		return supervisor.BatchingGreedy
 	}
 	return supervisor.BatchingAdaptive
 }
