@@ -27,33 +27,7 @@ func BenchmarkPredictLocal(b *testing.B) {
 }
 
 func BenchmarkPredictThroughRedis(b *testing.B) {
-	rs := redistest.Start(b, redistest.Options{})
-	st := localStreamer(b)
-	n, err := broker.NewNode(broker.NodeConfig{Config: broker.Config{URL: rs.URL()}, Streamer: st, Capacity: 256})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := n.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = n.Shutdown(context.Background()) })
-	fe, err := broker.NewFrontEnd(broker.FrontEndConfig{Config: broker.Config{URL: rs.URL()}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := fe.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = fe.Close(context.Background()) })
-	for !fe.Ready() {
-		if ctx.Err() != nil {
-			b.Fatal("front end not ready")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	benchPredict(b, fe.Predict)
+	benchPredict(b, throughRedis(b, localStreamer(b)))
 }
 
 func localStreamer(b *testing.B) *supervisor.Streamer {

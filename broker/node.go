@@ -290,7 +290,6 @@ func (n *Node) take(msgs []redis.XMessage) {
 	poison := n.quarantined(msgs)
 	var run []answerEntry
 	var reqs []supervisor.Request
-	var keys []string
 	for _, m := range msgs {
 		a := answerEntry{id: m.ID, front: str(m.Values, fieldFront), seq: str(m.Values, fieldSeq), index: str(m.Values, fieldIndex)}
 		if ms, err := strconv.ParseInt(str(m.Values, fieldTTL), 10, 64); err == nil && ms > 0 {
@@ -326,14 +325,16 @@ func (n *Node) take(msgs []redis.XMessage) {
 		}
 		run = append(run, a)
 		reqs = append(reqs, req)
-		keys = append(keys, key)
 	}
 	if len(reqs) == 0 {
 		return
 	}
 	futs, errs := n.s.SubmitRequests(context.Background(), reqs)
 	for i, fut := range futs {
-		a, key, data := run[i], keys[i], reqs[i].Items[0]
+		a, data, key := run[i], reqs[i].Items[0], ""
+		if reqs[i].Keys != nil {
+			key = reqs[i].Keys[0]
+		}
 		if fut == nil {
 			n.settle(a, key, data, nil, errs[i])
 			continue
