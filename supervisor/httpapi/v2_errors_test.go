@@ -114,6 +114,18 @@ func TestV2InferRefusesBadJSON(t *testing.T) {
 			want: 400, wantMsg: []string{`output "x": classification is not served`}},
 		{name: "binary_data_size negative", body: inputsBody(`{"name":"x","shape":[1,3],"datatype":"FP32","parameters":{"binary_data_size":-4}}`),
 			want: 400, wantMsg: []string{`input "x": binary_data_size must not be negative`}},
+		// A key given again after the data would change what the data was
+		// read as: a shape, or a datatype whose elements are of another size.
+		{name: "shape again after the data", body: inputsBody(`{"name":"x","shape":[1,3],"datatype":"FP32","data":[1,2,3],"shape":[3,1]}`, goodY),
+			want: 400, wantMsg: []string{`input "x": "shape" is given twice`}},
+		{name: "datatype again after the data", body: inputsBody(`{"name":"x","datatype":"INT32","shape":[1,3],"data":[1,2,3],"datatype":"FP32"}`, goodY),
+			want: 400, wantMsg: []string{`input "x": "datatype" is given twice`}},
+		{name: "data twice", body: inputsBody(`{"name":"x","shape":[1,3],"datatype":"FP32","data":[1,2,3],"data":[4,5,6]}`, goodY),
+			want: 400, wantMsg: []string{`input "x": "data" is given twice`}},
+		{name: "name twice", body: inputsBody(`{"name":"x","name":"y","shape":[1,3],"datatype":"FP32","data":[1,2,3]}`, goodY),
+			want: 400, wantMsg: []string{`"name" is given twice`}},
+		{name: "parameters twice", body: inputsBody(`{"name":"x","shape":[1,3],"datatype":"FP32","parameters":{},"parameters":{},"data":[1,2,3]}`, goodY),
+			want: 400, wantMsg: []string{`input "x": "parameters" is given twice`}},
 	})
 }
 
@@ -487,5 +499,28 @@ func TestV2InferKeepsTheItemsOfATimedOutRequest(t *testing.T) {
 	}
 	if got := bytes.Join(items, nil); !bytes.Equal(got, []byte{1, 2, 3}) {
 		t.Errorf("the timed-out request's items now hold % x, want 01 02 03", got)
+	}
+}
+
+// An input without a batch axis is copied into every row's item: a small
+// body of many rows must not make items past what the server takes in a
+// body, and just under that it is served.
+func TestV2InferBoundsTheCopiesOfUnbatchedInputs(t *testing.T) {
+	model := echoModel(spec("x", "UINT8", true, -1), spec("w", "FP32", false, 16))
+	w := `{"name":"w","shape":[16],"datatype":"FP32","data":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]}`
+	body := func(rows int) string {
+		data := strings.TrimSuffix(strings.Repeat("1,", rows), ",")
+		return inputsBody(`{"name":"x","shape":[`+strconv.Itoa(rows)+`],"datatype":"UINT8","data":[`+data+`]}`, w)
+	}
+	h := New(Config{Backend: &fakeBackend{ready: true}, Tensors: model, MaxBody: 64 * 20})
+	if rec := postV2(t, h, "/v2/models/m/infer", body(20)); rec.Code != http.StatusOK {
+		t.Errorf("20 rows of 64 bytes copied, at the limit: %d %s", rec.Code, rec.Body)
+	}
+	rec := postV2(t, h, "/v2/models/m/infer", body(21))
+	if msg := rec.Body.String(); rec.Code != http.StatusRequestEntityTooLarge || !strings.Contains(msg, "21 rows") || !strings.Contains(msg, "fewer rows") {
+		t.Errorf("21 rows: %d %s; want 413 saying the rows copy too much", rec.Code, msg)
+	}
+	if n := len(model.itemRows()); n != 20 {
+		t.Errorf("the model encoded %d items; want the 20 of the request served and none of the one refused", n)
 	}
 }

@@ -24,6 +24,7 @@ type inferState struct {
 	byModel  []int    // for each of the model's inputs, the request input that feeds it
 	outputOf []int    // for each requested output, its index in the model's outputs
 	rows     int      // the request's batch size: the items it makes
+	maxCopy  int64    // the most bytes of unbatched inputs the items may copy in all (MaxBody)
 	cursors  [][]byte // per model input, its data not yet cut into rows
 	row      []Tensor // one row's inputs, as Item takes them
 	items    predictRequest
@@ -35,11 +36,12 @@ type inferState struct {
 
 // selectedOutput is an output the answer carries.
 type selectedOutput struct {
-	spec   int // index in the model's outputs
-	binary bool
-	dt     dtype
-	shape  []int64 // every row's shape
-	size   int     // the bytes of all its rows
+	spec    int  // index in the model's outputs
+	batched bool // the rows are stacked on a new first axis
+	binary  bool
+	dt      dtype
+	shape   []int64 // every row's shape
+	size    int     // the bytes of all its rows
 }
 
 func (h *handler) getInferState() *inferState {
@@ -49,6 +51,7 @@ func (h *handler) getInferState() *inferState {
 	st.dims = st.dims[:0]
 	st.req = v2Request{inputs: st.req.inputs[:0], outputs: st.req.outputs[:0]}
 	st.rows = 0
+	st.maxCopy = h.maxBody
 	st.items = predictRequest{items: st.items.items[:0]}
 	st.answers = st.answers[:0]
 	st.selected = st.selected[:0]
@@ -139,6 +142,9 @@ func (st *inferState) read(header http.Header, meta ModelMetadata, model TensorM
 		return err
 	}
 	if err := st.match(meta); err != nil {
+		return err
+	}
+	if err := st.checkCopies(meta); err != nil {
 		return err
 	}
 	if err := st.encodeItems(model, meta); err != nil {
@@ -269,6 +275,28 @@ func (st *inferState) batchSize(meta ModelMetadata) error {
 	return nil
 }
 
+// checkCopies refuses a request whose unbatched inputs, which every row's
+// item carries whole, would make its items hold more than maxCopy bytes of
+// their copies: a small body of many rows would otherwise take memory
+// without bound.
+func (st *inferState) checkCopies(meta ModelMetadata) error {
+	if st.rows <= 1 {
+		return nil
+	}
+	var each int64
+	for j, spec := range meta.Inputs {
+		if !spec.Batched {
+			each += int64(len(st.req.inputs[st.byModel[j]].data))
+		}
+	}
+	if each == 0 || each*int64(st.rows) <= st.maxCopy {
+		return nil
+	}
+	return &requestError{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf(
+		"the request's %d rows would each carry its inputs without a batch axis (%d bytes): %d bytes in all, over the %d the server takes (--max-body); send fewer rows per request",
+		st.rows, each, each*int64(st.rows), st.maxCopy)}
+}
+
 // encodeItems cuts the batched inputs into rows and has the model encode
 // each row, with the unbatched inputs whole, into one item.
 func (st *inferState) encodeItems(model TensorModel, meta ModelMetadata) error {
@@ -382,7 +410,9 @@ func (st *inferState) writeAnswer(model TensorModel, meta ModelMetadata, version
 func (st *inferState) selectOutputs(meta ModelMetadata) error {
 	add := func(k int, binary bool) error {
 		sel, err := st.stack(meta.Outputs[k].Name, k)
-		sel.binary = binary
+		// An output the metadata gives no batch axis keeps its shape when the
+		// request is one row; rows of several are stacked all the same.
+		sel.binary, sel.batched = binary, meta.Outputs[k].Batched || st.rows > 1
 		st.selected = append(st.selected, sel)
 		return err
 	}
@@ -461,16 +491,22 @@ func sameShape(a, b []int64) bool {
 }
 
 // appendOutput writes one output's JSON: its rows stacked on a new first
-// axis, with its data, or with its size when the data follows as binary.
+// axis (an output without a batch axis is the one row's, as the metadata
+// gives it), with its data, or with its size when the data follows as
+// binary.
 func (st *inferState) appendOutput(dst []byte, name string, sel selectedOutput) []byte {
 	dst = append(dst, `{"name":`...)
 	dst = appendJSONStringText(dst, name)
 	dst = append(dst, `,"datatype":"`...)
 	dst = append(dst, sel.dt.name...)
 	dst = append(dst, `","shape":[`...)
-	dst = strconv.AppendInt(dst, int64(st.rows), 10)
-	for _, d := range sel.shape {
-		dst = append(dst, ',')
+	if sel.batched {
+		dst = strconv.AppendInt(dst, int64(st.rows), 10)
+	}
+	for i, d := range sel.shape {
+		if sel.batched || i > 0 {
+			dst = append(dst, ',')
+		}
 		dst = strconv.AppendInt(dst, d, 10)
 	}
 	dst = append(dst, ']')

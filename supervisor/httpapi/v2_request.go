@@ -289,13 +289,27 @@ func (st *inferState) requestParameter(s *wire.JSONScanner, key []byte) error {
 	return skipValue(s, 2)
 }
 
+// inputKeys are the keys of an input that parseInput reads.
+var inputKeys = [...]string{"name", "datatype", "shape", "data", "parameters"}
+
 // parseInput reads inputs[i].
 func (st *inferState) parseInput(s *wire.JSONScanner, i int) error {
 	st.req.inputs = append(st.req.inputs, v2Input{shapeAt: -1, binarySize: -1})
 	in := &st.req.inputs[len(st.req.inputs)-1]
 	ref := tensorRef{what: "input", index: i}
+	var seen [len(inputKeys)]bool
 	err := eachMember(s, field{ref: ref}, 2, func(key []byte) error {
 		ref.name = in.name
+		// A key given again would change what the data already read was
+		// checked and converted against.
+		for k, name := range inputKeys {
+			if string(key) == name {
+				if seen[k] {
+					return badRequest(ref.String() + `: "` + name + `" is given twice`)
+				}
+				seen[k] = true
+			}
+		}
 		var err error
 		switch string(key) {
 		case "name":
