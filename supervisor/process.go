@@ -44,6 +44,9 @@ type process struct {
 	hello  chan struct{}
 	waited chan struct{}
 	exited chan struct{}
+	// stderrRead is closed when the child's stderr has been read to its
+	// end: the process may be reaped before its last line is read.
+	stderrRead chan struct{}
 	// written is closed when writeLoop has returned; nil until it starts.
 	written chan struct{}
 
@@ -106,10 +109,12 @@ func startProcess(sl *slot) (*process, error) {
 		hello:   make(chan struct{}),
 		waited:  make(chan struct{}),
 		exited:  make(chan struct{}),
+
+		stderrRead: make(chan struct{}),
 	}
 	p.heard()
-	go p.logLines(pipes.stdoutR, "stdout")
-	go p.logLines(pipes.stderrR, "stderr")
+	go p.logLines(pipes.stdoutR, "stdout", nil)
+	go p.logLines(pipes.stderrR, "stderr", p.stderrRead)
 	go func() {
 		err := cmd.Wait()
 		p.mu.Lock()
@@ -241,6 +246,12 @@ func (p *process) greet(msg ipc.Message) error {
 // ended before its Hello is no worker, unless we killed it for a reason.
 func (p *process) startError(helloed bool) error {
 	<-p.waited
+	// Its last words, which say why, may still be on their way through the
+	// pipe; a process it started may hold the pipe open, so not for long.
+	select {
+	case <-p.stderrRead:
+	case <-time.After(time.Second):
+	}
 	err := p.deathReason()
 	killed := p.reason() != nil
 	if last := p.lastStderr.Load(); last != nil && !killed {
@@ -303,9 +314,13 @@ func (p *process) silence() time.Duration {
 	return time.Duration(p.sl.s.clock() - p.lastHeard.Load())
 }
 
-// logLines copies the child's output into the log, a line an event.
-func (p *process) logLines(r *os.File, stream string) {
+// logLines copies the child's output into the log, a line an event, and
+// closes done, if not nil, at its end.
+func (p *process) logLines(r *os.File, stream string, done chan struct{}) {
 	defer r.Close()
+	if done != nil {
+		defer close(done)
+	}
 	br := bufio.NewReaderSize(r, 4096)
 	log := p.sl.s.log.With("slot", p.sl.id, "pid", p.cmd.Process.Pid, "stream", stream)
 	for {
