@@ -323,14 +323,27 @@ func TestTheSharedBacklogIsBounded(t *testing.T) {
 	wg.Wait()
 }
 
+// A node that read the item died with it: the front end, whose caller gave
+// up, leaves it to the node that claims it (see withdrawScript), which must
+// not run it.
 func TestItemsWhoseDeadlinePassedInRedisNeverRun(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	fakeNode(t, rs)
+	rs.Do(t, "XGROUP", "CREATE", "streamer:items", "nodes", "0", "MKSTREAM")
 	fe := startFront(t, rs, nil)
 	eventually(t, "front end ready", fe.Ready)
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if _, err := fe.Predict(ctx, [][]byte{[]byte("late")}); !errors.Is(err, supervisor.ErrDeadline) {
+	late := make(chan error, 1)
+	go func() {
+		_, err := fe.Predict(ctx, [][]byte{[]byte("late")})
+		late <- err
+	}()
+	eventually(t, "the item on the stream", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "1" })
+	if rs.Do(t, "XREADGROUP", "GROUP", "nodes", "dead", "STREAMS", "streamer:items", ">") == "" {
+		t.Fatal("the dead node read nothing")
+	}
+	if err := <-late; !errors.Is(err, supervisor.ErrDeadline) {
 		t.Fatalf("error %v; want ErrDeadline", err)
 	}
 	rec := newRecorder()

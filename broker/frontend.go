@@ -85,31 +85,44 @@ type call struct {
 	failure error         // set before over is closed when the call failed as a whole
 }
 
-// admitScript puts a request's items on the stream, or none of them when
-// the backlog would pass its bound. It answers the items' stream ids, or
-// -1 when it refused them.
+// admitScript puts the items of several requests on the stream, in one
+// command: a node blocked on the stream wakes once for them all, where a
+// command per request would wake it for the first alone. A request whose
+// items would take the backlog past its bound is refused whole. It answers,
+// per request, its items' stream ids, or -1 when it refused them.
 //
 //	KEYS[1] the items stream
-//	ARGV    max backlog, the stream's trim bound, front end, request
-//	        number, deadline, "1" when keys follow, the reply TTL in ms,
-//	        then per item [key] value
+//	ARGV    max backlog, the stream's trim bound, front end, the reply TTL
+//	        in ms, then per request: its number, deadline, "1" when keys
+//	        follow, its number of items n, then n × ([key] value)
 var admitScript = redis.NewScript(`
-local keyed = ARGV[6] == '1'
-local n = #ARGV - 7
-if keyed then n = n / 2 end
-if redis.call('XLEN', KEYS[1]) + n > tonumber(ARGV[1]) then return -1 end
-local j = 8
-local ids = {}
-for i = 0, n - 1 do
-  if keyed then
-    ids[#ids + 1] = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'f', ARGV[3], 'q', ARGV[4], 'i', i, 'd', ARGV[5], 't', ARGV[7], 'k', ARGV[j], 'v', ARGV[j + 1])
-    j = j + 2
+local bound, trim, front, ttl = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]
+local backlog = redis.call('XLEN', KEYS[1])
+local verdicts = {}
+local j = 5
+while j <= #ARGV do
+  local seq, deadline, keyed, n = ARGV[j], ARGV[j + 1], ARGV[j + 2] == '1', tonumber(ARGV[j + 3])
+  j = j + 4
+  local width = 1
+  if keyed then width = 2 end
+  if backlog + n > bound then
+    verdicts[#verdicts + 1] = -1
+    j = j + n * width
   else
-    ids[#ids + 1] = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'f', ARGV[3], 'q', ARGV[4], 'i', i, 'd', ARGV[5], 't', ARGV[7], 'v', ARGV[j])
-    j = j + 1
+    local ids = {}
+    for i = 0, n - 1 do
+      if keyed then
+        ids[#ids + 1] = redis.call('XADD', KEYS[1], 'MAXLEN', '~', trim, '*', 'f', front, 'q', seq, 'i', i, 'd', deadline, 't', ttl, 'k', ARGV[j], 'v', ARGV[j + 1])
+      else
+        ids[#ids + 1] = redis.call('XADD', KEYS[1], 'MAXLEN', '~', trim, '*', 'f', front, 'q', seq, 'i', i, 'd', deadline, 't', ttl, 'v', ARGV[j])
+      end
+      j = j + width
+    end
+    backlog = backlog + n
+    verdicts[#verdicts + 1] = ids
   end
 end
-return ids
+return verdicts
 `)
 
 // withdrawScript deletes the items of a request that nobody waits for any
@@ -452,49 +465,74 @@ func (fe *FrontEnd) writeLoop() {
 	}
 }
 
-// admit runs the admission script for every call of batch in one pipeline
+// admitChunk bounds the items of one run of the admission script: Redis
+// serves nobody else while a script runs.
+const admitChunk = 512
+
+// admit runs the admission script for the calls of batch, once for every
+// admitChunk items or so (a larger request alone), all in one round trip,
 // and tells each call the verdict.
 func (fe *FrontEnd) admit(batch []*call) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	run := func(batch []*call) []*redis.Cmd {
+	var chunks [][]*call
+	for start, items := 0, 0; start < len(batch); {
+		end := start
+		for items = 0; end < len(batch) && (end == start || items+len(batch[end].items) <= admitChunk); end++ {
+			items += len(batch[end].items)
+		}
+		chunks = append(chunks, batch[start:end])
+		start = end
+	}
+	run := func(chunks [][]*call) []*redis.Cmd {
 		pipe := fe.rdb.Pipeline()
-		cmds := make([]*redis.Cmd, len(batch))
-		for i, c := range batch {
-			cmds[i] = admitScript.EvalSha(ctx, pipe, []string{fe.k.items}, fe.admitArgs(c)...)
+		cmds := make([]*redis.Cmd, len(chunks))
+		for i, chunk := range chunks {
+			cmds[i] = admitScript.EvalSha(ctx, pipe, []string{fe.k.items}, fe.admitArgs(chunk)...)
 		}
 		_, _ = pipe.Exec(ctx) // each command's own error is read below
 		return cmds
 	}
-	cmds := run(batch)
-	var again []*call
-	for i, cmd := range cmds {
-		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			again = append(again, batch[i])
-		}
-	}
-	if len(again) > 0 { // Redis restarted, or flushed its scripts
+	cmds := run(chunks)
+	if err := cmds[0].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// Redis restarted, or flushed its scripts: every chunk failed alike.
 		if err := admitScript.Load(ctx, fe.rdb).Err(); err == nil {
-			redone := run(again)
-			for i, cmd := range cmds {
-				if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-					cmds[i], redone = redone[0], redone[1:]
-				}
-			}
+			cmds = run(chunks)
 		}
 	}
 	for i, cmd := range cmds {
-		ids, err := cmd.StringSlice()
-		switch {
-		case err != nil && cmd.Err() == nil: // not a list: refused
+		fe.tell(chunks[i], cmd)
+	}
+}
+
+// tell gives each call of chunk its verdict from cmd, the admission
+// script's run for them.
+func (fe *FrontEnd) tell(chunk []*call, cmd *redis.Cmd) {
+	verdicts, err := cmd.Slice()
+	if err == nil && len(verdicts) != len(chunk) {
+		err = fmt.Errorf("the admission script answered %d verdicts for %d requests", len(verdicts), len(chunk))
+	}
+	if err != nil {
+		fe.noteDown(err)
+		err = fmt.Errorf("%w: redis at %s: %v", supervisor.ErrUnavailable, endpoint(fe.rdb), err)
+		for _, c := range chunk {
+			c.admitted <- err
+		}
+		return
+	}
+	for i, c := range chunk {
+		var err error
+		switch v := verdicts[i].(type) {
+		case []any:
+			c.ids = make([]string, len(v))
+			for j, id := range v {
+				c.ids[j], _ = id.(string)
+			}
+		default: // -1: refused
 			err = fmt.Errorf("%w: the shared backlog is at its limit of %d items", supervisor.ErrOverloaded, fe.cfg.MaxBacklog)
 			fe.backlog.Store(int64(fe.cfg.MaxBacklog))
-		case err != nil:
-			fe.noteDown(err)
-			err = fmt.Errorf("%w: redis at %s: %v", supervisor.ErrUnavailable, endpoint(fe.rdb), err)
 		}
-		batch[i].ids = ids
-		batch[i].admitted <- err
+		c.admitted <- err
 	}
 }
 
@@ -523,22 +561,29 @@ func (fe *FrontEnd) withdraw(ids []string) {
 	}()
 }
 
-func (fe *FrontEnd) admitArgs(c *call) []any {
-	deadline := int64(0)
-	if !c.deadline.IsZero() {
-		deadline = c.deadline.UnixMicro()
+func (fe *FrontEnd) admitArgs(batch []*call) []any {
+	n := 4
+	for _, c := range batch {
+		n += 4 + len(c.items) + len(c.keys)
 	}
-	keyed := "0"
-	if c.keys != nil {
-		keyed = "1"
-	}
-	args := make([]any, 0, 7+2*len(c.items))
-	args = append(args, fe.cfg.MaxBacklog, 2*fe.cfg.MaxBacklog, fe.id, c.seq, deadline, keyed, fe.cfg.ReplyTTL.Milliseconds())
-	for i, item := range c.items {
-		if c.keys != nil {
-			args = append(args, c.keys[i])
+	args := make([]any, 0, n)
+	args = append(args, fe.cfg.MaxBacklog, 2*fe.cfg.MaxBacklog, fe.id, fe.cfg.ReplyTTL.Milliseconds())
+	for _, c := range batch {
+		deadline := int64(0)
+		if !c.deadline.IsZero() {
+			deadline = c.deadline.UnixMicro()
 		}
-		args = append(args, item)
+		keyed := "0"
+		if c.keys != nil {
+			keyed = "1"
+		}
+		args = append(args, c.seq, deadline, keyed, len(c.items))
+		for i, item := range c.items {
+			if c.keys != nil {
+				args = append(args, c.keys[i])
+			}
+			args = append(args, item)
+		}
 	}
 	return args
 }

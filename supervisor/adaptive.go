@@ -299,9 +299,13 @@ func (s *Streamer) holdLocked(f *fifo, now time.Time, earlier func(time.Time)) (
 
 // splitLimit is how many of the q items of f an idle slot takes when others
 // are idle too: an even share, so that they all finish sooner (by p·q·(1 −
-// 1/m) on m workers), when nothing is expected to come back soon that the
-// other workers would be needed for. Otherwise it is BatchSize. It requires
-// that s.mu is held.
+// 1/m) on m workers). When callers are expected back soon, the other idle
+// workers are needed for them too: the share is then at least the ready
+// workers' share of every item about (queued, running and expected), so
+// that a closed loop settles into one batch per worker, as large as its
+// share, rather than one batch of them all while the others idle (callers
+// through a broker come back several batches' worth at a time). Otherwise
+// it is BatchSize. It requires that s.mu is held.
 func (s *Streamer) splitLimit(f *fifo, now time.Time) int {
 	limit := s.cfg.BatchSize
 	if s.cfg.Batching != BatchingAdaptive || f.len() < 2 {
@@ -319,10 +323,20 @@ func (s *Streamer) splitLimit(f *fifo, now time.Time) int {
 	if _, perItem, ok := s.cost.line(); !ok || perItem <= 0 {
 		return limit
 	}
-	if k, _, _ := s.returns.expected(now); k >= 0.5 {
-		return limit
+	k, _, _ := s.returns.expected(now)
+	if k < 0.5 {
+		return min(limit, (f.len()+idle-1)/idle)
 	}
-	return min(limit, (f.len()+idle-1)/idle)
+	ready, about := 0, f.len()+int(k+0.5)
+	for _, sl := range s.slots {
+		if sl.state == SlotReady {
+			ready++
+			for _, b := range sl.inflight {
+				about += len(b.items)
+			}
+		}
+	}
+	return min(limit, max((f.len()+idle-1)/idle, (about+ready-1)/ready))
 }
 
 // deadlinesAllow reports whether every item of f can still meet its
@@ -339,8 +353,10 @@ func (s *Streamer) deadlinesAllow(f *fifo, end time.Time) bool {
 // soonestOtherFree estimates how long until some ready slot other than an
 // idle one taking this batch starts its next batch, and how many of its own
 // callers it expects in it: once free, it waits in its turn for them to come
-// back. It is zero when another slot is idle too. It requires that s.mu is
-// held.
+// back. It is zero when another slot is idle too, unless the callers
+// answered come back (a closed loop): a batch started for the first of
+// them would then take a worker for a whole fixed cost, and those after
+// them would need the other. It requires that s.mu is held.
 func (s *Streamer) soonestOtherFree(now time.Time, fixed, perItem time.Duration) (after time.Duration, callers float64) {
 	after = time.Duration(math.MaxInt64)
 	idleSeen := false
@@ -349,8 +365,8 @@ func (s *Streamer) soonestOtherFree(now time.Time, fixed, perItem time.Duration)
 			continue
 		}
 		if len(sl.inflight) == 0 {
-			if idleSeen {
-				return 0, 0 // a second idle slot: the newcomers need not wait
+			if idleSeen && s.returns.ratio < 0.5 {
+				return 0, 0 // a second idle slot: newcomers need not wait
 			}
 			idleSeen = true
 			continue

@@ -16,11 +16,17 @@ import (
 // 200µs after their answer, and that has just answered eight of them.
 func trained(t *testing.T, maxLatency time.Duration) *Streamer {
 	t.Helper()
+	return trainedOn(t, 1, maxLatency)
+}
+
+// trainedOn is trained with workers workers.
+func trainedOn(t *testing.T, workers int, maxLatency time.Duration) *Streamer {
+	t.Helper()
 	m := model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) {
 		time.Sleep(10*time.Millisecond + time.Duration(len(items))*100*time.Microsecond)
 		return items, nil
 	})
-	s, err := New(Config{MaxLatency: maxLatency, InProcess: m})
+	s, err := New(Config{MaxLatency: maxLatency, InProcess: m, Workers: workers})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,6 +108,65 @@ func TestHoldWaitsForTheExpected(t *testing.T) {
 		}
 		if st := s.Stats(); st.Batches != 1 || st.Dispatch.Waited != 1 {
 			t.Fatalf("batches %d, dispatch %+v: want the eight in one batch after one wait", st.Batches, st.Dispatch)
+		}
+	})
+}
+
+// The same with a second worker idle: the callers come back in a closed
+// loop, so a batch that the first of them started alone would take that
+// worker for a whole fixed cost, while the others waited for the second.
+// The policy waits for them all (then shares them between the two).
+func TestHoldWaitsForTheExpectedWhileAnotherWorkerIdles(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := trainedOn(t, 2, time.Second)
+		time.Sleep(200 * time.Microsecond)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		answered := map[time.Time]int{}
+		for range 8 {
+			wg.Go(func() {
+				if _, err := s.Predict(context.Background(), [][]byte{{1}}); err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				answered[time.Now()]++
+				mu.Unlock()
+			})
+			time.Sleep(10 * time.Microsecond)
+		}
+		wg.Wait()
+		if len(answered) != 1 || s.Stats().Dispatch.Waited != 1 {
+			t.Fatalf("answers at %v, dispatch %+v: want all eight answered together, after one wait", answered, s.Stats().Dispatch)
+		}
+	})
+}
+
+// A full batch's worth queued at once while four workers idle is shared
+// by the four, so that it is answered in the run time of a quarter of it,
+// where one worker took it all before (through a broker, a node reads the
+// callers of several batches in one read).
+func TestAFullQueueIsSharedByIdleWorkers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := trainedOn(t, 4, time.Second)
+		reqs := make([]Request, 64)
+		for i := range reqs {
+			reqs[i] = Request{Items: [][]byte{{byte(i)}}}
+		}
+		start := time.Now()
+		futs, errs := s.SubmitRequests(context.Background(), reqs)
+		for i, f := range futs {
+			if errs[i] != nil {
+				t.Fatal(errs[i])
+			}
+			if _, err := f.Result(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if took, want := time.Since(start), 11600*time.Microsecond; took != want {
+			t.Errorf("the 64 took %s; want %s, the run time of 16", took, want)
+		}
+		if st := s.Stats(); st.Batches != 4 {
+			t.Fatalf("%d batches; want 4 of 16", st.Batches)
 		}
 	})
 }

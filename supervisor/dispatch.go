@@ -130,6 +130,9 @@ func (s *Streamer) nextBatch(idle bool, now time.Time, earlier func(time.Time)) 
 		why, limit := reasonFull, s.cfg.BatchSize
 		switch {
 		case f.len() >= s.cfg.BatchSize:
+			if idle { // other workers may be idle too
+				limit = s.splitLimit(f, now)
+			}
 		case !idle:
 			due := s.at(f.front().fut.enqueued).Add(s.cfg.MaxLatency)
 			if now.Before(due) {

@@ -1,0 +1,120 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/streamer-dev/streamer/internal/redistest"
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// The requests a front end admits together go on the stream in one
+// command, so a node blocked on the stream wakes once and reads them all;
+// with a command each, it woke for the first alone and read the others a
+// round trip later, which splits the batch the first would have shared. A
+// request that would take the backlog past its bound is refused whole, and
+// the others of its batch are admitted.
+func TestRequestsAdmittedTogetherWakeABlockedReaderOnce(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fe, err := NewFrontEnd(FrontEndConfig{Config: Config{URL: rs.URL()}, MaxBacklog: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fe.rdb.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	reader := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	t.Cleanup(func() { _ = reader.Close() })
+	woke := make(chan []redis.XMessage, 1)
+	go func() {
+		streams, err := reader.XRead(ctx, &redis.XReadArgs{Streams: []string{fe.k.items, "$"}, Count: 100, Block: 5 * time.Second}).Result()
+		if err != nil {
+			t.Error(err)
+		}
+		var msgs []redis.XMessage
+		for _, st := range streams {
+			msgs = append(msgs, st.Messages...)
+		}
+		woke <- msgs
+	}()
+	for !strings.Contains(rs.Do(t, "INFO", "clients"), "blocked_clients:1") {
+		if ctx.Err() != nil {
+			t.Fatal("the reader never blocked on the stream")
+		}
+	}
+
+	request := func(seq uint64, items ...string) *call {
+		c := &call{seq: seq, admitted: make(chan error, 1)}
+		for _, it := range items {
+			c.items = append(c.items, []byte(it))
+		}
+		return c
+	}
+	batch := []*call{request(1, "a", "b"), request(2, "c", "d", "e"), request(3, "f")}
+	fe.admit(batch)
+	for i, want := range []error{nil, supervisor.ErrOverloaded, nil} {
+		if err := <-batch[i].admitted; !errors.Is(err, want) && err != want {
+			t.Errorf("request %d: verdict %v; want %v", batch[i].seq, err, want)
+		}
+	}
+	if len(batch[0].ids) != 2 || len(batch[1].ids) != 0 || len(batch[2].ids) != 1 {
+		t.Errorf("ids %q, %q, %q; want 2, none and 1", batch[0].ids, batch[1].ids, batch[2].ids)
+	}
+
+	msgs := <-woke
+	var got []string
+	for _, m := range msgs {
+		got = append(got, str(m.Values, fieldSeq)+":"+str(m.Values, fieldIndex)+"="+str(m.Values, fieldValue))
+	}
+	if want := "1:0=a 1:1=b 3:0=f"; strings.Join(got, " ") != want {
+		t.Fatalf("the blocked reader woke with %q; want all the admitted items at once, in order: %s", got, want)
+	}
+}
+
+// Requests of more items than one run of the script takes are admitted in
+// several runs of one round trip, in their order.
+func TestManyItemsAreAdmittedInChunksInOrder(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fe, err := NewFrontEnd(FrontEndConfig{Config: Config{URL: rs.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fe.rdb.Close() })
+	var batch []*call
+	for seq, n := range []int{admitChunk - 1, 2, admitChunk + 1, 1} {
+		c := &call{seq: uint64(seq), admitted: make(chan error, 1), items: make([][]byte, n)}
+		for i := range c.items {
+			c.items[i] = []byte(strconv.Itoa(seq))
+		}
+		batch = append(batch, c)
+	}
+	fe.admit(batch)
+	var want []string
+	for _, c := range batch {
+		if err := <-c.admitted; err != nil || len(c.ids) != len(c.items) {
+			t.Fatalf("request %d of %d items: %v, %d ids", c.seq, len(c.items), err, len(c.ids))
+		}
+		want = append(want, c.ids...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	msgs, err := fe.rdb.XRange(ctx, fe.k.items, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range msgs {
+		if i >= len(want) || m.ID != want[i] {
+			t.Fatalf("stream entry %d is %s; want the ids in the requests' order", i, m.ID)
+		}
+	}
+	if len(msgs) != len(want) {
+		t.Fatalf("%d entries on the stream; want %d", len(msgs), len(want))
+	}
+}
