@@ -118,3 +118,44 @@ func TestManyItemsAreAdmittedInChunksInOrder(t *testing.T) {
 		t.Fatalf("%d entries on the stream; want %d", len(msgs), len(want))
 	}
 }
+
+// The writer waits for answered callers to come back only while some are
+// expected, and never past comebackWait after their answer.
+func TestComebacksAreWaitedForBriefly(t *testing.T) {
+	var b comebacks
+	t0 := time.Unix(1000, 0)
+	if _, ok := b.due(t0); ok {
+		t.Fatal("nobody answered, yet a wait")
+	}
+	b.answered(3, t0)
+	b.cameBack(1, t0.Add(100*time.Microsecond))
+	until, ok := b.due(t0.Add(100 * time.Microsecond))
+	if !ok || !until.After(t0.Add(100*time.Microsecond)) || until.After(t0.Add(comebackWait)) {
+		t.Fatalf("after one of three back: wait until %v (%v); want a wait, ending within %s of the answer", until.Sub(t0), ok, comebackWait)
+	}
+	b.cameBack(2, t0.Add(150*time.Microsecond))
+	if _, ok := b.due(t0.Add(150 * time.Microsecond)); ok {
+		t.Fatal("all three back, yet a wait")
+	}
+
+	// Callers who come back later than the wait still teach the delay,
+	// and the wait grows with it, up to comebackWait.
+	for i := range 64 {
+		at := t0.Add(time.Duration(i+1) * comebackHorizon)
+		b.answered(1, at)
+		b.cameBack(1, at.Add(3*time.Millisecond))
+	}
+	at := t0.Add(100 * comebackHorizon)
+	b.answered(2, at)
+	if until, ok := b.due(at); !ok || until != at.Add(comebackWait) {
+		t.Fatalf("callers 3ms away: wait until %v after the answer (%v); want %s", until.Sub(at), ok, comebackWait)
+	}
+	// An answer whose callers never come is forgotten after the horizon.
+	if _, ok := b.due(at.Add(comebackWait)); ok {
+		t.Fatal("a wait past comebackWait")
+	}
+	b.cameBack(1, at.Add(comebackHorizon))
+	if len(b.answers) != 0 {
+		t.Fatalf("%d answers remembered past the horizon", len(b.answers))
+	}
+}

@@ -50,6 +50,7 @@ type FrontEnd struct {
 	held  int // items of the calls
 
 	submits chan *call
+	back    comebacks     // the callers answered, expected back with their next request
 	idle    chan struct{} // a token when the last call ends while closed
 	// writerDone is closed when the writer has stopped taking calls.
 	writerDone chan struct{}
@@ -439,11 +440,17 @@ func (fe *FrontEnd) failAllLocked(err error) {
 }
 
 // writeLoop puts the submitted requests on the stream, many in one round
-// trip: while one pipeline is out, the next requests gather.
+// trip: while one admission is out, the next requests gather. Callers just
+// answered who come back with their next request (a closed loop) are
+// waited for, briefly, so that they go on the stream together: a node
+// blocked on it would otherwise wake for the first alone and start a
+// batch for it, and the others would need another worker.
 func (fe *FrontEnd) writeLoop() {
 	defer fe.done.Done()
 	defer close(fe.writerDone)
 	var batch []*call
+	wait := time.NewTimer(time.Hour)
+	wait.Stop()
 	for {
 		batch = batch[:0]
 		select {
@@ -461,7 +468,117 @@ func (fe *FrontEnd) writeLoop() {
 				break gather
 			}
 		}
+		fe.back.cameBack(len(batch), time.Now())
+	linger:
+		for len(batch) < 256 {
+			until, ok := fe.back.due(time.Now())
+			if !ok {
+				break
+			}
+			wait.Reset(time.Until(until))
+			select {
+			case c := <-fe.submits:
+				batch = append(batch, c)
+				fe.back.cameBack(1, time.Now())
+			case <-wait.C:
+				break linger
+			case <-fe.closing:
+				break linger
+			}
+		}
+		wait.Stop()
 		fe.admit(batch)
+	}
+}
+
+// comebacks follows the callers a front end answered, who in a closed loop
+// come back with their next request: the answers of the last
+// comebackHorizon, each with the callers not yet counted back, and how soon
+// after their answer callers come (a running mean). Requests that arrive
+// are counted against the oldest answers; in an open loop that matches
+// strangers to answers, which costs a wait only while more were answered
+// than came since.
+type comebacks struct {
+	mu      sync.Mutex
+	answers []comeback // oldest first
+	delay   time.Duration
+}
+
+type comeback struct {
+	at   time.Time
+	left int
+}
+
+const (
+	// comebackWait bounds how long after an answer its callers are waited for.
+	comebackWait = time.Millisecond
+	// comebackHorizon is how long an answer's callers are counted as coming
+	// back, longer than the wait so that a delay longer than the one
+	// learnt so far is learnt too.
+	comebackHorizon = 4 * comebackWait
+)
+
+// answered notes that n callers were answered at now.
+func (b *comebacks) answered(n int, now time.Time) {
+	if n == 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.expireLocked(now)
+	if len(b.answers) == 64 { // bounded: the oldest is nearly out anyway
+		b.answers = append(b.answers[:0], b.answers[1:]...)
+	}
+	b.answers = append(b.answers, comeback{at: now, left: n})
+	if b.delay == 0 {
+		b.delay = 100 * time.Microsecond
+	}
+}
+
+// cameBack counts n requests taken by the writer at now against the
+// callers expected, oldest answers first.
+func (b *comebacks) cameBack(n int, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.expireLocked(now)
+	for i := range b.answers {
+		a := &b.answers[i]
+		take := min(n, a.left)
+		if take == 0 {
+			continue
+		}
+		b.delay += (now.Sub(a.at) - b.delay) / 16
+		a.left -= take
+		if n -= take; n == 0 {
+			break
+		}
+	}
+}
+
+// due returns until when to wait for callers still expected, and whether
+// any are due later than now: twice the mean delay after their answer, and
+// never past comebackWait.
+func (b *comebacks) due(now time.Time) (time.Time, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	wait := min(2*b.delay, comebackWait)
+	for _, a := range b.answers {
+		if until := a.at.Add(wait); a.left > 0 && now.Before(until) {
+			return until, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// expireLocked forgets the answers older than comebackHorizon. It requires
+// that b.mu is held.
+func (b *comebacks) expireLocked(now time.Time) {
+	i := 0
+	for i < len(b.answers) && now.Sub(b.answers[i].at) >= comebackHorizon {
+		i++
+	}
+	if i > 0 {
+		b.answers = append(b.answers[:0], b.answers[i:]...)
 	}
 }
 
@@ -632,6 +749,7 @@ func (fe *FrontEnd) readLoop() {
 func (fe *FrontEnd) deliver(msgs []redis.XMessage) {
 	fe.mu.Lock()
 	defer fe.mu.Unlock()
+	closed := 0
 	for _, m := range msgs {
 		seq, err1 := uintField(m.Values, fieldSeq)
 		idx, err2 := uintField(m.Values, fieldIndex)
@@ -659,9 +777,11 @@ func (fe *FrontEnd) deliver(msgs []redis.XMessage) {
 		if c.left--; c.left == 0 {
 			delete(fe.calls, seq)
 			close(c.over)
+			closed++
 			fe.noteIdleLocked()
 		}
 	}
+	fe.back.answered(closed, time.Now())
 }
 
 // checkLoop checks Redis and the nodes every quarter second, and fails the

@@ -16,6 +16,9 @@
 #   CONCURRENCY  the clients of each row (default "8 32 64 128 256 512")
 #   MODEL        the model (default sleep:10ms,100us)
 #   NODE_FLAGS   more flags for the two nodes (e.g. "--batching adaptive")
+#   RATES        open-loop rows after the closed ones, in requests/s
+#                (default none; e.g. "4000 8000", a quarter and a half of
+#                the limit)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -26,6 +29,7 @@ WARMUP=${WARMUP:-2s}
 CONCURRENCY=${CONCURRENCY:-8 32 64 128 256 512}
 MODEL=${MODEL:-sleep:10ms,100us}
 NODE_FLAGS=${NODE_FLAGS:-}
+RATES=${RATES:-}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 STREAMER=$OUT/streamer
@@ -89,11 +93,17 @@ for c in $CONCURRENCY; do
   log "$c clients on one local server"
   "$STREAMER" bench --model "$MODEL" --workers 4 --concurrency "$c" --duration "$DURATION" --warmup "$WARMUP" --json >"$OUT/local_$c.json"
 done
+for r in $RATES; do
+  log "$r requests/s through redis"
+  "$STREAMER" bench --target "$front" --model "$MODEL" --workers 4 --rate "$r" --concurrency 4096 --duration "$DURATION" --warmup "$WARMUP" --json >"$OUT/redis_rate_$r.json"
+  log "$r requests/s on one local server"
+  "$STREAMER" bench --model "$MODEL" --workers 4 --rate "$r" --concurrency 4096 --duration "$DURATION" --warmup "$WARMUP" --json >"$OUT/local_rate_$r.json"
+done
 echo "ended: $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/machine.txt"
 
-python3 - "$OUT" "$MODEL" $CONCURRENCY <<'EOF' | tee "$OUT/summary.md"
+python3 - "$OUT" "$MODEL" "$RATES" $CONCURRENCY <<'EOF' | tee "$OUT/summary.md"
 import json, math, re, sys
-out, model, clients = sys.argv[1], sys.argv[2], [int(c) for c in sys.argv[3:]]
+out, model, rates, clients = sys.argv[1], sys.argv[2], sys.argv[3].split(), [int(c) for c in sys.argv[4:]]
 m = re.fullmatch(r"sleep:([0-9.]+)ms,([0-9.]+)us", model)
 workers, batch = 4, 64
 def best(c):
@@ -115,5 +125,15 @@ for c in clients:
     errs = sum(re_.get("errors", {}).values())
     print(f"| {c} | {b:.0f} | {lo['items_per_s']:.0f} | {of(lo['items_per_s'])} | {re_['items_per_s']:.0f} | {of(re_['items_per_s'])} | "
           f"{re_['items_per_s'] / lo['items_per_s']:.3f} | {lo['latency_ms']['p50']:.2f} | {re_['latency_ms']['p50']:.2f} | {re_['latency_ms']['p99']:.2f} | {errs} |")
+if rates:
+    print()
+    print("| requests/s | local items/s | local p50 ms | local p99 ms | redis items/s | redis p50 ms | redis p99 ms | errors |")
+    print("|---|---|---|---|---|---|---|---|")
+for r in rates:
+    lo = json.load(open(f"{out}/local_rate_{r}.json"))
+    re_ = json.load(open(f"{out}/redis_rate_{r}.json"))
+    errs = sum(re_.get("errors", {}).values())
+    print(f"| {r} | {lo['items_per_s']:.0f} | {lo['latency_ms']['p50']:.2f} | {lo['latency_ms']['p99']:.2f} | "
+          f"{re_['items_per_s']:.0f} | {re_['latency_ms']['p50']:.2f} | {re_['latency_ms']['p99']:.2f} | {errs} |")
 EOF
 log "results in $OUT"
