@@ -119,40 +119,64 @@ func TestManyItemsAreAdmittedInChunksInOrder(t *testing.T) {
 	}
 }
 
-// The writer waits for answered callers to come back only while some are
-// expected, and never past comebackWait after their answer.
+// The front end waits for the callers it answered until most of them are
+// usually back (the delay by which nine in ten came back, learnt), never
+// past comebackMaxWait nor a quarter of the time a request is out, and not
+// at all once they are all back.
 func TestComebacksAreWaitedForBriefly(t *testing.T) {
 	var b comebacks
 	t0 := time.Unix(1000, 0)
 	if _, ok := b.due(t0); ok {
 		t.Fatal("nobody answered, yet a wait")
 	}
-	b.answered(3, t0)
-	b.cameBack(1, t0.Add(100*time.Microsecond))
-	until, ok := b.due(t0.Add(100 * time.Microsecond))
-	if !ok || !until.After(t0.Add(100*time.Microsecond)) || until.After(t0.Add(comebackWait)) {
-		t.Fatalf("after one of three back: wait until %v (%v); want a wait, ending within %s of the answer", until.Sub(t0), ok, comebackWait)
+	// Callers who come back 1.5ms after their answer, nine in ten of them;
+	// one in ten 6ms after it.
+	at := t0
+	for i := range 200 {
+		at = at.Add(comebackHorizon)
+		b.answered(1, 20*time.Millisecond, at)
+		delay := 1500 * time.Microsecond
+		if i%10 == 0 {
+			delay = 6 * time.Millisecond
+		}
+		b.cameBack(1, at.Add(delay))
 	}
-	b.cameBack(2, t0.Add(150*time.Microsecond))
-	if _, ok := b.due(t0.Add(150 * time.Microsecond)); ok {
+	at = at.Add(comebackHorizon)
+	b.answered(3, 20*time.Millisecond, at)
+	b.cameBack(1, at.Add(100*time.Microsecond))
+	until, ok := b.due(at.Add(100 * time.Microsecond))
+	if want := at.Add(1600 * time.Microsecond); !ok || until != want {
+		t.Fatalf("after one of three back: wait until %v after the answer (%v); want %v, when nine in ten were back", until.Sub(at), ok, want.Sub(at))
+	}
+	b.cameBack(2, at.Add(150*time.Microsecond))
+	if _, ok := b.due(at.Add(150 * time.Microsecond)); ok {
 		t.Fatal("all three back, yet a wait")
 	}
 
-	// Callers who come back later than the wait still teach the delay,
-	// and the wait grows with it, up to comebackWait.
-	for i := range 64 {
-		at := t0.Add(time.Duration(i+1) * comebackHorizon)
-		b.answered(1, at)
-		b.cameBack(1, at.Add(3*time.Millisecond))
+	// Requests out for 4ms: the wait is at most a quarter of that.
+	at = at.Add(comebackHorizon)
+	b.flight = 4 * time.Millisecond
+	b.answered(2, 4*time.Millisecond, at)
+	if until, ok := b.due(at); !ok || until != at.Add(time.Millisecond) {
+		t.Fatalf("requests out 4ms: wait until %v after the answer (%v); want 1ms", until.Sub(at), ok)
 	}
-	at := t0.Add(100 * comebackHorizon)
-	b.answered(2, at)
-	if until, ok := b.due(at); !ok || until != at.Add(comebackWait) {
-		t.Fatalf("callers 3ms away: wait until %v after the answer (%v); want %s", until.Sub(at), ok, comebackWait)
+	b.flight = 20 * time.Millisecond
+
+	// Callers who come back later than the wait still teach the delay, and
+	// the wait grows with it, up to comebackMaxWait.
+	for range 8 * comebackMemory {
+		at = at.Add(comebackHorizon)
+		b.answered(1, 20*time.Millisecond, at)
+		b.cameBack(1, at.Add(comebackHorizon-time.Microsecond))
+	}
+	at = at.Add(comebackHorizon)
+	b.answered(2, 20*time.Millisecond, at)
+	if until, ok := b.due(at); !ok || until != at.Add(comebackMaxWait) {
+		t.Fatalf("callers %s away: wait until %v after the answer (%v); want %s", comebackHorizon, until.Sub(at), ok, comebackMaxWait)
 	}
 	// An answer whose callers never come is forgotten after the horizon.
-	if _, ok := b.due(at.Add(comebackWait)); ok {
-		t.Fatal("a wait past comebackWait")
+	if _, ok := b.due(at.Add(comebackMaxWait)); ok {
+		t.Fatal("a wait past comebackMaxWait")
 	}
 	b.cameBack(1, at.Add(comebackHorizon))
 	if len(b.answers) != 0 {

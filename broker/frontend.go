@@ -76,6 +76,7 @@ type call struct {
 	deadline time.Time
 	admitted chan error // the stream's verdict: nil, or why it was refused
 	ids      []string   // the items' stream ids, once admitted
+	sent     time.Time  // when it was submitted
 
 	// Filled by the reply reader under FrontEnd.mu.
 	outputs [][]byte
@@ -296,8 +297,8 @@ func (fe *FrontEnd) PredictRequest(ctx context.Context, req supervisor.Request) 
 	}
 	c := &call{
 		items: req.Items, keys: req.Keys, deadline: deadline,
-		admitted: make(chan error, 1),
-		outputs:  make([][]byte, n), got: make([]bool, n), left: n,
+		admitted: make(chan error, 1), sent: time.Now(),
+		outputs: make([][]byte, n), got: make([]bool, n), left: n,
 		over: make(chan struct{}),
 	}
 	fe.mu.Lock()
@@ -493,15 +494,24 @@ func (fe *FrontEnd) writeLoop() {
 
 // comebacks follows the callers a front end answered, who in a closed loop
 // come back with their next request: the answers of the last
-// comebackHorizon, each with the callers not yet counted back, and how soon
-// after their answer callers come (a running mean). Requests that arrive
-// are counted against the oldest answers; in an open loop that matches
-// strangers to answers, which costs a wait only while more were answered
-// than came since.
+// comebackHorizon, each with the callers not yet counted back; how soon
+// after their answer callers come (a decaying histogram of the delays);
+// and how long a request is out, from its submission to its answer (a
+// running mean). Requests that arrive are counted against the oldest
+// answers; in an open loop that matches strangers to answers, which costs
+// a wait only while more were answered than came since.
 type comebacks struct {
 	mu      sync.Mutex
 	answers []comeback // oldest first
-	delay   time.Duration
+	// delays[i] weighs the callers who came back between i and i+1
+	// comebackBucket after their answer; weight their sum.
+	delays [comebackHorizon / comebackBucket]float64
+	weight float64
+	// wait is the delay by which comebackQuantile of the callers are back,
+	// as of the last count.
+	wait time.Duration
+	// flight is the mean time from a request's submission to its answer.
+	flight time.Duration
 }
 
 type comeback struct {
@@ -510,16 +520,27 @@ type comeback struct {
 }
 
 const (
-	// comebackWait bounds how long after an answer its callers are waited for.
-	comebackWait = time.Millisecond
+	// comebackMaxWait bounds how long after an answer its callers are
+	// waited for. Within it, the wait is the delay by which most callers
+	// were back (comebackQuantile), and at most a quarter of the time a
+	// request is out: a wait pays for a batch's fixed cost, which the
+	// time out holds, and costs a fast model's callers more than it saves.
+	comebackMaxWait = 4 * time.Millisecond
 	// comebackHorizon is how long an answer's callers are counted as coming
-	// back, longer than the wait so that a delay longer than the one
-	// learnt so far is learnt too.
-	comebackHorizon = 4 * comebackWait
+	// back, longer than the wait so that a delay longer than the wait is
+	// learnt too.
+	comebackHorizon = 2 * comebackMaxWait
+	comebackBucket  = 100 * time.Microsecond
+	// comebackQuantile is the share of returning callers waited for: those
+	// later than that come back to a batch of their own or join the next.
+	comebackQuantile = 0.9
+	// comebackMemory is about how many returns the histogram remembers.
+	comebackMemory = 4096
 )
 
-// answered notes that n callers were answered at now.
-func (b *comebacks) answered(n int, now time.Time) {
+// answered notes that n callers were answered at now, whose requests were
+// out for flight on the mean.
+func (b *comebacks) answered(n int, flight time.Duration, now time.Time) {
 	if n == 0 {
 		return
 	}
@@ -530,9 +551,10 @@ func (b *comebacks) answered(n int, now time.Time) {
 		b.answers = append(b.answers[:0], b.answers[1:]...)
 	}
 	b.answers = append(b.answers, comeback{at: now, left: n})
-	if b.delay == 0 {
-		b.delay = 100 * time.Microsecond
+	if b.flight == 0 {
+		b.flight = flight
 	}
+	b.flight += (flight - b.flight) / 16
 }
 
 // cameBack counts n requests taken by the writer at now against the
@@ -541,27 +563,45 @@ func (b *comebacks) cameBack(n int, now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.expireLocked(now)
+	counted := false
 	for i := range b.answers {
 		a := &b.answers[i]
 		take := min(n, a.left)
 		if take == 0 {
 			continue
 		}
-		b.delay += (now.Sub(a.at) - b.delay) / 16
+		b.delays[max(now.Sub(a.at), 0)/comebackBucket] += float64(take)
+		b.weight += float64(take)
+		counted = true
 		a.left -= take
 		if n -= take; n == 0 {
+			break
+		}
+	}
+	if !counted {
+		return
+	}
+	if b.weight > 2*comebackMemory {
+		for i := range b.delays {
+			b.delays[i] /= 2
+		}
+		b.weight /= 2
+	}
+	b.wait = comebackHorizon
+	for i, sum := 0, 0.0; i < len(b.delays); i++ {
+		if sum += b.delays[i]; sum >= comebackQuantile*b.weight {
+			b.wait = time.Duration(i+1) * comebackBucket
 			break
 		}
 	}
 }
 
 // due returns until when to wait for callers still expected, and whether
-// any are due later than now: twice the mean delay after their answer, and
-// never past comebackWait.
+// any are due later than now (see comebackMaxWait).
 func (b *comebacks) due(now time.Time) (time.Time, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	wait := min(2*b.delay, comebackWait)
+	wait := min(b.wait, b.flight/4, comebackMaxWait)
 	for _, a := range b.answers {
 		if until := a.at.Add(wait); a.left > 0 && now.Before(until) {
 			return until, true
@@ -749,7 +789,8 @@ func (fe *FrontEnd) readLoop() {
 func (fe *FrontEnd) deliver(msgs []redis.XMessage) {
 	fe.mu.Lock()
 	defer fe.mu.Unlock()
-	closed := 0
+	now := time.Now()
+	closed, flight := 0, time.Duration(0)
 	for _, m := range msgs {
 		seq, err1 := uintField(m.Values, fieldSeq)
 		idx, err2 := uintField(m.Values, fieldIndex)
@@ -778,10 +819,13 @@ func (fe *FrontEnd) deliver(msgs []redis.XMessage) {
 			delete(fe.calls, seq)
 			close(c.over)
 			closed++
+			flight += now.Sub(c.sent)
 			fe.noteIdleLocked()
 		}
 	}
-	fe.back.answered(closed, time.Now())
+	if closed > 0 {
+		fe.back.answered(closed, flight/time.Duration(closed), now)
+	}
 }
 
 // checkLoop checks Redis and the nodes every quarter second, and fails the

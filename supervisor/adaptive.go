@@ -212,7 +212,10 @@ func (r *returnTracker) expected(now time.Time) (k float64, wait time.Duration, 
 // when to look again (through earlier) when it holds; when it does not, it
 // says why the batch goes now. It requires that s.mu is held.
 //
-// Waiting pays when the k items expected soon, which would otherwise wait
+// Two reasons to wait: the callers just answered are coming back (a closed
+// loop, see below), or items arrive so fast that a batch this small would
+// take a worker from the many about to come (see rateHoldLocked). For the
+// first, waiting pays when the k items expected soon, which would otherwise wait
 // for the next free worker, gain more than the waiting costs the q items
 // already queued and the longer batch costs them all:
 //
@@ -223,6 +226,19 @@ func (r *returnTracker) expected(now time.Time) (k float64, wait time.Duration, 
 // expected wait until they are all in and p the per-item cost. With no fixed cost the
 // left side never wins; a lone caller, once back, is expected by nobody.
 func (s *Streamer) holdLocked(f *fifo, now time.Time, earlier func(time.Time)) (hold bool, why int) {
+	hold, why = s.returnHoldLocked(f, now, earlier)
+	if hold || why == reasonMaxLatency || why == reasonDeadline {
+		return hold, why
+	}
+	if s.rateHoldLocked(f, now, earlier) {
+		return true, 0
+	}
+	return false, why
+}
+
+// returnHoldLocked is holdLocked's wait for the callers just answered. It
+// requires that s.mu is held.
+func (s *Streamer) returnHoldLocked(f *fifo, now time.Time, earlier func(time.Time)) (hold bool, why int) {
 	why = reasonIdle
 	if !s.holdStart.IsZero() {
 		why = reasonWaited
@@ -406,4 +422,88 @@ func minTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// rateHoldLocked decides whether an idle slot should leave the q items of f
+// queued for arrivals, judged by the rate at which items arrive rather
+// than by who is coming back. Callers that return through a broker come
+// back to whichever node reads first, late and in bunches, so a node
+// cannot tell whose return an item is; but the rate it receives items at
+// says how large its batches should be. At λ items/s on W ready workers, a
+// batch of F + p·b seconds gathers b = λ·F / (W − λ·p) items per worker in
+// the steady state: a batch of fewer than half of that would hold a worker
+// for a whole fixed cost while the items after it wait their turn. It
+// waits for that half, at most as long as a worker takes to come free in
+// the steady state (b/λ), and never past MaxLatency or a queued item's
+// deadline. At a lone caller's rate b is below one item, and nothing
+// waits. It requires that s.mu is held.
+func (s *Streamer) rateHoldLocked(f *fifo, now time.Time, earlier func(time.Time)) bool {
+	if s.cfg.Batching != BatchingAdaptive {
+		return false
+	}
+	fixed, perItem, ok := s.cost.line()
+	if !ok {
+		return false
+	}
+	ready := 0
+	for _, sl := range s.slots {
+		if sl.state == SlotReady {
+			ready++
+		}
+	}
+	rate := s.arrivals.perSecond(now)
+	spare := float64(ready) - rate*perItem.Seconds()
+	if spare <= 0 {
+		return false // overloaded: batches fill by themselves
+	}
+	want := min(rate*fixed.Seconds()/spare, float64(s.cfg.BatchSize)) / 2
+	q := float64(f.len())
+	if q >= want || want < 1 {
+		return false
+	}
+	until := s.at(f.front().fut.enqueued).Add(min(seconds(2*want/rate), s.cfg.MaxLatency))
+	if !now.Before(until) || !s.deadlinesAllow(f, until.Add(fixed+time.Duration(want*float64(perItem)))) {
+		return false
+	}
+	if s.holdStart.IsZero() {
+		s.holdStart = now
+	}
+	earlier(until)
+	return true
+}
+
+// rateMeter follows the rate at which items arrive: a running mean over
+// windows of at least rateWindow, each weighed by its length, so that it
+// follows a change within about 8 windows, and a silence lowers it as
+// soon as it is asked.
+type rateMeter struct {
+	start time.Time // the current window's start
+	n     float64   // items in the current window
+	rate  float64   // items/s
+}
+
+const rateWindow = 25 * time.Millisecond
+
+func (m *rateMeter) add(now time.Time, n int) {
+	m.roll(now)
+	m.n += float64(n)
+}
+
+func (m *rateMeter) perSecond(now time.Time) float64 {
+	m.roll(now)
+	return m.rate
+}
+
+func (m *rateMeter) roll(now time.Time) {
+	if m.start.IsZero() {
+		m.start = now
+		return
+	}
+	elapsed := now.Sub(m.start)
+	if elapsed < rateWindow {
+		return
+	}
+	weight := min(elapsed.Seconds()/(8*rateWindow.Seconds()), 1)
+	m.rate += (m.n/elapsed.Seconds() - m.rate) * weight
+	m.start, m.n = now, 0
 }

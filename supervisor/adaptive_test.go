@@ -166,3 +166,66 @@ func median(ds []time.Duration) time.Duration {
 	}
 	return sorted[len(sorted)/2]
 }
+
+// Callers who come back too late for their answer to be told apart (12 to
+// 15ms after it, spread out, as through a broker, where a node cannot see
+// whose return an item is): an idle worker that took whatever was queued
+// would start batches of one or two and hold its worker for a whole fixed
+// cost while the rest queue behind it. The rate at which items arrive says
+// how large a batch the load allows (here about 6.5 per worker), and the
+// adaptive policy waits for half of it: as many items answered, in batches
+// that are almost never of one or two.
+func TestAdaptiveWaitsForTheBatchTheRateAllows(t *testing.T) {
+	small, answered := map[supervisor.Batching]float64{}, map[supervisor.Batching]uint64{}
+	for _, policy := range []supervisor.Batching{supervisor.BatchingGreedy, supervisor.BatchingAdaptive} {
+		synctest.Test(t, func(t *testing.T) {
+			s := startBubble(t, supervisor.Config{Batching: policy, Workers: 4, InProcess: sleepModel(10*time.Millisecond, 100*time.Microsecond)})
+			lateClients(t, s, 64, time.Second) // learning
+			before := s.Stats()
+			lateClients(t, s, 64, 2*time.Second)
+			after := s.Stats()
+			var batches, fewer uint64
+			for n := range after.BatchSizes {
+				c := after.BatchSizes[n] - before.BatchSizes[n]
+				batches += c
+				if n <= 2 {
+					fewer += c
+				}
+			}
+			small[policy] = float64(fewer) / float64(max(batches, 1))
+			answered[policy] = after.Answered - before.Answered
+		})
+	}
+	g, a := supervisor.BatchingGreedy, supervisor.BatchingAdaptive
+	t.Logf("items answered: greedy %d, adaptive %d; batches of 1 or 2: greedy %.2f, adaptive %.2f", answered[g], answered[a], small[g], small[a])
+	if small[g] < 0.3 || small[a] > 0.05 || float64(answered[a]) < 0.97*float64(answered[g]) {
+		t.Fatalf("items answered: greedy %d, adaptive %d; batches of 1 or 2: greedy %.2f, adaptive %.2f of all; want greedy's mostly of 1 or 2 (the load this test makes), adaptive's almost never, and as many answered",
+			answered[g], answered[a], small[g], small[a])
+	}
+}
+
+// lateClients runs clients that come back 12 to 15ms after each answer, each
+// after its own delay, for d of fake time.
+func lateClients(t *testing.T, s *supervisor.Streamer, clients int, d time.Duration) {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Go(func() {
+			for round := 0; ; round++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := s.Predict(context.Background(), [][]byte{{1}}); err != nil {
+					t.Error(err)
+					return
+				}
+				time.Sleep(12*time.Millisecond + time.Duration((i*7+round*13)%31)*100*time.Microsecond)
+			}
+		})
+	}
+	time.Sleep(d)
+	close(stop)
+	wg.Wait()
+}

@@ -34,6 +34,7 @@ type Streamer struct {
 	nextSlot    int           // round-robin start for picking a slot
 	cost        costFit       // the batches' measured cost
 	returns     returnTracker // callers coming back after their answers
+	arrivals    rateMeter     // how fast items arrive
 	holdStart   time.Time     // when an idle slot began waiting for arrivals; zero if none
 	explore     int           // holds considered while the cost fit was not ready
 	wake        chan struct{}
@@ -238,6 +239,7 @@ func (s *Streamer) SubmitRequests(ctx context.Context, reqs []Request) (futs []*
 	if queued > 0 {
 		if s.cfg.Batching == BatchingAdaptive {
 			s.returns.arrived(time.Now(), queued)
+			s.arrivals.add(time.Now(), queued)
 		}
 		s.queue.resize()
 		wake = wasEmpty || s.worthWaking()
@@ -275,6 +277,7 @@ func (s *Streamer) enqueue(ctx context.Context, req Request, f *Future) error {
 	wasEmpty := s.queue.n == 0
 	if s.cfg.Batching == BatchingAdaptive {
 		s.returns.arrived(time.Now(), n)
+		s.arrivals.add(time.Now(), n)
 	}
 	s.pushLocked(req, f)
 	s.queue.resize()
