@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs the many-machine benchmark of BENCHMARKS.md on one machine: a Redis
-# (Debian's redis-server on a free loopback port, no persistence), two GPU
-# nodes of 2 workers each and one front end, driven over HTTP by `streamer
+# (Debian's redis-server on a free loopback port, no persistence), GPU
+# nodes (two of 2 workers each, unless NODES and NODE_WORKERS say) and one
+# front end, driven over HTTP by `streamer
 # bench --target` at several closed-loop concurrencies; and, alternated row
-# by row in the same run, one local server of 4 workers with the same model.
+# by row in the same run, one local server of as many workers with the same
+# model.
 # It prints one table: items/s and p50 of both, their ratio, and the best
 # any batcher could do (c / (F + p·⌈c/w⌉) while c ≤ w·B, else w·B / (F + p·B)).
 #
@@ -15,7 +17,12 @@
 #   WARMUP       load before each measurement (default 2s)
 #   CONCURRENCY  the clients of each row (default "8 32 64 128 256 512")
 #   MODEL        the model (default sleep:10ms,100us)
-#   NODE_FLAGS   more flags for the two nodes (e.g. "--batching adaptive")
+#   NODES        GPU nodes (default 2)
+#   NODE_WORKERS workers on each node (default 2); the local server gets
+#                NODES × NODE_WORKERS
+#   NODE_FLAGS   more flags for the nodes (e.g. "--batching greedy")
+#   BINARY       a streamer binary to run instead of building this tree's
+#                (to set an older build beside this one)
 #   RATES        open-loop rows after the closed ones, in requests/s
 #                (default none; e.g. "4000 8000", a quarter and a half of
 #                the limit)
@@ -28,6 +35,9 @@ DURATION=${DURATION:-5s}
 WARMUP=${WARMUP:-2s}
 CONCURRENCY=${CONCURRENCY:-8 32 64 128 256 512}
 MODEL=${MODEL:-sleep:10ms,100us}
+NODES=${NODES:-2}
+NODE_WORKERS=${NODE_WORKERS:-2}
+WORKERS=$((NODES * NODE_WORKERS))
 NODE_FLAGS=${NODE_FLAGS:-}
 RATES=${RATES:-}
 mkdir -p "$OUT"
@@ -57,7 +67,11 @@ wait_ready() {
   log "$url never became ready"; exit 1
 }
 
-go build -o "$STREAMER" ./cmd/streamer
+if [ -n "${BINARY:-}" ]; then
+  cp "$BINARY" "$STREAMER"
+else
+  go build -o "$STREAMER" ./cmd/streamer
+fi
 
 redis_port=$(free_port)
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$OUT" >"$OUT/redis.log" 2>&1 &
@@ -68,10 +82,10 @@ for i in $(seq 1 100); do
 done
 broker=redis://127.0.0.1:$redis_port/0
 
-for node in 1 2; do
+for node in $(seq 1 "$NODES"); do
   port=$(free_port)
   # shellcheck disable=SC2086 # NODE_FLAGS is a list of flags
-  "$STREAMER" serve --broker "$broker" --workers 2 --model "$MODEL" --listen "127.0.0.1:$port" $NODE_FLAGS >"$OUT/node$node.log" 2>&1 &
+  "$STREAMER" serve --broker "$broker" --workers "$NODE_WORKERS" --model "$MODEL" --listen "127.0.0.1:$port" $NODE_FLAGS >"$OUT/node$node.log" 2>&1 &
   pids+=($!)
   wait_ready "http://127.0.0.1:$port"
 done
@@ -83,29 +97,29 @@ wait_ready "$front"
 
 {
   echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "redis: $(redis-server --version | cut -d' ' -f3)"
+  echo "redis: $(redis-server --version | cut -d' ' -f3); $NODES nodes × $NODE_WORKERS workers"
   echo "started: $(date -u +%FT%TZ)"
 } >"$OUT/machine.txt"
 
 for c in $CONCURRENCY; do
   log "$c clients through redis"
-  "$STREAMER" bench --target "$front" --model "$MODEL" --workers 4 --concurrency "$c" --duration "$DURATION" --warmup "$WARMUP" --json >"$OUT/redis_$c.json"
+  "$STREAMER" bench --target "$front" --model "$MODEL" --workers "$WORKERS" --concurrency "$c" --duration "$DURATION" --warmup "$WARMUP" --json >"$OUT/redis_$c.json"
   log "$c clients on one local server"
-  "$STREAMER" bench --model "$MODEL" --workers 4 --concurrency "$c" --duration "$DURATION" --warmup "$WARMUP" --json >"$OUT/local_$c.json"
+  "$STREAMER" bench --model "$MODEL" --workers "$WORKERS" --concurrency "$c" --duration "$DURATION" --warmup "$WARMUP" --json >"$OUT/local_$c.json"
 done
 for r in $RATES; do
   log "$r requests/s through redis"
-  "$STREAMER" bench --target "$front" --model "$MODEL" --workers 4 --rate "$r" --concurrency 4096 --duration "$DURATION" --warmup "$WARMUP" --json >"$OUT/redis_rate_$r.json"
+  "$STREAMER" bench --target "$front" --model "$MODEL" --workers "$WORKERS" --rate "$r" --concurrency 4096 --duration "$DURATION" --warmup "$WARMUP" --json >"$OUT/redis_rate_$r.json"
   log "$r requests/s on one local server"
-  "$STREAMER" bench --model "$MODEL" --workers 4 --rate "$r" --concurrency 4096 --duration "$DURATION" --warmup "$WARMUP" --json >"$OUT/local_rate_$r.json"
+  "$STREAMER" bench --model "$MODEL" --workers "$WORKERS" --rate "$r" --concurrency 4096 --duration "$DURATION" --warmup "$WARMUP" --json >"$OUT/local_rate_$r.json"
 done
 echo "ended: $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/machine.txt"
 
-python3 - "$OUT" "$MODEL" "$RATES" $CONCURRENCY <<'EOF' | tee "$OUT/summary.md"
+python3 - "$OUT" "$MODEL" "$RATES" "$WORKERS" $CONCURRENCY <<'EOF' | tee "$OUT/summary.md"
 import json, math, re, sys
-out, model, rates, clients = sys.argv[1], sys.argv[2], sys.argv[3].split(), [int(c) for c in sys.argv[4:]]
+out, model, rates, workers, clients = sys.argv[1], sys.argv[2], sys.argv[3].split(), int(sys.argv[4]), [int(c) for c in sys.argv[5:]]
 m = re.fullmatch(r"sleep:([0-9.]+)ms,([0-9.]+)us", model)
-workers, batch = 4, 64
+batch = 64
 def best(c):
     if not m:
         return 0
