@@ -34,6 +34,8 @@ func trainedOn(t *testing.T, workers int, maxLatency time.Duration) *Streamer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	// Start returns once one worker is ready; the tests want them all.
+	synctest.Wait()
 	s.mu.Lock()
 	for n := range 16 {
 		s.cost.observe(n+1, 10*time.Millisecond+time.Duration(n+1)*100*time.Microsecond)
