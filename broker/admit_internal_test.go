@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -134,21 +135,21 @@ func TestComebacksAreWaitedForBriefly(t *testing.T) {
 	at := t0
 	for i := range 200 {
 		at = at.Add(comebackHorizon)
-		b.answered(1, 20*time.Millisecond, at)
+		b.answered("a", 1, 1, 20*time.Millisecond, at)
 		delay := 1500 * time.Microsecond
 		if i%10 == 0 {
 			delay = 6 * time.Millisecond
 		}
-		b.cameBack(1, at.Add(delay))
+		b.cameBack(newCalls(1), at.Add(delay))
 	}
 	at = at.Add(comebackHorizon)
-	b.answered(3, 20*time.Millisecond, at)
-	b.cameBack(1, at.Add(100*time.Microsecond))
+	b.answered("a", 1, 3, 20*time.Millisecond, at)
+	b.cameBack(newCalls(1), at.Add(100*time.Microsecond))
 	until, ok := b.due(at.Add(100 * time.Microsecond))
 	if want := at.Add(1600 * time.Microsecond); !ok || until != want {
 		t.Fatalf("after one of three back: wait until %v after the answer (%v); want %v, when nine in ten were back", until.Sub(at), ok, want.Sub(at))
 	}
-	b.cameBack(2, at.Add(150*time.Microsecond))
+	b.cameBack(newCalls(2), at.Add(150*time.Microsecond))
 	if _, ok := b.due(at.Add(150 * time.Microsecond)); ok {
 		t.Fatal("all three back, yet a wait")
 	}
@@ -156,7 +157,7 @@ func TestComebacksAreWaitedForBriefly(t *testing.T) {
 	// Requests out for 4ms: the wait is at most a quarter of that.
 	at = at.Add(comebackHorizon)
 	b.flight = 4 * time.Millisecond
-	b.answered(2, 4*time.Millisecond, at)
+	b.answered("a", 1, 2, 4*time.Millisecond, at)
 	if until, ok := b.due(at); !ok || until != at.Add(time.Millisecond) {
 		t.Fatalf("requests out 4ms: wait until %v after the answer (%v); want 1ms", until.Sub(at), ok)
 	}
@@ -166,11 +167,11 @@ func TestComebacksAreWaitedForBriefly(t *testing.T) {
 	// the wait grows with it, up to comebackMaxWait.
 	for range 8 * comebackMemory {
 		at = at.Add(comebackHorizon)
-		b.answered(1, 20*time.Millisecond, at)
-		b.cameBack(1, at.Add(comebackHorizon-time.Microsecond))
+		b.answered("a", 1, 1, 20*time.Millisecond, at)
+		b.cameBack(newCalls(1), at.Add(comebackHorizon-time.Microsecond))
 	}
 	at = at.Add(comebackHorizon)
-	b.answered(2, 20*time.Millisecond, at)
+	b.answered("a", 1, 2, 20*time.Millisecond, at)
 	if until, ok := b.due(at); !ok || until != at.Add(comebackMaxWait) {
 		t.Fatalf("callers %s away: wait until %v after the answer (%v); want %s", comebackHorizon, until.Sub(at), ok, comebackMaxWait)
 	}
@@ -178,8 +179,144 @@ func TestComebacksAreWaitedForBriefly(t *testing.T) {
 	if _, ok := b.due(at.Add(comebackMaxWait)); ok {
 		t.Fatal("a wait past comebackMaxWait")
 	}
-	b.cameBack(1, at.Add(comebackHorizon))
+	b.cameBack(newCalls(1), at.Add(comebackHorizon))
 	if len(b.answers) != 0 {
 		t.Fatalf("%d answers remembered past the horizon", len(b.answers))
 	}
+}
+
+func newCalls(n int) []*call {
+	calls := make([]*call, n)
+	for i := range calls {
+		calls[i] = &call{}
+	}
+	return calls
+}
+
+// A request counted against an answer is routed to the node that gave it;
+// one counted against none goes to the shared stream.
+func TestComebacksAreRoutedToTheNodeThatAnswered(t *testing.T) {
+	var b comebacks
+	t0 := time.Unix(1000, 0)
+	b.answered("a", 1, 2, 20*time.Millisecond, t0)
+	b.answered("b", 1, 1, 20*time.Millisecond, t0.Add(time.Microsecond))
+	calls := newCalls(4)
+	b.cameBack(calls, t0.Add(time.Millisecond))
+	var routes []string
+	for _, c := range calls {
+		routes = append(routes, c.route)
+	}
+	if want := []string{"a", "a", "b", ""}; !slices.Equal(routes, want) {
+		t.Fatalf("routes %q; want %q", routes, want)
+	}
+}
+
+// A request whose caller a node just answered goes to that node's own
+// stream only while the node is alive and lists its stream, and while no
+// item waits unread on the shared stream (which it would pass); otherwise
+// it goes to the shared stream.
+func TestARoutedRequestGoesToItsNodeOnlyWhenItPassesNobody(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fe, err := NewFrontEnd(FrontEndConfig{Config: Config{URL: rs.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fe.rdb.Close() })
+	own := fe.k.nodeItems("a")
+	rs.Do(t, "XGROUP", "CREATE", fe.k.items, nodeGroup, "0", "MKSTREAM")
+	rs.Do(t, "XGROUP", "CREATE", own, nodeGroup, "0", "MKSTREAM")
+	alive := func() { rs.Do(t, "ZADD", fe.k.nodes, strconv.FormatInt(time.Now().UnixMilli(), 10), "a") }
+	admit := func(route string) string {
+		t.Helper()
+		c := &call{items: [][]byte{[]byte("x")}, route: route, admitted: make(chan error, 1)}
+		fe.admit([]*call{c})
+		if err := <-c.admitted; err != nil {
+			t.Fatal(err)
+		}
+		return c.stream
+	}
+	readShared := func() { rs.Do(t, "XREADGROUP", "GROUP", nodeGroup, "b", "STREAMS", fe.k.items, ">") }
+
+	alive()
+	for _, step := range []struct {
+		what, route, want string
+		before            func()
+	}{
+		{"a stranger", "", fe.k.items, readShared},
+		{"a node that lists no stream", "a", fe.k.items, readShared},
+		{"its node, alive and listed", "a", own, func() { readShared(); rs.Do(t, "SADD", fe.k.streams, own) }},
+		{"its node while an item waits unread on the shared stream", "a", fe.k.items, func() { admit("") }},
+		{"its node once nothing waits", "a", own, readShared},
+		{"a node not heard from", "a", fe.k.items, func() {
+			readShared()
+			rs.Do(t, "ZADD", fe.k.nodes, strconv.FormatInt(time.Now().Add(-2*nodeSilence).UnixMilli(), 10), "a")
+		}},
+		{"a node that is gone", "a", fe.k.items, func() { readShared(); rs.Do(t, "ZREM", fe.k.nodes, "a") }},
+	} {
+		step.before()
+		if got := admit(step.route); got != step.want {
+			t.Errorf("%s: went to %s; want %s", step.what, got, step.want)
+		}
+	}
+}
+
+// A node that holds more than its share of the callers (its share of the
+// workers of the nodes that answer) by half again has part of its next
+// answer's callers routed, together, to the node furthest below its share;
+// the rest go back to the node that answered them. Once within the margin,
+// callers stay where they are.
+func TestComebacksAreBalancedByTheNodesWorkers(t *testing.T) {
+	var b comebacks
+	now := time.Unix(1000, 0)
+	workers := map[string]int{"a": 1, "b": 3}
+	// 24 callers in a closed loop: 20 start on a's one worker, 4 on b's
+	// three. Each turn, every node answers the callers routed to it, and
+	// they all come back 1ms later.
+	held := map[string][]*call{"a": newCalls(20), "b": newCalls(4)}
+	var split []map[string]int
+	for turn := range 100 {
+		var back []*call
+		fromB := len(held["b"])
+		for _, node := range []string{"b", "a"} {
+			for _, c := range held[node] {
+				b.settled(c)
+			}
+			b.answered(node, workers[node], len(held[node]), 10*time.Millisecond, now)
+			back = append(back, held[node]...)
+			now = now.Add(10 * time.Microsecond)
+		}
+		now = now.Add(time.Millisecond)
+		b.cameBack(back, now)
+		held = map[string][]*call{}
+		for _, c := range back {
+			held[c.route] = append(held[c.route], c)
+		}
+		// Within a's answer, those moved to b come first, together.
+		ofA := routes(back[fromB:])
+		if i := slices.Index(ofA, "a"); i >= 0 && slices.Contains(ofA[i:], "b") {
+			t.Fatalf("turn %d: a's callers routed %v; want those moved to b first, together", turn, ofA)
+		}
+		split = append(split, map[string]int{"a": len(held["a"]), "b": len(held["b"])})
+		now = now.Add(10 * time.Millisecond)
+	}
+	// 24 callers on 4 workers: 6 for a's one, 18 for b's three, within
+	// half again.
+	last := split[len(split)-1]
+	if last["a"] > 9 || last["a"]+last["b"] != 24 {
+		t.Fatalf("after 100 turns a holds %d callers and b %d; want a within half again of its 6", last["a"], last["b"])
+	}
+	for i := len(split) / 2; i < len(split); i++ {
+		if split[i]["a"] != last["a"] {
+			t.Fatalf("the split still moves in turn %d: %v, then %v", i, split[i], last)
+		}
+	}
+	t.Logf("split after 1, 10 and 100 turns: %v, %v, %v", split[0], split[9], last)
+}
+
+func routes(calls []*call) []string {
+	var r []string
+	for _, c := range calls {
+		r = append(r, c.route)
+	}
+	return r
 }

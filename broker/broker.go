@@ -8,6 +8,13 @@
 //	PREFIX:items         the stream of items waiting or running, oldest first
 //	                     (consumer group "nodes"); an item leaves it once
 //	                     answered. Its length is the shared backlog.
+//	PREFIX:items:NODE    one node's own stream (same group): the requests of
+//	                     callers it just answered, routed back to it by a
+//	                     front end while nothing waits on PREFIX:items, so
+//	                     that a closed loop's batch comes back to the node
+//	                     that expects it. Another node adopts what is on it
+//	                     once the node is gone, then deletes it.
+//	PREFIX:streams       set: the node streams that exist
 //	PREFIX:reply:FRONT   one front end's answers, trimmed by the front end
 //	                     as it reads them; it expires ReplyTTL after the last
 //	                     answer written to it, so a dead front end's
@@ -16,7 +23,9 @@
 //	PREFIX:poison        sorted set: the hashes of items found to crash the
 //	                     model, each until its expiry (unix ms)
 //
-// The guarantees: items are served in the order they reached Redis; a node
+// The guarantees: items are served in the order they reached Redis (a
+// request routed to a node's own stream goes there only while nothing
+// waits on the shared one, so it passes nobody); a node
 // acknowledges an item only after its answer is written, and the items of a
 // node that stops answering are claimed by another after ClaimIdle
 // (XAUTOCLAIM), so every admitted item is answered; a second answer to an
@@ -89,7 +98,7 @@ const blockFor = 250 * time.Millisecond
 
 // keys are the Redis keys of one prefix.
 type keys struct {
-	items, nodes, poison, replyPrefix string
+	items, nodes, poison, replyPrefix, streams string
 }
 
 func newKeys(prefix string) keys {
@@ -98,8 +107,12 @@ func newKeys(prefix string) keys {
 		nodes:       prefix + ":nodes",
 		poison:      prefix + ":poison",
 		replyPrefix: prefix + ":reply:",
+		streams:     prefix + ":streams",
 	}
 }
+
+// nodeItems is the key of the named node's own stream.
+func (k keys) nodeItems(node string) string { return k.items + ":" + node }
 
 func (c *Config) withDefaults() (Config, error) {
 	cfg := *c
@@ -168,6 +181,8 @@ const (
 	fieldOutput  = "o" // the output's bytes, on success
 	fieldCode    = "e" // the error's kind (see codes), on failure
 	fieldMessage = "m" // the error's text, on failure
+	fieldNode    = "n" // the answering node's name
+	fieldWorkers = "w" // the answering node's number of workers
 )
 
 // codes name supervisor's sentinel errors on the wire, so that a front end

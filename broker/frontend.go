@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -75,6 +76,9 @@ type call struct {
 	keys     []string
 	deadline time.Time
 	admitted chan error // the stream's verdict: nil, or why it was refused
+	route    string     // the node that answered its caller last, if known
+	stream   string     // where its items went, once admitted
+	owner    string     // the node it counts for in the balance; under comebacks.mu
 	ids      []string   // the items' stream ids, once admitted
 	sent     time.Time  // when it was submitted
 
@@ -90,33 +94,74 @@ type call struct {
 // admitScript puts the items of several requests on the stream, in one
 // command: a node blocked on the stream wakes once for them all, where a
 // command per request would wake it for the first alone. A request whose
-// items would take the backlog past its bound is refused whole. It answers,
-// per request, its items' stream ids, or -1 when it refused them.
+// items would take the backlog past its bound is refused whole. A request
+// routed to a node (its caller was just answered by it) goes to that
+// node's own stream while the node is alive and lists it, and while no
+// item waits unread on the shared stream: it passes nobody. It answers,
+// per request, the stream its items went to and their ids there, or -1
+// when it refused them.
 //
-//	KEYS[1] the items stream
+//	KEYS[1] the items stream, KEYS[2] the live nodes, KEYS[3] the node streams
 //	ARGV    max backlog, the stream's trim bound, front end, the reply TTL
-//	        in ms, then per request: its number, deadline, "1" when keys
-//	        follow, its number of items n, then n × ([key] value)
+//	        in ms, now (unix ms), how long a node may be silent (ms),
+//	        the node streams' prefix, then per request: its number,
+//	        deadline, "1" when keys follow, the node it is routed to (or
+//	        ""), its number of items n, then n × ([key] value)
 var admitScript = redis.NewScript(`
 local bound, trim, front, ttl = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]
+local now, silence, prefix = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 local backlog = redis.call('XLEN', KEYS[1])
+local function later(a, b)
+  local am, as = string.match(a, '(%d+)-(%d+)')
+  local bm, bs = string.match(b, '(%d+)-(%d+)')
+  am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
+  return am > bm or (am == bm and as > bs)
+end
+local waiting = nil
+local function sharedWaits()
+  if waiting == nil then
+    waiting = false
+    local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+    if #last > 0 then
+      local delivered = '0-0'
+      for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+        local name, id
+        for i = 1, #g, 2 do
+          if g[i] == 'name' then name = g[i + 1] elseif g[i] == 'last-delivered-id' then id = g[i + 1] end
+        end
+        if name == 'nodes' then delivered = id end
+      end
+      waiting = later(last[1][1], delivered)
+    end
+  end
+  return waiting
+end
 local verdicts = {}
-local j = 5
+local j = 8
 while j <= #ARGV do
-  local seq, deadline, keyed, n = ARGV[j], ARGV[j + 1], ARGV[j + 2] == '1', tonumber(ARGV[j + 3])
-  j = j + 4
+  local seq, deadline, keyed, route, n = ARGV[j], ARGV[j + 1], ARGV[j + 2] == '1', ARGV[j + 3], tonumber(ARGV[j + 4])
+  j = j + 5
   local width = 1
   if keyed then width = 2 end
   if backlog + n > bound then
     verdicts[#verdicts + 1] = -1
     j = j + n * width
   else
-    local ids = {}
+    local stream = KEYS[1]
+    if route ~= '' and not sharedWaits() then
+      local key = prefix .. route
+      local beat = redis.call('ZSCORE', KEYS[2], route)
+      if beat and tonumber(beat) > now - silence and redis.call('SISMEMBER', KEYS[3], key) == 1 then
+        stream = key
+      end
+    end
+    if stream == KEYS[1] then waiting = true end
+    local ids = {stream}
     for i = 0, n - 1 do
       if keyed then
-        ids[#ids + 1] = redis.call('XADD', KEYS[1], 'MAXLEN', '~', trim, '*', 'f', front, 'q', seq, 'i', i, 'd', deadline, 't', ttl, 'k', ARGV[j], 'v', ARGV[j + 1])
+        ids[#ids + 1] = redis.call('XADD', stream, 'MAXLEN', '~', trim, '*', 'f', front, 'q', seq, 'i', i, 'd', deadline, 't', ttl, 'k', ARGV[j], 'v', ARGV[j + 1])
       else
-        ids[#ids + 1] = redis.call('XADD', KEYS[1], 'MAXLEN', '~', trim, '*', 'f', front, 'q', seq, 'i', i, 'd', deadline, 't', ttl, 'v', ARGV[j])
+        ids[#ids + 1] = redis.call('XADD', stream, 'MAXLEN', '~', trim, '*', 'f', front, 'q', seq, 'i', i, 'd', deadline, 't', ttl, 'v', ARGV[j])
       end
       j = j + width
     end
@@ -385,7 +430,7 @@ func (fe *FrontEnd) await(ctx context.Context, c *call) ([][]byte, error) {
 				open = append(open, id)
 			}
 		}
-		fe.withdraw(open)
+		fe.withdraw(c.stream, open)
 		fe.stats.expired.Add(uint64(c.left))
 		fe.stats.failed.Add(uint64(c.left))
 		return nil, err
@@ -413,6 +458,7 @@ func (fe *FrontEnd) forgetLocked(c *call) {
 	if fe.calls[c.seq] == c {
 		delete(fe.calls, c.seq)
 		fe.held -= c.left
+		fe.back.settled(c)
 		fe.noteIdleLocked()
 	}
 }
@@ -433,6 +479,7 @@ func (fe *FrontEnd) noteIdleLocked() {
 func (fe *FrontEnd) failAllLocked(err error) {
 	for seq, c := range fe.calls {
 		delete(fe.calls, seq)
+		fe.back.settled(c)
 		fe.stats.failed.Add(uint64(c.left))
 		c.failure = err
 		close(c.over)
@@ -469,7 +516,7 @@ func (fe *FrontEnd) writeLoop() {
 				break gather
 			}
 		}
-		fe.back.cameBack(len(batch), time.Now())
+		fe.back.cameBack(batch, time.Now())
 	linger:
 		for len(batch) < 256 {
 			until, ok := fe.back.due(time.Now())
@@ -480,7 +527,7 @@ func (fe *FrontEnd) writeLoop() {
 			select {
 			case c := <-fe.submits:
 				batch = append(batch, c)
-				fe.back.cameBack(1, time.Now())
+				fe.back.cameBack(batch[len(batch)-1:], time.Now())
 			case <-wait.C:
 				break linger
 			case <-fe.closing:
@@ -498,8 +545,15 @@ func (fe *FrontEnd) writeLoop() {
 // after their answer callers come (a decaying histogram of the delays);
 // and how long a request is out, from its submission to its answer (a
 // running mean). Requests that arrive are counted against the oldest
-// answers; in an open loop that matches strangers to answers, which costs
-// a wait only while more were answered than came since.
+// answers, and routed back to the node that gave that answer: a node's
+// callers return to it, together, as they do to a single server. Through
+// the shared stream alone they went to whichever node read first, which
+// had not expected them, while the node that expected them waited in vain.
+// A node holding more than its share of the callers gives some of them to
+// another (see balanceLocked). In an open loop, counting requests against
+// answers matches strangers to answers, which costs a wait only while more
+// were answered than came since, and sends them to a node that just
+// answered, and so has a worker free.
 type comebacks struct {
 	mu      sync.Mutex
 	answers []comeback // oldest first
@@ -512,11 +566,91 @@ type comebacks struct {
 	wait time.Duration
 	// flight is the mean time from a request's submission to its answer.
 	flight time.Duration
+	// The nodes that answered lately: their workers, when they last did,
+	// and the calls routed to them that have not ended.
+	nodes map[string]*nodeShare
 }
 
 type comeback struct {
 	at   time.Time
 	left int
+	node string // the node that answered them
+	// moveTo takes the first moveN of them instead of node (see
+	// balanceLocked).
+	moveTo string
+	moveN  int
+}
+
+// nodeShare is what a front end knows of a node that answered it.
+type nodeShare struct {
+	workers  int
+	answered time.Time
+	inFlight int     // calls routed to it that have not ended
+	owned    float64 // the callers it holds: a running mean, over its last 16 answers or so
+}
+
+// nodeForgotten is how long after its last answer a node no longer counts
+// in the balance of callers between nodes.
+const nodeForgotten = time.Second
+
+// settled notes that c ended (answered, refused, given up or failed): it
+// no longer counts for the node it was routed to.
+func (b *comebacks) settled(c *call) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if ns := b.nodes[c.owner]; ns != nil && ns.inFlight > 0 {
+		ns.inFlight--
+	}
+	c.owner = ""
+}
+
+// balanceLocked moves part of the callers node just answered (the last
+// answer) to the node furthest below its share, when node holds more than
+// its share by a margin. A node's share of this front end's callers (those
+// running there and those answered and expected back) is its share of the
+// workers of the nodes that answered lately: routed back to the node that
+// answered them, callers stay where chance first put them, and a node with
+// more than its share runs larger batches, later, while another's workers
+// idle. Moving part of one answer's callers keeps the rest together, and
+// the moved ones arrive together. It requires that b.mu is held.
+func (b *comebacks) balanceLocked(now time.Time) {
+	last := &b.answers[len(b.answers)-1]
+	owned := map[string]float64{}
+	for _, a := range b.answers {
+		owned[a.node] += float64(a.left)
+	}
+	var callers, workers float64
+	for name, ns := range b.nodes {
+		if now.Sub(ns.answered) > nodeForgotten {
+			delete(b.nodes, name)
+			continue
+		}
+		// Smoothed: a count taken while callers are between an answer
+		// and their next request swings by a batch's worth.
+		ns.owned += (owned[name] + float64(ns.inFlight) - ns.owned) / float64(16*len(b.nodes))
+		callers += ns.owned
+		workers += float64(ns.workers)
+	}
+	from := b.nodes[last.node]
+	if from == nil || len(b.nodes) < 2 || workers == 0 {
+		return
+	}
+	fair := func(name string) float64 { return callers * float64(b.nodes[name].workers) / workers }
+	excess := from.owned - fair(last.node)
+	if excess < max(2, fair(last.node)/2) {
+		return
+	}
+	to, deficit := "", 0.0
+	for name, ns := range b.nodes {
+		if d := fair(name) - ns.owned; d > deficit {
+			to, deficit = name, d
+		}
+	}
+	if n := int(min(excess, deficit, float64(last.left))); to != "" && n > 0 {
+		last.moveTo, last.moveN = to, n
+		from.owned -= float64(n)
+		b.nodes[to].owned += float64(n)
+	}
 }
 
 const (
@@ -538,9 +672,9 @@ const (
 	comebackMemory = 4096
 )
 
-// answered notes that n callers were answered at now, whose requests were
-// out for flight on the mean.
-func (b *comebacks) answered(n int, flight time.Duration, now time.Time) {
+// answered notes that n callers were answered at now by node, which runs
+// workers workers, whose requests were out for flight on the mean.
+func (b *comebacks) answered(node string, workers, n int, flight time.Duration, now time.Time) {
 	if n == 0 {
 		return
 	}
@@ -550,23 +684,37 @@ func (b *comebacks) answered(n int, flight time.Duration, now time.Time) {
 	if len(b.answers) == 64 { // bounded: the oldest is nearly out anyway
 		b.answers = append(b.answers[:0], b.answers[1:]...)
 	}
-	b.answers = append(b.answers, comeback{at: now, left: n})
+	b.answers = append(b.answers, comeback{at: now, left: n, node: node})
 	if b.flight == 0 {
 		b.flight = flight
 	}
 	b.flight += (flight - b.flight) / 16
+	if node == "" {
+		return
+	}
+	if b.nodes == nil {
+		b.nodes = map[string]*nodeShare{}
+	}
+	ns := b.nodes[node]
+	if ns == nil {
+		ns = &nodeShare{}
+		b.nodes[node] = ns
+	}
+	ns.workers, ns.answered = max(workers, 1), now
+	b.balanceLocked(now)
 }
 
-// cameBack counts n requests taken by the writer at now against the
-// callers expected, oldest answers first.
-func (b *comebacks) cameBack(n int, now time.Time) {
+// cameBack counts the requests of calls, taken by the writer at now,
+// against the callers expected, oldest answers first, and routes each to
+// the node whose answer it is counted against.
+func (b *comebacks) cameBack(calls []*call, now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.expireLocked(now)
 	counted := false
-	for i := range b.answers {
+	for i := 0; i < len(b.answers) && len(calls) > 0; i++ {
 		a := &b.answers[i]
-		take := min(n, a.left)
+		take := min(len(calls), a.left)
 		if take == 0 {
 			continue
 		}
@@ -574,9 +722,19 @@ func (b *comebacks) cameBack(n int, now time.Time) {
 		b.weight += float64(take)
 		counted = true
 		a.left -= take
-		if n -= take; n == 0 {
-			break
+		for _, c := range calls[:take] {
+			c.route = a.node
+			if a.moveN > 0 {
+				c.route = a.moveTo
+				a.moveN--
+			}
+			// It counts for that node from now until it ends.
+			if ns := b.nodes[c.route]; ns != nil {
+				c.owner = c.route
+				ns.inFlight++
+			}
 		}
+		calls = calls[take:]
 	}
 	if !counted {
 		return
@@ -645,7 +803,7 @@ func (fe *FrontEnd) admit(batch []*call) {
 		pipe := fe.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(chunks))
 		for i, chunk := range chunks {
-			cmds[i] = admitScript.EvalSha(ctx, pipe, []string{fe.k.items}, fe.admitArgs(chunk)...)
+			cmds[i] = admitScript.EvalSha(ctx, pipe, []string{fe.k.items, fe.k.nodes, fe.k.streams}, fe.admitArgs(chunk)...)
 		}
 		_, _ = pipe.Exec(ctx) // each command's own error is read below
 		return cmds
@@ -681,6 +839,10 @@ func (fe *FrontEnd) tell(chunk []*call, cmd *redis.Cmd) {
 		var err error
 		switch v := verdicts[i].(type) {
 		case []any:
+			if len(v) > 0 {
+				c.stream, _ = v[0].(string)
+				v = v[1:]
+			}
 			c.ids = make([]string, len(v))
 			for j, id := range v {
 				c.ids[j], _ = id.(string)
@@ -697,7 +859,7 @@ func (fe *FrontEnd) tell(chunk []*call, cmd *redis.Cmd) {
 // and that no node has read yet (see withdrawScript), in the background:
 // the caller, who gave up on them, is not kept waiting. Not deleted (Redis
 // down, the front end closing), they are run and their answers dropped.
-func (fe *FrontEnd) withdraw(ids []string) {
+func (fe *FrontEnd) withdraw(stream string, ids []string) {
 	if len(ids) == 0 || fe.closed.Load() {
 		return // closing: the client is closed soon, and the items are run
 	}
@@ -709,7 +871,7 @@ func (fe *FrontEnd) withdraw(ids []string) {
 		for _, id := range ids {
 			args = append(args, id)
 		}
-		n, err := withdrawScript.Run(ctx, fe.rdb, []string{fe.k.items}, args...).Int64()
+		n, err := withdrawScript.Run(ctx, fe.rdb, []string{stream}, args...).Int64()
 		if err != nil {
 			fe.cfg.Logger.Debug("withdraw the items of a request given up", "items", len(ids), "err", err)
 			return
@@ -719,12 +881,13 @@ func (fe *FrontEnd) withdraw(ids []string) {
 }
 
 func (fe *FrontEnd) admitArgs(batch []*call) []any {
-	n := 4
+	n := 7
 	for _, c := range batch {
-		n += 4 + len(c.items) + len(c.keys)
+		n += 5 + len(c.items) + len(c.keys)
 	}
 	args := make([]any, 0, n)
-	args = append(args, fe.cfg.MaxBacklog, 2*fe.cfg.MaxBacklog, fe.id, fe.cfg.ReplyTTL.Milliseconds())
+	args = append(args, fe.cfg.MaxBacklog, 2*fe.cfg.MaxBacklog, fe.id, fe.cfg.ReplyTTL.Milliseconds(),
+		time.Now().UnixMilli(), nodeSilence.Milliseconds(), fe.k.items+":")
 	for _, c := range batch {
 		deadline := int64(0)
 		if !c.deadline.IsZero() {
@@ -734,7 +897,7 @@ func (fe *FrontEnd) admitArgs(batch []*call) []any {
 		if c.keys != nil {
 			keyed = "1"
 		}
-		args = append(args, c.seq, deadline, keyed, len(c.items))
+		args = append(args, c.seq, deadline, keyed, c.route, len(c.items))
 		for i, item := range c.items {
 			if c.keys != nil {
 				args = append(args, c.keys[i])
@@ -790,7 +953,11 @@ func (fe *FrontEnd) deliver(msgs []redis.XMessage) {
 	fe.mu.Lock()
 	defer fe.mu.Unlock()
 	now := time.Now()
-	closed, flight := 0, time.Duration(0)
+	type answers struct {
+		calls, workers int
+		flight         time.Duration
+	}
+	closed := map[string]answers{} // by the node that answered
 	for _, m := range msgs {
 		seq, err1 := uintField(m.Values, fieldSeq)
 		idx, err2 := uintField(m.Values, fieldIndex)
@@ -818,13 +985,18 @@ func (fe *FrontEnd) deliver(msgs []redis.XMessage) {
 		if c.left--; c.left == 0 {
 			delete(fe.calls, seq)
 			close(c.over)
-			closed++
-			flight += now.Sub(c.sent)
+			fe.back.settled(c)
+			node := str(m.Values, fieldNode)
+			by := closed[node]
+			by.calls++
+			by.flight += now.Sub(c.sent)
+			by.workers, _ = strconv.Atoi(str(m.Values, fieldWorkers))
+			closed[node] = by
 			fe.noteIdleLocked()
 		}
 	}
-	if closed > 0 {
-		fe.back.answered(closed, flight/time.Duration(closed), now)
+	for node, by := range closed {
+		fe.back.answered(node, by.workers, by.calls, by.flight/time.Duration(by.calls), now)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,11 +45,12 @@ type Node struct {
 	cfg NodeConfig
 	rdb *redis.Client
 	k   keys
+	own string // the node's own stream
 	s   *supervisor.Streamer
 
 	mu   sync.Mutex
-	held map[string]time.Time // stream ids held, since when they were last claimed by us
-	room chan struct{}        // a token when held shrinks
+	held map[entry]time.Time // the items held, since when they were last claimed by us
+	room chan struct{}       // a token when held shrinks
 
 	answers chan answerEntry
 	poison  atomic.Pointer[map[string]bool]
@@ -63,12 +65,17 @@ type Node struct {
 	}
 }
 
-// answerEntry is an answer to write, for the item with stream id id.
+// entry names an item: its stream and its id there.
+type entry struct{ stream, id string }
+
+// answerEntry is an answer to write, for the item with stream id id on
+// stream.
 type answerEntry struct {
-	id, front, seq, index string
-	ttl                   time.Duration // the front end's ReplyTTL; 0: the node's
-	output                []byte
-	err                   error
+	entry
+	front, seq, index string
+	ttl               time.Duration // the front end's ReplyTTL; 0: the node's
+	output            []byte
+	err               error
 }
 
 // NodeStats counts a node's traffic with Redis.
@@ -123,9 +130,10 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	k := newKeys(cfg.Prefix)
 	n := &Node{
-		cfg: cfg, rdb: rdb, k: newKeys(cfg.Prefix), s: cfg.Streamer,
-		held:    map[string]time.Time{},
+		cfg: cfg, rdb: rdb, k: k, own: k.nodeItems(cfg.Name), s: cfg.Streamer,
+		held:    map[entry]time.Time{},
 		room:    make(chan struct{}, 1),
 		answers: make(chan answerEntry, cfg.Capacity),
 		stop:    make(chan struct{}),
@@ -155,9 +163,11 @@ func (n *Node) Stats() NodeStats {
 // Start joins the consumer group (making it when missing) and runs the
 // node until Shutdown. An unreachable Redis is reported, and retried.
 func (n *Node) Start(ctx context.Context) error {
-	err := n.join(ctx)
+	// Alive before its stream exists: a node adopts the streams of nodes
+	// it has not heard from.
+	err := n.beat(ctx)
 	if err == nil {
-		err = n.beat(ctx)
+		err = n.join(ctx)
 	}
 	n.writer.Add(1)
 	go n.writeLoop()
@@ -167,12 +177,18 @@ func (n *Node) Start(ctx context.Context) error {
 	return err
 }
 
-// join makes the consumer group, reading from the stream's start so that
-// items put there before it existed are served too.
+// join makes the consumer group on the shared stream and on the node's
+// own, reading from their start so that items put there before it existed
+// are served too, and lists its own stream for the front ends to route to.
 func (n *Node) join(ctx context.Context) error {
-	err := n.rdb.XGroupCreateMkStream(ctx, n.k.items, nodeGroup, "0").Err()
-	if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
-		return fmt.Errorf("broker: join group %s on redis at %s: %w", nodeGroup, endpoint(n.rdb), err)
+	for _, key := range []string{n.k.items, n.own} {
+		err := n.rdb.XGroupCreateMkStream(ctx, key, nodeGroup, "0").Err()
+		if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
+			return fmt.Errorf("broker: join group %s of %s on redis at %s: %w", nodeGroup, key, endpoint(n.rdb), err)
+		}
+	}
+	if err := n.rdb.SAdd(ctx, n.k.streams, n.own).Err(); err != nil {
+		return fmt.Errorf("broker: list %s on redis at %s: %w", n.own, endpoint(n.rdb), err)
 	}
 	return nil
 }
@@ -207,8 +223,11 @@ func (n *Node) readLoop() {
 			}
 			continue
 		}
+		// Its own stream first: the callers it answered, coming back.
+		// The count is each stream's, so a read may bring twice want; the
+		// own stream holds no more than the node answered just before.
 		args := &redis.XReadGroupArgs{
-			Group: nodeGroup, Consumer: n.cfg.Name, Streams: []string{n.k.items, ">"},
+			Group: nodeGroup, Consumer: n.cfg.Name, Streams: []string{n.own, n.k.items, ">", ">"},
 			Count: int64(want), Block: -1,
 		}
 		if block {
@@ -218,6 +237,11 @@ func (n *Node) readLoop() {
 		backlog = false
 		switch {
 		case errors.Is(err, redis.Nil):
+			if block {
+				if err := n.steal(ctx, want); err != nil && ctx.Err() == nil {
+					n.cfg.Logger.Warn("read other nodes' items", "err", err)
+				}
+			}
 			continue
 		case err != nil && redis.HasErrorPrefix(err, "NOGROUP"):
 			// Redis lost the group (restarted without its data).
@@ -237,8 +261,10 @@ func (n *Node) readLoop() {
 		retry.reset()
 		for _, st := range streams {
 			n.stats.read.Add(uint64(len(st.Messages)))
-			backlog = len(st.Messages) >= want
-			n.take(st.Messages)
+			if st.Stream == n.k.items {
+				backlog = len(st.Messages) >= want
+			}
+			n.take(st.Stream, st.Messages)
 		}
 	}
 }
@@ -278,20 +304,21 @@ func (n *Node) stopContext() (context.Context, context.CancelFunc) {
 	return ctx, cancel
 }
 
-// take runs the items read, or answers at once those that must not run.
-// Those that run are queued together, so that they can share a batch.
-func (n *Node) take(msgs []redis.XMessage) {
+// take runs the items read from stream, or answers at once those that
+// must not run. Those that run are queued together, so that they can share
+// a batch.
+func (n *Node) take(stream string, msgs []redis.XMessage) {
 	now := time.Now()
 	n.mu.Lock()
 	for _, m := range msgs {
-		n.held[m.ID] = now
+		n.held[entry{stream, m.ID}] = now
 	}
 	n.mu.Unlock()
 	poison := n.quarantined(msgs)
 	var run []answerEntry
 	var reqs []supervisor.Request
 	for _, m := range msgs {
-		a := answerEntry{id: m.ID, front: str(m.Values, fieldFront), seq: str(m.Values, fieldSeq), index: str(m.Values, fieldIndex)}
+		a := answerEntry{entry: entry{stream, m.ID}, front: str(m.Values, fieldFront), seq: str(m.Values, fieldSeq), index: str(m.Values, fieldIndex)}
 		if ms, err := strconv.ParseInt(str(m.Values, fieldTTL), 10, 64); err == nil && ms > 0 {
 			a.ttl = time.Duration(ms) * time.Millisecond
 		}
@@ -389,7 +416,7 @@ func (n *Node) settle(a answerEntry, key string, data, output []byte, err error)
 		// Not the item's fault: leave it in the group, unacknowledged and
 		// no longer kept alive by this node, for another to claim.
 		n.stats.released.Add(1)
-		n.release(a.id)
+		n.release(a.entry)
 		return
 	case errors.Is(err, supervisor.ErrPoison):
 		n.quarantine(poisonHash(key, data))
@@ -409,10 +436,10 @@ func (n *Node) signalRoom() {
 
 func (n *Node) answer(a answerEntry) { n.answers <- a }
 
-// release forgets the item with stream id id.
-func (n *Node) release(id string) {
+// release forgets the item e.
+func (n *Node) release(e entry) {
 	n.mu.Lock()
-	delete(n.held, id)
+	delete(n.held, e)
 	n.mu.Unlock()
 	n.signalRoom()
 }
@@ -480,7 +507,7 @@ func (n *Node) writeLoop() {
 		retry.reset()
 		n.mu.Lock()
 		for _, a := range batch {
-			delete(n.held, a.id)
+			delete(n.held, a.entry)
 		}
 		n.mu.Unlock()
 		n.signalRoom()
@@ -503,13 +530,14 @@ func (n *Node) flush(batch []answerEntry) error {
 	defer cancel()
 	pipe := n.rdb.TxPipeline()
 	fronts := map[string]time.Duration{}
-	ids := make([]string, 0, len(batch))
+	ids := map[string][]string{} // by stream
+	workers := n.s.Workers()
 	for _, a := range batch {
-		ids = append(ids, a.id)
+		ids[a.stream] = append(ids[a.stream], a.id)
 		if a.front == "" {
 			continue // malformed: nobody to answer
 		}
-		values := []any{fieldSeq, a.seq, fieldIndex, a.index}
+		values := []any{fieldSeq, a.seq, fieldIndex, a.index, fieldNode, n.cfg.Name, fieldWorkers, workers}
 		if a.err != nil {
 			values = append(values, fieldCode, codeOf(a.err), fieldMessage, a.err.Error())
 		} else {
@@ -522,8 +550,10 @@ func (n *Node) flush(batch []answerEntry) error {
 	for key, ttl := range fronts {
 		pipe.Expire(ctx, key, ttl)
 	}
-	pipe.XAck(ctx, n.k.items, nodeGroup, ids...)
-	pipe.XDel(ctx, n.k.items, ids...)
+	for stream, ids := range ids {
+		pipe.XAck(ctx, stream, nodeGroup, ids...)
+		pipe.XDel(ctx, stream, ids...)
+	}
 	cmds, err := pipe.Exec(ctx)
 	if err == nil {
 		return nil
@@ -594,31 +624,47 @@ func (n *Node) beat(ctx context.Context) error {
 // so that no other node claims them while this one is alive.
 func (n *Node) keep(ctx context.Context) error {
 	cutoff := time.Now().Add(-n.cfg.ClaimIdle / 4)
-	var ids []string
+	ids := map[string][]string{} // by stream
 	n.mu.Lock()
-	for id, since := range n.held {
+	for e, since := range n.held {
 		if since.Before(cutoff) {
-			ids = append(ids, id)
-			n.held[id] = time.Now()
+			ids[e.stream] = append(ids[e.stream], e.id)
+			n.held[e] = time.Now()
 		}
 	}
 	n.mu.Unlock()
 	if len(ids) == 0 {
 		return nil
 	}
-	err := n.rdb.XClaimJustID(ctx, &redis.XClaimArgs{Stream: n.k.items, Group: nodeGroup, Consumer: n.cfg.Name, Messages: ids}).Err()
-	if errors.Is(err, redis.Nil) {
-		return nil
+	pipe := n.rdb.Pipeline()
+	for stream, ids := range ids {
+		pipe.XClaimJustID(ctx, &redis.XClaimArgs{Stream: stream, Group: nodeGroup, Consumer: n.cfg.Name, Messages: ids})
 	}
-	return err
+	cmds, _ := pipe.Exec(ctx)
+	for _, cmd := range cmds {
+		if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+	}
+	return nil
 }
 
 // claim takes over, as room allows, the items that other nodes have held
-// without a sign of life for ClaimIdle.
+// without a sign of life for ClaimIdle, on the shared stream and on the
+// streams of nodes that are gone (see adopt).
 func (n *Node) claim(ctx context.Context) error {
 	if !n.s.Ready() {
 		return nil
 	}
+	if err := n.claimFrom(ctx, n.k.items); err != nil {
+		return err
+	}
+	return n.adopt(ctx)
+}
+
+// claimFrom takes over, as room allows, the items of stream that other
+// nodes have held without a sign of life for ClaimIdle.
+func (n *Node) claimFrom(ctx context.Context, stream string) error {
 	start := "0-0"
 	for {
 		free := n.free()
@@ -626,20 +672,23 @@ func (n *Node) claim(ctx context.Context) error {
 			return nil
 		}
 		msgs, next, err := n.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
-			Stream: n.k.items, Group: nodeGroup, Consumer: n.cfg.Name,
+			Stream: stream, Group: nodeGroup, Consumer: n.cfg.Name,
 			MinIdle: n.cfg.ClaimIdle, Start: start, Count: int64(free),
 		}).Result()
 		switch {
 		case err != nil && redis.HasErrorPrefix(err, "NOGROUP"):
+			if stream != n.k.items {
+				return nil // an adopted stream deleted meanwhile
+			}
 			return n.join(ctx)
 		case err != nil:
 			return err
 		}
 		if len(msgs) > 0 {
-			n.cfg.Logger.Info("claimed items of a silent node", "items", len(msgs))
+			n.cfg.Logger.Info("claimed items of a silent node", "items", len(msgs), "stream", stream)
 			n.stats.claimed.Add(uint64(len(msgs)))
 			n.stats.read.Add(uint64(len(msgs)))
-			n.take(msgs)
+			n.take(stream, msgs)
 		}
 		if next == "0-0" || len(msgs) == 0 {
 			return nil
@@ -648,9 +697,11 @@ func (n *Node) claim(ctx context.Context) error {
 	}
 }
 
-// Shutdown stops reading, waits until ctx ends for the items held to be
-// answered and acknowledged, and leaves the group's list of live nodes.
-// Items still held at the end stay in the group for another node to claim.
+// Shutdown leaves the list of live nodes (so that front ends stop routing
+// requests to its own stream, and another node adopts what is there),
+// stops reading, and waits until ctx ends for the items held to be
+// answered and acknowledged. Items still held at the end stay in the group
+// for another node to claim.
 func (n *Node) Shutdown(ctx context.Context) error {
 	select {
 	case <-n.stop:
@@ -659,6 +710,9 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	}
 	close(n.stop)
 	n.loops.Wait()
+	lctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	n.rdb.ZRem(lctx, n.k.nodes, n.cfg.Name) // best effort: a node silent for goneAfter is gone too
+	cancel()
 	var err error
 	for {
 		n.mu.Lock()
@@ -685,3 +739,131 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	}
 	return errors.Join(err, n.rdb.Close())
 }
+
+// steal takes, up to want, the items that wait unread on other nodes' own
+// streams. It is called when this node's workers have had nothing to do
+// for blockFor: requests routed to a node that is busy (or slow) do not
+// wait there while this one idles.
+func (n *Node) steal(ctx context.Context, want int) error {
+	streams, err := n.rdb.SMembers(ctx, n.k.streams).Result()
+	if err != nil {
+		return err
+	}
+	var others []string
+	for _, key := range streams {
+		if key != n.own {
+			others = append(others, key)
+		}
+	}
+	if len(others) == 0 {
+		return nil
+	}
+	ids := make([]string, len(others))
+	for i := range ids {
+		ids[i] = ">"
+	}
+	read, err := n.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group: nodeGroup, Consumer: n.cfg.Name, Streams: append(others, ids...), Count: int64(max(want/len(others), 1)), Block: -1,
+	}).Result()
+	switch {
+	case errors.Is(err, redis.Nil), err != nil && redis.HasErrorPrefix(err, "NOGROUP"):
+		return nil // nothing waits, or a stream went meanwhile: the next look sees
+	case err != nil:
+		return err
+	}
+	for _, st := range read {
+		if len(st.Messages) > 0 {
+			n.cfg.Logger.Debug("took items waiting for another node", "items", len(st.Messages), "stream", st.Stream)
+			n.stats.read.Add(uint64(len(st.Messages)))
+			n.take(st.Stream, st.Messages)
+		}
+	}
+	return nil
+}
+
+// goneAfter is how long a node is silent before its own stream is adopted:
+// front ends route to a node heard from within nodeSilence, so nothing
+// more comes to its stream after that.
+const goneAfter = nodeSilence
+
+// adopt serves the streams of nodes that are gone (silent for goneAfter,
+// or left): it claims what they held (after ClaimIdle, as on the shared
+// stream), reads what they had not read yet, and deletes a stream left
+// empty once its node has been gone twice as long.
+func (n *Node) adopt(ctx context.Context) error {
+	streams, err := n.rdb.SMembers(ctx, n.k.streams).Result()
+	if err != nil || len(streams) <= 1 {
+		return err
+	}
+	var others, names []string
+	for _, key := range streams {
+		if key != n.own {
+			others = append(others, key)
+			names = append(names, strings.TrimPrefix(key, n.k.items+":"))
+		}
+	}
+	beats, err := n.rdb.ZMScore(ctx, n.k.nodes, names...).Result()
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	for i, key := range others {
+		if silent := now.Sub(time.UnixMilli(int64(beats[i]))); beats[i] != 0 && silent < goneAfter {
+			continue
+		}
+		if err := n.claimFrom(ctx, key); err != nil {
+			return err
+		}
+		if err := n.readFrom(ctx, key); err != nil {
+			return err
+		}
+		cutoff := unixMs(now.Add(-2 * goneAfter))
+		if err := dropScript.Run(ctx, n.rdb, []string{key, n.k.nodes, n.k.streams}, names[i], cutoff).Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+	}
+	return nil
+}
+
+// readFrom reads, as room allows, the items of stream that its node left
+// unread.
+func (n *Node) readFrom(ctx context.Context, stream string) error {
+	free := n.free()
+	if free <= 0 {
+		return nil
+	}
+	streams, err := n.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group: nodeGroup, Consumer: n.cfg.Name, Streams: []string{stream, ">"}, Count: int64(free), Block: -1,
+	}).Result()
+	switch {
+	case errors.Is(err, redis.Nil), err != nil && redis.HasErrorPrefix(err, "NOGROUP"):
+		return nil
+	case err != nil:
+		return err
+	}
+	for _, st := range streams {
+		if len(st.Messages) > 0 {
+			n.cfg.Logger.Info("adopted items routed to a node that is gone", "items", len(st.Messages), "stream", stream)
+			n.stats.claimed.Add(uint64(len(st.Messages)))
+			n.stats.read.Add(uint64(len(st.Messages)))
+			n.take(stream, st.Messages)
+		}
+	}
+	return nil
+}
+
+// dropScript deletes a node's own stream once it is empty and the node has
+// not been heard from since the cutoff, and takes it off the list front
+// ends route by, in one step: no request is routed to a stream that is
+// gone.
+//
+//	KEYS[1] the node's stream, KEYS[2] the live nodes, KEYS[3] the list
+//	ARGV    the node's name, the cutoff (unix ms)
+var dropScript = redis.NewScript(`
+if redis.call('XLEN', KEYS[1]) > 0 then return 0 end
+local beat = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if beat and tonumber(beat) >= tonumber(ARGV[2]) then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('SREM', KEYS[3], KEYS[1])
+return 1
+`)

@@ -199,7 +199,7 @@ func TestBrokerKilledNodeAndFrontEndLoseNoAdmittedRequest(t *testing.T) {
 			st.Submitted, st.Answered, st.Failed, st.Queued, want)
 	}
 	waitFor(t, "every item on the stream answered", brokerWait, func() bool {
-		return redisInt(t, rs, "XLEN", brokerItemsKey) == 0
+		return redisItems(t, rs) == 0
 	})
 }
 
@@ -282,7 +282,7 @@ func TestBrokerNodeSIGTERMUnderLoadHandsOverCleanly(t *testing.T) {
 		t.Error("the other node had to claim items the stopped node left")
 	}
 	waitFor(t, "every item on the stream answered", brokerWait, func() bool {
-		return redisInt(t, rs, "XLEN", brokerItemsKey) == 0
+		return redisItems(t, rs) == 0
 	})
 }
 
@@ -338,7 +338,7 @@ func TestBrokerFrontEndSIGTERMAnswersWhatItAdmitted(t *testing.T) {
 	}
 	t.Logf("%d answered, %d refused while draining, %d failed in transport once closed", answered, refused, closed)
 	waitFor(t, "every item on the stream answered", brokerWait, func() bool {
-		return redisInt(t, rs, "XLEN", brokerItemsKey) == 0
+		return redisItems(t, rs) == 0
 	})
 }
 
@@ -365,7 +365,7 @@ func TestBrokerRedisRestartFailsFastThenServesAgain(t *testing.T) {
 		inFlight <- answer{p, err}
 	}()
 	waitFor(t, "the item in flight on the stream", brokerWait, func() bool {
-		return redisInt(t, rs, "XLEN", brokerItemsKey) == 1
+		return redisItems(t, rs) == 1
 	})
 	killed := time.Now()
 	rs.Kill()
@@ -421,7 +421,7 @@ func TestBrokerReplyTTLOfTheFrontEndBoundsItsKeys(t *testing.T) {
 // Redis holds for it goes within a few seconds.
 func deadFrontEndKeysExpire(t *testing.T, nodeArgs ...string) {
 	rs := redistest.Start(t, redistest.Options{})
-	startBrokerNode(t, rs, append([]string{"--workers", "2", "--model", "sleep:20ms,0s", "--max-latency", "5ms"}, nodeArgs...)...)
+	node := startBrokerNode(t, rs, append([]string{"--workers", "2", "--model", "sleep:20ms,0s", "--max-latency", "5ms"}, nodeArgs...)...)
 	front := startBrokerFront(t, rs, "--reply-ttl", "1s")
 	reply := brokerReplyKeys + brokerLogField(t, front, "front end sending requests through redis", "front")
 	waitReadyz(t, front, http.StatusOK)
@@ -442,10 +442,11 @@ func deadFrontEndKeysExpire(t *testing.T, nodeArgs ...string) {
 	}
 	t.Logf("the reply stream expired %s after the kill", time.Since(killed).Round(time.Millisecond))
 	waitFor(t, "the stream of items to drain", brokerWait, func() bool {
-		return redisInt(t, rs, "XLEN", brokerItemsKey) == 0
+		return redisItems(t, rs) == 0
 	})
-	if keys := redisKeys(t, rs, "*"); strings.Join(keys, " ") != brokerItemsKey+" "+brokerNodesKey {
-		t.Errorf("Redis holds %q; want only %s and %s", keys, brokerItemsKey, brokerNodesKey)
+	own := brokerItemsKey + ":" + brokerLogField(t, node, "node serving items from redis", "node")
+	if keys := redisKeys(t, rs, "*"); strings.Join(keys, " ") != strings.Join([]string{brokerItemsKey, own, brokerNodesKey, brokerStreamsKey}, " ") {
+		t.Errorf("Redis holds %q; want only the shared stream, the node's own, the live nodes and the list of node streams", keys)
 	}
 }
 
@@ -533,7 +534,7 @@ func TestBrokerExpiredItemNeverRuns(t *testing.T) {
 
 	node := startBrokerNode(t, rs, "--workers", "1", "--model", "chaos:crash=late")
 	waitFor(t, "the node to drop the expired item", brokerWait, func() bool {
-		return redisInt(t, rs, "XLEN", brokerItemsKey) == 0
+		return redisItems(t, rs) == 0
 	})
 	if st := node.stats(t); st.Batches != 0 || st.Crashes != 0 {
 		t.Errorf("node stats %+v: the expired item ran (want no batch, no crash)", st)
@@ -652,7 +653,10 @@ func TestBrokerStreamPrefixKeepsModelsApart(t *testing.T) {
 	if b1, b2 := one.stats(t).Batches, two.stats(t).Batches; b1 != 0 || b2 != 3 {
 		t.Errorf("batches run: %d on prefix one's node, %d on prefix two's; want 0 and 3", b1, b2)
 	}
-	if keys := redisKeys(t, rs, "*"); strings.Join(keys, " ") != "one:items one:nodes two:items two:nodes two:reply:"+brokerLogField(t, front, "front end sending requests through redis", "front") {
+	nodeOne, nodeTwo := brokerLogField(t, one, "node serving items from redis", "node"), brokerLogField(t, two, "node serving items from redis", "node")
+	want := []string{"one:items", "one:items:" + nodeOne, "one:nodes", "one:streams", "two:items", "two:items:" + nodeTwo, "two:nodes",
+		"two:reply:" + brokerLogField(t, front, "front end sending requests through redis", "front"), "two:streams"}
+	if keys := redisKeys(t, rs, "*"); strings.Join(keys, " ") != strings.Join(want, " ") {
 		t.Errorf("Redis holds %q; want each prefix's own keys", keys)
 	}
 }

@@ -23,10 +23,12 @@ import (
 
 // The keys a broker under the default prefix keeps in Redis.
 const (
-	brokerItemsKey  = "streamer:items"
-	brokerNodesKey  = "streamer:nodes"
-	brokerReplyKeys = "streamer:reply:"
-	brokerGroup     = "nodes"
+	brokerItemsKey = "streamer:items"
+	brokerNodesKey = "streamer:nodes"
+	// brokerStreamsKey lists the nodes' own streams, brokerItemsKey+":NODE".
+	brokerStreamsKey = "streamer:streams"
+	brokerReplyKeys  = "streamer:reply:"
+	brokerGroup      = "nodes"
 )
 
 // brokerWait bounds the waits of these tests on the cluster: for a
@@ -172,6 +174,17 @@ func redisKeys(t *testing.T, rs *redistest.Server, pattern string) []string {
 	return keys
 }
 
+// redisItems returns the items on the shared stream and the nodes' own,
+// waiting or running.
+func redisItems(t *testing.T, rs *redistest.Server) int {
+	t.Helper()
+	n := 0
+	for _, key := range redisKeys(t, rs, brokerItemsKey+"*") {
+		n += redisInt(t, rs, "XLEN", key)
+	}
+	return n
+}
+
 // redisInt runs a command answered by an integer.
 func redisInt(t *testing.T, rs *redistest.Server, args ...string) int {
 	t.Helper()
@@ -183,53 +196,60 @@ func redisInt(t *testing.T, rs *redistest.Server, args ...string) int {
 	return n
 }
 
-// redisPending returns the stream ids of the items consumer holds in the
-// group, read but not yet acknowledged.
+// redisPending returns the items consumer holds in the group, read but
+// not yet acknowledged, on the shared stream and the nodes' own, each as
+// "stream id".
 func redisPending(t *testing.T, rs *redistest.Server, consumer string) []string {
 	t.Helper()
-	// Each entry is id, consumer, idle time, deliveries.
-	out := rs.Do(t, "XPENDING", brokerItemsKey, brokerGroup, "-", "+", "100000", consumer)
-	if out == "" {
-		return nil
+	var held []string
+	for _, key := range redisKeys(t, rs, brokerItemsKey+"*") {
+		// Each entry is id, consumer, idle time, deliveries.
+		out := rs.Do(t, "XPENDING", key, brokerGroup, "-", "+", "100000", consumer)
+		if out == "" {
+			continue
+		}
+		lines := strings.Split(out, "\n")
+		for i := 0; i+3 < len(lines); i += 4 {
+			held = append(held, key+" "+lines[i])
+		}
 	}
-	lines := strings.Split(out, "\n")
-	ids := make([]string, 0, len(lines)/4)
-	for i := 0; i+3 < len(lines); i += 4 {
-		ids = append(ids, lines[i])
-	}
-	return ids
+	return held
 }
 
-// redisStreamItem is an item waiting on the items stream.
+// redisStreamItem is an item waiting on an items stream.
 type redisStreamItem struct {
 	front string // the id of the front end that asked
 	value string // the item's bytes
 }
 
-// redisStreamItems returns the items on the stream, by stream id.
+// redisStreamItems returns the items on the shared stream and the nodes'
+// own, by "stream id".
 func redisStreamItems(t *testing.T, rs *redistest.Server) map[string]redisStreamItem {
 	t.Helper()
-	out := rs.Do(t, "XRANGE", brokerItemsKey, "-", "+")
 	items := map[string]redisStreamItem{}
-	if out == "" {
-		return items
-	}
-	// Each entry is its id, then field, value pairs; every entry has the
-	// same fields, the batch key aside, which these tests never set.
-	lines := strings.Split(out, "\n")
-	for i := 0; i < len(lines); {
-		id := lines[i]
-		i++
-		var it redisStreamItem
-		for ; i+1 < len(lines) && !isStreamID(lines[i]); i += 2 {
-			switch lines[i] {
-			case "f":
-				it.front = lines[i+1]
-			case "v":
-				it.value = lines[i+1]
-			}
+	for _, key := range redisKeys(t, rs, brokerItemsKey+"*") {
+		out := rs.Do(t, "XRANGE", key, "-", "+")
+		if out == "" {
+			continue
 		}
-		items[id] = it
+		// Each entry is its id, then field, value pairs; every entry has
+		// the same fields, the batch key aside, which these tests never
+		// set.
+		lines := strings.Split(out, "\n")
+		for i := 0; i < len(lines); {
+			id := lines[i]
+			i++
+			var it redisStreamItem
+			for ; i+1 < len(lines) && !isStreamID(lines[i]); i += 2 {
+				switch lines[i] {
+				case "f":
+					it.front = lines[i+1]
+				case "v":
+					it.value = lines[i+1]
+				}
+			}
+			items[key+" "+id] = it
+		}
 	}
 	return items
 }

@@ -1,0 +1,153 @@
+package broker_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/streamer-dev/streamer/internal/redistest"
+)
+
+// handNode plays a node by hand, with its own stream listed for front ends
+// to route to: it reads from the shared stream or its own, and answers or
+// sits on what it read.
+type handNode struct {
+	t    *testing.T
+	rdb  *redis.Client
+	name string
+}
+
+func newHandNode(t *testing.T, rs *redistest.Server, name string) *handNode {
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	h := &handNode{t: t, rdb: rdb, name: name}
+	h.beat(time.Hour)
+	for _, key := range []string{"streamer:items", h.stream()} {
+		if err := rdb.XGroupCreateMkStream(context.Background(), key, "nodes", "0").Err(); err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
+			t.Fatal(err)
+		}
+	}
+	if err := rdb.SAdd(context.Background(), "streamer:streams", h.stream()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func (h *handNode) stream() string { return "streamer:items:" + h.name }
+
+// beat says the node was alive at now + ahead.
+func (h *handNode) beat(ahead time.Duration) {
+	at := strconv.FormatInt(time.Now().Add(ahead).UnixMilli(), 10)
+	if err := h.rdb.Do(context.Background(), "ZADD", "streamer:nodes", at, h.name).Err(); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// read takes the next item of stream, as this node.
+func (h *handNode) read(stream string) redis.XMessage {
+	h.t.Helper()
+	got, err := h.rdb.XReadGroup(context.Background(), &redis.XReadGroupArgs{
+		Group: "nodes", Consumer: h.name, Streams: []string{stream, ">"}, Count: 1, Block: 5 * time.Second,
+	}).Result()
+	if err != nil || len(got) != 1 || len(got[0].Messages) != 1 {
+		h.t.Fatalf("read %s: %v, %v", stream, got, err)
+	}
+	return got[0].Messages[0]
+}
+
+// answer answers m, read from stream, with output, as a node does.
+func (h *handNode) answer(stream string, m redis.XMessage, output string) {
+	h.t.Helper()
+	ctx := context.Background()
+	reply := "streamer:reply:" + m.Values["f"].(string)
+	pipe := h.rdb.TxPipeline()
+	pipe.XAdd(ctx, &redis.XAddArgs{Stream: reply, Values: []any{"q", m.Values["q"], "i", m.Values["i"], "n", h.name, "o", output}})
+	pipe.XAck(ctx, stream, "nodes", m.ID)
+	pipe.XDel(ctx, stream, m.ID)
+	if _, err := pipe.Exec(ctx); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *handNode) xlen(stream string) int64 {
+	n, err := h.rdb.XLen(context.Background(), stream).Result()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return n
+}
+
+// A caller that a node answered comes back to that node's own stream; a
+// node with nothing to do takes it from there when its node leaves it
+// waiting, and answers it.
+func TestAReturningCallerGoesToItsNodeAndAnIdleNodeTakesItIfLeft(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	busy := newHandNode(t, rs, "busy")
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+
+	first := predictLater(t, fe, "first")
+	m := busy.read("streamer:items")
+	busy.answer("streamer:items", m, "first done")
+	if a := <-first; a.err != nil || string(a.out[0]) != "first done" {
+		t.Fatalf("first: %q, %v", a.out, a.err)
+	}
+	// The same caller comes back: its request goes to the node that
+	// answered it, which leaves it there.
+	second := predictLater(t, fe, "second")
+	eventually(t, "the request on the busy node's stream", func() bool { return busy.xlen(busy.stream()) == 1 })
+	if n := busy.xlen("streamer:items"); n != 0 {
+		t.Fatalf("%d items on the shared stream; want the request on the node's own", n)
+	}
+	// A node with an idle worker takes it once it has had nothing else to
+	// do for a moment.
+	idle := newRecorder()
+	b := startNode(t, rs, idle, 4, nil)
+	if a := <-second; a.err != nil || string(a.out[0]) != "second" {
+		t.Fatalf("second: %q, %v; want it answered by the idle node", a.out, a.err)
+	}
+	if idle.runs("second") != 1 {
+		t.Errorf("the idle node ran it %d times; want once", idle.runs("second"))
+	}
+	// The node counts its answer once Redis has taken it, which the front
+	// end may see first.
+	eventually(t, "the idle node's answer counted", func() bool { return b.Stats().Answered == 1 })
+	if n := busy.xlen(busy.stream()); n != 0 {
+		t.Errorf("%d items left on the busy node's stream", n)
+	}
+}
+
+// A node that is gone (killed, or left) may leave items on its own stream,
+// read and unanswered: another node claims them after ClaimIdle, answers
+// them, and deletes the stream and its listing once it is empty.
+func TestAGoneNodesOwnStreamIsAdoptedThenDropped(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	gone := newHandNode(t, rs, "gone")
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+
+	first := predictLater(t, fe, "first")
+	gone.answer("streamer:items", gone.read("streamer:items"), "first done")
+	if a := <-first; a.err != nil {
+		t.Fatal(a.err)
+	}
+	second := predictLater(t, fe, "second")
+	gone.read(gone.stream()) // and never answers
+	if err := gone.rdb.ZRem(context.Background(), "streamer:nodes", gone.name).Err(); err != nil {
+		t.Fatal(err)
+	}
+	other := newRecorder()
+	b := startNode(t, rs, other, 4, nil)
+	if a := <-second; a.err != nil || string(a.out[0]) != "second" {
+		t.Fatalf("second: %q, %v; want it answered by the node that adopted it", a.out, a.err)
+	}
+	if other.runs("second") != 1 || b.Stats().Claimed != 1 {
+		t.Errorf("the other node ran it %d times and claimed %d; want 1 and 1", other.runs("second"), b.Stats().Claimed)
+	}
+	eventually(t, "the gone node's stream deleted and unlisted", func() bool {
+		return rs.Do(t, "EXISTS", gone.stream()) == "0" && rs.Do(t, "SISMEMBER", "streamer:streams", gone.stream()) == "0"
+	})
+}
