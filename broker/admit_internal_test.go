@@ -212,9 +212,10 @@ func TestComebacksAreRoutedToTheNodeThatAnswered(t *testing.T) {
 }
 
 // A request whose caller a node just answered goes to that node's own
-// stream only while the node is alive and lists its stream, and while no
-// item waits unread on the shared stream (which it would pass); otherwise
-// it goes to the shared stream.
+// stream only while the node is alive and lists its stream, while no item
+// waits unread on the shared stream (which it would pass), and while none
+// waits unread on the node's own (the node is behind); otherwise it goes
+// to the shared stream.
 func TestARoutedRequestGoesToItsNodeOnlyWhenItPassesNobody(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	fe, err := NewFrontEnd(FrontEndConfig{Config: Config{URL: rs.URL()}})
@@ -235,23 +236,24 @@ func TestARoutedRequestGoesToItsNodeOnlyWhenItPassesNobody(t *testing.T) {
 		}
 		return c.stream
 	}
-	readShared := func() { rs.Do(t, "XREADGROUP", "GROUP", nodeGroup, "b", "STREAMS", fe.k.items, ">") }
+	readAll := func() { rs.Do(t, "XREADGROUP", "GROUP", nodeGroup, "b", "STREAMS", fe.k.items, own, ">", ">") }
 
 	alive()
 	for _, step := range []struct {
 		what, route, want string
 		before            func()
 	}{
-		{"a stranger", "", fe.k.items, readShared},
-		{"a node that lists no stream", "a", fe.k.items, readShared},
-		{"its node, alive and listed", "a", own, func() { readShared(); rs.Do(t, "SADD", fe.k.streams, own) }},
+		{"a stranger", "", fe.k.items, readAll},
+		{"a node that lists no stream", "a", fe.k.items, readAll},
+		{"its node, alive and listed", "a", own, func() { readAll(); rs.Do(t, "SADD", fe.k.streams, own) }},
+		{"its node while its own stream holds an item unread", "a", fe.k.items, func() {}},
 		{"its node while an item waits unread on the shared stream", "a", fe.k.items, func() { admit("") }},
-		{"its node once nothing waits", "a", own, readShared},
+		{"its node once nothing waits", "a", own, readAll},
 		{"a node not heard from", "a", fe.k.items, func() {
-			readShared()
+			readAll()
 			rs.Do(t, "ZADD", fe.k.nodes, strconv.FormatInt(time.Now().Add(-2*nodeSilence).UnixMilli(), 10), "a")
 		}},
-		{"a node that is gone", "a", fe.k.items, func() { readShared(); rs.Do(t, "ZREM", fe.k.nodes, "a") }},
+		{"a node that is gone", "a", fe.k.items, func() { readAll(); rs.Do(t, "ZREM", fe.k.nodes, "a") }},
 	} {
 		step.before()
 		if got := admit(step.route); got != step.want {

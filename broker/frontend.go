@@ -96,8 +96,11 @@ type call struct {
 // command per request would wake it for the first alone. A request whose
 // items would take the backlog past its bound is refused whole. A request
 // routed to a node (its caller was just answered by it) goes to that
-// node's own stream while the node is alive and lists it, and while no
-// item waits unread on the shared stream: it passes nobody. It answers,
+// node's own stream while the node is alive and lists it, while no item
+// waits unread on the shared stream (it passes nobody), and while none
+// waits unread on the node's own as this run begins (the node keeps up:
+// requests do not pile up behind a busy node while others could run
+// them). It answers,
 // per request, the stream its items went to and their ids there, or -1
 // when it refused them.
 //
@@ -117,23 +120,24 @@ local function later(a, b)
   am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
   return am > bm or (am == bm and as > bs)
 end
-local waiting = nil
-local function sharedWaits()
-  if waiting == nil then
-    waiting = false
-    local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
-    if #last > 0 then
-      local delivered = '0-0'
-      for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
-        local name, id
-        for i = 1, #g, 2 do
-          if g[i] == 'name' then name = g[i + 1] elseif g[i] == 'last-delivered-id' then id = g[i + 1] end
-        end
-        if name == 'nodes' then delivered = id end
-      end
-      waiting = later(last[1][1], delivered)
+-- unread(key) says whether items wait unread on the stream key.
+local function unread(key)
+  local last = redis.call('XREVRANGE', key, '+', '-', 'COUNT', 1)
+  if #last == 0 then return false end
+  local delivered = '0-0'
+  for _, g in ipairs(redis.call('XINFO', 'GROUPS', key)) do
+    local name, id
+    for i = 1, #g, 2 do
+      if g[i] == 'name' then name = g[i + 1] elseif g[i] == 'last-delivered-id' then id = g[i + 1] end
     end
+    if name == 'nodes' then delivered = id end
   end
+  return later(last[1][1], delivered)
+end
+local waiting = nil
+local behind = {}
+local function sharedWaits()
+  if waiting == nil then waiting = unread(KEYS[1]) end
   return waiting
 end
 local verdicts = {}
@@ -152,7 +156,8 @@ while j <= #ARGV do
       local key = prefix .. route
       local beat = redis.call('ZSCORE', KEYS[2], route)
       if beat and tonumber(beat) > now - silence and redis.call('SISMEMBER', KEYS[3], key) == 1 then
-        stream = key
+        if behind[key] == nil then behind[key] = unread(key) end
+        if not behind[key] then stream = key end
       end
     end
     if stream == KEYS[1] then waiting = true end

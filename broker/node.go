@@ -261,9 +261,7 @@ func (n *Node) readLoop() {
 		retry.reset()
 		for _, st := range streams {
 			n.stats.read.Add(uint64(len(st.Messages)))
-			if st.Stream == n.k.items {
-				backlog = len(st.Messages) >= want
-			}
+			backlog = backlog || len(st.Messages) >= want
 			n.take(st.Stream, st.Messages)
 		}
 	}
