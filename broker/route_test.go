@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/streamer-dev/streamer/broker"
 	"github.com/streamer-dev/streamer/internal/redistest"
 )
 
@@ -80,21 +81,28 @@ func (h *handNode) xlen(stream string) int64 {
 	return n
 }
 
+// answeredOnceBy starts a Redis, a front end and a node played by hand,
+// named name, which answers the front end's first caller from the shared
+// stream.
+func answeredOnceBy(t *testing.T, name string) (*redistest.Server, *handNode, *broker.FrontEnd) {
+	t.Helper()
+	rs := redistest.Start(t, redistest.Options{})
+	h := newHandNode(t, rs, name)
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	first := predictLater(t, fe, "first")
+	h.answer("streamer:items", h.read("streamer:items"), "first done")
+	if a := <-first; a.err != nil || string(a.out[0]) != "first done" {
+		t.Fatalf("first: %q, %v", a.out, a.err)
+	}
+	return rs, h, fe
+}
+
 // A caller that a node answered comes back to that node's own stream; a
 // node with nothing to do takes it from there when its node leaves it
 // waiting, and answers it.
 func TestAReturningCallerGoesToItsNodeAndAnIdleNodeTakesItIfLeft(t *testing.T) {
-	rs := redistest.Start(t, redistest.Options{})
-	busy := newHandNode(t, rs, "busy")
-	fe := startFront(t, rs, nil)
-	eventually(t, "front end ready", fe.Ready)
-
-	first := predictLater(t, fe, "first")
-	m := busy.read("streamer:items")
-	busy.answer("streamer:items", m, "first done")
-	if a := <-first; a.err != nil || string(a.out[0]) != "first done" {
-		t.Fatalf("first: %q, %v", a.out, a.err)
-	}
+	rs, busy, fe := answeredOnceBy(t, "busy")
 	// The same caller comes back: its request goes to the node that
 	// answered it, which leaves it there.
 	second := predictLater(t, fe, "second")
@@ -124,16 +132,7 @@ func TestAReturningCallerGoesToItsNodeAndAnIdleNodeTakesItIfLeft(t *testing.T) {
 // read and unanswered: another node claims them after ClaimIdle, answers
 // them, and deletes the stream and its listing once it is empty.
 func TestAGoneNodesOwnStreamIsAdoptedThenDropped(t *testing.T) {
-	rs := redistest.Start(t, redistest.Options{})
-	gone := newHandNode(t, rs, "gone")
-	fe := startFront(t, rs, nil)
-	eventually(t, "front end ready", fe.Ready)
-
-	first := predictLater(t, fe, "first")
-	gone.answer("streamer:items", gone.read("streamer:items"), "first done")
-	if a := <-first; a.err != nil {
-		t.Fatal(a.err)
-	}
+	rs, gone, fe := answeredOnceBy(t, "gone")
 	second := predictLater(t, fe, "second")
 	gone.read(gone.stream()) // and never answers
 	if err := gone.rdb.ZRem(context.Background(), "streamer:nodes", gone.name).Err(); err != nil {
