@@ -211,6 +211,36 @@ func TestComebacksAreRoutedToTheNodeThatAnswered(t *testing.T) {
 	}
 }
 
+// The callers of a node that answered while it had no idle worker (it
+// was saturated) are not routed back to it: their next requests go to the
+// shared stream, where whichever node reads first takes them.
+func TestCallersOfABusyNodeAreNotRoutedBack(t *testing.T) {
+	fe, err := NewFrontEnd(FrontEndConfig{Config: Config{URL: "redis://127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fe.rdb.Close() })
+	answer := func(seq uint64, node, busy string) redis.XMessage {
+		c := &call{seq: seq, got: make([]bool, 1), outputs: make([][]byte, 1), left: 1, over: make(chan struct{}), sent: time.Now()}
+		fe.calls[seq] = c
+		return redis.XMessage{ID: "1-" + strconv.FormatUint(seq, 10), Values: map[string]any{
+			fieldSeq: strconv.FormatUint(seq, 10), fieldIndex: "0", fieldOutput: "y",
+			fieldNode: node, fieldWorkers: "2", fieldBusy: busy,
+		}}
+	}
+	fe.deliver([]redis.XMessage{answer(1, "a", "0"), answer(2, "b", "1"), answer(3, "a", "0")})
+	if len(fe.calls) != 0 {
+		t.Fatalf("%d calls left unanswered", len(fe.calls))
+	}
+	calls := newCalls(3)
+	fe.back.cameBack(calls, time.Now())
+	got := routes(calls)
+	slices.Sort(got)
+	if want := []string{"", "a", "a"}; !slices.Equal(got, want) {
+		t.Fatalf("routes %q; want %q (b answered busy)", got, want)
+	}
+}
+
 // A request whose caller a node just answered goes to that node's own
 // stream only while the node is alive and lists its stream, while no item
 // waits unread on the shared stream (which it would pass), and while none

@@ -183,6 +183,7 @@ const (
 	fieldMessage = "m" // the error's text, on failure
 	fieldNode    = "n" // the answering node's name
 	fieldWorkers = "w" // the answering node's number of workers
+	fieldBusy    = "b" // "1" when the node had no idle worker as it answered
 )
 
 // codes name supervisor's sentinel errors on the wire, so that a front end

@@ -992,6 +992,11 @@ func (fe *FrontEnd) deliver(msgs []redis.XMessage) {
 			close(c.over)
 			fe.back.settled(c)
 			node := str(m.Values, fieldNode)
+			if str(m.Values, fieldBusy) == "1" {
+				// The node was saturated: its callers' next requests
+				// go to whichever node reads first.
+				node = ""
+			}
 			by := closed[node]
 			by.calls++
 			by.flight += now.Sub(c.sent)

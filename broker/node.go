@@ -530,12 +530,20 @@ func (n *Node) flush(batch []answerEntry) error {
 	fronts := map[string]time.Duration{}
 	ids := map[string][]string{} // by stream
 	workers := n.s.Workers()
+	// Busy: no worker idles, items wait for them (saturation). The front
+	// end then sends these callers' next requests to whichever node reads
+	// first rather than back to this one.
+	room, _ := n.s.Room()
+	busy := 0
+	if room == 0 {
+		busy = 1
+	}
 	for _, a := range batch {
 		ids[a.stream] = append(ids[a.stream], a.id)
 		if a.front == "" {
 			continue // malformed: nobody to answer
 		}
-		values := []any{fieldSeq, a.seq, fieldIndex, a.index, fieldNode, n.cfg.Name, fieldWorkers, workers}
+		values := []any{fieldSeq, a.seq, fieldIndex, a.index, fieldNode, n.cfg.Name, fieldWorkers, workers, fieldBusy, busy}
 		if a.err != nil {
 			values = append(values, fieldCode, codeOf(a.err), fieldMessage, a.err.Error())
 		} else {
