@@ -135,7 +135,7 @@ func TestComebacksAreWaitedForBriefly(t *testing.T) {
 	at := t0
 	for i := range 200 {
 		at = at.Add(comebackHorizon)
-		b.answered("a", 1, 1, 20*time.Millisecond, at)
+		b.answered(answerer{node: "a"}, 1, 1, 20*time.Millisecond, at)
 		delay := 1500 * time.Microsecond
 		if i%10 == 0 {
 			delay = 6 * time.Millisecond
@@ -143,7 +143,7 @@ func TestComebacksAreWaitedForBriefly(t *testing.T) {
 		b.cameBack(newCalls(1), at.Add(delay))
 	}
 	at = at.Add(comebackHorizon)
-	b.answered("a", 1, 3, 20*time.Millisecond, at)
+	b.answered(answerer{node: "a"}, 1, 3, 20*time.Millisecond, at)
 	b.cameBack(newCalls(1), at.Add(100*time.Microsecond))
 	until, ok := b.due(at.Add(100 * time.Microsecond))
 	if want := at.Add(1600 * time.Microsecond); !ok || until != want {
@@ -157,7 +157,7 @@ func TestComebacksAreWaitedForBriefly(t *testing.T) {
 	// Requests out for 4ms: the wait is at most a quarter of that.
 	at = at.Add(comebackHorizon)
 	b.flight = 4 * time.Millisecond
-	b.answered("a", 1, 2, 4*time.Millisecond, at)
+	b.answered(answerer{node: "a"}, 1, 2, 4*time.Millisecond, at)
 	if until, ok := b.due(at); !ok || until != at.Add(time.Millisecond) {
 		t.Fatalf("requests out 4ms: wait until %v after the answer (%v); want 1ms", until.Sub(at), ok)
 	}
@@ -167,11 +167,11 @@ func TestComebacksAreWaitedForBriefly(t *testing.T) {
 	// the wait grows with it, up to comebackMaxWait.
 	for range 8 * comebackMemory {
 		at = at.Add(comebackHorizon)
-		b.answered("a", 1, 1, 20*time.Millisecond, at)
+		b.answered(answerer{node: "a"}, 1, 1, 20*time.Millisecond, at)
 		b.cameBack(newCalls(1), at.Add(comebackHorizon-time.Microsecond))
 	}
 	at = at.Add(comebackHorizon)
-	b.answered("a", 1, 2, 20*time.Millisecond, at)
+	b.answered(answerer{node: "a"}, 1, 2, 20*time.Millisecond, at)
 	if until, ok := b.due(at); !ok || until != at.Add(comebackMaxWait) {
 		t.Fatalf("callers %s away: wait until %v after the answer (%v); want %s", comebackHorizon, until.Sub(at), ok, comebackMaxWait)
 	}
@@ -198,8 +198,8 @@ func newCalls(n int) []*call {
 func TestComebacksAreRoutedToTheNodeThatAnswered(t *testing.T) {
 	var b comebacks
 	t0 := time.Unix(1000, 0)
-	b.answered("a", 1, 2, 20*time.Millisecond, t0)
-	b.answered("b", 1, 1, 20*time.Millisecond, t0.Add(time.Microsecond))
+	b.answered(answerer{node: "a"}, 1, 2, 20*time.Millisecond, t0)
+	b.answered(answerer{node: "b"}, 1, 1, 20*time.Millisecond, t0.Add(time.Microsecond))
 	calls := newCalls(4)
 	b.cameBack(calls, t0.Add(time.Millisecond))
 	var routes []string
@@ -213,7 +213,8 @@ func TestComebacksAreRoutedToTheNodeThatAnswered(t *testing.T) {
 
 // The callers of a node that answered while it had no idle worker (it
 // was saturated) are not routed back to it: their next requests go to the
-// shared stream, where whichever node reads first takes them.
+// shared stream, where whichever node reads first takes them; nor does the
+// front end wait for them to come back.
 func TestCallersOfABusyNodeAreNotRoutedBack(t *testing.T) {
 	fe, err := NewFrontEnd(FrontEndConfig{Config: Config{URL: "redis://127.0.0.1:1"}})
 	if err != nil {
@@ -238,6 +239,19 @@ func TestCallersOfABusyNodeAreNotRoutedBack(t *testing.T) {
 	slices.Sort(got)
 	if want := []string{"", "a", "a"}; !slices.Equal(got, want) {
 		t.Fatalf("routes %q; want %q (b answered busy)", got, want)
+	}
+	// Nor are they waited for before what came is admitted.
+	var b comebacks
+	t0 := time.Unix(1000, 0)
+	b.answered(answerer{node: "a"}, 1, 1, 20*time.Millisecond, t0)
+	b.cameBack(newCalls(1), t0.Add(time.Millisecond)) // callers come back after 1ms
+	b.answered(answerer{node: "b", busy: true}, 1, 1, 20*time.Millisecond, t0.Add(2*time.Millisecond))
+	if until, ok := b.due(t0.Add(2*time.Millisecond + 100*time.Microsecond)); ok {
+		t.Fatalf("waits until %v for the callers of a busy node", until)
+	}
+	b.answered(answerer{node: "a"}, 1, 1, 20*time.Millisecond, t0.Add(3*time.Millisecond))
+	if _, ok := b.due(t0.Add(3*time.Millisecond + 100*time.Microsecond)); !ok {
+		t.Fatal("does not wait for the callers of a node with an idle worker")
 	}
 }
 
@@ -313,7 +327,7 @@ func TestComebacksAreBalancedByTheNodesWorkers(t *testing.T) {
 			for _, c := range held[node] {
 				b.settled(c)
 			}
-			b.answered(node, workers[node], len(held[node]), 10*time.Millisecond, now)
+			b.answered(answerer{node: node}, workers[node], len(held[node]), 10*time.Millisecond, now)
 			back = append(back, held[node]...)
 			now = now.Add(10 * time.Microsecond)
 		}

@@ -509,8 +509,7 @@ func TestANodeTakesOnlyWhatItCanRunSoon(t *testing.T) {
 	}
 	eventually(t, "20 items on the stream", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "20" })
 	// The first node's one worker is busy with what it read first: it takes
-	// no more than a batch ahead (and only while it knows items wait), and
-	// never more than its capacity. The rest waits in Redis for a node that
+	// no more than a batch ahead, and never more than its capacity. The rest waits in Redis for a node that
 	// can run it, and is answered there.
 	eventually(t, "the first node running", func() bool { return a.Stats().Held > 0 })
 	idle := newRecorder()

@@ -576,10 +576,21 @@ type comebacks struct {
 	nodes map[string]*nodeShare
 }
 
+// answerer is the node that answered, and whether it was busy: it had no
+// idle worker as it answered, and items waited for its workers.
+type answerer struct {
+	node string
+	busy bool
+}
+
 type comeback struct {
 	at   time.Time
 	left int
-	node string // the node that answered them
+	node string // the node that answered them; "" when it was busy
+	// wait says whether to wait for them before admitting what came
+	// (see due): not when their node was busy, for then the nodes are
+	// saturated and batches fill from what waits.
+	wait bool
 	// moveTo takes the first moveN of them instead of node (see
 	// balanceLocked).
 	moveTo string
@@ -677,9 +688,13 @@ const (
 	comebackMemory = 4096
 )
 
-// answered notes that n callers were answered at now by node, which runs
-// workers workers, whose requests were out for flight on the mean.
-func (b *comebacks) answered(node string, workers, n int, flight time.Duration, now time.Time) {
+// answered notes that n callers were answered at now by from, whose node
+// runs workers workers, and whose requests were out for flight on the
+// mean. The callers of a busy node are neither routed back to it nor
+// waited for: the nodes are saturated, their batches fill from what waits,
+// and requests routed to one would wait behind its backlog while another
+// node could run them.
+func (b *comebacks) answered(from answerer, workers, n int, flight time.Duration, now time.Time) {
 	if n == 0 {
 		return
 	}
@@ -689,7 +704,11 @@ func (b *comebacks) answered(node string, workers, n int, flight time.Duration, 
 	if len(b.answers) == 64 { // bounded: the oldest is nearly out anyway
 		b.answers = append(b.answers[:0], b.answers[1:]...)
 	}
-	b.answers = append(b.answers, comeback{at: now, left: n, node: node})
+	node := from.node
+	if from.busy {
+		node = ""
+	}
+	b.answers = append(b.answers, comeback{at: now, left: n, node: node, wait: !from.busy})
 	if b.flight == 0 {
 		b.flight = flight
 	}
@@ -766,7 +785,7 @@ func (b *comebacks) due(now time.Time) (time.Time, bool) {
 	defer b.mu.Unlock()
 	wait := min(b.wait, b.flight/4, comebackMaxWait)
 	for _, a := range b.answers {
-		if until := a.at.Add(wait); a.left > 0 && now.Before(until) {
+		if until := a.at.Add(wait); a.wait && a.left > 0 && now.Before(until) {
 			return until, true
 		}
 	}
@@ -962,7 +981,7 @@ func (fe *FrontEnd) deliver(msgs []redis.XMessage) {
 		calls, workers int
 		flight         time.Duration
 	}
-	closed := map[string]answers{} // by the node that answered
+	closed := map[answerer]answers{}
 	for _, m := range msgs {
 		seq, err1 := uintField(m.Values, fieldSeq)
 		idx, err2 := uintField(m.Values, fieldIndex)
@@ -991,22 +1010,17 @@ func (fe *FrontEnd) deliver(msgs []redis.XMessage) {
 			delete(fe.calls, seq)
 			close(c.over)
 			fe.back.settled(c)
-			node := str(m.Values, fieldNode)
-			if str(m.Values, fieldBusy) == "1" {
-				// The node was saturated: its callers' next requests
-				// go to whichever node reads first.
-				node = ""
-			}
-			by := closed[node]
+			from := answerer{node: str(m.Values, fieldNode), busy: str(m.Values, fieldBusy) == "1"}
+			by := closed[from]
 			by.calls++
 			by.flight += now.Sub(c.sent)
 			by.workers, _ = strconv.Atoi(str(m.Values, fieldWorkers))
-			closed[node] = by
+			closed[from] = by
 			fe.noteIdleLocked()
 		}
 	}
-	for node, by := range closed {
-		fe.back.answered(node, by.workers, by.calls, by.flight/time.Duration(by.calls), now)
+	for from, by := range closed {
+		fe.back.answered(from, by.workers, by.calls, by.flight/time.Duration(by.calls), now)
 	}
 }
 

@@ -206,14 +206,13 @@ func (n *Node) readLoop() {
 	ctx, cancel := n.stopContext()
 	defer cancel()
 	retry := newBackoff()
-	backlog := false // the last read took all it asked for: items wait in Redis
 	for {
 		select {
 		case <-n.stop:
 			return
 		default:
 		}
-		want, block := n.wanted(backlog)
+		want, block := n.wanted()
 		if want <= 0 {
 			select {
 			case <-n.room:
@@ -234,13 +233,20 @@ func (n *Node) readLoop() {
 			args.Block = blockFor
 		}
 		streams, err := n.rdb.XReadGroup(ctx, args).Result()
-		backlog = false
 		switch {
 		case errors.Is(err, redis.Nil):
 			if block {
 				if err := n.steal(ctx, want); err != nil && ctx.Err() == nil {
 					n.cfg.Logger.Warn("read other nodes' items", "err", err)
 				}
+				continue
+			}
+			// Nothing waits: look again shortly, or once a worker frees.
+			select {
+			case <-n.room:
+			case <-time.After(aheadPoll):
+			case <-n.stop:
+				return
 			}
 			continue
 		case err != nil && redis.HasErrorPrefix(err, "NOGROUP"):
@@ -261,7 +267,6 @@ func (n *Node) readLoop() {
 		retry.reset()
 		for _, st := range streams {
 			n.stats.read.Add(uint64(len(st.Messages)))
-			backlog = backlog || len(st.Messages) >= want
 			n.take(st.Stream, st.Messages)
 		}
 	}
@@ -269,12 +274,11 @@ func (n *Node) readLoop() {
 
 // wanted is how many items to read now, and whether to wait for them: as
 // many as idle workers can start at once (waiting for the first to come),
-// and, while items wait in Redis, as many as busy workers can take ahead
-// (without waiting: new items should go to a node with an idle worker).
-// Items a node takes while its workers are busy would wait there while
-// another node's worker idles, so it takes no more than that, and never
+// else as many as busy workers can take ahead, for their next batches
+// (without waiting: a new item should go to a node with an idle worker,
+// which Redis hands it to as it arrives; see aheadPoll). It never takes
 // more than its Capacity.
-func (n *Node) wanted(backlog bool) (want int, block bool) {
+func (n *Node) wanted() (want int, block bool) {
 	free := n.free()
 	if free <= 0 {
 		return 0, false
@@ -283,11 +287,20 @@ func (n *Node) wanted(backlog bool) (want int, block bool) {
 	switch {
 	case now > 0:
 		return min(now, free), true
-	case backlog:
+	case ahead > 0:
 		return min(ahead, free), false
 	}
 	return 0, false
 }
+
+// aheadPoll is how often a node whose workers are all busy looks for items
+// to form their next batches from. Redis hands a new item to a node blocked
+// on the stream (one with an idle worker) as it arrives, so what such a
+// look finds, no idle worker was waiting for. Before, a busy node read
+// ahead only after a read that took all it asked for: items that came
+// after waited in Redis until a worker freed, and batches started part
+// empty at 512 clients.
+const aheadPoll = time.Millisecond
 
 // stopContext is canceled when the node stops reading.
 func (n *Node) stopContext() (context.Context, context.CancelFunc) {
