@@ -382,6 +382,40 @@ func TestAPoisonItemIsRefusedByEveryNode(t *testing.T) {
 	}
 }
 
+// An item put in the quarantine a moment ago is refused at once by a node
+// already running, whose own copy of the quarantine (read at its
+// heartbeats) does not hold it yet: with a small quarantine, read with the
+// items in one round trip; with one larger than that read takes, asked of
+// Redis for the items read.
+func TestAnItemQuarantinedJustNowIsRefusedByARunningNode(t *testing.T) {
+	for _, others := range []int{0, 300} {
+		t.Run(fmt.Sprintf("%d others", others), func(t *testing.T) {
+			rs := redistest.Start(t, redistest.Options{})
+			rec := newRecorder()
+			n := startNode(t, rs, rec, 4, nil)
+			fe := startFront(t, rs, nil)
+			eventually(t, "front end ready", fe.Ready)
+			if _, err := predict(t, fe, "first"); err != nil {
+				t.Fatal(err)
+			}
+			until := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
+			for i := range others {
+				rs.Do(t, "ZADD", "streamer:poison", until, fmt.Sprint("other", i))
+			}
+			rs.Do(t, "ZADD", "streamer:poison", until, broker.PoisonHash("", []byte("bad")))
+			if _, err := predict(t, fe, "bad"); !errors.Is(err, supervisor.ErrPoison) {
+				t.Fatalf("error %v; want ErrPoison", err)
+			}
+			if rec.runs("bad") != 0 || n.Stats().Quarantined != 1 {
+				t.Errorf("the node ran the quarantined item %d times, refused %d; want 0 and 1", rec.runs("bad"), n.Stats().Quarantined)
+			}
+			if out, err := predict(t, fe, "fine"); err != nil || string(out[0]) != "fine" {
+				t.Errorf("after the quarantined item: %q, %v", out, err)
+			}
+		})
+	}
+}
+
 func TestRedisDownFailsFastAndServingResumesWhenItReturns(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	startNode(t, rs, newRecorder(), 4, nil)

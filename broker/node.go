@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -232,7 +233,16 @@ func (n *Node) readLoop() {
 		if block {
 			args.Block = blockFor
 		}
-		streams, err := n.rdb.XReadGroup(ctx, args).Result()
+		// The quarantine comes in the same round trip, read by Redis
+		// right after the items.
+		pipe := n.rdb.Pipeline()
+		read := pipe.XReadGroup(ctx, args)
+		quarantine := pipe.ZRangeArgs(ctx, redis.ZRangeArgs{
+			Key: n.k.poison, Start: "(" + strconv.FormatInt(time.Now().UnixMilli(), 10), Stop: "+inf",
+			ByScore: true, Count: quarantineRead,
+		})
+		_, _ = pipe.Exec(ctx)
+		streams, err := read.Result()
 		switch {
 		case errors.Is(err, redis.Nil):
 			if block {
@@ -265,12 +275,23 @@ func (n *Node) readLoop() {
 			continue
 		}
 		retry.reset()
+		var poison map[string]bool // nil: ask Redis
+		if hashes, err := quarantine.Result(); err == nil && len(hashes) < quarantineRead {
+			poison = make(map[string]bool, len(hashes))
+			for _, h := range hashes {
+				poison[h] = true
+			}
+		}
 		for _, st := range streams {
 			n.stats.read.Add(uint64(len(st.Messages)))
-			n.take(st.Stream, st.Messages)
+			n.takeChecked(st.Stream, st.Messages, poison)
 		}
 	}
 }
+
+// quarantineRead bounds the quarantine read with the items: a larger one
+// is asked of Redis for the items read alone (see quarantined).
+const quarantineRead = 256
 
 // wanted is how many items to read now, and whether to wait for them: as
 // many as idle workers can start at once (waiting for the first to come),
@@ -318,14 +339,18 @@ func (n *Node) stopContext() (context.Context, context.CancelFunc) {
 // take runs the items read from stream, or answers at once those that
 // must not run. Those that run are queued together, so that they can share
 // a batch.
-func (n *Node) take(stream string, msgs []redis.XMessage) {
+func (n *Node) take(stream string, msgs []redis.XMessage) { n.takeChecked(stream, msgs, nil) }
+
+// takeChecked is take with the quarantine as read with the items, or nil
+// to ask Redis for theirs.
+func (n *Node) takeChecked(stream string, msgs []redis.XMessage, quarantine map[string]bool) {
 	now := time.Now()
 	n.mu.Lock()
 	for _, m := range msgs {
 		n.held[entry{stream, m.ID}] = now
 	}
 	n.mu.Unlock()
-	poison := n.quarantined(msgs)
+	poison := n.quarantined(msgs, quarantine)
 	var run []answerEntry
 	var reqs []supervisor.Request
 	for _, m := range msgs {
@@ -390,26 +415,31 @@ func (n *Node) take(stream string, msgs []redis.XMessage) {
 }
 
 // quarantined returns the ids of the items of msgs that some node found to
-// crash the model: asked of Redis for every read, so that an item found by
-// one node is refused by the others at once, and remembered from the
-// heartbeats' copy of the quarantine while Redis does not answer.
-func (n *Node) quarantined(msgs []redis.XMessage) map[string]bool {
+// crash the model: read from Redis with every read (quarantine, the hashes
+// in it then; nil to ask Redis for those of msgs now), so that an item
+// found by one node is refused by the others at once, and remembered from
+// the heartbeats' copy of the quarantine while Redis does not answer.
+func (n *Node) quarantined(msgs []redis.XMessage, quarantine map[string]bool) map[string]bool {
 	known := *n.poison.Load()
 	hashes := make([]string, len(msgs))
 	for i, m := range msgs {
 		value, _ := m.Values[fieldValue].(string)
 		hashes[i] = poisonHash(str(m.Values, fieldKey), []byte(value))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	scores, err := n.rdb.ZMScore(ctx, n.k.poison, hashes...).Result()
-	if err != nil {
-		n.cfg.Logger.Warn("read the quarantine", "err", err)
+	found := func(i int) bool { return quarantine[hashes[i]] }
+	if quarantine == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		scores, err := n.rdb.ZMScore(ctx, n.k.poison, hashes...).Result()
+		if err != nil {
+			n.cfg.Logger.Warn("read the quarantine", "err", err)
+		}
+		now := float64(time.Now().UnixMilli())
+		found = func(i int) bool { return err == nil && scores[i] > now }
 	}
-	now := float64(time.Now().UnixMilli())
 	var ids map[string]bool
 	for i, m := range msgs {
-		if known[hashes[i]] || (err == nil && scores[i] > now) {
+		if known[hashes[i]] || found(i) {
 			if ids == nil {
 				ids = map[string]bool{}
 			}
@@ -495,13 +525,18 @@ func (n *Node) writeLoop() {
 				return
 			}
 		}
-	gather:
-		for len(batch) < 512 {
+		// The answers of one batch come from as many goroutines, woken
+		// together: let them all post theirs before writing, so that the
+		// batch's callers are answered in one write, and come back
+		// together.
+		for idle := 0; idle < 2 && len(batch) < 512; {
 			select {
 			case a := <-n.answers:
 				batch = append(batch, a)
+				idle = 0
 			default:
-				break gather
+				idle++
+				runtime.Gosched()
 			}
 		}
 		if err := n.flush(batch); err != nil {
