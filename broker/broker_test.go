@@ -571,6 +571,35 @@ func TestANodeTakesOnlyWhatItCanRunSoon(t *testing.T) {
 	eventually(t, "the first node's items answered", func() bool { return int(a.Stats().Answered) == held })
 }
 
+// A node whose one worker is busy takes the items that arrive meanwhile,
+// a batch's worth, so that its next batch is ready when the worker frees:
+// no node was idle to take them, and in Redis they would wait for this
+// one. It used to read ahead only after a read that took all it asked for.
+func TestABusyNodeTakesItsNextBatchAhead(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	rec := newRecorder()
+	rec.hold["first"] = true
+	n := startNode(t, rs, rec, 2, nil) // 1 worker, batch 2, pipeline depth 2
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	first := predictLater(t, fe, "first")
+	eventually(t, "the first item running", func() bool { return rec.runs("first") == 1 })
+	next := predictLater(t, fe, "second", "third")
+	eventually(t, "the next batch taken while the worker is busy", func() bool { return n.Stats().Held == 3 })
+	if got := rs.Do(t, "XPENDING", "streamer:items", "nodes"); !strings.HasPrefix(got, "3\n") {
+		t.Fatalf("XPENDING says %q; want the 3 items the node holds", got)
+	}
+	if rec.runs("second") != 0 {
+		t.Fatal("the second item ran while the first held the worker")
+	}
+	close(rec.release)
+	for _, later := range []<-chan answer{first, next} {
+		if a := <-later; a.err != nil {
+			t.Fatal(a.err)
+		}
+	}
+}
+
 func TestACanceledRequestsItemsAreWithdrawnBeforeAnyNodeRunsThem(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	busy := newRecorder()

@@ -207,6 +207,7 @@ func (n *Node) readLoop() {
 	ctx, cancel := n.stopContext()
 	defer cancel()
 	retry := newBackoff()
+	poll := aheadPoll
 	for {
 		select {
 		case <-n.stop:
@@ -251,13 +252,15 @@ func (n *Node) readLoop() {
 				}
 				continue
 			}
-			// Nothing waits: look again shortly, or once a worker frees.
+			// Nothing waits: look again shortly, less often while
+			// looks find nothing, or once a worker frees.
 			select {
 			case <-n.room:
-			case <-time.After(aheadPoll):
+			case <-time.After(poll):
 			case <-n.stop:
 				return
 			}
+			poll = min(2*poll, aheadPollMax)
 			continue
 		case err != nil && redis.HasErrorPrefix(err, "NOGROUP"):
 			// Redis lost the group (restarted without its data).
@@ -275,6 +278,7 @@ func (n *Node) readLoop() {
 			continue
 		}
 		retry.reset()
+		poll = aheadPoll
 		var poison map[string]bool // nil: ask Redis
 		if hashes, err := quarantine.Result(); err == nil && len(hashes) < quarantineRead {
 			poison = make(map[string]bool, len(hashes))
@@ -320,8 +324,12 @@ func (n *Node) wanted() (want int, block bool) {
 // look finds, no idle worker was waiting for. Before, a busy node read
 // ahead only after a read that took all it asked for: items that came
 // after waited in Redis until a worker freed, and batches started part
-// empty at 512 clients.
-const aheadPoll = time.Millisecond
+// empty at 512 clients. Looks that find nothing double the interval, up to
+// aheadPollMax, so that many busy nodes that keep up do not load Redis.
+const (
+	aheadPoll    = time.Millisecond
+	aheadPollMax = 8 * time.Millisecond
+)
 
 // stopContext is canceled when the node stops reading.
 func (n *Node) stopContext() (context.Context, context.CancelFunc) {
