@@ -10,7 +10,8 @@
 //	                     answered. Its length is the shared backlog.
 //	PREFIX:items:NODE    one node's own stream (same group): the requests of
 //	                     callers it just answered, routed back to it by a
-//	                     front end while nothing waits on PREFIX:items, so
+//	                     front end while nothing waits on PREFIX:items (and
+//	                     unless it answered with no idle worker), so
 //	                     that a closed loop's batch comes back to the node
 //	                     that expects it. Another node adopts what is on it
 //	                     once the node is gone, then deletes it.
@@ -93,7 +94,9 @@ const (
 )
 
 // blockFor bounds a blocking read, and so how long a stop waits for one:
-// the client cannot cut a blocking read short.
+// the client cannot cut a blocking read short. A node's blocking read goes
+// in a pipeline, which waits for its answer no longer than the client's
+// ReadTimeout (see connect): blockFor must stay well below it.
 const blockFor = 250 * time.Millisecond
 
 // keys are the Redis keys of one prefix.

@@ -555,10 +555,14 @@ func (fe *FrontEnd) writeLoop() {
 // the shared stream alone they went to whichever node read first, which
 // had not expected them, while the node that expected them waited in vain.
 // A node holding more than its share of the callers gives some of them to
-// another (see balanceLocked). In an open loop, counting requests against
-// answers matches strangers to answers, which costs a wait only while more
-// were answered than came since, and sends them to a node that just
-// answered, and so has a worker free.
+// another (see balanceLocked). The callers of a node that answered with no
+// idle worker (busy) are neither routed back nor waited for. In an open
+// loop, counting requests against answers matches strangers to answers,
+// which costs a wait only while more were answered than came since, and
+// sends them to a node that just answered, and so has a worker free. So
+// does a mix of busy answers and others, as nodes near saturation: a
+// request counted against a busy answer leaves a waited one's callers
+// expected, and waited for, until its wait ends.
 type comebacks struct {
 	mu      sync.Mutex
 	answers []comeback // oldest first

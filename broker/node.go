@@ -26,9 +26,11 @@ type NodeConfig struct {
 	// Streamer runs the items on this machine's workers; it is started by
 	// the caller and shut down after the node.
 	Streamer *supervisor.Streamer
-	// Capacity is the most items the node holds at once, running or
-	// queued on its workers: about what they can run soon (workers ×
-	// batch size × pipeline depth). Zero means 128.
+	// Capacity is the most items the node reads from the shared stream
+	// to hold at once, running or queued on its workers: about what they
+	// can run soon (workers × batch size × pipeline depth). What waits on
+	// its own stream (the callers it just answered) may come beyond it.
+	// Zero means 128.
 	Capacity int
 	// Name is the node's consumer name in the group; empty means
 	// host-pid-random. Two live nodes must not share one.
@@ -244,6 +246,13 @@ func (n *Node) readLoop() {
 		})
 		_, _ = pipe.Exec(ctx)
 		streams, err := read.Result()
+		if err != nil && len(streams) > 0 {
+			// The items came, and the connection failed after them: they
+			// are this node's now, to run (checked against the quarantine
+			// alone, below), not to leave for a claim.
+			n.cfg.Logger.Warn("read the quarantine with the items", "err", err)
+			err = nil
+		}
 		switch {
 		case errors.Is(err, redis.Nil):
 			if block {
@@ -301,8 +310,9 @@ const quarantineRead = 256
 // many as idle workers can start at once (waiting for the first to come),
 // else as many as busy workers can take ahead, for their next batches
 // (without waiting: a new item should go to a node with an idle worker,
-// which Redis hands it to as it arrives; see aheadPoll). It never takes
-// more than its Capacity.
+// which Redis hands it to as it arrives; see aheadPoll). It asks for no
+// more than its Capacity leaves, from each of its two streams: its own
+// holds only the callers it just answered.
 func (n *Node) wanted() (want int, block bool) {
 	free := n.free()
 	if free <= 0 {
