@@ -1081,11 +1081,14 @@ func (fe *FrontEnd) check(ctx context.Context) error {
 		fe.markDown(err)
 		return fmt.Errorf("redis at %s: %w", endpoint(fe.rdb), err)
 	}
+	// The counts first: Ready reads up and then nodes, and a count left
+	// from before an outage (Redis restarted without its data, and the
+	// nodes not heard from since) must not make it ready.
+	fe.nodes.Store(nodes.Val())
+	fe.backlog.Store(backlog.Val())
 	if !fe.up.Swap(true) {
 		fe.cfg.Logger.Info("redis reachable", "redis", endpoint(fe.rdb))
 	}
-	fe.nodes.Store(nodes.Val())
-	fe.backlog.Store(backlog.Val())
 	return nil
 }
 

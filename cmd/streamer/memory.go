@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"strconv"
@@ -34,7 +35,12 @@ func releaseMemoryWhenIdle(ctx context.Context, st interface{ Stats() supervisor
 		{Name: "/memory/classes/heap/objects:bytes"},
 		{Name: "/memory/classes/heap/free:bytes"},
 	}
+	read := func() (live, held uint64) {
+		metrics.Read(samples)
+		return samples[0].Value.Uint64(), samples[1].Value.Uint64() + samples[2].Value.Uint64()
+	}
 	var lastAnswered uint64
+	collected := false // since the server was last busy
 	for {
 		select {
 		case <-ctx.Done():
@@ -45,15 +51,24 @@ func releaseMemoryWhenIdle(ctx context.Context, st interface{ Stats() supervisor
 		idle := stats.Queued == 0 && stats.Answered == stats.Submitted && stats.Answered == lastAnswered
 		lastAnswered = stats.Answered
 		if !idle {
+			collected = false
 			continue
 		}
-		metrics.Read(samples)
-		live := samples[0].Value.Uint64()
-		held := samples[1].Value.Uint64() + samples[2].Value.Uint64()
+		live, held := read()
+		if held > live+releaseSlack && held <= 2*live+releaseSlack && !collected {
+			// The live size is the last collection's, which may have run
+			// at the burst's peak, with every request live; with nothing
+			// allocated since, no other would run for minutes. Once per
+			// idle spell, collect to learn what is live now.
+			runtime.GC()
+			collected = true
+			live, held = read()
+		}
 		if held <= 2*live+releaseSlack {
 			continue
 		}
 		debug.FreeOSMemory()
+		collected = true
 		log.Info("idle after a burst: returned memory to the system", "heap_held_mib", held>>20, "heap_live_mib", live>>20)
 	}
 }
