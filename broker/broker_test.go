@@ -82,8 +82,15 @@ func (r *recorder) order() []string {
 // startNode runs a node with an in-process streamer around m.
 func startNode(t *testing.T, rs *redistest.Server, m model.Model, batch int, tweak func(*broker.NodeConfig)) *broker.Node {
 	t.Helper()
-	st := startStreamer(t, supervisor.Config{InProcess: m, Workers: 1, BatchSize: batch, MaxLatency: time.Millisecond})
-	cfg := broker.NodeConfig{Config: broker.Config{URL: rs.URL(), ClaimIdle: 400 * time.Millisecond}, Streamer: st, Capacity: 2 * batch}
+	return startNodeOn(t, rs, supervisor.Config{InProcess: m, Workers: 1, BatchSize: batch, MaxLatency: time.Millisecond}, tweak)
+}
+
+// startNodeOn starts a node on a streamer of its own set up by sc, with a
+// capacity of two batches.
+func startNodeOn(t *testing.T, rs *redistest.Server, sc supervisor.Config, tweak func(*broker.NodeConfig)) *broker.Node {
+	t.Helper()
+	st := startStreamer(t, sc)
+	cfg := broker.NodeConfig{Config: broker.Config{URL: rs.URL(), ClaimIdle: 400 * time.Millisecond}, Streamer: st, Capacity: 2 * sc.BatchSize}
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -587,21 +594,7 @@ func TestABusyNodeTakesItsNextBatchAhead(t *testing.T) {
 	// 1 worker, batch 2, pipeline depth 2: a batch of one is not formed
 	// ahead before its MaxLatency, so the worker has room ahead until the
 	// node has read two more items.
-	st := startStreamer(t, supervisor.Config{InProcess: rec, Workers: 1, BatchSize: 2, MaxLatency: time.Minute, Batching: supervisor.BatchingGreedy})
-	n, err := broker.NewNode(broker.NodeConfig{Config: broker.Config{URL: rs.URL()}, Streamer: st, Capacity: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := n.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = n.Shutdown(ctx)
-	})
+	n := startNodeOn(t, rs, supervisor.Config{InProcess: rec, Workers: 1, BatchSize: 2, MaxLatency: time.Minute, Batching: supervisor.BatchingGreedy}, nil)
 	fe := startFront(t, rs, nil)
 	eventually(t, "front end ready", fe.Ready)
 	first := predictLater(t, fe, "first")
