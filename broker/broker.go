@@ -16,7 +16,8 @@
 //	                     that expects it. Another node adopts what is on it
 //	                     once the node is gone, then deletes it.
 //	PREFIX:streams       set: the node streams that exist
-//	PREFIX:reply:FRONT   one front end's answers, trimmed by the front end
+//	PREFIX:reply:FRONT   one front end's answers (those of one write of a
+//	                     node packed in one entry), trimmed by the front end
 //	                     as it reads them; it expires ReplyTTL after the last
 //	                     answer written to it, so a dead front end's
 //	                     answers go away by themselves
@@ -179,14 +180,18 @@ const (
 	fieldValue    = "v" // the item's bytes
 )
 
-// The fields of an answer on a reply stream.
+// The fields of an entry on a reply stream: the answering node, and its
+// answers packed in one field (see answers.go), or one answer in fields of
+// its own (fieldSeq, fieldIndex, and fieldOutput or fieldCode and
+// fieldMessage).
 const (
-	fieldOutput  = "o" // the output's bytes, on success
-	fieldCode    = "e" // the error's kind (see codes), on failure
-	fieldMessage = "m" // the error's text, on failure
 	fieldNode    = "n" // the answering node's name
 	fieldWorkers = "w" // the answering node's number of workers
 	fieldBusy    = "b" // "1" when the node had no idle worker as it answered
+	fieldAnswers = "a" // the answers, packed
+	fieldOutput  = "o" // the output's bytes, on success
+	fieldCode    = "e" // the error's kind (see codes), on failure
+	fieldMessage = "m" // the error's text, on failure
 )
 
 // codes name supervisor's sentinel errors on the wire, so that a front end
@@ -255,14 +260,6 @@ func poisonHash(key string, data []byte) string {
 func str(values map[string]any, field string) string {
 	s, _ := values[field].(string)
 	return s
-}
-
-func uintField(values map[string]any, field string) (uint64, error) {
-	v, err := strconv.ParseUint(str(values, field), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("field %q: %w", field, err)
-	}
-	return v, nil
 }
 
 func unixMs(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }

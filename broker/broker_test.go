@@ -225,6 +225,31 @@ func TestAnswersComeBackInOrderWithTheirErrors(t *testing.T) {
 	}
 }
 
+// TestLargeAnswersComeBackWhole: a batch's answers, packed into reply
+// entries of a bounded size, reach their callers whole and in place.
+func TestLargeAnswersComeBackWhole(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	startNode(t, rs, newRecorder(), 8, nil)
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+
+	items := make([]string, 7)
+	for i := range items {
+		items[i] = strings.Repeat(string(rune('a'+i)), 150<<10)
+	}
+	items[3] = "bad-3"
+	out, err := predict(t, fe, items...)
+	var ie *supervisor.ItemError
+	if !errors.As(err, &ie) || ie.Index != 3 || !errors.Is(err, supervisor.ErrModel) {
+		t.Fatalf("error %v; want item 3 refused by the model", err)
+	}
+	for i, o := range out {
+		if i != 3 && string(o) != items[i] {
+			t.Errorf("output %d: %d bytes starting %q; want the %d bytes of its item", i, len(o), o[:min(len(o), 8)], len(items[i]))
+		}
+	}
+}
+
 func TestItemsAreServedInArrivalOrderAcrossFrontEnds(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	fakeNode(t, rs)

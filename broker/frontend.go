@@ -987,40 +987,46 @@ func (fe *FrontEnd) deliver(msgs []redis.XMessage) {
 	}
 	closed := map[answerer]answers{}
 	for _, m := range msgs {
-		seq, err1 := uintField(m.Values, fieldSeq)
-		idx, err2 := uintField(m.Values, fieldIndex)
-		if err1 != nil || err2 != nil {
-			fe.cfg.Logger.Warn("malformed answer on the reply stream", "id", m.ID, "err", errors.Join(err1, err2))
-			continue
-		}
-		c := fe.calls[seq]
-		if c == nil || idx >= uint64(len(c.got)) || c.got[idx] {
-			fe.stats.duplicates.Add(1)
-			continue
-		}
-		c.got[idx] = true
-		if code, failed := m.Values[fieldCode]; failed {
-			if c.errs == nil {
-				c.errs = make([]error, len(c.got))
+		from := answerer{node: str(m.Values, fieldNode), busy: str(m.Values, fieldBusy) == "1"}
+		workers, _ := strconv.Atoi(str(m.Values, fieldWorkers))
+		err := answersOf(m.Values, func(a packedAnswer) {
+			seq, err1 := strconv.ParseUint(a.seq, 10, 64)
+			idx, err2 := strconv.ParseUint(a.index, 10, 64)
+			if err1 != nil || err2 != nil {
+				fe.cfg.Logger.Warn("malformed answer on the reply stream", "id", m.ID, "err", errors.Join(err1, err2))
+				return
 			}
-			c.errs[idx] = errorOf(fmt.Sprint(code), str(m.Values, fieldMessage))
-			fe.stats.failed.Add(1)
-		} else {
-			c.outputs[idx] = []byte(str(m.Values, fieldOutput))
-		}
-		fe.stats.answered.Add(1)
-		fe.held--
-		if c.left--; c.left == 0 {
-			delete(fe.calls, seq)
-			close(c.over)
-			fe.back.settled(c)
-			from := answerer{node: str(m.Values, fieldNode), busy: str(m.Values, fieldBusy) == "1"}
-			by := closed[from]
-			by.calls++
-			by.flight += now.Sub(c.sent)
-			by.workers, _ = strconv.Atoi(str(m.Values, fieldWorkers))
-			closed[from] = by
-			fe.noteIdleLocked()
+			c := fe.calls[seq]
+			if c == nil || idx >= uint64(len(c.got)) || c.got[idx] {
+				fe.stats.duplicates.Add(1)
+				return
+			}
+			c.got[idx] = true
+			if a.failed {
+				if c.errs == nil {
+					c.errs = make([]error, len(c.got))
+				}
+				c.errs[idx] = errorOf(a.code, a.msg)
+				fe.stats.failed.Add(1)
+			} else {
+				c.outputs[idx] = []byte(a.output)
+			}
+			fe.stats.answered.Add(1)
+			fe.held--
+			if c.left--; c.left == 0 {
+				delete(fe.calls, seq)
+				close(c.over)
+				fe.back.settled(c)
+				by := closed[from]
+				by.calls++
+				by.flight += now.Sub(c.sent)
+				by.workers = workers
+				closed[from] = by
+				fe.noteIdleLocked()
+			}
+		})
+		if err != nil {
+			fe.cfg.Logger.Warn("malformed answers on the reply stream", "id", m.ID, "err", err)
 		}
 	}
 	for from, by := range closed {

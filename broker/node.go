@@ -580,8 +580,9 @@ func (n *Node) writeLoop() {
 	}
 }
 
-// replyMaxLen bounds a reply stream whose front end stopped reading it
-// while alive; the front end trims what it has read.
+// replyMaxLen bounds, in entries (a write's answers each), a reply stream
+// whose front end stopped reading it while alive; the front end trims what
+// it has read.
 const replyMaxLen = 100_000
 
 // flush writes the answers of batch, then acknowledges and deletes their
@@ -593,7 +594,6 @@ func (n *Node) flush(batch []answerEntry) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	pipe := n.rdb.TxPipeline()
-	fronts := map[string]time.Duration{}
 	ids := map[string][]string{} // by stream
 	workers := n.s.Workers()
 	// Busy: no worker idles, items wait for them (saturation). The front
@@ -604,23 +604,28 @@ func (n *Node) flush(batch []answerEntry) error {
 	if room == 0 {
 		busy = 1
 	}
-	for _, a := range batch {
+	fronts := map[string]*replies{}
+	for i := range batch {
+		a := &batch[i]
 		ids[a.stream] = append(ids[a.stream], a.id)
 		if a.front == "" {
 			continue // malformed: nobody to answer
 		}
-		values := []any{fieldSeq, a.seq, fieldIndex, a.index, fieldNode, n.cfg.Name, fieldWorkers, workers, fieldBusy, busy}
-		if a.err != nil {
-			values = append(values, fieldCode, codeOf(a.err), fieldMessage, a.err.Error())
-		} else {
-			values = append(values, fieldOutput, a.output)
-		}
 		key := n.k.replyPrefix + a.front
-		pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, MaxLen: replyMaxLen, Approx: true, Values: values})
-		fronts[key] = cmp.Or(a.ttl, n.cfg.ReplyTTL)
+		p := fronts[key]
+		if p == nil {
+			p = &replies{ttl: cmp.Or(a.ttl, n.cfg.ReplyTTL)}
+			fronts[key] = p
+		}
+		p.add(a)
 	}
-	for key, ttl := range fronts {
-		pipe.Expire(ctx, key, ttl)
+	for key, p := range fronts {
+		for _, chunk := range p.chunks {
+			pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, MaxLen: replyMaxLen, Approx: true, Values: []any{
+				fieldNode, n.cfg.Name, fieldWorkers, workers, fieldBusy, busy, fieldAnswers, chunk,
+			}})
+		}
+		pipe.Expire(ctx, key, p.ttl)
 	}
 	for stream, ids := range ids {
 		pipe.XAck(ctx, stream, nodeGroup, ids...)

@@ -1,0 +1,142 @@
+package broker
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// someAnswers are answers of every kind: outputs empty, binary and long
+// (a length of several varint bytes), and failures.
+func someAnswers() []answerEntry {
+	return []answerEntry{
+		{seq: "1", index: "0", output: []byte("out")},
+		{seq: "1", index: "1", output: []byte{}},
+		{seq: "2", index: "0", output: []byte{0x80, 0xff, 0, 1}},
+		{seq: "18446744073709551615", index: "4095", output: bytes.Repeat([]byte("x"), 70000)},
+		{seq: "3", index: "2", err: fmt.Errorf("%w: item 2 is not valid", supervisor.ErrModel)},
+		{seq: "4", index: "0", err: errors.New("the worker died")},
+	}
+}
+
+func TestPackedAnswersReadBackAsWritten(t *testing.T) {
+	var buf []byte
+	want := someAnswers()
+	for i := range want {
+		buf = appendAnswer(buf, &want[i])
+	}
+	var got []packedAnswer
+	if err := eachAnswer(string(buf), func(a packedAnswer) { got = append(got, a) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("read %d answers; want %d", len(got), len(want))
+	}
+	for i, w := range want {
+		g := got[i]
+		if g.seq != w.seq || g.index != w.index || g.failed != (w.err != nil) {
+			t.Errorf("answer %d: %+v; want seq %s index %s failed %v", i, g, w.seq, w.index, w.err != nil)
+			continue
+		}
+		if w.err == nil && g.output != string(w.output) {
+			t.Errorf("answer %d: output of %d bytes; want %d", i, len(g.output), len(w.output))
+		}
+		if w.err != nil && (g.code != codeOf(w.err) || g.msg != w.err.Error()) {
+			t.Errorf("answer %d: failure %q %q; want %q %q", i, g.code, g.msg, codeOf(w.err), w.err.Error())
+		}
+	}
+}
+
+func TestPackedAnswersCutShortAreRefused(t *testing.T) {
+	var buf []byte
+	answers := someAnswers()
+	ends := map[int]bool{} // where a whole record ends: a valid cut
+	for i := range answers {
+		buf = appendAnswer(buf, &answers[i])
+		ends[len(buf)] = true
+	}
+	for n := range len(buf) {
+		err := eachAnswer(string(buf[:n]), func(packedAnswer) {})
+		if ends[n] || n == 0 {
+			if err != nil {
+				t.Fatalf("cut after a whole record (%d bytes): %v", n, err)
+			}
+			continue
+		}
+		if !errors.Is(err, errPackedAnswers) {
+			t.Fatalf("cut inside a record (%d of %d bytes): err %v; want errPackedAnswers", n, len(buf), err)
+		}
+	}
+	bad := append(appendString(appendString(nil, "1"), "0"), 7)
+	if err := eachAnswer(string(bad), func(packedAnswer) {}); !errors.Is(err, errPackedAnswers) || !strings.Contains(err.Error(), "kind 7") {
+		t.Fatalf("a record of kind 7: %v; want it refused, naming the kind", err)
+	}
+}
+
+// TestRepliesSplitLargeAnswers: a flush's answers for one front end go in
+// entries of about answerChunk bytes, a larger answer alone, in order.
+func TestRepliesSplitLargeAnswers(t *testing.T) {
+	var r replies
+	out := bytes.Repeat([]byte("y"), 100<<10)
+	for i := range 5 {
+		r.add(&answerEntry{seq: "1", index: fmt.Sprint(i), output: out})
+	}
+	r.add(&answerEntry{seq: "2", index: "0", output: bytes.Repeat([]byte("z"), 2*answerChunk)})
+	r.add(&answerEntry{seq: "3", index: "0", output: []byte("small")})
+	var per []int
+	var order []string
+	for _, chunk := range r.chunks {
+		n := 0
+		if err := eachAnswer(string(chunk), func(a packedAnswer) { n++; order = append(order, a.seq+":"+a.index) }); err != nil {
+			t.Fatal(err)
+		}
+		per = append(per, n)
+	}
+	if fmt.Sprint(per) != "[2 2 1 1 1]" {
+		t.Errorf("answers per entry %v; want [2 2 1 1 1]: two of 100 KiB fit in %d bytes, the large one goes alone", per, answerChunk)
+	}
+	if want := "[1:0 1:1 1:2 1:3 1:4 2:0 3:0]"; fmt.Sprint(order) != want {
+		t.Errorf("order %v; want %s", order, want)
+	}
+}
+
+func FuzzEachAnswer(f *testing.F) {
+	var buf []byte
+	answers := someAnswers()
+	for i := range answers {
+		buf = appendAnswer(buf, &answers[i])
+	}
+	f.Add(buf[:200])
+	f.Add([]byte{1, '1', 1, '0', 1, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		// Whatever it reads, packed again, reads back the same.
+		var read []packedAnswer
+		if err := eachAnswer(string(data), func(a packedAnswer) { read = append(read, a) }); err != nil {
+			return
+		}
+		var again []byte
+		for _, a := range read {
+			e := answerEntry{seq: a.seq, index: a.index, output: []byte(a.output)}
+			if a.failed {
+				e.err = errorOf(a.code, a.msg)
+			}
+			again = appendAnswer(again, &e)
+		}
+		var back []packedAnswer
+		if err := eachAnswer(string(again), func(a packedAnswer) { back = append(back, a) }); err != nil {
+			t.Fatalf("%q read as answers that pack to %q, which does not read: %v", data, again, err)
+		}
+		if len(back) != len(read) {
+			t.Fatalf("%q: %d answers, packed again %d", data, len(read), len(back))
+		}
+		for i := range read {
+			if read[i].seq != back[i].seq || read[i].index != back[i].index || read[i].output != back[i].output || read[i].msg != back[i].msg {
+				t.Fatalf("%q: answer %d read %+v, packed again %+v", data, i, read[i], back[i])
+			}
+		}
+	})
+}
