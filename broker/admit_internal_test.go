@@ -72,7 +72,11 @@ func TestRequestsAdmittedTogetherWakeABlockedReaderOnce(t *testing.T) {
 	msgs := <-woke
 	var got []string
 	for _, m := range msgs {
-		got = append(got, str(m.Values, fieldSeq)+":"+str(m.Values, fieldIndex)+"="+str(m.Values, fieldValue))
+		hd, ok := parseHeader(str(m.Values, fieldHeader))
+		if !ok || hd.front != fe.id {
+			t.Fatalf("entry %s: header %q does not read, or names another front end than %s", m.ID, str(m.Values, fieldHeader), fe.id)
+		}
+		got = append(got, hd.seq+":"+hd.index+"="+str(m.Values, fieldValue))
 	}
 	if want := "1:0=a 1:1=b 3:0=f"; strings.Join(got, " ") != want {
 		t.Fatalf("the blocked reader woke with %q; want all the admitted items at once, in order: %s", got, want)

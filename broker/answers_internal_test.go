@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/streamer-dev/streamer/supervisor"
 )
@@ -139,4 +140,16 @@ func FuzzEachAnswer(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestItemHeadersRead(t *testing.T) {
+	hd, ok := parseHeader("0123abcd 42 7 1764000000000000 60000")
+	if !ok || hd.front != "0123abcd" || hd.seq != "42" || hd.index != "7" || hd.deadline != 1764000000000000 || hd.ttl != time.Minute {
+		t.Fatalf("parseHeader: %+v, %v", hd, ok)
+	}
+	for _, bad := range []string{"", "front", "front 1 0 0", "front 1 0 x 60000", "front 1 0 0 -5", " 1 0 0 60000", "front  0 0 60000", "front 1 0 0 60000 extra"} {
+		if hd, ok := parseHeader(bad); ok {
+			t.Errorf("parseHeader(%q) = %+v; want it refused", bad, hd)
+		}
+	}
 }

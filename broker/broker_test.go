@@ -250,6 +250,31 @@ func TestLargeAnswersComeBackWhole(t *testing.T) {
 	}
 }
 
+// TestMalformedItemsAreDroppedAndServingGoesOn: an entry on the items
+// stream whose header does not read, or that has no value, is
+// acknowledged and deleted, never run, and the node goes on serving.
+func TestMalformedItemsAreDroppedAndServingGoesOn(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	rec := newRecorder()
+	startNode(t, rs, rec, 8, nil)
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+
+	rs.Do(t, "XADD", "streamer:items", "*", "h", "not a header", "v", "garbage")
+	rs.Do(t, "XADD", "streamer:items", "*", "h", "front 1 0 0 60000")
+	rs.Do(t, "XADD", "streamer:items", "*", "v", "no header")
+	out, err := predict(t, fe, "fine")
+	if err != nil || len(out) != 1 || string(out[0]) != "fine" {
+		t.Fatalf("a request after the malformed items: %q, %v; want fine", out, err)
+	}
+	eventually(t, "the malformed items to leave the stream", func() bool {
+		return rs.Do(t, "XLEN", "streamer:items") == "0"
+	})
+	if got := rec.order(); len(got) != 1 || got[0] != "fine" {
+		t.Errorf("the model ran %q; want only the request's item", got)
+	}
+}
+
 func TestItemsAreServedInArrivalOrderAcrossFrontEnds(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	fakeNode(t, rs)

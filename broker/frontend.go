@@ -105,14 +105,13 @@ type call struct {
 // when it refused them.
 //
 //	KEYS[1] the items stream, KEYS[2] the live nodes, KEYS[3] the node streams
-//	ARGV    max backlog, the stream's trim bound, front end, the reply TTL
-//	        in ms, now (unix ms), how long a node may be silent (ms),
-//	        the node streams' prefix, then per request: its number,
-//	        deadline, "1" when keys follow, the node it is routed to (or
-//	        ""), its number of items n, then n × ([key] value)
+//	ARGV    max backlog, the stream's trim bound, now (unix ms), how long a
+//	        node may be silent (ms), the node streams' prefix, then per
+//	        request: "1" when keys follow, the node it is routed to (or
+//	        ""), its number of items n, then n × (header, [key], value)
 var admitScript = redis.NewScript(`
-local bound, trim, front, ttl = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]
-local now, silence, prefix = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
+local bound, trim = tonumber(ARGV[1]), ARGV[2]
+local now, silence, prefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local backlog = redis.call('XLEN', KEYS[1])
 local function later(a, b)
   local am, as = string.match(a, '(%d+)-(%d+)')
@@ -141,12 +140,12 @@ local function sharedWaits()
   return waiting
 end
 local verdicts = {}
-local j = 8
+local j = 6
 while j <= #ARGV do
-  local seq, deadline, keyed, route, n = ARGV[j], ARGV[j + 1], ARGV[j + 2] == '1', ARGV[j + 3], tonumber(ARGV[j + 4])
-  j = j + 5
-  local width = 1
-  if keyed then width = 2 end
+  local keyed, route, n = ARGV[j] == '1', ARGV[j + 1], tonumber(ARGV[j + 2])
+  j = j + 3
+  local width = 2
+  if keyed then width = 3 end
   if backlog + n > bound then
     verdicts[#verdicts + 1] = -1
     j = j + n * width
@@ -164,9 +163,9 @@ while j <= #ARGV do
     local ids = {stream}
     for i = 0, n - 1 do
       if keyed then
-        ids[#ids + 1] = redis.call('XADD', stream, 'MAXLEN', '~', trim, '*', 'f', front, 'q', seq, 'i', i, 'd', deadline, 't', ttl, 'k', ARGV[j], 'v', ARGV[j + 1])
+        ids[#ids + 1] = redis.call('XADD', stream, 'MAXLEN', '~', trim, '*', 'h', ARGV[j], 'k', ARGV[j + 1], 'v', ARGV[j + 2])
       else
-        ids[#ids + 1] = redis.call('XADD', stream, 'MAXLEN', '~', trim, '*', 'f', front, 'q', seq, 'i', i, 'd', deadline, 't', ttl, 'v', ARGV[j])
+        ids[#ids + 1] = redis.call('XADD', stream, 'MAXLEN', '~', trim, '*', 'h', ARGV[j], 'v', ARGV[j + 1])
       end
       j = j + width
     end
@@ -909,13 +908,14 @@ func (fe *FrontEnd) withdraw(stream string, ids []string) {
 }
 
 func (fe *FrontEnd) admitArgs(batch []*call) []any {
-	n := 7
+	n := 5
 	for _, c := range batch {
-		n += 5 + len(c.items) + len(c.keys)
+		n += 3 + 2*len(c.items) + len(c.keys)
 	}
 	args := make([]any, 0, n)
-	args = append(args, fe.cfg.MaxBacklog, 2*fe.cfg.MaxBacklog, fe.id, fe.cfg.ReplyTTL.Milliseconds(),
-		time.Now().UnixMilli(), nodeSilence.Milliseconds(), fe.k.items+":")
+	args = append(args, fe.cfg.MaxBacklog, 2*fe.cfg.MaxBacklog, time.Now().UnixMilli(), nodeSilence.Milliseconds(), fe.k.items+":")
+	ttl := fe.cfg.ReplyTTL.Milliseconds()
+	var header []byte
 	for _, c := range batch {
 		deadline := int64(0)
 		if !c.deadline.IsZero() {
@@ -925,8 +925,17 @@ func (fe *FrontEnd) admitArgs(batch []*call) []any {
 		if c.keys != nil {
 			keyed = "1"
 		}
-		args = append(args, c.seq, deadline, keyed, c.route, len(c.items))
+		args = append(args, keyed, c.route, len(c.items))
+		// The header (see fieldHeader), the item's place in its request
+		// aside, is the same for the request's items.
+		header = append(append(header[:0], fe.id...), ' ')
+		header = append(strconv.AppendUint(header, c.seq, 10), ' ')
+		at := len(header)
 		for i, item := range c.items {
+			h := strconv.AppendInt(header[:at], int64(i), 10)
+			h = append(strconv.AppendInt(append(h, ' '), deadline, 10), ' ')
+			header = strconv.AppendInt(h, ttl, 10)
+			args = append(args, string(header))
 			if c.keys != nil {
 				args = append(args, c.keys[i])
 			}

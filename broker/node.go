@@ -372,18 +372,18 @@ func (n *Node) takeChecked(stream string, msgs []redis.XMessage, quarantine map[
 	var run []answerEntry
 	var reqs []supervisor.Request
 	for _, m := range msgs {
-		a := answerEntry{entry: entry{stream, m.ID}, front: str(m.Values, fieldFront), seq: str(m.Values, fieldSeq), index: str(m.Values, fieldIndex)}
-		if ms, err := strconv.ParseInt(str(m.Values, fieldTTL), 10, 64); err == nil && ms > 0 {
-			a.ttl = time.Duration(ms) * time.Millisecond
-		}
+		// A header that does not read names nobody to answer: the item is
+		// only acknowledged.
+		hd, ok := parseHeader(str(m.Values, fieldHeader))
+		a := answerEntry{entry: entry{stream, m.ID}, front: hd.front, seq: hd.seq, index: hd.index, ttl: hd.ttl}
 		value, hasValue := m.Values[fieldValue].(string)
-		deadline, err := strconv.ParseInt(str(m.Values, fieldDeadline), 10, 64)
-		if a.front == "" || a.seq == "" || a.index == "" || !hasValue || err != nil {
-			n.cfg.Logger.Warn("malformed item on the stream; dropped", "id", m.ID)
+		if !ok || !hasValue {
+			n.cfg.Logger.Warn("malformed item on the stream; dropped", "id", m.ID, "stream", stream)
 			a.err = fmt.Errorf("%w: malformed item %s on the stream", supervisor.ErrBadRequest, m.ID)
 			n.answer(a)
 			continue
 		}
+		deadline := hd.deadline
 		req := supervisor.Request{Items: [][]byte{[]byte(value)}}
 		key, keyed := m.Values[fieldKey].(string)
 		if keyed {

@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,9 +64,14 @@ func (h *handNode) read(stream string) redis.XMessage {
 func (h *handNode) answer(stream string, m redis.XMessage, output string) {
 	h.t.Helper()
 	ctx := context.Background()
-	reply := "streamer:reply:" + m.Values["f"].(string)
+	// The header: front end, request number, place, deadline, reply TTL.
+	header := strings.Fields(m.Values["h"].(string))
+	if len(header) != 5 {
+		h.t.Fatalf("item %s: header %q; want five fields", m.ID, m.Values["h"])
+	}
+	reply := "streamer:reply:" + header[0]
 	pipe := h.rdb.TxPipeline()
-	pipe.XAdd(ctx, &redis.XAddArgs{Stream: reply, Values: []any{"q", m.Values["q"], "i", m.Values["i"], "n", h.name, "o", output}})
+	pipe.XAdd(ctx, &redis.XAddArgs{Stream: reply, Values: []any{"q", header[1], "i", header[2], "n", h.name, "o", output}})
 	pipe.XAck(ctx, stream, "nodes", m.ID)
 	pipe.XDel(ctx, stream, m.ID)
 	if _, err := pipe.Exec(ctx); err != nil {

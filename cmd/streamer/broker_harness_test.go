@@ -242,8 +242,8 @@ func redisStreamItems(t *testing.T, rs *redistest.Server) map[string]redisStream
 			var it redisStreamItem
 			for ; i+1 < len(lines) && !isStreamID(lines[i]); i += 2 {
 				switch lines[i] {
-				case "f":
-					it.front = lines[i+1]
+				case "h": // the header: front end, request number, ...
+					it.front, _, _ = strings.Cut(lines[i+1], " ")
 				case "v":
 					it.value = lines[i+1]
 				}
