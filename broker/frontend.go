@@ -134,7 +134,9 @@ local function unread(key)
   return later(last[1][1], delivered)
 end
 local waiting = nil
-local behind = {}
+-- open[key]: the node stream key may take requests in this run (its node
+-- is alive and lists it, and nothing waits unread there).
+local open = {}
 local function sharedWaits()
   if waiting == nil then waiting = unread(KEYS[1]) end
   return waiting
@@ -153,11 +155,11 @@ while j <= #ARGV do
     local stream = KEYS[1]
     if route ~= '' and not sharedWaits() then
       local key = prefix .. route
-      local beat = redis.call('ZSCORE', KEYS[2], route)
-      if beat and tonumber(beat) > now - silence and redis.call('SISMEMBER', KEYS[3], key) == 1 then
-        if behind[key] == nil then behind[key] = unread(key) end
-        if not behind[key] then stream = key end
+      if open[key] == nil then
+        local beat = redis.call('ZSCORE', KEYS[2], route)
+        open[key] = beat ~= false and tonumber(beat) > now - silence and redis.call('SISMEMBER', KEYS[3], key) == 1 and not unread(key)
       end
+      if open[key] then stream = key end
     end
     if stream == KEYS[1] then waiting = true end
     local ids = {stream}

@@ -439,6 +439,9 @@ func (n *Node) takeChecked(stream string, msgs []redis.XMessage, quarantine map[
 // the heartbeats' copy of the quarantine while Redis does not answer.
 func (n *Node) quarantined(msgs []redis.XMessage, quarantine map[string]bool) map[string]bool {
 	known := *n.poison.Load()
+	if quarantine != nil && len(quarantine) == 0 && len(known) == 0 {
+		return nil // nothing is quarantined: no item needs its hash
+	}
 	hashes := make([]string, len(msgs))
 	for i, m := range msgs {
 		value, _ := m.Values[fieldValue].(string)
