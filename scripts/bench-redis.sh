@@ -8,6 +8,7 @@
 # model.
 # It prints one table: items/s and p50 of both, their ratio, and the best
 # any batcher could do (c / (F + p·⌈c/w⌉) while c ≤ w·B, else w·B / (F + p·B)).
+# Redis's INFO commandstats at the end goes to OUT/commandstats.txt.
 #
 #   bash scripts/bench-redis.sh
 #
@@ -114,6 +115,8 @@ for r in $RATES; do
   "$STREAMER" bench --model "$MODEL" --workers "$WORKERS" --rate "$r" --concurrency 4096 --duration "$DURATION" --warmup "$WARMUP" --json >"$OUT/local_rate_$r.json"
 done
 echo "ended: $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/machine.txt"
+# What Redis spent its time on, over every row: calls and µs per command.
+redis-cli -p "$redis_port" info commandstats >"$OUT/commandstats.txt"
 
 python3 - "$OUT" "$MODEL" "$RATES" "$WORKERS" $CONCURRENCY <<'EOF' | tee "$OUT/summary.md"
 import json, math, re, sys
