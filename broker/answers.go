@@ -36,7 +36,12 @@ type replies struct {
 
 // add packs a's answer, into a new chunk when the last is full.
 func (r *replies) add(a *answerEntry) {
-	if len(r.chunks) == 0 || len(r.chunks[len(r.chunks)-1])+len(a.output) > answerChunk {
+	// The record's size, its lengths' varints counted at their largest.
+	size := len(a.seq) + len(a.index) + len(a.output) + 1 + 4*binary.MaxVarintLen64
+	if a.err != nil {
+		size += len(codeOf(a.err)) + len(a.err.Error())
+	}
+	if len(r.chunks) == 0 || len(r.chunks[len(r.chunks)-1])+size > answerChunk {
 		r.chunks = append(r.chunks, nil)
 	}
 	last := &r.chunks[len(r.chunks)-1]
@@ -82,7 +87,9 @@ type packedAnswer struct {
 var errPackedAnswers = errors.New("packed answers cut short or of an unknown kind")
 
 // eachAnswer calls fn with every answer packed in s, in order, and stops
-// at the first malformed record.
+// at the first malformed record: the answers after it in the entry are
+// lost, and their callers get no answer before their deadline (only a
+// node's bug or a stranger writing to the stream makes one).
 func eachAnswer(s string, fn func(packedAnswer)) error {
 	for len(s) > 0 {
 		var a packedAnswer
@@ -121,6 +128,9 @@ func cutString(s string) (field, rest string, ok bool) {
 	var n uint64
 	for i := 0; i < len(s) && i < binary.MaxVarintLen64; i++ {
 		b := s[i]
+		if i == binary.MaxVarintLen64-1 && b > 1 {
+			return "", "", false // past 64 bits
+		}
 		n |= uint64(b&0x7f) << (7 * i)
 		if b < 0x80 {
 			s = s[i+1:]

@@ -72,6 +72,11 @@ func TestPackedAnswersCutShortAreRefused(t *testing.T) {
 			t.Fatalf("cut inside a record (%d of %d bytes): err %v; want errPackedAnswers", n, len(buf), err)
 		}
 	}
+	// A length past 64 bits.
+	long := append(bytes.Repeat([]byte{0x80}, 9), 2)
+	if err := eachAnswer(string(long), func(packedAnswer) {}); !errors.Is(err, errPackedAnswers) {
+		t.Fatalf("a length past 64 bits: %v; want it refused", err)
+	}
 	bad := append(appendString(appendString(nil, "1"), "0"), 7)
 	if err := eachAnswer(string(bad), func(packedAnswer) {}); !errors.Is(err, errPackedAnswers) || !strings.Contains(err.Error(), "kind 7") {
 		t.Fatalf("a record of kind 7: %v; want it refused, naming the kind", err)
@@ -102,6 +107,18 @@ func TestRepliesSplitLargeAnswers(t *testing.T) {
 	}
 	if want := "[1:0 1:1 1:2 1:3 1:4 2:0 3:0]"; fmt.Sprint(order) != want {
 		t.Errorf("order %v; want %s", order, want)
+	}
+
+	// Failures, and many small answers, count their whole records.
+	var many replies
+	msg := errors.New(strings.Repeat("m", 100))
+	for i := range 20000 {
+		many.add(&answerEntry{seq: fmt.Sprint(i), index: "0", err: msg})
+	}
+	for i, chunk := range many.chunks {
+		if len(chunk) > answerChunk {
+			t.Fatalf("entry %d of %d: %d bytes of failures; want at most %d", i, len(many.chunks), len(chunk), answerChunk)
+		}
 	}
 }
 
@@ -143,13 +160,26 @@ func FuzzEachAnswer(f *testing.F) {
 }
 
 func TestItemHeadersRead(t *testing.T) {
-	hd, ok := parseHeader("0123abcd 42 7 1764000000000000 60000")
-	if !ok || hd.front != "0123abcd" || hd.seq != "42" || hd.index != "7" || hd.deadline != 1764000000000000 || hd.ttl != time.Minute {
-		t.Fatalf("parseHeader: %+v, %v", hd, ok)
+	for _, tt := range []struct {
+		header string
+		want   itemHeader
+	}{
+		{"0123abcd 42 7 1764000000000000 60000", itemHeader{"0123abcd", "42", "7", 1764000000000000, time.Minute}},
+		{"f 1 0 0", itemHeader{"f", "1", "0", 0, 0}},             // no TTL: the node's own
+		{"f 1 0 -5 -5", itemHeader{"f", "1", "0", -5, 0}},        // a deadline of 0 or less is none
+		{"f 1 0 0 60000 extra", itemHeader{"f", "1", "0", 0, 0}}, // a TTL that does not read
+	} {
+		if hd, ok := parseHeader(tt.header); !ok || hd != tt.want {
+			t.Errorf("parseHeader(%q) = %+v, %v; want %+v", tt.header, hd, ok, tt.want)
+		}
 	}
-	for _, bad := range []string{"", "front", "front 1 0 0", "front 1 0 x 60000", "front 1 0 0 -5", " 1 0 0 60000", "front  0 0 60000", "front 1 0 0 60000 extra"} {
-		if hd, ok := parseHeader(bad); ok {
-			t.Errorf("parseHeader(%q) = %+v; want it refused", bad, hd)
+	for _, tt := range []struct{ header, front string }{
+		{"", ""}, {"front", "front"}, {"front 1 0", "front"}, {"front 1 0 x 60000", "front"},
+		{" 1 0 0 60000", ""}, {"front  0 0 60000", "front"},
+	} {
+		hd, ok := parseHeader(tt.header)
+		if ok || hd.front != tt.front {
+			t.Errorf("parseHeader(%q) = %+v, %v; want it refused, with the front end %q", tt.header, hd, ok, tt.front)
 		}
 	}
 }

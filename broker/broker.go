@@ -17,7 +17,8 @@
 //	                     once the node is gone, then deletes it.
 //	PREFIX:streams       set: the node streams that exist
 //	PREFIX:reply:FRONT   one front end's answers (those of one write of a
-//	                     node packed in one entry), trimmed by the front end
+//	                     node packed in one entry of up to 256 KiB, or of one
+//	                     larger answer), trimmed by the front end
 //	                     as it reads them; it expires ReplyTTL after the last
 //	                     answer written to it, so a dead front end's
 //	                     answers go away by themselves
@@ -185,24 +186,26 @@ const (
 // itemHeader is an item's header, read.
 type itemHeader struct {
 	front, seq, index string
-	deadline          int64 // unix µs; 0 for none
-	ttl               time.Duration
+	deadline          int64         // unix µs; 0 or less for none
+	ttl               time.Duration // 0: the node's own ReplyTTL
 }
 
-// parseHeader reads an item's header; ok is false when it is malformed.
+// parseHeader reads an item's header. ok is false when it is malformed: a
+// field missing, or a deadline that is not a number; whatever fields did
+// read are returned anyway, so that the item's front end can be told. A
+// TTL that is not a positive number leaves the node's own.
 func parseHeader(h string) (hd itemHeader, ok bool) {
 	var deadline, ttl string
 	hd.front, h, _ = strings.Cut(h, " ")
 	hd.seq, h, _ = strings.Cut(h, " ")
 	hd.index, h, _ = strings.Cut(h, " ")
 	deadline, ttl, _ = strings.Cut(h, " ")
-	d, err1 := strconv.ParseInt(deadline, 10, 64)
-	t, err2 := strconv.ParseInt(ttl, 10, 64)
-	if hd.front == "" || hd.seq == "" || hd.index == "" || err1 != nil || err2 != nil || d < 0 || t < 0 {
-		return itemHeader{}, false
+	d, err := strconv.ParseInt(deadline, 10, 64)
+	if t, err := strconv.ParseInt(ttl, 10, 64); err == nil && t > 0 {
+		hd.ttl = time.Duration(t) * time.Millisecond
 	}
-	hd.deadline, hd.ttl = d, time.Duration(t)*time.Millisecond
-	return hd, true
+	hd.deadline = d
+	return hd, hd.front != "" && hd.seq != "" && hd.index != "" && err == nil
 }
 
 // The fields of an entry on a reply stream: the answering node, and its

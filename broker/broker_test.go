@@ -251,8 +251,9 @@ func TestLargeAnswersComeBackWhole(t *testing.T) {
 }
 
 // TestMalformedItemsAreDroppedAndServingGoesOn: an entry on the items
-// stream whose header does not read, or that has no value, is
-// acknowledged and deleted, never run, and the node goes on serving.
+// stream whose header does not read, or that has no value, is never run:
+// it is answered with an error when its header names a front end, and
+// acknowledged and deleted in any case, and the node goes on serving.
 func TestMalformedItemsAreDroppedAndServingGoesOn(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	rec := newRecorder()
@@ -263,6 +264,10 @@ func TestMalformedItemsAreDroppedAndServingGoesOn(t *testing.T) {
 	rs.Do(t, "XADD", "streamer:items", "*", "h", "not a header", "v", "garbage")
 	rs.Do(t, "XADD", "streamer:items", "*", "h", "front 1 0 0 60000")
 	rs.Do(t, "XADD", "streamer:items", "*", "v", "no header")
+	// One that names this front end is answered, with an error: the
+	// front end, which sent no request 999, counts a stray answer.
+	rs.Do(t, "XADD", "streamer:items", "*", "h", fe.ID()+" 999 0 soon 60000", "v", "bad deadline")
+	eventually(t, "the malformed item naming the front end to be answered", func() bool { return fe.Duplicates() == 1 })
 	out, err := predict(t, fe, "fine")
 	if err != nil || len(out) != 1 || string(out[0]) != "fine" {
 		t.Fatalf("a request after the malformed items: %q, %v; want fine", out, err)

@@ -157,7 +157,7 @@ while j <= #ARGV do
       local key = prefix .. route
       if open[key] == nil then
         local beat = redis.call('ZSCORE', KEYS[2], route)
-        open[key] = beat ~= false and tonumber(beat) > now - silence and redis.call('SISMEMBER', KEYS[3], key) == 1 and not unread(key)
+        open[key] = (beat and tonumber(beat) > now - silence and redis.call('SISMEMBER', KEYS[3], key) == 1 and not unread(key)) == true
       end
       if open[key] then stream = key end
     end
@@ -959,7 +959,8 @@ func (fe *FrontEnd) readLoop() {
 	go func() { <-fe.closing; cancel() }()
 	// It reads until Close has the answers it waits for: until closing.
 	for ctx.Err() == nil {
-		streams, err := fe.rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{fe.replyKey, last}, Count: 1024, Block: blockFor}).Result()
+		// An entry holds up to answerChunk bytes of answers.
+		streams, err := fe.rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{fe.replyKey, last}, Count: 64, Block: blockFor}).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			if ctx.Err() != nil {
 				return
@@ -977,7 +978,7 @@ func (fe *FrontEnd) readLoop() {
 			last = st.Messages[len(st.Messages)-1].ID
 			read += len(st.Messages)
 		}
-		if read > 0 && (read >= 4096 || time.Since(lastTrim) > time.Second) {
+		if read > 0 && (read >= 1024 || time.Since(lastTrim) > time.Second) {
 			pipe := fe.rdb.Pipeline()
 			pipe.XTrimMinID(ctx, fe.replyKey, last)
 			pipe.Expire(ctx, fe.replyKey, fe.cfg.ReplyTTL)

@@ -41,9 +41,10 @@ type NodeConfig struct {
 }
 
 // Node reads items from the shared stream through the consumer group,
-// runs them on its Streamer, writes each answer to the asking front end's
-// reply stream and only then acknowledges the item. It claims the items of
-// nodes that have been silent for ClaimIdle.
+// runs them on its Streamer, writes the answers to the asking front ends'
+// reply streams (those of one write for one front end packed in one entry)
+// and only then acknowledges the items. It claims the items of nodes that
+// have been silent for ClaimIdle.
 type Node struct {
 	cfg NodeConfig
 	rdb *redis.Client
@@ -372,8 +373,8 @@ func (n *Node) takeChecked(stream string, msgs []redis.XMessage, quarantine map[
 	var run []answerEntry
 	var reqs []supervisor.Request
 	for _, m := range msgs {
-		// A header that does not read names nobody to answer: the item is
-		// only acknowledged.
+		// A malformed item is answered with an error when its header
+		// names a front end, and only acknowledged when it names none.
 		hd, ok := parseHeader(str(m.Values, fieldHeader))
 		a := answerEntry{entry: entry{stream, m.ID}, front: hd.front, seq: hd.seq, index: hd.index, ttl: hd.ttl}
 		value, hasValue := m.Values[fieldValue].(string)
