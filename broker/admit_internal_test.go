@@ -373,3 +373,57 @@ func routes(calls []*call) []string {
 	}
 	return r
 }
+
+// TestKeyedAndPlainRequestsShareAnAdmission: requests with batch keys and
+// without, one of them refused, in one run of the admission script: each
+// item goes on the stream with its own header, key and value.
+func TestKeyedAndPlainRequestsShareAnAdmission(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fe, err := NewFrontEnd(FrontEndConfig{Config: Config{URL: rs.URL()}, MaxBacklog: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fe.rdb.Close() })
+	request := func(seq uint64, keys []string, items ...string) *call {
+		c := &call{seq: seq, keys: keys, admitted: make(chan error, 1)}
+		for _, it := range items {
+			c.items = append(c.items, []byte(it))
+		}
+		return c
+	}
+	batch := []*call{
+		request(1, []string{"k1", "k2"}, "a", "b"),
+		request(2, nil, "c"),
+		request(3, []string{"k3", "k4", "k5"}, "d", "e", "f"), // past the bound of 5
+		request(4, []string{""}, "g"),
+		request(5, nil, "h"),
+	}
+	fe.admit(batch)
+	for i, c := range batch {
+		err := <-c.admitted
+		if refused := i == 2; refused != errors.Is(err, supervisor.ErrOverloaded) || (!refused && err != nil) {
+			t.Errorf("request %d: verdict %v", c.seq, err)
+		}
+	}
+	ctx := context.Background()
+	msgs, err := fe.rdb.XRange(ctx, fe.k.items, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range msgs {
+		hd, ok := parseHeader(str(m.Values, fieldHeader))
+		key, keyed := m.Values[fieldKey].(string)
+		if !ok || hd.front != fe.id || hd.ttl != fe.cfg.ReplyTTL || hd.deadline != 0 {
+			t.Fatalf("entry %s: header %q", m.ID, str(m.Values, fieldHeader))
+		}
+		entry := hd.seq + ":" + hd.index + "=" + str(m.Values, fieldValue)
+		if keyed {
+			entry += "/" + key
+		}
+		got = append(got, entry)
+	}
+	if want := "1:0=a/k1 1:1=b/k2 2:0=c 4:0=g/ 5:0=h"; strings.Join(got, " ") != want {
+		t.Fatalf("the stream holds %q; want %s", got, want)
+	}
+}
