@@ -711,3 +711,42 @@ func TestACanceledRequestsItemsAreWithdrawnBeforeAnyNodeRunsThem(t *testing.T) {
 		t.Fatalf("the node ran withdrawn items: %q", busy.ran)
 	}
 }
+
+// The answers of one batch go back in a write or two, so that its callers
+// come back together: 200 one-item requests that wait behind a running
+// batch run as one batch, and their answers take one to three entries on
+// the front end's reply stream, the first item's answer one of them (a
+// writer waits while a batch is being answered, and a race detector can
+// slow that past a cut), where an entry per answer would be 201.
+func TestABatchsAnswersGoBackInOneWrite(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	rec := newRecorder()
+	rec.hold["first"] = true
+	var st *supervisor.Streamer
+	startNodeOn(t, rs, supervisor.Config{InProcess: rec, Workers: 1, BatchSize: 256, MaxLatency: time.Minute, Batching: supervisor.BatchingGreedy},
+		func(c *broker.NodeConfig) { st = c.Streamer })
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	first := predictLater(t, fe, "first")
+	eventually(t, "the first item running", func() bool { return rec.runs("first") == 1 })
+	var later []<-chan answer
+	for i := range 200 {
+		later = append(later, predictLater(t, fe, fmt.Sprintf("item-%d", i)))
+	}
+	eventually(t, "the 200 items queued while the worker is busy", func() bool { return st.Stats().Queued == 200 })
+	close(rec.release)
+	for _, later := range append(later, first) {
+		if a := <-later; a.err != nil {
+			t.Fatal(a.err)
+		}
+	}
+	if got := st.Stats().BatchSizes[200]; got != 1 {
+		t.Fatalf("%d batches of 200 ran; want the 200 items in one", got)
+	}
+	info := rs.Do(t, "XINFO", "STREAM", "streamer:reply:"+fe.ID())
+	_, added, _ := strings.Cut(info, "entries-added\n")
+	added, _, _ = strings.Cut(added, "\n")
+	if n, err := strconv.Atoi(added); err != nil || n < 1 || n > 3 {
+		t.Fatalf("XINFO STREAM of the reply stream:\n%s\nwant entries-added 1 to 3 for 201 answers", info)
+	}
+}

@@ -56,8 +56,11 @@ type Node struct {
 	held map[entry]time.Time // the items held, since when they were last claimed by us
 	room chan struct{}       // a token when held shrinks
 
-	answers chan answerEntry
-	poison  atomic.Pointer[map[string]bool]
+	// The answers to write: posted by answer, taken by the writer.
+	answersMu sync.Mutex
+	answers   []answerEntry
+	posted    chan struct{} // a token when answers grows
+	poison    atomic.Pointer[map[string]bool]
 
 	stop    chan struct{} // closed: read no more
 	stopped chan struct{} // closed: the writer is done
@@ -139,7 +142,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		cfg: cfg, rdb: rdb, k: k, own: k.nodeItems(cfg.Name), s: cfg.Streamer,
 		held:    map[entry]time.Time{},
 		room:    make(chan struct{}, 1),
-		answers: make(chan answerEntry, cfg.Capacity),
+		posted:  make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
@@ -421,15 +424,23 @@ func (n *Node) takeChecked(stream string, msgs []redis.XMessage, quarantine map[
 			n.settle(a, key, data, nil, errs[i])
 			continue
 		}
-		go func() {
-			<-fut.Done()
+		// Run by the goroutine that took the batch's answer from its
+		// worker, right after it: the answers of one batch are posted
+		// one after another (see writeLoop).
+		fut.OnDone(func() {
 			out, err := fut.Result(context.Background())
 			var output []byte
 			if len(out) == 1 {
 				output = out[0]
 			}
+			if errors.Is(err, supervisor.ErrPoison) {
+				// Shares the quarantine through Redis before answering:
+				// a round trip the workers' answers must not wait for.
+				go n.settle(a, key, data, output, err)
+				return
+			}
 			n.settle(a, key, data, output, err)
-		}()
+		})
 	}
 }
 
@@ -497,7 +508,27 @@ func (n *Node) signalRoom() {
 	}
 }
 
-func (n *Node) answer(a answerEntry) { n.answers <- a }
+// answer posts a for the writer. It never waits: it runs in the goroutine
+// that takes the workers' answers (see takeChecked).
+func (n *Node) answer(a answerEntry) {
+	n.answersMu.Lock()
+	n.answers = append(n.answers, a)
+	n.answersMu.Unlock()
+	select {
+	case n.posted <- struct{}{}:
+	default:
+	}
+}
+
+// takeAnswers appends the answers posted so far to batch.
+func (n *Node) takeAnswers(batch []answerEntry) []answerEntry {
+	n.answersMu.Lock()
+	batch = append(batch, n.answers...)
+	clear(n.answers) // their outputs are batch's now
+	n.answers = n.answers[:0]
+	n.answersMu.Unlock()
+	return batch
+}
 
 // release forgets the item e.
 func (n *Node) release(e entry) {
@@ -541,25 +572,44 @@ func (n *Node) writeLoop() {
 	for {
 		if len(batch) == 0 {
 			select {
-			case a := <-n.answers:
-				batch = append(batch, a)
+			case <-n.posted:
 			case <-n.stopped:
 				return
 			}
 		}
-		// The answers of one batch come from as many goroutines, woken
-		// together: let them all post theirs before writing, so that the
-		// batch's callers are answered in one write, and come back
-		// together.
-		for idle := 0; idle < 2 && len(batch) < 512; {
-			select {
-			case a := <-n.answers:
-				batch = append(batch, a)
-				idle = 0
-			default:
-				idle++
+		// The answers of one batch are posted one after another by the
+		// goroutine that took them from the worker: let it post them all
+		// before writing, so that the batch's callers are answered in one
+		// write and come back together. The writer waits while the batch
+		// under way as it woke is being answered (Streamer.Answering),
+		// then until none came for answersQuiet (a batch after it goes in
+		// the next write). Before, each answer came from a goroutine of
+		// its own, and on a busy machine a batch's answers went out in up
+		// to five writes, its callers came back in as many bunches, and
+		// the next batches started part empty.
+		first := time.Now()
+		last := first
+		_, since := n.s.Answering()
+		for len(batch) < 512 {
+			k := len(batch)
+			batch = n.takeAnswers(batch)
+			now := time.Now()
+			answering, done := n.s.Answering()
+			switch {
+			case len(batch) > k:
+				last = now
+			case now.Sub(first) >= answersMaxWait:
+			case answering && done == since:
 				runtime.Gosched()
+				continue
 			}
+			if now.Sub(last) >= answersQuiet || now.Sub(first) >= answersMaxWait {
+				break
+			}
+			runtime.Gosched()
+		}
+		if len(batch) == 0 {
+			continue
 		}
 		if err := n.flush(batch); err != nil {
 			n.stats.writeFailures.Add(1)
@@ -583,6 +633,15 @@ func (n *Node) writeLoop() {
 		batch = batch[:0]
 	}
 }
+
+// answersQuiet is how long the writer waits after the last answer posted
+// before it writes, once the batch it woke for is answered: short against a
+// round trip to Redis. answersMaxWait bounds the whole wait, should a
+// batch's answering stall.
+const (
+	answersQuiet   = 20 * time.Microsecond
+	answersMaxWait = 20 * time.Millisecond
+)
 
 // replyMaxLen bounds, in entries (a write's answers each), a reply stream
 // whose front end stopped reading it while alive; the front end trims what

@@ -16,9 +16,10 @@ type Future struct {
 	errs      atomic.Pointer[[]error] // nil until some item fails
 	remaining atomic.Int32
 
-	mu   sync.Mutex    // guards done and over
+	mu   sync.Mutex    // guards done, over and then
 	done chan struct{} // made by Done on demand, closed when finished
 	over bool          // every item is completed
+	then func()        // set by OnDone, run when finished
 
 	// wake, on the Futures that Predict reuses, gets one token when the
 	// last item is completed: the finishing goroutine's last touch of the
@@ -76,10 +77,14 @@ func (f *Future) complete(i int, output []byte, err error) {
 func (f *Future) finish() {
 	f.mu.Lock()
 	f.over = true
-	done, wake := f.done, f.wake
+	done, wake, then := f.done, f.wake, f.then
+	f.then = nil
 	f.mu.Unlock()
 	if done != nil {
 		close(done)
+	}
+	if then != nil {
+		then()
 	}
 	if wake != nil {
 		wake <- struct{}{} // last: the owner may reuse f once it has this
@@ -112,6 +117,30 @@ func (f *Future) Done() <-chan struct{} {
 		f.done = make(chan struct{})
 	}
 	return f.done
+}
+
+// OnDone runs fn once every item of f is completed: at once, in the
+// caller's goroutine, when they already are; else in the goroutine that
+// completes the last one, which is the one that took a batch's answer from
+// its worker, so fn must only hand the answer on (to a channel with room,
+// or a list under a lock), never wait. The answers of one batch are then
+// handed on one after another, without a goroutine per request to wake
+// (an embedder that writes them on, as a broker node does, sees a whole
+// batch's answers together). At most one fn per Future; Result reads the
+// answer without waiting once fn runs.
+func (f *Future) OnDone(fn func()) {
+	f.mu.Lock()
+	if f.over {
+		f.mu.Unlock()
+		fn()
+		return
+	}
+	if f.then != nil {
+		f.mu.Unlock()
+		panic("supervisor: OnDone called twice on one Future")
+	}
+	f.then = fn
+	f.mu.Unlock()
 }
 
 // Result waits for every item and returns the outputs in order. If some item

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"testing"
 )
 
@@ -27,4 +28,45 @@ func TestAnsweredFutureWinsOverEndedContext(t *testing.T) {
 			t.Fatalf("try %d: Result = %q, %v; want the answer", i, out, err)
 		}
 	}
+}
+
+// OnDone runs its function once, after the last item is completed, in the
+// goroutine that completes it; on a finished Future, at once. Result then
+// has the answer without waiting.
+func TestOnDoneRunsOnceWhenTheLastItemIsCompleted(t *testing.T) {
+	f := newFuture(3)
+	runs := 0
+	f.OnDone(func() {
+		runs++
+		out, err := f.Result(context.Background())
+		if !errors.Is(err, ErrModel) || len(out) != 3 || string(out[0]) != "a" || string(out[2]) != "c" {
+			t.Errorf("Result in OnDone = %q, %v; want a, c and item 1's error", out, err)
+		}
+	})
+	f.complete(2, []byte("c"), nil)
+	f.complete(0, []byte("a"), nil)
+	if runs != 0 {
+		t.Fatalf("OnDone ran %d times before the last item", runs)
+	}
+	f.complete(1, nil, ErrModel)
+	if runs != 1 {
+		t.Fatalf("OnDone ran %d times after the last item; want 1", runs)
+	}
+
+	g := newFuture(1)
+	g.complete(0, []byte("out"), nil)
+	ran := false
+	g.OnDone(func() { ran = true })
+	if !ran {
+		t.Fatal("OnDone on a finished Future did not run at once")
+	}
+
+	h := newFuture(1)
+	h.OnDone(func() {})
+	defer func() {
+		if recover() == nil {
+			t.Fatal("a second OnDone on one Future did not panic")
+		}
+	}()
+	h.OnDone(func() {})
 }

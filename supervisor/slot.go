@@ -341,6 +341,11 @@ func (sl *slot) onResult(w worker, r result) {
 		s.stats.failed.Add(uint64(failed))
 	}
 	expired := r.expired
+	s.answering.Add(1)
+	defer func() {
+		s.answered.Add(1)
+		s.answering.Add(-1)
+	}()
 	for i, it := range b.items {
 		switch {
 		case len(expired) > 0 && expired[0] == i:

@@ -37,6 +37,8 @@ type Streamer struct {
 	arrivals    rateMeter     // how fast items arrive
 	holdStart   time.Time     // when an idle slot began waiting for arrivals; zero if none
 	explore     int           // holds considered while the cost fit was not ready
+	answering   atomic.Int32  // slots completing a batch's Futures now (see Answering)
+	answered    atomic.Uint64 // batches whose Futures have all been completed
 	wake        chan struct{}
 	batchID     atomic.Uint64
 	draining    atomic.Bool
@@ -449,6 +451,15 @@ func (s *Streamer) Room() (now, ahead int) {
 		return 0, max(ahead-(queued-now), 0)
 	}
 	return now - queued, ahead
+}
+
+// Answering reports whether some worker's batch is having its Futures
+// completed right now (their OnDone functions run one after another), and
+// how many batches have had all theirs completed so far: an embedder that
+// gathers what those functions post can wait for the rest of the batch
+// under way, and tell it from the next.
+func (s *Streamer) Answering() (now bool, batches uint64) {
+	return s.answering.Load() > 0, s.answered.Load()
 }
 
 // Ready reports whether some worker takes batches and the streamer admits work.
