@@ -121,12 +121,15 @@ func (f *Future) Done() <-chan struct{} {
 
 // OnDone runs fn once every item of f is completed: at once, in the
 // caller's goroutine, when they already are; else in the goroutine that
-// completes the last one, which is the one that took a batch's answer from
-// its worker, so fn must only hand the answer on (to a channel with room,
-// or a list under a lock), never wait. The answers of one batch are then
-// handed on one after another, without a goroutine per request to wake
-// (an embedder that writes them on, as a broker node does, sees a whole
-// batch's answers together). At most one fn per Future; Result reads the
+// completes the last one. For an answer from a worker that is the goroutine
+// that took the batch's answer, which runs the functions of the batch's
+// requests one after another (see Answering): an embedder that writes the
+// answers on, as a broker node does, sees a whole batch's together, without
+// a goroutine per request to wake. An item dropped while queued (its
+// deadline passed, its caller left, no worker could take it) is completed
+// while the Streamer holds its own lock. So fn must only hand the answer on
+// (to a channel with room, or a list under a lock of its own) and never
+// wait, nor call the Streamer. At most one fn per Future; Result reads the
 // answer without waiting once fn runs.
 func (f *Future) OnDone(fn func()) {
 	f.mu.Lock()
