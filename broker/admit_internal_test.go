@@ -217,9 +217,9 @@ func TestComebacksAreRoutedToTheNodeThatAnswered(t *testing.T) {
 
 // The callers of a node that answered while it had no idle worker (it
 // was saturated) are not routed back to it: their next requests go to the
-// shared stream, where whichever node reads first takes them; nor does the
-// front end wait for them to come back.
-func TestCallersOfABusyNodeAreNotRoutedBack(t *testing.T) {
+// shared stream, where whichever node reads first takes them. The front end
+// waits for them to come back all the same, so that they go there together.
+func TestCallersOfABusyNodeAreNotRoutedBackButWaitedFor(t *testing.T) {
 	fe, err := NewFrontEnd(FrontEndConfig{Config: Config{URL: "redis://127.0.0.1:1"}})
 	if err != nil {
 		t.Fatal(err)
@@ -247,18 +247,19 @@ func TestCallersOfABusyNodeAreNotRoutedBack(t *testing.T) {
 	if want := []string{"", "a", "a"}; !slices.Equal(got, want) {
 		t.Fatalf("routes %q; want %q (b answered busy)", got, want)
 	}
-	// Nor are they waited for before what came is admitted.
+	// They are waited for before what came is admitted, until the delay
+	// learnt (1ms here) has passed, as an idle node's are.
 	var b comebacks
 	t0 := time.Unix(1000, 0)
 	b.answered(answerer{node: "a"}, 1, 1, 20*time.Millisecond, t0)
 	b.cameBack(newCalls(1), t0.Add(time.Millisecond)) // callers come back after 1ms
-	b.answered(answerer{node: "b", busy: true}, 1, 1, 20*time.Millisecond, t0.Add(2*time.Millisecond))
-	if until, ok := b.due(t0.Add(2*time.Millisecond + 100*time.Microsecond)); ok {
-		t.Fatalf("waits until %v for the callers of a busy node", until)
+	busyAt := t0.Add(2 * time.Millisecond)
+	b.answered(answerer{node: "b", busy: true}, 1, 1, 20*time.Millisecond, busyAt)
+	if until, ok := b.due(busyAt.Add(100 * time.Microsecond)); !ok || until.After(busyAt.Add(2*time.Millisecond)) {
+		t.Fatalf("due = %v, %v; want a wait of about the 1ms learnt for the callers of a busy node", until.Sub(busyAt), ok)
 	}
-	b.answered(answerer{node: "a"}, 1, 1, 20*time.Millisecond, t0.Add(3*time.Millisecond))
-	if _, ok := b.due(t0.Add(3*time.Millisecond + 100*time.Microsecond)); !ok {
-		t.Fatal("does not wait for the callers of a node with an idle worker")
+	if _, ok := b.due(busyAt.Add(3 * time.Millisecond)); ok {
+		t.Fatal("still waits for the callers of a busy node after the delay learnt")
 	}
 }
 

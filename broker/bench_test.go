@@ -78,7 +78,7 @@ var sleepModel = model.Func(func(ctx context.Context, items [][]byte) ([][]byte,
 })
 
 func BenchmarkClosedLoop(b *testing.B) {
-	for _, clients := range []int{8, 64} {
+	for _, clients := range []int{8, 64, 128, 256, 512} {
 		for _, policy := range []supervisor.Batching{supervisor.BatchingGreedy, supervisor.BatchingAdaptive} {
 			b.Run(fmt.Sprintf("clients=%d/%s/local", clients, policy), func(b *testing.B) {
 				st := startStreamer(b, loopConfig(policy, loopWorkers))
@@ -155,7 +155,7 @@ func throughRedis(b *testing.B, nodes ...*supervisor.Streamer) func(context.Cont
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, st := range nodes {
-		n, err := broker.NewNode(broker.NodeConfig{Config: broker.Config{URL: rs.URL()}, Streamer: st, Capacity: st.Workers() * loopBatch})
+		n, err := broker.NewNode(broker.NodeConfig{Config: broker.Config{URL: rs.URL()}, Streamer: st, Capacity: st.Workers() * loopBatch * 2})
 		if err != nil {
 			b.Fatal(err)
 		}
