@@ -23,11 +23,7 @@ import (
 // the others of its batch are admitted.
 func TestRequestsAdmittedTogetherWakeABlockedReaderOnce(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
-	fe, err := NewFrontEnd(FrontEndConfig{Config: Config{URL: rs.URL()}, MaxBacklog: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = fe.rdb.Close() })
+	fe := unstartedFront(t, rs.URL(), 4)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
@@ -87,11 +83,7 @@ func TestRequestsAdmittedTogetherWakeABlockedReaderOnce(t *testing.T) {
 // several runs of one round trip, in their order.
 func TestManyItemsAreAdmittedInChunksInOrder(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
-	fe, err := NewFrontEnd(FrontEndConfig{Config: Config{URL: rs.URL()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = fe.rdb.Close() })
+	fe := unstartedFront(t, rs.URL(), 0)
 	var batch []*call
 	for seq, n := range []int{admitChunk - 1, 2, admitChunk + 1, 1} {
 		c := &call{seq: uint64(seq), admitted: make(chan error, 1), items: make([][]byte, n)}
@@ -220,11 +212,7 @@ func TestComebacksAreRoutedToTheNodeThatAnswered(t *testing.T) {
 // shared stream, where whichever node reads first takes them. The front end
 // waits for them to come back all the same, so that they go there together.
 func TestCallersOfABusyNodeAreNotRoutedBackButWaitedFor(t *testing.T) {
-	fe, err := NewFrontEnd(FrontEndConfig{Config: Config{URL: "redis://127.0.0.1:1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = fe.rdb.Close() })
+	fe := unstartedFront(t, "redis://127.0.0.1:1", 0)
 	answer := func(seq uint64, node, busy string) redis.XMessage {
 		c := &call{seq: seq, got: make([]bool, 1), outputs: make([][]byte, 1), left: 1, over: make(chan struct{}), sent: time.Now()}
 		fe.calls[seq] = c
@@ -270,11 +258,7 @@ func TestCallersOfABusyNodeAreNotRoutedBackButWaitedFor(t *testing.T) {
 // to the shared stream.
 func TestARoutedRequestGoesToItsNodeOnlyWhenItPassesNobody(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
-	fe, err := NewFrontEnd(FrontEndConfig{Config: Config{URL: rs.URL()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = fe.rdb.Close() })
+	fe := unstartedFront(t, rs.URL(), 0)
 	own := fe.k.nodeItems("a")
 	rs.Do(t, "XGROUP", "CREATE", fe.k.items, nodeGroup, "0", "MKSTREAM")
 	rs.Do(t, "XGROUP", "CREATE", own, nodeGroup, "0", "MKSTREAM")
@@ -380,11 +364,7 @@ func routes(calls []*call) []string {
 // item goes on the stream with its own header, key and value.
 func TestKeyedAndPlainRequestsShareAnAdmission(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
-	fe, err := NewFrontEnd(FrontEndConfig{Config: Config{URL: rs.URL()}, MaxBacklog: 5})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = fe.rdb.Close() })
+	fe := unstartedFront(t, rs.URL(), 5)
 	request := func(seq uint64, keys []string, items ...string) *call {
 		c := &call{seq: seq, keys: keys, admitted: make(chan error, 1)}
 		for _, it := range items {
@@ -427,4 +407,16 @@ func TestKeyedAndPlainRequestsShareAnAdmission(t *testing.T) {
 	if want := "1:0=a/k1 1:1=b/k2 2:0=c 4:0=g/ 5:0=h"; strings.Join(got, " ") != want {
 		t.Fatalf("the stream holds %q; want %s", got, want)
 	}
+}
+
+// unstartedFront makes a front end on url with the backlog bound maxBacklog
+// (0: the default), not started, closed when the test ends.
+func unstartedFront(t *testing.T, url string, maxBacklog int) *FrontEnd {
+	t.Helper()
+	fe, err := NewFrontEnd(FrontEndConfig{Config: Config{URL: url}, MaxBacklog: maxBacklog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fe.rdb.Close() })
+	return fe
 }
