@@ -252,6 +252,13 @@ func (s *Streamer) returnHoldLocked(f *fifo, now time.Time, earlier func(time.Ti
 	if k < 0.5 { // what is expected is a mean: 0.99 of a caller is one
 		return false, why
 	}
+	// This worker's share of what is queued and coming is here already:
+	// another idle worker takes the rest as it comes. Through a broker a
+	// node's callers come back in two or three groups, each a worker's
+	// batch, and waiting for the next held the first for nothing.
+	if idle := s.idleSlots(); idle > 1 && float64(q) >= (float64(q)+k)/float64(idle)-0.5 {
+		return false, why
+	}
 	fixed, perItem, ok := s.cost.line()
 	if !ok {
 		if s.cost.batches < 8 {
@@ -407,14 +414,18 @@ func (s *Streamer) soonestOtherFree(now time.Time, fixed, perItem time.Duration)
 // otherSlotIdle reports whether more than one ready slot is idle: one of
 // them takes this batch, and the newcomers need not wait for the other.
 // It requires that s.mu is held.
-func (s *Streamer) otherSlotIdle() bool {
+func (s *Streamer) otherSlotIdle() bool { return s.idleSlots() > 1 }
+
+// idleSlots counts the ready slots with nothing in flight. It requires
+// that s.mu is held.
+func (s *Streamer) idleSlots() int {
 	idle := 0
 	for _, sl := range s.slots {
 		if sl.state == SlotReady && len(sl.inflight) == 0 {
 			idle++
 		}
 	}
-	return idle > 1
+	return idle
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"maps"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -117,28 +118,82 @@ func TestHoldWaitsForTheExpected(t *testing.T) {
 // The same with a second worker idle: the callers come back in a closed
 // loop, so a batch that the first of them started alone would take that
 // worker for a whole fixed cost, while the others waited for the second.
-// The policy waits for them all (then shares them between the two).
+// The policy waits until half of them are back, the first worker's share,
+// and the second worker takes the other half as they come: two batches of
+// four, each started as its last item came.
 func TestHoldWaitsForTheExpectedWhileAnotherWorkerIdles(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := trainedOn(t, 2, time.Second)
 		time.Sleep(200 * time.Microsecond)
+		start := time.Now()
 		var wg sync.WaitGroup
 		var mu sync.Mutex
-		answered := map[time.Time]int{}
+		answered := map[time.Duration]int{}
 		for range 8 {
 			wg.Go(func() {
 				if _, err := s.Predict(context.Background(), [][]byte{{1}}); err != nil {
 					t.Error(err)
 				}
 				mu.Lock()
-				answered[time.Now()]++
+				answered[time.Since(start)]++
 				mu.Unlock()
 			})
 			time.Sleep(10 * time.Microsecond)
 		}
 		wg.Wait()
-		if len(answered) != 1 || s.Stats().Dispatch.Waited != 1 {
-			t.Fatalf("answers at %v, dispatch %+v: want all eight answered together, after one wait", answered, s.Stats().Dispatch)
+		// The fourth came at 30µs and the eighth at 70µs; a batch of four
+		// runs 10.4ms.
+		want := map[time.Duration]int{10430 * time.Microsecond: 4, 10470 * time.Microsecond: 4}
+		if st := s.Stats(); !maps.Equal(answered, want) || st.BatchSizes[4] != 2 {
+			t.Fatalf("answers at %v, batch sizes %v: want %v, two batches of four", answered, st.BatchSizes, want)
+		}
+	})
+}
+
+// Two workers answered eight callers each, who come back through a broker
+// as two groups, a millisecond apart. The first group is the first idle
+// worker's share already: it starts at once, and the second idle worker
+// takes the second group as it comes. Before, the first waited for the
+// second, a millisecond for nothing.
+func TestAGroupThatIsAWorkersShareStartsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := trainedOn(t, 2, time.Second)
+		s.mu.Lock()
+		s.returns.answered(time.Now(), 8) // the second worker's callers
+		s.mu.Unlock()
+		time.Sleep(200 * time.Microsecond)
+		group := func() (took chan time.Duration) {
+			took = make(chan time.Duration, 1)
+			reqs := make([]Request, 8)
+			for i := range reqs {
+				reqs[i] = Request{Items: [][]byte{{byte(i)}}}
+			}
+			start := time.Now()
+			futs, errs := s.SubmitRequests(context.Background(), reqs)
+			go func() {
+				for i, f := range futs {
+					if errs[i] != nil {
+						t.Error(errs[i])
+					} else if _, err := f.Result(context.Background()); err != nil {
+						t.Error(err)
+					}
+				}
+				took <- time.Since(start)
+			}()
+			return took
+		}
+		first := group()
+		time.Sleep(time.Millisecond)
+		second := group()
+		cost := 10800 * time.Microsecond // a batch of eight
+		if got := <-first; got != cost {
+			t.Errorf("the first group took %s; want %s, its batch's run time alone", got, cost)
+		}
+		if got := <-second; got != cost {
+			t.Errorf("the second group took %s; want %s", got, cost)
+		}
+		if st := s.Stats(); st.Batches != 2 || st.Dispatch.Waited != 0 {
+			t.Fatalf("batches %d, dispatch %+v: want two batches of eight, none after a wait", st.Batches, st.Dispatch)
 		}
 	})
 }
