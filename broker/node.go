@@ -565,73 +565,104 @@ func (n *Node) addPoison(hashes ...string) {
 // their items once they are written. An answer that cannot be written is
 // retried until it is, or until the node is killed: its item stays in the
 // group meanwhile, for another node to claim.
+//
+// Up to writesInFlight writes are out at once. A node's workers often
+// finish within a fraction of a millisecond of each other (they started
+// on the halves of one read), and with one write at a time the second
+// batch's answers waited for the first's round trip, about half a
+// millisecond on a loaded machine, and its callers came back that much
+// later (TestASecondBatchsAnswersDoNotWaitForTheFirstsWrite).
 func (n *Node) writeLoop() {
 	defer n.writer.Done()
+	out := make(chan struct{}, writesInFlight) // a token per write out
+	defer func() {
+		for range writesInFlight {
+			out <- struct{}{}
+		}
+	}()
+	for {
+		select {
+		case <-n.posted:
+		case <-n.stopped:
+			return
+		}
+		batch := n.gatherAnswers()
+		if len(batch) == 0 {
+			continue
+		}
+		out <- struct{}{}
+		go func() {
+			defer func() { <-out }()
+			n.write(batch)
+		}()
+	}
+}
+
+// writesInFlight bounds the writes of answers out at once (see writeLoop).
+const writesInFlight = 2
+
+// gatherAnswers takes the answers posted, once the batch being answered as
+// it is called has posted all of its own. The answers of one batch are
+// posted one after another by the goroutine that took them from the
+// worker: let it post them all before writing, so that the batch's callers
+// are answered in one write and come back together. It waits while the
+// batch under way as it began is being answered (Streamer.Answering), then
+// until none came for answersQuiet (a batch after it goes in the next
+// write). Before, each answer came from a goroutine of its own, and on a
+// busy machine a batch's answers went out in up to five writes, its
+// callers came back in as many bunches, and the next batches started part
+// empty.
+func (n *Node) gatherAnswers() []answerEntry {
 	var batch []answerEntry
+	first := time.Now()
+	last := first
+	_, since := n.s.Answering()
+	for len(batch) < 512 {
+		k := len(batch)
+		batch = n.takeAnswers(batch)
+		now := time.Now()
+		answering, done := n.s.Answering()
+		switch {
+		case len(batch) > k:
+			last = now
+		case now.Sub(first) >= answersMaxWait:
+		case answering && done == since:
+			runtime.Gosched()
+			continue
+		}
+		if now.Sub(last) >= answersQuiet || now.Sub(first) >= answersMaxWait {
+			break
+		}
+		runtime.Gosched()
+	}
+	return batch
+}
+
+// write writes the answers of batch until Redis takes them or the node is
+// killed, then lets their items go.
+func (n *Node) write(batch []answerEntry) {
 	retry := newBackoff()
 	for {
-		if len(batch) == 0 {
-			select {
-			case <-n.posted:
-			case <-n.stopped:
-				return
-			}
+		err := n.flush(batch)
+		if err == nil {
+			break
 		}
-		// The answers of one batch are posted one after another by the
-		// goroutine that took them from the worker: let it post them all
-		// before writing, so that the batch's callers are answered in one
-		// write and come back together. The writer waits while the batch
-		// under way as it woke is being answered (Streamer.Answering),
-		// then until none came for answersQuiet (a batch after it goes in
-		// the next write). Before, each answer came from a goroutine of
-		// its own, and on a busy machine a batch's answers went out in up
-		// to five writes, its callers came back in as many bunches, and
-		// the next batches started part empty.
-		first := time.Now()
-		last := first
-		_, since := n.s.Answering()
-		for len(batch) < 512 {
-			k := len(batch)
-			batch = n.takeAnswers(batch)
-			now := time.Now()
-			answering, done := n.s.Answering()
-			switch {
-			case len(batch) > k:
-				last = now
-			case now.Sub(first) >= answersMaxWait:
-			case answering && done == since:
-				runtime.Gosched()
-				continue
-			}
-			if now.Sub(last) >= answersQuiet || now.Sub(first) >= answersMaxWait {
-				break
-			}
-			runtime.Gosched()
+		n.stats.writeFailures.Add(1)
+		n.cfg.Logger.Warn("write answers", "answers", len(batch), "redis", endpoint(n.rdb), "err", err)
+		select {
+		case <-n.stopped:
+			return
+		default:
 		}
-		if len(batch) == 0 {
-			continue
-		}
-		if err := n.flush(batch); err != nil {
-			n.stats.writeFailures.Add(1)
-			n.cfg.Logger.Warn("write answers", "answers", len(batch), "redis", endpoint(n.rdb), "err", err)
-			select {
-			case <-n.stopped:
-				return
-			default:
-			}
-			retry.wait(n.stopped)
-			continue
-		}
-		retry.reset()
-		n.mu.Lock()
-		for _, a := range batch {
-			delete(n.held, a.entry)
-		}
-		n.mu.Unlock()
-		n.signalRoom()
-		n.stats.answered.Add(uint64(len(batch)))
-		batch = batch[:0]
+		retry.wait(n.stopped)
 	}
+	n.mu.Lock()
+	for _, a := range batch {
+		delete(n.held, a.entry)
+	}
+	n.mu.Unlock()
+	n.signalRoom()
+	n.stats.answered.Add(uint64(len(batch)))
 }
 
 // answersQuiet is how long the writer waits after the last answer posted
