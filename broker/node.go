@@ -102,7 +102,8 @@ type NodeStats struct {
 	// crash the model.
 	Quarantined uint64 `json:"quarantined"`
 	// WriteFailures counts the writes of answers that Redis did not take
-	// (unreachable, or out of memory): they are retried, their items kept.
+	// (unreachable, or out of memory), each attempt of each of the writes
+	// out at once: they are retried, their items kept.
 	WriteFailures uint64 `json:"write_failures"`
 	// Held is the items held now.
 	Held int `json:"held"`
@@ -586,11 +587,18 @@ func (n *Node) writeLoop() {
 		case <-n.stopped:
 			return
 		}
+		// A free place first: answers posted while two writes are out
+		// go together in the next.
+		select {
+		case out <- struct{}{}:
+		case <-n.stopped:
+			return
+		}
 		batch := n.gatherAnswers()
 		if len(batch) == 0 {
+			<-out
 			continue
 		}
-		out <- struct{}{}
 		go func() {
 			defer func() { <-out }()
 			n.write(batch)

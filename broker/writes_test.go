@@ -13,15 +13,17 @@ import (
 	"github.com/streamer-dev/streamer/supervisor"
 )
 
-// slowWrites is a TCP proxy to a Redis that holds, for hold, every chunk a
-// client sends with an XACK in it (a node's write of answers, which
-// acknowledges their items), and counts how many it held at once.
+// slowWrites is a TCP proxy to a Redis that holds every chunk a client
+// sends with an XACK in it (a node's write of answers, which acknowledges
+// their items) until a second such chunk is held too, or for hold at most,
+// and counts how many it held at once.
 type slowWrites struct {
 	ln     net.Listener
 	hold   time.Duration
 	mu     sync.Mutex
 	now    int
 	most   int
+	two    chan struct{} // closed once two are held at once
 	closed chan struct{}
 }
 
@@ -31,7 +33,7 @@ func newSlowWrites(t *testing.T, to string, hold time.Duration) *slowWrites {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &slowWrites{ln: ln, hold: hold, closed: make(chan struct{})}
+	p := &slowWrites{ln: ln, hold: hold, two: make(chan struct{}), closed: make(chan struct{})}
 	var conns sync.WaitGroup
 	t.Cleanup(func() {
 		close(p.closed)
@@ -72,10 +74,14 @@ func (p *slowWrites) forward(c, r net.Conn) {
 			if bytes.Contains(bytes.ToLower(buf[:n]), []byte("xack")) {
 				p.mu.Lock()
 				p.now++
+				if p.now == 2 && p.most < 2 {
+					close(p.two)
+				}
 				p.most = max(p.most, p.now)
 				p.mu.Unlock()
 				select {
 				case <-time.After(p.hold):
+				case <-p.two:
 				case <-p.closed:
 				}
 				p.mu.Lock()
@@ -109,7 +115,9 @@ func (p *slowWrites) mostAtOnce() int {
 // round trip apart).
 func TestASecondBatchsAnswersDoNotWaitForTheFirstsWrite(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
-	proxy := newSlowWrites(t, rs.Addr(), 500*time.Millisecond)
+	// Held longer than the second batch takes to finish, and shorter than
+	// a write's time out (2s).
+	proxy := newSlowWrites(t, rs.Addr(), 1500*time.Millisecond)
 	rec := newRecorder()
 	rec.hold["second"] = true
 	startNodeOn(t, rs, supervisor.Config{InProcess: rec, Workers: 2, BatchSize: 1, Batching: supervisor.BatchingGreedy},

@@ -253,9 +253,11 @@ func (s *Streamer) returnHoldLocked(f *fifo, now time.Time, earlier func(time.Ti
 		return false, why
 	}
 	// This worker's share of what is queued and coming is here already:
-	// another idle worker takes the rest as it comes. Through a broker a
-	// node's callers come back in two or three groups, each a worker's
-	// batch, and waiting for the next held the first for nothing.
+	// it does not wait for the rest, which another idle worker takes as
+	// it comes (the wait drawn from the arrival rate, in holdLocked,
+	// still applies). Through a broker a node's callers come back in two
+	// or three groups, each a worker's batch, and waiting for the next
+	// held the first for nothing.
 	if idle := s.idleSlots(); idle > 1 && float64(q) >= (float64(q)+k)/float64(idle)-0.5 {
 		return false, why
 	}
