@@ -151,8 +151,13 @@ func (r *returnTracker) expire(now time.Time) {
 	}
 }
 
-// answered notes that n callers were answered at now.
+// answered notes that n callers were answered at now. An answer of no
+// callers is not noted: its share of returns (0/0) would make the ratio,
+// and the stats that carry it, NaN.
 func (r *returnTracker) answered(now time.Time, n int) {
+	if n <= 0 {
+		return
+	}
 	r.expire(now)
 	if len(r.answers) >= 64 { // bounded: the oldest is nearly out anyway
 		m := copy(r.answers, r.answers[1:])

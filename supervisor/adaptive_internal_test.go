@@ -2,8 +2,10 @@ package supervisor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"maps"
+	"math"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -256,4 +258,21 @@ func TestReturnsFromCallersFarAwayAreLearnt(t *testing.T) {
 			t.Fatalf("returns %+v; want a share near 1 and the first back after about %s", r, away)
 		}
 	})
+}
+
+// A batch answered no callers (every item dropped first, say): the return
+// share stays a number, or /v1/stats could not encode it.
+func TestAnAnswerOfNoCallersLeavesTheReturnShareANumber(t *testing.T) {
+	r := newReturnTracker(time.Second)
+	start := time.Now()
+	r.answered(start, 8)
+	r.arrived(start.Add(time.Millisecond), 8)
+	r.answered(start.Add(2*time.Millisecond), 0)
+	r.expire(start.Add(time.Minute))
+	if math.IsNaN(r.ratio) || math.IsInf(r.ratio, 0) || r.ratio <= 0 {
+		t.Fatalf("return share %v after an answer of eight who came back and one of none; want a positive number", r.ratio)
+	}
+	if _, err := json.Marshal(ReturnStats{Share: r.ratio}); err != nil {
+		t.Fatal(err)
+	}
 }
