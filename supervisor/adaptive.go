@@ -151,9 +151,10 @@ func (r *returnTracker) expire(now time.Time) {
 	}
 }
 
-// answered notes that n callers were answered at now. An answer of no
-// callers is not noted: its share of returns (0/0) would make the ratio,
-// and the stats that carry it, NaN.
+// answered notes that n callers were answered at now. An answer of none
+// (a batch whose items were all canceled or expired as it went to its
+// worker) is not noted: its share of returns, 0/0, made the ratio NaN for
+// good, and /v1/stats, which carries it, could no longer be encoded.
 func (r *returnTracker) answered(now time.Time, n int) {
 	if n <= 0 {
 		return

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
-	"math"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -260,19 +259,51 @@ func TestReturnsFromCallersFarAwayAreLearnt(t *testing.T) {
 	})
 }
 
-// A batch answered no callers (every item dropped first, say): the return
-// share stays a number, or /v1/stats could not encode it.
-func TestAnAnswerOfNoCallersLeavesTheReturnShareANumber(t *testing.T) {
-	r := newReturnTracker(time.Second)
-	start := time.Now()
-	r.answered(start, 8)
-	r.arrived(start.Add(time.Millisecond), 8)
-	r.answered(start.Add(2*time.Millisecond), 0)
-	r.expire(start.Add(time.Minute))
-	if math.IsNaN(r.ratio) || math.IsInf(r.ratio, 0) || r.ratio <= 0 {
-		t.Fatalf("return share %v after an answer of eight who came back and one of none; want a positive number", r.ratio)
-	}
-	if _, err := json.Marshal(ReturnStats{Share: r.ratio}); err != nil {
-		t.Fatal(err)
-	}
+// An item canceled while its batch waited for a busy worker is dropped as
+// the batch goes to the worker, which then answers a batch of none. The
+// return share must stay a number: it went NaN (0/0), and /v1/stats failed
+// with 500 from then on, as it could not encode it.
+func TestABatchEmptiedBeforeItRunsLeavesTheStatsEncodable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		m := model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) {
+			if len(items) > 0 && string(items[0]) == "hold" {
+				<-release
+			}
+			return items, nil
+		})
+		s, err := New(Config{InProcess: m, Workers: 1, MaxLatency: time.Millisecond, Batching: BatchingAdaptive})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+		held := make(chan error, 1)
+		go func() {
+			_, err := s.Predict(context.Background(), [][]byte{[]byte("hold")})
+			held <- err
+		}()
+		synctest.Wait()
+		ctx, cancel := context.WithCancel(context.Background())
+		if _, err := s.Submit(ctx, [][]byte{[]byte("gone")}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond) // past MaxLatency: its batch goes ahead to the busy worker
+		synctest.Wait()
+		cancel()
+		close(release)
+		if err := <-held; err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second) // past every answer's return window
+		if _, err := s.Predict(context.Background(), [][]byte{[]byte("next")}); err != nil {
+			t.Fatal(err)
+		}
+		st := s.Stats()
+		if _, err := json.Marshal(st); err != nil {
+			t.Fatalf("stats %+v: %v", st.Returns, err)
+		}
+	})
 }
