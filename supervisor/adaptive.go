@@ -342,12 +342,7 @@ func (s *Streamer) splitLimit(f *fifo, now time.Time) int {
 	if s.cfg.Batching != BatchingAdaptive || f.len() < 2 {
 		return limit
 	}
-	idle := 0
-	for _, sl := range s.slots {
-		if sl.state == SlotReady && len(sl.inflight) == 0 {
-			idle++
-		}
-	}
+	idle := s.idleSlots()
 	if idle < 2 {
 		return limit
 	}
