@@ -3,10 +3,14 @@ package broker_test
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/streamer-dev/streamer/broker"
 	"github.com/streamer-dev/streamer/internal/redistest"
@@ -27,7 +31,7 @@ func BenchmarkPredictLocal(b *testing.B) {
 }
 
 func BenchmarkPredictThroughRedis(b *testing.B) {
-	benchPredict(b, throughRedis(b, localStreamer(b)))
+	benchPredict(b, throughRedis(b, localStreamer(b)).predict)
 }
 
 func localStreamer(b *testing.B) *supervisor.Streamer {
@@ -82,7 +86,7 @@ func BenchmarkClosedLoop(b *testing.B) {
 		for _, policy := range []supervisor.Batching{supervisor.BatchingGreedy, supervisor.BatchingAdaptive} {
 			b.Run(fmt.Sprintf("clients=%d/%s/local", clients, policy), func(b *testing.B) {
 				st := startStreamer(b, loopConfig(policy, loopWorkers))
-				closedLoop(b, st.Predict, clients, st)
+				closedLoop(b, st.Predict, clients, nil, st)
 			})
 			b.Run(fmt.Sprintf("clients=%d/%s/local+2ms", clients, policy), func(b *testing.B) {
 				st := startStreamer(b, loopConfig(policy, loopWorkers))
@@ -90,16 +94,18 @@ func BenchmarkClosedLoop(b *testing.B) {
 					out, err := st.Predict(ctx, items)
 					time.Sleep(2 * time.Millisecond)
 					return out, err
-				}, clients, st)
+				}, clients, nil, st)
 			})
 			b.Run(fmt.Sprintf("clients=%d/%s/redis", clients, policy), func(b *testing.B) {
 				st := startStreamer(b, loopConfig(policy, loopWorkers))
-				closedLoop(b, throughRedis(b, st), clients, st)
+				r := throughRedis(b, st)
+				closedLoop(b, r.predict, clients, r.cpu, st)
 			})
 			b.Run(fmt.Sprintf("clients=%d/%s/redis-2-nodes", clients, policy), func(b *testing.B) {
 				st1 := startStreamer(b, loopConfig(policy, loopWorkers/2))
 				st2 := startStreamer(b, loopConfig(policy, loopWorkers/2))
-				closedLoop(b, throughRedis(b, st1, st2), clients, st1, st2)
+				r := throughRedis(b, st1, st2)
+				closedLoop(b, r.predict, clients, r.cpu, st1, st2)
 			})
 		}
 	}
@@ -111,8 +117,9 @@ func loopConfig(policy supervisor.Batching, workers int) supervisor.Config {
 
 // closedLoop runs b.N one-item requests from clients goroutines, each
 // sending its next when its last is answered, and reports the batches of
-// the streamers that ran them.
-func closedLoop(b *testing.B, predict func(context.Context, [][]byte) ([][]byte, error), clients int, ran ...*supervisor.Streamer) {
+// the streamers that ran them and, given redisCPU, Redis's CPU time per
+// item.
+func closedLoop(b *testing.B, predict func(context.Context, [][]byte) ([][]byte, error), clients int, redisCPU func() time.Duration, ran ...*supervisor.Streamer) {
 	item := [][]byte{[]byte("x")}
 	counts := func() (answered, batches uint64) {
 		for _, st := range ran {
@@ -122,6 +129,10 @@ func closedLoop(b *testing.B, predict func(context.Context, [][]byte) ([][]byte,
 		return answered, batches
 	}
 	answered, batches := counts()
+	var cpu time.Duration
+	if redisCPU != nil {
+		cpu = redisCPU()
+	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	b.ResetTimer()
@@ -146,12 +157,24 @@ func closedLoop(b *testing.B, predict func(context.Context, [][]byte) ([][]byte,
 	b.ReportMetric(itemsPerS, "items/s")
 	b.ReportMetric(itemsPerS/best, "of-best")
 	b.ReportMetric(float64(answeredAfter-answered)/float64(max(batchesAfter-batches, 1)), "batch")
+	if redisCPU != nil {
+		b.ReportMetric(float64((redisCPU()-cpu).Microseconds())/float64(b.N), "redis-us/item")
+	}
+}
+
+// redisPath is a front end's Predict, and the CPU time its Redis has used
+// so far (its user and system time, as INFO reports them).
+type redisPath struct {
+	predict func(context.Context, [][]byte) ([][]byte, error)
+	cpu     func() time.Duration
 }
 
 // throughRedis starts a Redis, a node running each of nodes and a front
-// end, and returns the front end's Predict.
-func throughRedis(b *testing.B, nodes ...*supervisor.Streamer) func(context.Context, [][]byte) ([][]byte, error) {
+// end.
+func throughRedis(b *testing.B, nodes ...*supervisor.Streamer) redisPath {
 	rs := redistest.Start(b, redistest.Options{})
+	admin := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	b.Cleanup(func() { _ = admin.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, st := range nodes {
@@ -176,5 +199,31 @@ func throughRedis(b *testing.B, nodes ...*supervisor.Streamer) func(context.Cont
 	if _, err := fe.Predict(ctx, [][]byte{[]byte("warm")}); err != nil {
 		b.Fatal(err)
 	}
-	return fe.Predict
+	return redisPath{predict: fe.Predict, cpu: func() time.Duration { return usedCPU(b, admin) }}
+}
+
+// usedCPU is the CPU time rdb's server has used, user and system.
+func usedCPU(b *testing.B, rdb *redis.Client) time.Duration {
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var used time.Duration
+	found := 0
+	for line := range strings.Lines(info) {
+		name, value, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (name != "used_cpu_user" && name != "used_cpu_sys") {
+			continue
+		}
+		seconds, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			b.Fatalf("INFO cpu: %s: %v", line, err)
+		}
+		used += time.Duration(seconds * float64(time.Second))
+		found++
+	}
+	if found != 2 {
+		b.Fatalf("INFO cpu has no used_cpu_user and used_cpu_sys:\n%s", info)
+	}
+	return used
 }
