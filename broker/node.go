@@ -771,6 +771,9 @@ func (n *Node) upkeepLoop() {
 			if err := n.beat(ctx); err != nil {
 				n.cfg.Logger.Warn("heartbeat", "err", err)
 			}
+			if err := n.forgetGone(ctx); err != nil && ctx.Err() == nil {
+				n.cfg.Logger.Warn("forget gone nodes' consumers", "err", err)
+			}
 			lastBeat = time.Now()
 		}
 		if err := n.keep(ctx); err != nil {
@@ -913,10 +916,49 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	dctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	n.rdb.ZRem(dctx, n.k.nodes, n.cfg.Name)
-	if err == nil {
-		n.rdb.XGroupDelConsumer(dctx, n.k.items, nodeGroup, n.cfg.Name)
-	}
+	// Best effort, as the node leaves: a consumer that still has items
+	// pending (left for a claim, or released to another node) stays.
+	forgetScript.Run(dctx, n.rdb, []string{n.k.items}, nodeGroup, 0, n.cfg.Name)
 	return errors.Join(err, n.rdb.Close())
+}
+
+// forgetScript deletes the consumers of the group on a stream that have no
+// items pending and have been idle for at least a time, or only the one
+// named. Redis drops a consumer's pending items with it, so the check and
+// the deletion go in one step: an item read or claimed meanwhile keeps its
+// consumer. A live node whose consumer goes reads again under the same
+// name; Redis makes it anew.
+//
+//	KEYS[1] the stream
+//	ARGV    the group, the least idle time (ms), and the only consumer to
+//	        look at, if any
+var forgetScript = redis.NewScript(`
+local n = 0
+for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do
+  local name, pending, idle
+  for i = 1, #c, 2 do
+    if c[i] == 'name' then name = c[i + 1]
+    elseif c[i] == 'pending' then pending = c[i + 1]
+    elseif c[i] == 'idle' then idle = c[i + 1] end
+  end
+  if pending == 0 and idle >= tonumber(ARGV[2]) and (ARGV[3] == nil or ARGV[3] == name) then
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], name)
+    n = n + 1
+  end
+end
+return n
+`)
+
+// forgetGone deletes the consumers on the shared stream that hold nothing
+// and have not read for goneAfter: those of nodes killed, or stopped
+// while items were pending to them, once another node has claimed those.
+// Without it the group keeps a consumer for every node that ever ran.
+func (n *Node) forgetGone(ctx context.Context) error {
+	err := forgetScript.Run(ctx, n.rdb, []string{n.k.items}, nodeGroup, goneAfter.Milliseconds()).Err()
+	if err != nil && !redis.HasErrorPrefix(err, "NOGROUP") && !redis.HasErrorPrefix(err, "ERR no such key") {
+		return err
+	}
+	return nil
 }
 
 // steal takes, up to want, the items that wait unread on other nodes' own

@@ -1,0 +1,113 @@
+package broker_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/streamer-dev/streamer/broker"
+	"github.com/streamer-dev/streamer/internal/redistest"
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// consumers lists the consumers of the nodes' group on the shared stream.
+func consumers(t *testing.T, rs *redistest.Server) []string {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer func() { _ = rdb.Close() }()
+	list, err := rdb.XInfoConsumers(context.Background(), "streamer:items", "nodes").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range list {
+		names = append(names, c.Name)
+	}
+	return names
+}
+
+// A node whose streamer refuses items leaves them in the group for another
+// node. Leaving cleanly afterwards must not take them along: Redis drops a
+// consumer's pending items when the consumer is deleted, and nothing could
+// claim them then.
+func TestItemsANodeReleasedAreClaimedAfterItLeavesCleanly(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	rec := newRecorder()
+	rec.hold["a"] = true
+	// A queue of one: of the four items read at once for the idle worker's
+	// batch, the queue takes one and refuses the rest.
+	st := startStreamer(t, supervisor.Config{InProcess: rec, Workers: 1, BatchSize: 4, MaxQueue: 1, MaxLatency: time.Millisecond, Batching: supervisor.BatchingGreedy})
+	n, err := broker.NewNode(broker.NodeConfig{Config: broker.Config{URL: rs.URL(), ClaimIdle: 400 * time.Millisecond}, Streamer: st, Capacity: 8, Name: "leaving"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	later := predictLater(t, fe, "a", "b", "c", "d")
+	eventually(t, "the node released items", func() bool { return n.Stats().Released > 0 })
+	close(rec.release)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := n.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	if got := consumers(t, rs); !slices.Contains(got, "leaving") {
+		t.Errorf("consumers after the node left: %q; want its own kept while items are pending to it", got)
+	}
+	other := newRecorder()
+	startNode(t, rs, other, 4, nil)
+	a := <-later
+	if a.err != nil || len(a.out) != 4 || string(a.out[2]) != "c" || string(a.out[3]) != "d" {
+		t.Fatalf("got %q, %v; want all four items answered", a.out, a.err)
+	}
+	if n := rs.Do(t, "XLEN", "streamer:items"); n != "0" {
+		t.Errorf("%s items left on the stream; want none", n)
+	}
+}
+
+// A node that leaves with nothing pending takes its consumer along; one
+// that is killed leaves its consumer, which another node deletes once it
+// has claimed the items and the consumer has been idle for a while.
+func TestConsumersOfNodesThatAreGoneAreDeleted(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	idle := startNode(t, rs, newRecorder(), 4, func(c *broker.NodeConfig) { c.Name = "idle" })
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	if _, err := predict(t, fe, "first"); err != nil {
+		t.Fatal(err)
+	}
+	if got := consumers(t, rs); !slices.Equal(got, []string{"idle"}) {
+		t.Fatalf("consumers after a read: %q; want the node's", got)
+	}
+	if err := idle.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := consumers(t, rs); len(got) != 0 {
+		t.Errorf("consumers after the node left with nothing pending: %q; want none", got)
+	}
+
+	stuck := newRecorder()
+	stuck.hold["slow"] = true
+	killed := startNode(t, rs, stuck, 4, func(c *broker.NodeConfig) { c.Name = "killed" })
+	later := predictLater(t, fe, "slow")
+	eventually(t, "the node holds the item", func() bool { return stuck.runs("slow") == 1 })
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := killed.Shutdown(ctx); err == nil {
+		t.Fatal("the node's shutdown left nothing to claim")
+	}
+	startNode(t, rs, newRecorder(), 4, func(c *broker.NodeConfig) { c.Name = "heir" })
+	if a := <-later; a.err != nil || string(a.out[0]) != "slow" {
+		t.Fatalf("got %q, %v; want the item answered by the other node", a.out, a.err)
+	}
+	eventually(t, "the killed node's consumer deleted", func() bool {
+		return slices.Equal(consumers(t, rs), []string{"heir"})
+	})
+	close(stuck.release)
+}
