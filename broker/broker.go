@@ -25,6 +25,9 @@
 //	PREFIX:nodes         sorted set: every node's last heartbeat (unix ms)
 //	PREFIX:poison        sorted set: the hashes of items found to crash the
 //	                     model, each until its expiry (unix ms)
+//	PREFIX:epoch         a random value set by the first front end to check:
+//	                     when it changes or goes, Redis has lost its data,
+//	                     and front ends fail the calls whose items were there
 //
 // The guarantees: items are served in the order they reached Redis (a
 // request routed to a node's own stream goes there only while nothing
@@ -40,6 +43,7 @@
 package broker
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
@@ -104,7 +108,7 @@ const blockFor = 250 * time.Millisecond
 
 // keys are the Redis keys of one prefix.
 type keys struct {
-	items, nodes, poison, replyPrefix, streams string
+	items, nodes, poison, replyPrefix, streams, epoch string
 }
 
 func newKeys(prefix string) keys {
@@ -114,7 +118,16 @@ func newKeys(prefix string) keys {
 		poison:      prefix + ":poison",
 		replyPrefix: prefix + ":reply:",
 		streams:     prefix + ":streams",
+		epoch:       prefix + ":epoch",
 	}
+}
+
+// randomHex returns n random bytes in hexadecimal: names and values that no
+// other process picks.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 // nodeItems is the key of the named node's own stream.

@@ -505,6 +505,45 @@ func TestRedisDownFailsFastAndServingResumesWhenItReturns(t *testing.T) {
 	})
 }
 
+// A Redis restarted without its data faster than a front end counts an
+// outage loses the items that waited in it. Their callers are told so at
+// once, with 503, rather than wait for answers that will never come (for
+// ever, without a deadline); the item a node held as it happened may still
+// be answered.
+func TestCallersOfItemsLostInAQuickRedisRestartAreTold(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	rec := newRecorder()
+	rec.hold["held"] = true
+	startNode(t, rs, rec, 1, func(c *broker.NodeConfig) { c.Capacity = 1 })
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	held := predictLater(t, fe, "held")
+	eventually(t, "the node runs the first item", func() bool { return rec.runs("held") == 1 })
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := fe.Predict(context.Background(), [][]byte{[]byte("waiting")}) // no deadline
+		waiting <- err
+	}()
+	eventually(t, "the second item waits on the stream", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "2" })
+	rs.Restart(t)
+	close(rec.release)
+	select {
+	case err := <-waiting:
+		if !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), "lost its data") {
+			t.Errorf("the caller whose item Redis lost: %v; want ErrUnavailable saying Redis lost its data", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the caller whose item Redis lost is still waiting 5s after the restart")
+	}
+	if a := <-held; a.err != nil && !errors.Is(a.err, supervisor.ErrUnavailable) {
+		t.Errorf("the caller whose item the node held: %q, %v; want its answer or ErrUnavailable", a.out, a.err)
+	}
+	eventually(t, "served again", func() bool {
+		out, err := predict(t, fe, "after")
+		return err == nil && string(out[0]) == "after"
+	})
+}
+
 func TestRedisWithAPasswordAndTLS(t *testing.T) {
 	for _, opt := range []redistest.Options{{Password: "s3cret"}, {User: "streamer", UserPassword: "pw"}, {TLS: true}} {
 		t.Run(fmt.Sprintf("%+v", opt), func(t *testing.T) {

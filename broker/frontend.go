@@ -2,8 +2,6 @@ package broker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -58,6 +56,11 @@ type FrontEnd struct {
 	closing    chan struct{}
 	done       sync.WaitGroup
 	closed     atomic.Bool
+
+	// epoch is the value of the epoch key at the last check: a Redis that
+	// lost its data (restarted without persistence, or flushed) has another,
+	// or none. Only check uses it.
+	epoch string
 
 	up      atomic.Bool  // Redis answered the last check
 	nodes   atomic.Int64 // nodes heard from within nodeSilence, at the last check
@@ -218,9 +221,7 @@ func NewFrontEnd(cfg FrontEndConfig) (*FrontEnd, error) {
 	if err != nil {
 		return nil, err
 	}
-	var raw [8]byte
-	_, _ = rand.Read(raw[:])
-	id := hex.EncodeToString(raw[:])
+	id := randomHex(8)
 	k := newKeys(cfg.Prefix)
 	return &FrontEnd{
 		cfg: cfg, rdb: rdb, k: k, id: id, replyKey: k.replyPrefix + id,
@@ -1083,12 +1084,16 @@ func (fe *FrontEnd) checkLoop() {
 	}
 }
 
-// check asks Redis for the nodes alive and the backlog.
+// check asks Redis for the nodes alive and the backlog, and fails the
+// calls waiting for answers when Redis has lost its data since the last
+// check.
 func (fe *FrontEnd) check(ctx context.Context) error {
 	pipe := fe.rdb.Pipeline()
 	nodes := pipe.ZCount(ctx, fe.k.nodes, "("+unixMs(time.Now().Add(-nodeSilence)), "+inf")
 	backlog := pipe.XLen(ctx, fe.k.items)
 	pipe.Expire(ctx, fe.replyKey, fe.cfg.ReplyTTL)
+	pipe.SetNX(ctx, fe.k.epoch, randomHex(8), 0)
+	epoch := pipe.Get(ctx, fe.k.epoch)
 	if _, err := pipe.Exec(ctx); err != nil {
 		// These commands are never wrong: an error Redis sent back is a
 		// refusal to serve (a wrong password, no permission), as bad as
@@ -1101,10 +1106,33 @@ func (fe *FrontEnd) check(ctx context.Context) error {
 	// nodes not heard from since) must not make it ready.
 	fe.nodes.Store(nodes.Val())
 	fe.backlog.Store(backlog.Val())
+	if last := fe.epoch; epoch.Val() != last {
+		fe.epoch = epoch.Val()
+		if last != "" {
+			fe.lostData()
+		}
+	}
 	if !fe.up.Swap(true) {
 		fe.cfg.Logger.Info("redis reachable", "redis", endpoint(fe.rdb))
 	}
 	return nil
+}
+
+// lostData fails the calls waiting for answers: Redis lost their items
+// (it came back from a restart without its data, or was flushed), and no
+// node will read them. An item a node held as it happened may still be
+// answered; that answer is dropped. A call admitted between the loss and
+// this check fails too, though its items are there: at most one check
+// apart.
+func (fe *FrontEnd) lostData() {
+	err := fmt.Errorf("%w: redis at %s lost its data (restarted without persistence, or flushed): the items waiting there are gone", supervisor.ErrUnavailable, endpoint(fe.rdb))
+	fe.mu.Lock()
+	defer fe.mu.Unlock()
+	if len(fe.calls) > 0 {
+		fe.cfg.Logger.Error("failing the requests waiting for answers", "requests", len(fe.calls), "err", err)
+		fe.failAllLocked(err)
+		fe.noteIdleLocked()
+	}
 }
 
 // noteDown marks Redis unreachable after a failed command that did not get

@@ -3,8 +3,6 @@ package broker
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -130,9 +128,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	}
 	if cfg.Name == "" {
 		host, _ := os.Hostname()
-		var raw [3]byte
-		_, _ = rand.Read(raw[:])
-		cfg.Name = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(raw[:]))
+		cfg.Name = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomHex(3))
 	}
 	rdb, err := connect(cfg.Config, 8)
 	if err != nil {
