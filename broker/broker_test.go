@@ -444,6 +444,34 @@ func TestAPoisonItemIsRefusedByEveryNode(t *testing.T) {
 	}
 }
 
+// The quarantine holds an item for PoisonTTL, on the node that found it as
+// in Redis: after that the item runs again (and here crashes the model
+// again, rather than being refused unrun).
+func TestTheQuarantineEndsAfterItsTime(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	rec := newRecorder()
+	// The streamer remembers the item for as long, on its own.
+	n := startNodeOn(t, rs, supervisor.Config{InProcess: rec, Workers: 1, BatchSize: 4, MaxLatency: time.Millisecond, PoisonTTL: time.Second},
+		func(c *broker.NodeConfig) { c.PoisonTTL = time.Second })
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	if _, err := predict(t, fe, "panic"); !errors.Is(err, supervisor.ErrPoison) {
+		t.Fatalf("error %v; want ErrPoison", err)
+	}
+	runs := rec.runs("panic") // the streamer runs it again alone to find it
+	_, err := predict(t, fe, "panic")
+	if !errors.Is(err, supervisor.ErrPoison) || !strings.Contains(err.Error(), "quarantined") || rec.runs("panic") != runs {
+		t.Fatalf("error %v, runs %d; want the item refused unrun as quarantined", err, rec.runs("panic")-runs)
+	}
+	eventually(t, "the item runs again once its quarantine is over", func() bool {
+		_, err := predict(t, fe, "panic")
+		return errors.Is(err, supervisor.ErrPoison) && !strings.Contains(err.Error(), "quarantined")
+	})
+	if rec.runs("panic") == runs || n.Stats().Quarantined == 0 {
+		t.Errorf("the item ran %d times more, and was refused %d times; want it run again, and refused in between", rec.runs("panic")-runs, n.Stats().Quarantined)
+	}
+}
+
 // An item put in the quarantine a moment ago is refused at once by a node
 // already running, whose own copy of the quarantine (read at its
 // heartbeats) does not hold it yet: with a small quarantine, read with the

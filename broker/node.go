@@ -58,7 +58,10 @@ type Node struct {
 	answersMu sync.Mutex
 	answers   []answerEntry
 	posted    chan struct{} // a token when answers grows
-	poison    atomic.Pointer[map[string]bool]
+	// The node's copy of the quarantine: hashes until their expiry. Read
+	// with every item; written under poisonMu.
+	poison   atomic.Pointer[map[string]time.Time]
+	poisonMu sync.Mutex
 
 	stop    chan struct{} // closed: read no more
 	stopped chan struct{} // closed: the writer is done
@@ -143,7 +146,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
-	empty := map[string]bool{}
+	empty := map[string]time.Time{}
 	n.poison.Store(&empty)
 	return n, nil
 }
@@ -448,6 +451,7 @@ func (n *Node) takeChecked(stream string, msgs []redis.XMessage, quarantine map[
 // the heartbeats' copy of the quarantine while Redis does not answer.
 func (n *Node) quarantined(msgs []redis.XMessage, quarantine map[string]bool) map[string]bool {
 	known := *n.poison.Load()
+	now := time.Now()
 	if quarantine != nil && len(quarantine) == 0 && len(known) == 0 {
 		return nil // nothing is quarantined: no item needs its hash
 	}
@@ -464,12 +468,12 @@ func (n *Node) quarantined(msgs []redis.XMessage, quarantine map[string]bool) ma
 		if err != nil {
 			n.cfg.Logger.Warn("read the quarantine", "err", err)
 		}
-		now := float64(time.Now().UnixMilli())
-		found = func(i int) bool { return err == nil && scores[i] > now }
+		ms := float64(now.UnixMilli())
+		found = func(i int) bool { return err == nil && scores[i] > ms }
 	}
 	var ids map[string]bool
 	for i, m := range msgs {
-		if known[hashes[i]] || found(i) {
+		if until, ok := known[hashes[i]]; (ok && until.After(now)) || found(i) {
 			if ids == nil {
 				ids = map[string]bool{}
 			}
@@ -543,17 +547,23 @@ func (n *Node) quarantine(hash string) {
 	if err := n.rdb.ZAdd(ctx, n.k.poison, redis.Z{Score: float64(until.UnixMilli()), Member: hash}).Err(); err != nil {
 		n.cfg.Logger.Warn("share a poison item", "err", err)
 	}
-	n.addPoison(hash)
+	n.rememberPoison(map[string]time.Time{hash: until})
 }
 
-func (n *Node) addPoison(hashes ...string) {
+// rememberPoison adds hashes to the node's copy of the quarantine, each
+// until its time, and drops those whose time has passed.
+func (n *Node) rememberPoison(hashes map[string]time.Time) {
+	n.poisonMu.Lock()
+	defer n.poisonMu.Unlock()
+	now := time.Now()
 	old := *n.poison.Load()
-	fresh := make(map[string]bool, len(old)+len(hashes))
-	for h := range old {
-		fresh[h] = true
-	}
-	for _, h := range hashes {
-		fresh[h] = true
+	fresh := make(map[string]time.Time, len(old)+len(hashes))
+	for _, m := range []map[string]time.Time{old, hashes} {
+		for h, until := range m {
+			if until.After(now) && until.After(fresh[h]) {
+				fresh[h] = until
+			}
+		}
 	}
 	n.poison.Store(&fresh)
 }
@@ -788,13 +798,17 @@ func (n *Node) beat(ctx context.Context) error {
 	pipe.ZAdd(ctx, n.k.nodes, redis.Z{Score: float64(now.UnixMilli()), Member: n.cfg.Name})
 	pipe.ZRemRangeByScore(ctx, n.k.nodes, "-inf", unixMs(now.Add(-time.Hour)))
 	pipe.ZRemRangeByScore(ctx, n.k.poison, "-inf", unixMs(now))
-	poison := pipe.ZRange(ctx, n.k.poison, 0, -1)
+	poison := pipe.ZRangeWithScores(ctx, n.k.poison, 0, -1)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("redis at %s: %w", endpoint(n.rdb), err)
 	}
-	if hashes := poison.Val(); len(hashes) > 0 {
-		n.addPoison(hashes...)
+	hashes := make(map[string]time.Time, len(poison.Val()))
+	for _, z := range poison.Val() {
+		if h, ok := z.Member.(string); ok {
+			hashes[h] = time.UnixMilli(int64(z.Score))
+		}
 	}
+	n.rememberPoison(hashes)
 	return nil
 }
 
