@@ -320,7 +320,7 @@ func TestComebacksAreBalancedByTheNodesWorkers(t *testing.T) {
 				b.settled(c)
 			}
 			b.answered(answerer{node: node}, workers[node], len(held[node]), 10*time.Millisecond, now)
-			back = append(back, held[node]...)
+			back = append(back, newCalls(len(held[node]))...) // their next requests
 			now = now.Add(10 * time.Microsecond)
 		}
 		now = now.Add(time.Millisecond)
@@ -419,4 +419,22 @@ func unstartedFront(t *testing.T, url string, maxBacklog int) *FrontEnd {
 	}
 	t.Cleanup(func() { _ = fe.rdb.Close() })
 	return fe
+}
+
+// A call that ended before the writer routed it (failed by an outage, or
+// given up while it waited for the writer) counts for no node afterwards:
+// the balance would otherwise see it there for good.
+func TestACallEndedBeforeItIsRoutedCountsForNoNode(t *testing.T) {
+	var b comebacks
+	now := time.Unix(1000, 0)
+	b.answered(answerer{node: "a"}, 1, 2, 10*time.Millisecond, now)
+	calls := newCalls(2)
+	b.settled(calls[0])
+	b.cameBack(calls, now.Add(time.Millisecond))
+	if calls[1].route != "a" {
+		t.Fatalf("the live call went to %q; want a", calls[1].route)
+	}
+	if got := b.nodes["a"].inFlight; got != 1 {
+		t.Errorf("a counts %d calls in flight; want 1, the live one", got)
+	}
 }

@@ -533,6 +533,51 @@ func TestRedisDownFailsFastAndServingResumesWhenItReturns(t *testing.T) {
 	})
 }
 
+// A Redis that takes seconds to answer (here paused) does not keep a
+// request past its deadline, or its caller after it left: the wait for the
+// admission ends with them. Items admitted after their caller left are
+// withdrawn, or answered and dropped.
+func TestASlowRedisKeepsNoRequestPastItsDeadline(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	startNode(t, rs, newRecorder(), 4, nil)
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	rs.Do(t, "CLIENT", "PAUSE", "3000", "ALL")
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			if i%2 == 1 { // no deadline: the caller leaves
+				ctx, cancel = context.WithCancel(context.Background())
+				time.AfterFunc(200*time.Millisecond, cancel)
+			}
+			defer cancel()
+			_, errs[i] = fe.Predict(ctx, [][]byte{[]byte(fmt.Sprint("slow ", i))})
+		})
+	}
+	wg.Wait()
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("requests that gave up after 200ms returned after %s, with Redis paused for 3s", took)
+	}
+	for i, err := range errs {
+		want := supervisor.ErrDeadline
+		if i%2 == 1 {
+			want = supervisor.ErrCanceled
+		}
+		if !errors.Is(err, want) {
+			t.Errorf("request %d: %v; want %v", i, err, want)
+		}
+	}
+	rs.Do(t, "CLIENT", "UNPAUSE")
+	eventually(t, "no item left on the stream", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "0" })
+	eventually(t, "served again", func() bool {
+		out, err := predict(t, fe, "after")
+		return err == nil && string(out[0]) == "after"
+	})
+}
+
 // A Redis restarted without its data faster than a front end counts an
 // outage loses the items that waited in it. Their callers are told so at
 // once, with 503, rather than wait for answers that will never come (for

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,8 +83,10 @@ type call struct {
 	route    string     // the node that answered its caller last, if known
 	stream   string     // where its items went, once admitted
 	owner    string     // the node it counts for in the balance; under comebacks.mu
+	ended    bool       // settled: it counts for no node any more; under comebacks.mu
 	ids      []string   // the items' stream ids, once admitted
 	sent     time.Time  // when it was submitted
+	gaveUp   bool       // its caller left before the verdict; under FrontEnd.mu
 
 	// Filled by the reply reader under FrontEnd.mu.
 	outputs [][]byte
@@ -360,35 +363,73 @@ func (fe *FrontEnd) PredictRequest(ctx context.Context, req supervisor.Request) 
 	fe.held += n
 	fe.mu.Unlock()
 
+	var timeout <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		timeout = t.C
+	}
 	select {
 	case fe.submits <- c:
 	case <-fe.closing:
 		fe.forget(c)
 		return nil, supervisor.ErrShuttingDown
-	}
-	if err := fe.verdict(c); err != nil {
+	case <-timeout:
 		fe.forget(c)
+		fe.stats.rejected.Add(uint64(n))
+		return nil, fmt.Errorf("%w: before the request was queued", supervisor.ErrDeadline)
+	case <-ctx.Done():
+		fe.forget(c)
+		fe.stats.rejected.Add(uint64(n))
+		return nil, givenUp(ctx, "before the request was queued")
+	}
+	if err := fe.verdict(ctx, c, timeout); err != nil {
 		fe.stats.rejected.Add(uint64(n))
 		return nil, err
 	}
 	fe.stats.submitted.Add(uint64(n))
-	return fe.await(ctx, c)
+	return fe.await(ctx, c, timeout)
 }
 
-// verdict waits for the stream's verdict on c: the writer gives one for
-// every call it takes, before it stops.
-func (fe *FrontEnd) verdict(c *call) error {
+// verdict waits for the stream's verdict on c (the writer gives one for
+// every call it takes, before it stops), or until the caller gives up: a
+// slow Redis does not keep a request past its deadline. On an error, c is
+// forgotten; a call given up is withdrawn from the stream, if admitted, by
+// whichever of this and the writer (tell) comes second.
+func (fe *FrontEnd) verdict(ctx context.Context, c *call, timeout <-chan time.Time) error {
+	var err error
 	select {
-	case err := <-c.admitted:
-		return err
+	case err = <-c.admitted:
 	case <-fe.writerDone:
 		select {
-		case err := <-c.admitted:
-			return err
+		case err = <-c.admitted:
 		default:
-			return supervisor.ErrShuttingDown
+			err = supervisor.ErrShuttingDown
 		}
+	case <-timeout:
+		err = fmt.Errorf("%w: while redis admitted the request", supervisor.ErrDeadline)
+	case <-ctx.Done():
+		err = givenUp(ctx, "while redis admitted the request")
 	}
+	if err == nil {
+		return nil
+	}
+	fe.mu.Lock()
+	defer fe.mu.Unlock()
+	c.gaveUp = true
+	fe.forgetLocked(c)
+	if c.ids != nil {
+		fe.withdraw(c.stream, c.ids)
+	}
+	return err
+}
+
+// givenUp is the error of a call whose ctx ended, when.
+func givenUp(ctx context.Context, when string) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %s: %v", supervisor.ErrDeadline, when, ctx.Err())
+	}
+	return fmt.Errorf("%w: %s: %v", supervisor.ErrCanceled, when, ctx.Err())
 }
 
 // unavailable says why a request cannot be served now, or nil.
@@ -408,24 +449,15 @@ func (fe *FrontEnd) unavailable() error {
 	return nil
 }
 
-// await waits for c's answers.
-func (fe *FrontEnd) await(ctx context.Context, c *call) ([][]byte, error) {
-	var timeout <-chan time.Time
-	if !c.deadline.IsZero() {
-		t := time.NewTimer(time.Until(c.deadline))
-		defer t.Stop()
-		timeout = t.C
-	}
+// await waits for c's answers, until timeout fires or ctx ends.
+func (fe *FrontEnd) await(ctx context.Context, c *call, timeout <-chan time.Time) ([][]byte, error) {
 	var err error
 	select {
 	case <-c.over:
 	case <-timeout:
 		err = fmt.Errorf("%w: no answer by the request's deadline", supervisor.ErrDeadline)
 	case <-ctx.Done():
-		err = fmt.Errorf("%w: %v", supervisor.ErrCanceled, ctx.Err())
-		if ctx.Err() == context.DeadlineExceeded {
-			err = fmt.Errorf("%w: %v", supervisor.ErrDeadline, ctx.Err())
-		}
+		err = givenUp(ctx, "waiting for the answers")
 	}
 	fe.mu.Lock()
 	defer fe.mu.Unlock()
@@ -617,7 +649,7 @@ func (b *comebacks) settled(c *call) {
 	if ns := b.nodes[c.owner]; ns != nil && ns.inFlight > 0 {
 		ns.inFlight--
 	}
-	c.owner = ""
+	c.owner, c.ended = "", true
 }
 
 // balanceLocked moves part of the callers node just answered (the last
@@ -755,8 +787,9 @@ func (b *comebacks) cameBack(calls []*call, now time.Time) {
 				c.route = a.moveTo
 				a.moveN--
 			}
-			// It counts for that node from now until it ends.
-			if ns := b.nodes[c.route]; ns != nil {
+			// It counts for that node from now until it ends (unless it
+			// ended already: failed, or given up).
+			if ns := b.nodes[c.route]; ns != nil && !c.ended {
 				c.owner = c.route
 				ns.inFlight++
 			}
@@ -815,6 +848,13 @@ const admitChunk = 512
 // admitChunk items or so (a larger request alone), all in one round trip,
 // and tells each call the verdict.
 func (fe *FrontEnd) admit(batch []*call) {
+	// Calls whose callers gave up waiting for the writer need no verdict.
+	fe.mu.Lock()
+	batch = slices.DeleteFunc(batch, func(c *call) bool { return c.gaveUp })
+	fe.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	var chunks [][]*call
@@ -866,14 +906,21 @@ func (fe *FrontEnd) tell(chunk []*call, cmd *redis.Cmd) {
 		var err error
 		switch v := verdicts[i].(type) {
 		case []any:
+			var stream string
 			if len(v) > 0 {
-				c.stream, _ = v[0].(string)
+				stream, _ = v[0].(string)
 				v = v[1:]
 			}
-			c.ids = make([]string, len(v))
+			ids := make([]string, len(v))
 			for j, id := range v {
-				c.ids[j], _ = id.(string)
+				ids[j], _ = id.(string)
 			}
+			fe.mu.Lock()
+			c.stream, c.ids = stream, ids
+			if c.gaveUp {
+				fe.withdraw(stream, ids) // its caller left meanwhile
+			}
+			fe.mu.Unlock()
 		default: // -1: refused
 			err = fmt.Errorf("%w: the shared backlog is at its limit of %d items", supervisor.ErrOverloaded, fe.cfg.MaxBacklog)
 			fe.backlog.Store(int64(fe.cfg.MaxBacklog))

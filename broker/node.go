@@ -960,9 +960,11 @@ return n
 `)
 
 // forgetGone deletes the consumers on the shared stream that hold nothing
-// and have not read for goneAfter: those of nodes killed, or stopped
+// and have been idle for goneAfter: those of nodes killed, or stopped
 // while items were pending to them, once another node has claimed those.
-// Without it the group keeps a consumer for every node that ever ran.
+// Without it the group keeps a consumer for every node that ever ran. A
+// live node that has read nothing for as long loses its consumer too, and
+// Redis makes it anew when a read brings it items.
 func (n *Node) forgetGone(ctx context.Context) error {
 	err := forgetScript.Run(ctx, n.rdb, []string{n.k.items}, nodeGroup, goneAfter.Milliseconds()).Err()
 	if err != nil && !redis.HasErrorPrefix(err, "NOGROUP") && !redis.HasErrorPrefix(err, "ERR no such key") {
