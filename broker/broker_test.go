@@ -382,7 +382,36 @@ func TestTheSharedBacklogIsBounded(t *testing.T) {
 	if !errors.Is(err, supervisor.ErrOverloaded) {
 		t.Fatalf("error %v; want ErrOverloaded", err)
 	}
+	if !fe.Full() {
+		t.Error("Full is false after a one-item request was refused")
+	}
 	wg.Wait()
+}
+
+// A request of more items than the shared backlog may ever hold is too
+// large (413), not a reason to retry later (429); and refusing a large
+// request for want of room does not make the front end refuse small ones
+// before it reads them (Full).
+func TestARequestLargerThanTheBacklogIsTooLarge(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fakeNode(t, rs)
+	fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.MaxBacklog = 4 })
+	eventually(t, "front end ready", fe.Ready)
+	if _, err := predict(t, fe, "1", "2", "3", "4", "5"); !errors.Is(err, supervisor.ErrTooLarge) {
+		t.Fatalf("5 items, backlog limit 4: %v; want ErrTooLarge", err)
+	}
+	waiting := predictLater(t, fe, "a")
+	eventually(t, "1 item on the stream", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "1" })
+	if _, err := predict(t, fe, "1", "2", "3", "4"); !errors.Is(err, supervisor.ErrOverloaded) {
+		t.Fatalf("4 items on a backlog of 1, limit 4: %v; want ErrOverloaded", err)
+	}
+	if fe.Full() {
+		t.Error("Full after a 4-item request was refused with room for 3: small requests would be refused unread")
+	}
+	startNode(t, rs, newRecorder(), 4, nil)
+	if a := <-waiting; a.err != nil {
+		t.Errorf("the waiting request: %v", a.err)
+	}
 }
 
 // A node that read the item died with it: the front end, whose caller gave

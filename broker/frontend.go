@@ -335,6 +335,10 @@ func (fe *FrontEnd) PredictRequest(ctx context.Context, req supervisor.Request) 
 	case n > fe.cfg.MaxItems:
 		fe.stats.rejected.Add(uint64(n))
 		return nil, fmt.Errorf("%w: %d items, limit %d", supervisor.ErrTooLarge, n, fe.cfg.MaxItems)
+	case n > fe.cfg.MaxBacklog:
+		// Refused even on an empty stream: no wait would help.
+		fe.stats.rejected.Add(uint64(n))
+		return nil, fmt.Errorf("%w: %d items, more than the shared backlog's limit of %d", supervisor.ErrTooLarge, n, fe.cfg.MaxBacklog)
 	case req.Keys != nil && len(req.Keys) != n:
 		return nil, fmt.Errorf("%w: %d keys for %d items", supervisor.ErrBadRequest, len(req.Keys), n)
 	}
@@ -923,7 +927,11 @@ func (fe *FrontEnd) tell(chunk []*call, cmd *redis.Cmd) {
 			fe.mu.Unlock()
 		default: // -1: refused
 			err = fmt.Errorf("%w: the shared backlog is at its limit of %d items", supervisor.ErrOverloaded, fe.cfg.MaxBacklog)
-			fe.backlog.Store(int64(fe.cfg.MaxBacklog))
+			// The backlog is past its limit less this request's items:
+			// full for all requests only when it took one item to refuse.
+			if least := int64(fe.cfg.MaxBacklog - len(c.items) + 1); fe.backlog.Load() < least {
+				fe.backlog.Store(least)
+			}
 		}
 		c.admitted <- err
 	}
