@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -116,4 +117,83 @@ func TestConsumersOfNodesThatAreGoneAreDeleted(t *testing.T) {
 		t.Errorf("after the consumers were pruned: %q, %v", out, err)
 	}
 	close(stuck.release)
+}
+
+// The items of a dead node behind many items of live nodes in the pending
+// list are claimed all the same, by a node with room for few: XAUTOCLAIM
+// looks at ten entries per item asked for, so a claim that stopped at the
+// first page of live items never reached them.
+func TestADeadNodesItemsBehindLiveOnesAreClaimed(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fakeNode(t, rs)
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer func() { _ = rdb.Close() }()
+	ctx := context.Background()
+	if err := rdb.XGroupCreateMkStream(ctx, "streamer:items", "nodes", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	read := func(consumer string, count int) []string {
+		t.Helper()
+		eventually(t, fmt.Sprintf("%d items on the stream for %s", count, consumer), func() bool {
+			return rs.Do(t, "XLEN", "streamer:items") == fmt.Sprint(count+pendingCount(t, rdb))
+		})
+		got, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "nodes", Consumer: consumer, Streams: []string{"streamer:items", ">"}, Count: int64(count)}).Result()
+		if err != nil || len(got[0].Messages) != count {
+			t.Fatalf("%s read %v, %v; want %d items", consumer, got, err, count)
+		}
+		var ids []string
+		for _, m := range got[0].Messages {
+			ids = append(ids, m.ID)
+		}
+		return ids
+	}
+	// Thirty items held by a live node, then two by a dead one.
+	liveCtx, leave := context.WithCancel(ctx)
+	defer leave()
+	for i := range 30 {
+		go func() { _, _ = fe.Predict(liveCtx, [][]byte{fmt.Appendf(nil, "live %d", i)}) }()
+	}
+	live := read("live", 30)
+	dead := []<-chan answer{predictLater(t, fe, "dead 0"), predictLater(t, fe, "dead 1")}
+	read("dead", 2)
+	// The live node keeps its items, as a node does, until the test ends.
+	stop := make(chan struct{})
+	kept := make(chan struct{})
+	go func() {
+		defer close(kept)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			rdb.XClaimJustID(ctx, &redis.XClaimArgs{Stream: "streamer:items", Group: "nodes", Consumer: "live", Messages: live})
+			select {
+			case <-tick.C:
+			case <-stop:
+				return
+			}
+		}
+	}()
+	defer func() { close(stop); <-kept }()
+	// Room for one item: each XAUTOCLAIM looks at ten entries.
+	heir := startNode(t, rs, newRecorder(), 1, func(c *broker.NodeConfig) { c.Capacity = 1 })
+	for i, later := range dead {
+		if a := <-later; a.err != nil || string(a.out[0]) != fmt.Sprint("dead ", i) {
+			t.Errorf("the dead node's item %d: %q, %v; want it claimed and answered", i, a.out, a.err)
+		}
+	}
+	if got := heir.Stats().Claimed; got < 2 {
+		t.Errorf("the node claimed %d items; want the dead node's 2", got)
+	}
+}
+
+// pendingCount is how many items of the shared stream are pending to a
+// consumer.
+func pendingCount(t *testing.T, rdb *redis.Client) int {
+	t.Helper()
+	p, err := rdb.XPending(context.Background(), "streamer:items", "nodes").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(p.Count)
 }

@@ -52,7 +52,10 @@ type Node struct {
 
 	mu   sync.Mutex
 	held map[entry]time.Time // the items held, since when they were last claimed by us
-	room chan struct{}       // a token when held shrinks
+	// claimAt is where the next claim looks in each stream's pending list
+	// (see claimFrom); the upkeep loop's alone.
+	claimAt map[string]string
+	room    chan struct{} // a token when held shrinks
 
 	// The answers to write: posted by answer, taken by the writer.
 	answersMu sync.Mutex
@@ -141,6 +144,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	n := &Node{
 		cfg: cfg, rdb: rdb, k: k, own: k.nodeItems(cfg.Name), s: cfg.Streamer,
 		held:    map[entry]time.Time{},
+		claimAt: map[string]string{},
 		room:    make(chan struct{}, 1),
 		posted:  make(chan struct{}, 1),
 		stop:    make(chan struct{}),
@@ -855,10 +859,22 @@ func (n *Node) claim(ctx context.Context) error {
 }
 
 // claimFrom takes over, as room allows, the items of stream that other
-// nodes have held without a sign of life for ClaimIdle.
+// nodes have held without a sign of life for ClaimIdle. XAUTOCLAIM looks
+// at no more than ten entries of the pending list per item asked for, so
+// it pages through the list, at most claimPages pages a call, and the next
+// call goes on where this one stopped: a node with little room would
+// otherwise look at the same few live items at the head of the list at
+// every tick and never reach a dead node's items behind them.
 func (n *Node) claimFrom(ctx context.Context, stream string) error {
-	start := "0-0"
-	for {
+	start := cmp.Or(n.claimAt[stream], "0-0")
+	defer func() {
+		if start == "0-0" {
+			delete(n.claimAt, stream)
+		} else {
+			n.claimAt[stream] = start
+		}
+	}()
+	for range claimPages {
 		free := n.free()
 		if free <= 0 {
 			return nil
@@ -869,6 +885,7 @@ func (n *Node) claimFrom(ctx context.Context, stream string) error {
 		}).Result()
 		switch {
 		case err != nil && redis.HasErrorPrefix(err, "NOGROUP"):
+			start = "0-0"
 			if stream != n.k.items {
 				return nil // an adopted stream deleted meanwhile
 			}
@@ -882,12 +899,16 @@ func (n *Node) claimFrom(ctx context.Context, stream string) error {
 			n.stats.read.Add(uint64(len(msgs)))
 			n.take(stream, msgs)
 		}
-		if next == "0-0" || len(msgs) == 0 {
-			return nil
-		}
 		start = next
+		if next == "0-0" {
+			return nil // the whole list is looked at
+		}
 	}
+	return nil
 }
+
+// claimPages bounds the pages of the pending list one claim looks at.
+const claimPages = 16
 
 // Shutdown leaves the list of live nodes (so that front ends stop routing
 // requests to its own stream, and another node adopts what is there),
