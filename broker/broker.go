@@ -22,7 +22,9 @@
 //	                     as it reads them; it expires ReplyTTL after the last
 //	                     answer written to it, so a dead front end's
 //	                     answers go away by themselves
-//	PREFIX:nodes         sorted set: every node's last heartbeat (unix ms)
+//	PREFIX:nodes         sorted set: every node's last heartbeat (unix ms);
+//	                     NAME:leaving for a node finishing its items as it
+//	                     leaves (counted as alive, routed nothing)
 //	PREFIX:poison        sorted set: the hashes of items found to crash the
 //	                     model, each until its expiry (unix ms)
 //	PREFIX:epoch         a random value set by the first front end to check:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -196,4 +197,53 @@ func pendingCount(t *testing.T, rdb *redis.Client) int {
 		t.Fatal(err)
 	}
 	return int(p.Count)
+}
+
+// A node leaving finishes the items it holds, and their callers get the
+// answers: front ends still count it as a node while it drains (it is the
+// only one at first, and they would otherwise fail its callers after
+// Outage), and the node that comes meanwhile claims none of its items.
+// The waits are times that must pass: the front end's Outage, then the
+// items' ClaimIdle, several times over.
+func TestALeavingNodesCallersAreAnswered(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	rec := newRecorder()
+	rec.hold["slow"] = true
+	n := startNode(t, rs, rec, 4, func(c *broker.NodeConfig) { c.Name = "leaving" })
+	fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.Outage = 200 * time.Millisecond })
+	eventually(t, "front end ready", fe.Ready)
+	later := predictLater(t, fe, "slow")
+	eventually(t, "the node runs the item", func() bool { return rec.runs("slow") == 1 })
+	left := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		left <- n.Shutdown(ctx)
+	}()
+	eventually(t, "the node off the list routes go by", func() bool { return rs.Do(t, "ZSCORE", "streamer:nodes", "leaving") == "" })
+	<-time.After(5 * 200 * time.Millisecond)
+	select {
+	case a := <-later:
+		t.Fatalf("the caller got %q, %v while its item ran; want to wait for it", a.out, a.err)
+	default:
+	}
+	if !fe.Ready() {
+		t.Error("the front end is not ready while the node drains")
+	}
+	other := newRecorder()
+	heir := startNode(t, rs, other, 4, nil)
+	<-time.After(3 * 400 * time.Millisecond)
+	close(rec.release)
+	if a := <-later; a.err != nil || string(a.out[0]) != "slow" {
+		t.Errorf("the caller got %q, %v; want the answer of the node that left", a.out, a.err)
+	}
+	if err := <-left; err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
+	if other.runs("slow") != 0 || heir.Stats().Claimed != 0 {
+		t.Errorf("the other node ran the item %d times and claimed %d; want neither", other.runs("slow"), heir.Stats().Claimed)
+	}
+	if got := rs.Do(t, "ZRANGE", "streamer:nodes", "0", "-1"); strings.Contains(got, "leaving") {
+		t.Errorf("live nodes after the node left: %q", got)
+	}
 }

@@ -913,8 +913,9 @@ const claimPages = 16
 // Shutdown leaves the list of live nodes (so that front ends stop routing
 // requests to its own stream, and another node adopts what is there),
 // stops reading, and waits until ctx ends for the items held to be
-// answered and acknowledged. Items still held at the end stay in the group
-// for another node to claim.
+// answered and acknowledged. Meanwhile it still beats, as NAME:leaving
+// (see drainBeat). Items still held at the end stay in the group for
+// another node to claim.
 func (n *Node) Shutdown(ctx context.Context) error {
 	select {
 	case <-n.stop:
@@ -926,6 +927,11 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	lctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	n.rdb.ZRem(lctx, n.k.nodes, n.cfg.Name) // best effort: a node silent for goneAfter is gone too
 	cancel()
+	drained := make(chan struct{})
+	var draining sync.WaitGroup
+	if ctx.Err() == nil {
+		draining.Go(func() { n.drainBeat(drained) })
+	}
 	var err error
 	for {
 		n.mu.Lock()
@@ -942,11 +948,13 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		}
 		break
 	}
+	close(drained)
+	draining.Wait()
 	close(n.stopped)
 	n.writer.Wait()
 	dctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	n.rdb.ZRem(dctx, n.k.nodes, n.cfg.Name)
+	n.rdb.ZRem(dctx, n.k.nodes, n.cfg.Name, n.leaving())
 	// Best effort, as the node leaves: a consumer that still has items
 	// pending (left for a claim, or released to another node) stays.
 	forgetScript.Run(dctx, n.rdb, []string{n.k.items}, nodeGroup, 0, n.cfg.Name)
@@ -993,6 +1001,34 @@ func (n *Node) forgetGone(ctx context.Context) error {
 	}
 	return nil
 }
+
+// drainBeat keeps a leaving node alive in Redis until done: it beats under
+// another name, NAME:leaving, which front ends count as a node (so that
+// they do not fail its callers for want of one while it finishes their
+// items) but route nothing to, and which other nodes do not know, so that
+// they adopt its own stream at once; and it keeps its items from claims.
+func (n *Node) drainBeat(done <-chan struct{}) {
+	tick := time.NewTicker(min(n.cfg.ClaimIdle/4, heartbeat))
+	defer tick.Stop()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if err := n.rdb.ZAdd(ctx, n.k.nodes, redis.Z{Score: float64(time.Now().UnixMilli()), Member: n.leaving()}).Err(); err != nil {
+			n.cfg.Logger.Warn("heartbeat while leaving", "err", err)
+		}
+		if err := n.keep(ctx); err != nil {
+			n.cfg.Logger.Warn("keep items while leaving", "err", err)
+		}
+		cancel()
+		select {
+		case <-tick.C:
+		case <-done:
+			return
+		}
+	}
+}
+
+// leaving is the node's name in the list of live nodes while it leaves.
+func (n *Node) leaving() string { return n.cfg.Name + ":leaving" }
 
 // steal takes, up to want, the items that wait unread on other nodes' own
 // streams. It is called when this node's workers have had nothing to do
