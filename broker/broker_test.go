@@ -1,6 +1,7 @@
 package broker_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -248,6 +249,49 @@ func TestLargeAnswersComeBackWhole(t *testing.T) {
 			t.Errorf("output %d: %d bytes starting %q; want the %d bytes of its item", i, len(o), o[:min(len(o), 8)], len(items[i]))
 		}
 	}
+}
+
+// A batch of large answers goes back in several writes, each small enough
+// to go through within the client's write timeout on a slow link; before,
+// a batch of 64 answers of some megabytes went in one write that could
+// never finish within it, retried for ever.
+func TestABatchOfLargeAnswersGoesInSeveralWrites(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	big := model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) {
+		out := make([][]byte, len(items))
+		for i, it := range items {
+			out[i] = bytes.Repeat(it, 3<<20) // 3 MiB each
+		}
+		return out, nil
+	})
+	startNodeOn(t, rs, supervisor.Config{InProcess: big, Workers: 1, BatchSize: 4, MaxLatency: 50 * time.Millisecond}, nil)
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	rs.Do(t, "CONFIG", "RESETSTAT")
+	out, err := predict(t, fe, "a", "b", "c", "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range out {
+		if len(o) != 3<<20 || o[0] != "abcd"[i] {
+			t.Errorf("output %d: %d bytes; want 3 MiB of %c", i, len(o), "abcd"[i])
+		}
+	}
+	// One acknowledgement per write: four answers of 3 MiB, 4 MiB a write.
+	stats := rs.Do(t, "INFO", "commandstats")
+	if !strings.Contains(stats, "cmdstat_xack:calls=4,") {
+		t.Errorf("acknowledgements: %q; want 4 calls, a write per answer", grepLine(stats, "cmdstat_xack"))
+	}
+}
+
+// grepLine returns the line of text that begins with prefix.
+func grepLine(text, prefix string) string {
+	for line := range strings.Lines(text) {
+		if strings.HasPrefix(line, prefix) {
+			return strings.TrimSpace(line)
+		}
+	}
+	return ""
 }
 
 // TestMalformedItemsAreDroppedAndServingGoesOn: an entry on the items

@@ -657,8 +657,31 @@ func (n *Node) gatherAnswers() []answerEntry {
 }
 
 // write writes the answers of batch until Redis takes them or the node is
-// killed, then lets their items go.
+// killed, letting their items go as they are written: a batch whose
+// outputs are larger than writeMaxBytes goes in several writes.
 func (n *Node) write(batch []answerEntry) {
+	for len(batch) > 0 {
+		k, size := 1, len(batch[0].output)
+		for k < len(batch) && size+len(batch[k].output) <= writeMaxBytes {
+			size += len(batch[k].output)
+			k++
+		}
+		if !n.writeWhole(batch[:k]) {
+			return
+		}
+		batch = batch[k:]
+	}
+}
+
+// writeMaxBytes bounds the outputs of one write of answers, so that it
+// goes through within the client's write timeout (2 s) on a slow link: 4
+// MiB take 34 ms at 1 Gb/s. A larger answer goes alone.
+const writeMaxBytes = 4 << 20
+
+// writeWhole writes the answers of batch in one transaction until Redis
+// takes them, and lets their items go; it returns false if the node was
+// killed first.
+func (n *Node) writeWhole(batch []answerEntry) bool {
 	retry := newBackoff()
 	for {
 		err := n.flush(batch)
@@ -669,7 +692,7 @@ func (n *Node) write(batch []answerEntry) {
 		n.cfg.Logger.Warn("write answers", "answers", len(batch), "redis", endpoint(n.rdb), "err", err)
 		select {
 		case <-n.stopped:
-			return
+			return false
 		default:
 		}
 		retry.wait(n.stopped)
@@ -681,6 +704,7 @@ func (n *Node) write(batch []answerEntry) {
 	n.mu.Unlock()
 	n.signalRoom()
 	n.stats.answered.Add(uint64(len(batch)))
+	return true
 }
 
 // answersQuiet is how long the writer waits after the last answer posted
