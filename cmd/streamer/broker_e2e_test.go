@@ -445,8 +445,8 @@ func deadFrontEndKeysExpire(t *testing.T, nodeArgs ...string) {
 		return redisItems(t, rs) == 0
 	})
 	own := brokerItemsKey + ":" + brokerLogField(t, node, "node serving items from redis", "node")
-	if keys := redisKeys(t, rs, "*"); strings.Join(keys, " ") != strings.Join([]string{brokerItemsKey, own, brokerNodesKey, brokerStreamsKey}, " ") {
-		t.Errorf("Redis holds %q; want only the shared stream, the node's own, the live nodes and the list of node streams", keys)
+	if keys := redisKeys(t, rs, "*"); strings.Join(keys, " ") != strings.Join([]string{brokerEpochKey, brokerItemsKey, own, brokerNodesKey, brokerStreamsKey}, " ") {
+		t.Errorf("Redis holds %q; want only the epoch, the shared stream, the node's own, the live nodes and the list of node streams", keys)
 	}
 }
 
@@ -654,7 +654,7 @@ func TestBrokerStreamPrefixKeepsModelsApart(t *testing.T) {
 		t.Errorf("batches run: %d on prefix one's node, %d on prefix two's; want 0 and 3", b1, b2)
 	}
 	nodeOne, nodeTwo := brokerLogField(t, one, "node serving items from redis", "node"), brokerLogField(t, two, "node serving items from redis", "node")
-	want := []string{"one:items", "one:items:" + nodeOne, "one:nodes", "one:streams", "two:items", "two:items:" + nodeTwo, "two:nodes",
+	want := []string{"one:epoch", "one:items", "one:items:" + nodeOne, "one:nodes", "one:streams", "two:epoch", "two:items", "two:items:" + nodeTwo, "two:nodes",
 		"two:reply:" + brokerLogField(t, front, "front end sending requests through redis", "front"), "two:streams"}
 	if keys := redisKeys(t, rs, "*"); strings.Join(keys, " ") != strings.Join(want, " ") {
 		t.Errorf("Redis holds %q; want each prefix's own keys", keys)

@@ -28,7 +28,9 @@ const (
 	// brokerStreamsKey lists the nodes' own streams, brokerItemsKey+":NODE".
 	brokerStreamsKey = "streamer:streams"
 	brokerReplyKeys  = "streamer:reply:"
-	brokerGroup      = "nodes"
+	// brokerEpochKey changes when Redis loses its data.
+	brokerEpochKey = "streamer:epoch"
+	brokerGroup    = "nodes"
 )
 
 // brokerWait bounds the waits of these tests on the cluster: for a
