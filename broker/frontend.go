@@ -293,7 +293,9 @@ type FrontEndStats struct {
 	// every front end; MaxBacklog its bound.
 	Backlog    int64 `json:"backlog"`
 	MaxBacklog int   `json:"max_backlog"`
-	// Duplicates counts the answers dropped as second answers.
+	// Duplicates counts the answers dropped: second answers to an item,
+	// after a claim, and answers to requests that no longer wait for them
+	// (canceled, past their deadline, or failed by an outage).
 	Duplicates uint64 `json:"duplicates"`
 	// Withdrawn counts the items deleted from the stream before any node
 	// read them, as their request was canceled or past its deadline.
@@ -474,7 +476,9 @@ func (fe *FrontEnd) await(ctx context.Context, c *call, timeout <-chan time.Time
 			}
 		}
 		fe.withdraw(c.stream, open)
-		fe.stats.expired.Add(uint64(c.left))
+		if errors.Is(err, supervisor.ErrDeadline) {
+			fe.stats.expired.Add(uint64(c.left))
+		}
 		fe.stats.failed.Add(uint64(c.left))
 		return nil, err
 	}

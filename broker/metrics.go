@@ -20,7 +20,7 @@ func Collector(fe *FrontEnd, node *Node) prometheus.Collector {
 		nodes:      prometheus.NewDesc("streamer_broker_nodes", "Nodes heard from within the last 3 seconds.", nil, nil),
 		backlog:    prometheus.NewDesc("streamer_broker_backlog_items", "Items on the shared stream, waiting or running, from every front end.", nil, nil),
 		maxBacklog: prometheus.NewDesc("streamer_broker_max_backlog_items", "The shared backlog's bound: past it front ends answer 429.", nil, nil),
-		duplicates: prometheus.NewDesc("streamer_broker_duplicate_answers_total", "Second answers to one item, after a claim, dropped by this front end.", nil, nil),
+		duplicates: prometheus.NewDesc("streamer_broker_duplicate_answers_total", "Answers dropped by this front end: second answers to one item, after a claim, and answers to requests no longer waiting (canceled, past their deadline, or failed).", nil, nil),
 		withdrawn:  prometheus.NewDesc("streamer_broker_withdrawn_items_total", "Items of requests given up (client gone, deadline passed) deleted from the stream before any node read them.", nil, nil),
 		items:      prometheus.NewDesc("streamer_broker_node_items_total", "Items this node read from Redis (claimed: of them, taken over from a silent node), answered, found expired, released for another node, or refused as quarantined.", []string{"event"}, nil),
 		failures:   prometheus.NewDesc("streamer_broker_node_write_failures_total", "Writes of answers that Redis did not take; they are retried and their items kept.", nil, nil),
