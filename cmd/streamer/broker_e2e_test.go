@@ -139,9 +139,16 @@ func TestBrokerKilledNodeAndFrontEndLoseNoAdmittedRequest(t *testing.T) {
 		return liveLoad.ok.Load() >= 50 && doomedLoad.ok.Load() >= 50
 	})
 
-	// Kill the node while it holds items of the live front end.
+	// Kill the node while it holds items of the live front end: frozen
+	// (SIGSTOP) while they are counted, so that it answers none between
+	// the count and the kill.
 	waitFor(t, "the node to be killed to hold items of the live front end", brokerWait, func() bool {
-		return len(heldItemsOf(t, rs, victimName, liveID)) >= 2
+		signalGroup(t, victimNode, syscall.SIGSTOP)
+		if len(heldItemsOf(t, rs, victimName, liveID)) >= 2 {
+			return true
+		}
+		signalGroup(t, victimNode, syscall.SIGCONT)
+		return false
 	})
 	sigkillGroup(t, victimNode)
 	sigkillGroup(t, doomed)

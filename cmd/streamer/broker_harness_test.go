@@ -135,11 +135,17 @@ func jsonLogAttr(logs, msg, field string) (string, bool) {
 // would: SIGKILL to its whole process group, then waits for it to be gone.
 func sigkillGroup(t *testing.T, s *server) {
 	t.Helper()
-	if err := syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-		t.Fatalf("kill -9 the process group of %d: %v", s.cmd.Process.Pid, err)
-	}
+	signalGroup(t, s, syscall.SIGKILL)
 	if _, err := s.wait(stopTimeout); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// signalGroup sends sig to a server's whole process group.
+func signalGroup(t *testing.T, s *server, sig syscall.Signal) {
+	t.Helper()
+	if err := syscall.Kill(-s.cmd.Process.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		t.Fatalf("%v to the process group of %d: %v", sig, s.cmd.Process.Pid, err)
 	}
 }
 
