@@ -22,9 +22,11 @@
 //	                     as it reads them; it expires ReplyTTL after the last
 //	                     answer written to it, so a dead front end's
 //	                     answers go away by themselves
-//	PREFIX:nodes         sorted set: every node's last heartbeat (unix ms);
-//	                     NAME:leaving for a node finishing its items as it
-//	                     leaves (counted as alive, routed nothing)
+//	PREFIX:nodes         sorted set: every node's last heartbeat (unix ms)
+//	PREFIX:leaving       sorted set: the last heartbeat of each node that
+//	                     is finishing its items as it leaves: front ends
+//	                     fail no call for want of a node while one beats
+//	                     here, but admit nothing for it alone
 //	PREFIX:poison        sorted set: the hashes of items found to crash the
 //	                     model, each until its expiry (unix ms)
 //	PREFIX:epoch         a random value set by the first front end to check:
@@ -110,13 +112,14 @@ const blockFor = 250 * time.Millisecond
 
 // keys are the Redis keys of one prefix.
 type keys struct {
-	items, nodes, poison, replyPrefix, streams, epoch string
+	items, nodes, leaving, poison, replyPrefix, streams, epoch string
 }
 
 func newKeys(prefix string) keys {
 	return keys{
 		items:       prefix + ":items",
 		nodes:       prefix + ":nodes",
+		leaving:     prefix + ":leaving",
 		poison:      prefix + ":poison",
 		replyPrefix: prefix + ":reply:",
 		streams:     prefix + ":streams",

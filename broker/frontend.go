@@ -22,7 +22,8 @@ type FrontEndConfig struct {
 	Config
 	// MaxBacklog is the most items the shared stream may hold (waiting or
 	// running, from every front end); a request that would pass it is
-	// refused with supervisor.ErrOverloaded. Zero means 6400.
+	// refused with supervisor.ErrOverloaded, and one of more items than it
+	// with ErrTooLarge. Zero means 6400.
 	MaxBacklog int
 	// MaxItems is the most items in one request; more is ErrTooLarge.
 	// Zero means 4096.
@@ -65,6 +66,7 @@ type FrontEnd struct {
 
 	up      atomic.Bool  // Redis answered the last check
 	nodes   atomic.Int64 // nodes heard from within nodeSilence, at the last check
+	leaving atomic.Int64 // nodes leaving (finishing their items) heard from as recently
 	backlog atomic.Int64 // the stream's length at the last check
 	lastErr atomic.Pointer[string]
 
@@ -278,8 +280,9 @@ func (fe *FrontEnd) Stats() supervisor.Stats {
 	}
 }
 
-// Duplicates counts the answers dropped because their item was answered
-// already (a node's items claimed by another that answered them too).
+// Duplicates counts the answers dropped: those to an item answered already
+// (a node's items claimed by another that answered them too), and those to
+// requests that no longer wait (canceled, past their deadline, or failed).
 func (fe *FrontEnd) Duplicates() uint64 { return fe.stats.duplicates.Load() }
 
 // FrontEndStats is what a front end knows of Redis, as of its last check
@@ -325,8 +328,10 @@ func (fe *FrontEnd) Predict(ctx context.Context, items [][]byte) ([][]byte, erro
 // PredictRequest puts req's items on the shared stream and waits for their
 // answers, with the errors of supervisor.Streamer.PredictRequest: it fails
 // at once with ErrUnavailable while Redis is unreachable or no node is
-// alive, with ErrOverloaded when the shared backlog is full, and with
-// ErrDeadline when the request's (or ctx's) deadline passes first. An
+// alive, with ErrOverloaded when the shared backlog is full, with
+// ErrTooLarge when the request has more items than MaxItems or MaxBacklog,
+// and with ErrDeadline (or ErrCanceled) when the request's deadline passes
+// (or ctx ends) first, also while Redis is slow to admit it. An
 // item's failure comes back as an *supervisor.ItemError for the lowest
 // failed index, with the other outputs.
 func (fe *FrontEnd) PredictRequest(ctx context.Context, req supervisor.Request) ([][]byte, error) {
@@ -1104,7 +1109,9 @@ func (fe *FrontEnd) deliver(msgs []redis.XMessage) {
 }
 
 // checkLoop checks Redis and the nodes every quarter second, and fails the
-// waiting calls once either has been gone for Outage.
+// waiting calls once either has been gone for Outage. A node leaving, which
+// finishes the items it holds, counts: its callers wait for its answers,
+// though no new request is admitted for it alone.
 func (fe *FrontEnd) checkLoop() {
 	defer fe.done.Done()
 	tick := time.NewTicker(250 * time.Millisecond)
@@ -1119,7 +1126,7 @@ func (fe *FrontEnd) checkLoop() {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		err := fe.check(ctx)
 		cancel()
-		if err == nil && fe.nodes.Load() > 0 {
+		if err == nil && fe.nodes.Load()+fe.leaving.Load() > 0 {
 			goneSince = time.Time{}
 			continue
 		}
@@ -1148,7 +1155,9 @@ func (fe *FrontEnd) checkLoop() {
 // check.
 func (fe *FrontEnd) check(ctx context.Context) error {
 	pipe := fe.rdb.Pipeline()
-	nodes := pipe.ZCount(ctx, fe.k.nodes, "("+unixMs(time.Now().Add(-nodeSilence)), "+inf")
+	since := "(" + unixMs(time.Now().Add(-nodeSilence))
+	nodes := pipe.ZCount(ctx, fe.k.nodes, since, "+inf")
+	leaving := pipe.ZCount(ctx, fe.k.leaving, since, "+inf")
 	backlog := pipe.XLen(ctx, fe.k.items)
 	pipe.Expire(ctx, fe.replyKey, fe.cfg.ReplyTTL)
 	pipe.SetNX(ctx, fe.k.epoch, randomHex(8), 0)
@@ -1164,6 +1173,7 @@ func (fe *FrontEnd) check(ctx context.Context) error {
 	// from before an outage (Redis restarted without its data, and the
 	// nodes not heard from since) must not make it ready.
 	fe.nodes.Store(nodes.Val())
+	fe.leaving.Store(leaving.Val())
 	fe.backlog.Store(backlog.Val())
 	if last := fe.epoch; epoch.Val() != last {
 		fe.epoch = epoch.Val()

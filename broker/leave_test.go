@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -123,7 +124,8 @@ func TestConsumersOfNodesThatAreGoneAreDeleted(t *testing.T) {
 // The items of a dead node behind many items of live nodes in the pending
 // list are claimed all the same, by a node with room for few: XAUTOCLAIM
 // looks at ten entries per item asked for, so a claim that stopped at the
-// first page of live items never reached them.
+// first page of live items never reached them; and one claim looks at 16
+// pages at most, so the next must go on where it stopped.
 func TestADeadNodesItemsBehindLiveOnesAreClaimed(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	fakeNode(t, rs)
@@ -150,13 +152,13 @@ func TestADeadNodesItemsBehindLiveOnesAreClaimed(t *testing.T) {
 		}
 		return ids
 	}
-	// Thirty items held by a live node, then two by a dead one.
+	// 200 items held by a live node, then two by a dead one.
 	liveCtx, leave := context.WithCancel(ctx)
 	defer leave()
-	for i := range 30 {
+	for i := range 200 {
 		go func() { _, _ = fe.Predict(liveCtx, [][]byte{fmt.Appendf(nil, "live %d", i)}) }()
 	}
-	live := read("live", 30)
+	live := read("live", 200)
 	dead := []<-chan answer{predictLater(t, fe, "dead 0"), predictLater(t, fe, "dead 1")}
 	read("dead", 2)
 	// The live node keeps its items, as a node does, until the test ends.
@@ -200,9 +202,10 @@ func pendingCount(t *testing.T, rdb *redis.Client) int {
 }
 
 // A node leaving finishes the items it holds, and their callers get the
-// answers: front ends still count it as a node while it drains (it is the
-// only one at first, and they would otherwise fail its callers after
-// Outage), and the node that comes meanwhile claims none of its items.
+// answers: front ends still count it while it drains (it is the only one
+// at first, and they would otherwise fail its callers after Outage),
+// though they admit no new request for it alone, and the node that comes
+// meanwhile claims none of its items.
 // The waits are times that must pass: the front end's Outage, then the
 // items' ClaimIdle, several times over.
 func TestALeavingNodesCallersAreAnswered(t *testing.T) {
@@ -221,14 +224,16 @@ func TestALeavingNodesCallersAreAnswered(t *testing.T) {
 		left <- n.Shutdown(ctx)
 	}()
 	eventually(t, "the node off the list routes go by", func() bool { return rs.Do(t, "ZSCORE", "streamer:nodes", "leaving") == "" })
+	// No node would read a new request: it is refused at once.
+	eventually(t, "the front end not ready with only a node leaving", func() bool { return !fe.Ready() })
+	if _, err := predict(t, fe, "new"); !errors.Is(err, supervisor.ErrUnavailable) {
+		t.Errorf("a new request while the only node leaves: %v; want ErrUnavailable", err)
+	}
 	<-time.After(5 * 200 * time.Millisecond)
 	select {
 	case a := <-later:
 		t.Fatalf("the caller got %q, %v while its item ran; want to wait for it", a.out, a.err)
 	default:
-	}
-	if !fe.Ready() {
-		t.Error("the front end is not ready while the node drains")
 	}
 	other := newRecorder()
 	heir := startNode(t, rs, other, 4, nil)
@@ -243,7 +248,31 @@ func TestALeavingNodesCallersAreAnswered(t *testing.T) {
 	if other.runs("slow") != 0 || heir.Stats().Claimed != 0 {
 		t.Errorf("the other node ran the item %d times and claimed %d; want neither", other.runs("slow"), heir.Stats().Claimed)
 	}
-	if got := rs.Do(t, "ZRANGE", "streamer:nodes", "0", "-1"); strings.Contains(got, "leaving") {
-		t.Errorf("live nodes after the node left: %q", got)
+	if got := rs.Do(t, "ZRANGE", "streamer:nodes", "0", "-1") + rs.Do(t, "ZRANGE", "streamer:leaving", "0", "-1"); strings.Contains(got, "leaving") {
+		t.Errorf("nodes, live or leaving, after the node left: %q", got)
 	}
+}
+
+// An item that a node took from another, live, node's own stream (see
+// steal) and then died with is claimed like any other: it is pending on
+// that stream, not on the shared one, to a consumer that is gone.
+func TestAnItemTakenFromALiveNodesStreamIsClaimedWhenItsTakerDies(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	startNode(t, rs, newRecorder(), 4, func(c *broker.NodeConfig) { c.Name = "x" })
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer func() { _ = rdb.Close() }()
+	ctx := context.Background()
+	own := "streamer:items:x"
+	eventually(t, "the node's own stream listed", func() bool { return rs.Do(t, "SISMEMBER", "streamer:streams", own) == "1" })
+	// A taker that dies as soon as it has read: a consumer that never
+	// comes back. The item's header names a front end nobody reads for.
+	pipe := rdb.TxPipeline()
+	pipe.XAdd(ctx, &redis.XAddArgs{Stream: own, Values: []any{"h", "nobody 1 0 0 0", "v", "taken"}})
+	pipe.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "nodes", Consumer: "taker", Streams: []string{own, ">"}, Count: 1, Block: -1})
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the item claimed and answered", func() bool {
+		return rs.Do(t, "XLEN", own) == "0" && rs.Do(t, "XLEN", "streamer:reply:nobody") == "1"
+	})
 }

@@ -8,8 +8,8 @@ import "github.com/prometheus/client_golang/prometheus"
 //	streamer_broker_redis_up                    1 when Redis answered the last check
 //	streamer_broker_nodes                       nodes heard from within 3 s
 //	streamer_broker_backlog_items               items on the shared stream, waiting or running
-//	streamer_broker_max_backlog_items           its bound, past which front ends answer 429
-//	streamer_broker_duplicate_answers_total     second answers dropped after a claim
+//	streamer_broker_max_backlog_items           its bound, past which front ends answer 429 (413 for a request larger than it)
+//	streamer_broker_duplicate_answers_total     answers dropped: second ones after a claim, or to requests no longer waiting
 //	streamer_broker_withdrawn_items_total       items of requests given up, deleted before any node read them
 //	streamer_broker_node_items_total{event}     read, claimed, answered, expired, released, quarantined
 //	streamer_broker_node_write_failures_total   writes of answers Redis did not take (retried)
@@ -19,7 +19,7 @@ func Collector(fe *FrontEnd, node *Node) prometheus.Collector {
 		up:         prometheus.NewDesc("streamer_broker_redis_up", "1 when Redis answered the front end's last check, else 0.", nil, nil),
 		nodes:      prometheus.NewDesc("streamer_broker_nodes", "Nodes heard from within the last 3 seconds.", nil, nil),
 		backlog:    prometheus.NewDesc("streamer_broker_backlog_items", "Items on the shared stream, waiting or running, from every front end.", nil, nil),
-		maxBacklog: prometheus.NewDesc("streamer_broker_max_backlog_items", "The shared backlog's bound: past it front ends answer 429.", nil, nil),
+		maxBacklog: prometheus.NewDesc("streamer_broker_max_backlog_items", "The shared backlog's bound: past it front ends answer 429, and 413 to a request larger than it.", nil, nil),
 		duplicates: prometheus.NewDesc("streamer_broker_duplicate_answers_total", "Answers dropped by this front end: second answers to one item, after a claim, and answers to requests no longer waiting (canceled, past their deadline, or failed).", nil, nil),
 		withdrawn:  prometheus.NewDesc("streamer_broker_withdrawn_items_total", "Items of requests given up (client gone, deadline passed) deleted from the stream before any node read them.", nil, nil),
 		items:      prometheus.NewDesc("streamer_broker_node_items_total", "Items this node read from Redis (claimed: of them, taken over from a silent node), answered, found expired, released for another node, or refused as quarantined.", []string{"event"}, nil),

@@ -825,6 +825,7 @@ func (n *Node) beat(ctx context.Context) error {
 	pipe := n.rdb.Pipeline()
 	pipe.ZAdd(ctx, n.k.nodes, redis.Z{Score: float64(now.UnixMilli()), Member: n.cfg.Name})
 	pipe.ZRemRangeByScore(ctx, n.k.nodes, "-inf", unixMs(now.Add(-time.Hour)))
+	pipe.ZRemRangeByScore(ctx, n.k.leaving, "-inf", unixMs(now.Add(-time.Hour)))
 	pipe.ZRemRangeByScore(ctx, n.k.poison, "-inf", unixMs(now))
 	poison := pipe.ZRangeWithScores(ctx, n.k.poison, 0, -1)
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -870,16 +871,25 @@ func (n *Node) keep(ctx context.Context) error {
 }
 
 // claim takes over, as room allows, the items that other nodes have held
-// without a sign of life for ClaimIdle, on the shared stream and on the
-// streams of nodes that are gone (see adopt).
+// without a sign of life for ClaimIdle: on the shared stream, and on every
+// node's own stream, this one's included (a node that took items from
+// another's stream, see steal, holds them there; a live node keeps its
+// own from claims, see keep), then adopts the streams of nodes that are
+// gone.
 func (n *Node) claim(ctx context.Context) error {
 	if !n.s.Ready() {
 		return nil
 	}
-	if err := n.claimFrom(ctx, n.k.items); err != nil {
+	streams, err := n.rdb.SMembers(ctx, n.k.streams).Result()
+	if err != nil {
 		return err
 	}
-	return n.adopt(ctx)
+	for _, key := range append([]string{n.k.items}, streams...) {
+		if err := n.claimFrom(ctx, key); err != nil {
+			return err
+		}
+	}
+	return n.adopt(ctx, streams)
 }
 
 // claimFrom takes over, as room allows, the items of stream that other
@@ -937,9 +947,9 @@ const claimPages = 16
 // Shutdown leaves the list of live nodes (so that front ends stop routing
 // requests to its own stream, and another node adopts what is there),
 // stops reading, and waits until ctx ends for the items held to be
-// answered and acknowledged. Meanwhile it still beats, as NAME:leaving
-// (see drainBeat). Items still held at the end stay in the group for
-// another node to claim.
+// answered and acknowledged. Meanwhile it beats as a node leaving (see
+// drainBeat). Items still held at the end stay in the group for another
+// node to claim.
 func (n *Node) Shutdown(ctx context.Context) error {
 	select {
 	case <-n.stop:
@@ -978,7 +988,8 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	n.writer.Wait()
 	dctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	n.rdb.ZRem(dctx, n.k.nodes, n.cfg.Name, n.leaving())
+	n.rdb.ZRem(dctx, n.k.nodes, n.cfg.Name)
+	n.rdb.ZRem(dctx, n.k.leaving, n.cfg.Name)
 	// Best effort, as the node leaves: a consumer that still has items
 	// pending (left for a claim, or released to another node) stays.
 	forgetScript.Run(dctx, n.rdb, []string{n.k.items}, nodeGroup, 0, n.cfg.Name)
@@ -1012,31 +1023,40 @@ end
 return n
 `)
 
-// forgetGone deletes the consumers on the shared stream that hold nothing
-// and have been idle for goneAfter: those of nodes killed, or stopped
-// while items were pending to them, once another node has claimed those.
-// Without it the group keeps a consumer for every node that ever ran. A
-// live node that has read nothing for as long loses its consumer too, and
-// Redis makes it anew when a read brings it items.
+// forgetGone deletes the consumers, on the shared stream and on the
+// nodes' own streams, that hold nothing and have been idle for goneAfter:
+// those of nodes killed, or stopped while items were pending to them, once
+// another node has claimed those. Without it the groups keep a consumer for
+// every node that ever ran. A live node that has read nothing for as long
+// loses its consumer too, and Redis makes it anew when a read brings it
+// items.
 func (n *Node) forgetGone(ctx context.Context) error {
-	err := forgetScript.Run(ctx, n.rdb, []string{n.k.items}, nodeGroup, goneAfter.Milliseconds()).Err()
-	if err != nil && !redis.HasErrorPrefix(err, "NOGROUP") && !redis.HasErrorPrefix(err, "ERR no such key") {
+	streams, err := n.rdb.SMembers(ctx, n.k.streams).Result()
+	if err != nil {
 		return err
+	}
+	for _, key := range append([]string{n.k.items}, streams...) {
+		err := forgetScript.Run(ctx, n.rdb, []string{key}, nodeGroup, goneAfter.Milliseconds()).Err()
+		// A stream deleted, or its group, meanwhile: nothing to forget.
+		if err != nil && !redis.HasErrorPrefix(err, "NOGROUP") && !redis.HasErrorPrefix(err, "no such key") {
+			return err
+		}
 	}
 	return nil
 }
 
-// drainBeat keeps a leaving node alive in Redis until done: it beats under
-// another name, NAME:leaving, which front ends count as a node (so that
-// they do not fail its callers for want of one while it finishes their
-// items) but route nothing to, and which other nodes do not know, so that
-// they adopt its own stream at once; and it keeps its items from claims.
+// drainBeat keeps a leaving node alive in Redis until done: it beats in
+// the list of nodes leaving, which front ends count so as not to fail its
+// callers for want of a node while it finishes their items (but not to
+// admit new requests, or route any to it), and which other nodes do not
+// read, so that they adopt its own stream at once; and it keeps its items
+// from claims.
 func (n *Node) drainBeat(done <-chan struct{}) {
 	tick := time.NewTicker(min(n.cfg.ClaimIdle/4, heartbeat))
 	defer tick.Stop()
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		if err := n.rdb.ZAdd(ctx, n.k.nodes, redis.Z{Score: float64(time.Now().UnixMilli()), Member: n.leaving()}).Err(); err != nil {
+		if err := n.rdb.ZAdd(ctx, n.k.leaving, redis.Z{Score: float64(time.Now().UnixMilli()), Member: n.cfg.Name}).Err(); err != nil {
 			n.cfg.Logger.Warn("heartbeat while leaving", "err", err)
 		}
 		if err := n.keep(ctx); err != nil {
@@ -1050,9 +1070,6 @@ func (n *Node) drainBeat(done <-chan struct{}) {
 		}
 	}
 }
-
-// leaving is the node's name in the list of live nodes while it leaves.
-func (n *Node) leaving() string { return n.cfg.Name + ":leaving" }
 
 // steal takes, up to want, the items that wait unread on other nodes' own
 // streams. It is called when this node's workers have had nothing to do
@@ -1100,14 +1117,13 @@ func (n *Node) steal(ctx context.Context, want int) error {
 // more comes to its stream after that.
 const goneAfter = nodeSilence
 
-// adopt serves the streams of nodes that are gone (silent for goneAfter,
-// or left): it claims what they held (after ClaimIdle, as on the shared
-// stream), reads what they had not read yet, and deletes a stream left
-// empty once its node has been gone twice as long.
-func (n *Node) adopt(ctx context.Context) error {
-	streams, err := n.rdb.SMembers(ctx, n.k.streams).Result()
-	if err != nil || len(streams) <= 1 {
-		return err
+// adopt serves the streams, of those listed, of nodes that are gone
+// (silent for goneAfter, or left), once claim has taken what they held: it
+// reads what they had not read yet, and deletes a stream left empty once
+// its node has been gone twice as long.
+func (n *Node) adopt(ctx context.Context, streams []string) error {
+	if len(streams) <= 1 {
+		return nil
 	}
 	var others, names []string
 	for _, key := range streams {
@@ -1124,9 +1140,6 @@ func (n *Node) adopt(ctx context.Context) error {
 	for i, key := range others {
 		if silent := now.Sub(time.UnixMilli(int64(beats[i]))); beats[i] != 0 && silent < goneAfter {
 			continue
-		}
-		if err := n.claimFrom(ctx, key); err != nil {
-			return err
 		}
 		if err := n.readFrom(ctx, key); err != nil {
 			return err

@@ -6,11 +6,13 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -139,6 +141,24 @@ func sigkillGroup(t *testing.T, s *server) {
 	if _, err := s.wait(stopTimeout); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// freezeGroup stops a server's process group (SIGSTOP) and waits until the
+// server itself is stopped: the signal is delivered, not yet acted on, when
+// kill returns.
+func freezeGroup(t *testing.T, s *server) {
+	t.Helper()
+	signalGroup(t, s, syscall.SIGSTOP)
+	stat := fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid)
+	waitFor(t, "the server to stop", stopTimeout, func() bool {
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			t.Fatalf("read %s: %v", stat, err)
+		}
+		// pid (comm) state ...: comm may hold spaces, not a ')'.
+		fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		return len(fields) > 0 && (fields[0] == "T" || fields[0] == "t")
+	})
 }
 
 // signalGroup sends sig to a server's whole process group.
