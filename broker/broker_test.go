@@ -167,6 +167,21 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// oneRunning starts a node with room for one item and a front end, and
+// sends item, which the node runs until the recorder's release is closed:
+// what is sent next waits unread in Redis.
+func oneRunning(t *testing.T, rs *redistest.Server, item string) (*recorder, *broker.FrontEnd, <-chan answer) {
+	t.Helper()
+	rec := newRecorder()
+	rec.hold[item] = true
+	startNode(t, rs, rec, 1, func(c *broker.NodeConfig) { c.Capacity = 1 })
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	later := predictLater(t, fe, item)
+	eventually(t, "the node runs "+item, func() bool { return rec.runs(item) == 1 })
+	return rec, fe, later
+}
+
 // fakeNode makes front ends see a live node, so that items wait in Redis
 // for a real node started later.
 func fakeNode(t *testing.T, rs *redistest.Server) {
@@ -669,13 +684,7 @@ func TestASlowRedisKeepsNoRequestPastItsDeadline(t *testing.T) {
 // be answered.
 func TestCallersOfItemsLostInAQuickRedisRestartAreTold(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
-	rec := newRecorder()
-	rec.hold["held"] = true
-	startNode(t, rs, rec, 1, func(c *broker.NodeConfig) { c.Capacity = 1 })
-	fe := startFront(t, rs, nil)
-	eventually(t, "front end ready", fe.Ready)
-	held := predictLater(t, fe, "held")
-	eventually(t, "the node runs the first item", func() bool { return rec.runs("held") == 1 })
+	rec, fe, held := oneRunning(t, rs, "held")
 	waiting := make(chan error, 1)
 	go func() {
 		_, err := fe.Predict(context.Background(), [][]byte{[]byte("waiting")}) // no deadline
@@ -871,13 +880,7 @@ func TestABusyNodeTakesItsNextBatchAhead(t *testing.T) {
 
 func TestACanceledRequestsItemsAreWithdrawnBeforeAnyNodeRunsThem(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
-	busy := newRecorder()
-	busy.hold["first"] = true
-	startNode(t, rs, busy, 1, func(c *broker.NodeConfig) { c.Capacity = 1 })
-	fe := startFront(t, rs, nil)
-	eventually(t, "front end ready", fe.Ready)
-	first := predictLater(t, fe, "first")
-	eventually(t, "the first item running", func() bool { return busy.runs("first") == 1 })
+	busy, fe, first := oneRunning(t, rs, "first")
 	// The node's one place is taken: these wait in Redis, unread, until
 	// their callers give up.
 	ctx, cancel := context.WithCancel(context.Background())
