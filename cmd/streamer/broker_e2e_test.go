@@ -296,6 +296,42 @@ func TestBrokerNodeSIGTERMUnderLoadHandsOverCleanly(t *testing.T) {
 	})
 }
 
+// TestBrokerLastNodeSIGTERMAnswersWhatItHolds: the only node, stopped by
+// SIGTERM while its model runs an item, finishes it, and its caller gets
+// 200 though the front end sees no live node for longer than its outage
+// allowance (a second); a new request meanwhile gets 503 at once, as no
+// node would read it.
+func TestBrokerLastNodeSIGTERMAnswersWhatItHolds(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	node := startBrokerNode(t, rs, "--workers", "1", "--model", "sleep:2500ms,0s")
+	name := brokerLogField(t, node, "node serving items from redis", "node")
+	front := startBrokerFront(t, rs)
+	waitReadyz(t, front, http.StatusOK)
+	type answer struct {
+		p   prediction
+		err error
+	}
+	held := make(chan answer, 1)
+	go func() {
+		p, err := predictWithin(front, 10*time.Second, 0, "held")
+		held <- answer{p, err}
+	}()
+	waitFor(t, "the node to hold the item", brokerWait, func() bool { return len(redisPending(t, rs, name)) == 1 })
+	if err := node.signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitReadyz(t, front, http.StatusServiceUnavailable)
+	if p, err := predictWithin(front, 2*time.Second, 0, "new"); err != nil || p.Status != http.StatusServiceUnavailable {
+		t.Errorf("a new request while the only node leaves: %s, %v; want 503 at once", p, err)
+	}
+	if a := <-held; a.err != nil || a.p.Status != http.StatusOK || len(a.p.Outputs) != 1 || a.p.Outputs[0] != "held" {
+		t.Errorf("the caller of the item the leaving node held: %s, %v; want 200 with its input", a.p, a.err)
+	}
+	if code, err := node.wait(stopTimeout); err != nil || code != 0 {
+		t.Errorf("the node's exit on SIGTERM: code %d, %v; want 0", code, err)
+	}
+}
+
 // TestBrokerFrontEndSIGTERMAnswersWhatItAdmitted: a front end stopped by
 // SIGTERM under load answers every request it admitted with its output and
 // refuses the others with 503 (or, once closed, the connection); it deletes
@@ -405,6 +441,40 @@ func TestBrokerRedisRestartFailsFastThenServesAgain(t *testing.T) {
 		if err != nil || p.Status != http.StatusOK || len(p.Outputs) != 1 || p.Outputs[0] != item {
 			t.Fatalf("request %d after Redis came back: %s, %v; want 200 with its input", i, p, err)
 		}
+	}
+}
+
+// TestBrokerQuickRedisRestartTellsTheCallersItLost: Redis restarted
+// without its data faster than a front end counts an outage loses the
+// items waiting in it; the front end notices the loss (the epoch key) and
+// answers their callers 503 saying so, without waiting for an outage or
+// the client's timeout. Here the only node is frozen, so that the item
+// waits unread.
+func TestBrokerQuickRedisRestartTellsTheCallersItLost(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	node := startBrokerNode(t, rs, "--workers", "1", "--model", "sleep:1ms,0s")
+	front := startBrokerFront(t, rs)
+	waitReadyz(t, front, http.StatusOK)
+	freezeGroup(t, node)
+	type answer struct {
+		p   prediction
+		err error
+	}
+	waiting := make(chan answer, 1)
+	go func() {
+		p, err := predictWithin(front, 10*time.Second, 0, "lost")
+		waiting <- answer{p, err}
+	}()
+	waitFor(t, "the item waiting on the stream", brokerWait, func() bool { return redisItems(t, rs) == 1 })
+	rs.Restart(t)
+	a := <-waiting
+	if a.err != nil || a.p.Status != http.StatusServiceUnavailable || !strings.Contains(a.p.Error, "lost its data") {
+		t.Errorf("the caller whose item Redis lost: %s, %v; want 503 saying Redis lost its data", a.p, a.err)
+	}
+	signalGroup(t, node, syscall.SIGCONT)
+	waitReadyz(t, front, http.StatusOK)
+	if p, err := predictWithin(front, 10*time.Second, 0, "after"); err != nil || p.Status != http.StatusOK || len(p.Outputs) != 1 || p.Outputs[0] != "after" {
+		t.Errorf("after the restart: %s, %v; want 200 with its input", p, err)
 	}
 }
 
