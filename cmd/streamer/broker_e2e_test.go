@@ -307,15 +307,7 @@ func TestBrokerLastNodeSIGTERMAnswersWhatItHolds(t *testing.T) {
 	name := brokerLogField(t, node, "node serving items from redis", "node")
 	front := startBrokerFront(t, rs)
 	waitReadyz(t, front, http.StatusOK)
-	type answer struct {
-		p   prediction
-		err error
-	}
-	held := make(chan answer, 1)
-	go func() {
-		p, err := predictWithin(front, 10*time.Second, 0, "held")
-		held <- answer{p, err}
-	}()
+	held := predictLater(front, 10*time.Second, "held")
 	waitFor(t, "the node to hold the item", brokerWait, func() bool { return len(redisPending(t, rs, name)) == 1 })
 	if err := node.signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -401,15 +393,7 @@ func TestBrokerRedisRestartFailsFastThenServesAgain(t *testing.T) {
 		t.Fatalf("before the outage: %s, %v", p, err)
 	}
 
-	type answer struct {
-		p   prediction
-		err error
-	}
-	inFlight := make(chan answer, 1)
-	go func() {
-		p, err := predictWithin(front, 5*time.Second, 0, "in flight")
-		inFlight <- answer{p, err}
-	}()
+	inFlight := predictLater(front, 5*time.Second, "in flight")
 	waitFor(t, "the item in flight on the stream", brokerWait, func() bool {
 		return redisItems(t, rs) == 1
 	})
@@ -456,15 +440,7 @@ func TestBrokerQuickRedisRestartTellsTheCallersItLost(t *testing.T) {
 	front := startBrokerFront(t, rs)
 	waitReadyz(t, front, http.StatusOK)
 	freezeGroup(t, node)
-	type answer struct {
-		p   prediction
-		err error
-	}
-	waiting := make(chan answer, 1)
-	go func() {
-		p, err := predictWithin(front, 10*time.Second, 0, "lost")
-		waiting <- answer{p, err}
-	}()
+	waiting := predictLater(front, 10*time.Second, "lost")
 	waitFor(t, "the item waiting on the stream", brokerWait, func() bool { return redisItems(t, rs) == 1 })
 	rs.Restart(t)
 	a := <-waiting

@@ -169,6 +169,23 @@ func signalGroup(t *testing.T, s *server, sig syscall.Signal) {
 	}
 }
 
+// predicted is the outcome of a request sent from a goroutine.
+type predicted struct {
+	p   prediction
+	err error
+}
+
+// predictLater posts one request of inputs, as predictWithin does, from a
+// goroutine; its outcome comes on the channel.
+func predictLater(s *server, clientTimeout time.Duration, inputs ...any) <-chan predicted {
+	later := make(chan predicted, 1)
+	go func() {
+		p, err := predictWithin(s, clientTimeout, 0, inputs...)
+		later <- predicted{p, err}
+	}()
+	return later
+}
+
 // predictWithin posts one request of inputs, with timeout_ms when it is not
 // zero, through a client that gives up after clientTimeout; safe from any
 // goroutine.
