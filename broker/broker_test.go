@@ -188,6 +188,14 @@ func fakeNode(t *testing.T, rs *redistest.Server) {
 	rs.Do(t, "ZADD", "streamer:nodes", strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10), "fake")
 }
 
+// fakeGroup is fakeNode with the nodes' group on the shared stream, as a
+// node makes it: withdrawals, and reads a test makes by hand, work before
+// any real node runs.
+func fakeGroup(t *testing.T, rs *redistest.Server) {
+	fakeNode(t, rs)
+	rs.Do(t, "XGROUP", "CREATE", "streamer:items", "nodes", "0", "MKSTREAM")
+}
+
 // answer is one request's outcome, for a request sent from a goroutine.
 type answer struct {
 	out [][]byte
@@ -478,8 +486,7 @@ func TestARequestLargerThanTheBacklogIsTooLarge(t *testing.T) {
 // not run it.
 func TestItemsWhoseDeadlinePassedInRedisNeverRun(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
-	fakeNode(t, rs)
-	rs.Do(t, "XGROUP", "CREATE", "streamer:items", "nodes", "0", "MKSTREAM")
+	fakeGroup(t, rs)
 	fe := startFront(t, rs, nil)
 	eventually(t, "front end ready", fe.Ready)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -629,8 +636,7 @@ func TestASlowRedisKeepsNoRequestPastItsDeadline(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	// No node reads yet: what the paused Redis admits later waits unread,
 	// to be withdrawn.
-	fakeNode(t, rs)
-	rs.Do(t, "XGROUP", "CREATE", "streamer:items", "nodes", "0", "MKSTREAM")
+	fakeGroup(t, rs)
 	fe := startFront(t, rs, nil)
 	eventually(t, "front end ready", fe.Ready)
 	// Shorter than the client's 2 s timeout: the admission goes through

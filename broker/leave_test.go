@@ -128,15 +128,12 @@ func TestConsumersOfNodesThatAreGoneAreDeleted(t *testing.T) {
 // pages at most, so the next must go on where it stopped.
 func TestADeadNodesItemsBehindLiveOnesAreClaimed(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
-	fakeNode(t, rs)
+	fakeGroup(t, rs)
 	fe := startFront(t, rs, nil)
 	eventually(t, "front end ready", fe.Ready)
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
 	defer func() { _ = rdb.Close() }()
 	ctx := context.Background()
-	if err := rdb.XGroupCreateMkStream(ctx, "streamer:items", "nodes", "0").Err(); err != nil {
-		t.Fatal(err)
-	}
 	read := func(consumer string, count int) []string {
 		t.Helper()
 		eventually(t, fmt.Sprintf("%d items on the stream for %s", count, consumer), func() bool {
