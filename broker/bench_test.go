@@ -117,18 +117,21 @@ func loopConfig(policy supervisor.Batching, workers int) supervisor.Config {
 
 // closedLoop runs b.N one-item requests from clients goroutines, each
 // sending its next when its last is answered, and reports the batches of
-// the streamers that ran them and, given redisCPU, Redis's CPU time per
-// item.
+// the streamers that ran them, how long a caller's turn spends outside
+// them ("away-ms": the d of BENCHMARKS.md's bound, the time from an answer
+// at the streamer to the caller's next item there) and, given redisCPU,
+// Redis's CPU time per item.
 func closedLoop(b *testing.B, predict func(context.Context, [][]byte) ([][]byte, error), clients int, redisCPU func() time.Duration, ran ...*supervisor.Streamer) {
 	item := [][]byte{[]byte("x")}
-	counts := func() (answered, batches uint64) {
+	counts := func() (answered, batches uint64, inside float64) {
 		for _, st := range ran {
 			s := st.Stats()
 			answered, batches = answered+s.Answered, batches+s.Batches
+			inside += s.Latency.EndToEnd.SumSeconds
 		}
-		return answered, batches
+		return answered, batches, inside
 	}
-	answered, batches := counts()
+	answered, batches, inside := counts()
 	var cpu time.Duration
 	if redisCPU != nil {
 		cpu = redisCPU()
@@ -150,13 +153,17 @@ func closedLoop(b *testing.B, predict func(context.Context, [][]byte) ([][]byte,
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
-	answeredAfter, batchesAfter := counts()
+	answeredAfter, batchesAfter, insideAfter := counts()
 	itemsPerS := float64(b.N) / elapsed.Seconds()
 	perWorker := (clients + loopWorkers - 1) / loopWorkers
 	best := float64(min(clients, loopWorkers*loopBatch)) / (loopFixed + time.Duration(min(perWorker, loopBatch))*loopPerItem).Seconds()
 	b.ReportMetric(itemsPerS, "items/s")
 	b.ReportMetric(itemsPerS/best, "of-best")
 	b.ReportMetric(float64(answeredAfter-answered)/float64(max(batchesAfter-batches, 1)), "batch")
+	// A caller's turns take elapsed × clients / N on the mean, of which
+	// the streamers hold its item for their end-to-end time.
+	turn := elapsed.Seconds() * float64(clients) / float64(b.N)
+	b.ReportMetric((turn-(insideAfter-inside)/float64(max(answeredAfter-answered, 1)))*1000, "away-ms")
 	if redisCPU != nil {
 		b.ReportMetric(float64((redisCPU()-cpu).Microseconds())/float64(b.N), "redis-us/item")
 	}

@@ -31,7 +31,9 @@
 //	                     model, each until its expiry (unix ms)
 //	PREFIX:epoch         a random value set by the first front end to check:
 //	                     when it changes or goes, Redis has lost its data,
-//	                     and front ends fail the calls whose items were there
+//	                     and front ends fail the calls whose items were there;
+//	                     the admission script refuses a front end that
+//	                     passes another, until it has checked
 //
 // The guarantees: items are served in the order they reached Redis (a
 // request routed to a node's own stream goes there only while nothing

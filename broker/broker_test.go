@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/streamer-dev/streamer/broker"
 	"github.com/streamer-dev/streamer/internal/redistest"
 	"github.com/streamer-dev/streamer/model"
@@ -714,6 +716,45 @@ func TestCallersOfItemsLostInAQuickRedisRestartAreTold(t *testing.T) {
 		out, err := predict(t, fe, "after")
 		return err == nil && string(out[0]) == "after"
 	})
+}
+
+// A call admitted after Redis lost its data, before the front end's next
+// check found the loss, has its items in Redis: it is answered, while the
+// call admitted before the loss is failed.
+func TestACallAdmittedJustAfterRedisLostItsDataIsAnswered(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	rec, fe, before := oneRunning(t, rs, "before")
+	name := rs.Do(t, "ZRANGE", "streamer:nodes", "0", "0")
+	// The data goes, and the node's heartbeat is back at once, so that the
+	// front end's next check finds a node alive whenever it comes.
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	pipe := rdb.TxPipeline()
+	pipe.FlushAll(context.Background())
+	pipe.ZAdd(context.Background(), "streamer:nodes", redis.Z{Score: float64(time.Now().UnixMilli()), Member: name})
+	if _, err := pipe.Exec(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	after := predictLater(t, fe, "after")
+	select {
+	case a := <-before:
+		if !errors.Is(a.err, supervisor.ErrUnavailable) || !strings.Contains(a.err.Error(), "lost its data") {
+			t.Errorf("the call admitted before the loss: %q, %v; want ErrUnavailable saying Redis lost its data", a.out, a.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the call admitted before the loss is still waiting 5s after it")
+	}
+	// The check that found the loss has run: the node, which held the
+	// first item through it, may take the second.
+	close(rec.release)
+	select {
+	case a := <-after:
+		if a.err != nil || string(a.out[0]) != "after" {
+			t.Errorf("the call admitted after the loss: %q, %v; want its answer", a.out, a.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the call admitted after the loss is not answered 5s after the node was free")
+	}
 }
 
 func TestRedisWithAPasswordAndTLS(t *testing.T) {

@@ -59,10 +59,13 @@ type FrontEnd struct {
 	done       sync.WaitGroup
 	closed     atomic.Bool
 
-	// epoch is the value of the epoch key at the last check: a Redis that
-	// lost its data (restarted without persistence, or flushed) has another,
-	// or none. Only check uses it.
-	epoch string
+	// epoch is the value of the epoch key at the last check, under mu: a
+	// Redis that lost its data (restarted without persistence, or flushed)
+	// has another, or none. Admissions pass it to Redis, which refuses
+	// them under another. checkMu keeps checks in turn, so that a check
+	// that began before another does not end after it.
+	epoch   string
+	checkMu sync.Mutex
 
 	up      atomic.Bool  // Redis answered the last check
 	nodes   atomic.Int64 // nodes heard from within nodeSilence, at the last check
@@ -87,6 +90,7 @@ type call struct {
 	owner    string     // the node it counts for in the balance; under comebacks.mu
 	ended    bool       // settled: it counts for no node any more; under comebacks.mu
 	ids      []string   // the items' stream ids, once admitted
+	epoch    string     // the epoch it was admitted in; under FrontEnd.mu
 	sent     time.Time  // when it was submitted
 	gaveUp   bool       // its caller left before the verdict; under FrontEnd.mu
 
@@ -110,14 +114,22 @@ type call struct {
 // requests do not pile up behind a busy node while others could run
 // them). It answers,
 // per request, the stream its items went to and their ids there, or -1
-// when it refused them.
+// when it refused them. It admits nothing, answering an EPOCH error, when
+// the epoch key does not hold the front end's epoch: Redis lost its data
+// since the front end last checked, and it must fail the calls admitted
+// before the loss, and only those, first.
 //
-//	KEYS[1] the items stream, KEYS[2] the live nodes, KEYS[3] the node streams
+//	KEYS[1] the items stream, KEYS[2] the live nodes, KEYS[3] the node
+//	        streams, KEYS[4] the epoch
 //	ARGV    max backlog, the stream's trim bound, now (unix ms), how long a
-//	        node may be silent (ms), the node streams' prefix, then per
-//	        request: "1" when keys follow, the node it is routed to (or
-//	        ""), its number of items n, then n × (header, [key], value)
+//	        node may be silent (ms), the node streams' prefix, the front
+//	        end's epoch, then per request: "1" when keys follow, the node
+//	        it is routed to (or ""), its number of items n, then n ×
+//	        (header, [key], value)
 var admitScript = redis.NewScript(`
+if redis.call('GET', KEYS[4]) ~= ARGV[6] then
+  return redis.error_reply('EPOCH redis lost its data since the front end last checked it')
+end
 local bound, trim = tonumber(ARGV[1]), ARGV[2]
 local now, silence, prefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local backlog = redis.call('XLEN', KEYS[1])
@@ -150,7 +162,7 @@ local function sharedWaits()
   return waiting
 end
 local verdicts = {}
-local j = 6
+local j = 7
 while j <= #ARGV do
   local keyed, route, n = ARGV[j] == '1', ARGV[j + 1], tonumber(ARGV[j + 2])
   j = j + 3
@@ -529,14 +541,22 @@ func (fe *FrontEnd) noteIdleLocked() {
 // failAllLocked ends every waiting call with err. It requires that fe.mu is
 // held.
 func (fe *FrontEnd) failAllLocked(err error) {
-	for seq, c := range fe.calls {
-		delete(fe.calls, seq)
-		fe.back.settled(c)
-		fe.stats.failed.Add(uint64(c.left))
-		c.failure = err
-		close(c.over)
+	for _, c := range fe.calls {
+		fe.failLocked(c, err)
 	}
-	fe.held = 0
+}
+
+// failLocked ends c, waiting, with err. It requires that fe.mu is held.
+func (fe *FrontEnd) failLocked(c *call, err error) {
+	if fe.calls[c.seq] != c {
+		return // ended already
+	}
+	delete(fe.calls, c.seq)
+	fe.held -= c.left
+	fe.back.settled(c)
+	fe.stats.failed.Add(uint64(c.left))
+	c.failure = err
+	close(c.over)
 }
 
 // writeLoop puts the submitted requests on the stream, many in one round
@@ -879,30 +899,44 @@ func (fe *FrontEnd) admit(batch []*call) {
 		chunks = append(chunks, batch[start:end])
 		start = end
 	}
+	var epoch string
 	run := func(chunks [][]*call) []*redis.Cmd {
+		fe.mu.Lock()
+		epoch = fe.epoch
+		fe.mu.Unlock()
 		pipe := fe.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(chunks))
 		for i, chunk := range chunks {
-			cmds[i] = admitScript.EvalSha(ctx, pipe, []string{fe.k.items, fe.k.nodes, fe.k.streams}, fe.admitArgs(chunk)...)
+			cmds[i] = admitScript.EvalSha(ctx, pipe, []string{fe.k.items, fe.k.nodes, fe.k.streams, fe.k.epoch}, fe.admitArgs(chunk, epoch)...)
 		}
 		_, _ = pipe.Exec(ctx) // each command's own error is read below
 		return cmds
 	}
 	cmds := run(chunks)
-	if err := cmds[0].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+	err := cmds[0].Err()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		// Redis restarted, or flushed its scripts: every chunk failed alike.
-		if err := admitScript.Load(ctx, fe.rdb).Err(); err == nil {
+		if err = admitScript.Load(ctx, fe.rdb).Err(); err == nil {
+			cmds = run(chunks)
+			err = cmds[0].Err()
+		}
+	}
+	if err != nil && redis.HasErrorPrefix(err, "EPOCH") {
+		// Redis lost its data since the last check: the check fails the
+		// calls admitted before, and these go in the new epoch.
+		if err = fe.check(ctx); err == nil {
 			cmds = run(chunks)
 		}
 	}
 	for i, cmd := range cmds {
-		fe.tell(chunks[i], cmd)
+		fe.tell(chunks[i], cmd, epoch)
 	}
 }
 
 // tell gives each call of chunk its verdict from cmd, the admission
-// script's run for them.
-func (fe *FrontEnd) tell(chunk []*call, cmd *redis.Cmd) {
+// script's run for them in epoch. A call admitted in an epoch that a check
+// has ended since has lost its items with Redis's data: it fails.
+func (fe *FrontEnd) tell(chunk []*call, cmd *redis.Cmd, epoch string) {
 	verdicts, err := cmd.Slice()
 	if err == nil && len(verdicts) != len(chunk) {
 		err = fmt.Errorf("the admission script answered %d verdicts for %d requests", len(verdicts), len(chunk))
@@ -929,9 +963,12 @@ func (fe *FrontEnd) tell(chunk []*call, cmd *redis.Cmd) {
 				ids[j], _ = id.(string)
 			}
 			fe.mu.Lock()
-			c.stream, c.ids = stream, ids
-			if c.gaveUp {
+			c.stream, c.ids, c.epoch = stream, ids, epoch
+			switch {
+			case c.gaveUp:
 				fe.withdraw(stream, ids) // its caller left meanwhile
+			case epoch != fe.epoch:
+				fe.failLocked(c, fe.lostError())
 			}
 			fe.mu.Unlock()
 		default: // -1: refused
@@ -971,13 +1008,13 @@ func (fe *FrontEnd) withdraw(stream string, ids []string) {
 	}()
 }
 
-func (fe *FrontEnd) admitArgs(batch []*call) []any {
-	n := 5
+func (fe *FrontEnd) admitArgs(batch []*call, epoch string) []any {
+	n := 6
 	for _, c := range batch {
 		n += 3 + 2*len(c.items) + len(c.keys)
 	}
 	args := make([]any, 0, n)
-	args = append(args, fe.cfg.MaxBacklog, 2*fe.cfg.MaxBacklog, time.Now().UnixMilli(), nodeSilence.Milliseconds(), fe.k.items+":")
+	args = append(args, fe.cfg.MaxBacklog, 2*fe.cfg.MaxBacklog, time.Now().UnixMilli(), nodeSilence.Milliseconds(), fe.k.items+":", epoch)
 	ttl := fe.cfg.ReplyTTL.Milliseconds()
 	var header []byte
 	for _, c := range batch {
@@ -1154,6 +1191,8 @@ func (fe *FrontEnd) checkLoop() {
 // calls waiting for answers when Redis has lost its data since the last
 // check.
 func (fe *FrontEnd) check(ctx context.Context) error {
+	fe.checkMu.Lock()
+	defer fe.checkMu.Unlock()
 	pipe := fe.rdb.Pipeline()
 	since := "(" + unixMs(time.Now().Add(-nodeSilence))
 	nodes := pipe.ZCount(ctx, fe.k.nodes, since, "+inf")
@@ -1175,33 +1214,48 @@ func (fe *FrontEnd) check(ctx context.Context) error {
 	fe.nodes.Store(nodes.Val())
 	fe.leaving.Store(leaving.Val())
 	fe.backlog.Store(backlog.Val())
+	fe.mu.Lock()
 	if last := fe.epoch; epoch.Val() != last {
 		fe.epoch = epoch.Val()
 		if last != "" {
-			fe.lostData()
+			fe.lostDataLocked()
 		}
 	}
+	fe.mu.Unlock()
 	if !fe.up.Swap(true) {
 		fe.cfg.Logger.Info("redis reachable", "redis", endpoint(fe.rdb))
 	}
 	return nil
 }
 
-// lostData fails the calls waiting for answers: Redis lost their items
-// (it came back from a restart without its data, or was flushed), and no
-// node will read them. An item a node held as it happened may still be
-// answered; that answer is dropped. A call admitted between the loss and
-// this check fails too, though its items are there: at most one check
-// apart.
-func (fe *FrontEnd) lostData() {
-	err := fmt.Errorf("%w: redis at %s lost its data (restarted without persistence, or flushed): the items waiting there are gone", supervisor.ErrUnavailable, endpoint(fe.rdb))
-	fe.mu.Lock()
-	defer fe.mu.Unlock()
-	if len(fe.calls) > 0 {
-		fe.cfg.Logger.Error("failing the requests waiting for answers", "requests", len(fe.calls), "err", err)
-		fe.failAllLocked(err)
-		fe.noteIdleLocked()
+// lostDataLocked fails the calls admitted before the epoch changed and
+// waiting for answers: Redis lost their items (it came back from a restart
+// without its data, or was flushed), and no node will read them. An item a
+// node held as it happened may still be answered; that answer is dropped.
+// The calls admitted in the new epoch (Redis refuses an admission in the
+// old one) and those not yet admitted go on. It requires that fe.mu is
+// held.
+func (fe *FrontEnd) lostDataLocked() {
+	err := fe.lostError()
+	var lost []*call
+	for _, c := range fe.calls {
+		if c.epoch != "" && c.epoch != fe.epoch {
+			lost = append(lost, c)
+		}
 	}
+	if len(lost) == 0 {
+		return
+	}
+	fe.cfg.Logger.Error("failing the requests waiting for answers", "requests", len(lost), "err", err)
+	for _, c := range lost {
+		fe.failLocked(c, err)
+	}
+	fe.noteIdleLocked()
+}
+
+// lostError is the error of a call whose items Redis lost.
+func (fe *FrontEnd) lostError() error {
+	return fmt.Errorf("%w: redis at %s lost its data (restarted without persistence, or flushed): the items waiting there are gone", supervisor.ErrUnavailable, endpoint(fe.rdb))
 }
 
 // noteDown marks Redis unreachable after a failed command that did not get
