@@ -777,6 +777,37 @@ func TestRedisWithAPasswordAndTLS(t *testing.T) {
 	}
 }
 
+// A node whose user may not write the reply streams cannot answer: it
+// leaves its items to a node that can, takes none until its writes go
+// through, and takes items again once they do.
+func TestANodeRedisRefusesToAnswerLeavesItsItemsToAnother(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	// Every key but the reply streams.
+	rs.Do(t, "ACL", "SETUSER", "noreply", "on", ">pw", "~streamer:items*", "~streamer:nodes", "~streamer:leaving",
+		"~streamer:poison", "~streamer:streams", "~streamer:epoch", "&*", "+@all")
+	limited := startNode(t, rs, newRecorder(), 4, func(c *broker.NodeConfig) { c.URL = "redis://noreply:pw@" + rs.Addr() + "/0" })
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	later := predictLater(t, fe, "x")
+	eventually(t, "the node says Redis refuses its answers", func() bool { return strings.Contains(limited.Stats().Refused, "NOPERM") })
+
+	startNode(t, rs, newRecorder(), 4, nil)
+	select {
+	case a := <-later:
+		if a.err != nil || string(a.out[0]) != "x" {
+			t.Fatalf("got %q, %v; want the answer of the node that may write it", a.out, a.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer 10s after a node that may write it started")
+	}
+
+	rs.Do(t, "ACL", "SETUSER", "noreply", "allkeys")
+	eventually(t, "the node takes items again once Redis takes its answers", func() bool {
+		s := limited.Stats()
+		return s.Refused == "" && s.Held == 0
+	})
+}
+
 func TestAnswersAreKeptUntilRedisHasRoomForThem(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{}) // noeviction: Redis's default
 	held := newRecorder()

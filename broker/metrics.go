@@ -14,6 +14,7 @@ import "github.com/prometheus/client_golang/prometheus"
 //	streamer_broker_node_items_total{event}     read, claimed, answered, expired, released, quarantined
 //	streamer_broker_node_write_failures_total   writes of answers Redis did not take (retried)
 //	streamer_broker_node_held_items             items the node holds now
+//	streamer_broker_node_refused                1 while Redis refuses the node's answers for want of a permission
 func Collector(fe *FrontEnd, node *Node) prometheus.Collector {
 	return &collector{fe: fe, node: node,
 		up:         prometheus.NewDesc("streamer_broker_redis_up", "1 when Redis answered the front end's last check, else 0.", nil, nil),
@@ -25,6 +26,7 @@ func Collector(fe *FrontEnd, node *Node) prometheus.Collector {
 		items:      prometheus.NewDesc("streamer_broker_node_items_total", "Items this node read from Redis (claimed: of them, taken over from a silent node), answered, found expired, released for another node, or refused as quarantined.", []string{"event"}, nil),
 		failures:   prometheus.NewDesc("streamer_broker_node_write_failures_total", "Writes of answers that Redis did not take; they are retried and their items kept.", nil, nil),
 		held:       prometheus.NewDesc("streamer_broker_node_held_items", "Items this node holds now, running or queued on its workers.", nil, nil),
+		refused:    prometheus.NewDesc("streamer_broker_node_refused", "1 while Redis refuses this node's answers for want of a permission (its user's ACL): it takes no items meanwhile, and leaves those it holds to other nodes.", nil, nil),
 	}
 }
 
@@ -33,7 +35,7 @@ type collector struct {
 	node *Node
 
 	up, nodes, backlog, maxBacklog, duplicates, withdrawn *prometheus.Desc
-	items, failures, held                                 *prometheus.Desc
+	items, failures, held, refused                        *prometheus.Desc
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
@@ -44,6 +46,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- c.items
 		ch <- c.failures
 		ch <- c.held
+		ch <- c.refused
 	}
 }
 
@@ -80,4 +83,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(c.failures, ns.WriteFailures)
 	gauge(c.held, float64(ns.Held))
+	refused := 0.0
+	if ns.Refused != "" {
+		refused = 1
+	}
+	gauge(c.refused, refused)
 }

@@ -65,6 +65,9 @@ type Node struct {
 	// with every item; written under poisonMu.
 	poison   atomic.Pointer[map[string]time.Time]
 	poisonMu sync.Mutex
+	// refused says why Redis refuses to take the node's answers, for want
+	// of a permission; nil while it takes them (see refuse).
+	refused atomic.Pointer[string]
 
 	stop    chan struct{} // closed: read no more
 	stopped chan struct{} // closed: the writer is done
@@ -111,6 +114,11 @@ type NodeStats struct {
 	WriteFailures uint64 `json:"write_failures"`
 	// Held is the items held now.
 	Held int `json:"held"`
+	// Refused says why Redis refuses the node's answers: its user lacks a
+	// permission. The node then takes no items and beats no more, and
+	// leaves those it holds to other nodes, until a write goes through.
+	// Empty while Redis takes them.
+	Refused string `json:"refused,omitempty"`
 }
 
 // NewNode returns a node for cfg, not yet running.
@@ -168,7 +176,15 @@ func (n *Node) Stats() NodeStats {
 		Expired: n.stats.expired.Load(), Released: n.stats.released.Load(), Quarantined: n.stats.quarantined.Load(),
 		WriteFailures: n.stats.writeFailures.Load(),
 		Held:          held,
+		Refused:       deref(n.refused.Load()),
 	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // Start joins the consumer group (making it when missing) and runs the
@@ -323,7 +339,7 @@ const quarantineRead = 256
 // holds only the callers it just answered.
 func (n *Node) wanted() (want int, block bool) {
 	free := n.free()
-	if free <= 0 {
+	if free <= 0 || n.refused.Load() != nil {
 		return 0, false
 	}
 	now, ahead := n.s.Room()
@@ -689,13 +705,20 @@ func (n *Node) writeWhole(batch []answerEntry) bool {
 			break
 		}
 		n.stats.writeFailures.Add(1)
-		n.cfg.Logger.Warn("write answers", "answers", len(batch), "redis", endpoint(n.rdb), "err", err)
+		if redis.HasErrorPrefix(err, "NOPERM") {
+			n.refuse(err, len(batch))
+		} else {
+			n.cfg.Logger.Warn("write answers", "answers", len(batch), "redis", endpoint(n.rdb), "err", err)
+		}
 		select {
 		case <-n.stopped:
 			return false
 		default:
 		}
 		retry.wait(n.stopped)
+	}
+	if n.refused.Swap(nil) != nil {
+		n.cfg.Logger.Info("redis takes this node's answers again; it takes items again", "redis", endpoint(n.rdb))
 	}
 	n.mu.Lock()
 	for _, a := range batch {
@@ -705,6 +728,23 @@ func (n *Node) writeWhole(batch []answerEntry) bool {
 	n.signalRoom()
 	n.stats.answered.Add(uint64(len(batch)))
 	return true
+}
+
+// refuse notes that Redis refused to take answers for err, a permission
+// the node's user lacks (an ACL that leaves out the reply streams, or
+// XADD). No retry fixes that until an operator does, and other nodes may
+// have the permission: the node takes no items, stops its heartbeat (so
+// that front ends route nothing to it, and other nodes adopt its own
+// stream) and stops keeping those it holds, which other nodes claim after
+// ClaimIdle and answer. It retries its writes meanwhile, and takes items
+// again once one goes through.
+func (n *Node) refuse(err error, answers int) {
+	msg := err.Error()
+	if n.refused.Swap(&msg) == nil {
+		n.cfg.Logger.Error("redis refuses this node's answers: its user lacks a permission; it takes no items and leaves those it holds to other nodes until a write goes through",
+			"answers", answers, "redis", endpoint(n.rdb), "err", err)
+		n.signalRoom() // a Shutdown waiting for the items need wait no more
+	}
 }
 
 // answersQuiet is how long the writer waits after the last answer posted
@@ -771,15 +811,24 @@ func (n *Node) flush(batch []answerEntry) error {
 	if err == nil {
 		return nil
 	}
+	if redis.HasErrorPrefix(err, "EXECABORT") {
+		// Refused whole, as a command was refused when queued (no
+		// memory, no permission): that command's error says why.
+		for _, cmd := range cmds {
+			if e := cmd.Err(); e != nil && !redis.HasErrorPrefix(e, "EXECABORT") {
+				return fmt.Errorf("%s: %w", cmd.Name(), e)
+			}
+		}
+		return err
+	}
 	// A command that failed as it ran (the group gone after a restart)
-	// needs no retry; a transaction refused or never received does.
+	// needs no retry; a transaction never received does.
 	for _, cmd := range cmds {
-		var answered redis.Error
-		if e := cmd.Err(); e != nil && (!errors.As(e, &answered) || redis.HasErrorPrefix(e, "EXECABORT")) {
+		if e := cmd.Err(); e != nil && !errors.As(e, new(redis.Error)) {
 			return e
 		}
 	}
-	if redis.HasErrorPrefix(err, "EXECABORT") || !errors.As(err, new(redis.Error)) {
+	if !errors.As(err, new(redis.Error)) {
 		return err
 	}
 	return nil
@@ -800,6 +849,9 @@ func (n *Node) upkeepLoop() {
 		case <-tick.C:
 		case <-n.stop:
 			return
+		}
+		if n.refused.Load() != nil {
+			continue // see refuse
 		}
 		if time.Since(lastBeat) >= heartbeat {
 			if err := n.beat(ctx); err != nil {
@@ -947,9 +999,9 @@ const claimPages = 16
 // Shutdown leaves the list of live nodes (so that front ends stop routing
 // requests to its own stream, and another node adopts what is there),
 // stops reading, and waits until ctx ends for the items held to be
-// answered and acknowledged. Meanwhile it beats as a node leaving (see
-// drainBeat). Items still held at the end stay in the group for another
-// node to claim.
+// answered and acknowledged, unless Redis refuses the node's answers (see
+// refuse). Meanwhile it beats as a node leaving (see drainBeat). Items
+// still held at the end stay in the group for another node to claim.
 func (n *Node) Shutdown(ctx context.Context) error {
 	select {
 	case <-n.stop:
@@ -972,6 +1024,11 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		held := len(n.held)
 		n.mu.Unlock()
 		if held == 0 {
+			break
+		}
+		if why := n.refused.Load(); why != nil {
+			// It cannot answer them: other nodes will.
+			err = fmt.Errorf("broker: node %s left %d items to be claimed, as redis refuses its answers: %s", n.cfg.Name, held, *why)
 			break
 		}
 		select {

@@ -550,7 +550,7 @@ func TestBrokerFullBacklogAnswers429(t *testing.T) {
 		return err == nil && strings.Contains(string(body), `streamer_broker_node_items_total{event="answered"} 5`)
 	})
 	wantMetrics(t, node, `streamer_broker_node_items_total{event="read"} 5`, `streamer_broker_node_items_total{event="claimed"} 0`,
-		"streamer_broker_node_held_items 0", "streamer_broker_node_write_failures_total 0")
+		"streamer_broker_node_held_items 0", "streamer_broker_node_write_failures_total 0", "streamer_broker_node_refused 0")
 }
 
 // wantMetrics fails unless s's /metrics has every line of want.
@@ -757,6 +757,31 @@ func TestBrokerWrongPasswordIsNamed(t *testing.T) {
 	startBrokerNode(t, rs, "--workers", "1")
 	url := strings.Replace(rs.URL(), "s3cret", "wrong", 1)
 	refusedThrough(t, url, []string{"WRONGPASS", "password"})
+}
+
+// TestBrokerNodeThatMayNotAnswerLeavesItsItemsToAnother: a node whose Redis
+// user may not write the reply streams logs Redis's refusal and says so in
+// /metrics; the item it held is answered by a node that may write, started
+// after it, once --claim-idle has passed.
+func TestBrokerNodeThatMayNotAnswerLeavesItsItemsToAnother(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	rs.Do(t, "ACL", "SETUSER", "noreply", "on", ">pw", "~"+brokerItemsKey+"*", "~"+brokerNodesKey, "~streamer:leaving",
+		"~streamer:poison", "~"+brokerStreamsKey, "~"+brokerEpochKey, "&*", "+@all")
+	node := []string{"--workers", "1", "--model", "sleep:1ms,0s", "--claim-idle", "1s"}
+	limited := launchBroker(t, "redis://noreply:pw@"+rs.Addr()+"/0", node...)
+	brokerLogField(t, limited, "node serving items from redis", "node")
+	front := startBrokerFront(t, rs)
+	waitReadyz(t, front, http.StatusOK)
+	waiting := predictLater(front, brokerWait, "x")
+	why := brokerLogField(t, limited, "redis refuses this node's answers: its user lacks a permission; it takes no items and leaves those it holds to other nodes until a write goes through", "err")
+	if !strings.Contains(why, "NOPERM") {
+		t.Errorf("the node's log says %q; want Redis's NOPERM", why)
+	}
+	wantMetrics(t, limited, "streamer_broker_node_refused 1")
+	startBrokerNode(t, rs, node...)
+	if a := <-waiting; a.err != nil || a.p.Status != http.StatusOK || len(a.p.Outputs) != 1 || a.p.Outputs[0] != "x" {
+		t.Errorf("the item the refused node held: %s, %v; want 200 with its input, from the other node", a.p, a.err)
+	}
 }
 
 // serveThrough runs a node and a front end on rs, both with extra flags,
