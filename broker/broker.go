@@ -57,6 +57,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -70,6 +71,9 @@ import (
 // keys are named. Only URL is required.
 type Config struct {
 	// URL is redis://[user:password@]host:port/db, or rediss:// for TLS.
+	// With ?master_name=NAME, host:port is a Sentinel (more go in
+	// &addr=host:port), which names the master of NAME, and the client
+	// follows it through failovers.
 	URL string
 	// TLS, when not nil, replaces the TLS settings a rediss:// URL implies
 	// (e.g. to trust a private CA).
@@ -163,12 +167,16 @@ func (c *Config) withDefaults() (Config, error) {
 	return cfg, nil
 }
 
-// connect makes the client for cfg.URL. Nothing is sent yet: a Redis that
-// is down now is retried as the front end or node runs.
-func connect(cfg Config, poolSize int) (*redis.Client, error) {
+// connect makes the client for cfg.URL, and names its Redis for messages
+// (without a password). Nothing is sent yet: a Redis that is down now is
+// retried as the front end or node runs.
+func connect(cfg Config, poolSize int) (rdb *redis.Client, where string, err error) {
+	if u, perr := url.Parse(cfg.URL); perr == nil && u.Query().Has("master_name") {
+		return connectFailover(cfg, poolSize)
+	}
 	opt, err := redis.ParseURL(cfg.URL)
 	if err != nil {
-		return nil, fmt.Errorf("broker: %w", err)
+		return nil, "", fmt.Errorf("broker: %w", err)
 	}
 	if cfg.TLS != nil {
 		tc := cfg.TLS.Clone()
@@ -185,11 +193,44 @@ func connect(cfg Config, poolSize int) (*redis.Client, error) {
 	opt.MaxRetries = -1
 	opt.PoolSize = poolSize
 	opt.DisableIdentity = true
-	return redis.NewClient(opt), nil
+	return redis.NewClient(opt), opt.Addr, nil
 }
 
-// endpoint names the Redis of a client in messages, without its password.
-func endpoint(rdb *redis.Client) string { return rdb.Options().Addr }
+// connectFailover is connect for a URL that names a master through its
+// Sentinels: the client asks them for the master's address as it
+// connects, and drops its connections to the old master when they
+// announce a failover.
+func connectFailover(cfg Config, poolSize int) (*redis.Client, string, error) {
+	opt, err := redis.ParseFailoverURL(cfg.URL)
+	if err != nil {
+		return nil, "", fmt.Errorf("broker: %w", err)
+	}
+	if opt.MasterName == "" {
+		return nil, "", fmt.Errorf("broker: %s: master_name is empty", redactURL(cfg.URL))
+	}
+	if cfg.TLS != nil {
+		// A failover moves the master to another host: its certificate
+		// must hold the name the TLS settings give (ServerName), or, with
+		// none, be signed for every address the Sentinels may name.
+		opt.TLSConfig = cfg.TLS.Clone()
+	}
+	opt.DialTimeout = time.Second
+	opt.ReadTimeout = 2 * time.Second
+	opt.WriteTimeout = 2 * time.Second
+	opt.MaxRetries = -1
+	opt.PoolSize = poolSize
+	opt.DisableIdentity = true
+	where := fmt.Sprintf("the master %q of sentinels %s", opt.MasterName, strings.Join(opt.SentinelAddrs, ","))
+	return redis.NewFailoverClient(opt), where, nil
+}
+
+// redactURL is u without its password, for messages.
+func redactURL(u string) string {
+	if p, err := url.Parse(u); err == nil {
+		return p.Redacted()
+	}
+	return "the redis URL"
+}
 
 // The fields of an item entry on the items stream. The header is
 // "FRONT SEQ INDEX DEADLINE TTL": the front end's id (where the answer

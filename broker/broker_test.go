@@ -757,6 +757,53 @@ func TestACallAdmittedJustAfterRedisLostItsDataIsAnswered(t *testing.T) {
 	}
 }
 
+// Through Sentinel, front ends and nodes follow a failover: when the master
+// is gone, the replica the Sentinel promotes serves them, without a
+// restart. The call whose item was running as the master went gets its
+// answer or a 503 naming Redis, never a hang.
+func TestAFailoverToTheReplicaIsFollowed(t *testing.T) {
+	master, replica, sentinel := redistest.StartFailover(t, "main")
+	viaSentinel := func(c *broker.Config) { c.URL = sentinel.FailoverURL() }
+	rec := newRecorder()
+	rec.hold["running"] = true
+	startNode(t, master, rec, 4, func(c *broker.NodeConfig) { viaSentinel(&c.Config) })
+	fe := startFront(t, master, func(c *broker.FrontEndConfig) { viaSentinel(&c.Config) })
+	eventually(t, "front end ready", fe.Ready)
+	if out, err := predict(t, fe, "before"); err != nil || string(out[0]) != "before" {
+		t.Fatalf("before the failover: %q, %v", out, err)
+	}
+	running := predictLater(t, fe, "running")
+	eventually(t, "the node runs the item", func() bool { return rec.runs("running") == 1 })
+	if got := master.Do(t, "WAIT", "1", "5000"); got != "1" {
+		t.Fatalf("WAIT 1 = %s, want the replica to have the item", got)
+	}
+
+	master.Vanish(t)
+	promoted := strings.Replace(replica.Addr(), ":", "\n", 1)
+	eventually(t, "the sentinel promotes the replica", func() bool {
+		return sentinel.Do(t, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "main") == promoted
+	})
+	close(rec.release)
+	select {
+	case a := <-running:
+		if a.err != nil && (!errors.Is(a.err, supervisor.ErrUnavailable) || !strings.Contains(a.err.Error(), "redis")) {
+			t.Errorf("the call whose item ran through the failover: %v; want its answer or ErrUnavailable naming Redis", a.err)
+		}
+		if a.err == nil && string(a.out[0]) != "running" {
+			t.Errorf("the call whose item ran through the failover: %q; want its own input", a.out)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call whose item ran through the failover is still waiting 10s after it")
+	}
+	eventually(t, "served by the promoted replica", func() bool {
+		out, err := predict(t, fe, "after")
+		return err == nil && string(out[0]) == "after"
+	})
+	if got := replica.Do(t, "XLEN", "streamer:items"); got != "0" {
+		t.Errorf("%s items left on the promoted replica's stream; want none", got)
+	}
+}
+
 func TestRedisWithAPasswordAndTLS(t *testing.T) {
 	for _, opt := range []redistest.Options{{Password: "s3cret"}, {User: "streamer", UserPassword: "pw"}, {TLS: true}} {
 		t.Run(fmt.Sprintf("%+v", opt), func(t *testing.T) {

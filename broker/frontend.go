@@ -41,6 +41,7 @@ type FrontEndConfig struct {
 type FrontEnd struct {
 	cfg      FrontEndConfig
 	rdb      *redis.Client
+	where    string // the Redis, named for messages
 	k        keys
 	id       string
 	replyKey string
@@ -234,14 +235,14 @@ func NewFrontEnd(cfg FrontEndConfig) (*FrontEnd, error) {
 	if cfg.MaxBacklog < 0 || cfg.MaxItems < 0 || cfg.Outage < 0 {
 		return nil, errors.New("broker: MaxBacklog, MaxItems and Outage must not be negative")
 	}
-	rdb, err := connect(cfg.Config, 32)
+	rdb, where, err := connect(cfg.Config, 32)
 	if err != nil {
 		return nil, err
 	}
 	id := randomHex(8)
 	k := newKeys(cfg.Prefix)
 	return &FrontEnd{
-		cfg: cfg, rdb: rdb, k: k, id: id, replyKey: k.replyPrefix + id,
+		cfg: cfg, rdb: rdb, where: where, k: k, id: id, replyKey: k.replyPrefix + id,
 		calls:      map[uint64]*call{},
 		submits:    make(chan *call, 1024),
 		idle:       make(chan struct{}, 1),
@@ -465,9 +466,9 @@ func (fe *FrontEnd) unavailable() error {
 		if p := fe.lastErr.Load(); p != nil {
 			msg = *p
 		}
-		return fmt.Errorf("%w: redis at %s does not serve: %s", supervisor.ErrUnavailable, endpoint(fe.rdb), msg)
+		return fmt.Errorf("%w: redis at %s does not serve: %s", supervisor.ErrUnavailable, fe.where, msg)
 	case fe.nodes.Load() == 0:
-		return fmt.Errorf("%w: no node has been heard from on redis at %s for %s", supervisor.ErrUnavailable, endpoint(fe.rdb), nodeSilence)
+		return fmt.Errorf("%w: no node has been heard from on redis at %s for %s", supervisor.ErrUnavailable, fe.where, nodeSilence)
 	}
 	return nil
 }
@@ -943,7 +944,7 @@ func (fe *FrontEnd) tell(chunk []*call, cmd *redis.Cmd, epoch string) {
 	}
 	if err != nil {
 		fe.noteDown(err)
-		err = fmt.Errorf("%w: redis at %s: %v", supervisor.ErrUnavailable, endpoint(fe.rdb), err)
+		err = fmt.Errorf("%w: redis at %s: %v", supervisor.ErrUnavailable, fe.where, err)
 		for _, c := range chunk {
 			c.admitted <- err
 		}
@@ -1206,7 +1207,7 @@ func (fe *FrontEnd) check(ctx context.Context) error {
 		// refusal to serve (a wrong password, no permission), as bad as
 		// no answer.
 		fe.markDown(err)
-		return fmt.Errorf("redis at %s: %w", endpoint(fe.rdb), err)
+		return fmt.Errorf("redis at %s: %w", fe.where, err)
 	}
 	// The counts first: Ready reads up and then nodes, and a count left
 	// from before an outage (Redis restarted without its data, and the
@@ -1223,7 +1224,7 @@ func (fe *FrontEnd) check(ctx context.Context) error {
 	}
 	fe.mu.Unlock()
 	if !fe.up.Swap(true) {
-		fe.cfg.Logger.Info("redis reachable", "redis", endpoint(fe.rdb))
+		fe.cfg.Logger.Info("redis reachable", "redis", fe.where)
 	}
 	return nil
 }
@@ -1255,7 +1256,7 @@ func (fe *FrontEnd) lostDataLocked() {
 
 // lostError is the error of a call whose items Redis lost.
 func (fe *FrontEnd) lostError() error {
-	return fmt.Errorf("%w: redis at %s lost its data (restarted without persistence, or flushed): the items waiting there are gone", supervisor.ErrUnavailable, endpoint(fe.rdb))
+	return fmt.Errorf("%w: redis at %s lost its data (restarted without persistence, or flushed): the items waiting there are gone", supervisor.ErrUnavailable, fe.where)
 }
 
 // noteDown marks Redis unreachable after a failed command that did not get
@@ -1273,7 +1274,7 @@ func (fe *FrontEnd) markDown(err error) {
 	msg := err.Error()
 	fe.lastErr.Store(&msg)
 	if fe.up.Swap(false) {
-		fe.cfg.Logger.Error("redis does not serve", "redis", endpoint(fe.rdb), "err", err)
+		fe.cfg.Logger.Error("redis does not serve", "redis", fe.where, "err", err)
 	}
 }
 

@@ -44,11 +44,12 @@ type NodeConfig struct {
 // and only then acknowledges the items. It claims the items of nodes that
 // have been silent for ClaimIdle.
 type Node struct {
-	cfg NodeConfig
-	rdb *redis.Client
-	k   keys
-	own string // the node's own stream
-	s   *supervisor.Streamer
+	cfg   NodeConfig
+	rdb   *redis.Client
+	where string // the Redis, named for messages
+	k     keys
+	own   string // the node's own stream
+	s     *supervisor.Streamer
 
 	mu   sync.Mutex
 	held map[entry]time.Time // the items held, since when they were last claimed by us
@@ -144,13 +145,13 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		host, _ := os.Hostname()
 		cfg.Name = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomHex(3))
 	}
-	rdb, err := connect(cfg.Config, 8)
+	rdb, where, err := connect(cfg.Config, 8)
 	if err != nil {
 		return nil, err
 	}
 	k := newKeys(cfg.Prefix)
 	n := &Node{
-		cfg: cfg, rdb: rdb, k: k, own: k.nodeItems(cfg.Name), s: cfg.Streamer,
+		cfg: cfg, rdb: rdb, where: where, k: k, own: k.nodeItems(cfg.Name), s: cfg.Streamer,
 		held:    map[entry]time.Time{},
 		claimAt: map[string]string{},
 		room:    make(chan struct{}, 1),
@@ -211,11 +212,11 @@ func (n *Node) join(ctx context.Context) error {
 	for _, key := range []string{n.k.items, n.own} {
 		err := n.rdb.XGroupCreateMkStream(ctx, key, nodeGroup, "0").Err()
 		if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
-			return fmt.Errorf("broker: join group %s of %s on redis at %s: %w", nodeGroup, key, endpoint(n.rdb), err)
+			return fmt.Errorf("broker: join group %s of %s on redis at %s: %w", nodeGroup, key, n.where, err)
 		}
 	}
 	if err := n.rdb.SAdd(ctx, n.k.streams, n.own).Err(); err != nil {
-		return fmt.Errorf("broker: list %s on redis at %s: %w", n.own, endpoint(n.rdb), err)
+		return fmt.Errorf("broker: list %s on redis at %s: %w", n.own, n.where, err)
 	}
 	return nil
 }
@@ -306,7 +307,7 @@ func (n *Node) readLoop() {
 			if ctx.Err() != nil {
 				return
 			}
-			n.cfg.Logger.Warn("read items", "redis", endpoint(n.rdb), "err", err)
+			n.cfg.Logger.Warn("read items", "redis", n.where, "err", err)
 			retry.wait(n.stop)
 			continue
 		}
@@ -708,7 +709,7 @@ func (n *Node) writeWhole(batch []answerEntry) bool {
 		if redis.HasErrorPrefix(err, "NOPERM") {
 			n.refuse(err, len(batch))
 		} else {
-			n.cfg.Logger.Warn("write answers", "answers", len(batch), "redis", endpoint(n.rdb), "err", err)
+			n.cfg.Logger.Warn("write answers", "answers", len(batch), "redis", n.where, "err", err)
 		}
 		select {
 		case <-n.stopped:
@@ -718,7 +719,7 @@ func (n *Node) writeWhole(batch []answerEntry) bool {
 		retry.wait(n.stopped)
 	}
 	if n.refused.Swap(nil) != nil {
-		n.cfg.Logger.Info("redis takes this node's answers again; it takes items again", "redis", endpoint(n.rdb))
+		n.cfg.Logger.Info("redis takes this node's answers again; it takes items again", "redis", n.where)
 	}
 	n.mu.Lock()
 	for _, a := range batch {
@@ -742,7 +743,7 @@ func (n *Node) refuse(err error, answers int) {
 	msg := err.Error()
 	if n.refused.Swap(&msg) == nil {
 		n.cfg.Logger.Error("redis refuses this node's answers: its user lacks a permission; it takes no items and leaves those it holds to other nodes until a write goes through",
-			"answers", answers, "redis", endpoint(n.rdb), "err", err)
+			"answers", answers, "redis", n.where, "err", err)
 		n.signalRoom() // a Shutdown waiting for the items need wait no more
 	}
 }
@@ -881,7 +882,7 @@ func (n *Node) beat(ctx context.Context) error {
 	pipe.ZRemRangeByScore(ctx, n.k.poison, "-inf", unixMs(now))
 	poison := pipe.ZRangeWithScores(ctx, n.k.poison, 0, -1)
 	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("redis at %s: %w", endpoint(n.rdb), err)
+		return fmt.Errorf("redis at %s: %w", n.where, err)
 	}
 	hashes := make(map[string]time.Time, len(poison.Val()))
 	for _, z := range poison.Val() {

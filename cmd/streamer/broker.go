@@ -28,7 +28,7 @@ type brokerOptions struct {
 }
 
 func addBrokerFlags(f *pflag.FlagSet, o *brokerOptions) {
-	f.StringVar(&o.url, "broker", os.Getenv("STREAMER_BROKER"), "redis://[user:password@]host:port/db (or rediss:// for TLS) shared by front ends and GPU nodes: requests go through it and every node with --workers > 0 serves them (default $STREAMER_BROKER)")
+	f.StringVar(&o.url, "broker", os.Getenv("STREAMER_BROKER"), "redis://[user:password@]host:port/db (or rediss:// for TLS) shared by front ends and GPU nodes: requests go through it and every node with --workers > 0 serves them; with ?master_name=NAME, host:port is a Sentinel (more: &addr=host:port) and the master of NAME is followed through failovers (default $STREAMER_BROKER)")
 	f.StringVar(&o.prefix, "stream-prefix", broker.DefaultPrefix, "prefix of every Redis key, to keep several models apart on one Redis")
 	f.DurationVar(&o.claimIdle, "claim-idle", broker.DefaultClaimIdle, "with --broker: how long a node may hold items without a sign of life before another node claims and answers them")
 	f.DurationVar(&o.replyTTL, "reply-ttl", broker.DefaultReplyTTL, "with --broker: how long this front end's answers stay in Redis after the last was written, when nobody reads them (it died); its items carry it to the nodes")

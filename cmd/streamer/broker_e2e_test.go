@@ -784,6 +784,35 @@ func TestBrokerNodeThatMayNotAnswerLeavesItsItemsToAnother(t *testing.T) {
 	}
 }
 
+// TestBrokerFollowsASentinelFailover: a front end and a node given a
+// Sentinel's URL (?master_name=) serve through the master it names, and,
+// once that master's machine is gone and the Sentinel has promoted the
+// replica, through the replica, without a restart.
+func TestBrokerFollowsASentinelFailover(t *testing.T) {
+	master, replica, sentinel := redistest.StartFailover(t, "main")
+	url := sentinel.FailoverURL()
+	node := launchBroker(t, url, "--workers", "1", "--model", "sleep:1ms,0s")
+	brokerLogField(t, node, "node serving items from redis", "node")
+	front := launchBroker(t, url, "--workers", "0")
+	waitReadyz(t, front, http.StatusOK)
+	if p, err := predictWithin(front, requestTimeout, 0, "before"); err != nil || p.Status != http.StatusOK || len(p.Outputs) != 1 || p.Outputs[0] != "before" {
+		t.Fatalf("through the first master: %s, %v; want 200 with its input", p, err)
+	}
+
+	master.Vanish(t)
+	promoted := strings.Replace(replica.Addr(), ":", "\n", 1)
+	waitFor(t, "the sentinel to promote the replica", brokerWait, func() bool {
+		return sentinel.Do(t, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "main") == promoted
+	})
+	waitFor(t, "a request answered through the promoted replica", brokerWait, func() bool {
+		p, err := predictWithin(front, requestTimeout, 0, "after")
+		return err == nil && p.Status == http.StatusOK && len(p.Outputs) == 1 && p.Outputs[0] == "after"
+	})
+	if n := redisItems(t, replica); n != 0 {
+		t.Errorf("%d items left on the promoted replica's stream; want none", n)
+	}
+}
+
 // serveThrough runs a node and a front end on rs, both with extra flags,
 // and checks a request is answered.
 func serveThrough(t *testing.T, rs *redistest.Server, extra ...string) {

@@ -57,7 +57,24 @@ type Options struct {
 	// MaxMemory is the server's maxmemory in Redis's notation ("64mb").
 	// Empty: no limit.
 	MaxMemory string
+
+	// ReplicaOf, when not nil, makes the server a replica of that one,
+	// which must run without TLS (its Password is the replica's
+	// masterauth).
+	ReplicaOf *Server
+
+	// Watch, when not nil, makes the process a Sentinel rather than a
+	// data server: it watches that server as the master named MasterName
+	// (quorum 1: it alone decides), takes it for down after
+	// SentinelDownAfter without an answer, and then promotes one of its
+	// replicas. Password, User, TLS, Persist and MaxMemory do not apply.
+	Watch      *Server
+	MasterName string
 }
+
+// SentinelDownAfter is how long a Sentinel of Options.Watch waits for an
+// answer from the master before it takes it for down and fails over.
+const SentinelDownAfter = 500 * time.Millisecond
 
 // Server is a redis-server process run for one test. Its address, directory
 // and credentials stay the same across Kill and Restart.
@@ -126,6 +143,30 @@ func Start(t testing.TB, opt Options) *Server {
 	}
 }
 
+// StartFailover runs a master, a replica of it and a Sentinel that watches
+// the master as name, and returns once the replica has synced and the
+// Sentinel knows it (so that it can promote it), or fails the test after
+// readyTimeout. Kill the master, and the Sentinel promotes the replica about
+// SentinelDownAfter later.
+func StartFailover(t testing.TB, name string) (master, replica, sentinel *Server) {
+	t.Helper()
+	master = Start(t, Options{})
+	replica = Start(t, Options{ReplicaOf: master})
+	sentinel = Start(t, Options{Watch: master, MasterName: name})
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		synced := strings.Contains(replica.Do(t, "INFO", "replication"), "master_link_status:up")
+		known := strings.Contains(sentinel.Do(t, "SENTINEL", "REPLICAS", name), strconv.Itoa(replica.port))
+		if synced && known {
+			return master, replica, sentinel
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: after %s, the replica synced: %v, the sentinel knows it: %v", readyTimeout, synced, known)
+		}
+		time.Sleep(readyPollInterval)
+	}
+}
+
 // Addr returns the server's address, "127.0.0.1:PORT".
 func (s *Server) Addr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
@@ -145,6 +186,18 @@ func (s *Server) URL() string {
 		u.User = url.UserPassword(s.opt.User, s.opt.UserPassword)
 	case s.opt.Password != "":
 		u.User = url.UserPassword("", s.opt.Password)
+	}
+	return u.String()
+}
+
+// FailoverURL returns the URL through which a client finds the master that
+// a Sentinel (Options.Watch) watches, as go-redis's ParseFailoverURL reads
+// it: redis://127.0.0.1:PORT/0?master_name=NAME, with the master's password
+// when it has one.
+func (s *Server) FailoverURL() string {
+	u := url.URL{Scheme: "redis", Host: s.Addr(), Path: "/0", RawQuery: url.Values{"master_name": {s.opt.MasterName}}.Encode()}
+	if w := s.opt.Watch; w != nil && w.opt.Password != "" {
+		u.User = url.UserPassword("", w.opt.Password)
 	}
 	return u.String()
 }
@@ -171,6 +224,21 @@ func (s *Server) Kill() {
 	_ = s.cmd.Process.Kill()
 	<-s.exited
 	s.cmd = nil
+}
+
+// Vanish ends the server with SIGKILL, as Kill does, and then holds its
+// port until the test ends, accepting connections that nothing answers: a
+// machine gone from the network, whose address no other process of the
+// test run can take (a Sentinel or a client would then reach that process
+// instead). Restart fails after it.
+func (s *Server) Vanish(t testing.TB) {
+	t.Helper()
+	s.Kill()
+	ln, err := net.Listen("tcp", s.Addr())
+	if err != nil {
+		t.Fatalf("redistest: hold the port of the server gone: %v", err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
 }
 
 // Restart starts the server again on the same port and in the same
@@ -314,6 +382,9 @@ func (s *Server) launch() error {
 	logStart := info.Size()
 
 	cmd := exec.Command(s.binary, confPath)
+	if s.opt.Watch != nil {
+		cmd.Args = append(cmd.Args, "--sentinel")
+	}
 	cmd.Dir = s.dir
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = sysProcAttr()
@@ -461,7 +532,26 @@ func (s *Server) config() string {
 	set("daemonize", "no")
 	set("dir", s.dir)
 	set("logfile", s.logPath())
+	if w := s.opt.Watch; w != nil {
+		// Sentinel rewrites this file as it learns the replicas and
+		// fails over; a restart starts it afresh.
+		name := s.opt.MasterName
+		set("port", port)
+		set("sentinel", "monitor", name, "127.0.0.1", strconv.Itoa(w.port), "1")
+		set("sentinel", "down-after-milliseconds", name, strconv.FormatInt(SentinelDownAfter.Milliseconds(), 10))
+		set("sentinel", "failover-timeout", name, "5000")
+		if w.opt.Password != "" {
+			set("sentinel", "auth-pass", name, w.opt.Password)
+		}
+		return b.String()
+	}
 	set("save", "")
+	if m := s.opt.ReplicaOf; m != nil {
+		set("replicaof", "127.0.0.1", strconv.Itoa(m.port))
+		if m.opt.Password != "" {
+			set("masterauth", m.opt.Password)
+		}
+	}
 	if s.opt.TLS {
 		set("port", "0")
 		set("tls-port", port)

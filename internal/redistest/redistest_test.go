@@ -418,3 +418,34 @@ func fatalMessage(t *testing.T, f func(testing.TB)) string {
 	}
 	return rec.msg
 }
+
+func TestSentinelPromotesTheReplicaWhenTheMasterDies(t *testing.T) {
+	t.Parallel()
+	master, replica, sentinel := redistest.StartFailover(t, "main")
+	if got := sentinel.Do(t, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "main"); got != strings.Replace(master.Addr(), ":", "\n", 1) {
+		t.Fatalf("the sentinel's master: %q, want %s", got, master.Addr())
+	}
+	master.Do(t, "SET", "k", "v")
+	if got := master.Do(t, "WAIT", "1", "5000"); got != "1" {
+		t.Fatalf("WAIT 1 = %s, want the replica to have the write", got)
+	}
+	master.Vanish(t)
+	// The Sentinel names the new master once it has promoted it.
+	promoted := strings.Replace(replica.Addr(), ":", "\n", 1)
+	deadline := time.Now().Add(15 * time.Second)
+	for sentinel.Do(t, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "main") != promoted {
+		if time.Now().After(deadline) {
+			t.Fatal("the sentinel names no other master 15s after the master died")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := replica.Do(t, "ROLE"); !strings.HasPrefix(got, "master") {
+		t.Errorf("ROLE of the promoted replica: %q, want master", got)
+	}
+	if got := replica.Do(t, "GET", "k"); got != "v" {
+		t.Errorf("GET k on the promoted replica = %q, want v", got)
+	}
+	if want := "redis://" + sentinel.Addr() + "/0?master_name=main"; sentinel.FailoverURL() != want {
+		t.Errorf("FailoverURL() = %q, want %q", sentinel.FailoverURL(), want)
+	}
+}
