@@ -45,7 +45,10 @@
 // what its workers can run soon, so no node hoards the stream while another
 // idles. Deadlines travel with the items: an item whose deadline passed in
 // Redis is never run. An item that crashes one node's model is refused by
-// every node for the quarantine's time.
+// every node for the quarantine's time. A call whose items Redis lost
+// (restarted without its data, or failed over to a replica that lacked
+// them) fails with ErrUnavailable rather than waiting for ever: see check
+// and lookForLost.
 package broker
 
 import (

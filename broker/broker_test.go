@@ -804,6 +804,47 @@ func TestAFailoverToTheReplicaIsFollowed(t *testing.T) {
 	}
 }
 
+// A Redis that loses some items and keeps its other data (a failover to a
+// replica that lacked them, a restart that lost its last writes) keeps its
+// epoch: the front end finds the calls whose items are gone by looking for
+// them, and fails those alone.
+func TestCallsWhoseItemsRedisLostAreTold(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fakeGroup(t, rs)
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	kept := predictLater(t, fe, "kept")
+	eventually(t, "the first item on the stream", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "1" })
+	lost := predictLater(t, fe, "lost")
+	eventually(t, "the second item on the stream", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "2" })
+	id, _, _ := strings.Cut(rs.Do(t, "XREVRANGE", "streamer:items", "+", "-", "COUNT", "1"), "\n")
+	if got := rs.Do(t, "XDEL", "streamer:items", id); got != "1" {
+		t.Fatalf("XDEL %s: %s", id, got)
+	}
+
+	select {
+	case a := <-lost:
+		if !errors.Is(a.err, supervisor.ErrUnavailable) || !strings.Contains(a.err.Error(), "lost the request's items") {
+			t.Errorf("the call whose item Redis lost: %q, %v; want ErrUnavailable saying Redis lost its items", a.out, a.err)
+		}
+	case <-time.After(8 * time.Second):
+		t.Fatal("the call whose item Redis lost is still waiting 8s after the loss")
+	}
+	if got := fe.FrontEndStats().Lost; got != 1 {
+		t.Errorf("FrontEndStats().Lost = %d, want 1", got)
+	}
+	// The look that found the second item gone looked for the first, older.
+	select {
+	case a := <-kept:
+		t.Fatalf("the call whose item waits in Redis ended: %q, %v", a.out, a.err)
+	default:
+	}
+	startNode(t, rs, newRecorder(), 4, nil)
+	if a := <-kept; a.err != nil || string(a.out[0]) != "kept" {
+		t.Errorf("the call whose item waited in Redis: %q, %v; want its answer", a.out, a.err)
+	}
+}
+
 func TestRedisWithAPasswordAndTLS(t *testing.T) {
 	for _, opt := range []redistest.Options{{Password: "s3cret"}, {User: "streamer", UserPassword: "pw"}, {TLS: true}} {
 		t.Run(fmt.Sprintf("%+v", opt), func(t *testing.T) {

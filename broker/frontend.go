@@ -74,8 +74,15 @@ type FrontEnd struct {
 	backlog atomic.Int64 // the stream's length at the last check
 	lastErr atomic.Pointer[string]
 
+	// readTo is the last entry of the reply stream the reader has
+	// delivered; readMoved is closed, and replaced, when it moves (see
+	// lookForLost).
+	readMu    sync.Mutex
+	readTo    streamID
+	readMoved chan struct{}
+
 	stats struct {
-		submitted, answered, failed, rejected, expired, duplicates, withdrawn atomic.Uint64
+		submitted, answered, failed, rejected, expired, duplicates, withdrawn, lost atomic.Uint64
 	}
 }
 
@@ -248,6 +255,7 @@ func NewFrontEnd(cfg FrontEndConfig) (*FrontEnd, error) {
 		idle:       make(chan struct{}, 1),
 		writerDone: make(chan struct{}),
 		closing:    make(chan struct{}),
+		readMoved:  make(chan struct{}),
 	}, nil
 }
 
@@ -316,6 +324,10 @@ type FrontEndStats struct {
 	// Withdrawn counts the items deleted from the stream before any node
 	// read them, as their request was canceled or past its deadline.
 	Withdrawn uint64 `json:"withdrawn"`
+	// Lost counts the items of requests failed because Redis lost them and
+	// kept its other data (a failover to a replica that lacked them, a
+	// restart that lost its last writes).
+	Lost uint64 `json:"lost"`
 }
 
 // Metrics are the front end's counters of its traffic through Redis (see
@@ -327,6 +339,7 @@ func (fe *FrontEnd) FrontEndStats() FrontEndStats {
 	return FrontEndStats{
 		RedisUp: fe.up.Load(), Nodes: fe.nodes.Load(), Backlog: fe.backlog.Load(),
 		MaxBacklog: fe.cfg.MaxBacklog, Duplicates: fe.stats.duplicates.Load(), Withdrawn: fe.stats.withdrawn.Load(),
+		Lost: fe.stats.lost.Load(),
 	}
 }
 
@@ -1076,6 +1089,7 @@ func (fe *FrontEnd) readLoop() {
 			}
 			fe.deliver(st.Messages)
 			last = st.Messages[len(st.Messages)-1].ID
+			fe.noteRead(last)
 			read += len(st.Messages)
 		}
 		if read > 0 && (read >= 1024 || time.Since(lastTrim) > time.Second) {
@@ -1149,11 +1163,19 @@ func (fe *FrontEnd) deliver(msgs []redis.XMessage) {
 // checkLoop checks Redis and the nodes every quarter second, and fails the
 // waiting calls once either has been gone for Outage. A node leaving, which
 // finishes the items it holds, counts: its callers wait for its answers,
-// though no new request is admitted for it alone.
+// though no new request is admitted for it alone. It has Redis looked at
+// for lost items after each outage and every lostLookEvery.
 func (fe *FrontEnd) checkLoop() {
 	defer fe.done.Done()
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
+	var looks sync.WaitGroup
+	defer looks.Wait()
+	lookCtx, stopLooks := context.WithCancel(context.Background())
+	defer stopLooks()
+	looking := make(chan struct{}, 1) // a token while a look runs
+	var lookAll atomic.Bool           // Redis was down: look at every call
+	var lastLook time.Time
 	var goneSince time.Time
 	for {
 		select {
@@ -1164,6 +1186,31 @@ func (fe *FrontEnd) checkLoop() {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		err := fe.check(ctx)
 		cancel()
+		if err != nil {
+			lookAll.Store(true)
+		} else if lookAll.Load() || time.Since(lastLook) >= lostLookEvery {
+			select {
+			case looking <- struct{}{}:
+				lastLook = time.Now()
+				looks.Go(func() {
+					defer func() { <-looking }()
+					all := lookAll.Swap(false)
+					minAge := lostLookAge
+					if all {
+						minAge = 0
+					}
+					ctx, cancel := context.WithTimeout(lookCtx, lostLookEvery)
+					defer cancel()
+					if err := fe.lookForLost(ctx, minAge); err != nil {
+						lookAll.CompareAndSwap(false, all) // look again
+						if lookCtx.Err() == nil {
+							fe.cfg.Logger.Warn("look for items redis lost", "redis", fe.where, "err", err)
+						}
+					}
+				})
+			default: // one runs: a later check starts the next
+			}
+		}
 		if err == nil && fe.nodes.Load()+fe.leaving.Load() > 0 {
 			goneSince = time.Time{}
 			continue

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -452,6 +453,27 @@ func TestBrokerQuickRedisRestartTellsTheCallersItLost(t *testing.T) {
 	if p, err := predictWithin(front, 10*time.Second, 0, "after"); err != nil || p.Status != http.StatusOK || len(p.Outputs) != 1 || p.Outputs[0] != "after" {
 		t.Errorf("after the restart: %s, %v; want 200 with its input", p, err)
 	}
+}
+
+// TestBrokerFrontEndTellsTheCallerWhoseItemRedisLost: Redis loses one
+// waiting item and keeps the rest, epoch included, as a replica promoted
+// without the master's last writes does. The front end, which sees a node
+// alive (a heartbeat put there by hand, so that the item waits), finds the
+// item gone and answers its caller 503 saying so.
+func TestBrokerFrontEndTellsTheCallerWhoseItemRedisLost(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	rs.Do(t, "ZADD", brokerNodesKey, strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10), "elsewhere")
+	front := startBrokerFront(t, rs)
+	waitReadyz(t, front, http.StatusOK)
+	waiting := predictLater(front, brokerWait, "gone")
+	waitFor(t, "the item on the stream", brokerWait, func() bool { return redisItems(t, rs) == 1 })
+	id, _, _ := strings.Cut(rs.Do(t, "XRANGE", brokerItemsKey, "-", "+", "COUNT", "1"), "\n")
+	rs.Do(t, "XDEL", brokerItemsKey, id)
+	a := <-waiting
+	if a.err != nil || a.p.Status != http.StatusServiceUnavailable || !strings.Contains(a.p.Error, "lost the request's items") {
+		t.Errorf("the caller whose item Redis lost: %s, %v; want 503 saying Redis lost its items", a.p, a.err)
+	}
+	wantMetrics(t, front, "streamer_broker_lost_items_total 1")
 }
 
 // TestBrokerDeadFrontEndsKeysExpire: a front end killed under load leaves

@@ -1,0 +1,174 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// A Redis can lose some of its last writes and keep the rest: a replica
+// promoted by Sentinel lacks what the master had not yet sent it, and a
+// Redis restarted from an append-only file synced every second lacks up to
+// that second. Its epoch stays (see check), so a front end does not know
+// that the items of some calls are gone, and those calls would wait until
+// their deadline, or for ever without one. A front end therefore looks for
+// its calls' items in Redis: all of them after each outage, and every
+// lostLookEvery those of calls out for longer than lostLookAge. An item
+// still on its stream is waiting or running; an item gone was answered,
+// its answer written to the reply stream in the same transaction that
+// deleted it, or lost. The look reads the reply stream's last entry in the
+// same step as it looks for the items, and waits until the reader has
+// delivered up to there: an item gone then, and not answered, is lost, and
+// its call fails with supervisor.ErrUnavailable.
+const (
+	lostLookEvery = 2 * time.Second
+	lostLookAge   = 2 * time.Second
+	// lostLookMax bounds the items one look asks Redis about: Redis serves
+	// nobody else while the script runs (about 2µs an item).
+	lostLookMax = 4096
+)
+
+// lostScript answers which of the items named are gone from their streams
+// (their places in ARGV's pairs, from 1), and the id of the last entry on
+// the reply stream (0-0 when it has none).
+//
+//	KEYS[1] the front end's reply stream
+//	ARGV    stream, id, stream, id, ...
+var lostScript = redis.NewScript(`
+local gone = {}
+for i = 1, #ARGV, 2 do
+  if #redis.call('XRANGE', ARGV[i], ARGV[i + 1], ARGV[i + 1]) == 0 then gone[#gone + 1] = (i + 1) / 2 end
+end
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+if #last == 0 then return {'0-0', gone} end
+return {last[1][1], gone}
+`)
+
+// lookForLost fails the calls out for at least minAge whose items Redis
+// has lost (see lostLookEvery).
+func (fe *FrontEnd) lookForLost(ctx context.Context, minAge time.Duration) error {
+	type place struct {
+		c     *call
+		index int
+	}
+	var places []place
+	var args []any
+	now := time.Now()
+	fe.mu.Lock()
+	for _, c := range fe.calls {
+		if c.ids == nil || now.Sub(c.sent) < minAge {
+			continue // not admitted yet, or young
+		}
+		for i, id := range c.ids {
+			if !c.got[i] && len(places) < lostLookMax {
+				places = append(places, place{c, i})
+				args = append(args, c.stream, id)
+			}
+		}
+	}
+	fe.mu.Unlock()
+	if len(places) == 0 {
+		return nil
+	}
+	res, err := lostScript.Run(ctx, fe.rdb, []string{fe.replyKey}, args...).Slice()
+	if err != nil {
+		return err
+	}
+	last, _ := res[0].(string)
+	gone, _ := res[1].([]any)
+	if len(gone) == 0 {
+		return nil
+	}
+	upTo, err := parseStreamID(last)
+	if err != nil {
+		return fmt.Errorf("the reply stream's last entry: %w", err)
+	}
+	// The answers of the items gone that were answered are on the reply
+	// stream by last: once they are delivered, those not answered are lost.
+	if err := fe.readPast(ctx, upTo); err != nil {
+		return err
+	}
+	fe.mu.Lock()
+	defer fe.mu.Unlock()
+	lost := map[*call]bool{}
+	for _, g := range gone {
+		k, ok := g.(int64)
+		if !ok || k < 1 || int(k) > len(places) {
+			return fmt.Errorf("the lost items' script answered %v", g)
+		}
+		p := places[k-1]
+		if fe.calls[p.c.seq] == p.c && !p.c.got[p.index] {
+			lost[p.c] = true
+		}
+	}
+	if len(lost) == 0 {
+		return nil
+	}
+	err = fmt.Errorf("%w: redis at %s lost the request's items (a failover to a replica that lacked them, or a restart that lost its last writes)", supervisor.ErrUnavailable, fe.where)
+	items := 0
+	for c := range lost {
+		items += c.left
+		fe.failLocked(c, err)
+	}
+	fe.stats.lost.Add(uint64(items))
+	fe.cfg.Logger.Error("failing the requests whose items redis lost", "requests", len(lost), "items", items, "redis", fe.where)
+	fe.noteIdleLocked()
+	return nil
+}
+
+// readPast waits until the reader has delivered the reply stream's entries
+// up to id, or ctx ends.
+func (fe *FrontEnd) readPast(ctx context.Context, id streamID) error {
+	for {
+		fe.readMu.Lock()
+		done, moved := !fe.readTo.before(id), fe.readMoved
+		fe.readMu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-moved:
+		case <-ctx.Done():
+			return fmt.Errorf("the answers on the reply stream up to %s not read yet: %w", id, ctx.Err())
+		}
+	}
+}
+
+// noteRead records that the reader has delivered the reply stream's
+// entries up to id.
+func (fe *FrontEnd) noteRead(id string) {
+	sid, err := parseStreamID(id)
+	if err != nil {
+		return
+	}
+	fe.readMu.Lock()
+	defer fe.readMu.Unlock()
+	if fe.readTo.before(sid) {
+		fe.readTo = sid
+		close(fe.readMoved)
+		fe.readMoved = make(chan struct{})
+	}
+}
+
+// streamID is a stream entry's id: milliseconds, then a sequence number.
+type streamID struct{ ms, seq uint64 }
+
+func parseStreamID(s string) (streamID, error) {
+	ms, seq, ok := strings.Cut(s, "-")
+	a, err1 := strconv.ParseUint(ms, 10, 64)
+	b, err2 := strconv.ParseUint(seq, 10, 64)
+	if !ok || err1 != nil || err2 != nil {
+		return streamID{}, fmt.Errorf("malformed stream id %q", s)
+	}
+	return streamID{a, b}, nil
+}
+
+func (a streamID) before(b streamID) bool { return a.ms < b.ms || (a.ms == b.ms && a.seq < b.seq) }
+
+func (a streamID) String() string { return fmt.Sprintf("%d-%d", a.ms, a.seq) }
