@@ -196,6 +196,10 @@ func connect(cfg Config, poolSize int) (rdb *redis.Client, where string, err err
 	opt.MaxRetries = -1
 	opt.PoolSize = poolSize
 	opt.DisableIdentity = true
+	// A command's context bounds it on the connection too: a hung Redis
+	// (frozen, or cut off without a reset) fails a check in its half
+	// second rather than the ReadTimeout.
+	opt.ContextTimeoutEnabled = true
 	return redis.NewClient(opt), opt.Addr, nil
 }
 
@@ -223,6 +227,7 @@ func connectFailover(cfg Config, poolSize int) (*redis.Client, string, error) {
 	opt.MaxRetries = -1
 	opt.PoolSize = poolSize
 	opt.DisableIdentity = true
+	opt.ContextTimeoutEnabled = true
 	where := fmt.Sprintf("the master %q of sentinels %s", opt.MasterName, strings.Join(opt.SentinelAddrs, ","))
 	return redis.NewFailoverClient(opt), where, nil
 }

@@ -634,6 +634,48 @@ func TestRedisDownFailsFastAndServingResumesWhenItReturns(t *testing.T) {
 // request past its deadline, or its caller after it left: the wait for the
 // admission ends with them. Items admitted after their caller left are
 // withdrawn before any node reads them.
+// A Redis that hangs (frozen, or cut off without a reset) is found out by
+// the front end's next check, within its half second, not after the
+// client's 2 s read timeout: the front end says it is not ready while
+// Redis is paused for less than that timeout.
+func TestAHungRedisIsFoundOutByTheNextCheck(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fakeNode(t, rs)
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	pause := 1800 * time.Millisecond
+	rs.Do(t, "CLIENT", "PAUSE", strconv.FormatInt(pause.Milliseconds(), 10), "ALL")
+	end := time.Now().Add(pause)
+	for fe.Ready() {
+		if time.Now().After(end) {
+			t.Fatalf("the front end was ready all through a pause of Redis of %s", pause)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := predict(t, fe, "x"); !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), "does not serve") {
+		t.Errorf("a request while Redis hangs: %v; want ErrUnavailable saying Redis does not serve", err)
+	}
+	eventually(t, "ready again once Redis answers", fe.Ready)
+}
+
+// A request failed because no node has been heard from has its items
+// withdrawn: they must not run when a node comes, nor fill the backlog
+// until then.
+func TestItemsOfRequestsFailedForWantOfANodeAreWithdrawn(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	// A node heard from now, and never again.
+	rs.Do(t, "ZADD", "streamer:nodes", strconv.FormatInt(time.Now().UnixMilli(), 10), "gone")
+	rs.Do(t, "XGROUP", "CREATE", "streamer:items", "nodes", "0", "MKSTREAM")
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	if _, err := predict(t, fe, "x", "y"); !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), "no node") {
+		t.Fatalf("a request with no node alive: %v; want ErrUnavailable saying no node was heard from", err)
+	}
+	eventually(t, "the items withdrawn, and counted", func() bool {
+		return rs.Do(t, "XLEN", "streamer:items") == "0" && fe.FrontEndStats().Withdrawn == 2
+	})
+}
+
 func TestASlowRedisKeepsNoRequestPastItsDeadline(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	// No node reads yet: what the paused Redis admits later waits unread,

@@ -1003,11 +1003,19 @@ func (fe *FrontEnd) tell(chunk []*call, cmd *redis.Cmd, epoch string) {
 // down, the front end closing), they are run and their answers dropped.
 func (fe *FrontEnd) withdraw(stream string, ids []string) {
 	if len(ids) == 0 || fe.closed.Load() {
-		return // closing: the client is closed soon, and the items are run
+		return // closing: Close withdraws what is left
 	}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
+		fe.withdrawAll(ctx, map[string][]string{stream: ids})
+	}()
+}
+
+// withdrawAll deletes the items named, by stream, that no node has read
+// yet (see withdrawScript): a run of the script per stream.
+func (fe *FrontEnd) withdrawAll(ctx context.Context, items map[string][]string) {
+	for stream, ids := range items {
 		args := make([]any, 0, 1+len(ids))
 		args = append(args, nodeGroup)
 		for _, id := range ids {
@@ -1015,11 +1023,25 @@ func (fe *FrontEnd) withdraw(stream string, ids []string) {
 		}
 		n, err := withdrawScript.Run(ctx, fe.rdb, []string{stream}, args...).Int64()
 		if err != nil {
-			fe.cfg.Logger.Debug("withdraw the items of a request given up", "items", len(ids), "err", err)
-			return
+			fe.cfg.Logger.Debug("withdraw the items of requests no longer waiting", "items", len(ids), "err", err)
+			continue
 		}
 		fe.stats.withdrawn.Add(uint64(n))
-	}()
+	}
+}
+
+// unansweredLocked returns the items of the waiting calls that are not
+// answered yet, by stream. It requires that fe.mu is held.
+func (fe *FrontEnd) unansweredLocked() map[string][]string {
+	items := map[string][]string{}
+	for _, c := range fe.calls {
+		for i, id := range c.ids {
+			if !c.got[i] {
+				items[c.stream] = append(items[c.stream], id)
+			}
+		}
+	}
+	return items
 }
 
 func (fe *FrontEnd) admitArgs(batch []*call, epoch string) []any {
@@ -1225,12 +1247,19 @@ func (fe *FrontEnd) checkLoop() {
 				continue
 			}
 			fe.mu.Lock()
+			items := fe.unansweredLocked()
 			if len(fe.calls) > 0 {
 				fe.cfg.Logger.Error("failing the requests waiting for answers", "requests", len(fe.calls), "err", cause)
 				fe.failAllLocked(cause)
 				fe.noteIdleLocked()
 			}
 			fe.mu.Unlock()
+			// Their callers were told no: the items that wait unread
+			// must not run later, when a node comes (with Redis down,
+			// this fails, and they do).
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			fe.withdrawAll(ctx, items)
+			cancel()
 		}
 	}
 }
@@ -1347,11 +1376,14 @@ func (fe *FrontEnd) Close(ctx context.Context) error {
 	close(fe.closing)
 	fe.done.Wait()
 	fe.mu.Lock()
+	items := fe.unansweredLocked()
 	fe.failAllLocked(supervisor.ErrShuttingDown)
 	fe.mu.Unlock()
-	// Whatever nodes still write for it expires with the key.
+	// Nobody waits for those items now: those no node has read go, and
+	// whatever nodes still write for it expires with the key.
 	dctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
+	fe.withdrawAll(dctx, items)
 	fe.rdb.Del(dctx, fe.replyKey)
 	return errors.Join(err, fe.rdb.Close())
 }
