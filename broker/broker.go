@@ -174,12 +174,28 @@ func (c *Config) withDefaults() (Config, error) {
 // (without a password). Nothing is sent yet: a Redis that is down now is
 // retried as the front end or node runs.
 func connect(cfg Config, poolSize int) (rdb *redis.Client, where string, err error) {
-	if u, perr := url.Parse(cfg.URL); perr == nil && u.Query().Has("master_name") {
+	if !strings.HasPrefix(cfg.URL, "redis://") && !strings.HasPrefix(cfg.URL, "rediss://") {
+		return nil, "", fmt.Errorf("broker: redis URL %q: the scheme must be redis:// (or rediss:// for TLS), as in redis://host:6379/0", redactURL(cfg.URL))
+	}
+	u, err := url.Parse(cfg.URL)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // without the URL, which holds the password
+		}
+		return nil, "", fmt.Errorf("broker: redis URL %s: %v", redactURL(cfg.URL), err)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, "", fmt.Errorf("broker: redis URL %s: port %s out of range", redactURL(cfg.URL), p)
+		}
+	}
+	if u.Query().Has("master_name") {
 		return connectFailover(cfg, poolSize)
 	}
 	opt, err := redis.ParseURL(cfg.URL)
 	if err != nil {
-		return nil, "", fmt.Errorf("broker: %w", err)
+		return nil, "", fmt.Errorf("broker: redis URL %s: %v", redactURL(cfg.URL), strings.TrimPrefix(err.Error(), "redis: "))
 	}
 	if cfg.TLS != nil {
 		tc := cfg.TLS.Clone()
@@ -194,6 +210,7 @@ func connect(cfg Config, poolSize int) (rdb *redis.Client, where string, err err
 	opt.ReadTimeout = 2 * time.Second
 	opt.WriteTimeout = 2 * time.Second
 	opt.MaxRetries = -1
+	opt.DialerRetries = 1 // the front end and the node retry, at their pace
 	opt.PoolSize = poolSize
 	opt.DisableIdentity = true
 	// A command's context bounds it on the connection too: a hung Redis
@@ -210,10 +227,10 @@ func connect(cfg Config, poolSize int) (rdb *redis.Client, where string, err err
 func connectFailover(cfg Config, poolSize int) (*redis.Client, string, error) {
 	opt, err := redis.ParseFailoverURL(cfg.URL)
 	if err != nil {
-		return nil, "", fmt.Errorf("broker: %w", err)
+		return nil, "", fmt.Errorf("broker: redis URL %s: %v", redactURL(cfg.URL), strings.TrimPrefix(err.Error(), "redis: "))
 	}
 	if opt.MasterName == "" {
-		return nil, "", fmt.Errorf("broker: %s: master_name is empty", redactURL(cfg.URL))
+		return nil, "", fmt.Errorf("broker: redis URL %s: master_name is empty", redactURL(cfg.URL))
 	}
 	if cfg.TLS != nil {
 		// A failover moves the master to another host: its certificate
@@ -225,6 +242,7 @@ func connectFailover(cfg Config, poolSize int) (*redis.Client, string, error) {
 	opt.ReadTimeout = 2 * time.Second
 	opt.WriteTimeout = 2 * time.Second
 	opt.MaxRetries = -1
+	opt.DialerRetries = 1 // the front end and the node retry, at their pace
 	opt.PoolSize = poolSize
 	opt.DisableIdentity = true
 	opt.ContextTimeoutEnabled = true
@@ -232,12 +250,40 @@ func connectFailover(cfg Config, poolSize int) (*redis.Client, string, error) {
 	return redis.NewFailoverClient(opt), where, nil
 }
 
-// redactURL is u without its password, for messages.
+// unavailableError is a supervisor.ErrUnavailable whose message says what
+// is unavailable (Redis, or every node) rather than the workers that
+// ErrUnavailable's own text names.
+type unavailableError struct{ msg string }
+
+func (e *unavailableError) Error() string { return "unavailable: " + e.msg }
+
+func (e *unavailableError) Is(target error) bool { return target == supervisor.ErrUnavailable }
+
+func unavailablef(format string, args ...any) error {
+	return &unavailableError{fmt.Sprintf(format, args...)}
+}
+
+// redactURL is u with its password, if any, replaced by xxxxx, for
+// messages: also when u does not parse.
 func redactURL(u string) string {
-	if p, err := url.Parse(u); err == nil {
-		return p.Redacted()
+	scheme := strings.Index(u, "://")
+	if scheme < 0 {
+		return u
 	}
-	return "the redis URL"
+	rest := u[scheme+3:]
+	host := len(rest)
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		host = i
+	}
+	at := strings.LastIndex(rest[:host], "@")
+	if at < 0 {
+		return u
+	}
+	user, _, hasPassword := strings.Cut(rest[:at], ":")
+	if !hasPassword {
+		return u
+	}
+	return u[:scheme+3] + user + ":xxxxx" + rest[at:]
 }
 
 // The fields of an item entry on the items stream. The header is

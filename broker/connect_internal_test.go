@@ -28,6 +28,12 @@ func TestConnectRefusesBadURLsSayingWhy(t *testing.T) {
 		{"redis://:secret@10.0.0.1:26379/0?master_name=", "master_name is empty"},
 		{"redis://10.0.0.1:26379/x?master_name=main", "database number"},
 		{"redis://10.0.0.1:26379/0?master_name=main&colour=blue", "colour"},
+		{"redis://user:secret@10.0.0.1:abc/0", "invalid port"},
+		{"redis://user:secret@10.0.0.1:99999/0", "port 99999 out of range"},
+		{"redis://user:se%zzret@10.0.0.1:6379/0", "invalid URL escape"},
+		{"10.0.0.1:6379", "the scheme must be redis://"},
+		{" redis://10.0.0.1:6379/0", "the scheme must be redis://"},
+		{"redis://:secret@10.0.0.1:6379/x", "database number"},
 	} {
 		_, _, err := connect(Config{URL: tc.url}, 1)
 		if err == nil || !strings.Contains(err.Error(), tc.why) {
@@ -36,6 +42,22 @@ func TestConnectRefusesBadURLsSayingWhy(t *testing.T) {
 		}
 		if strings.Contains(err.Error(), "secret") {
 			t.Errorf("connect(%s): %v; the error shows the password", tc.url, err)
+		}
+	}
+}
+
+func TestRedactURLHidesThePasswordAlone(t *testing.T) {
+	for in, want := range map[string]string{
+		"redis://user:secret@h:1/0":         "redis://user:xxxxx@h:1/0",
+		"redis://:secret@h:1/0?a=b@c":       "redis://:xxxxx@h:1/0?a=b@c",
+		"rediss://user:p@ss@h:abc/0":        "rediss://user:xxxxx@h:abc/0",
+		"redis://user@h:1/0":                "redis://user@h:1/0",
+		"redis://h:1/0":                     "redis://h:1/0",
+		"not a url":                         "not a url",
+		"redis://u:se%zz@h/0?master_name=m": "redis://u:xxxxx@h/0?master_name=m",
+	} {
+		if got := redactURL(in); got != want {
+			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

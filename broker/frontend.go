@@ -284,7 +284,7 @@ func (fe *FrontEnd) Ready() bool { return fe.up.Load() && fe.nodes.Load() > 0 &&
 func (fe *FrontEnd) Full() bool { return fe.backlog.Load() >= int64(fe.cfg.MaxBacklog) }
 
 // Slots is empty: a front end has no workers of its own.
-func (fe *FrontEnd) Slots() []supervisor.SlotStatus { return nil }
+func (fe *FrontEnd) Slots() []supervisor.SlotStatus { return []supervisor.SlotStatus{} }
 
 // Stats counts the front end's items; Queued is those waiting for answers.
 func (fe *FrontEnd) Stats() supervisor.Stats {
@@ -469,6 +469,14 @@ func givenUp(ctx context.Context, when string) error {
 	return fmt.Errorf("%w: %s: %v", supervisor.ErrCanceled, when, ctx.Err())
 }
 
+// NotReady says why the front end is not ready (see Ready), or nil.
+func (fe *FrontEnd) NotReady() error {
+	if fe.Ready() {
+		return nil
+	}
+	return fe.unavailable()
+}
+
 // unavailable says why a request cannot be served now, or nil.
 func (fe *FrontEnd) unavailable() error {
 	switch {
@@ -479,9 +487,9 @@ func (fe *FrontEnd) unavailable() error {
 		if p := fe.lastErr.Load(); p != nil {
 			msg = *p
 		}
-		return fmt.Errorf("%w: redis at %s does not serve: %s", supervisor.ErrUnavailable, fe.where, msg)
+		return unavailablef("redis at %s does not serve: %s", fe.where, msg)
 	case fe.nodes.Load() == 0:
-		return fmt.Errorf("%w: no node has been heard from on redis at %s for %s", supervisor.ErrUnavailable, fe.where, nodeSilence)
+		return unavailablef("no node has been heard from on redis at %s for %s, under the key prefix %q", fe.where, nodeSilence, fe.cfg.Prefix)
 	}
 	return nil
 }
@@ -957,7 +965,7 @@ func (fe *FrontEnd) tell(chunk []*call, cmd *redis.Cmd, epoch string) {
 	}
 	if err != nil {
 		fe.noteDown(err)
-		err = fmt.Errorf("%w: redis at %s: %v", supervisor.ErrUnavailable, fe.where, err)
+		err = unavailablef("redis at %s: %v", fe.where, err)
 		for _, c := range chunk {
 			c.admitted <- err
 		}
@@ -1332,7 +1340,7 @@ func (fe *FrontEnd) lostDataLocked() {
 
 // lostError is the error of a call whose items Redis lost.
 func (fe *FrontEnd) lostError() error {
-	return fmt.Errorf("%w: redis at %s lost its data (restarted without persistence, or flushed): the items waiting there are gone", supervisor.ErrUnavailable, fe.where)
+	return unavailablef("redis at %s lost its data (restarted without persistence, or flushed): the items waiting there are gone", fe.where)
 }
 
 // noteDown marks Redis unreachable after a failed command that did not get

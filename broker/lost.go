@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/streamer-dev/streamer/supervisor"
 )
 
 // A Redis can lose some of its last writes and keep the rest: a replica
@@ -110,7 +108,7 @@ func (fe *FrontEnd) lookForLost(ctx context.Context, minAge time.Duration) error
 	if len(lost) == 0 {
 		return nil
 	}
-	err = fmt.Errorf("%w: redis at %s lost the request's items (a failover to a replica that lacked them, or a restart that lost its last writes)", supervisor.ErrUnavailable, fe.where)
+	err = unavailablef("redis at %s lost the request's items (a failover to a replica that lacked them, or a restart that lost its last writes)", fe.where)
 	items := 0
 	for c := range lost {
 		items += c.left

@@ -69,6 +69,9 @@ type Node struct {
 	// refused says why Redis refuses to take the node's answers, for want
 	// of a permission; nil while it takes them (see refuse).
 	refused atomic.Pointer[string]
+	// down is set by a command that got no answer from Redis, and
+	// cleared by one that did (see warn).
+	down atomic.Bool
 
 	stop    chan struct{} // closed: read no more
 	stopped chan struct{} // closed: the writer is done
@@ -280,9 +283,10 @@ func (n *Node) readLoop() {
 		}
 		switch {
 		case errors.Is(err, redis.Nil):
+			n.reachable()
 			if block {
 				if err := n.steal(ctx, want); err != nil && ctx.Err() == nil {
-					n.cfg.Logger.Warn("read other nodes' items", "err", err)
+					n.warn("read other nodes' items", err)
 				}
 				continue
 			}
@@ -299,7 +303,7 @@ func (n *Node) readLoop() {
 		case err != nil && redis.HasErrorPrefix(err, "NOGROUP"):
 			// Redis lost the group (restarted without its data).
 			if err := n.join(ctx); err != nil {
-				n.cfg.Logger.Warn("rejoin the group", "err", err)
+				n.warn("rejoin the group", err)
 				retry.wait(n.stop)
 			}
 			continue
@@ -307,11 +311,12 @@ func (n *Node) readLoop() {
 			if ctx.Err() != nil {
 				return
 			}
-			n.cfg.Logger.Warn("read items", "redis", n.where, "err", err)
+			n.warn("read items", err)
 			retry.wait(n.stop)
 			continue
 		}
 		retry.reset()
+		n.reachable()
 		poll = aheadPoll
 		var poison map[string]bool // nil: ask Redis
 		if hashes, err := quarantine.Result(); err == nil && len(hashes) < quarantineRead {
@@ -487,7 +492,7 @@ func (n *Node) quarantined(msgs []redis.XMessage, quarantine map[string]bool) ma
 		defer cancel()
 		scores, err := n.rdb.ZMScore(ctx, n.k.poison, hashes...).Result()
 		if err != nil {
-			n.cfg.Logger.Warn("read the quarantine", "err", err)
+			n.warn("read the quarantine", err)
 		}
 		ms := float64(now.UnixMilli())
 		found = func(i int) bool { return err == nil && scores[i] > ms }
@@ -709,7 +714,7 @@ func (n *Node) writeWhole(batch []answerEntry) bool {
 		if redis.HasErrorPrefix(err, "NOPERM") {
 			n.refuse(err, len(batch))
 		} else {
-			n.cfg.Logger.Warn("write answers", "answers", len(batch), "redis", n.where, "err", err)
+			n.warn(fmt.Sprintf("write %d answers", len(batch)), err)
 		}
 		select {
 		case <-n.stopped:
@@ -729,6 +734,31 @@ func (n *Node) writeWhole(batch []answerEntry) bool {
 	n.signalRoom()
 	n.stats.answered.Add(uint64(len(batch)))
 	return true
+}
+
+// warn logs err, the failure of what. A Redis that does not answer (down,
+// unreachable, loading its data) is logged once, as an error, and then at
+// debug level until it answers again (see reachable): the node's loops
+// fail several times a second meanwhile. An error Redis answered is
+// logged each time.
+func (n *Node) warn(what string, err error) {
+	var reply redis.Error
+	if errors.As(err, &reply) && !redis.HasErrorPrefix(err, "LOADING") {
+		n.cfg.Logger.Warn(what, "redis", n.where, "err", err)
+		return
+	}
+	if n.down.Swap(true) {
+		n.cfg.Logger.Debug(what, "redis", n.where, "err", err)
+		return
+	}
+	n.cfg.Logger.Error("redis does not serve this node; it keeps its items and retries", "while", what, "redis", n.where, "err", err)
+}
+
+// reachable notes that Redis answered the node.
+func (n *Node) reachable() {
+	if n.down.Swap(false) {
+		n.cfg.Logger.Info("redis serves this node again", "redis", n.where)
+	}
 }
 
 // refuse notes that Redis refused to take answers for err, a permission
@@ -856,18 +886,20 @@ func (n *Node) upkeepLoop() {
 		}
 		if time.Since(lastBeat) >= heartbeat {
 			if err := n.beat(ctx); err != nil {
-				n.cfg.Logger.Warn("heartbeat", "err", err)
+				n.warn("heartbeat", err)
+			} else {
+				n.reachable()
 			}
 			if err := n.forgetGone(ctx); err != nil && ctx.Err() == nil {
-				n.cfg.Logger.Warn("forget gone nodes' consumers", "err", err)
+				n.warn("forget gone nodes' consumers", err)
 			}
 			lastBeat = time.Now()
 		}
 		if err := n.keep(ctx); err != nil {
-			n.cfg.Logger.Warn("keep items", "err", err)
+			n.warn("keep items", err)
 		}
 		if err := n.claim(ctx); err != nil && ctx.Err() == nil {
-			n.cfg.Logger.Warn("claim items", "err", err)
+			n.warn("claim items", err)
 		}
 	}
 }
@@ -1115,10 +1147,10 @@ func (n *Node) drainBeat(done <-chan struct{}) {
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		if err := n.rdb.ZAdd(ctx, n.k.leaving, redis.Z{Score: float64(time.Now().UnixMilli()), Member: n.cfg.Name}).Err(); err != nil {
-			n.cfg.Logger.Warn("heartbeat while leaving", "err", err)
+			n.warn("heartbeat while leaving", err)
 		}
 		if err := n.keep(ctx); err != nil {
-			n.cfg.Logger.Warn("keep items while leaving", "err", err)
+			n.warn("keep items while leaving", err)
 		}
 		cancel()
 		select {

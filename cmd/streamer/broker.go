@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/pflag"
 
 	"github.com/streamer-dev/streamer/broker"
@@ -25,14 +27,61 @@ type brokerOptions struct {
 	claimIdle time.Duration
 	replyTTL  time.Duration
 	caFile    string
+
+	// from names where url came from, for messages: --broker or
+	// $STREAMER_BROKER. set lists the other broker flags given.
+	from string
+	set  []string
 }
 
+// envBroker is the environment variable that may hold the broker's URL:
+// read when --broker is not given, and never shown as a default, as it may
+// hold a password.
+const envBroker = "STREAMER_BROKER"
+
 func addBrokerFlags(f *pflag.FlagSet, o *brokerOptions) {
-	f.StringVar(&o.url, "broker", os.Getenv("STREAMER_BROKER"), "redis://[user:password@]host:port/db (or rediss:// for TLS) shared by front ends and GPU nodes: requests go through it and every node with --workers > 0 serves them; with ?master_name=NAME, host:port is a Sentinel (more: &addr=host:port) and the master of NAME is followed through failovers (default $STREAMER_BROKER)")
+	f.StringVar(&o.url, "broker", "", "redis://[user:password@]host:port/db (or rediss:// for TLS) shared by front ends and GPU nodes: requests go through it and every node with --workers > 0 serves them; with ?master_name=NAME, host:port is a Sentinel (more: &addr=host:port) and the master of NAME is followed through failovers (also $"+envBroker+")")
 	f.StringVar(&o.prefix, "stream-prefix", broker.DefaultPrefix, "prefix of every Redis key, to keep several models apart on one Redis")
 	f.DurationVar(&o.claimIdle, "claim-idle", broker.DefaultClaimIdle, "with --broker: how long a node may hold items without a sign of life before another node claims and answers them")
 	f.DurationVar(&o.replyTTL, "reply-ttl", broker.DefaultReplyTTL, "with --broker: how long this front end's answers stay in Redis after the last was written, when nobody reads them (it died); its items carry it to the nodes")
 	f.StringVar(&o.caFile, "broker-ca", "", "with a rediss:// --broker: PEM file of the CA that signed Redis's certificate (default: the system's)")
+}
+
+// resolve reads $STREAMER_BROKER when --broker is not given, and notes the
+// broker flags given, from f.
+func (o *brokerOptions) resolve(f *pflag.FlagSet, lookupEnv func(string) (string, bool)) {
+	o.from = "--broker"
+	if !f.Changed("broker") {
+		if v, ok := lookupEnv(envBroker); ok {
+			o.url, o.from = v, "$"+envBroker
+		}
+	}
+	for _, name := range []string{"stream-prefix", "claim-idle", "reply-ttl", "broker-ca"} {
+		if f.Changed(name) {
+			o.set = append(o.set, "--"+name)
+		}
+	}
+}
+
+// check refuses the broker flags that cannot work: those of the
+// many-machine mode without a broker, times too short, a CA without TLS.
+func (o brokerOptions) check() error {
+	if o.url == "" {
+		if len(o.set) > 0 {
+			return fmt.Errorf("%s needs --broker (or $%s): without it this server runs alone, and Redis is not used", strings.Join(o.set, ", "), envBroker)
+		}
+		return nil
+	}
+	if o.claimIdle < 100*time.Millisecond {
+		return fmt.Errorf("--claim-idle %s: want at least 100ms", o.claimIdle)
+	}
+	if o.replyTTL < time.Second {
+		return fmt.Errorf("--reply-ttl %s: want at least 1s", o.replyTTL)
+	}
+	if o.caFile != "" && !strings.HasPrefix(o.url, "rediss://") {
+		return fmt.Errorf("--broker-ca needs a rediss:// URL in %s: the CA checks a TLS connection, and this one has no TLS", o.from)
+	}
+	return nil
 }
 
 // brokerParts are the front end this process serves HTTP through and, with
@@ -51,6 +100,7 @@ func (o serveOptions) brokerParts(st *supervisor.Streamer, log *slog.Logger) (*b
 	if o.batchSize < 1 {
 		return nil, fmt.Errorf("--batch-size %d: want at least 1", o.batchSize)
 	}
+	redis.SetLogger(redisLog{log})
 	base := broker.Config{
 		URL: o.broker.url, Prefix: o.broker.prefix, ClaimIdle: o.broker.claimIdle,
 		ReplyTTL: o.broker.replyTTL, Logger: log.With("broker", o.broker.prefix),
@@ -72,7 +122,7 @@ func (o serveOptions) brokerParts(st *supervisor.Streamer, log *slog.Logger) (*b
 	}
 	front, err := broker.NewFrontEnd(broker.FrontEndConfig{Config: base, MaxBacklog: backlog, MaxItems: o.maxItems})
 	if err != nil {
-		return nil, fmt.Errorf("--broker: %w", err)
+		return nil, o.broker.wrap(err)
 	}
 	p := &brokerParts{front: front, local: st}
 	if st != nil {
@@ -80,10 +130,25 @@ func (o serveOptions) brokerParts(st *supervisor.Streamer, log *slog.Logger) (*b
 		// formed ahead on every worker.
 		capacity := o.workers * o.batchSize * max(o.pipeline, 1)
 		if p.node, err = broker.NewNode(broker.NodeConfig{Config: base, Streamer: st, Capacity: capacity}); err != nil {
-			return nil, fmt.Errorf("--broker: %w", err)
+			return nil, o.broker.wrap(err)
 		}
 	}
 	return p, nil
+}
+
+// wrap names where the URL came from in err, a broker's refusal of it.
+func (o brokerOptions) wrap(err error) error {
+	return fmt.Errorf("%s: %s", o.from, strings.TrimPrefix(err.Error(), "broker: "))
+}
+
+// redisLog carries the Redis client's own messages (a pool that cannot
+// dial, and the like) to the server's log at debug level: the broker
+// reports an outage once, in the log's format, and these would repeat it
+// every second, as plain text.
+type redisLog struct{ log *slog.Logger }
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, fmt.Sprintf(format, v...), "from", "redis client")
 }
 
 // start runs the node, then the front end. Redis being down is logged, not

@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -387,7 +389,7 @@ func TestBrokerFrontEndSIGTERMAnswersWhatItAdmitted(t *testing.T) {
 // (empty), the same processes are ready and serve again.
 func TestBrokerRedisRestartFailsFastThenServesAgain(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
-	startBrokerNode(t, rs, "--workers", "1", "--model", "sleep:400ms,0s")
+	node := startBrokerNode(t, rs, "--workers", "1", "--model", "sleep:400ms,0s")
 	front := startBrokerFront(t, rs)
 	waitReadyz(t, front, http.StatusOK)
 	if p, err := predictWithin(front, requestTimeout, 0, "before"); err != nil || p.Status != http.StatusOK {
@@ -425,6 +427,23 @@ func TestBrokerRedisRestartFailsFastThenServesAgain(t *testing.T) {
 		p, err := predictWithin(front, 10*time.Second, 0, item)
 		if err != nil || p.Status != http.StatusOK || len(p.Outputs) != 1 || p.Outputs[0] != item {
 			t.Fatalf("request %d after Redis came back: %s, %v; want 200 with its input", i, p, err)
+		}
+	}
+	// The node said once that Redis was gone, and once that it was back,
+	// rather than a warning from each of its loops every quarter second.
+	down := strings.Count(node.logs(), "redis does not serve this node")
+	back := strings.Count(node.logs(), "redis serves this node again")
+	warns := strings.Count(node.logs(), `"level":"WARN"`)
+	if down != 1 || back != 1 || warns > 2 {
+		t.Errorf("the node logged the outage %d times, its end %d times, and %d warnings; want once, once, and next to none:\n%s", down, back, warns, node.logs())
+	}
+	// The Redis client's own complaints through the outage went to the
+	// log in its format, if at all.
+	for _, s := range []*server{node, front} {
+		for line := range strings.Lines(s.logs()) {
+			if !json.Valid([]byte(line)) {
+				t.Errorf("a log line that is not JSON, with --log-format json: %q", line)
+			}
 		}
 	}
 }
@@ -752,6 +771,44 @@ func TestBrokerFlagsAndConnections(t *testing.T) {
 			t.Errorf("exit code %d, %v; want non-zero with an error naming --broker:\n%s", code, err, s.logs())
 		}
 	})
+	for _, tc := range []struct {
+		name       string
+		env        string // $STREAMER_BROKER
+		args, want []string
+	}{
+		{"broker flags without broker", "", []string{"--claim-idle", "2s", "--stream-prefix", "m"}, []string{"--stream-prefix, --claim-idle needs --broker"}},
+		{"claim idle of zero", "", []string{"--broker", "redis://127.0.0.1:1/0", "--claim-idle", "0s"}, []string{"--claim-idle 0s: want at least 100ms"}},
+		{"CA without TLS", "", []string{"--broker", "redis://127.0.0.1:1/0", "--broker-ca", "ca.pem"}, []string{"--broker-ca needs a rediss:// URL in --broker"}},
+		{"bad URL from the environment", "redis://u:s3cret@127.0.0.1:abc/0", nil, []string{"$STREAMER_BROKER", "redis://u:xxxxx@127.0.0.1:abc/0", "invalid port"}},
+		{"no scheme", "", []string{"--broker", "127.0.0.1:6379"}, []string{"--broker", "the scheme must be redis://"}},
+	} {
+		t.Run("refused: "+tc.name, func(t *testing.T) {
+			t.Setenv("STREAMER_BROKER", tc.env)
+			if tc.env == "" {
+				os.Unsetenv("STREAMER_BROKER") // restored by Setenv's cleanup
+			}
+			s := launchServer(t, append([]string{"--workers", "1", "--model", "echo"}, tc.args...)...)
+			code, err := s.wait(readyTimeout)
+			if err != nil || code == 0 {
+				t.Fatalf("exit code %d, %v; want the server refused at start:\n%s", code, err, s.logs())
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(s.logs(), w) {
+					t.Errorf("the error lacks %q:\n%s", w, s.logs())
+				}
+			}
+			if strings.Contains(s.logs(), "s3cret") {
+				t.Errorf("the error shows the password:\n%s", s.logs())
+			}
+		})
+	}
+	t.Run("help hides the broker from the environment", func(t *testing.T) {
+		t.Setenv("STREAMER_BROKER", "redis://u:s3cret@127.0.0.1:6379/0")
+		out, err := exec.Command(streamerBin, "serve", "--help").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "$STREAMER_BROKER") || strings.Contains(string(out), "s3cret") {
+			t.Errorf("serve --help: %v; want the flag's help naming $STREAMER_BROKER without its value:\n%s", err, out)
+		}
+	})
 	t.Run("password", func(t *testing.T) {
 		rs := redistest.Start(t, redistest.Options{Password: "s3cret"})
 		serveThrough(t, rs)
@@ -863,7 +920,12 @@ func refusedThrough(t *testing.T, url string, why []string) {
 	if p.Status != http.StatusServiceUnavailable || !said {
 		t.Errorf("%s; want 503 saying why (one of %q)", p, why)
 	}
-	if status, _, err := front.get("/readyz"); err != nil || status == http.StatusOK {
-		t.Errorf("GET /readyz: %d, %v; want not ready", status, err)
+	status, body, err := front.get("/readyz")
+	said = false
+	for _, w := range why {
+		said = said || strings.Contains(string(body), w)
+	}
+	if err != nil || status == http.StatusOK || !said {
+		t.Errorf("GET /readyz: %d %s, %v; want not ready, saying why (one of %q)", status, body, err, why)
 	}
 }

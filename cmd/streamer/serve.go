@@ -83,6 +83,7 @@ CUDA_VISIBLE_DEVICES set to the (i mod n)-th entry of --cuda.`,
   streamer serve --model model.onnx --device cuda --cuda 0,1,2,3 --workers 4`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.broker.resolve(cmd.Flags(), os.LookupEnv)
 			return runServe(cmd.Context(), o)
 		},
 	}
@@ -307,6 +308,9 @@ func runServe(ctx context.Context, o serveOptions) error {
 	}
 	if o.admin && guard.token == "" {
 		return errors.New("--admin needs --auth-token (or $" + envAuthToken + ", or --auth-token-file): whoever reaches the admin endpoints can reload and scale the workers")
+	}
+	if err := o.broker.check(); err != nil {
+		return err
 	}
 	spec, err := o.spec("")
 	if err != nil {

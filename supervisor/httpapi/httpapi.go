@@ -309,8 +309,18 @@ func (h *handler) readiness() (int, any) {
 	if h.backend.Ready() {
 		return http.StatusOK, map[string]string{"status": "ready"}
 	}
-	return http.StatusServiceUnavailable, map[string]string{"status": "not ready", "error": "no worker is ready"}
+	why := "no worker is ready"
+	if b, ok := h.backend.(unreadier); ok {
+		if err := b.NotReady(); err != nil {
+			why = err.Error()
+		}
+	}
+	return http.StatusServiceUnavailable, map[string]string{"status": "not ready", "error": why}
 }
+
+// unreadier is a Backend that says why it is not ready: a front end behind
+// Redis (package broker), whose workers are elsewhere.
+type unreadier interface{ NotReady() error }
 
 // statsBody is the /v1/stats answer: the supervisor's counters and the one
 // figure derived from them that everybody asks for.
