@@ -1377,7 +1377,7 @@ func (fe *FrontEnd) Close(ctx context.Context) error {
 		case <-fe.idle:
 		case <-ctx.Done():
 			fe.mu.Lock()
-			err = fmt.Errorf("broker: %d requests unanswered at close: %w", len(fe.calls), ctx.Err())
+			err = fmt.Errorf("broker: %d requests unanswered at close, answered 503 (shutting down): %w", len(fe.calls), ctx.Err())
 			fe.mu.Unlock()
 		}
 	}

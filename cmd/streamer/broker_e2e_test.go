@@ -781,6 +781,7 @@ func TestBrokerFlagsAndConnections(t *testing.T) {
 		{"CA without TLS", "", []string{"--broker", "redis://127.0.0.1:1/0", "--broker-ca", "ca.pem"}, []string{"--broker-ca needs a rediss:// URL in --broker"}},
 		{"bad URL from the environment", "redis://u:s3cret@127.0.0.1:abc/0", nil, []string{"$STREAMER_BROKER", "redis://u:xxxxx@127.0.0.1:abc/0", "invalid port"}},
 		{"no scheme", "", []string{"--broker", "127.0.0.1:6379"}, []string{"--broker", "the scheme must be redis://"}},
+		{"admin on a front end", "", []string{"--broker", "redis://127.0.0.1:1/0", "--workers", "0", "--admin", "--auth-token", "t"}, []string{"--admin needs workers of this server's own"}},
 	} {
 		t.Run("refused: "+tc.name, func(t *testing.T) {
 			t.Setenv("STREAMER_BROKER", tc.env)

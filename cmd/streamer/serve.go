@@ -312,6 +312,9 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if err := o.broker.check(); err != nil {
 		return err
 	}
+	if o.admin && o.workers == 0 {
+		return errors.New("--admin needs workers of this server's own (--workers > 0): a front end has none to reload or scale")
+	}
 	spec, err := o.spec("")
 	if err != nil {
 		return err
@@ -405,7 +408,12 @@ func runServe(ctx context.Context, o serveOptions) error {
 		stopping.stops = append(stopping.stops, remote.stops()...)
 	}
 	if st != nil {
-		stopping.stops = append(stopping.stops, st.Shutdown)
+		stopping.stops = append(stopping.stops, func(ctx context.Context) error {
+			if err := st.Shutdown(ctx); err != nil {
+				return fmt.Errorf("the workers: %w; the items left were answered 503", err)
+			}
+			return nil
+		})
 	}
 	server := &http.Server{
 		Handler:           stopping.wrap(guard.protect(api)),
@@ -418,7 +426,11 @@ func runServe(ctx context.Context, o serveOptions) error {
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- server.Serve(listener) }()
-	log.Info("listening; starting workers", "listen", listener.Addr().String(), "model", o.modelName(), "workers", o.workers, "cuda", o.cuda)
+	if st == nil {
+		log.Info("listening; a front end, with no workers of its own", "listen", listener.Addr().String(), "model", o.modelName())
+	} else {
+		log.Info("listening; starting workers", "listen", listener.Addr().String(), "model", o.modelName(), "workers", o.workers, "cuda", o.cuda)
+	}
 	var fatal <-chan error
 	if st != nil {
 		reloadOnHangup(ctx, st, log)
@@ -493,7 +505,7 @@ func (d *drainer) drain(server *http.Server) error {
 	defer cancel()
 	for _, stop := range d.stops {
 		if err := stop(ctx); err != nil {
-			d.log.Warn("drain did not finish within the grace period; the rest was answered 503", "err", err)
+			d.log.Warn("drain did not finish within the grace period", "err", err)
 		}
 	}
 	// Every admitted item is answered by now: handlers only have their
