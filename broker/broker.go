@@ -179,11 +179,7 @@ func connect(cfg Config, poolSize int) (rdb *redis.Client, where string, err err
 	}
 	u, err := url.Parse(cfg.URL)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // without the URL, which holds the password
-		}
-		return nil, "", fmt.Errorf("broker: redis URL %s: %v", redactURL(cfg.URL), err)
+		return nil, "", urlError(cfg.URL, err)
 	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
@@ -225,13 +221,33 @@ func connect(cfg Config, poolSize int) (rdb *redis.Client, where string, err err
 // connects, and drops its connections to the old master when they
 // announce a failover.
 func connectFailover(cfg Config, poolSize int) (*redis.Client, string, error) {
-	opt, err := redis.ParseFailoverURL(cfg.URL)
+	// As in a URL of one Redis, the user and password are those of the
+	// Redis that serves (the master); the Sentinels' own, if they need
+	// any, go in sentinel_username and sentinel_password. (The client
+	// library reads the user information as the Sentinels'.)
+	u, err := url.Parse(cfg.URL)
+	if err != nil {
+		return nil, "", urlError(cfg.URL, err)
+	}
+	q := u.Query()
+	if q.Has("username") || q.Has("password") {
+		return nil, "", fmt.Errorf("broker: redis URL %s: give the master's user and password as for one Redis, redis://user:password@sentinel:port/0?master_name=NAME", redactURL(cfg.URL))
+	}
+	sentinelUser, sentinelPassword := q.Get("sentinel_username"), q.Get("sentinel_password")
+	q.Del("sentinel_username")
+	q.Del("sentinel_password")
+	user := u.User
+	u.User, u.RawQuery = nil, q.Encode()
+	opt, err := redis.ParseFailoverURL(u.String())
 	if err != nil {
 		return nil, "", fmt.Errorf("broker: redis URL %s: %v", redactURL(cfg.URL), strings.TrimPrefix(err.Error(), "redis: "))
 	}
 	if opt.MasterName == "" {
 		return nil, "", fmt.Errorf("broker: redis URL %s: master_name is empty", redactURL(cfg.URL))
 	}
+	opt.Username = user.Username()
+	opt.Password, _ = user.Password()
+	opt.SentinelUsername, opt.SentinelPassword = sentinelUser, sentinelPassword
 	if cfg.TLS != nil {
 		// A failover moves the master to another host: its certificate
 		// must hold the name the TLS settings give (ServerName), or, with
@@ -263,27 +279,45 @@ func unavailablef(format string, args ...any) error {
 	return &unavailableError{fmt.Sprintf(format, args...)}
 }
 
-// redactURL is u with its password, if any, replaced by xxxxx, for
-// messages: also when u does not parse.
-func redactURL(u string) string {
-	scheme := strings.Index(u, "://")
-	if scheme < 0 {
-		return u
+// urlError is the error of s, a Redis URL that does not parse, for err.
+// The parser's words may quote a piece of the password (a port that is
+// not a number, when the password holds a slash): of a URL with a user
+// part, they are left out.
+func urlError(s string, err error) error {
+	if strings.Contains(s, "@") {
+		return fmt.Errorf("broker: redis URL %s does not parse: is the port a number, and are / ? # @ %% in the password percent-encoded?", redactURL(s))
 	}
-	rest := u[scheme+3:]
-	host := len(rest)
-	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-		host = i
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
 	}
-	at := strings.LastIndex(rest[:host], "@")
-	if at < 0 {
-		return u
+	return fmt.Errorf("broker: redis URL %s: %v", redactURL(s), err)
+}
+
+// redactURL is s, a Redis URL, with its passwords (of the user, and
+// sentinel_password) replaced by xxxxx, for messages. Of a URL that does
+// not parse, and might hold a password, it keeps the scheme alone: where
+// the password ends is anybody's guess.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		if !strings.Contains(s, "@") && !strings.Contains(s, "password") {
+			return s
+		}
+		if i := strings.Index(s, "://"); i >= 0 {
+			return s[:i+3] + "…"
+		}
+		return "…"
 	}
-	user, _, hasPassword := strings.Cut(rest[:at], ":")
-	if !hasPassword {
-		return u
+	if q := u.Query(); q.Has("sentinel_password") || q.Has("password") {
+		for _, k := range []string{"sentinel_password", "password"} {
+			if q.Has(k) {
+				q.Set(k, "xxxxx")
+			}
+		}
+		u.RawQuery = q.Encode()
 	}
-	return u[:scheme+3] + user + ":xxxxx" + rest[at:]
+	return u.Redacted()
 }
 
 // The fields of an item entry on the items stream. The header is

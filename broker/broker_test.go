@@ -676,6 +676,38 @@ func TestItemsOfRequestsFailedForWantOfANodeAreWithdrawn(t *testing.T) {
 	})
 }
 
+// A request given up while its front end closes (its client left, or its
+// deadline passed, during the drain) has its items withdrawn by Close: no
+// node runs them later.
+func TestItemsOfRequestsGivenUpWhileClosingAreWithdrawn(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fakeGroup(t, rs)
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	given := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := fe.Predict(ctx, [][]byte{[]byte("given up")})
+		given <- err
+	}()
+	eventually(t, "the item on the stream", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "1" })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := fe.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := <-given; !errors.Is(err, supervisor.ErrDeadline) {
+		t.Errorf("the request given up: %v; want ErrDeadline", err)
+	}
+	if got := rs.Do(t, "XLEN", "streamer:items"); got != "0" {
+		t.Errorf("%s items on the stream after Close; want the one given up withdrawn", got)
+	}
+	if got := fe.FrontEndStats().Withdrawn; got != 1 {
+		t.Errorf("FrontEndStats().Withdrawn = %d, want 1", got)
+	}
+}
+
 func TestASlowRedisKeepsNoRequestPastItsDeadline(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	// No node reads yet: what the paused Redis admits later waits unread,
@@ -804,7 +836,7 @@ func TestACallAdmittedJustAfterRedisLostItsDataIsAnswered(t *testing.T) {
 // restart. The call whose item was running as the master went gets its
 // answer or a 503 naming Redis, never a hang.
 func TestAFailoverToTheReplicaIsFollowed(t *testing.T) {
-	master, replica, sentinel := redistest.StartFailover(t, "main")
+	master, replica, sentinel := redistest.StartFailover(t, "main", "s3cret")
 	viaSentinel := func(c *broker.Config) { c.URL = sentinel.FailoverURL() }
 	rec := newRecorder()
 	rec.hold["running"] = true

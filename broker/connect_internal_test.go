@@ -28,9 +28,11 @@ func TestConnectRefusesBadURLsSayingWhy(t *testing.T) {
 		{"redis://:secret@10.0.0.1:26379/0?master_name=", "master_name is empty"},
 		{"redis://10.0.0.1:26379/x?master_name=main", "database number"},
 		{"redis://10.0.0.1:26379/0?master_name=main&colour=blue", "colour"},
-		{"redis://user:secret@10.0.0.1:abc/0", "invalid port"},
+		{"redis://user:secret@10.0.0.1:abc/0", "is the port a number"},
+		{"redis://user:se/cret@10.0.0.1:6379/0", "is the port a number"},
 		{"redis://user:secret@10.0.0.1:99999/0", "port 99999 out of range"},
-		{"redis://user:se%zzret@10.0.0.1:6379/0", "invalid URL escape"},
+		{"redis://user:se%zzret@10.0.0.1:6379/0", "percent-encoded"},
+		{"redis://10.0.0.1:abc/0", "invalid port"},
 		{"10.0.0.1:6379", "the scheme must be redis://"},
 		{" redis://10.0.0.1:6379/0", "the scheme must be redis://"},
 		{"redis://:secret@10.0.0.1:6379/x", "database number"},
@@ -40,24 +42,43 @@ func TestConnectRefusesBadURLsSayingWhy(t *testing.T) {
 			t.Errorf("connect(%s): %v; want an error about %s", tc.url, err, tc.why)
 			continue
 		}
-		if strings.Contains(err.Error(), "secret") {
+		if strings.Contains(err.Error(), "secret") || strings.Contains(err.Error(), "se/") {
 			t.Errorf("connect(%s): %v; the error shows the password", tc.url, err)
 		}
 	}
 }
 
-func TestRedactURLHidesThePasswordAlone(t *testing.T) {
+func TestRedactURLHidesThePasswords(t *testing.T) {
 	for in, want := range map[string]string{
-		"redis://user:secret@h:1/0":         "redis://user:xxxxx@h:1/0",
-		"redis://:secret@h:1/0?a=b@c":       "redis://:xxxxx@h:1/0?a=b@c",
-		"rediss://user:p@ss@h:abc/0":        "rediss://user:xxxxx@h:abc/0",
-		"redis://user@h:1/0":                "redis://user@h:1/0",
-		"redis://h:1/0":                     "redis://h:1/0",
-		"not a url":                         "not a url",
-		"redis://u:se%zz@h/0?master_name=m": "redis://u:xxxxx@h/0?master_name=m",
+		"redis://user:secret@h:1/0":                            "redis://user:xxxxx@h:1/0",
+		"redis://:secret@h:1/0?a=b":                            "redis://:xxxxx@h:1/0?a=b",
+		"redis://h:1/0?master_name=m&sentinel_password=secret": "redis://h:1/0?master_name=m&sentinel_password=xxxxx",
+		"rediss://user:p@ss@h:abc/0":                           "rediss://…",
+		"redis://u:pa/ss@h:1/0":                                "redis://…",
+		"redis://h:abc/0?sentinel_password=secret":             "redis://…",
+		"redis://user@h:1/0":                                   "redis://user@h:1/0",
+		"redis://h:1/0":                                        "redis://h:1/0",
+		"10.0.0.1:6379":                                        "10.0.0.1:6379",
+		"redis://u:se%zz@h/0?master_name=m":                    "redis://…",
 	} {
 		if got := redactURL(in); got != want {
 			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestAFailoverURLsUserIsTheMastersAndTheSentinelsHaveTheirOwn(t *testing.T) {
+	rdb, _, err := connect(Config{URL: "redis://app:secret@10.0.0.1:26379/0?master_name=main&sentinel_password=watch"}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	// The failover client's options are those of the master's connections.
+	if o := rdb.Options(); o.Username != "app" || o.Password != "secret" {
+		t.Errorf("the master's user and password: %q, %q; want app, secret", o.Username, o.Password)
+	}
+	_, _, err = connect(Config{URL: "redis://10.0.0.1:26379/0?master_name=main&password=secret"}, 1)
+	if err == nil || !strings.Contains(err.Error(), "give the master's user and password as for one Redis") || strings.Contains(err.Error(), "secret") {
+		t.Errorf("a master password in the query: %v; want it refused, saying where it goes, without showing it", err)
 	}
 }

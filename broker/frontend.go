@@ -74,6 +74,13 @@ type FrontEnd struct {
 	backlog atomic.Int64 // the stream's length at the last check
 	lastErr atomic.Pointer[string]
 
+	// toWithdraw holds, by stream, the items of calls that ended unanswered
+	// while they could not be withdrawn at once (Redis down, or the front
+	// end closing), for the next check that finds Redis up, or Close;
+	// under mu. withdrawing counts the withdrawals under way.
+	toWithdraw  map[string][]string
+	withdrawing sync.WaitGroup
+
 	// readTo is the last entry of the reply stream the reader has
 	// delivered; readMoved is closed, and replaced, when it moves (see
 	// lookForLost).
@@ -129,17 +136,20 @@ type call struct {
 //
 //	KEYS[1] the items stream, KEYS[2] the live nodes, KEYS[3] the node
 //	        streams, KEYS[4] the epoch
-//	ARGV    max backlog, the stream's trim bound, now (unix ms), how long a
-//	        node may be silent (ms), the node streams' prefix, the front
-//	        end's epoch, then per request: "1" when keys follow, the node
-//	        it is routed to (or ""), its number of items n, then n ×
-//	        (header, [key], value)
+//	ARGV    max backlog, now (unix ms), how long a node may be silent
+//	        (ms), the node streams' prefix, the front end's epoch, then
+//	        per request: "1" when keys follow, the node it is routed to
+//	        (or ""), its number of items n, then n × (header, [key], value)
+//
+// The streams need no trim: the bound on the backlog bounds them, and an
+// item leaves its stream once answered. A trim could only ever delete
+// items still waiting or running.
 var admitScript = redis.NewScript(`
-if redis.call('GET', KEYS[4]) ~= ARGV[6] then
+if redis.call('GET', KEYS[4]) ~= ARGV[5] then
   return redis.error_reply('EPOCH redis lost its data since the front end last checked it')
 end
-local bound, trim = tonumber(ARGV[1]), ARGV[2]
-local now, silence, prefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local bound = tonumber(ARGV[1])
+local now, silence, prefix = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local backlog = redis.call('XLEN', KEYS[1])
 local function later(a, b)
   local am, as = string.match(a, '(%d+)-(%d+)')
@@ -170,7 +180,7 @@ local function sharedWaits()
   return waiting
 end
 local verdicts = {}
-local j = 7
+local j = 6
 while j <= #ARGV do
   local keyed, route, n = ARGV[j] == '1', ARGV[j + 1], tonumber(ARGV[j + 2])
   j = j + 3
@@ -193,9 +203,9 @@ while j <= #ARGV do
     local ids = {stream}
     for i = 0, n - 1 do
       if keyed then
-        ids[#ids + 1] = redis.call('XADD', stream, 'MAXLEN', '~', trim, '*', 'h', ARGV[j], 'k', ARGV[j + 1], 'v', ARGV[j + 2])
+        ids[#ids + 1] = redis.call('XADD', stream, '*', 'h', ARGV[j], 'k', ARGV[j + 1], 'v', ARGV[j + 2])
       else
-        ids[#ids + 1] = redis.call('XADD', stream, 'MAXLEN', '~', trim, '*', 'h', ARGV[j], 'v', ARGV[j + 1])
+        ids[#ids + 1] = redis.call('XADD', stream, '*', 'h', ARGV[j], 'v', ARGV[j + 1])
       end
       j = j + width
     end
@@ -256,6 +266,7 @@ func NewFrontEnd(cfg FrontEndConfig) (*FrontEnd, error) {
 		writerDone: make(chan struct{}),
 		closing:    make(chan struct{}),
 		readMoved:  make(chan struct{}),
+		toWithdraw: map[string][]string{},
 	}, nil
 }
 
@@ -324,9 +335,9 @@ type FrontEndStats struct {
 	// Withdrawn counts the items deleted from the stream before any node
 	// read them, as their request was canceled or past its deadline.
 	Withdrawn uint64 `json:"withdrawn"`
-	// Lost counts the items of requests failed because Redis lost them and
-	// kept its other data (a failover to a replica that lacked them, a
-	// restart that lost its last writes).
+	// Lost counts the items Redis lost while it kept its other data (a
+	// failover to a replica that lacked them, a restart that lost its last
+	// writes); their requests failed.
 	Lost uint64 `json:"lost"`
 }
 
@@ -579,6 +590,7 @@ func (fe *FrontEnd) failLocked(c *call, err error) {
 	fe.stats.failed.Add(uint64(c.left))
 	c.failure = err
 	close(c.over)
+	fe.noteIdleLocked()
 }
 
 // writeLoop puts the submitted requests on the stream, many in one round
@@ -987,8 +999,9 @@ func (fe *FrontEnd) tell(chunk []*call, cmd *redis.Cmd, epoch string) {
 			fe.mu.Lock()
 			c.stream, c.ids, c.epoch = stream, ids, epoch
 			switch {
-			case c.gaveUp:
-				fe.withdraw(stream, ids) // its caller left meanwhile
+			case c.gaveUp, fe.calls[c.seq] != c:
+				// Its caller left meanwhile, or was told no (an outage).
+				fe.withdraw(stream, ids)
 			case epoch != fe.epoch:
 				fe.failLocked(c, fe.lostError())
 			}
@@ -1005,19 +1018,41 @@ func (fe *FrontEnd) tell(chunk []*call, cmd *redis.Cmd, epoch string) {
 	}
 }
 
-// withdraw deletes from the stream the items of c that are not answered
-// and that no node has read yet (see withdrawScript), in the background:
-// the caller, who gave up on them, is not kept waiting. Not deleted (Redis
-// down, the front end closing), they are run and their answers dropped.
+// withdraw deletes from stream the items ids, of a call that ended
+// unanswered, that no node has read yet (see withdrawScript), in the
+// background: the caller, who gave up on them, is not kept waiting. While
+// the front end closes, Close withdraws them. Not deleted (Redis down),
+// they are run and their answers dropped. It requires that fe.mu is held.
 func (fe *FrontEnd) withdraw(stream string, ids []string) {
-	if len(ids) == 0 || fe.closed.Load() {
-		return // closing: Close withdraws what is left
+	if len(ids) == 0 {
+		return
 	}
-	go func() {
+	if fe.closed.Load() {
+		fe.toWithdraw[stream] = append(fe.toWithdraw[stream], ids...)
+		return
+	}
+	fe.withdrawing.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		fe.withdrawAll(ctx, map[string][]string{stream: ids})
-	}()
+	})
+}
+
+// withdrawLaterLocked queues the unanswered items of the calls waiting
+// for a later withdrawal (see toWithdraw). It requires that fe.mu is held.
+func (fe *FrontEnd) withdrawLaterLocked() {
+	for stream, ids := range fe.unansweredLocked() {
+		fe.toWithdraw[stream] = append(fe.toWithdraw[stream], ids...)
+	}
+}
+
+// takeToWithdraw returns the items queued for withdrawal, and forgets them.
+func (fe *FrontEnd) takeToWithdraw() map[string][]string {
+	fe.mu.Lock()
+	defer fe.mu.Unlock()
+	items := fe.toWithdraw
+	fe.toWithdraw = map[string][]string{}
+	return items
 }
 
 // withdrawAll deletes the items named, by stream, that no node has read
@@ -1053,12 +1088,12 @@ func (fe *FrontEnd) unansweredLocked() map[string][]string {
 }
 
 func (fe *FrontEnd) admitArgs(batch []*call, epoch string) []any {
-	n := 6
+	n := 5
 	for _, c := range batch {
 		n += 3 + 2*len(c.items) + len(c.keys)
 	}
 	args := make([]any, 0, n)
-	args = append(args, fe.cfg.MaxBacklog, 2*fe.cfg.MaxBacklog, time.Now().UnixMilli(), nodeSilence.Milliseconds(), fe.k.items+":", epoch)
+	args = append(args, fe.cfg.MaxBacklog, time.Now().UnixMilli(), nodeSilence.Milliseconds(), fe.k.items+":", epoch)
 	ttl := fe.cfg.ReplyTTL.Milliseconds()
 	var header []byte
 	for _, c := range batch {
@@ -1213,9 +1248,16 @@ func (fe *FrontEnd) checkLoop() {
 		case <-fe.closing:
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		err := fe.check(ctx)
-		cancel()
+		err := fe.check(context.Background())
+		if err == nil {
+			// The items of calls failed while Redis was down, or while
+			// no node was alive, must not run when a node comes.
+			if items := fe.takeToWithdraw(); len(items) > 0 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				fe.withdrawAll(ctx, items)
+				cancel()
+			}
+		}
 		if err != nil {
 			lookAll.Store(true)
 		} else if lookAll.Load() || time.Since(lastLook) >= lostLookEvery {
@@ -1255,19 +1297,14 @@ func (fe *FrontEnd) checkLoop() {
 				continue
 			}
 			fe.mu.Lock()
-			items := fe.unansweredLocked()
 			if len(fe.calls) > 0 {
 				fe.cfg.Logger.Error("failing the requests waiting for answers", "requests", len(fe.calls), "err", cause)
+				// Their callers are told no: the items withdrawn at the
+				// next check that finds Redis up do not run later.
+				fe.withdrawLaterLocked()
 				fe.failAllLocked(cause)
-				fe.noteIdleLocked()
 			}
 			fe.mu.Unlock()
-			// Their callers were told no: the items that wait unread
-			// must not run later, when a node comes (with Redis down,
-			// this fails, and they do).
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			fe.withdrawAll(ctx, items)
-			cancel()
 		}
 	}
 }
@@ -1278,6 +1315,9 @@ func (fe *FrontEnd) checkLoop() {
 func (fe *FrontEnd) check(ctx context.Context) error {
 	fe.checkMu.Lock()
 	defer fe.checkMu.Unlock()
+	// Its time runs once it has its turn.
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
 	pipe := fe.rdb.Pipeline()
 	since := "(" + unixMs(time.Now().Add(-nodeSilence))
 	nodes := pipe.ZCount(ctx, fe.k.nodes, since, "+inf")
@@ -1312,6 +1352,10 @@ func (fe *FrontEnd) check(ctx context.Context) error {
 	}
 	return nil
 }
+
+// checkTimeout bounds a check: Redis answers it in well under a
+// millisecond, and a Redis that does not answer in time is taken for down.
+const checkTimeout = 500 * time.Millisecond
 
 // lostDataLocked fails the calls admitted before the epoch changed and
 // waiting for answers: Redis lost their items (it came back from a restart
@@ -1384,14 +1428,16 @@ func (fe *FrontEnd) Close(ctx context.Context) error {
 	close(fe.closing)
 	fe.done.Wait()
 	fe.mu.Lock()
-	items := fe.unansweredLocked()
+	fe.withdrawLaterLocked()
 	fe.failAllLocked(supervisor.ErrShuttingDown)
 	fe.mu.Unlock()
-	// Nobody waits for those items now: those no node has read go, and
-	// whatever nodes still write for it expires with the key.
+	fe.withdrawing.Wait()
+	// Nobody waits for those items now, nor for those of the calls given
+	// up meanwhile: those no node has read go, and whatever nodes still
+	// write for it expires with the key.
 	dctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	fe.withdrawAll(dctx, items)
+	fe.withdrawAll(dctx, fe.takeToWithdraw())
 	fe.rdb.Del(dctx, fe.replyKey)
 	return errors.Join(err, fe.rdb.Close())
 }

@@ -94,7 +94,7 @@ func (fe *FrontEnd) lookForLost(ctx context.Context, minAge time.Duration) error
 	}
 	fe.mu.Lock()
 	defer fe.mu.Unlock()
-	lost := map[*call]bool{}
+	lost := map[*call]map[int]bool{} // the calls, and their items gone
 	for _, g := range gone {
 		k, ok := g.(int64)
 		if !ok || k < 1 || int(k) > len(places) {
@@ -102,7 +102,10 @@ func (fe *FrontEnd) lookForLost(ctx context.Context, minAge time.Duration) error
 		}
 		p := places[k-1]
 		if fe.calls[p.c.seq] == p.c && !p.c.got[p.index] {
-			lost[p.c] = true
+			if lost[p.c] == nil {
+				lost[p.c] = map[int]bool{}
+			}
+			lost[p.c][p.index] = true
 		}
 	}
 	if len(lost) == 0 {
@@ -110,8 +113,16 @@ func (fe *FrontEnd) lookForLost(ctx context.Context, minAge time.Duration) error
 	}
 	err = unavailablef("redis at %s lost the request's items (a failover to a replica that lacked them, or a restart that lost its last writes)", fe.where)
 	items := 0
-	for c := range lost {
-		items += c.left
+	for c, gone := range lost {
+		items += len(gone)
+		// Its other items, still there, need not run.
+		var left []string
+		for i, id := range c.ids {
+			if !c.got[i] && !gone[i] {
+				left = append(left, id)
+			}
+		}
+		fe.withdraw(c.stream, left)
 		fe.failLocked(c, err)
 	}
 	fe.stats.lost.Add(uint64(items))

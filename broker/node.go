@@ -266,13 +266,17 @@ func (n *Node) readLoop() {
 		}
 		// The quarantine comes in the same round trip, read by Redis
 		// right after the items.
+		// The read is not cut short by a stop (blockFor bounds it): Redis
+		// may hand it items as the stop comes, which would then wait
+		// pending for a claim.
+		rctx := context.Background()
 		pipe := n.rdb.Pipeline()
-		read := pipe.XReadGroup(ctx, args)
-		quarantine := pipe.ZRangeArgs(ctx, redis.ZRangeArgs{
+		read := pipe.XReadGroup(rctx, args)
+		quarantine := pipe.ZRangeArgs(rctx, redis.ZRangeArgs{
 			Key: n.k.poison, Start: "(" + strconv.FormatInt(time.Now().UnixMilli(), 10), Stop: "+inf",
 			ByScore: true, Count: quarantineRead,
 		})
-		_, _ = pipe.Exec(ctx)
+		_, _ = pipe.Exec(rctx)
 		streams, err := read.Result()
 		if err != nil && len(streams) > 0 {
 			// The items came, and the connection failed after them: they
@@ -723,6 +727,7 @@ func (n *Node) writeWhole(batch []answerEntry) bool {
 		}
 		retry.wait(n.stopped)
 	}
+	n.reachable()
 	if n.refused.Swap(nil) != nil {
 		n.cfg.Logger.Info("redis takes this node's answers again; it takes items again", "redis", n.where)
 	}
@@ -743,7 +748,7 @@ func (n *Node) writeWhole(batch []answerEntry) bool {
 // logged each time.
 func (n *Node) warn(what string, err error) {
 	var reply redis.Error
-	if errors.As(err, &reply) && !redis.HasErrorPrefix(err, "LOADING") {
+	if errors.As(err, &reply) && !notServing(err) {
 		n.cfg.Logger.Warn(what, "redis", n.where, "err", err)
 		return
 	}
@@ -752,6 +757,18 @@ func (n *Node) warn(what string, err error) {
 		return
 	}
 	n.cfg.Logger.Error("redis does not serve this node; it keeps its items and retries", "while", what, "redis", n.where, "err", err)
+}
+
+// notServing says whether err, an error Redis answered, means it does not
+// serve for now: it loads its data, or it is a replica (a failover under
+// way), or its master is gone.
+func notServing(err error) bool {
+	for _, prefix := range []string{"LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN"} {
+		if redis.HasErrorPrefix(err, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // reachable notes that Redis answered the node.

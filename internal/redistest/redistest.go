@@ -146,12 +146,13 @@ func Start(t testing.TB, opt Options) *Server {
 // StartFailover runs a master, a replica of it and a Sentinel that watches
 // the master as name, and returns once the replica has synced and the
 // Sentinel knows it (so that it can promote it), or fails the test after
-// readyTimeout. Kill the master, and the Sentinel promotes the replica about
-// SentinelDownAfter later.
-func StartFailover(t testing.TB, name string) (master, replica, sentinel *Server) {
+// readyTimeout. Master and replica ask for password, when it is not empty;
+// the Sentinel asks for none. Kill the master (or make it Vanish), and the
+// Sentinel promotes the replica a few seconds later.
+func StartFailover(t testing.TB, name, password string) (master, replica, sentinel *Server) {
 	t.Helper()
-	master = Start(t, Options{})
-	replica = Start(t, Options{ReplicaOf: master})
+	master = Start(t, Options{Password: password})
+	replica = Start(t, Options{ReplicaOf: master, Password: password})
 	sentinel = Start(t, Options{Watch: master, MasterName: name})
 	deadline := time.Now().Add(readyTimeout)
 	for {

@@ -421,7 +421,7 @@ func fatalMessage(t *testing.T, f func(testing.TB)) string {
 
 func TestSentinelPromotesTheReplicaWhenTheMasterDies(t *testing.T) {
 	t.Parallel()
-	master, replica, sentinel := redistest.StartFailover(t, "main")
+	master, replica, sentinel := redistest.StartFailover(t, "main", "")
 	if got := sentinel.Do(t, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "main"); got != strings.Replace(master.Addr(), ":", "\n", 1) {
 		t.Fatalf("the sentinel's master: %q, want %s", got, master.Addr())
 	}
