@@ -1330,6 +1330,9 @@ func (fe *FrontEnd) check(ctx context.Context) error {
 		// These commands are never wrong: an error Redis sent back is a
 		// refusal to serve (a wrong password, no permission), as bad as
 		// no answer.
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("no answer within %s%s: %w", checkTimeout, fe.tlsHint(), err)
+		}
 		fe.markDown(err)
 		return fmt.Errorf("redis at %s: %w", fe.where, err)
 	}
@@ -1351,6 +1354,16 @@ func (fe *FrontEnd) check(ctx context.Context) error {
 		fe.cfg.Logger.Info("redis reachable", "redis", fe.where)
 	}
 	return nil
+}
+
+// tlsHint is what to add to a check that got no answer, over TLS: a
+// server that does not speak TLS waits, as the client does, for the
+// other to go on.
+func (fe *FrontEnd) tlsHint() string {
+	if fe.rdb.Options().TLSConfig == nil {
+		return ""
+	}
+	return " (over TLS: does Redis speak TLS at that address?)"
 }
 
 // checkTimeout bounds a check: Redis answers it in well under a

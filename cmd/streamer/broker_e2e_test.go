@@ -823,6 +823,10 @@ func TestBrokerFlagsAndConnections(t *testing.T) {
 		rs := redistest.Start(t, redistest.Options{TLS: true})
 		serveThrough(t, rs, "--broker-ca", rs.CAFile())
 	})
+	t.Run("tls to a redis without it", func(t *testing.T) {
+		rs := redistest.Start(t, redistest.Options{})
+		refusedThrough(t, strings.Replace(rs.URL(), "redis://", "rediss://", 1), []string{"does Redis speak TLS"})
+	})
 	t.Run("tls with an untrusted certificate", func(t *testing.T) {
 		rs := redistest.Start(t, redistest.Options{TLS: true})
 		startBrokerNode(t, rs, "--workers", "1", "--broker-ca", rs.CAFile())
