@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -895,6 +896,35 @@ func TestBrokerFollowsASentinelFailover(t *testing.T) {
 	})
 	if n := redisItems(t, replica); n != 0 {
 		t.Errorf("%d items left on the promoted replica's stream; want none", n)
+	}
+}
+
+// TestBrokerStatusCommand: `streamer status` shows what a front end and a
+// node know of Redis and did through it, and why a front end is not ready.
+func TestBrokerStatusCommand(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	front := startBrokerFront(t, rs)
+	waitReadyz(t, front, 0)
+	out, err := runStatus(t, front.URL())
+	if err != nil || !regexp.MustCompile(`(?m)^ready +no: unavailable: no node has been heard from`).MatchString(out) {
+		t.Errorf("streamer status of a front end with no node: %v; want it not ready, saying why:\n%s", err, out)
+	}
+	node := startBrokerNode(t, rs, "--workers", "1", "--model", "echo")
+	waitReadyz(t, front, http.StatusOK)
+	for i := range 3 {
+		if p, err := predictWithin(front, requestTimeout, 0, fmt.Sprint("s", i)); err != nil || p.Status != http.StatusOK {
+			t.Fatalf("request %d: %s, %v", i, p, err)
+		}
+	}
+	out, err = runStatus(t, front.URL())
+	for _, want := range []string{`(?m)^ready +yes$`, `(?m)^redis +up, 1 nodes heard from, backlog 0 of \d+ items$`, `(?m)^front end +duplicate answers 0, withdrawn 0, lost 0$`} {
+		if err != nil || !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("streamer status of the front end: %v; lacks %s:\n%s", err, want, out)
+		}
+	}
+	out, err = runStatus(t, node.URL())
+	if err != nil || !regexp.MustCompile(`(?m)^node +read 3, claimed 0, answered 3, `).MatchString(out) {
+		t.Errorf("streamer status of the node: %v; want its traffic, 3 items read and answered:\n%s", err, out)
 	}
 }
 

@@ -13,15 +13,23 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/streamer-dev/streamer/broker"
 	"github.com/streamer-dev/streamer/supervisor"
 )
 
 // statusReport is what `streamer status` reads from a running server.
 type statusReport struct {
-	model string
-	ready bool
-	stats supervisor.Stats
-	slots []supervisor.SlotStatus
+	model    string
+	ready    bool
+	notReady string // why, as /readyz says
+	stats    supervisor.Stats
+	slots    []supervisor.SlotStatus
+	// broker is what a server behind Redis (--broker) says of it: its
+	// front end's view, and its node's traffic on a GPU node.
+	broker *struct {
+		FrontEnd *broker.FrontEndStats `json:"front_end"`
+		Node     *broker.NodeStats     `json:"node"`
+	}
 }
 
 func newStatusCommand() *cobra.Command {
@@ -31,7 +39,8 @@ func newStatusCommand() *cobra.Command {
 		Use:   "status",
 		Short: "Show a running server's model, workers, queue and batching",
 		Long: "status asks a running `streamer serve` for its model (/v1/models), workers\n" +
-			"(/v1/workers) and counters (/v1/stats), and prints them.",
+			"(/v1/workers), counters (/v1/stats) and readiness (/readyz), and prints them;\n" +
+			"behind --broker, what it knows of Redis and its traffic there too.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
@@ -59,14 +68,32 @@ func fetchStatus(ctx context.Context, base string) (statusReport, error) {
 		return r, err
 	}
 	r.model, _ = info["model"].(string)
-	if err := getStatusJSON(ctx, base+"/v1/stats", &r.stats); err != nil {
+	var stats struct {
+		supervisor.Stats
+		Broker json.RawMessage `json:"broker"`
+	}
+	if err := getStatusJSON(ctx, base+"/v1/stats", &stats); err != nil {
 		return r, err
+	}
+	r.stats = stats.Stats
+	if len(stats.Broker) > 0 {
+		if err := json.Unmarshal(stats.Broker, &r.broker); err != nil {
+			return r, fmt.Errorf("GET %s/v1/stats: its broker section: %w", base, err)
+		}
 	}
 	if err := getStatusJSON(ctx, base+"/v1/workers", &r.slots); err != nil {
 		return r, err
 	}
 	var readiness map[string]string
-	r.ready = getStatusJSON(ctx, base+"/readyz", &readiness) == nil
+	if err := getStatusJSON(ctx, base+"/readyz", &readiness); err != nil {
+		r.notReady = err.Error()
+		var body map[string]string
+		if i := strings.Index(r.notReady, "{"); i >= 0 && json.Unmarshal([]byte(r.notReady[i:]), &body) == nil && body["error"] != "" {
+			r.notReady = body["error"]
+		}
+	} else {
+		r.ready = true
+	}
 	return r, nil
 }
 
@@ -99,7 +126,24 @@ func (r statusReport) print(out io.Writer) error {
 	st := r.stats
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "model\t%s\n", r.model)
-	fmt.Fprintf(w, "ready\t%s\n", yesNo(r.ready))
+	if r.ready {
+		fmt.Fprintf(w, "ready\tyes\n")
+	} else {
+		fmt.Fprintf(w, "ready\tno: %s\n", r.notReady)
+	}
+	if b := r.broker; b != nil && b.FrontEnd != nil {
+		f := b.FrontEnd
+		fmt.Fprintf(w, "redis\t%s, %d nodes heard from, backlog %d of %d items\n", upDown(f.RedisUp), f.Nodes, f.Backlog, f.MaxBacklog)
+		fmt.Fprintf(w, "front end\tduplicate answers %d, withdrawn %d, lost %d\n", f.Duplicates, f.Withdrawn, f.Lost)
+	}
+	if b := r.broker; b != nil && b.Node != nil {
+		n := b.Node
+		fmt.Fprintf(w, "node\tread %d, claimed %d, answered %d, expired %d, released %d, quarantined %d, write failures %d, held %d\n",
+			n.Read, n.Claimed, n.Answered, n.Expired, n.Released, n.Quarantined, n.WriteFailures, n.Held)
+		if n.Refused != "" {
+			fmt.Fprintf(w, "node refused\t%s\n", n.Refused)
+		}
+	}
 	fmt.Fprintf(w, "queue depth\t%d items\n", st.Queued)
 	fmt.Fprintf(w, "items\tanswered %d, failed %d, rejected %d, expired %d, poisoned %d\n",
 		st.Answered, st.Failed, st.Rejected, st.Expired, st.Poisoned)
@@ -132,11 +176,11 @@ func (r statusReport) print(out io.Writer) error {
 	return w.Flush()
 }
 
-func yesNo(b bool) string {
+func upDown(b bool) string {
 	if b {
-		return "yes"
+		return "up"
 	}
-	return "no"
+	return "down"
 }
 
 // meanMs is a histogram's mean in milliseconds, or "-" when it is empty.
