@@ -15,6 +15,17 @@ import (
 	"github.com/streamer-dev/streamer/supervisor"
 )
 
+// waiting registers calls with fe, as PredictRequest does before it hands
+// them to the writer: the writer admits only calls still waiting.
+func waiting(fe *FrontEnd, calls ...*call) []*call {
+	fe.mu.Lock()
+	defer fe.mu.Unlock()
+	for _, c := range calls {
+		fe.calls[c.seq] = c
+	}
+	return calls
+}
+
 // The requests a front end admits together go on the stream in one
 // command, so a node blocked on the stream wakes once and reads them all;
 // with a command each, it woke for the first alone and read the others a
@@ -55,7 +66,7 @@ func TestRequestsAdmittedTogetherWakeABlockedReaderOnce(t *testing.T) {
 		return c
 	}
 	batch := []*call{request(1, "a", "b"), request(2, "c", "d", "e"), request(3, "f")}
-	fe.admit(batch)
+	fe.admit(waiting(fe, batch...))
 	for i, want := range []error{nil, supervisor.ErrOverloaded, nil} {
 		if err := <-batch[i].admitted; !errors.Is(err, want) && err != want {
 			t.Errorf("request %d: verdict %v; want %v", batch[i].seq, err, want)
@@ -92,7 +103,7 @@ func TestManyItemsAreAdmittedInChunksInOrder(t *testing.T) {
 		}
 		batch = append(batch, c)
 	}
-	fe.admit(batch)
+	fe.admit(waiting(fe, batch...))
 	var want []string
 	for _, c := range batch {
 		if err := <-c.admitted; err != nil || len(c.ids) != len(c.items) {
@@ -266,7 +277,7 @@ func TestARoutedRequestGoesToItsNodeOnlyWhenItPassesNobody(t *testing.T) {
 	admit := func(route string) string {
 		t.Helper()
 		c := &call{items: [][]byte{[]byte("x")}, route: route, admitted: make(chan error, 1)}
-		fe.admit([]*call{c})
+		fe.admit(waiting(fe, c))
 		if err := <-c.admitted; err != nil {
 			t.Fatal(err)
 		}
@@ -379,7 +390,7 @@ func TestKeyedAndPlainRequestsShareAnAdmission(t *testing.T) {
 		request(4, []string{""}, "g"),
 		request(5, nil, "h"),
 	}
-	fe.admit(batch)
+	fe.admit(waiting(fe, batch...))
 	for i, c := range batch {
 		err := <-c.admitted
 		if refused := i == 2; refused != errors.Is(err, supervisor.ErrOverloaded) || (!refused && err != nil) {

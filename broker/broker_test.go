@@ -676,6 +676,82 @@ func TestItemsOfRequestsFailedForWantOfANodeAreWithdrawn(t *testing.T) {
 	})
 }
 
+// A request failed by an outage while it waited for the writer is not put
+// on the stream once Redis answers again: its caller was told no.
+func TestARequestFailedBeforeItsAdmissionIsNotAdmitted(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fakeGroup(t, rs)
+	fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.Outage = 300 * time.Millisecond })
+	eventually(t, "front end ready", fe.Ready)
+	xadds := func() string {
+		for line := range strings.Lines(rs.Do(t, "INFO", "commandstats")) {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_xadd:calls="); ok {
+				n, _, _ := strings.Cut(rest, ",")
+				return n
+			}
+		}
+		return "0"
+	}
+	// Redis hangs for writes: the first request's admission waits in it,
+	// the second waits for the writer, and the outage fails both.
+	rs.Do(t, "CLIENT", "PAUSE", "1500", "WRITE")
+	first := predictLater(t, fe, "first")
+	eventually(t, "the first admission waiting in Redis", func() bool {
+		return strings.Contains(rs.Do(t, "CLIENT", "LIST"), "cmd=evalsha")
+	})
+	second := predictLater(t, fe, "second")
+	for _, a := range []answer{<-first, <-second} {
+		if !errors.Is(a.err, supervisor.ErrUnavailable) {
+			t.Errorf("a request through the outage: %q, %v; want ErrUnavailable", a.out, a.err)
+		}
+	}
+	if got := xadds(); got != "1" {
+		t.Errorf("%s items put on the stream; want the first alone, whose admission Redis ran as it resumed", got)
+	}
+}
+
+// Close ends in about its context's time even while Redis hangs: no read
+// of the front end's waits for the client's own bound on a blocking read
+// (its block and 10 s).
+func TestCloseWhileRedisHangsEndsInItsTime(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fakeGroup(t, rs)
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	rs.Do(t, "CLIENT", "PAUSE", "6000", "ALL")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	_ = fe.Close(ctx)
+	if took := time.Since(start); took > 4*time.Second {
+		t.Errorf("Close with a second to go took %s while Redis hung", took)
+	}
+}
+
+// A request given up while Redis hangs cannot have its items withdrawn at
+// once: they are withdrawn once Redis answers again.
+func TestItemsOfARequestGivenUpWhileRedisHangsAreWithdrawnLater(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fakeGroup(t, rs)
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	ctx, cancel := context.WithCancel(context.Background())
+	given := make(chan error, 1)
+	go func() {
+		_, err := fe.Predict(ctx, [][]byte{[]byte("given up")})
+		given <- err
+	}()
+	eventually(t, "the item on the stream", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "1" })
+	rs.Do(t, "CLIENT", "PAUSE", "1800", "ALL")
+	cancel()
+	if err := <-given; !errors.Is(err, supervisor.ErrCanceled) {
+		t.Errorf("the request given up: %v; want ErrCanceled", err)
+	}
+	eventually(t, "the item withdrawn once Redis answers", func() bool {
+		return rs.Do(t, "XLEN", "streamer:items") == "0" && fe.FrontEndStats().Withdrawn == 1
+	})
+}
+
 // A request given up while its front end closes (its client left, or its
 // deadline passed, during the drain) has its items withdrawn by Close: no
 // node runs them later.

@@ -916,8 +916,19 @@ const admitChunk = 512
 // and tells each call the verdict.
 func (fe *FrontEnd) admit(batch []*call) {
 	// Calls whose callers gave up waiting for the writer need no verdict.
+	// Calls that ended meanwhile (an outage failed them) are not
+	// admitted: their callers were told no, and learn it from the call.
 	fe.mu.Lock()
-	batch = slices.DeleteFunc(batch, func(c *call) bool { return c.gaveUp })
+	batch = slices.DeleteFunc(batch, func(c *call) bool {
+		switch {
+		case c.gaveUp:
+			return true
+		case fe.calls[c.seq] != c:
+			c.admitted <- nil
+			return true
+		}
+		return false
+	})
 	fe.mu.Unlock()
 	if len(batch) == 0 {
 		return
@@ -1034,8 +1045,21 @@ func (fe *FrontEnd) withdraw(stream string, ids []string) {
 	fe.withdrawing.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		fe.withdrawAll(ctx, map[string][]string{stream: ids})
+		fe.requeue(fe.withdrawAll(ctx, map[string][]string{stream: ids}))
 	})
+}
+
+// requeue queues again, for the next check that finds Redis up, the items
+// that a withdrawal could not reach Redis for.
+func (fe *FrontEnd) requeue(items map[string][]string) {
+	if len(items) == 0 {
+		return
+	}
+	fe.mu.Lock()
+	defer fe.mu.Unlock()
+	for stream, ids := range items {
+		fe.toWithdraw[stream] = append(fe.toWithdraw[stream], ids...)
+	}
 }
 
 // withdrawLaterLocked queues the unanswered items of the calls waiting
@@ -1056,8 +1080,9 @@ func (fe *FrontEnd) takeToWithdraw() map[string][]string {
 }
 
 // withdrawAll deletes the items named, by stream, that no node has read
-// yet (see withdrawScript): a run of the script per stream.
-func (fe *FrontEnd) withdrawAll(ctx context.Context, items map[string][]string) {
+// yet (see withdrawScript): a run of the script per stream. It returns
+// those it could not reach Redis for, to try again.
+func (fe *FrontEnd) withdrawAll(ctx context.Context, items map[string][]string) (unreached map[string][]string) {
 	for stream, ids := range items {
 		args := make([]any, 0, 1+len(ids))
 		args = append(args, nodeGroup)
@@ -1067,10 +1092,17 @@ func (fe *FrontEnd) withdrawAll(ctx context.Context, items map[string][]string) 
 		n, err := withdrawScript.Run(ctx, fe.rdb, []string{stream}, args...).Int64()
 		if err != nil {
 			fe.cfg.Logger.Debug("withdraw the items of requests no longer waiting", "items", len(ids), "err", err)
+			if !errors.As(err, new(redis.Error)) {
+				if unreached == nil {
+					unreached = map[string][]string{}
+				}
+				unreached[stream] = ids
+			}
 			continue
 		}
 		fe.stats.withdrawn.Add(uint64(n))
 	}
+	return unreached
 }
 
 // unansweredLocked returns the items of the waiting calls that are not
@@ -1138,7 +1170,11 @@ func (fe *FrontEnd) readLoop() {
 	// It reads until Close has the answers it waits for: until closing.
 	for ctx.Err() == nil {
 		// An entry holds up to answerChunk bytes of answers.
-		streams, err := fe.rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{fe.replyKey, last}, Count: 64, Block: blockFor}).Result()
+		// Bounded, so that Close does not wait on a hung Redis for the
+		// client's own bound on a blocking read (its block and 10 s).
+		rctx, cancel := context.WithTimeout(ctx, blockFor+time.Second)
+		streams, err := fe.rdb.XRead(rctx, &redis.XReadArgs{Streams: []string{fe.replyKey, last}, Count: 64, Block: blockFor}).Result()
+		cancel()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			if ctx.Err() != nil {
 				return
@@ -1254,7 +1290,7 @@ func (fe *FrontEnd) checkLoop() {
 			// no node was alive, must not run when a node comes.
 			if items := fe.takeToWithdraw(); len(items) > 0 {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				fe.withdrawAll(ctx, items)
+				fe.requeue(fe.withdrawAll(ctx, items))
 				cancel()
 			}
 		}
