@@ -57,7 +57,8 @@ type FrontEnd struct {
 	// writerDone is closed when the writer has stopped taking calls.
 	writerDone chan struct{}
 	closing    chan struct{}
-	done       sync.WaitGroup
+	done       sync.WaitGroup // the writer and the checks
+	reader     sync.WaitGroup // the reader of answers
 	closed     atomic.Bool
 
 	// epoch is the value of the epoch key at the last check, under mu: a
@@ -279,10 +280,11 @@ func (fe *FrontEnd) ID() string { return fe.id }
 // then reads its answers and writes requests until Close.
 func (fe *FrontEnd) Start(ctx context.Context) error {
 	err := fe.check(ctx)
-	fe.done.Add(3)
+	fe.done.Add(2)
 	go fe.writeLoop()
-	go fe.readLoop()
 	go fe.checkLoop()
+	fe.reader.Add(1)
+	go fe.readLoop()
 	return err
 }
 
@@ -1050,7 +1052,9 @@ func (fe *FrontEnd) withdraw(stream string, ids []string) {
 }
 
 // requeue queues again, for the next check that finds Redis up, the items
-// that a withdrawal could not reach Redis for.
+// that a withdrawal could not reach Redis for. A stream keeps the last
+// MaxBacklog queued: it never holds more items than that, and those queued
+// long ago have most likely been read, and answered, since.
 func (fe *FrontEnd) requeue(items map[string][]string) {
 	if len(items) == 0 {
 		return
@@ -1058,7 +1062,8 @@ func (fe *FrontEnd) requeue(items map[string][]string) {
 	fe.mu.Lock()
 	defer fe.mu.Unlock()
 	for stream, ids := range items {
-		fe.toWithdraw[stream] = append(fe.toWithdraw[stream], ids...)
+		ids = append(fe.toWithdraw[stream], ids...)
+		fe.toWithdraw[stream] = ids[max(len(ids)-fe.cfg.MaxBacklog, 0):]
 	}
 }
 
@@ -1080,30 +1085,37 @@ func (fe *FrontEnd) takeToWithdraw() map[string][]string {
 }
 
 // withdrawAll deletes the items named, by stream, that no node has read
-// yet (see withdrawScript): a run of the script per stream. It returns
-// those it could not reach Redis for, to try again.
+// yet (see withdrawScript): a run of the script for every withdrawChunk
+// items of a stream. It returns those it could not reach Redis for, or
+// that Redis could not serve for now, to try again.
 func (fe *FrontEnd) withdrawAll(ctx context.Context, items map[string][]string) (unreached map[string][]string) {
-	for stream, ids := range items {
-		args := make([]any, 0, 1+len(ids))
-		args = append(args, nodeGroup)
-		for _, id := range ids {
-			args = append(args, id)
-		}
-		n, err := withdrawScript.Run(ctx, fe.rdb, []string{stream}, args...).Int64()
-		if err != nil {
-			fe.cfg.Logger.Debug("withdraw the items of requests no longer waiting", "items", len(ids), "err", err)
-			if !errors.As(err, new(redis.Error)) {
-				if unreached == nil {
-					unreached = map[string][]string{}
-				}
-				unreached[stream] = ids
+	for stream, all := range items {
+		for chunk := range slices.Chunk(all, withdrawChunk) {
+			args := make([]any, 0, 1+len(chunk))
+			args = append(args, nodeGroup)
+			for _, id := range chunk {
+				args = append(args, id)
 			}
-			continue
+			n, err := withdrawScript.Run(ctx, fe.rdb, []string{stream}, args...).Int64()
+			if err != nil {
+				fe.cfg.Logger.Debug("withdraw the items of requests no longer waiting", "items", len(chunk), "err", err)
+				if !errors.As(err, new(redis.Error)) || notServing(err) {
+					if unreached == nil {
+						unreached = map[string][]string{}
+					}
+					unreached[stream] = append(unreached[stream], chunk...)
+				}
+				continue
+			}
+			fe.stats.withdrawn.Add(uint64(n))
 		}
-		fe.stats.withdrawn.Add(uint64(n))
 	}
 	return unreached
 }
+
+// withdrawChunk bounds the items of one run of the withdrawal script:
+// Redis serves nobody else while it runs.
+const withdrawChunk = 512
 
 // unansweredLocked returns the items of the waiting calls that are not
 // answered yet, by stream. It requires that fe.mu is held.
@@ -1160,7 +1172,7 @@ func (fe *FrontEnd) admitArgs(batch []*call, epoch string) []any {
 // readLoop reads the answers on the front end's reply stream and hands
 // them to their calls, trimming what it has read.
 func (fe *FrontEnd) readLoop() {
-	defer fe.done.Done()
+	defer fe.reader.Done()
 	last := "0-0"
 	var read int
 	lastTrim := time.Now()
@@ -1170,11 +1182,10 @@ func (fe *FrontEnd) readLoop() {
 	// It reads until Close has the answers it waits for: until closing.
 	for ctx.Err() == nil {
 		// An entry holds up to answerChunk bytes of answers.
-		// Bounded, so that Close does not wait on a hung Redis for the
-		// client's own bound on a blocking read (its block and 10 s).
-		rctx, cancel := context.WithTimeout(ctx, blockFor+time.Second)
-		streams, err := fe.rdb.XRead(rctx, &redis.XReadArgs{Streams: []string{fe.replyKey, last}, Count: 64, Block: blockFor}).Result()
-		cancel()
+		// Not bounded by a deadline of its own: a read of large answers
+		// may take seconds. Close, which cannot cut a read short, closes
+		// the client under it.
+		streams, err := fe.rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{fe.replyKey, last}, Count: 64, Block: blockFor}).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			if ctx.Err() != nil {
 				return
@@ -1383,6 +1394,7 @@ func (fe *FrontEnd) check(ctx context.Context) error {
 		fe.epoch = epoch.Val()
 		if last != "" {
 			fe.lostDataLocked()
+			fe.toWithdraw = map[string][]string{} // gone with the data
 		}
 	}
 	fe.mu.Unlock()
@@ -1488,7 +1500,10 @@ func (fe *FrontEnd) Close(ctx context.Context) error {
 	defer cancel()
 	fe.withdrawAll(dctx, fe.takeToWithdraw())
 	fe.rdb.Del(dctx, fe.replyKey)
-	return errors.Join(err, fe.rdb.Close())
+	err = errors.Join(err, fe.rdb.Close())
+	// The reader's read in flight, if Redis hangs, ends with the client.
+	fe.reader.Wait()
+	return err
 }
 
 // backoff paces retries while Redis is down: 50ms, doubling up to 1s.

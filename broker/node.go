@@ -761,14 +761,15 @@ func (n *Node) warn(what string, err error) {
 
 // notServing says whether err, an error Redis answered, means it does not
 // serve for now: it loads its data, or it is a replica (a failover under
-// way), or its master is gone.
+// way; a script learns it from its first write), or its master is gone,
+// or a script runs too long.
 func notServing(err error) bool {
-	for _, prefix := range []string{"LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN"} {
+	for _, prefix := range []string{"LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "BUSY "} {
 		if redis.HasErrorPrefix(err, prefix) {
 			return true
 		}
 	}
-	return false
+	return strings.Contains(err.Error(), "READONLY You can't write against a read only replica")
 }
 
 // reachable notes that Redis answered the node.
