@@ -190,6 +190,25 @@ func fakeNode(t *testing.T, rs *redistest.Server) {
 	rs.Do(t, "ZADD", "streamer:nodes", strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10), "fake")
 }
 
+// onStream waits until the shared stream holds n items (what is the
+// test's wait, for its message).
+func onStream(t *testing.T, rs *redistest.Server, n int, what string) {
+	t.Helper()
+	eventually(t, what, func() bool { return rs.Do(t, "XLEN", "streamer:items") == strconv.Itoa(n) })
+}
+
+// frontWithoutNodes starts a Redis where a node seems alive and no node
+// reads (fakeGroup: items wait there, and can be withdrawn), and a front
+// end set up by tweak, ready.
+func frontWithoutNodes(t *testing.T, tweak func(*broker.FrontEndConfig)) (*redistest.Server, *broker.FrontEnd) {
+	t.Helper()
+	rs := redistest.Start(t, redistest.Options{})
+	fakeGroup(t, rs)
+	fe := startFront(t, rs, tweak)
+	eventually(t, "front end ready", fe.Ready)
+	return rs, fe
+}
+
 // fakeGroup is fakeNode with the nodes' group on the shared stream, as a
 // node makes it: withdrawals, and reads a test makes by hand, work before
 // any real node runs.
@@ -422,7 +441,7 @@ func TestADuplicateAnswerIsDropped(t *testing.T) {
 	fe := startFront(t, rs, nil)
 	eventually(t, "front end ready", fe.Ready)
 	later := predictLater(t, fe, "q")
-	eventually(t, "item on the stream", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "1" })
+	onStream(t, rs, 1, "item on the stream")
 	reply := "streamer:reply:" + fe.ID()
 	// Two nodes answer the same item: the first answer counts.
 	rs.Do(t, "XADD", reply, "*", "q", "1", "i", "0", "o", "first")
@@ -446,7 +465,7 @@ func TestTheSharedBacklogIsBounded(t *testing.T) {
 			_, _ = fe.Predict(ctx, [][]byte{[]byte(fmt.Sprint(i))})
 		})
 	}
-	eventually(t, "4 items on the stream", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "4" })
+	onStream(t, rs, 4, "4 items on the stream")
 	_, err := predict(t, fe, "one too many")
 	if !errors.Is(err, supervisor.ErrOverloaded) {
 		t.Fatalf("error %v; want ErrOverloaded", err)
@@ -470,7 +489,7 @@ func TestARequestLargerThanTheBacklogIsTooLarge(t *testing.T) {
 		t.Fatalf("5 items, backlog limit 4: %v; want ErrTooLarge", err)
 	}
 	waiting := predictLater(t, fe, "a")
-	eventually(t, "1 item on the stream", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "1" })
+	onStream(t, rs, 1, "1 item on the stream")
 	if _, err := predict(t, fe, "1", "2", "3", "4"); !errors.Is(err, supervisor.ErrOverloaded) {
 		t.Fatalf("4 items on a backlog of 1, limit 4: %v; want ErrOverloaded", err)
 	}
@@ -487,10 +506,7 @@ func TestARequestLargerThanTheBacklogIsTooLarge(t *testing.T) {
 // up, leaves it to the node that claims it (see withdrawScript), which must
 // not run it.
 func TestItemsWhoseDeadlinePassedInRedisNeverRun(t *testing.T) {
-	rs := redistest.Start(t, redistest.Options{})
-	fakeGroup(t, rs)
-	fe := startFront(t, rs, nil)
-	eventually(t, "front end ready", fe.Ready)
+	rs, fe := frontWithoutNodes(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	late := make(chan error, 1)
@@ -498,7 +514,7 @@ func TestItemsWhoseDeadlinePassedInRedisNeverRun(t *testing.T) {
 		_, err := fe.Predict(ctx, [][]byte{[]byte("late")})
 		late <- err
 	}()
-	eventually(t, "the item on the stream", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "1" })
+	onStream(t, rs, 1, "the item on the stream")
 	if rs.Do(t, "XREADGROUP", "GROUP", "nodes", "dead", "STREAMS", "streamer:items", ">") == "" {
 		t.Fatal("the dead node read nothing")
 	}
@@ -511,7 +527,7 @@ func TestItemsWhoseDeadlinePassedInRedisNeverRun(t *testing.T) {
 	if rec.runs("late") != 0 {
 		t.Error("the model ran an item whose deadline had passed")
 	}
-	eventually(t, "the stream empty", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "0" })
+	onStream(t, rs, 0, "the stream empty")
 }
 
 func TestAPoisonItemIsRefusedByEveryNode(t *testing.T) {
@@ -679,10 +695,7 @@ func TestItemsOfRequestsFailedForWantOfANodeAreWithdrawn(t *testing.T) {
 // A request failed by an outage while it waited for the writer is not put
 // on the stream once Redis answers again: its caller was told no.
 func TestARequestFailedBeforeItsAdmissionIsNotAdmitted(t *testing.T) {
-	rs := redistest.Start(t, redistest.Options{})
-	fakeGroup(t, rs)
-	fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.Outage = 300 * time.Millisecond })
-	eventually(t, "front end ready", fe.Ready)
+	rs, fe := frontWithoutNodes(t, func(c *broker.FrontEndConfig) { c.Outage = 300 * time.Millisecond })
 	xadds := func() string {
 		for line := range strings.Lines(rs.Do(t, "INFO", "commandstats")) {
 			if rest, ok := strings.CutPrefix(line, "cmdstat_xadd:calls="); ok {
@@ -714,10 +727,7 @@ func TestARequestFailedBeforeItsAdmissionIsNotAdmitted(t *testing.T) {
 // of the front end's waits for the client's own bound on a blocking read
 // (its block and 10 s).
 func TestCloseWhileRedisHangsEndsInItsTime(t *testing.T) {
-	rs := redistest.Start(t, redistest.Options{})
-	fakeGroup(t, rs)
-	fe := startFront(t, rs, nil)
-	eventually(t, "front end ready", fe.Ready)
+	rs, fe := frontWithoutNodes(t, nil)
 	rs.Do(t, "CLIENT", "PAUSE", "6000", "ALL")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
@@ -731,17 +741,14 @@ func TestCloseWhileRedisHangsEndsInItsTime(t *testing.T) {
 // A request given up while Redis hangs cannot have its items withdrawn at
 // once: they are withdrawn once Redis answers again.
 func TestItemsOfARequestGivenUpWhileRedisHangsAreWithdrawnLater(t *testing.T) {
-	rs := redistest.Start(t, redistest.Options{})
-	fakeGroup(t, rs)
-	fe := startFront(t, rs, nil)
-	eventually(t, "front end ready", fe.Ready)
+	rs, fe := frontWithoutNodes(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	given := make(chan error, 1)
 	go func() {
 		_, err := fe.Predict(ctx, [][]byte{[]byte("given up")})
 		given <- err
 	}()
-	eventually(t, "the item on the stream", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "1" })
+	onStream(t, rs, 1, "the item on the stream")
 	rs.Do(t, "CLIENT", "PAUSE", "1800", "ALL")
 	cancel()
 	if err := <-given; !errors.Is(err, supervisor.ErrCanceled) {
@@ -756,10 +763,7 @@ func TestItemsOfARequestGivenUpWhileRedisHangsAreWithdrawnLater(t *testing.T) {
 // deadline passed, during the drain) has its items withdrawn by Close: no
 // node runs them later.
 func TestItemsOfRequestsGivenUpWhileClosingAreWithdrawn(t *testing.T) {
-	rs := redistest.Start(t, redistest.Options{})
-	fakeGroup(t, rs)
-	fe := startFront(t, rs, nil)
-	eventually(t, "front end ready", fe.Ready)
+	rs, fe := frontWithoutNodes(t, nil)
 	given := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -767,7 +771,7 @@ func TestItemsOfRequestsGivenUpWhileClosingAreWithdrawn(t *testing.T) {
 		_, err := fe.Predict(ctx, [][]byte{[]byte("given up")})
 		given <- err
 	}()
-	eventually(t, "the item on the stream", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "1" })
+	onStream(t, rs, 1, "the item on the stream")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := fe.Close(ctx); err != nil {
@@ -785,12 +789,9 @@ func TestItemsOfRequestsGivenUpWhileClosingAreWithdrawn(t *testing.T) {
 }
 
 func TestASlowRedisKeepsNoRequestPastItsDeadline(t *testing.T) {
-	rs := redistest.Start(t, redistest.Options{})
 	// No node reads yet: what the paused Redis admits later waits unread,
 	// to be withdrawn.
-	fakeGroup(t, rs)
-	fe := startFront(t, rs, nil)
-	eventually(t, "front end ready", fe.Ready)
+	rs, fe := frontWithoutNodes(t, nil)
 	// Shorter than the client's 2 s timeout: the admission goes through
 	// once the pause ends, after its callers have left.
 	rs.Do(t, "CLIENT", "PAUSE", "1500", "ALL")
@@ -848,7 +849,7 @@ func TestCallersOfItemsLostInAQuickRedisRestartAreTold(t *testing.T) {
 		_, err := fe.Predict(context.Background(), [][]byte{[]byte("waiting")}) // no deadline
 		waiting <- err
 	}()
-	eventually(t, "the second item waits on the stream", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "2" })
+	onStream(t, rs, 2, "the second item waits on the stream")
 	rs.Restart(t)
 	close(rec.release)
 	select {
@@ -959,14 +960,11 @@ func TestAFailoverToTheReplicaIsFollowed(t *testing.T) {
 // epoch: the front end finds the calls whose items are gone by looking for
 // them, and fails those alone.
 func TestCallsWhoseItemsRedisLostAreTold(t *testing.T) {
-	rs := redistest.Start(t, redistest.Options{})
-	fakeGroup(t, rs)
-	fe := startFront(t, rs, nil)
-	eventually(t, "front end ready", fe.Ready)
+	rs, fe := frontWithoutNodes(t, nil)
 	kept := predictLater(t, fe, "kept")
-	eventually(t, "the first item on the stream", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "1" })
+	onStream(t, rs, 1, "the first item on the stream")
 	lost := predictLater(t, fe, "lost")
-	eventually(t, "the second item on the stream", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "2" })
+	onStream(t, rs, 2, "the second item on the stream")
 	id, _, _ := strings.Cut(rs.Do(t, "XREVRANGE", "streamer:items", "+", "-", "COUNT", "1"), "\n")
 	if got := rs.Do(t, "XDEL", "streamer:items", id); got != "1" {
 		t.Fatalf("XDEL %s: %s", id, got)
@@ -1205,7 +1203,7 @@ func TestACanceledRequestsItemsAreWithdrawnBeforeAnyNodeRunsThem(t *testing.T) {
 		_, err := fe.Predict(ctx, [][]byte{[]byte("given up 1"), []byte("given up 2")})
 		gaveUp <- err
 	}()
-	eventually(t, "3 items on the stream", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "3" })
+	onStream(t, rs, 3, "3 items on the stream")
 	cancel()
 	if err := <-gaveUp; !errors.Is(err, supervisor.ErrCanceled) {
 		t.Fatalf("canceled request: %v; want ErrCanceled", err)
