@@ -190,6 +190,16 @@ func fakeNode(t *testing.T, rs *redistest.Server) {
 	rs.Do(t, "ZADD", "streamer:nodes", strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10), "fake")
 }
 
+// answersEventually waits until fe answers a request of item with item
+// (what is the test's wait, for its message).
+func answersEventually(t *testing.T, fe *broker.FrontEnd, item, what string) {
+	t.Helper()
+	eventually(t, what, func() bool {
+		out, err := predict(t, fe, item)
+		return err == nil && string(out[0]) == item
+	})
+}
+
 // onStream waits until the shared stream holds n items (what is the
 // test's wait, for its message).
 func onStream(t *testing.T, rs *redistest.Server, n int, what string) {
@@ -640,10 +650,7 @@ func TestRedisDownFailsFastAndServingResumesWhenItReturns(t *testing.T) {
 	}
 	rs.Restart(t)
 	eventually(t, "front end ready again", fe.Ready)
-	eventually(t, "served again", func() bool {
-		out, err := predict(t, fe, "after")
-		return err == nil && string(out[0]) == "after"
-	})
+	answersEventually(t, fe, "after", "served again")
 }
 
 // A Redis that takes seconds to answer (here paused) does not keep a
@@ -830,10 +837,7 @@ func TestASlowRedisKeepsNoRequestPastItsDeadline(t *testing.T) {
 		return fe.FrontEndStats().Withdrawn >= 1 && rs.Do(t, "XLEN", "streamer:items") == "0"
 	})
 	startNode(t, rs, newRecorder(), 4, nil)
-	eventually(t, "served again", func() bool {
-		out, err := predict(t, fe, "after")
-		return err == nil && string(out[0]) == "after"
-	})
+	answersEventually(t, fe, "after", "served again")
 }
 
 // A Redis restarted without its data faster than a front end counts an
@@ -863,10 +867,7 @@ func TestCallersOfItemsLostInAQuickRedisRestartAreTold(t *testing.T) {
 	if a := <-held; a.err != nil && !errors.Is(a.err, supervisor.ErrUnavailable) {
 		t.Errorf("the caller whose item the node held: %q, %v; want its answer or ErrUnavailable", a.out, a.err)
 	}
-	eventually(t, "served again", func() bool {
-		out, err := predict(t, fe, "after")
-		return err == nil && string(out[0]) == "after"
-	})
+	answersEventually(t, fe, "after", "served again")
 }
 
 // A call admitted after Redis lost its data, before the front end's next
@@ -946,10 +947,7 @@ func TestAFailoverToTheReplicaIsFollowed(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the call whose item ran through the failover is still waiting 10s after it")
 	}
-	eventually(t, "served by the promoted replica", func() bool {
-		out, err := predict(t, fe, "after")
-		return err == nil && string(out[0]) == "after"
-	})
+	answersEventually(t, fe, "after", "served by the promoted replica")
 	if got := replica.Do(t, "XLEN", "streamer:items"); got != "0" {
 		t.Errorf("%s items left on the promoted replica's stream; want none", got)
 	}
