@@ -170,6 +170,10 @@ func (c *Config) withDefaults() (Config, error) {
 	return cfg, nil
 }
 
+// readTimeout bounds the wait for a reply of Redis, but for a blocking
+// read's block.
+const readTimeout = 2 * time.Second
+
 // connect makes the client for cfg.URL, and names its Redis for messages
 // (without a password). Nothing is sent yet: a Redis that is down now is
 // retried as the front end or node runs.
@@ -203,7 +207,7 @@ func connect(cfg Config, poolSize int) (rdb *redis.Client, where string, err err
 	// Fail fast while Redis is down: a request must not wait for the
 	// client's own retries and long timeouts.
 	opt.DialTimeout = time.Second
-	opt.ReadTimeout = 2 * time.Second
+	opt.ReadTimeout = readTimeout
 	opt.WriteTimeout = 2 * time.Second
 	opt.MaxRetries = -1
 	opt.DialerRetries = 1 // the front end and the node retry, at their pace
@@ -255,7 +259,7 @@ func connectFailover(cfg Config, poolSize int) (*redis.Client, string, error) {
 		opt.TLSConfig = cfg.TLS.Clone()
 	}
 	opt.DialTimeout = time.Second
-	opt.ReadTimeout = 2 * time.Second
+	opt.ReadTimeout = readTimeout
 	opt.WriteTimeout = 2 * time.Second
 	opt.MaxRetries = -1
 	opt.DialerRetries = 1 // the front end and the node retry, at their pace

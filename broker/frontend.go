@@ -1180,21 +1180,32 @@ func (fe *FrontEnd) readLoop() {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-fe.closing; cancel() }()
 	// It reads until Close has the answers it waits for: until closing.
+	count := readCount
 	for ctx.Err() == nil {
-		// An entry holds up to answerChunk bytes of answers.
-		// Not bounded by a deadline of its own: a read of large answers
-		// may take seconds. Close, which cannot cut a read short, closes
-		// the client under it.
-		streams, err := fe.rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{fe.replyKey, last}, Count: 64, Block: blockFor}).Result()
+		// An entry holds up to answerChunk bytes of answers, or one
+		// larger answer. A read is bounded, so that a connection gone
+		// silent (its peer gone without a reset) is dropped within
+		// seconds, not the client's own bound of the block and 10 s;
+		// a read of large answers that runs out of time is made again
+		// for fewer entries, down to one. (Close, which cannot cut a
+		// read short, closes the client under it.)
+		rctx, cancel := context.WithTimeout(ctx, blockFor+readTimeout)
+		streams, err := fe.rdb.XRead(rctx, &redis.XReadArgs{Streams: []string{fe.replyKey, last}, Count: int64(count), Block: blockFor}).Result()
+		cancel()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			if ctx.Err() != nil {
 				return
+			}
+			if count > 1 && errors.Is(err, context.DeadlineExceeded) {
+				count /= 2
+				continue
 			}
 			fe.noteDown(err)
 			retry.wait(fe.closing)
 			continue
 		}
 		retry.reset()
+		count = readCount
 		for _, st := range streams {
 			if len(st.Messages) == 0 {
 				continue
@@ -1213,6 +1224,11 @@ func (fe *FrontEnd) readLoop() {
 		}
 	}
 }
+
+// readCount is how many entries of answers a read asks for at most: a
+// write's answers to one front end each (up to answerChunk bytes), so up
+// to 4 MiB a read.
+const readCount = 16
 
 // deliver hands answers to their calls.
 func (fe *FrontEnd) deliver(msgs []redis.XMessage) {
