@@ -258,6 +258,8 @@ func connectFailover(cfg Config, poolSize int) (*redis.Client, string, error) {
 		// none, be signed for every address the Sentinels may name.
 		opt.TLSConfig = cfg.TLS.Clone()
 	}
+	// The settings of connect, field for field (the two option types
+	// share no part): fail fast, and let the callers retry.
 	opt.DialTimeout = time.Second
 	opt.ReadTimeout = readTimeout
 	opt.WriteTimeout = 2 * time.Second
