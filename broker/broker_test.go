@@ -200,6 +200,19 @@ func answersEventually(t *testing.T, fe *broker.FrontEnd, item, what string) {
 	})
 }
 
+// answerWithin returns the answer that comes on later within d, or fails
+// the test with late, the message of one that did not come.
+func answerWithin(t *testing.T, later <-chan answer, d time.Duration, late string) answer {
+	t.Helper()
+	select {
+	case a := <-later:
+		return a
+	case <-time.After(d):
+		t.Fatal(late)
+		return answer{}
+	}
+}
+
 // onStream waits until the shared stream holds n items (what is the
 // test's wait, for its message).
 func onStream(t *testing.T, rs *redistest.Server, n int, what string) {
@@ -888,24 +901,16 @@ func TestACallAdmittedJustAfterRedisLostItsDataIsAnswered(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := predictLater(t, fe, "after")
-	select {
-	case a := <-before:
-		if !errors.Is(a.err, supervisor.ErrUnavailable) || !strings.Contains(a.err.Error(), "lost its data") {
-			t.Errorf("the call admitted before the loss: %q, %v; want ErrUnavailable saying Redis lost its data", a.out, a.err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the call admitted before the loss is still waiting 5s after it")
+	a := answerWithin(t, before, 5*time.Second, "the call admitted before the loss is still waiting 5s after it")
+	if !errors.Is(a.err, supervisor.ErrUnavailable) || !strings.Contains(a.err.Error(), "lost its data") {
+		t.Errorf("the call admitted before the loss: %q, %v; want ErrUnavailable saying Redis lost its data", a.out, a.err)
 	}
 	// The check that found the loss has run: the node, which held the
 	// first item through it, may take the second.
 	close(rec.release)
-	select {
-	case a := <-after:
-		if a.err != nil || string(a.out[0]) != "after" {
-			t.Errorf("the call admitted after the loss: %q, %v; want its answer", a.out, a.err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the call admitted after the loss is not answered 5s after the node was free")
+	a = answerWithin(t, after, 5*time.Second, "the call admitted after the loss is not answered 5s after the node was free")
+	if a.err != nil || string(a.out[0]) != "after" {
+		t.Errorf("the call admitted after the loss: %q, %v; want its answer", a.out, a.err)
 	}
 }
 
@@ -936,16 +941,12 @@ func TestAFailoverToTheReplicaIsFollowed(t *testing.T) {
 		return sentinel.Do(t, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "main") == promoted
 	})
 	close(rec.release)
-	select {
-	case a := <-running:
-		if a.err != nil && (!errors.Is(a.err, supervisor.ErrUnavailable) || !strings.Contains(a.err.Error(), "redis")) {
-			t.Errorf("the call whose item ran through the failover: %v; want its answer or ErrUnavailable naming Redis", a.err)
-		}
-		if a.err == nil && string(a.out[0]) != "running" {
-			t.Errorf("the call whose item ran through the failover: %q; want its own input", a.out)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the call whose item ran through the failover is still waiting 10s after it")
+	a := answerWithin(t, running, 10*time.Second, "the call whose item ran through the failover is still waiting 10s after it")
+	if a.err != nil && (!errors.Is(a.err, supervisor.ErrUnavailable) || !strings.Contains(a.err.Error(), "redis")) {
+		t.Errorf("the call whose item ran through the failover: %v; want its answer or ErrUnavailable naming Redis", a.err)
+	}
+	if a.err == nil && string(a.out[0]) != "running" {
+		t.Errorf("the call whose item ran through the failover: %q; want its own input", a.out)
 	}
 	answersEventually(t, fe, "after", "served by the promoted replica")
 	if got := replica.Do(t, "XLEN", "streamer:items"); got != "0" {
@@ -968,13 +969,9 @@ func TestCallsWhoseItemsRedisLostAreTold(t *testing.T) {
 		t.Fatalf("XDEL %s: %s", id, got)
 	}
 
-	select {
-	case a := <-lost:
-		if !errors.Is(a.err, supervisor.ErrUnavailable) || !strings.Contains(a.err.Error(), "lost the request's items") {
-			t.Errorf("the call whose item Redis lost: %q, %v; want ErrUnavailable saying Redis lost its items", a.out, a.err)
-		}
-	case <-time.After(8 * time.Second):
-		t.Fatal("the call whose item Redis lost is still waiting 8s after the loss")
+	a := answerWithin(t, lost, 8*time.Second, "the call whose item Redis lost is still waiting 8s after the loss")
+	if !errors.Is(a.err, supervisor.ErrUnavailable) || !strings.Contains(a.err.Error(), "lost the request's items") {
+		t.Errorf("the call whose item Redis lost: %q, %v; want ErrUnavailable saying Redis lost its items", a.out, a.err)
 	}
 	if got := fe.FrontEndStats().Lost; got != 1 {
 		t.Errorf("FrontEndStats().Lost = %d, want 1", got)
@@ -1026,13 +1023,9 @@ func TestANodeRedisRefusesToAnswerLeavesItsItemsToAnother(t *testing.T) {
 	eventually(t, "the node says Redis refuses its answers", func() bool { return strings.Contains(limited.Stats().Refused, "NOPERM") })
 
 	startNode(t, rs, newRecorder(), 4, nil)
-	select {
-	case a := <-later:
-		if a.err != nil || string(a.out[0]) != "x" {
-			t.Fatalf("got %q, %v; want the answer of the node that may write it", a.out, a.err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no answer 10s after a node that may write it started")
+	a := answerWithin(t, later, 10*time.Second, "no answer 10s after a node that may write it started")
+	if a.err != nil || string(a.out[0]) != "x" {
+		t.Fatalf("got %q, %v; want the answer of the node that may write it", a.out, a.err)
 	}
 
 	rs.Do(t, "ACL", "SETUSER", "noreply", "allkeys")
