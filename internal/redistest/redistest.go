@@ -89,6 +89,7 @@ type Server struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd       // the running process; nil while killed
 	exited <-chan struct{} // closed once cmd has exited and been waited for
+	held   net.Listener    // the port Vanish holds; nil before it
 }
 
 const (
@@ -127,7 +128,7 @@ func Start(t testing.TB, opt Options) *Server {
 		}
 		s.tlsConf = &tls.Config{RootCAs: s.certs.pool, ServerName: "127.0.0.1"}
 	}
-	t.Cleanup(s.Kill)
+	t.Cleanup(s.stop)
 	for attempt := 1; ; attempt++ {
 		s.port, err = freePort()
 		if err != nil {
@@ -228,10 +229,13 @@ func (s *Server) Kill() {
 }
 
 // Vanish ends the server with SIGKILL, as Kill does, and then holds its
-// port until the test ends, accepting connections that nothing answers: a
-// machine gone from the network, whose address no other process of the
-// test run can take (a Sentinel or a client would then reach that process
-// instead). Restart fails after it.
+// port, accepting connections that nothing answers: a machine gone from the
+// network, whose address no other process of the test run can take. A
+// Sentinel that knew the server would otherwise turn the process that took
+// the port into a replica of its own master, wiping that process's data.
+// The port is held until the server's own cleanup, which runs after those
+// of the servers started after it, a Sentinel watching it among them.
+// Restart fails after it.
 func (s *Server) Vanish(t testing.TB) {
 	t.Helper()
 	s.Kill()
@@ -239,7 +243,21 @@ func (s *Server) Vanish(t testing.TB) {
 	if err != nil {
 		t.Fatalf("redistest: hold the port of the server gone: %v", err)
 	}
-	t.Cleanup(func() { _ = ln.Close() })
+	s.mu.Lock()
+	s.held = ln
+	s.mu.Unlock()
+}
+
+// stop is Start's cleanup: it kills the server and lets go of the port
+// Vanish held.
+func (s *Server) stop() {
+	s.Kill()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held != nil {
+		_ = s.held.Close()
+		s.held = nil
+	}
 }
 
 // Restart starts the server again on the same port and in the same

@@ -449,3 +449,32 @@ func TestSentinelPromotesTheReplicaWhenTheMasterDies(t *testing.T) {
 		t.Errorf("FailoverURL() = %q, want %q", sentinel.FailoverURL(), want)
 	}
 }
+
+// A Sentinel turns whatever answers at its dead master's address into a
+// replica of the master it promoted, so the port of a server gone must stay
+// held until the Sentinel watching it is gone: its cleanup runs before the
+// server's own.
+func TestTheVanishedMastersPortIsHeldUntilItsSentinelIsGone(t *testing.T) {
+	t.Parallel()
+	var addr string
+	t.Run("failover", func(t *testing.T) {
+		master := redistest.Start(t, redistest.Options{})
+		redistest.Start(t, redistest.Options{Watch: master, MasterName: "main"})
+		addr = master.Addr()
+		// Registered after the Sentinel's start, so it runs before the
+		// Sentinel is killed, as the Sentinel's own cleanup would.
+		t.Cleanup(func() {
+			ln, err := net.Listen("tcp", addr)
+			if err == nil {
+				ln.Close()
+				t.Errorf("the port of the vanished master %s was free while its Sentinel ran", addr)
+			}
+		})
+		master.Vanish(t)
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("the port of the vanished master is still held after its test: %v", err)
+	}
+	ln.Close()
+}
