@@ -931,9 +931,7 @@ func TestAFailoverToTheReplicaIsFollowed(t *testing.T) {
 	}
 	running := predictLater(t, fe, "running")
 	eventually(t, "the node runs the item", func() bool { return rec.runs("running") == 1 })
-	if got := master.Do(t, "WAIT", "1", "5000"); got != "1" {
-		t.Fatalf("WAIT 1 = %s, want the replica to have the item", got)
-	}
+	master.AwaitReplicated(t, replica)
 
 	master.Vanish(t)
 	promoted := strings.Replace(replica.Addr(), ":", "\n", 1)

@@ -169,6 +169,49 @@ func StartFailover(t testing.TB, name, password string) (master, replica, sentin
 	}
 }
 
+// AwaitReplicated returns once replica has applied every write the server
+// (its master) had taken when it was called, or fails the test after 10
+// seconds. WAIT cannot say so here: it counts the replicas that have the
+// writes of its own connection, and each Do has a connection of its own.
+func (s *Server) AwaitReplicated(t testing.TB, replica *Server) {
+	t.Helper()
+	want := replOffset(t, s)
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		info := replica.Do(t, "INFO", "replication")
+		got := infoField(info, "master_repl_offset")
+		if strings.Contains(info, "master_link_status:up") && got >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: after %s, replica %s has applied up to offset %d of its master's %d", readyTimeout, replica.Addr(), got, want)
+		}
+		time.Sleep(readyPollInterval)
+	}
+}
+
+// replOffset returns s's master_repl_offset: how far its replication
+// stream has gone.
+func replOffset(t testing.TB, s *Server) int64 {
+	t.Helper()
+	return infoField(s.Do(t, "INFO", "replication"), "master_repl_offset")
+}
+
+// infoField returns the integer field name of an INFO reply, or -1 when
+// it has none.
+func infoField(info, name string) int64 {
+	for line := range strings.Lines(info) {
+		if value, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			n, err := strconv.ParseInt(value, 10, 64)
+			if err != nil {
+				return -1
+			}
+			return n
+		}
+	}
+	return -1
+}
+
 // Addr returns the server's address, "127.0.0.1:PORT".
 func (s *Server) Addr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
@@ -565,6 +608,9 @@ func (s *Server) config() string {
 		return b.String()
 	}
 	set("save", "")
+	// A replica's first sync starts at once, rather than after the 5 s
+	// Redis waits by default for other replicas to share its snapshot.
+	set("repl-diskless-sync-delay", "0")
 	if m := s.opt.ReplicaOf; m != nil {
 		set("replicaof", "127.0.0.1", strconv.Itoa(m.port))
 		if m.opt.Password != "" {
