@@ -1252,3 +1252,39 @@ func TestABatchsAnswersGoBackInOneWrite(t *testing.T) {
 		t.Fatalf("XINFO STREAM of the reply stream:\n%s\nwant entries-added 1 to 3 for 201 answers", info)
 	}
 }
+
+// A connection that goes silent without a reset (a firewall or a NAT that
+// forgot it, a peer gone from the network) is dropped by the read or
+// command waiting on it, within its bound, and front ends and nodes go on
+// over new connections: every connection both hold is cut at once, the
+// reader of answers and the node's blocked read of items among them.
+func TestConnectionsGoneSilentAreDroppedAndServingGoesOn(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	proxy := redistest.StartProxy(t, rs)
+	viaProxy := func(c *broker.Config) { c.URL = proxy.URL() }
+	rec := newRecorder()
+	rec.hold["running"] = true
+	startNode(t, rs, rec, 4, func(c *broker.NodeConfig) { viaProxy(&c.Config) })
+	fe := startFront(t, rs, func(c *broker.FrontEndConfig) { viaProxy(&c.Config) })
+	eventually(t, "front end ready", fe.Ready)
+	if out, err := predict(t, fe, "before"); err != nil || string(out[0]) != "before" {
+		t.Fatalf("before the cut: %q, %v", out, err)
+	}
+	running := predictLater(t, fe, "running")
+	eventually(t, "the node runs the item", func() bool { return rec.runs("running") == 1 })
+
+	cut := time.Now()
+	if n := proxy.Cut(); n == 0 {
+		t.Fatalf("%s: no connection to cut", proxy)
+	}
+	close(rec.release)
+	a := answerWithin(t, running, 10*time.Second, "the call whose item ran as its connections went silent is still waiting 10s after")
+	if a.err != nil && (!errors.Is(a.err, supervisor.ErrUnavailable) || !strings.Contains(a.err.Error(), "redis")) {
+		t.Errorf("the call whose item ran as its connections went silent: %v; want its answer or ErrUnavailable naming Redis", a.err)
+	}
+	if a.err == nil && string(a.out[0]) != "running" {
+		t.Errorf("the call whose item ran as its connections went silent: %q; want its own input", a.out)
+	}
+	answersEventually(t, fe, "after", "served again over new connections")
+	t.Logf("served again %s after the cut; the running call: %v", time.Since(cut), a.err)
+}

@@ -476,3 +476,44 @@ func TestTheVanishedMastersPortIsHeldUntilItsSentinelIsGone(t *testing.T) {
 	}
 	ln.Close()
 }
+
+// A proxy's Cut silences the connections it holds, neither closed nor
+// answered, and lets new ones through.
+func TestProxyCutSilencesItsConnections(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t, redistest.Options{})
+	p := redistest.StartProxy(t, s)
+	ping := func(conn net.Conn) (string, error) {
+		if err := conn.SetDeadline(time.Now().Add(300 * time.Millisecond)); err != nil {
+			return "", err
+		}
+		if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+			return "", err
+		}
+		buf := make([]byte, 16)
+		n, err := conn.Read(buf)
+		return string(buf[:n]), err
+	}
+	dial := func() net.Conn {
+		conn, err := net.Dial("tcp", p.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return conn
+	}
+	old := dial()
+	if got, err := ping(old); got != "+PONG\r\n" || err != nil {
+		t.Fatalf("PING through %s: %q, %v", p, got, err)
+	}
+	if n := p.Cut(); n != 1 {
+		t.Errorf("Cut silenced %d connections, want 1", n)
+	}
+	var timeout net.Error
+	if got, err := ping(old); !errors.As(err, &timeout) || !timeout.Timeout() || got != "" {
+		t.Errorf("PING on a cut connection: %q, %v; want no answer and no close, a timeout", got, err)
+	}
+	if got, err := ping(dial()); got != "+PONG\r\n" || err != nil {
+		t.Errorf("PING on a connection made after the cut: %q, %v", got, err)
+	}
+}
