@@ -738,8 +738,35 @@ func TestARequestFailedBeforeItsAdmissionIsNotAdmitted(t *testing.T) {
 			t.Errorf("a request through the outage: %q, %v; want ErrUnavailable", a.out, a.err)
 		}
 	}
-	if got := xadds(); got != "1" {
-		t.Errorf("%s items put on the stream; want the first alone, whose admission Redis ran as it resumed", got)
+	// Each item counts once: failed, as the outage failed both calls.
+	if st := fe.Stats(); st.Failed != 2 || st.Rejected != 0 {
+		t.Errorf("failed %d and rejected %d; want each of the 2 items counted once, as failed", st.Failed, st.Rejected)
+	}
+	// Once Redis resumes, the writer takes the second call, and then a
+	// third, admitted: by its item on the stream the second's turn passed.
+	eventually(t, "front end ready again", fe.Ready)
+	third := predictLater(t, fe, "third")
+	eventually(t, "the third request admitted", func() bool { return xadds() == "2" })
+	if got := xadds(); got != "2" {
+		t.Errorf("%s items put on the stream; want the first, whose admission Redis ran as it resumed, and the third", got)
+	}
+	startNode(t, rs, newRecorder(), 4, nil)
+	if a := <-third; a.err != nil || string(a.out[0]) != "third" {
+		t.Errorf("the request after the outage: %q, %v; want its answer", a.out, a.err)
+	}
+}
+
+// A call failed by an outage while Redis hangs on its admission past the
+// client's read timeout ends with the outage, and counts once, as failed,
+// not also as rejected when its admission fails in turn.
+func TestACallFailedWhileItsAdmissionHangsCountsOnce(t *testing.T) {
+	rs, fe := frontWithoutNodes(t, func(c *broker.FrontEndConfig) { c.Outage = 300 * time.Millisecond })
+	rs.Do(t, "CLIENT", "PAUSE", "3000", "WRITE")
+	if _, err := predict(t, fe, "x", "y"); !errors.Is(err, supervisor.ErrUnavailable) {
+		t.Fatalf("a request through the outage: %v; want ErrUnavailable", err)
+	}
+	if st := fe.Stats(); st.Failed+st.Rejected != 2 {
+		t.Errorf("failed %d and rejected %d; want each of the 2 items counted once", st.Failed, st.Rejected)
 	}
 }
 

@@ -434,7 +434,6 @@ func (fe *FrontEnd) PredictRequest(ctx context.Context, req supervisor.Request) 
 		return nil, givenUp(ctx, "before the request was queued")
 	}
 	if err := fe.verdict(ctx, c, timeout); err != nil {
-		fe.stats.rejected.Add(uint64(n))
 		return nil, err
 	}
 	fe.stats.submitted.Add(uint64(n))
@@ -442,14 +441,18 @@ func (fe *FrontEnd) PredictRequest(ctx context.Context, req supervisor.Request) 
 }
 
 // verdict waits for the stream's verdict on c (the writer gives one for
-// every call it takes, before it stops), or until the caller gives up: a
-// slow Redis does not keep a request past its deadline. On an error, c is
-// forgotten; a call given up is withdrawn from the stream, if admitted, by
-// whichever of this and the writer (tell) comes second.
+// every call it takes, before it stops), or until the caller gives up, or
+// c fails (an outage while Redis hangs on its admission): a slow Redis
+// does not keep a request past its deadline, nor past the outage. On an
+// error, c is forgotten, and its items counted as rejected unless they were
+// counted as failed already; a call given up is withdrawn from the stream,
+// if admitted, by whichever of this and the writer (tell) comes second.
 func (fe *FrontEnd) verdict(ctx context.Context, c *call, timeout <-chan time.Time) error {
 	var err error
 	select {
 	case err = <-c.admitted:
+	case <-c.over:
+		err = c.failure // set before over was closed
 	case <-fe.writerDone:
 		select {
 		case err = <-c.admitted:
@@ -467,7 +470,10 @@ func (fe *FrontEnd) verdict(ctx context.Context, c *call, timeout <-chan time.Ti
 	fe.mu.Lock()
 	defer fe.mu.Unlock()
 	c.gaveUp = true
-	fe.forgetLocked(c)
+	if fe.calls[c.seq] == c {
+		fe.forgetLocked(c)
+		fe.stats.rejected.Add(uint64(len(c.items)))
+	}
 	if c.ids != nil {
 		fe.withdraw(c.stream, c.ids)
 	}
