@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -233,4 +234,70 @@ func usedCPU(b *testing.B, rdb *redis.Client) time.Duration {
 		b.Fatalf("INFO cpu has no used_cpu_user and used_cpu_sys:\n%s", info)
 	}
 	return used
+}
+
+// The floor under a pass through Redis, without streamer: a script that
+// adds a closed loop's cohort of items (16 of them, as at 64 clients on 4
+// workers) to a stream, after the quiet of a batch's run (10 ms), and a
+// reader blocked on that stream, as a node's. It reports the medians, in
+// microseconds, from the script's send to its reply ("reply-us") and to
+// the reader's wake with the items ("reader-us"), and a PING's after the
+// same quiet ("ping-us"): what a machine's wake-up from idle costs each
+// pass of a turn, against which BenchmarkClosedLoop's away-ms (two passes
+// and the rest) compares.
+//
+//	go test -run '^$' -bench 'BarePass' -benchtime 300x ./broker
+func BenchmarkBarePass(b *testing.B) {
+	rs := redistest.Start(b, redistest.Options{})
+	ctx := context.Background()
+	writer := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	reader := redis.NewClient(&redis.Options{Addr: rs.Addr(), ReadTimeout: -1})
+	b.Cleanup(func() { _ = writer.Close(); _ = reader.Close() })
+	if err := writer.XGroupCreateMkStream(ctx, "s", "g", "0").Err(); err != nil {
+		b.Fatal(err)
+	}
+	add := redis.NewScript(`for i = 1, #ARGV do redis.call('XADD', KEYS[1], '*', 'h', '0', 'v', ARGV[i]) end return #ARGV`)
+	items := make([]any, 16)
+	for i := range items {
+		items[i] = "x"
+	}
+	if err := add.Load(ctx, writer).Err(); err != nil {
+		b.Fatal(err)
+	}
+	median := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return float64(d[len(d)/2].Nanoseconds()) / 1e3
+	}
+	var reply, woke, ping []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		read := make(chan time.Time, 1)
+		go func() {
+			err := reader.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{"s", ">"}, Count: 64}).Err()
+			if err != nil {
+				b.Error(err)
+			}
+			read <- time.Now()
+		}()
+		time.Sleep(loopFixed)
+		start := time.Now()
+		if err := add.Run(ctx, writer, []string{"s"}, items...).Err(); err != nil {
+			b.Fatal(err)
+		}
+		reply = append(reply, time.Since(start))
+		woke = append(woke, (<-read).Sub(start))
+		time.Sleep(loopFixed)
+		start = time.Now()
+		if err := writer.Ping(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
+		ping = append(ping, time.Since(start))
+		if err := writer.XTrimMaxLen(ctx, "s", 0).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(median(reply), "reply-us")
+	b.ReportMetric(median(woke), "reader-us")
+	b.ReportMetric(median(ping), "ping-us")
 }
