@@ -94,6 +94,10 @@ type Config struct {
 	ReplyTTL time.Duration
 	// Logger receives the broker's events; nil discards them.
 	Logger *slog.Logger
+
+	// skew is added to this machine's clock, for tests of machines whose
+	// clocks differ (see clock).
+	skew time.Duration
 }
 
 // The defaults of Config.

@@ -6,6 +6,8 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -1314,4 +1316,96 @@ func TestConnectionsGoneSilentAreDroppedAndServingGoesOn(t *testing.T) {
 	}
 	answersEventually(t, fe, "after", "served again over new connections")
 	t.Logf("served again %s after the cut; the running call: %v", time.Since(cut), a.err)
+}
+
+// Front ends and nodes whose clocks differ by far more than a heartbeat
+// or a deadline still agree: the times one writes for another (heartbeats,
+// deadlines, the quarantine's expiries) are on Redis's clock. A node
+// behind would otherwise be taken for gone, and one ahead would drop
+// every item as past its deadline; a front end likewise.
+func TestMachinesWhoseClocksDifferAgree(t *testing.T) {
+	const off = 30 * time.Second
+	for _, tc := range []struct {
+		name        string
+		node, front time.Duration
+	}{
+		{"node behind", -off, 0},
+		{"node ahead", off, 0},
+		{"front end behind", 0, -off},
+		{"front end ahead", 0, off},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := redistest.Start(t, redistest.Options{})
+			rec := newRecorder()
+			n := startNode(t, rs, rec, 4, func(c *broker.NodeConfig) { broker.SkewClock(&c.Config, tc.node) })
+			fe := startFront(t, rs, func(c *broker.FrontEndConfig) { broker.SkewClock(&c.Config, tc.front) })
+			eventually(t, "front end ready: a node heard from", fe.Ready)
+			// predict's requests have a deadline 10 s away.
+			if out, err := predict(t, fe, "x"); err != nil || string(out[0]) != "x" {
+				t.Fatalf("a request with a deadline: %q, %v; want its answer", out, err)
+			}
+			if got := n.Stats().Expired; got != 0 {
+				t.Errorf("the node dropped %d items as past their deadline; want none", got)
+			}
+			// Items whose deadlines, on Redis's clock, passed a second ago
+			// and come in ten seconds: the node drops the first alone.
+			secs, _, _ := strings.Cut(rs.Do(t, "TIME"), "\n")
+			redisNow, err := strconv.ParseInt(secs, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for item, deadline := range map[string]int64{"past": redisNow - 1, "future": redisNow + 10} {
+				rs.Do(t, "XADD", "streamer:items", "*", "h", "elsewhere 1 0 "+strconv.FormatInt(deadline*1e6, 10)+" 60000", "v", item)
+			}
+			eventually(t, "both items settled", func() bool { return rec.runs("future") == 1 && n.Stats().Expired == 1 })
+			if rec.runs("past") != 0 {
+				t.Error("the node ran an item whose deadline had passed on Redis's clock")
+			}
+		})
+	}
+}
+
+// A Redis user whose ACL leaves out TIME serves all the same, on the
+// machines' own clocks: the refusal is logged once, and fails nothing.
+func TestARedisUserWithoutTimeServes(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	rs.Do(t, "ACL", "SETUSER", "notime", "on", ">pw", "~*", "&*", "+@all", "-time")
+	u, err := url.Parse(rs.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword("notime", "pw")
+	var logs syncBuffer
+	asUser := func(c *broker.Config) {
+		c.URL = u.String()
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	}
+	startNode(t, rs, newRecorder(), 4, func(c *broker.NodeConfig) { asUser(&c.Config) })
+	fe := startFront(t, rs, func(c *broker.FrontEndConfig) { asUser(&c.Config) })
+	eventually(t, "front end ready", fe.Ready)
+	if out, err := predict(t, fe, "x"); err != nil || string(out[0]) != "x" {
+		t.Fatalf("a request: %q, %v; want its answer", out, err)
+	}
+	if got := strings.Count(logs.String(), "redis refuses TIME"); got != 2 {
+		t.Errorf("the refusal of TIME logged %d times; want once by the node and once by the front end:\n%s", got, logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer that goroutines may write at once, for a
+// logger's output.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

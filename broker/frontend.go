@@ -45,6 +45,7 @@ type FrontEnd struct {
 	k        keys
 	id       string
 	replyKey string
+	clock    *clock // Redis's, for the times nodes read (see clock)
 
 	mu    sync.Mutex
 	calls map[uint64]*call // waiting for answers, by request number
@@ -261,6 +262,7 @@ func NewFrontEnd(cfg FrontEndConfig) (*FrontEnd, error) {
 	k := newKeys(cfg.Prefix)
 	return &FrontEnd{
 		cfg: cfg, rdb: rdb, where: where, k: k, id: id, replyKey: k.replyPrefix + id,
+		clock:      &clock{skew: cfg.skew, log: cfg.Logger},
 		calls:      map[uint64]*call{},
 		submits:    make(chan *call, 1024),
 		idle:       make(chan struct{}, 1),
@@ -1143,13 +1145,13 @@ func (fe *FrontEnd) admitArgs(batch []*call, epoch string) []any {
 		n += 3 + 2*len(c.items) + len(c.keys)
 	}
 	args := make([]any, 0, n)
-	args = append(args, fe.cfg.MaxBacklog, time.Now().UnixMilli(), nodeSilence.Milliseconds(), fe.k.items+":", epoch)
+	args = append(args, fe.cfg.MaxBacklog, fe.clock.now().UnixMilli(), nodeSilence.Milliseconds(), fe.k.items+":", epoch)
 	ttl := fe.cfg.ReplyTTL.Milliseconds()
 	var header []byte
 	for _, c := range batch {
 		deadline := int64(0)
 		if !c.deadline.IsZero() {
-			deadline = c.deadline.UnixMicro()
+			deadline = fe.clock.shared(c.deadline).UnixMicro()
 		}
 		keyed := "0"
 		if c.keys != nil {
@@ -1387,15 +1389,18 @@ func (fe *FrontEnd) check(ctx context.Context) error {
 	// Its time runs once it has its turn.
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
+	fe.clock.ensure(ctx, fe.rdb)
 	pipe := fe.rdb.Pipeline()
-	since := "(" + unixMs(time.Now().Add(-nodeSilence))
+	timeCmd, sent := fe.clock.timeCmd(ctx, pipe)
+	since := "(" + unixMs(fe.clock.now().Add(-nodeSilence))
 	nodes := pipe.ZCount(ctx, fe.k.nodes, since, "+inf")
 	leaving := pipe.ZCount(ctx, fe.k.leaving, since, "+inf")
 	backlog := pipe.XLen(ctx, fe.k.items)
 	pipe.Expire(ctx, fe.replyKey, fe.cfg.ReplyTTL)
 	pipe.SetNX(ctx, fe.k.epoch, randomHex(8), 0)
 	epoch := pipe.Get(ctx, fe.k.epoch)
-	if _, err := pipe.Exec(ctx); err != nil {
+	cmds, err := pipe.Exec(ctx)
+	if err = fe.clock.pipelineError(cmds, timeCmd, err); err != nil {
 		// These commands are never wrong: an error Redis sent back is a
 		// refusal to serve (a wrong password, no permission), as bad as
 		// no answer.
@@ -1405,6 +1410,7 @@ func (fe *FrontEnd) check(ctx context.Context) error {
 		fe.markDown(err)
 		return fmt.Errorf("redis at %s: %w", fe.where, err)
 	}
+	fe.clock.observe(timeCmd, sent)
 	// The counts first: Ready reads up and then nodes, and a count left
 	// from before an outage (Redis restarted without its data, and the
 	// nodes not heard from since) must not make it ready.

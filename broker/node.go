@@ -50,6 +50,7 @@ type Node struct {
 	k     keys
 	own   string // the node's own stream
 	s     *supervisor.Streamer
+	clock *clock // Redis's, for the times front ends and nodes read (see clock)
 
 	mu   sync.Mutex
 	held map[entry]time.Time // the items held, since when they were last claimed by us
@@ -155,6 +156,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	k := newKeys(cfg.Prefix)
 	n := &Node{
 		cfg: cfg, rdb: rdb, where: where, k: k, own: k.nodeItems(cfg.Name), s: cfg.Streamer,
+		clock:   &clock{skew: cfg.skew, log: cfg.Logger},
 		held:    map[entry]time.Time{},
 		claimAt: map[string]string{},
 		room:    make(chan struct{}, 1),
@@ -273,7 +275,7 @@ func (n *Node) readLoop() {
 		pipe := n.rdb.Pipeline()
 		read := pipe.XReadGroup(rctx, args)
 		quarantine := pipe.ZRangeArgs(rctx, redis.ZRangeArgs{
-			Key: n.k.poison, Start: "(" + strconv.FormatInt(time.Now().UnixMilli(), 10), Stop: "+inf",
+			Key: n.k.poison, Start: "(" + strconv.FormatInt(n.clock.now().UnixMilli(), 10), Stop: "+inf",
 			ByScore: true, Count: quarantineRead,
 		})
 		_, _ = pipe.Exec(rctx)
@@ -424,7 +426,7 @@ func (n *Node) takeChecked(stream string, msgs []redis.XMessage, quarantine map[
 			req.Keys = []string{key}
 		}
 		if deadline > 0 {
-			req.Deadline = time.UnixMicro(deadline)
+			req.Deadline = n.clock.fromShared(time.UnixMicro(deadline))
 			if !now.Before(req.Deadline) {
 				n.stats.expired.Add(1)
 				a.err = fmt.Errorf("%w: while the item waited in redis", supervisor.ErrDeadline)
@@ -481,7 +483,7 @@ func (n *Node) takeChecked(stream string, msgs []redis.XMessage, quarantine map[
 // the heartbeats' copy of the quarantine while Redis does not answer.
 func (n *Node) quarantined(msgs []redis.XMessage, quarantine map[string]bool) map[string]bool {
 	known := *n.poison.Load()
-	now := time.Now()
+	now := n.clock.now()
 	if quarantine != nil && len(quarantine) == 0 && len(known) == 0 {
 		return nil // nothing is quarantined: no item needs its hash
 	}
@@ -573,7 +575,7 @@ func (n *Node) release(e entry) {
 func (n *Node) quarantine(hash string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	until := time.Now().Add(n.cfg.PoisonTTL)
+	until := n.clock.now().Add(n.cfg.PoisonTTL)
 	if err := n.rdb.ZAdd(ctx, n.k.poison, redis.Z{Score: float64(until.UnixMilli()), Member: hash}).Err(); err != nil {
 		n.cfg.Logger.Warn("share a poison item", "err", err)
 	}
@@ -585,7 +587,7 @@ func (n *Node) quarantine(hash string) {
 func (n *Node) rememberPoison(hashes map[string]time.Time) {
 	n.poisonMu.Lock()
 	defer n.poisonMu.Unlock()
-	now := time.Now()
+	now := n.clock.now()
 	old := *n.poison.Load()
 	fresh := make(map[string]time.Time, len(old)+len(hashes))
 	for _, m := range []map[string]time.Time{old, hashes} {
@@ -924,16 +926,20 @@ func (n *Node) upkeepLoop() {
 
 // beat says the node is alive and reads the shared quarantine.
 func (n *Node) beat(ctx context.Context) error {
-	now := time.Now()
+	n.clock.ensure(ctx, n.rdb)
 	pipe := n.rdb.Pipeline()
+	timeCmd, sent := n.clock.timeCmd(ctx, pipe)
+	now := n.clock.now()
 	pipe.ZAdd(ctx, n.k.nodes, redis.Z{Score: float64(now.UnixMilli()), Member: n.cfg.Name})
 	pipe.ZRemRangeByScore(ctx, n.k.nodes, "-inf", unixMs(now.Add(-time.Hour)))
 	pipe.ZRemRangeByScore(ctx, n.k.leaving, "-inf", unixMs(now.Add(-time.Hour)))
 	pipe.ZRemRangeByScore(ctx, n.k.poison, "-inf", unixMs(now))
 	poison := pipe.ZRangeWithScores(ctx, n.k.poison, 0, -1)
-	if _, err := pipe.Exec(ctx); err != nil {
+	cmds, err := pipe.Exec(ctx)
+	if err = n.clock.pipelineError(cmds, timeCmd, err); err != nil {
 		return fmt.Errorf("redis at %s: %w", n.where, err)
 	}
+	n.clock.observe(timeCmd, sent)
 	hashes := make(map[string]time.Time, len(poison.Val()))
 	for _, z := range poison.Val() {
 		if h, ok := z.Member.(string); ok {
@@ -1164,7 +1170,7 @@ func (n *Node) drainBeat(done <-chan struct{}) {
 	defer tick.Stop()
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		if err := n.rdb.ZAdd(ctx, n.k.leaving, redis.Z{Score: float64(time.Now().UnixMilli()), Member: n.cfg.Name}).Err(); err != nil {
+		if err := n.rdb.ZAdd(ctx, n.k.leaving, redis.Z{Score: float64(n.clock.now().UnixMilli()), Member: n.cfg.Name}).Err(); err != nil {
 			n.warn("heartbeat while leaving", err)
 		}
 		if err := n.keep(ctx); err != nil {
@@ -1244,7 +1250,7 @@ func (n *Node) adopt(ctx context.Context, streams []string) error {
 	if err != nil {
 		return err
 	}
-	now := time.Now()
+	now := n.clock.now()
 	for i, key := range others {
 		if silent := now.Sub(time.UnixMilli(int64(beats[i]))); beats[i] != 0 && silent < goneAfter {
 			continue

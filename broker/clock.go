@@ -1,0 +1,117 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// clock keeps the times that one machine writes to Redis for another to
+// read (heartbeats, deadlines, the quarantine's expiries) on Redis's clock
+// rather than its own, so that front ends and nodes whose clocks differ
+// still agree on them: a node whose clock is seconds behind is not taken
+// for gone, and one seconds ahead does not drop every item as past its
+// deadline. Each front end and node measures how far Redis's clock is from
+// its own (TIME, in its checks and heartbeats), to within half a round
+// trip.
+type clock struct {
+	skew   time.Duration // added to this machine's clock: tests' stand-in for a clock off
+	log    *slog.Logger
+	offset atomic.Int64 // Redis's clock less this machine's, in nanoseconds
+	// measured is set once offset holds a measure.
+	measured atomic.Bool
+	// timeRefused is set once Redis has refused TIME (an ACL without it):
+	// the times stay on this machine's clock, which must then agree with
+	// the other machines'.
+	timeRefused atomic.Bool
+}
+
+// maxTimeRoundTrip bounds the round trip of a TIME whose answer is taken:
+// the estimate is off by up to half of it.
+const maxTimeRoundTrip = 100 * time.Millisecond
+
+// local is this machine's time now.
+func (c *clock) local() time.Time { return time.Now().Add(c.skew) }
+
+// now is Redis's time now, as last measured.
+func (c *clock) now() time.Time {
+	return c.local().Add(time.Duration(c.offset.Load()))
+}
+
+// shared turns a time of this machine (a deadline) into Redis's.
+func (c *clock) shared(t time.Time) time.Time { return c.now().Add(time.Until(t)) }
+
+// fromShared turns a time on Redis's clock into one of this machine.
+func (c *clock) fromShared(t time.Time) time.Time { return time.Now().Add(t.Sub(c.now())) }
+
+// timeCmd queues TIME on pipe, for observe after the pipeline ran: sent
+// at sent, on this machine's clock. It queues nothing, and returns nil,
+// once Redis has refused TIME.
+func (c *clock) timeCmd(ctx context.Context, pipe redis.Pipeliner) (cmd *redis.TimeCmd, sent time.Time) {
+	if c.timeRefused.Load() {
+		return nil, time.Time{}
+	}
+	return pipe.Time(ctx), c.local()
+}
+
+// observe takes Redis's time from cmd, a TIME sent at sent whose
+// pipeline has just answered.
+func (c *clock) observe(cmd *redis.TimeCmd, sent time.Time) {
+	if cmd == nil {
+		return
+	}
+	back := c.local()
+	redisNow, err := cmd.Result()
+	if err != nil || back.Sub(sent) > maxTimeRoundTrip {
+		return
+	}
+	c.offset.Store(int64(redisNow.Sub(sent.Add(back.Sub(sent) / 2))))
+	c.measured.Store(true)
+}
+
+// ensure measures Redis's time unless it has a measure already, or Redis
+// refuses TIME: the first times written must not be on this machine's
+// clock. An error is left to the commands that follow.
+func (c *clock) ensure(ctx context.Context, rdb redis.Cmdable) {
+	if !c.measured.Load() {
+		_ = c.measure(ctx, rdb)
+	}
+}
+
+// measure asks Redis for its time in a round trip of its own.
+func (c *clock) measure(ctx context.Context, rdb redis.Cmdable) error {
+	pipe := rdb.Pipeline()
+	cmd, sent := c.timeCmd(ctx, pipe)
+	cmds, err := pipe.Exec(ctx)
+	if err = c.pipelineError(cmds, cmd, err); err == nil {
+		c.observe(cmd, sent)
+	}
+	return err
+}
+
+// pipelineError is err, the error of the pipeline that ran cmds, TIME as
+// cmd among them, unless cmd alone failed, refused by Redis (an ACL
+// without it): the other commands' answers stand, and the times stay on
+// this machine's clock from then on (timeRefused).
+func (c *clock) pipelineError(cmds []redis.Cmder, cmd *redis.TimeCmd, err error) error {
+	if err == nil || cmd == nil {
+		return err
+	}
+	for _, other := range cmds {
+		if other != redis.Cmder(cmd) && other.Err() != nil {
+			return err
+		}
+	}
+	var refused redis.Error
+	if !errors.As(cmd.Err(), &refused) {
+		return err // no answer: the pipeline failed
+	}
+	if !c.timeRefused.Swap(true) {
+		c.log.Warn("redis refuses TIME: heartbeats, deadlines and the quarantine's expiries go on this machine's clock, which must agree with the other machines'", "err", cmd.Err())
+	}
+	return nil
+}
