@@ -1337,9 +1337,23 @@ func TestMachinesWhoseClocksDifferAgree(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rs := redistest.Start(t, redistest.Options{})
 			rec := newRecorder()
-			n := startNode(t, rs, rec, 4, func(c *broker.NodeConfig) { broker.SkewClock(&c.Config, tc.node) })
-			fe := startFront(t, rs, func(c *broker.FrontEndConfig) { broker.SkewClock(&c.Config, tc.front) })
+			var logs syncBuffer
+			logger := slog.New(slog.NewTextHandler(&logs, nil))
+			n := startNode(t, rs, rec, 4, func(c *broker.NodeConfig) {
+				broker.SkewClock(&c.Config, tc.node)
+				c.Logger = logger
+			})
+			fe := startFront(t, rs, func(c *broker.FrontEndConfig) {
+				broker.SkewClock(&c.Config, tc.front)
+				c.Logger = logger
+			})
 			eventually(t, "front end ready: a node heard from", fe.Ready)
+			if got := strings.Count(logs.String(), "clock is off"); got != 1 {
+				t.Errorf("the clock off logged %d times; want once, by the machine whose clock is off:\n%s", got, logs.String())
+			}
+			if got, want := fe.FrontEndStats().ClockOffsetMs, -tc.front.Milliseconds(); got < want-1000 || got > want+1000 {
+				t.Errorf("the front end's clock offset: %d ms; want about %d", got, want)
+			}
 			// predict's requests have a deadline 10 s away.
 			if out, err := predict(t, fe, "x"); err != nil || string(out[0]) != "x" {
 				t.Fatalf("a request with a deadline: %q, %v; want its answer", out, err)

@@ -24,6 +24,7 @@ type clock struct {
 	offset atomic.Int64 // Redis's clock less this machine's, in nanoseconds
 	// measured is set once offset holds a measure.
 	measured atomic.Bool
+	warned   atomic.Bool // the offset was past clockOffsetWarn, and logged
 	// timeRefused is set once Redis has refused TIME (an ACL without it):
 	// the times stay on this machine's clock, which must then agree with
 	// the other machines'.
@@ -69,9 +70,20 @@ func (c *clock) observe(cmd *redis.TimeCmd, sent time.Time) {
 	if err != nil || back.Sub(sent) > maxTimeRoundTrip {
 		return
 	}
-	c.offset.Store(int64(redisNow.Sub(sent.Add(back.Sub(sent) / 2))))
+	offset := redisNow.Sub(sent.Add(back.Sub(sent) / 2))
+	c.offset.Store(int64(offset))
 	c.measured.Store(true)
+	switch off := offset.Abs(); {
+	case off > clockOffsetWarn && !c.warned.Swap(true):
+		c.log.Warn("this machine's clock is off redis's; streamer shares times on redis's clock, but the clock should be put in sync", "redis_ahead_by", offset.Round(time.Millisecond))
+	case off < clockOffsetWarn/2 && c.warned.Swap(false):
+		c.log.Info("this machine's clock is back in sync with redis's", "redis_ahead_by", offset.Round(time.Millisecond))
+	}
 }
+
+// clockOffsetWarn is the offset from Redis's clock past which a machine's
+// clock is said to be off.
+const clockOffsetWarn = time.Second
 
 // ensure measures Redis's time unless it has a measure already, or Redis
 // refuses TIME: the first times written must not be on this machine's

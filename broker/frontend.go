@@ -343,6 +343,11 @@ type FrontEndStats struct {
 	// failover to a replica that lacked them, a restart that lost its last
 	// writes); their requests failed.
 	Lost uint64 `json:"lost"`
+	// ClockOffsetMs is how far Redis's clock is ahead of this machine's
+	// (negative: behind), in milliseconds, as last measured. Deadlines and
+	// heartbeats go on Redis's clock, so an offset does no harm here; it
+	// says that this machine's clock is not in sync.
+	ClockOffsetMs int64 `json:"clock_offset_ms"`
 }
 
 // Metrics are the front end's counters of its traffic through Redis (see
@@ -354,7 +359,7 @@ func (fe *FrontEnd) FrontEndStats() FrontEndStats {
 	return FrontEndStats{
 		RedisUp: fe.up.Load(), Nodes: fe.nodes.Load(), Backlog: fe.backlog.Load(),
 		MaxBacklog: fe.cfg.MaxBacklog, Duplicates: fe.stats.duplicates.Load(), Withdrawn: fe.stats.withdrawn.Load(),
-		Lost: fe.stats.lost.Load(),
+		Lost: fe.stats.lost.Load(), ClockOffsetMs: time.Duration(fe.clock.offset.Load()).Milliseconds(),
 	}
 }
 

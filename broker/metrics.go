@@ -12,6 +12,7 @@ import "github.com/prometheus/client_golang/prometheus"
 //	streamer_broker_duplicate_answers_total     answers dropped: second ones after a claim, or to requests no longer waiting
 //	streamer_broker_withdrawn_items_total       items of requests given up, deleted before any node read them
 //	streamer_broker_lost_items_total            items of requests failed as Redis lost them and kept its other data
+//	streamer_broker_clock_offset_seconds        how far Redis's clock is ahead of this machine's
 //	streamer_broker_node_items_total{event}     read, claimed, answered, expired, released, quarantined
 //	streamer_broker_node_write_failures_total   writes of answers Redis did not take (retried)
 //	streamer_broker_node_held_items             items the node holds now
@@ -25,6 +26,7 @@ func Collector(fe *FrontEnd, node *Node) prometheus.Collector {
 		duplicates: prometheus.NewDesc("streamer_broker_duplicate_answers_total", "Answers dropped by this front end: second answers to one item, after a claim, and answers to requests no longer waiting (canceled, past their deadline, or failed).", nil, nil),
 		withdrawn:  prometheus.NewDesc("streamer_broker_withdrawn_items_total", "Items of requests given up (client gone, deadline passed) deleted from the stream before any node read them.", nil, nil),
 		lost:       prometheus.NewDesc("streamer_broker_lost_items_total", "Items of requests failed with 503 as Redis lost them while it kept its other data (a failover to a replica that lacked them, a restart that lost its last writes).", nil, nil),
+		offset:     prometheus.NewDesc("streamer_broker_clock_offset_seconds", "How far Redis's clock is ahead of this machine's (negative: behind), as last measured. Times shared through Redis go on its clock, so an offset does no harm to streamer; it says that this machine's clock is not in sync.", nil, nil),
 		items:      prometheus.NewDesc("streamer_broker_node_items_total", "Items this node read from Redis (claimed: of them, taken over from a silent node), answered, found expired, released for another node, or refused as quarantined.", []string{"event"}, nil),
 		failures:   prometheus.NewDesc("streamer_broker_node_write_failures_total", "Writes of answers that Redis did not take; they are retried and their items kept.", nil, nil),
 		held:       prometheus.NewDesc("streamer_broker_node_held_items", "Items this node holds now, running or queued on its workers.", nil, nil),
@@ -36,12 +38,12 @@ type collector struct {
 	fe   *FrontEnd
 	node *Node
 
-	up, nodes, backlog, maxBacklog, duplicates, withdrawn, lost *prometheus.Desc
-	items, failures, held, refused                              *prometheus.Desc
+	up, nodes, backlog, maxBacklog, duplicates, withdrawn, lost, offset *prometheus.Desc
+	items, failures, held, refused                                      *prometheus.Desc
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.up, c.nodes, c.backlog, c.maxBacklog, c.duplicates, c.withdrawn, c.lost} {
+	for _, d := range []*prometheus.Desc{c.up, c.nodes, c.backlog, c.maxBacklog, c.duplicates, c.withdrawn, c.lost, c.offset} {
 		ch <- d
 	}
 	if c.node != nil {
@@ -71,6 +73,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.duplicates, fs.Duplicates)
 	counter(c.withdrawn, fs.Withdrawn)
 	counter(c.lost, fs.Lost)
+	gauge(c.offset, float64(fs.ClockOffsetMs)/1000)
 	if c.node == nil {
 		return
 	}

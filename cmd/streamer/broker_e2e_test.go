@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -495,6 +496,17 @@ func TestBrokerFrontEndTellsTheCallerWhoseItemRedisLost(t *testing.T) {
 		t.Errorf("the caller whose item Redis lost: %s, %v; want 503 saying Redis lost its items", a.p, a.err)
 	}
 	wantMetrics(t, front, "streamer_broker_lost_items_total 1")
+	// Its clock and Redis's are one: the offset measured is well under a
+	// second.
+	_, body, err := front.get("/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, found := strings.Cut(string(body), "\nstreamer_broker_clock_offset_seconds ")
+	value, _, _ := strings.Cut(rest, "\n")
+	if offset, err := strconv.ParseFloat(value, 64); !found || err != nil || math.Abs(offset) >= 1 {
+		t.Errorf("/metrics: streamer_broker_clock_offset_seconds %q (found %v); want an offset under a second", value, found)
+	}
 }
 
 // TestBrokerDeadFrontEndsKeysExpire: a front end killed under load leaves
