@@ -1423,3 +1423,42 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// A Redis that can never serve, a cluster, is refused with a message that
+// says so: by a node and a front end as they start, and by a node that
+// finds out only once Redis answers.
+func TestARedisClusterIsRefused(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{Cluster: true})
+	n, err := broker.NewNode(broker.NodeConfig{Config: broker.Config{URL: rs.URL()}, Streamer: startStreamer(t, supervisor.Config{InProcess: newRecorder(), Workers: 1, BatchSize: 4})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(context.Background()); !errors.Is(err, broker.ErrUnsupportedRedis) || !strings.Contains(err.Error(), "runs as a cluster") {
+		t.Errorf("a node's start on a cluster: %v; want ErrUnsupportedRedis saying Redis runs as a cluster", err)
+	}
+	_ = n.Shutdown(context.Background())
+	fe, err := broker.NewFrontEnd(broker.FrontEndConfig{Config: broker.Config{URL: rs.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fe.Close(context.Background()) })
+	if err := fe.Start(context.Background()); !errors.Is(err, broker.ErrUnsupportedRedis) {
+		t.Errorf("a front end's start on a cluster: %v; want ErrUnsupportedRedis", err)
+	}
+	if _, err := predict(t, fe, "x"); !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), "runs as a cluster") {
+		t.Errorf("a request: %v; want ErrUnavailable saying Redis runs as a cluster", err)
+	}
+
+	// Down as the node starts, a cluster when it answers.
+	rs.Kill()
+	late, err := broker.NewNode(broker.NodeConfig{Config: broker.Config{URL: rs.URL()}, Streamer: startStreamer(t, supervisor.Config{InProcess: newRecorder(), Workers: 1, BatchSize: 4})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := late.Start(context.Background()); err == nil || errors.Is(err, broker.ErrUnsupportedRedis) {
+		t.Fatalf("a node's start while Redis is down: %v; want the error of a Redis that does not answer", err)
+	}
+	t.Cleanup(func() { _ = late.Shutdown(context.Background()) })
+	rs.Restart(t)
+	eventually(t, "the node refused, saying why", func() bool { return strings.Contains(late.Stats().Refused, "runs as a cluster") })
+}

@@ -46,6 +46,7 @@ type FrontEnd struct {
 	id       string
 	replyKey string
 	clock    *clock // Redis's, for the times nodes read (see clock)
+	probe    probe  // whether the Redis can serve at all
 
 	mu    sync.Mutex
 	calls map[uint64]*call // waiting for answers, by request number
@@ -1394,6 +1395,10 @@ func (fe *FrontEnd) check(ctx context.Context) error {
 	// Its time runs once it has its turn.
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
+	if err := fe.probe.check(ctx, fe.rdb, fe.where); err != nil {
+		fe.markDown(err)
+		return err
+	}
 	fe.clock.ensure(ctx, fe.rdb)
 	pipe := fe.rdb.Pipeline()
 	timeCmd, sent := fe.clock.timeCmd(ctx, pipe)

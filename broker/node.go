@@ -51,6 +51,7 @@ type Node struct {
 	own   string // the node's own stream
 	s     *supervisor.Streamer
 	clock *clock // Redis's, for the times front ends and nodes read (see clock)
+	probe probe  // whether the Redis can serve at all
 
 	mu   sync.Mutex
 	held map[entry]time.Time // the items held, since when they were last claimed by us
@@ -196,6 +197,9 @@ func deref(s *string) string {
 // Start joins the consumer group (making it when missing) and runs the
 // node until Shutdown. An unreachable Redis is reported, and retried.
 func (n *Node) Start(ctx context.Context) error {
+	if err := n.probe.check(ctx, n.rdb, n.where); err != nil {
+		return err
+	}
 	// Alive before its stream exists: a node adopts the streams of nodes
 	// it has not heard from.
 	err := n.beat(ctx)
@@ -926,6 +930,15 @@ func (n *Node) upkeepLoop() {
 
 // beat says the node is alive and reads the shared quarantine.
 func (n *Node) beat(ctx context.Context) error {
+	if err := n.probe.check(ctx, n.rdb, n.where); err != nil {
+		// Found once Redis answered, after the start: the node stops as
+		// one refused, saying why.
+		msg := err.Error()
+		if n.refused.Swap(&msg) == nil {
+			n.cfg.Logger.Error("redis cannot serve; this node takes no items", "redis", n.where, "err", err)
+		}
+		return err
+	}
 	n.clock.ensure(ctx, n.rdb)
 	pipe := n.rdb.Pipeline()
 	timeCmd, sent := n.clock.timeCmd(ctx, pipe)

@@ -90,6 +90,7 @@ type brokerParts struct {
 	front *broker.FrontEnd
 	node  *broker.Node
 	local *supervisor.Streamer
+	opts  brokerOptions
 }
 
 // brokerParts makes the front end, and the node when st is not nil.
@@ -124,7 +125,7 @@ func (o serveOptions) brokerParts(st *supervisor.Streamer, log *slog.Logger) (*b
 	if err != nil {
 		return nil, o.broker.wrap(err)
 	}
-	p := &brokerParts{front: front, local: st}
+	p := &brokerParts{front: front, local: st, opts: o.broker}
 	if st != nil {
 		// As much as the workers can run soon: a batch running and those
 		// formed ahead on every worker.
@@ -152,18 +153,24 @@ func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
 }
 
 // start runs the node, then the front end. Redis being down is logged, not
-// fatal: both keep trying, and /readyz says not ready meanwhile.
-func (p *brokerParts) start(ctx context.Context, log *slog.Logger) {
+// fatal: both keep trying, and /readyz says not ready meanwhile. A Redis
+// that can never serve (a cluster, a version too old) is fatal.
+func (p *brokerParts) start(ctx context.Context, log *slog.Logger) error {
 	if p.node != nil {
-		if err := p.node.Start(ctx); err != nil {
+		if err := p.node.Start(ctx); errors.Is(err, broker.ErrUnsupportedRedis) {
+			return p.opts.wrap(err)
+		} else if err != nil {
 			log.Warn("node started without redis; retrying", "err", err)
 		}
 		log.Info("node serving items from redis", "node", p.node.Name())
 	}
-	if err := p.front.Start(ctx); err != nil {
+	if err := p.front.Start(ctx); errors.Is(err, broker.ErrUnsupportedRedis) {
+		return p.opts.wrap(err)
+	} else if err != nil {
 		log.Warn("front end started without redis; retrying", "err", err)
 	}
 	log.Info("front end sending requests through redis", "front", p.front.ID())
+	return nil
 }
 
 // stops are the shutdowns in order: the front end first, which waits for

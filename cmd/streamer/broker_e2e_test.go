@@ -817,6 +817,16 @@ func TestBrokerFlagsAndConnections(t *testing.T) {
 			}
 		})
 	}
+	t.Run("refused: a redis cluster", func(t *testing.T) {
+		rs := redistest.Start(t, redistest.Options{Cluster: true})
+		for _, workers := range []string{"0", "1"} {
+			s := launchServer(t, "--broker", rs.URL(), "--workers", workers, "--model", "echo")
+			code, err := s.wait(readyTimeout)
+			if err != nil || code == 0 || !strings.Contains(s.logs(), "--broker: unsupported redis: redis at "+rs.Addr()+" runs as a cluster") {
+				t.Errorf("--workers %s: exit code %d, %v; want the server refused at start, saying Redis runs as a cluster:\n%s", workers, code, err, s.logs())
+			}
+		}
+	})
 	t.Run("help hides the broker from the environment", func(t *testing.T) {
 		t.Setenv("STREAMER_BROKER", "redis://u:s3cret@127.0.0.1:6379/0")
 		out, err := exec.Command(streamerBin, "serve", "--help").CombinedOutput()

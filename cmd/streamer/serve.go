@@ -444,7 +444,9 @@ func runServe(ctx context.Context, o serveOptions) error {
 		fatal = st.Fatal()
 	}
 	if remote != nil {
-		remote.start(ctx, log)
+		if err := remote.start(ctx, log); err != nil {
+			return errors.Join(err, stopping.drain(server))
+		}
 	}
 	log.Info("serving")
 	go releaseMemoryWhenIdle(ctx, backend, log)

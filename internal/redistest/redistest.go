@@ -63,6 +63,10 @@ type Options struct {
 	// masterauth).
 	ReplicaOf *Server
 
+	// Cluster runs the server in cluster mode (cluster-enabled), a node of
+	// a cluster of its own that serves no hash slot yet.
+	Cluster bool
+
 	// Watch, when not nil, makes the process a Sentinel rather than a
 	// data server: it watches that server as the master named MasterName
 	// (quorum 1: it alone decides), takes it for down after
@@ -635,6 +639,10 @@ func (s *Server) config() string {
 	}
 	if s.opt.MaxMemory != "" {
 		set("maxmemory", s.opt.MaxMemory)
+	}
+	if s.opt.Cluster {
+		set("cluster-enabled", "yes")
+		set("cluster-config-file", filepath.Join(s.dir, "nodes.conf"))
 	}
 	if s.opt.Password != "" {
 		set("requirepass", s.opt.Password)

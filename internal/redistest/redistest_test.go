@@ -517,3 +517,11 @@ func TestProxyCutSilencesItsConnections(t *testing.T) {
 		t.Errorf("PING on a connection made after the cut: %q, %v", got, err)
 	}
 }
+
+func TestCluster(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t, redistest.Options{Cluster: true})
+	if info := s.Do(t, "INFO", "cluster"); !strings.Contains(info, "cluster_enabled:1") {
+		t.Errorf("INFO cluster of a server started with Cluster: %q, want cluster_enabled:1", info)
+	}
+}

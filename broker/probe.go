@@ -1,0 +1,84 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrUnsupportedRedis says that the Redis named cannot serve as the broker,
+// whatever is retried: it runs as a cluster, or it is older than 6.2.
+var ErrUnsupportedRedis = errors.New("broker: unsupported redis")
+
+// probe asks Redis what it is, once it answers (see check), and says why
+// it cannot serve: a cluster would refuse the scripts, which touch several
+// keys, and a Redis before 6.2 lacks commands the nodes use (XAUTOCLAIM,
+// ZMSCORE, XTRIM MINID). Its verdict stands for the process's life.
+type probe struct {
+	done    atomic.Bool
+	verdict atomic.Pointer[error] // set when done, and the Redis cannot serve
+}
+
+// check returns why the Redis at where cannot serve, asking it the first
+// time it answers: nil while Redis does not answer, or once it was found
+// fit.
+func (p *probe) check(ctx context.Context, rdb redis.Cmdable, where string) error {
+	if p.done.Load() {
+		if v := p.verdict.Load(); v != nil {
+			return *v
+		}
+		return nil
+	}
+	pipe := rdb.Pipeline()
+	server := pipe.Info(ctx, "server")
+	cluster := pipe.Info(ctx, "cluster")
+	if _, err := pipe.Exec(ctx); err != nil {
+		if errors.As(err, new(redis.Error)) && !notServing(err) {
+			p.done.Store(true) // INFO refused (an ACL without it): served as fit
+		}
+		return nil // no answer: the commands that follow say why
+	}
+	var verdict error
+	version := infoValue(server.Val(), "redis_version")
+	switch {
+	case infoValue(cluster.Val(), "cluster_enabled") == "1":
+		verdict = fmt.Errorf("%w: redis at %s runs as a cluster, which streamer does not support (its scripts use several keys at once): give it a Redis of its own, with replicas and Sentinel for failover", ErrUnsupportedRedis, where)
+	case olderThan(version, 6, 2):
+		verdict = fmt.Errorf("%w: redis at %s is version %s; streamer needs 6.2 or later", ErrUnsupportedRedis, where, version)
+	}
+	if verdict != nil {
+		p.verdict.Store(&verdict)
+	}
+	p.done.Store(true)
+	return verdict
+}
+
+// infoValue returns the value of field name in an INFO reply, or "".
+func infoValue(info, name string) string {
+	for line := range strings.Lines(info) {
+		if value, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return value
+		}
+	}
+	return ""
+}
+
+// olderThan says whether version (as "6.0.16") is before major.minor; a
+// version it cannot read is not.
+func olderThan(version string, major, minor int) bool {
+	parts := strings.SplitN(version, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	gotMajor, err1 := strconv.Atoi(parts[0])
+	gotMinor, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return gotMajor < major || (gotMajor == major && gotMinor < minor)
+}
