@@ -449,3 +449,49 @@ func TestACallEndedBeforeItIsRoutedCountsForNoNode(t *testing.T) {
 		t.Errorf("a counts %d calls in flight; want 1, the live one", got)
 	}
 }
+
+// A call failed (by an outage) while it waits to hand itself to the
+// writer, whose queue is full behind a hung admission, ends with that
+// failure, counted once, rather than when the writer is free again.
+func TestACallFailedWhileQueuedForTheWriterEnds(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fe := unstartedFront(t, rs.URL(), 100)
+	fe.up.Store(true)
+	fe.nodes.Store(1)
+	for len(fe.submits) < cap(fe.submits) {
+		fe.submits <- &call{}
+	}
+	ended := make(chan error, 1)
+	go func() {
+		_, err := fe.PredictRequest(context.Background(), supervisor.Request{Items: [][]byte{[]byte("x")}})
+		ended <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		fe.mu.Lock()
+		n := len(fe.calls)
+		fe.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the call never waited for the writer")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	outage := errors.New("the outage")
+	fe.mu.Lock()
+	fe.failAllLocked(outage)
+	fe.mu.Unlock()
+	select {
+	case err := <-ended:
+		if !errors.Is(err, outage) {
+			t.Errorf("the call ended with %v; want the outage", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call failed by the outage still waits for the writer 10s later")
+	}
+	if st := fe.Stats(); st.Failed != 1 || st.Rejected != 0 {
+		t.Errorf("failed %d, rejected %d; want the item counted once, as failed", st.Failed, st.Rejected)
+	}
+}

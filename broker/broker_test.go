@@ -1462,3 +1462,41 @@ func TestARedisClusterIsRefused(t *testing.T) {
 	rs.Restart(t)
 	eventually(t, "the node refused, saying why", func() bool { return strings.Contains(late.Stats().Refused, "runs as a cluster") })
 }
+
+// A node that starts while Redis is down reads no item before it knows
+// Redis's clock, on which the items' deadlines are: an item waiting in
+// Redis as it comes back is neither dropped as late by a node whose clock
+// is ahead, nor run late by one behind.
+func TestANodeStartedWhileRedisIsDownReadsOnRedissClock(t *testing.T) {
+	for _, skew := range []time.Duration{30 * time.Second, -30 * time.Second} {
+		t.Run(skew.String(), func(t *testing.T) {
+			rs := redistest.Start(t, redistest.Options{Persist: true})
+			rs.Do(t, "XGROUP", "CREATE", "streamer:items", "nodes", "0", "MKSTREAM")
+			secs, _, _ := strings.Cut(rs.Do(t, "TIME"), "\n")
+			redisNow, err := strconv.ParseInt(secs, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for item, deadline := range map[string]int64{"past": redisNow - 1, "future": redisNow + 20} {
+				rs.Do(t, "XADD", "streamer:items", "*", "h", "elsewhere 1 0 "+strconv.FormatInt(deadline*1e6, 10)+" 60000", "v", item)
+			}
+			rs.Kill()
+			rec := newRecorder()
+			cfg := broker.NodeConfig{Config: broker.Config{URL: rs.URL(), ClaimIdle: 400 * time.Millisecond}, Streamer: startStreamer(t, supervisor.Config{InProcess: rec, Workers: 1, BatchSize: 4, MaxLatency: time.Millisecond}), Capacity: 8}
+			broker.SkewClock(&cfg.Config, skew)
+			n, err := broker.NewNode(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := n.Start(context.Background()); err == nil {
+				t.Fatal("the node started while Redis was down, without an error")
+			}
+			t.Cleanup(func() { _ = n.Shutdown(context.Background()) })
+			rs.Restart(t)
+			eventually(t, "both items settled", func() bool { return rec.runs("future") == 1 && n.Stats().Expired == 1 })
+			if rec.runs("past") != 0 {
+				t.Error("the node ran an item whose deadline had passed on Redis's clock")
+			}
+		})
+	}
+}

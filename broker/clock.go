@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -22,8 +23,10 @@ type clock struct {
 	skew   time.Duration // added to this machine's clock: tests' stand-in for a clock off
 	log    *slog.Logger
 	offset atomic.Int64 // Redis's clock less this machine's, in nanoseconds
-	// measured is set once offset holds a measure.
+	// measured is set once offset holds a measure; bestRTT is the
+	// shortest round trip of the measures taken, in nanoseconds.
 	measured atomic.Bool
+	bestRTT  atomic.Int64
 	warned   atomic.Bool // the offset was past clockOffsetWarn, and logged
 	// timeRefused is set once Redis has refused TIME (an ACL without it):
 	// the times stay on this machine's clock, which must then agree with
@@ -31,8 +34,9 @@ type clock struct {
 	timeRefused atomic.Bool
 }
 
-// maxTimeRoundTrip bounds the round trip of a TIME whose answer is taken:
-// the estimate is off by up to half of it.
+// maxTimeRoundTrip bounds the round trip of a TIME whose answer is taken
+// (the estimate is off by up to half of it), but for the first, and for
+// those within twice the shortest seen: a Redis far away is measured too.
 const maxTimeRoundTrip = 100 * time.Millisecond
 
 // local is this machine's time now.
@@ -67,9 +71,20 @@ func (c *clock) observe(cmd *redis.TimeCmd, sent time.Time) {
 	}
 	back := c.local()
 	redisNow, err := cmd.Result()
-	if err != nil || back.Sub(sent) > maxTimeRoundTrip {
+	if err != nil {
 		return
 	}
+	rtt := back.Sub(sent)
+	best := time.Duration(c.bestRTT.Load())
+	if c.measured.Load() {
+		if rtt > max(maxTimeRoundTrip, 2*best) {
+			return
+		}
+		best = min(best, rtt)
+	} else {
+		best = rtt
+	}
+	c.bestRTT.Store(int64(best))
 	offset := redisNow.Sub(sent.Add(back.Sub(sent) / 2))
 	c.offset.Store(int64(offset))
 	c.measured.Store(true)
@@ -89,10 +104,14 @@ const clockOffsetWarn = time.Second
 // refuses TIME: the first times written must not be on this machine's
 // clock. An error is left to the commands that follow.
 func (c *clock) ensure(ctx context.Context, rdb redis.Cmdable) {
-	if !c.measured.Load() {
+	if !c.known() {
 		_ = c.measure(ctx, rdb)
 	}
 }
+
+// known says whether the times shared are on a clock the other machines
+// use: Redis's, measured, or, where Redis refuses TIME, this machine's.
+func (c *clock) known() bool { return c.measured.Load() || c.timeRefused.Load() }
 
 // measure asks Redis for its time in a round trip of its own.
 func (c *clock) measure(ctx context.Context, rdb redis.Cmdable) error {
@@ -118,12 +137,20 @@ func (c *clock) pipelineError(cmds []redis.Cmder, cmd *redis.TimeCmd, err error)
 			return err
 		}
 	}
-	var refused redis.Error
-	if !errors.As(cmd.Err(), &refused) {
-		return err // no answer: the pipeline failed
+	if !refusedCommand(cmd.Err()) {
+		return err // no answer, or not served now (NOAUTH, BUSY): the pipeline failed
 	}
 	if !c.timeRefused.Swap(true) {
 		c.log.Warn("redis refuses TIME: heartbeats, deadlines and the quarantine's expiries go on this machine's clock, which must agree with the other machines'", "err", cmd.Err())
 	}
 	return nil
+}
+
+// refusedCommand says whether err is Redis's refusal of a command for
+// good: the user may not run it (NOPERM), or Redis does not know it.
+func refusedCommand(err error) bool {
+	if !errors.As(err, new(redis.Error)) {
+		return false
+	}
+	return redis.HasErrorPrefix(err, "NOPERM") || strings.Contains(err.Error(), "unknown command")
 }

@@ -432,13 +432,13 @@ func (fe *FrontEnd) PredictRequest(ctx context.Context, req supervisor.Request) 
 	case <-fe.closing:
 		fe.forget(c)
 		return nil, supervisor.ErrShuttingDown
+	case <-c.over: // failed meanwhile (an outage), and counted so
+		return nil, c.failure
 	case <-timeout:
-		fe.forget(c)
-		fe.stats.rejected.Add(uint64(n))
+		fe.reject(c)
 		return nil, fmt.Errorf("%w: before the request was queued", supervisor.ErrDeadline)
 	case <-ctx.Done():
-		fe.forget(c)
-		fe.stats.rejected.Add(uint64(n))
+		fe.reject(c)
 		return nil, givenUp(ctx, "before the request was queued")
 	}
 	if err := fe.verdict(ctx, c, timeout); err != nil {
@@ -460,7 +460,7 @@ func (fe *FrontEnd) verdict(ctx context.Context, c *call, timeout <-chan time.Ti
 	select {
 	case err = <-c.admitted:
 	case <-c.over:
-		err = c.failure // set before over was closed
+		err = c.failure // set before over was closed; nil when answered
 	case <-fe.writerDone:
 		select {
 		case err = <-c.admitted:
@@ -473,7 +473,16 @@ func (fe *FrontEnd) verdict(ctx context.Context, c *call, timeout <-chan time.Ti
 		err = givenUp(ctx, "while redis admitted the request")
 	}
 	if err == nil {
-		return nil
+		select {
+		case <-c.over:
+			// Failed as its verdict came (both were ready): a failure
+			// alone, whichever the select took. Nil when answered.
+			err = c.failure
+		default:
+		}
+		if err == nil {
+			return nil
+		}
 	}
 	fe.mu.Lock()
 	defer fe.mu.Unlock()
@@ -557,6 +566,17 @@ func (fe *FrontEnd) await(ctx context.Context, c *call, timeout <-chan time.Time
 		}
 	}
 	return c.outputs, nil
+}
+
+// reject forgets c, given up before its admission, and counts its items
+// as rejected, unless it failed meanwhile (counted as failed).
+func (fe *FrontEnd) reject(c *call) {
+	fe.mu.Lock()
+	defer fe.mu.Unlock()
+	if fe.calls[c.seq] == c {
+		fe.forgetLocked(c)
+		fe.stats.rejected.Add(uint64(len(c.items)))
+	}
 }
 
 func (fe *FrontEnd) forget(c *call) {

@@ -250,6 +250,14 @@ func (n *Node) readLoop() {
 			return
 		default:
 		}
+		// Items carry deadlines on Redis's clock: none is read before
+		// the node knows it (a start while Redis was down).
+		if !n.clock.known() {
+			if n.clock.ensure(ctx, n.rdb); !n.clock.known() {
+				retry.wait(n.stop)
+				continue
+			}
+		}
 		want, block := n.wanted()
 		if want <= 0 {
 			select {

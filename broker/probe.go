@@ -38,7 +38,7 @@ func (p *probe) check(ctx context.Context, rdb redis.Cmdable, where string) erro
 	server := pipe.Info(ctx, "server")
 	cluster := pipe.Info(ctx, "cluster")
 	if _, err := pipe.Exec(ctx); err != nil {
-		if errors.As(err, new(redis.Error)) && !notServing(err) {
+		if refusedCommand(err) {
 			p.done.Store(true) // INFO refused (an ACL without it): served as fit
 		}
 		return nil // no answer: the commands that follow say why
