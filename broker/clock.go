@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -25,9 +24,10 @@ type clock struct {
 	offset atomic.Int64 // Redis's clock less this machine's, in nanoseconds
 	// measured is set once offset holds a measure; bestRTT is the
 	// shortest round trip of the measures taken, in nanoseconds.
-	measured atomic.Bool
-	bestRTT  atomic.Int64
-	warned   atomic.Bool // the offset was past clockOffsetWarn, and logged
+	measured  atomic.Bool
+	bestRTT   atomic.Int64
+	lastTaken atomic.Int64 // when the last measure was taken, in Unix nanoseconds
+	warned    atomic.Bool  // the offset was past clockOffsetWarn, and logged
 	// timeRefused is set once Redis has refused TIME (an ACL without it):
 	// the times stay on this machine's clock, which must then agree with
 	// the other machines'.
@@ -35,9 +35,14 @@ type clock struct {
 }
 
 // maxTimeRoundTrip bounds the round trip of a TIME whose answer is taken
-// (the estimate is off by up to half of it), but for the first, and for
-// those within twice the shortest seen: a Redis far away is measured too.
-const maxTimeRoundTrip = 100 * time.Millisecond
+// (the estimate is off by up to half of it), but for the first, for those
+// within twice the shortest seen (a Redis far away is measured too), and
+// for any once staleMeasure has passed without one (a failover to a
+// master further away).
+const (
+	maxTimeRoundTrip = 100 * time.Millisecond
+	staleMeasure     = 10 * time.Second
+)
 
 // local is this machine's time now.
 func (c *clock) local() time.Time { return time.Now().Add(c.skew) }
@@ -76,15 +81,16 @@ func (c *clock) observe(cmd *redis.TimeCmd, sent time.Time) {
 	}
 	rtt := back.Sub(sent)
 	best := time.Duration(c.bestRTT.Load())
-	if c.measured.Load() {
-		if rtt > max(maxTimeRoundTrip, 2*best) {
-			return
-		}
-		best = min(best, rtt)
-	} else {
+	switch {
+	case !c.measured.Load() || time.Since(time.Unix(0, c.lastTaken.Load())) > staleMeasure:
 		best = rtt
+	case rtt <= max(maxTimeRoundTrip, 2*best):
+		best = min(best, rtt)
+	default:
+		return
 	}
 	c.bestRTT.Store(int64(best))
+	c.lastTaken.Store(time.Now().UnixNano())
 	offset := redisNow.Sub(sent.Add(back.Sub(sent) / 2))
 	c.offset.Store(int64(offset))
 	c.measured.Store(true)
@@ -147,10 +153,12 @@ func (c *clock) pipelineError(cmds []redis.Cmder, cmd *redis.TimeCmd, err error)
 }
 
 // refusedCommand says whether err is Redis's refusal of a command for
-// good: the user may not run it (NOPERM), or Redis does not know it.
+// good (the user may not run it, Redis or a proxy before it does not know
+// it), rather than no answer or a Redis that does not serve now: loading,
+// busy with a script, in a failover, or waiting for a password.
 func refusedCommand(err error) bool {
-	if !errors.As(err, new(redis.Error)) {
+	if !errors.As(err, new(redis.Error)) || notServing(err) {
 		return false
 	}
-	return redis.HasErrorPrefix(err, "NOPERM") || strings.Contains(err.Error(), "unknown command")
+	return !redis.HasErrorPrefix(err, "NOAUTH") && !redis.HasErrorPrefix(err, "WRONGPASS")
 }

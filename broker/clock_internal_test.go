@@ -11,9 +11,9 @@ import (
 	"github.com/streamer-dev/streamer/internal/redistest"
 )
 
-// Only a refusal for good (NOPERM, an unknown command) makes the clock give
-// up TIME: a Redis that does not serve now (a password not given yet, a
-// script running long) is asked again.
+// Only a refusal for good (NOPERM, an unknown command, a proxy's refusal)
+// makes the clock give up TIME: a Redis that does not serve now (a
+// password not given yet, a script running long, loading) is asked again.
 func TestOnlyARefusalForGoodStopsTheClockAsking(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{Password: "pw"})
 	rs.Do(t, "ACL", "SETUSER", "notime", "on", ">pw", "~*", "&*", "+@all", "-time")
@@ -36,6 +36,8 @@ func TestOnlyARefusalForGoodStopsTheClockAsking(t *testing.T) {
 		{"unknown command", unknown, true},
 		{"NOAUTH", noAuth, false},
 		{"BUSY", busyError("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."), false},
+		{"LOADING", busyError("LOADING Redis is loading the dataset in memory"), false},
+		{"a proxy's refusal", busyError("ERR unsupported command"), true},
 		{"no answer", context.DeadlineExceeded, false},
 	} {
 		if tc.err == nil {
@@ -102,5 +104,12 @@ func TestTheClockMeasuresARedisFarAway(t *testing.T) {
 	sample(500 * time.Millisecond)
 	if c.offset.Load() != before {
 		t.Error("a measure whose round trip is past the bound and twice the shortest was taken")
+	}
+	// With no measure taken for a while (a failover to a master further
+	// away), the next is taken whatever its round trip.
+	c.lastTaken.Store(time.Now().Add(-staleMeasure - time.Second).UnixNano())
+	sample(500 * time.Millisecond)
+	if c.offset.Load() == before {
+		t.Error("no measure was taken after none for longer than staleMeasure")
 	}
 }

@@ -183,15 +183,8 @@ func (n *Node) Stats() NodeStats {
 		Expired: n.stats.expired.Load(), Released: n.stats.released.Load(), Quarantined: n.stats.quarantined.Load(),
 		WriteFailures: n.stats.writeFailures.Load(),
 		Held:          held,
-		Refused:       deref(n.refused.Load()),
+		Refused:       n.refusal(),
 	}
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 // Start joins the consumer group (making it when missing) and runs the
@@ -250,13 +243,12 @@ func (n *Node) readLoop() {
 			return
 		default:
 		}
-		// Items carry deadlines on Redis's clock: none is read before
-		// the node knows it (a start while Redis was down).
-		if !n.clock.known() {
-			if n.clock.ensure(ctx, n.rdb); !n.clock.known() {
-				retry.wait(n.stop)
-				continue
-			}
+		// None is read before the node knows that the Redis can serve,
+		// and its clock, on which the items' deadlines are (after a start
+		// while Redis was down).
+		if !n.fit(ctx) {
+			retry.wait(n.stop)
+			continue
 		}
 		want, block := n.wanted()
 		if want <= 0 {
@@ -363,7 +355,7 @@ const quarantineRead = 256
 // holds only the callers it just answered.
 func (n *Node) wanted() (want int, block bool) {
 	free := n.free()
-	if free <= 0 || n.refused.Load() != nil {
+	if free <= 0 || n.refusal() != "" {
 		return 0, false
 	}
 	now, ahead := n.s.Room()
@@ -913,8 +905,8 @@ func (n *Node) upkeepLoop() {
 		case <-n.stop:
 			return
 		}
-		if n.refused.Load() != nil {
-			continue // see refuse
+		if n.refusal() != "" {
+			continue // see refuse, and fit
 		}
 		if time.Since(lastBeat) >= heartbeat {
 			if err := n.beat(ctx); err != nil {
@@ -930,6 +922,9 @@ func (n *Node) upkeepLoop() {
 		if err := n.keep(ctx); err != nil {
 			n.warn("keep items", err)
 		}
+		if !n.fit(ctx) {
+			continue // claimed items are judged as read ones
+		}
 		if err := n.claim(ctx); err != nil && ctx.Err() == nil {
 			n.warn("claim items", err)
 		}
@@ -938,13 +933,7 @@ func (n *Node) upkeepLoop() {
 
 // beat says the node is alive and reads the shared quarantine.
 func (n *Node) beat(ctx context.Context) error {
-	if err := n.probe.check(ctx, n.rdb, n.where); err != nil {
-		// Found once Redis answered, after the start: the node stops as
-		// one refused, saying why.
-		msg := err.Error()
-		if n.refused.Swap(&msg) == nil {
-			n.cfg.Logger.Error("redis cannot serve; this node takes no items", "redis", n.where, "err", err)
-		}
+	if err := n.checkFit(ctx); err != nil {
 		return err
 	}
 	n.clock.ensure(ctx, n.rdb)
@@ -969,6 +958,41 @@ func (n *Node) beat(ctx context.Context) error {
 	}
 	n.rememberPoison(hashes)
 	return nil
+}
+
+// checkFit asks Redis whether it can serve (see probe), the first time it
+// answers. A Redis found unfit after the start stops the node for good,
+// logged once: it reads, beats and claims no more.
+func (n *Node) checkFit(ctx context.Context) error {
+	err := n.probe.check(ctx, n.rdb, n.where)
+	if err != nil && !n.probe.logged.Swap(true) {
+		n.cfg.Logger.Error("redis cannot serve; this node takes no items", "redis", n.where, "err", err)
+		n.signalRoom() // a Shutdown waiting for the items need wait no more
+	}
+	return err
+}
+
+// fit says whether the node may take items: Redis can serve, and the node
+// knows Redis's clock. It asks Redis for what it does not know yet.
+func (n *Node) fit(ctx context.Context) bool {
+	if n.checkFit(ctx) != nil || !n.probe.done.Load() {
+		return false
+	}
+	n.clock.ensure(ctx, n.rdb)
+	return n.clock.known()
+}
+
+// refusal says why the node takes no items for want of Redis: it may not
+// write its answers (see refuse), or the Redis cannot serve (see probe).
+// Empty when neither.
+func (n *Node) refusal() string {
+	if why := n.refused.Load(); why != nil {
+		return *why
+	}
+	if err := n.probe.unfit(); err != nil {
+		return err.Error()
+	}
+	return ""
 }
 
 // keep resets the idle time of the items the node has held for a while,
@@ -1104,9 +1128,9 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		if held == 0 {
 			break
 		}
-		if why := n.refused.Load(); why != nil {
+		if why := n.refusal(); why != "" {
 			// It cannot answer them: other nodes will.
-			err = fmt.Errorf("broker: node %s left %d items to be claimed, as redis refuses its answers: %s", n.cfg.Name, held, *why)
+			err = fmt.Errorf("broker: node %s left %d items to be claimed, as redis refuses its answers: %s", n.cfg.Name, held, why)
 			break
 		}
 		select {

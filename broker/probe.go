@@ -22,6 +22,15 @@ var ErrUnsupportedRedis = errors.New("broker: unsupported redis")
 type probe struct {
 	done    atomic.Bool
 	verdict atomic.Pointer[error] // set when done, and the Redis cannot serve
+	logged  atomic.Bool           // the verdict was logged, by a node
+}
+
+// unfit returns the verdict: why the Redis cannot serve, or nil.
+func (p *probe) unfit() error {
+	if v := p.verdict.Load(); v != nil {
+		return *v
+	}
+	return nil
 }
 
 // check returns why the Redis at where cannot serve, asking it the first
@@ -29,17 +38,14 @@ type probe struct {
 // fit.
 func (p *probe) check(ctx context.Context, rdb redis.Cmdable, where string) error {
 	if p.done.Load() {
-		if v := p.verdict.Load(); v != nil {
-			return *v
-		}
-		return nil
+		return p.unfit()
 	}
 	pipe := rdb.Pipeline()
 	server := pipe.Info(ctx, "server")
 	cluster := pipe.Info(ctx, "cluster")
 	if _, err := pipe.Exec(ctx); err != nil {
 		if refusedCommand(err) {
-			p.done.Store(true) // INFO refused (an ACL without it): served as fit
+			p.done.Store(true) // INFO refused (an ACL, a proxy): served as fit
 		}
 		return nil // no answer: the commands that follow say why
 	}
