@@ -842,6 +842,11 @@ func TestBrokerFlagsAndConnections(t *testing.T) {
 		rs := redistest.Start(t, redistest.Options{User: "streamer", UserPassword: "pw"})
 		serveThrough(t, rs)
 	})
+	t.Run("acl user without TIME", func(t *testing.T) {
+		rs := redistest.Start(t, redistest.Options{User: "streamer", UserPassword: "pw"})
+		rs.Do(t, "ACL", "SETUSER", "streamer", "-time")
+		serveThrough(t, rs)
+	})
 	t.Run("tls", func(t *testing.T) {
 		rs := redistest.Start(t, redistest.Options{TLS: true})
 		serveThrough(t, rs, "--broker-ca", rs.CAFile())
@@ -986,4 +991,37 @@ func refusedThrough(t *testing.T, url string, why []string) {
 	if err != nil || status == http.StatusOK || !said {
 		t.Errorf("GET /readyz: %d %s, %v; want not ready, saying why (one of %q)", status, body, err, why)
 	}
+}
+
+// TestBrokerConnectionsGoneSilent: every connection of a front end and a
+// node to Redis goes silent at once, neither closed nor answered (a
+// firewall or a NAT that forgot them), while the node runs an item: the
+// item's caller gets its answer or a 503 naming Redis, never a hang, and
+// both processes go on over new connections.
+func TestBrokerConnectionsGoneSilent(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	proxy := redistest.StartProxy(t, rs)
+	node := launchBroker(t, proxy.URL(), "--workers", "1", "--model", "sleep:1s,0s")
+	name := brokerLogField(t, node, "node serving items from redis", "node")
+	waitReadyz(t, node, http.StatusOK)
+	front := launchBroker(t, proxy.URL(), "--workers", "0")
+	waitReadyz(t, front, http.StatusOK)
+	running := predictLater(front, brokerWait, "running")
+	waitFor(t, "the node to hold the item", brokerWait, func() bool { return len(redisPending(t, rs, name)) == 1 })
+
+	if n := proxy.Cut(); n < 2 {
+		t.Fatalf("%s: %d connections cut; want the front end's and the node's", proxy, n)
+	}
+	a := <-running
+	if a.err != nil {
+		t.Fatalf("the request running as its connections went silent: %v; want an answer", a.err)
+	}
+	t.Logf("the request running as its connections went silent: %d", a.p.Status)
+	if a.p.Status != http.StatusOK && (a.p.Status != http.StatusServiceUnavailable || !strings.Contains(a.p.Error, "redis")) {
+		t.Errorf("the request running as its connections went silent: %s; want 200, or 503 naming Redis", a.p)
+	}
+	waitFor(t, "served again over new connections", brokerWait, func() bool {
+		p, err := predictWithin(front, brokerWait, 0, "after")
+		return err == nil && p.Status == http.StatusOK && len(p.Outputs) == 1 && p.Outputs[0] == "after"
+	})
 }
