@@ -1500,3 +1500,34 @@ func TestANodeStartedWhileRedisIsDownReadsOnRedissClock(t *testing.T) {
 		})
 	}
 }
+
+// Connections closed under a front end and a node while Redis serves (an
+// operator's CLIENT KILL, a proxy that resets them) cost new connections,
+// not an outage: the front end does not take Redis for down, and requests
+// go on.
+func TestConnectionsKilledUnderAFrontEndAreNoOutage(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	var logs syncBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	startNode(t, rs, newRecorder(), 4, func(c *broker.NodeConfig) { c.Logger = logger })
+	fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.Logger = logger })
+	eventually(t, "front end ready", fe.Ready)
+	if out, err := predict(t, fe, "before"); err != nil || string(out[0]) != "before" {
+		t.Fatalf("before: %q, %v", out, err)
+	}
+	// The reader's blocked read among them: its connection is in use.
+	eventually(t, "the reader blocked on its stream", func() bool {
+		return strings.Contains(rs.Do(t, "CLIENT", "LIST"), "cmd=xread ")
+	})
+	if got := rs.Do(t, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"); got == "0" {
+		t.Fatal("CLIENT KILL closed no connection")
+	}
+	for i := range 20 {
+		if out, err := predict(t, fe, "after"); err != nil || string(out[0]) != "after" {
+			t.Fatalf("request %d after the connections were killed: %q, %v", i, out, err)
+		}
+	}
+	if strings.Contains(logs.String(), "redis does not serve") {
+		t.Errorf("the front end took Redis for down:\n%s", logs.String())
+	}
+}

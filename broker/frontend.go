@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -1513,7 +1515,20 @@ func (fe *FrontEnd) noteDown(err error) {
 	if errors.As(err, &answered) && !strings.HasPrefix(answered.Error(), "LOADING") {
 		return // Redis answered: it is up, the command was wrong
 	}
+	if brokenConn(err) {
+		// One connection closed or reset (a proxy, an operator's
+		// CLIENT KILL) says nothing of Redis: the next check, on a new
+		// one, does.
+		return
+	}
 	fe.markDown(err)
+}
+
+// brokenConn says whether err is a connection closed or reset by its peer,
+// rather than no answer: Redis may well serve on a new one.
+func brokenConn(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // markDown marks Redis unusable, for err.

@@ -758,6 +758,12 @@ func (n *Node) warn(what string, err error) {
 		n.cfg.Logger.Warn(what, "redis", n.where, "err", err)
 		return
 	}
+	if brokenConn(err) {
+		// One connection closed or reset says nothing of Redis: the
+		// node goes on over a new one.
+		n.cfg.Logger.Warn(what+": a connection to redis closed; going on over a new one", "redis", n.where, "err", err)
+		return
+	}
 	if n.down.Swap(true) {
 		n.cfg.Logger.Debug(what, "redis", n.where, "err", err)
 		return
