@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -344,15 +345,22 @@ func decodeJSONTimeout(s *wire.JSONScanner, req *predictRequest) error {
 	if string(text) == "null" {
 		return nil
 	}
-	ms, ok := int64(0), false
-	if text[0] == '-' || '0' <= text[0] && text[0] <= '9' {
-		ms, ok = parseIntText(text)
-	}
-	if !ok {
+	if text[0] != '-' && (text[0] < '0' || '9' < text[0]) {
 		return badRequest(`"timeout_ms" must be a whole number of milliseconds, not ` + string(text))
+	}
+	ms, err := strconv.ParseInt(string(text), 10, 64)
+	switch {
+	case errors.Is(err, strconv.ErrRange):
+		return badRequest(`"timeout_ms" ` + string(text) + ` is out of range: at most ` + strconv.FormatInt(maxTimeoutMs, 10))
+	case err != nil:
+		return badRequest(`"timeout_ms" must be a whole number of milliseconds written in digits, not ` + string(text))
 	}
 	return setTimeout(req, ms)
 }
+
+// maxTimeoutMs is the longest timeout a request may give, in milliseconds:
+// the longest a time.Duration holds.
+const maxTimeoutMs = math.MaxInt64 / int64(time.Millisecond)
 
 // parseIntText parses a validated JSON number that must be a whole number
 // that fits an int64.
@@ -392,6 +400,8 @@ func setTimeout(req *predictRequest, ms int64) error {
 	switch {
 	case ms < 0:
 		return badRequest(`"timeout_ms" must not be negative, got ` + strconv.FormatInt(ms, 10))
+	case ms > maxTimeoutMs:
+		return badRequest(`"timeout_ms" ` + strconv.FormatInt(ms, 10) + ` is out of range: at most ` + strconv.FormatInt(maxTimeoutMs, 10))
 	case ms > 0:
 		req.timeout = time.Duration(ms) * time.Millisecond
 	}
@@ -407,6 +417,9 @@ func applyTimeoutHeader(value string, req *predictRequest) error {
 	ms, err := strconv.ParseInt(strings.TrimSpace(value), 10, 64)
 	if err != nil || ms <= 0 {
 		return badRequest(TimeoutHeader + " must be a positive whole number of milliseconds, got " + strconv.Quote(value))
+	}
+	if ms > maxTimeoutMs {
+		return badRequest(TimeoutHeader + " " + strconv.Quote(value) + " is out of range: at most " + strconv.FormatInt(maxTimeoutMs, 10))
 	}
 	if t := time.Duration(ms) * time.Millisecond; req.timeout == 0 || t < req.timeout {
 		req.timeout = t
