@@ -72,6 +72,12 @@ type FrontEnd struct {
 	// that began before another does not end after it.
 	epoch   string
 	checkMu sync.Mutex
+	// refreshed is when the last check refreshed the reply stream's TTL
+	// (under checkMu); unrefreshed, the last span longer than the TTL
+	// without a refresh: the answers written before its end may have
+	// expired unread.
+	refreshed   time.Time
+	unrefreshed atomic.Pointer[span]
 
 	up      atomic.Bool  // Redis answered the last check
 	nodes   atomic.Int64 // nodes heard from within nodeSilence, at the last check
@@ -1443,6 +1449,11 @@ func (fe *FrontEnd) check(ctx context.Context) error {
 		return fmt.Errorf("redis at %s: %w", fe.where, err)
 	}
 	fe.clock.observe(timeCmd, sent)
+	now := time.Now()
+	if !fe.refreshed.IsZero() && now.Sub(fe.refreshed) > fe.cfg.ReplyTTL {
+		fe.unrefreshed.Store(&span{from: fe.refreshed, to: now})
+	}
+	fe.refreshed = now
 	// The counts first: Ready reads up and then nodes, and a count left
 	// from before an outage (Redis restarted without its data, and the
 	// nodes not heard from since) must not make it ready.

@@ -111,9 +111,19 @@ func (fe *FrontEnd) lookForLost(ctx context.Context, minAge time.Duration) error
 	if len(lost) == 0 {
 		return nil
 	}
-	err = unavailablef("redis at %s lost the request's items (a failover to a replica that lacked them, or a restart that lost its last writes)", fe.where)
-	items := 0
+	lostErr := unavailablef("redis at %s lost the request's items (a failover to a replica that lacked them, or a restart that lost its last writes)", fe.where)
+	var expiredErr error
+	gap := fe.unrefreshed.Load()
+	if gap != nil {
+		expiredErr = unavailablef("the request's answers may have expired in redis at %s unread: this front end went %s without refreshing its reply stream, past its reply TTL of %s (was it stalled, or cut off from redis?)", fe.where, gap.to.Sub(gap.from).Round(time.Millisecond), fe.cfg.ReplyTTL)
+	}
+	items, expired := 0, 0
 	for c, gone := range lost {
+		err := lostErr
+		if gap != nil && c.sent.Before(gap.to) {
+			err = expiredErr
+			expired++
+		}
 		items += len(gone)
 		// Its other items, still there, need not run.
 		var left []string
@@ -125,11 +135,19 @@ func (fe *FrontEnd) lookForLost(ctx context.Context, minAge time.Duration) error
 		fe.withdraw(c.stream, left)
 		fe.failLocked(c, err)
 	}
+	if expired > 0 {
+		fe.cfg.Logger.Error("failing the requests whose answers may have expired unread", "requests", expired, "unrefreshed_for", gap.to.Sub(gap.from).Round(time.Millisecond), "reply_ttl", fe.cfg.ReplyTTL, "redis", fe.where)
+	}
+	if expired < len(lost) {
+		fe.cfg.Logger.Error("failing the requests whose items redis lost", "requests", len(lost)-expired, "redis", fe.where)
+	}
 	fe.stats.lost.Add(uint64(items))
-	fe.cfg.Logger.Error("failing the requests whose items redis lost", "requests", len(lost), "items", items, "redis", fe.where)
 	fe.noteIdleLocked()
 	return nil
 }
+
+// span is a stretch of time.
+type span struct{ from, to time.Time }
 
 // readPast waits until the reader has delivered the reply stream's entries
 // up to id, or ctx ends.

@@ -1025,3 +1025,32 @@ func TestBrokerConnectionsGoneSilent(t *testing.T) {
 		return err == nil && p.Status == http.StatusOK && len(p.Outputs) == 1 && p.Outputs[0] == "after"
 	})
 }
+
+// TestBrokerFrontEndStalledPastItsReplyTTL: a front end stopped (SIGSTOP)
+// for longer than its --reply-ttl while a node answers its request finds
+// the answer expired unread when it resumes, and tells its caller so with
+// 503, rather than blaming Redis for losing the item.
+func TestBrokerFrontEndStalledPastItsReplyTTL(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	node := startBrokerNode(t, rs, "--workers", "1", "--model", "sleep:1s,0s")
+	name := brokerLogField(t, node, "node serving items from redis", "node")
+	front := startBrokerFront(t, rs, "--reply-ttl", "1s")
+	waitReadyz(t, front, http.StatusOK)
+	waiting := predictLater(front, brokerWait, "stalled")
+	waitFor(t, "the node to hold the item", brokerWait, func() bool { return len(redisPending(t, rs, name)) == 1 })
+	if err := front.signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// The node answers after its second, and the answer expires a second
+	// after that.
+	waitFor(t, "the answer written and expired", brokerWait, func() bool {
+		return len(redisPending(t, rs, name)) == 0 && len(redisKeys(t, rs, brokerReplyKeys+"*")) == 0
+	})
+	if err := front.signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	a := <-waiting
+	if a.err != nil || a.p.Status != http.StatusServiceUnavailable || !strings.Contains(a.p.Error, "answers may have expired") || !strings.Contains(a.p.Error, "reply TTL of 1s") {
+		t.Errorf("the caller whose answer expired while its front end stalled: %s, %v; want 503 saying the answer may have expired", a.p, a.err)
+	}
+}
