@@ -533,7 +533,7 @@ func (fe *FrontEnd) unavailable() error {
 		}
 		return unavailablef("redis at %s does not serve: %s", fe.where, msg)
 	case fe.nodes.Load() == 0:
-		return unavailablef("no node has been heard from on redis at %s for %s, under the key prefix %q", fe.where, nodeSilence, fe.cfg.Prefix)
+		return unavailablef("no node has been heard from on redis at %s for %s, under the key prefix %q (does a node run on this redis, under this prefix? its log says why it cannot say it is alive)", fe.where, nodeSilence, fe.cfg.Prefix)
 	}
 	return nil
 }
