@@ -19,6 +19,7 @@ import (
 
 	"github.com/streamer-dev/streamer/broker"
 	"github.com/streamer-dev/streamer/internal/redistest"
+	"github.com/streamer-dev/streamer/internal/syncbuf"
 	"github.com/streamer-dev/streamer/model"
 	"github.com/streamer-dev/streamer/supervisor"
 )
@@ -1337,7 +1338,7 @@ func TestMachinesWhoseClocksDifferAgree(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rs := redistest.Start(t, redistest.Options{})
 			rec := newRecorder()
-			var logs syncBuffer
+			var logs syncbuf.Buffer
 			logger := slog.New(slog.NewTextHandler(&logs, nil))
 			n := startNode(t, rs, rec, 4, func(c *broker.NodeConfig) {
 				broker.SkewClock(&c.Config, tc.node)
@@ -1389,7 +1390,7 @@ func TestARedisUserWithoutTimeServes(t *testing.T) {
 		t.Fatal(err)
 	}
 	u.User = url.UserPassword("notime", "pw")
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	asUser := func(c *broker.Config) {
 		c.URL = u.String()
 		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
@@ -1403,25 +1404,6 @@ func TestARedisUserWithoutTimeServes(t *testing.T) {
 	if got := strings.Count(logs.String(), "redis refuses TIME"); got != 2 {
 		t.Errorf("the refusal of TIME logged %d times; want once by the node and once by the front end:\n%s", got, logs.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer that goroutines may write at once, for a
-// logger's output.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // A Redis that can never serve, a cluster, is refused with a message that
@@ -1507,7 +1489,7 @@ func TestANodeStartedWhileRedisIsDownReadsOnRedissClock(t *testing.T) {
 // go on.
 func TestConnectionsKilledUnderAFrontEndAreNoOutage(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	startNode(t, rs, newRecorder(), 4, func(c *broker.NodeConfig) { c.Logger = logger })
 	fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.Logger = logger })

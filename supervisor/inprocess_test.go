@@ -1,18 +1,17 @@
 package supervisor_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/streamer-dev/streamer/internal/syncbuf"
 	"github.com/streamer-dev/streamer/model"
 	"github.com/streamer-dev/streamer/supervisor"
 )
@@ -79,24 +78,6 @@ func TestInProcessItemErrorKeepsItsType(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log destination the test reads while the streamer writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // panicOnBoom is a model that panics on the item "boom"; the test looks for
 // its name in the logged stack.
 func panicOnBoom(_ context.Context, items [][]byte) ([][]byte, error) {
@@ -109,7 +90,7 @@ func panicOnBoom(_ context.Context, items [][]byte) ([][]byte, error) {
 }
 
 func TestInProcessPanicLogsItsStack(t *testing.T) {
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	s := start(t, supervisor.Config{
 		InProcess:  model.Func(panicOnBoom),
 		BackoffMin: time.Millisecond,

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/streamer-dev/streamer/internal/bench"
+	"github.com/streamer-dev/streamer/internal/syncbuf"
 )
 
 // benchTimeout bounds one bench run; the runs here load for a second or two.
@@ -391,7 +392,7 @@ func TestBenchInterruptStopsItsServer(t *testing.T) {
 		t.Skip("needs /proc to find the server bench starts")
 	}
 	cmd := exec.Command(streamerBin, "bench", "--model", "echo", "--workers", "1", "--concurrency", "4", "--duration", "10m", "--warmup", "0")
-	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+	stdout, stderr := &syncbuf.Buffer{}, &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Start(); err != nil {

@@ -18,11 +18,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/streamer-dev/streamer/internal/syncbuf"
 	"github.com/streamer-dev/streamer/supervisor"
 )
 
@@ -72,29 +72,11 @@ func runTests(m *testing.M) int {
 	return m.Run()
 }
 
-// syncBuffer collects a process's output while tests read it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // server is one running `streamer serve` process.
 type server struct {
 	addr   string
 	cmd    *exec.Cmd
-	out    *syncBuffer
+	out    *syncbuf.Buffer
 	client *http.Client
 	done   chan struct{} // closed once the process has exited and its output is read
 	// token, when set, is sent as the bearer token of every request that
@@ -134,7 +116,7 @@ func newServer(t *testing.T, addr string, args []string) *server {
 	t.Helper()
 	s := &server{
 		addr:   addr,
-		out:    &syncBuffer{},
+		out:    &syncbuf.Buffer{},
 		done:   make(chan struct{}),
 		client: &http.Client{Timeout: requestTimeout, Transport: &http.Transport{MaxIdleConnsPerHost: 64}},
 	}

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -64,24 +63,6 @@ func hostPlugin(path string) int {
 }
 
 func bin(name string) string { return filepath.Join(binDir, name) }
-
-// syncBuffer collects what a plugin prints.
-type syncBuffer struct {
-	mu sync.Mutex
-	sb strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.sb.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.sb.String()
-}
 
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamer-dev/streamer/internal/syncbuf"
 	"github.com/streamer-dev/streamer/model"
 )
 
@@ -137,7 +138,7 @@ func TestCrashes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var out syncBuffer
+			var out syncbuf.Buffer
 			var crashes atomic.Int32
 			crashed := make(chan error, 2)
 			m := openChaos(t, Config{Output: &out, Crashed: func(err error) {
@@ -229,7 +230,7 @@ func TestCloseStopsThePlugin(t *testing.T) {
 }
 
 func TestOutputReachesTheLogWhole(t *testing.T) {
-	var out syncBuffer
+	var out syncbuf.Buffer
 	m := openChaos(t, Config{Output: &out})
 	if _, err := m.Predict(context.Background(), pack(t, "say:to stderr", "print:to stdout")); err != nil {
 		t.Fatal(err)
@@ -343,7 +344,7 @@ func TestInitFailures(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var out syncBuffer
+			var out syncbuf.Buffer
 			m, err := Open(context.Background(), Config{Path: bin("chaos"), Args: tt.args, Output: &out,
 				Crashed: func(err error) { t.Errorf("Crashed(%v) for a plugin that never served", err) }})
 			if err == nil {
