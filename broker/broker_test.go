@@ -187,6 +187,24 @@ func oneRunning(t *testing.T, rs *redistest.Server, item string) (*recorder, *br
 	return rec, fe, later
 }
 
+// runningThrough starts a node and a front end that reach rs through url
+// (a Sentinel, a proxy), has a first request answered, and sends
+// "running", which the node runs until the recorder's release is closed.
+func runningThrough(t *testing.T, rs *redistest.Server, url string) (*recorder, *broker.FrontEnd, <-chan answer) {
+	t.Helper()
+	rec := newRecorder()
+	rec.hold["running"] = true
+	startNode(t, rs, rec, 4, func(c *broker.NodeConfig) { c.URL = url })
+	fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.URL = url })
+	eventually(t, "front end ready", fe.Ready)
+	if out, err := predict(t, fe, "before"); err != nil || string(out[0]) != "before" {
+		t.Fatalf("a first request: %q, %v", out, err)
+	}
+	running := predictLater(t, fe, "running")
+	eventually(t, "the node runs the item", func() bool { return rec.runs("running") == 1 })
+	return rec, fe, running
+}
+
 // fakeNode makes front ends see a live node, so that items wait in Redis
 // for a real node started later.
 func fakeNode(t *testing.T, rs *redistest.Server) {
@@ -950,17 +968,7 @@ func TestACallAdmittedJustAfterRedisLostItsDataIsAnswered(t *testing.T) {
 // answer or a 503 naming Redis, never a hang.
 func TestAFailoverToTheReplicaIsFollowed(t *testing.T) {
 	master, replica, sentinel := redistest.StartFailover(t, "main", "s3cret")
-	viaSentinel := func(c *broker.Config) { c.URL = sentinel.FailoverURL() }
-	rec := newRecorder()
-	rec.hold["running"] = true
-	startNode(t, master, rec, 4, func(c *broker.NodeConfig) { viaSentinel(&c.Config) })
-	fe := startFront(t, master, func(c *broker.FrontEndConfig) { viaSentinel(&c.Config) })
-	eventually(t, "front end ready", fe.Ready)
-	if out, err := predict(t, fe, "before"); err != nil || string(out[0]) != "before" {
-		t.Fatalf("before the failover: %q, %v", out, err)
-	}
-	running := predictLater(t, fe, "running")
-	eventually(t, "the node runs the item", func() bool { return rec.runs("running") == 1 })
+	rec, fe, running := runningThrough(t, master, sentinel.FailoverURL())
 	master.AwaitReplicated(t, replica)
 
 	master.Vanish(t)
@@ -1291,17 +1299,7 @@ func TestABatchsAnswersGoBackInOneWrite(t *testing.T) {
 func TestConnectionsGoneSilentAreDroppedAndServingGoesOn(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	proxy := redistest.StartProxy(t, rs)
-	viaProxy := func(c *broker.Config) { c.URL = proxy.URL() }
-	rec := newRecorder()
-	rec.hold["running"] = true
-	startNode(t, rs, rec, 4, func(c *broker.NodeConfig) { viaProxy(&c.Config) })
-	fe := startFront(t, rs, func(c *broker.FrontEndConfig) { viaProxy(&c.Config) })
-	eventually(t, "front end ready", fe.Ready)
-	if out, err := predict(t, fe, "before"); err != nil || string(out[0]) != "before" {
-		t.Fatalf("before the cut: %q, %v", out, err)
-	}
-	running := predictLater(t, fe, "running")
-	eventually(t, "the node runs the item", func() bool { return rec.runs("running") == 1 })
+	rec, fe, running := runningThrough(t, rs, proxy.URL())
 
 	cut := time.Now()
 	if n := proxy.Cut(); n == 0 {
@@ -1362,21 +1360,28 @@ func TestMachinesWhoseClocksDifferAgree(t *testing.T) {
 			if got := n.Stats().Expired; got != 0 {
 				t.Errorf("the node dropped %d items as past their deadline; want none", got)
 			}
-			// Items whose deadlines, on Redis's clock, passed a second ago
-			// and come in ten seconds: the node drops the first alone.
-			secs, _, _ := strings.Cut(rs.Do(t, "TIME"), "\n")
-			redisNow, err := strconv.ParseInt(secs, 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for item, deadline := range map[string]int64{"past": redisNow - 1, "future": redisNow + 10} {
-				rs.Do(t, "XADD", "streamer:items", "*", "h", "elsewhere 1 0 "+strconv.FormatInt(deadline*1e6, 10)+" 60000", "v", item)
-			}
+			// The node drops the item past its deadline alone.
+			pastAndFuture(t, rs)
 			eventually(t, "both items settled", func() bool { return rec.runs("future") == 1 && n.Stats().Expired == 1 })
 			if rec.runs("past") != 0 {
 				t.Error("the node ran an item whose deadline had passed on Redis's clock")
 			}
 		})
+	}
+}
+
+// pastAndFuture puts on the shared stream, as a front end elsewhere would,
+// an item "past" whose deadline, on Redis's clock, passed a second ago,
+// and an item "future" whose deadline is twenty seconds away.
+func pastAndFuture(t *testing.T, rs *redistest.Server) {
+	t.Helper()
+	secs, _, _ := strings.Cut(rs.Do(t, "TIME"), "\n")
+	redisNow, err := strconv.ParseInt(secs, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for item, deadline := range map[string]int64{"past": redisNow - 1, "future": redisNow + 20} {
+		rs.Do(t, "XADD", "streamer:items", "*", "h", "elsewhere 1 0 "+strconv.FormatInt(deadline*1e6, 10)+" 60000", "v", item)
 	}
 }
 
@@ -1454,14 +1459,7 @@ func TestANodeStartedWhileRedisIsDownReadsOnRedissClock(t *testing.T) {
 		t.Run(skew.String(), func(t *testing.T) {
 			rs := redistest.Start(t, redistest.Options{Persist: true})
 			rs.Do(t, "XGROUP", "CREATE", "streamer:items", "nodes", "0", "MKSTREAM")
-			secs, _, _ := strings.Cut(rs.Do(t, "TIME"), "\n")
-			redisNow, err := strconv.ParseInt(secs, 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for item, deadline := range map[string]int64{"past": redisNow - 1, "future": redisNow + 20} {
-				rs.Do(t, "XADD", "streamer:items", "*", "h", "elsewhere 1 0 "+strconv.FormatInt(deadline*1e6, 10)+" 60000", "v", item)
-			}
+			pastAndFuture(t, rs)
 			rs.Kill()
 			rec := newRecorder()
 			cfg := broker.NodeConfig{Config: broker.Config{URL: rs.URL(), ClaimIdle: 400 * time.Millisecond}, Streamer: startStreamer(t, supervisor.Config{InProcess: rec, Workers: 1, BatchSize: 4, MaxLatency: time.Millisecond}), Capacity: 8}
