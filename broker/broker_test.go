@@ -205,6 +205,21 @@ func runningThrough(t *testing.T, rs *redistest.Server, url string) (*recorder, 
 	return rec, fe, running
 }
 
+// runningEnds returns the outcome of runningThrough's call once its item
+// is released, which must come within 10 s: its own output, or
+// ErrUnavailable naming Redis. during says what its item ran through.
+func runningEnds(t *testing.T, running <-chan answer, during string) answer {
+	t.Helper()
+	a := answerWithin(t, running, 10*time.Second, "the call whose item ran "+during+" is still waiting 10s after")
+	if a.err != nil && (!errors.Is(a.err, supervisor.ErrUnavailable) || !strings.Contains(a.err.Error(), "redis")) {
+		t.Errorf("the call whose item ran %s: %v; want its answer or ErrUnavailable naming Redis", during, a.err)
+	}
+	if a.err == nil && string(a.out[0]) != "running" {
+		t.Errorf("the call whose item ran %s: %q; want its own input", during, a.out)
+	}
+	return a
+}
+
 // fakeNode makes front ends see a live node, so that items wait in Redis
 // for a real node started later.
 func fakeNode(t *testing.T, rs *redistest.Server) {
@@ -977,13 +992,7 @@ func TestAFailoverToTheReplicaIsFollowed(t *testing.T) {
 		return sentinel.Do(t, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "main") == promoted
 	})
 	close(rec.release)
-	a := answerWithin(t, running, 10*time.Second, "the call whose item ran through the failover is still waiting 10s after it")
-	if a.err != nil && (!errors.Is(a.err, supervisor.ErrUnavailable) || !strings.Contains(a.err.Error(), "redis")) {
-		t.Errorf("the call whose item ran through the failover: %v; want its answer or ErrUnavailable naming Redis", a.err)
-	}
-	if a.err == nil && string(a.out[0]) != "running" {
-		t.Errorf("the call whose item ran through the failover: %q; want its own input", a.out)
-	}
+	runningEnds(t, running, "through the failover")
 	answersEventually(t, fe, "after", "served by the promoted replica")
 	if got := replica.Do(t, "XLEN", "streamer:items"); got != "0" {
 		t.Errorf("%s items left on the promoted replica's stream; want none", got)
@@ -1306,13 +1315,7 @@ func TestConnectionsGoneSilentAreDroppedAndServingGoesOn(t *testing.T) {
 		t.Fatalf("%s: no connection to cut", proxy)
 	}
 	close(rec.release)
-	a := answerWithin(t, running, 10*time.Second, "the call whose item ran as its connections went silent is still waiting 10s after")
-	if a.err != nil && (!errors.Is(a.err, supervisor.ErrUnavailable) || !strings.Contains(a.err.Error(), "redis")) {
-		t.Errorf("the call whose item ran as its connections went silent: %v; want its answer or ErrUnavailable naming Redis", a.err)
-	}
-	if a.err == nil && string(a.out[0]) != "running" {
-		t.Errorf("the call whose item ran as its connections went silent: %q; want its own input", a.out)
-	}
+	a := runningEnds(t, running, "as its connections went silent")
 	answersEventually(t, fe, "after", "served again over new connections")
 	t.Logf("served again %s after the cut; the running call: %v", time.Since(cut), a.err)
 }
