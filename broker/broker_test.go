@@ -930,6 +930,9 @@ func TestCallersOfItemsLostInAQuickRedisRestartAreTold(t *testing.T) {
 		waiting <- err
 	}()
 	onStream(t, rs, 2, "the second item waits on the stream")
+	// Its admission's answer read too: a restart under it would fail it
+	// as an admission Redis did not answer.
+	eventually(t, "both calls admitted", func() bool { return fe.Stats().Submitted == 2 })
 	rs.Restart(t)
 	close(rec.release)
 	select {
