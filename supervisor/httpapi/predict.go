@@ -348,14 +348,27 @@ func decodeJSONTimeout(s *wire.JSONScanner, req *predictRequest) error {
 	if text[0] != '-' && (text[0] < '0' || '9' < text[0]) {
 		return badRequest(`"timeout_ms" must be a whole number of milliseconds, not ` + string(text))
 	}
-	ms, err := strconv.ParseInt(string(text), 10, 64)
-	switch {
-	case errors.Is(err, strconv.ErrRange):
-		return badRequest(`"timeout_ms" ` + string(text) + ` is out of range: at most ` + strconv.FormatInt(maxTimeoutMs, 10))
-	case err != nil:
-		return badRequest(`"timeout_ms" must be a whole number of milliseconds written in digits, not ` + string(text))
+	ms, err := parseTimeoutMs(`"timeout_ms"`, string(text))
+	if err != nil {
+		return err
 	}
 	return setTimeout(req, ms)
+}
+
+// parseTimeoutMs reads text, the value of what, as a whole number of
+// milliseconds in digits, and says which rule it breaks: digits, not
+// negative, at most maxTimeoutMs.
+func parseTimeoutMs(what, text string) (int64, error) {
+	ms, err := strconv.ParseInt(text, 10, 64)
+	switch {
+	case errors.Is(err, strconv.ErrRange) && strings.HasPrefix(text, "-"):
+		return 0, badRequest(what + " must not be negative, got " + text)
+	case errors.Is(err, strconv.ErrRange):
+		return 0, badRequest(what + " " + text + " is out of range: at most " + strconv.FormatInt(maxTimeoutMs, 10))
+	case err != nil:
+		return 0, badRequest(what + " must be a whole number of milliseconds written in digits, got " + strconv.Quote(text))
+	}
+	return ms, nil
 }
 
 // maxTimeoutMs is the longest timeout a request may give, in milliseconds:
@@ -414,11 +427,13 @@ func applyTimeoutHeader(value string, req *predictRequest) error {
 	if value == "" {
 		return nil
 	}
-	ms, err := strconv.ParseInt(strings.TrimSpace(value), 10, 64)
-	if err != nil || ms <= 0 {
+	ms, err := parseTimeoutMs(TimeoutHeader, strings.TrimSpace(value))
+	switch {
+	case err != nil:
+		return err
+	case ms <= 0:
 		return badRequest(TimeoutHeader + " must be a positive whole number of milliseconds, got " + strconv.Quote(value))
-	}
-	if ms > maxTimeoutMs {
+	case ms > maxTimeoutMs:
 		return badRequest(TimeoutHeader + " " + strconv.Quote(value) + " is out of range: at most " + strconv.FormatInt(maxTimeoutMs, 10))
 	}
 	if t := time.Duration(ms) * time.Millisecond; req.timeout == 0 || t < req.timeout {
@@ -540,9 +555,9 @@ func (h *handler) decodeForm(body []byte, req *predictRequest) error {
 		return badRequest(`missing form field "s": send one s=... per item`)
 	}
 	if ms := values.Get("timeout_ms"); ms != "" {
-		n, err := strconv.ParseInt(ms, 10, 64)
+		n, err := parseTimeoutMs(`"timeout_ms"`, ms)
 		if err != nil {
-			return badRequest(`"timeout_ms" must be a whole number of milliseconds, got ` + strconv.Quote(ms))
+			return err
 		}
 		if err := setTimeout(req, n); err != nil {
 			return err
