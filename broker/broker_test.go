@@ -1517,3 +1517,28 @@ func TestConnectionsKilledUnderAFrontEndAreNoOutage(t *testing.T) {
 		t.Errorf("the front end took Redis for down:\n%s", logs.String())
 	}
 }
+
+// A Redis whose every new connection closes at once (plain TCP to a TLS
+// port, its maxclients, a proxy without its backend) is an outage to a
+// node, logged as one, not a connection closed now and then.
+func TestANodeWhoseConnectionsAllCloseReportsAnOutage(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{TLS: true})
+	var logs syncbuf.Buffer
+	cfg := broker.NodeConfig{
+		Config:   broker.Config{URL: "redis://" + rs.Addr() + "/0", ClaimIdle: 400 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))},
+		Streamer: startStreamer(t, supervisor.Config{InProcess: newRecorder(), Workers: 1, BatchSize: 4}),
+		Capacity: 8,
+	}
+	n, err := broker.NewNode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(context.Background()); err == nil {
+		t.Fatal("a node started over plain TCP to a TLS port, without an error")
+	}
+	t.Cleanup(func() { _ = n.Shutdown(context.Background()) })
+	eventually(t, "the outage logged", func() bool { return strings.Contains(logs.String(), "redis does not serve this node") })
+	if got := strings.Count(logs.String(), "a connection to redis closed"); got > 1 {
+		t.Errorf("%d lines say a connection closed; want at most one before the outage:\n%s", got, logs.String())
+	}
+}

@@ -78,6 +78,7 @@ type FrontEnd struct {
 	// expired unread.
 	refreshed   time.Time
 	unrefreshed atomic.Pointer[span]
+	refreshedAt atomic.Int64 // refreshed, in Unix nanoseconds, for the looks for lost items
 
 	up      atomic.Bool  // Redis answered the last check
 	nodes   atomic.Int64 // nodes heard from within nodeSilence, at the last check
@@ -1363,14 +1364,18 @@ func (fe *FrontEnd) checkLoop() {
 				cancel()
 			}
 		}
-		if err != nil {
+		if err != nil || fe.unrefreshed.Load() != nil {
+			// Redis was down, or the front end went without refreshing
+			// its reply stream past its TTL: look at every call.
 			lookAll.Store(true)
-		} else if lookAll.Load() || time.Since(lastLook) >= lostLookEvery {
+		}
+		if err == nil && (lookAll.Load() || time.Since(lastLook) >= lostLookEvery) {
 			select {
 			case looking <- struct{}{}:
 				lastLook = time.Now()
 				looks.Go(func() {
 					defer func() { <-looking }()
+					gap := fe.unrefreshed.Load()
 					all := lookAll.Swap(false)
 					minAge := lostLookAge
 					if all {
@@ -1383,6 +1388,9 @@ func (fe *FrontEnd) checkLoop() {
 						if lookCtx.Err() == nil {
 							fe.cfg.Logger.Warn("look for items redis lost", "redis", fe.where, "err", err)
 						}
+					} else if all {
+						// Every call sent before the span's end was looked at.
+						fe.unrefreshed.CompareAndSwap(gap, nil)
 					}
 				})
 			default: // one runs: a later check starts the next
@@ -1442,8 +1450,11 @@ func (fe *FrontEnd) check(ctx context.Context) error {
 		// These commands are never wrong: an error Redis sent back is a
 		// refusal to serve (a wrong password, no permission), as bad as
 		// no answer.
-		if errors.Is(err, context.DeadlineExceeded) {
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
 			err = fmt.Errorf("no answer within %s%s: %w", checkTimeout, fe.tlsHint(), err)
+		case brokenConn(err):
+			err = fmt.Errorf("the connection closed at once (%w): is redis at its maxclients, a proxy before it without its backend, or a TLS port reached without rediss://?", err)
 		}
 		fe.markDown(err)
 		return fmt.Errorf("redis at %s: %w", fe.where, err)
@@ -1454,6 +1465,7 @@ func (fe *FrontEnd) check(ctx context.Context) error {
 		fe.unrefreshed.Store(&span{from: fe.refreshed, to: now})
 	}
 	fe.refreshed = now
+	fe.refreshedAt.Store(now.UnixNano())
 	// The counts first: Ready reads up and then nodes, and a count left
 	// from before an outage (Redis restarted without its data, and the
 	// nodes not heard from since) must not make it ready.

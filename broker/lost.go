@@ -114,6 +114,11 @@ func (fe *FrontEnd) lookForLost(ctx context.Context, minAge time.Duration) error
 	lostErr := unavailablef("redis at %s lost the request's items (a failover to a replica that lacked them, or a restart that lost its last writes)", fe.where)
 	var expiredErr error
 	gap := fe.unrefreshed.Load()
+	if last := time.Unix(0, fe.refreshedAt.Load()); gap == nil && time.Since(last) > fe.cfg.ReplyTTL {
+		// Not refreshed for that long now (this look ran on, stalled
+		// with the front end, before the check that would note it).
+		gap = &span{from: last, to: time.Now()}
+	}
 	if gap != nil {
 		expiredErr = unavailablef("the request's answers may have expired in redis at %s unread: this front end went %s without refreshing its reply stream, past its reply TTL of %s (was it stalled, or cut off from redis?)", fe.where, gap.to.Sub(gap.from).Round(time.Millisecond), fe.cfg.ReplyTTL)
 	}
@@ -124,7 +129,9 @@ func (fe *FrontEnd) lookForLost(ctx context.Context, minAge time.Duration) error
 			err = expiredErr
 			expired++
 		}
-		items += len(gone)
+		if err == lostErr {
+			items += len(gone)
+		}
 		// Its other items, still there, need not run.
 		var left []string
 		for i, id := range c.ids {

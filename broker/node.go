@@ -72,8 +72,9 @@ type Node struct {
 	// of a permission; nil while it takes them (see refuse).
 	refused atomic.Pointer[string]
 	// down is set by a command that got no answer from Redis, and
-	// cleared by one that did (see warn).
-	down atomic.Bool
+	// cleared by one that did (see warn); broken, by a connection that
+	// closed under a command since.
+	down, broken atomic.Bool
 
 	stop    chan struct{} // closed: read no more
 	stopped chan struct{} // closed: the writer is done
@@ -758,9 +759,10 @@ func (n *Node) warn(what string, err error) {
 		n.cfg.Logger.Warn(what, "redis", n.where, "err", err)
 		return
 	}
-	if brokenConn(err) {
+	if brokenConn(err) && !n.broken.Swap(true) {
 		// One connection closed or reset says nothing of Redis: the
-		// node goes on over a new one.
+		// node goes on over a new one. Another before Redis answers
+		// again (each new one closed at once) is an outage.
 		n.cfg.Logger.Warn(what+": a connection to redis closed; going on over a new one", "redis", n.where, "err", err)
 		return
 	}
@@ -786,6 +788,7 @@ func notServing(err error) bool {
 
 // reachable notes that Redis answered the node.
 func (n *Node) reachable() {
+	n.broken.Store(false)
 	if n.down.Swap(false) {
 		n.cfg.Logger.Info("redis serves this node again", "redis", n.where)
 	}

@@ -855,6 +855,10 @@ func TestBrokerFlagsAndConnections(t *testing.T) {
 		rs := redistest.Start(t, redistest.Options{})
 		refusedThrough(t, strings.Replace(rs.URL(), "redis://", "rediss://", 1), []string{"does Redis speak TLS"})
 	})
+	t.Run("plain tcp to a tls port", func(t *testing.T) {
+		rs := redistest.Start(t, redistest.Options{TLS: true})
+		refusedThrough(t, strings.Replace(rs.URL(), "rediss://", "redis://", 1), []string{"a TLS port reached without rediss://"})
+	})
 	t.Run("tls with an untrusted certificate", func(t *testing.T) {
 		rs := redistest.Start(t, redistest.Options{TLS: true})
 		startBrokerNode(t, rs, "--workers", "1", "--broker-ca", rs.CAFile())
@@ -1053,4 +1057,6 @@ func TestBrokerFrontEndStalledPastItsReplyTTL(t *testing.T) {
 	if a.err != nil || a.p.Status != http.StatusServiceUnavailable || !strings.Contains(a.p.Error, "answers may have expired") || !strings.Contains(a.p.Error, "reply TTL of 1s") {
 		t.Errorf("the caller whose answer expired while its front end stalled: %s, %v; want 503 saying the answer may have expired", a.p, a.err)
 	}
+	// Redis lost nothing.
+	wantMetrics(t, front, "streamer_broker_lost_items_total 0")
 }
