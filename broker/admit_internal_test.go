@@ -495,3 +495,24 @@ func TestACallFailedWhileQueuedForTheWriterEnds(t *testing.T) {
 		t.Errorf("failed %d, rejected %d; want the item counted once, as failed", st.Failed, st.Rejected)
 	}
 }
+
+// A connection closed under the check's commands (a reset while Redis
+// serves) is no outage: the check runs once more, on another connection.
+func TestACheckWhoseConnectionClosesUnderItRunsAgain(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	proxy := redistest.StartProxy(t, rs)
+	fe := unstartedFront(t, proxy.URL(), 100)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := fe.check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The one connection the check used, idle in the pool, closes under
+	// the next check's commands.
+	if n := proxy.CloseOnNextCommand(); n != 1 {
+		t.Fatalf("%s: %d connections marked; want the check's one", proxy, n)
+	}
+	if err := fe.check(ctx); err != nil || !fe.up.Load() {
+		t.Errorf("a check whose connection closed under it: %v, up %v; want it run again on another, and Redis up", err, fe.up.Load())
+	}
+}

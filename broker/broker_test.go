@@ -1494,9 +1494,8 @@ func TestANodeStartedWhileRedisIsDownReadsOnRedissClock(t *testing.T) {
 func TestConnectionsKilledUnderAFrontEndAreNoOutage(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	var logs syncbuf.Buffer
-	logger := slog.New(slog.NewTextHandler(&logs, nil))
-	startNode(t, rs, newRecorder(), 4, func(c *broker.NodeConfig) { c.Logger = logger })
-	fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.Logger = logger })
+	startNode(t, rs, newRecorder(), 4, nil)
+	fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
 	eventually(t, "front end ready", fe.Ready)
 	if out, err := predict(t, fe, "before"); err != nil || string(out[0]) != "before" {
 		t.Fatalf("before: %q, %v", out, err)

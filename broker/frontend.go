@@ -1446,6 +1446,16 @@ func (fe *FrontEnd) check(ctx context.Context) error {
 	pipe.SetNX(ctx, fe.k.epoch, randomHex(8), 0)
 	epoch := pipe.Get(ctx, fe.k.epoch)
 	cmds, err := pipe.Exec(ctx)
+	if brokenConn(err) && ctx.Err() == nil {
+		// A connection closed under the check (CLIENT KILL, a proxy's
+		// reset) says nothing of Redis: once more, on another. Its
+		// commands may run twice, which does no harm.
+		again := fe.rdb.Pipeline()
+		for _, cmd := range cmds {
+			_ = again.Process(ctx, cmd)
+		}
+		cmds, err = again.Exec(ctx)
+	}
 	if err = fe.clock.pipelineError(cmds, timeCmd, err); err != nil {
 		// These commands are never wrong: an error Redis sent back is a
 		// refusal to serve (a wrong password, no permission), as bad as

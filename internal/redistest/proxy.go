@@ -4,6 +4,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -27,6 +28,7 @@ type Proxy struct {
 type link struct {
 	client, server net.Conn
 	silent         chan struct{} // closed by Cut
+	closing        atomic.Bool   // set by CloseOnNextCommand
 }
 
 // StartProxy listens on a free loopback port and forwards every connection
@@ -80,6 +82,20 @@ func (p *Proxy) Cut() int {
 	return n
 }
 
+// CloseOnNextCommand makes each connection forwarded now close as soon as
+// its client sends anything, which is not forwarded: a command sent on one
+// gets no answer but the close, as when Redis or a proxy resets a
+// connection under a command. It returns how many connections it marked;
+// connections made later pass as usual.
+func (p *Proxy) CloseOnNextCommand() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range p.links {
+		l.closing.Store(true)
+	}
+	return len(p.links)
+}
+
 // String names the proxy and where it forwards, for a test's messages.
 func (p *Proxy) String() string {
 	p.mu.Lock()
@@ -126,6 +142,10 @@ func (p *Proxy) pipe(l *link, dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		if n > 0 && src == l.client && l.closing.Load() {
+			p.drop(l) // the command goes unforwarded, and unanswered
+			return
+		}
 		select {
 		case <-l.silent:
 			if err != nil {

@@ -525,3 +525,49 @@ func TestCluster(t *testing.T) {
 		t.Errorf("INFO cluster of a server started with Cluster: %q, want cluster_enabled:1", info)
 	}
 }
+
+// CloseOnNextCommand closes a connection as its client sends a command,
+// unanswered, and lets new connections through.
+func TestProxyCloseOnNextCommand(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t, redistest.Options{})
+	p := redistest.StartProxy(t, s)
+	conn, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 16)
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := conn.Read(buf); err != nil || string(buf[:n]) != "+PONG\r\n" {
+		t.Fatalf("PING through %s: %q, %v", p, buf[:n], err)
+	}
+	if n := p.CloseOnNextCommand(); n != 1 {
+		t.Errorf("CloseOnNextCommand marked %d connections, want 1", n)
+	}
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := conn.Read(buf); err == nil || n != 0 {
+		t.Errorf("PING on a marked connection: %q, %v; want the connection closed, unanswered", buf[:n], err)
+	}
+	later, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer later.Close()
+	if err := later.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := later.Write([]byte("PING\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := later.Read(buf); err != nil || string(buf[:n]) != "+PONG\r\n" {
+		t.Errorf("PING on a connection made later: %q, %v", buf[:n], err)
+	}
+}
