@@ -220,6 +220,23 @@ func runningEnds(t *testing.T, running <-chan answer, during string) answer {
 	return a
 }
 
+// startNodeFailing starts a node for cfg whose Redis does not serve it yet,
+// and returns it with the error of its start, which it requires. The
+// node runs on, retrying, until the test ends.
+func startNodeFailing(t *testing.T, cfg broker.NodeConfig) (*broker.Node, error) {
+	t.Helper()
+	n, err := broker.NewNode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Shutdown(context.Background()) })
+	err = n.Start(context.Background())
+	if err == nil {
+		t.Fatal("the node started without an error, though its Redis does not serve it")
+	}
+	return n, err
+}
+
 // fakeNode makes front ends see a live node, so that items wait in Redis
 // for a real node started later.
 func fakeNode(t *testing.T, rs *redistest.Server) {
@@ -1444,14 +1461,10 @@ func TestARedisClusterIsRefused(t *testing.T) {
 
 	// Down as the node starts, a cluster when it answers.
 	rs.Kill()
-	late, err := broker.NewNode(broker.NodeConfig{Config: broker.Config{URL: rs.URL()}, Streamer: startStreamer(t, supervisor.Config{InProcess: newRecorder(), Workers: 1, BatchSize: 4})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := late.Start(context.Background()); err == nil || errors.Is(err, broker.ErrUnsupportedRedis) {
+	late, err := startNodeFailing(t, broker.NodeConfig{Config: broker.Config{URL: rs.URL()}, Streamer: startStreamer(t, supervisor.Config{InProcess: newRecorder(), Workers: 1, BatchSize: 4})})
+	if errors.Is(err, broker.ErrUnsupportedRedis) {
 		t.Fatalf("a node's start while Redis is down: %v; want the error of a Redis that does not answer", err)
 	}
-	t.Cleanup(func() { _ = late.Shutdown(context.Background()) })
 	rs.Restart(t)
 	eventually(t, "the node refused, saying why", func() bool { return strings.Contains(late.Stats().Refused, "runs as a cluster") })
 }
@@ -1470,14 +1483,7 @@ func TestANodeStartedWhileRedisIsDownReadsOnRedissClock(t *testing.T) {
 			rec := newRecorder()
 			cfg := broker.NodeConfig{Config: broker.Config{URL: rs.URL(), ClaimIdle: 400 * time.Millisecond}, Streamer: startStreamer(t, supervisor.Config{InProcess: rec, Workers: 1, BatchSize: 4, MaxLatency: time.Millisecond}), Capacity: 8}
 			broker.SkewClock(&cfg.Config, skew)
-			n, err := broker.NewNode(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := n.Start(context.Background()); err == nil {
-				t.Fatal("the node started while Redis was down, without an error")
-			}
-			t.Cleanup(func() { _ = n.Shutdown(context.Background()) })
+			n, _ := startNodeFailing(t, cfg)
 			rs.Restart(t)
 			eventually(t, "both items settled", func() bool { return rec.runs("future") == 1 && n.Stats().Expired == 1 })
 			if rec.runs("past") != 0 {
@@ -1528,14 +1534,7 @@ func TestANodeWhoseConnectionsAllCloseReportsAnOutage(t *testing.T) {
 		Streamer: startStreamer(t, supervisor.Config{InProcess: newRecorder(), Workers: 1, BatchSize: 4}),
 		Capacity: 8,
 	}
-	n, err := broker.NewNode(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(context.Background()); err == nil {
-		t.Fatal("a node started over plain TCP to a TLS port, without an error")
-	}
-	t.Cleanup(func() { _ = n.Shutdown(context.Background()) })
+	startNodeFailing(t, cfg)
 	eventually(t, "the outage logged", func() bool { return strings.Contains(logs.String(), "redis does not serve this node") })
 	if got := strings.Count(logs.String(), "a connection to redis closed"); got > 1 {
 		t.Errorf("%d lines say a connection closed; want at most one before the outage:\n%s", got, logs.String())
