@@ -47,11 +47,12 @@ type Options struct {
 	TLS bool
 
 	// Persist keeps the data across Kill and Restart, in an append-only file
-	// in the server's directory (appendfsync everysec). Redis writes the
-	// file before it replies, so a write acknowledged before Kill is there
-	// after Restart; everysec only risks the last second on a machine crash.
-	// Without Persist nothing is ever written to disk and Restart starts
-	// empty.
+	// in the server's directory, flushed before each reply (appendfsync
+	// always), so a write acknowledged before Kill is there after Restart.
+	// (With everysec, Redis puts off its write to the file while the last
+	// second's flush is still running, as on a loaded machine, and answers
+	// meanwhile: a Kill then lost acknowledged writes.) Without Persist
+	// nothing is ever written to disk and Restart starts empty.
 	Persist bool
 
 	// MaxMemory is the server's maxmemory in Redis's notation ("64mb").
@@ -633,7 +634,7 @@ func (s *Server) config() string {
 	}
 	if s.opt.Persist {
 		set("appendonly", "yes")
-		set("appendfsync", "everysec")
+		set("appendfsync", "always")
 	} else {
 		set("appendonly", "no")
 	}
