@@ -1248,6 +1248,46 @@ func TestABusyNodeTakesItsNextBatchAhead(t *testing.T) {
 	}
 }
 
+// A node that kept an item too late (it stalled past ClaimIdle, or its
+// keep failed) finds it among the idle items it claims: it runs it once,
+// where it is running, rather than a second time beside it.
+func TestANodeClaimingItsOwnItemBackRunsItOnce(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	rec := newRecorder()
+	rec.hold["first"] = true
+	// Room for one more item, so that it claims; a ClaimIdle so long that
+	// the node keeps no item during the test.
+	n := startNode(t, rs, rec, 1, func(c *broker.NodeConfig) { c.Capacity, c.ClaimIdle = 2, time.Minute })
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	first := predictLater(t, fe, "first")
+	eventually(t, "the item running", func() bool { return rec.runs("first") == 1 })
+	pending := strings.Split(rs.Do(t, "XPENDING", "streamer:items", "nodes", "-", "+", "10"), "\n")
+	if len(pending) != 4 || pending[1] != n.Name() {
+		t.Fatalf("XPENDING says %q; want the one item the node holds", pending)
+	}
+	id := pending[0]
+	// What a stall leaves in Redis: the node's item, idle for two minutes.
+	rs.Do(t, "XCLAIM", "streamer:items", "nodes", n.Name(), "0", id, "IDLE", "120000", "JUSTID")
+	eventually(t, "the node's claim taking the item back", func() bool {
+		got := strings.Split(rs.Do(t, "XPENDING", "streamer:items", "nodes", "-", "+", "10"), "\n")
+		return len(got) == 4 && got[3] == "2" // delivered twice
+	})
+	// The heartbeat after that claim's: the claim is done with the item.
+	beat := rs.Do(t, "ZSCORE", "streamer:nodes", n.Name())
+	eventually(t, "the node's next heartbeat", func() bool { return rs.Do(t, "ZSCORE", "streamer:nodes", n.Name()) != beat })
+	if st := n.Stats(); st.Read != 1 || st.Claimed != 0 {
+		t.Fatalf("the node read %d items and claimed %d; want the one it read, claimed from none", st.Read, st.Claimed)
+	}
+	close(rec.release)
+	if a := <-first; a.err != nil || string(a.out[0]) != "first" {
+		t.Fatalf("the item's answer: %q, %v", a.out, a.err)
+	}
+	if got := rec.runs("first"); got != 1 {
+		t.Errorf("the item ran %d times; want once", got)
+	}
+}
+
 func TestACanceledRequestsItemsAreWithdrawnBeforeAnyNodeRunsThem(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	busy, fe, first := oneRunning(t, rs, "first")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -1090,7 +1091,7 @@ func (n *Node) claimFrom(ctx context.Context, stream string) error {
 		case err != nil:
 			return err
 		}
-		if len(msgs) > 0 {
+		if msgs = n.notHeld(stream, msgs); len(msgs) > 0 {
 			n.cfg.Logger.Info("claimed items of a silent node", "items", len(msgs), "stream", stream)
 			n.stats.claimed.Add(uint64(len(msgs)))
 			n.stats.read.Add(uint64(len(msgs)))
@@ -1102,6 +1103,19 @@ func (n *Node) claimFrom(ctx context.Context, stream string) error {
 		}
 	}
 	return nil
+}
+
+// notHeld drops from msgs, claimed from stream, the items the node holds
+// already: its own, idle past ClaimIdle in Redis when the node kept them
+// too late (it stalled, or its keep failed), which XAUTOCLAIM hands back
+// like any other's. They run once, where they are running.
+func (n *Node) notHeld(stream string, msgs []redis.XMessage) []redis.XMessage {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.DeleteFunc(msgs, func(m redis.XMessage) bool {
+		_, held := n.held[entry{stream, m.ID}]
+		return held
+	})
 }
 
 // claimPages bounds the pages of the pending list one claim looks at.
