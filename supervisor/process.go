@@ -16,12 +16,12 @@ import (
 )
 
 // startWorker starts a worker for sl and waits until it is ready.
-func (s *Streamer) startWorker(sl *slot) (worker, error) {
+func (s *Streamer) startWorker(abandon <-chan struct{}, sl *slot) (worker, error) {
 	sl.startBegan = time.Now()
 	if s.cfg.InProcess != nil {
 		return startLocal(sl, s.cfg.InProcess), nil
 	}
-	p, err := startProcess(sl)
+	p, err := startProcess(abandon, sl)
 	if err != nil {
 		return nil, err // not a nil *process in a non-nil worker
 	}
@@ -60,7 +60,7 @@ type process struct {
 	lastStderr atomic.Pointer[string]
 }
 
-func startProcess(sl *slot) (*process, error) {
+func startProcess(abandon <-chan struct{}, sl *slot) (*process, error) {
 	s := sl.s
 	pc := s.cfg.Process
 	path := pc.Path
@@ -122,16 +122,17 @@ func startProcess(sl *slot) (*process, error) {
 		p.mu.Unlock()
 		close(p.waited)
 	}()
-	if err := p.awaitReady(ipc.NewReader(p.in, pc.MaxFrame)); err != nil {
+	if err := p.awaitReady(abandon, ipc.NewReader(p.in, pc.MaxFrame)); err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
 // awaitReady waits for the child's Hello, which proves it is a worker, and
-// then for its Ready, and starts the loops that serve it. On failure the
-// child is killed and reaped before returning.
-func (p *process) awaitReady(r *ipc.Reader) error {
+// then for its Ready, and starts the loops that serve it. On failure, or
+// once abandon is closed (the reload that started it gave up), the child
+// is killed and reaped before returning.
+func (p *process) awaitReady(abandon <-chan struct{}, r *ipc.Reader) error {
 	s := p.sl.s
 	first := make(chan error, 1)
 	go p.readLoop(r, first)
@@ -155,6 +156,8 @@ func (p *process) awaitReady(r *ipc.Reader) error {
 			err = fmt.Errorf("worker did not become ready within %s", s.cfg.InitTimeout)
 		case <-s.stopping:
 			err = ErrShuttingDown
+		case <-abandon:
+			err = errStartAbandoned
 		}
 	}
 	if err != nil {

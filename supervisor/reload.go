@@ -238,8 +238,9 @@ func (s *Streamer) changeRefusedLocked() error {
 }
 
 // startSpare starts a worker for sl, which no one else sees yet, and waits
-// until it is ready or ctx ends; a worker that comes up after ctx ended is
-// stopped.
+// until it is ready or ctx ends; a worker still starting when ctx ends is
+// stopped at once (a model that hangs in its start would otherwise hold its
+// device until InitTimeout), and one that came up meanwhile once it is.
 func (s *Streamer) startSpare(ctx context.Context, sl *slot) (worker, error) {
 	type started struct {
 		w   worker
@@ -253,7 +254,7 @@ func (s *Streamer) startSpare(ctx context.Context, sl *slot) (worker, error) {
 	}
 	done := make(chan started, 1)
 	go func() {
-		w, err := s.startWorker(sl)
+		w, err := s.startWorker(ctx.Done(), sl)
 		done <- started{w, err}
 	}()
 	select {
@@ -271,6 +272,10 @@ func (s *Streamer) startSpare(ctx context.Context, sl *slot) (worker, error) {
 		return nil, fmt.Errorf("slot %d: start a new worker: %w", sl.id, ctx.Err())
 	}
 }
+
+// errStartAbandoned is why a worker started for a reload that gave up
+// before it was ready is stopped.
+var errStartAbandoned = errors.New("the reload that started it gave up before it was ready")
 
 // discard kills a worker that was never given a batch and waits for it.
 func discard(w worker, reason error) {

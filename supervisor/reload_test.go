@@ -366,6 +366,9 @@ func TestReloadWhoseContextEndsStopsTheWorkerItStarts(t *testing.T) {
 	script := workerScript(t, `if [ -e $DIR/armed ]; then exec sleep 60; fi`)
 	cfg := processConfig("echo", 1, 8)
 	cfg.Process.Path = script
+	// Past the test's wait: the hung start is stopped because the reload
+	// gave up, not because it ran out of time.
+	cfg.Process.HandshakeTimeout, cfg.InitTimeout = time.Minute, time.Minute
 	s := start(t, cfg)
 	before := s.Slots()
 	if err := os.WriteFile(filepath.Join(filepath.Dir(script), "armed"), nil, 0o644); err != nil {

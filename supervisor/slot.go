@@ -153,7 +153,7 @@ func (sl *slot) run(w worker, firstTry chan<- error) {
 // start starts a worker in the slot and waits until it is ready.
 func (sl *slot) start() (worker, error) {
 	sl.setState(SlotStarting)
-	w, err := sl.s.startWorker(sl)
+	w, err := sl.s.startWorker(nil, sl)
 	if err != nil {
 		err = fmt.Errorf("slot %d: %w", sl.id, err)
 		sl.s.log.Error("worker failed to start", "slot", sl.id, "device", sl.cuda, "err", err)
