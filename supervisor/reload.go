@@ -273,9 +273,9 @@ func (s *Streamer) startSpare(ctx context.Context, sl *slot) (worker, error) {
 	}
 }
 
-// errStartAbandoned is why a worker started for a reload that gave up
-// before it was ready is stopped.
-var errStartAbandoned = errors.New("the reload that started it gave up before it was ready")
+// errStartAbandoned is why a worker started for a reload or a scaling that
+// gave up before it was ready is stopped.
+var errStartAbandoned = errors.New("the reload or scaling that started it gave up before it was ready")
 
 // discard kills a worker that was never given a batch and waits for it.
 func discard(w worker, reason error) {
