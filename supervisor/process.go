@@ -130,9 +130,8 @@ func startProcess(abandon <-chan struct{}, sl *slot) (*process, error) {
 
 // awaitReady waits for the child's Hello, which proves it is a worker, and
 // then for its Ready, and starts the loops that serve it. On failure, or
-// once abandon is closed (the reload or scaling that started it gave
-// up), the child
-// is killed and reaped before returning.
+// once abandon is closed (the reload or scaling that started it gave up),
+// the child is killed and reaped before returning.
 func (p *process) awaitReady(abandon <-chan struct{}, r *ipc.Reader) error {
 	s := p.sl.s
 	first := make(chan error, 1)
