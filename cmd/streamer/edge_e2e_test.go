@@ -235,8 +235,10 @@ func TestClientThatNeverReadsIsDropped(t *testing.T) {
 }
 
 // TestConnectionsBeyondTheCapAreRefused: with --max-connections open, one
-// more connection is answered 503 with a JSON error and closed; once a
-// connection closes, a new one is served.
+// more connection is answered 503 with a JSON error and closed, once its
+// request has begun to come (an answer before it is dropped by Go's client
+// as a response to no request); once a connection closes, a new one is
+// served.
 func TestConnectionsBeyondTheCapAreRefused(t *testing.T) {
 	const limit = 4
 	s := startServer(t, "--model", "echo", "--max-connections", strconv.Itoa(limit))
@@ -261,6 +263,10 @@ func TestConnectionsBeyondTheCapAreRefused(t *testing.T) {
 		defer held[i].Close()
 	}
 	extra := dialRaw(t, s.addr)
+	_ = extra.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if n, err := extra.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("connection over the cap, before its request: read %d bytes, %v; want nothing until the request", n, err)
+	}
 	fmt.Fprintf(extra, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
 	resp, body, err := readRawResponse(extra)
 	if err != nil {
@@ -268,6 +274,18 @@ func TestConnectionsBeyondTheCapAreRefused(t *testing.T) {
 	}
 	if resp.StatusCode != http.StatusServiceUnavailable || !resp.Close || !isJSONError(body) || !strings.Contains(string(body), "--max-connections") {
 		t.Fatalf("connection over the cap: %d close=%v %s; want 503, Connection: close and a JSON error naming --max-connections", resp.StatusCode, resp.Close, body)
+	}
+	// Go's client, on new connections, is told as much each time.
+	fresh := &http.Client{Timeout: requestTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
+	for i := range 50 {
+		resp, err := fresh.Post(s.URL()+"/predict", "application/json", strings.NewReader(`{"inputs": ["x"]}`))
+		if err != nil {
+			t.Fatalf("request %d over the cap: %v; want a 503 answer", i, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("request %d over the cap: %d, Retry-After %q; want 503 with Retry-After", i, resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
 	}
 	held[0].Close()
 	s.waitFor(t, "a freed place to be served", readyTimeout, func() bool {

@@ -8,13 +8,14 @@ import (
 	"time"
 )
 
-// refusalTimeout bounds the writing of the answer to a connection over the
-// cap: the refusal must cost the server next to nothing.
+// refusalTimeout bounds each step of a refusal (the wait for the request,
+// the writing of the answer, the wait for the client to close): the
+// refusal must cost the server next to nothing.
 const refusalTimeout = time.Second
 
 // refusal is the whole answer to a connection the server will not serve:
-// a 503 with a JSON error, written before the client's request is read,
-// which HTTP/1.1 clients take as the answer to the request they send.
+// a 503 with a JSON error, written once the client's request has begun to
+// arrive (see refuse), which HTTP/1.1 clients take as the answer to it.
 func refusal(reason string) []byte {
 	body := `{"error":` + strconv.Quote(reason) + "}\n"
 	return []byte("HTTP/1.1 503 Service Unavailable\r\n" +
@@ -44,6 +45,7 @@ type cappedListener struct {
 	open     atomic.Int64
 	closing  atomic.Bool
 	lastSeen atomic.Int64 // when the last connection came, in Unix nanoseconds
+	refusing sync.WaitGroup
 }
 
 func (l *cappedListener) Accept() (net.Conn, error) {
@@ -55,11 +57,11 @@ func (l *cappedListener) Accept() (net.Conn, error) {
 		l.lastSeen.Store(time.Now().UnixNano())
 		switch {
 		case l.closing.Load():
-			go refuse(conn, shutdownRefusal)
+			l.refusing.Go(func() { refuse(conn, shutdownRefusal) })
 			continue
 		case l.open.Add(1) > l.max:
 			l.open.Add(-1)
-			go refuse(conn, overCapRefusal)
+			l.refusing.Go(func() { refuse(conn, overCapRefusal) })
 			continue
 		}
 		return &countedConn{Conn: conn, open: &l.open}, nil
@@ -67,7 +69,9 @@ func (l *cappedListener) Accept() (net.Conn, error) {
 }
 
 // quiesce answers every new connection 503 from now on, and returns once
-// none has come for quiet, or after at most limit.
+// none has come for quiet, or after at most limit, and the refusals under
+// way are done (each within a few refusalTimeouts): the process must not
+// exit under them.
 func (l *cappedListener) quiesce(quiet, limit time.Duration) {
 	l.closing.Store(true)
 	l.lastSeen.Store(time.Now().UnixNano())
@@ -76,6 +80,7 @@ func (l *cappedListener) quiesce(quiet, limit time.Duration) {
 		calm := time.Unix(0, l.lastSeen.Load()).Add(quiet)
 		now := time.Now()
 		if !now.Before(calm) || !now.Before(end) {
+			l.refusing.Wait()
 			return
 		}
 		wake := calm
@@ -87,8 +92,17 @@ func (l *cappedListener) quiesce(quiet, limit time.Duration) {
 }
 
 // refuse answers a connection with answer and closes it.
+//
+// It answers once the request has begun to arrive, or a client that sends
+// none has had refusalTimeout to: an answer that comes before the client
+// has sent its request is, to Go's net/http client and others, a response
+// to no request, dropped with the connection, and the request fails
+// without the 503 and its Retry-After.
 func refuse(conn net.Conn, answer []byte) {
-	// Both ways: over TLS, the write first reads the client's handshake.
+	// Over TLS, the read also runs the handshake.
+	_ = conn.SetDeadline(time.Now().Add(refusalTimeout))
+	var first [512]byte
+	_, _ = conn.Read(first[:])
 	_ = conn.SetDeadline(time.Now().Add(refusalTimeout))
 	_, _ = conn.Write(answer)
 	if half, ok := conn.(interface{ CloseWrite() error }); ok {
