@@ -450,35 +450,48 @@ func TestACallEndedBeforeItIsRoutedCountsForNoNode(t *testing.T) {
 	}
 }
 
-// A call failed (by an outage) while it waits to hand itself to the
-// writer, whose queue is full behind a hung admission, ends with that
-// failure, counted once, rather than when the writer is free again.
-func TestACallFailedWhileQueuedForTheWriterEnds(t *testing.T) {
+// queuedForTheWriter starts a call of n items on a front end whose loops
+// do not run, so that its writer's queue is full and the call waits to
+// hand itself to the writer, and returns once it waits; the call's error
+// comes on ended.
+func queuedForTheWriter(t *testing.T, n int) (fe *FrontEnd, ended <-chan error) {
+	t.Helper()
 	rs := redistest.Start(t, redistest.Options{})
-	fe := unstartedFront(t, rs.URL(), 100)
+	fe = unstartedFront(t, rs.URL(), 100)
 	fe.up.Store(true)
 	fe.nodes.Store(1)
 	for len(fe.submits) < cap(fe.submits) {
 		fe.submits <- &call{}
 	}
-	ended := make(chan error, 1)
+	items := make([][]byte, n)
+	for i := range items {
+		items[i] = []byte{'a' + byte(i)}
+	}
+	errs := make(chan error, 1)
 	go func() {
-		_, err := fe.PredictRequest(context.Background(), supervisor.Request{Items: [][]byte{[]byte("x")}})
-		ended <- err
+		_, err := fe.PredictRequest(context.Background(), supervisor.Request{Items: items})
+		errs <- err
 	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		fe.mu.Lock()
-		n := len(fe.calls)
+		waiting := len(fe.calls)
 		fe.mu.Unlock()
-		if n == 1 {
-			break
+		if waiting == 1 {
+			return fe, errs
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the call never waited for the writer")
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// A call failed (by an outage) while it waits to hand itself to the
+// writer, whose queue is full behind a hung admission, ends with that
+// failure, counted once, rather than when the writer is free again.
+func TestACallFailedWhileQueuedForTheWriterEnds(t *testing.T) {
+	fe, ended := queuedForTheWriter(t, 1)
 	outage := errors.New("the outage")
 	fe.mu.Lock()
 	fe.failAllLocked(outage)
@@ -493,6 +506,27 @@ func TestACallFailedWhileQueuedForTheWriterEnds(t *testing.T) {
 	}
 	if st := fe.Stats(); st.Failed != 1 || st.Rejected != 0 {
 		t.Errorf("failed %d, rejected %d; want the item counted once, as failed", st.Failed, st.Rejected)
+	}
+}
+
+// A call that the front end's close turns away while it waits to hand
+// itself to the writer counts as rejected: it was counted nowhere.
+func TestACallTurnedAwayByTheCloseCountsAsRejected(t *testing.T) {
+	fe, ended := queuedForTheWriter(t, 2)
+	// Close's first steps, without the failing of the calls left that
+	// follows them.
+	fe.closed.Store(true)
+	close(fe.closing)
+	select {
+	case err := <-ended:
+		if !errors.Is(err, supervisor.ErrShuttingDown) {
+			t.Errorf("the call ended with %v; want ErrShuttingDown", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call still waits for the writer 10s after the close began")
+	}
+	if st := fe.Stats(); st.Rejected != 2 || st.Failed != 0 {
+		t.Errorf("rejected %d, failed %d; want the two items counted as rejected", st.Rejected, st.Failed)
 	}
 }
 

@@ -439,7 +439,7 @@ func (fe *FrontEnd) PredictRequest(ctx context.Context, req supervisor.Request) 
 	select {
 	case fe.submits <- c:
 	case <-fe.closing:
-		fe.forget(c)
+		fe.reject(c)
 		return nil, supervisor.ErrShuttingDown
 	case <-c.over: // failed meanwhile (an outage), and counted so
 		return nil, c.failure
@@ -586,12 +586,6 @@ func (fe *FrontEnd) reject(c *call) {
 		fe.forgetLocked(c)
 		fe.stats.rejected.Add(uint64(len(c.items)))
 	}
-}
-
-func (fe *FrontEnd) forget(c *call) {
-	fe.mu.Lock()
-	fe.forgetLocked(c)
-	fe.mu.Unlock()
 }
 
 // forgetLocked drops c from the calls waiting; answers for it that come
