@@ -117,7 +117,8 @@ func (l *brokerLoad) all() []brokerResult {
 func TestBrokerKilledNodeAndFrontEndLoseNoAdmittedRequest(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	node := []string{"--workers", "2", "--model", "sleep:40ms,0s", "--max-latency", "5ms", "--claim-idle", "1s"}
-	victimNode := startBrokerNode(t, rs, node...)
+	// Named, so that the test sees when Redis is done with its connections.
+	victimNode := startBrokerNodeAt(t, rs.URL()+"?client_name=victim", node...)
 	survivor := startBrokerNode(t, rs, node...)
 	victimName := brokerLogField(t, victimNode, "node serving items from redis", "node")
 	live := startBrokerFront(t, rs)
@@ -158,8 +159,18 @@ func TestBrokerKilledNodeAndFrontEndLoseNoAdmittedRequest(t *testing.T) {
 		signalGroup(t, victimNode, syscall.SIGCONT)
 		return false
 	})
+	if !strings.Contains(rs.Do(t, "CLIENT", "LIST"), " name=victim ") {
+		t.Fatal("redis lists no connection named victim: the wait below would prove nothing")
+	}
 	sigkillGroup(t, victimNode)
 	sigkillGroup(t, doomed)
+	// Redis may not have run yet a write of answers the node sent just
+	// before it froze, which acknowledges items (on a loaded machine, the
+	// two counts above can both come first): once Redis has dropped the
+	// node's connections, it has run all they brought.
+	waitFor(t, "redis to drop the killed node's connections", brokerWait, func() bool {
+		return !strings.Contains(rs.Do(t, "CLIENT", "LIST"), " name=victim ")
+	})
 	// Those it held at its death, unanswered: the survivor must answer them.
 	orphans := heldItemsOf(t, rs, victimName, liveID)
 	if len(orphans) == 0 {

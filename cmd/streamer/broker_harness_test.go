@@ -55,7 +55,14 @@ func launchBroker(t *testing.T, url string, args ...string) *server {
 // it is alive on Redis.
 func startBrokerNode(t *testing.T, rs *redistest.Server, args ...string) *server {
 	t.Helper()
-	s := launchBroker(t, rs.URL(), args...)
+	return startBrokerNodeAt(t, rs.URL(), args...)
+}
+
+// startBrokerNodeAt is startBrokerNode with the broker URL given whole (a
+// client_name in its query names the node's connections to Redis).
+func startBrokerNodeAt(t *testing.T, url string, args ...string) *server {
+	t.Helper()
+	s := launchBroker(t, url, args...)
 	brokerLogField(t, s, "node serving items from redis", "node")
 	waitReadyz(t, s, http.StatusOK)
 	return s
