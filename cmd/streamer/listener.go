@@ -45,7 +45,10 @@ type cappedListener struct {
 	open     atomic.Int64
 	closing  atomic.Bool
 	lastSeen atomic.Int64 // when the last connection came, in Unix nanoseconds
-	refusing sync.WaitGroup
+
+	refusing     sync.WaitGroup
+	refusalsMu   sync.Mutex
+	refusalsOver bool // awaitRefusals has begun: a late connection is closed
 }
 
 func (l *cappedListener) Accept() (net.Conn, error) {
@@ -57,11 +60,11 @@ func (l *cappedListener) Accept() (net.Conn, error) {
 		l.lastSeen.Store(time.Now().UnixNano())
 		switch {
 		case l.closing.Load():
-			l.refusing.Go(func() { refuse(conn, shutdownRefusal) })
+			l.refuse(conn, shutdownRefusal)
 			continue
 		case l.open.Add(1) > l.max:
 			l.open.Add(-1)
-			l.refusing.Go(func() { refuse(conn, overCapRefusal) })
+			l.refuse(conn, overCapRefusal)
 			continue
 		}
 		return &countedConn{Conn: conn, open: &l.open}, nil
@@ -69,9 +72,7 @@ func (l *cappedListener) Accept() (net.Conn, error) {
 }
 
 // quiesce answers every new connection 503 from now on, and returns once
-// none has come for quiet, or after at most limit, and the refusals under
-// way are done (each within a few refusalTimeouts): the process must not
-// exit under them.
+// none has come for quiet, or after at most limit.
 func (l *cappedListener) quiesce(quiet, limit time.Duration) {
 	l.closing.Store(true)
 	l.lastSeen.Store(time.Now().UnixNano())
@@ -80,7 +81,6 @@ func (l *cappedListener) quiesce(quiet, limit time.Duration) {
 		calm := time.Unix(0, l.lastSeen.Load()).Add(quiet)
 		now := time.Now()
 		if !now.Before(calm) || !now.Before(end) {
-			l.refusing.Wait()
 			return
 		}
 		wake := calm
@@ -89,6 +89,29 @@ func (l *cappedListener) quiesce(quiet, limit time.Duration) {
 		}
 		time.Sleep(wake.Sub(now))
 	}
+}
+
+// refuse answers conn with answer in a goroutine of its own, unless the
+// refusals are over (the listener closed under the Accept that took it).
+func (l *cappedListener) refuse(conn net.Conn, answer []byte) {
+	l.refusalsMu.Lock()
+	defer l.refusalsMu.Unlock()
+	if l.refusalsOver {
+		_ = conn.Close()
+		return
+	}
+	l.refusing.Go(func() { refuse(conn, answer) })
+}
+
+// awaitRefusals waits for the refusals under way, each done within a few
+// refusalTimeouts: the process must not exit under them, which would reset
+// their connections with the request unread. It is called once the
+// listener is closed.
+func (l *cappedListener) awaitRefusals() {
+	l.refusalsMu.Lock()
+	l.refusalsOver = true
+	l.refusalsMu.Unlock()
+	l.refusing.Wait()
 }
 
 // refuse answers a connection with answer and closes it.

@@ -518,6 +518,7 @@ func (d *drainer) drain(server *http.Server) error {
 	if err := server.Shutdown(httpCtx); err != nil {
 		_ = server.Close()
 	}
+	d.listener.awaitRefusals()
 	d.log.Info("stopped")
 	return nil
 }
