@@ -487,6 +487,20 @@ func queuedForTheWriter(t *testing.T, n int) (fe *FrontEnd, ended <-chan error) 
 	}
 }
 
+// awaitEnd waits for the error of a call queued for the writer (see
+// queuedForTheWriter), which must be want, after what ended it.
+func awaitEnd(t *testing.T, ended <-chan error, want error, after string) {
+	t.Helper()
+	select {
+	case err := <-ended:
+		if !errors.Is(err, want) {
+			t.Errorf("the call ended with %v; want %v", err, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the call still waits for the writer 10s after %s", after)
+	}
+}
+
 // A call failed (by an outage) while it waits to hand itself to the
 // writer, whose queue is full behind a hung admission, ends with that
 // failure, counted once, rather than when the writer is free again.
@@ -496,14 +510,7 @@ func TestACallFailedWhileQueuedForTheWriterEnds(t *testing.T) {
 	fe.mu.Lock()
 	fe.failAllLocked(outage)
 	fe.mu.Unlock()
-	select {
-	case err := <-ended:
-		if !errors.Is(err, outage) {
-			t.Errorf("the call ended with %v; want the outage", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the call failed by the outage still waits for the writer 10s later")
-	}
+	awaitEnd(t, ended, outage, "the outage")
 	if st := fe.Stats(); st.Failed != 1 || st.Rejected != 0 {
 		t.Errorf("failed %d, rejected %d; want the item counted once, as failed", st.Failed, st.Rejected)
 	}
@@ -517,14 +524,7 @@ func TestACallTurnedAwayByTheCloseCountsAsRejected(t *testing.T) {
 	// follows them.
 	fe.closed.Store(true)
 	close(fe.closing)
-	select {
-	case err := <-ended:
-		if !errors.Is(err, supervisor.ErrShuttingDown) {
-			t.Errorf("the call ended with %v; want ErrShuttingDown", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the call still waits for the writer 10s after the close began")
-	}
+	awaitEnd(t, ended, supervisor.ErrShuttingDown, "the close")
 	if st := fe.Stats(); st.Rejected != 2 || st.Failed != 0 {
 		t.Errorf("rejected %d, failed %d; want the two items counted as rejected", st.Rejected, st.Failed)
 	}
