@@ -60,11 +60,11 @@ func (l *cappedListener) Accept() (net.Conn, error) {
 		l.lastSeen.Store(time.Now().UnixNano())
 		switch {
 		case l.closing.Load():
-			l.refuse(conn, shutdownRefusal)
+			l.turnAway(conn, shutdownRefusal)
 			continue
 		case l.open.Add(1) > l.max:
 			l.open.Add(-1)
-			l.refuse(conn, overCapRefusal)
+			l.turnAway(conn, overCapRefusal)
 			continue
 		}
 		return &countedConn{Conn: conn, open: &l.open}, nil
@@ -91,9 +91,9 @@ func (l *cappedListener) quiesce(quiet, limit time.Duration) {
 	}
 }
 
-// refuse answers conn with answer in a goroutine of its own, unless the
+// turnAway refuses conn with answer in a goroutine of its own, unless the
 // refusals are over (the listener closed under the Accept that took it).
-func (l *cappedListener) refuse(conn net.Conn, answer []byte) {
+func (l *cappedListener) turnAway(conn net.Conn, answer []byte) {
 	l.refusalsMu.Lock()
 	defer l.refusalsMu.Unlock()
 	if l.refusalsOver {

@@ -499,7 +499,8 @@ const (
 // and stops the workers; meanwhile requests get 503 with Connection: close,
 // on connections open or new. Then new connections are still answered 503
 // until they stop coming, and only then does the listener close, along with
-// the connections left idle. Idle connections are not closed at the start:
+// the connections left idle, and the process waits for the refusals under
+// way. Idle connections are not closed at the start:
 // a request racing the close of its connection would get no answer at all.
 func (d *drainer) drain(server *http.Server) error {
 	d.draining.Store(true)
