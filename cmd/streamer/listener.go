@@ -1,12 +1,19 @@
 package main
 
 import (
+	"cmp"
 	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 )
+
+// maxRefusals bounds the refusals under way at once: beyond it, a
+// connection turned away is closed without an answer, so that a flood of
+// connections that send nothing holds no more than that many goroutines
+// and descriptors.
+const maxRefusals = 1024
 
 // refusalTimeout bounds each step of a refusal (the wait for the request,
 // the writing of the answer, the wait for the client to close): the
@@ -48,7 +55,9 @@ type cappedListener struct {
 
 	refusing     sync.WaitGroup
 	refusalsMu   sync.Mutex
+	refusals     int  // under way, at most maxRefusals (or l.maxRefusals)
 	refusalsOver bool // awaitRefusals has begun: a late connection is closed
+	maxRefusals  int  // tests' bound in place of maxRefusals; 0: that
 }
 
 func (l *cappedListener) Accept() (net.Conn, error) {
@@ -92,15 +101,22 @@ func (l *cappedListener) quiesce(quiet, limit time.Duration) {
 }
 
 // turnAway refuses conn with answer in a goroutine of its own, unless the
-// refusals are over (the listener closed under the Accept that took it).
+// refusals are over (the listener closed under the Accept that took it) or
+// too many are under way: then it closes conn without an answer.
 func (l *cappedListener) turnAway(conn net.Conn, answer []byte) {
 	l.refusalsMu.Lock()
 	defer l.refusalsMu.Unlock()
-	if l.refusalsOver {
+	if l.refusalsOver || l.refusals >= cmp.Or(l.maxRefusals, maxRefusals) {
 		_ = conn.Close()
 		return
 	}
-	l.refusing.Go(func() { refuse(conn, answer) })
+	l.refusals++
+	l.refusing.Go(func() {
+		refuse(conn, answer)
+		l.refusalsMu.Lock()
+		l.refusals--
+		l.refusalsMu.Unlock()
+	})
 }
 
 // awaitRefusals waits for the refusals under way, each done within a few

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// refusingListener is a listener that turns away every connection, as in
+// a drain's last phase, with room for max refusals at once. Connections
+// it would serve are closed.
+func refusingListener(t *testing.T, max int) *cappedListener {
+	t.Helper()
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &cappedListener{Listener: inner, max: 100, maxRefusals: max}
+	l.closing.Store(true)
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = conn.Close()
+		}
+	}()
+	return l
+}
+
+// refusalsUnderWay is how many refusals l has under way.
+func (l *cappedListener) refusalsUnderWay() int {
+	l.refusalsMu.Lock()
+	defer l.refusalsMu.Unlock()
+	return l.refusals
+}
+
+// dialRefused dials l and waits until its refusal is under way.
+func dialRefused(t *testing.T, l *cappedListener) net.Conn {
+	t.Helper()
+	before := l.refusalsUnderWay()
+	conn := dialRaw(t, l.Addr().String())
+	waitFor(t, "the refusal to begin", requestTimeout, func() bool { return l.refusalsUnderWay() == before+1 })
+	return conn
+}
+
+// askHealth sends a request on conn and reads the answer.
+func askHealth(t *testing.T, conn net.Conn) *http.Response {
+	t.Helper()
+	if _, err := conn.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(requestTimeout))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("read the refusal: %v", err)
+	}
+	return resp
+}
+
+// A drain's refusals answer the request 503 once it comes, and the drain
+// waits for those under way once its listener is closed; a connection
+// taken after that is closed without an answer.
+func TestADrainWaitsForItsRefusals(t *testing.T) {
+	l := refusingListener(t, 0)
+	conn := dialRefused(t, l)
+	_ = l.Close()
+	waited := make(chan int) // the refusals under way when the wait ended
+	go func() {
+		l.awaitRefusals()
+		waited <- l.refusalsUnderWay()
+	}()
+	resp := askHealth(t, conn)
+	if resp.StatusCode != http.StatusServiceUnavailable || !resp.Close {
+		t.Fatalf("the refusal: %d, close %v; want 503 and Connection: close", resp.StatusCode, resp.Close)
+	}
+	_ = conn.Close()
+	select {
+	case left := <-waited:
+		if left != 0 {
+			t.Errorf("the drain's wait ended with %d refusals under way", left)
+		}
+	case <-time.After(requestTimeout):
+		t.Fatal("the drain still waits for a refusal that is done")
+	}
+	late, server := net.Pipe()
+	defer late.Close()
+	l.turnAway(server, shutdownRefusal)
+	if n, err := late.Read(make([]byte, 1)); n != 0 || err == nil {
+		t.Errorf("a connection turned away after the wait began: read %d bytes, %v; want it closed unanswered", n, err)
+	}
+}
+
+// Beyond maxRefusals under way at once, a connection is closed without an
+// answer: a flood of connections that send nothing holds no more.
+func TestRefusalsUnderWayAreBounded(t *testing.T) {
+	l := refusingListener(t, 2)
+	first, second := dialRefused(t, l), dialRefused(t, l)
+	third := dialRaw(t, l.Addr().String())
+	_ = third.SetReadDeadline(time.Now().Add(requestTimeout))
+	n, err := third.Read(make([]byte, 1))
+	if n != 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a third connection beyond 2 refusals: read %d bytes, %v; want it closed at once", n, err)
+	}
+	for i, conn := range []net.Conn{first, second} {
+		if resp := askHealth(t, conn); resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(resp.Header.Get("Content-Type"), "json") {
+			t.Errorf("refusal %d: %d %s; want a JSON 503", i, resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+	}
+}
