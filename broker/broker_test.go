@@ -534,12 +534,15 @@ func TestTheSharedBacklogIsBounded(t *testing.T) {
 	fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.MaxBacklog = 4 })
 	eventually(t, "front end ready", fe.Ready)
 	var wg sync.WaitGroup
+	// The four wait until the test is done with them: one given up sooner
+	// would take its item off the stream.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
 	for i := range 4 {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-			defer cancel()
-			_, _ = fe.Predict(ctx, [][]byte{[]byte(fmt.Sprint(i))})
-		})
+		wg.Go(func() { _, _ = fe.Predict(ctx, [][]byte{[]byte(fmt.Sprint(i))}) })
 	}
 	onStream(t, rs, 4, "4 items on the stream")
 	_, err := predict(t, fe, "one too many")
@@ -549,7 +552,6 @@ func TestTheSharedBacklogIsBounded(t *testing.T) {
 	if !fe.Full() {
 		t.Error("Full is false after a one-item request was refused")
 	}
-	wg.Wait()
 }
 
 // A request of more items than the shared backlog may ever hold is too
@@ -779,8 +781,10 @@ func TestARequestFailedBeforeItsAdmissionIsNotAdmitted(t *testing.T) {
 		return "0"
 	}
 	// Redis hangs for writes: the first request's admission waits in it,
-	// the second waits for the writer, and the outage fails both.
-	rs.Do(t, "CLIENT", "PAUSE", "1500", "WRITE")
+	// the second waits for the writer, and the outage fails both. It
+	// hangs until the test has seen that (a pause of a fixed length could
+	// end first on a loaded machine: the outage takes two checks of 500 ms).
+	rs.Do(t, "CLIENT", "PAUSE", "30000", "WRITE")
 	first := predictLater(t, fe, "first")
 	eventually(t, "the first admission waiting in Redis", func() bool {
 		return strings.Contains(rs.Do(t, "CLIENT", "LIST"), "cmd=evalsha")
@@ -795,6 +799,7 @@ func TestARequestFailedBeforeItsAdmissionIsNotAdmitted(t *testing.T) {
 	if st := fe.Stats(); st.Failed != 2 || st.Rejected != 0 {
 		t.Errorf("failed %d and rejected %d; want each of the 2 items counted once, as failed", st.Failed, st.Rejected)
 	}
+	rs.Do(t, "CLIENT", "UNPAUSE")
 	// Once Redis resumes, the writer takes the second call, and then a
 	// third, admitted: by its item on the stream the second's turn passed.
 	eventually(t, "front end ready again", fe.Ready)

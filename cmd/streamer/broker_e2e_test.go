@@ -116,7 +116,10 @@ func (l *brokerLoad) all() []brokerResult {
 // item waiting.
 func TestBrokerKilledNodeAndFrontEndLoseNoAdmittedRequest(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
-	node := []string{"--workers", "2", "--model", "sleep:40ms,0s", "--max-latency", "5ms", "--claim-idle", "1s"}
+	// A --claim-idle long enough that the survivor claims nothing before
+	// the test has counted what the killed node held (a few round trips
+	// after the freeze, longer on a loaded machine).
+	node := []string{"--workers", "2", "--model", "sleep:40ms,0s", "--max-latency", "5ms", "--claim-idle", "3s"}
 	// Named, so that the test sees when Redis is done with its connections.
 	victimNode := startBrokerNodeAt(t, rs.URL()+"?client_name=victim", node...)
 	survivor := startBrokerNode(t, rs, node...)

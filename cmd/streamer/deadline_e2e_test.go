@@ -15,7 +15,9 @@ import (
 // the first batch reached the model.
 func TestExpiredBatchFormedAheadNeverRuns(t *testing.T) {
 	const batch = 64
-	s := startServer(t, "--model", "sleep:400ms,0s", "--workers", "1", "--batch-size", "64", "--pipeline-depth", "2")
+	// The first batch runs long enough that all the late requests come
+	// while it runs, however slow the machine.
+	s := startServer(t, "--model", "sleep:2s,0s", "--workers", "1", "--batch-size", "64", "--pipeline-depth", "2")
 	busy := make(chan int, 1)
 	go func() {
 		status, _, _, _ := s.do(context.Background(), http.MethodPost, "/predict", "application/json", []byte(`{"inputs": ["first"]}`))
@@ -37,7 +39,7 @@ func TestExpiredBatchFormedAheadNeverRuns(t *testing.T) {
 	close(statuses)
 	for status := range statuses {
 		if status != http.StatusGatewayTimeout {
-			t.Fatalf("a request with timeout_ms 100 behind a 400ms batch: status %d, want 504", status)
+			t.Fatalf("a request with timeout_ms 100 behind a 2s batch: status %d, want 504", status)
 		}
 	}
 	if status := <-busy; status != http.StatusOK {

@@ -14,7 +14,9 @@ import (
 // worker is free, only the first batch has run, and the dropped item is
 // counted as failed.
 func TestClientThatDisconnectsCancelsItsQueuedItems(t *testing.T) {
-	s := startServer(t, "--model", "sleep:400ms,0s", "--workers", "1", "--batch-size", "1", "--pipeline-depth", "1")
+	// The first request runs long enough that the second is given up
+	// while it runs, however slow the machine.
+	s := startServer(t, "--model", "sleep:2s,0s", "--workers", "1", "--batch-size", "1", "--pipeline-depth", "1")
 	busy := make(chan int, 1)
 	go func() {
 		status, _, _, _ := s.do(context.Background(), http.MethodPost, "/predict", "application/json", []byte(`{"inputs": ["first"]}`))

@@ -179,6 +179,9 @@ func TestLongInferenceOutlivesTheReadTimeout(t *testing.T) {
 func TestIdleKeepAliveConnectionIsClosed(t *testing.T) {
 	s := startServer(t, "--model", "echo", "--idle-timeout", "500ms")
 	conn := dialRaw(t, s.addr)
+	// Taken before the request: the server's idle time begins after its
+	// answer, and a stalled test must not make it look shorter.
+	idleSince := time.Now()
 	fmt.Fprintf(conn, "POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 15\r\n\r\n{\"inputs\":[1]}\n")
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, nil)
@@ -190,7 +193,6 @@ func TestIdleKeepAliveConnectionIsClosed(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || resp.Close {
 		t.Fatalf("first request: status %d, close %v; want 200 on a kept-alive connection", resp.StatusCode, resp.Close)
 	}
-	idleSince := time.Now()
 	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := br.ReadByte(); err != io.EOF {
 		t.Fatalf("idle connection: read %v, want EOF from the server closing it", err)
