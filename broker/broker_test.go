@@ -1328,10 +1328,11 @@ func TestACanceledRequestsItemsAreWithdrawnBeforeAnyNodeRunsThem(t *testing.T) {
 
 // The answers of one batch go back in a write or two, so that its callers
 // come back together: 200 one-item requests that wait behind a running
-// batch run as one batch, and their answers take one to three entries on
-// the front end's reply stream, the first item's answer one of them (a
-// writer waits while a batch is being answered, and a race detector can
-// slow that past a cut), where an entry per answer would be 201.
+// batch run as one batch, and their answers take a few entries on the
+// front end's reply stream (one to three as a rule: a writer waits while a
+// batch is being answered, and a race detector or a loaded machine can
+// slow that past a cut; the bound allows ten), where an entry per answer
+// would be 201.
 func TestABatchsAnswersGoBackInOneWrite(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	rec := newRecorder()
@@ -1360,8 +1361,8 @@ func TestABatchsAnswersGoBackInOneWrite(t *testing.T) {
 	info := rs.Do(t, "XINFO", "STREAM", "streamer:reply:"+fe.ID())
 	_, added, _ := strings.Cut(info, "entries-added\n")
 	added, _, _ = strings.Cut(added, "\n")
-	if n, err := strconv.Atoi(added); err != nil || n < 1 || n > 3 {
-		t.Fatalf("XINFO STREAM of the reply stream:\n%s\nwant entries-added 1 to 3 for 201 answers", info)
+	if n, err := strconv.Atoi(added); err != nil || n < 1 || n > 10 {
+		t.Fatalf("XINFO STREAM of the reply stream:\n%s\nwant entries-added 1 to 10 for 201 answers", info)
 	}
 }
 

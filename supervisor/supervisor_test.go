@@ -362,7 +362,9 @@ func TestPoisonItemIsIsolatedAndRemembered(t *testing.T) {
 
 func TestHangingBatchTimesOutAndIsIsolated(t *testing.T) {
 	g := newGate(true)
-	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), WorkerTimeout: 50 * time.Millisecond, BackoffMin: time.Millisecond, Workers: 2})
+	// A WorkerTimeout well past a stall of a loaded machine: the items that
+	// run alone after the split must not time out too.
+	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), WorkerTimeout: 500 * time.Millisecond, BackoffMin: time.Millisecond, Workers: 2})
 	f, err := s.Submit(context.Background(), items("ok1", "hang", "ok2"))
 	if err != nil {
 		t.Fatal(err)

@@ -405,7 +405,9 @@ func TestBrokerFrontEndSIGTERMAnswersWhatItAdmitted(t *testing.T) {
 // (empty), the same processes are ready and serve again.
 func TestBrokerRedisRestartFailsFastThenServesAgain(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
-	node := startBrokerNode(t, rs, "--workers", "1", "--model", "sleep:400ms,0s")
+	// An item runs long enough that Redis dies while it runs, however
+	// slow the machine.
+	node := startBrokerNode(t, rs, "--workers", "1", "--model", "sleep:2s,0s")
 	front := startBrokerFront(t, rs)
 	waitReadyz(t, front, http.StatusOK)
 	if p, err := predictWithin(front, requestTimeout, 0, "before"); err != nil || p.Status != http.StatusOK {
