@@ -641,9 +641,12 @@ func TestAPoisonItemIsRefusedByEveryNode(t *testing.T) {
 func TestTheQuarantineEndsAfterItsTime(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	rec := newRecorder()
-	// The streamer remembers the item for as long, on its own.
-	n := startNodeOn(t, rs, supervisor.Config{InProcess: rec, Workers: 1, BatchSize: 4, MaxLatency: time.Millisecond, PoisonTTL: time.Second},
-		func(c *broker.NodeConfig) { c.PoisonTTL = time.Second })
+	// The streamer remembers the item for as long, on its own. Long
+	// enough for the second request to come within it on a loaded
+	// machine, short enough for the wait below.
+	const ttl = 3 * time.Second
+	n := startNodeOn(t, rs, supervisor.Config{InProcess: rec, Workers: 1, BatchSize: 4, MaxLatency: time.Millisecond, PoisonTTL: ttl},
+		func(c *broker.NodeConfig) { c.PoisonTTL = ttl })
 	fe := startFront(t, rs, nil)
 	eventually(t, "front end ready", fe.Ready)
 	if _, err := predict(t, fe, "panic"); !errors.Is(err, supervisor.ErrPoison) {

@@ -1052,7 +1052,9 @@ func TestBrokerConnectionsGoneSilent(t *testing.T) {
 // 503, rather than blaming Redis for losing the item.
 func TestBrokerFrontEndStalledPastItsReplyTTL(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
-	node := startBrokerNode(t, rs, "--workers", "1", "--model", "sleep:1s,0s")
+	// The item runs long enough that the front end is stopped before its
+	// answer comes, however slow the machine.
+	node := startBrokerNode(t, rs, "--workers", "1", "--model", "sleep:3s,0s")
 	name := brokerLogField(t, node, "node serving items from redis", "node")
 	front := startBrokerFront(t, rs, "--reply-ttl", "1s")
 	waitReadyz(t, front, http.StatusOK)
@@ -1061,7 +1063,7 @@ func TestBrokerFrontEndStalledPastItsReplyTTL(t *testing.T) {
 	if err := front.signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	// The node answers after its second, and the answer expires a second
+	// The node answers after its 3 s, and the answer expires a second
 	// after that.
 	waitFor(t, "the answer written and expired", brokerWait, func() bool {
 		return len(redisPending(t, rs, name)) == 0 && len(redisKeys(t, rs, brokerReplyKeys+"*")) == 0
