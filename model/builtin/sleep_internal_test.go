@@ -20,7 +20,10 @@ func TestSleepRecoversFromAVeryLateWakeUp(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if early := time.Duration(m.wakeEarly.Load()); early >= time.Millisecond {
-		t.Fatalf("after 40 batches the model still wakes %v early for a 1ms cost; it should have learnt the kernel's real lateness", early)
+	// Below the cap, not below some figure: how late the kernel wakes a
+	// sleeper is the machine's (1.7 ms on the mean, once, on a loaded
+	// one); a model that stopped measuring stays at the cap exactly.
+	if early := time.Duration(m.wakeEarly.Load()); early >= maxWakeEarly {
+		t.Fatalf("after 40 batches the model still wakes %v early, its cap, for a 1ms cost; it should have learnt the kernel's real lateness", early)
 	}
 }
