@@ -76,11 +76,15 @@ type Node struct {
 	// cleared by one that did (see warn); broken, by a connection that
 	// closed under a command since.
 	down, broken atomic.Bool
+	// unable is set while the node beats as leaving for want of a
+	// worker that can run (see beat).
+	unable atomic.Bool
 
-	stop    chan struct{} // closed: read no more
-	stopped chan struct{} // closed: the writer is done
-	loops   sync.WaitGroup
-	writer  sync.WaitGroup
+	stopOnce sync.Once
+	stop     chan struct{} // closed: read no more
+	stopped  chan struct{} // closed: the writer is done
+	loops    sync.WaitGroup
+	writer   sync.WaitGroup
 
 	stats struct {
 		read, claimed, answered, expired, released, quarantined, writeFailures atomic.Uint64
@@ -910,24 +914,29 @@ func (n *Node) upkeepLoop() {
 	defer tick.Stop()
 	lastBeat := time.Now()
 	for {
+		var now time.Time
 		select {
-		case <-tick.C:
+		case now = <-tick.C:
 		case <-n.stop:
 			return
 		}
 		if n.refusal() != "" {
 			continue // see refuse, and fit
 		}
-		if time.Since(lastBeat) >= heartbeat {
+		// Beats are a heartbeat apart by the ticker's clock, whatever
+		// this loop's round trips took (half a tick of slack for its
+		// jitter), and a failed one is tried again at the next tick:
+		// front ends take a node silent for three heartbeats for gone.
+		if now.Sub(lastBeat) >= heartbeat-every/2 {
 			if err := n.beat(ctx); err != nil {
 				n.warn("heartbeat", err)
 			} else {
 				n.reachable()
+				lastBeat = now
+				if err := n.forgetGone(ctx); err != nil && ctx.Err() == nil {
+					n.warn("forget gone nodes' consumers", err)
+				}
 			}
-			if err := n.forgetGone(ctx); err != nil && ctx.Err() == nil {
-				n.warn("forget gone nodes' consumers", err)
-			}
-			lastBeat = time.Now()
 		}
 		if err := n.keep(ctx); err != nil {
 			n.warn("keep items", err)
@@ -941,7 +950,13 @@ func (n *Node) upkeepLoop() {
 	}
 }
 
-// beat says the node is alive and reads the shared quarantine.
+// beat says the node is alive and reads the shared quarantine. A node none
+// of whose workers has been able to run for the streamer's
+// UnavailableAfter beats as one leaving instead (see drainBeat): front
+// ends admit no request for it, as a local server would refuse them,
+// route none to it, and do not fail the callers whose items it holds;
+// other nodes adopt its own stream. It beats as a live node again once a
+// worker runs.
 func (n *Node) beat(ctx context.Context) error {
 	if err := n.checkFit(ctx); err != nil {
 		return err
@@ -950,7 +965,13 @@ func (n *Node) beat(ctx context.Context) error {
 	pipe := n.rdb.Pipeline()
 	timeCmd, sent := n.clock.timeCmd(ctx, pipe)
 	now := n.clock.now()
-	pipe.ZAdd(ctx, n.k.nodes, redis.Z{Score: float64(now.UnixMilli()), Member: n.cfg.Name})
+	able := n.s.Available()
+	alive, out := n.k.nodes, n.k.leaving
+	if !able {
+		alive, out = out, alive
+	}
+	pipe.ZAdd(ctx, alive, redis.Z{Score: float64(now.UnixMilli()), Member: n.cfg.Name})
+	pipe.ZRem(ctx, out, n.cfg.Name)
 	pipe.ZRemRangeByScore(ctx, n.k.nodes, "-inf", unixMs(now.Add(-time.Hour)))
 	pipe.ZRemRangeByScore(ctx, n.k.leaving, "-inf", unixMs(now.Add(-time.Hour)))
 	pipe.ZRemRangeByScore(ctx, n.k.poison, "-inf", unixMs(now))
@@ -960,6 +981,13 @@ func (n *Node) beat(ctx context.Context) error {
 		return fmt.Errorf("redis at %s: %w", n.where, err)
 	}
 	n.clock.observe(timeCmd, sent)
+	if n.unable.Swap(!able) != !able {
+		if able {
+			n.cfg.Logger.Info("a worker runs again: the node takes items", "node", n.cfg.Name)
+		} else {
+			n.cfg.Logger.Warn("no worker of this node can run: front ends admit no requests for it until one can", "node", n.cfg.Name)
+		}
+	}
 	hashes := make(map[string]time.Time, len(poison.Val()))
 	for _, z := range poison.Val() {
 		if h, ok := z.Member.(string); ok {
@@ -1128,12 +1156,17 @@ const claimPages = 16
 // refuse). Meanwhile it beats as a node leaving (see drainBeat). Items
 // still held at the end stay in the group for another node to claim.
 func (n *Node) Shutdown(ctx context.Context) error {
-	select {
-	case <-n.stop:
-		return nil
-	default:
+	first := false
+	n.stopOnce.Do(func() { first = true; close(n.stop) })
+	if !first {
+		// Another call leaves; this one waits for it, as long as ctx lets.
+		select {
+		case <-n.stopped:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-	close(n.stop)
 	n.loops.Wait()
 	lctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	n.rdb.ZRem(lctx, n.k.nodes, n.cfg.Name) // best effort: a node silent for goneAfter is gone too

@@ -462,6 +462,13 @@ func (s *Streamer) Answering() (now bool, batches uint64) {
 	return s.answering.Load() > 0, s.answered.Load()
 }
 
+// Available reports whether the streamer admits requests as far as its
+// workers go: they have started, and one has been able to run within
+// UnavailableAfter (see Config). It is false while shutting down.
+func (s *Streamer) Available() bool {
+	return s.everReady.Load() && !s.unavail.Load() && !s.draining.Load()
+}
+
 // Ready reports whether some worker takes batches and the streamer admits work.
 func (s *Streamer) Ready() bool {
 	if s.draining.Load() {

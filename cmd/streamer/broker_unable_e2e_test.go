@@ -1,0 +1,43 @@
+package main
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/streamer-dev/streamer/internal/redistest"
+)
+
+// TestBrokerANodeWhoseWorkersCannotRunAdmitsNothing: a node whose only
+// worker crashed, and takes seconds to start again, beats as a node leaving
+// once --unavailable-after has passed: its front end says not ready and
+// answers a new request 503 at once, as a local server would, rather than
+// queueing it for nobody; the caller whose item crashed the worker is not
+// failed for want of a node and gets its answer (422: the item is poison).
+// Once the worker is back, requests are served again.
+func TestBrokerANodeWhoseWorkersCannotRunAdmitsNothing(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	node := startBrokerNode(t, rs, "--workers", "1", "--model", "chaos:crash=boom,init-delay=3s", "--unavailable-after", "200ms")
+	front := startBrokerFront(t, rs)
+	waitReadyz(t, front, http.StatusOK)
+
+	boom := predictLater(front, requestTimeout, "boom")
+	waitReadyz(t, front, 0)
+	if p, err := predictWithin(front, 5*time.Second, 0, "meanwhile"); err != nil || p.Status != http.StatusServiceUnavailable {
+		t.Errorf("a request while no worker can run: %s, %v; want 503", p, err)
+	}
+	brokerLogField(t, node, "no worker of this node can run: front ends admit no requests for it until one can", "node")
+
+	select {
+	case got := <-boom:
+		if got.err != nil || got.p.Status != http.StatusUnprocessableEntity {
+			t.Errorf("the item that crashed the worker: %s, %v; want 422", got.p, got.err)
+		}
+	case <-time.After(requestTimeout):
+		t.Fatal("the item that crashed the worker got no answer")
+	}
+	waitReadyz(t, front, http.StatusOK)
+	if p, err := predictWithin(front, requestTimeout, 0, "fine"); err != nil || p.Status != http.StatusOK {
+		t.Errorf("once the worker is back: %s, %v; want 200", p, err)
+	}
+}
