@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"slices"
@@ -1101,13 +1102,17 @@ func (n *Node) claimFrom(ctx context.Context, stream string) error {
 		}
 	}()
 	for range claimPages {
-		free := n.free()
-		if free <= 0 {
+		// As much as a read would take: what idle workers can start, or,
+		// with none idle, what busy ones can form ahead, since these items
+		// wait upstream (see wanted). Beyond that another node, idler, is
+		// left to claim them at its next tick.
+		want, _ := n.wanted()
+		if want <= 0 {
 			return nil
 		}
 		msgs, next, err := n.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
 			Stream: stream, Group: nodeGroup, Consumer: n.cfg.Name,
-			MinIdle: n.cfg.ClaimIdle, Start: start, Count: int64(free),
+			MinIdle: n.cfg.ClaimIdle, Start: start, Count: int64(want),
 		}).Result()
 		switch {
 		case err != nil && redis.HasErrorPrefix(err, "NOGROUP"):
@@ -1304,6 +1309,12 @@ func (n *Node) steal(ctx context.Context, want int) error {
 	if len(others) == 0 {
 		return nil
 	}
+	if len(others) > want {
+		// An item from each of want streams, picked at random: no more
+		// than want in all.
+		rand.Shuffle(len(others), func(i, j int) { others[i], others[j] = others[j], others[i] })
+		others = others[:want]
+	}
 	ids := make([]string, len(others))
 	for i := range ids {
 		ids[i] = ">"
@@ -1370,12 +1381,12 @@ func (n *Node) adopt(ctx context.Context, streams []string) error {
 // readFrom reads, as room allows, the items of stream that its node left
 // unread.
 func (n *Node) readFrom(ctx context.Context, stream string) error {
-	free := n.free()
-	if free <= 0 {
+	want, _ := n.wanted() // as claimFrom takes
+	if want <= 0 {
 		return nil
 	}
 	streams, err := n.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
-		Group: nodeGroup, Consumer: n.cfg.Name, Streams: []string{stream, ">"}, Count: int64(free), Block: -1,
+		Group: nodeGroup, Consumer: n.cfg.Name, Streams: []string{stream, ">"}, Count: int64(want), Block: -1,
 	}).Result()
 	switch {
 	case errors.Is(err, redis.Nil), err != nil && redis.HasErrorPrefix(err, "NOGROUP"):

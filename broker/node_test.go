@@ -4,11 +4,13 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/streamer-dev/streamer/broker"
 	"github.com/streamer-dev/streamer/internal/redistest"
+	"github.com/streamer-dev/streamer/supervisor"
 )
 
 // TestANodeBeatsEverySecond: with the default claim idle, a node's
@@ -68,5 +70,50 @@ func TestShutdownCalledTogetherLeavesOnce(t *testing.T) {
 		if score := rs.Do(t, "ZSCORE", "streamer:nodes", n.Name()); score != "" {
 			t.Fatalf("a Shutdown returned while the node was still listed alive (heartbeat %s)", score)
 		}
+	}
+}
+
+// TestASilentNodesItemsAreLeftToAnIdleNode: a node whose only worker is
+// busy, with no room to form a batch ahead, does not claim a silent node's
+// items into its queue, where they would wait behind its batch: it leaves
+// them for a node with an idle worker, which claims and runs them all.
+func TestASilentNodesItemsAreLeftToAnIdleNode(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fe := startFront(t, rs, nil)
+	busy := newRecorder()
+	busy.hold["busy"] = true
+	a := startNodeOn(t, rs, supervisor.Config{InProcess: busy, Workers: 1, BatchSize: 1, PipelineDepth: 1, MaxLatency: time.Millisecond}, nil)
+	eventually(t, "front end ready", fe.Ready)
+	held := predictLater(t, fe, "busy")
+	eventually(t, "the busy node runs its item", func() bool { return busy.runs("busy") == 1 })
+
+	// A node reads eight items and dies: they stay pending to it.
+	orphans := predictLater(t, fe, "o1", "o2", "o3", "o4", "o5", "o6", "o7", "o8")
+	onStream(t, rs, 9, "the orphans on the stream")
+	rs.Do(t, "XREADGROUP", "GROUP", "nodes", "dead", "COUNT", "8", "STREAMS", "streamer:items", ">")
+	if got := rs.Do(t, "XPENDING", "streamer:items", "nodes"); !strings.HasPrefix(got, "9\n") || !strings.Contains(got, "\ndead\n8\n") {
+		t.Fatalf("XPENDING says %q; want the busy item and the 8 orphans pending to the node that died", got)
+	}
+	// Claimable for twice the claim idle: the busy node has looked at them
+	// four times or more, unless it claimed them.
+	eventually(t, "the orphans claimable for twice the claim idle", func() bool {
+		idle := rs.Do(t, "XPENDING", "streamer:items", "nodes", "IDLE", "800", "-", "+", "10", "dead")
+		return strings.Count(idle, "dead") == 8 || a.Stats().Claimed > 0
+	})
+	if c := a.Stats().Claimed; c != 0 {
+		t.Fatalf("the busy node claimed %d items; want none, as no worker of it could run them", c)
+	}
+
+	idle := newRecorder()
+	b := startNodeOn(t, rs, supervisor.Config{InProcess: idle, Workers: 1, BatchSize: 8, MaxLatency: time.Millisecond}, nil)
+	if got := <-orphans; got.err != nil || len(got.out) != 8 {
+		t.Fatalf("the orphans: %q, %v; want their 8 answers", got.out, got.err)
+	}
+	if c := b.Stats().Claimed; c != 8 {
+		t.Errorf("the idle node claimed %d items; want all 8", c)
+	}
+	close(busy.release)
+	if got := <-held; got.err != nil {
+		t.Errorf("the busy node's item: %v", got.err)
 	}
 }
