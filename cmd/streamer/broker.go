@@ -98,9 +98,6 @@ func (o serveOptions) brokerParts(st *supervisor.Streamer, log *slog.Logger) (*b
 	if o.workers < 0 {
 		return nil, fmt.Errorf("--workers %d: must not be negative", o.workers)
 	}
-	if o.batchSize < 1 {
-		return nil, fmt.Errorf("--batch-size %d: want at least 1", o.batchSize)
-	}
 	redis.SetLogger(redisLog{log})
 	base := broker.Config{
 		URL: o.broker.url, Prefix: o.broker.prefix, ClaimIdle: o.broker.claimIdle,

@@ -882,6 +882,51 @@ func TestBrokerFlagsAndConnections(t *testing.T) {
 	})
 }
 
+// TestBrokerFrontEndChecksItsFlagsAsALocalServerDoes: a front end
+// (--workers 0) refuses the batching and queue flags' values that a local
+// server refuses, with the same message, naming the flag rather than
+// --broker or the Go fields it sets.
+func TestBrokerFrontEndChecksItsFlagsAsALocalServerDoes(t *testing.T) {
+	t.Setenv("STREAMER_BROKER", "")
+	os.Unsetenv("STREAMER_BROKER") // restored by Setenv's cleanup
+	for _, tc := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"--max-queue", "-1"}, "--max-queue"},
+		{[]string{"--max-items", "-1"}, "--max-items"},
+		{[]string{"--max-items", "0"}, "--max-items"},
+		{[]string{"--batch-size", "0"}, "--batch-size"},
+		{[]string{"--max-batch-bytes", "0"}, "--max-batch-bytes"},
+		{[]string{"--batching", "bogus"}, "--batching"},
+		{[]string{"--cuda", "0,,1"}, "--cuda"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			local := refusedAtStart(t, append([]string{"--workers", "1", "--model", "echo"}, tc.args...))
+			front := refusedAtStart(t, append([]string{"--workers", "0", "--broker", "redis://127.0.0.1:1/0"}, tc.args...))
+			if !strings.HasPrefix(local, "streamer: "+tc.flag+" ") {
+				t.Errorf("a local server says %q; want an error naming %s", local, tc.flag)
+			}
+			if front != local {
+				t.Errorf("a front end says %q; want what a local server says, %q", front, local)
+			}
+		})
+	}
+}
+
+// refusedAtStart runs streamer serve with args, which it must refuse, and
+// returns its last line, the error.
+func refusedAtStart(t *testing.T, args []string) string {
+	t.Helper()
+	s := launchServer(t, args...)
+	code, err := s.wait(readyTimeout)
+	if err != nil || code != 1 {
+		t.Fatalf("streamer serve %s: exit code %d, %v; want 1, refused at start:\n%s", strings.Join(args, " "), code, err, s.logs())
+	}
+	lines := strings.Split(strings.TrimSpace(s.logs()), "\n")
+	return lines[len(lines)-1]
+}
+
 // TestBrokerWrongPasswordIsNamed: a front end whose --broker password Redis
 // refuses answers 503, as it cannot serve, and says why: the password, not
 // "not checked yet", which sends an operator looking for a network fault.

@@ -240,39 +240,60 @@ func (o serveOptions) policy() supervisor.Batching {
 	return supervisor.BatchingAdaptive
 }
 
+// checkQueueFlags refuses the batching and queue flags' values that no
+// server could use. A front end (--workers 0) checks them as a local server
+// does: some mean nothing to it, but a value it takes must not be one a
+// local server refuses.
+func (o serveOptions) checkQueueFlags() error {
+	if o.batchSize < 1 {
+		return fmt.Errorf("--batch-size %d: want at least 1", o.batchSize)
+	}
+	if o.maxQueue < 0 {
+		return fmt.Errorf("--max-queue %d: must not be negative", o.maxQueue)
+	}
+	if o.maxBatchBytes < 1 {
+		return fmt.Errorf("--max-batch-bytes %d: want at least 1", o.maxBatchBytes)
+	}
+	if o.maxItems < 1 {
+		return fmt.Errorf("--max-items %d: want at least 1", o.maxItems)
+	}
+	if b := o.policy(); b != supervisor.BatchingAdaptive && b != supervisor.BatchingGreedy {
+		return fmt.Errorf("--batching %q: want adaptive or greedy", o.batching)
+	}
+	_, err := o.cudaDevices()
+	return err
+}
+
+// cudaDevices are the GPU ids --cuda lists, or nil.
+func (o serveOptions) cudaDevices() ([]string, error) {
+	if o.cuda == "" {
+		return nil, nil
+	}
+	var cuda []string
+	for _, id := range strings.Split(o.cuda, ",") {
+		if id = strings.TrimSpace(id); id == "" {
+			return nil, fmt.Errorf("--cuda %q: empty device id", o.cuda)
+		}
+		cuda = append(cuda, id)
+	}
+	return cuda, nil
+}
+
 // supervisorConfig builds the streamer's configuration from the flags.
 func (o serveOptions) supervisorConfig(spec model.Spec, log *slog.Logger) (supervisor.Config, error) {
 	if o.workers < 1 {
 		return supervisor.Config{}, fmt.Errorf("--workers %d: want at least 1", o.workers)
 	}
-	if o.batchSize < 1 {
-		return supervisor.Config{}, fmt.Errorf("--batch-size %d: want at least 1", o.batchSize)
-	}
-	if o.maxQueue < 0 {
-		return supervisor.Config{}, fmt.Errorf("--max-queue %d: must not be negative", o.maxQueue)
-	}
-	if o.maxBatchBytes < 1 {
-		return supervisor.Config{}, fmt.Errorf("--max-batch-bytes %d: want at least 1", o.maxBatchBytes)
-	}
-	if o.maxItems < 1 {
-		return supervisor.Config{}, fmt.Errorf("--max-items %d: want at least 1", o.maxItems)
-	}
-	batching := o.policy()
-	if batching != supervisor.BatchingAdaptive && batching != supervisor.BatchingGreedy {
-		return supervisor.Config{}, fmt.Errorf("--batching %q: want adaptive or greedy", o.batching)
+	if err := o.checkQueueFlags(); err != nil {
+		return supervisor.Config{}, err
 	}
 	self, err := os.Executable()
 	if err != nil {
 		return supervisor.Config{}, fmt.Errorf("find own binary to start workers: %w", err)
 	}
-	var cuda []string
-	if o.cuda != "" {
-		for _, id := range strings.Split(o.cuda, ",") {
-			if id = strings.TrimSpace(id); id == "" {
-				return supervisor.Config{}, fmt.Errorf("--cuda %q: empty device id", o.cuda)
-			}
-			cuda = append(cuda, id)
-		}
+	cuda, err := o.cudaDevices()
+	if err != nil {
+		return supervisor.Config{}, err
 	}
 	return supervisor.Config{
 		BatchSize:        o.batchSize,
@@ -286,7 +307,7 @@ func (o serveOptions) supervisorConfig(spec model.Spec, log *slog.Logger) (super
 		MaxRestarts:      o.maxRestarts,
 		UnavailableAfter: o.unavailableAfter,
 		PipelineDepth:    o.pipeline,
-		Batching:         batching,
+		Batching:         o.policy(),
 		Logger:           log,
 		Process: supervisor.ProcessConfig{
 			Path:        self,
@@ -359,6 +380,9 @@ func runServe(ctx context.Context, o serveOptions) error {
 		if st, err = supervisor.New(cfg); err != nil {
 			return err
 		}
+	} else if err := o.checkQueueFlags(); err != nil {
+		// A front end alone has no supervisor, but refuses what one would.
+		return err
 	}
 	var backend httpapi.Backend = st
 	var remote *brokerParts
