@@ -185,9 +185,9 @@ func connect(cfg Config, poolSize int) (rdb *redis.Client, where string, err err
 	if !strings.HasPrefix(cfg.URL, "redis://") && !strings.HasPrefix(cfg.URL, "rediss://") {
 		return nil, "", fmt.Errorf("broker: redis URL %q: the scheme must be redis:// (or rediss:// for TLS), as in redis://host:6379/0", redactURL(cfg.URL))
 	}
-	u, err := url.Parse(cfg.URL)
+	u, err := parseURL(cfg.URL)
 	if err != nil {
-		return nil, "", urlError(cfg.URL, err)
+		return nil, "", err
 	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
@@ -233,9 +233,9 @@ func connectFailover(cfg Config, poolSize int) (*redis.Client, string, error) {
 	// Redis that serves (the master); the Sentinels' own, if they need
 	// any, go in sentinel_username and sentinel_password. (The client
 	// library reads the user information as the Sentinels'.)
-	u, err := url.Parse(cfg.URL)
+	u, err := parseURL(cfg.URL)
 	if err != nil {
-		return nil, "", urlError(cfg.URL, err)
+		return nil, "", err
 	}
 	q := u.Query()
 	if q.Has("username") || q.Has("password") {
@@ -289,6 +289,32 @@ func unavailablef(format string, args ...any) error {
 	return &unavailableError{fmt.Sprintf(format, args...)}
 }
 
+// parseURL parses s, a Redis URL. An @ past the host (in the path, the
+// query or the fragment) is refused as a URL that does not parse: it is a
+// password's / ? or # left unencoded, which ended the user part early, and
+// what follows it, a piece of the password, would be read as the host or
+// the path, and quoted in messages.
+func parseURL(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, urlError(s, err)
+	}
+	if misread(s) {
+		return nil, urlError(s, errors.New("an @ past the host"))
+	}
+	return u, nil
+}
+
+// misread says whether s, a Redis URL, holds an @ past its host: a password
+// that ended the user part early (see parseURL).
+func misread(s string) bool {
+	_, rest, _ := strings.Cut(s, "://")
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		return strings.Contains(rest[i:], "@")
+	}
+	return false
+}
+
 // urlError is the error of s, a Redis URL that does not parse, for err.
 // The parser's words may quote a piece of the password (a port that is
 // not a number, when the password holds a slash): of a URL with a user
@@ -306,11 +332,12 @@ func urlError(s string, err error) error {
 
 // redactURL is s, a Redis URL, with its passwords (of the user, and
 // sentinel_password) replaced by xxxxx, for messages. Of a URL that does
-// not parse, and might hold a password, it keeps the scheme alone: where
-// the password ends is anybody's guess.
+// not parse, or holds an @ past its host (see parseURL), and might hold a
+// password, it keeps the scheme alone: where the password ends is
+// anybody's guess.
 func redactURL(s string) string {
 	u, err := url.Parse(s)
-	if err != nil {
+	if err != nil || misread(s) {
 		if !strings.Contains(s, "@") && !strings.Contains(s, "password") {
 			return s
 		}
@@ -318,6 +345,12 @@ func redactURL(s string) string {
 			return s[:i+3] + "…"
 		}
 		return "…"
+	}
+	if _, err := url.ParseQuery(u.RawQuery); err != nil && strings.Contains(u.RawQuery, "password") {
+		// A pair that does not parse is not in u.Query(): it would be
+		// shown as it is.
+		u.RawQuery = "…"
+		return u.Redacted()
 	}
 	if q := u.Query(); q.Has("sentinel_password") || q.Has("password") {
 		for _, k := range []string{"sentinel_password", "password"} {

@@ -48,6 +48,38 @@ func TestConnectRefusesBadURLsSayingWhy(t *testing.T) {
 	}
 }
 
+// TestConnectShowsNoPieceOfAPassword: a URL whose password holds a
+// character that ends the user part early (/ ? # @, unencoded) or a bad
+// escape is refused, and no piece of the password shows in the error.
+func TestConnectShowsNoPieceOfAPassword(t *testing.T) {
+	pieces := []string{"Alpha", "Bravo", "Charlie", "7391"}
+	for _, url := range []string{
+		"redis://u:Alpha@Bravo/Charlie@127.0.0.1:16390/0",
+		"redis://u:Alpha@Bravo/0@127.0.0.1:6379",
+		"redis://u:Alpha@Bravo/Charlie@127.0.0.1:6379/0?master_name=main",
+		"rediss://:Alpha@Bravo?Charlie@127.0.0.1:6379/0",
+		"redis://u:Alpha/Bravo@127.0.0.1:6379/0",
+		"redis://u:7391/Bravo@127.0.0.1:6379/0",
+		"redis://u:7391?Bravo@127.0.0.1:6379/0",
+		"redis://u:7391#Bravo@127.0.0.1:6379/0",
+		"redis://u:Alpha#Bravo@127.0.0.1:6379/0",
+		"redis://u:Alpha%zzBravo@127.0.0.1:6379/0",
+		"redis://:Alpha/Bravo@127.0.0.1:6379/0?master_name=main",
+	} {
+		rdb, _, err := connect(Config{URL: url}, 1)
+		if err == nil {
+			_ = rdb.Close()
+			t.Errorf("connect(%s) took it; want it refused, as its password ends the user part early", url)
+			continue
+		}
+		for _, piece := range pieces {
+			if strings.Contains(err.Error(), piece) {
+				t.Errorf("connect(%s): %v; the error shows %q, a piece of the password", url, err, piece)
+			}
+		}
+	}
+}
+
 func TestRedactURLHidesThePasswords(t *testing.T) {
 	for in, want := range map[string]string{
 		"redis://user:secret@h:1/0":                            "redis://user:xxxxx@h:1/0",
@@ -60,6 +92,8 @@ func TestRedactURLHidesThePasswords(t *testing.T) {
 		"redis://h:1/0":                                        "redis://h:1/0",
 		"10.0.0.1:6379":                                        "10.0.0.1:6379",
 		"redis://u:se%zz@h/0?master_name=m":                    "redis://…",
+		"redis://u:my@secret/word@h:1/0":                       "redis://…",
+		"redis://h:1/0?master_name=m&sentinel_password=se%zz":  "redis://h:1/0?…",
 	} {
 		if got := redactURL(in); got != want {
 			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
