@@ -76,7 +76,9 @@ type Config struct {
 	// URL is redis://[user:password@]host:port/db, or rediss:// for TLS.
 	// With ?master_name=NAME, host:port is a Sentinel (more go in
 	// &addr=host:port), which names the master of NAME, and the client
-	// follows it through failovers.
+	// follows it through failovers. Query options that streamer sets itself
+	// (timeouts, retries, the pool), a database named twice, a query that
+	// does not decode, and skip_verify are refused.
 	URL string
 	// TLS, when not nil, replaces the TLS settings a rediss:// URL implies
 	// (e.g. to trust a private CA).
@@ -194,12 +196,15 @@ func connect(cfg Config, poolSize int) (rdb *redis.Client, where string, err err
 			return nil, "", fmt.Errorf("broker: redis URL %s: port %s out of range", redactURL(cfg.URL), p)
 		}
 	}
+	if err := checkQuery(u); err != nil {
+		return nil, "", fmt.Errorf("broker: redis URL %s: %w", redactURL(cfg.URL), err)
+	}
 	if u.Query().Has("master_name") {
 		return connectFailover(cfg, poolSize)
 	}
 	opt, err := redis.ParseURL(cfg.URL)
 	if err != nil {
-		return nil, "", fmt.Errorf("broker: redis URL %s: %v", redactURL(cfg.URL), strings.TrimPrefix(err.Error(), "redis: "))
+		return nil, "", parseError(cfg.URL, err)
 	}
 	if cfg.TLS != nil {
 		tc := cfg.TLS.Clone()
@@ -248,7 +253,7 @@ func connectFailover(cfg Config, poolSize int) (*redis.Client, string, error) {
 	u.User, u.RawQuery = nil, q.Encode()
 	opt, err := redis.ParseFailoverURL(u.String())
 	if err != nil {
-		return nil, "", fmt.Errorf("broker: redis URL %s: %v", redactURL(cfg.URL), strings.TrimPrefix(err.Error(), "redis: "))
+		return nil, "", parseError(cfg.URL, err)
 	}
 	if opt.MasterName == "" {
 		return nil, "", fmt.Errorf("broker: redis URL %s: master_name is empty", redactURL(cfg.URL))
@@ -274,6 +279,69 @@ func connectFailover(cfg Config, poolSize int) (*redis.Client, string, error) {
 	opt.ContextTimeoutEnabled = true
 	where := fmt.Sprintf("the master %q of sentinels %s", opt.MasterName, strings.Join(opt.SentinelAddrs, ","))
 	return redis.NewFailoverClient(opt), where, nil
+}
+
+// checkQuery refuses what the client library would take from the query of
+// u, a Redis URL, and then lose or hide: a pair whose encoding is wrong
+// (url.Values drops it, and a Sentinel's password would go unsent), an
+// option that streamer sets itself (see connect), which would be
+// overridden, a database named both in the path and in db=, and
+// skip_verify. The message names no option that follows a password in the
+// query: it may be a piece of the password, cut off by an unencoded &.
+func checkQuery(u *url.URL) error {
+	afterPassword := false
+	for pair := range strings.SplitSeq(u.RawQuery, "&") {
+		key, value, _ := strings.Cut(pair, "=")
+		name, err := url.QueryUnescape(key)
+		_, valueErr := url.QueryUnescape(value)
+		bad := err != nil || valueErr != nil || strings.Contains(pair, ";")
+		switch {
+		case bad && afterPassword:
+			return errors.New("the query does not parse after a password in it: are & ; and % in the password percent-encoded?")
+		case bad && err == nil:
+			return fmt.Errorf("query option %s does not parse: %% must be followed by two hexadecimal digits, and ; be percent-encoded", name)
+		case bad:
+			return errors.New("a query option's name does not parse: % must be followed by two hexadecimal digits, and ; be percent-encoded")
+		}
+		afterPassword = strings.HasSuffix(name, "password")
+	}
+	q := u.Query()
+	for name := range q {
+		if setByStreamer(name) {
+			return fmt.Errorf("query option %s: streamer sets it itself (its timeouts, retries and connection pool), and would override it: leave it out", name)
+		}
+	}
+	if q.Has("skip_verify") {
+		return errors.New("query option skip_verify: streamer does not turn off the check of Redis's certificate: trust the CA that signed it instead (--broker-ca)")
+	}
+	if path, db := strings.Trim(u.Path, "/"), q.Get("db"); path != "" && db != "" && path != db {
+		return errors.New("the database is named twice, differently: in the path and in db= in the query; name it once")
+	}
+	return nil
+}
+
+// setByStreamer says whether name is an option of a Redis URL's query that
+// connect overrides.
+func setByStreamer(name string) bool {
+	switch name {
+	case "dial_timeout", "read_timeout", "write_timeout", "max_retries", "min_retry_backoff",
+		"max_retry_backoff", "dialer_retries", "dialer_retry_timeout", "pool_size",
+		"context_timeout_enabled", "disableIdentity", "identitySuffix":
+		return true
+	}
+	return false
+}
+
+// parseError is the error of the client library, err, about s, a Redis
+// URL. Where the query holds a password, an option it
+// does not know may be a piece of that password cut off by an unencoded &:
+// it is not named.
+func parseError(s string, err error) error {
+	why := strings.TrimPrefix(err.Error(), "redis: ")
+	if strings.HasPrefix(why, "unexpected option") && strings.Contains(s, "password") {
+		why = "unexpected option in the query (not named, as it may be a piece of a password there: is & in it percent-encoded?)"
+	}
+	return fmt.Errorf("broker: redis URL %s: %s", redactURL(s), why)
 }
 
 // unavailableError is a supervisor.ErrUnavailable whose message says what
@@ -353,6 +421,13 @@ func redactURL(s string) string {
 		return u.Redacted()
 	}
 	if q := u.Query(); q.Has("sentinel_password") || q.Has("password") {
+		for k := range q {
+			if !namedBeside(k) {
+				// A piece of the password, cut off by an unencoded &?
+				u.RawQuery = "…"
+				return u.Redacted()
+			}
+		}
 		for _, k := range []string{"sentinel_password", "password"} {
 			if q.Has(k) {
 				q.Set(k, "xxxxx")
@@ -361,6 +436,16 @@ func redactURL(s string) string {
 		u.RawQuery = q.Encode()
 	}
 	return u.Redacted()
+}
+
+// namedBeside says whether redactURL shows the query option name beside a
+// password in the query: the options of a Sentinel's URL.
+func namedBeside(name string) bool {
+	switch name {
+	case "master_name", "addr", "sentinel_username", "sentinel_password", "password", "db", "client_name":
+		return true
+	}
+	return false
 }
 
 // The fields of an item entry on the items stream. The header is

@@ -80,20 +80,71 @@ func TestConnectShowsNoPieceOfAPassword(t *testing.T) {
 	}
 }
 
+// TestConnectRefusesQueryOptionsItWouldLose: an option that the client
+// would take from the query and then lose (one streamer sets itself, a
+// pair that does not decode), a database named twice, and skip_verify are
+// refused, naming the option; a db= alone, or the same as the path's, is
+// taken.
+func TestConnectRefusesQueryOptionsItWouldLose(t *testing.T) {
+	for _, tc := range []struct{ url, why string }{
+		{"redis://10.0.0.1:6379/0?read_timeout=30s", "query option read_timeout: streamer sets it itself"},
+		{"redis://10.0.0.1:6379/0?pool_size=1", "query option pool_size: streamer sets it itself"},
+		{"redis://10.0.0.1:6379/0?max_retries=5", "query option max_retries: streamer sets it itself"},
+		{"redis://10.0.0.1:6379/0?dial_timeout=1s&write_timeout=1s", "streamer sets it itself"},
+		{"redis://10.0.0.1:26379/0?master_name=main&read_timeout=30s", "query option read_timeout: streamer sets it itself"},
+		{"redis://10.0.0.1:26379/0?master_name=main&context_timeout_enabled=false", "query option context_timeout_enabled"},
+		{"redis://10.0.0.1:6379/0?db=5", "the database is named twice"},
+		{"redis://10.0.0.1:26379/0?master_name=main&db=5", "the database is named twice"},
+		{"redis://10.0.0.1:26379/0?master_name=main&sentinel_password=se%zzcret", "query option sentinel_password does not parse"},
+		{"redis://10.0.0.1:26379/0?master_name=main&sentinel_password=se;cret", "query option sentinel_password does not parse"},
+		{"redis://10.0.0.1:26379/0?master_name=main&sentinel_password=se&cr%zzet", "the query does not parse after a password"},
+		{"redis://10.0.0.1:26379/0?master_name=main&sentinel_password=se&cret", "unexpected option in the query (not named"},
+		{"redis://10.0.0.1:6379/0?client_name=a%zz", "query option client_name does not parse"},
+		{"rediss://10.0.0.1:6379/0?skip_verify=true", "query option skip_verify: streamer does not turn off the check"},
+		{"rediss://10.0.0.1:26379/0?master_name=main&skip_verify=true", "query option skip_verify"},
+	} {
+		_, _, err := connect(Config{URL: tc.url}, 1)
+		if err == nil || !strings.Contains(err.Error(), tc.why) {
+			t.Errorf("connect(%s): %v; want an error saying %q", tc.url, err, tc.why)
+			continue
+		}
+		if strings.Contains(err.Error(), "cret") {
+			t.Errorf("connect(%s): %v; the error shows a piece of the password", tc.url, err)
+		}
+	}
+	for url, db := range map[string]int{
+		"redis://10.0.0.1:6379?db=5":                      5,
+		"redis://10.0.0.1:6379/5?db=5":                    5,
+		"redis://10.0.0.1:26379?master_name=main&db=3":    3,
+		"redis://10.0.0.1:6379/2?client_name=streamer-a1": 2,
+	} {
+		rdb, _, err := connect(Config{URL: url}, 1)
+		if err != nil {
+			t.Errorf("connect(%s): %v; want it taken", url, err)
+			continue
+		}
+		if got := rdb.Options().DB; got != db {
+			t.Errorf("connect(%s) uses database %d; want %d", url, got, db)
+		}
+		_ = rdb.Close()
+	}
+}
+
 func TestRedactURLHidesThePasswords(t *testing.T) {
 	for in, want := range map[string]string{
-		"redis://user:secret@h:1/0":                            "redis://user:xxxxx@h:1/0",
-		"redis://:secret@h:1/0?a=b":                            "redis://:xxxxx@h:1/0?a=b",
-		"redis://h:1/0?master_name=m&sentinel_password=secret": "redis://h:1/0?master_name=m&sentinel_password=xxxxx",
-		"rediss://user:p@ss@h:abc/0":                           "rediss://…",
-		"redis://u:pa/ss@h:1/0":                                "redis://…",
-		"redis://h:abc/0?sentinel_password=secret":             "redis://…",
-		"redis://user@h:1/0":                                   "redis://user@h:1/0",
-		"redis://h:1/0":                                        "redis://h:1/0",
-		"10.0.0.1:6379":                                        "10.0.0.1:6379",
-		"redis://u:se%zz@h/0?master_name=m":                    "redis://…",
-		"redis://u:my@secret/word@h:1/0":                       "redis://…",
-		"redis://h:1/0?master_name=m&sentinel_password=se%zz":  "redis://h:1/0?…",
+		"redis://user:secret@h:1/0":                             "redis://user:xxxxx@h:1/0",
+		"redis://:secret@h:1/0?a=b":                             "redis://:xxxxx@h:1/0?a=b",
+		"redis://h:1/0?master_name=m&sentinel_password=secret":  "redis://h:1/0?master_name=m&sentinel_password=xxxxx",
+		"rediss://user:p@ss@h:abc/0":                            "rediss://…",
+		"redis://u:pa/ss@h:1/0":                                 "redis://…",
+		"redis://h:abc/0?sentinel_password=secret":              "redis://…",
+		"redis://user@h:1/0":                                    "redis://user@h:1/0",
+		"redis://h:1/0":                                         "redis://h:1/0",
+		"10.0.0.1:6379":                                         "10.0.0.1:6379",
+		"redis://u:se%zz@h/0?master_name=m":                     "redis://…",
+		"redis://u:my@secret/word@h:1/0":                        "redis://…",
+		"redis://h:1/0?master_name=m&sentinel_password=se%zz":   "redis://h:1/0?…",
+		"redis://h:1/0?master_name=m&sentinel_password=se&cret": "redis://h:1/0?…",
 	} {
 		if got := redactURL(in); got != want {
 			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)

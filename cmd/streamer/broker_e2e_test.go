@@ -811,6 +811,9 @@ func TestBrokerFlagsAndConnections(t *testing.T) {
 		{"CA without TLS", "", []string{"--broker", "redis://127.0.0.1:1/0", "--broker-ca", "ca.pem"}, []string{"--broker-ca needs a rediss:// URL in --broker"}},
 		{"bad URL from the environment", "redis://u:s3cret@127.0.0.1:abc/0", nil, []string{"$STREAMER_BROKER", "redis://…", "is the port a number"}},
 		{"no scheme", "", []string{"--broker", "127.0.0.1:6379"}, []string{"--broker", "the scheme must be redis://"}},
+		{"an option streamer sets", "", []string{"--broker", "redis://127.0.0.1:1/0?read_timeout=30s"}, []string{"--broker", "query option read_timeout: streamer sets it itself"}},
+		{"a sentinel password that does not decode", "", []string{"--broker", "redis://127.0.0.1:1/0?master_name=m&sentinel_password=s3cret%zz"}, []string{"--broker", "query option sentinel_password does not parse"}},
+		{"skip_verify", "", []string{"--broker", "rediss://127.0.0.1:1/0?skip_verify=true"}, []string{"--broker", "query option skip_verify", "--broker-ca"}},
 		{"admin on a front end", "", []string{"--broker", "redis://127.0.0.1:1/0", "--workers", "0", "--admin", "--auth-token", "t"}, []string{"--admin needs workers of this server's own"}},
 	} {
 		t.Run("refused: "+tc.name, func(t *testing.T) {
