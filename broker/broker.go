@@ -206,6 +206,9 @@ func connect(cfg Config, poolSize int) (rdb *redis.Client, where string, err err
 	if err != nil {
 		return nil, "", parseError(cfg.URL, err)
 	}
+	if opt.DB < 0 {
+		return nil, "", negativeDB(cfg.URL, opt.DB)
+	}
 	if cfg.TLS != nil {
 		tc := cfg.TLS.Clone()
 		if tc.ServerName == "" {
@@ -254,6 +257,9 @@ func connectFailover(cfg Config, poolSize int) (*redis.Client, string, error) {
 	opt, err := redis.ParseFailoverURL(u.String())
 	if err != nil {
 		return nil, "", parseError(cfg.URL, err)
+	}
+	if opt.DB < 0 {
+		return nil, "", negativeDB(cfg.URL, opt.DB)
 	}
 	if opt.MasterName == "" {
 		return nil, "", fmt.Errorf("broker: redis URL %s: master_name is empty", redactURL(cfg.URL))
@@ -342,6 +348,13 @@ func parseError(s string, err error) error {
 		why = "unexpected option in the query (not named, as it may be a piece of a password there: is & in it percent-encoded?)"
 	}
 	return fmt.Errorf("broker: redis URL %s: %s", redactURL(s), why)
+}
+
+// negativeDB is the error of s, a Redis URL whose database number, db, is
+// negative. (Whether a number is too high, only Redis knows: its setting
+// databases.)
+func negativeDB(s string, db int) error {
+	return fmt.Errorf("broker: redis URL %s: database number %d: must not be negative", redactURL(s), db)
 }
 
 // unavailableError is a supervisor.ErrUnavailable whose message says what

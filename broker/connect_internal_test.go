@@ -36,6 +36,9 @@ func TestConnectRefusesBadURLsSayingWhy(t *testing.T) {
 		{"10.0.0.1:6379", "the scheme must be redis://"},
 		{" redis://10.0.0.1:6379/0", "the scheme must be redis://"},
 		{"redis://:secret@10.0.0.1:6379/x", "database number"},
+		{"redis://:secret@10.0.0.1:6379/-1", "database number -1: must not be negative"},
+		{"redis://10.0.0.1:6379?db=-2", "database number -2: must not be negative"},
+		{"redis://10.0.0.1:26379/-1?master_name=main", "database number -1: must not be negative"},
 	} {
 		_, _, err := connect(Config{URL: tc.url}, 1)
 		if err == nil || !strings.Contains(err.Error(), tc.why) {

@@ -88,3 +88,27 @@ func olderThan(version string, major, minor int) bool {
 	}
 	return gotMajor < major || (gotMajor == major && gotMinor < minor)
 }
+
+// ErrRefused says that Redis answers but refuses this client: the user or
+// the password (WRONGPASS, NOAUTH), or the database number. Retries do not
+// mend it: the URL, or Redis's configuration, must change.
+var ErrRefused = errors.New("broker: redis refuses this client")
+
+// Refusal returns err, an error of a front end's or a node's Start, as an
+// ErrRefused that says what to change when Redis refused the client
+// itself, and nil otherwise. At start, this is a mistake in the URL to
+// report at once; once serving, the same refusal (a password changed on
+// Redis) is an outage like any other, which ends when it is mended.
+func Refusal(err error) error {
+	var answer redis.Error
+	if !errors.As(err, &answer) {
+		return nil
+	}
+	switch msg := answer.Error(); {
+	case strings.HasPrefix(msg, "WRONGPASS"), strings.HasPrefix(msg, "NOAUTH"), strings.HasPrefix(msg, "ERR AUTH"):
+		return fmt.Errorf("%w (its user and password: are they those of the URL?): %w", ErrRefused, err)
+	case strings.HasPrefix(msg, "ERR DB index"), strings.HasPrefix(msg, "ERR invalid DB index"):
+		return fmt.Errorf("%w (its database number: Redis has as many as its setting databases, 16 unless set): %w", ErrRefused, err)
+	}
+	return nil
+}

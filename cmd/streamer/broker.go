@@ -151,23 +151,40 @@ func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
 
 // start runs the node, then the front end. Redis being down is logged, not
 // fatal: both keep trying, and /readyz says not ready meanwhile. A Redis
-// that can never serve (a cluster, a version too old) is fatal.
+// that can never serve (a cluster, a version too old) is fatal, and so is
+// one that answers but refuses the URL's user, password or database: the
+// URL is wrong, and no retry mends it.
 func (p *brokerParts) start(ctx context.Context, log *slog.Logger) error {
 	if p.node != nil {
-		if err := p.node.Start(ctx); errors.Is(err, broker.ErrUnsupportedRedis) {
-			return p.opts.wrap(err)
-		} else if err != nil {
-			log.Warn("node started without redis; retrying", "err", err)
+		err := p.node.Start(ctx)
+		if fatal := fatalAtStart(err); fatal != nil {
+			return p.opts.wrap(fatal)
 		}
-		log.Info("node serving items from redis", "node", p.node.Name())
+		if err != nil {
+			log.Warn("node started without redis; retrying", "node", p.node.Name(), "err", err)
+		} else {
+			log.Info("node serving items from redis", "node", p.node.Name())
+		}
 	}
-	if err := p.front.Start(ctx); errors.Is(err, broker.ErrUnsupportedRedis) {
-		return p.opts.wrap(err)
-	} else if err != nil {
-		log.Warn("front end started without redis; retrying", "err", err)
+	err := p.front.Start(ctx)
+	if fatal := fatalAtStart(err); fatal != nil {
+		return p.opts.wrap(fatal)
 	}
-	log.Info("front end sending requests through redis", "front", p.front.ID())
+	if err != nil {
+		log.Warn("front end started without redis; retrying", "front", p.front.ID(), "err", err)
+	} else {
+		log.Info("front end sending requests through redis", "front", p.front.ID())
+	}
 	return nil
+}
+
+// fatalAtStart is err, an error of a start, when it ends the server: Redis
+// cannot serve, or refuses the URL; nil when a retry may mend it.
+func fatalAtStart(err error) error {
+	if errors.Is(err, broker.ErrUnsupportedRedis) {
+		return err
+	}
+	return broker.Refusal(err)
 }
 
 // stops are the shutdowns in order: the front end first, which waits for

@@ -930,14 +930,62 @@ func refusedAtStart(t *testing.T, args []string) string {
 	return lines[len(lines)-1]
 }
 
-// TestBrokerWrongPasswordIsNamed: a front end whose --broker password Redis
-// refuses answers 503, as it cannot serve, and says why: the password, not
-// "not checked yet", which sends an operator looking for a network fault.
-func TestBrokerWrongPasswordIsNamed(t *testing.T) {
-	rs := redistest.Start(t, redistest.Options{Password: "s3cret"})
+// TestBrokerRefusedAtStartExits: a front end or a node whose --broker
+// user, password or database Redis refuses exits 1 at start saying so, as
+// no retry mends it; a Redis that does not answer at all is retried, and
+// the front end does not claim to send through it meanwhile.
+func TestBrokerRefusedAtStartExits(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{Password: "s3cret", User: "alice", UserPassword: "pw"})
+	for _, tc := range []struct{ url, why string }{
+		{"redis://:wrong@" + rs.Addr() + "/0", "WRONGPASS"},
+		{"redis://alice:wrong@" + rs.Addr() + "/0", "WRONGPASS"},
+		{"redis://" + rs.Addr() + "/0", "NOAUTH"},
+		{"redis://alice:pw@" + rs.Addr() + "/99", "DB index is out of range"},
+	} {
+		for _, workers := range []string{"0", "1"} {
+			s := launchServer(t, "--broker", tc.url, "--workers", workers, "--model", "echo")
+			code, err := s.wait(readyTimeout)
+			logs := s.logs()
+			if err != nil || code != 1 || !strings.Contains(logs, "streamer: --broker: redis refuses this client") || !strings.Contains(logs, tc.why) {
+				t.Errorf("%s, --workers %s: exit code %d, %v; want 1, saying Redis refuses it (%s):\n%s", tc.url, workers, code, err, tc.why, logs)
+			}
+			if strings.Contains(logs, "msg=serving") || strings.Contains(logs, "through redis") || strings.Contains(logs, "wrong") {
+				t.Errorf("%s, --workers %s: the log says it serves, or shows the password:\n%s", tc.url, workers, logs)
+			}
+		}
+	}
+	t.Run("redis down", func(t *testing.T) {
+		front := launchBroker(t, "redis://127.0.0.1:1/0", "--workers", "0")
+		brokerLogField(t, front, "serving", "level")
+		if _, ok := jsonLogAttr(front.logs(), "front end started without redis; retrying", "front"); !ok || strings.Contains(front.logs(), "front end sending requests through redis") {
+			t.Errorf("a front end with Redis down: want it started, retrying, without saying it sends through Redis:\n%s", front.logs())
+		}
+		if front.exited() {
+			t.Errorf("a front end with Redis down exited; want it retrying:\n%s", front.logs())
+		}
+	})
+}
+
+// TestBrokerPasswordChangedWhileServing: a front end whose password Redis
+// stops taking once it serves answers 503, naming WRONGPASS, rather than
+// exiting: the password may be set back, or the server restarted with the
+// new one, as an operator sees fit.
+func TestBrokerPasswordChangedWhileServing(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{User: "alice", UserPassword: "pw"})
 	startBrokerNode(t, rs, "--workers", "1")
-	url := strings.Replace(rs.URL(), "s3cret", "wrong", 1)
-	refusedThrough(t, url, []string{"WRONGPASS", "password"})
+	front := startBrokerFront(t, rs)
+	waitReadyz(t, front, http.StatusOK)
+	rs.Do(t, "ACL", "SETUSER", "alice", "resetpass", ">rotated")
+	rs.Do(t, "CLIENT", "KILL", "USER", "alice")
+	var last prediction
+	waitFor(t, "a request refused naming WRONGPASS", brokerWait, func() bool {
+		p, err := predictWithin(front, requestTimeout, 0, "hi")
+		last = p
+		return err == nil && p.Status == http.StatusServiceUnavailable && strings.Contains(p.Error, "WRONGPASS")
+	})
+	if front.exited() {
+		t.Errorf("the front end exited once Redis took its password no more (%s); want it answering 503:\n%s", last, front.logs())
+	}
 }
 
 // TestBrokerNodeThatMayNotAnswerLeavesItsItemsToAnother: a node whose Redis

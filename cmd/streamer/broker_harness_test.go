@@ -41,12 +41,20 @@ const (
 const brokerWait = 15 * time.Second
 
 // launchBroker runs `streamer serve --broker url --log-format json args...`
-// and waits until its front end has started, without waiting for /readyz:
-// a front end is ready only once some node is alive.
+// and waits until its front end has started, with Redis or without (it
+// then retries), without waiting for /readyz: a front end is ready only
+// once some node is alive.
 func launchBroker(t *testing.T, url string, args ...string) *server {
 	t.Helper()
 	s := launchServer(t, append([]string{"--broker", url, "--log-format", "json"}, args...)...)
-	brokerLogField(t, s, "front end sending requests through redis", "front")
+	waitFor(t, "the front end to start", brokerWait, func() bool {
+		_, up := jsonLogAttr(s.logs(), "front end sending requests through redis", "front")
+		_, down := jsonLogAttr(s.logs(), "front end started without redis; retrying", "front")
+		if !up && !down && s.exited() {
+			t.Fatalf("the server exited before its front end started:\n%s", s.logs())
+		}
+		return up || down
+	})
 	return s
 }
 
