@@ -267,11 +267,21 @@ func connectFailover(cfg Config, poolSize int) (*redis.Client, string, error) {
 	opt.Username = user.Username()
 	opt.Password, _ = user.Password()
 	opt.SentinelUsername, opt.SentinelPassword = sentinelUser, sentinelPassword
-	if cfg.TLS != nil {
-		// A failover moves the master to another host: its certificate
-		// must hold the name the TLS settings give (ServerName), or, with
-		// none, be signed for every address the Sentinels may name.
+	switch {
+	case cfg.TLS != nil:
+		// Without a ServerName, as below; with one, every certificate
+		// (the Sentinels', the master's, a new master's after a
+		// failover) must hold that name.
 		opt.TLSConfig = cfg.TLS.Clone()
+	case opt.TLSConfig != nil:
+		// The client library names the first Sentinel's host here, and
+		// uses these settings for every connection, to the Sentinels and
+		// to the master alike. With no name, each connection checks the
+		// certificate against the host it dials (tls.DialWithDialer,
+		// which both of the library's dialers use, takes it from the
+		// address): a Sentinel's against its own, the master's against
+		// the address the Sentinels name.
+		opt.TLSConfig.ServerName = ""
 	}
 	// The settings of connect, field for field (the two option types
 	// share no part): fail fast, and let the callers retry.

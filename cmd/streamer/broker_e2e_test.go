@@ -1042,6 +1042,28 @@ func TestBrokerFollowsASentinelFailover(t *testing.T) {
 	}
 }
 
+// TestBrokerSentinelOverTLSChecksEachHostsCertificate: given a rediss://
+// Sentinel URL and no --broker-ca (the test's CA trusted as the system's),
+// a node and a front end check each certificate against the host they
+// dial: the Sentinel's against its name, localhost, and the master's
+// against the address the Sentinel names, 127.0.0.1, which its certificate
+// names alone.
+func TestBrokerSentinelOverTLSChecksEachHostsCertificate(t *testing.T) {
+	master := redistest.Start(t, redistest.Options{TLS: true})
+	sentinel := redistest.Start(t, redistest.Options{TLS: true, Watch: master, MasterName: "main"})
+	t.Setenv("SSL_CERT_FILE", master.CAFile()) // the system's CAs, for the processes started below
+	url := sentinel.FailoverURL()
+	node := startBrokerNodeAt(t, url, "--workers", "1", "--model", "echo")
+	front := launchBroker(t, url, "--workers", "0")
+	waitReadyz(t, front, http.StatusOK)
+	if p, err := predictWithin(front, requestTimeout, 0, "hi"); err != nil || p.Status != http.StatusOK || len(p.Outputs) != 1 || p.Outputs[0] != "hi" {
+		t.Errorf("through %s: %s, %v; want 200 with its input", url, p, err)
+	}
+	if logs := node.logs() + front.logs(); strings.Contains(logs, "x509") {
+		t.Errorf("a certificate was refused:\n%s", logs)
+	}
+}
+
 // TestBrokerStatusCommand: `streamer status` shows what a front end and a
 // node know of Redis and did through it, and why a front end is not ready.
 func TestBrokerStatusCommand(t *testing.T) {

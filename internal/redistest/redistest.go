@@ -43,7 +43,10 @@ type Options struct {
 	// TLS makes the server speak TLS only: its one port is a tls-port, and
 	// plain TCP is refused. The certificates are made for this server alone:
 	// a test CA (CAFile, CACertPool) and a certificate for 127.0.0.1 signed
-	// by it. Clients need no certificate of their own.
+	// by it. Clients need no certificate of their own. A Sentinel (Watch)
+	// with TLS speaks it to its clients and to the server it watches, which
+	// must speak TLS too; its certificate is signed by that server's CA, for
+	// the name localhost alone (see FailoverURL).
 	TLS bool
 
 	// Persist keeps the data across Kill and Restart, in an append-only file
@@ -72,7 +75,7 @@ type Options struct {
 	// data server: it watches that server as the master named MasterName
 	// (quorum 1: it alone decides), takes it for down after
 	// SentinelDownAfter without an answer, and then promotes one of its
-	// replicas. Password, User, TLS, Persist and MaxMemory do not apply.
+	// replicas. Password, User, Persist and MaxMemory do not apply.
 	Watch      *Server
 	MasterName string
 }
@@ -126,12 +129,19 @@ func Start(t testing.TB, opt Options) *Server {
 		t.Fatalf("redistest: redis-server not found: run make install-tools (%v)", err)
 	}
 	s := &Server{opt: opt, binary: binary, dir: t.TempDir()}
-	if opt.TLS {
-		s.certs, err = writeCertificates(s.dir)
-		if err != nil {
-			t.Fatalf("redistest: TLS certificates: %v", err)
+	switch {
+	case opt.TLS && opt.Watch != nil:
+		if !opt.Watch.opt.TLS {
+			t.Fatalf("redistest: a Sentinel with TLS watches a server with TLS")
 		}
+		s.certs, err = writeSentinelCertificates(s.dir, opt.Watch.certs)
+		s.tlsConf = &tls.Config{RootCAs: s.certs.pool, ServerName: "localhost"}
+	case opt.TLS:
+		s.certs, err = writeCertificates(s.dir)
 		s.tlsConf = &tls.Config{RootCAs: s.certs.pool, ServerName: "127.0.0.1"}
+	}
+	if err != nil {
+		t.Fatalf("redistest: TLS certificates: %v", err)
 	}
 	t.Cleanup(s.stop)
 	for attempt := 1; ; attempt++ {
@@ -243,9 +253,13 @@ func (s *Server) URL() string {
 // FailoverURL returns the URL through which a client finds the master that
 // a Sentinel (Options.Watch) watches, as go-redis's ParseFailoverURL reads
 // it: redis://127.0.0.1:PORT/0?master_name=NAME, with the master's password
-// when it has one.
+// when it has one. With TLS it is rediss://localhost:PORT/…, the name of
+// the Sentinel's certificate, which the master's lacks.
 func (s *Server) FailoverURL() string {
 	u := url.URL{Scheme: "redis", Host: s.Addr(), Path: "/0", RawQuery: url.Values{"master_name": {s.opt.MasterName}}.Encode()}
+	if s.opt.TLS {
+		u.Scheme, u.Host = "rediss", net.JoinHostPort("localhost", strconv.Itoa(s.port))
+	}
 	if w := s.opt.Watch; w != nil && w.opt.Password != "" {
 		u.User = url.UserPassword("", w.opt.Password)
 	}
@@ -603,7 +617,12 @@ func (s *Server) config() string {
 		// Sentinel rewrites this file as it learns the replicas and
 		// fails over; a restart starts it afresh.
 		name := s.opt.MasterName
-		set("port", port)
+		if s.opt.TLS {
+			s.setTLS(set, port)
+			set("tls-replication", "yes") // to the master and its replicas too
+		} else {
+			set("port", port)
+		}
 		set("sentinel", "monitor", name, "127.0.0.1", strconv.Itoa(w.port), "1")
 		set("sentinel", "down-after-milliseconds", name, strconv.FormatInt(SentinelDownAfter.Milliseconds(), 10))
 		set("sentinel", "failover-timeout", name, "5000")
@@ -623,12 +642,7 @@ func (s *Server) config() string {
 		}
 	}
 	if s.opt.TLS {
-		set("port", "0")
-		set("tls-port", port)
-		set("tls-cert-file", s.certs.certFile)
-		set("tls-key-file", s.certs.keyFile)
-		set("tls-ca-cert-file", s.certs.caFile)
-		set("tls-auth-clients", "no")
+		s.setTLS(set, port)
 	} else {
 		set("port", port)
 	}
@@ -656,6 +670,17 @@ func (s *Server) config() string {
 		set("user", s.opt.User, "on", secret, "~*", "&*", "+@all")
 	}
 	return b.String()
+}
+
+// setTLS sets, through set, the configuration of a server that speaks TLS
+// alone on port.
+func (s *Server) setTLS(set func(...string), port string) {
+	set("port", "0")
+	set("tls-port", port)
+	set("tls-cert-file", s.certs.certFile)
+	set("tls-key-file", s.certs.keyFile)
+	set("tls-ca-cert-file", s.certs.caFile)
+	set("tls-auth-clients", "no")
 }
 
 // quote puts s in double quotes, escaping what Redis's configuration parser

@@ -195,6 +195,18 @@ func TestTLS(t *testing.T) {
 	}
 }
 
+// servedCertificate returns the certificate the server at addr presents,
+// checked for name against pool.
+func servedCertificate(t *testing.T, addr, name string, pool *x509.CertPool) *x509.Certificate {
+	t.Helper()
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", addr, &tls.Config{RootCAs: pool, ServerName: name})
+	if err != nil {
+		t.Fatalf("TLS to %s as %s: %v", addr, name, err)
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0]
+}
+
 func readCertificate(t *testing.T, path string) *x509.Certificate {
 	t.Helper()
 	data, err := os.ReadFile(path)
@@ -445,6 +457,35 @@ func TestSentinelPromotesTheReplicaWhenTheMasterDies(t *testing.T) {
 	}
 	if want := "redis://" + sentinel.Addr() + "/0?master_name=main"; sentinel.FailoverURL() != want {
 		t.Errorf("FailoverURL() = %q, want %q", sentinel.FailoverURL(), want)
+	}
+}
+
+// A Sentinel with TLS speaks it, knows its TLS master, and is named by its
+// certificate's name, localhost, which the master's certificate lacks.
+func TestSentinelWithTLS(t *testing.T) {
+	t.Parallel()
+	master := redistest.Start(t, redistest.Options{TLS: true})
+	sentinel := redistest.Start(t, redistest.Options{TLS: true, Watch: master, MasterName: "main"})
+	if got, want := sentinel.Do(t, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "main"), strings.Replace(master.Addr(), ":", "\n", 1); got != want {
+		t.Errorf("the master the sentinel names: %q, want %q", got, want)
+	}
+	_, port, _ := net.SplitHostPort(sentinel.Addr())
+	if want := "rediss://localhost:" + port + "/0?master_name=main"; sentinel.FailoverURL() != want {
+		t.Errorf("FailoverURL() = %q, want %q", sentinel.FailoverURL(), want)
+	}
+	for _, s := range []struct {
+		server *redistest.Server
+		names  string
+	}{{master, "127.0.0.1"}, {sentinel, "localhost"}} {
+		cert := servedCertificate(t, s.server.Addr(), s.names, master.CACertPool())
+		var names []string
+		for _, ip := range cert.IPAddresses {
+			names = append(names, ip.String())
+		}
+		names = append(names, cert.DNSNames...)
+		if strings.Join(names, " ") != s.names {
+			t.Errorf("%s's certificate names %q; want %s alone", s.server.Addr(), names, s.names)
+		}
 	}
 }
 
