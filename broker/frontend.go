@@ -305,8 +305,13 @@ func (fe *FrontEnd) Start(ctx context.Context) error {
 func (fe *FrontEnd) Ready() bool { return fe.up.Load() && fe.nodes.Load() > 0 && !fe.closed.Load() }
 
 // Full reports whether the shared backlog was at its bound at the last
-// check, so that a request can be refused before its body is read.
-func (fe *FrontEnd) Full() bool { return fe.backlog.Load() >= int64(fe.cfg.MaxBacklog) }
+// check, so that a request can be refused before its body is read. It is
+// false while the front end is not ready: a request is then refused for
+// that (ErrUnavailable), and the backlog seen last says nothing of when
+// to come back.
+func (fe *FrontEnd) Full() bool {
+	return fe.Ready() && fe.backlog.Load() >= int64(fe.cfg.MaxBacklog)
+}
 
 // Slots is empty: a front end has no workers of its own.
 func (fe *FrontEnd) Slots() []supervisor.SlotStatus { return []supervisor.SlotStatus{} }
