@@ -30,8 +30,9 @@ type FrontEndConfig struct {
 	// MaxItems is the most items in one request; more is ErrTooLarge.
 	// Zero means 4096.
 	MaxItems int
-	// Outage is how long Redis may be unreachable, or every node silent,
-	// before the requests waiting for answers fail with
+	// Outage is how long Redis may be unreachable, every node silent, or
+	// the front end's reads of its answers refused, before the requests
+	// waiting for answers fail with
 	// supervisor.ErrUnavailable. New requests fail at once meanwhile.
 	// Zero means 1s.
 	Outage time.Duration
@@ -85,6 +86,10 @@ type FrontEnd struct {
 	leaving atomic.Int64 // nodes leaving (finishing their items) heard from as recently
 	backlog atomic.Int64 // the stream's length at the last check
 	lastErr atomic.Pointer[string]
+	// readRefused says why Redis refuses the reader's reads of the reply
+	// stream (an error it answered, such as NOPERM: the front end's user
+	// may not read it), or nil while they go through (see refuseReads).
+	readRefused atomic.Pointer[string]
 
 	// toWithdraw holds, by stream, the items of calls that ended unanswered
 	// while they could not be withdrawn at once (Redis down, or the front
@@ -300,9 +305,11 @@ func (fe *FrontEnd) Start(ctx context.Context) error {
 	return err
 }
 
-// Ready reports whether a request can be served now: Redis answers and some
-// node has been heard from.
-func (fe *FrontEnd) Ready() bool { return fe.up.Load() && fe.nodes.Load() > 0 && !fe.closed.Load() }
+// Ready reports whether a request can be served now: Redis answers, lets
+// the front end read its answers, and some node has been heard from.
+func (fe *FrontEnd) Ready() bool {
+	return fe.up.Load() && fe.nodes.Load() > 0 && fe.readRefused.Load() == nil && !fe.closed.Load()
+}
 
 // Full reports whether the shared backlog was at its bound at the last
 // check, so that a request can be refused before its body is read. It is
@@ -529,6 +536,7 @@ func (fe *FrontEnd) NotReady() error {
 
 // unavailable says why a request cannot be served now, or nil.
 func (fe *FrontEnd) unavailable() error {
+	refused := fe.readRefused.Load()
 	switch {
 	case fe.closed.Load():
 		return supervisor.ErrShuttingDown
@@ -538,6 +546,8 @@ func (fe *FrontEnd) unavailable() error {
 			msg = *p
 		}
 		return unavailablef("redis at %s does not serve: %s", fe.where, msg)
+	case refused != nil:
+		return unavailablef("redis at %s refuses this front end's reads of its answers on %s, so no request could be answered: %s (does its user lack a permission?)", fe.where, fe.replyKey, *refused)
 	case fe.nodes.Load() == 0:
 		return unavailablef("no node has been heard from on redis at %s for %s, under the key prefix %q (does a node run on this redis, under this prefix? its log says why it cannot say it is alive)", fe.where, nodeSilence, fe.cfg.Prefix)
 	}
@@ -1218,6 +1228,7 @@ func (fe *FrontEnd) readLoop() {
 	last := "0-0"
 	var read int
 	lastTrim := time.Now()
+	trimRefused := false
 	retry := newBackoff()
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-fe.closing; cancel() }()
@@ -1242,11 +1253,18 @@ func (fe *FrontEnd) readLoop() {
 				count /= 2
 				continue
 			}
-			fe.noteDown(err)
+			if refusal(err) {
+				fe.refuseReads(err)
+			} else {
+				fe.noteDown(err)
+			}
 			retry.wait(fe.closing)
 			continue
 		}
 		retry.reset()
+		if fe.readRefused.Load() != nil && fe.readRefused.Swap(nil) != nil {
+			fe.cfg.Logger.Info("redis lets this front end read its answers again; it takes requests again", "redis", fe.where)
+		}
 		count = readCount
 		for _, st := range streams {
 			if len(st.Messages) == 0 {
@@ -1258,13 +1276,55 @@ func (fe *FrontEnd) readLoop() {
 			read += len(st.Messages)
 		}
 		if read > 0 && (read >= 1024 || time.Since(lastTrim) > time.Second) {
-			pipe := fe.rdb.Pipeline()
-			pipe.XTrimMinID(ctx, fe.replyKey, last)
-			pipe.Expire(ctx, fe.replyKey, fe.cfg.ReplyTTL)
-			_, _ = pipe.Exec(ctx) // trimming is best effort: the TTL bounds it too
+			trimRefused = fe.trim(ctx, last, trimRefused)
 			read, lastTrim = 0, time.Now()
 		}
 	}
+}
+
+// refusal says whether err, the failure of a read, is an error Redis
+// answered that a quick retry does not mend (NOPERM: the user may not
+// read the stream), rather than a Redis that does not serve for now.
+func refusal(err error) bool {
+	return errors.As(err, new(redis.Error)) && !notServing(err)
+}
+
+// refuseReads notes that Redis refuses the reader's reads for err, and
+// logs it once: until a read goes through, no caller could be answered,
+// so the front end is not ready, takes no request, and fails those
+// waiting once it lasts past Outage (see checkLoop).
+func (fe *FrontEnd) refuseReads(err error) {
+	msg := err.Error()
+	if fe.readRefused.Swap(&msg) == nil {
+		fe.cfg.Logger.Error("redis refuses this front end's reads of its answers: it takes no requests until a read goes through",
+			"redis", fe.where, "stream", fe.replyKey, "err", err)
+	}
+}
+
+// trim deletes the answers read, up to last, from the reply stream, and
+// refreshes the stream's TTL. It is best effort, as the nodes bound the
+// stream too, but a refusal (the user may not XTRIM) is logged, once
+// until a trim goes through: refused says whether the last one was
+// refused, and trim returns whether this one was.
+func (fe *FrontEnd) trim(ctx context.Context, last string, refused bool) bool {
+	pipe := fe.rdb.Pipeline()
+	pipe.XTrimMinID(ctx, fe.replyKey, last)
+	pipe.Expire(ctx, fe.replyKey, fe.cfg.ReplyTTL)
+	_, err := pipe.Exec(ctx)
+	switch {
+	case err == nil:
+		if refused {
+			fe.cfg.Logger.Info("redis trims this front end's reply stream again", "redis", fe.where)
+		}
+		return false
+	case refusal(err):
+		if !refused {
+			fe.cfg.Logger.Warn("redis refuses to trim this front end's reply stream: the answers read stay there, up to the nodes' bound on the stream, until a trim goes through",
+				"redis", fe.where, "stream", fe.replyKey, "err", err)
+		}
+		return true
+	}
+	return refused // no answer: the checks say why
 }
 
 // readCount is how many entries of answers a read asks for at most: a
@@ -1331,7 +1391,8 @@ func (fe *FrontEnd) deliver(msgs []redis.XMessage) {
 }
 
 // checkLoop checks Redis and the nodes every quarter second, and fails the
-// waiting calls once either has been gone for Outage. A node leaving, which
+// waiting calls once either has been gone for Outage, or Redis has refused
+// the reader's reads of the answers for as long. A node leaving, which
 // finishes the items it holds, counts: its callers wait for its answers,
 // though no new request is admitted for it alone. It has Redis looked at
 // for lost items after each outage and every lostLookEvery.
@@ -1395,7 +1456,7 @@ func (fe *FrontEnd) checkLoop() {
 			default: // one runs: a later check starts the next
 			}
 		}
-		if err == nil && fe.nodes.Load()+fe.leaving.Load() > 0 {
+		if err == nil && fe.nodes.Load()+fe.leaving.Load() > 0 && fe.readRefused.Load() == nil {
 			goneSince = time.Time{}
 			continue
 		}

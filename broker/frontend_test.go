@@ -2,6 +2,8 @@ package broker_test
 
 import (
 	"errors"
+	"log/slog"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/streamer-dev/streamer/broker"
 	"github.com/streamer-dev/streamer/internal/redistest"
+	"github.com/streamer-dev/streamer/internal/syncbuf"
 	"github.com/streamer-dev/streamer/supervisor"
 )
 
@@ -60,4 +63,101 @@ func TestAFullBacklogIsNotFullWhileTheFrontEndCannotServe(t *testing.T) {
 // heardFrom makes front ends see a node last heard from at when.
 func heardFrom(t *testing.T, rs *redistest.Server, when time.Time) {
 	rs.Do(t, "ZADD", "streamer:nodes", strconv.FormatInt(when.UnixMilli(), 10), "elsewhere")
+}
+
+// A front end whose user Redis does not let read the answers (an ACL
+// without XREAD) could answer no caller: it logs the refusal once, says it
+// is not ready and why, refuses new requests with that, fails those
+// waiting once it lasts past the outage, and serves again by itself once a
+// read goes through.
+func TestAFrontEndRedisWillNotLetReadItsAnswersIsNotReady(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	rec := newRecorder()
+	rec.hold["held"] = true
+	startNode(t, rs, rec, 4, nil)
+	var logs syncbuf.Buffer
+	fe := startFront(t, rs, func(c *broker.FrontEndConfig) {
+		c.URL = limitedUser(t, rs, "front")
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	eventually(t, "front end ready", fe.Ready)
+	waiting := predictLater(t, fe, "held")
+	eventually(t, "the node runs the item", func() bool { return rec.runs("held") == 1 })
+
+	rs.Do(t, "ACL", "SETUSER", "front", "-xread")
+	eventually(t, "the front end says Redis refuses its reads", func() bool {
+		err := fe.NotReady()
+		return err != nil && strings.Contains(err.Error(), "NOPERM") && !fe.Ready()
+	})
+	close(rec.release) // its answer waits, unread
+	if a := answerWithin(t, waiting, 15*time.Second, "the waiting request still waits 15s after its answers could no longer be read"); !errors.Is(a.err, supervisor.ErrUnavailable) || !strings.Contains(a.err.Error(), "NOPERM") {
+		t.Errorf("the request waiting as reads were refused: %q, %v; want ErrUnavailable naming the refusal", a.out, a.err)
+	}
+	if _, err := predict(t, fe, "new"); !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), "NOPERM") {
+		t.Errorf("a request while reads are refused: %v; want ErrUnavailable naming the refusal", err)
+	}
+	eventually(t, "three reads refused", func() bool { return rejectedCalls(t, rs, "xread") >= 3 })
+	if got := strings.Count(logs.String(), "redis refuses this front end's reads"); got != 1 {
+		t.Errorf("the refusal logged %d times; want once:\n%s", got, logs.String())
+	}
+
+	rs.Do(t, "ACL", "SETUSER", "front", "+xread")
+	eventually(t, "front end ready once its reads go through", fe.Ready)
+	answersEventually(t, fe, "after", "served again")
+}
+
+// A front end whose user Redis does not let trim the reply stream serves
+// all the same (the nodes bound the stream), and logs the refusal once,
+// not at each trim.
+func TestARefusedTrimOfTheRepliesIsLoggedOnce(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	startNode(t, rs, newRecorder(), 4, nil)
+	var logs syncbuf.Buffer
+	fe := startFront(t, rs, func(c *broker.FrontEndConfig) {
+		c.URL = limitedUser(t, rs, "front", "-xtrim")
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	eventually(t, "front end ready", fe.Ready)
+	// A trim follows the answers read a second after the last.
+	deadline := time.Now().Add(20 * time.Second)
+	for rejectedCalls(t, rs, "xtrim") < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 20s of requests, %d trims refused; want 2", rejectedCalls(t, rs, "xtrim"))
+		}
+		if out, err := predict(t, fe, "x"); err != nil || string(out[0]) != "x" {
+			t.Fatalf("a request while trims are refused: %q, %v; want its answer", out, err)
+		}
+	}
+	if got := strings.Count(logs.String(), "redis refuses to trim"); got != 1 || !strings.Contains(logs.String(), "NOPERM") {
+		t.Errorf("the refused trims logged %d times; want once, with Redis's error:\n%s", got, logs.String())
+	}
+}
+
+// limitedUser makes a Redis user name, with every permission but those
+// taken away by the ACL rules less (as "-xtrim"), and returns a URL of
+// rs for it.
+func limitedUser(t *testing.T, rs *redistest.Server, name string, less ...string) string {
+	t.Helper()
+	rs.Do(t, append([]string{"ACL", "SETUSER", name, "on", ">pw", "~*", "&*", "+@all"}, less...)...)
+	u, err := url.Parse(rs.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(name, "pw")
+	return u.String()
+}
+
+// rejectedCalls is how many calls of command Redis refused, as
+// INFO commandstats counts them.
+func rejectedCalls(t *testing.T, rs *redistest.Server, command string) int {
+	t.Helper()
+	for line := range strings.Lines(rs.Do(t, "INFO", "commandstats")) {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_"+command+":"); ok {
+			_, n, _ := strings.Cut(rest, "rejected_calls=")
+			n, _, _ = strings.Cut(n, ",")
+			got, _ := strconv.Atoi(n)
+			return got
+		}
+	}
+	return 0
 }
