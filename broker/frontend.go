@@ -961,13 +961,22 @@ func (b *comebacks) expireLocked(now time.Time) {
 	}
 }
 
-// admitChunk bounds the items of one run of the admission script: Redis
-// serves nobody else while a script runs.
-const admitChunk = 512
+// admitChunk and admitChunkBytes bound the items of one run of the
+// admission script, in number and in bytes: Redis serves nobody else while
+// a script runs. admitTripBytes bounds the items of one round trip, so
+// that it goes through within the client's timeouts (2 s) on a slow link,
+// as a node's writes of answers do (see writeMaxBytes); the rest of a
+// batch goes in the round trips that follow. A request larger than a
+// bound goes alone.
+const (
+	admitChunk      = 512
+	admitChunkBytes = 1 << 20
+	admitTripBytes  = 4 << 20
+)
 
 // admit runs the admission script for the calls of batch, once for every
-// admitChunk items or so (a larger request alone), all in one round trip,
-// and tells each call the verdict.
+// admitChunk items or admitChunkBytes or so (a larger request alone), in
+// round trips of up to admitTripBytes, and tells each call the verdict.
 func (fe *FrontEnd) admit(batch []*call) {
 	// Calls whose callers gave up waiting for the writer need no verdict.
 	// Calls that ended meanwhile (an outage failed them) are not
@@ -984,20 +993,53 @@ func (fe *FrontEnd) admit(batch []*call) {
 		return false
 	})
 	fe.mu.Unlock()
-	if len(batch) == 0 {
-		return
+	for len(batch) > 0 {
+		var chunks [][]*call
+		chunks, batch = nextTrip(batch)
+		fe.admitTrip(chunks)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	var chunks [][]*call
-	for start, items := 0, 0; start < len(batch); {
-		end := start
-		for items = 0; end < len(batch) && (end == start || items+len(batch[end].items) <= admitChunk); end++ {
-			items += len(batch[end].items)
+}
+
+// nextTrip takes from batch the calls of the next round trip, in chunks
+// of one run of the admission script each, and returns them and the rest.
+func nextTrip(batch []*call) (chunks [][]*call, rest []*call) {
+	start, tripBytes := 0, 0
+	for start < len(batch) {
+		end, items, bytes := start, 0, 0
+		for end < len(batch) {
+			n, size := len(batch[end].items), callBytes(batch[end])
+			if end > start && (items+n > admitChunk || bytes+size > admitChunkBytes) {
+				break
+			}
+			items, bytes, end = items+n, bytes+size, end+1
+		}
+		if start > 0 && tripBytes+bytes > admitTripBytes {
+			break
 		}
 		chunks = append(chunks, batch[start:end])
+		tripBytes += bytes
 		start = end
 	}
+	return chunks, batch[start:]
+}
+
+// callBytes is about what the items of c weigh in an admission.
+func callBytes(c *call) int {
+	n := 0
+	for _, item := range c.items {
+		n += len(item) + 32 // and the header
+	}
+	for _, key := range c.keys {
+		n += len(key)
+	}
+	return n
+}
+
+// admitTrip runs the admission script for each of chunks, in one round
+// trip, and tells each call the verdict.
+func (fe *FrontEnd) admitTrip(chunks [][]*call) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
 	var epoch string
 	run := func(chunks [][]*call) []*redis.Cmd {
 		fe.mu.Lock()

@@ -1,17 +1,22 @@
 package broker_test
 
 import (
+	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/streamer-dev/streamer/broker"
 	"github.com/streamer-dev/streamer/internal/redistest"
 	"github.com/streamer-dev/streamer/internal/syncbuf"
+	"github.com/streamer-dev/streamer/model"
 	"github.com/streamer-dev/streamer/supervisor"
 )
 
@@ -160,4 +165,48 @@ func rejectedCalls(t *testing.T, rs *redistest.Server, command string) int {
 		}
 	}
 	return 0
+}
+
+// Large items are admitted in round trips of a bounded size, each of which
+// goes through within the client's timeouts on a slow link: admitted in
+// one round trip of all their bytes, requests sent together timed out
+// there, and every one failed with 503.
+func TestLargeItemsAreAdmittedInRoundTripsOfBoundedSize(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	proxy := redistest.StartProxy(t, rs)
+	// The model answers with the item's size: only the admissions are large.
+	sizes := model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) {
+		out := make([][]byte, len(items))
+		for i, it := range items {
+			out[i] = strconv.AppendInt(nil, int64(len(it)), 10)
+		}
+		return out, nil
+	})
+	startNode(t, rs, sizes, 4, nil)
+	fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.URL = proxy.URL() })
+	eventually(t, "front end ready", fe.Ready)
+	// 32 requests of 1 MiB on a link of 8 MiB/s: 4 s in one round trip,
+	// twice what one may take.
+	proxy.Throttle(8 << 20)
+	item := bytes.Repeat([]byte{'x'}, 1<<20)
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for range 32 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			out, err := fe.Predict(ctx, [][]byte{item})
+			if want := strconv.Itoa(len(item)); err == nil && string(out[0]) != want {
+				err = fmt.Errorf("answer %q; want %s, the item's size", out[0], want)
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("a request of a large item: %v", err)
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Proxy forwards TCP connections from a loopback port of its own to a
@@ -16,6 +17,7 @@ import (
 type Proxy struct {
 	ln     net.Listener
 	target string
+	rate   atomic.Int64 // see Throttle
 
 	mu     sync.Mutex
 	links  []*link // the connections forwarded now
@@ -96,6 +98,10 @@ func (p *Proxy) CloseOnNextCommand() int {
 	return len(p.links)
 }
 
+// Throttle bounds what each connection carries to the server to
+// bytesPerSecond, as a slow link would; 0 lifts the bound.
+func (p *Proxy) Throttle(bytesPerSecond int64) { p.rate.Store(bytesPerSecond) }
+
 // String names the proxy and where it forwards, for a test's messages.
 func (p *Proxy) String() string {
 	p.mu.Lock()
@@ -157,6 +163,9 @@ func (p *Proxy) pipe(l *link, dst, src net.Conn) {
 		if n > 0 {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				err = werr
+			}
+			if rate := p.rate.Load(); rate > 0 && dst == l.server {
+				time.Sleep(time.Duration(int64(n) * int64(time.Second) / rate)) // the link's pace
 			}
 		}
 		if err != nil {
