@@ -1036,41 +1036,51 @@ func callBytes(c *call) int {
 }
 
 // admitTrip runs the admission script for each of chunks, in one round
-// trip, and tells each call the verdict.
+// trip, and tells each call the verdict. The runs that Redis refused for
+// a want of the script, or for an old epoch, are run again once that is
+// mended, and only those: the others admitted their calls already.
 func (fe *FrontEnd) admitTrip(chunks [][]*call) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	var epoch string
-	run := func(chunks [][]*call) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(chunks))
+	epochs := make([]string, len(chunks)) // the epoch each run was made in
+	// run runs the chunks whose last run failed with an error of prefix
+	// (all of them at first).
+	run := func(prefix string) {
 		fe.mu.Lock()
-		epoch = fe.epoch
+		epoch := fe.epoch
 		fe.mu.Unlock()
-		pipe := fe.rdb.Pipeline()
-		cmds := make([]*redis.Cmd, len(chunks))
+		var pipe redis.Pipeliner
 		for i, chunk := range chunks {
+			if cmds[i] != nil && !redis.HasErrorPrefix(cmds[i].Err(), prefix) {
+				continue
+			}
+			if pipe == nil {
+				pipe = fe.rdb.Pipeline()
+			}
 			cmds[i] = admitScript.EvalSha(ctx, pipe, []string{fe.k.items, fe.k.nodes, fe.k.streams, fe.k.epoch}, fe.admitArgs(chunk, epoch)...)
+			epochs[i] = epoch
 		}
-		_, _ = pipe.Exec(ctx) // each command's own error is read below
-		return cmds
-	}
-	cmds := run(chunks)
-	err := cmds[0].Err()
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		// Redis restarted, or flushed its scripts: every chunk failed alike.
-		if err = admitScript.Load(ctx, fe.rdb).Err(); err == nil {
-			cmds = run(chunks)
-			err = cmds[0].Err()
+		if pipe != nil {
+			_, _ = pipe.Exec(ctx) // each command's own error is read below
 		}
 	}
-	if err != nil && redis.HasErrorPrefix(err, "EPOCH") {
-		// Redis lost its data since the last check: the check fails the
-		// calls admitted before, and these go in the new epoch.
-		if err = fe.check(ctx); err == nil {
-			cmds = run(chunks)
-		}
+	failed := func(prefix string) bool {
+		return slices.ContainsFunc(cmds, func(cmd *redis.Cmd) bool { return redis.HasErrorPrefix(cmd.Err(), prefix) })
+	}
+	run("")
+	// Redis restarted, or flushed its scripts, before some of the runs
+	// (a client may load the script between two of them).
+	if failed("NOSCRIPT") && admitScript.Load(ctx, fe.rdb).Err() == nil {
+		run("NOSCRIPT")
+	}
+	// Redis lost its data since the last check: the check fails the calls
+	// admitted before, and these go in the new epoch.
+	if failed("EPOCH") && fe.check(ctx) == nil {
+		run("EPOCH")
 	}
 	for i, cmd := range cmds {
-		fe.tell(chunks[i], cmd, epoch)
+		fe.tell(chunks[i], cmd, epochs[i])
 	}
 }
 

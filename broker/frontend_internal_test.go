@@ -1,8 +1,17 @@
 package broker
 
 import (
+	"context"
+	"errors"
 	"slices"
+	"strconv"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/streamer-dev/streamer/internal/redistest"
 )
 
 // A round trip of admissions carries up to admitTripBytes, in runs of the
@@ -44,6 +53,102 @@ func TestAdmissionsAreSplitByItemsAndBytes(t *testing.T) {
 			}
 			if !slices.EqualFunc(got, tc.want, slices.Equal) {
 				t.Errorf("round trips of chunks of %v calls; want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// splitFirst is a hook that splits the first pipeline of admissions
+// after its first command and calls between then, as another client's
+// command would come between the two.
+type splitFirst struct {
+	between func(context.Context)
+	done    atomic.Bool
+}
+
+func (h *splitFirst) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *splitFirst) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *splitFirst) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) < 2 || cmds[0].Name() != "evalsha" || !h.done.CompareAndSwap(false, true) {
+			return next(ctx, cmds)
+		}
+		err := next(ctx, cmds[:1])
+		h.between(ctx)
+		return errors.Join(err, next(ctx, cmds[1:]))
+	}
+}
+
+// When Redis runs some runs of the admission script of a round trip and
+// not others, as it lacks the script (restarted, or its scripts flushed)
+// for some of them only, those it did not run are run again once the
+// script is loaded, and only those: each request is admitted once.
+func TestAdmissionsRunAgainOnlyWhereRedisLackedTheScript(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		flushed bool // the scripts flushed before the round trip
+		between func(context.Context, *redis.Client) error
+	}{
+		{"loaded after the first", true, func(ctx context.Context, other *redis.Client) error {
+			return admitScript.Load(ctx, other).Err()
+		}},
+		{"flushed after the first", false, func(ctx context.Context, other *redis.Client) error {
+			return other.ScriptFlush(ctx).Err()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := redistest.Start(t, redistest.Options{})
+			fe := unstartedFront(t, rs.URL(), 0)
+			other := redis.NewClient(&redis.Options{Addr: rs.Addr()}) // another front end's
+			t.Cleanup(func() { _ = other.Close() })
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := fe.check(ctx); err != nil { // the epoch, which admissions carry
+				t.Fatal(err)
+			}
+			if err := admitScript.Load(ctx, fe.rdb).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.flushed {
+				rs.Do(t, "SCRIPT", "FLUSH")
+			}
+			fe.rdb.AddHook(&splitFirst{between: func(ctx context.Context) {
+				if err := tc.between(ctx, other); err != nil {
+					t.Error(err)
+				}
+			}})
+			// Two runs of the script: a chunk's worth of items, then one.
+			batch := []*call{{seq: 1, items: make([][]byte, admitChunk)}, {seq: 2, items: make([][]byte, 1)}}
+			for _, c := range batch {
+				c.admitted = make(chan error, 1)
+				for i := range c.items {
+					c.items[i] = []byte("x")
+				}
+			}
+			fe.admit(waiting(fe, batch...))
+			for _, c := range batch {
+				if err := <-c.admitted; err != nil {
+					t.Errorf("request %d: %v; want it admitted", c.seq, err)
+				}
+			}
+			msgs, err := fe.rdb.XRange(ctx, fe.k.items, "-", "+").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			count := map[string]int{}
+			for _, m := range msgs {
+				hd, _ := parseHeader(str(m.Values, fieldHeader))
+				count[hd.seq+":"+hd.index]++
+			}
+			for _, c := range batch {
+				for i := range c.items {
+					if n := count[strconv.FormatUint(c.seq, 10)+":"+strconv.Itoa(i)]; n != 1 {
+						t.Fatalf("request %d's item %d is %d times on the stream; want once", c.seq, i, n)
+					}
+				}
+			}
+			if len(msgs) != admitChunk+1 {
+				t.Errorf("%d items on the stream; want %d", len(msgs), admitChunk+1)
 			}
 		})
 	}
