@@ -97,6 +97,11 @@ type FrontEnd struct {
 	// under mu. withdrawing counts the withdrawals under way.
 	toWithdraw  map[string][]string
 	withdrawing sync.WaitGroup
+	// unanswered holds the admissions that got no answer (Redis hung, or
+	// the connection broke, with the command sent), under mu: Redis may
+	// have run them, or run them yet as it resumes, and put on the stream
+	// the items of calls that failed. See withdrawUnanswered.
+	unanswered []unansweredAdmission
 
 	// readTo is the last entry of the reply stream the reader has
 	// delivered; readMoved is closed, and replaced, when it moves (see
@@ -249,6 +254,64 @@ for i = 2, #ARGV do
 end
 return n
 `)
+
+// withdrawUnansweredScript withdraws the items of requests whose
+// admission got no answer (see unansweredAdmission): it looks on the
+// streams, from an id on, for the entries whose header names the front end
+// and one of the requests, and deletes those that no node has read. It
+// answers how many it deleted. It reads a few entries at a time: items may
+// be large.
+//
+//	KEYS    the streams
+//	ARGV    the group, the first id to look at, the front end's id, then
+//	        the requests' numbers
+var withdrawUnansweredScript = redis.NewScript(`
+local seqs = {}
+for i = 4, #ARGV do seqs[ARGV[i]] = true end
+local prefix = ARGV[3] .. ' '
+local n = 0
+for _, key in ipairs(KEYS) do
+  local from = ARGV[2]
+  while true do
+    local entries = redis.call('XRANGE', key, from, '+', 'COUNT', 32)
+    for _, e in ipairs(entries) do
+      local h = e[2][2]
+      if e[2][1] == 'h' and string.sub(h, 1, #prefix) == prefix and seqs[string.match(h, '^%S+ (%d+) ')] then
+        -- No group yet: no node has read the stream.
+        local pending = redis.pcall('XPENDING', key, ARGV[1], e[1], e[1], 1)
+        if pending.err or #pending == 0 then n = n + redis.call('XDEL', key, e[1]) end
+      end
+    end
+    if #entries < 32 then break end
+    from = '(' .. entries[#entries][1]
+  end
+end
+return n
+`)
+
+// unansweredAdmission is a round trip of admissions that got no answer:
+// the calls it carried failed, but Redis may have run it, or may run it
+// yet once it resumes (a Redis held up by a slow disk or a long script
+// runs then the commands waiting in its sockets, those of clients gone
+// too), and put their items on the stream, where a node would run them
+// for nobody. Once Redis answers again, the front end looks for the items
+// by the header it writes (see withdrawUnansweredScript) and withdraws
+// them, at each of the next unansweredLooks checks that find Redis up: it
+// may run the admission just after another client's command.
+type unansweredAdmission struct {
+	streams []string // the shared stream, and the node streams it may have used
+	from    string   // the first stream id to look at
+	seqs    []any    // the calls' numbers, in decimal
+	looks   int
+}
+
+// unansweredLooks is how many checks that find Redis up look for the items
+// of an admission that got no answer; unansweredMax bounds the admissions
+// remembered, the last kept.
+const (
+	unansweredLooks = 4
+	unansweredMax   = 64
+)
 
 // NewFrontEnd returns a front end for cfg, not yet running.
 func NewFrontEnd(cfg FrontEndConfig) (*FrontEnd, error) {
@@ -1042,6 +1105,7 @@ func callBytes(c *call) int {
 func (fe *FrontEnd) admitTrip(chunks [][]*call) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	start := fe.clock.now()
 	cmds := make([]*redis.Cmd, len(chunks))
 	epochs := make([]string, len(chunks)) // the epoch each run was made in
 	// run runs the chunks whose last run failed with an error of prefix
@@ -1079,9 +1143,73 @@ func (fe *FrontEnd) admitTrip(chunks [][]*call) {
 	if failed("EPOCH") && fe.check(ctx) == nil {
 		run("EPOCH")
 	}
+	var unanswered []*call
 	for i, cmd := range cmds {
 		fe.tell(chunks[i], cmd, epochs[i])
+		if err := cmd.Err(); err != nil && !errors.As(err, new(redis.Error)) {
+			unanswered = append(unanswered, chunks[i]...)
+		}
 	}
+	if unanswered != nil {
+		fe.noteUnanswered(unanswered, start)
+	}
+}
+
+// noteUnanswered remembers calls whose admission, sent at start (on
+// Redis's clock), got no answer, for withdrawUnanswered.
+func (fe *FrontEnd) noteUnanswered(calls []*call, start time.Time) {
+	// The items' ids are Redis's times as it ran the admission, after
+	// start, which is off by up to half a round trip, or more where Redis
+	// refuses TIME and the machines' clocks differ: a margin.
+	a := unansweredAdmission{
+		streams: []string{fe.k.items},
+		from:    strconv.FormatInt(start.Add(-5*time.Second).UnixMilli(), 10),
+		seqs:    make([]any, 0, len(calls)),
+	}
+	for _, c := range calls {
+		a.seqs = append(a.seqs, strconv.FormatUint(c.seq, 10))
+		if key := fe.k.nodeItems(c.route); c.route != "" && !slices.Contains(a.streams, key) {
+			a.streams = append(a.streams, key)
+		}
+	}
+	fe.mu.Lock()
+	defer fe.mu.Unlock()
+	fe.unanswered = append(fe.unanswered[max(len(fe.unanswered)-unansweredMax+1, 0):], a)
+}
+
+// withdrawUnanswered looks for the items of the admissions that got no
+// answer, and withdraws those no node has read (see unansweredAdmission).
+func (fe *FrontEnd) withdrawUnanswered(ctx context.Context) {
+	fe.mu.Lock()
+	all := fe.unanswered
+	fe.unanswered = nil
+	fe.mu.Unlock()
+	var again []unansweredAdmission
+	for _, a := range all {
+		args := append([]any{nodeGroup, a.from, fe.id}, a.seqs...)
+		n, err := withdrawUnansweredScript.Run(ctx, fe.rdb, a.streams, args...).Int64()
+		switch {
+		case err == nil:
+			a.looks++
+			if n > 0 {
+				fe.stats.withdrawn.Add(uint64(n))
+				fe.cfg.Logger.Info("withdrew the items of failed requests that redis admitted after it stopped answering", "items", n, "redis", fe.where)
+			}
+		case errors.As(err, new(redis.Error)):
+			a.looks++ // refused: no retry mends that soon
+			fe.cfg.Logger.Debug("look for the items of admissions that got no answer", "err", err)
+		}
+		if a.looks < unansweredLooks {
+			again = append(again, a)
+		}
+	}
+	if again == nil {
+		return
+	}
+	fe.mu.Lock()
+	defer fe.mu.Unlock()
+	fe.unanswered = append(again, fe.unanswered...)
+	fe.unanswered = fe.unanswered[max(len(fe.unanswered)-unansweredMax, 0):]
 }
 
 // tell gives each call of chunk its verdict from cmd, the admission
@@ -1177,6 +1305,14 @@ func (fe *FrontEnd) withdrawLaterLocked() {
 	for stream, ids := range fe.unansweredLocked() {
 		fe.toWithdraw[stream] = append(fe.toWithdraw[stream], ids...)
 	}
+}
+
+// hasUnanswered says whether admissions that got no answer wait for
+// withdrawUnanswered.
+func (fe *FrontEnd) hasUnanswered() bool {
+	fe.mu.Lock()
+	defer fe.mu.Unlock()
+	return len(fe.unanswered) > 0
 }
 
 // takeToWithdraw returns the items queued for withdrawal, and forgets them.
@@ -1475,6 +1611,11 @@ func (fe *FrontEnd) checkLoop() {
 				fe.requeue(fe.withdrawAll(ctx, items))
 				cancel()
 			}
+			if fe.hasUnanswered() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				fe.withdrawUnanswered(ctx)
+				cancel()
+			}
 		}
 		if err != nil || fe.unrefreshed.Load() != nil {
 			// Redis was down, or the front end went without refreshing
@@ -1600,6 +1741,7 @@ func (fe *FrontEnd) check(ctx context.Context) error {
 		if last != "" {
 			fe.lostDataLocked()
 			fe.toWithdraw = map[string][]string{} // gone with the data
+			fe.unanswered = nil
 		}
 	}
 	fe.mu.Unlock()
@@ -1717,6 +1859,7 @@ func (fe *FrontEnd) Close(ctx context.Context) error {
 	dctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	fe.withdrawAll(dctx, fe.takeToWithdraw())
+	fe.withdrawUnanswered(dctx)
 	fe.rdb.Del(dctx, fe.replyKey)
 	err = errors.Join(err, fe.rdb.Close())
 	// The reader's read in flight, if Redis hangs, ends with the client.

@@ -153,3 +153,59 @@ func TestAdmissionsRunAgainOnlyWhereRedisLackedTheScript(t *testing.T) {
 		})
 	}
 }
+
+// The look for the items of an admission that got no answer withdraws,
+// from the shared stream and the node streams its calls were routed to,
+// the items of those calls alone that no node has read: not those of
+// other requests, of other front ends, or older than the admission by
+// more than the margin.
+func TestTheLookForAnUnansweredAdmissionWithdrawsItsUnreadItemsAlone(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fe := unstartedFront(t, rs.URL(), 0)
+	own := fe.k.nodeItems("a")
+	rs.Do(t, "XGROUP", "CREATE", fe.k.items, nodeGroup, "0", "MKSTREAM")
+	add := func(stream, id, front string, seq int) string {
+		t.Helper()
+		return rs.Do(t, "XADD", stream, id, fieldHeader, front+" "+strconv.Itoa(seq)+" 0 0 60000", fieldValue, "x")
+	}
+	old := add(fe.k.items, "1000-0", fe.id, 7) // long before the admission
+	start := time.Now()
+	read := add(fe.k.items, "*", fe.id, 7)
+	rs.Do(t, "XREADGROUP", "GROUP", nodeGroup, "b", "STREAMS", fe.k.items, ">") // a node holds it
+	rs.Do(t, "XACK", fe.k.items, nodeGroup, old)                                // and the old one no more
+	keep := []string{
+		old, read,
+		add(fe.k.items, "*", fe.id, 8),       // another request
+		add(fe.k.items, "*", "elsewhere", 7), // another front end's
+		add(fe.k.items, "*", fe.id, 70),      // another request
+	}
+	gone := []string{add(fe.k.items, "*", fe.id, 7), add(own, "*", fe.id, 9), add(fe.k.items, "*", fe.id, 9)}
+	fe.noteUnanswered([]*call{{seq: 7}, {seq: 9, route: "a"}}, start)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	fe.withdrawUnanswered(ctx)
+	var left []string
+	for _, stream := range []string{fe.k.items, own} {
+		msgs, err := fe.rdb.XRange(ctx, stream, "-", "+").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range msgs {
+			left = append(left, m.ID)
+		}
+	}
+	slices.Sort(keep)
+	slices.Sort(left)
+	if !slices.Equal(left, keep) {
+		t.Errorf("left %v; want %v (withdrawn: %v)", left, keep, gone)
+	}
+	if got := fe.stats.withdrawn.Load(); got != uint64(len(gone)) {
+		t.Errorf("withdrawn = %d; want %d", got, len(gone))
+	}
+	fe.mu.Lock()
+	defer fe.mu.Unlock()
+	if len(fe.unanswered) != 1 || fe.unanswered[0].looks != 1 {
+		t.Errorf("after a look, %+v remembered; want the admission, looked at once, for the next checks", fe.unanswered)
+	}
+}

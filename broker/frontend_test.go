@@ -156,12 +156,21 @@ func limitedUser(t *testing.T, rs *redistest.Server, name string, less ...string
 // INFO commandstats counts them.
 func rejectedCalls(t *testing.T, rs *redistest.Server, command string) int {
 	t.Helper()
+	return commandStat(t, rs, command, "rejected_calls")
+}
+
+// commandStat is the field of command's line in INFO commandstats ("calls",
+// "rejected_calls"), 0 before the command's first call.
+func commandStat(t *testing.T, rs *redistest.Server, command, field string) int {
+	t.Helper()
 	for line := range strings.Lines(rs.Do(t, "INFO", "commandstats")) {
 		if rest, ok := strings.CutPrefix(line, "cmdstat_"+command+":"); ok {
-			_, n, _ := strings.Cut(rest, "rejected_calls=")
-			n, _, _ = strings.Cut(n, ",")
-			got, _ := strconv.Atoi(n)
-			return got
+			for kv := range strings.SplitSeq(strings.TrimSpace(rest), ",") {
+				if n, ok := strings.CutPrefix(kv, field+"="); ok {
+					got, _ := strconv.Atoi(n)
+					return got
+				}
+			}
 		}
 	}
 	return 0
@@ -208,5 +217,68 @@ func TestLargeItemsAreAdmittedInRoundTripsOfBoundedSize(t *testing.T) {
 		if err != nil {
 			t.Errorf("a request of a large item: %v", err)
 		}
+	}
+}
+
+// An admission that got no answer, as Redis stalled (a slow disk, a long
+// script) while it waited in its socket, fails its request; Redis runs it
+// as it resumes, and its item is then found on the stream by its header
+// and withdrawn, so that no node runs it for nobody. (A Redis paused by
+// CLIENT PAUSE drops the command of a client that left meanwhile, and
+// runs nothing.)
+func TestTheItemsOfAnAdmissionThatGotNoAnswerAreWithdrawn(t *testing.T) {
+	rs, fe := frontWithoutNodes(t, nil)
+	// Requests given up, whose withdrawals leave connections in the pool:
+	// the admission goes on one, rather than on a new one that Redis would
+	// not greet during its stall.
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			_, _ = fe.Predict(ctx, [][]byte{[]byte("given up")})
+		})
+	}
+	wg.Wait()
+	onStream(t, rs, 0, "the requests given up withdrawn")
+	admitted, added := commandStat(t, rs, "evalsha", "calls"), commandStat(t, rs, "xadd", "calls")
+	withdrawn := fe.FrontEndStats().Withdrawn
+	// Past the admission's 2 s, with room for the request to reach Redis,
+	// and short of the 5 s after which Redis answers BUSY to others.
+	stall := 4 * time.Second
+	started := time.Now()
+	stalled := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err := rs.DoErr(ctx, "EVAL", `local function now() local t = redis.call('TIME') return t[1] * 1000000 + t[2] end
+local from = now()
+while now() - from < tonumber(ARGV[1]) do end`, "0", strconv.FormatInt(stall.Microseconds(), 10))
+		stalled <- err
+	}()
+	eventually(t, "Redis stalled", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		_, err := rs.DoErr(ctx, "PING")
+		return err != nil
+	})
+	later := predictLater(t, fe, "x")
+	if late := time.Since(started); late > stall-2500*time.Millisecond {
+		t.Fatalf("the request came %s into Redis's stall of %s: too late for its admission to go unanswered", late, stall)
+	}
+	if a := <-later; !errors.Is(a.err, supervisor.ErrUnavailable) {
+		t.Fatalf("a request whose admission Redis held: %q, %v; want ErrUnavailable", a.out, a.err)
+	}
+	if err := <-stalled; err != nil {
+		t.Fatalf("the stall: %v", err)
+	}
+	if got := commandStat(t, rs, "evalsha", "calls"); got <= admitted {
+		t.Fatalf("%d admissions after the stall, as before it: the request's never reached Redis", got)
+	}
+	eventually(t, "the item put on the stream as Redis resumed, and withdrawn", func() bool {
+		return commandStat(t, rs, "xadd", "calls") == added+1 && rs.Do(t, "XLEN", "streamer:items") == "0"
+	})
+	if got := fe.FrontEndStats().Withdrawn; got != withdrawn+1 {
+		t.Errorf("withdrawn = %d; want %d, one more than before the stall", got, withdrawn+1)
 	}
 }
