@@ -1184,20 +1184,36 @@ func (fe *FrontEnd) withdrawUnanswered(ctx context.Context) {
 	all := fe.unanswered
 	fe.unanswered = nil
 	fe.mu.Unlock()
+	if len(all) == 0 {
+		return
+	}
+	// One look for them all, from the earliest: each look reads the
+	// streams' entries since then, and Redis runs nothing else meanwhile.
+	var streams []string
+	args := []any{nodeGroup, all[0].from, fe.id}
+	for _, a := range all {
+		for _, key := range a.streams {
+			if !slices.Contains(streams, key) {
+				streams = append(streams, key)
+			}
+		}
+		args[1] = min(args[1].(string), a.from) // same number of digits
+		args = append(args, a.seqs...)
+	}
+	n, err := withdrawUnansweredScript.Run(ctx, fe.rdb, streams, args...).Int64()
+	looked := err == nil
+	switch {
+	case err == nil && n > 0:
+		fe.stats.withdrawn.Add(uint64(n))
+		fe.cfg.Logger.Info("withdrew the items of failed requests that redis admitted after it stopped answering", "items", n, "redis", fe.where)
+	case errors.As(err, new(redis.Error)):
+		looked = true // refused: no retry mends that soon
+		fe.cfg.Logger.Debug("look for the items of admissions that got no answer", "err", err)
+	}
 	var again []unansweredAdmission
 	for _, a := range all {
-		args := append([]any{nodeGroup, a.from, fe.id}, a.seqs...)
-		n, err := withdrawUnansweredScript.Run(ctx, fe.rdb, a.streams, args...).Int64()
-		switch {
-		case err == nil:
+		if looked {
 			a.looks++
-			if n > 0 {
-				fe.stats.withdrawn.Add(uint64(n))
-				fe.cfg.Logger.Info("withdrew the items of failed requests that redis admitted after it stopped answering", "items", n, "redis", fe.where)
-			}
-		case errors.As(err, new(redis.Error)):
-			a.looks++ // refused: no retry mends that soon
-			fe.cfg.Logger.Debug("look for the items of admissions that got no answer", "err", err)
 		}
 		if a.looks < unansweredLooks {
 			again = append(again, a)
