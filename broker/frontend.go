@@ -611,6 +611,8 @@ func (fe *FrontEnd) unavailable() error {
 		return unavailablef("redis at %s does not serve: %s", fe.where, msg)
 	case refused != nil:
 		return unavailablef("redis at %s refuses this front end's reads of its answers on %s, so no request could be answered: %s (does its user lack a permission?)", fe.where, fe.replyKey, *refused)
+	case fe.nodes.Load() == 0 && fe.leaving.Load() > 0:
+		return unavailablef("no node takes requests on redis at %s, under the key prefix %q: the %d heard from are leaving, or none of their workers can run (their logs say which)", fe.where, fe.cfg.Prefix, fe.leaving.Load())
 	case fe.nodes.Load() == 0:
 		return unavailablef("no node has been heard from on redis at %s for %s, under the key prefix %q (does a node run on this redis, under this prefix? its log says why it cannot say it is alive)", fe.where, nodeSilence, fe.cfg.Prefix)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,8 +24,8 @@ func TestBrokerANodeWhoseWorkersCannotRunAdmitsNothing(t *testing.T) {
 
 	boom := predictLater(front, requestTimeout, "boom")
 	waitReadyz(t, front, 0)
-	if p, err := predictWithin(front, 5*time.Second, 0, "meanwhile"); err != nil || p.Status != http.StatusServiceUnavailable {
-		t.Errorf("a request while no worker can run: %s, %v; want 503", p, err)
+	if p, err := predictWithin(front, 5*time.Second, 0, "meanwhile"); err != nil || p.Status != http.StatusServiceUnavailable || !strings.Contains(p.Error, "none of their workers can run") {
+		t.Errorf("a request while no worker can run: %s, %v; want 503 saying so", p, err)
 	}
 	brokerLogField(t, node, "no worker of this node can run: front ends admit no requests for it until one can", "node")
 
