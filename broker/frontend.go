@@ -94,9 +94,14 @@ type FrontEnd struct {
 	// toWithdraw holds, by stream, the items of calls that ended unanswered
 	// while they could not be withdrawn at once (Redis down, or the front
 	// end closing), for the next check that finds Redis up, or Close;
-	// under mu. withdrawing counts the withdrawals under way.
+	// under mu. withdrawing is the withdrawer (see withdrawLoop).
 	toWithdraw  map[string][]string
 	withdrawing sync.WaitGroup
+	// withdrawQ holds, by stream, the items withdraw has queued for the
+	// withdrawer (see withdrawLoop), under mu; withdrawNow has a token
+	// when it grows.
+	withdrawQ   map[string][]string
+	withdrawNow chan struct{}
 	// unanswered holds the admissions that got no answer (Redis hung, or
 	// the connection broke, with the command sent), under mu: Redis may
 	// have run them, or run them yet as it resumes, and put on the stream
@@ -340,14 +345,16 @@ func NewFrontEnd(cfg FrontEndConfig) (*FrontEnd, error) {
 	k := newKeys(cfg.Prefix)
 	return &FrontEnd{
 		cfg: cfg, rdb: rdb, where: where, k: k, id: id, replyKey: k.replyPrefix + id,
-		clock:      &clock{skew: cfg.skew, log: cfg.Logger},
-		calls:      map[uint64]*call{},
-		submits:    make(chan *call, 1024),
-		idle:       make(chan struct{}, 1),
-		writerDone: make(chan struct{}),
-		closing:    make(chan struct{}),
-		readMoved:  make(chan struct{}),
-		toWithdraw: map[string][]string{},
+		clock:       &clock{skew: cfg.skew, log: cfg.Logger},
+		calls:       map[uint64]*call{},
+		submits:     make(chan *call, 1024),
+		idle:        make(chan struct{}, 1),
+		writerDone:  make(chan struct{}),
+		closing:     make(chan struct{}),
+		readMoved:   make(chan struct{}),
+		toWithdraw:  map[string][]string{},
+		withdrawQ:   map[string][]string{},
+		withdrawNow: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -365,6 +372,8 @@ func (fe *FrontEnd) Start(ctx context.Context) error {
 	go fe.checkLoop()
 	fe.reader.Add(1)
 	go fe.readLoop()
+	fe.withdrawing.Add(1)
+	go fe.withdrawLoop()
 	return err
 }
 
@@ -1283,9 +1292,10 @@ func (fe *FrontEnd) tell(chunk []*call, cmd *redis.Cmd, epoch string) {
 
 // withdraw deletes from stream the items ids, of a call that ended
 // unanswered, that no node has read yet (see withdrawScript), in the
-// background: the caller, who gave up on them, is not kept waiting. While
-// the front end closes, Close withdraws them. Not deleted (Redis down),
-// they are run and their answers dropped. It requires that fe.mu is held.
+// background (see withdrawLoop): the caller, who gave up on them, is not
+// kept waiting. While the front end closes, Close withdraws them. Not
+// deleted (Redis down), they are run and their answers dropped. It
+// requires that fe.mu is held.
 func (fe *FrontEnd) withdraw(stream string, ids []string) {
 	if len(ids) == 0 {
 		return
@@ -1294,11 +1304,35 @@ func (fe *FrontEnd) withdraw(stream string, ids []string) {
 		fe.toWithdraw[stream] = append(fe.toWithdraw[stream], ids...)
 		return
 	}
-	fe.withdrawing.Go(func() {
+	fe.withdrawQ[stream] = append(fe.withdrawQ[stream], ids...)
+	select {
+	case fe.withdrawNow <- struct{}{}:
+	default:
+	}
+}
+
+// withdrawLoop runs the withdrawals that withdraw queues, all those queued
+// meanwhile in one go: calls that end together (callers who all leave at
+// once) take one connection and a round trip for every withdrawChunk
+// items, where a withdrawal each at once would take every connection of
+// the pool, and hold up the checks and admissions that wait for one.
+// Those not done by the end go to Close (see takeToWithdraw).
+func (fe *FrontEnd) withdrawLoop() {
+	defer fe.withdrawing.Done()
+	for {
+		select {
+		case <-fe.withdrawNow:
+		case <-fe.closing:
+			return
+		}
+		fe.mu.Lock()
+		items := fe.withdrawQ
+		fe.withdrawQ = map[string][]string{}
+		fe.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		fe.requeue(fe.withdrawAll(ctx, map[string][]string{stream: ids}))
-	})
+		fe.requeue(fe.withdrawAll(ctx, items))
+		cancel()
+	}
 }
 
 // requeue queues again, for the next check that finds Redis up, the items
@@ -1333,12 +1367,16 @@ func (fe *FrontEnd) hasUnanswered() bool {
 	return len(fe.unanswered) > 0
 }
 
-// takeToWithdraw returns the items queued for withdrawal, and forgets them.
+// takeToWithdraw returns the items queued for withdrawal, the
+// withdrawer's with them, and forgets them.
 func (fe *FrontEnd) takeToWithdraw() map[string][]string {
 	fe.mu.Lock()
 	defer fe.mu.Unlock()
 	items := fe.toWithdraw
-	fe.toWithdraw = map[string][]string{}
+	for stream, ids := range fe.withdrawQ {
+		items[stream] = append(items[stream], ids...)
+	}
+	fe.toWithdraw, fe.withdrawQ = map[string][]string{}, map[string][]string{}
 	return items
 }
 
@@ -1759,6 +1797,7 @@ func (fe *FrontEnd) check(ctx context.Context) error {
 		if last != "" {
 			fe.lostDataLocked()
 			fe.toWithdraw = map[string][]string{} // gone with the data
+			fe.withdrawQ = map[string][]string{}
 			fe.unanswered = nil
 		}
 	}

@@ -282,3 +282,48 @@ while now() - from < tonumber(ARGV[1]) do end`, "0", strconv.FormatInt(stall.Mic
 		t.Errorf("withdrawn = %d; want %d, one more than before the stall", got, withdrawn+1)
 	}
 }
+
+// TestCallsGivenUpTogetherAreWithdrawnOverFewConnections: when many callers
+// leave at once (a load balancer that drops its connections), their items
+// are withdrawn in a few round trips over a connection or two, rather than
+// one withdrawal each at once, which would take every connection of the
+// front end's pool (new ones dialled for them) and hold up its checks and
+// admissions behind them.
+func TestCallsGivenUpTogetherAreWithdrawnOverFewConnections(t *testing.T) {
+	rs, fe := frontWithoutNodes(t, nil)
+	const callers = 300
+	ctx, leave := context.WithCancel(context.Background())
+	defer leave()
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() { _, _ = fe.Predict(ctx, [][]byte{[]byte(strconv.Itoa(i))}) })
+	}
+	onStream(t, rs, callers, "every caller's item on the stream")
+	dialled := connectionsReceived(t, rs)
+	leave()
+	wg.Wait()
+	eventually(t, "every item withdrawn", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "0" })
+	if n := connectionsReceived(t, rs) - dialled - 1; n > 2 { // -1: this look's own
+		t.Errorf("the front end dialled %d connections to withdraw the items of %d callers who left together; want 2 at most", n, callers)
+	}
+	if w := fe.FrontEndStats().Withdrawn; w != callers {
+		t.Errorf("%d items withdrawn; want %d", w, callers)
+	}
+}
+
+// connectionsReceived is how many connections rs has accepted since it
+// started (this look's included).
+func connectionsReceived(t *testing.T, rs *redistest.Server) int {
+	t.Helper()
+	for line := range strings.Lines(rs.Do(t, "INFO", "stats")) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_connections_received:"); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatalf("INFO stats: total_connections_received %q", v)
+			}
+			return n
+		}
+	}
+	t.Fatal("INFO stats has no total_connections_received")
+	return 0
+}
