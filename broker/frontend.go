@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -1477,24 +1478,29 @@ func (fe *FrontEnd) readLoop() {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-fe.closing; cancel() }()
 	// It reads until Close has the answers it waits for: until closing.
-	count := readCount
+	count, patience := readCount, readTimeout
 	for ctx.Err() == nil {
 		// An entry holds up to answerChunk bytes of answers, or one
 		// larger answer. A read is bounded, so that a connection gone
 		// silent (its peer gone without a reset) is dropped within
 		// seconds, not the client's own bound of the block and 10 s;
 		// a read of large answers that runs out of time is made again
-		// for fewer entries, down to one. (Close, which cannot cut a
-		// read short, closes the client under it.)
-		rctx, cancel := context.WithTimeout(ctx, blockFor+readTimeout)
+		// for half the entries, down to one, and with twice the time, up
+		// to readPatienceMax, as one answer may be too large to come
+		// within the bound on this link. Each is made on a new
+		// connection (the client drops one whose read ran out of time),
+		// so that a silent one costs a single bound. (Close, which
+		// cannot cut a read short, closes the client under it.)
+		rctx, cancel := context.WithTimeout(ctx, blockFor+patience)
 		streams, err := fe.rdb.XRead(rctx, &redis.XReadArgs{Streams: []string{fe.replyKey, last}, Count: int64(count), Block: blockFor}).Result()
 		cancel()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			if ctx.Err() != nil {
 				return
 			}
-			if count > 1 && errors.Is(err, context.DeadlineExceeded) {
-				count /= 2
+			if timedOut(err) && (count > 1 || patience < readPatienceMax) {
+				count, patience = max(count/2, 1), min(2*patience, readPatienceMax)
+				fe.cfg.Logger.Debug("a read of answers ran out of time; it is made again for fewer, with more time", "redis", fe.where, "entries", count, "time", blockFor+patience)
 				continue
 			}
 			if refusal(err) {
@@ -1506,10 +1512,10 @@ func (fe *FrontEnd) readLoop() {
 			continue
 		}
 		retry.reset()
+		count, patience = readCount, readTimeout
 		if fe.readRefused.Load() != nil && fe.readRefused.Swap(nil) != nil {
 			fe.cfg.Logger.Info("redis lets this front end read its answers again; it takes requests again", "redis", fe.where)
 		}
-		count = readCount
 		for _, st := range streams {
 			if len(st.Messages) == 0 {
 				continue
@@ -1570,6 +1576,12 @@ func (fe *FrontEnd) trim(ctx context.Context, last string, refused bool) bool {
 	}
 	return refused // no answer: the checks say why
 }
+
+// readPatienceMax bounds the time a read of one entry of answers is given
+// (see readLoop), past the block: enough for an answer of 64 MiB at 8
+// MiB/s. The client library bounds a blocking read to its block and 10 s
+// whatever the context allows.
+const readPatienceMax = 8 * time.Second
 
 // readCount is how many entries of answers a read asks for at most: a
 // write's answers to one front end each (up to answerChunk bytes), so up
@@ -1873,6 +1885,12 @@ func (fe *FrontEnd) noteDown(err error) {
 func brokenConn(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// timedOut says whether err is a command that ran out of time: its
+// context's, or the socket's deadline, which the client sets from it.
+func timedOut(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 // markDown marks Redis unusable, for err.

@@ -327,3 +327,35 @@ func connectionsReceived(t *testing.T, rs *redistest.Server) int {
 	t.Fatal("INFO stats has no total_connections_received")
 	return 0
 }
+
+// TestAnAnswerLongerToReadThanAReadsBoundComesBack: one answer so large
+// that reading it over the front end's link takes longer than a read of
+// answers is given at first (3 MiB at 1 MiB/s, against 2.25 s) comes back
+// all the same: a read that runs out of time is made again with more.
+// Before, it was made again with as much, for ever, and no answer after
+// that entry ever reached the front end's callers.
+func TestAnAnswerLongerToReadThanAReadsBoundComesBack(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	proxy := redistest.StartProxy(t, rs)
+	const size = 3 << 20
+	large := model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) {
+		out := make([][]byte, len(items))
+		for i := range items {
+			out[i] = bytes.Repeat([]byte{'y'}, size)
+		}
+		return out, nil
+	})
+	startNode(t, rs, large, 1, nil)
+	fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.URL = proxy.URL() })
+	eventually(t, "front end ready", fe.Ready)
+	proxy.Throttle(1 << 20)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := fe.Predict(ctx, [][]byte{[]byte("x")})
+	if err != nil || len(out) != 1 || len(out[0]) != size {
+		t.Fatalf("the large answer: %d outputs, %v; want one of %d bytes", len(out), err, size)
+	}
+	if got, err := fe.Predict(ctx, [][]byte{[]byte("x")}); err != nil || len(got) != 1 || len(got[0]) != size {
+		t.Errorf("the next large answer: %d outputs, %v; want one of %d bytes", len(got), err, size)
+	}
+}

@@ -98,7 +98,7 @@ func (p *Proxy) CloseOnNextCommand() int {
 	return len(p.links)
 }
 
-// Throttle bounds what each connection carries to the server to
+// Throttle bounds what each connection carries, each way, to
 // bytesPerSecond, as a slow link would; 0 lifts the bound.
 func (p *Proxy) Throttle(bytesPerSecond int64) { p.rate.Store(bytesPerSecond) }
 
@@ -164,7 +164,7 @@ func (p *Proxy) pipe(l *link, dst, src net.Conn) {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				err = werr
 			}
-			if rate := p.rate.Load(); rate > 0 && dst == l.server {
+			if rate := p.rate.Load(); rate > 0 {
 				time.Sleep(time.Duration(int64(n) * int64(time.Second) / rate)) // the link's pace
 			}
 		}
