@@ -746,8 +746,8 @@ func TestAHungRedisIsFoundOutByTheNextCheck(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if _, err := predict(t, fe, "x"); !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), "does not serve") {
-		t.Errorf("a request while Redis hangs: %v; want ErrUnavailable saying Redis does not serve", err)
+	if _, err := predict(t, fe, "x"); !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), "does not serve: no answer within 500ms") {
+		t.Errorf("a request while Redis hangs: %v; want ErrUnavailable saying Redis does not serve, with no answer within the check's time", err)
 	}
 	eventually(t, "ready again once Redis answers", fe.Ready)
 }

@@ -1782,7 +1782,7 @@ func (fe *FrontEnd) check(ctx context.Context) error {
 		// refusal to serve (a wrong password, no permission), as bad as
 		// no answer.
 		switch {
-		case errors.Is(err, context.DeadlineExceeded):
+		case timedOut(err):
 			err = fmt.Errorf("no answer within %s%s: %w", checkTimeout, fe.tlsHint(), err)
 		case brokenConn(err):
 			err = fmt.Errorf("the connection closed at once (%w): is redis at its maxclients, a proxy before it without its backend, or a TLS port reached without rediss://?", err)
