@@ -133,3 +133,20 @@ func TestConcurrentShutdownWaitsForTheFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestAvailableOnceAWorkerIsReady: workers slower to start than
+// UnavailableAfter leave the streamer unavailable meanwhile; once Start
+// has returned, a worker being ready, it is available at once, not only
+// after its dispatcher's next look (a broker node beats by it as its
+// Start returns).
+func TestAvailableOnceAWorkerIsReady(t *testing.T) {
+	cfg := processConfig("chaos:init-delay=300ms", 1, 4)
+	cfg.UnavailableAfter = 50 * time.Millisecond
+	s := start(t, cfg)
+	if !s.Available() {
+		t.Fatal("not available as Start returned, with its worker ready")
+	}
+	if _, err := s.Predict(context.Background(), items("x")); err != nil {
+		t.Fatalf("a request once available: %v", err)
+	}
+}

@@ -210,6 +210,10 @@ func (sl *slot) readyLocked(w worker) {
 	sl.initTime = time.Since(sl.startBegan)
 	if !isClosed(sl.quit) {
 		sl.state = SlotReady
+		// A worker can run: Available says so at once, not at the
+		// dispatcher's next look (see checkAvailable).
+		s.downSince = time.Time{}
+		s.unavail.Store(false)
 	}
 	s.everReady.Store(true)
 	s.log.Info("worker ready", sl.logAttrs(w, "runs_on", w.device())...)
