@@ -84,6 +84,7 @@ type Node struct {
 	stopOnce sync.Once
 	stop     chan struct{} // closed: read no more
 	stopped  chan struct{} // closed: the writer is done
+	left     chan struct{} // closed: Shutdown is done
 	loops    sync.WaitGroup
 	writer   sync.WaitGroup
 
@@ -171,6 +172,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		posted:  make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
+		left:    make(chan struct{}),
 	}
 	empty := map[string]time.Time{}
 	n.poison.Store(&empty)
@@ -1166,12 +1168,13 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	if !first {
 		// Another call leaves; this one waits for it, as long as ctx lets.
 		select {
-		case <-n.stopped:
+		case <-n.left:
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
+	defer close(n.left)
 	n.loops.Wait()
 	lctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	n.rdb.ZRem(lctx, n.k.nodes, n.cfg.Name) // best effort: a node silent for goneAfter is gone too

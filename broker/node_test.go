@@ -48,7 +48,8 @@ func TestANodeBeatsEverySecond(t *testing.T) {
 }
 
 // TestShutdownCalledTogetherLeavesOnce: callers that shut a node down at
-// the same moment neither panic nor return before it has left.
+// the same moment neither panic nor return before it has left, both the
+// list of live nodes and that of nodes leaving.
 func TestShutdownCalledTogetherLeavesOnce(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	n := startNode(t, rs, newRecorder(), 4, nil)
@@ -67,8 +68,10 @@ func TestShutdownCalledTogetherLeavesOnce(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Errorf("Shutdown: %v", err)
 		}
-		if score := rs.Do(t, "ZSCORE", "streamer:nodes", n.Name()); score != "" {
-			t.Fatalf("a Shutdown returned while the node was still listed alive (heartbeat %s)", score)
+		for _, list := range []string{"streamer:nodes", "streamer:leaving"} {
+			if score := rs.Do(t, "ZSCORE", list, n.Name()); score != "" {
+				t.Fatalf("a Shutdown returned while the node was still in %s (heartbeat %s)", list, score)
+			}
 		}
 	}
 }
