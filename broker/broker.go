@@ -319,7 +319,8 @@ func checkQuery(u *url.URL) error {
 		case bad:
 			return errors.New("a query option's name does not parse: % must be followed by two hexadecimal digits, and ; be percent-encoded")
 		}
-		afterPassword = strings.HasSuffix(name, "password")
+		// Past a password, every pair may be a piece of it.
+		afterPassword = afterPassword || strings.HasSuffix(name, "password")
 	}
 	q := u.Query()
 	for name := range q {

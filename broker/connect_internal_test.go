@@ -101,6 +101,7 @@ func TestConnectRefusesQueryOptionsItWouldLose(t *testing.T) {
 		{"redis://10.0.0.1:26379/0?master_name=main&sentinel_password=se%zzcret", "query option sentinel_password does not parse"},
 		{"redis://10.0.0.1:26379/0?master_name=main&sentinel_password=se;cret", "query option sentinel_password does not parse"},
 		{"redis://10.0.0.1:26379/0?master_name=main&sentinel_password=se&cr%zzet", "the query does not parse after a password"},
+		{"redis://10.0.0.1:26379/0?master_name=main&sentinel_password=s&e&cret=%zz", "the query does not parse after a password"},
 		{"redis://10.0.0.1:26379/0?master_name=main&sentinel_password=se&cret", "unexpected option in the query (not named"},
 		{"redis://10.0.0.1:6379/0?client_name=a%zz", "query option client_name does not parse"},
 		{"rediss://10.0.0.1:6379/0?skip_verify=true", "query option skip_verify: streamer does not turn off the check"},
