@@ -265,8 +265,10 @@ return n
 // admission got no answer (see unansweredAdmission): it looks on the
 // streams, from an id on, for the entries whose header names the front end
 // and one of the requests, and deletes those that no node has read. It
-// answers how many it deleted. It reads a few entries at a time: items may
-// be large.
+// answers how many it deleted. It reads a few entries at a time, items
+// being maybe large, and at most 2048 entries of a stream: Redis serves
+// nobody else meanwhile. The items sought are near the start (see
+// noteUnanswered).
 //
 //	KEYS    the streams
 //	ARGV    the group, the first id to look at, the front end's id, then
@@ -278,7 +280,9 @@ local prefix = ARGV[3] .. ' '
 local n = 0
 for _, key in ipairs(KEYS) do
   local from = ARGV[2]
-  while true do
+  local budget = 2048
+  while budget > 0 do
+    budget = budget - 32
     local entries = redis.call('XRANGE', key, from, '+', 'COUNT', 32)
     for _, e in ipairs(entries) do
       local h = e[2][2]
@@ -620,7 +624,11 @@ func (fe *FrontEnd) unavailable() error {
 		}
 		return unavailablef("redis at %s does not serve: %s", fe.where, msg)
 	case refused != nil:
-		return unavailablef("redis at %s refuses this front end's reads of its answers on %s, so no request could be answered: %s (does its user lack a permission?)", fe.where, fe.replyKey, *refused)
+		hint := ""
+		if strings.HasPrefix(*refused, "NOPERM") {
+			hint = " (its user lacks a permission)"
+		}
+		return unavailablef("redis at %s refuses this front end's reads of its answers on %s, so no request could be answered: %s%s", fe.where, fe.replyKey, *refused, hint)
 	case fe.nodes.Load() == 0 && fe.leaving.Load() > 0:
 		return unavailablef("no node takes requests on redis at %s, under the key prefix %q: the %d heard from are leaving, or none of their workers can run (their logs say which)", fe.where, fe.cfg.Prefix, fe.leaving.Load())
 	case fe.nodes.Load() == 0:
@@ -1052,12 +1060,26 @@ const (
 // admit runs the admission script for the calls of batch, once for every
 // admitChunk items or admitChunkBytes or so (a larger request alone), in
 // round trips of up to admitTripBytes, and tells each call the verdict.
+//
+// Before each round trip it drops the calls no longer waiting: after one
+// that got no answer (Redis hung), those the outage has failed meanwhile
+// are not sent (a connection gone silent alone, the rest go on a new one).
 func (fe *FrontEnd) admit(batch []*call) {
-	// Calls whose callers gave up waiting for the writer need no verdict.
-	// Calls that ended meanwhile (an outage failed them) are not
-	// admitted: their callers were told no, and learn it from the call.
+	for batch = fe.waiting(batch); len(batch) > 0; batch = fe.waiting(batch) {
+		var chunks [][]*call
+		chunks, batch = nextTrip(batch)
+		fe.admitTrip(chunks)
+	}
+}
+
+// waiting returns the calls of batch still waiting for their admission.
+// Calls whose callers gave up waiting for the writer need no verdict.
+// Calls that ended meanwhile (an outage failed them) are not admitted:
+// their callers were told no, and learn it from the call.
+func (fe *FrontEnd) waiting(batch []*call) []*call {
 	fe.mu.Lock()
-	batch = slices.DeleteFunc(batch, func(c *call) bool {
+	defer fe.mu.Unlock()
+	return slices.DeleteFunc(batch, func(c *call) bool {
 		switch {
 		case c.gaveUp:
 			return true
@@ -1067,12 +1089,6 @@ func (fe *FrontEnd) admit(batch []*call) {
 		}
 		return false
 	})
-	fe.mu.Unlock()
-	for len(batch) > 0 {
-		var chunks [][]*call
-		chunks, batch = nextTrip(batch)
-		fe.admitTrip(chunks)
-	}
 }
 
 // nextTrip takes from batch the calls of the next round trip, in chunks
@@ -1172,10 +1188,16 @@ func (fe *FrontEnd) admitTrip(chunks [][]*call) {
 func (fe *FrontEnd) noteUnanswered(calls []*call, start time.Time) {
 	// The items' ids are Redis's times as it ran the admission, after
 	// start, which is off by up to half a round trip, or more where Redis
-	// refuses TIME and the machines' clocks differ: a margin.
+	// refuses TIME and the machines' clocks differ: a margin. Redis ran
+	// nothing meanwhile, or the admission would have been answered: the
+	// items are among the first on the stream after start.
+	margin := 250 * time.Millisecond
+	if !fe.clock.measured.Load() {
+		margin = 5 * time.Second
+	}
 	a := unansweredAdmission{
 		streams: []string{fe.k.items},
-		from:    strconv.FormatInt(start.Add(-5*time.Second).UnixMilli(), 10),
+		from:    strconv.FormatInt(start.Add(-margin).UnixMilli(), 10),
 		seqs:    make([]any, 0, len(calls)),
 	}
 	for _, c := range calls {
@@ -1212,21 +1234,19 @@ func (fe *FrontEnd) withdrawUnanswered(ctx context.Context) {
 		args[1] = min(args[1].(string), a.from) // same number of digits
 		args = append(args, a.seqs...)
 	}
+	// Every try counts, answered or not: a look's cost is bounded, but
+	// not so small that it should be made for ever.
 	n, err := withdrawUnansweredScript.Run(ctx, fe.rdb, streams, args...).Int64()
-	looked := err == nil
 	switch {
 	case err == nil && n > 0:
 		fe.stats.withdrawn.Add(uint64(n))
 		fe.cfg.Logger.Info("withdrew the items of failed requests that redis admitted after it stopped answering", "items", n, "redis", fe.where)
-	case errors.As(err, new(redis.Error)):
-		looked = true // refused: no retry mends that soon
+	case err != nil:
 		fe.cfg.Logger.Debug("look for the items of admissions that got no answer", "err", err)
 	}
 	var again []unansweredAdmission
 	for _, a := range all {
-		if looked {
-			a.looks++
-		}
+		a.looks++
 		if a.looks < unansweredLooks {
 			again = append(again, a)
 		}
