@@ -156,24 +156,24 @@ func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
 // URL is wrong, and no retry mends it.
 func (p *brokerParts) start(ctx context.Context, log *slog.Logger) error {
 	if p.node != nil {
-		err := p.node.Start(ctx)
-		if fatal := fatalAtStart(err); fatal != nil {
-			return p.opts.wrap(fatal)
-		}
-		if err != nil {
-			log.Warn("node started without redis; retrying", "node", p.node.Name(), "err", err)
-		} else {
-			log.Info("node serving items from redis", "node", p.node.Name())
+		if err := p.started(p.node.Start(ctx), log.With("node", p.node.Name()), "node started without redis; retrying", "node serving items from redis"); err != nil {
+			return err
 		}
 	}
-	err := p.front.Start(ctx)
+	return p.started(p.front.Start(ctx), log.With("front", p.front.ID()), "front end started without redis; retrying", "front end sending requests through redis")
+}
+
+// started judges err, what a start of the node or the front end returned:
+// fatal (see fatalAtStart), or logged as a start without Redis (retrying)
+// or with it.
+func (p *brokerParts) started(err error, log *slog.Logger, without, with string) error {
 	if fatal := fatalAtStart(err); fatal != nil {
 		return p.opts.wrap(fatal)
 	}
 	if err != nil {
-		log.Warn("front end started without redis; retrying", "front", p.front.ID(), "err", err)
+		log.Warn(without, "err", err)
 	} else {
-		log.Info("front end sending requests through redis", "front", p.front.ID())
+		log.Info(with)
 	}
 	return nil
 }
