@@ -200,6 +200,17 @@ func checkSpec(spec model.Spec) error {
 // the message's own fields and, per item, its header and deadline.
 func frameOverhead(batchSize int) int { return 64 + 18*batchSize }
 
+// BatchBytesFit is the most item bytes a batch of batchSize items can carry
+// to a worker process whose pipe frames are at most maxFrame bytes
+// (ipc.DefaultMaxFrame when maxFrame <= 0): the bound of MaxBatchBytes.
+// Below 1 when no batch of that size fits.
+func BatchBytesFit(batchSize, maxFrame int) int {
+	if maxFrame <= 0 {
+		maxFrame = ipc.DefaultMaxFrame
+	}
+	return maxFrame - frameOverhead(batchSize)
+}
+
 // fitBatchBytes defaults MaxBatchBytes and checks that a batch of that many
 // bytes fits the pipe's frame limit (worker processes only).
 func (c *Config) fitBatchBytes() error {
@@ -209,7 +220,7 @@ func (c *Config) fitBatchBytes() error {
 		if frame <= 0 {
 			frame = ipc.DefaultMaxFrame
 		}
-		fits = frame - frameOverhead(c.BatchSize)
+		fits = BatchBytesFit(c.BatchSize, frame)
 		if fits < 1 {
 			return fmt.Errorf("supervisor: Process.MaxFrame %d cannot carry a batch of %d items", frame, c.BatchSize)
 		}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/streamer-dev/streamer/ipc"
 	"github.com/streamer-dev/streamer/model"
 	"github.com/streamer-dev/streamer/model/load"
 	"github.com/streamer-dev/streamer/model/onnx"
@@ -253,6 +254,11 @@ func (o serveOptions) checkQueueFlags() error {
 	}
 	if o.maxBatchBytes < 1 {
 		return fmt.Errorf("--max-batch-bytes %d: want at least 1", o.maxBatchBytes)
+	}
+	if fits := supervisor.BatchBytesFit(o.batchSize, 0); fits < 1 {
+		return fmt.Errorf("--batch-size %d: a batch that large cannot fit the worker pipe's frame limit of %d MiB", o.batchSize, ipc.DefaultMaxFrame>>20)
+	} else if o.maxBatchBytes > fits {
+		return fmt.Errorf("--max-batch-bytes %d does not fit the pipe's frame limit of %d MiB: a batch of %d items (--batch-size) may carry at most %d bytes", o.maxBatchBytes, ipc.DefaultMaxFrame>>20, o.batchSize, fits)
 	}
 	if o.maxItems < 1 {
 		return fmt.Errorf("--max-items %d: want at least 1", o.maxItems)
