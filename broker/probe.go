@@ -105,10 +105,19 @@ func Refusal(err error) error {
 		return nil
 	}
 	switch msg := answer.Error(); {
+	case (strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOAUTH") || strings.HasPrefix(msg, "ERR AUTH")) && bySentinels(err):
+		return fmt.Errorf("%w (the Sentinels' user and password: are they the URL's sentinel_username and sentinel_password?): %w", ErrRefused, err)
 	case strings.HasPrefix(msg, "WRONGPASS"), strings.HasPrefix(msg, "NOAUTH"), strings.HasPrefix(msg, "ERR AUTH"):
 		return fmt.Errorf("%w (its user and password: are they those of the URL?): %w", ErrRefused, err)
 	case strings.HasPrefix(msg, "ERR DB index"), strings.HasPrefix(msg, "ERR invalid DB index"):
 		return fmt.Errorf("%w (its database number: Redis has as many as its setting databases, 16 unless set): %w", ErrRefused, err)
 	}
 	return nil
+}
+
+// bySentinels says whether err came from the Sentinels, asked for the
+// master's address, rather than from the master: the client library's
+// words for it, as it wraps their answers.
+func bySentinels(err error) bool {
+	return strings.Contains(err.Error(), "sentinels specified in configuration")
 }

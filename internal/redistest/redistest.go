@@ -75,7 +75,8 @@ type Options struct {
 	// data server: it watches that server as the master named MasterName
 	// (quorum 1: it alone decides), takes it for down after
 	// SentinelDownAfter without an answer, and then promotes one of its
-	// replicas. Password, User, Persist and MaxMemory do not apply.
+	// replicas. Password, when not empty, is the Sentinel's own
+	// (requirepass); User, Persist and MaxMemory do not apply.
 	Watch      *Server
 	MasterName string
 }
@@ -253,10 +254,15 @@ func (s *Server) URL() string {
 // FailoverURL returns the URL through which a client finds the master that
 // a Sentinel (Options.Watch) watches, as go-redis's ParseFailoverURL reads
 // it: redis://127.0.0.1:PORT/0?master_name=NAME, with the master's password
-// when it has one. With TLS it is rediss://localhost:PORT/…, the name of
-// the Sentinel's certificate, which the master's lacks.
+// when it has one, and the Sentinel's own as sentinel_password. With TLS it
+// is rediss://localhost:PORT/…, the name of the Sentinel's certificate,
+// which the master's lacks.
 func (s *Server) FailoverURL() string {
-	u := url.URL{Scheme: "redis", Host: s.Addr(), Path: "/0", RawQuery: url.Values{"master_name": {s.opt.MasterName}}.Encode()}
+	q := url.Values{"master_name": {s.opt.MasterName}}
+	if s.opt.Password != "" {
+		q.Set("sentinel_password", s.opt.Password)
+	}
+	u := url.URL{Scheme: "redis", Host: s.Addr(), Path: "/0", RawQuery: q.Encode()}
 	if s.opt.TLS {
 		u.Scheme, u.Host = "rediss", net.JoinHostPort("localhost", strconv.Itoa(s.port))
 	}
@@ -628,6 +634,9 @@ func (s *Server) config() string {
 		set("sentinel", "failover-timeout", name, "5000")
 		if w.opt.Password != "" {
 			set("sentinel", "auth-pass", name, w.opt.Password)
+		}
+		if s.opt.Password != "" {
+			set("requirepass", s.opt.Password)
 		}
 		return b.String()
 	}
