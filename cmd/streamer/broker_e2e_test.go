@@ -807,6 +807,7 @@ func TestBrokerFlagsAndConnections(t *testing.T) {
 		args, want []string
 	}{
 		{"broker flags without broker", "", []string{"--claim-idle", "2s", "--stream-prefix", "m"}, []string{"--stream-prefix, --claim-idle needs --broker"}},
+		{"empty prefix", "", []string{"--broker", "redis://127.0.0.1:1/0", "--stream-prefix", ""}, []string{"--stream-prefix is empty"}},
 		{"claim idle of zero", "", []string{"--broker", "redis://127.0.0.1:1/0", "--claim-idle", "0s"}, []string{"--claim-idle 0s: want at least 100ms"}},
 		{"CA without TLS", "", []string{"--broker", "redis://127.0.0.1:1/0", "--broker-ca", "ca.pem"}, []string{"--broker-ca needs a rediss:// URL in --broker"}},
 		{"bad URL from the environment", "redis://u:s3cret@127.0.0.1:abc/0", nil, []string{"$STREAMER_BROKER", "redis://…", "is the port a number"}},
@@ -901,6 +902,8 @@ func TestBrokerFrontEndChecksItsFlagsAsALocalServerDoes(t *testing.T) {
 		{[]string{"--max-items", "0"}, "--max-items"},
 		{[]string{"--batch-size", "0"}, "--batch-size"},
 		{[]string{"--max-batch-bytes", "0"}, "--max-batch-bytes"},
+		{[]string{"--max-batch-bytes", "300000000"}, "--max-batch-bytes"},
+		{[]string{"--batch-size", "20000000"}, "--batch-size"},
 		{[]string{"--batching", "bogus"}, "--batching"},
 		{[]string{"--cuda", "0,,1"}, "--cuda"},
 	} {
@@ -1061,6 +1064,32 @@ func TestBrokerSentinelOverTLSChecksEachHostsCertificate(t *testing.T) {
 	}
 	if logs := node.logs() + front.logs(); strings.Contains(logs, "x509") {
 		t.Errorf("a certificate was refused:\n%s", logs)
+	}
+}
+
+// TestBrokerSentinelsPasswordIsCheckedAtStart: given a Sentinel's URL with
+// a wrong sentinel_password, serve exits 1 at start, naming the Sentinels'
+// password (not the master's, nor the wrong one itself); with the right
+// one, a node and a front end serve.
+func TestBrokerSentinelsPasswordIsCheckedAtStart(t *testing.T) {
+	master := redistest.Start(t, redistest.Options{Password: "m4ster"})
+	sentinel := redistest.Start(t, redistest.Options{Watch: master, MasterName: "main", Password: "watch3r"})
+	url := sentinel.FailoverURL()
+	wrong := strings.Replace(url, "watch3r", "wr0ng", 1)
+	if wrong == url {
+		t.Fatalf("the Sentinel's URL %s lacks its password", url)
+	}
+	for _, workers := range []string{"0", "1"} {
+		last := refusedAtStart(t, []string{"--workers", workers, "--model", "echo", "--broker", wrong})
+		if !strings.Contains(last, "the Sentinels' user and password") || strings.Contains(last, "wr0ng") {
+			t.Errorf("--workers %s, a wrong sentinel_password: %q; want the Sentinels' password named, and not shown", workers, last)
+		}
+	}
+	startBrokerNodeAt(t, url, "--workers", "1", "--model", "echo")
+	front := launchBroker(t, url, "--workers", "0")
+	waitReadyz(t, front, http.StatusOK)
+	if p, err := predictWithin(front, requestTimeout, 0, "hi"); err != nil || p.Status != http.StatusOK || len(p.Outputs) != 1 || p.Outputs[0] != "hi" {
+		t.Errorf("with the Sentinels' password: %s, %v; want 200 with its input", p, err)
 	}
 }
 
