@@ -392,7 +392,7 @@ func parseURL(s string) (*url.URL, error) {
 		return nil, urlError(s, err)
 	}
 	if misread(s) {
-		return nil, urlError(s, errors.New("an @ past the host"))
+		return nil, fmt.Errorf("broker: redis URL %s holds an @ past its host: in a password, and in the query (sentinel_username=svc%%40corp), write @ as %%40, and / ? # %% in a password percent-encoded too", redactURL(s))
 	}
 	return u, nil
 }

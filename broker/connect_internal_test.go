@@ -106,6 +106,7 @@ func TestConnectRefusesQueryOptionsItWouldLose(t *testing.T) {
 		{"redis://10.0.0.1:6379/0?client_name=a%zz", "query option client_name does not parse"},
 		{"rediss://10.0.0.1:6379/0?skip_verify=true", "query option skip_verify: streamer does not turn off the check"},
 		{"rediss://10.0.0.1:26379/0?master_name=main&skip_verify=true", "query option skip_verify"},
+		{"redis://10.0.0.1:26379/0?master_name=main&sentinel_username=svc@corp", "holds an @ past its host: in a password, and in the query"},
 	} {
 		_, _, err := connect(Config{URL: tc.url}, 1)
 		if err == nil || !strings.Contains(err.Error(), tc.why) {

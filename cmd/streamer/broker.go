@@ -72,6 +72,9 @@ func (o brokerOptions) check() error {
 		}
 		return nil
 	}
+	if o.prefix == "" {
+		return errors.New("--stream-prefix is empty: give every key a prefix, such as the model's name (default " + broker.DefaultPrefix + ")")
+	}
 	if o.claimIdle < 100*time.Millisecond {
 		return fmt.Errorf("--claim-idle %s: want at least 100ms", o.claimIdle)
 	}
