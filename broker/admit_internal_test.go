@@ -503,7 +503,8 @@ func awaitEnd(t *testing.T, ended <-chan error, want error, after string) {
 
 // A call failed (by an outage) while it waits to hand itself to the
 // writer, whose queue is full behind a hung admission, ends with that
-// failure, counted once, rather than when the writer is free again.
+// failure, counted once (rejected, as it was never admitted), rather than
+// when the writer is free again.
 func TestACallFailedWhileQueuedForTheWriterEnds(t *testing.T) {
 	fe, ended := queuedForTheWriter(t, 1)
 	outage := errors.New("the outage")
@@ -511,8 +512,8 @@ func TestACallFailedWhileQueuedForTheWriterEnds(t *testing.T) {
 	fe.failAllLocked(outage)
 	fe.mu.Unlock()
 	awaitEnd(t, ended, outage, "the outage")
-	if st := fe.Stats(); st.Failed != 1 || st.Rejected != 0 {
-		t.Errorf("failed %d, rejected %d; want the item counted once, as failed", st.Failed, st.Rejected)
+	if st := fe.Stats(); st.Rejected != 1 || st.Failed != 0 {
+		t.Errorf("rejected %d, failed %d; want the item counted once, as rejected", st.Rejected, st.Failed)
 	}
 }
 

@@ -798,9 +798,11 @@ func TestARequestFailedBeforeItsAdmissionIsNotAdmitted(t *testing.T) {
 			t.Errorf("a request through the outage: %q, %v; want ErrUnavailable", a.out, a.err)
 		}
 	}
-	// Each item counts once: failed, as the outage failed both calls.
-	if st := fe.Stats(); st.Failed != 2 || st.Rejected != 0 {
-		t.Errorf("failed %d and rejected %d; want each of the 2 items counted once, as failed", st.Failed, st.Rejected)
+	// Each item counts once: rejected, as the outage failed both calls
+	// before their admission's verdict, as a local server rejects items
+	// while it is unavailable.
+	if st := fe.Stats(); st.Rejected != 2 || st.Failed != 0 || st.Submitted != 0 {
+		t.Errorf("rejected %d, failed %d, submitted %d; want each of the 2 items counted once, as rejected", st.Rejected, st.Failed, st.Submitted)
 	}
 	rs.Do(t, "CLIENT", "UNPAUSE")
 	// Once Redis resumes, the writer takes the second call, and then a
@@ -893,6 +895,36 @@ func TestItemsOfRequestsGivenUpWhileClosingAreWithdrawn(t *testing.T) {
 	}
 	if got := fe.FrontEndStats().Withdrawn; got != 1 {
 		t.Errorf("FrontEndStats().Withdrawn = %d, want 1", got)
+	}
+}
+
+// Items that were admitted and then left unanswered (their deadline
+// passed, their caller left) count as a local server counts them: answered
+// with an error, expired for a deadline. So Answered - Failed, the items
+// answered well, never goes below zero, and Submitted meets Answered once
+// nothing waits.
+func TestItemsLeftUnansweredCountAsALocalServerCountsThem(t *testing.T) {
+	_, fe := frontWithoutNodes(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := fe.Predict(ctx, [][]byte{[]byte("a"), []byte("b")}); !errors.Is(err, supervisor.ErrDeadline) {
+		t.Fatalf("a request nobody answers: %v; want ErrDeadline", err)
+	}
+	given, giveUp := context.WithCancel(context.Background())
+	left := make(chan error, 1)
+	go func() {
+		_, err := fe.Predict(given, [][]byte{[]byte("c")})
+		left <- err
+	}()
+	eventually(t, "the third item admitted", func() bool { return fe.Stats().Submitted == 3 })
+	giveUp()
+	if err := <-left; !errors.Is(err, supervisor.ErrCanceled) {
+		t.Fatalf("a request given up: %v; want ErrCanceled", err)
+	}
+	want := supervisor.Stats{Submitted: 3, Answered: 3, Failed: 3, Expired: 2}
+	if st := fe.Stats(); st.Submitted != want.Submitted || st.Answered != want.Answered || st.Failed != want.Failed || st.Expired != want.Expired || st.Rejected != 0 {
+		t.Errorf("submitted %d, answered %d, failed %d, expired %d, rejected %d; want %d, %d, %d, %d and none",
+			st.Submitted, st.Answered, st.Failed, st.Expired, st.Rejected, want.Submitted, want.Answered, want.Failed, want.Expired)
 	}
 }
 

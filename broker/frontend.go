@@ -136,6 +136,7 @@ type call struct {
 	epoch    string     // the epoch it was admitted in; under FrontEnd.mu
 	sent     time.Time  // when it was submitted
 	gaveUp   bool       // its caller left before the verdict; under FrontEnd.mu
+	counted  bool       // its items count as submitted; under FrontEnd.mu
 
 	// Filled by the reply reader under FrontEnd.mu.
 	outputs [][]byte
@@ -542,7 +543,6 @@ func (fe *FrontEnd) PredictRequest(ctx context.Context, req supervisor.Request) 
 	if err := fe.verdict(ctx, c, timeout); err != nil {
 		return nil, err
 	}
-	fe.stats.submitted.Add(uint64(n))
 	return fe.await(ctx, c, timeout)
 }
 
@@ -550,8 +550,8 @@ func (fe *FrontEnd) PredictRequest(ctx context.Context, req supervisor.Request) 
 // every call it takes, before it stops), or until the caller gives up, or
 // c fails (an outage while Redis hangs on its admission): a slow Redis
 // does not keep a request past its deadline, nor past the outage. On an
-// error, c is forgotten, and its items counted as rejected unless they were
-// counted as failed already; a call given up is withdrawn from the stream,
+// error, c is forgotten and its items counted as settled (see settleLocked)
+// unless they were already; a call given up is withdrawn from the stream,
 // if admitted, by whichever of this and the writer (tell) comes second.
 func (fe *FrontEnd) verdict(ctx context.Context, c *call, timeout <-chan time.Time) error {
 	var err error
@@ -586,8 +586,8 @@ func (fe *FrontEnd) verdict(ctx context.Context, c *call, timeout <-chan time.Ti
 	defer fe.mu.Unlock()
 	c.gaveUp = true
 	if fe.calls[c.seq] == c {
+		fe.settleLocked(c, err)
 		fe.forgetLocked(c)
-		fe.stats.rejected.Add(uint64(len(c.items)))
 	}
 	if c.ids != nil {
 		fe.withdraw(c.stream, c.ids)
@@ -658,10 +658,7 @@ func (fe *FrontEnd) await(ctx context.Context, c *call, timeout <-chan time.Time
 			}
 		}
 		fe.withdraw(c.stream, open)
-		if errors.Is(err, supervisor.ErrDeadline) {
-			fe.stats.expired.Add(uint64(c.left))
-		}
-		fe.stats.failed.Add(uint64(c.left))
+		fe.settleLocked(c, err)
 		return nil, err
 	}
 	if c.failure != nil {
@@ -675,14 +672,33 @@ func (fe *FrontEnd) await(ctx context.Context, c *call, timeout <-chan time.Time
 	return c.outputs, nil
 }
 
-// reject forgets c, given up before its admission, and counts its items
-// as rejected, unless it failed meanwhile (counted as failed).
+// reject forgets c, given up before the writer took it, and counts its
+// items as rejected, unless it failed meanwhile (counted then).
 func (fe *FrontEnd) reject(c *call) {
 	fe.mu.Lock()
 	defer fe.mu.Unlock()
 	if fe.calls[c.seq] == c {
+		fe.settleLocked(c, nil)
 		fe.forgetLocked(c)
+	}
+}
+
+// settleLocked counts the items of c, which ends with err without their
+// answers, as a local server counts items alike: those of a call never
+// admitted (no verdict yet, or a refusal) as rejected; those admitted and
+// left unanswered as answered with an error, expired too when the deadline
+// ended it. Every submitted item is so counted as answered once, as on a
+// local server (Failed is part of Answered, and Expired part of Failed).
+// It requires that fe.mu is held.
+func (fe *FrontEnd) settleLocked(c *call, err error) {
+	if !c.counted {
 		fe.stats.rejected.Add(uint64(len(c.items)))
+		return
+	}
+	fe.stats.answered.Add(uint64(c.left))
+	fe.stats.failed.Add(uint64(c.left))
+	if errors.Is(err, supervisor.ErrDeadline) {
+		fe.stats.expired.Add(uint64(c.left))
 	}
 }
 
@@ -721,10 +737,10 @@ func (fe *FrontEnd) failLocked(c *call, err error) {
 	if fe.calls[c.seq] != c {
 		return // ended already
 	}
+	fe.settleLocked(c, err)
 	delete(fe.calls, c.seq)
 	fe.held -= c.left
 	fe.back.settled(c)
-	fe.stats.failed.Add(uint64(c.left))
 	c.failure = err
 	close(c.over)
 	fe.noteIdleLocked()
@@ -1297,6 +1313,9 @@ func (fe *FrontEnd) tell(chunk []*call, cmd *redis.Cmd, epoch string) {
 				fe.withdraw(stream, ids)
 			case epoch != fe.epoch:
 				fe.failLocked(c, fe.lostError())
+			default:
+				c.counted = true
+				fe.stats.submitted.Add(uint64(len(c.items)))
 			}
 			fe.mu.Unlock()
 		default: // -1: refused
