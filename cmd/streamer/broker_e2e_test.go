@@ -658,6 +658,8 @@ func TestBrokerExpiredItemNeverRuns(t *testing.T) {
 	if n := redisInt(t, rs, "XLEN", brokerItemsKey); n != 1 {
 		t.Fatalf("%d items on the stream; want the expired one, still waiting", n)
 	}
+	// Counted as a local server counts an item it answers 504.
+	wantMetrics(t, front, `streamer_items_total{outcome="ok"} 0`, `streamer_items_total{outcome="timed_out"} 1`)
 
 	node := startBrokerNode(t, rs, "--workers", "1", "--model", "chaos:crash=late")
 	waitFor(t, "the node to drop the expired item", brokerWait, func() bool {
@@ -672,6 +674,7 @@ func TestBrokerExpiredItemNeverRuns(t *testing.T) {
 	if st := node.stats(t); st.Batches != 1 || st.Crashes != 0 {
 		t.Errorf("node stats %+v: want the fresh item's batch alone", st)
 	}
+	wantMetrics(t, front, `streamer_items_total{outcome="ok"} 1`, `streamer_items_total{outcome="timed_out"} 1`)
 }
 
 // TestBrokerPoisonFoundByOneNodeIsRefusedByTheOther: two nodes whose model
