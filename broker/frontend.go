@@ -76,10 +76,15 @@ type FrontEnd struct {
 	checkMu sync.Mutex
 	// refreshed is when the last check refreshed the reply stream's TTL
 	// (under checkMu); unrefreshed, the last span longer than the TTL
-	// without a refresh: the answers written before its end may have
-	// expired unread.
+	// without a refresh, until a look at every call follows it; lastGap,
+	// that span for good: the answers written before its end may have
+	// expired unread, and a call sent before it whose items are found gone
+	// unanswered, at whichever look, is told so (the first look after the
+	// span misses the calls whose admission's verdict the stalled front
+	// end had not read yet).
 	refreshed   time.Time
 	unrefreshed atomic.Pointer[span]
+	lastGap     atomic.Pointer[span]
 	refreshedAt atomic.Int64 // refreshed, in Unix nanoseconds, for the looks for lost items
 
 	up      atomic.Bool  // Redis answered the last check
@@ -1782,6 +1787,19 @@ func (fe *FrontEnd) checkLoop() {
 	}
 }
 
+// noteRefreshed records that a check refreshed the reply stream's TTL at
+// now, and the span before it when that was longer than the TTL. It
+// requires that checkMu is held.
+func (fe *FrontEnd) noteRefreshed(now time.Time) {
+	if !fe.refreshed.IsZero() && now.Sub(fe.refreshed) > fe.cfg.ReplyTTL {
+		gap := &span{from: fe.refreshed, to: now}
+		fe.lastGap.Store(gap)
+		fe.unrefreshed.Store(gap)
+	}
+	fe.refreshed = now
+	fe.refreshedAt.Store(now.UnixNano())
+}
+
 // check asks Redis for the nodes alive and the backlog, and fails the
 // calls waiting for answers when Redis has lost its data since the last
 // check.
@@ -1830,12 +1848,7 @@ func (fe *FrontEnd) check(ctx context.Context) error {
 		return fmt.Errorf("redis at %s: %w", fe.where, err)
 	}
 	fe.clock.observe(timeCmd, sent)
-	now := time.Now()
-	if !fe.refreshed.IsZero() && now.Sub(fe.refreshed) > fe.cfg.ReplyTTL {
-		fe.unrefreshed.Store(&span{from: fe.refreshed, to: now})
-	}
-	fe.refreshed = now
-	fe.refreshedAt.Store(now.UnixNano())
+	fe.noteRefreshed(time.Now())
 	// The counts first: Ready reads up and then nodes, and a count left
 	// from before an outage (Redis restarted without its data, and the
 	// nodes not heard from since) must not make it ready.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamer-dev/streamer/internal/redistest"
+	"github.com/streamer-dev/streamer/supervisor"
 )
 
 // A round trip of admissions carries up to admitTripBytes, in runs of the
@@ -207,5 +209,43 @@ func TestTheLookForAnUnansweredAdmissionWithdrawsItsUnreadItemsAlone(t *testing.
 	defer fe.mu.Unlock()
 	if len(fe.unanswered) != 1 || fe.unanswered[0].looks != 1 {
 		t.Errorf("after a look, %+v remembered; want the admission, looked at once, for the next checks", fe.unanswered)
+	}
+}
+
+// A call sent before a span without refreshes longer than the reply TTL
+// (the front end stalled) whose items are found gone unanswered is told
+// that its answers may have expired, not that Redis lost them: also at a
+// look after the first one that follows the span, which misses the calls
+// whose admission's verdict the stalled front end had not read yet.
+func TestItemsGoneAfterAStallAreNotCountedLost(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fe := unstartedFront(t, rs.URL(), 0)
+	stalled := time.Now().Add(-10 * time.Second)
+	fe.noteRefreshed(stalled)
+	fe.noteRefreshed(stalled.Add(DefaultReplyTTL + time.Second))
+	fe.unrefreshed.Store(nil) // as a look at every call does once done
+	c := &call{
+		seq: 1, items: [][]byte{[]byte("x")}, ids: []string{"1-1"}, stream: fe.k.items,
+		sent: stalled.Add(time.Second), outputs: make([][]byte, 1), got: make([]bool, 1), left: 1,
+		over: make(chan struct{}), counted: true,
+	}
+	fe.mu.Lock()
+	fe.calls[c.seq] = c
+	fe.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := fe.lookForLost(ctx, lostLookAge); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.over:
+	default:
+		t.Fatal("the call whose item is gone still waits")
+	}
+	if !errors.Is(c.failure, supervisor.ErrUnavailable) || !strings.Contains(c.failure.Error(), "answers may have expired") {
+		t.Errorf("the call failed with %v; want its answers said to have expired", c.failure)
+	}
+	if got := fe.stats.lost.Load(); got != 0 {
+		t.Errorf("%d items counted lost; want none, as Redis lost nothing", got)
 	}
 }

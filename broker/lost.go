@@ -113,8 +113,8 @@ func (fe *FrontEnd) lookForLost(ctx context.Context, minAge time.Duration) error
 	}
 	lostErr := unavailablef("redis at %s lost the request's items (a failover to a replica that lacked them, or a restart that lost its last writes)", fe.where)
 	var expiredErr error
-	gap := fe.unrefreshed.Load()
-	if last := time.Unix(0, fe.refreshedAt.Load()); gap == nil && time.Since(last) > fe.cfg.ReplyTTL {
+	gap := fe.lastGap.Load()
+	if last := time.Unix(0, fe.refreshedAt.Load()); time.Since(last) > fe.cfg.ReplyTTL {
 		// Not refreshed for that long now (this look ran on, stalled
 		// with the front end, before the check that would note it).
 		gap = &span{from: last, to: time.Now()}
