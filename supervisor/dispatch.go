@@ -228,16 +228,21 @@ func (s *Streamer) pruneLocked(b *batch, now time.Time) bool {
 	return len(kept) > 0
 }
 
-// checkTimeouts kills the workers whose running batch is past WorkerTimeout.
+// checkTimeouts kills the workers whose running batch is past WorkerTimeout,
+// not counting the time the supervisor stalled meanwhile (see stallClock).
 // It requires that s.mu is held.
 func (s *Streamer) checkTimeouts(now time.Time, earlier func(time.Time)) {
+	stalled := time.Duration(-1) // not looked at yet: most calls need none
 	// Over both lists without joining them: this runs on every dispatch.
 	for _, slots := range [...][]*slot{s.slots, s.retiring} {
 		for _, sl := range slots {
 			if (sl.state != SlotReady && sl.state != SlotDraining) || len(sl.inflight) == 0 {
 				continue
 			}
-			due := sl.headStart.Add(s.cfg.WorkerTimeout)
+			if stalled < 0 {
+				stalled = s.stalledAt(now)
+			}
+			due := sl.headStart.Add(s.cfg.WorkerTimeout + stalled - sl.headStalled)
 			if now.Before(due) {
 				earlier(due)
 				continue

@@ -30,3 +30,42 @@ func TestHeartbeatSilenceIsMonotonic(t *testing.T) {
 		t.Fatalf("silence of a stamp a minute old: %s", silent)
 	}
 }
+
+// A look at the clock more than stallMin after the one before counts the
+// gap, less a tick, as a stall of the supervisor; looks a tick apart, or
+// out of order, count nothing.
+func TestStallsAreGapsBetweenLooksAtTheClock(t *testing.T) {
+	var c stallClock
+	at := func(d time.Duration) time.Duration { return c.stalled(int64(d)) }
+	for i := 1; i <= 20; i++ {
+		if got := at(time.Duration(i) * stallTick); got != 0 {
+			t.Fatalf("looks a tick apart counted a stall of %s", got)
+		}
+	}
+	const last = 20 * stallTick
+	if got := at(last + 12*time.Second); got != 12*time.Second-stallTick {
+		t.Errorf("a look 12s after the one before counted %s; want 12s less a tick", got)
+	}
+	if got := at(last + time.Second); got != 12*time.Second-stallTick {
+		t.Errorf("a look out of order changed the stalls to %s", got)
+	}
+}
+
+// A worker silent through a stall of its supervisor is silent for the
+// time since the stall's end: what it said meanwhile may not be read yet.
+func TestAWorkersSilenceThroughAStallCountsFromItsEnd(t *testing.T) {
+	w := heardWatch{}
+	const s = int64(time.Second)
+	if got := w.silence(20*s, 0, 0); got != 20*time.Second {
+		t.Fatalf("silence with no stall: %s; want 20s", got)
+	}
+	if got := w.silence(32*s, 19*s, 12*time.Second); got != 0 {
+		t.Errorf("silence right after a 12s stall: %s; want none", got)
+	}
+	if got := w.silence(35*s, 19*s, 12*time.Second); got != 3*time.Second {
+		t.Errorf("silence 3s after the stall: %s; want 3s", got)
+	}
+	if got := w.silence(35*s, 34*s, 12*time.Second); got != time.Second {
+		t.Errorf("silence of a worker heard since: %s; want 1s", got)
+	}
+}

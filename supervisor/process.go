@@ -291,22 +291,47 @@ func (p *process) writeLoop() {
 }
 
 // watchHeartbeat kills a child that has said nothing for HeartbeatTimeout:
-// its process may be alive but its loop is stuck.
+// its process may be alive but its loop is stuck. After a stall of the
+// supervisor (see stallClock) the child's silence counts from the stall's
+// end: what it said meanwhile may not be read yet.
 func (p *process) watchHeartbeat() {
-	timeout := p.sl.s.cfg.Process.HeartbeatTimeout
+	s := p.sl.s
+	timeout := s.cfg.Process.HeartbeatTimeout
 	t := time.NewTicker(timeout / 4)
 	defer t.Stop()
+	watch := heardWatch{seen: s.stalls.stalled(s.clock())}
 	for {
 		select {
 		case <-p.exited:
 			return
 		case <-t.C:
-			if silent := p.silence(); silent > timeout {
+			now := s.clock()
+			if silent := watch.silence(now, p.lastHeard.Load(), s.stalls.stalled(now)); silent > timeout {
 				p.kill(fmt.Errorf("no heartbeat for %s", silent.Round(time.Millisecond)))
 				return
 			}
 		}
 	}
+}
+
+// heardWatch judges a child's silence across the supervisor's stalls.
+type heardWatch struct {
+	seen    time.Duration // the stalls counted at the last look
+	resumed int64         // when the last stall seen ended; 0 for none
+}
+
+// silence is how long a child last heard at heard has been silent at now,
+// counted from the end of the last stall seen, given stalled, the stalls
+// counted up to now. All three are readings of the streamer's clock.
+func (w *heardWatch) silence(now, heard int64, stalled time.Duration) time.Duration {
+	if stalled != w.seen {
+		w.seen, w.resumed = stalled, now
+	}
+	silent := time.Duration(now - heard)
+	if w.resumed != 0 {
+		silent = min(silent, time.Duration(now-w.resumed))
+	}
+	return silent
 }
 
 // heard notes that the child just said something.

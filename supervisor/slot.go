@@ -74,13 +74,16 @@ type slot struct {
 	w         worker
 	inflight  []*batch // sent and not answered, oldest (running) first
 	headStart time.Time
-	restarts  int
-	recent    []time.Time // restarts within RestartWindow
-	failures  int         // crashes since the last answered batch
-	lastErr   string
-	batches   uint64        // batches answered
-	crashes   int           // workers that died
-	initTime  time.Duration // how long the current worker took to be ready
+	// headStalled is the streamer's stalls counted at headStart (see
+	// stallClock): those after it are no time the batch ran.
+	headStalled time.Duration
+	restarts    int
+	recent      []time.Time // restarts within RestartWindow
+	failures    int         // crashes since the last answered batch
+	lastErr     string
+	batches     uint64        // batches answered
+	crashes     int           // workers that died
+	initTime    time.Duration // how long the current worker took to be ready
 	// startBegan is when the start of the slot's next worker began; only
 	// the goroutine starting it writes it (see startWorker).
 	startBegan time.Time
@@ -222,7 +225,7 @@ func (sl *slot) readyLocked(w worker) {
 // sendLocked hands b to the slot's worker. It requires that s.mu is held.
 func (sl *slot) sendLocked(b *batch, now time.Time) {
 	if len(sl.inflight) == 0 {
-		sl.headStart = now
+		sl.headStart, sl.headStalled = now, sl.s.stalledAt(now)
 	}
 	sl.inflight = append(sl.inflight, b)
 	sl.w.send(b)
@@ -283,7 +286,10 @@ func (sl *slot) onResult(w worker, r result) {
 	}
 	b := sl.inflight[0]
 	sl.inflight = append(sl.inflight[:0], sl.inflight[1:]...)
-	if ran := len(b.items) - len(r.expired); ran > 0 && r.err == nil {
+	stalled := s.stalledAt(now)
+	if ran := len(b.items) - len(r.expired); ran > 0 && r.err == nil && stalled == sl.headStalled {
+		// A batch through which the supervisor stalled took longer than
+		// it ran: its time says nothing of the model's cost.
 		s.cost.observe(ran, now.Sub(sl.headStart))
 	}
 	if s.cfg.Batching == BatchingAdaptive {
@@ -294,7 +300,7 @@ func (sl *slot) onResult(w worker, r result) {
 	}
 	started := sl.headStart
 	sl.batches++
-	sl.headStart = now
+	sl.headStart, sl.headStalled = now, stalled
 	sl.failures = 0
 	retired := isClosed(sl.quit)
 	// Refill this worker's pipeline here rather than wait for the dispatcher

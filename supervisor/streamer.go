@@ -42,8 +42,9 @@ type Streamer struct {
 	wake        chan struct{}
 	batchID     atomic.Uint64
 	draining    atomic.Bool
-	unavail     atomic.Bool // no worker has been able to run for UnavailableAfter
-	dispatched  sync.WaitGroup
+	unavail     atomic.Bool    // no worker has been able to run for UnavailableAfter
+	dispatched  sync.WaitGroup // the dispatcher and watchStalls
+	stalls      stallClock
 
 	drained     chan struct{} // closed when draining and nothing is left
 	drainedOnce sync.Once
@@ -132,8 +133,9 @@ func (s *Streamer) Start(ctx context.Context) error {
 	for _, sl := range slots {
 		go sl.run(nil, firstTries)
 	}
-	s.dispatched.Add(1)
+	s.dispatched.Add(2)
 	go s.dispatchLoop()
+	go s.watchStalls()
 	var errs []error
 	for range slots {
 		select {

@@ -249,6 +249,42 @@ func TestHangingBatchKillsWorker(t *testing.T) {
 	}
 }
 
+// TestAStoppedSupervisorKillsNoHealthyWorker: a supervisor stopped
+// (SIGSTOP: a debugger, a paused machine) while its worker runs a batch,
+// for longer than the worker timeout, finds the batch answered when it
+// resumes: the time it did not run is not time the batch ran, and the
+// worker is not killed for it.
+func TestAStoppedSupervisorKillsNoHealthyWorker(t *testing.T) {
+	s := startServer(t, "--workers", "1", "--model", "sleep:1s,0s", "--worker-timeout", "1500ms")
+	before := s.waitAllReady(t, 1)
+	answered := make(chan prediction, 1)
+	go func() {
+		p, err := s.tryPredictJSON(map[string]any{"inputs": []any{"a"}})
+		if err != nil {
+			p = prediction{Body: []byte(err.Error())}
+		}
+		answered <- p
+	}()
+	s.waitFor(t, "the batch sent to the worker", readyTimeout, func() bool { return s.stats(t).Submitted == 1 })
+	if err := s.signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// Stopped past the batch's end and past the worker timeout.
+	time.Sleep(2500 * time.Millisecond)
+	if err := s.signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if p := <-answered; p.Status != http.StatusOK {
+		t.Errorf("the request whose batch ran while the supervisor was stopped: %s; want 200", p)
+	}
+	if st := s.stats(t); st.Crashes != 0 {
+		t.Errorf("%d crashes counted; want none: the worker was healthy", st.Crashes)
+	}
+	if after := s.readyWorkers(t); len(after) != 1 || after[0].PID != before[0].PID {
+		t.Errorf("workers %+v after the stop; want the same one, pid %d", after, before[0].PID)
+	}
+}
+
 func TestBadInputAnsweredAndServerKeepsServing(t *testing.T) {
 	s := startServer(t, "--max-body", "1000")
 	tests := []struct {
