@@ -122,7 +122,7 @@ type FrontEnd struct {
 	readMoved chan struct{}
 
 	stats struct {
-		submitted, answered, failed, rejected, expired, duplicates, withdrawn, lost atomic.Uint64
+		submitted, answered, failed, rejected, expired, poisoned, duplicates, withdrawn, lost atomic.Uint64
 	}
 }
 
@@ -411,12 +411,16 @@ func (fe *FrontEnd) Stats() supervisor.Stats {
 	fe.mu.Lock()
 	held := fe.held
 	fe.mu.Unlock()
+	// Parts before their wholes, as supervisor.Streamer.Stats reads them.
+	poisoned, expired := fe.stats.poisoned.Load(), fe.stats.expired.Load()
+	failed := fe.stats.failed.Load()
 	return supervisor.Stats{
-		Submitted: fe.stats.submitted.Load(),
 		Answered:  fe.stats.answered.Load(),
-		Failed:    fe.stats.failed.Load(),
+		Failed:    failed,
+		Expired:   expired,
+		Poisoned:  poisoned,
+		Submitted: fe.stats.submitted.Load(),
 		Rejected:  fe.stats.rejected.Load(),
-		Expired:   fe.stats.expired.Load(),
 		Queued:    held,
 	}
 }
@@ -1658,16 +1662,22 @@ func (fe *FrontEnd) deliver(msgs []redis.XMessage) {
 				return
 			}
 			c.got[idx] = true
+			fe.stats.answered.Add(1) // the whole before its parts (see Stats)
 			if a.failed {
 				if c.errs == nil {
 					c.errs = make([]error, len(c.got))
 				}
 				c.errs[idx] = errorOf(a.code, a.msg)
 				fe.stats.failed.Add(1)
+				switch {
+				case errors.Is(c.errs[idx], supervisor.ErrPoison):
+					fe.stats.poisoned.Add(1)
+				case errors.Is(c.errs[idx], supervisor.ErrDeadline):
+					fe.stats.expired.Add(1)
+				}
 			} else {
 				c.outputs[idx] = []byte(a.output)
 			}
-			fe.stats.answered.Add(1)
 			fe.held--
 			if c.left--; c.left == 0 {
 				delete(fe.calls, seq)

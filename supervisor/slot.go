@@ -340,15 +340,16 @@ func (sl *slot) onResult(w worker, r result) {
 			}
 		}
 	}
-	if len(r.expired) > 0 {
-		if batchErr == nil {
-			failed += len(r.expired)
-		}
-		s.stats.expired.Add(uint64(len(r.expired)))
+	if len(r.expired) > 0 && batchErr == nil {
+		failed += len(r.expired)
 	}
+	// Counted as Stats reads them backwards (see Stats).
 	s.stats.answered.Add(uint64(len(b.items)))
 	if failed > 0 {
 		s.stats.failed.Add(uint64(failed))
+	}
+	if len(r.expired) > 0 {
+		s.stats.expired.Add(uint64(len(r.expired)))
 	}
 	expired := r.expired
 	s.answering.Add(1)
@@ -438,9 +439,9 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 	sl.noteCrash(exitErr, cause)
 	for _, it := range poisoned {
 		s.poison.add(it.key, it.data)
-		s.stats.poisoned.Add(1)
 		s.log.Error("poison item isolated", "slot", sl.id, "crashes", it.crashes, "err", exitErr)
 		s.complete(it, nil, fmt.Errorf("%w: it killed the worker %d times (last: %v)", ErrPoison, it.crashes, exitErr))
+		s.stats.poisoned.Add(1) // after complete's counts (see Stats)
 	}
 	s.signal()
 }

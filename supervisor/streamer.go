@@ -417,8 +417,8 @@ func (s *Streamer) complete(it item, output []byte, err error) {
 // drop answers an item that will not run: its deadline passed or its caller left.
 func (s *Streamer) drop(it item, now time.Time) {
 	if it.fut.expired(now) {
-		s.stats.expired.Add(1)
 		s.complete(it, nil, fmt.Errorf("%w: expired after %s in the queue", ErrDeadline, now.Sub(s.at(it.fut.enqueued)).Round(time.Millisecond)))
+		s.stats.expired.Add(1) // after complete's counts (see Stats)
 		return
 	}
 	s.complete(it, nil, ErrCanceled)
@@ -508,15 +508,21 @@ func (s *Streamer) Slots() []SlotStatus {
 
 // Stats returns a snapshot of the counters.
 func (s *Streamer) Stats() Stats {
+	// Expired and Poisoned are parts of Failed, and Failed of Answered:
+	// they are read in the order opposite to the one in which an item is
+	// counted (Answered first), so that no part reads larger than its
+	// whole.
+	poisoned, expired := s.stats.poisoned.Load(), s.stats.expired.Load()
+	failed := s.stats.failed.Load()
 	st := Stats{
-		Submitted:  s.stats.submitted.Load(),
 		Answered:   s.stats.answered.Load(),
-		Failed:     s.stats.failed.Load(),
+		Failed:     failed,
+		Expired:    expired,
+		Poisoned:   poisoned,
+		Submitted:  s.stats.submitted.Load(),
 		Rejected:   s.stats.rejected.Load(),
-		Expired:    s.stats.expired.Load(),
 		Batches:    s.stats.batches.Load(),
 		Crashes:    s.stats.crashes.Load(),
-		Poisoned:   s.stats.poisoned.Load(),
 		BatchSizes: make([]uint64, len(s.stats.batchSizes)),
 	}
 	for i := range s.stats.batchSizes {

@@ -709,6 +709,9 @@ func TestBrokerPoisonFoundByOneNodeIsRefusedByTheOther(t *testing.T) {
 	if p, err := predictWithin(front, requestTimeout, 0, "fine"); err != nil || p.Status != http.StatusOK {
 		t.Errorf("after the poison item: %s, %v", p, err)
 	}
+	// The front end counts both 422s as poisoned items, as a local server
+	// counts the one it finds.
+	wantMetrics(t, front, `streamer_items_total{outcome="poisoned"} 2`, `streamer_items_total{outcome="failed"} 0`, `streamer_items_total{outcome="ok"} 1`)
 }
 
 // TestBrokerPoisonRefusedAfterAGracefulStop: a node started after another
