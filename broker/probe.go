@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strconv"
@@ -52,6 +53,8 @@ func (p *probe) check(ctx context.Context, rdb redis.Cmdable, where string) erro
 	var verdict error
 	version := infoValue(server.Val(), "redis_version")
 	switch {
+	case infoValue(server.Val(), "redis_mode") == "sentinel":
+		verdict = fmt.Errorf("%w: redis at %s is a Sentinel, which keeps no data: name the master it watches in the URL, ?master_name=NAME, and streamer follows that master through failovers", ErrUnsupportedRedis, where)
 	case infoValue(cluster.Val(), "cluster_enabled") == "1":
 		verdict = fmt.Errorf("%w: redis at %s runs as a cluster, which streamer does not support (its scripts use several keys at once): give it a Redis of its own, with replicas and Sentinel for failover", ErrUnsupportedRedis, where)
 	case olderThan(version, 6, 2):
@@ -94,17 +97,34 @@ func olderThan(version string, major, minor int) bool {
 // mend it: the URL, or Redis's configuration, must change.
 var ErrRefused = errors.New("broker: redis refuses this client")
 
+// ErrUntrusted says that the client refuses Redis's TLS certificate: no
+// CA it trusts signed it, or it does not name the host dialled.
+var ErrUntrusted = errors.New("broker: redis's certificate is not trusted")
+
 // Refusal returns err, an error of a front end's or a node's Start, as an
-// ErrRefused that says what to change when Redis refused the client
-// itself, and nil otherwise. At start, this is a mistake in the URL to
-// report at once; once serving, the same refusal (a password changed on
-// Redis) is an outage like any other, which ends when it is mended.
+// ErrRefused that says what to change when Redis refused the client itself
+// (or, asked for a master, the Sentinels know none of that name), as an
+// ErrUntrusted when the client refused Redis's certificate, as an
+// ErrUnsupportedRedis when Redis does not know a command streamer needs,
+// and nil otherwise. At start, this is a mistake in the URL or the flags to report
+// at once; once serving, the same refusal (a password changed on Redis, a
+// certificate replaced) is an outage like any other, which ends when it
+// is mended.
 func Refusal(err error) error {
+	if cert := new(tls.CertificateVerificationError); errors.As(err, &cert) {
+		return fmt.Errorf("%w (is --broker-ca the CA that signed it, or the system's, and the URL's host a name it holds?): %w", ErrUntrusted, err)
+	}
 	var answer redis.Error
 	if !errors.As(err, &answer) {
 		return nil
 	}
 	switch msg := answer.Error(); {
+	case strings.HasPrefix(msg, "ERR unknown command"):
+		// Of a Sentinel asking for a password, whose INFO the probe
+		// could not read: it knows no data command.
+		return fmt.Errorf("%w: it does not know a command streamer needs: is it a Sentinel (then name the master it watches, ?master_name=NAME), or a server that is not Redis 6.2 or later, or a command renamed away? %w", ErrUnsupportedRedis, err)
+	case errors.Is(err, redis.Nil) && bySentinels(err):
+		return fmt.Errorf("%w (the Sentinels know no master of the URL's master_name: is it the name in their sentinel monitor setting?): %w", ErrRefused, err)
 	case (strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOAUTH") || strings.HasPrefix(msg, "ERR AUTH")) && bySentinels(err):
 		return fmt.Errorf("%w (the Sentinels' user and password: are they the URL's sentinel_username and sentinel_password?): %w", ErrRefused, err)
 	case strings.HasPrefix(msg, "WRONGPASS"), strings.HasPrefix(msg, "NOAUTH"), strings.HasPrefix(msg, "ERR AUTH"):

@@ -886,9 +886,14 @@ func TestBrokerFlagsAndConnections(t *testing.T) {
 		refusedThrough(t, strings.Replace(rs.URL(), "rediss://", "redis://", 1), []string{"a TLS port reached without rediss://"})
 	})
 	t.Run("tls with an untrusted certificate", func(t *testing.T) {
+		// Refused at start, as a wrong password is: no retry mends it.
 		rs := redistest.Start(t, redistest.Options{TLS: true})
-		startBrokerNode(t, rs, "--workers", "1", "--broker-ca", rs.CAFile())
-		refusedThrough(t, rs.URL(), []string{"certificate"})
+		for _, workers := range []string{"0", "1"} {
+			last := refusedAtStart(t, []string{"--workers", workers, "--model", "echo", "--broker", rs.URL()})
+			if !strings.Contains(last, "--broker: redis's certificate is not trusted (is --broker-ca the CA that signed it") || !strings.Contains(last, "x509") {
+				t.Errorf("--workers %s, a certificate signed by a CA not trusted: %q; want it refused at start, saying why", workers, last)
+			}
+		}
 	})
 }
 
@@ -1073,11 +1078,12 @@ func TestBrokerSentinelOverTLSChecksEachHostsCertificate(t *testing.T) {
 	}
 }
 
-// TestBrokerSentinelsPasswordIsCheckedAtStart: given a Sentinel's URL with
+// TestBrokerSentinelMistakesAreRefusedAtStart: given a Sentinel's URL with
 // a wrong sentinel_password, serve exits 1 at start, naming the Sentinels'
-// password (not the master's, nor the wrong one itself); with the right
-// one, a node and a front end serve.
-func TestBrokerSentinelsPasswordIsCheckedAtStart(t *testing.T) {
+// password (not the master's, nor the wrong one itself); so it does with a
+// master_name the Sentinel does not know, and with a Sentinel's address
+// and no master_name. With the right URL, a node and a front end serve.
+func TestBrokerSentinelMistakesAreRefusedAtStart(t *testing.T) {
 	master := redistest.Start(t, redistest.Options{Password: "m4ster"})
 	sentinel := redistest.Start(t, redistest.Options{Watch: master, MasterName: "main", Password: "watch3r"})
 	url := sentinel.FailoverURL()
@@ -1089,6 +1095,17 @@ func TestBrokerSentinelsPasswordIsCheckedAtStart(t *testing.T) {
 		last := refusedAtStart(t, []string{"--workers", workers, "--model", "echo", "--broker", wrong})
 		if !strings.Contains(last, "the Sentinels' user and password") || strings.Contains(last, "wr0ng") {
 			t.Errorf("--workers %s, a wrong sentinel_password: %q; want the Sentinels' password named, and not shown", workers, last)
+		}
+	}
+	for _, tc := range []struct{ name, url, want string }{
+		{"an unknown master_name", strings.Replace(url, "master_name=main", "master_name=mian", 1), "the Sentinels know no master of the URL's master_name"},
+		{"no master_name", "redis://:watch3r@" + sentinel.Addr() + "/0", "is a Sentinel, which keeps no data: name the master it watches in the URL, ?master_name=NAME"},
+		// Without its password, the Sentinel refuses INFO, and says it
+		// knows no data command.
+		{"no master_name nor password", "redis://" + sentinel.Addr() + "/0", "is it a Sentinel (then name the master it watches, ?master_name=NAME)"},
+	} {
+		if last := refusedAtStart(t, []string{"--workers", "0", "--broker", tc.url}); !strings.Contains(last, tc.want) {
+			t.Errorf("%s: %q; want it saying %q", tc.name, last, tc.want)
 		}
 	}
 	startBrokerNodeAt(t, url, "--workers", "1", "--model", "echo")
