@@ -41,7 +41,7 @@ func TestAFullBacklogIsNotFullWhileTheFrontEndCannotServe(t *testing.T) {
 			name:   "no node",
 			heard:  0, // and never again
 			outage: func(*redistest.Server) {},
-			want:   func(*redistest.Server) string { return "no node has been heard from" },
+			want:   func(*redistest.Server) string { return "no node is alive on redis" },
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -814,6 +814,7 @@ func TestBrokerFlagsAndConnections(t *testing.T) {
 	}{
 		{"broker flags without broker", "", []string{"--claim-idle", "2s", "--stream-prefix", "m"}, []string{"--stream-prefix, --claim-idle needs --broker"}},
 		{"empty prefix", "", []string{"--broker", "redis://127.0.0.1:1/0", "--stream-prefix", ""}, []string{"--stream-prefix is empty"}},
+		{"negative workers", "", []string{"--broker", "redis://127.0.0.1:1/0", "--workers", "-1"}, []string{"--workers -1: want at least 1, or 0 for a front end alone"}},
 		{"claim idle of zero", "", []string{"--broker", "redis://127.0.0.1:1/0", "--claim-idle", "0s"}, []string{"--claim-idle 0s: want at least 100ms"}},
 		{"CA without TLS", "", []string{"--broker", "redis://127.0.0.1:1/0", "--broker-ca", "ca.pem"}, []string{"--broker-ca needs a rediss:// URL in --broker"}},
 		{"bad URL from the environment", "redis://u:s3cret@127.0.0.1:abc/0", nil, []string{"$STREAMER_BROKER", "redis://…", "is the port a number"}},
@@ -1123,7 +1124,7 @@ func TestBrokerStatusCommand(t *testing.T) {
 	front := startBrokerFront(t, rs)
 	waitReadyz(t, front, 0)
 	out, err := runStatus(t, front.URL())
-	if err != nil || !regexp.MustCompile(`(?m)^ready +no: unavailable: no node has been heard from`).MatchString(out) {
+	if err != nil || !regexp.MustCompile(`(?m)^ready +no: unavailable: no node is alive on redis`).MatchString(out) {
 		t.Errorf("streamer status of a front end with no node: %v; want it not ready, saying why:\n%s", err, out)
 	}
 	node := startBrokerNode(t, rs, "--workers", "1", "--model", "echo")

@@ -288,7 +288,7 @@ func (o serveOptions) cudaDevices() ([]string, error) {
 // supervisorConfig builds the streamer's configuration from the flags.
 func (o serveOptions) supervisorConfig(spec model.Spec, log *slog.Logger) (supervisor.Config, error) {
 	if o.workers < 1 {
-		return supervisor.Config{}, fmt.Errorf("--workers %d: want at least 1", o.workers)
+		return supervisor.Config{}, fmt.Errorf("--workers %d: want at least 1, or 0 for a front end alone (with --broker)", o.workers)
 	}
 	if err := o.checkQueueFlags(); err != nil {
 		return supervisor.Config{}, err
@@ -538,7 +538,11 @@ func (d *drainer) drain(server *http.Server) error {
 	defer cancel()
 	for _, stop := range d.stops {
 		if err := stop(ctx); err != nil {
-			d.log.Warn("drain did not finish within the grace period", "err", err)
+			msg := "drain did not finish within the grace period"
+			if ctx.Err() == nil {
+				msg = "drain could not finish" // the error says why
+			}
+			d.log.Warn(msg, "err", err)
 		}
 	}
 	// Every admitted item is answered by now: handlers only have their
