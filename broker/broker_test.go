@@ -1140,11 +1140,15 @@ func TestANodeRedisRefusesToAnswerLeavesItsItemsToAnother(t *testing.T) {
 	})
 }
 
+// Answers Redis refuses for want of memory are kept and retried until it
+// takes them; the node logs the refusal once, as an error, however many
+// retries fail, and once that it takes answers again.
 func TestAnswersAreKeptUntilRedisHasRoomForThem(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{}) // noeviction: Redis's default
 	held := newRecorder()
 	held.hold["slow"] = true
-	n := startNode(t, rs, held, 4, nil)
+	var logs syncbuf.Buffer
+	n := startNode(t, rs, held, 4, func(c *broker.NodeConfig) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
 	fe := startFront(t, rs, nil)
 	eventually(t, "front end ready", fe.Ready)
 	later := predictLater(t, fe, "slow")
@@ -1155,13 +1159,19 @@ func TestAnswersAreKeptUntilRedisHasRoomForThem(t *testing.T) {
 		t.Fatalf("a request while Redis is full: %v; want ErrUnavailable saying why", err)
 	}
 	close(held.release)
-	eventually(t, "the answer refused by Redis", func() bool { return n.Stats().WriteFailures > 0 })
+	eventually(t, "the answer refused by Redis, and retried", func() bool { return n.Stats().WriteFailures > 2 })
 	if got := rs.Do(t, "XLEN", "streamer:items"); got != "1" {
 		t.Fatalf("%s items on the stream; want the item kept until its answer is written", got)
 	}
 	rs.Do(t, "CONFIG", "SET", "maxmemory", "0")
 	if a := <-later; a.err != nil || string(a.out[0]) != "slow" {
 		t.Fatalf("got %q, %v; want the answer once Redis had room", a.out, a.err)
+	}
+	eventually(t, "the node's log of Redis taking answers again", func() bool {
+		return strings.Contains(logs.String(), "redis takes this node's answers again")
+	})
+	if got := strings.Count(logs.String(), "level=ERROR msg=\"redis is out of memory"); got != 1 || strings.Contains(logs.String(), "level=WARN") {
+		t.Errorf("the refusals for want of memory logged as %d errors; want one, and no warning for each retry:\n%s", got, logs.String())
 	}
 }
 

@@ -75,8 +75,9 @@ type Node struct {
 	refused atomic.Pointer[string]
 	// down is set by a command that got no answer from Redis, and
 	// cleared by one that did (see warn); broken, by a connection that
-	// closed under a command since.
-	down, broken atomic.Bool
+	// closed under a command since; full, by a write Redis refused for
+	// want of memory, and cleared by the next that went through.
+	down, broken, full atomic.Bool
 	// unable is set while the node beats as leaving for want of a
 	// worker that can run (see beat).
 	unable atomic.Bool
@@ -743,6 +744,9 @@ func (n *Node) writeWhole(batch []answerEntry) bool {
 		retry.wait(n.stopped)
 	}
 	n.reachable()
+	if n.full.Swap(false) {
+		n.cfg.Logger.Info("redis takes this node's answers again", "redis", n.where)
+	}
 	if n.refused.Swap(nil) != nil {
 		n.cfg.Logger.Info("redis takes this node's answers again; it takes items again", "redis", n.where)
 	}
@@ -759,9 +763,18 @@ func (n *Node) writeWhole(batch []answerEntry) bool {
 // warn logs err, the failure of what. A Redis that does not answer (down,
 // unreachable, loading its data) is logged once, as an error, and then at
 // debug level until it answers again (see reachable): the node's loops
-// fail several times a second meanwhile. An error Redis answered is
-// logged each time.
+// fail several times a second meanwhile. So is a Redis out of memory,
+// until it takes a write again. Another error Redis answered is logged
+// each time.
 func (n *Node) warn(what string, err error) {
+	if redis.HasErrorPrefix(err, "OOM") {
+		if n.full.Swap(true) {
+			n.cfg.Logger.Debug(what, "redis", n.where, "err", err)
+			return
+		}
+		n.cfg.Logger.Error("redis is out of memory and refuses writes; this node keeps its items and retries (raise Redis's maxmemory, or lower --max-queue)", "while", what, "redis", n.where, "err", err)
+		return
+	}
 	var reply redis.Error
 	if errors.As(err, &reply) && !notServing(err) {
 		n.cfg.Logger.Warn(what, "redis", n.where, "err", err)
