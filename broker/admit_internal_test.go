@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -549,5 +550,20 @@ func TestACheckWhoseConnectionClosesUnderItRunsAgain(t *testing.T) {
 	}
 	if err := fe.check(ctx); err != nil || !fe.up.Load() {
 		t.Errorf("a check whose connection closed under it: %v, up %v; want it run again on another, and Redis up", err, fe.up.Load())
+	}
+}
+
+// An admission whose connection closed under it fails its calls with 503
+// saying so, and that the request may be sent again: Redis may have run
+// it, and its items are withdrawn rather than admitted twice.
+func TestAnAdmissionWhoseConnectionClosedSaysSo(t *testing.T) {
+	fe := unstartedFront(t, "redis://127.0.0.1:1/0", 100)
+	c := &call{items: [][]byte{[]byte("x")}, admitted: make(chan error, 1)}
+	cmd := redis.NewCmd(context.Background())
+	cmd.SetErr(io.EOF)
+	fe.tell([]*call{c}, cmd, "")
+	err := <-c.admitted
+	if !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), "the connection closed under the request's admission (EOF)") {
+		t.Errorf("the call's verdict: %v; want ErrUnavailable saying the connection closed under its admission", err)
 	}
 }

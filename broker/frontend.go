@@ -1295,7 +1295,14 @@ func (fe *FrontEnd) tell(chunk []*call, cmd *redis.Cmd, epoch string) {
 	}
 	if err != nil {
 		fe.noteDown(err)
-		err = unavailablef("redis at %s: %v", fe.where, err)
+		if brokenConn(err) {
+			// Redis may have run it: its items, if any, are withdrawn
+			// (see noteUnanswered), not admitted again, which could run
+			// them twice.
+			err = unavailablef("redis at %s: the connection closed under the request's admission (%v): killed, or redis restarting? send it again", fe.where, err)
+		} else {
+			err = unavailablef("redis at %s: %v", fe.where, err)
+		}
 		for _, c := range chunk {
 			c.admitted <- err
 		}
