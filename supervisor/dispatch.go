@@ -232,7 +232,7 @@ func (s *Streamer) pruneLocked(b *batch, now time.Time) bool {
 // not counting the time the supervisor stalled meanwhile (see stallClock).
 // It requires that s.mu is held.
 func (s *Streamer) checkTimeouts(now time.Time, earlier func(time.Time)) {
-	stalled := time.Duration(-1) // not looked at yet: most calls need none
+	stalled := time.Duration(-1) // looked at once, for the first batch running
 	// Over both lists without joining them: this runs on every dispatch.
 	for _, slots := range [...][]*slot{s.slots, s.retiring} {
 		for _, sl := range slots {
