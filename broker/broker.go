@@ -94,7 +94,11 @@ type Config struct {
 	// the front end's: its items carry it to the nodes, which use it for
 	// their answers. Zero means 1 minute.
 	ReplyTTL time.Duration
-	// Logger receives the broker's events; nil discards them.
+	// Logger receives the broker's events; nil discards them. The Redis
+	// client library logs a few of its own (a pool that cannot dial)
+	// through its logger, redis.SetLogger, which is the process's and
+	// which the broker leaves as it finds it: streamer serve sends them
+	// to its log at debug level.
 	Logger *slog.Logger
 
 	// skew is added to this machine's clock, for tests of machines whose

@@ -66,6 +66,7 @@ type FrontEnd struct {
 	done       sync.WaitGroup // the writer and the checks
 	reader     sync.WaitGroup // the reader of answers
 	closed     atomic.Bool
+	started    atomic.Bool // Start was called
 
 	// epoch is the value of the epoch key at the last check, under mu: a
 	// Redis that lost its data (restarted without persistence, or flushed)
@@ -329,7 +330,9 @@ const (
 	unansweredMax   = 64
 )
 
-// NewFrontEnd returns a front end for cfg, not yet running.
+// NewFrontEnd returns a front end for cfg, not yet running. Its Redis
+// client is made already: Close releases it, also when Start was never
+// called.
 func NewFrontEnd(cfg FrontEndConfig) (*FrontEnd, error) {
 	base, err := cfg.withDefaults()
 	if err != nil {
@@ -373,10 +376,19 @@ func NewFrontEnd(cfg FrontEndConfig) (*FrontEnd, error) {
 // PREFIX:reply:ID.
 func (fe *FrontEnd) ID() string { return fe.id }
 
-// Start runs the front end: it checks Redis once (an error says why it is
-// not reachable, but the front end runs on regardless and keeps trying),
-// then reads its answers and writes requests until Close.
+// Start runs the front end: it checks Redis once, within ctx (an error
+// says why it is not reachable, but the front end runs on regardless and
+// keeps trying), then returns, the front end reading its answers and
+// writing requests in the background until Close. A second Start fails
+// with supervisor.ErrStarted, one after Close with
+// supervisor.ErrShuttingDown.
 func (fe *FrontEnd) Start(ctx context.Context) error {
+	switch {
+	case fe.closed.Load():
+		return fmt.Errorf("broker: start of a front end closed: %w", supervisor.ErrShuttingDown)
+	case !fe.started.CompareAndSwap(false, true):
+		return fmt.Errorf("broker: front end: %w", supervisor.ErrStarted)
+	}
 	err := fe.check(ctx)
 	fe.done.Add(2)
 	go fe.writeLoop()
@@ -460,7 +472,9 @@ type FrontEndStats struct {
 }
 
 // Metrics are the front end's counters of its traffic through Redis (see
-// Collector), for the HTTP layer's /metrics.
+// Collector), for the HTTP layer's /metrics: Collector(fe, nil). With a
+// node in the same process, register Collector(fe, node) instead, not
+// both.
 func (fe *FrontEnd) Metrics() prometheus.Collector { return Collector(fe, nil) }
 
 // FrontEndStats returns what the front end knows of Redis.
@@ -1986,7 +2000,7 @@ func (fe *FrontEnd) Close(ctx context.Context) error {
 		case <-fe.idle:
 		case <-ctx.Done():
 			fe.mu.Lock()
-			err = fmt.Errorf("broker: %d requests unanswered at close, answered 503 (shutting down): %w", len(fe.calls), ctx.Err())
+			err = fmt.Errorf("broker: %d requests unanswered at close, failed with ErrShuttingDown: %w", len(fe.calls), ctx.Err())
 			fe.mu.Unlock()
 		}
 	}

@@ -83,6 +83,7 @@ type Node struct {
 	unable atomic.Bool
 
 	stopOnce sync.Once
+	started  atomic.Bool   // Start was called
 	stop     chan struct{} // closed: read no more
 	stopped  chan struct{} // closed: the writer is done
 	left     chan struct{} // closed: Shutdown is done
@@ -136,7 +137,8 @@ type NodeStats struct {
 	Refused string `json:"refused,omitempty"`
 }
 
-// NewNode returns a node for cfg, not yet running.
+// NewNode returns a node for cfg, not yet running. Its Redis client is
+// made already: Shutdown releases it, also when Start was never called.
 func NewNode(cfg NodeConfig) (*Node, error) {
 	base, err := cfg.withDefaults()
 	if err != nil {
@@ -197,9 +199,20 @@ func (n *Node) Stats() NodeStats {
 	}
 }
 
-// Start joins the consumer group (making it when missing) and runs the
-// node until Shutdown. An unreachable Redis is reported, and retried.
+// Start joins the consumer group (making it when missing), within ctx,
+// and returns, the node running in the background until Shutdown. An
+// unreachable Redis is reported, and retried. A second Start fails with
+// supervisor.ErrStarted, one after Shutdown with
+// supervisor.ErrShuttingDown.
 func (n *Node) Start(ctx context.Context) error {
+	select {
+	case <-n.stop:
+		return fmt.Errorf("broker: start of node %s after its Shutdown: %w", n.cfg.Name, supervisor.ErrShuttingDown)
+	default:
+	}
+	if !n.started.CompareAndSwap(false, true) {
+		return fmt.Errorf("broker: node %s: %w", n.cfg.Name, supervisor.ErrStarted)
+	}
 	if err := n.probe.check(ctx, n.rdb, n.where); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -118,5 +119,39 @@ func TestASilentNodesItemsAreLeftToAnIdleNode(t *testing.T) {
 	close(busy.release)
 	if got := <-held; got.err != nil {
 		t.Errorf("the busy node's item: %v", got.err)
+	}
+}
+
+// TestASecondStartIsRefused: a front end or a node started twice, or after
+// its Close or Shutdown, refuses with supervisor's errors for a Streamer
+// alike, rather than run its loops twice (a front end's second set closed
+// a closed channel at Close) or over a closed client.
+func TestASecondStartIsRefused(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n := startNode(t, rs, newRecorder(), 4, nil)
+	fe := startFront(t, rs, nil)
+	if err := n.Start(ctx); !errors.Is(err, supervisor.ErrStarted) {
+		t.Errorf("a node's second Start: %v; want ErrStarted", err)
+	}
+	if err := fe.Start(ctx); !errors.Is(err, supervisor.ErrStarted) {
+		t.Errorf("a front end's second Start: %v; want ErrStarted", err)
+	}
+	eventually(t, "front end ready", fe.Ready)
+	if out, err := predict(t, fe, "x"); err != nil || string(out[0]) != "x" {
+		t.Errorf("a request after the second Starts: %q, %v; want its answer", out, err)
+	}
+	if err := fe.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := n.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if err := fe.Start(ctx); !errors.Is(err, supervisor.ErrShuttingDown) {
+		t.Errorf("a front end's Start after Close: %v; want ErrShuttingDown", err)
+	}
+	if err := n.Start(ctx); !errors.Is(err, supervisor.ErrShuttingDown) {
+		t.Errorf("a node's Start after Shutdown: %v; want ErrShuttingDown", err)
 	}
 }
