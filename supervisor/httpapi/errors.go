@@ -59,7 +59,9 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status := StatusOf(err)
 	h.requests.count(status, err)
 	switch status {
-	case http.StatusTooManyRequests:
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		// A full queue, no worker able to run, Redis down, a server
+		// draining: each passes, and a client that retries should.
 		w.Header()["Retry-After"] = h.retryAfter
 	case http.StatusInternalServerError:
 		h.log.Error("predict failed", "path", r.URL.Path, "remote", r.RemoteAddr, "err", err)

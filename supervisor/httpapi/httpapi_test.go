@@ -510,7 +510,7 @@ func TestPredictMapsErrors(t *testing.T) {
 				t.Errorf("error %q does not contain %q", msg, tt.wantMsg)
 			}
 			retry := rec.Header().Get("Retry-After")
-			if (tt.wantStatus == 429) != (retry == "1") {
+			if (tt.wantStatus == 429 || tt.wantStatus == 503) != (retry == "1") {
 				t.Errorf("Retry-After %q with status %d", retry, rec.Code)
 			}
 			if logged := strings.Contains(logs.String(), "level=ERROR"); logged != (tt.wantStatus == 500) {
