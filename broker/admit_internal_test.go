@@ -3,7 +3,9 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -561,9 +563,41 @@ func TestAnAdmissionWhoseConnectionClosedSaysSo(t *testing.T) {
 	c := &call{items: [][]byte{[]byte("x")}, admitted: make(chan error, 1)}
 	cmd := redis.NewCmd(context.Background())
 	cmd.SetErr(io.EOF)
-	fe.tell([]*call{c}, cmd, "")
+	fe.tell([]*call{c}, cmd, "", time.Now())
 	err := <-c.admitted
 	if !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), "the connection closed under the request's admission (EOF)") {
 		t.Errorf("the call's verdict: %v; want ErrUnavailable saying the connection closed under its admission", err)
+	}
+}
+
+// An admission whose time ran out because the front end did not run (its
+// time came long past its bound: a SIGSTOP, a paused machine) fails its
+// calls saying so, and leaves Redis taken for up; one whose time ran out
+// at its bound takes Redis for down.
+func TestAnAdmissionTimedOutByAStallBlamesTheFrontEnd(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		took    time.Duration
+		wantMsg string
+		wantUp  bool
+	}{
+		{"a stall", admitTimeout + 3*time.Second, "this front end did not run for 5", true},
+		{"redis silent", admitTimeout, "redis at 127.0.0.1:1: read tcp: i/o timeout", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fe := unstartedFront(t, "redis://127.0.0.1:1/0", 100)
+			fe.up.Store(true)
+			c := &call{items: [][]byte{[]byte("x")}, admitted: make(chan error, 1)}
+			cmd := redis.NewCmd(context.Background())
+			cmd.SetErr(fmt.Errorf("read tcp: %w", os.ErrDeadlineExceeded))
+			fe.tell([]*call{c}, cmd, "", time.Now().Add(-tt.took))
+			err := <-c.admitted
+			if !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), tt.wantMsg) {
+				t.Errorf("the call's verdict: %v; want ErrUnavailable saying %q", err, tt.wantMsg)
+			}
+			if fe.up.Load() != tt.wantUp {
+				t.Errorf("redis taken for up: %v; want %v", fe.up.Load(), tt.wantUp)
+			}
+		})
 	}
 }

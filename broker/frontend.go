@@ -1170,7 +1170,8 @@ func callBytes(c *call) int {
 // a want of the script, or for an old epoch, are run again once that is
 // mended, and only those: the others admitted their calls already.
 func (fe *FrontEnd) admitTrip(chunks [][]*call) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), admitTimeout)
 	defer cancel()
 	start := fe.clock.now()
 	cmds := make([]*redis.Cmd, len(chunks))
@@ -1212,7 +1213,7 @@ func (fe *FrontEnd) admitTrip(chunks [][]*call) {
 	}
 	var unanswered []*call
 	for i, cmd := range cmds {
-		fe.tell(chunks[i], cmd, epochs[i])
+		fe.tell(chunks[i], cmd, epochs[i], began)
 		if err := cmd.Err(); err != nil && !errors.As(err, new(redis.Error)) {
 			unanswered = append(unanswered, chunks[i]...)
 		}
@@ -1300,21 +1301,30 @@ func (fe *FrontEnd) withdrawUnanswered(ctx context.Context) {
 }
 
 // tell gives each call of chunk its verdict from cmd, the admission
-// script's run for them in epoch. A call admitted in an epoch that a check
-// has ended since has lost its items with Redis's data: it fails.
-func (fe *FrontEnd) tell(chunk []*call, cmd *redis.Cmd, epoch string) {
+// script's run for them in epoch, sent at began. A call admitted in an
+// epoch that a check has ended since has lost its items with Redis's data:
+// it fails.
+func (fe *FrontEnd) tell(chunk []*call, cmd *redis.Cmd, epoch string, began time.Time) {
 	verdicts, err := cmd.Slice()
 	if err == nil && len(verdicts) != len(chunk) {
 		err = fmt.Errorf("the admission script answered %d verdicts for %d requests", len(verdicts), len(chunk))
 	}
 	if err != nil {
-		fe.noteDown(err)
-		if brokenConn(err) {
+		stall, stalled := stalledThrough(err, began, admitTimeout)
+		if !stalled {
+			fe.noteDown(err)
+		}
+		switch {
+		case stalled:
+			// Redis has answered by now, unread: the items, if any, are
+			// withdrawn as those of any admission without an answer.
+			err = unavailablef("this front end did not run for %s (stopped, or starved of CPU) while its request's admission waited for redis at %s's answer: send it again", stall.Round(time.Millisecond), fe.where)
+		case brokenConn(err):
 			// Redis may have run it: its items, if any, are withdrawn
 			// (see noteUnanswered), not admitted again, which could run
 			// them twice.
 			err = unavailablef("redis at %s: the connection closed under the request's admission (%v): killed, or redis restarting? send it again", fe.where, err)
-		} else {
+		default:
 			err = unavailablef("redis at %s: %v", fe.where, err)
 		}
 		for _, c := range chunk {
@@ -1837,6 +1847,20 @@ func (fe *FrontEnd) noteRefreshed(now time.Time) {
 func (fe *FrontEnd) check(ctx context.Context) error {
 	fe.checkMu.Lock()
 	defer fe.checkMu.Unlock()
+	began := time.Now()
+	err := fe.checkOnce(ctx)
+	if stall, stalled := stalledThrough(err, began, checkTimeout); stalled && ctx.Err() == nil {
+		// The front end, not Redis, did not run: its answer waits unread
+		// on a connection whose time ran out meanwhile. Redis is asked
+		// again before it is taken for down.
+		fe.cfg.Logger.Warn("this front end did not run for a while (stopped, or starved of CPU); checking redis again", "for", stall.Round(time.Millisecond), "redis", fe.where)
+		err = fe.checkOnce(ctx)
+	}
+	return err
+}
+
+// checkOnce is one check. It requires that checkMu is held.
+func (fe *FrontEnd) checkOnce(ctx context.Context) error {
 	// Its time runs once it has its turn.
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
@@ -1916,6 +1940,24 @@ func (fe *FrontEnd) tlsHint() string {
 // checkTimeout bounds a check: Redis answers it in well under a
 // millisecond, and a Redis that does not answer in time is taken for down.
 const checkTimeout = 500 * time.Millisecond
+
+// admitTimeout bounds a round trip of admissions.
+const admitTimeout = 2 * time.Second
+
+// stalledThrough says whether err is a command, begun at began and bounded
+// by bound, that ran out of time because the front end did not run (a
+// SIGSTOP, a paused virtual machine, starvation): its time ran out long
+// after its bound, when the front end ran again, and not because Redis
+// was silent. It returns how long the command took.
+func stalledThrough(err error, began time.Time, bound time.Duration) (time.Duration, bool) {
+	took := time.Since(began)
+	return took, err != nil && timedOut(err) && took > bound+stallMargin
+}
+
+// stallMargin is how far past its bound a command's timeout comes before
+// the front end's own stall is blamed: a timer fires within milliseconds
+// of its time on a process that runs.
+const stallMargin = 500 * time.Millisecond
 
 // lostDataLocked fails the calls admitted before the epoch changed and
 // waiting for answers: Redis lost their items (it came back from a restart
