@@ -1630,14 +1630,21 @@ func (fe *FrontEnd) refuseReads(err error) {
 	}
 }
 
-// trim deletes the answers read, up to last, from the reply stream, and
+// trim deletes the answers read, up to last and with it, from the reply
+// stream, and
 // refreshes the stream's TTL. It is best effort, as the nodes bound the
 // stream too, but a refusal (the user may not XTRIM) is logged, once
 // until a trim goes through: refused says whether the last one was
 // refused, and trim returns whether this one was.
 func (fe *FrontEnd) trim(ctx context.Context, last string, refused bool) bool {
+	// MINID keeps the entry it names: the one after last goes, so that
+	// last, with the answers it holds, does not stay until the next.
+	minID := last
+	if id, err := parseStreamID(last); err == nil {
+		minID = streamID{id.ms, id.seq + 1}.String()
+	}
 	pipe := fe.rdb.Pipeline()
-	pipe.XTrimMinID(ctx, fe.replyKey, last)
+	pipe.XTrimMinID(ctx, fe.replyKey, minID)
 	pipe.Expire(ctx, fe.replyKey, fe.cfg.ReplyTTL)
 	_, err := pipe.Exec(ctx)
 	switch {

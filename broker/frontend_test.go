@@ -361,3 +361,18 @@ func TestAnAnswerLongerToReadThanAReadsBoundComesBack(t *testing.T) {
 		t.Errorf("the next large answer: %d outputs, %v; want one of %d bytes", len(got), err, size)
 	}
 }
+
+// The answers a front end has read leave its reply stream, the last one
+// too: an idle front end keeps no caller's answer in Redis.
+func TestReadAnswersLeaveTheReplyStream(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	startNode(t, rs, newRecorder(), 4, nil)
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	answersEventually(t, fe, "secret", "the one request")
+	keys := strings.Fields(rs.Do(t, "KEYS", "streamer:reply:*"))
+	if len(keys) != 1 {
+		t.Fatalf("reply streams %q; want the front end's one", keys)
+	}
+	eventually(t, "the reply stream emptied of the answer read", func() bool { return rs.Do(t, "XLEN", keys[0]) == "0" })
+}
