@@ -601,3 +601,111 @@ func TestAnAdmissionTimedOutByAStallBlamesTheFrontEnd(t *testing.T) {
 		})
 	}
 }
+
+// A call's items are counted by the writer's verdict on them, whenever the
+// call ends: admitted, they count as submitted (and, left unanswered, as
+// failed, as on a local server), even when a node answered them before the
+// writer read the verdict, or the caller gave up while Redis admitted them
+// (they may well run); refused or never sent, as rejected.
+func TestItemsAreCountedByTheirAdmissionWhenTheCallEndsBeforeIt(t *testing.T) {
+	admitted := func() *redis.Cmd {
+		cmd := redis.NewCmd(context.Background())
+		cmd.SetVal([]any{[]any{"streamer:items", "1-0", "1-1"}})
+		return cmd
+	}
+	refused := func() *redis.Cmd {
+		cmd := redis.NewCmd(context.Background())
+		cmd.SetVal([]any{int64(-1)})
+		return cmd
+	}
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	gone, expire := context.WithDeadline(context.Background(), time.Now())
+	defer expire()
+	for _, tt := range []struct {
+		name string
+		end  func(*FrontEnd, *call) // before the verdict
+		cmd  func() *redis.Cmd
+		want supervisor.Stats
+	}{
+		{"answered first", answerAll, admitted, supervisor.Stats{Submitted: 2, Answered: 2}},
+		{"given up, then admitted", giveUp(canceled), admitted, supervisor.Stats{Submitted: 2, Answered: 2, Failed: 2}},
+		{"past its deadline, then admitted", giveUp(gone), admitted, supervisor.Stats{Submitted: 2, Answered: 2, Failed: 2, Expired: 2}},
+		{"given up, then refused", giveUp(canceled), refused, supervisor.Stats{Rejected: 2}},
+		{"failed by an outage, then admitted", func(fe *FrontEnd, c *call) {
+			fe.mu.Lock()
+			defer fe.mu.Unlock()
+			fe.failAllLocked(unavailablef("outage"))
+		}, admitted, supervisor.Stats{Submitted: 2, Answered: 2, Failed: 2}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fe := unstartedFront(t, "redis://127.0.0.1:1/0", 100)
+			c := registeredCall(fe, 2)
+			tt.end(fe, c)
+			if st := fe.Stats(); st.Submitted+st.Rejected+st.Failed != 0 {
+				t.Fatalf("counted before the verdict: %+v", st)
+			}
+			fe.tell([]*call{c}, tt.cmd(), "", time.Now())
+			st := fe.Stats()
+			if st.Submitted != tt.want.Submitted || st.Answered != tt.want.Answered || st.Failed != tt.want.Failed || st.Expired != tt.want.Expired || st.Rejected != tt.want.Rejected {
+				t.Errorf("submitted %d, answered %d, failed %d, expired %d, rejected %d; want %+v",
+					st.Submitted, st.Answered, st.Failed, st.Expired, st.Rejected, tt.want)
+			}
+		})
+	}
+}
+
+// The calls a stopping writer leaves unread count as rejected: none was
+// admitted.
+func TestCallsLeftToAStoppedWriterCountAsRejected(t *testing.T) {
+	fe := unstartedFront(t, "redis://127.0.0.1:1/0", 100)
+	left, given := registeredCall(fe, 2), registeredCall(fe, 3)
+	fe.submits <- left
+	fe.submits <- given
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	giveUp(canceled)(fe, given)
+	fe.stopWriting()
+	close(fe.writerDone)
+	if err := fe.verdict(context.Background(), left, nil); !errors.Is(err, supervisor.ErrShuttingDown) {
+		t.Fatalf("the verdict of a call left unread: %v; want ErrShuttingDown", err)
+	}
+	if st := fe.Stats(); st.Rejected != 5 || st.Submitted != 0 || st.Failed != 0 {
+		t.Errorf("rejected %d, submitted %d, failed %d; want 5 rejected", st.Rejected, st.Submitted, st.Failed)
+	}
+}
+
+// registeredCall is a call of n items, waiting for its verdict.
+func registeredCall(fe *FrontEnd, n int) *call {
+	c := &call{
+		items: make([][]byte, n), admitted: make(chan error, 1),
+		outputs: make([][]byte, n), got: make([]bool, n), left: n, over: make(chan struct{}),
+	}
+	fe.mu.Lock()
+	defer fe.mu.Unlock()
+	fe.seq++
+	c.seq = fe.seq
+	fe.calls[c.seq] = c
+	fe.held += n
+	return c
+}
+
+// answerAll answers every item of c, as the reader does.
+func answerAll(fe *FrontEnd, c *call) {
+	fe.mu.Lock()
+	defer fe.mu.Unlock()
+	fe.stats.answered.Add(uint64(c.left))
+	fe.held -= c.left
+	c.left = 0
+	delete(fe.calls, c.seq)
+	close(c.over)
+}
+
+// giveUp has c's caller leave as it waits for the verdict, as ctx ends.
+func giveUp(ctx context.Context) func(*FrontEnd, *call) {
+	return func(fe *FrontEnd, c *call) {
+		if err := fe.verdict(ctx, c, nil); err == nil {
+			panic("a verdict with no admission")
+		}
+	}
+}

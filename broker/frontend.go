@@ -31,6 +31,12 @@ type FrontEndConfig struct {
 	// MaxItems is the most items in one request; more is ErrTooLarge.
 	// Zero means 4096.
 	MaxItems int
+	// MaxItemBytes is the largest item, in bytes, a request may carry (a
+	// node's workers take batches of at most their MaxBatchBytes): a
+	// request with a larger one is refused whole, with an ItemError of
+	// ErrTooLarge naming it, before any of its items enters Redis. Zero
+	// means 64 MiB.
+	MaxItemBytes int
 	// Outage is how long Redis may be unreachable, every node silent, or
 	// the front end's reads of its answers refused, before the requests
 	// waiting for answers fail with
@@ -60,13 +66,15 @@ type FrontEnd struct {
 	submits chan *call
 	back    comebacks     // the callers answered, expected back with their next request
 	idle    chan struct{} // a token when the last call ends while closed
-	// writerDone is closed when the writer has stopped taking calls.
-	writerDone chan struct{}
-	closing    chan struct{}
-	done       sync.WaitGroup // the writer and the checks
-	reader     sync.WaitGroup // the reader of answers
-	closed     atomic.Bool
-	started    atomic.Bool // Start was called
+	// writerDone is closed when the writer has stopped taking calls;
+	// writerStopped is set, under mu, as it stops (see stopWriting).
+	writerDone    chan struct{}
+	writerStopped bool
+	closing       chan struct{}
+	done          sync.WaitGroup // the writer and the checks
+	reader        sync.WaitGroup // the reader of answers
+	closed        atomic.Bool
+	started       atomic.Bool // Start was called
 
 	// epoch is the value of the epoch key at the last check, under mu: a
 	// Redis that lost its data (restarted without persistence, or flushed)
@@ -142,7 +150,12 @@ type call struct {
 	epoch    string     // the epoch it was admitted in; under FrontEnd.mu
 	sent     time.Time  // when it was submitted
 	gaveUp   bool       // its caller left before the verdict; under FrontEnd.mu
-	counted  bool       // its items count as submitted; under FrontEnd.mu
+	// Under FrontEnd.mu: decided, once the writer has given its verdict
+	// or never will; counted, when that verdict admitted its items (they
+	// count as submitted); ended, when the call ended before the verdict,
+	// with endErr, to be counted once it comes (see settleLocked).
+	decided, counted, endedEarly bool
+	endErr                       error
 
 	// Filled by the reply reader under FrontEnd.mu.
 	outputs [][]byte
@@ -345,11 +358,14 @@ func NewFrontEnd(cfg FrontEndConfig) (*FrontEnd, error) {
 	if cfg.MaxItems == 0 {
 		cfg.MaxItems = 4096
 	}
+	if cfg.MaxItemBytes == 0 {
+		cfg.MaxItemBytes = 64 << 20
+	}
 	if cfg.Outage == 0 {
 		cfg.Outage = time.Second
 	}
-	if cfg.MaxBacklog < 0 || cfg.MaxItems < 0 || cfg.Outage < 0 {
-		return nil, errors.New("broker: MaxBacklog, MaxItems and Outage must not be negative")
+	if cfg.MaxBacklog < 0 || cfg.MaxItems < 0 || cfg.MaxItemBytes < 0 || cfg.Outage < 0 {
+		return nil, errors.New("broker: MaxBacklog, MaxItems, MaxItemBytes and Outage must not be negative")
 	}
 	rdb, where, err := connect(cfg.Config, 32)
 	if err != nil {
@@ -518,6 +534,14 @@ func (fe *FrontEnd) PredictRequest(ctx context.Context, req supervisor.Request) 
 	case req.Keys != nil && len(req.Keys) != n:
 		return nil, fmt.Errorf("%w: %d keys for %d items", supervisor.ErrBadRequest, len(req.Keys), n)
 	}
+	for i, item := range req.Items {
+		if len(item) > fe.cfg.MaxItemBytes {
+			// No node could run it, and its request's other items
+			// would run for nothing.
+			fe.stats.rejected.Add(uint64(n))
+			return nil, &supervisor.ItemError{Index: i, Err: fmt.Errorf("%w: the item is %d bytes encoded; the most one batch may carry is %d", supervisor.ErrTooLarge, len(item), fe.cfg.MaxItemBytes)}
+		}
+	}
 	if err := fe.unavailable(); err != nil {
 		fe.stats.rejected.Add(uint64(n))
 		return nil, err
@@ -554,7 +578,10 @@ func (fe *FrontEnd) PredictRequest(ctx context.Context, req supervisor.Request) 
 	case <-fe.closing:
 		fe.reject(c)
 		return nil, supervisor.ErrShuttingDown
-	case <-c.over: // failed meanwhile (an outage), and counted so
+	case <-c.over: // failed meanwhile (an outage)
+		fe.mu.Lock()
+		fe.decideLocked(c, false) // counted now: the writer never took it
+		fe.mu.Unlock()
 		return nil, c.failure
 	case <-timeout:
 		fe.reject(c)
@@ -608,6 +635,9 @@ func (fe *FrontEnd) verdict(ctx context.Context, c *call, timeout <-chan time.Ti
 	fe.mu.Lock()
 	defer fe.mu.Unlock()
 	c.gaveUp = true
+	if fe.writerStopped {
+		fe.decideLocked(c, false) // no verdict will come
+	}
 	if fe.calls[c.seq] == c {
 		fe.settleLocked(c, err)
 		fe.forgetLocked(c)
@@ -700,6 +730,7 @@ func (fe *FrontEnd) await(ctx context.Context, c *call, timeout <-chan time.Time
 func (fe *FrontEnd) reject(c *call) {
 	fe.mu.Lock()
 	defer fe.mu.Unlock()
+	fe.decideLocked(c, false) // the writer never took it
 	if fe.calls[c.seq] == c {
 		fe.settleLocked(c, nil)
 		fe.forgetLocked(c)
@@ -708,12 +739,19 @@ func (fe *FrontEnd) reject(c *call) {
 
 // settleLocked counts the items of c, which ends with err without their
 // answers, as a local server counts items alike: those of a call never
-// admitted (no verdict yet, or a refusal) as rejected; those admitted and
-// left unanswered as answered with an error, expired too when the deadline
+// admitted (refused, or never sent) as rejected; those admitted and left
+// unanswered as answered with an error, expired too when the deadline
 // ended it. Every submitted item is so counted as answered once, as on a
 // local server (Failed is part of Answered, and Expired part of Failed).
-// It requires that fe.mu is held.
+// A call that ends before the writer's verdict (its caller gave up while
+// Redis admitted it, an outage failed it) is counted when the verdict
+// comes (see decideLocked): admitted, its items may run, as submitted
+// items do. It requires that fe.mu is held.
 func (fe *FrontEnd) settleLocked(c *call, err error) {
+	if !c.decided {
+		c.endedEarly, c.endErr = true, err
+		return
+	}
 	if !c.counted {
 		fe.stats.rejected.Add(uint64(len(c.items)))
 		return
@@ -722,6 +760,24 @@ func (fe *FrontEnd) settleLocked(c *call, err error) {
 	fe.stats.failed.Add(uint64(c.left))
 	if errors.Is(err, supervisor.ErrDeadline) {
 		fe.stats.expired.Add(uint64(c.left))
+	}
+}
+
+// decideLocked records the writer's verdict on c, admitted or not (or
+// that none will come), once: admitted, its items count as submitted. A
+// call that ended before it is counted now (see settleLocked). It
+// requires that fe.mu is held.
+func (fe *FrontEnd) decideLocked(c *call, admitted bool) {
+	if c.decided {
+		return
+	}
+	c.decided = true
+	if admitted {
+		c.counted = true
+		fe.stats.submitted.Add(uint64(len(c.items)))
+	}
+	if c.endedEarly {
+		fe.settleLocked(c, c.endErr)
 	}
 }
 
@@ -787,6 +843,7 @@ func (fe *FrontEnd) writeLoop() {
 		case c := <-fe.submits:
 			batch = append(batch, c)
 		case <-fe.closing:
+			fe.stopWriting()
 			return
 		}
 	gather:
@@ -818,6 +875,23 @@ func (fe *FrontEnd) writeLoop() {
 		}
 		wait.Stop()
 		fe.admit(batch)
+	}
+}
+
+// stopWriting notes that the writer gives no more verdicts, and decides
+// those of the calls left unread on submits: none admitted. Their callers
+// learn it from writerDone (see verdict).
+func (fe *FrontEnd) stopWriting() {
+	fe.mu.Lock()
+	defer fe.mu.Unlock()
+	fe.writerStopped = true
+	for {
+		select {
+		case c := <-fe.submits:
+			fe.decideLocked(c, false)
+		default:
+			return
+		}
 	}
 }
 
@@ -1121,8 +1195,10 @@ func (fe *FrontEnd) waiting(batch []*call) []*call {
 	return slices.DeleteFunc(batch, func(c *call) bool {
 		switch {
 		case c.gaveUp:
+			fe.decideLocked(c, false)
 			return true
 		case fe.calls[c.seq] != c:
+			fe.decideLocked(c, false)
 			c.admitted <- nil
 			return true
 		}
@@ -1327,6 +1403,11 @@ func (fe *FrontEnd) tell(chunk []*call, cmd *redis.Cmd, epoch string, began time
 		default:
 			err = unavailablef("redis at %s: %v", fe.where, err)
 		}
+		fe.mu.Lock()
+		for _, c := range chunk {
+			fe.decideLocked(c, false) // withdrawn, if Redis ran it
+		}
+		fe.mu.Unlock()
 		for _, c := range chunk {
 			c.admitted <- err
 		}
@@ -1347,18 +1428,27 @@ func (fe *FrontEnd) tell(chunk []*call, cmd *redis.Cmd, epoch string, began time
 			}
 			fe.mu.Lock()
 			c.stream, c.ids, c.epoch = stream, ids, epoch
+			answered := c.left == 0 && c.failure == nil
 			switch {
-			case c.gaveUp, fe.calls[c.seq] != c:
-				// Its caller left meanwhile, or was told no (an outage).
-				fe.withdraw(stream, ids)
-			case epoch != fe.epoch:
+			case epoch != fe.epoch && !answered:
+				// Redis lost its data since: the items are gone.
+				fe.decideLocked(c, false)
 				fe.failLocked(c, fe.lostError())
+			case c.gaveUp, fe.calls[c.seq] != c && !answered:
+				// Its caller left meanwhile, or was told no (an outage):
+				// counted as admitted, as they may well run.
+				fe.decideLocked(c, true)
+				fe.withdraw(stream, ids)
 			default:
-				c.counted = true
-				fe.stats.submitted.Add(uint64(len(c.items)))
+				// Waiting for its answers, or answered already: a node
+				// may answer before the writer reads the verdict.
+				fe.decideLocked(c, true)
 			}
 			fe.mu.Unlock()
 		default: // -1: refused
+			fe.mu.Lock()
+			fe.decideLocked(c, false)
+			fe.mu.Unlock()
 			err = fmt.Errorf("%w: the shared backlog is at its limit of %d items", supervisor.ErrOverloaded, fe.cfg.MaxBacklog)
 			// The backlog is past its limit less this request's items:
 			// full for all requests only when it took one item to refuse.

@@ -376,3 +376,24 @@ func TestReadAnswersLeaveTheReplyStream(t *testing.T) {
 	}
 	eventually(t, "the reply stream emptied of the answer read", func() bool { return rs.Do(t, "XLEN", keys[0]) == "0" })
 }
+
+// A request with an item over MaxItemBytes is refused whole, naming the
+// item, before any of its items enters Redis: no node could run it, and
+// the others would run for nothing.
+func TestAnItemTooLargeIsRefusedBeforeRedis(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	heardFrom(t, rs, time.Now().Add(time.Hour))
+	fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.MaxItemBytes = 10 })
+	eventually(t, "front end ready", fe.Ready)
+	_, err := predict(t, fe, "a", strings.Repeat("y", 11), "b")
+	var itemErr *supervisor.ItemError
+	if !errors.As(err, &itemErr) || itemErr.Index != 1 || !errors.Is(err, supervisor.ErrTooLarge) || !strings.Contains(err.Error(), "the item is 11 bytes encoded; the most one batch may carry is 10") {
+		t.Fatalf("a request with an item too large: %v; want ErrTooLarge for item 1, naming its size and the bound", err)
+	}
+	if n := rs.Do(t, "XLEN", "streamer:items"); n != "0" {
+		t.Errorf("%s items on the stream; want none", n)
+	}
+	if st := fe.Stats(); st.Rejected != 3 || st.Submitted != 0 {
+		t.Errorf("rejected %d, submitted %d; want the 3 items rejected", st.Rejected, st.Submitted)
+	}
+}

@@ -119,9 +119,11 @@ func (o serveOptions) brokerParts(st *supervisor.Streamer, log *slog.Logger) (*b
 	}
 	backlog := o.maxQueue
 	if backlog == 0 {
-		backlog = 100 * o.batchSize * max(o.workers, 1)
+		// The same on every process, whatever its workers: each admits
+		// against its own bound.
+		backlog = 100 * o.batchSize
 	}
-	front, err := broker.NewFrontEnd(broker.FrontEndConfig{Config: base, MaxBacklog: backlog, MaxItems: o.maxItems})
+	front, err := broker.NewFrontEnd(broker.FrontEndConfig{Config: base, MaxBacklog: backlog, MaxItems: o.maxItems, MaxItemBytes: o.maxBatchBytes})
 	if err != nil {
 		return nil, o.broker.wrap(err)
 	}

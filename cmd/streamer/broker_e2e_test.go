@@ -932,6 +932,35 @@ func TestBrokerFrontEndChecksItsFlagsAsALocalServerDoes(t *testing.T) {
 	}
 }
 
+// TestBrokerFrontEndRefusesAnItemOverItsMaxBatchBytes: a front end answers
+// a request with an item over its --max-batch-bytes 413, naming the item,
+// as a local server does, and none of the request's items enters Redis
+// (nodes' own bound is larger: before, they ran the others).
+func TestBrokerFrontEndRefusesAnItemOverItsMaxBatchBytes(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	node := startBrokerNode(t, rs, "--workers", "1")
+	front := startBrokerFront(t, rs, "--max-batch-bytes", "100")
+	local := startServer(t, "--workers", "1", "--max-batch-bytes", "100")
+	waitReadyz(t, front, http.StatusOK)
+	body := []byte(`{"inputs": ["a", "` + strings.Repeat("y", 200) + `", "b"]}`)
+	var answers []string
+	for _, s := range []*server{front, local} {
+		status, got, _, err := s.tryPost("application/json", body)
+		if err != nil || status != http.StatusRequestEntityTooLarge {
+			t.Fatalf("an item over --max-batch-bytes: %d %s, %v; want 413", status, got, err)
+		}
+		answers = append(answers, string(got))
+	}
+	if answers[0] != answers[1] || !strings.Contains(answers[0], "item 1: ") {
+		t.Errorf("the front end says %s; want what a local server says, naming item 1: %s", answers[0], answers[1])
+	}
+	if n := rs.Do(t, "XLEN", "streamer:items"); n != "0" {
+		t.Errorf("%s items on the stream; want none", n)
+	}
+	wantMetrics(t, node, `streamer_broker_node_items_total{event="read"} 0`)
+	wantMetrics(t, front, `streamer_items_total{outcome="rejected"} 3`)
+}
+
 // refusedAtStart runs streamer serve with args, which it must refuse, and
 // returns its last line, the error.
 func refusedAtStart(t *testing.T, args []string) string {

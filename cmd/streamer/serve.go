@@ -99,7 +99,7 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f.StringVar(&o.cuda, "cuda", "", "comma-separated GPU ids handed round-robin to the workers as CUDA_VISIBLE_DEVICES (unset: the variable passes through)")
 	f.IntVar(&o.batchSize, "batch-size", 64, "most items in one batch")
 	f.DurationVar(&o.maxLatency, "max-latency", 100*time.Millisecond, "longest an item waits for batch-mates while every worker is busy (an idle worker never waits)")
-	f.IntVar(&o.maxQueue, "max-queue", 0, "most items waiting; beyond it requests get 429 (0: 100 × batch-size × workers); with --broker, the bound of the shared backlog in Redis (0: 100 × batch-size × max(workers, 1))")
+	f.IntVar(&o.maxQueue, "max-queue", 0, "most items waiting; beyond it requests get 429 (0: 100 × batch-size × workers); with --broker, the bound of the shared backlog in Redis (0: 100 × batch-size, on every process alike)")
 	f.IntVar(&o.maxItems, "max-items", 4096, "most items in one request; more (or more than --max-queue) gets 413")
 	f.IntVar(&o.maxBatchBytes, "max-batch-bytes", 64<<20, "most encoded item bytes in one batch; an item larger gets 413 (must fit the pipe's frame limit of 256 MiB)")
 	f.Int64Var(&o.maxBody, "max-body", 8<<20, "largest request body in bytes; larger gets 413")
