@@ -74,7 +74,8 @@ type FrontEnd struct {
 	done          sync.WaitGroup // the writer and the checks
 	reader        sync.WaitGroup // the reader of answers
 	closed        atomic.Bool
-	started       atomic.Bool // Start was called
+	started       atomic.Bool   // Start was called
+	firstLook     chan struct{} // closed once Start's look at Redis has ended
 
 	// epoch is the value of the epoch key at the last check, under mu: a
 	// Redis that lost its data (restarted without persistence, or flushed)
@@ -380,6 +381,7 @@ func NewFrontEnd(cfg FrontEndConfig) (*FrontEnd, error) {
 		submits:     make(chan *call, 1024),
 		idle:        make(chan struct{}, 1),
 		writerDone:  make(chan struct{}),
+		firstLook:   make(chan struct{}),
 		closing:     make(chan struct{}),
 		readMoved:   make(chan struct{}),
 		toWithdraw:  map[string][]string{},
@@ -406,6 +408,7 @@ func (fe *FrontEnd) Start(ctx context.Context) error {
 		return fmt.Errorf("broker: front end: %w", supervisor.ErrStarted)
 	}
 	err := fe.check(ctx)
+	close(fe.firstLook)
 	fe.done.Add(2)
 	go fe.writeLoop()
 	go fe.checkLoop()
@@ -542,6 +545,10 @@ func (fe *FrontEnd) PredictRequest(ctx context.Context, req supervisor.Request) 
 			return nil, &supervisor.ItemError{Index: i, Err: fmt.Errorf("%w: the item is %d bytes encoded; the most one batch may carry is %d", supervisor.ErrTooLarge, len(item), fe.cfg.MaxItemBytes)}
 		}
 	}
+	if err := fe.awaitFirstLook(ctx); err != nil {
+		fe.stats.rejected.Add(uint64(n))
+		return nil, err
+	}
 	if err := fe.unavailable(); err != nil {
 		fe.stats.rejected.Add(uint64(n))
 		return nil, err
@@ -655,6 +662,35 @@ func givenUp(ctx context.Context, when string) error {
 	}
 	return fmt.Errorf("%w: %s: %v", supervisor.ErrCanceled, when, ctx.Err())
 }
+
+// awaitFirstLook waits, for a request that comes as the front end starts
+// (a server listens before it has looked at Redis), until Start's look at
+// Redis has ended: a few milliseconds, a second at most. Without it, the
+// request would be refused, blaming Redis, which was never asked.
+func (fe *FrontEnd) awaitFirstLook(ctx context.Context) error {
+	select {
+	case <-fe.firstLook:
+		return nil
+	default:
+	}
+	if !fe.started.Load() {
+		return unavailablef("the front end is not started")
+	}
+	t := time.NewTimer(firstLookWait)
+	defer t.Stop()
+	select {
+	case <-fe.firstLook:
+		return nil
+	case <-t.C:
+		return unavailablef("the front end is starting: its first look at redis at %s has taken over %s", fe.where, firstLookWait)
+	case <-ctx.Done():
+		return givenUp(ctx, "while the front end started")
+	}
+}
+
+// firstLookWait bounds the wait for Start's look at Redis: a check and
+// its retry after a stall (see check).
+const firstLookWait = 3 * checkTimeout
 
 // NotReady says why the front end is not ready (see Ready), or nil.
 func (fe *FrontEnd) NotReady() error {
