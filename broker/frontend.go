@@ -134,6 +134,9 @@ type FrontEnd struct {
 	stats struct {
 		submitted, answered, failed, rejected, expired, poisoned, duplicates, withdrawn, lost atomic.Uint64
 	}
+	// endToEnd counts the time from a request's submission to each of its
+	// items' answers, for the items a node ran.
+	endToEnd supervisor.LatencyHistogram
 }
 
 // call is one request waiting for its answers.
@@ -453,6 +456,9 @@ func (fe *FrontEnd) Stats() supervisor.Stats {
 		Submitted: fe.stats.submitted.Load(),
 		Rejected:  fe.stats.rejected.Load(),
 		Queued:    held,
+		// A front end sees its items' whole time alone; the nodes see how
+		// long they waited there and ran.
+		Latency: supervisor.LatencyStats{EndToEnd: fe.endToEnd.Snapshot()},
 	}
 }
 
@@ -1841,6 +1847,11 @@ func (fe *FrontEnd) deliver(msgs []redis.XMessage) {
 				}
 			} else {
 				c.outputs[idx] = []byte(a.output)
+			}
+			if !a.failed || !errors.Is(c.errs[idx], supervisor.ErrDeadline) {
+				// Run by a node, as a local server counts the items it
+				// ran: the expired never ran.
+				fe.endToEnd.Observe(now.Sub(c.sent), 1)
 			}
 			fe.held--
 			if c.left--; c.left == 0 {

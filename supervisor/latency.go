@@ -74,6 +74,17 @@ func (h *latencyHistogram) snapshot() Histogram {
 	return out
 }
 
+// LatencyHistogram counts durations in the buckets of LatencyStats, safe
+// for concurrent use: for a Backend other than a Streamer (a front end
+// that sends its items through Redis) to report its own.
+type LatencyHistogram struct{ h latencyHistogram }
+
+// Observe counts n durations of d.
+func (h *LatencyHistogram) Observe(d time.Duration, n int) { h.h.addN(int64(d), n) }
+
+// Snapshot returns what h has counted.
+func (h *LatencyHistogram) Snapshot() Histogram { return h.h.snapshot() }
+
 // latencies are the three histograms of Stats.Latency.
 type latencies struct {
 	queueWait, compute, endToEnd latencyHistogram

@@ -234,7 +234,7 @@ func (b nodeBackend) Metrics() prometheus.Collector { return broker.Collector(b.
 func (b nodeBackend) Stats() supervisor.Stats {
 	st := b.local.Stats()
 	front := b.FrontEnd.Stats()
-	st.Submitted, st.Answered, st.Failed, st.Rejected, st.Expired = front.Submitted, front.Answered, front.Failed, front.Rejected, front.Expired
+	st.Submitted, st.Answered, st.Failed, st.Rejected, st.Expired, st.Poisoned = front.Submitted, front.Answered, front.Failed, front.Rejected, front.Expired, front.Poisoned
 	return st
 }
 

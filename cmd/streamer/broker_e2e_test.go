@@ -710,8 +710,14 @@ func TestBrokerPoisonFoundByOneNodeIsRefusedByTheOther(t *testing.T) {
 		t.Errorf("after the poison item: %s, %v", p, err)
 	}
 	// The front end counts both 422s as poisoned items, as a local server
-	// counts the one it finds.
+	// counts the one it finds, and so does a node for its own callers.
 	wantMetrics(t, front, `streamer_items_total{outcome="poisoned"} 2`, `streamer_items_total{outcome="failed"} 0`, `streamer_items_total{outcome="ok"} 1`)
+	if p, err := predictWithin(other, requestTimeout, 0, "boom"); err != nil || p.Status != http.StatusUnprocessableEntity {
+		t.Errorf("the poison item through the other node's own port: %s, %v; want 422", p, err)
+	}
+	wantMetrics(t, other, `streamer_items_total{outcome="poisoned"} 1`, `streamer_items_total{outcome="failed"} 0`)
+	// The front end's latency is its items' whole time, through Redis.
+	wantMetrics(t, front, "streamer_end_to_end_seconds_count 3", "streamer_queue_wait_seconds_count 0")
 }
 
 // TestBrokerPoisonRefusedAfterAGracefulStop: a node started after another
