@@ -94,6 +94,11 @@ type Config struct {
 	// the front end's: its items carry it to the nodes, which use it for
 	// their answers. Zero means 1 minute.
 	ReplyTTL time.Duration
+	// Model names the model served, checked against the one the nodes
+	// under Prefix serve (see ModelID): a node of another refuses to
+	// start, and a front end that writes items otherwise too. Zero checks
+	// nothing.
+	Model ModelID
 	// Logger receives the broker's events; nil discards them. The Redis
 	// client library logs a few of its own (a pool that cannot dial)
 	// through its logger, redis.SetLogger, which is the process's and
@@ -131,7 +136,7 @@ const blockFor = 250 * time.Millisecond
 
 // keys are the Redis keys of one prefix.
 type keys struct {
-	items, nodes, leaving, poison, replyPrefix, streams, epoch string
+	items, nodes, leaving, poison, replyPrefix, streams, epoch, model string
 }
 
 func newKeys(prefix string) keys {
@@ -143,6 +148,7 @@ func newKeys(prefix string) keys {
 		replyPrefix: prefix + ":reply:",
 		streams:     prefix + ":streams",
 		epoch:       prefix + ":epoch",
+		model:       prefix + ":model",
 	}
 }
 

@@ -106,6 +106,12 @@ type FrontEnd struct {
 	// stream (an error it answered, such as NOPERM: the front end's user
 	// may not read it), or nil while they go through (see refuseReads).
 	readRefused atomic.Pointer[string]
+	// mismatch says why the front end takes no requests: the nodes serve a
+	// model that reads items otherwise than it writes them; nil while
+	// they agree (see noteModel). modelErr is that, as the last check
+	// found it, under checkMu.
+	mismatch atomic.Pointer[string]
+	modelErr error
 
 	// toWithdraw holds, by stream, the items of calls that ended unanswered
 	// while they could not be withdrawn at once (Redis down, or the front
@@ -411,6 +417,9 @@ func (fe *FrontEnd) Start(ctx context.Context) error {
 		return fmt.Errorf("broker: front end: %w", supervisor.ErrStarted)
 	}
 	err := fe.check(ctx)
+	if err == nil {
+		err = fe.modelErr // no other check has run yet
+	}
 	close(fe.firstLook)
 	fe.done.Add(2)
 	go fe.writeLoop()
@@ -425,7 +434,7 @@ func (fe *FrontEnd) Start(ctx context.Context) error {
 // Ready reports whether a request can be served now: Redis answers, lets
 // the front end read its answers, and some node has been heard from.
 func (fe *FrontEnd) Ready() bool {
-	return fe.up.Load() && fe.nodes.Load() > 0 && fe.readRefused.Load() == nil && !fe.closed.Load()
+	return fe.up.Load() && fe.nodes.Load() > 0 && fe.readRefused.Load() == nil && fe.mismatch.Load() == nil && !fe.closed.Load()
 }
 
 // Full reports whether the shared backlog was at its bound at the last
@@ -718,6 +727,8 @@ func (fe *FrontEnd) unavailable() error {
 			msg = *p
 		}
 		return unavailablef("redis at %s does not serve: %s", fe.where, msg)
+	case fe.mismatch.Load() != nil:
+		return unavailablef("%s", *fe.mismatch.Load())
 	case refused != nil:
 		hint := ""
 		if strings.HasPrefix(*refused, "NOPERM") {
@@ -2019,6 +2030,7 @@ func (fe *FrontEnd) checkOnce(ctx context.Context) error {
 	nodes := pipe.ZCount(ctx, fe.k.nodes, since, "+inf")
 	leaving := pipe.ZCount(ctx, fe.k.leaving, since, "+inf")
 	backlog := pipe.XLen(ctx, fe.k.items)
+	model := pipe.HMGet(ctx, fe.k.model, "wire", "name", "label")
 	pipe.Expire(ctx, fe.replyKey, fe.cfg.ReplyTTL)
 	pipe.SetNX(ctx, fe.k.epoch, randomHex(8), 0)
 	epoch := pipe.Get(ctx, fe.k.epoch)
@@ -2054,6 +2066,7 @@ func (fe *FrontEnd) checkOnce(ctx context.Context) error {
 	fe.nodes.Store(nodes.Val())
 	fe.leaving.Store(leaving.Val())
 	fe.backlog.Store(backlog.Val())
+	fe.modelErr = fe.noteModel(model.Val())
 	fe.mu.Lock()
 	if last := fe.epoch; epoch.Val() != last {
 		fe.epoch = epoch.Val()

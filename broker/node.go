@@ -73,6 +73,10 @@ type Node struct {
 	// refused says why Redis refuses to take the node's answers, for want
 	// of a permission; nil while it takes them (see refuse).
 	refused atomic.Pointer[string]
+	// mismatch says why the node serves nothing: the nodes under its
+	// prefix serve another model; nil while they serve its own (see
+	// checkModel).
+	mismatch atomic.Pointer[string]
 	// down is set by a command that got no answer from Redis, and
 	// cleared by one that did (see warn); broken, by a connection that
 	// closed under a command since; full, by a write Redis refused for
@@ -214,6 +218,9 @@ func (n *Node) Start(ctx context.Context) error {
 		return fmt.Errorf("broker: node %s: %w", n.cfg.Name, supervisor.ErrStarted)
 	}
 	if err := n.probe.check(ctx, n.rdb, n.where); err != nil {
+		return err
+	}
+	if err := n.checkModel(ctx); errors.Is(err, ErrModelMismatch) {
 		return err
 	}
 	// Alive before its stream exists: a node adopts the streams of nodes
@@ -949,15 +956,22 @@ func (n *Node) upkeepLoop() {
 		case <-n.stop:
 			return
 		}
+		if n.mismatch.Load() != nil {
+			if err := n.checkModel(ctx); err != nil && !errors.Is(err, ErrModelMismatch) {
+				n.warn("read the model of the prefix", err)
+			}
+		}
 		if n.refusal() != "" {
-			continue // see refuse, and fit
+			continue // see refuse, fit, and checkModel
 		}
 		// Beats are a heartbeat apart by the ticker's clock, whatever
 		// this loop's round trips took (half a tick of slack for its
 		// jitter), and a failed one is tried again at the next tick:
 		// front ends take a node silent for three heartbeats for gone.
 		if now.Sub(lastBeat) >= heartbeat-every/2 {
-			if err := n.beat(ctx); err != nil {
+			if err := n.beat(ctx); errors.Is(err, ErrModelMismatch) {
+				continue // logged by checkModel
+			} else if err != nil {
 				n.warn("heartbeat", err)
 			} else {
 				n.reachable()
@@ -989,6 +1003,9 @@ func (n *Node) upkeepLoop() {
 func (n *Node) beat(ctx context.Context) error {
 	if err := n.checkFit(ctx); err != nil {
 		return err
+	}
+	if err := n.checkModel(ctx); err != nil {
+		return err // not alive: it would take no item
 	}
 	n.clock.ensure(ctx, n.rdb)
 	pipe := n.rdb.Pipeline()
@@ -1054,6 +1071,9 @@ func (n *Node) fit(ctx context.Context) bool {
 // Empty when neither.
 func (n *Node) refusal() string {
 	if why := n.refused.Load(); why != nil {
+		return *why
+	}
+	if why := n.mismatch.Load(); why != nil {
 		return *why
 	}
 	if err := n.probe.unfit(); err != nil {

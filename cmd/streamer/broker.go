@@ -96,15 +96,16 @@ type brokerParts struct {
 	opts  brokerOptions
 }
 
-// brokerParts makes the front end, and the node when st is not nil.
-func (o serveOptions) brokerParts(st *supervisor.Streamer, log *slog.Logger) (*brokerParts, error) {
+// brokerParts makes the front end, and the node when st is not nil, of
+// the model id.
+func (o serveOptions) brokerParts(st *supervisor.Streamer, id broker.ModelID, log *slog.Logger) (*brokerParts, error) {
 	if o.workers < 0 {
 		return nil, fmt.Errorf("--workers %d: must not be negative", o.workers)
 	}
 	redis.SetLogger(redisLog{log})
 	base := broker.Config{
 		URL: o.broker.url, Prefix: o.broker.prefix, ClaimIdle: o.broker.claimIdle,
-		ReplyTTL: o.broker.replyTTL, Logger: log.With("broker", o.broker.prefix),
+		ReplyTTL: o.broker.replyTTL, Model: id, Logger: log.With("broker", o.broker.prefix),
 	}
 	if o.broker.caFile != "" {
 		pem, err := os.ReadFile(o.broker.caFile)
@@ -186,7 +187,7 @@ func (p *brokerParts) started(err error, log *slog.Logger, without, with string)
 // fatalAtStart is err, an error of a start, when it ends the server: Redis
 // cannot serve, or refuses the URL; nil when a retry may mend it.
 func fatalAtStart(err error) error {
-	if errors.Is(err, broker.ErrUnsupportedRedis) {
+	if errors.Is(err, broker.ErrUnsupportedRedis) || errors.Is(err, broker.ErrModelMismatch) {
 		return err
 	}
 	return broker.Refusal(err)

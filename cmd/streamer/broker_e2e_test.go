@@ -793,10 +793,55 @@ func TestBrokerStreamPrefixKeepsModelsApart(t *testing.T) {
 		t.Errorf("batches run: %d on prefix one's node, %d on prefix two's; want 0 and 3", b1, b2)
 	}
 	nodeOne, nodeTwo := brokerLogField(t, one, "node serving items from redis", "node"), brokerLogField(t, two, "node serving items from redis", "node")
-	want := []string{"one:epoch", "one:items", "one:items:" + nodeOne, "one:nodes", "one:streams", "two:epoch", "two:items", "two:items:" + nodeTwo, "two:nodes",
+	want := []string{"one:epoch", "one:items", "one:items:" + nodeOne, "one:model", "one:nodes", "one:streams", "two:epoch", "two:items", "two:items:" + nodeTwo, "two:model", "two:nodes",
 		"two:reply:" + brokerLogField(t, front, "front end sending requests through redis", "front"), "two:streams"}
 	if keys := redisKeys(t, rs, "*"); strings.Join(keys, " ") != strings.Join(want, " ") {
 		t.Errorf("Redis holds %q; want each prefix's own keys", keys)
+	}
+}
+
+// TestBrokerAnotherModelUnderTheSamePrefixIsRefused: the nodes under a
+// key prefix serve one model. A node of another refuses to start (it
+// would answer the items it read with its own answers), as does a front
+// end that writes items otherwise than the nodes read them (an ONNX
+// model's tensors to a generic model); one that started before the nodes
+// takes no requests, saying why, while they disagree. Front ends of
+// models that write alike (the default echo, before sleep nodes) serve.
+func TestBrokerAnotherModelUnderTheSamePrefixIsRefused(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	demoFront := startBrokerFront(t, rs, "--model", "demo") // before any node
+	node := startBrokerNode(t, rs, "--workers", "1", "--model", "sleep:1ms,0s")
+	front := startBrokerFront(t, rs)
+	waitReadyz(t, front, http.StatusOK)
+	if p, err := predictWithin(front, requestTimeout, 0, "x"); err != nil || p.Status != http.StatusOK {
+		t.Fatalf("through a front end of the default model: %s, %v; want 200", p, err)
+	}
+	base := []string{"--broker", rs.URL(), "--listen", "127.0.0.1:0"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"a node of an ONNX model", []string{"--workers", "1", "--model", "demo"}, `serve "sleep:1ms,0s"; this node serves "demo": give it another --stream-prefix`},
+		{"a node of another generic model", []string{"--workers", "1", "--model", "echo"}, `this node serves "echo"`},
+		{"a front end of an ONNX model", []string{"--workers", "0", "--model", "demo"}, `this front end serves "demo": give it the nodes' --model`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := refusedAtStart(t, append(slices.Clone(base), tc.args...))
+			if !strings.Contains(got, "another model is served under this key prefix") || !strings.Contains(got, tc.want) {
+				t.Errorf("it says %q; want a refusal saying %q", got, tc.want)
+			}
+		})
+	}
+	waitFor(t, "the demo front end to say why it is not ready", brokerWait, func() bool {
+		status, body, err := demoFront.get("/readyz")
+		return err == nil && status == http.StatusServiceUnavailable && strings.Contains(string(body), "give it the nodes' --model")
+	})
+	if p, err := predictWithin(demoFront, requestTimeout, 0, []any{5.1, 3.5, 1.4, 0.2}); err != nil || p.Status != http.StatusServiceUnavailable || !strings.Contains(string(p.Body), "sleep:1ms,0s") {
+		t.Errorf("through the demo front end: %s, %v; want 503 naming the nodes' model", p, err)
+	}
+	if st := node.stats(t); st.Batches != 1 {
+		t.Errorf("the node ran %d batches; want the one of the front end of its model", st.Batches)
 	}
 }
 

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"encoding/json"
 	"log/slog"
+	"path/filepath"
 	"time"
+
+	"github.com/streamer-dev/streamer/broker"
 
 	"github.com/streamer-dev/streamer/model"
 	"github.com/streamer-dev/streamer/model/onnx"
@@ -43,4 +47,21 @@ func announceModel(info any, batchSize int, maxLatency time.Duration, log *slog.
 	for _, note := range desc.Notes() {
 		log.Info(note)
 	}
+}
+
+// modelID names the model spec opens, described by info (see codecFor),
+// for the check that the front ends and nodes under one key prefix serve
+// the same: its wire is the codec (an ONNX model's inputs and outputs, so
+// that a new file of the same model passes, or the generic one), its name
+// the runner (and a plugin's file name), label what the command line said.
+func modelID(spec model.Spec, info any, plugin, label string) broker.ModelID {
+	if desc, ok := info.(*onnx.Description); ok {
+		wire, _ := json.Marshal(map[string]any{"inputs": desc.Inputs, "outputs": desc.Outputs})
+		return broker.ModelID{Wire: "onnx " + string(wire), Name: spec.Runner, Label: label}
+	}
+	name := spec.Runner
+	if plugin != "" {
+		name += " " + filepath.Base(plugin)
+	}
+	return broker.ModelID{Wire: "generic", Name: name, Label: label}
 }

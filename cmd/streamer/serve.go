@@ -393,7 +393,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 	var backend httpapi.Backend = st
 	var remote *brokerParts
 	if o.broker.url != "" {
-		if remote, err = o.brokerParts(st, log); err != nil {
+		if remote, err = o.brokerParts(st, modelID(spec, info, o.plugin, o.modelName()), log); err != nil {
 			return err
 		}
 		backend = remote.backend()

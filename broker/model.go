@@ -1,0 +1,137 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ModelID names the model that front ends and nodes serve, for the check
+// that all those under one key prefix agree: a node of another model
+// would answer the items it reads with its own answers, and a front end
+// that writes items for another model would have them refused, or read
+// their answers wrongly.
+type ModelID struct {
+	// Wire is how items and answers are written on the streams (for
+	// streamer serve, the codec of the HTTP layer: the generic one, or an
+	// ONNX model's inputs and outputs). Front ends and nodes must agree on
+	// it.
+	Wire string
+	// Name is the model the nodes run, which they must agree on too: two
+	// models may write alike and answer differently. A front end's does
+	// not count.
+	Name string
+	// Label names the model for people, in messages; it is not compared.
+	Label string
+}
+
+// ErrModelMismatch says that the nodes under the key prefix serve another
+// model than this front end or node: it takes no part until they agree.
+var ErrModelMismatch = errors.New("broker: another model is served under this key prefix")
+
+// modelTTL is how long the model of a prefix outlives its last node: the
+// nodes keep it, at every heartbeat, and another model may take the
+// prefix once every node of the last has been gone this long.
+const modelTTL = 30 * time.Second
+
+// modelScript says which model the prefix serves: the node's own when the
+// prefix has none, or kept for it when the node's agrees (its time to live
+// renewed), else the other, which the node must not serve beside.
+//
+//	KEYS[1] the model key
+//	ARGV    the node's wire, name and label, the time to live (ms)
+var modelScript = redis.NewScript(`
+local held = redis.call('HMGET', KEYS[1], 'wire', 'name', 'label')
+if not held[1] then
+  redis.call('HSET', KEYS[1], 'wire', ARGV[1], 'name', ARGV[2], 'label', ARGV[3])
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  return {ARGV[1], ARGV[2], ARGV[3]}
+end
+if held[1] == ARGV[1] and held[2] == ARGV[2] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+end
+return held
+`)
+
+// heldModel reads the answer of modelScript or of an HMGET of the model
+// key's fields wire, name and label: the model the prefix serves, and
+// whether it has one.
+func heldModel(fields []any) (ModelID, bool) {
+	str := func(i int) string {
+		if i < len(fields) {
+			s, _ := fields[i].(string)
+			return s
+		}
+		return ""
+	}
+	m := ModelID{Wire: str(0), Name: str(1), Label: str(2)}
+	return m, m.Wire != ""
+}
+
+// mismatch is the error of a front end or node, serving mine, under a
+// prefix whose nodes serve theirs.
+func mismatch(who, where, prefix string, theirs, mine ModelID, mend string) error {
+	return fmt.Errorf("%w: the nodes under the key prefix %q on redis at %s serve %s; this %s serves %s: %s", ErrModelMismatch, prefix, where, theirs.describe(), who, mine.describe(), mend)
+}
+
+// describe names m in a message.
+func (m ModelID) describe() string {
+	if m.Label == "" {
+		return fmt.Sprintf("%q", m.Name)
+	}
+	return fmt.Sprintf("%q", m.Label)
+}
+
+// checkModel has the node's model kept for the prefix, or finds that the
+// prefix serves another: the node then takes no items, beats as no live
+// node, and says why (see refusal) until the prefix's model is its own
+// again. A node without a model (an embedder's that names none) checks
+// nothing.
+func (n *Node) checkModel(ctx context.Context) error {
+	mine := n.cfg.Model
+	if mine.Wire == "" {
+		return nil
+	}
+	fields, err := modelScript.Run(ctx, n.rdb, []string{n.k.model}, mine.Wire, mine.Name, mine.Label, modelTTL.Milliseconds()).Slice()
+	if err != nil {
+		return fmt.Errorf("redis at %s: %w", n.where, err)
+	}
+	theirs, _ := heldModel(fields)
+	if theirs.Wire == mine.Wire && theirs.Name == mine.Name {
+		if n.mismatch.Swap(nil) != nil {
+			n.cfg.Logger.Info("the nodes under this key prefix serve this node's model again; it takes items", "node", n.cfg.Name)
+		}
+		return nil
+	}
+	err = mismatch("node", n.where, n.cfg.Prefix, theirs, mine, fmt.Sprintf("give it another --stream-prefix, or stop those nodes first (the prefix keeps their model %s after the last one)", modelTTL))
+	msg := err.Error()
+	if n.mismatch.Swap(&msg) == nil {
+		n.cfg.Logger.Error("this node takes no items", "node", n.cfg.Name, "err", err)
+	}
+	return err
+}
+
+// noteModel compares the model the prefix serves, as a check read
+// it (fields, of an HMGET), with the front end's wire: a front end that
+// writes items otherwise than the nodes read them takes no requests, and
+// says why (see unavailable), until they agree. A front end without a
+// model checks nothing.
+func (fe *FrontEnd) noteModel(fields []any) error {
+	mine := fe.cfg.Model
+	theirs, held := heldModel(fields)
+	if mine.Wire == "" || !held || theirs.Wire == mine.Wire {
+		if fe.mismatch.Swap(nil) != nil {
+			fe.cfg.Logger.Info("this front end writes items as the nodes read them again; it takes requests", "redis", fe.where)
+		}
+		return nil
+	}
+	err := mismatch("front end", fe.where, fe.cfg.Prefix, theirs, mine, "give it the nodes' --model")
+	msg := err.Error()
+	if fe.mismatch.Swap(&msg) == nil {
+		fe.cfg.Logger.Error("this front end takes no requests", "err", err)
+	}
+	return err
+}
