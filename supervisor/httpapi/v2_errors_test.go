@@ -314,6 +314,10 @@ func TestV2InferTimeoutParameter(t *testing.T) {
 			wantMsg: []string{`"parameters" must be a JSON object`}},
 		{name: "bad timeout header", body: `{` + input + `}`, header: []string{TimeoutHeader, "soon"}, model: xModel, want: 400,
 			wantMsg: []string{TimeoutHeader}},
+		{name: "zero timeout header", body: `{` + input + `}`, header: []string{TimeoutHeader, "0"}, model: xModel, want: 400,
+			wantMsg: []string{TimeoutHeader + " must be positive, got 0"}},
+		{name: "empty timeout header", body: `{` + input + `}`, header: []string{TimeoutHeader, ""}, model: xModel, want: 400,
+			wantMsg: []string{TimeoutHeader + " is empty"}},
 	})
 }
 
