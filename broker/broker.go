@@ -191,8 +191,10 @@ func (c *Config) withDefaults() (Config, error) {
 const readTimeout = 2 * time.Second
 
 // connect makes the client for cfg.URL, and names its Redis for messages
-// (without a password). Nothing is sent yet: a Redis that is down now is
-// retried as the front end or node runs.
+// (without a password; with the database when it is not 0, so that a front
+// end and nodes on different databases of one Redis can be told apart).
+// Nothing is sent yet: a Redis that is down now is retried as the front end
+// or node runs.
 func connect(cfg Config, poolSize int) (rdb *redis.Client, where string, err error) {
 	if !strings.HasPrefix(cfg.URL, "redis://") && !strings.HasPrefix(cfg.URL, "rediss://") {
 		return nil, "", fmt.Errorf("broker: redis URL %q: the scheme must be redis:// (or rediss:// for TLS), as in redis://host:6379/0", redactURL(cfg.URL))
@@ -239,7 +241,11 @@ func connect(cfg Config, poolSize int) (rdb *redis.Client, where string, err err
 	// (frozen, or cut off without a reset) fails a check in its half
 	// second rather than the ReadTimeout.
 	opt.ContextTimeoutEnabled = true
-	return redis.NewClient(opt), opt.Addr, nil
+	where = opt.Addr
+	if opt.DB != 0 {
+		where += "/" + strconv.Itoa(opt.DB)
+	}
+	return redis.NewClient(opt), where, nil
 }
 
 // connectFailover is connect for a URL that names a master through its
@@ -304,6 +310,9 @@ func connectFailover(cfg Config, poolSize int) (*redis.Client, string, error) {
 	opt.DisableIdentity = true
 	opt.ContextTimeoutEnabled = true
 	where := fmt.Sprintf("the master %q of sentinels %s", opt.MasterName, strings.Join(opt.SentinelAddrs, ","))
+	if opt.DB != 0 {
+		where = fmt.Sprintf("the master %q (database %d) of sentinels %s", opt.MasterName, opt.DB, strings.Join(opt.SentinelAddrs, ","))
+	}
 	return redis.NewFailoverClient(opt), where, nil
 }
 

@@ -8,7 +8,11 @@ import (
 func TestConnectNamesTheRedisItUses(t *testing.T) {
 	for _, tc := range []struct{ url, where string }{
 		{"redis://:pw@10.0.0.1:6379/0", "10.0.0.1:6379"},
+		{"redis://10.0.0.1:6379", "10.0.0.1:6379"},
+		{"redis://:pw@10.0.0.1:6379/1", "10.0.0.1:6379/1"},
+		{"rediss://10.0.0.1:6379?db=12", "10.0.0.1:6379/12"},
 		{"redis://10.0.0.1:26379/0?master_name=main&addr=10.0.0.2:26379", `the master "main" of sentinels 10.0.0.1:26379,10.0.0.2:26379`},
+		{"redis://10.0.0.1:26379/3?master_name=main", `the master "main" (database 3) of sentinels 10.0.0.1:26379`},
 	} {
 		rdb, where, err := connect(Config{URL: tc.url}, 1)
 		if err != nil {

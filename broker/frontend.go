@@ -738,7 +738,7 @@ func (fe *FrontEnd) unavailable() error {
 	case fe.nodes.Load() == 0 && fe.leaving.Load() > 0:
 		return unavailablef("no node takes requests on redis at %s, under the key prefix %q: the %d heard from are leaving, or none of their workers can run (their logs say which)", fe.where, fe.cfg.Prefix, fe.leaving.Load())
 	case fe.nodes.Load() == 0:
-		return unavailablef("no node is alive on redis at %s, under the key prefix %q: none has beaten within %s, or the last one left (does a node run on this redis, under this prefix? its log says why it cannot say it is alive)", fe.where, fe.cfg.Prefix, nodeSilence)
+		return unavailablef("no node is alive on redis at %s, under the key prefix %q: none has beaten within %s, or the last one left (does a node run on this redis and database, under this prefix? its log says why it cannot say it is alive)", fe.where, fe.cfg.Prefix, nodeSilence)
 	}
 	return nil
 }

@@ -65,6 +65,26 @@ func TestAFullBacklogIsNotFullWhileTheFrontEndCannotServe(t *testing.T) {
 	}
 }
 
+// A front end on another database than its nodes' sees none alive, and
+// says which database it looked in: the address alone would hide the
+// mistake.
+func TestAFrontEndNamesTheDatabaseItFindsNoNodeIn(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	startNode(t, rs, newRecorder(), 4, nil) // on database 0
+	fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.URL = "redis://" + rs.Addr() + "/1" })
+	want := "no node is alive on redis at " + rs.Addr() + "/1,"
+	eventually(t, "the front end to say it finds no node", func() bool {
+		err := fe.NotReady()
+		return err != nil && strings.Contains(err.Error(), "no node is alive")
+	})
+	if err := fe.NotReady(); !strings.Contains(err.Error(), want) {
+		t.Errorf("NotReady: %v; want it to say %q", err, want)
+	}
+	if _, err := predict(t, fe, "x"); !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), want) {
+		t.Errorf("a request: %v; want ErrUnavailable saying %q", err, want)
+	}
+}
+
 // heardFrom makes front ends see a node last heard from at when.
 func heardFrom(t *testing.T, rs *redistest.Server, when time.Time) {
 	rs.Do(t, "ZADD", "streamer:nodes", strconv.FormatInt(when.UnixMilli(), 10), "elsewhere")

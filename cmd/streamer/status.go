@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -33,19 +34,25 @@ type statusReport struct {
 }
 
 func newStatusCommand() *cobra.Command {
-	var target string
+	var target, token string
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show a running server's model, workers, queue and batching",
 		Long: "status asks a running `streamer serve` for its model (/v1/models), workers\n" +
 			"(/v1/workers), counters (/v1/stats) and readiness (/readyz), and prints them;\n" +
-			"behind --broker, what it knows of Redis and its traffic there too.",
+			"behind --broker, what it knows of Redis and its traffic there too.\n" +
+			"A server with --auth-token wants its token: give --token, or $" + envAuthToken + "\n" +
+			"(the variable the server reads too), which keeps it out of the process list.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			report, err := fetchStatus(ctx, strings.TrimSuffix(target, "/"))
+			if token == "" {
+				token = os.Getenv(envAuthToken)
+			}
+			c := statusClient{base: strings.TrimSuffix(target, "/"), token: strings.TrimSpace(token)}
+			report, err := c.fetch(ctx)
 			if err != nil {
 				return err
 			}
@@ -53,18 +60,26 @@ func newStatusCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&target, "target", "http://127.0.0.1:5005", "base URL of the server's HTTP API")
+	cmd.Flags().StringVar(&token, "token", "", "the server's --auth-token, sent as Authorization: Bearer TOKEN (default $"+envAuthToken+")")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Second, "longest to wait for the server's answers")
 	return cmd
 }
 
-// fetchStatus reads the report from the server at base.
-func fetchStatus(ctx context.Context, base string) (statusReport, error) {
+// statusClient asks one server for its status.
+type statusClient struct {
+	base  string // the server's URL, without a trailing slash
+	token string // sent as the bearer token; empty: none
+}
+
+// fetch reads the report from the server.
+func (c statusClient) fetch(ctx context.Context) (statusReport, error) {
+	base := c.base
 	if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return statusReport{}, fmt.Errorf("--target %q: want a URL such as http://127.0.0.1:5005", base)
 	}
 	var r statusReport
 	var info map[string]any
-	if err := getStatusJSON(ctx, base+"/v1/models", &info); err != nil {
+	if err := c.getJSON(ctx, base+"/v1/models", &info); err != nil {
 		return r, err
 	}
 	r.model, _ = info["model"].(string)
@@ -72,7 +87,7 @@ func fetchStatus(ctx context.Context, base string) (statusReport, error) {
 		supervisor.Stats
 		Broker json.RawMessage `json:"broker"`
 	}
-	if err := getStatusJSON(ctx, base+"/v1/stats", &stats); err != nil {
+	if err := c.getJSON(ctx, base+"/v1/stats", &stats); err != nil {
 		return r, err
 	}
 	r.stats = stats.Stats
@@ -81,11 +96,11 @@ func fetchStatus(ctx context.Context, base string) (statusReport, error) {
 			return r, fmt.Errorf("GET %s/v1/stats: its broker section: %w", base, err)
 		}
 	}
-	if err := getStatusJSON(ctx, base+"/v1/workers", &r.slots); err != nil {
+	if err := c.getJSON(ctx, base+"/v1/workers", &r.slots); err != nil {
 		return r, err
 	}
 	var readiness map[string]string
-	if err := getStatusJSON(ctx, base+"/readyz", &readiness); err != nil {
+	if err := c.getJSON(ctx, base+"/readyz", &readiness); err != nil {
 		r.notReady = err.Error()
 		var body map[string]string
 		if i := strings.Index(r.notReady, "{"); i >= 0 && json.Unmarshal([]byte(r.notReady[i:]), &body) == nil && body["error"] != "" {
@@ -97,11 +112,14 @@ func fetchStatus(ctx context.Context, base string) (statusReport, error) {
 	return r, nil
 }
 
-// getStatusJSON decodes the 200 answer to GET url into v.
-func getStatusJSON(ctx context.Context, url string, v any) error {
+// getJSON decodes the 200 answer to GET url into v.
+func (c statusClient) getJSON(ctx context.Context, url string, v any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return fmt.Errorf("GET %s: %w", url, err)
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -111,6 +129,12 @@ func getStatusJSON(ctx context.Context, url string, v any) error {
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
 		return fmt.Errorf("GET %s: read the answer: %w", url, err)
+	}
+	if resp.StatusCode == http.StatusUnauthorized && c.token == "" {
+		return fmt.Errorf("GET %s: status 401: the server wants its --auth-token: pass it with --token, or in $%s", url, envAuthToken)
+	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		return fmt.Errorf("GET %s: status 401: the server refused the token given (--token or $%s): is it the server's --auth-token?", url, envAuthToken)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("GET %s: status %d: %s", url, resp.StatusCode, strings.TrimSpace(string(body)))

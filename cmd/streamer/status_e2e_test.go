@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -61,11 +62,65 @@ func TestStatusCommandUnreachable(t *testing.T) {
 	}
 }
 
+// With --auth-token the server answers status only when it brings the
+// token, given with --token or in the server's own variable; without one,
+// or with a wrong one, the error says what to pass.
+func TestStatusCommandWithAToken(t *testing.T) {
+	const token = "status-token-83"
+	s := startServer(t, "--workers", "1", "--model", "echo", "--auth-token", token)
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+	}{
+		{"--token", nil, []string{"--token", token}},
+		{"$" + envAuthToken, []string{envAuthToken + "=" + token}, nil},
+		{"--token over a wrong $" + envAuthToken, []string{envAuthToken + "=wrong"}, []string{"--token", token}},
+	} {
+		out, err := runStatusWith(t, tc.env, append([]string{"--target", s.URL()}, tc.args...)...)
+		if err != nil || !regexp.MustCompile(`(?m)^model +echo$`).MatchString(out) {
+			t.Errorf("streamer status with the token in %s: %v\n%s", tc.name, err, out)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"no token", nil, []string{"status 401", "--token", envAuthToken}},
+		{"a wrong token", []string{"--token", "wrong-" + token}, []string{"status 401", "refused the token", "--auth-token"}},
+	} {
+		out, err := runStatusWith(t, nil, append([]string{"--target", s.URL()}, tc.args...)...)
+		if err == nil {
+			t.Errorf("streamer status with %s succeeded:\n%s", tc.name, out)
+		}
+		for _, want := range tc.want {
+			if !strings.Contains(out, want) {
+				t.Errorf("streamer status with %s: the error lacks %q:\n%s", tc.name, want, out)
+			}
+		}
+	}
+}
+
 func runStatus(t *testing.T, target string) (string, error) {
+	t.Helper()
+	return runStatusWith(t, nil, "--target", target)
+}
+
+// runStatusWith runs `streamer status args...` with env added to this
+// process's environment, less any token of its own.
+func runStatusWith(t *testing.T, env []string, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, streamerBin, "status", "--target", target, "--timeout", "10s").CombinedOutput()
+	cmd := exec.CommandContext(ctx, streamerBin, append([]string{"status", "--timeout", "10s"}, args...)...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, envAuthToken+"=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, env...)
+	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
 

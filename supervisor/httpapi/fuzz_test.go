@@ -16,10 +16,13 @@ var jsonSeeds = wiretest.JSONSeeds
 // FuzzPredictJSONBody checks the JSON body decoder against encoding/json:
 // a body is answered 200 exactly when it is a JSON object whose "inputs" is
 // a non-empty array of items and whose timeout_ms, if any, is a whole
-// non-negative number; otherwise 400, never a panic.
+// positive number a duration holds, or null; otherwise 400, never a panic.
 func FuzzPredictJSONBody(f *testing.F) {
 	for _, s := range jsonSeeds {
 		f.Add([]byte(s))
+	}
+	for _, ms := range []string{"0", "-0", "1", "9223372036854775", "9223372036854776"} {
+		f.Add([]byte(`{"inputs": [1], "timeout_ms": ` + ms + `}`))
 	}
 	h := New(Config{Backend: &fakeBackend{}})
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -64,7 +67,7 @@ func expectedJSONStatus(body []byte) int {
 			seenInputs = true
 		case "timeout_ms":
 			var ms *int64
-			if json.Unmarshal(raw, &ms) != nil || ms != nil && *ms < 0 {
+			if json.Unmarshal(raw, &ms) != nil || ms != nil && (*ms <= 0 || *ms > maxTimeoutMs) {
 				return http.StatusBadRequest
 			}
 		}

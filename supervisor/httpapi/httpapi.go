@@ -35,7 +35,8 @@
 // msgpack too), or a form with one field s per string item, as the original
 // service-streamer clients send (answered in JSON). A form body that starts
 // with '{' is read as JSON, since that is what curl -d sends. The deadline is
-// timeout_ms in the body or the X-Timeout-Ms header; the shorter wins.
+// timeout_ms in the body or the X-Timeout-Ms header, a positive whole number
+// of milliseconds; the shorter wins, and with neither there is none.
 //
 // A v2 inference request's batched inputs (TensorSpec.Batched) are cut on
 // their first axis into rows, each row made into one item with the

@@ -116,7 +116,7 @@ func (h *handler) predict(w http.ResponseWriter, r *http.Request) {
 		err = h.decodeForm(body.Bytes(), &req)
 	}
 	if err == nil {
-		err = applyTimeoutHeader(r.Header.Get(TimeoutHeader), &req)
+		err = applyTimeoutHeader(r.Header, &req)
 	}
 	if err != nil {
 		h.fail(w, r, err)
@@ -348,19 +348,18 @@ func decodeJSONTimeout(s *wire.JSONScanner, req *predictRequest) error {
 	if text[0] != '-' && (text[0] < '0' || '9' < text[0]) {
 		return badRequest(`"timeout_ms" must be a whole number of milliseconds, not ` + string(text))
 	}
-	ms, err := parseTimeoutMs(`"timeout_ms"`, string(text))
-	if err != nil {
-		return err
-	}
-	return setTimeout(req, ms)
+	req.timeout, err = parseTimeoutMs(`"timeout_ms"`, string(text))
+	return err
 }
 
-// parseTimeoutMs reads text, the value of what, as a whole number of
-// milliseconds in digits, and says which rule it breaks: digits, not
-// negative, at most maxTimeoutMs.
-func parseTimeoutMs(what, text string) (int64, error) {
+// parseTimeoutMs reads text, the value of what, as a timeout: a whole
+// number of milliseconds in digits, positive, at most maxTimeoutMs; the
+// message says which rule it breaks.
+func parseTimeoutMs(what, text string) (time.Duration, error) {
 	ms, err := strconv.ParseInt(text, 10, 64)
 	switch {
+	case text == "":
+		return 0, badRequest(what + " is empty: give a positive whole number of milliseconds, or leave it out for no deadline")
 	case errors.Is(err, strconv.ErrRange) && strings.HasPrefix(text, "-"):
 		return 0, badRequest(what + " must not be negative, got " + text)
 	case errors.Is(err, strconv.ErrRange):
@@ -368,7 +367,23 @@ func parseTimeoutMs(what, text string) (int64, error) {
 	case err != nil:
 		return 0, badRequest(what + " must be a whole number of milliseconds written in digits, got " + strconv.Quote(text))
 	}
-	return ms, nil
+	return timeoutMs(what, ms)
+}
+
+// timeoutMs checks ms, the value of what, as a timeout: positive, at most
+// maxTimeoutMs. Zero is refused rather than taken for no deadline: a
+// deadline of now has always passed, and no deadline is said by leaving the
+// field out (or null), in every place a timeout is given.
+func timeoutMs(what string, ms int64) (time.Duration, error) {
+	switch {
+	case ms < 0:
+		return 0, badRequest(what + " must not be negative, got " + strconv.FormatInt(ms, 10))
+	case ms == 0:
+		return 0, badRequest(what + " must be positive, got 0: leave it out for no deadline")
+	case ms > maxTimeoutMs:
+		return 0, badRequest(what + " " + strconv.FormatInt(ms, 10) + " is out of range: at most " + strconv.FormatInt(maxTimeoutMs, 10))
+	}
+	return time.Duration(ms) * time.Millisecond, nil
 }
 
 // maxTimeoutMs is the longest timeout a request may give, in milliseconds:
@@ -409,34 +424,19 @@ func checkItemCount(n int, missing bool) error {
 	return nil
 }
 
-func setTimeout(req *predictRequest, ms int64) error {
-	switch {
-	case ms < 0:
-		return badRequest(`"timeout_ms" must not be negative, got ` + strconv.FormatInt(ms, 10))
-	case ms > maxTimeoutMs:
-		return badRequest(`"timeout_ms" ` + strconv.FormatInt(ms, 10) + ` is out of range: at most ` + strconv.FormatInt(maxTimeoutMs, 10))
-	case ms > 0:
-		req.timeout = time.Duration(ms) * time.Millisecond
-	}
-	return nil
-}
-
-// applyTimeoutHeader takes the header's deadline when it is shorter than the
-// body's.
-func applyTimeoutHeader(value string, req *predictRequest) error {
-	if value == "" {
+// applyTimeoutHeader takes the deadline of the header, when it is there,
+// if it is shorter than the body's. A header given empty is refused, as a
+// body's empty timeout_ms would be: only its absence means no deadline.
+func applyTimeoutHeader(header http.Header, req *predictRequest) error {
+	values, ok := header[TimeoutHeader]
+	if !ok {
 		return nil
 	}
-	ms, err := parseTimeoutMs(TimeoutHeader, strings.TrimSpace(value))
-	switch {
-	case err != nil:
+	t, err := parseTimeoutMs(TimeoutHeader, strings.TrimSpace(values[0]))
+	if err != nil {
 		return err
-	case ms <= 0:
-		return badRequest(TimeoutHeader + " must be a positive whole number of milliseconds, got " + strconv.Quote(value))
-	case ms > maxTimeoutMs:
-		return badRequest(TimeoutHeader + " " + strconv.Quote(value) + " is out of range: at most " + strconv.FormatInt(maxTimeoutMs, 10))
 	}
-	if t := time.Duration(ms) * time.Millisecond; req.timeout == 0 || t < req.timeout {
+	if req.timeout == 0 || t < req.timeout {
 		req.timeout = t
 	}
 	return nil
@@ -540,7 +540,8 @@ func decodeMsgpackTimeout(r *wire.MsgpackReader, req *predictRequest) error {
 	if err != nil {
 		return badRequest(`"timeout_ms" must be a whole number of milliseconds: ` + err.Error())
 	}
-	return setTimeout(req, ms)
+	req.timeout, err = timeoutMs(`"timeout_ms"`, ms)
+	return err
 }
 
 // decodeForm reads the original service-streamer's client format: one form
@@ -554,12 +555,8 @@ func (h *handler) decodeForm(body []byte, req *predictRequest) error {
 	if !ok {
 		return badRequest(`missing form field "s": send one s=... per item`)
 	}
-	if ms := values.Get("timeout_ms"); ms != "" {
-		n, err := parseTimeoutMs(`"timeout_ms"`, ms)
-		if err != nil {
-			return err
-		}
-		if err := setTimeout(req, n); err != nil {
+	if ms, ok := values["timeout_ms"]; ok {
+		if req.timeout, err = parseTimeoutMs(`"timeout_ms"`, ms[0]); err != nil {
 			return err
 		}
 	}

@@ -151,7 +151,7 @@ func (st *inferState) read(header http.Header, meta ModelMetadata, model TensorM
 		return err
 	}
 	st.items.timeout = st.req.timeout
-	return applyTimeoutHeader(header.Get(TimeoutHeader), &st.items)
+	return applyTimeoutHeader(header, &st.items)
 }
 
 // specIndex finds the spec called name.

@@ -263,21 +263,38 @@ func (st *inferState) parse(body []byte, binary bool) error {
 // maxTimeoutMicros is the longest timeout a time.Duration holds.
 const maxTimeoutMicros = math.MaxInt64 / int64(time.Microsecond)
 
+// timeoutParameter reads the request's "timeout": a whole number of
+// microseconds, positive, at most maxTimeoutMicros; the message says which
+// rule the value breaks.
+func timeoutParameter(s *wire.JSONScanner) (time.Duration, error) {
+	const what = `parameter "timeout"`
+	text, err := s.Skip(2)
+	if err != nil {
+		return 0, malformedJSON(err)
+	}
+	if !isNumber(text) || !isIntegerText(text) {
+		return 0, badRequest(what + " (microseconds) must be a whole number, not " + describeValue(text))
+	}
+	// The text is a JSON integer, so the only error is one of range.
+	us, err := strconv.ParseInt(string(text), 10, 64)
+	switch {
+	case text[0] == '-' || us == 0:
+		return 0, badRequest(what + " must be a positive number of microseconds, not " + describeValue(text))
+	case err != nil || us > maxTimeoutMicros:
+		return 0, badRequest(what + " " + describeValue(text) + " is out of range: at most " + strconv.FormatInt(maxTimeoutMicros, 10) + " microseconds")
+	}
+	return time.Duration(us) * time.Microsecond, nil
+}
+
 // requestParameter reads one of the request's parameters: timeout (in
 // microseconds), binary_data_output, and priority, which is checked and
 // ignored, since the batcher has no priorities. Others are ignored.
 func (st *inferState) requestParameter(s *wire.JSONScanner, key []byte) error {
 	switch string(key) {
 	case "timeout":
-		us, err := intValue(s, topField(`parameter "timeout" (microseconds)`), 2)
-		if err != nil {
-			return err
-		}
-		if us <= 0 || us > maxTimeoutMicros {
-			return badRequest(`parameter "timeout" must be a positive number of microseconds, not ` + strconv.FormatInt(us, 10))
-		}
-		st.req.timeout = time.Duration(us) * time.Microsecond
-		return nil
+		var err error
+		st.req.timeout, err = timeoutParameter(s)
+		return err
 	case "priority":
 		_, err := intValue(s, topField(`parameter "priority"`), 2)
 		return err
