@@ -461,6 +461,8 @@ func queuedForTheWriter(t *testing.T, n int) (fe *FrontEnd, ended <-chan error) 
 	t.Helper()
 	rs := redistest.Start(t, redistest.Options{})
 	fe = unstartedFront(t, rs.URL(), 100)
+	fe.started.Store(true)
+	close(fe.firstLook)
 	fe.up.Store(true)
 	fe.nodes.Store(1)
 	for len(fe.submits) < cap(fe.submits) {

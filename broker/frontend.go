@@ -110,8 +110,9 @@ type FrontEnd struct {
 	// model that reads items otherwise than it writes them; nil while
 	// they agree (see noteModel). modelErr is that, as the last check
 	// found it, under checkMu.
-	mismatch atomic.Pointer[string]
-	modelErr error
+	mismatch    atomic.Pointer[string]
+	modelErr    error
+	modelLogged atomic.Bool // a refused read of the model is logged
 
 	// toWithdraw holds, by stream, the items of calls that ended unanswered
 	// while they could not be withdrawn at once (Redis down, or the front
@@ -2045,6 +2046,14 @@ func (fe *FrontEnd) checkOnce(ctx context.Context) error {
 		}
 		cmds, err = again.Exec(ctx)
 	}
+	if refusedCommand(model.Err()) {
+		// A user whose ACL leaves out the model's key: the check goes on
+		// without it (see modelRefused).
+		cmds = slices.DeleteFunc(cmds, func(c redis.Cmder) bool { return c == redis.Cmder(model) })
+		if err != nil && !slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Err() != nil }) {
+			err = nil
+		}
+	}
 	if err = fe.clock.pipelineError(cmds, timeCmd, err); err != nil {
 		// These commands are never wrong: an error Redis sent back is a
 		// refusal to serve (a wrong password, no permission), as bad as
@@ -2066,6 +2075,9 @@ func (fe *FrontEnd) checkOnce(ctx context.Context) error {
 	fe.nodes.Store(nodes.Val())
 	fe.leaving.Store(leaving.Val())
 	fe.backlog.Store(backlog.Val())
+	if err := model.Err(); err != nil {
+		modelRefused(fe.cfg.Logger, &fe.modelLogged, fe.k.model, err)
+	}
 	fe.modelErr = fe.noteModel(model.Val())
 	fe.mu.Lock()
 	if last := fe.epoch; epoch.Val() != last {

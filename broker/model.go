@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -96,6 +98,10 @@ func (n *Node) checkModel(ctx context.Context) error {
 		return nil
 	}
 	fields, err := modelScript.Run(ctx, n.rdb, []string{n.k.model}, mine.Wire, mine.Name, mine.Label, modelTTL.Milliseconds()).Slice()
+	if refusedCommand(err) {
+		modelRefused(n.cfg.Logger, &n.modelLogged, n.k.model, err)
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("redis at %s: %w", n.where, err)
 	}
@@ -134,4 +140,14 @@ func (fe *FrontEnd) noteModel(fields []any) error {
 		fe.cfg.Logger.Error("this front end takes no requests", "err", err)
 	}
 	return err
+}
+
+// modelRefused logs, once, that Redis refuses a front end's or a node's
+// read of the model key with err (its user's ACL leaves the key out, as
+// one written for an earlier version would): it serves on without the
+// check that the prefix serves one model.
+func modelRefused(log *slog.Logger, logged *atomic.Bool, key string, err error) {
+	if !logged.Swap(true) {
+		log.Warn("redis refuses the model's key: the check that the front ends and nodes under this prefix serve one model is off (let the user read and write "+key+")", "err", err)
+	}
 }

@@ -76,7 +76,8 @@ type Node struct {
 	// mismatch says why the node serves nothing: the nodes under its
 	// prefix serve another model; nil while they serve its own (see
 	// checkModel).
-	mismatch atomic.Pointer[string]
+	mismatch    atomic.Pointer[string]
+	modelLogged atomic.Bool // a refused script on the model is logged
 	// down is set by a command that got no answer from Redis, and
 	// cleared by one that did (see warn); broken, by a connection that
 	// closed under a command since; full, by a write Redis refused for

@@ -572,8 +572,8 @@ func deadFrontEndKeysExpire(t *testing.T, nodeArgs ...string) {
 		return redisItems(t, rs) == 0
 	})
 	own := brokerItemsKey + ":" + brokerLogField(t, node, "node serving items from redis", "node")
-	if keys := redisKeys(t, rs, "*"); strings.Join(keys, " ") != strings.Join([]string{brokerEpochKey, brokerItemsKey, own, brokerNodesKey, brokerStreamsKey}, " ") {
-		t.Errorf("Redis holds %q; want only the epoch, the shared stream, the node's own, the live nodes and the list of node streams", keys)
+	if keys := redisKeys(t, rs, "*"); strings.Join(keys, " ") != strings.Join([]string{brokerEpochKey, brokerItemsKey, own, brokerModelKey, brokerNodesKey, brokerStreamsKey}, " ") {
+		t.Errorf("Redis holds %q; want only the epoch, the shared stream, the node's own, the model, the live nodes and the list of node streams", keys)
 	}
 }
 
@@ -1094,6 +1094,11 @@ func TestBrokerNodeThatMayNotAnswerLeavesItsItemsToAnother(t *testing.T) {
 	node := []string{"--workers", "1", "--model", "sleep:1ms,0s", "--claim-idle", "1s"}
 	limited := launchBroker(t, "redis://noreply:pw@"+rs.Addr()+"/0", node...)
 	brokerLogField(t, limited, "node serving items from redis", "node")
+	// Its user, as one written for an earlier version, may not touch the
+	// model's key: the node serves without that check, saying so.
+	if err := brokerLogField(t, limited, "redis refuses the model's key: the check that the front ends and nodes under this prefix serve one model is off (let the user read and write "+brokerModelKey+")", "err"); !strings.Contains(err, "NOPERM") {
+		t.Errorf("the refusal of the model's key logged with %q; want Redis's NOPERM", err)
+	}
 	front := startBrokerFront(t, rs)
 	waitReadyz(t, front, http.StatusOK)
 	waiting := predictLater(front, brokerWait, "x")

@@ -32,6 +32,8 @@ const (
 	brokerReplyKeys  = "streamer:reply:"
 	// brokerEpochKey changes when Redis loses its data.
 	brokerEpochKey = "streamer:epoch"
+	// brokerModelKey holds the model the nodes serve.
+	brokerModelKey = "streamer:model"
 	brokerGroup    = "nodes"
 )
 
