@@ -78,6 +78,9 @@ type Node struct {
 	// checkModel).
 	mismatch    atomic.Pointer[string]
 	modelLogged atomic.Bool // a refused script on the model is logged
+	// takeMu keeps a node's claims and its look for the items of failed
+	// reads apart (see recoverLost).
+	takeMu sync.Mutex
 	// down is set by a command that got no answer from Redis, and
 	// cleared by one that did (see warn); broken, by a connection that
 	// closed under a command since; full, by a write Redis refused for
@@ -268,6 +271,7 @@ func (n *Node) readLoop() {
 	defer cancel()
 	retry := newBackoff()
 	poll := aheadPoll
+	lost := false // a read failed after Redis may have run it
 	for {
 		select {
 		case <-n.stop:
@@ -282,6 +286,18 @@ func (n *Node) readLoop() {
 			continue
 		}
 		want, block := n.wanted()
+		if lost && want > 0 {
+			if err := n.recoverLost(ctx, want); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				n.warn("look for items a failed read brought", err)
+				retry.wait(n.stop)
+				continue
+			}
+			lost = false
+			want, block = n.wanted()
+		}
 		if want <= 0 {
 			select {
 			case <-n.room:
@@ -353,6 +369,9 @@ func (n *Node) readLoop() {
 				return
 			}
 			n.warn("read items", err)
+			// Redis may have given this node items whose answer the
+			// node did not get.
+			lost = lost || !errors.As(err, new(redis.Error))
 			retry.wait(n.stop)
 			continue
 		}
@@ -371,6 +390,51 @@ func (n *Node) readLoop() {
 			n.takeChecked(st.Stream, st.Messages, poison)
 		}
 	}
+}
+
+// recoverLost takes up to want of the items that Redis gave this node in
+// reads whose answers it never got (the read ran out of time as the node
+// stalled, or its connection closed under it): pending to the node in
+// Redis and unknown to it, they would wait for a claim, --claim-idle
+// later. takeMu keeps claims out meanwhile: an item a claim has just taken
+// is pending to the node too, and not yet held.
+func (n *Node) recoverLost(ctx context.Context, want int) error {
+	n.takeMu.Lock()
+	defer n.takeMu.Unlock()
+	for _, stream := range []string{n.own, n.k.items} {
+		pending, err := n.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
+			Stream: stream, Group: nodeGroup, Start: "-", End: "+",
+			Count: int64(2*n.cfg.Capacity + want), Consumer: n.cfg.Name,
+		}).Result()
+		switch {
+		case err != nil && redis.HasErrorPrefix(err, "NOGROUP"):
+			continue // the read loop rejoins
+		case err != nil:
+			return err
+		}
+		var ids []string
+		n.mu.Lock()
+		for _, p := range pending {
+			if _, held := n.held[entry{stream, p.ID}]; !held && len(ids) < want {
+				ids = append(ids, p.ID)
+			}
+		}
+		n.mu.Unlock()
+		if len(ids) == 0 {
+			continue
+		}
+		msgs, err := n.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: stream, Group: nodeGroup, Consumer: n.cfg.Name, Messages: ids}).Result()
+		if err != nil {
+			return err
+		}
+		if msgs = n.notHeld(stream, msgs); len(msgs) > 0 {
+			n.cfg.Logger.Info("took the items a failed read had brought", "items", len(msgs), "stream", stream)
+			n.stats.read.Add(uint64(len(msgs)))
+			n.take(stream, msgs)
+			want -= len(msgs)
+		}
+	}
+	return nil
 }
 
 // quarantineRead bounds the quarantine read with the items: a larger one
@@ -988,7 +1052,10 @@ func (n *Node) upkeepLoop() {
 		if !n.fit(ctx) {
 			continue // claimed items are judged as read ones
 		}
-		if err := n.claim(ctx); err != nil && ctx.Err() == nil {
+		n.takeMu.Lock() // see recoverLost
+		err := n.claim(ctx)
+		n.takeMu.Unlock()
+		if err != nil && ctx.Err() == nil {
 			n.warn("claim items", err)
 		}
 	}
@@ -1174,7 +1241,14 @@ func (n *Node) claimFrom(ctx context.Context, stream string) error {
 			return err
 		}
 		if msgs = n.notHeld(stream, msgs); len(msgs) > 0 {
-			n.cfg.Logger.Info("claimed items of a silent node", "items", len(msgs), "stream", stream)
+			what := "claimed items of a silent node"
+			if stream == n.own {
+				// Those another node took from it and left, or its own
+				// that it could not keep alive (cut off from Redis, or
+				// stalled past --claim-idle).
+				what = "claimed items of its own stream that no node kept alive"
+			}
+			n.cfg.Logger.Info(what, "items", len(msgs), "stream", stream)
 			n.stats.claimed.Add(uint64(len(msgs)))
 			n.stats.read.Add(uint64(len(msgs)))
 			n.take(stream, msgs)
@@ -1223,6 +1297,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	}
 	defer close(n.left)
 	n.loops.Wait()
+	answered := n.stats.answered.Load()
 	lctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	n.rdb.ZRem(lctx, n.k.nodes, n.cfg.Name) // best effort: a node silent for goneAfter is gone too
 	cancel()
@@ -1256,6 +1331,10 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	draining.Wait()
 	close(n.stopped)
 	n.writer.Wait()
+	n.mu.Lock()
+	left := len(n.held)
+	n.mu.Unlock()
+	n.cfg.Logger.Info("node left", "node", n.cfg.Name, "answered_while_leaving", n.stats.answered.Load()-answered, "left_to_other_nodes", left)
 	dctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	n.rdb.ZRem(dctx, n.k.nodes, n.cfg.Name)

@@ -155,3 +155,47 @@ func TestASecondStartIsRefused(t *testing.T) {
 		t.Errorf("a node's Start after Shutdown: %v; want ErrShuttingDown", err)
 	}
 }
+
+// Items that Redis gave a node in a read whose answer the node never got
+// (its connection closed under the read, or the read ran out of time as
+// the node stalled) are pending to it in Redis, unknown to it: the node
+// takes them as soon as it reads again, rather than leave them for a
+// claim --claim-idle later.
+func TestItemsOfAReadLostOnItsWayAreTakenAtOnce(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	rec := newRecorder()
+	rec.hold["held"] = true
+	node := startNode(t, rs, rec, 1, func(c *broker.NodeConfig) {
+		c.Capacity = 1            // holding one item, the node reads none
+		c.ClaimIdle = time.Minute // no claim answers within the test
+	})
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	held := predictLater(t, fe, "held")
+	eventually(t, "the node runs the held item", func() bool { return rec.runs("held") == 1 })
+	lost := predictLater(t, fe, "lost")
+	eventually(t, "the second item on the stream", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "2" })
+	// Redis gives it to the node, whose answer is lost on the way.
+	if got := rs.Do(t, "XREADGROUP", "GROUP", "nodes", node.Name(), "COUNT", "1", "STREAMS", "streamer:items", ">"); !strings.Contains(got, "lost") {
+		t.Fatalf("XREADGROUP for the node: %q; want the second item", got)
+	}
+	close(rec.release)
+	answerWithin(t, held, 10*time.Second, "the held item unanswered 10s after its release")
+	// The node reads again, blocked: its connection closes under the read.
+	eventually(t, "the node's read cut", func() bool {
+		for line := range strings.Lines(rs.Do(t, "CLIENT", "LIST")) {
+			if strings.Contains(line, "cmd=xreadgroup") && strings.Contains(line, "flags=b") {
+				id, _, _ := strings.Cut(strings.TrimPrefix(line, "id="), " ")
+				_, err := rs.DoErr(context.Background(), "CLIENT", "KILL", "ID", id)
+				return err == nil
+			}
+		}
+		return false
+	})
+	if a := answerWithin(t, lost, 10*time.Second, "the item of the lost read unanswered 10s after the read failed (a claim would take a minute)"); a.err != nil || string(a.out[0]) != "lost" {
+		t.Errorf("the item of the lost read: %q, %v; want its answer", a.out, a.err)
+	}
+	if n := rec.runs("lost"); n != 1 {
+		t.Errorf("the item of the lost read ran %d times; want once", n)
+	}
+}

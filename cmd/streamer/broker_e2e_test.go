@@ -310,6 +310,9 @@ func TestBrokerNodeSIGTERMUnderLoadHandsOverCleanly(t *testing.T) {
 	if strings.Contains(staying.logs(), "claimed items of a silent node") {
 		t.Error("the other node had to claim items the stopped node left")
 	}
+	if left := brokerLogField(t, leaving, "node left", "left_to_other_nodes"); left != "0" {
+		t.Errorf("the stopped node says it left %s items to other nodes; want none", left)
+	}
 	waitFor(t, "every item on the stream answered", brokerWait, func() bool {
 		return redisItems(t, rs) == 0
 	})

@@ -438,9 +438,13 @@ func runServe(ctx context.Context, o serveOptions) error {
 		stopping.stops = append(stopping.stops, remote.stops()...)
 	}
 	if st != nil {
+		left := "the items left were answered 503"
+		if remote != nil {
+			left = "the items left go to other nodes, which claim them after --claim-idle"
+		}
 		stopping.stops = append(stopping.stops, func(ctx context.Context) error {
 			if err := st.Shutdown(ctx); err != nil {
-				return fmt.Errorf("the workers: %w; the items left were answered 503", err)
+				return fmt.Errorf("the workers: %w; %s", err, left)
 			}
 			return nil
 		})
