@@ -2114,17 +2114,17 @@ const checkTimeout = 500 * time.Millisecond
 const admitTimeout = 2 * time.Second
 
 // stalledThrough says whether err is a command, begun at began and bounded
-// by bound, that ran out of time because the front end did not run (a
-// SIGSTOP, a paused virtual machine, starvation): its time ran out long
-// after its bound, when the front end ran again, and not because Redis
-// was silent. It returns how long the command took.
+// by bound, that ran out of time because its process (a front end, a
+// node) did not run (a SIGSTOP, a paused virtual machine, starvation):
+// its time ran out long after its bound, when the process ran again, and
+// not because Redis was silent. It returns how long the command took.
 func stalledThrough(err error, began time.Time, bound time.Duration) (time.Duration, bool) {
 	took := time.Since(began)
 	return took, err != nil && timedOut(err) && took > bound+stallMargin
 }
 
 // stallMargin is how far past its bound a command's timeout comes before
-// the front end's own stall is blamed: a timer fires within milliseconds
+// the process's own stall is blamed: a timer fires within milliseconds
 // of its time on a process that runs.
 const stallMargin = 500 * time.Millisecond
 

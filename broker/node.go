@@ -323,6 +323,7 @@ func (n *Node) readLoop() {
 		// may hand it items as the stop comes, which would then wait
 		// pending for a claim.
 		rctx := context.Background()
+		began := time.Now()
 		pipe := n.rdb.Pipeline()
 		read := pipe.XReadGroup(rctx, args)
 		quarantine := pipe.ZRangeArgs(rctx, redis.ZRangeArgs{
@@ -368,7 +369,12 @@ func (n *Node) readLoop() {
 			if ctx.Err() != nil {
 				return
 			}
-			n.warn("read items", err)
+			if stall, stalled := stalledThrough(err, began, blockFor+readTimeout); stalled {
+				// Not Redis's fault: the node did not run.
+				n.cfg.Logger.Warn("this node did not run for a while (stopped, or starved of CPU): its read of items ran out of time", "for", stall.Round(time.Millisecond), "node", n.cfg.Name)
+			} else {
+				n.warn("read items", err)
+			}
 			// Redis may have given this node items whose answer the
 			// node did not get.
 			lost = lost || !errors.As(err, new(redis.Error))
