@@ -545,7 +545,7 @@ func (fe *FrontEnd) PredictRequest(ctx context.Context, req supervisor.Request) 
 		return nil, fmt.Errorf("%w: no items", supervisor.ErrBadRequest)
 	case n > fe.cfg.MaxItems:
 		fe.stats.rejected.Add(uint64(n))
-		return nil, fmt.Errorf("%w: %d items, limit %d", supervisor.ErrTooLarge, n, fe.cfg.MaxItems)
+		return nil, fmt.Errorf("%w: %d items, the limit per request is %d", supervisor.ErrTooLarge, n, fe.cfg.MaxItems)
 	case n > fe.cfg.MaxBacklog:
 		// Refused even on an empty stream: no wait would help.
 		fe.stats.rejected.Add(uint64(n))

@@ -1159,7 +1159,9 @@ func (n *Node) refusal() string {
 // keep resets the idle time of the items the node has held for a while,
 // so that no other node claims them while this one is alive.
 func (n *Node) keep(ctx context.Context) error {
-	cutoff := time.Now().Add(-n.cfg.ClaimIdle / 4)
+	// At the pace of the default too, whatever the node's own: a node of
+	// the default claims what is idle past it.
+	cutoff := time.Now().Add(-min(n.cfg.ClaimIdle, DefaultClaimIdle) / 4)
 	ids := map[string][]string{} // by stream
 	n.mu.Lock()
 	for e, since := range n.held {

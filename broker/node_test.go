@@ -199,3 +199,27 @@ func TestItemsOfAReadLostOnItsWayAreTakenAtOnce(t *testing.T) {
 		t.Errorf("the item of the lost read ran %d times; want once", n)
 	}
 }
+
+// A node of a --claim-idle longer than the default keeps the items it
+// holds from claims at the default's pace too: a node of the default does
+// not take its live items (which would run twice).
+func TestANodeOfALongClaimIdleKeepsItsItemsFromANodeOfTheDefault(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	rec := newRecorder()
+	rec.hold["long"] = true
+	startNode(t, rs, rec, 1, func(c *broker.NodeConfig) { c.ClaimIdle = time.Hour })
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	long := predictLater(t, fe, "long")
+	eventually(t, "the first node runs the item", func() bool { return rec.runs("long") == 1 })
+	other := startNode(t, rs, newRecorder(), 1, func(c *broker.NodeConfig) { c.ClaimIdle = broker.DefaultClaimIdle })
+	// Past the other's claim idle, the item still running on the first.
+	<-time.After(broker.DefaultClaimIdle + 2*time.Second)
+	if c := other.Stats().Claimed; c != 0 {
+		t.Errorf("the node of the default claimed %d items of the live node; want none", c)
+	}
+	close(rec.release)
+	if a := answerWithin(t, long, 10*time.Second, "the long item unanswered 10s after its release"); a.err != nil || string(a.out[0]) != "long" {
+		t.Errorf("the long item: %q, %v; want its answer", a.out, a.err)
+	}
+}

@@ -75,8 +75,10 @@ func (o brokerOptions) check() error {
 	if o.prefix == "" {
 		return errors.New("--stream-prefix is empty: give every key a prefix, such as the model's name (default " + broker.DefaultPrefix + ")")
 	}
-	if o.claimIdle < 100*time.Millisecond {
-		return fmt.Errorf("--claim-idle %s: want at least 100ms", o.claimIdle)
+	if o.claimIdle < 100*time.Millisecond || o.claimIdle > time.Hour {
+		// A node keeps the items it holds from claims however long they
+		// run: only a dead node's items wait this long.
+		return fmt.Errorf("--claim-idle %s: want 100ms to 1h (the wait before a dead node's items are claimed)", o.claimIdle)
 	}
 	if o.replyTTL < time.Second {
 		return fmt.Errorf("--reply-ttl %s: want at least 1s", o.replyTTL)

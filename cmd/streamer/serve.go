@@ -30,6 +30,7 @@ import (
 
 // serveOptions are the flags of streamer serve.
 type serveOptions struct {
+	modelGiven       bool // --model was on the command line
 	listen           string
 	workers          int
 	cuda             string
@@ -85,6 +86,7 @@ CUDA_VISIBLE_DEVICES set to the (i mod n)-th entry of --cuda.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.broker.resolve(cmd.Flags(), os.LookupEnv)
+			o.modelGiven = cmd.Flags().Changed("model")
 			return runServe(cmd.Context(), o)
 		},
 	}
@@ -366,6 +368,10 @@ func runServe(ctx context.Context, o serveOptions) error {
 		return err
 	}
 	announceModel(info, o.batchSize, o.maxLatency, log)
+	if !o.modelGiven && o.plugin == "" && o.workers > 0 {
+		// Most likely a command line that lost its --model.
+		log.Warn("no --model: serving the built-in echo model, which answers each item with itself")
+	}
 	v2Name, err := o.v2ModelName(spec)
 	if err != nil {
 		return err
