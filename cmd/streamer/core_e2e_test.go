@@ -584,3 +584,19 @@ func TestMsgpackAndFormClients(t *testing.T) {
 		t.Errorf("form request: %s %v", p, err)
 	}
 }
+
+// TestServeWithoutModelSaysItServesEcho: a server started without --model
+// serves the built-in echo model, and says so in its log, as a command
+// line that lost its --model would otherwise answer every item with itself
+// silently; one given --model echo says nothing of it.
+func TestServeWithoutModelSaysItServesEcho(t *testing.T) {
+	const warning = "no --model: serving the built-in echo model"
+	bare := startServer(t, "--workers", "1")
+	named := startServer(t, "--workers", "1", "--model", "echo")
+	if !strings.Contains(bare.logs(), warning) {
+		t.Errorf("a server without --model logged no warning:\n%s", bare.logs())
+	}
+	if strings.Contains(named.logs(), warning) {
+		t.Errorf("a server given --model echo warned of it:\n%s", named.logs())
+	}
+}
