@@ -852,9 +852,10 @@ func (n *Node) writeWhole(batch []answerEntry) bool {
 }
 
 // warn logs err, the failure of what. A Redis that does not answer (down,
-// unreachable, loading its data) is logged once, as an error, and then at
-// debug level until it answers again (see reachable): the node's loops
-// fail several times a second meanwhile. So is a Redis out of memory,
+// unreachable, loading its data, refusing the node's password) is logged
+// once, as an error, and then at debug level until it answers again (see
+// reachable): the node's loops fail several times a second meanwhile. So
+// is a Redis out of memory,
 // until it takes a write again. Another error Redis answered is logged
 // each time.
 func (n *Node) warn(what string, err error) {
@@ -867,7 +868,10 @@ func (n *Node) warn(what string, err error) {
 		return
 	}
 	var reply redis.Error
-	if errors.As(err, &reply) && !notServing(err) {
+	// A password changed on Redis refuses every command alike, as an
+	// outage does, until it is mended.
+	authRefused := redis.HasErrorPrefix(err, "WRONGPASS") || redis.HasErrorPrefix(err, "NOAUTH")
+	if errors.As(err, &reply) && !notServing(err) && !authRefused {
 		n.cfg.Logger.Warn(what, "redis", n.where, "err", err)
 		return
 	}

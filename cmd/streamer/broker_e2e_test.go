@@ -1071,7 +1071,7 @@ func TestBrokerRefusedAtStartExits(t *testing.T) {
 // new one, as an operator sees fit.
 func TestBrokerPasswordChangedWhileServing(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{User: "alice", UserPassword: "pw"})
-	startBrokerNode(t, rs, "--workers", "1")
+	node := startBrokerNode(t, rs, "--workers", "1")
 	front := startBrokerFront(t, rs)
 	waitReadyz(t, front, http.StatusOK)
 	rs.Do(t, "ACL", "SETUSER", "alice", "resetpass", ">rotated")
@@ -1084,6 +1084,18 @@ func TestBrokerPasswordChangedWhileServing(t *testing.T) {
 	})
 	if front.exited() {
 		t.Errorf("the front end exited once Redis took its password no more (%s); want it answering 503:\n%s", last, front.logs())
+	}
+	// The node's loops, refused several times a second, log the outage
+	// once, as an outage (an error), and not a warning at every refusal.
+	waitFor(t, "the node's heartbeats refused for a while", brokerWait, func() bool {
+		return strings.Count(node.logs(), "WRONGPASS") > 0 && strings.Contains(node.logs(), "redis does not serve this node")
+	})
+	rs.Do(t, "ACL", "SETUSER", "alice", ">pw")
+	waitReadyz(t, front, http.StatusOK)
+	for line := range strings.Lines(node.logs()) {
+		if strings.Contains(line, "WRONGPASS") && strings.Contains(line, `"level":"WARN"`) {
+			t.Errorf("the node warned of a refusal of the outage: %s", line)
+		}
 	}
 }
 
