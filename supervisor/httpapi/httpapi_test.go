@@ -243,6 +243,7 @@ func TestPredictRefusesBadInput(t *testing.T) {
 		{name: "form bad timeout", contentType: "application/x-www-form-urlencoded", body: []byte("s=a&timeout_ms=x"), wantStatus: 400, wantMsg: []string{`"timeout_ms" must be a whole number`}},
 		{name: "body too large", body: []byte(`{"inputs": ["` + strings.Repeat("x", 2000) + `"]}`), wantStatus: 413, wantMsg: []string{"larger than the limit of 1024 bytes"}},
 		{name: "unsupported content type", contentType: "text/plain; charset=utf-8", body: []byte("hi"), wantStatus: 415, wantMsg: []string{`"text/plain; charset=utf-8"`, "application/json", "application/msgpack", "application/x-www-form-urlencoded"}},
+		{name: "compressed body", body: []byte(`{"inputs": [1]}`), header: []string{"Content-Encoding", "gzip"}, wantStatus: 415, wantMsg: []string{`Content-Encoding "gzip" is not supported`, "uncompressed"}},
 		{name: "GET predict", method: http.MethodGet, wantStatus: 405, wantMsg: []string{"method not allowed", "POST"}},
 		{name: "POST healthz", method: http.MethodPost, path: "/healthz", wantStatus: 405, wantMsg: []string{"method not allowed", "GET"}},
 		{name: "unknown path", method: http.MethodGet, path: "/nope", wantStatus: 404, wantMsg: []string{`"/nope"`, "/predict"}},

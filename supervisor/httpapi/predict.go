@@ -97,6 +97,10 @@ func (h *handler) predict(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
+	if err := uncompressed(r); err != nil {
+		h.fail(w, r, err)
+		return
+	}
 	body := h.getBuffer()
 	defer h.putBuffer(body)
 	if err := h.readBody(w, r, body); err != nil {
@@ -618,6 +622,17 @@ func appendMsgpackOutputs(out *bytes.Buffer, outputs [][]byte) error {
 	}
 	for _, o := range outputs {
 		out.Write(o)
+	}
+	return nil
+}
+
+// uncompressed refuses a request whose body is compressed (Content-Encoding
+// other than identity): read as it is, its bytes would be taken for the
+// items, or fail to decode with a message that misleads.
+func uncompressed(r *http.Request) error {
+	if enc := r.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
+		return &requestError{status: http.StatusUnsupportedMediaType,
+			msg: "Content-Encoding " + strconv.Quote(enc) + " is not supported; send the body uncompressed"}
 	}
 	return nil
 }

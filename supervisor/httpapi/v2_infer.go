@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 )
 
 // inferState is the working memory of one v2 inference request, pooled
@@ -98,9 +97,8 @@ func (h *handler) infer(w http.ResponseWriter, r *http.Request, meta ModelMetada
 // after they were submitted (a deadline, a canceled client) while some of
 // them may be queued or running.
 func (h *handler) inferWith(st *inferState, w http.ResponseWriter, r *http.Request, meta ModelMetadata, version string) (inUse bool, err error) {
-	if enc := r.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
-		return false, &requestError{status: http.StatusUnsupportedMediaType,
-			msg: "Content-Encoding " + strconv.Quote(enc) + " is not supported; send the body uncompressed"}
+	if err := uncompressed(r); err != nil {
+		return false, err
 	}
 	if err := h.readBody(w, r, &st.body); err != nil {
 		return false, err
