@@ -228,6 +228,7 @@ func TestPredictRefusesBadInput(t *testing.T) {
 		{name: "codec refuses msgpack item", contentType: "application/msgpack", body: msgpackMap("inputs", []any{"bad"}), wantStatus: 400, wantMsg: []string{"item 0", `does not take "bad"`}},
 		{name: "codec refuses form item", contentType: "application/x-www-form-urlencoded", body: []byte("s=a&s=b&s=bad"), wantStatus: 400, wantMsg: []string{"item 2", `does not take "bad"`}},
 		{name: "msgpack garbage", contentType: "application/msgpack", body: []byte{0xc1, 0x00}, wantStatus: 400, wantMsg: []string{"must be a msgpack map"}},
+		{name: "JSON labelled msgpack", contentType: "application/msgpack", body: []byte(`{"inputs": [1]}`), wantStatus: 400, wantMsg: []string{"this one is JSON: send it as application/json"}},
 		{name: "msgpack not a map", contentType: "application/msgpack", body: mustMsgpack(t, []int{1}), wantStatus: 400, wantMsg: []string{"must be a msgpack map"}},
 		{name: "msgpack truncated item", contentType: "application/msgpack", body: truncate(msgpackMap("inputs", []any{"a", "b"}), 1), wantStatus: 400, wantMsg: []string{"malformed msgpack body", "item 1"}},
 		{name: "msgpack inputs not an array", contentType: "application/msgpack", body: msgpackMap("inputs", "x"), wantStatus: 400, wantMsg: []string{`"inputs" must be an array`}},

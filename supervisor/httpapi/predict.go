@@ -457,6 +457,9 @@ func (h *handler) decodeMsgpack(body []byte, req *predictRequest) error {
 	r := wire.NewMsgpackReader(body)
 	defer r.Release()
 	if c, err := r.PeekCode(); err != nil || !wire.IsMap(c) {
+		if looksLikeJSONObject(body) {
+			return badRequest(`body must be a msgpack map {"inputs": [...]}, and this one is JSON: send it as application/json`)
+		}
 		return badRequest(`body must be a msgpack map {"inputs": [...]}` + notA(c, err))
 	}
 	fields, err := r.MapLen()
