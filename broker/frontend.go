@@ -435,7 +435,7 @@ func (fe *FrontEnd) Start(ctx context.Context) error {
 // Ready reports whether a request can be served now: Redis answers, lets
 // the front end read its answers, and some node has been heard from.
 func (fe *FrontEnd) Ready() bool {
-	return fe.up.Load() && fe.nodes.Load() > 0 && fe.readRefused.Load() == nil && fe.mismatch.Load() == nil && !fe.closed.Load()
+	return fe.up.Load() && fe.nodes.Load() > 0 && fe.mismatch.Load() == nil && fe.readRefused.Load() == nil && !fe.closed.Load()
 }
 
 // Full reports whether the shared backlog was at its bound at the last
@@ -718,6 +718,10 @@ func (fe *FrontEnd) NotReady() error {
 
 // unavailable says why a request cannot be served now, or nil.
 func (fe *FrontEnd) unavailable() error {
+	// The nodes before the model, the reverse of the check's writes: a
+	// node that has come is seen with its model (see checkOnce).
+	nodes, leaving := fe.nodes.Load(), fe.leaving.Load()
+	mismatch := fe.mismatch.Load()
 	refused := fe.readRefused.Load()
 	switch {
 	case fe.closed.Load():
@@ -728,17 +732,17 @@ func (fe *FrontEnd) unavailable() error {
 			msg = *p
 		}
 		return unavailablef("redis at %s does not serve: %s", fe.where, msg)
-	case fe.mismatch.Load() != nil:
-		return unavailablef("%s", *fe.mismatch.Load())
+	case mismatch != nil:
+		return unavailablef("%s", *mismatch)
 	case refused != nil:
 		hint := ""
 		if strings.HasPrefix(*refused, "NOPERM") {
 			hint = " (its user lacks a permission)"
 		}
 		return unavailablef("redis at %s refuses this front end's reads of its answers on %s, so no request could be answered: %s%s", fe.where, fe.replyKey, *refused, hint)
-	case fe.nodes.Load() == 0 && fe.leaving.Load() > 0:
-		return unavailablef("no node takes requests on redis at %s, under the key prefix %q: the %d heard from are leaving, or none of their workers can run (their logs say which)", fe.where, fe.cfg.Prefix, fe.leaving.Load())
-	case fe.nodes.Load() == 0:
+	case nodes == 0 && leaving > 0:
+		return unavailablef("no node takes requests on redis at %s, under the key prefix %q: the %d heard from are leaving, or none of their workers can run (their logs say which)", fe.where, fe.cfg.Prefix, leaving)
+	case nodes == 0:
 		return unavailablef("no node is alive on redis at %s, under the key prefix %q: none has beaten within %s, or the last one left (does a node run on this redis and database, under this prefix? its log says why it cannot say it is alive)", fe.where, fe.cfg.Prefix, nodeSilence)
 	}
 	return nil
@@ -2004,24 +2008,28 @@ func (fe *FrontEnd) check(ctx context.Context) error {
 	fe.checkMu.Lock()
 	defer fe.checkMu.Unlock()
 	began := time.Now()
-	err := fe.checkOnce(ctx)
+	err := fe.checkOnce(ctx, began)
 	if stall, stalled := stalledThrough(err, began, checkTimeout); stalled && ctx.Err() == nil {
 		// The front end, not Redis, did not run: its answer waits unread
 		// on a connection whose time ran out meanwhile. Redis is asked
 		// again before it is taken for down.
 		fe.cfg.Logger.Warn("this front end did not run for a while (stopped, or starved of CPU); checking redis again", "for", stall.Round(time.Millisecond), "redis", fe.where)
-		err = fe.checkOnce(ctx)
+		err = fe.checkOnce(ctx, time.Now())
 	}
 	return err
 }
 
-// checkOnce is one check. It requires that checkMu is held.
-func (fe *FrontEnd) checkOnce(ctx context.Context) error {
+// checkOnce is one check, begun at began. A check that ran out of time as
+// the front end stalled does not take Redis for down (see check). It
+// requires that checkMu is held.
+func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time) error {
 	// Its time runs once it has its turn.
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
 	if err := fe.probe.check(ctx, fe.rdb, fe.where); err != nil {
-		fe.markDown(err)
+		if _, stalled := stalledThrough(err, began, checkTimeout); !stalled {
+			fe.markDown(err)
+		}
 		return err
 	}
 	fe.clock.ensure(ctx, fe.rdb)
@@ -2064,21 +2072,26 @@ func (fe *FrontEnd) checkOnce(ctx context.Context) error {
 		case brokenConn(err):
 			err = fmt.Errorf("the connection closed at once (%w): is redis at its maxclients, a proxy before it without its backend, or a TLS port reached without rediss://?", err)
 		}
-		fe.markDown(err)
+		if _, stalled := stalledThrough(err, began, checkTimeout); !stalled {
+			fe.markDown(err)
+		}
 		return fmt.Errorf("redis at %s: %w", fe.where, err)
 	}
 	fe.clock.observe(timeCmd, sent)
 	fe.noteRefreshed(time.Now())
+	// The model before the nodes: a node of another model is alive only
+	// once its model is there, and a request must not pass between the
+	// two (see unavailable).
+	if err := model.Err(); err != nil {
+		modelRefused(fe.cfg.Logger, &fe.modelLogged, fe.k.model, err)
+	}
+	fe.modelErr = fe.noteModel(model.Val())
 	// The counts first: Ready reads up and then nodes, and a count left
 	// from before an outage (Redis restarted without its data, and the
 	// nodes not heard from since) must not make it ready.
 	fe.nodes.Store(nodes.Val())
 	fe.leaving.Store(leaving.Val())
 	fe.backlog.Store(backlog.Val())
-	if err := model.Err(); err != nil {
-		modelRefused(fe.cfg.Logger, &fe.modelLogged, fe.k.model, err)
-	}
-	fe.modelErr = fe.noteModel(model.Val())
 	fe.mu.Lock()
 	if last := fe.epoch; epoch.Val() != last {
 		fe.epoch = epoch.Val()

@@ -806,6 +806,9 @@ func (n *Node) write(batch []answerEntry) {
 	}
 }
 
+// flushTimeout bounds one write of answers.
+const flushTimeout = 2 * time.Second
+
 // writeMaxBytes bounds the outputs of one write of answers, so that it
 // goes through within the client's write timeout (2 s) on a slow link: 4
 // MiB take 34 ms at 1 Gb/s. A larger answer goes alone.
@@ -817,14 +820,19 @@ const writeMaxBytes = 4 << 20
 func (n *Node) writeWhole(batch []answerEntry) bool {
 	retry := newBackoff()
 	for {
+		began := time.Now()
 		err := n.flush(batch)
 		if err == nil {
 			break
 		}
 		n.stats.writeFailures.Add(1)
-		if redis.HasErrorPrefix(err, "NOPERM") {
+		stall, stalled := stalledThrough(err, began, flushTimeout)
+		switch {
+		case redis.HasErrorPrefix(err, "NOPERM"):
 			n.refuse(err, len(batch))
-		} else {
+		case stalled:
+			n.cfg.Logger.Warn("this node did not run for a while (stopped, or starved of CPU): its write of answers ran out of time; writing them again", "for", stall.Round(time.Millisecond), "node", n.cfg.Name)
+		default:
 			n.warn(fmt.Sprintf("write %d answers", len(batch)), err)
 		}
 		select {
@@ -889,6 +897,17 @@ func (n *Node) warn(what string, err error) {
 	n.cfg.Logger.Error("redis does not serve this node; it keeps its items and retries", "while", what, "redis", n.where, "err", err)
 }
 
+// warnSince is warn for a command begun at began, unless its time ran out
+// because the node did not run (see stalledThrough): that is said as such,
+// and not taken for an outage of Redis.
+func (n *Node) warnSince(what string, err error, began time.Time) {
+	if stall, stalled := stalledThrough(err, began, readTimeout); stalled {
+		n.cfg.Logger.Warn("this node did not run for a while (stopped, or starved of CPU): a command ran out of time", "while", what, "for", stall.Round(time.Millisecond), "node", n.cfg.Name)
+		return
+	}
+	n.warn(what, err)
+}
+
 // notServing says whether err, an error Redis answered, means it does not
 // serve for now: it loads its data, or it is a replica (a failover under
 // way; a script learns it from its first write), or its master is gone,
@@ -947,7 +966,7 @@ const replyMaxLen = 100_000
 // dies before the transaction, its items are claimed and answered by
 // another node; the front end drops any second answer.
 func (n *Node) flush(batch []answerEntry) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 	defer cancel()
 	pipe := n.rdb.TxPipeline()
 	ids := map[string][]string{} // by stream
@@ -1044,10 +1063,11 @@ func (n *Node) upkeepLoop() {
 		// jitter), and a failed one is tried again at the next tick:
 		// front ends take a node silent for three heartbeats for gone.
 		if now.Sub(lastBeat) >= heartbeat-every/2 {
+			began := time.Now()
 			if err := n.beat(ctx); errors.Is(err, ErrModelMismatch) {
 				continue // logged by checkModel
 			} else if err != nil {
-				n.warn("heartbeat", err)
+				n.warnSince("heartbeat", err, began)
 			} else {
 				n.reachable()
 				lastBeat = now
@@ -1056,17 +1076,19 @@ func (n *Node) upkeepLoop() {
 				}
 			}
 		}
+		began := time.Now()
 		if err := n.keep(ctx); err != nil {
-			n.warn("keep items", err)
+			n.warnSince("keep items", err, began)
 		}
 		if !n.fit(ctx) {
 			continue // claimed items are judged as read ones
 		}
 		n.takeMu.Lock() // see recoverLost
+		began = time.Now()
 		err := n.claim(ctx)
 		n.takeMu.Unlock()
 		if err != nil && ctx.Err() == nil {
-			n.warn("claim items", err)
+			n.warnSince("claim items", err, began)
 		}
 	}
 }
