@@ -733,3 +733,29 @@ func TestARequestAsTheFrontEndStartsWaitsForItsFirstLook(t *testing.T) {
 		t.Errorf("once the first look ended: %v; want nil", err)
 	}
 }
+
+// A Redis at its maxmemory refuses writes while its memory is over the
+// bound and serves as it dips under: for an Outage after each refusal the
+// front end takes no request, saying Redis is full (not that no node is
+// alive: their heartbeats are refused too), whatever a check found since.
+func TestARedisOutOfMemoryIsSaidSoForAnOutage(t *testing.T) {
+	fe := unstartedFront(t, "redis://127.0.0.1:1/0", 100)
+	fe.up.Store(true)
+	fe.nodes.Store(1)
+	if err := fe.unavailable(); err != nil {
+		t.Fatalf("before any refusal: %v; want nil", err)
+	}
+	fe.noteDown(busyError("OOM command not allowed when used memory > 'maxmemory'."))
+	if err := fe.unavailable(); !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), "out of memory") {
+		t.Errorf("after a refusal for want of memory: %v; want ErrUnavailable saying Redis is out of memory", err)
+	}
+	fe.nodes.Store(0) // the nodes' heartbeats refused
+	if err := fe.unavailable(); err == nil || !strings.Contains(err.Error(), "out of memory") {
+		t.Errorf("with no node heard from: %v; want Redis out of memory named", err)
+	}
+	fe.nodes.Store(1)
+	fe.fullAt.Store(time.Now().Add(-fe.cfg.Outage).UnixNano())
+	if err := fe.unavailable(); err != nil {
+		t.Errorf("an Outage after the last refusal: %v; want nil", err)
+	}
+}

@@ -110,7 +110,10 @@ type FrontEnd struct {
 	// model that reads items otherwise than it writes them; nil while
 	// they agree (see noteModel). modelErr is that, as the last check
 	// found it, under checkMu.
-	mismatch    atomic.Pointer[string]
+	mismatch atomic.Pointer[string]
+	// fullAt is when Redis last refused a write for want of memory, in
+	// Unix nanoseconds (see noteFull).
+	fullAt      atomic.Int64
 	modelErr    error
 	modelLogged atomic.Bool // a refused read of the model is logged
 
@@ -723,9 +726,15 @@ func (fe *FrontEnd) unavailable() error {
 	nodes, leaving := fe.nodes.Load(), fe.leaving.Load()
 	mismatch := fe.mismatch.Load()
 	refused := fe.readRefused.Load()
+	full := fe.fullError()
 	switch {
 	case fe.closed.Load():
 		return supervisor.ErrShuttingDown
+	case full != nil:
+		// Before the rest: its checks fail and pass by turns as its
+		// memory goes up and down, and the nodes' heartbeats are refused
+		// (no node seems alive), but all of that is this.
+		return full
 	case !fe.up.Load():
 		msg := "not checked yet"
 		if p := fe.lastErr.Load(); p != nil {
@@ -1962,7 +1971,7 @@ func (fe *FrontEnd) checkLoop() {
 			default: // one runs: a later check starts the next
 			}
 		}
-		if err == nil && fe.nodes.Load()+fe.leaving.Load() > 0 && fe.readRefused.Load() == nil {
+		if err == nil && fe.nodes.Load()+fe.leaving.Load() > 0 && fe.readRefused.Load() == nil && fe.fullError() == nil {
 			goneSince = time.Time{}
 			continue
 		}
@@ -2174,6 +2183,7 @@ func (fe *FrontEnd) lostError() error {
 // noteDown marks Redis unreachable after a failed command that did not get
 // an answer from it.
 func (fe *FrontEnd) noteDown(err error) {
+	fe.noteFull(err)
 	var answered redis.Error
 	if errors.As(err, &answered) && !strings.HasPrefix(answered.Error(), "LOADING") {
 		return // Redis answered: it is up, the command was wrong
@@ -2200,8 +2210,32 @@ func timedOut(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)
 }
 
+// fullError says that Redis refused a write for want of memory within the
+// last Outage (see noteFull), or nil.
+func (fe *FrontEnd) fullError() error {
+	at := fe.fullAt.Load()
+	if at == 0 || time.Since(time.Unix(0, at)) >= fe.cfg.Outage {
+		return nil
+	}
+	return unavailablef("redis at %s is out of memory and refuses writes (raise its maxmemory, or lower --max-queue): requests cannot be admitted, nor their answers written", fe.where)
+}
+
+// noteFull notes err, a failed command, when it is Redis's refusal of a
+// write for want of memory (OOM): a Redis at its maxmemory, with nothing
+// it may evict, refuses them while its memory is over the bound, and
+// serves as it dips under, so that the front end's checks pass and fail
+// by turns. While it lasts, the front end takes no request, and the
+// requests waiting for answers, which the nodes cannot write, fail once
+// it has lasted Outage, as in an outage.
+func (fe *FrontEnd) noteFull(err error) {
+	if redis.HasErrorPrefix(err, "OOM") {
+		fe.fullAt.Store(time.Now().UnixNano())
+	}
+}
+
 // markDown marks Redis unusable, for err.
 func (fe *FrontEnd) markDown(err error) {
+	fe.noteFull(err)
 	msg := err.Error()
 	fe.lastErr.Store(&msg)
 	if fe.up.Swap(false) {
