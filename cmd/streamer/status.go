@@ -169,8 +169,9 @@ func (r statusReport) print(out io.Writer) error {
 		}
 	}
 	fmt.Fprintf(w, "queue depth\t%d items\n", st.Queued)
-	fmt.Fprintf(w, "items\tanswered %d, failed %d, rejected %d, expired %d, poisoned %d\n",
-		st.Answered, st.Failed, st.Rejected, st.Expired, st.Poisoned)
+	// Failed is part of Answered, and Expired and Poisoned of Failed.
+	fmt.Fprintf(w, "items\tanswered %d (ok %d, failed %d: expired %d, poisoned %d), rejected %d\n",
+		st.Answered, st.Answered-st.Failed, st.Failed, st.Expired, st.Poisoned, st.Rejected)
 	fmt.Fprintf(w, "batches\t%d, mean batch size %.2f\n", st.Batches, st.MeanBatchSize())
 	d := st.Dispatch
 	fmt.Fprintf(w, "dispatch reasons\tfull %d, idle %d, waited %d, max_latency %d, deadline %d, retry %d\n",

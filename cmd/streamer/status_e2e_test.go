@@ -31,6 +31,7 @@ func TestStatusCommand(t *testing.T) {
 	for _, want := range []string{
 		"model", "echo", "ready", "yes",
 		"queue depth", "0 items",
+		"answered 9 (ok 9, failed 0: expired 0, poisoned 0), rejected 0",
 		fmt.Sprintf("idle %d", st.Dispatch.Idle),
 		"SLOT", "DEVICE", "PID", "STATE", "RESTARTS", "BATCHES",
 	} {

@@ -125,7 +125,7 @@ func do(t testing.TB, h http.Handler, method, path, contentType string, body []b
 		req.Header.Set("Content-Type", contentType)
 	}
 	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
+		req.Header.Add(header[i], header[i+1])
 	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
@@ -244,6 +244,8 @@ func TestPredictRefusesBadInput(t *testing.T) {
 		{name: "form bad timeout", contentType: "application/x-www-form-urlencoded", body: []byte("s=a&timeout_ms=x"), wantStatus: 400, wantMsg: []string{`"timeout_ms" must be a whole number`}},
 		{name: "body too large", body: []byte(`{"inputs": ["` + strings.Repeat("x", 2000) + `"]}`), wantStatus: 413, wantMsg: []string{"larger than the limit of 1024 bytes"}},
 		{name: "unsupported content type", contentType: "text/plain; charset=utf-8", body: []byte("hi"), wantStatus: 415, wantMsg: []string{`"text/plain; charset=utf-8"`, "application/json", "application/msgpack", "application/x-www-form-urlencoded"}},
+		{name: "timeout header with a sign", header: []string{"X-Timeout-Ms", "+5"}, body: []byte(`{"inputs": [1]}`), wantStatus: 400, wantMsg: []string{"written in digits", `"+5"`}},
+		{name: "timeout header twice", header: []string{"X-Timeout-Ms", "500", "X-Timeout-Ms", "0"}, body: []byte(`{"inputs": [1]}`), wantStatus: 400, wantMsg: []string{"X-Timeout-Ms is given 2 times"}},
 		{name: "compressed body", body: []byte(`{"inputs": [1]}`), header: []string{"Content-Encoding", "gzip"}, wantStatus: 415, wantMsg: []string{`Content-Encoding "gzip" is not supported`, "uncompressed"}},
 		{name: "GET predict", method: http.MethodGet, wantStatus: 405, wantMsg: []string{"method not allowed", "POST"}},
 		{name: "POST healthz", method: http.MethodPost, path: "/healthz", wantStatus: 405, wantMsg: []string{"method not allowed", "GET"}},

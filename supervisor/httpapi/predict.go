@@ -361,6 +361,9 @@ func decodeJSONTimeout(s *wire.JSONScanner, req *predictRequest) error {
 // message says which rule it breaks.
 func parseTimeoutMs(what, text string) (time.Duration, error) {
 	ms, err := strconv.ParseInt(text, 10, 64)
+	if strings.HasPrefix(text, "+") {
+		err = strconv.ErrSyntax // digits alone, as the body's number is
+	}
 	switch {
 	case text == "":
 		return 0, badRequest(what + " is empty: give a positive whole number of milliseconds, or leave it out for no deadline")
@@ -435,6 +438,10 @@ func applyTimeoutHeader(header http.Header, req *predictRequest) error {
 	values, ok := header[TimeoutHeader]
 	if !ok {
 		return nil
+	}
+	if len(values) > 1 {
+		// Which one would a proxy, or the client, have meant?
+		return badRequest(fmt.Sprintf("%s is given %d times: give it once", TimeoutHeader, len(values)))
 	}
 	t, err := parseTimeoutMs(TimeoutHeader, strings.TrimSpace(values[0]))
 	if err != nil {
