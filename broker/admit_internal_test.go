@@ -615,6 +615,11 @@ func TestItemsAreCountedByTheirAdmissionWhenTheCallEndsBeforeIt(t *testing.T) {
 		cmd.SetVal([]any{[]any{"streamer:items", "1-0", "1-1"}})
 		return cmd
 	}
+	unanswered := func() *redis.Cmd { // the admission's reply lost
+		cmd := redis.NewCmd(context.Background())
+		cmd.SetErr(io.EOF)
+		return cmd
+	}
 	refused := func() *redis.Cmd {
 		cmd := redis.NewCmd(context.Background())
 		cmd.SetVal([]any{int64(-1)})
@@ -634,6 +639,8 @@ func TestItemsAreCountedByTheirAdmissionWhenTheCallEndsBeforeIt(t *testing.T) {
 		{"given up, then admitted", giveUp(canceled), admitted, supervisor.Stats{Submitted: 2, Answered: 2, Failed: 2}},
 		{"past its deadline, then admitted", giveUp(gone), admitted, supervisor.Stats{Submitted: 2, Answered: 2, Failed: 2, Expired: 2}},
 		{"given up, then refused", giveUp(canceled), refused, supervisor.Stats{Rejected: 2}},
+		{"answered first, its admission's reply lost", answerAll, unanswered, supervisor.Stats{Submitted: 2, Answered: 2}},
+		{"given up, its admission's reply lost", giveUp(canceled), unanswered, supervisor.Stats{Rejected: 2}},
 		{"failed by an outage, then admitted", func(fe *FrontEnd, c *call) {
 			fe.mu.Lock()
 			defer fe.mu.Unlock()
@@ -757,5 +764,28 @@ func TestARedisOutOfMemoryIsSaidSoForAnOutage(t *testing.T) {
 	fe.fullAt.Store(time.Now().Add(-fe.cfg.Outage).UnixNano())
 	if err := fe.unavailable(); err != nil {
 		t.Errorf("an Outage after the last refusal: %v; want nil", err)
+	}
+}
+
+// A call a node has answered in part as its admission's reply is lost was
+// admitted: its items count once, as submitted, the answered one as
+// answered and the other as failed, not also as rejected.
+func TestACallAnsweredInPartAsItsAdmissionsReplyIsLostCountsOnce(t *testing.T) {
+	fe := unstartedFront(t, "redis://127.0.0.1:1/0", 100)
+	c := registeredCall(fe, 2)
+	fe.mu.Lock()
+	c.got[0] = true
+	c.left--
+	fe.held--
+	fe.stats.answered.Add(1)
+	fe.mu.Unlock()
+	cmd := redis.NewCmd(context.Background())
+	cmd.SetErr(io.EOF)
+	fe.tell([]*call{c}, cmd, "", time.Now())
+	if err := fe.verdict(context.Background(), c, nil); !errors.Is(err, supervisor.ErrUnavailable) {
+		t.Fatalf("the verdict: %v; want ErrUnavailable", err)
+	}
+	if st := fe.Stats(); st.Submitted != 2 || st.Answered != 2 || st.Failed != 1 || st.Rejected != 0 {
+		t.Errorf("submitted %d, answered %d, failed %d, rejected %d; want 2, 2, 1 and none", st.Submitted, st.Answered, st.Failed, st.Rejected)
 	}
 }

@@ -1472,7 +1472,9 @@ func (fe *FrontEnd) tell(chunk []*call, cmd *redis.Cmd, epoch string, began time
 		}
 		fe.mu.Lock()
 		for _, c := range chunk {
-			fe.decideLocked(c, false) // withdrawn, if Redis ran it
+			// Withdrawn, if Redis ran it, unless an answer came already:
+			// then it did, and its items count as admitted.
+			fe.decideLocked(c, c.left < len(c.items))
 		}
 		fe.mu.Unlock()
 		for _, c := range chunk {
@@ -1498,8 +1500,9 @@ func (fe *FrontEnd) tell(chunk []*call, cmd *redis.Cmd, epoch string, began time
 			answered := c.left == 0 && c.failure == nil
 			switch {
 			case epoch != fe.epoch && !answered:
-				// Redis lost its data since: the items are gone.
-				fe.decideLocked(c, false)
+				// Redis lost its data since: the items are gone, but
+				// for those answered already.
+				fe.decideLocked(c, c.left < len(c.items))
 				fe.failLocked(c, fe.lostError())
 			case c.gaveUp, fe.calls[c.seq] != c && !answered:
 				// Its caller left meanwhile, or was told no (an outage):
@@ -2063,7 +2066,7 @@ func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time) error {
 		}
 		cmds, err = again.Exec(ctx)
 	}
-	if refusedCommand(model.Err()) {
+	if redis.HasErrorPrefix(model.Err(), "NOPERM") {
 		// A user whose ACL leaves out the model's key: the check goes on
 		// without it (see modelRefused).
 		cmds = slices.DeleteFunc(cmds, func(c redis.Cmder) bool { return c == redis.Cmder(model) })

@@ -98,7 +98,7 @@ func (n *Node) checkModel(ctx context.Context) error {
 		return nil
 	}
 	fields, err := modelScript.Run(ctx, n.rdb, []string{n.k.model}, mine.Wire, mine.Name, mine.Label, modelTTL.Milliseconds()).Slice()
-	if refusedCommand(err) {
+	if redis.HasErrorPrefix(err, "NOPERM") {
 		modelRefused(n.cfg.Logger, &n.modelLogged, n.k.model, err)
 		return nil
 	}

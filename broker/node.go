@@ -419,9 +419,13 @@ func (n *Node) recoverLost(ctx context.Context, want int) error {
 			return err
 		}
 		var ids []string
+		var idle time.Duration // the least of theirs
 		n.mu.Lock()
 		for _, p := range pending {
 			if _, held := n.held[entry{stream, p.ID}]; !held && len(ids) < want {
+				if len(ids) == 0 || p.Idle < idle {
+					idle = p.Idle
+				}
 				ids = append(ids, p.ID)
 			}
 		}
@@ -429,7 +433,10 @@ func (n *Node) recoverLost(ctx context.Context, want int) error {
 		if len(ids) == 0 {
 			continue
 		}
-		msgs, err := n.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: stream, Group: nodeGroup, Consumer: n.cfg.Name, Messages: ids}).Result()
+		// As idle as they were: one that another node claimed meanwhile
+		// (idle past its --claim-idle, then made new by the claim) stays
+		// with it.
+		msgs, err := n.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: stream, Group: nodeGroup, Consumer: n.cfg.Name, MinIdle: idle, Messages: ids}).Result()
 		if err != nil {
 			return err
 		}
@@ -1055,6 +1062,14 @@ func (n *Node) upkeepLoop() {
 				n.warn("read the model of the prefix", err)
 			}
 		}
+		if n.mismatch.Load() != nil && n.refused.Load() == nil {
+			// It takes nothing, but keeps what it holds from the claims
+			// of the nodes of the other model until it has answered.
+			if err := n.keep(ctx); err != nil {
+				n.warn("keep items", err)
+			}
+			continue
+		}
 		if n.refusal() != "" {
 			continue // see refuse, fit, and checkModel
 		}
@@ -1166,14 +1181,21 @@ func (n *Node) fit(ctx context.Context) bool {
 	return n.clock.known()
 }
 
-// refusal says why the node takes no items for want of Redis: it may not
-// write its answers (see refuse), or the Redis cannot serve (see probe).
-// Empty when neither.
+// refusal says why the node takes no items: the nodes under its prefix
+// serve another model (see checkModel), or it cannot answer them (see
+// answersRefused). Empty when none of these.
 func (n *Node) refusal() string {
-	if why := n.refused.Load(); why != nil {
+	if why := n.mismatch.Load(); why != nil {
 		return *why
 	}
-	if why := n.mismatch.Load(); why != nil {
+	return n.answersRefused()
+}
+
+// answersRefused says why the node cannot answer the items it holds: it
+// may not write its answers, or the Redis cannot serve. Empty when
+// neither.
+func (n *Node) answersRefused() string {
+	if why := n.refused.Load(); why != nil {
 		return *why
 	}
 	if err := n.probe.unfit(); err != nil {
@@ -1348,7 +1370,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		if held == 0 {
 			break
 		}
-		if why := n.refusal(); why != "" {
+		if why := n.answersRefused(); why != "" {
 			// It cannot answer them: other nodes will.
 			err = fmt.Errorf("broker: node %s left %d items to be claimed, as redis refuses its answers: %s", n.cfg.Name, held, why)
 			break
@@ -1444,6 +1466,10 @@ func (n *Node) drainBeat(done <-chan struct{}) {
 		}
 		if err := n.keep(ctx); err != nil {
 			n.warn("keep items while leaving", err)
+		}
+		// The prefix keeps the model while its last node drains.
+		if err := n.checkModel(ctx); err != nil && !errors.Is(err, ErrModelMismatch) {
+			n.warn("keep the model while leaving", err)
 		}
 		cancel()
 		select {
