@@ -110,12 +110,12 @@ type FrontEnd struct {
 	// model that reads items otherwise than it writes them; nil while
 	// they agree (see noteModel). modelErr is that, as the last check
 	// found it, under checkMu.
-	mismatch atomic.Pointer[string]
-	// fullAt is when Redis last refused a write for want of memory, in
-	// Unix nanoseconds (see noteFull).
-	fullAt      atomic.Int64
+	mismatch    atomic.Pointer[string]
 	modelErr    error
 	modelLogged atomic.Bool // a refused read of the model is logged
+	// fullAt is when Redis last refused a write for want of memory, in
+	// Unix nanoseconds (see noteFull).
+	fullAt atomic.Int64
 
 	// toWithdraw holds, by stream, the items of calls that ended unanswered
 	// while they could not be withdrawn at once (Redis down, or the front
@@ -166,8 +166,9 @@ type call struct {
 	gaveUp   bool       // its caller left before the verdict; under FrontEnd.mu
 	// Under FrontEnd.mu: decided, once the writer has given its verdict
 	// or never will; counted, when that verdict admitted its items (they
-	// count as submitted); ended, when the call ended before the verdict,
-	// with endErr, to be counted once it comes (see settleLocked).
+	// count as submitted); endedEarly, when the call ended before the
+	// verdict, with endErr, to be counted once it comes (see
+	// settleLocked).
 	decided, counted, endedEarly bool
 	endErr                       error
 
@@ -692,7 +693,10 @@ func (fe *FrontEnd) awaitFirstLook(ctx context.Context) error {
 		return nil
 	default:
 	}
-	if !fe.started.Load() {
+	switch {
+	case fe.closed.Load():
+		return supervisor.ErrShuttingDown
+	case !fe.started.Load():
 		return unavailablef("the front end is not started")
 	}
 	t := time.NewTimer(firstLookWait)

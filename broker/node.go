@@ -73,7 +73,7 @@ type Node struct {
 	// refused says why Redis refuses to take the node's answers, for want
 	// of a permission; nil while it takes them (see refuse).
 	refused atomic.Pointer[string]
-	// mismatch says why the node serves nothing: the nodes under its
+	// mismatch says why the node takes no items: the nodes under its
 	// prefix serve another model; nil while they serve its own (see
 	// checkModel).
 	mismatch    atomic.Pointer[string]
