@@ -10,11 +10,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/streamer-dev/streamer/internal/redistest"
 )
 
 // TestEmbeddedServerWithItsOwnWorkers builds this program, runs it as a
@@ -22,29 +25,8 @@ import (
 // requests are answered by worker processes with the settings the server
 // gave them, that one bad item fails alone, and that SIGTERM drains it.
 func TestEmbeddedServerWithItsOwnWorkers(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "embed")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--workers", "2", "--suffix", "?!")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr := &lockedBuffer{changed: make(chan struct{}, 1)}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		_ = cmd.Process.Kill()
-		if t.Failed() {
-			t.Logf("server log:\n%s", stderr.String())
-		}
-	}()
-	base := "http://" + awaitAddress(t, stdout, exited)
+	s := startEmbed(t, buildEmbed(t), "--workers", "2", "--suffix", "?!")
+	cmd, stderr, exited, base := s.cmd, s.log, s.exited, s.base
 
 	var wg sync.WaitGroup
 	for i := range 40 {
@@ -158,4 +140,110 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// TestEmbeddedServersShareRedis runs two copies of this program on one
+// Redis, each sending its requests there (a front end) and serving those
+// of both on its workers (a node): requests to either are answered. A
+// copy of another suffix, another model, refuses to start, saying so; and
+// SIGTERM drains each.
+func TestEmbeddedServersShareRedis(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	bin := buildEmbed(t)
+	copies := []*embedded{
+		startEmbed(t, bin, "--workers", "1", "--suffix", "?!", "--broker", rs.URL()),
+		startEmbed(t, bin, "--workers", "1", "--suffix", "?!", "--broker", rs.URL()),
+	}
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Go(func() {
+			text := fmt.Sprintf("hello %d", i)
+			status, got := shoutAt(t, copies[i%2].base, `{"texts":["`+text+`"]}`)
+			if want := strings.ToUpper(text) + "?!"; status != http.StatusOK || len(got.Texts) != 1 || got.Texts[0] != want {
+				t.Errorf("request %d: %d %+v, want %q", i, status, got, want)
+			}
+		})
+	}
+	wg.Wait()
+	// Every item went through Redis's stream (or a node's own).
+	added := 0
+	for _, key := range strings.Fields(rs.Do(t, "KEYS", "streamer:items*")) {
+		m := regexp.MustCompile(`entries-added\D+(\d+)`).FindStringSubmatch(rs.Do(t, "XINFO", "STREAM", key))
+		if m == nil {
+			t.Fatalf("XINFO STREAM %s says no entries-added", key)
+		}
+		n, _ := strconv.Atoi(m[1])
+		added += n
+	}
+	if added != 40 {
+		t.Errorf("%d items went through Redis; want the 40 sent", added)
+	}
+	if label := rs.Do(t, "HGET", "streamer:model", "label"); label != `shout with suffix "?!"` {
+		t.Errorf("the prefix's model is %q; want the copies' shout", label)
+	}
+
+	other := exec.Command(bin, "--listen", "127.0.0.1:0", "--workers", "1", "--suffix", "!", "--broker", rs.URL())
+	out, err := other.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "another model is served under this key prefix") || !strings.Contains(string(out), "serve \\\"shout with suffix") {
+		t.Errorf("a copy of another suffix: %v, %s; want it refused, naming the model served", err, out)
+	}
+
+	for _, c := range copies {
+		if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range copies {
+		select {
+		case err := <-c.exited:
+			if err != nil {
+				t.Errorf("after SIGTERM a copy exited with %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a copy did not exit within 30s of SIGTERM")
+		}
+	}
+}
+
+// embedded is this program, running.
+type embedded struct {
+	cmd    *exec.Cmd
+	log    *lockedBuffer
+	exited chan error
+	base   string // its URL
+}
+
+// buildEmbed builds this program.
+func buildEmbed(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "embed")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// startEmbed runs bin with args, on a free port, until the test ends, and
+// returns once it listens.
+func startEmbed(t *testing.T, bin string, args ...string) *embedded {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"--listen", "127.0.0.1:0"}, args...)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &embedded{cmd: cmd, log: &lockedBuffer{changed: make(chan struct{}, 1)}, exited: make(chan error, 1)}
+	cmd.Stderr = s.log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { s.exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("server log:\n%s", s.log.String())
+		}
+	})
+	s.base = "http://" + awaitAddress(t, stdout, s.exited)
+	return s
 }

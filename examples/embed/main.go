@@ -9,6 +9,11 @@
 //
 //	go run ./examples/embed --listen 127.0.0.1:8080 --workers 2
 //	curl -d '{"texts":["hello","world"]}' 127.0.0.1:8080/shout
+//
+// With --broker redis://HOST:PORT/DB, several copies of it share one Redis:
+// each sends its requests through Redis and runs, on its own workers,
+// those of any copy (broker.NewFrontEnd and broker.NewNode). Copies of
+// another --suffix are another model, which Redis refuses beside this one.
 package main
 
 import (
@@ -22,12 +27,14 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/streamer-dev/streamer/broker"
 	"github.com/streamer-dev/streamer/model"
 	"github.com/streamer-dev/streamer/supervisor"
 	"github.com/streamer-dev/streamer/workerproc"
@@ -41,16 +48,19 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:8080", "address to serve on")
 	workers := flag.Int("workers", 2, "worker processes")
 	suffix := flag.String("suffix", "!", "what the model appends to every answer")
+	redisURL := flag.String("broker", "", "redis://host:port/db shared with other copies of this program (empty: serve alone)")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := serve(*listen, *workers, *suffix, log); err != nil {
+	if err := serve(*listen, *workers, *suffix, *redisURL, log); err != nil {
 		log.Error("embed", "err", err)
 		os.Exit(1)
 	}
 }
 
-// serve runs the server until SIGTERM or SIGINT, then drains it.
-func serve(listen string, workers int, suffix string, log *slog.Logger) error {
+// serve runs the server until SIGTERM or SIGINT, then drains it. With a
+// redisURL, its requests go through Redis, and its workers serve those of
+// every copy.
+func serve(listen string, workers int, suffix, redisURL string, log *slog.Logger) error {
 	spec, err := model.NewSpec("shout", shoutSettings{Suffix: suffix})
 	if err != nil {
 		return err
@@ -71,27 +81,86 @@ func serve(listen string, workers int, suffix string, log *slog.Logger) error {
 	if err := st.Start(ctx); err != nil {
 		return err
 	}
+	var via predictor = st
+	stops := []func(context.Context) error{st.Shutdown}
+	if redisURL != "" {
+		front, shutdown, err := throughRedis(ctx, redisURL, st, workers, suffix, log)
+		if err != nil {
+			_ = st.Shutdown(context.Background())
+			return err
+		}
+		via, stops = front, append(shutdown, stops...)
+	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
-		_ = st.Shutdown(context.Background())
+		for _, stop := range stops {
+			_ = stop(context.Background())
+		}
 		return err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("POST /shout", shoutHandler(st))
+	mux.Handle("POST /shout", shoutHandler(via))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	drained := make(chan error, 1)
 	go func() {
 		<-ctx.Done()
 		drain, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		// Stop taking requests and finish those in flight; then stop the workers.
-		drained <- errors.Join(srv.Shutdown(drain), st.Shutdown(drain))
+		// Stop taking requests and finish those in flight; then stop the
+		// front end, the node and the workers, in that order.
+		err := srv.Shutdown(drain)
+		for _, stop := range stops {
+			err = errors.Join(err, stop(drain))
+		}
+		drained <- err
 	}()
 	fmt.Printf("listening on %s\n", ln.Addr())
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return <-drained
+}
+
+// predictor is what the handler sends items to: the local streamer, or a
+// front end that sends them through Redis.
+type predictor interface {
+	Predict(ctx context.Context, items [][]byte) ([][]byte, error)
+}
+
+// throughRedis starts a node that serves the items on Redis with st, and
+// a front end that sends this server's requests there; it returns the
+// front end and their shutdowns, in order. The model's id says that the
+// suffix is part of the model: a copy of another refuses to start.
+func throughRedis(ctx context.Context, url string, st *supervisor.Streamer, workers int, suffix string, log *slog.Logger) (*broker.FrontEnd, []func(context.Context) error, error) {
+	cfg := broker.Config{
+		URL:    url,
+		Model:  broker.ModelID{Wire: "msgpack strings", Name: "shout" + suffix, Label: "shout with suffix " + strconv.Quote(suffix)},
+		Logger: log,
+	}
+	node, err := broker.NewNode(broker.NodeConfig{Config: cfg, Streamer: st, Capacity: workers * 32 * 2})
+	if err != nil {
+		return nil, nil, err
+	}
+	front, err := broker.NewFrontEnd(broker.FrontEndConfig{Config: cfg})
+	if err != nil {
+		_ = node.Shutdown(context.Background())
+		return nil, nil, err
+	}
+	stops := []func(context.Context) error{front.Close, node.Shutdown}
+	for _, start := range []func(context.Context) error{node.Start, front.Start} {
+		err := start(ctx)
+		if errors.Is(err, broker.ErrModelMismatch) || broker.Refusal(err) != nil {
+			// Only mending the setup helps: stop.
+			for _, stop := range stops {
+				_ = stop(context.Background())
+			}
+			return nil, nil, err
+		}
+		if err != nil {
+			log.Warn("started without redis; retrying", "err", err)
+		}
+	}
+	return front, stops, nil
 }
 
 // shoutRequest and shoutAnswer are the HTTP API's JSON.
@@ -106,7 +175,7 @@ type shoutAnswer struct {
 
 // shoutHandler encodes each text as one item, lets the streamer batch them
 // with other requests' items, and answers with the model's outputs.
-func shoutHandler(st *supervisor.Streamer) http.HandlerFunc {
+func shoutHandler(st predictor) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var req shoutRequest
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil {
