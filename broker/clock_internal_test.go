@@ -115,3 +115,39 @@ func TestTheClockMeasuresARedisFarAway(t *testing.T) {
 		t.Error("no measure was taken after none for longer than staleMeasure")
 	}
 }
+
+// A Redis out of memory is known as such whether it refused a command or
+// a write inside a script, in Redis 7's words (asked of the real one) and
+// in Redis 6.2's, which wraps a script's error in "ERR Error running
+// script"; other errors of a script are not taken for it.
+func TestAWriteRefusedForMemoryIsKnownInEveryForm(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	rs.Do(t, "CONFIG", "SET", "maxmemory", "1")
+	command := rdb.Set(ctx, "k", "v", 0).Err()
+	script := rdb.Eval(ctx, "return redis.call('SET', KEYS[1], 'v')", []string{"k"}).Err()
+	rs.Do(t, "CONFIG", "SET", "maxmemory", "0")
+	notPermitted := rdb.Eval(ctx, "return redis.call('NOSUCHCOMMAND')", nil).Err()
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"a command", command, true},
+		{"a script", script, true},
+		{"a script in Redis 6.2", busyError("ERR Error running script (call to f_0a1b): @user_script:1: @user_script: 1: -OOM command not allowed when used memory > 'maxmemory'."), true},
+		{"another error of a script", notPermitted, false},
+		{"no answer", context.DeadlineExceeded, false},
+	} {
+		if tc.err == nil {
+			t.Errorf("%s: Redis answered; the test wants its error", tc.name)
+			continue
+		}
+		if got := outOfMemory(tc.err); got != tc.want {
+			t.Errorf("outOfMemory(%s: %v) = %v, want %v", tc.name, tc.err, got, tc.want)
+		}
+	}
+}

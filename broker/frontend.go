@@ -2235,7 +2235,7 @@ func (fe *FrontEnd) fullError() error {
 // requests waiting for answers, which the nodes cannot write, fail once
 // it has lasted Outage, as in an outage.
 func (fe *FrontEnd) noteFull(err error) {
-	if redis.HasErrorPrefix(err, "OOM") {
+	if outOfMemory(err) {
 		fe.fullAt.Store(time.Now().UnixNano())
 	}
 }

@@ -874,7 +874,7 @@ func (n *Node) writeWhole(batch []answerEntry) bool {
 // until it takes a write again. Another error Redis answered is logged
 // each time.
 func (n *Node) warn(what string, err error) {
-	if redis.HasErrorPrefix(err, "OOM") {
+	if outOfMemory(err) {
 		if n.full.Swap(true) {
 			n.cfg.Logger.Debug(what, "redis", n.where, "err", err)
 			return
@@ -926,6 +926,17 @@ func notServing(err error) bool {
 		}
 	}
 	return strings.Contains(err.Error(), "READONLY You can't write against a read only replica")
+}
+
+// outOfMemory says whether err is Redis's refusal of a write for want of
+// memory: OOM as a command's reply, or, from Redis 6.2, the same error
+// raised inside a script ("ERR Error running script ... -OOM command not
+// allowed ...").
+func outOfMemory(err error) bool {
+	if redis.HasErrorPrefix(err, "OOM") {
+		return true
+	}
+	return errors.As(err, new(redis.Error)) && strings.Contains(err.Error(), "-OOM command not allowed")
 }
 
 // reachable notes that Redis answered the node.
