@@ -299,46 +299,14 @@ func (n *Node) readLoop() {
 			want, block = n.wanted()
 		}
 		if want <= 0 {
-			select {
-			case <-n.room:
-			case <-time.After(100 * time.Millisecond): // a worker's restart has no event
-			case <-n.stop:
+			// A worker's restart has no event: look again shortly.
+			if !n.waitRoom(100 * time.Millisecond) {
 				return
 			}
 			continue
 		}
-		// Its own stream first: the callers it answered, coming back.
-		// The count is each stream's, so a read may bring twice want; the
-		// own stream holds no more than the node answered just before.
-		args := &redis.XReadGroupArgs{
-			Group: nodeGroup, Consumer: n.cfg.Name, Streams: []string{n.own, n.k.items, ">", ">"},
-			Count: int64(want), Block: -1,
-		}
-		if block {
-			args.Block = blockFor
-		}
-		// The quarantine comes in the same round trip, read by Redis
-		// right after the items.
-		// The read is not cut short by a stop (blockFor bounds it): Redis
-		// may hand it items as the stop comes, which would then wait
-		// pending for a claim.
-		rctx := context.Background()
 		began := time.Now()
-		pipe := n.rdb.Pipeline()
-		read := pipe.XReadGroup(rctx, args)
-		quarantine := pipe.ZRangeArgs(rctx, redis.ZRangeArgs{
-			Key: n.k.poison, Start: "(" + strconv.FormatInt(n.clock.now().UnixMilli(), 10), Stop: "+inf",
-			ByScore: true, Count: quarantineRead,
-		})
-		_, _ = pipe.Exec(rctx)
-		streams, err := read.Result()
-		if err != nil && len(streams) > 0 {
-			// The items came, and the connection failed after them: they
-			// are this node's now, to run (checked against the quarantine
-			// alone, below), not to leave for a claim.
-			n.cfg.Logger.Warn("read the quarantine with the items", "err", err)
-			err = nil
-		}
+		streams, poison, err := n.read(want, block)
 		switch {
 		case errors.Is(err, redis.Nil):
 			n.reachable()
@@ -350,52 +318,107 @@ func (n *Node) readLoop() {
 			}
 			// Nothing waits: look again shortly, less often while
 			// looks find nothing, or once a worker frees.
-			select {
-			case <-n.room:
-			case <-time.After(poll):
-			case <-n.stop:
+			if !n.waitRoom(poll) {
 				return
 			}
 			poll = min(2*poll, aheadPollMax)
-			continue
-		case err != nil && redis.HasErrorPrefix(err, "NOGROUP"):
-			// Redis lost the group (restarted without its data).
-			if err := n.join(ctx); err != nil {
-				n.warn("rejoin the group", err)
-				retry.wait(n.stop)
-			}
 			continue
 		case err != nil:
 			if ctx.Err() != nil {
 				return
 			}
-			if stall, stalled := stalledThrough(err, began, blockFor+readTimeout); stalled {
-				// Not Redis's fault: the node did not run.
-				n.cfg.Logger.Warn("this node did not run for a while (stopped, or starved of CPU): its read of items ran out of time", "for", stall.Round(time.Millisecond), "node", n.cfg.Name)
-			} else {
-				n.warn("read items", err)
+			if redis.HasErrorPrefix(err, "NOGROUP") {
+				// Redis lost the group (restarted without its data).
+				if err := n.join(ctx); err != nil {
+					n.warn("rejoin the group", err)
+					retry.wait(n.stop)
+				}
+				continue
 			}
-			// Redis may have given this node items whose answer the
-			// node did not get.
-			lost = lost || !errors.As(err, new(redis.Error))
+			lost = n.readFailed(err, began) || lost
 			retry.wait(n.stop)
 			continue
 		}
 		retry.reset()
 		n.reachable()
 		poll = aheadPoll
-		var poison map[string]bool // nil: ask Redis
-		if hashes, err := quarantine.Result(); err == nil && len(hashes) < quarantineRead {
-			poison = make(map[string]bool, len(hashes))
-			for _, h := range hashes {
-				poison[h] = true
-			}
-		}
 		for _, st := range streams {
 			n.stats.read.Add(uint64(len(st.Messages)))
 			n.takeChecked(st.Stream, st.Messages, poison)
 		}
 	}
+}
+
+// waitRoom waits until a worker frees, or for d; false when the node
+// stops meanwhile.
+func (n *Node) waitRoom(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-n.room:
+	case <-t.C:
+	case <-n.stop:
+		return false
+	}
+	return true
+}
+
+// read reads up to want new items of the node's own stream first (the
+// callers it answered, coming back) and then of the shared one, blocking
+// for blockFor if block, with the quarantine in the same round trip, read
+// by Redis right after the items. poison is the quarantine as a set, or
+// nil when it was not read whole (then takeChecked asks Redis). The count
+// is each stream's, so a read may bring twice want; the own stream holds
+// no more than the node answered just before.
+//
+// The read is not cut short by a stop (blockFor bounds it): Redis may
+// hand it items as the stop comes, which would then wait pending for a
+// claim.
+func (n *Node) read(want int, block bool) (streams []redis.XStream, poison map[string]bool, err error) {
+	args := &redis.XReadGroupArgs{
+		Group: nodeGroup, Consumer: n.cfg.Name, Streams: []string{n.own, n.k.items, ">", ">"},
+		Count: int64(want), Block: -1,
+	}
+	if block {
+		args.Block = blockFor
+	}
+	ctx := context.Background()
+	pipe := n.rdb.Pipeline()
+	read := pipe.XReadGroup(ctx, args)
+	quarantine := pipe.ZRangeArgs(ctx, redis.ZRangeArgs{
+		Key: n.k.poison, Start: "(" + strconv.FormatInt(n.clock.now().UnixMilli(), 10), Stop: "+inf",
+		ByScore: true, Count: quarantineRead,
+	})
+	_, _ = pipe.Exec(ctx)
+	streams, err = read.Result()
+	if err != nil && len(streams) > 0 {
+		// The items came, and the connection failed after them: they are
+		// this node's now, to run (checked against the quarantine alone),
+		// not to leave for a claim.
+		n.cfg.Logger.Warn("read the quarantine with the items", "err", err)
+		err = nil
+	}
+	if hashes, err := quarantine.Result(); err == nil && len(hashes) < quarantineRead {
+		poison = make(map[string]bool, len(hashes))
+		for _, h := range hashes {
+			poison[h] = true
+		}
+	}
+	return streams, poison, err
+}
+
+// readFailed logs err, the failure of a read of items begun at began: as
+// a stall of the node's own when the read ran out of time long past its
+// bound. It says whether Redis may have given the node items whose answer
+// the node did not get (see recoverLost).
+func (n *Node) readFailed(err error, began time.Time) (lost bool) {
+	if stall, stalled := stalledThrough(err, began, blockFor+readTimeout); stalled {
+		// Not Redis's fault: the node did not run.
+		n.cfg.Logger.Warn("this node did not run for a while (stopped, or starved of CPU): its read of items ran out of time", "for", stall.Round(time.Millisecond), "node", n.cfg.Name)
+	} else {
+		n.warn("read items", err)
+	}
+	return !errors.As(err, new(redis.Error))
 }
 
 // recoverLost takes up to want of the items that Redis gave this node in
