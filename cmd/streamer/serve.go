@@ -335,92 +335,31 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
-	if o.admin && guard.token == "" {
-		return errors.New("--admin needs --auth-token (or $" + envAuthToken + ", or --auth-token-file): whoever reaches the admin endpoints can reload and scale the workers")
-	}
-	if err := o.broker.check(); err != nil {
+	if err := o.checkRoles(guard); err != nil {
 		return err
 	}
-	if o.admin && o.workers == 0 {
-		return errors.New("--admin needs workers of this server's own (--workers > 0): a front end has none to reload or scale")
-	}
-	spec, err := o.spec("")
-	if err != nil {
-		return err
-	}
-	if err := o.checkModel(spec); err != nil {
-		return err
-	}
-	if o.plugin != "" {
-		dir, err := makeSocketDir(log)
-		if err != nil {
-			return err
-		}
+	m, err := o.loadModel(log)
+	if m.socketDir != "" {
 		// Deferred first, so it runs last: after the workers, and their
 		// plugins, have stopped.
-		defer os.RemoveAll(dir)
-		if spec, err = o.spec(dir); err != nil {
-			return err
-		}
+		defer os.RemoveAll(m.socketDir)
 	}
-	codec, info, err := codecFor(spec, o.modelName())
 	if err != nil {
 		return err
 	}
-	announceModel(info, o.batchSize, o.maxLatency, log)
-	if !o.modelGiven && o.plugin == "" && o.workers > 0 {
-		// Most likely a command line that lost its --model.
-		log.Warn("no --model: serving the built-in echo model, which answers each item with itself")
-	}
-	v2Name, err := o.v2ModelName(spec)
+	st, remote, err := o.backends(m, log)
 	if err != nil {
-		return err
-	}
-	tensors, err := tensorsFor(spec, codec, v2Name)
-	if err != nil {
-		return err
-	}
-	if o.workers == 0 && o.broker.url == "" {
-		return errNoBroker
-	}
-	var st *supervisor.Streamer
-	if o.workers != 0 || o.broker.url == "" {
-		cfg, err := o.supervisorConfig(spec, log)
-		if err != nil {
-			return err
-		}
-		if st, err = supervisor.New(cfg); err != nil {
-			return err
-		}
-	} else if err := o.checkQueueFlags(); err != nil {
-		// A front end alone has no supervisor, but refuses what one would.
 		return err
 	}
 	var backend httpapi.Backend = st
-	var remote *brokerParts
-	if o.broker.url != "" {
-		if remote, err = o.brokerParts(st, modelID(spec, info, o.plugin, o.modelName()), log); err != nil {
-			return err
-		}
+	if remote != nil {
 		backend = remote.backend()
 	}
-	if err := o.checkHTTPLimits(); err != nil {
+	listener, err := o.openListener(guard)
+	if err != nil {
 		return err
 	}
-	if o.memoryLimit != "" {
-		limit, err := parseBytes(o.memoryLimit)
-		if err != nil {
-			return fmt.Errorf("--memory-limit: %w", err)
-		}
-		debug.SetMemoryLimit(limit)
-	}
-	tcpListener, err := net.Listen("tcp", o.listen)
-	if err != nil {
-		return fmt.Errorf("--listen %s: %w", o.listen, err)
-	}
-	listener := &cappedListener{Listener: guard.listener(tcpListener), max: int64(o.maxConnections)}
 	defer listener.Close()
-
 	if o.pprof != "" {
 		profiles, err := serveProfiles(o.pprof, log)
 		if err != nil {
@@ -431,39 +370,17 @@ func runServe(ctx context.Context, o serveOptions) error {
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	reloadOnHangup(ctx, st, log)
 
 	// Serve from the start: while the workers initialise, /readyz says 503
 	// and requests get a quick 503 instead of waiting on a silent socket.
 	api := httpapi.New(httpapi.Config{
-		Backend: backend, Codec: codec, MaxBody: o.maxBody, Logger: log, Model: info,
+		Backend: backend, Codec: m.codec, MaxBody: o.maxBody, Logger: log, Model: m.info,
 		WriteTimeout: o.writeTimeout, AllowedOrigins: o.allowOrigins,
-		Admin: adminFor(o.admin, st), Tensors: tensors,
+		Admin: adminFor(o.admin, st), Tensors: m.tensors,
 	})
-	stopping := &drainer{listener: listener, grace: o.grace, log: log}
-	if remote != nil {
-		stopping.stops = append(stopping.stops, remote.stops()...)
-	}
-	if st != nil {
-		left := "the items left were answered 503"
-		if remote != nil {
-			left = "the items left go to other nodes, which claim them after --claim-idle"
-		}
-		stopping.stops = append(stopping.stops, func(ctx context.Context) error {
-			if err := st.Shutdown(ctx); err != nil {
-				return fmt.Errorf("the workers: %w; %s", err, left)
-			}
-			return nil
-		})
-	}
-	server := &http.Server{
-		Handler:           stopping.wrap(guard.protect(api)),
-		ReadHeaderTimeout: min(10*time.Second, o.readTimeout),
-		// The handler lifts this deadline once the body is in, so that it
-		// bounds the sending of a request and not the wait for its answer.
-		ReadTimeout: o.readTimeout,
-		IdleTimeout: o.idleTimeout,
-		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	stopping := &drainer{listener: listener, grace: o.grace, log: log, stops: stopsOf(st, remote)}
+	server := o.httpServer(stopping.wrap(guard.protect(api)), log)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- server.Serve(listener) }()
 	if st == nil {
@@ -473,7 +390,6 @@ func runServe(ctx context.Context, o serveOptions) error {
 	}
 	var fatal <-chan error
 	if st != nil {
-		reloadOnHangup(ctx, st, log)
 		if err := st.Start(ctx); err != nil {
 			if ctx.Err() != nil {
 				log.Info("signal received while starting: stopping")
@@ -490,20 +406,172 @@ func runServe(ctx context.Context, o serveOptions) error {
 	}
 	log.Info("serving")
 	go releaseMemoryWhenIdle(ctx, backend, log)
+	runErr := o.awaitEnd(ctx, stop, fatal, serveErr, log)
+	return errors.Join(runErr, stopping.drain(server))
+}
 
-	var runErr error
+// httpServer is the server of the API's handler, with the flags' bounds.
+func (o serveOptions) httpServer(handler http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: min(10*time.Second, o.readTimeout),
+		// The handler lifts this deadline once the body is in, so that it
+		// bounds the sending of a request and not the wait for its answer.
+		ReadTimeout: o.readTimeout,
+		IdleTimeout: o.idleTimeout,
+		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// awaitEnd serves until a signal (ctx ends: then stop lets a second one
+// end the process at once), every worker slot failing (fatal), or the
+// HTTP server failing; it returns the error of the last two.
+func (o serveOptions) awaitEnd(ctx context.Context, stop context.CancelFunc, fatal <-chan error, serveErr <-chan error, log *slog.Logger) error {
 	select {
 	case <-ctx.Done():
-		// A second signal ends the process at once, the default behaviour.
 		stop()
 		log.Info("signal received: draining (a second signal exits at once)", "grace", o.grace)
+		return nil
 	case err := <-fatal:
-		runErr = err
 		log.Error("every worker slot has failed; exiting so an orchestrator can take over", "err", err)
+		return err
 	case err := <-serveErr:
-		runErr = fmt.Errorf("http server: %w", err)
+		return fmt.Errorf("http server: %w", err)
 	}
-	return errors.Join(runErr, stopping.drain(server))
+}
+
+// checkRoles refuses flags that contradict the server's role: admin
+// endpoints without a token, or on a front end that has no workers.
+func (o serveOptions) checkRoles(guard *security) error {
+	if o.admin && guard.token == "" {
+		return errors.New("--admin needs --auth-token (or $" + envAuthToken + ", or --auth-token-file): whoever reaches the admin endpoints can reload and scale the workers")
+	}
+	if err := o.broker.check(); err != nil {
+		return err
+	}
+	if o.admin && o.workers == 0 {
+		return errors.New("--admin needs workers of this server's own (--workers > 0): a front end has none to reload or scale")
+	}
+	return nil
+}
+
+// servedModel is the model as the server serves it: how its workers
+// start, how HTTP bodies are read into items, and what it says of it.
+type servedModel struct {
+	spec      model.Spec
+	codec     httpapi.Codec
+	info      any
+	tensors   httpapi.TensorModel
+	socketDir string // a plugin's sockets, removed once the server stops; "" for none
+}
+
+// loadModel checks the model the flags name and prepares its codecs. A
+// plugin's socket folder, once made, is in the result even on an error,
+// for the caller to remove.
+func (o serveOptions) loadModel(log *slog.Logger) (servedModel, error) {
+	var m servedModel
+	spec, err := o.spec("")
+	if err != nil {
+		return m, err
+	}
+	if err := o.checkModel(spec); err != nil {
+		return m, err
+	}
+	if o.plugin != "" {
+		if m.socketDir, err = makeSocketDir(log); err != nil {
+			return m, err
+		}
+		if spec, err = o.spec(m.socketDir); err != nil {
+			return m, err
+		}
+	}
+	m.spec = spec
+	if m.codec, m.info, err = codecFor(spec, o.modelName()); err != nil {
+		return m, err
+	}
+	announceModel(m.info, o.batchSize, o.maxLatency, log)
+	if !o.modelGiven && o.plugin == "" && o.workers > 0 {
+		// Most likely a command line that lost its --model.
+		log.Warn("no --model: serving the built-in echo model, which answers each item with itself")
+	}
+	v2Name, err := o.v2ModelName(spec)
+	if err != nil {
+		return m, err
+	}
+	m.tensors, err = tensorsFor(spec, m.codec, v2Name)
+	return m, err
+}
+
+// backends makes what serves the requests: the local supervisor of the
+// server's own workers (none on a front end), and with --broker the parts
+// that talk to Redis. Neither is started.
+func (o serveOptions) backends(m servedModel, log *slog.Logger) (*supervisor.Streamer, *brokerParts, error) {
+	if o.workers == 0 && o.broker.url == "" {
+		return nil, nil, errNoBroker
+	}
+	var st *supervisor.Streamer
+	if o.workers != 0 || o.broker.url == "" {
+		cfg, err := o.supervisorConfig(m.spec, log)
+		if err != nil {
+			return nil, nil, err
+		}
+		if st, err = supervisor.New(cfg); err != nil {
+			return nil, nil, err
+		}
+	} else if err := o.checkQueueFlags(); err != nil {
+		// A front end alone has no supervisor, but refuses what one would.
+		return nil, nil, err
+	}
+	if o.broker.url == "" {
+		return st, nil, nil
+	}
+	remote, err := o.brokerParts(st, modelID(m.spec, m.info, o.plugin, o.modelName()), log)
+	if err != nil {
+		return nil, nil, err
+	}
+	return st, remote, nil
+}
+
+// openListener checks the HTTP limits, sets the memory limit, and listens
+// on --listen, capped at --max-connections, through TLS when asked.
+func (o serveOptions) openListener(guard *security) (*cappedListener, error) {
+	if err := o.checkHTTPLimits(); err != nil {
+		return nil, err
+	}
+	if o.memoryLimit != "" {
+		limit, err := parseBytes(o.memoryLimit)
+		if err != nil {
+			return nil, fmt.Errorf("--memory-limit: %w", err)
+		}
+		debug.SetMemoryLimit(limit)
+	}
+	tcpListener, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return nil, fmt.Errorf("--listen %s: %w", o.listen, err)
+	}
+	return &cappedListener{Listener: guard.listener(tcpListener), max: int64(o.maxConnections)}, nil
+}
+
+// stopsOf are the shutdowns of a drain in order: the broker's parts (see
+// brokerParts.stops), then the local workers.
+func stopsOf(st *supervisor.Streamer, remote *brokerParts) []func(context.Context) error {
+	var stops []func(context.Context) error
+	if remote != nil {
+		stops = append(stops, remote.stops()...)
+	}
+	if st == nil {
+		return stops
+	}
+	left := "the items left were answered 503"
+	if remote != nil {
+		left = "the items left go to other nodes, which claim them after --claim-idle"
+	}
+	return append(stops, func(ctx context.Context) error {
+		if err := st.Shutdown(ctx); err != nil {
+			return fmt.Errorf("the workers: %w; %s", err, left)
+		}
+		return nil
+	})
 }
 
 // drainer stops the server on a signal without leaving a request that
