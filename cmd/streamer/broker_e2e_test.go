@@ -1350,3 +1350,35 @@ func TestBrokerFrontEndStalledPastItsReplyTTL(t *testing.T) {
 	// Redis lost nothing.
 	wantMetrics(t, front, "streamer_broker_lost_items_total 0")
 }
+
+// TestBrokerFrontEndServesOnThroughSIGHUP: SIGHUP, which reloads a
+// server's workers, leaves a front end, which has none, serving: the
+// request it holds is answered, it says why it did nothing, and it takes
+// new requests. SIGHUP's default would end the process.
+func TestBrokerFrontEndServesOnThroughSIGHUP(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	node := startBrokerNode(t, rs, "--workers", "1", "--model", "sleep:1500ms,0s")
+	name := brokerLogField(t, node, "node serving items from redis", "node")
+	front := startBrokerFront(t, rs)
+	waitReadyz(t, front, http.StatusOK)
+	held := predictLater(front, 10*time.Second, "held")
+	waitFor(t, "the node to hold the item", brokerWait, func() bool { return len(redisPending(t, rs, name)) == 1 })
+	if err := front.signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the front end to log the SIGHUP", brokerWait, func() bool {
+		if front.exited() {
+			t.Fatalf("the front end exited on SIGHUP:\n%s", front.logs())
+		}
+		return strings.Contains(front.logs(), "SIGHUP: a front end has no workers to reload")
+	})
+	if a := <-held; a.err != nil || a.p.Status != http.StatusOK || len(a.p.Outputs) != 1 || a.p.Outputs[0] != "held" {
+		t.Errorf("the request held through SIGHUP: %s, %v; want 200 with its input", a.p, a.err)
+	}
+	if p, err := predictWithin(front, 10*time.Second, 0, "after"); err != nil || p.Status != http.StatusOK {
+		t.Errorf("a request after SIGHUP: %s, %v; want 200", p, err)
+	}
+	if front.exited() {
+		t.Fatalf("the front end exited:\n%s", front.logs())
+	}
+}

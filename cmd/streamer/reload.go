@@ -30,7 +30,10 @@ func adminFor(on bool, st *supervisor.Streamer) httpapi.Admin {
 // reloadOnHangup reloads st's workers on every SIGHUP until ctx ends. Its
 // own channel: whoever else listens to SIGHUP gets the signal too. A
 // reload that fails is logged and the server keeps serving on the workers
-// it has; a SIGHUP during a reload is refused as busy.
+// it has; a SIGHUP during a reload is refused as busy. A front end (st
+// nil) has no workers to reload: it logs so and serves on, rather than
+// let SIGHUP's default end it, so that the README's `kill -HUP $(pidof
+// streamer)` on a machine that also runs a front end does not stop it.
 func reloadOnHangup(ctx context.Context, st *supervisor.Streamer, log *slog.Logger) {
 	hangups := make(chan os.Signal, 1)
 	signal.Notify(hangups, syscall.SIGHUP)
@@ -41,6 +44,10 @@ func reloadOnHangup(ctx context.Context, st *supervisor.Streamer, log *slog.Logg
 			case <-ctx.Done():
 				return
 			case <-hangups:
+				if st == nil {
+					log.Info("SIGHUP: a front end has no workers to reload; serving on (its nodes reload their own)")
+					continue
+				}
 				log.Info("SIGHUP: reloading the workers")
 				go func() {
 					if err := st.Reload(ctx); err != nil {
