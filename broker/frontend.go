@@ -1917,13 +1917,8 @@ func (fe *FrontEnd) checkLoop() {
 	defer fe.done.Done()
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
-	var looks sync.WaitGroup
-	defer looks.Wait()
-	lookCtx, stopLooks := context.WithCancel(context.Background())
-	defer stopLooks()
-	looking := make(chan struct{}, 1) // a token while a look runs
-	var lookAll atomic.Bool           // Redis was down: look at every call
-	var lastLook time.Time
+	looks := newLostLooks()
+	defer looks.stop()
 	var goneSince time.Time
 	for {
 		select {
@@ -1933,75 +1928,121 @@ func (fe *FrontEnd) checkLoop() {
 		}
 		err := fe.check(context.Background())
 		if err == nil {
-			// The items of calls failed while Redis was down, or while
-			// no node was alive, must not run when a node comes.
-			if items := fe.takeToWithdraw(); len(items) > 0 {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				fe.requeue(fe.withdrawAll(ctx, items))
-				cancel()
-			}
-			if fe.hasUnanswered() {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				fe.withdrawUnanswered(ctx)
-				cancel()
-			}
+			fe.withdrawLeftovers()
 		}
 		if err != nil || fe.unrefreshed.Load() != nil {
 			// Redis was down, or the front end went without refreshing
 			// its reply stream past its TTL: look at every call.
-			lookAll.Store(true)
+			looks.all.Store(true)
 		}
-		if err == nil && (lookAll.Load() || time.Since(lastLook) >= lostLookEvery) {
-			select {
-			case looking <- struct{}{}:
-				lastLook = time.Now()
-				looks.Go(func() {
-					defer func() { <-looking }()
-					gap := fe.unrefreshed.Load()
-					all := lookAll.Swap(false)
-					minAge := lostLookAge
-					if all {
-						minAge = 0
-					}
-					ctx, cancel := context.WithTimeout(lookCtx, lostLookEvery)
-					defer cancel()
-					if err := fe.lookForLost(ctx, minAge); err != nil {
-						lookAll.CompareAndSwap(false, all) // look again
-						if lookCtx.Err() == nil {
-							fe.cfg.Logger.Warn("look for items redis lost", "redis", fe.where, "err", err)
-						}
-					} else if all {
-						// Every call sent before the span's end was looked at.
-						fe.unrefreshed.CompareAndSwap(gap, nil)
-					}
-				})
-			default: // one runs: a later check starts the next
-			}
+		if err == nil {
+			looks.maybeStart(fe)
 		}
-		if err == nil && fe.nodes.Load()+fe.leaving.Load() > 0 && fe.readRefused.Load() == nil && fe.fullError() == nil {
-			goneSince = time.Time{}
-			continue
-		}
-		if goneSince.IsZero() {
-			goneSince = time.Now()
-			continue
-		}
-		if time.Since(goneSince) >= fe.cfg.Outage {
-			cause := fe.unavailable()
-			if cause == nil {
-				continue
-			}
-			fe.mu.Lock()
-			if len(fe.calls) > 0 {
-				fe.cfg.Logger.Error("failing the requests waiting for answers", "requests", len(fe.calls), "err", cause)
-				// Their callers are told no: the items withdrawn at the
-				// next check that finds Redis up do not run later.
-				fe.withdrawLaterLocked()
-				fe.failAllLocked(cause)
-			}
-			fe.mu.Unlock()
-		}
+		goneSince = fe.failWhenGone(err == nil, goneSince)
 	}
+}
+
+// withdrawLeftovers withdraws from Redis the items of calls failed while Redis
+// was down, or while no node was alive, which must not run when a node
+// comes, and those of admissions whose verdict was lost.
+func (fe *FrontEnd) withdrawLeftovers() {
+	if items := fe.takeToWithdraw(); len(items) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		fe.requeue(fe.withdrawAll(ctx, items))
+		cancel()
+	}
+	if fe.hasUnanswered() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		fe.withdrawUnanswered(ctx)
+		cancel()
+	}
+}
+
+// failWhenGone fails the calls waiting for answers once Redis or the
+// nodes have been gone for Outage (up: the check found Redis serving);
+// goneSince is when they went, zero while they serve, and it returns the
+// next value.
+func (fe *FrontEnd) failWhenGone(up bool, goneSince time.Time) time.Time {
+	if up && fe.nodes.Load()+fe.leaving.Load() > 0 && fe.readRefused.Load() == nil && fe.fullError() == nil {
+		return time.Time{}
+	}
+	if goneSince.IsZero() {
+		return time.Now()
+	}
+	if time.Since(goneSince) < fe.cfg.Outage {
+		return goneSince
+	}
+	cause := fe.unavailable()
+	if cause == nil {
+		return goneSince
+	}
+	fe.mu.Lock()
+	defer fe.mu.Unlock()
+	if len(fe.calls) > 0 {
+		fe.cfg.Logger.Error("failing the requests waiting for answers", "requests", len(fe.calls), "err", cause)
+		// Their callers are told no: the items withdrawn at the next
+		// check that finds Redis up do not run later.
+		fe.withdrawLaterLocked()
+		fe.failAllLocked(cause)
+	}
+	return goneSince
+}
+
+// lostLooks runs a front end's looks for the items Redis lost (see
+// lookForLost), one at a time, beside its checks.
+type lostLooks struct {
+	wg      sync.WaitGroup
+	ctx     context.Context
+	cancel  context.CancelFunc
+	running chan struct{} // a token while a look runs
+	all     atomic.Bool   // Redis was down: look at every call
+	last    time.Time     // when the last look began
+}
+
+func newLostLooks() *lostLooks {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &lostLooks{ctx: ctx, cancel: cancel, running: make(chan struct{}, 1)}
+}
+
+// stop ends the look under way and waits for it.
+func (l *lostLooks) stop() {
+	l.cancel()
+	l.wg.Wait()
+}
+
+// maybeStart starts a look when every call is to be looked at, or the
+// last began lostLookEvery ago, unless one runs: a later check starts the
+// next.
+func (l *lostLooks) maybeStart(fe *FrontEnd) {
+	if !l.all.Load() && time.Since(l.last) < lostLookEvery {
+		return
+	}
+	select {
+	case l.running <- struct{}{}:
+	default:
+		return
+	}
+	l.last = time.Now()
+	l.wg.Go(func() {
+		defer func() { <-l.running }()
+		gap := fe.unrefreshed.Load()
+		all := l.all.Swap(false)
+		minAge := lostLookAge
+		if all {
+			minAge = 0
+		}
+		ctx, cancel := context.WithTimeout(l.ctx, lostLookEvery)
+		defer cancel()
+		if err := fe.lookForLost(ctx, minAge); err != nil {
+			l.all.CompareAndSwap(false, all) // look again
+			if l.ctx.Err() == nil {
+				fe.cfg.Logger.Warn("look for items redis lost", "redis", fe.where, "err", err)
+			}
+		} else if all {
+			// Every call sent before the span's end was looked at.
+			fe.unrefreshed.CompareAndSwap(gap, nil)
+		}
+	})
 }
 
 // noteRefreshed records that a check refreshed the reply stream's TTL at
@@ -2095,6 +2136,15 @@ func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time) error {
 	}
 	fe.clock.observe(timeCmd, sent)
 	fe.noteRefreshed(time.Now())
+	fe.noteCheck(model, nodes.Val(), leaving.Val(), backlog.Val(), epoch.Val())
+	return nil
+}
+
+// noteCheck takes in what a check read: the prefix's model, the nodes
+// alive and leaving, the backlog, and Redis's epoch, which changes when
+// Redis lost its data (then the calls waiting fail). It requires that
+// checkMu is held.
+func (fe *FrontEnd) noteCheck(model *redis.SliceCmd, nodes, leaving, backlog int64, epoch string) {
 	// The model before the nodes: a node of another model is alive only
 	// once its model is there, and a request must not pass between the
 	// two (see unavailable).
@@ -2105,12 +2155,12 @@ func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time) error {
 	// The counts first: Ready reads up and then nodes, and a count left
 	// from before an outage (Redis restarted without its data, and the
 	// nodes not heard from since) must not make it ready.
-	fe.nodes.Store(nodes.Val())
-	fe.leaving.Store(leaving.Val())
-	fe.backlog.Store(backlog.Val())
+	fe.nodes.Store(nodes)
+	fe.leaving.Store(leaving)
+	fe.backlog.Store(backlog)
 	fe.mu.Lock()
-	if last := fe.epoch; epoch.Val() != last {
-		fe.epoch = epoch.Val()
+	if last := fe.epoch; epoch != last {
+		fe.epoch = epoch
 		if last != "" {
 			fe.lostDataLocked()
 			fe.toWithdraw = map[string][]string{} // gone with the data
@@ -2122,7 +2172,6 @@ func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time) error {
 	if !fe.up.Swap(true) {
 		fe.cfg.Logger.Info("redis reachable", "redis", fe.where)
 	}
-	return nil
 }
 
 // tlsHint is what to add to a check that got no answer, over TLS: a

@@ -51,26 +51,7 @@ return {last[1][1], gone}
 // lookForLost fails the calls out for at least minAge whose items Redis
 // has lost (see lostLookEvery).
 func (fe *FrontEnd) lookForLost(ctx context.Context, minAge time.Duration) error {
-	type place struct {
-		c     *call
-		index int
-	}
-	var places []place
-	var args []any
-	now := time.Now()
-	fe.mu.Lock()
-	for _, c := range fe.calls {
-		if c.ids == nil || now.Sub(c.sent) < minAge {
-			continue // not admitted yet, or young
-		}
-		for i, id := range c.ids {
-			if !c.got[i] && len(places) < lostLookMax {
-				places = append(places, place{c, i})
-				args = append(args, c.stream, id)
-			}
-		}
-	}
-	fe.mu.Unlock()
+	places, args := fe.waitingItems(minAge)
 	if len(places) == 0 {
 		return nil
 	}
@@ -94,11 +75,50 @@ func (fe *FrontEnd) lookForLost(ctx context.Context, minAge time.Duration) error
 	}
 	fe.mu.Lock()
 	defer fe.mu.Unlock()
-	lost := map[*call]map[int]bool{} // the calls, and their items gone
+	lost, err := fe.stillUnansweredLocked(places, gone)
+	if err != nil || len(lost) == 0 {
+		return err
+	}
+	fe.failLostLocked(lost)
+	return nil
+}
+
+// place is an item of a call: its index in the call's items.
+type place struct {
+	c     *call
+	index int
+}
+
+// waitingItems are the items not answered yet of the calls admitted at
+// least minAge ago, up to lostLookMax, and the lost items' script's
+// arguments for them: each one's stream and id.
+func (fe *FrontEnd) waitingItems(minAge time.Duration) (places []place, args []any) {
+	now := time.Now()
+	fe.mu.Lock()
+	defer fe.mu.Unlock()
+	for _, c := range fe.calls {
+		if c.ids == nil || now.Sub(c.sent) < minAge {
+			continue // not admitted yet, or young
+		}
+		for i, id := range c.ids {
+			if !c.got[i] && len(places) < lostLookMax {
+				places = append(places, place{c, i})
+				args = append(args, c.stream, id)
+			}
+		}
+	}
+	return places, args
+}
+
+// stillUnansweredLocked are the items among places that the lost items'
+// script found gone (gone: their places, from 1) and that are still not
+// answered, by call. It requires fe.mu held.
+func (fe *FrontEnd) stillUnansweredLocked(places []place, gone []any) (map[*call]map[int]bool, error) {
+	lost := map[*call]map[int]bool{}
 	for _, g := range gone {
 		k, ok := g.(int64)
 		if !ok || k < 1 || int(k) > len(places) {
-			return fmt.Errorf("the lost items' script answered %v", g)
+			return nil, fmt.Errorf("the lost items' script answered %v", g)
 		}
 		p := places[k-1]
 		if fe.calls[p.c.seq] == p.c && !p.c.got[p.index] {
@@ -108,9 +128,15 @@ func (fe *FrontEnd) lookForLost(ctx context.Context, minAge time.Duration) error
 			lost[p.c][p.index] = true
 		}
 	}
-	if len(lost) == 0 {
-		return nil
-	}
+	return lost, nil
+}
+
+// failLostLocked fails the calls whose items Redis lost (lost: the calls
+// and their items gone), withdrawing their other items, and says why: the
+// answers may have expired unread, when the front end went past its reply
+// TTL without refreshing its stream since the call was sent, or else
+// Redis lost them. It requires fe.mu held.
+func (fe *FrontEnd) failLostLocked(lost map[*call]map[int]bool) {
 	lostErr := unavailablef("redis at %s lost the request's items (a failover to a replica that lacked them, or a restart that lost its last writes)", fe.where)
 	var expiredErr error
 	gap := fe.lastGap.Load()
@@ -150,7 +176,6 @@ func (fe *FrontEnd) lookForLost(ctx context.Context, minAge time.Duration) error
 	}
 	fe.stats.lost.Add(uint64(items))
 	fe.noteIdleLocked()
-	return nil
 }
 
 // span is a stretch of time.
