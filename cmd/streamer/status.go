@@ -172,6 +172,12 @@ func (r statusReport) print(out io.Writer) error {
 	// Failed is part of Answered, and Expired and Poisoned of Failed.
 	fmt.Fprintf(w, "items\tanswered %d (ok %d, failed %d: expired %d, poisoned %d), rejected %d\n",
 		st.Answered, st.Answered-st.Failed, st.Failed, st.Expired, st.Poisoned, st.Rejected)
+	lat := st.Latency
+	if r.frontEnd() {
+		fmt.Fprintf(w, "mean latency\tend to end %s\n", meanMs(lat.EndToEnd))
+		fmt.Fprintf(w, "workers\tnone of its own, a front end: its nodes form the batches and run them (see each node's streamer status)\n")
+		return w.Flush()
+	}
 	fmt.Fprintf(w, "batches\t%d, mean batch size %.2f\n", st.Batches, st.MeanBatchSize())
 	d := st.Dispatch
 	fmt.Fprintf(w, "dispatch reasons\tfull %d, idle %d, waited %d, max_latency %d, deadline %d, retry %d\n",
@@ -181,7 +187,6 @@ func (r statusReport) print(out io.Writer) error {
 	} else {
 		fmt.Fprintf(w, "batch cost\tnot fitted yet\n")
 	}
-	lat := st.Latency
 	fmt.Fprintf(w, "mean latency\tqueue wait %s, compute %s, end to end %s\n",
 		meanMs(lat.QueueWait), meanMs(lat.Compute), meanMs(lat.EndToEnd))
 	fmt.Fprintln(w)
@@ -199,6 +204,12 @@ func (r statusReport) print(out io.Writer) error {
 			sl.Slot, device, pid, sl.State, sl.Restarts, sl.Crashes, sl.Batches, sl.InFlight, sl.LastErr)
 	}
 	return w.Flush()
+}
+
+// frontEnd says whether the server is a front end behind Redis, with no
+// workers of its own.
+func (r statusReport) frontEnd() bool {
+	return r.broker != nil && r.broker.FrontEnd != nil && r.broker.Node == nil
 }
 
 func upDown(b bool) string {

@@ -152,10 +152,19 @@ func (t tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // httpStats reads GET url, the server's /v1/stats.
 func httpStats(client *http.Client, url string) statsSource {
-	return func(ctx context.Context) (supervisor.Stats, error) {
-		var st supervisor.Stats
+	return func(ctx context.Context) (serverStats, error) {
+		var st struct {
+			supervisor.Stats
+			// Broker is a server's behind Redis: a front end alone says
+			// what it knows of Redis; a node, its own traffic too.
+			Broker *struct {
+				FrontEnd json.RawMessage `json:"front_end"`
+				Node     json.RawMessage `json:"node"`
+			} `json:"broker"`
+		}
 		err := getJSON(ctx, client, url, &st)
-		return st, err
+		frontEnd := st.Broker != nil && st.Broker.FrontEnd != nil && st.Broker.Node == nil
+		return serverStats{Stats: st.Stats, frontEnd: frontEnd}, err
 	}
 }
 
@@ -208,7 +217,7 @@ func (cfg *Config) goAPI(ctx context.Context, item any) (sender, statsSource, fu
 		}
 		return ""
 	}
-	stats := func(context.Context) (supervisor.Stats, error) { return st.Stats(), nil }
+	stats := func(context.Context) (serverStats, error) { return serverStats{Stats: st.Stats()}, nil }
 	return send, stats, stop, nil
 }
 

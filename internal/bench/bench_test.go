@@ -86,7 +86,7 @@ func TestNewReport(t *testing.T) {
 	samples = append(samples, sample{errKind: refused}, sample{errKind: refused})
 	before := supervisor.Stats{BatchSizes: []uint64{0, 5, 0, 1}}
 	after := supervisor.Stats{BatchSizes: []uint64{0, 15, 0, 11, 4}}
-	r := newReport(samples, kinds, 2*time.Second, 3, before, after)
+	r := newReport(samples, kinds, 2*time.Second, 3, serverStats{Stats: before}, serverStats{Stats: after})
 	if r.Requests != 100 || r.RequestsPerS != 50 || r.ItemsPerS != 150 {
 		t.Errorf("requests %d, %v/s, items %v/s; want 100, 50, 150", r.Requests, r.RequestsPerS, r.ItemsPerS)
 	}
@@ -278,6 +278,47 @@ func TestRunAgainstTarget(t *testing.T) {
 	}
 	if rep.LimitItemsPerS != 0 {
 		t.Errorf("limit %v reported for a target", rep.LimitItemsPerS)
+	}
+}
+
+// A front end behind Redis forms no batches: its nodes do. The report
+// says so rather than print a mean batch of 0; a node, which forms its
+// own, gets its batch figures.
+func TestRunAgainstAFrontEndSaysTheNodesFormTheBatches(t *testing.T) {
+	for _, tc := range []struct {
+		name, broker string
+		frontEnd     bool
+	}{
+		{"a front end", `{"front_end": {"redis_up": true}}`, true},
+		{"a node", `{"front_end": {"redis_up": true}, "node": {"read": 3}}`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mux := http.NewServeMux()
+			mux.HandleFunc("POST /predict", func(w http.ResponseWriter, r *http.Request) {
+				_, _ = w.Write([]byte(`{"outputs":["x"]}`))
+			})
+			mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, r *http.Request) {
+				_, _ = w.Write([]byte(`{"answered": 1, "batch_sizes": [0, 1], "broker": ` + tc.broker + `}`))
+			})
+			srv := httptest.NewServer(mux)
+			defer srv.Close()
+			cfg := validConfig()
+			cfg.Target = srv.URL
+			cfg.Duration, cfg.Warmup = 200*time.Millisecond, 0
+			res, err := Run(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Report.FrontEnd != tc.frontEnd {
+				t.Errorf("FrontEnd = %v; want %v", res.Report.FrontEnd, tc.frontEnd)
+			}
+			var out strings.Builder
+			res.Report.Print(&out)
+			says := strings.Contains(out.String(), "formed by the nodes behind this front end")
+			if says != tc.frontEnd || strings.Contains(out.String(), "mean batch") == tc.frontEnd {
+				t.Errorf("the report:\n%s\nwant the nodes named: %v, a mean batch: %v", out.String(), tc.frontEnd, !tc.frontEnd)
+			}
+		})
 	}
 }
 

@@ -15,11 +15,19 @@ import (
 type sender func(ctx context.Context) (errKind string)
 
 // statsSource reads the server's counters.
-type statsSource func(ctx context.Context) (supervisor.Stats, error)
+type statsSource func(ctx context.Context) (serverStats, error)
+
+// serverStats are a server's counters, and whether it is a front end
+// behind Redis (serve --broker --workers 0), whose nodes form the batches:
+// it forms none of its own.
+type serverStats struct {
+	supervisor.Stats
+	frontEnd bool
+}
 
 // statsSnapshot is the server's counters when the measured window opened.
 type statsSnapshot struct {
-	stats supervisor.Stats
+	stats serverStats
 	err   error
 	at    time.Time
 }
@@ -69,17 +77,17 @@ func (cfg *Config) measure(ctx context.Context, send sender, stats statsSource) 
 // statsAfter reads the counters at the end of the window. Without a read at
 // its start there is nothing to subtract: a server behind --target that
 // lacks the endpoint still gets its client-side figures, with a note.
-func (cfg *Config) statsAfter(ctx context.Context, stats statsSource, before statsSnapshot) (supervisor.Stats, error) {
+func (cfg *Config) statsAfter(ctx context.Context, stats statsSource, before statsSnapshot) (serverStats, error) {
 	if before.err != nil {
 		if cfg.Target == "" {
-			return supervisor.Stats{}, fmt.Errorf("read server stats: %w", before.err)
+			return serverStats{}, fmt.Errorf("read server stats: %w", before.err)
 		}
 		fmt.Fprintf(cfg.Stderr, "streamer bench: no batch figures: read %s/v1/stats: %v\n", strings.TrimSuffix(cfg.Target, "/"), before.err)
 		return before.stats, nil
 	}
 	after, err := stats(ctx)
 	if err != nil {
-		return supervisor.Stats{}, fmt.Errorf("read server stats: %w", err)
+		return serverStats{}, fmt.Errorf("read server stats: %w", err)
 	}
 	return after, nil
 }

@@ -45,6 +45,10 @@ type Report struct {
 	// Returns is how the callers came back once answered, as the server
 	// measured it at the window's end.
 	Returns supervisor.ReturnStats `json:"returns"`
+	// FrontEnd says that the target is a front end behind Redis: its
+	// nodes form the batches, so MeanBatchSize, BatchSizes, Dispatch,
+	// Cost and Returns are empty here, and each node's /v1/stats has them.
+	FrontEnd bool `json:"front_end,omitempty"`
 }
 
 // Latencies are latency percentiles in milliseconds.
@@ -61,8 +65,8 @@ type Latencies struct {
 
 // newReport counts the samples of the window and the batches the server
 // formed between the before and after counters.
-func newReport(samples []sample, kinds *errorKinds, elapsed time.Duration, itemsPerRequest int, before, after supervisor.Stats) Report {
-	r := Report{Seconds: elapsed.Seconds(), Errors: map[string]uint64{}, BatchSizes: map[int]uint64{}}
+func newReport(samples []sample, kinds *errorKinds, elapsed time.Duration, itemsPerRequest int, before, after serverStats) Report {
+	r := Report{Seconds: elapsed.Seconds(), Errors: map[string]uint64{}, BatchSizes: map[int]uint64{}, FrontEnd: after.frontEnd}
 	var ok []time.Duration
 	for _, s := range samples {
 		if s.errKind != 0 {
@@ -82,7 +86,7 @@ func newReport(samples []sample, kinds *errorKinds, elapsed time.Duration, items
 		return float64(ok[min(int(q*float64(len(ok))), len(ok)-1)]) / float64(time.Millisecond)
 	}
 	r.LatencyMS = Latencies{P50: ms(0.50), P90: ms(0.90), P99: ms(0.99), Max: ms(1)}
-	r.BatchSizes, r.MeanBatchSize = batchesBetween(before, after)
+	r.BatchSizes, r.MeanBatchSize = batchesBetween(before.Stats, after.Stats)
 	r.Dispatch = dispatchBetween(before.Dispatch, after.Dispatch)
 	r.Cost = after.Cost
 	r.Returns = after.Returns
@@ -153,6 +157,11 @@ func (r Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "limit items/s %.0f (workers × batch / cost(batch)); reached %.3f of it\n", r.LimitItemsPerS, r.OfLimit)
 	}
 	fmt.Fprintf(w, "latency ms    p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n", r.LatencyMS.P50, r.LatencyMS.P90, r.LatencyMS.P99, r.LatencyMS.Max)
+	if r.FrontEnd {
+		fmt.Fprintln(w, "batches       formed by the nodes behind this front end: see each node's /v1/stats (or streamer status)")
+		r.printErrors(w)
+		return
+	}
 	fmt.Fprintf(w, "mean batch    %.2f\n", r.MeanBatchSize)
 	d := r.Dispatch
 	fmt.Fprintf(w, "dispatched    full %d  idle %d  waited %d (%.2f ms each)  max-latency %d  deadline %d  retry %d\n",

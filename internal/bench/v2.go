@@ -46,7 +46,11 @@ func (cfg *Config) v2Request(ctx context.Context, client *http.Client, base stri
 	path = "/v2/models/" + url.PathEscape(cfg.ModelName)
 	var spec v2Spec
 	if err := getJSON(ctx, client, base+path, &spec); err != nil {
-		return "", nil, nil, fmt.Errorf("--protocol %s: read the model's metadata: %w", cfg.Protocol, err)
+		hint := ""
+		if cfg.Target != "" {
+			hint = fmt.Sprintf(" (bench asks for %q, the name --model gives; --model-name NAME asks for the target's)", cfg.ModelName)
+		}
+		return "", nil, nil, fmt.Errorf("--protocol %s: read the model's metadata%s: %w", cfg.Protocol, hint, err)
 	}
 	values, err := v2Values(spec, item)
 	if err != nil {
