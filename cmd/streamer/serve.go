@@ -122,7 +122,7 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f.StringVar(&o.logLevel, "log-level", "info", "least severe log lines written: debug, info, warn or error")
 	f.StringVar(&o.pprof, "pprof", "", "serve Go's profiles (/debug/pprof/) of this supervisor process on this address, apart from the API (off when empty; keep it on loopback)")
 
-	f.StringVar(&o.model, "model", "echo", "model to serve: echo, sleep:FIXED,PER_ITEM, chaos:OPTS (tests), or a path to an .onnx file")
+	f.StringVar(&o.model, "model", "echo", "model to serve: demo (a small ONNX classifier, built in), echo, sleep:FIXED,PER_ITEM, chaos:OPTS (tests), or a path to an .onnx file")
 	f.StringVar(&o.v2Name, "model-name", "", "the model's name on the Open Inference Protocol routes, /v2/models/NAME (default: the built-in's name, the ONNX file's base name without .onnx, or the plugin binary's base name)")
 	f.StringVar(&o.plugin, "plugin", "", "path to a model plugin binary (overrides --model)")
 	f.StringArrayVar(&o.pluginArgs, "plugin-arg", nil, "key=value setting passed to the plugin's Init (repeatable)")
