@@ -573,18 +573,21 @@ func TestAnAdmissionWhoseConnectionClosedSaysSo(t *testing.T) {
 }
 
 // An admission whose time ran out because the front end did not run (its
-// time came long past its bound: a SIGSTOP, a paused machine) fails its
-// calls saying so, and leaves Redis taken for up; one whose time ran out
-// at its bound takes Redis for down.
+// stall watch saw a gap: a SIGSTOP, a paused machine) fails its calls
+// saying so, and leaves Redis taken for up; one whose time ran out while
+// the front end ran, even long past the command's bound (Redis hung, the
+// client library waited for a connection), takes Redis for down.
 func TestAnAdmissionTimedOutByAStallBlamesTheFrontEnd(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
 		took    time.Duration
+		ran     bool // the front end ran meanwhile: its watch looked every tick
 		wantMsg string
 		wantUp  bool
 	}{
-		{"a stall", admitTimeout + 3*time.Second, "this front end did not run for 5", true},
-		{"redis silent", admitTimeout, "redis at 127.0.0.1:1: read tcp: i/o timeout", false},
+		{"a stall", admitTimeout + 3*time.Second, false, "this front end did not run for 5", true},
+		{"redis silent", admitTimeout, true, "redis at 127.0.0.1:1: read tcp: i/o timeout", false},
+		{"redis silent, long past the bound", admitTimeout + 3*time.Second, true, "redis at 127.0.0.1:1: read tcp: i/o timeout", false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			fe := unstartedFront(t, "redis://127.0.0.1:1/0", 100)
@@ -592,7 +595,12 @@ func TestAnAdmissionTimedOutByAStallBlamesTheFrontEnd(t *testing.T) {
 			c := &call{items: [][]byte{[]byte("x")}, admitted: make(chan error, 1)}
 			cmd := redis.NewCmd(context.Background())
 			cmd.SetErr(fmt.Errorf("read tcp: %w", os.ErrDeadlineExceeded))
-			fe.tell([]*call{c}, cmd, "", time.Now().Add(-tt.took))
+			began := time.Now().Add(-tt.took)
+			fe.stalls.look(began)
+			for at := began; tt.ran && at.Before(time.Now()); at = at.Add(stallTick) {
+				fe.stalls.look(at)
+			}
+			fe.tell([]*call{c}, cmd, "", began)
 			err := <-c.admitted
 			if !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), tt.wantMsg) {
 				t.Errorf("the call's verdict: %v; want ErrUnavailable saying %q", err, tt.wantMsg)

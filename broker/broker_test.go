@@ -713,6 +713,9 @@ func TestRedisDownFailsFastAndServingResumesWhenItReturns(t *testing.T) {
 	}
 	rs.Kill()
 	eventually(t, "front end not ready", func() bool { return !fe.Ready() })
+	if st := fe.FrontEndStats(); st.RedisUp || st.Nodes != 0 {
+		t.Errorf("while redis is down: redis up %v, %d nodes heard from; want down, none", st.RedisUp, st.Nodes)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_, err := fe.Predict(ctx, [][]byte{[]byte("during")})
@@ -722,6 +725,42 @@ func TestRedisDownFailsFastAndServingResumesWhenItReturns(t *testing.T) {
 	rs.Restart(t)
 	eventually(t, "front end ready again", fe.Ready)
 	answersEventually(t, fe, "after", "served again")
+}
+
+// After an outage longer than a node's silence, the nodes alive before it
+// still count while they have not had the time to beat again (they dial
+// Redis again at their pace): a front end takes requests as soon as Redis
+// is back rather than answering 503 "no node is alive" meanwhile. Here a
+// node's heartbeat is written by hand, as a node would, and stops with
+// the outage.
+func TestNodesAliveBeforeAnOutageCountAsItEnds(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{Persist: true})
+	rs.Do(t, "XGROUP", "CREATE", "streamer:items", "nodes", "0", "MKSTREAM")
+	beat := func() time.Time {
+		now := time.Now()
+		rs.Do(t, "ZADD", "streamer:nodes", strconv.FormatInt(now.UnixMilli(), 10), "beating")
+		return now
+	}
+	lastBeat := beat()
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", func() bool {
+		lastBeat = beat()
+		return fe.Ready()
+	})
+	rs.Kill()
+	eventually(t, "front end not ready", func() bool { return !fe.Ready() })
+	// The node's beat is older than its silence by the time Redis is back.
+	<-time.After(time.Until(lastBeat.Add(3500 * time.Millisecond)))
+	rs.Restart(t)
+	eventually(t, "front end sees redis again", func() bool { return fe.FrontEndStats().RedisUp })
+	if err := fe.NotReady(); err != nil {
+		t.Errorf("once redis is back, before the node beat again: not ready: %v; want ready, the node counted", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := fe.Predict(ctx, [][]byte{[]byte("waits")}); !errors.Is(err, supervisor.ErrDeadline) {
+		t.Errorf("a request then: %v; want it admitted and waiting for the node until its deadline", err)
+	}
 }
 
 // A Redis that takes seconds to answer (here paused) does not keep a

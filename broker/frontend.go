@@ -96,6 +96,9 @@ type FrontEnd struct {
 	unrefreshed atomic.Pointer[span]
 	lastGap     atomic.Pointer[span]
 	refreshedAt atomic.Int64 // refreshed, in Unix nanoseconds, for the looks for lost items
+	// graceSince and graceUntil let the nodes alive before an outage
+	// count for a while after it, under checkMu (see nodesSince).
+	graceSince, graceUntil time.Time
 
 	up      atomic.Bool  // Redis answered the last check
 	nodes   atomic.Int64 // nodes heard from within nodeSilence, at the last check
@@ -106,6 +109,15 @@ type FrontEnd struct {
 	// stream (an error it answered, such as NOPERM: the front end's user
 	// may not read it), or nil while they go through (see refuseReads).
 	readRefused atomic.Pointer[string]
+	// admitRefused says why Redis refuses the front end's admissions (a
+	// NOPERM: its user may not run the admission script, or not on the
+	// keys it reads and writes), or nil while they may go through;
+	// admitProbed, under checkMu, that a check has tried one since the
+	// start (see probeAdmission).
+	admitRefused atomic.Pointer[string]
+	admitProbed  bool
+	eviction     evictionLook // under checkMu
+	stalls       stallWatch   // the front end's own stalls, from Start until Close
 	// mismatch says why the front end takes no requests: the nodes serve a
 	// model that reads items otherwise than it writes them; nil while
 	// they agree (see noteModel). modelErr is that, as the last check
@@ -421,6 +433,12 @@ func (fe *FrontEnd) Start(ctx context.Context) error {
 	case !fe.started.CompareAndSwap(false, true):
 		return fmt.Errorf("broker: front end: %w", supervisor.ErrStarted)
 	}
+	fe.stalls.look(time.Now())
+	fe.done.Add(1)
+	go func() {
+		defer fe.done.Done()
+		fe.stalls.run(fe.closing)
+	}()
 	err := fe.check(ctx)
 	if err == nil {
 		err = fe.modelErr // no other check has run yet
@@ -439,7 +457,8 @@ func (fe *FrontEnd) Start(ctx context.Context) error {
 // Ready reports whether a request can be served now: Redis answers, lets
 // the front end read its answers, and some node has been heard from.
 func (fe *FrontEnd) Ready() bool {
-	return fe.up.Load() && fe.nodes.Load() > 0 && fe.mismatch.Load() == nil && fe.readRefused.Load() == nil && !fe.closed.Load()
+	return fe.up.Load() && fe.nodes.Load() > 0 && fe.mismatch.Load() == nil && fe.readRefused.Load() == nil &&
+		fe.admitRefused.Load() == nil && !fe.closed.Load()
 }
 
 // Full reports whether the shared backlog was at its bound at the last
@@ -484,12 +503,17 @@ func (fe *FrontEnd) Duplicates() uint64 { return fe.stats.duplicates.Load() }
 // FrontEndStats is what a front end knows of Redis, as of its last check
 // (every quarter second).
 type FrontEndStats struct {
-	// RedisUp says Redis answered the last check.
+	// RedisUp says Redis served the last check: it answered, and took
+	// its writes (false while it refuses them, for want of memory or of
+	// replicas).
 	RedisUp bool `json:"redis_up"`
-	// Nodes is how many nodes were heard from within the last 3 seconds.
+	// Nodes is how many nodes were heard from within the last 3 seconds
+	// (for 3 seconds after an outage, those heard from before it); 0
+	// while Redis does not serve the front end, which hears from none.
 	Nodes int64 `json:"nodes"`
 	// Backlog is the items on the shared stream, waiting or running, from
-	// every front end; MaxBacklog its bound.
+	// every front end, as the last check Redis served found it;
+	// MaxBacklog its bound.
 	Backlog    int64 `json:"backlog"`
 	MaxBacklog int   `json:"max_backlog"`
 	// Duplicates counts the answers dropped: second answers to an item,
@@ -518,8 +542,12 @@ func (fe *FrontEnd) Metrics() prometheus.Collector { return Collector(fe, nil) }
 
 // FrontEndStats returns what the front end knows of Redis.
 func (fe *FrontEnd) FrontEndStats() FrontEndStats {
+	up, nodes := fe.up.Load(), fe.nodes.Load()
+	if !up {
+		nodes = 0
+	}
 	return FrontEndStats{
-		RedisUp: fe.up.Load(), Nodes: fe.nodes.Load(), Backlog: fe.backlog.Load(),
+		RedisUp: up, Nodes: nodes, Backlog: fe.backlog.Load(),
 		MaxBacklog: fe.cfg.MaxBacklog, Duplicates: fe.stats.duplicates.Load(), Withdrawn: fe.stats.withdrawn.Load(),
 		Lost: fe.stats.lost.Load(), ClockOffsetMs: time.Duration(fe.clock.offset.Load()).Milliseconds(),
 	}
@@ -730,6 +758,7 @@ func (fe *FrontEnd) unavailable() error {
 	nodes, leaving := fe.nodes.Load(), fe.leaving.Load()
 	mismatch := fe.mismatch.Load()
 	refused := fe.readRefused.Load()
+	admitRefused := fe.admitRefused.Load()
 	full := fe.fullError()
 	switch {
 	case fe.closed.Load():
@@ -753,6 +782,8 @@ func (fe *FrontEnd) unavailable() error {
 			hint = " (its user lacks a permission)"
 		}
 		return unavailablef("redis at %s refuses this front end's reads of its answers on %s, so no request could be answered: %s%s", fe.where, fe.replyKey, *refused, hint)
+	case admitRefused != nil:
+		return admissionRefused(fe.where, *admitRefused)
 	case nodes == 0 && leaving > 0:
 		return unavailablef("no node takes requests on redis at %s, under the key prefix %q: the %d heard from are leaving, or none of their workers can run (their logs say which)", fe.where, fe.cfg.Prefix, leaving)
 	case nodes == 0:
@@ -1457,7 +1488,7 @@ func (fe *FrontEnd) tell(chunk []*call, cmd *redis.Cmd, epoch string, began time
 		err = fmt.Errorf("the admission script answered %d verdicts for %d requests", len(verdicts), len(chunk))
 	}
 	if err != nil {
-		stall, stalled := stalledThrough(err, began, admitTimeout)
+		stall, stalled := fe.stalls.through(err, began)
 		if !stalled {
 			fe.noteDown(err)
 		}
@@ -1471,6 +1502,11 @@ func (fe *FrontEnd) tell(chunk []*call, cmd *redis.Cmd, epoch string, began time
 			// (see noteUnanswered), not admitted again, which could run
 			// them twice.
 			err = unavailablef("redis at %s: the connection closed under the request's admission (%v): killed, or redis restarting? send it again", fe.where, err)
+		case outOfMemory(err) && fe.fullError() != nil:
+			err = fe.fullError()
+		case redis.HasErrorPrefix(err, "NOPERM"):
+			fe.refuseAdmissions(err)
+			err = admissionRefused(fe.where, err.Error())
 		default:
 			err = unavailablef("redis at %s: %v", fe.where, err)
 		}
@@ -2045,6 +2081,28 @@ func (l *lostLooks) maybeStart(fe *FrontEnd) {
 	})
 }
 
+// nodesSince is the heartbeat, on Redis's clock as now is, after which a
+// node counts as alive at a check: nodeSilence before now, or, for
+// nodeSilence after an outage (the front end heard nothing from Redis
+// for longer than a heartbeat), nodeSilence before the outage began. The
+// nodes could not beat while Redis did not serve, nor while it froze and
+// its clock went on, and they beat again at their pace, their dials of
+// Redis retried at most once a second: a node alive when Redis went
+// counts until it has had the time to. One that died meanwhile counts
+// that long too; the items sent for it wait for another node, or fail
+// once no node is left (see failWhenGone). It requires that checkMu is
+// held.
+func (fe *FrontEnd) nodesSince(now time.Time) time.Time {
+	if gap := time.Since(fe.refreshed); !fe.refreshed.IsZero() && gap > heartbeat {
+		fe.graceSince = now.Add(-gap - nodeSilence)
+		fe.graceUntil = time.Now().Add(nodeSilence)
+	}
+	if time.Now().Before(fe.graceUntil) {
+		return fe.graceSince
+	}
+	return now.Add(-nodeSilence)
+}
+
 // noteRefreshed records that a check refreshed the reply stream's TTL at
 // now, and the span before it when that was longer than the TTL. It
 // requires that checkMu is held.
@@ -2066,7 +2124,7 @@ func (fe *FrontEnd) check(ctx context.Context) error {
 	defer fe.checkMu.Unlock()
 	began := time.Now()
 	err := fe.checkOnce(ctx, began)
-	if stall, stalled := stalledThrough(err, began, checkTimeout); stalled && ctx.Err() == nil {
+	if stall, stalled := fe.stalls.through(err, began); stalled && ctx.Err() == nil {
 		// The front end, not Redis, did not run: its answer waits unread
 		// on a connection whose time ran out meanwhile. Redis is asked
 		// again before it is taken for down.
@@ -2084,7 +2142,7 @@ func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time) error {
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
 	if err := fe.probe.check(ctx, fe.rdb, fe.where); err != nil {
-		if _, stalled := stalledThrough(err, began, checkTimeout); !stalled {
+		if _, stalled := fe.stalls.through(err, began); !stalled {
 			fe.markDown(err)
 		}
 		return err
@@ -2092,7 +2150,7 @@ func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time) error {
 	fe.clock.ensure(ctx, fe.rdb)
 	pipe := fe.rdb.Pipeline()
 	timeCmd, sent := fe.clock.timeCmd(ctx, pipe)
-	since := "(" + unixMs(fe.clock.now().Add(-nodeSilence))
+	since := "(" + unixMs(fe.nodesSince(fe.clock.now()))
 	nodes := pipe.ZCount(ctx, fe.k.nodes, since, "+inf")
 	leaving := pipe.ZCount(ctx, fe.k.leaving, since, "+inf")
 	backlog := pipe.XLen(ctx, fe.k.items)
@@ -2129,15 +2187,78 @@ func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time) error {
 		case brokenConn(err):
 			err = fmt.Errorf("the connection closed at once (%w): is redis at its maxclients, a proxy before it without its backend, or a TLS port reached without rediss://?", err)
 		}
-		if _, stalled := stalledThrough(err, began, checkTimeout); !stalled {
+		if _, stalled := fe.stalls.through(err, began); !stalled {
 			fe.markDown(err)
 		}
 		return fmt.Errorf("redis at %s: %w", fe.where, err)
 	}
 	fe.clock.observe(timeCmd, sent)
 	fe.noteRefreshed(time.Now())
+	// Before the check's results are taken in: a front end is found
+	// ready once it has looked at what these look at (and warned).
+	fe.lookAtEviction(ctx)
+	if !fe.admitProbed || fe.admitRefused.Load() != nil {
+		fe.probeAdmission(ctx)
+	}
 	fe.noteCheck(model, nodes.Val(), leaving.Val(), backlog.Val(), epoch.Val())
 	return nil
+}
+
+// probeAdmission runs the admission script for no request, which reads
+// what an admission reads, to learn whether Redis lets the front end
+// admit requests (a script run in an epoch past, refused as such, was let
+// run): at the first check, so that a front end whose user
+// lacks a permission is not ready before any request is refused, and then
+// while it is refused, so that it is ready again once an operator has
+// mended it. It requires that checkMu is held.
+func (fe *FrontEnd) probeAdmission(ctx context.Context) {
+	fe.mu.Lock()
+	epoch := fe.epoch
+	fe.mu.Unlock()
+	keys := []string{fe.k.items, fe.k.nodes, fe.k.streams, fe.k.epoch}
+	args := fe.admitArgs(nil, epoch)
+	// Through pipelines, whose connections the check's own are: a lone
+	// command would dial one more.
+	run := func(eval func(redis.Pipeliner) *redis.Cmd) error {
+		var cmd *redis.Cmd
+		_, _ = fe.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			cmd = eval(pipe)
+			return nil
+		})
+		return cmd.Err()
+	}
+	err := run(func(pipe redis.Pipeliner) *redis.Cmd { return admitScript.EvalSha(ctx, pipe, keys, args...) })
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+		err = run(func(pipe redis.Pipeliner) *redis.Cmd { return admitScript.Eval(ctx, pipe, keys, args...) })
+	}
+	switch {
+	case err == nil, redis.HasErrorPrefix(err, "EPOCH"):
+		fe.admitProbed = true
+		if fe.admitRefused.Swap(nil) != nil {
+			fe.cfg.Logger.Info("redis lets this front end admit requests again", "redis", fe.where)
+		}
+	case redis.HasErrorPrefix(err, "NOPERM"):
+		fe.admitProbed = true
+		fe.refuseAdmissions(err)
+	}
+	// Another error (no answer) says nothing of the permissions: the next
+	// check tries again.
+}
+
+// refuseAdmissions notes that Redis refuses the front end's admissions
+// for err, a NOPERM, and logs it once until one goes through.
+func (fe *FrontEnd) refuseAdmissions(err error) {
+	msg := err.Error()
+	if fe.admitRefused.Swap(&msg) == nil {
+		fe.cfg.Logger.Error("redis refuses this front end's admissions of requests: its user lacks a permission; it takes no requests until an operator grants it",
+			"redis", fe.where, "err", err)
+	}
+}
+
+// admissionRefused is the error of a request that Redis at where refuses
+// to admit for msg, a NOPERM.
+func admissionRefused(where, msg string) error {
+	return unavailablef("redis at %s refuses this front end's admissions of requests: %s (its user lacks a permission: it needs the commands and keys the README's \"Many machines\" lists)", where, msg)
 }
 
 // noteCheck takes in what a check read: the prefix's model, the nodes
@@ -2190,21 +2311,6 @@ const checkTimeout = 500 * time.Millisecond
 
 // admitTimeout bounds a round trip of admissions.
 const admitTimeout = 2 * time.Second
-
-// stalledThrough says whether err is a command, begun at began and bounded
-// by bound, that ran out of time because its process (a front end, a
-// node) did not run (a SIGSTOP, a paused virtual machine, starvation):
-// its time ran out long after its bound, when the process ran again, and
-// not because Redis was silent. It returns how long the command took.
-func stalledThrough(err error, began time.Time, bound time.Duration) (time.Duration, bool) {
-	took := time.Since(began)
-	return took, err != nil && timedOut(err) && took > bound+stallMargin
-}
-
-// stallMargin is how far past its bound a command's timeout comes before
-// the process's own stall is blamed: a timer fires within milliseconds
-// of its time on a process that runs.
-const stallMargin = 500 * time.Millisecond
 
 // lostDataLocked fails the calls admitted before the epoch changed and
 // waiting for answers: Redis lost their items (it came back from a restart
@@ -2273,7 +2379,7 @@ func (fe *FrontEnd) fullError() error {
 	if at == 0 || time.Since(time.Unix(0, at)) >= fe.cfg.Outage {
 		return nil
 	}
-	return unavailablef("redis at %s is out of memory and refuses writes (raise its maxmemory, or lower --max-queue): requests cannot be admitted, nor their answers written", fe.where)
+	return unavailablef("redis at %s is out of memory (OOM) and refuses writes (raise its maxmemory, or lower --max-queue): requests cannot be admitted, nor their answers written", fe.where)
 }
 
 // noteFull notes err, a failed command, when it is Redis's refusal of a

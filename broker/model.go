@@ -148,6 +148,6 @@ func (fe *FrontEnd) noteModel(fields []any) error {
 // check that the prefix serves one model.
 func modelRefused(log *slog.Logger, logged *atomic.Bool, key string, err error) {
 	if !logged.Swap(true) {
-		log.Warn("redis refuses the model's key: the check that the front ends and nodes under this prefix serve one model is off (let the user read and write "+key+")", "err", err)
+		log.Warn("redis refuses the model's check: the check that the front ends and nodes under this prefix serve one model is off (let the user run scripts, EVALSHA and EVAL, and read and write "+key+")", "err", err)
 	}
 }

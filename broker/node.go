@@ -89,6 +89,10 @@ type Node struct {
 	// unable is set while the node beats as leaving for want of a
 	// worker that can run (see beat).
 	unable atomic.Bool
+	// refusedOnce holds what the node did that Redis refused for want of
+	// a permission, logged once (see warn).
+	refusedOnce sync.Map
+	stalls      stallWatch // the node's own stalls, from Start until Shutdown is done
 
 	stopOnce sync.Once
 	started  atomic.Bool   // Start was called
@@ -233,6 +237,8 @@ func (n *Node) Start(ctx context.Context) error {
 	if err == nil {
 		err = n.join(ctx)
 	}
+	n.stalls.look(time.Now())
+	n.writer.Go(func() { n.stalls.run(n.stopped) }) // stopped: the writer is done
 	n.writer.Add(1)
 	go n.writeLoop()
 	n.loops.Add(2)
@@ -412,7 +418,7 @@ func (n *Node) read(want int, block bool) (streams []redis.XStream, poison map[s
 // bound. It says whether Redis may have given the node items whose answer
 // the node did not get (see recoverLost).
 func (n *Node) readFailed(err error, began time.Time) (lost bool) {
-	if stall, stalled := stalledThrough(err, began, blockFor+readTimeout); stalled {
+	if stall, stalled := n.stalls.through(err, began); stalled {
 		// Not Redis's fault: the node did not run.
 		n.cfg.Logger.Warn("this node did not run for a while (stopped, or starved of CPU): its read of items ran out of time", "for", stall.Round(time.Millisecond), "node", n.cfg.Name)
 	} else {
@@ -856,7 +862,7 @@ func (n *Node) writeWhole(batch []answerEntry) bool {
 			break
 		}
 		n.stats.writeFailures.Add(1)
-		stall, stalled := stalledThrough(err, began, flushTimeout)
+		stall, stalled := n.stalls.through(err, began)
 		switch {
 		case redis.HasErrorPrefix(err, "NOPERM"):
 			n.refuse(err, len(batch))
@@ -894,9 +900,18 @@ func (n *Node) writeWhole(batch []answerEntry) bool {
 // once, as an error, and then at debug level until it answers again (see
 // reachable): the node's loops fail several times a second meanwhile. So
 // is a Redis out of memory,
-// until it takes a write again. Another error Redis answered is logged
-// each time.
+// until it takes a write again. A permission the node's user lacks
+// (NOPERM) is logged once for each thing the node did, as it does not
+// mend by itself. Another error Redis answered is logged each time.
 func (n *Node) warn(what string, err error) {
+	if redis.HasErrorPrefix(err, "NOPERM") {
+		if _, seen := n.refusedOnce.LoadOrStore(what, true); seen {
+			n.cfg.Logger.Debug(what, "redis", n.where, "err", err)
+			return
+		}
+		n.cfg.Logger.Warn(what+": the node's redis user lacks a permission (the README's \"Many machines\" lists what it needs); logged once", "redis", n.where, "err", err)
+		return
+	}
 	if outOfMemory(err) {
 		if n.full.Swap(true) {
 			n.cfg.Logger.Debug(what, "redis", n.where, "err", err)
@@ -928,10 +943,10 @@ func (n *Node) warn(what string, err error) {
 }
 
 // warnSince is warn for a command begun at began, unless its time ran out
-// because the node did not run (see stalledThrough): that is said as such,
+// because the node did not run (see stallWatch): that is said as such,
 // and not taken for an outage of Redis.
 func (n *Node) warnSince(what string, err error, began time.Time) {
-	if stall, stalled := stalledThrough(err, began, readTimeout); stalled {
+	if stall, stalled := n.stalls.through(err, began); stalled {
 		n.cfg.Logger.Warn("this node did not run for a while (stopped, or starved of CPU): a command ran out of time", "while", what, "for", stall.Round(time.Millisecond), "node", n.cfg.Name)
 		return
 	}
@@ -1170,6 +1185,13 @@ func (n *Node) beat(ctx context.Context) error {
 	pipe.ZRemRangeByScore(ctx, n.k.nodes, "-inf", unixMs(now.Add(-time.Hour)))
 	pipe.ZRemRangeByScore(ctx, n.k.leaving, "-inf", unixMs(now.Add(-time.Hour)))
 	pipe.ZRemRangeByScore(ctx, n.k.poison, "-inf", unixMs(now))
+	// The keys only running nodes prune go by themselves once no node
+	// runs: the lists of nodes and streams an hour after the last beat,
+	// the quarantine once its last entry could have expired.
+	for _, key := range []string{n.k.nodes, n.k.leaving, n.k.streams, n.own} {
+		pipe.Expire(ctx, key, nodeKeysTTL)
+	}
+	pipe.Expire(ctx, n.k.poison, n.cfg.PoisonTTL+heartbeat)
 	poison := pipe.ZRangeWithScores(ctx, n.k.poison, 0, -1)
 	cmds, err := pipe.Exec(ctx)
 	if err = n.clock.pipelineError(cmds, timeCmd, err); err != nil {
@@ -1192,6 +1214,11 @@ func (n *Node) beat(ctx context.Context) error {
 	n.rememberPoison(hashes)
 	return nil
 }
+
+// nodeKeysTTL is how long the lists of nodes (alive, leaving, their own
+// streams) and a node's own stream stay after the last heartbeat of any
+// node under the prefix.
+const nodeKeysTTL = time.Hour
 
 // checkFit asks Redis whether it can serve (see probe), the first time it
 // answers. A Redis found unfit after the start stops the node for good,

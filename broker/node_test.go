@@ -51,6 +51,27 @@ func TestANodeBeatsEverySecond(t *testing.T) {
 // TestShutdownCalledTogetherLeavesOnce: callers that shut a node down at
 // the same moment neither panic nor return before it has left, both the
 // list of live nodes and that of nodes leaving.
+// The keys only running nodes prune (the lists of nodes and their
+// streams, a node's own stream, the quarantine) carry a time to live that
+// each heartbeat renews: once no node runs, they go by themselves.
+func TestTheNodesKeysGoWhenNoNodeRuns(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	n := startNode(t, rs, newRecorder(), 4, nil)
+	rs.Do(t, "ZADD", "streamer:poison", strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10), "a-hash")
+	rs.Do(t, "ZADD", "streamer:leaving", strconv.FormatInt(time.Now().UnixMilli(), 10), "another")
+	ttls := map[string]time.Duration{
+		"streamer:nodes": time.Hour, "streamer:leaving": time.Hour, "streamer:streams": time.Hour,
+		"streamer:items:" + n.Name(): time.Hour, "streamer:poison": 10*time.Minute + time.Second,
+	}
+	for key, want := range ttls {
+		eventually(t, key+" to carry a time to live", func() bool { return rs.Do(t, "PTTL", key) != "-1" })
+		ttl, err := strconv.ParseInt(rs.Do(t, "PTTL", key), 10, 64)
+		if got := time.Duration(ttl) * time.Millisecond; err != nil || got <= 0 || got > want {
+			t.Errorf("%s: PTTL %v, %v; want at most %s", key, got, err, want)
+		}
+	}
+}
+
 func TestShutdownCalledTogetherLeavesOnce(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	n := startNode(t, rs, newRecorder(), 4, nil)
