@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -96,6 +97,9 @@ type brokerParts struct {
 	node  *broker.Node
 	local *supervisor.Streamer
 	opts  brokerOptions
+	// frontStarted is set once the front end's Start has returned: on a
+	// node, after its workers and the node have started.
+	frontStarted atomic.Bool
 }
 
 // brokerParts makes the front end, and the node when st is not nil, of
@@ -168,7 +172,9 @@ func (p *brokerParts) start(ctx context.Context, log *slog.Logger) error {
 			return err
 		}
 	}
-	return p.started(p.front.Start(ctx), log.With("front", p.front.ID()), "front end started without redis; retrying", "front end sending requests through redis")
+	err := p.front.Start(ctx)
+	p.frontStarted.Store(true)
+	return p.started(err, log.With("front", p.front.ID()), "front end started without redis; retrying", "front end sending requests through redis")
 }
 
 // started judges err, what a start of the node or the front end returned:
@@ -212,14 +218,37 @@ func (p *brokerParts) backend() httpapi.Backend {
 	if p.local == nil {
 		return p.front
 	}
-	return nodeBackend{p.front, p.local, p.node}
+	return nodeBackend{p.front, p.local, p.node, &p.frontStarted}
 }
 
 // nodeBackend sends requests through Redis and describes the local workers.
 type nodeBackend struct {
 	*broker.FrontEnd
-	local *supervisor.Streamer
-	node  *broker.Node
+	local        *supervisor.Streamer
+	node         *broker.Node
+	frontStarted *atomic.Bool
+}
+
+// errNodeStarting is a node's answer until its front end has started: it
+// listens while its workers start, as a local server does.
+var errNodeStarting = fmt.Errorf("%w: this node is starting: it takes requests once its workers are up and it has joined redis", supervisor.ErrUnavailable)
+
+// PredictRequest sends the request through Redis, once the node has
+// started.
+func (b nodeBackend) PredictRequest(ctx context.Context, req supervisor.Request) ([][]byte, error) {
+	if !b.frontStarted.Load() {
+		return nil, errNodeStarting
+	}
+	return b.FrontEnd.PredictRequest(ctx, req)
+}
+
+// NotReady says why the node takes no request: it is starting, or what
+// its front end says.
+func (b nodeBackend) NotReady() error {
+	if !b.frontStarted.Load() {
+		return errNodeStarting
+	}
+	return b.FrontEnd.NotReady()
 }
 
 func (b nodeBackend) Slots() []supervisor.SlotStatus { return b.local.Slots() }

@@ -1112,7 +1112,7 @@ func TestBrokerNodeThatMayNotAnswerLeavesItsItemsToAnother(t *testing.T) {
 	brokerLogField(t, limited, "node serving items from redis", "node")
 	// Its user, as one written for an earlier version, may not touch the
 	// model's key: the node serves without that check, saying so.
-	if err := brokerLogField(t, limited, "redis refuses the model's key: the check that the front ends and nodes under this prefix serve one model is off (let the user read and write "+brokerModelKey+")", "err"); !strings.Contains(err, "NOPERM") {
+	if err := brokerLogField(t, limited, "redis refuses the model's check: the check that the front ends and nodes under this prefix serve one model is off (let the user run scripts, EVALSHA and EVAL, and read and write "+brokerModelKey+")", "err"); !strings.Contains(err, "NOPERM") {
 		t.Errorf("the refusal of the model's key logged with %q; want Redis's NOPERM", err)
 	}
 	front := startBrokerFront(t, rs)
@@ -1236,7 +1236,7 @@ func TestBrokerStatusCommand(t *testing.T) {
 		}
 	}
 	out, err = runStatus(t, front.URL())
-	for _, want := range []string{`(?m)^ready +yes$`, `(?m)^redis +up, 1 nodes heard from, backlog 0 of \d+ items$`, `(?m)^front end +duplicate answers 0, withdrawn 0, lost 0$`,
+	for _, want := range []string{`(?m)^ready +yes$`, `(?m)^redis +up, 1 nodes heard from, backlog 0 of \d+ items$`, `(?m)^front end +answers dropped 0 \(late, or second after a claim\), withdrawn 0, lost 0$`,
 		`(?m)^items +answered 3 \(ok 3, `, `(?m)^mean latency +end to end \d+\.\d+ ms$`, `(?m)^workers +none of its own, a front end: its nodes form the batches`} {
 		if err != nil || !regexp.MustCompile(want).MatchString(out) {
 			t.Errorf("streamer status of the front end: %v; lacks %s:\n%s", err, want, out)

@@ -42,3 +42,27 @@ func TestBrokerANodeWhoseWorkersCannotRunAdmitsNothing(t *testing.T) {
 		t.Errorf("once the worker is back: %s, %v; want 200", p, err)
 	}
 }
+
+// TestBrokerANodeStartingSaysSo: a node listens while its workers start,
+// as a local server does, and says so to a request and on /readyz, rather
+// than blaming its front end or Redis, which serves; once started, it
+// serves.
+func TestBrokerANodeStartingSaysSo(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	node := launchServer(t, "--broker", rs.URL(), "--workers", "1", "--model", "chaos:init-delay=3s", "--log-format", "json")
+	waitFor(t, "the node to listen", brokerWait, func() bool {
+		status, _, err := node.get("/healthz")
+		return err == nil && status == http.StatusOK
+	})
+	status, body, err := node.get("/readyz")
+	if err != nil || status != http.StatusServiceUnavailable || !strings.Contains(string(body), "this node is starting") {
+		t.Errorf("GET /readyz while the workers start: %d %s, %v; want 503 saying the node is starting", status, body, err)
+	}
+	if p, err := predictWithin(node, 5*time.Second, 0, "early"); err != nil || p.Status != http.StatusServiceUnavailable || !strings.Contains(p.Error, "this node is starting") {
+		t.Errorf("a request while the workers start: %s, %v; want 503 saying the node is starting", p, err)
+	}
+	waitReadyz(t, node, http.StatusOK)
+	if p, err := predictWithin(node, requestTimeout, 0, "later"); err != nil || p.Status != http.StatusOK {
+		t.Errorf("once started: %s, %v; want 200", p, err)
+	}
+}

@@ -157,8 +157,12 @@ func (r statusReport) print(out io.Writer) error {
 	}
 	if b := r.broker; b != nil && b.FrontEnd != nil {
 		f := b.FrontEnd
-		fmt.Fprintf(w, "redis\t%s, %d nodes heard from, backlog %d of %d items\n", upDown(f.RedisUp), f.Nodes, f.Backlog, f.MaxBacklog)
-		fmt.Fprintf(w, "front end\tduplicate answers %d, withdrawn %d, lost %d\n", f.Duplicates, f.Withdrawn, f.Lost)
+		if f.RedisUp {
+			fmt.Fprintf(w, "redis\tup, %d nodes heard from, backlog %d of %d items\n", f.Nodes, f.Backlog, f.MaxBacklog)
+		} else {
+			fmt.Fprintf(w, "redis\tdown: no node heard from; backlog %d of %d items when last seen\n", f.Backlog, f.MaxBacklog)
+		}
+		fmt.Fprintf(w, "front end\tanswers dropped %d (late, or second after a claim), withdrawn %d, lost %d\n", f.Duplicates, f.Withdrawn, f.Lost)
 	}
 	if b := r.broker; b != nil && b.Node != nil {
 		n := b.Node
@@ -210,13 +214,6 @@ func (r statusReport) print(out io.Writer) error {
 // workers of its own.
 func (r statusReport) frontEnd() bool {
 	return r.broker != nil && r.broker.FrontEnd != nil && r.broker.Node == nil
-}
-
-func upDown(b bool) string {
-	if b {
-		return "up"
-	}
-	return "down"
 }
 
 // meanMs is a histogram's mean in milliseconds, or "-" when it is empty.
