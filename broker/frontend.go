@@ -706,9 +706,9 @@ func (fe *FrontEnd) verdict(ctx context.Context, c *call, timeout <-chan time.Ti
 // givenUp is the error of a call whose ctx ended, when.
 func givenUp(ctx context.Context, when string) error {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return fmt.Errorf("%w: %s: %v", supervisor.ErrDeadline, when, ctx.Err())
+		return fmt.Errorf("%w: %s, by the caller's deadline", supervisor.ErrDeadline, when)
 	}
-	return fmt.Errorf("%w: %s: %v", supervisor.ErrCanceled, when, ctx.Err())
+	return fmt.Errorf("%w: the caller left %s", supervisor.ErrCanceled, when)
 }
 
 // awaitFirstLook waits, for a request that comes as the front end starts

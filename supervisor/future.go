@@ -187,9 +187,9 @@ func (f *Future) await(ctx context.Context, ready <-chan struct{}) error {
 		return fmt.Errorf("%w: no answer by the request's deadline", ErrDeadline)
 	case <-ctx.Done():
 		if ctx.Err() == context.DeadlineExceeded {
-			return fmt.Errorf("%w: %v", ErrDeadline, ctx.Err())
+			return fmt.Errorf("%w: no answer by the caller's deadline", ErrDeadline)
 		}
-		return fmt.Errorf("%w: %v", ErrCanceled, ctx.Err())
+		return fmt.Errorf("%w: the caller left before the answer", ErrCanceled)
 	}
 }
 
