@@ -324,13 +324,7 @@ func TestBrokerNodeSIGTERMUnderLoadHandsOverCleanly(t *testing.T) {
 // allowance (a second); a new request meanwhile gets 503 at once, as no
 // node would read it.
 func TestBrokerLastNodeSIGTERMAnswersWhatItHolds(t *testing.T) {
-	rs := redistest.Start(t, redistest.Options{})
-	node := startBrokerNode(t, rs, "--workers", "1", "--model", "sleep:2500ms,0s")
-	name := brokerLogField(t, node, "node serving items from redis", "node")
-	front := startBrokerFront(t, rs)
-	waitReadyz(t, front, http.StatusOK)
-	held := predictLater(front, 10*time.Second, "held")
-	waitFor(t, "the node to hold the item", brokerWait, func() bool { return len(redisPending(t, rs, name)) == 1 })
+	node, front, held := oneItemHeld(t, "sleep:2500ms,0s")
 	if err := node.signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -1363,13 +1357,7 @@ func TestBrokerFrontEndStalledPastItsReplyTTL(t *testing.T) {
 // request it holds is answered, it says why it did nothing, and it takes
 // new requests. SIGHUP's default would end the process.
 func TestBrokerFrontEndServesOnThroughSIGHUP(t *testing.T) {
-	rs := redistest.Start(t, redistest.Options{})
-	node := startBrokerNode(t, rs, "--workers", "1", "--model", "sleep:1500ms,0s")
-	name := brokerLogField(t, node, "node serving items from redis", "node")
-	front := startBrokerFront(t, rs)
-	waitReadyz(t, front, http.StatusOK)
-	held := predictLater(front, 10*time.Second, "held")
-	waitFor(t, "the node to hold the item", brokerWait, func() bool { return len(redisPending(t, rs, name)) == 1 })
+	_, front, held := oneItemHeld(t, "sleep:1500ms,0s")
 	if err := front.signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
@@ -1388,4 +1376,19 @@ func TestBrokerFrontEndServesOnThroughSIGHUP(t *testing.T) {
 	if front.exited() {
 		t.Fatalf("the front end exited:\n%s", front.logs())
 	}
+}
+
+// oneItemHeld runs a node of one worker of model, and a front end, on a
+// Redis of their own, and sends the item "held" (its outcome comes on
+// held); it returns once the node holds the item.
+func oneItemHeld(t *testing.T, model string) (node, front *server, held <-chan predicted) {
+	t.Helper()
+	rs := redistest.Start(t, redistest.Options{})
+	node = startBrokerNode(t, rs, "--workers", "1", "--model", model)
+	name := brokerLogField(t, node, "node serving items from redis", "node")
+	front = startBrokerFront(t, rs)
+	waitReadyz(t, front, http.StatusOK)
+	held = predictLater(front, 10*time.Second, "held")
+	waitFor(t, "the node to hold the item", brokerWait, func() bool { return len(redisPending(t, rs, name)) == 1 })
+	return node, front, held
 }
