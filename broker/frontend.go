@@ -114,10 +114,11 @@ type FrontEnd struct {
 	// keys it reads and writes), or nil while they may go through;
 	// admitProbed, under checkMu, that a check has tried one since the
 	// start (see probeAdmission).
-	admitRefused atomic.Pointer[string]
-	admitProbed  bool
-	eviction     evictionLook // under checkMu
-	stalls       stallWatch   // the front end's own stalls, from Start until Close
+	admitRefused  atomic.Pointer[string]
+	admitProbed   bool
+	admitProbedAt time.Time    // when the last probe ran, under checkMu
+	eviction      evictionLook // under checkMu
+	stalls        stallWatch   // the front end's own stalls, from Start until Close
 	// mismatch says why the front end takes no requests: the nodes serve a
 	// model that reads items otherwise than it writes them; nil while
 	// they agree (see noteModel). modelErr is that, as the last check
@@ -1488,28 +1489,7 @@ func (fe *FrontEnd) tell(chunk []*call, cmd *redis.Cmd, epoch string, began time
 		err = fmt.Errorf("the admission script answered %d verdicts for %d requests", len(verdicts), len(chunk))
 	}
 	if err != nil {
-		stall, stalled := fe.stalls.through(err, began)
-		if !stalled {
-			fe.noteDown(err)
-		}
-		switch {
-		case stalled:
-			// Redis has answered by now, unread: the items, if any, are
-			// withdrawn as those of any admission without an answer.
-			err = unavailablef("this front end did not run for %s (stopped, or starved of CPU) while its request's admission waited for redis at %s's answer: send it again", stall.Round(time.Millisecond), fe.where)
-		case brokenConn(err):
-			// Redis may have run it: its items, if any, are withdrawn
-			// (see noteUnanswered), not admitted again, which could run
-			// them twice.
-			err = unavailablef("redis at %s: the connection closed under the request's admission (%v): killed, or redis restarting? send it again", fe.where, err)
-		case outOfMemory(err) && fe.fullError() != nil:
-			err = fe.fullError()
-		case redis.HasErrorPrefix(err, "NOPERM"):
-			fe.refuseAdmissions(err)
-			err = admissionRefused(fe.where, err.Error())
-		default:
-			err = unavailablef("redis at %s: %v", fe.where, err)
-		}
+		err = fe.admissionFailed(err, began)
 		fe.mu.Lock()
 		for _, c := range chunk {
 			// Withdrawn, if Redis ran it, unless an answer came already:
@@ -1523,51 +1503,83 @@ func (fe *FrontEnd) tell(chunk []*call, cmd *redis.Cmd, epoch string, began time
 		return
 	}
 	for i, c := range chunk {
-		var err error
-		switch v := verdicts[i].(type) {
-		case []any:
-			var stream string
-			if len(v) > 0 {
-				stream, _ = v[0].(string)
-				v = v[1:]
-			}
-			ids := make([]string, len(v))
-			for j, id := range v {
-				ids[j], _ = id.(string)
-			}
-			fe.mu.Lock()
-			c.stream, c.ids, c.epoch = stream, ids, epoch
-			answered := c.left == 0 && c.failure == nil
-			switch {
-			case epoch != fe.epoch && !answered:
-				// Redis lost its data since: the items are gone, but
-				// for those answered already.
-				fe.decideLocked(c, c.left < len(c.items))
-				fe.failLocked(c, fe.lostError())
-			case c.gaveUp, fe.calls[c.seq] != c && !answered:
-				// Its caller left meanwhile, or was told no (an outage):
-				// counted as admitted, as they may well run.
-				fe.decideLocked(c, true)
-				fe.withdraw(stream, ids)
-			default:
-				// Waiting for its answers, or answered already: a node
-				// may answer before the writer reads the verdict.
-				fe.decideLocked(c, true)
-			}
-			fe.mu.Unlock()
-		default: // -1: refused
-			fe.mu.Lock()
-			fe.decideLocked(c, false)
-			fe.mu.Unlock()
-			err = fmt.Errorf("%w: the shared backlog is at its limit of %d items", supervisor.ErrOverloaded, fe.cfg.MaxBacklog)
-			// The backlog is past its limit less this request's items:
-			// full for all requests only when it took one item to refuse.
-			if least := int64(fe.cfg.MaxBacklog - len(c.items) + 1); fe.backlog.Load() < least {
-				fe.backlog.Store(least)
-			}
-		}
-		c.admitted <- err
+		c.admitted <- fe.takeVerdict(c, verdicts[i], epoch)
 	}
+}
+
+// admissionFailed is what the callers of an admission begun at began that
+// failed for err are told; a Redis that did not answer is noted down,
+// unless the front end itself did not run meanwhile.
+func (fe *FrontEnd) admissionFailed(err error, began time.Time) error {
+	stall, stalled := fe.stalls.through(err, began)
+	if !stalled {
+		fe.noteDown(err)
+	}
+	switch {
+	case stalled:
+		// Redis has answered by now, unread: the items, if any, are
+		// withdrawn as those of any admission without an answer.
+		return unavailablef("this front end did not run for %s (stopped, or starved of CPU) while its request's admission waited for redis at %s's answer: send it again", stall.Round(time.Millisecond), fe.where)
+	case brokenConn(err):
+		// Redis may have run it: its items, if any, are withdrawn (see
+		// noteUnanswered), not admitted again, which could run them
+		// twice.
+		return unavailablef("redis at %s: the connection closed under the request's admission (%v): killed, or redis restarting? send it again", fe.where, err)
+	case outOfMemory(err) && fe.fullError() != nil:
+		return fe.fullError()
+	case redis.HasErrorPrefix(err, "NOPERM"):
+		fe.refuseAdmissions(err)
+		return admissionRefused(fe.where, err.Error())
+	}
+	return unavailablef("redis at %s: %v", fe.where, err)
+}
+
+// takeVerdict takes in the admission script's verdict v on c, run in epoch:
+// its stream and its items' ids when admitted, or -1 when refused (then
+// it returns ErrOverloaded).
+func (fe *FrontEnd) takeVerdict(c *call, v any, epoch string) error {
+	admitted, ok := v.([]any)
+	if !ok { // -1: refused
+		fe.mu.Lock()
+		fe.decideLocked(c, false)
+		fe.mu.Unlock()
+		// The backlog is past its limit less this request's items: full
+		// for all requests only when it took one item to refuse.
+		if least := int64(fe.cfg.MaxBacklog - len(c.items) + 1); fe.backlog.Load() < least {
+			fe.backlog.Store(least)
+		}
+		return fmt.Errorf("%w: the shared backlog is at its limit of %d items", supervisor.ErrOverloaded, fe.cfg.MaxBacklog)
+	}
+	var stream string
+	if len(admitted) > 0 {
+		stream, _ = admitted[0].(string)
+		admitted = admitted[1:]
+	}
+	ids := make([]string, len(admitted))
+	for j, id := range admitted {
+		ids[j], _ = id.(string)
+	}
+	fe.mu.Lock()
+	defer fe.mu.Unlock()
+	c.stream, c.ids, c.epoch = stream, ids, epoch
+	answered := c.left == 0 && c.failure == nil
+	switch {
+	case epoch != fe.epoch && !answered:
+		// Redis lost its data since: the items are gone, but for those
+		// answered already.
+		fe.decideLocked(c, c.left < len(c.items))
+		fe.failLocked(c, fe.lostError())
+	case c.gaveUp, fe.calls[c.seq] != c && !answered:
+		// Its caller left meanwhile, or was told no (an outage): counted
+		// as admitted, as they may well run.
+		fe.decideLocked(c, true)
+		fe.withdraw(stream, ids)
+	default:
+		// Waiting for its answers, or answered already: a node may
+		// answer before the writer reads the verdict.
+		fe.decideLocked(c, true)
+	}
+	return nil
 }
 
 // withdraw deletes from stream the items ids, of a call that ended
@@ -2197,21 +2209,28 @@ func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time) error {
 	// Before the check's results are taken in: a front end is found
 	// ready once it has looked at what these look at (and warned).
 	fe.lookAtEviction(ctx)
-	if !fe.admitProbed || fe.admitRefused.Load() != nil {
+	if !fe.admitProbed || fe.admitRefused.Load() != nil || time.Since(fe.admitProbedAt) >= admitProbeEvery {
 		fe.probeAdmission(ctx)
 	}
 	fe.noteCheck(model, nodes.Val(), leaving.Val(), backlog.Val(), epoch.Val())
 	return nil
 }
 
+// admitProbeEvery is how often a front end that admits makes sure it
+// still may (see probeAdmission): an operator may take a permission away
+// from a running front end, which then says so before a request fails.
+const admitProbeEvery = 5 * time.Second
+
 // probeAdmission runs the admission script for no request, which reads
 // what an admission reads, to learn whether Redis lets the front end
 // admit requests (a script run in an epoch past, refused as such, was let
-// run): at the first check, so that a front end whose user
-// lacks a permission is not ready before any request is refused, and then
-// while it is refused, so that it is ready again once an operator has
-// mended it. It requires that checkMu is held.
+// run): at the first check, so that a front end whose user lacks a
+// permission is not ready before any request is refused; then every
+// admitProbeEvery; and at every check while it is refused, so that it is
+// ready again once an operator has mended it. It requires that checkMu is
+// held.
 func (fe *FrontEnd) probeAdmission(ctx context.Context) {
+	fe.admitProbedAt = time.Now()
 	fe.mu.Lock()
 	epoch := fe.epoch
 	fe.mu.Unlock()

@@ -88,7 +88,8 @@ func TestAFrontEndNamesTheDatabaseItFindsNoNodeIn(t *testing.T) {
 // A front end whose user may not run the admission script (an ACL without
 // the scripting commands) could admit no request: it says so from its
 // first check, before any request, is not ready, logs it once, refuses
-// requests naming the refusal, and takes them again once the user may.
+// requests naming the refusal, and takes them again once the user may;
+// and says so again within seconds when the permission is taken away.
 func TestAFrontEndRedisWillNotLetAdmitIsNotReady(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	fakeGroup(t, rs)
@@ -124,6 +125,13 @@ func TestAFrontEndRedisWillNotLetAdmitIsNotReady(t *testing.T) {
 	onStream(t, rs, 1, "the request admitted") // no node answers it
 	cancel()
 	<-done
+	// Taken away from a front end that admits, it is found out before
+	// any request fails.
+	rs.Do(t, "ACL", "SETUSER", "front", "-@scripting")
+	eventually(t, "the front end says Redis refuses its admissions again", func() bool {
+		err := fe.NotReady()
+		return err != nil && strings.Contains(err.Error(), "refuses this front end's admissions")
+	})
 }
 
 // A user with the permissions the README lists (and no more: no other

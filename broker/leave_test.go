@@ -221,6 +221,12 @@ func TestALeavingNodesCallersAreAnswered(t *testing.T) {
 		left <- n.Shutdown(ctx)
 	}()
 	eventually(t, "the node off the list routes go by", func() bool { return rs.Do(t, "ZSCORE", "streamer:nodes", "leaving") == "" })
+	// The list of nodes leaving, made by this one's beats as it leaves,
+	// goes by itself should every node die now.
+	eventually(t, "the node in the list of nodes leaving", func() bool { return rs.Do(t, "ZSCORE", "streamer:leaving", "leaving") != "" })
+	if ttl := rs.Do(t, "TTL", "streamer:leaving"); ttl == "-1" {
+		t.Error("the list of nodes leaving has no time to live")
+	}
 	// No node would read a new request: it is refused at once.
 	eventually(t, "the front end not ready with only a node leaving", func() bool { return !fe.Ready() })
 	if _, err := predict(t, fe, "new"); !errors.Is(err, supervisor.ErrUnavailable) {

@@ -717,7 +717,11 @@ func (n *Node) quarantine(hash string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	until := n.clock.now().Add(n.cfg.PoisonTTL)
-	if err := n.rdb.ZAdd(ctx, n.k.poison, redis.Z{Score: float64(until.UnixMilli()), Member: hash}).Err(); err != nil {
+	pipe := n.rdb.Pipeline()
+	pipe.ZAdd(ctx, n.k.poison, redis.Z{Score: float64(until.UnixMilli()), Member: hash})
+	// Gone with its last entry, should no node beat again (see beat).
+	pipe.Expire(ctx, n.k.poison, n.cfg.PoisonTTL+heartbeat)
+	if _, err := pipe.Exec(ctx); err != nil {
 		n.cfg.Logger.Warn("share a poison item", "err", err)
 	}
 	n.rememberPoison(map[string]time.Time{hash: until})
@@ -1099,6 +1103,11 @@ func (n *Node) upkeepLoop() {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	lastBeat := time.Now()
+	var beatOK time.Time // when the last beat went through
+	troubled := false    // a beat failed since
+	// quietUntil holds off claims and adoptions after an outage (see
+	// below).
+	var quietUntil time.Time
 	for {
 		var now time.Time
 		select {
@@ -1132,8 +1141,20 @@ func (n *Node) upkeepLoop() {
 				continue // logged by checkModel
 			} else if err != nil {
 				n.warnSince("heartbeat", err, began)
+				troubled = true
 			} else {
 				n.reachable()
+				if troubled || !beatOK.IsZero() && time.Since(beatOK) > 2*heartbeat {
+					// Redis did not serve this node for a while, or
+					// froze, or the node stalled: the other nodes may
+					// not have kept their items nor beaten either,
+					// while their items' idle time and their silence
+					// grew on Redis's clock. Taking their items or their
+					// streams waits until they have had the time to.
+					quietUntil = time.Now().Add(nodeSilence)
+				}
+				troubled = false
+				beatOK = time.Now()
 				lastBeat = now
 				if err := n.forgetGone(ctx); err != nil && ctx.Err() == nil {
 					n.warn("forget gone nodes' consumers", err)
@@ -1146,6 +1167,9 @@ func (n *Node) upkeepLoop() {
 		}
 		if !n.fit(ctx) {
 			continue // claimed items are judged as read ones
+		}
+		if time.Now().Before(quietUntil) {
+			continue
 		}
 		n.takeMu.Lock() // see recoverLost
 		began = time.Now()
@@ -1522,7 +1546,10 @@ func (n *Node) drainBeat(done <-chan struct{}) {
 	defer tick.Stop()
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		if err := n.rdb.ZAdd(ctx, n.k.leaving, redis.Z{Score: float64(n.clock.now().UnixMilli()), Member: n.cfg.Name}).Err(); err != nil {
+		pipe := n.rdb.Pipeline()
+		pipe.ZAdd(ctx, n.k.leaving, redis.Z{Score: float64(n.clock.now().UnixMilli()), Member: n.cfg.Name})
+		pipe.Expire(ctx, n.k.leaving, nodeKeysTTL)
+		if _, err := pipe.Exec(ctx); err != nil {
 			n.warn("heartbeat while leaving", err)
 		}
 		if err := n.keep(ctx); err != nil {

@@ -72,6 +72,54 @@ func TestTheNodesKeysGoWhenNoNodeRuns(t *testing.T) {
 	}
 }
 
+// After Redis froze (here paused) for longer than the nodes' claim idle,
+// the items every node holds have been idle that long on Redis's clock,
+// and the nodes silent (a trial saw a node delete a live one's stream): a node takes none of another's items, nor its
+// stream, until the other has had the time to keep them and beat. The
+// item is run once, by the node that held it.
+func TestNodesTakeNothingOfEachOtherAsRedisComesBackFromAFreeze(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	recs := []*recorder{newRecorder(), newRecorder()}
+	var nodes []*broker.Node
+	for _, rec := range recs {
+		rec.hold["held"] = true
+		nodes = append(nodes, startNode(t, rs, rec, 4, func(c *broker.NodeConfig) { c.ClaimIdle = 500 * time.Millisecond }))
+	}
+	// A front end whose callers wait through the freeze.
+	fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.Outage = time.Minute })
+	eventually(t, "front end ready", fe.Ready)
+	later := predictLater(t, fe, "held")
+	eventually(t, "a node runs the item", func() bool { return recs[0].runs("held")+recs[1].runs("held") == 1 })
+	members := func() string {
+		got := strings.Split(rs.Do(t, "SMEMBERS", "streamer:streams"), "\n")
+		slices.Sort(got)
+		return strings.Join(got, " ")
+	}
+	streams := members()
+	rs.Do(t, "CLIENT", "PAUSE", "3500", "ALL")
+	<-time.After(3500 * time.Millisecond) // the freeze, as Redis's clock goes on
+	// The claims a node would make, many times over.
+	eventually(t, "redis serves again", func() bool { return rs.Do(t, "PING") == "PONG" })
+	<-time.After(2 * time.Second)
+	for _, rec := range recs {
+		close(rec.release)
+	}
+	if a := answerWithin(t, later, 10*time.Second, "the held item's caller got no answer"); a.err != nil {
+		t.Errorf("the held item's caller: %v", a.err)
+	}
+	if runs := recs[0].runs("held") + recs[1].runs("held"); runs != 1 {
+		t.Errorf("the item ran %d times; want once", runs)
+	}
+	for i, n := range nodes {
+		if c := n.Stats().Claimed; c != 0 {
+			t.Errorf("node %d claimed %d items of a live node; want none", i, c)
+		}
+	}
+	if got := members(); got != streams {
+		t.Errorf("the nodes' streams %q after the freeze; want them all still, %q", got, streams)
+	}
+}
+
 func TestShutdownCalledTogetherLeavesOnce(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	n := startNode(t, rs, newRecorder(), 4, nil)
