@@ -813,15 +813,6 @@ func TestItemsOfRequestsFailedForWantOfANodeAreWithdrawn(t *testing.T) {
 // on the stream once Redis answers again: its caller was told no.
 func TestARequestFailedBeforeItsAdmissionIsNotAdmitted(t *testing.T) {
 	rs, fe := frontWithoutNodes(t, func(c *broker.FrontEndConfig) { c.Outage = 300 * time.Millisecond })
-	xadds := func() string {
-		for line := range strings.Lines(rs.Do(t, "INFO", "commandstats")) {
-			if rest, ok := strings.CutPrefix(line, "cmdstat_xadd:calls="); ok {
-				n, _, _ := strings.Cut(rest, ",")
-				return n
-			}
-		}
-		return "0"
-	}
 	// Redis hangs for writes: the first request's admission waits in it,
 	// the second waits for the writer, and the outage fails both. It
 	// hangs until the test has seen that (a pause of a fixed length could
@@ -858,9 +849,9 @@ func TestARequestFailedBeforeItsAdmissionIsNotAdmitted(t *testing.T) {
 	// third, admitted: by its item on the stream the second's turn passed.
 	eventually(t, "front end ready again", fe.Ready)
 	third := predictLater(t, fe, "third")
-	eventually(t, "the third request admitted", func() bool { return xadds() == "2" })
-	if got := xadds(); got != "2" {
-		t.Errorf("%s items put on the stream; want the first, whose admission Redis ran as it resumed, and the third", got)
+	eventually(t, "the third request admitted", func() bool { return itemsAdded(t, rs) == 2 })
+	if got := itemsAdded(t, rs); got != 2 {
+		t.Errorf("%d items put on the stream; want the first, whose admission Redis ran as it resumed, and the third", got)
 	}
 	startNode(t, rs, newRecorder(), 4, nil)
 	if a := <-third; a.err != nil || string(a.out[0]) != "third" {

@@ -221,6 +221,21 @@ type call struct {
 // item leaves its stream once answered. A trim could only ever delete
 // items still waiting or running.
 var admitScript = redis.NewScript(`
+if ARGV[6] == 'probe' then
+  -- For no request: what an admission runs, on the keys it touches, for
+  -- the front end to learn whether its user may (see probeAdmission).
+  redis.call('GET', KEYS[4])
+  redis.call('XLEN', KEYS[1])
+  redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+  local groups = redis.pcall('XINFO', 'GROUPS', KEYS[1])
+  if type(groups) == 'table' and groups.err and not string.find(groups.err, 'no such key') then
+    return redis.error_reply(groups.err)
+  end
+  redis.call('ZSCORE', KEYS[2], '')
+  redis.call('SISMEMBER', KEYS[3], '')
+  redis.call('XADD', ARGV[4] .. '-probe', 'NOMKSTREAM', '*', 'p', '1')
+  return {}
+end
 if redis.call('GET', KEYS[4]) ~= ARGV[5] then
   return redis.error_reply('EPOCH redis lost its data since the front end last checked it')
 end
@@ -783,12 +798,14 @@ func (fe *FrontEnd) unavailable() error {
 			hint = " (its user lacks a permission)"
 		}
 		return unavailablef("redis at %s refuses this front end's reads of its answers on %s, so no request could be answered: %s%s", fe.where, fe.replyKey, *refused, hint)
-	case admitRefused != nil:
-		return admissionRefused(fe.where, *admitRefused)
 	case nodes == 0 && leaving > 0:
 		return unavailablef("no node takes requests on redis at %s, under the key prefix %q: the %d heard from are leaving, or none of their workers can run (their logs say which)", fe.where, fe.cfg.Prefix, leaving)
 	case nodes == 0:
 		return unavailablef("no node is alive on redis at %s, under the key prefix %q: none has beaten within %s, or the last one left (does a node run on this redis and database, under this prefix? its log says why it cannot say it is alive)", fe.where, fe.cfg.Prefix, nodeSilence)
+	case admitRefused != nil:
+		// After the nodes: the calls admitted before, failed once no
+		// node is left, are told that.
+		return admissionRefused(fe.where, *admitRefused)
 	}
 	return nil
 }
@@ -1527,7 +1544,7 @@ func (fe *FrontEnd) admissionFailed(err error, began time.Time) error {
 		return unavailablef("redis at %s: the connection closed under the request's admission (%v): killed, or redis restarting? send it again", fe.where, err)
 	case outOfMemory(err) && fe.fullError() != nil:
 		return fe.fullError()
-	case redis.HasErrorPrefix(err, "NOPERM"):
+	case permissionRefused(err):
 		fe.refuseAdmissions(err)
 		return admissionRefused(fe.where, err.Error())
 	}
@@ -2235,7 +2252,7 @@ func (fe *FrontEnd) probeAdmission(ctx context.Context) {
 	epoch := fe.epoch
 	fe.mu.Unlock()
 	keys := []string{fe.k.items, fe.k.nodes, fe.k.streams, fe.k.epoch}
-	args := fe.admitArgs(nil, epoch)
+	args := append(fe.admitArgs(nil, epoch), "probe")
 	// Through pipelines, whose connections the check's own are: a lone
 	// command would dial one more.
 	run := func(eval func(redis.Pipeliner) *redis.Cmd) error {
@@ -2251,21 +2268,39 @@ func (fe *FrontEnd) probeAdmission(ctx context.Context) {
 		err = run(func(pipe redis.Pipeliner) *redis.Cmd { return admitScript.Eval(ctx, pipe, keys, args...) })
 	}
 	switch {
-	case err == nil, redis.HasErrorPrefix(err, "EPOCH"):
+	case err == nil:
 		fe.admitProbed = true
 		if fe.admitRefused.Swap(nil) != nil {
 			fe.cfg.Logger.Info("redis lets this front end admit requests again", "redis", fe.where)
 		}
-	case redis.HasErrorPrefix(err, "NOPERM"):
+	case permissionRefused(err):
 		fe.admitProbed = true
 		fe.refuseAdmissions(err)
+	case errors.As(err, new(redis.Error)):
+		fe.admitProbed = true // another matter, which requests will meet
 	}
-	// Another error (no answer) says nothing of the permissions: the next
-	// check tries again.
+	// No answer says nothing of the permissions: the next check tries
+	// again.
+}
+
+// permissionRefused says whether err is Redis's refusal of a command, or
+// of a key, to the user: NOPERM, or the same raised inside a script ("ERR
+// The user executing the script can't run this command", "... can't
+// access at least one of the keys").
+func permissionRefused(err error) bool {
+	if redis.HasErrorPrefix(err, "NOPERM") {
+		return true
+	}
+	if !errors.As(err, new(redis.Error)) {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "user executing the script can't run this command") ||
+		strings.Contains(msg, "user executing the script can't access at least one of the keys")
 }
 
 // refuseAdmissions notes that Redis refuses the front end's admissions
-// for err, a NOPERM, and logs it once until one goes through.
+// for err, a refused permission, and logs it once until one goes through.
 func (fe *FrontEnd) refuseAdmissions(err error) {
 	msg := err.Error()
 	if fe.admitRefused.Swap(&msg) == nil {
@@ -2275,7 +2310,7 @@ func (fe *FrontEnd) refuseAdmissions(err error) {
 }
 
 // admissionRefused is the error of a request that Redis at where refuses
-// to admit for msg, a NOPERM.
+// to admit for msg, a refused permission.
 func admissionRefused(where, msg string) error {
 	return unavailablef("redis at %s refuses this front end's admissions of requests: %s (its user lacks a permission: it needs the commands and keys the README's \"Many machines\" lists)", where, msg)
 }

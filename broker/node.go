@@ -38,6 +38,10 @@ type NodeConfig struct {
 	// PoisonTTL is how long an item found to crash the model is refused
 	// by every node. Zero means 10 minutes.
 	PoisonTTL time.Duration
+
+	// beatEvery is how often the node beats: heartbeat, unless a test
+	// set it longer (see SlowBeats).
+	beatEvery time.Duration
 }
 
 // Node reads items from the shared stream through the consumer group,
@@ -89,6 +93,12 @@ type Node struct {
 	// unable is set while the node beats as leaving for want of a
 	// worker that can run (see beat).
 	unable atomic.Bool
+	// beatSoon has a token when the node should beat at once: Redis
+	// serves it again after an outage (see reachable).
+	beatSoon chan struct{}
+	// startUnbeaten is set by Start, before the loops, when its beat
+	// failed: Redis may have been down, and the nodes silent, since.
+	startUnbeaten bool
 	// refusedOnce holds what the node did that Redis refused for want of
 	// a permission, logged once (see warn).
 	refusedOnce sync.Map
@@ -166,6 +176,9 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	if cfg.PoisonTTL == 0 {
 		cfg.PoisonTTL = 10 * time.Minute
 	}
+	if cfg.beatEvery == 0 {
+		cfg.beatEvery = heartbeat
+	}
 	if cfg.Capacity < 0 || cfg.PoisonTTL < 0 {
 		return nil, errors.New("broker: Capacity and PoisonTTL must not be negative")
 	}
@@ -180,14 +193,15 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	k := newKeys(cfg.Prefix)
 	n := &Node{
 		cfg: cfg, rdb: rdb, where: where, k: k, own: k.nodeItems(cfg.Name), s: cfg.Streamer,
-		clock:   &clock{skew: cfg.skew, log: cfg.Logger},
-		held:    map[entry]time.Time{},
-		claimAt: map[string]string{},
-		room:    make(chan struct{}, 1),
-		posted:  make(chan struct{}, 1),
-		stop:    make(chan struct{}),
-		stopped: make(chan struct{}),
-		left:    make(chan struct{}),
+		clock:    &clock{skew: cfg.skew, log: cfg.Logger},
+		held:     map[entry]time.Time{},
+		claimAt:  map[string]string{},
+		room:     make(chan struct{}, 1),
+		beatSoon: make(chan struct{}, 1),
+		posted:   make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		stopped:  make(chan struct{}),
+		left:     make(chan struct{}),
 	}
 	empty := map[string]time.Time{}
 	n.poison.Store(&empty)
@@ -234,6 +248,7 @@ func (n *Node) Start(ctx context.Context) error {
 	// Alive before its stream exists: a node adopts the streams of nodes
 	// it has not heard from.
 	err := n.beat(ctx)
+	n.startUnbeaten = err != nil
 	if err == nil {
 		err = n.join(ctx)
 	}
@@ -908,7 +923,7 @@ func (n *Node) writeWhole(batch []answerEntry) bool {
 // (NOPERM) is logged once for each thing the node did, as it does not
 // mend by itself. Another error Redis answered is logged each time.
 func (n *Node) warn(what string, err error) {
-	if redis.HasErrorPrefix(err, "NOPERM") {
+	if permissionRefused(err) {
 		if _, seen := n.refusedOnce.LoadOrStore(what, true); seen {
 			n.cfg.Logger.Debug(what, "redis", n.where, "err", err)
 			return
@@ -971,9 +986,9 @@ func notServing(err error) bool {
 }
 
 // outOfMemory says whether err is Redis's refusal of a write for want of
-// memory: OOM as a command's reply, or, from Redis 6.2, the same error
-// raised inside a script ("ERR Error running script ... -OOM command not
-// allowed ...").
+// memory: OOM as a command's reply (a script's too, in Redis 7), or, in
+// Redis 6.2, the same error raised inside a script ("ERR Error running
+// script ... -OOM command not allowed ...").
 func outOfMemory(err error) bool {
 	if redis.HasErrorPrefix(err, "OOM") {
 		return true
@@ -986,6 +1001,12 @@ func (n *Node) reachable() {
 	n.broken.Store(false)
 	if n.down.Swap(false) {
 		n.cfg.Logger.Info("redis serves this node again", "redis", n.where)
+		// Front ends count it again once it beats; a Redis restarted
+		// without its data has no list of nodes until then.
+		select {
+		case n.beatSoon <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -1099,19 +1120,22 @@ func (n *Node) upkeepLoop() {
 	defer n.loops.Done()
 	ctx, cancel := n.stopContext()
 	defer cancel()
-	every := min(n.cfg.ClaimIdle/4, heartbeat)
+	every := min(n.cfg.ClaimIdle/4, n.cfg.beatEvery)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	lastBeat := time.Now()
-	var beatOK time.Time // when the last beat went through
-	troubled := false    // a beat failed since
+	var beatOK time.Time        // when the last beat went through
+	troubled := n.startUnbeaten // a beat failed since (Start's too)
 	// quietUntil holds off claims and adoptions after an outage (see
 	// below).
 	var quietUntil time.Time
 	for {
 		var now time.Time
+		soon := false
 		select {
 		case now = <-tick.C:
+		case <-n.beatSoon:
+			now, soon = time.Now(), true
 		case <-n.stop:
 			return
 		}
@@ -1135,7 +1159,7 @@ func (n *Node) upkeepLoop() {
 		// this loop's round trips took (half a tick of slack for its
 		// jitter), and a failed one is tried again at the next tick:
 		// front ends take a node silent for three heartbeats for gone.
-		if now.Sub(lastBeat) >= heartbeat-every/2 {
+		if soon || now.Sub(lastBeat) >= n.cfg.beatEvery-every/2 {
 			began := time.Now()
 			if err := n.beat(ctx); errors.Is(err, ErrModelMismatch) {
 				continue // logged by checkModel
@@ -1144,7 +1168,7 @@ func (n *Node) upkeepLoop() {
 				troubled = true
 			} else {
 				n.reachable()
-				if troubled || !beatOK.IsZero() && time.Since(beatOK) > 2*heartbeat {
+				if troubled || !beatOK.IsZero() && time.Since(beatOK) > 2*n.cfg.beatEvery {
 					// Redis did not serve this node for a while, or
 					// froze, or the node stalled: the other nodes may
 					// not have kept their items nor beaten either,

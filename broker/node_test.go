@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/streamer-dev/streamer/broker"
 	"github.com/streamer-dev/streamer/internal/redistest"
+	"github.com/streamer-dev/streamer/internal/syncbuf"
 	"github.com/streamer-dev/streamer/supervisor"
 )
 
@@ -48,9 +50,6 @@ func TestANodeBeatsEverySecond(t *testing.T) {
 	}
 }
 
-// TestShutdownCalledTogetherLeavesOnce: callers that shut a node down at
-// the same moment neither panic nor return before it has left, both the
-// list of live nodes and that of nodes leaving.
 // The keys only running nodes prune (the lists of nodes and their
 // streams, a node's own stream, the quarantine) carry a time to live that
 // each heartbeat renews: once no node runs, they go by themselves.
@@ -120,6 +119,29 @@ func TestNodesTakeNothingOfEachOtherAsRedisComesBackFromAFreeze(t *testing.T) {
 	}
 }
 
+// A node beats as soon as Redis serves it again after an outage, not at
+// its next heartbeat: a Redis restarted without its data has no list of
+// nodes, and front ends answer 503 until one beats. Here the node's
+// heartbeats are an hour apart.
+func TestANodeBeatsAsSoonAsRedisServesItAgain(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	var logs syncbuf.Buffer
+	n := startNode(t, rs, newRecorder(), 4, func(c *broker.NodeConfig) {
+		broker.SlowBeats(c, time.Hour)
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	if rs.Do(t, "ZSCORE", "streamer:nodes", n.Name()) == "" {
+		t.Fatal("the node did not beat as it started")
+	}
+	rs.Kill()
+	eventually(t, "the node finds redis down", func() bool { return strings.Contains(logs.String(), "redis does not serve this node") })
+	rs.Restart(t) // without its data
+	eventually(t, "the node beats again", func() bool { return rs.Do(t, "ZSCORE", "streamer:nodes", n.Name()) != "" })
+}
+
+// TestShutdownCalledTogetherLeavesOnce: callers that shut a node down at
+// the same moment neither panic nor return before it has left, both the
+// list of live nodes and that of nodes leaving.
 func TestShutdownCalledTogetherLeavesOnce(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	n := startNode(t, rs, newRecorder(), 4, nil)
