@@ -1124,11 +1124,18 @@ func (n *Node) upkeepLoop() {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	lastBeat := time.Now()
-	var beatOK time.Time        // when the last beat went through
-	troubled := n.startUnbeaten // a beat failed since (Start's too)
-	// quietUntil holds off claims and adoptions after an outage (see
-	// below).
+	var beatOK time.Time // when the last beat went through
+	// quietUntil holds off claims and adoptions while Redis does not
+	// serve the node, and for nodeSilence after: Redis was down, or
+	// froze, or the node stalled, and the other nodes may not have kept
+	// their items nor beaten either, while their items' idle time and
+	// their silence grew on Redis's clock. Taking their items or their
+	// streams waits until they have had the time to.
 	var quietUntil time.Time
+	troubled := func() { quietUntil = time.Now().Add(nodeSilence) }
+	if n.startUnbeaten {
+		troubled()
+	}
 	for {
 		var now time.Time
 		soon := false
@@ -1165,19 +1172,12 @@ func (n *Node) upkeepLoop() {
 				continue // logged by checkModel
 			} else if err != nil {
 				n.warnSince("heartbeat", err, began)
-				troubled = true
+				troubled()
 			} else {
 				n.reachable()
-				if troubled || !beatOK.IsZero() && time.Since(beatOK) > 2*n.cfg.beatEvery {
-					// Redis did not serve this node for a while, or
-					// froze, or the node stalled: the other nodes may
-					// not have kept their items nor beaten either,
-					// while their items' idle time and their silence
-					// grew on Redis's clock. Taking their items or their
-					// streams waits until they have had the time to.
-					quietUntil = time.Now().Add(nodeSilence)
+				if !beatOK.IsZero() && time.Since(beatOK) > 2*n.cfg.beatEvery || time.Since(began) > slowTrip {
+					troubled()
 				}
-				troubled = false
 				beatOK = time.Now()
 				lastBeat = now
 				if err := n.forgetGone(ctx); err != nil && ctx.Err() == nil {
@@ -1188,6 +1188,9 @@ func (n *Node) upkeepLoop() {
 		began := time.Now()
 		if err := n.keep(ctx); err != nil {
 			n.warnSince("keep items", err, began)
+			troubled()
+		} else if time.Since(began) > slowTrip {
+			troubled() // it waited in a Redis that froze, or the node stalled
 		}
 		if !n.fit(ctx) {
 			continue // claimed items are judged as read ones
@@ -1262,6 +1265,11 @@ func (n *Node) beat(ctx context.Context) error {
 	n.rememberPoison(hashes)
 	return nil
 }
+
+// slowTrip is how long an upkeep's round trips may take before the node
+// takes Redis for one that froze, or itself for stalled (see upkeepLoop):
+// they take a millisecond or two.
+const slowTrip = 500 * time.Millisecond
 
 // nodeKeysTTL is how long the lists of nodes (alive, leaving, their own
 // streams) and a node's own stream stay after the last heartbeat of any
