@@ -470,12 +470,12 @@ func rssBytes(t *testing.T, pid int) int64 {
 	return 0
 }
 
-// postDiscarding posts body as JSON to /predict and reads the answer into
-// nothing, returning its length: the burst's answers, kept whole by a test
-// built with the race detector, took it longer to take in than the server
-// to send (21 s against 10 s for 48 of 4 MiB), close to the client's
-// timeout on a loaded machine.
-func postDiscarding(s *server, body []byte) (int64, error) {
+// postDiscarding posts body as JSON to /predict with client and reads the
+// answer into nothing, returning its length: the burst's answers, kept
+// whole by a test built with the race detector, took it longer to take in
+// than the server to send (21 s against 10 s for 48 of 4 MiB), close to the
+// client's timeout on a loaded machine.
+func postDiscarding(s *server, client *http.Client, body []byte) (int64, error) {
 	req, err := http.NewRequest(http.MethodPost, s.URL()+"/predict", bytes.NewReader(body))
 	if err != nil {
 		return 0, err
@@ -484,7 +484,7 @@ func postDiscarding(s *server, body []byte) (int64, error) {
 	if s.token != "" {
 		req.Header.Set("Authorization", "Bearer "+s.token)
 	}
-	resp, err := s.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, err
 	}
@@ -501,15 +501,21 @@ func postDiscarding(s *server, body []byte) (int64, error) {
 // seconds rather than at the runtime's periodic collection minutes later.
 func TestMemoryIsGivenBackAfterABurst(t *testing.T) {
 	// The model holds each batch a while, so that the burst's requests are
-	// all in memory at once, however slow the machine.
-	s := startServer(t, "--model", "sleep:300ms,0s", "--workers", "1", "--max-body", "10000000")
+	// all in memory at once, however slow the machine. The burst's 200 MiB
+	// of answers took 16 s to send and read on a loaded VM, and once, at a
+	// load average of 10, over 30 s: the server's write timeout and the
+	// client's are set well past that, as the test is of memory, not speed.
+	const burstTimeout = 2 * time.Minute
+	s := startServer(t, "--model", "sleep:300ms,0s", "--workers", "1", "--max-body", "10000000",
+		"--write-timeout", burstTimeout.String())
+	client := &http.Client{Timeout: burstTimeout}
 	pid := s.cmd.Process.Pid
 	base := rssBytes(t, pid)
 	body := []byte(`{"inputs": ["` + strings.Repeat("m", 4<<20) + `"]}`)
 	var wg sync.WaitGroup
 	for range 48 {
 		wg.Go(func() {
-			if n, err := postDiscarding(s, body); err != nil || n < 4<<20 {
+			if n, err := postDiscarding(s, client, body); err != nil || n < 4<<20 {
 				t.Errorf("burst request: %d bytes of answer, %v", n, err)
 			}
 		})
