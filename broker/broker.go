@@ -47,11 +47,12 @@
 // Redis is never run. An item that crashes one node's model is refused by
 // every node for the quarantine's time. A call whose items Redis lost
 // (restarted without its data, or failed over to a replica that lacked
-// them) fails with ErrUnavailable rather than waiting for ever: see check
-// and lookForLost.
+// them) fails with ErrUnavailable rather than waiting for ever: a front end
+// sees the epoch key change or go, or its items gone from the stream.
 package broker
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
@@ -389,15 +390,39 @@ func negativeDB(s string, db int) error {
 
 // unavailableError is a supervisor.ErrUnavailable whose message says what
 // is unavailable (Redis, or every node) rather than the workers that
-// ErrUnavailable's own text names.
-type unavailableError struct{ msg string }
+// ErrUnavailable's own text names. Its cause, when set, is the error an
+// embedder may test for beside it (ErrModelMismatch, or the context's
+// error of a Start whose context ended).
+type unavailableError struct {
+	msg   string
+	cause error
+}
 
 func (e *unavailableError) Error() string { return "unavailable: " + e.msg }
 
 func (e *unavailableError) Is(target error) bool { return target == supervisor.ErrUnavailable }
 
+func (e *unavailableError) Unwrap() error { return e.cause }
+
 func unavailablef(format string, args ...any) error {
-	return &unavailableError{fmt.Sprintf(format, args...)}
+	return &unavailableError{msg: fmt.Sprintf(format, args...)}
+}
+
+// startError is err, what the Start of a front end or a node met, as
+// Start returns it: as it is when no retry mends it (an unsupported Redis,
+// another model under the prefix); as Refusal words it when Redis refuses
+// the client; and otherwise as supervisor.ErrUnavailable, an outage the
+// front end or node rides out by itself. The last wraps ctx's error only
+// when ctx ended: a check's own time running out is not the caller's.
+func startError(ctx context.Context, err error) error {
+	switch {
+	case err == nil, errors.Is(err, ErrUnsupportedRedis), errors.Is(err, ErrModelMismatch):
+		return err
+	}
+	if refused := Refusal(err); refused != nil {
+		return refused
+	}
+	return &unavailableError{msg: err.Error(), cause: ctx.Err()}
 }
 
 // parseURL parses s, a Redis URL. An @ past the host (in the path, the

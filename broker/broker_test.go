@@ -776,7 +776,9 @@ func TestAHungRedisIsFoundOutByTheNextCheck(t *testing.T) {
 	fakeNode(t, rs)
 	fe := startFront(t, rs, nil)
 	eventually(t, "front end ready", fe.Ready)
-	pause := 1800 * time.Millisecond
+	// Two checks in a row run out of time before Redis is taken for down
+	// (see TestOneLateCheckIsNotAnOutage): up to 1.25 s into the pause.
+	pause := 2500 * time.Millisecond
 	rs.Do(t, "CLIENT", "PAUSE", strconv.FormatInt(pause.Milliseconds(), 10), "ALL")
 	end := time.Now().Add(pause)
 	for fe.Ready() {
@@ -789,6 +791,36 @@ func TestAHungRedisIsFoundOutByTheNextCheck(t *testing.T) {
 		t.Errorf("a request while Redis hangs: %v; want ErrUnavailable saying Redis does not serve, with no answer within the check's time", err)
 	}
 	eventually(t, "ready again once Redis answers", fe.Ready)
+}
+
+// TestOneLateCheckIsNotAnOutage: a check that runs out of time once, as
+// on a loaded machine or a slow link, is made again before Redis is taken
+// for down: taking it for down turned every new request away with 503
+// until the next check. Redis pauses for 900 ms, past one check's 500 ms
+// and short of two.
+func TestOneLateCheckIsNotAnOutage(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fakeNode(t, rs)
+	var logs syncbuf.Buffer
+	fe := startFront(t, rs, func(c *broker.FrontEndConfig) {
+		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	eventually(t, "front end ready", fe.Ready)
+	pause := 900 * time.Millisecond
+	rs.Do(t, "CLIENT", "PAUSE", strconv.FormatInt(pause.Milliseconds(), 10), "ALL")
+	end := time.Now().Add(pause + 500*time.Millisecond)
+	for time.Now().Before(end) {
+		if !fe.Ready() {
+			t.Fatalf("the front end was not ready during a pause of Redis of %s; its log:\n%s", pause, logs.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), "a check of redis ran out of time; checking again") {
+		t.Fatalf("no check ran out of time in a pause of %s, so the test tested nothing; the log:\n%s", pause, logs.String())
+	}
+	if strings.Contains(logs.String(), "redis does not serve") {
+		t.Errorf("the front end took Redis for down after one late check; its log:\n%s", logs.String())
+	}
 }
 
 // A request failed because no node has been heard from has its items

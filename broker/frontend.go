@@ -123,7 +123,7 @@ type FrontEnd struct {
 	// model that reads items otherwise than it writes them; nil while
 	// they agree (see noteModel). modelErr is that, as the last check
 	// found it, under checkMu.
-	mismatch    atomic.Pointer[string]
+	mismatch    atomic.Pointer[error]
 	modelErr    error
 	modelLogged atomic.Bool // a refused read of the model is logged
 	// fullAt is when Redis last refused a write for want of memory, in
@@ -436,12 +436,20 @@ func NewFrontEnd(cfg FrontEndConfig) (*FrontEnd, error) {
 // PREFIX:reply:ID.
 func (fe *FrontEnd) ID() string { return fe.id }
 
-// Start runs the front end: it checks Redis once, within ctx (an error
-// says why it is not reachable, but the front end runs on regardless and
-// keeps trying), then returns, the front end reading its answers and
-// writing requests in the background until Close. A second Start fails
-// with supervisor.ErrStarted, one after Close with
-// supervisor.ErrShuttingDown.
+// Start runs the front end: it checks Redis once, within ctx, then
+// returns, the front end reading its answers and writing requests in the
+// background until Close, whatever the check found: it keeps trying, and
+// is not Ready meanwhile. The check's errors, as errors.Is tells them:
+//   - supervisor.ErrUnavailable: Redis did not serve (wrapping ctx's error
+//     only if ctx ended).
+//   - ErrRefused or ErrUntrusted (see Refusal): Redis refused the client,
+//     which its owner may take for a mistake in the URL, as streamer serve
+//     does, and Close it.
+//   - ErrUnsupportedRedis, or ErrModelMismatch: the nodes under the prefix
+//     serve another model (until they agree, calls fail with an error that
+//     is both ErrModelMismatch and supervisor.ErrUnavailable).
+//   - supervisor.ErrStarted for a second Start, and
+//     supervisor.ErrShuttingDown for one after Close.
 func (fe *FrontEnd) Start(ctx context.Context) error {
 	switch {
 	case fe.closed.Load():
@@ -467,7 +475,7 @@ func (fe *FrontEnd) Start(ctx context.Context) error {
 	go fe.readLoop()
 	fe.withdrawing.Add(1)
 	go fe.withdrawLoop()
-	return err
+	return startError(ctx, err)
 }
 
 // Ready reports whether a request can be served now: Redis answers, lets
@@ -791,7 +799,7 @@ func (fe *FrontEnd) unavailable() error {
 		}
 		return unavailablef("redis at %s does not serve: %s", fe.where, msg)
 	case mismatch != nil:
-		return unavailablef("%s", *mismatch)
+		return &unavailableError{msg: (*mismatch).Error(), cause: *mismatch}
 	case refused != nil:
 		hint := ""
 		if strings.HasPrefix(*refused, "NOPERM") {
@@ -1991,6 +1999,7 @@ func (fe *FrontEnd) checkLoop() {
 		case <-fe.closing:
 			return
 		}
+		began := time.Now()
 		err := fe.check(context.Background())
 		if err == nil {
 			fe.withdrawLeftovers()
@@ -2003,7 +2012,7 @@ func (fe *FrontEnd) checkLoop() {
 		if err == nil {
 			looks.maybeStart(fe)
 		}
-		goneSince = fe.failWhenGone(err == nil, goneSince)
+		goneSince = fe.failWhenGone(err == nil, goneSince, began)
 	}
 }
 
@@ -2024,15 +2033,17 @@ func (fe *FrontEnd) withdrawLeftovers() {
 }
 
 // failWhenGone fails the calls waiting for answers once Redis or the
-// nodes have been gone for Outage (up: the check found Redis serving);
-// goneSince is when they went, zero while they serve, and it returns the
-// next value.
-func (fe *FrontEnd) failWhenGone(up bool, goneSince time.Time) time.Time {
+// nodes have been gone for Outage (up: the check begun at began found
+// Redis serving); goneSince is when they went, zero while they serve, and
+// it returns the next value. They went when the first check that found
+// them gone began: a Redis that hangs is taken for down only when a
+// second check runs out of time too (see check), a second after.
+func (fe *FrontEnd) failWhenGone(up bool, goneSince, began time.Time) time.Time {
 	if up && fe.nodes.Load()+fe.leaving.Load() > 0 && fe.readRefused.Load() == nil && fe.fullError() == nil {
 		return time.Time{}
 	}
 	if goneSince.IsZero() {
-		return time.Now()
+		goneSince = began
 	}
 	if time.Since(goneSince) < fe.cfg.Outage {
 		return goneSince
@@ -2152,21 +2163,31 @@ func (fe *FrontEnd) check(ctx context.Context) error {
 	fe.checkMu.Lock()
 	defer fe.checkMu.Unlock()
 	began := time.Now()
-	err := fe.checkOnce(ctx, began)
-	if stall, stalled := fe.stalls.through(err, began); stalled && ctx.Err() == nil {
+	err := fe.checkOnce(ctx, began, false)
+	stall, stalled := fe.stalls.through(err, began)
+	switch {
+	case ctx.Err() != nil:
+	case stalled:
 		// The front end, not Redis, did not run: its answer waits unread
 		// on a connection whose time ran out meanwhile. Redis is asked
 		// again before it is taken for down.
 		fe.cfg.Logger.Warn("this front end did not run for a while (stopped, or starved of CPU); checking redis again", "for", stall.Round(time.Millisecond), "redis", fe.where)
-		err = fe.checkOnce(ctx, time.Now())
+		err = fe.checkOnce(ctx, time.Now(), true)
+	case timedOut(err):
+		// One answer late, on a loaded machine or a slow link, is not an
+		// outage: taking Redis for down turns every new request away
+		// until the next check. A Redis that hangs is late again.
+		fe.cfg.Logger.Debug("a check of redis ran out of time; checking again", "redis", fe.where, "err", err)
+		err = fe.checkOnce(ctx, time.Now(), true)
 	}
 	return err
 }
 
 // checkOnce is one check, begun at began. A check that ran out of time as
-// the front end stalled does not take Redis for down (see check). It
-// requires that checkMu is held.
-func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time) error {
+// the front end stalled does not take Redis for down, nor a first one
+// that ran out of time, unless final (see check). It requires that
+// checkMu is held.
+func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time, final bool) error {
 	// Its time runs once it has its turn.
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
@@ -2216,7 +2237,7 @@ func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time) error {
 		case brokenConn(err):
 			err = fmt.Errorf("the connection closed at once (%w): is redis at its maxclients, a proxy before it without its backend, or a TLS port reached without rediss://?", err)
 		}
-		if _, stalled := fe.stalls.through(err, began); !stalled {
+		if _, stalled := fe.stalls.through(err, began); !stalled && (final || !timedOut(err)) {
 			fe.markDown(err)
 		}
 		return fmt.Errorf("redis at %s: %w", fe.where, err)

@@ -461,10 +461,12 @@ func TestCallsGivenUpTogetherAreWithdrawnOverFewConnections(t *testing.T) {
 	eventually(t, "every item withdrawn", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "0" })
 	// Two at most, and one more for the client's pool of lone commands,
 	// which may hold none yet (the checks and admissions go through
-	// pipelines, whose connections are apart): one withdrawal each would
-	// take the whole pool.
-	if n := connectionsReceived(t, rs) - dialled - 1; n > 3 { // -1: this look's own
-		t.Errorf("the front end dialled %d connections to withdraw the items of %d callers who left together; want 3 at most", n, callers)
+	// pipelines, whose connections are apart); and a few more on a loaded
+	// machine, where a command that ran out of time drops its connection
+	// (4 seen under the race detector at a load average of 8). One
+	// withdrawal each would take the whole pool of 32.
+	if n := connectionsReceived(t, rs) - dialled - 1; n > 8 { // -1: this look's own
+		t.Errorf("the front end dialled %d connections to withdraw the items of %d callers who left together; want 8 at most, of a pool of 32", n, callers)
 	}
 	if w := fe.FrontEndStats().Withdrawn; w != callers {
 		t.Errorf("%d items withdrawn; want %d", w, callers)

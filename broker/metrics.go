@@ -2,8 +2,9 @@ package broker
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// Collector returns the metrics of a front end and, when node is not nil,
-// of the node beside it, read from their counters when scraped:
+// Collector returns the metrics of a front end and of a node beside it,
+// either of them nil when the process runs none (fe's alone is
+// fe.Metrics()), read from their counters when scraped:
 //
 //	streamer_broker_redis_up                    1 when Redis answered the last check
 //	streamer_broker_nodes                       nodes heard from within 3 s
@@ -43,8 +44,10 @@ type collector struct {
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.up, c.nodes, c.backlog, c.maxBacklog, c.duplicates, c.withdrawn, c.lost, c.offset} {
-		ch <- d
+	if c.fe != nil {
+		for _, d := range []*prometheus.Desc{c.up, c.nodes, c.backlog, c.maxBacklog, c.duplicates, c.withdrawn, c.lost, c.offset} {
+			ch <- d
+		}
 	}
 	if c.node != nil {
 		ch <- c.items
@@ -61,19 +64,21 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
-	fs := c.fe.FrontEndStats()
-	up := 0.0
-	if fs.RedisUp {
-		up = 1
+	if c.fe != nil {
+		fs := c.fe.FrontEndStats()
+		up := 0.0
+		if fs.RedisUp {
+			up = 1
+		}
+		gauge(c.up, up)
+		gauge(c.nodes, float64(fs.Nodes))
+		gauge(c.backlog, float64(fs.Backlog))
+		gauge(c.maxBacklog, float64(fs.MaxBacklog))
+		counter(c.duplicates, fs.Duplicates)
+		counter(c.withdrawn, fs.Withdrawn)
+		counter(c.lost, fs.Lost)
+		gauge(c.offset, float64(fs.ClockOffsetMs)/1000)
 	}
-	gauge(c.up, up)
-	gauge(c.nodes, float64(fs.Nodes))
-	gauge(c.backlog, float64(fs.Backlog))
-	gauge(c.maxBacklog, float64(fs.MaxBacklog))
-	counter(c.duplicates, fs.Duplicates)
-	counter(c.withdrawn, fs.Withdrawn)
-	counter(c.lost, fs.Lost)
-	gauge(c.offset, float64(fs.ClockOffsetMs)/1000)
 	if c.node == nil {
 		return
 	}

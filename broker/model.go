@@ -15,7 +15,14 @@ import (
 // that all those under one key prefix agree: a node of another model
 // would answer the items it reads with its own answers, and a front end
 // that writes items for another model would have them refused, or read
-// their answers wrongly.
+// their answers wrongly. A zero ModelID checks nothing.
+//
+// To share a prefix with front ends or nodes of streamer serve, name the
+// model as it does: Wire "generic" for a built-in model or a plugin, whose
+// items are the HTTP API's generic ones, and Name the --model's runner
+// (as "sleep", "echo"; for a plugin, the runner, a space and the plugin
+// file's base name); for an ONNX model, Wire is "onnx " and the JSON of
+// its inputs and outputs as onnx.Description holds them, and Name "onnx".
 type ModelID struct {
 	// Wire is how items and answers are written on the streams (for
 	// streamer serve, the codec of the HTTP layer: the generic one, or an
@@ -112,7 +119,7 @@ func (n *Node) checkModel(ctx context.Context) error {
 		}
 		return nil
 	}
-	err = mismatch("node", n.where, n.cfg.Prefix, theirs, mine, fmt.Sprintf("give it another --stream-prefix, or stop those nodes first (the prefix keeps their model %s after the last one)", modelTTL))
+	err = mismatch("node", n.where, n.cfg.Prefix, theirs, mine, fmt.Sprintf("give it another key prefix (--stream-prefix; in Go, Config.Prefix), or stop those nodes first (the prefix keeps their model %s after the last one)", modelTTL))
 	msg := err.Error()
 	if n.mismatch.Swap(&msg) == nil {
 		n.cfg.Logger.Error("this node takes no items", "node", n.cfg.Name, "err", err)
@@ -134,9 +141,8 @@ func (fe *FrontEnd) noteModel(fields []any) error {
 		}
 		return nil
 	}
-	err := mismatch("front end", fe.where, fe.cfg.Prefix, theirs, mine, "give it the nodes' --model")
-	msg := err.Error()
-	if fe.mismatch.Swap(&msg) == nil {
+	err := mismatch("front end", fe.where, fe.cfg.Prefix, theirs, mine, "give it the nodes' model (--model; in Go, Config.Model)")
+	if fe.mismatch.Swap(&err) == nil {
 		fe.cfg.Logger.Error("this front end takes no requests", "err", err)
 	}
 	return err

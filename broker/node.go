@@ -226,19 +226,35 @@ func (n *Node) Stats() NodeStats {
 }
 
 // Start joins the consumer group (making it when missing), within ctx,
-// and returns, the node running in the background until Shutdown. An
-// unreachable Redis is reported, and retried. A second Start fails with
-// supervisor.ErrStarted, one after Shutdown with
-// supervisor.ErrShuttingDown.
+// and returns, the node running in the background until Shutdown. Its
+// Streamer must be started first. Its errors:
+//   - supervisor.ErrUnavailable: Redis did not serve (wrapping ctx's error
+//     only if ctx ended); the node runs on, and retries.
+//   - ErrRefused or ErrUntrusted (see Refusal): Redis refused the client;
+//     the node runs on and retries too, but its owner may take it for a
+//     mistake in the URL, as streamer serve does, and shut it down.
+//   - ErrUnsupportedRedis, or ErrModelMismatch (the prefix serves another
+//     model): the start ends there, and the node runs nothing.
+//   - supervisor.ErrStarted for a second Start, and
+//     supervisor.ErrShuttingDown for one after Shutdown.
 func (n *Node) Start(ctx context.Context) error {
 	select {
 	case <-n.stop:
 		return fmt.Errorf("broker: start of node %s after its Shutdown: %w", n.cfg.Name, supervisor.ErrShuttingDown)
 	default:
 	}
+	if !n.s.Started() {
+		return fmt.Errorf("broker: node %s: its Streamer is not started: start it before the node", n.cfg.Name)
+	}
 	if !n.started.CompareAndSwap(false, true) {
 		return fmt.Errorf("broker: node %s: %w", n.cfg.Name, supervisor.ErrStarted)
 	}
+	// A hung Redis holds each command to the client's ReadTimeout: the
+	// start's few are bounded together, and what did not go through is
+	// retried by the node's upkeep.
+	callerCtx := ctx
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
 	if err := n.probe.check(ctx, n.rdb, n.where); err != nil {
 		return err
 	}
@@ -259,8 +275,11 @@ func (n *Node) Start(ctx context.Context) error {
 	n.loops.Add(2)
 	go n.readLoop()
 	go n.upkeepLoop()
-	return err
+	return startError(callerCtx, err)
 }
+
+// startTimeout bounds the Redis commands of a node's Start.
+const startTimeout = readTimeout
 
 // join makes the consumer group on the shared stream and on the node's
 // own, reading from their start so that items put there before it existed
@@ -1453,9 +1472,10 @@ const claimPages = 16
 // Shutdown leaves the list of live nodes (so that front ends stop routing
 // requests to its own stream, and another node adopts what is there),
 // stops reading, and waits until ctx ends for the items held to be
-// answered and acknowledged, unless Redis refuses the node's answers (see
-// refuse). Meanwhile it beats as a node leaving (see drainBeat). Items
-// still held at the end stay in the group for another node to claim.
+// answered and acknowledged, unless Redis refuses the node's answers (its
+// user lacks a permission: see NodeStats.Refused). Meanwhile it beats as a
+// node leaving, in PREFIX:leaving. Items still held at the end stay in the
+// group for another node to claim.
 func (n *Node) Shutdown(ctx context.Context) error {
 	first := false
 	n.stopOnce.Do(func() { first = true; close(n.stop) })

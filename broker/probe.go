@@ -109,8 +109,14 @@ var ErrUntrusted = errors.New("broker: redis's certificate is not trusted")
 // and nil otherwise. At start, this is a mistake in the URL or the flags to report
 // at once; once serving, the same refusal (a password changed on Redis, a
 // certificate replaced) is an outage like any other, which ends when it
-// is mended.
+// is mended. Start returns its errors so worded already, so that
+// errors.Is tells them apart; Refusal returns such an error as it is.
 func Refusal(err error) error {
+	for _, refused := range []error{ErrRefused, ErrUntrusted, ErrUnsupportedRedis} {
+		if errors.Is(err, refused) {
+			return err
+		}
+	}
 	if cert := new(tls.CertificateVerificationError); errors.As(err, &cert) {
 		return fmt.Errorf("%w (is --broker-ca the CA that signed it, or the system's, and the URL's host a name it holds?): %w", ErrUntrusted, err)
 	}

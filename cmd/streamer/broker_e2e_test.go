@@ -819,9 +819,9 @@ func TestBrokerAnotherModelUnderTheSamePrefixIsRefused(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"a node of an ONNX model", []string{"--workers", "1", "--model", "demo"}, `serve "sleep:1ms,0s"; this node serves "demo": give it another --stream-prefix`},
+		{"a node of an ONNX model", []string{"--workers", "1", "--model", "demo"}, `serve "sleep:1ms,0s"; this node serves "demo": give it another key prefix (--stream-prefix`},
 		{"a node of another generic model", []string{"--workers", "1", "--model", "echo"}, `this node serves "echo"`},
-		{"a front end of an ONNX model", []string{"--workers", "0", "--model", "demo"}, `this front end serves "demo": give it the nodes' --model`},
+		{"a front end of an ONNX model", []string{"--workers", "0", "--model", "demo"}, `this front end serves "demo": give it the nodes' model (--model`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := refusedAtStart(t, append(slices.Clone(base), tc.args...))
@@ -832,7 +832,7 @@ func TestBrokerAnotherModelUnderTheSamePrefixIsRefused(t *testing.T) {
 	}
 	waitFor(t, "the demo front end to say why it is not ready", brokerWait, func() bool {
 		status, body, err := demoFront.get("/readyz")
-		return err == nil && status == http.StatusServiceUnavailable && strings.Contains(string(body), "give it the nodes' --model")
+		return err == nil && status == http.StatusServiceUnavailable && strings.Contains(string(body), "give it the nodes' model (--model")
 	})
 	if p, err := predictWithin(demoFront, requestTimeout, 0, []any{5.1, 3.5, 1.4, 0.2}); err != nil || p.Status != http.StatusServiceUnavailable || !strings.Contains(string(p.Body), "sleep:1ms,0s") {
 		t.Errorf("through the demo front end: %s, %v; want 503 naming the nodes' model", p, err)

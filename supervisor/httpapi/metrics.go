@@ -63,6 +63,15 @@ func metricsHandler(backend Backend, requests *requestCounts) http.Handler {
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 }
 
+// Collector returns the metrics /metrics serves of backend (a
+// supervisor.Streamer, or a broker.FrontEnd), read from it when scraped,
+// for an embedder that runs it without this package's HTTP API and
+// registers them on a registry of its own: every streamer_ metric but
+// streamer_requests_total, which counts HTTP requests. A broker front
+// end's own, streamer_broker_, are its Metrics (or broker.Collector), and
+// Go's and the process's are the client library's collectors.
+func Collector(backend Backend) prometheus.Collector { return newCollector(backend, nil) }
+
 // metricser is a Backend with metrics of its own beyond Stats and Slots:
 // one that goes through a broker counts its traffic there.
 type metricser interface{ Metrics() prometheus.Collector }
@@ -120,8 +129,11 @@ func newCollector(backend Backend, requests *requestCounts) *collector {
 
 // Describe sends every metric's description.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	if c.requests != nil {
+		ch <- c.requestsTotal
+	}
 	for _, d := range []*prometheus.Desc{
-		c.requestsTotal, c.itemsTotal, c.batchesTotal, c.batchSize,
+		c.itemsTotal, c.batchesTotal, c.batchSize,
 		c.queueWait, c.compute, c.endToEnd, c.queued, c.inFlight, c.ready,
 		c.restarts, c.crashes, c.slotBatches, c.workerState, c.initS,
 		c.dispatches, c.waitAdded, c.costFitted, c.costFixed, c.costPerItem,
@@ -144,8 +156,10 @@ func (c *collector) collectCounts(ch chan<- prometheus.Metric, st supervisor.Sta
 	counter := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
 	}
-	for i, outcome := range requestOutcomes {
-		counter(c.requestsTotal, float64(c.requests[i].Load()), outcome)
+	if c.requests != nil {
+		for i, outcome := range requestOutcomes {
+			counter(c.requestsTotal, float64(c.requests[i].Load()), outcome)
+		}
 	}
 	// Failed counts every item answered with an error, expired and poisoned
 	// ones too; they are told apart here.

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/streamer-dev/streamer/supervisor"
 )
 
@@ -106,6 +108,31 @@ func TestMetricsOfAnEmptyBackend(t *testing.T) {
 		if !strings.Contains(rec.Body.String(), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+}
+
+// TestCollectorServesAnEmbeddersRegistry: Collector gives an embedder's
+// own registry the backend's streamer_ metrics, those /metrics serves
+// (TestMetrics checks their values), but the count of HTTP requests,
+// which it does not serve.
+func TestCollectorServesAnEmbeddersRegistry(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(Collector(&fakeBackend{ready: true, stats: supervisor.Stats{Answered: 5, Batches: 2}}))
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, f := range families {
+		names[f.GetName()] = true
+	}
+	for _, want := range []string{"streamer_items_total", "streamer_batches_total", "streamer_ready", "streamer_end_to_end_seconds"} {
+		if !names[want] {
+			t.Errorf("the registry lacks %s; it has %v", want, names)
+		}
+	}
+	if names["streamer_requests_total"] {
+		t.Errorf("the registry counts HTTP requests, though none is served: %v", names)
 	}
 }
 

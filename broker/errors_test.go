@@ -1,0 +1,139 @@
+package broker_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/streamer-dev/streamer/broker"
+	"github.com/streamer-dev/streamer/internal/redistest"
+	"github.com/streamer-dev/streamer/model"
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// TestStartErrorsAreToldApartWithErrorsIs: an embedder tells what a
+// Start met with errors.Is alone. Redis down or hung is ErrUnavailable,
+// and not the caller's deadline while that has time left (a check's own
+// timeout was once in the chain); a wrong password is ErrRefused, for a
+// front end and a node alike.
+func TestStartErrorsAreToldApartWithErrorsIs(t *testing.T) {
+	down := redistest.Start(t, redistest.Options{})
+	down.Kill()
+	hung := redistest.Start(t, redistest.Options{})
+	hung.Vanish(t)
+	locked := redistest.Start(t, redistest.Options{Password: "s3cret"})
+	began := time.Now()
+	for _, tc := range []struct {
+		name, url string
+		want      error
+	}{
+		{"redis down", down.URL(), supervisor.ErrUnavailable},
+		{"redis hung", hung.URL(), supervisor.ErrUnavailable},
+		{"a wrong password", "redis://:wrong@" + locked.Addr(), broker.ErrRefused},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			check := func(who string, err error) {
+				t.Helper()
+				if !errors.Is(err, tc.want) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, broker.ErrModelMismatch) {
+					t.Errorf("%s's start: %v; want it to be %v alone", who, err, tc.want)
+				}
+			}
+			fe, err := broker.NewFrontEnd(broker.FrontEndConfig{Config: broker.Config{URL: tc.url}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = fe.Close(context.Background()) })
+			check("a front end", fe.Start(ctx))
+
+			st := startStreamer(t, supervisor.Config{InProcess: echoItems, Workers: 1, BatchSize: 4})
+			node, err := broker.NewNode(broker.NodeConfig{Config: broker.Config{URL: tc.url}, Streamer: st})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = node.Shutdown(context.Background()) })
+			check("a node", node.Start(ctx))
+		})
+	}
+	// Each start is bounded by its own time, not the caller's 30 s: a
+	// node's once waited for a hung Redis three times the client's
+	// ReadTimeout.
+	if took := time.Since(began); took > 20*time.Second {
+		t.Errorf("the starts took %s", took.Round(time.Millisecond))
+	}
+}
+
+// echoItems is a model that answers each item with itself.
+var echoItems = model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) { return items, nil })
+
+// TestANodeOnAStreamerNotStartedIsRefused: a node whose Streamer never
+// started would run nothing, and front ends would blame its workers: its
+// Start says what is missing instead, and succeeds once it is there.
+func TestANodeOnAStreamerNotStartedIsRefused(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	st, err := supervisor.New(supervisor.Config{InProcess: echoItems, Workers: 1, BatchSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Shutdown(context.Background()) })
+	node, err := broker.NewNode(broker.NodeConfig{Config: broker.Config{URL: rs.URL()}, Streamer: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = node.Shutdown(context.Background()) })
+	if err := node.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "Streamer is not started") {
+		t.Fatalf("a node's start on a streamer not started: %v; want a refusal saying so", err)
+	}
+	if err := st.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Start(context.Background()); err != nil {
+		t.Fatalf("the node's start once its streamer runs: %v", err)
+	}
+	fe := startFront(t, rs, nil)
+	answersEventually(t, fe, "x", "the node to answer")
+}
+
+// TestAModelMismatchFoundLaterIsAnErrModelMismatch: a front end started
+// before the nodes of another model fails its calls with an error that is
+// both ErrUnavailable (a 503) and ErrModelMismatch (no retry mends it),
+// as its Start would have, had the nodes been first.
+func TestAModelMismatchFoundLaterIsAnErrModelMismatch(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.Model = broker.ModelID{Wire: "text", Name: "a"} })
+	startNode(t, rs, echoItems, 4, func(c *broker.NodeConfig) { c.Model = broker.ModelID{Wire: "tensors", Name: "b"} })
+	eventually(t, "the front end to find the nodes' model", func() bool {
+		_, err := predict(t, fe, "x")
+		return errors.Is(err, broker.ErrModelMismatch) && errors.Is(err, supervisor.ErrUnavailable)
+	})
+	if fe.Ready() {
+		t.Error("the front end is ready, though the nodes read items otherwise than it writes them")
+	}
+}
+
+// TestANodesMetricsAloneCanBeScraped: Collector(nil, node), for a process
+// that runs a node and no front end, gives the node's metrics and no
+// front end's.
+func TestANodesMetricsAloneCanBeScraped(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	node := startNode(t, rs, echoItems, 4, nil)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(broker.Collector(nil, node))
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("a scrape of a node's metrics alone: %v", err)
+	}
+	var names []string
+	for _, f := range families {
+		names = append(names, f.GetName())
+	}
+	joined := strings.Join(names, " ")
+	if !strings.Contains(joined, "streamer_broker_node_items_total") || strings.Contains(joined, "streamer_broker_backlog_items") {
+		t.Errorf("a node's metrics alone: %s; want the node's, and none of a front end's", joined)
+	}
+}
