@@ -15,15 +15,20 @@ func TestSleepRecoversFromAVeryLateWakeUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.wakeEarly.Store(int64(maxWakeEarly))
-	for range 40 {
+	// Below the cap, not below some figure: how late the kernel wakes a
+	// sleeper is the machine's (1.7 ms on the mean, once, on a loaded
+	// one, and at the cap for 40 batches in a row, once, beside the race
+	// detector's tests). A model that stopped measuring stays at the cap
+	// exactly, however long it runs: up to 2 000 batches are given for
+	// the mean to come down.
+	const batches = 2000
+	for i := range batches {
 		if _, err := m.Predict(context.Background(), [][]byte{{1}}); err != nil {
 			t.Fatal(err)
 		}
+		if i >= 40 && time.Duration(m.wakeEarly.Load()) < maxWakeEarly {
+			return
+		}
 	}
-	// Below the cap, not below some figure: how late the kernel wakes a
-	// sleeper is the machine's (1.7 ms on the mean, once, on a loaded
-	// one); a model that stopped measuring stays at the cap exactly.
-	if early := time.Duration(m.wakeEarly.Load()); early >= maxWakeEarly {
-		t.Fatalf("after 40 batches the model still wakes %v early, its cap, for a 1ms cost; it should have learnt the kernel's real lateness", early)
-	}
+	t.Fatalf("after %d batches the model still wakes %v early, its cap, for a 1ms cost; it should have learnt the kernel's real lateness", batches, time.Duration(m.wakeEarly.Load()))
 }
