@@ -52,6 +52,7 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -412,8 +413,10 @@ func unavailablef(format string, args ...any) error {
 // Start returns it: as it is when no retry mends it (an unsupported Redis,
 // another model under the prefix); as Refusal words it when Redis refuses
 // the client; and otherwise as supervisor.ErrUnavailable, an outage the
-// front end or node rides out by itself. The last wraps ctx's error only
-// when ctx ended: a check's own time running out is not the caller's.
+// front end or node rides out by itself, wrapping err (a connection
+// refused, Redis loading its data) but for a time that ran out: that one
+// wraps the caller's context.DeadlineExceeded only when ctx's deadline
+// passed, as a check's own time running out is not the caller's.
 func startError(ctx context.Context, err error) error {
 	switch {
 	case err == nil, errors.Is(err, ErrUnsupportedRedis), errors.Is(err, ErrModelMismatch):
@@ -422,7 +425,25 @@ func startError(ctx context.Context, err error) error {
 	if refused := Refusal(err); refused != nil {
 		return refused
 	}
-	return &unavailableError{msg: err.Error(), cause: ctx.Err()}
+	cause := err
+	if timedOut(err) {
+		cause = nil
+		if ended(ctx) {
+			cause = cmp.Or(ctx.Err(), context.DeadlineExceeded)
+		}
+	}
+	return &unavailableError{msg: err.Error(), cause: cause}
+}
+
+// ended says whether ctx is done, or its deadline has passed: the client
+// library sets a connection's deadline from ctx's, so a command may fail
+// for that deadline a moment before ctx itself is done.
+func ended(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	deadline, ok := ctx.Deadline()
+	return ok && !time.Now().Before(deadline)
 }
 
 // parseURL parses s, a Redis URL. An @ past the host (in the path, the

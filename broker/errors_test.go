@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -97,6 +98,37 @@ func TestANodeOnAStreamerNotStartedIsRefused(t *testing.T) {
 	}
 	fe := startFront(t, rs, nil)
 	answersEventually(t, fe, "x", "the node to answer")
+}
+
+// TestAJoinCutShortIsMadeAgain: a node whose start made its groups but
+// could not list its own stream (here its user may not SADD; a reply lost
+// on a slow link did it too) joins again at its next beats, until its
+// stream is listed: front ends route callers back only to listed streams.
+func TestAJoinCutShortIsMadeAgain(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	rs.Do(t, "ACL", "SETUSER", "node", "on", ">pw", "~streamer:*", "+@all", "-sadd")
+	u, err := url.Parse(rs.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword("node", "pw")
+	st := startStreamer(t, supervisor.Config{InProcess: echoItems, Workers: 1, BatchSize: 4})
+	node, err := broker.NewNode(broker.NodeConfig{Config: broker.Config{URL: u.String()}, Streamer: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = node.Shutdown(context.Background()) })
+	if err := node.Start(context.Background()); !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("a node's start whose join is refused its last step: %v; want ErrUnavailable saying NOPERM", err)
+	}
+	own := "streamer:items:" + node.Name()
+	if rs.Do(t, "SISMEMBER", "streamer:streams", own) != "0" {
+		t.Fatal("the node's stream is listed, though its user may not list it")
+	}
+	rs.Do(t, "ACL", "SETUSER", "node", "+sadd")
+	eventually(t, "the node's stream listed by a later join", func() bool {
+		return rs.Do(t, "SISMEMBER", "streamer:streams", own) == "1"
+	})
 }
 
 // TestAModelMismatchFoundLaterIsAnErrModelMismatch: a front end started

@@ -40,8 +40,11 @@ type FrontEndConfig struct {
 	// Outage is how long Redis may be unreachable, every node silent, or
 	// the front end's reads of its answers refused, before the requests
 	// waiting for answers fail with
-	// supervisor.ErrUnavailable. New requests fail at once meanwhile.
-	// Zero means 1s.
+	// supervisor.ErrUnavailable, counted from the start of the first
+	// check that found it so (a Redis that hangs is found so by two
+	// checks in a row that get no answer, a second in all: past an Outage
+	// of a second or less, the waiting requests fail as it is found).
+	// New requests fail at once meanwhile. Zero means 1s.
 	Outage time.Duration
 }
 
@@ -440,8 +443,8 @@ func (fe *FrontEnd) ID() string { return fe.id }
 // returns, the front end reading its answers and writing requests in the
 // background until Close, whatever the check found: it keeps trying, and
 // is not Ready meanwhile. The check's errors, as errors.Is tells them:
-//   - supervisor.ErrUnavailable: Redis did not serve (wrapping ctx's error
-//     only if ctx ended).
+//   - supervisor.ErrUnavailable: Redis did not serve (wrapping
+//     context.DeadlineExceeded only if ctx's deadline passed).
 //   - ErrRefused or ErrUntrusted (see Refusal): Redis refused the client,
 //     which its owner may take for a mistake in the URL, as streamer serve
 //     does, and Close it.
@@ -2185,9 +2188,11 @@ func (fe *FrontEnd) check(ctx context.Context) error {
 
 // checkOnce is one check, begun at began. A check that ran out of time as
 // the front end stalled does not take Redis for down, nor a first one
-// that ran out of time, unless final (see check). It requires that
-// checkMu is held.
+// that ran out of time, unless final (see check) or its caller's ctx
+// ended, which leaves no time to check again. It requires that checkMu is
+// held.
 func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time, final bool) error {
+	parent := ctx
 	// Its time runs once it has its turn.
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
@@ -2237,7 +2242,7 @@ func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time, final bool) 
 		case brokenConn(err):
 			err = fmt.Errorf("the connection closed at once (%w): is redis at its maxclients, a proxy before it without its backend, or a TLS port reached without rediss://?", err)
 		}
-		if _, stalled := fe.stalls.through(err, began); !stalled && (final || !timedOut(err)) {
+		if _, stalled := fe.stalls.through(err, began); !stalled && (final || !timedOut(err) || ended(parent)) {
 			fe.markDown(err)
 		}
 		return fmt.Errorf("redis at %s: %w", fe.where, err)

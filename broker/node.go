@@ -99,6 +99,11 @@ type Node struct {
 	// startUnbeaten is set by Start, before the loops, when its beat
 	// failed: Redis may have been down, and the nodes silent, since.
 	startUnbeaten bool
+	// joined is set once a join went through whole: until then the
+	// upkeep joins again after each beat, as a join cut short (its own
+	// stream's group made, and the reply lost) would leave the stream
+	// unlisted, and no front end would route to it.
+	joined atomic.Bool
 	// refusedOnce holds what the node did that Redis refused for want of
 	// a permission, logged once (see warn).
 	refusedOnce sync.Map
@@ -228,15 +233,21 @@ func (n *Node) Stats() NodeStats {
 // Start joins the consumer group (making it when missing), within ctx,
 // and returns, the node running in the background until Shutdown. Its
 // Streamer must be started first. Its errors:
-//   - supervisor.ErrUnavailable: Redis did not serve (wrapping ctx's error
-//     only if ctx ended); the node runs on, and retries.
+//   - supervisor.ErrUnavailable: Redis did not serve (wrapping
+//     context.DeadlineExceeded only if ctx's deadline passed); the node
+//     runs on, and retries.
 //   - ErrRefused or ErrUntrusted (see Refusal): Redis refused the client;
 //     the node runs on and retries too, but its owner may take it for a
 //     mistake in the URL, as streamer serve does, and shut it down.
 //   - ErrUnsupportedRedis, or ErrModelMismatch (the prefix serves another
-//     model): the start ends there, and the node runs nothing.
+//     model): no retry mends it, and the node takes no items (found before
+//     it ran, the start ends there, and the node runs nothing).
+//   - An error naming a Streamer not started, the caller's mistake:
+//     nothing started, and a Start once the Streamer runs may succeed.
 //   - supervisor.ErrStarted for a second Start, and
 //     supervisor.ErrShuttingDown for one after Shutdown.
+//
+// Anything but ErrUnavailable is thus for its owner to act on.
 func (n *Node) Start(ctx context.Context) error {
 	select {
 	case <-n.stop:
@@ -249,24 +260,43 @@ func (n *Node) Start(ctx context.Context) error {
 	if !n.started.CompareAndSwap(false, true) {
 		return fmt.Errorf("broker: node %s: %w", n.cfg.Name, supervisor.ErrStarted)
 	}
-	// A hung Redis holds each command to the client's ReadTimeout: the
-	// start's few are bounded together, and what did not go through is
-	// retried by the node's upkeep.
-	callerCtx := ctx
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
-	if err := n.probe.check(ctx, n.rdb, n.where); err != nil {
+	// A hung Redis holds each command to the client's ReadTimeout: each
+	// step of the start gets that long, the first that gets no answer
+	// leaves the rest to the node's upkeep (which beats, and joins until a
+	// join went through), and a slow link has the time of a step for
+	// each step's few round trips.
+	step := func(f func(context.Context) error) error {
+		sctx, cancel := context.WithTimeout(ctx, startTimeout)
+		defer cancel()
+		err := f(sctx)
+		if ended(sctx) && !ended(ctx) {
+			if err == nil {
+				// The probe says nothing of a Redis that did not answer.
+				err = fmt.Errorf("redis at %s: %w", n.where, context.DeadlineExceeded)
+			}
+			err = fmt.Errorf("%w (no answer within %s)", err, startTimeout)
+		}
 		return err
 	}
-	if err := n.checkModel(ctx); errors.Is(err, ErrModelMismatch) {
+	err := step(func(ctx context.Context) error { return n.probe.check(ctx, n.rdb, n.where) })
+	if errors.Is(err, ErrUnsupportedRedis) {
 		return err
 	}
-	// Alive before its stream exists: a node adopts the streams of nodes
-	// it has not heard from.
-	err := n.beat(ctx)
-	n.startUnbeaten = err != nil
 	if err == nil {
-		err = n.join(ctx)
+		err = step(n.checkModel)
+		if errors.Is(err, ErrModelMismatch) {
+			return err
+		}
+	}
+	n.startUnbeaten = true
+	if err == nil {
+		// Alive before its stream exists: a node adopts the streams of
+		// nodes it has not heard from.
+		err = step(n.beat)
+		n.startUnbeaten = err != nil
+	}
+	if err == nil {
+		err = step(n.join)
 	}
 	n.stalls.look(time.Now())
 	n.writer.Go(func() { n.stalls.run(n.stopped) }) // stopped: the writer is done
@@ -275,10 +305,11 @@ func (n *Node) Start(ctx context.Context) error {
 	n.loops.Add(2)
 	go n.readLoop()
 	go n.upkeepLoop()
-	return startError(callerCtx, err)
+	return startError(ctx, err)
 }
 
-// startTimeout bounds the Redis commands of a node's Start.
+// startTimeout bounds each step of a node's Start: a check of Redis, of
+// the model, a beat, a join.
 const startTimeout = readTimeout
 
 // join makes the consumer group on the shared stream and on the node's
@@ -294,6 +325,7 @@ func (n *Node) join(ctx context.Context) error {
 	if err := n.rdb.SAdd(ctx, n.k.streams, n.own).Err(); err != nil {
 		return fmt.Errorf("broker: list %s on redis at %s: %w", n.own, n.where, err)
 	}
+	n.joined.Store(true)
 	return nil
 }
 
@@ -1201,6 +1233,11 @@ func (n *Node) upkeepLoop() {
 				lastBeat = now
 				if err := n.forgetGone(ctx); err != nil && ctx.Err() == nil {
 					n.warn("forget gone nodes' consumers", err)
+				}
+				if !n.joined.Load() {
+					if err := n.join(ctx); err != nil && ctx.Err() == nil {
+						n.warn("join the nodes' group", err)
+					}
 				}
 			}
 		}

@@ -149,8 +149,9 @@ func throughRedis(ctx context.Context, url string, st *supervisor.Streamer, work
 	stops := []func(context.Context) error{front.Close, node.Shutdown}
 	for _, start := range []func(context.Context) error{node.Start, front.Start} {
 		err := start(ctx)
-		if errors.Is(err, broker.ErrModelMismatch) || broker.Refusal(err) != nil {
-			// Only mending the setup helps: stop.
+		if err != nil && !errors.Is(err, supervisor.ErrUnavailable) {
+			// A refusal, another model under the prefix: only mending
+			// the setup helps, so stop.
 			for _, stop := range stops {
 				_ = stop(context.Background())
 			}
