@@ -87,7 +87,7 @@ func TestANodeOnAStreamerNotStartedIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = node.Shutdown(context.Background()) })
-	if err := node.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "Streamer is not started") {
+	if err := node.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "Streamer is not started, or shut down") {
 		t.Fatalf("a node's start on a streamer not started: %v; want a refusal saying so", err)
 	}
 	if err := st.Start(context.Background()); err != nil {
@@ -98,6 +98,20 @@ func TestANodeOnAStreamerNotStartedIsRefused(t *testing.T) {
 	}
 	fe := startFront(t, rs, nil)
 	answersEventually(t, fe, "x", "the node to answer")
+
+	// One shut down is refused alike: its node would beat as one whose
+	// workers cannot run, for ever.
+	if err := st.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	late, err := broker.NewNode(broker.NodeConfig{Config: broker.Config{URL: rs.URL()}, Streamer: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = late.Shutdown(context.Background()) })
+	if err := late.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "Streamer is not started, or shut down") {
+		t.Errorf("a node's start on a streamer shut down: %v; want a refusal saying so", err)
+	}
 }
 
 // TestAJoinCutShortIsMadeAgain: a node whose start made its groups but

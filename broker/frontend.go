@@ -2487,6 +2487,8 @@ func (fe *FrontEnd) markDown(err error) {
 
 // Close stops admitting requests, waits for those admitted to be answered
 // until ctx ends, then fails the rest with ErrShuttingDown and stops.
+// While Redis hangs, it returns up to about 4 s after ctx ends: it waits
+// for its commands under way, each bounded by its own timeout.
 func (fe *FrontEnd) Close(ctx context.Context) error {
 	if fe.closed.Swap(true) {
 		return nil

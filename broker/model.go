@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -83,15 +84,45 @@ func heldModel(fields []any) (ModelID, bool) {
 // mismatch is the error of a front end or node, serving mine, under a
 // prefix whose nodes serve theirs.
 func mismatch(who, where, prefix string, theirs, mine ModelID, mend string) error {
-	return fmt.Errorf("%w: the nodes under the key prefix %q on redis at %s serve %s; this %s serves %s: %s", ErrModelMismatch, prefix, where, theirs.describe(), who, mine.describe(), mend)
+	return fmt.Errorf("%w: the nodes under the key prefix %q on redis at %s serve %s; this %s serves %s%s: %s",
+		ErrModelMismatch, prefix, where, theirs.describe(), who, mine.describe(), differences(who, theirs, mine), mend)
 }
 
 // describe names m in a message.
 func (m ModelID) describe() string {
-	if m.Label == "" {
+	switch {
+	case m.Label != "":
+		return fmt.Sprintf("%q", m.Label)
+	case m.Name != "":
 		return fmt.Sprintf("%q", m.Name)
 	}
-	return fmt.Sprintf("%q", m.Label)
+	return "a model of no name"
+}
+
+// differences says, for a message, what the check compared and found to
+// differ between theirs and mine, as the names people read (labels) may
+// be alike: how items are written, and, for a node, the model's name.
+func differences(who string, theirs, mine ModelID) string {
+	var d []string
+	if theirs.Wire != mine.Wire {
+		d = append(d, fmt.Sprintf("items written as %s, not %s", clip(theirs.Wire), clip(mine.Wire)))
+	}
+	if who == "node" && theirs.Name != mine.Name {
+		d = append(d, fmt.Sprintf("the model named %q, not %q", theirs.Name, mine.Name))
+	}
+	if len(d) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(d, "; ") + ")"
+}
+
+// clip quotes s for a message, cut to its first 60 bytes: an ONNX model's
+// wire is the JSON of all its inputs and outputs.
+func clip(s string) string {
+	if len(s) > 60 {
+		return fmt.Sprintf("%q…", s[:60])
+	}
+	return fmt.Sprintf("%q", s)
 }
 
 // checkModel has the node's model kept for the prefix, or finds that the

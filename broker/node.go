@@ -242,8 +242,9 @@ func (n *Node) Stats() NodeStats {
 //   - ErrUnsupportedRedis, or ErrModelMismatch (the prefix serves another
 //     model): no retry mends it, and the node takes no items (found before
 //     it ran, the start ends there, and the node runs nothing).
-//   - An error naming a Streamer not started, the caller's mistake:
-//     nothing started, and a Start once the Streamer runs may succeed.
+//   - An error naming a Streamer not started (or shut down), the
+//     caller's mistake: nothing started, and a Start once the Streamer
+//     runs may succeed.
 //   - supervisor.ErrStarted for a second Start, and
 //     supervisor.ErrShuttingDown for one after Shutdown.
 //
@@ -255,7 +256,7 @@ func (n *Node) Start(ctx context.Context) error {
 	default:
 	}
 	if !n.s.Started() {
-		return fmt.Errorf("broker: node %s: its Streamer is not started: start it before the node", n.cfg.Name)
+		return fmt.Errorf("broker: node %s: its Streamer is not started, or shut down: start it before the node", n.cfg.Name)
 	}
 	if !n.started.CompareAndSwap(false, true) {
 		return fmt.Errorf("broker: node %s: %w", n.cfg.Name, supervisor.ErrStarted)
@@ -1512,7 +1513,9 @@ const claimPages = 16
 // answered and acknowledged, unless Redis refuses the node's answers (its
 // user lacks a permission: see NodeStats.Refused). Meanwhile it beats as a
 // node leaving, in PREFIX:leaving. Items still held at the end stay in the
-// group for another node to claim.
+// group for another node to claim. While Redis hangs, it returns up to
+// about 4 s after ctx ends: it waits for its commands under way, and tries
+// to leave the lists of nodes, each bounded by its own timeout.
 func (n *Node) Shutdown(ctx context.Context) error {
 	first := false
 	n.stopOnce.Do(func() { first = true; close(n.stop) })

@@ -471,9 +471,9 @@ func (s *Streamer) Available() bool {
 	return s.everReady.Load() && !s.unavail.Load() && !s.draining.Load()
 }
 
-// Started reports whether Start was called (a Shutdown since included):
-// whether the workers were ever asked to run.
-func (s *Streamer) Started() bool { return s.started.Load() }
+// Started reports whether Start was called, and Shutdown was not: whether
+// the workers were asked to run, and still are.
+func (s *Streamer) Started() bool { return s.started.Load() && !s.draining.Load() }
 
 // Ready reports whether some worker takes batches and the streamer admits work.
 func (s *Streamer) Ready() bool {

@@ -817,16 +817,22 @@ func TestBrokerAnotherModelUnderTheSamePrefixIsRefused(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		args []string
-		want string
+		want []string
 	}{
-		{"a node of an ONNX model", []string{"--workers", "1", "--model", "demo"}, `serve "sleep:1ms,0s"; this node serves "demo": give it another key prefix (--stream-prefix`},
-		{"a node of another generic model", []string{"--workers", "1", "--model", "echo"}, `this node serves "echo"`},
-		{"a front end of an ONNX model", []string{"--workers", "0", "--model", "demo"}, `this front end serves "demo": give it the nodes' model (--model`},
+		{"a node of an ONNX model", []string{"--workers", "1", "--model", "demo"}, []string{
+			`serve "sleep:1ms,0s"; this node serves "demo" (items written as "generic", not "onnx {`,
+			`; the model named "sleep", not "onnx")`, `: give it another key prefix (--stream-prefix`}},
+		{"a node of another generic model", []string{"--workers", "1", "--model", "echo"}, []string{
+			`this node serves "echo" (the model named "sleep", not "echo"): `}},
+		{"a front end of an ONNX model", []string{"--workers", "0", "--model", "demo"}, []string{
+			`this front end serves "demo" (items written as "generic", not "onnx {`, `: give it the nodes' model (--model`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := refusedAtStart(t, append(slices.Clone(base), tc.args...))
-			if !strings.Contains(got, "another model is served under this key prefix") || !strings.Contains(got, tc.want) {
-				t.Errorf("it says %q; want a refusal saying %q", got, tc.want)
+			for _, want := range append([]string{"another model is served under this key prefix"}, tc.want...) {
+				if !strings.Contains(got, want) {
+					t.Errorf("it says %q; want a refusal saying %q", got, want)
+				}
 			}
 		})
 	}

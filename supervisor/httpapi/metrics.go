@@ -69,8 +69,16 @@ func metricsHandler(backend Backend, requests *requestCounts) http.Handler {
 // registers them on a registry of its own: every streamer_ metric but
 // streamer_requests_total, which counts HTTP requests. A broker front
 // end's own, streamer_broker_, are its Metrics (or broker.Collector), and
-// Go's and the process's are the client library's collectors.
-func Collector(backend Backend) prometheus.Collector { return newCollector(backend, nil) }
+// Go's and the process's are the client library's collectors. Two
+// backends of one process (a node's Streamer and a front end) have the
+// same names: register each under a label of its own, through
+// prometheus.WrapRegistererWith. A nil backend panics, as in New.
+func Collector(backend Backend) prometheus.Collector {
+	if backend == nil {
+		panic("httpapi: Collector of a nil Backend")
+	}
+	return newCollector(backend, nil)
+}
 
 // metricser is a Backend with metrics of its own beyond Stats and Slots:
 // one that goes through a broker counts its traffic there.

@@ -136,6 +136,17 @@ func TestCollectorServesAnEmbeddersRegistry(t *testing.T) {
 	}
 }
 
+// A Collector of no backend panics at once, as New does, rather than at
+// every scrape.
+func TestCollectorOfNoBackendPanicsAtOnce(t *testing.T) {
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "nil Backend") {
+			t.Errorf("Collector(nil) recovered %v; want a panic naming the nil Backend", r)
+		}
+	}()
+	Collector(nil)
+}
+
 func TestStatusPageIsServedWhole(t *testing.T) {
 	h := New(Config{Backend: &fakeBackend{}})
 	rec := do(t, h, http.MethodGet, "/", "", nil)
