@@ -1222,6 +1222,8 @@ func (n *Node) upkeepLoop() {
 			began := time.Now()
 			if err := n.beat(ctx); errors.Is(err, ErrModelMismatch) {
 				continue // logged by checkModel
+			} else if err != nil && ctx.Err() != nil {
+				continue // cut short by a stop, not by Redis: the loop ends
 			} else if err != nil {
 				n.warnSince("heartbeat", err, began)
 				troubled()
@@ -1243,7 +1245,9 @@ func (n *Node) upkeepLoop() {
 			}
 		}
 		began := time.Now()
-		if err := n.keep(ctx); err != nil {
+		if err := n.keep(ctx); err != nil && ctx.Err() != nil {
+			continue // cut short by a stop
+		} else if err != nil {
 			n.warnSince("keep items", err, began)
 			troubled()
 		} else if time.Since(began) > slowTrip {
