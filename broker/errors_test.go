@@ -53,12 +53,7 @@ func TestStartErrorsAreToldApartWithErrorsIs(t *testing.T) {
 			check("a front end", fe.Start(ctx))
 
 			st := startStreamer(t, supervisor.Config{InProcess: echoItems, Workers: 1, BatchSize: 4})
-			node, err := broker.NewNode(broker.NodeConfig{Config: broker.Config{URL: tc.url}, Streamer: st})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = node.Shutdown(context.Background()) })
-			check("a node", node.Start(ctx))
+			check("a node", newNode(t, tc.url, st).Start(ctx))
 		})
 	}
 	// Each start is bounded by its own time, not the caller's 30 s: a
@@ -72,6 +67,18 @@ func TestStartErrorsAreToldApartWithErrorsIs(t *testing.T) {
 // echoItems is a model that answers each item with itself.
 var echoItems = model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) { return items, nil })
 
+// newNode makes a node on redisURL for st, not started, shut down when the test
+// ends.
+func newNode(t *testing.T, redisURL string, st *supervisor.Streamer) *broker.Node {
+	t.Helper()
+	node, err := broker.NewNode(broker.NodeConfig{Config: broker.Config{URL: redisURL}, Streamer: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = node.Shutdown(context.Background()) })
+	return node
+}
+
 // TestANodeOnAStreamerNotStartedIsRefused: a node whose Streamer never
 // started would run nothing, and front ends would blame its workers: its
 // Start says what is missing instead, and succeeds once it is there.
@@ -82,11 +89,7 @@ func TestANodeOnAStreamerNotStartedIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Shutdown(context.Background()) })
-	node, err := broker.NewNode(broker.NodeConfig{Config: broker.Config{URL: rs.URL()}, Streamer: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = node.Shutdown(context.Background()) })
+	node := newNode(t, rs.URL(), st)
 	if err := node.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "Streamer is not started, or shut down") {
 		t.Fatalf("a node's start on a streamer not started: %v; want a refusal saying so", err)
 	}
@@ -104,12 +107,7 @@ func TestANodeOnAStreamerNotStartedIsRefused(t *testing.T) {
 	if err := st.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	late, err := broker.NewNode(broker.NodeConfig{Config: broker.Config{URL: rs.URL()}, Streamer: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = late.Shutdown(context.Background()) })
-	if err := late.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "Streamer is not started, or shut down") {
+	if err := newNode(t, rs.URL(), st).Start(context.Background()); err == nil || !strings.Contains(err.Error(), "Streamer is not started, or shut down") {
 		t.Errorf("a node's start on a streamer shut down: %v; want a refusal saying so", err)
 	}
 }
@@ -127,11 +125,7 @@ func TestAJoinCutShortIsMadeAgain(t *testing.T) {
 	}
 	u.User = url.UserPassword("node", "pw")
 	st := startStreamer(t, supervisor.Config{InProcess: echoItems, Workers: 1, BatchSize: 4})
-	node, err := broker.NewNode(broker.NodeConfig{Config: broker.Config{URL: u.String()}, Streamer: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = node.Shutdown(context.Background()) })
+	node := newNode(t, u.String(), st)
 	if err := node.Start(context.Background()); !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), "NOPERM") {
 		t.Fatalf("a node's start whose join is refused its last step: %v; want ErrUnavailable saying NOPERM", err)
 	}
