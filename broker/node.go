@@ -62,7 +62,7 @@ type Node struct {
 	mu   sync.Mutex
 	held map[entry]time.Time // the items held, since when they were last claimed by us
 	// claimAt is where the next claim looks in each stream's pending list
-	// (see claimFrom); the upkeep loop's alone.
+	// (see claimFrom); under takeMu.
 	claimAt map[string]string
 	room    chan struct{} // a token when held shrinks
 
@@ -85,6 +85,11 @@ type Node struct {
 	// takeMu keeps a node's claims and its look for the items of failed
 	// reads apart (see recoverLost).
 	takeMu sync.Mutex
+	// claimDue, when not zero, is the time (unix ns) until which the read
+	// loop makes a claim at its next room, before it reads new items: the
+	// upkeep found items to claim and no room to take them (see
+	// leaveClaim).
+	claimDue atomic.Int64
 	// down is set by a command that got no answer from Redis, and
 	// cleared by one that did (see warn); broken, by a connection that
 	// closed under a command since; full, by a write Redis refused for
@@ -370,6 +375,17 @@ func (n *Node) readLoop() {
 			}
 			lost = false
 			want, block = n.wanted()
+		}
+		if want > 0 && n.claimIsDue() {
+			// Items older than any it would read: see leaveClaim.
+			n.takeMu.Lock()
+			began := time.Now()
+			err := n.claim(ctx)
+			n.takeMu.Unlock()
+			if err != nil && ctx.Err() == nil {
+				n.warnSince("claim items", err, began)
+			}
+			continue
 		}
 		if want <= 0 {
 			// A worker's restart has no event: look again shortly.
@@ -1172,7 +1188,7 @@ func (n *Node) upkeepLoop() {
 	defer n.loops.Done()
 	ctx, cancel := n.stopContext()
 	defer cancel()
-	every := min(n.cfg.ClaimIdle/4, n.cfg.beatEvery)
+	every := n.upkeepEvery()
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	lastBeat := time.Now()
@@ -1184,7 +1200,10 @@ func (n *Node) upkeepLoop() {
 	// their silence grew on Redis's clock. Taking their items or their
 	// streams waits until they have had the time to.
 	var quietUntil time.Time
-	troubled := func() { quietUntil = time.Now().Add(nodeSilence) }
+	troubled := func() {
+		quietUntil = time.Now().Add(nodeSilence)
+		n.claimDue.Store(0)
+	}
 	if n.startUnbeaten {
 		troubled()
 	}
@@ -1458,7 +1477,7 @@ func (n *Node) claimFrom(ctx context.Context, stream string) error {
 		// left to claim them at its next tick.
 		want, _ := n.wanted()
 		if want <= 0 {
-			return nil
+			return n.leaveClaim(ctx, stream)
 		}
 		msgs, next, err := n.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
 			Stream: stream, Group: nodeGroup, Consumer: n.cfg.Name,
@@ -1494,6 +1513,46 @@ func (n *Node) claimFrom(ctx context.Context, stream string) error {
 	}
 	return nil
 }
+
+// leaveClaim is what a claim without room does: when stream holds items
+// to claim, it leaves them to the read loop's next room, which it takes
+// for them before it reads new items. A node whose workers are all busy
+// has room only as a batch ends, and the read loop fills it at once: on
+// the upkeep's ticks alone, a silent node's items waited, behind newer
+// ones, for as long as every node stayed busy (a node killed under load
+// left items unanswered for 20 s and more). Another node, idle, may claim
+// them first.
+func (n *Node) leaveClaim(ctx context.Context, stream string) error {
+	idle, err := n.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
+		Stream: stream, Group: nodeGroup, Idle: n.cfg.ClaimIdle, Start: "-", End: "+", Count: 1,
+	}).Result()
+	switch {
+	case err != nil && redis.HasErrorPrefix(err, "NOGROUP"):
+		return nil // the read loop rejoins, or an adopted stream went
+	case err != nil:
+		return err
+	}
+	if len(idle) > 0 {
+		n.claimSoon()
+	}
+	return nil
+}
+
+// claimSoon has the read loop claim at its next room, if that comes
+// within two of the upkeep's ticks: the upkeep finds the items again
+// meanwhile, unless Redis failed it (then it waits, see upkeepLoop).
+func (n *Node) claimSoon() {
+	n.claimDue.Store(time.Now().Add(2 * n.upkeepEvery()).UnixNano())
+}
+
+// claimIsDue takes the read loop's turn to claim, if there is one.
+func (n *Node) claimIsDue() bool {
+	due := n.claimDue.Load()
+	return due != 0 && n.claimDue.CompareAndSwap(due, 0) && time.Now().UnixNano() < due
+}
+
+// upkeepEvery is how often the upkeep loop looks.
+func (n *Node) upkeepEvery() time.Duration { return min(n.cfg.ClaimIdle/4, n.cfg.beatEvery) }
 
 // notHeld drops from msgs, claimed from stream, the items the node holds
 // already: its own, idle past ClaimIdle in Redis when the node kept them
@@ -1756,7 +1815,13 @@ func (n *Node) adopt(ctx context.Context, streams []string) error {
 func (n *Node) readFrom(ctx context.Context, stream string) error {
 	want, _ := n.wanted() // as claimFrom takes
 	if want <= 0 {
-		return nil
+		// Left to the read loop's next room, as claims are (see
+		// leaveClaim).
+		waiting, err := n.rdb.XLen(ctx, stream).Result()
+		if err == nil && waiting > 0 {
+			n.claimSoon()
+		}
+		return err
 	}
 	streams, err := n.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
 		Group: nodeGroup, Consumer: n.cfg.Name, Streams: []string{stream, ">"}, Count: int64(want), Block: -1,

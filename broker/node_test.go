@@ -3,16 +3,19 @@ package broker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/streamer-dev/streamer/broker"
 	"github.com/streamer-dev/streamer/internal/redistest"
 	"github.com/streamer-dev/streamer/internal/syncbuf"
+	"github.com/streamer-dev/streamer/model"
 	"github.com/streamer-dev/streamer/supervisor"
 )
 
@@ -210,6 +213,75 @@ func TestASilentNodesItemsAreLeftToAnIdleNode(t *testing.T) {
 	close(busy.release)
 	if got := <-held; got.err != nil {
 		t.Errorf("the busy node's item: %v", got.err)
+	}
+}
+
+// TestASilentNodesItemsAreClaimedByABusyNode: a node killed under load
+// leaves its items to nodes whose workers are all busy. Such a node has
+// room only as one of its batches ends, and it had filled that room with
+// new items each time, leaving the silent node's to wait, behind newer
+// ones, for as long as the load lasted (20 s and more through the CLI). It
+// claims them at that room first.
+func TestASilentNodesItemsAreClaimedByABusyNode(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fe := startFront(t, rs, nil)
+	batchCost := model.Func(func(ctx context.Context, items [][]byte) ([][]byte, error) {
+		select {
+		case <-time.After(20 * time.Millisecond):
+			return items, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	})
+	// Room for the batch it runs and the next: 8 items.
+	n := startNodeOn(t, rs, supervisor.Config{InProcess: batchCost, Workers: 1, BatchSize: 4, MaxLatency: time.Millisecond}, nil)
+	eventually(t, "front end ready", fe.Ready)
+
+	// A closed loop of 48 callers keeps the worker busy and items waiting.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for c := range 48 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				item := fmt.Sprintf("%d-%d", c, i)
+				if out, err := predict(t, fe, item); err != nil || len(out) != 1 || string(out[0]) != item {
+					t.Errorf("%s: %q, %v; want it back", item, out, err)
+					return
+				}
+			}
+		})
+	}
+	defer wg.Wait()
+	defer close(stop)
+	eventually(t, "items waiting on the stream", func() bool {
+		waiting, err := strconv.Atoi(rs.Do(t, "XLEN", "streamer:items"))
+		return err == nil && waiting >= 32
+	})
+
+	// A node reads 16 of them and dies.
+	rs.Do(t, "XREADGROUP", "GROUP", "nodes", "dead", "COUNT", "16", "STREAMS", "streamer:items", ">")
+	if got := rs.Do(t, "XPENDING", "streamer:items", "nodes", "-", "+", "100", "dead"); strings.Count(got, "dead") != 16 {
+		t.Fatalf("XPENDING for the dead node says %q; want 16 items", got)
+	}
+	// Claimable after 400 ms, found within 100 ms more, and claimed 4 at
+	// a time as batches of 20 ms end: well within 3 s.
+	deadline := time.Now().Add(3 * time.Second)
+	for n.Stats().Claimed < 16 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the busy node claimed %d of the silent node's 16 items in 3 s, while the load lasted; want all", n.Stats().Claimed)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := rs.Do(t, "XPENDING", "streamer:items", "nodes", "-", "+", "100", "dead"); got != "" {
+		t.Errorf("XPENDING for the dead node says %q after the claims; want nothing", got)
+	}
+	if d := fe.Duplicates(); d != 0 {
+		t.Errorf("the front end dropped %d duplicate answers; want none", d)
 	}
 }
 
