@@ -236,33 +236,18 @@ func TestClientThatNeverReadsIsDropped(t *testing.T) {
 	}
 }
 
-// TestConnectionsBeyondTheCapAreRefused: with --max-connections open, one
-// more connection is answered 503 with a JSON error and closed, once its
-// request has begun to come (an answer before it is dropped by Go's client
-// as a response to no request); once a connection closes, a new one is
-// served.
+// TestConnectionsBeyondTheCapAreRefused: with --max-connections open, none
+// of them idle, one more connection is answered 503 with a JSON error and
+// closed, once its request has begun to come (an answer before it is
+// dropped by Go's client as a response to no request); once a connection
+// closes, a new one is served.
 func TestConnectionsBeyondTheCapAreRefused(t *testing.T) {
 	const limit = 4
 	s := startServer(t, "--model", "echo", "--max-connections", strconv.Itoa(limit))
-	s.client.CloseIdleConnections() // the readiness probe's connection
-	held := make([]net.Conn, limit)
-	for i := range held {
-		// Each is served, so it is counted before the next is opened.
-		s.waitFor(t, "a held connection to be served", readyTimeout, func() bool {
-			conn, err := net.DialTimeout("tcp", s.addr, requestTimeout)
-			if err != nil {
-				return false
-			}
-			fmt.Fprintf(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-			resp, _, err := readRawResponse(conn)
-			if err != nil || resp.StatusCode != http.StatusOK {
-				conn.Close()
-				return false
-			}
-			held[i] = conn
-			return true
-		})
-		defer held[i].Close()
+	held := holdConnections(t, s, limit)
+	for _, conn := range held {
+		// Busy: a request whose body is on its way.
+		fmt.Fprintf(conn, "POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
 	}
 	extra := dialRaw(t, s.addr)
 	_ = extra.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
@@ -294,6 +279,76 @@ func TestConnectionsBeyondTheCapAreRefused(t *testing.T) {
 		p, err := s.tryPredictJSON(map[string]any{"inputs": []any{"after"}})
 		return err == nil && p.Status == http.StatusOK
 	})
+}
+
+// holdConnections opens n connections to s, each served one request and
+// then idle, closed when the test ends. The readiness probe's connection
+// is closed first.
+func holdConnections(t *testing.T, s *server, n int) []net.Conn {
+	t.Helper()
+	s.client.CloseIdleConnections()
+	held := make([]net.Conn, n)
+	for i := range held {
+		// Each is served, so it is counted before the next is opened.
+		s.waitFor(t, "a held connection to be served", readyTimeout, func() bool {
+			conn, err := net.DialTimeout("tcp", s.addr, requestTimeout)
+			if err != nil {
+				return false
+			}
+			fmt.Fprintf(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+			resp, _, err := readRawResponse(conn)
+			if err != nil || resp.StatusCode != http.StatusOK {
+				conn.Close()
+				return false
+			}
+			held[i] = conn
+			return true
+		})
+		t.Cleanup(func() { held[i].Close() })
+	}
+	return held
+}
+
+// TestAnIdleConnectionMakesRoomAtTheCap: with --max-connections open, all
+// idle between requests (a client holding them to keep others out, or a
+// pool larger than it needs), a new connection takes the place of the one
+// idle longest, once it has been for a second: the others stay open and
+// served.
+func TestAnIdleConnectionMakesRoomAtTheCap(t *testing.T) {
+	const limit = 4
+	s := startServer(t, "--model", "echo", "--max-connections", strconv.Itoa(limit))
+	held := holdConnections(t, s, limit)
+	fresh := &http.Client{Timeout: requestTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
+	s.waitFor(t, "a new client to be served at the cap", readyTimeout, func() bool {
+		resp, err := fresh.Post(s.URL()+"/predict", "application/json", strings.NewReader(`{"inputs": ["new"]}`))
+		if err != nil {
+			t.Fatalf("a new client at the cap: %v; want an answer", err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		switch resp.StatusCode {
+		case http.StatusOK:
+			return true
+		case http.StatusServiceUnavailable: // none idle for a second yet
+			if !strings.Contains(string(body), "--max-connections") {
+				t.Fatalf("a new client at the cap: 503 %s; want the cap named", body)
+			}
+			return false
+		}
+		t.Fatalf("a new client at the cap: %d %s; want 200, or 503 until a connection has been idle a second", resp.StatusCode, body)
+		return false
+	})
+	// The first held is the one idle longest.
+	_ = held[0].SetReadDeadline(time.Now().Add(requestTimeout))
+	if n, err := held[0].Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the connection idle longest: read %d bytes, %v; want it closed", n, err)
+	}
+	for i, conn := range held[1:] {
+		fmt.Fprintf(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+		if resp, _, err := readRawResponse(conn); err != nil || resp.StatusCode != http.StatusOK {
+			t.Errorf("held connection %d after the new client: %v; want it open and served", i+1, err)
+		}
+	}
 }
 
 // TestPprofBeyondLoopbackIsWarnedAbout: --pprof on an address other

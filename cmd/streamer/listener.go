@@ -2,7 +2,9 @@ package main
 
 import (
 	"cmp"
+	"container/list"
 	"net"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -38,10 +40,20 @@ var (
 	shutdownRefusal = refusal("shutting down: this server takes no more requests")
 )
 
+// reclaimAfter is how long a keep-alive connection must have been idle,
+// between requests, before a new connection at the cap takes its place: a
+// client in a loop sends its next request sooner, and one that keeps a
+// connection for later can open it again.
+const reclaimAfter = time.Second
+
 // cappedListener holds at most max connections open at once. A connection
-// beyond the cap is accepted, answered 503 and closed, rather than left
-// waiting in the kernel's queue where the client cannot tell a full server
-// from a dead one.
+// beyond the cap takes the place of the one idle longest between requests
+// (for reclaimAfter at least, see track); with none, it is accepted,
+// answered 503 and closed, rather than left waiting in the kernel's queue
+// where the client cannot tell a full server from a dead one. Idle
+// connections held open, by a client that means harm or by a pool larger
+// than it needs, would otherwise keep every new client out until the idle
+// timeout.
 //
 // Before the server closes, quiesce turns every new connection away with a
 // 503 until connections stop coming, so that a client that connects in the
@@ -58,6 +70,17 @@ type cappedListener struct {
 	refusals     int  // under way, at most maxRefusals (or l.maxRefusals)
 	refusalsOver bool // awaitRefusals has begun: a late connection is closed
 	maxRefusals  int  // tests' bound in place of maxRefusals; 0: that
+
+	// The connections idle between requests, the longest idle first.
+	idleMu sync.Mutex
+	idle   list.List // of idleConn
+	idleAt map[net.Conn]*list.Element
+}
+
+// idleConn is a connection idle between requests since a time.
+type idleConn struct {
+	conn  net.Conn
+	since time.Time
 }
 
 func (l *cappedListener) Accept() (net.Conn, error) {
@@ -71,13 +94,51 @@ func (l *cappedListener) Accept() (net.Conn, error) {
 		case l.closing.Load():
 			l.turnAway(conn, shutdownRefusal)
 			continue
-		case l.open.Add(1) > l.max:
+		case l.open.Add(1) > l.max && !l.reclaim():
 			l.open.Add(-1)
 			l.turnAway(conn, overCapRefusal)
 			continue
 		}
 		return &countedConn{Conn: conn, open: &l.open}, nil
 	}
+}
+
+// track is the HTTP server's ConnState hook: it keeps the list of the
+// connections idle between requests.
+func (l *cappedListener) track(conn net.Conn, state http.ConnState) {
+	l.idleMu.Lock()
+	defer l.idleMu.Unlock()
+	if e, ok := l.idleAt[conn]; ok {
+		l.idle.Remove(e)
+		delete(l.idleAt, conn)
+	}
+	if state == http.StateIdle {
+		if l.idleAt == nil {
+			l.idleAt = map[net.Conn]*list.Element{}
+		}
+		l.idleAt[conn] = l.idle.PushBack(idleConn{conn, time.Now()})
+	}
+}
+
+// reclaim closes the connection idle longest, if it has been for
+// reclaimAfter, for a new one over the cap to take its place (counted
+// already); false when none has.
+func (l *cappedListener) reclaim() bool {
+	l.idleMu.Lock()
+	e := l.idle.Front()
+	if e == nil || time.Since(e.Value.(idleConn).since) < reclaimAfter {
+		l.idleMu.Unlock()
+		return false
+	}
+	conn := e.Value.(idleConn).conn
+	l.idle.Remove(e)
+	delete(l.idleAt, conn)
+	l.idleMu.Unlock()
+	// Its server goroutine, waiting for the next request, ends on the
+	// closed connection, as at the idle timeout. Its place is given back
+	// by the close.
+	_ = conn.Close()
+	return true
 }
 
 // quiesce answers every new connection 503 from now on, and returns once
