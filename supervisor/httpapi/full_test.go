@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -25,5 +26,45 @@ func TestFullQueueIsRefusedBeforeTheBody(t *testing.T) {
 	}
 	if _, _, calls := b.lastRequest(); calls != 0 {
 		t.Fatalf("the backend was called %d times", calls)
+	}
+}
+
+// TestWhatTheHeadersSayIsAnsweredBeforeAFullQueue: with the queue full, a
+// request whose headers alone show it can never succeed gets its own
+// answer, without Retry-After, on both routes: a 429 would have its client
+// send it again in vain for as long as the overload lasts.
+func TestWhatTheHeadersSayIsAnsweredBeforeAFullQueue(t *testing.T) {
+	b := &fullBackend{fakeBackend{ready: true}}
+	h := New(Config{Backend: b, MaxBody: 16, Tensors: oneInput("INT8")})
+	for _, c := range []struct {
+		name, path, contentType string
+		body                    string
+		header                  http.Header
+		want                    int
+	}{
+		{"a content type it cannot read", "/predict", "text/plain", `{"inputs": ["a"]}`, nil, http.StatusUnsupportedMediaType},
+		{"a compressed body", "/predict", "application/json", `{"inputs": ["a"]}`, http.Header{"Content-Encoding": {"gzip"}}, http.StatusUnsupportedMediaType},
+		{"a body over --max-body", "/predict", "application/json", `{"inputs": ["a", "b", "c"]}`, nil, http.StatusRequestEntityTooLarge},
+		{"a v2 body over --max-body", "/v2/models/m/infer", "application/json", `{"inputs": [{"name": "x"}]}`, nil, http.StatusRequestEntityTooLarge},
+		{"a compressed v2 body", "/v2/models/m/infer", "application/json", `{}`, http.Header{"Content-Encoding": {"gzip"}}, http.StatusUnsupportedMediaType},
+	} {
+		req := httptest.NewRequest(http.MethodPost, c.path, strings.NewReader(c.body))
+		req.Header.Set("Content-Type", c.contentType)
+		for k, v := range c.header {
+			req.Header[k] = v
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != c.want || rec.Header().Get("Retry-After") != "" {
+			t.Errorf("%s, the queue full: %d, Retry-After %q; want %d without Retry-After", c.name, rec.Code, rec.Header().Get("Retry-After"), c.want)
+		}
+	}
+	// A body that is only known bad once read is refused unread.
+	rec := do(t, h, http.MethodPost, "/v2/models/m/infer", "application/json", []byte(`{`))
+	if rec.Code != http.StatusTooManyRequests {
+		t.Errorf("a malformed v2 body, the queue full: %d; want 429", rec.Code)
+	}
+	if msg := errorOf(t, rec); !strings.Contains(msg, "unread") {
+		t.Errorf("a malformed v2 body, the queue full: %q; want it to say the request was not read", msg)
 	}
 }

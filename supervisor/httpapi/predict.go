@@ -83,22 +83,44 @@ type fuller interface{ Full() bool }
 // fullMessage answers a request that arrives while the queue is full,
 // before its body is read: refusing must cost less than serving, or an
 // overload starves the model of the work it was admitting.
-var fullMessage = supervisor.ErrOverloaded.Error() + ": no room for another item"
+var fullMessage = supervisor.ErrOverloaded.Error() + ": the request was refused unread; send it again later"
+
+// refusedFull answers 429 when the backend would refuse any request now,
+// before the body is read (see fullMessage). What the headers alone say is
+// wrong with a request is answered before (headerError): its answer does
+// not change with room, and a 429 would have the client retry in vain.
+func (h *handler) refusedFull(w http.ResponseWriter) bool {
+	if f, ok := h.backend.(fuller); !ok || !f.Full() {
+		return false
+	}
+	w.Header()["Retry-After"] = h.retryAfter
+	h.requests.count(http.StatusTooManyRequests, nil)
+	h.writeBody(w, http.StatusTooManyRequests, h.jsonType, h.fullBody)
+	return true
+}
+
+// headerError is what a request's headers say is wrong with it, before
+// its body: compressed, or announced larger than the limit.
+func (h *handler) headerError(r *http.Request) error {
+	if err := uncompressed(r); err != nil {
+		return err
+	}
+	if r.ContentLength > h.maxBody {
+		return h.tooLarge()
+	}
+	return nil
+}
 
 func (h *handler) predict(w http.ResponseWriter, r *http.Request) {
-	if f, ok := h.backend.(fuller); ok && f.Full() {
-		w.Header()["Retry-After"] = h.retryAfter
-		h.requests.count(http.StatusTooManyRequests, nil)
-		h.writeBody(w, http.StatusTooManyRequests, h.jsonType, h.fullBody)
-		return
-	}
 	format, err := formatOf(r.Header.Get("Content-Type"))
+	if err == nil {
+		err = h.headerError(r)
+	}
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	if err := uncompressed(r); err != nil {
-		h.fail(w, r, err)
+	if h.refusedFull(w) {
 		return
 	}
 	body := h.getBuffer()

@@ -76,10 +76,11 @@ func (h *handler) putInferState(st *inferState) {
 // infer serves POST /v2/models/{model}[/versions/{v}]/infer for the model
 // whose metadata is meta.
 func (h *handler) infer(w http.ResponseWriter, r *http.Request, meta ModelMetadata, version string) {
-	if f, ok := h.backend.(fuller); ok && f.Full() {
-		w.Header()["Retry-After"] = h.retryAfter
-		h.requests.count(http.StatusTooManyRequests, nil)
-		h.writeBody(w, http.StatusTooManyRequests, h.jsonType, h.fullBody)
+	if err := h.headerError(r); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if h.refusedFull(w) {
 		return
 	}
 	st := h.getInferState()
@@ -97,9 +98,6 @@ func (h *handler) infer(w http.ResponseWriter, r *http.Request, meta ModelMetada
 // after they were submitted (a deadline, a canceled client) while some of
 // them may be queued or running.
 func (h *handler) inferWith(st *inferState, w http.ResponseWriter, r *http.Request, meta ModelMetadata, version string) (inUse bool, err error) {
-	if err := uncompressed(r); err != nil {
-		return false, err
-	}
 	if err := h.readBody(w, r, &st.body); err != nil {
 		return false, err
 	}
