@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"math"
 
@@ -277,6 +278,9 @@ func KindOf(c byte) string {
 		return "a bool"
 	case msgpcode.IsExt(c):
 		return "an extension value"
+	case msgpcode.IsFixedNum(c), c >= msgpcode.Float && c <= msgpcode.Int64:
+		return "a number"
 	}
-	return "a number"
+	// 0xc1: msgpack never writes it.
+	return fmt.Sprintf("the byte 0x%02x, which begins no msgpack value", c)
 }
