@@ -1222,6 +1222,36 @@ func TestANodeRedisRefusesToAnswerLeavesItsItemsToAnother(t *testing.T) {
 	})
 }
 
+// A node whose user may not read items (XREADGROUP taken from it) beats
+// as a node that cannot run: front ends answer its callers 503 at once,
+// naming no node able to run, rather than admit items that no node reads
+// and leave their callers waiting to their deadlines. It says why in its
+// stats, and takes items again once it may read.
+func TestANodeRedisWillNotLetReadIsCountedAsUnable(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	rs.Do(t, "ACL", "SETUSER", "noread", "on", ">pw", "~*", "&*", "+@all", "-xreadgroup")
+	limited := startNode(t, rs, newRecorder(), 4, func(c *broker.NodeConfig) { c.URL = "redis://noread:pw@" + rs.Addr() + "/0" })
+	eventually(t, "the node says Redis refuses its reads", func() bool { return strings.Contains(limited.Stats().Refused, "NOPERM") })
+	fe := startFront(t, rs, nil)
+	eventually(t, "the front end counts no node able to run", func() bool {
+		_, err := predict(t, fe, "x")
+		return errors.Is(err, supervisor.ErrUnavailable)
+	})
+	began := time.Now()
+	if _, err := predict(t, fe, "y"); !errors.Is(err, supervisor.ErrUnavailable) || time.Since(began) > time.Second {
+		t.Fatalf("a request while the only node may not read: %v after %s; want ErrUnavailable at once", err, time.Since(began))
+	}
+
+	rs.Do(t, "ACL", "SETUSER", "noread", "+xreadgroup")
+	eventually(t, "the node takes items again once it may read", func() bool {
+		out, err := predict(t, fe, "z")
+		return err == nil && string(out[0]) == "z"
+	})
+	if r := limited.Stats().Refused; r != "" {
+		t.Errorf("the node's stats say %q once it reads again; want nothing refused", r)
+	}
+}
+
 // Answers Redis refuses for want of memory are kept and retried until it
 // takes them; the node logs the refusal once, as an error, however many
 // retries fail, and once that it takes answers again.
@@ -1640,6 +1670,30 @@ func TestARedisClusterIsRefused(t *testing.T) {
 	}
 	rs.Restart(t)
 	eventually(t, "the node refused, saying why", func() bool { return strings.Contains(late.Stats().Refused, "runs as a cluster") })
+}
+
+// A Redis that lacks a command streamer needs (an operator renamed it
+// away) is refused as a node and a front end start, naming the command:
+// a node without XREADGROUP had started, looked alive, and left its
+// callers waiting; one without XAUTOCLAIM, served and never claimed.
+func TestARedisWithoutACommandStreamerNeedsIsRefused(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{RenameAway: []string{"XAUTOCLAIM", "XREADGROUP"}})
+	n, err := broker.NewNode(broker.NodeConfig{Config: broker.Config{URL: rs.URL()}, Streamer: startStreamer(t, supervisor.Config{InProcess: newRecorder(), Workers: 1, BatchSize: 4})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Shutdown(context.Background()) })
+	if err := n.Start(context.Background()); !errors.Is(err, broker.ErrUnsupportedRedis) || !strings.Contains(err.Error(), "XREADGROUP, XAUTOCLAIM") {
+		t.Errorf("a node's start on a Redis without XAUTOCLAIM and XREADGROUP: %v; want ErrUnsupportedRedis naming both", err)
+	}
+	fe, err := broker.NewFrontEnd(broker.FrontEndConfig{Config: broker.Config{URL: rs.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fe.Close(context.Background()) })
+	if err := fe.Start(context.Background()); !errors.Is(err, broker.ErrUnsupportedRedis) || !strings.Contains(err.Error(), "rename-command") {
+		t.Errorf("a front end's start on a Redis without XAUTOCLAIM and XREADGROUP: %v; want ErrUnsupportedRedis naming rename-command", err)
+	}
 }
 
 // A node that starts while Redis is down reads no item before it knows

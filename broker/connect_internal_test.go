@@ -1,6 +1,10 @@
 package broker
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -174,5 +178,25 @@ func TestAFailoverURLsUserIsTheMastersAndTheSentinelsHaveTheirOwn(t *testing.T) 
 	_, _, err = connect(Config{URL: "redis://10.0.0.1:26379/0?master_name=main&password=secret"}, 1)
 	if err == nil || !strings.Contains(err.Error(), "give the master's user and password as for one Redis") || strings.Contains(err.Error(), "secret") {
 		t.Errorf("a master password in the query: %v; want it refused, saying where it goes, without showing it", err)
+	}
+}
+
+// TestAnUntrustedCertificateSaysWhy: Refusal says what to check for a
+// certificate refused: the CA when no CA trusted signed it, and the name
+// dialled when the certificate does not hold it, which through Sentinels is
+// the master's address as they give it, not the URL's host.
+func TestAnUntrustedCertificateSaysWhy(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"another CA", &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}, "is --broker-ca the CA that signed it"},
+		{"another name", &tls.CertificateVerificationError{Err: x509.HostnameError{Certificate: &x509.Certificate{}, Host: "127.0.0.1"}}, "it does not name 127.0.0.1, the host dialled"},
+	} {
+		err := Refusal(fmt.Errorf("redis at the master %q of sentinels localhost:26379: %w", "main", c.err))
+		if !errors.Is(err, ErrUntrusted) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v; want ErrUntrusted saying %q", c.name, err, c.want)
+		}
 	}
 }

@@ -77,6 +77,10 @@ type Node struct {
 	// refused says why Redis refuses to take the node's answers, for want
 	// of a permission; nil while it takes them (see refuse).
 	refused atomic.Pointer[string]
+	// readRefused says why Redis refuses the node's reads of items: its
+	// user lacks XREADGROUP, or Redis had it renamed away since the start;
+	// nil while it reads (see refuseReads).
+	readRefused atomic.Pointer[string]
 	// mismatch says why the node takes no items: the nodes under its
 	// prefix serve another model; nil while they serve its own (see
 	// checkModel).
@@ -165,7 +169,9 @@ type NodeStats struct {
 	// Refused says why Redis refuses the node's answers: its user lacks a
 	// permission. The node then takes no items and beats no more, and
 	// leaves those it holds to other nodes, until a write goes through.
-	// Empty while Redis takes them.
+	// Or why it refuses the node's reads of items: the node then takes no
+	// items, and beats as one whose workers cannot run, until a read goes
+	// through. Empty while Redis takes both.
 	Refused string `json:"refused,omitempty"`
 }
 
@@ -231,7 +237,7 @@ func (n *Node) Stats() NodeStats {
 		Expired: n.stats.expired.Load(), Released: n.stats.released.Load(), Quarantined: n.stats.quarantined.Load(),
 		WriteFailures: n.stats.writeFailures.Load(),
 		Held:          held,
-		Refused:       n.refusal(),
+		Refused:       cmp.Or(n.refusal(), n.readsRefused()),
 	}
 }
 
@@ -399,6 +405,7 @@ func (n *Node) readLoop() {
 		switch {
 		case errors.Is(err, redis.Nil):
 			n.reachable()
+			n.readsAllowed()
 			if block {
 				if err := n.steal(ctx, want); err != nil && ctx.Err() == nil {
 					n.warn("read other nodes' items", err)
@@ -424,12 +431,18 @@ func (n *Node) readLoop() {
 				}
 				continue
 			}
+			if permissionRefused(err) || redis.HasErrorPrefix(err, "ERR unknown command") {
+				n.refuseReads(err)
+				retry.wait(n.stop)
+				continue
+			}
 			lost = n.readFailed(err, began) || lost
 			retry.wait(n.stop)
 			continue
 		}
 		retry.reset()
 		n.reachable()
+		n.readsAllowed()
 		poll = aheadPoll
 		for _, st := range streams {
 			n.stats.read.Add(uint64(len(st.Messages)))
@@ -1071,11 +1084,50 @@ func (n *Node) reachable() {
 		n.cfg.Logger.Info("redis serves this node again", "redis", n.where)
 		// Front ends count it again once it beats; a Redis restarted
 		// without its data has no list of nodes until then.
-		select {
-		case n.beatSoon <- struct{}{}:
-		default:
-		}
+		n.beatNow()
 	}
+}
+
+// beatNow has the upkeep beat at once.
+func (n *Node) beatNow() {
+	select {
+	case n.beatSoon <- struct{}{}:
+	default:
+	}
+}
+
+// refuseReads notes that Redis refused the node's read of items for err:
+// its user lacks the permission, or Redis no longer knows the command (the
+// start checks that it does). No retry mends that until an operator does,
+// and the node had gone on beating as alive: front ends admitted requests
+// for it that no node read, and their callers waited to their deadlines.
+// It now beats as a node whose workers cannot run (see beat): front ends
+// admit nothing for it alone, route nothing to it, and do not fail the
+// callers whose items it holds, which it answers. It claims nothing, and
+// retries its reads, with a backoff, until one goes through.
+func (n *Node) refuseReads(err error) {
+	msg := err.Error()
+	if n.readRefused.Swap(&msg) == nil {
+		n.cfg.Logger.Error("redis refuses this node's reads of items (the README's \"Many machines\" lists what its user needs); it takes no items, and front ends count it as a node that cannot run, until a read goes through",
+			"redis", n.where, "err", err)
+		n.beatNow()
+	}
+}
+
+// readsAllowed notes that a read of items went through.
+func (n *Node) readsAllowed() {
+	if n.readRefused.Load() != nil && n.readRefused.Swap(nil) != nil {
+		n.cfg.Logger.Info("redis lets this node read items again; it takes items", "redis", n.where)
+		n.beatNow()
+	}
+}
+
+// readsRefused says why Redis refuses the node's reads, or "".
+func (n *Node) readsRefused() string {
+	if why := n.readRefused.Load(); why != nil {
+		return *why
+	}
+	return ""
 }
 
 // refuse notes that Redis refused to take answers for err, a permission
@@ -1275,7 +1327,7 @@ func (n *Node) upkeepLoop() {
 		if !n.fit(ctx) {
 			continue // claimed items are judged as read ones
 		}
-		if time.Now().Before(quietUntil) {
+		if time.Now().Before(quietUntil) || n.readRefused.Load() != nil {
 			continue
 		}
 		n.takeMu.Lock() // see recoverLost
@@ -1294,7 +1346,8 @@ func (n *Node) upkeepLoop() {
 // ends admit no request for it, as a local server would refuse them,
 // route none to it, and do not fail the callers whose items it holds;
 // other nodes adopt its own stream. It beats as a live node again once a
-// worker runs.
+// worker runs. So does a node whose reads Redis refuses (see refuseReads),
+// until one goes through.
 func (n *Node) beat(ctx context.Context) error {
 	if err := n.checkFit(ctx); err != nil {
 		return err
@@ -1306,7 +1359,8 @@ func (n *Node) beat(ctx context.Context) error {
 	pipe := n.rdb.Pipeline()
 	timeCmd, sent := n.clock.timeCmd(ctx, pipe)
 	now := n.clock.now()
-	able := n.s.Available()
+	workers := n.s.Available()
+	able := workers && n.readRefused.Load() == nil
 	alive, out := n.k.nodes, n.k.leaving
 	if !able {
 		alive, out = out, alive
@@ -1329,8 +1383,8 @@ func (n *Node) beat(ctx context.Context) error {
 		return fmt.Errorf("redis at %s: %w", n.where, err)
 	}
 	n.clock.observe(timeCmd, sent)
-	if n.unable.Swap(!able) != !able {
-		if able {
+	if n.unable.Swap(!workers) != !workers {
+		if workers {
 			n.cfg.Logger.Info("a worker runs again: the node takes items", "node", n.cfg.Name)
 		} else {
 			n.cfg.Logger.Warn("no worker of this node can run: front ends admit no requests for it until one can", "node", n.cfg.Name)

@@ -1,8 +1,10 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"strconv"
@@ -44,7 +46,9 @@ func (p *probe) check(ctx context.Context, rdb redis.Cmdable, where string) erro
 	pipe := rdb.Pipeline()
 	server := pipe.Info(ctx, "server")
 	cluster := pipe.Info(ctx, "cluster")
-	if _, err := pipe.Exec(ctx); err != nil {
+	known := pipe.Do(ctx, append([]any{"COMMAND", "INFO"}, neededCommands...)...)
+	_, _ = pipe.Exec(ctx) // each command's own error is read below
+	if err := cmp.Or(server.Err(), cluster.Err()); err != nil {
 		if refusedCommand(err) {
 			p.done.Store(true) // INFO refused (an ACL, a proxy): served as fit
 		}
@@ -52,6 +56,7 @@ func (p *probe) check(ctx context.Context, rdb redis.Cmdable, where string) erro
 	}
 	var verdict error
 	version := infoValue(server.Val(), "redis_version")
+	missing := unknownCommands(known)
 	switch {
 	case infoValue(server.Val(), "redis_mode") == "sentinel":
 		verdict = fmt.Errorf("%w: redis at %s is a Sentinel, which keeps no data: name the master it watches in the URL, ?master_name=NAME, and streamer follows that master through failovers", ErrUnsupportedRedis, where)
@@ -59,12 +64,41 @@ func (p *probe) check(ctx context.Context, rdb redis.Cmdable, where string) erro
 		verdict = fmt.Errorf("%w: redis at %s runs as a cluster, which streamer does not support (its scripts use several keys at once): give it a Redis of its own, with replicas and Sentinel for failover", ErrUnsupportedRedis, where)
 	case olderThan(version, 6, 2):
 		verdict = fmt.Errorf("%w: redis at %s is version %s; streamer needs 6.2 or later", ErrUnsupportedRedis, where, version)
+	case len(missing) > 0:
+		verdict = fmt.Errorf("%w: redis at %s does not know the commands %s, which streamer needs (renamed away with rename-command?): give streamer a Redis that runs them", ErrUnsupportedRedis, where, strings.Join(missing, ", "))
 	}
 	if verdict != nil {
 		p.verdict.Store(&verdict)
 	}
 	p.done.Store(true)
 	return verdict
+}
+
+// neededCommands are the commands front ends and nodes run, themselves or
+// in their scripts, but for the few they serve without (TIME, INFO).
+var neededCommands = []any{
+	"xadd", "xreadgroup", "xread", "xack", "xdel", "xlen", "xrange", "xrevrange", "xtrim",
+	"xautoclaim", "xclaim", "xpending", "xgroup", "xinfo",
+	"zadd", "zrem", "zrange", "zrangebyscore", "zremrangebyscore", "zmscore", "zscore", "zcount",
+	"sadd", "srem", "smembers", "sismember", "hset", "hmget", "get", "set", "del", "expire", "pexpire",
+	"evalsha", "eval", "script", "multi", "exec", "ping",
+}
+
+// unknownCommands returns, in capitals, the commands of neededCommands
+// that known, the answer of COMMAND INFO for them, says Redis does not
+// know (a nil entry): none when COMMAND was refused or went unanswered.
+func unknownCommands(known *redis.Cmd) []string {
+	infos, err := known.Slice()
+	if err != nil || len(infos) != len(neededCommands) {
+		return nil
+	}
+	var missing []string
+	for i, info := range infos {
+		if info == nil {
+			missing = append(missing, strings.ToUpper(neededCommands[i].(string)))
+		}
+	}
+	return missing
 }
 
 // infoValue returns the value of field name in an INFO reply, or "".
@@ -118,7 +152,12 @@ func Refusal(err error) error {
 		}
 	}
 	if cert := new(tls.CertificateVerificationError); errors.As(err, &cert) {
-		return fmt.Errorf("%w (is --broker-ca the CA that signed it, or the system's, and the URL's host a name it holds?): %w", ErrUntrusted, err)
+		if host := new(x509.HostnameError); errors.As(err, host) {
+			// Through Sentinels, the host dialled is the master's address
+			// as they give it, not the URL's.
+			return fmt.Errorf("%w (it does not name %s, the host dialled: the URL's, or through Sentinels the master's address as they give it): %w", ErrUntrusted, host.Host, err)
+		}
+		return fmt.Errorf("%w (is --broker-ca the CA that signed it, or the system's?): %w", ErrUntrusted, err)
 	}
 	var answer redis.Error
 	if !errors.As(err, &answer) {

@@ -62,6 +62,10 @@ type Options struct {
 	// Empty: no limit.
 	MaxMemory string
 
+	// RenameAway names commands the server does not run, as an operator
+	// takes them away with rename-command NAME "".
+	RenameAway []string
+
 	// ReplicaOf, when not nil, makes the server a replica of that one,
 	// which must run without TLS (its Password is the replica's
 	// masterauth).
@@ -663,6 +667,9 @@ func (s *Server) config() string {
 	}
 	if s.opt.MaxMemory != "" {
 		set("maxmemory", s.opt.MaxMemory)
+	}
+	for _, name := range s.opt.RenameAway {
+		set("rename-command", name, "")
 	}
 	if s.opt.Cluster {
 		set("cluster-enabled", "yes")
