@@ -114,13 +114,9 @@ func (o serveOptions) brokerParts(st *supervisor.Streamer, id broker.ModelID, lo
 		ReplyTTL: o.broker.replyTTL, Model: id, Logger: log.With("broker", o.broker.prefix),
 	}
 	if o.broker.caFile != "" {
-		pem, err := os.ReadFile(o.broker.caFile)
+		pool, err := readCA("--broker-ca", o.broker.caFile)
 		if err != nil {
-			return nil, fmt.Errorf("--broker-ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--broker-ca %s: no PEM certificate in it", o.broker.caFile)
+			return nil, err
 		}
 		base.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
@@ -271,3 +267,16 @@ func (b nodeBackend) Stats() supervisor.Stats {
 }
 
 var errNoBroker = errors.New("--workers 0 runs a front end only, which needs --broker (or STREAMER_BROKER)")
+
+// readCA reads the PEM certificates of the CA file that flag names.
+func readCA(flag, file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s %s: no PEM certificate in it", flag, file)
+	}
+	return pool, nil
+}

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -34,7 +36,7 @@ type statusReport struct {
 }
 
 func newStatusCommand() *cobra.Command {
-	var target, token string
+	var target, token, caFile string
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "status",
@@ -43,7 +45,8 @@ func newStatusCommand() *cobra.Command {
 			"(/v1/workers), counters (/v1/stats) and readiness (/readyz), and prints them;\n" +
 			"behind --broker, what it knows of Redis and its traffic there too.\n" +
 			"A server with --auth-token wants its token: give --token, or $" + envAuthToken + "\n" +
-			"(the variable the server reads too), which keeps it out of the process list.",
+			"(the variable the server reads too), which keeps it out of the process list.\n" +
+			"A server with --tls-cert signed by a private CA wants that CA: give --ca.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
@@ -51,7 +54,14 @@ func newStatusCommand() *cobra.Command {
 			if token == "" {
 				token = os.Getenv(envAuthToken)
 			}
-			c := statusClient{base: strings.TrimSuffix(target, "/"), token: strings.TrimSpace(token)}
+			c := statusClient{base: strings.TrimSuffix(target, "/"), token: strings.TrimSpace(token), client: http.DefaultClient}
+			if caFile != "" {
+				roots, err := readCA("--ca", caFile)
+				if err != nil {
+					return err
+				}
+				c.client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
+			}
 			report, err := c.fetch(ctx)
 			if err != nil {
 				return err
@@ -62,13 +72,15 @@ func newStatusCommand() *cobra.Command {
 	cmd.Flags().StringVar(&target, "target", "http://127.0.0.1:5005", "base URL of the server's HTTP API")
 	cmd.Flags().StringVar(&token, "token", "", "the server's --auth-token, sent as Authorization: Bearer TOKEN (default $"+envAuthToken+")")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Second, "longest to wait for the server's answers")
+	cmd.Flags().StringVar(&caFile, "ca", "", "with an https --target: PEM file of the CA that signed the server's certificate (default: the system's)")
 	return cmd
 }
 
 // statusClient asks one server for its status.
 type statusClient struct {
-	base  string // the server's URL, without a trailing slash
-	token string // sent as the bearer token; empty: none
+	base   string // the server's URL, without a trailing slash
+	token  string // sent as the bearer token; empty: none
+	client *http.Client
 }
 
 // fetch reads the report from the server.
@@ -121,7 +133,10 @@ func (c statusClient) getJSON(ctx context.Context, url string, v any) error {
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.client.Do(req)
+	if cert := new(tls.CertificateVerificationError); errors.As(err, &cert) {
+		return fmt.Errorf("GET %s: the server's certificate is not trusted (signed by a private CA? give it with --ca): %w", url, err)
+	}
 	if err != nil {
 		return fmt.Errorf("GET %s: %w (is `streamer serve` running there?)", url, err)
 	}

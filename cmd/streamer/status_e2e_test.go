@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/pem"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -100,6 +102,32 @@ func TestStatusCommandWithAToken(t *testing.T) {
 				t.Errorf("streamer status with %s: the error lacks %q:\n%s", tc.name, want, out)
 			}
 		}
+	}
+}
+
+// TestStatusCommandTrustsTheCAGiven: a server whose certificate a private
+// CA signed is refused by status with an error that says to give the CA,
+// and answers once --ca names it.
+func TestStatusCommandTrustsTheCAGiven(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t, "status")
+	pair := writeCertPair(t, dir, ca, 7)
+	caFile := filepath.Join(dir, "ca.crt")
+	writeFileWhole(t, caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.cert.Raw}))
+	s := launchServer(t, "--workers", "1", "--model", "echo", "--tls-cert", pair.cert, "--tls-key", pair.key)
+	target := "https://" + s.addr
+	var out string
+	s.waitFor(t, "status to answer over https with --ca", readyTimeout, func() bool {
+		var err error
+		out, err = runStatusWith(t, nil, "--target", target, "--ca", caFile)
+		return err == nil
+	})
+	if !regexp.MustCompile(`(?m)^model +echo$`).MatchString(out) {
+		t.Errorf("streamer status --ca: want the model echo:\n%s", out)
+	}
+	out, err := runStatusWith(t, nil, "--target", target)
+	if err == nil || !strings.Contains(out, "certificate is not trusted") || !strings.Contains(out, "--ca") {
+		t.Errorf("streamer status without the CA: %v; want an error saying to give it with --ca:\n%s", err, out)
 	}
 }
 
