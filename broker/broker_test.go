@@ -1195,6 +1195,30 @@ func TestRedisWithAPasswordAndTLS(t *testing.T) {
 	}
 }
 
+// A node's start on a Redis that speaks otherwise than its URL says
+// (plain TCP to a TLS port, TLS to a plain one) fails saying what to
+// check, as a front end's checks do: it had said only EOF, or that the
+// deadline passed.
+func TestANodesStartSaysWhatToCheckOfTLS(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		opt  redistest.Options
+		url  func(*redistest.Server) string
+		want string
+	}{
+		{"plain tcp to a tls port", redistest.Options{TLS: true}, func(rs *redistest.Server) string { return "redis://" + rs.Addr() + "/0" }, "a TLS port reached without rediss://"},
+		{"tls to a redis without it", redistest.Options{}, func(rs *redistest.Server) string { return "rediss://" + rs.Addr() + "/0" }, "does Redis speak TLS at that address"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rs := redistest.Start(t, c.opt)
+			_, err := startNodeFailing(t, broker.NodeConfig{Config: broker.Config{URL: c.url(rs)}, Streamer: startStreamer(t, supervisor.Config{InProcess: newRecorder(), Workers: 1, BatchSize: 4})})
+			if !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("the node's start: %v; want ErrUnavailable saying %q", err, c.want)
+			}
+		})
+	}
+}
+
 // A node whose user may not write the reply streams cannot answer: it
 // leaves its items to a node that can, takes none until its writes go
 // through, and takes items again once they do.

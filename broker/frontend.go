@@ -2238,9 +2238,9 @@ func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time, final bool) 
 		// no answer.
 		switch {
 		case timedOut(err):
-			err = fmt.Errorf("no answer within %s%s: %w", checkTimeout, fe.tlsHint(), err)
+			err = fmt.Errorf("no answer within %s%s: %w", checkTimeout, connHint(fe.rdb, err), err)
 		case brokenConn(err):
-			err = fmt.Errorf("the connection closed at once (%w): is redis at its maxclients, a proxy before it without its backend, or a TLS port reached without rediss://?", err)
+			err = fmt.Errorf("the connection closed at once (%w)%s", err, connHint(fe.rdb, err))
 		}
 		if _, stalled := fe.stalls.through(err, began); !stalled && (final || !timedOut(err) || ended(parent)) {
 			fe.markDown(err)
@@ -2375,14 +2375,19 @@ func (fe *FrontEnd) noteCheck(model *redis.SliceCmd, nodes, leaving, backlog int
 	}
 }
 
-// tlsHint is what to add to a check that got no answer, over TLS: a
-// server that does not speak TLS waits, as the client does, for the
-// other to go on.
-func (fe *FrontEnd) tlsHint() string {
-	if fe.rdb.Options().TLSConfig == nil {
-		return ""
+// connHint is what to check, for a message, when err, a command's failure
+// on rdb, says no more than that Redis gave no answer (over TLS, a server
+// that does not speak it waits, as the client does, for the other to go
+// on) or closed the connection at once; "" otherwise. A front end's checks
+// and a node's start and outages say alike.
+func connHint(rdb *redis.Client, err error) string {
+	switch {
+	case timedOut(err) && rdb.Options().TLSConfig != nil:
+		return " (over TLS: does Redis speak TLS at that address?)"
+	case brokenConn(err):
+		return ": is redis at its maxclients, a proxy before it without its backend, or a TLS port reached without rediss://?"
 	}
-	return " (over TLS: does Redis speak TLS at that address?)"
+	return ""
 }
 
 // checkTimeout bounds a check: Redis answers it in well under a

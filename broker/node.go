@@ -317,6 +317,9 @@ func (n *Node) Start(ctx context.Context) error {
 	n.loops.Add(2)
 	go n.readLoop()
 	go n.upkeepLoop()
+	if err != nil {
+		err = fmt.Errorf("%w%s", err, connHint(n.rdb, err))
+	}
 	return startError(ctx, err)
 }
 
@@ -1039,7 +1042,7 @@ func (n *Node) warn(what string, err error) {
 		n.cfg.Logger.Debug(what, "redis", n.where, "err", err)
 		return
 	}
-	n.cfg.Logger.Error("redis does not serve this node; it keeps its items and retries", "while", what, "redis", n.where, "err", err)
+	n.cfg.Logger.Error("redis does not serve this node; it keeps its items and retries"+connHint(n.rdb, err), "while", what, "redis", n.where, "err", err)
 }
 
 // warnSince is warn for a command begun at began, unless its time ran out
