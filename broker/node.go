@@ -89,6 +89,9 @@ type Node struct {
 	// takeMu keeps a node's claims and its look for the items of failed
 	// reads apart (see recoverLost).
 	takeMu sync.Mutex
+	// quietUntil (unix ns) holds off claims and adoptions while Redis does
+	// not serve the node, and for nodeSilence after (see upkeepLoop).
+	quietUntil atomic.Int64
 	// claimDue, when not zero, is the time (unix ns) until which the read
 	// loop makes a claim at its next room, before it reads new items: the
 	// upkeep found items to claim and no room to take them (see
@@ -1110,6 +1113,7 @@ func (n *Node) beatNow() {
 // retries its reads, with a backoff, until one goes through.
 func (n *Node) refuseReads(err error) {
 	msg := err.Error()
+	n.claimDue.Store(0)
 	if n.readRefused.Swap(&msg) == nil {
 		n.cfg.Logger.Error("redis refuses this node's reads of items (the README's \"Many machines\" lists what its user needs); it takes no items, and front ends count it as a node that cannot run, until a read goes through",
 			"redis", n.where, "err", err)
@@ -1254,9 +1258,8 @@ func (n *Node) upkeepLoop() {
 	// their items nor beaten either, while their items' idle time and
 	// their silence grew on Redis's clock. Taking their items or their
 	// streams waits until they have had the time to.
-	var quietUntil time.Time
 	troubled := func() {
-		quietUntil = time.Now().Add(nodeSilence)
+		n.quietUntil.Store(time.Now().Add(nodeSilence).UnixNano())
 		n.claimDue.Store(0)
 	}
 	if n.startUnbeaten {
@@ -1330,7 +1333,7 @@ func (n *Node) upkeepLoop() {
 		if !n.fit(ctx) {
 			continue // claimed items are judged as read ones
 		}
-		if time.Now().Before(quietUntil) || n.readRefused.Load() != nil {
+		if time.Now().UnixNano() < n.quietUntil.Load() || n.readRefused.Load() != nil {
 			continue
 		}
 		n.takeMu.Lock() // see recoverLost
@@ -1572,25 +1575,31 @@ func (n *Node) claimFrom(ctx context.Context, stream string) error {
 }
 
 // leaveClaim is what a claim without room does: when stream holds items
-// to claim, it leaves them to the read loop's next room, which it takes
-// for them before it reads new items. A node whose workers are all busy
-// has room only as a batch ends, and the read loop fills it at once: on
-// the upkeep's ticks alone, a silent node's items waited, behind newer
-// ones, for as long as every node stayed busy (a node killed under load
-// left items unanswered for 20 s and more). Another node, idle, may claim
-// them first.
+// of a node silent for ClaimIdle, it leaves them to the read loop's next
+// room, which it takes for them before it reads new items. A node whose
+// workers are all busy has room only as a batch ends, and the read loop
+// fills it at once: on the upkeep's ticks alone, a silent node's items
+// waited, behind newer ones, for as long as every node stayed busy (a node
+// killed under load left items unanswered for 20 s and more). Another
+// node, idle, may claim them first.
+//
+// A node is silent to Redis when its consumer has neither read nor
+// claimed for that long: a live node reads at every batch, and keeps its
+// items by claiming them. The look costs Redis a line per consumer, not
+// one per item pending.
 func (n *Node) leaveClaim(ctx context.Context, stream string) error {
-	idle, err := n.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
-		Stream: stream, Group: nodeGroup, Idle: n.cfg.ClaimIdle, Start: "-", End: "+", Count: 1,
-	}).Result()
+	consumers, err := n.rdb.XInfoConsumers(ctx, stream, nodeGroup).Result()
 	switch {
 	case err != nil && redis.HasErrorPrefix(err, "NOGROUP"):
 		return nil // the read loop rejoins, or an adopted stream went
 	case err != nil:
 		return err
 	}
-	if len(idle) > 0 {
-		n.claimSoon()
+	for _, c := range consumers {
+		if c.Name != n.cfg.Name && c.Pending > 0 && c.Idle >= n.cfg.ClaimIdle {
+			n.claimSoon()
+			break
+		}
 	}
 	return nil
 }
@@ -1602,10 +1611,16 @@ func (n *Node) claimSoon() {
 	n.claimDue.Store(time.Now().Add(2 * n.upkeepEvery()).UnixNano())
 }
 
-// claimIsDue takes the read loop's turn to claim, if there is one.
+// claimIsDue takes the read loop's turn to claim, if there is one and
+// claims are not held off (see upkeepLoop's quiet time; a claim under way
+// as Redis was found in trouble may have left the turn after that).
 func (n *Node) claimIsDue() bool {
 	due := n.claimDue.Load()
-	return due != 0 && n.claimDue.CompareAndSwap(due, 0) && time.Now().UnixNano() < due
+	if due == 0 || !n.claimDue.CompareAndSwap(due, 0) {
+		return false
+	}
+	now := time.Now().UnixNano()
+	return now < due && now >= n.quietUntil.Load() && n.readRefused.Load() == nil
 }
 
 // upkeepEvery is how often the upkeep loop looks.
@@ -1873,9 +1888,9 @@ func (n *Node) readFrom(ctx context.Context, stream string) error {
 	want, _ := n.wanted() // as claimFrom takes
 	if want <= 0 {
 		// Left to the read loop's next room, as claims are (see
-		// leaveClaim).
-		waiting, err := n.rdb.XLen(ctx, stream).Result()
-		if err == nil && waiting > 0 {
+		// leaveClaim), when some of its items are unread.
+		unread, err := n.unread(ctx, stream)
+		if unread {
 			n.claimSoon()
 		}
 		return err
@@ -1898,6 +1913,37 @@ func (n *Node) readFrom(ctx context.Context, stream string) error {
 		}
 	}
 	return nil
+}
+
+// unread says whether stream has entries the group has not delivered: its
+// last is past the group's last delivered. (The entries pending to nodes
+// count in XLEN, and the group's lag is an estimate.)
+func (n *Node) unread(ctx context.Context, stream string) (bool, error) {
+	pipe := n.rdb.Pipeline()
+	groups := pipe.XInfoGroups(ctx, stream)
+	last := pipe.XRevRangeN(ctx, stream, "+", "-", 1)
+	_, _ = pipe.Exec(ctx) // each command's own error is read below
+	if err := cmp.Or(groups.Err(), last.Err()); err != nil {
+		if redis.HasErrorPrefix(err, "ERR no such key") || redis.HasErrorPrefix(err, "NOGROUP") {
+			return false, nil // gone meanwhile
+		}
+		return false, err
+	}
+	if len(last.Val()) == 0 {
+		return false, nil
+	}
+	newest, err := parseStreamID(last.Val()[0].ID)
+	if err != nil {
+		return false, nil
+	}
+	for _, g := range groups.Val() {
+		if g.Name != nodeGroup {
+			continue
+		}
+		delivered, err := parseStreamID(g.LastDeliveredID)
+		return err == nil && delivered.before(newest), nil
+	}
+	return false, nil
 }
 
 // dropScript deletes a node's own stream once it is empty and the node has

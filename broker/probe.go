@@ -79,9 +79,9 @@ func (p *probe) check(ctx context.Context, rdb redis.Cmdable, where string) erro
 var neededCommands = []any{
 	"xadd", "xreadgroup", "xread", "xack", "xdel", "xlen", "xrange", "xrevrange", "xtrim",
 	"xautoclaim", "xclaim", "xpending", "xgroup", "xinfo",
-	"zadd", "zrem", "zrange", "zrangebyscore", "zremrangebyscore", "zmscore", "zscore", "zcount",
+	"zadd", "zrem", "zrange", "zremrangebyscore", "zmscore", "zscore", "zcount",
 	"sadd", "srem", "smembers", "sismember", "hset", "hmget", "get", "set", "del", "expire", "pexpire",
-	"evalsha", "eval", "script", "multi", "exec", "ping",
+	"evalsha", "eval", "script", "multi", "exec",
 }
 
 // unknownCommands returns, in capitals, the commands of neededCommands

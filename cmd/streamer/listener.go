@@ -136,8 +136,12 @@ func (l *cappedListener) reclaim() bool {
 	l.idleMu.Unlock()
 	// Its server goroutine, waiting for the next request, ends on the
 	// closed connection, as at the idle timeout. Its place is given back
-	// by the close.
-	_ = conn.Close()
+	// now, and the close goes on apart: over TLS it writes an alert, which
+	// a client that reads nothing could hold up, and Accept must not wait.
+	if counted, ok := conn.(*countedConn); ok {
+		counted.release()
+	}
+	go func() { _ = conn.Close() }()
 	return true
 }
 
@@ -229,6 +233,9 @@ type countedConn struct {
 }
 
 func (c *countedConn) Close() error {
-	c.once.Do(func() { c.open.Add(-1) })
+	c.release()
 	return c.Conn.Close()
 }
+
+// release gives the connection's place back, once.
+func (c *countedConn) release() { c.once.Do(func() { c.open.Add(-1) }) }
