@@ -400,8 +400,14 @@ func (n *Node) readLoop() {
 			continue
 		}
 		if want <= 0 {
-			// A worker's restart has no event: look again shortly.
-			if !n.waitRoom(100 * time.Millisecond) {
+			// A worker's restart has no event: look again shortly. Nor
+			// has a busy worker's batch nearing its end, when its room
+			// ahead opens (see supervisor.Streamer.Room).
+			wait := 100 * time.Millisecond
+			if in := n.s.RoomAheadIn(); in > 0 {
+				wait = min(wait, in)
+			}
+			if !n.waitRoom(wait) {
 				return
 			}
 			continue

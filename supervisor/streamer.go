@@ -427,9 +427,13 @@ func (s *Streamer) drop(it item, now time.Time) {
 // Room says how many more items the Streamer could start at once: a batch
 // for every ready worker with nothing in flight, less the items already
 // queued. Ahead is how many more it could form ahead for busy workers with
-// room in their pipeline. A feeder that can leave items where others take
-// them (a broker node) takes now while it has room, and ahead only while
-// items wait upstream, so that it never holds what an idle peer could run.
+// room in their pipeline, once the batch each runs is near its end (within
+// aheadHorizon of it, by its measured cost). A feeder
+// that can leave items where others take them (a broker node) takes now
+// while it has room, and ahead only while items wait upstream, so that it
+// never holds what an idle peer could run; and a worker slower than its
+// peers does not hold, for most of its long batch, items that a faster
+// one, free sooner, could have run.
 func (s *Streamer) Room() (now, ahead int) {
 	if s.draining.Load() {
 		return 0, 0
@@ -437,6 +441,7 @@ func (s *Streamer) Room() (now, ahead int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b := s.cfg.BatchSize
+	clock := time.Now()
 	for _, sl := range s.slots {
 		if sl.state != SlotReady {
 			continue
@@ -444,7 +449,7 @@ func (s *Streamer) Room() (now, ahead int) {
 		if len(sl.inflight) == 0 {
 			now += b
 			ahead += (s.cfg.PipelineDepth - 1) * b
-		} else {
+		} else if s.aheadIn(sl, clock) == 0 {
 			ahead += max(s.cfg.PipelineDepth-len(sl.inflight), 0) * b
 		}
 	}
@@ -454,6 +459,47 @@ func (s *Streamer) Room() (now, ahead int) {
 	}
 	return now - queued, ahead
 }
+
+// RoomAheadIn says how long until Room counts the room ahead of a busy
+// worker whose batch is not yet near its end, the soonest of them; 0 when
+// none is waited for.
+func (s *Streamer) RoomAheadIn() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clock := time.Now()
+	soonest := time.Duration(0)
+	for _, sl := range s.slots {
+		if sl.state != SlotReady || len(sl.inflight) == 0 || len(sl.inflight) >= s.cfg.PipelineDepth {
+			continue
+		}
+		if in := s.aheadIn(sl, clock); in > 0 && (soonest == 0 || in < soonest) {
+			soonest = in
+		}
+	}
+	return soonest
+}
+
+// aheadIn is how long until the batch sl runs is near enough its expected
+// end for its room ahead to count (see Room): 0 when it is, or when no
+// batch has run yet to tell its cost. It requires that s.mu is held.
+func (s *Streamer) aheadIn(sl *slot, now time.Time) time.Duration {
+	var run time.Duration
+	if fixed, perItem, ok := s.cost.line(); ok {
+		run = fixed + time.Duration(len(sl.inflight[0].items))*perItem
+	} else if _, took := s.cost.mean(); took > 0 {
+		run = took
+	} else {
+		return 0
+	}
+	return max(sl.headStart.Add(run-aheadHorizon).Sub(now), 0)
+}
+
+// aheadHorizon is how long before a batch's expected end its worker's next
+// batch may be formed: a feeder's round trip for its items, with room to
+// spare. A model whose batches take longer holds items ahead, while other
+// workers may be free, for no more than that; one whose batches take less
+// forms its next as soon as it may.
+const aheadHorizon = 20 * time.Millisecond
 
 // Answering reports whether some worker's batch is having its Futures
 // completed right now (their OnDone functions run one after another), and
