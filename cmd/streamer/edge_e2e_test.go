@@ -318,6 +318,44 @@ func TestAnIdleConnectionMakesRoomAtTheCap(t *testing.T) {
 	const limit = 4
 	s := startServer(t, "--model", "echo", "--max-connections", strconv.Itoa(limit))
 	held := holdConnections(t, s, limit)
+	servedAtTheCap(t, s)
+	// The first held is the one idle longest.
+	_ = held[0].SetReadDeadline(time.Now().Add(requestTimeout))
+	if n, err := held[0].Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the connection idle longest: read %d bytes, %v; want it closed", n, err)
+	}
+	for i, conn := range held[1:] {
+		fmt.Fprintf(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+		if resp, _, err := readRawResponse(conn); err != nil || resp.StatusCode != http.StatusOK {
+			t.Errorf("held connection %d after the new client: %v; want it open and served", i+1, err)
+		}
+	}
+}
+
+// TestASilentConnectionMakesRoomAtTheCap: with --max-connections open
+// that have sent nothing since they opened (a flood that sends no
+// request), a new client is served once one has been silent a second,
+// not only once they reach the server's 10 s header timeout.
+func TestASilentConnectionMakesRoomAtTheCap(t *testing.T) {
+	const limit = 4
+	s := startServer(t, "--model", "echo", "--max-connections", strconv.Itoa(limit))
+	s.client.CloseIdleConnections()
+	began := time.Now()
+	for range limit {
+		conn := dialRaw(t, s.addr)
+		t.Cleanup(func() { conn.Close() })
+	}
+	servedAtTheCap(t, s)
+	if took := time.Since(began); took > 8*time.Second {
+		t.Errorf("a new client was served %s after the silent connections opened; want it once one had been silent a second, before the header timeout of 10 s", took)
+	}
+}
+
+// servedAtTheCap waits until a new client is served by s, its
+// --max-connections open: answered 503 naming the cap until one of them
+// has been idle a second, then 200.
+func servedAtTheCap(t *testing.T, s *server) {
+	t.Helper()
 	fresh := &http.Client{Timeout: requestTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
 	s.waitFor(t, "a new client to be served at the cap", readyTimeout, func() bool {
 		resp, err := fresh.Post(s.URL()+"/predict", "application/json", strings.NewReader(`{"inputs": ["new"]}`))
@@ -338,17 +376,6 @@ func TestAnIdleConnectionMakesRoomAtTheCap(t *testing.T) {
 		t.Fatalf("a new client at the cap: %d %s; want 200, or 503 until a connection has been idle a second", resp.StatusCode, body)
 		return false
 	})
-	// The first held is the one idle longest.
-	_ = held[0].SetReadDeadline(time.Now().Add(requestTimeout))
-	if n, err := held[0].Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("the connection idle longest: read %d bytes, %v; want it closed", n, err)
-	}
-	for i, conn := range held[1:] {
-		fmt.Fprintf(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-		if resp, _, err := readRawResponse(conn); err != nil || resp.StatusCode != http.StatusOK {
-			t.Errorf("held connection %d after the new client: %v; want it open and served", i+1, err)
-		}
-	}
 }
 
 // TestPprofBeyondLoopbackIsWarnedAbout: --pprof on an address other

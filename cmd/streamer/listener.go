@@ -40,20 +40,21 @@ var (
 	shutdownRefusal = refusal("shutting down: this server takes no more requests")
 )
 
-// reclaimAfter is how long a keep-alive connection must have been idle,
-// between requests, before a new connection at the cap takes its place: a
-// client in a loop sends its next request sooner, and one that keeps a
-// connection for later can open it again.
+// reclaimAfter is how long a connection must have been idle, between
+// requests or before its first, before a new connection at the cap takes
+// its place: a client in a loop sends its next request sooner, and one
+// that keeps a connection for later can open it again.
 const reclaimAfter = time.Second
 
 // cappedListener holds at most max connections open at once. A connection
-// beyond the cap takes the place of the one idle longest between requests
-// (for reclaimAfter at least, see track); with none, it is accepted,
+// beyond the cap takes the place of the one idle longest (for reclaimAfter
+// at least, see track): between requests, or silent since it opened, or
+// still sending its first request's headers; with none, it is accepted,
 // answered 503 and closed, rather than left waiting in the kernel's queue
-// where the client cannot tell a full server from a dead one. Idle
-// connections held open, by a client that means harm or by a pool larger
-// than it needs, would otherwise keep every new client out until the idle
-// timeout.
+// where the client cannot tell a full server from a dead one. Connections
+// held open, by a client that means harm or by a pool larger than it
+// needs, would otherwise keep every new client out until the idle or the
+// read timeout.
 //
 // Before the server closes, quiesce turns every new connection away with a
 // 503 until connections stop coming, so that a client that connects in the
@@ -71,7 +72,8 @@ type cappedListener struct {
 	refusalsOver bool // awaitRefusals has begun: a late connection is closed
 	maxRefusals  int  // tests' bound in place of maxRefusals; 0: that
 
-	// The connections idle between requests, the longest idle first.
+	// The connections idle between requests or before their first, the
+	// longest idle first.
 	idleMu sync.Mutex
 	idle   list.List // of idleConn
 	idleAt map[net.Conn]*list.Element
@@ -104,7 +106,7 @@ func (l *cappedListener) Accept() (net.Conn, error) {
 }
 
 // track is the HTTP server's ConnState hook: it keeps the list of the
-// connections idle between requests.
+// connections idle between requests, or new (no request read yet).
 func (l *cappedListener) track(conn net.Conn, state http.ConnState) {
 	l.idleMu.Lock()
 	defer l.idleMu.Unlock()
@@ -112,7 +114,7 @@ func (l *cappedListener) track(conn net.Conn, state http.ConnState) {
 		l.idle.Remove(e)
 		delete(l.idleAt, conn)
 	}
-	if state == http.StateIdle {
+	if state == http.StateIdle || state == http.StateNew {
 		if l.idleAt == nil {
 			l.idleAt = map[net.Conn]*list.Element{}
 		}
@@ -122,27 +124,31 @@ func (l *cappedListener) track(conn net.Conn, state http.ConnState) {
 
 // reclaim closes the connection idle longest, if it has been for
 // reclaimAfter, for a new one over the cap to take its place (counted
-// already); false when none has.
+// already); false when none has. A connection closed already, whose place
+// was given back before the server told track (it closes a connection
+// before it says so), is passed over.
 func (l *cappedListener) reclaim() bool {
 	l.idleMu.Lock()
-	e := l.idle.Front()
-	if e == nil || time.Since(e.Value.(idleConn).since) < reclaimAfter {
-		l.idleMu.Unlock()
-		return false
+	defer l.idleMu.Unlock()
+	for {
+		e := l.idle.Front()
+		if e == nil || time.Since(e.Value.(idleConn).since) < reclaimAfter {
+			return false
+		}
+		conn := e.Value.(idleConn).conn
+		l.idle.Remove(e)
+		delete(l.idleAt, conn)
+		counted, ok := conn.(*countedConn)
+		if !ok || !counted.release() {
+			continue
+		}
+		// Its server goroutine, waiting for a request, ends on the closed
+		// connection, as at the idle timeout. The close goes on apart:
+		// over TLS it writes an alert, which a client that reads nothing
+		// could hold up, and Accept must not wait.
+		go func() { _ = conn.Close() }()
+		return true
 	}
-	conn := e.Value.(idleConn).conn
-	l.idle.Remove(e)
-	delete(l.idleAt, conn)
-	l.idleMu.Unlock()
-	// Its server goroutine, waiting for the next request, ends on the
-	// closed connection, as at the idle timeout. Its place is given back
-	// now, and the close goes on apart: over TLS it writes an alert, which
-	// a client that reads nothing could hold up, and Accept must not wait.
-	if counted, ok := conn.(*countedConn); ok {
-		counted.release()
-	}
-	go func() { _ = conn.Close() }()
-	return true
 }
 
 // quiesce answers every new connection 503 from now on, and returns once
@@ -228,8 +234,8 @@ func refuse(conn net.Conn, answer []byte) {
 // countedConn gives its place back under the cap when it is closed.
 type countedConn struct {
 	net.Conn
-	open *atomic.Int64
-	once sync.Once
+	open     *atomic.Int64
+	released atomic.Bool
 }
 
 func (c *countedConn) Close() error {
@@ -237,5 +243,12 @@ func (c *countedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// release gives the connection's place back, once.
-func (c *countedConn) release() { c.once.Do(func() { c.open.Add(-1) }) }
+// release gives the connection's place back, once: it says whether this
+// call did.
+func (c *countedConn) release() bool {
+	if !c.released.CompareAndSwap(false, true) {
+		return false
+	}
+	c.open.Add(-1)
+	return true
+}
