@@ -1246,24 +1246,43 @@ func TestANodeRedisRefusesToAnswerLeavesItsItemsToAnother(t *testing.T) {
 	})
 }
 
-// A node whose user may not read items (XREADGROUP taken from it) beats
-// as a node that cannot run: front ends answer its callers 503 at once,
-// naming no node able to run, rather than admit items that no node reads
-// and leave their callers waiting to their deadlines. It says why in its
+// A node whose user may not read items (XREADGROUP taken from it) takes
+// itself off the lists of nodes: front ends answer new requests 503 at
+// once, and fail those waiting for items it will not read, rather than
+// leave their callers waiting to their deadlines. It says why in its
 // stats, and takes items again once it may read.
-func TestANodeRedisWillNotLetReadIsCountedAsUnable(t *testing.T) {
+func TestANodeRedisWillNotLetReadCountsAsNoNode(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
-	rs.Do(t, "ACL", "SETUSER", "noread", "on", ">pw", "~*", "&*", "+@all", "-xreadgroup")
-	limited := startNode(t, rs, newRecorder(), 4, func(c *broker.NodeConfig) { c.URL = "redis://noread:pw@" + rs.Addr() + "/0" })
-	eventually(t, "the node says Redis refuses its reads", func() bool { return strings.Contains(limited.Stats().Refused, "NOPERM") })
-	fe := startFront(t, rs, nil)
-	eventually(t, "the front end counts no node able to run", func() bool {
-		_, err := predict(t, fe, "x")
-		return errors.Is(err, supervisor.ErrUnavailable)
+	rs.Do(t, "ACL", "SETUSER", "noread", "on", ">pw", "~*", "&*", "+@all")
+	rec := newRecorder()
+	rec.hold["busy"] = true
+	limited := startNodeOn(t, rs, supervisor.Config{InProcess: rec, Workers: 1, BatchSize: 1, PipelineDepth: 1, MaxLatency: time.Millisecond}, func(c *broker.NodeConfig) {
+		c.URL = "redis://noread:pw@" + rs.Addr() + "/0"
+		c.Capacity = 1
 	})
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	busy := predictLater(t, fe, "busy")
+	eventually(t, "the node runs its item", func() bool { return rec.runs("busy") == 1 })
+	// Admitted while the node has no room to read it; then the node may
+	// read no more.
+	waiting := predictLater(t, fe, "waiting")
+	onStream(t, rs, 2, "the waiting item on the stream")
+	rs.Do(t, "ACL", "SETUSER", "noread", "-xreadgroup")
+	close(rec.release)
+	if a := answerWithin(t, busy, 5*time.Second, "the item the node ran was not answered"); a.err != nil {
+		t.Errorf("the item the node ran: %v; want its answer", a.err)
+	}
+	a := answerWithin(t, waiting, 5*time.Second, "the request waiting for a node that may not read was not failed")
+	if !errors.Is(a.err, supervisor.ErrUnavailable) {
+		t.Fatalf("the request waiting for a node that may not read: %q, %v; want ErrUnavailable", a.out, a.err)
+	}
+	if !strings.Contains(limited.Stats().Refused, "NOPERM") {
+		t.Errorf("the node's stats say %q; want Redis's refusal of its reads", limited.Stats().Refused)
+	}
 	began := time.Now()
-	if _, err := predict(t, fe, "y"); !errors.Is(err, supervisor.ErrUnavailable) || time.Since(began) > time.Second {
-		t.Fatalf("a request while the only node may not read: %v after %s; want ErrUnavailable at once", err, time.Since(began))
+	if _, err := predict(t, fe, "new"); !errors.Is(err, supervisor.ErrUnavailable) || time.Since(began) > time.Second {
+		t.Errorf("a request while the only node may not read: %v after %s; want ErrUnavailable at once", err, time.Since(began))
 	}
 
 	rs.Do(t, "ACL", "SETUSER", "noread", "+xreadgroup")

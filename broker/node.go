@@ -173,7 +173,7 @@ type NodeStats struct {
 	// permission. The node then takes no items and beats no more, and
 	// leaves those it holds to other nodes, until a write goes through.
 	// Or why it refuses the node's reads of items: the node then takes no
-	// items, and beats as one whose workers cannot run, until a read goes
+	// items, and is listed as no node, alive or leaving, until a read goes
 	// through. Empty while Redis takes both.
 	Refused string `json:"refused,omitempty"`
 }
@@ -1113,15 +1113,18 @@ func (n *Node) beatNow() {
 // start checks that it does). No retry mends that until an operator does,
 // and the node had gone on beating as alive: front ends admitted requests
 // for it that no node read, and their callers waited to their deadlines.
-// It now beats as a node whose workers cannot run (see beat): front ends
-// admit nothing for it alone, route nothing to it, and do not fail the
-// callers whose items it holds, which it answers. It claims nothing, and
+// It now takes itself off the lists of nodes, alive and leaving (see
+// beat), at once: front ends admit nothing for it and route nothing to it,
+// another node adopts its own stream, and with no other node the callers
+// waiting fail with 503 as when no node is alive, their unread items
+// withdrawn (beating as leaving would have kept them waiting for items
+// that no node reads). It answers what it holds, claims nothing, and
 // retries its reads, with a backoff, until one goes through.
 func (n *Node) refuseReads(err error) {
 	msg := err.Error()
 	n.claimDue.Store(0)
 	if n.readRefused.Swap(&msg) == nil {
-		n.cfg.Logger.Error("redis refuses this node's reads of items (the README's \"Many machines\" lists what its user needs); it takes no items, and front ends count it as a node that cannot run, until a read goes through",
+		n.cfg.Logger.Error("redis refuses this node's reads of items (the README's \"Many machines\" lists what its user needs); it takes no items, and front ends count it as no node, until a read goes through",
 			"redis", n.where, "err", err)
 		n.beatNow()
 	}
@@ -1358,8 +1361,8 @@ func (n *Node) upkeepLoop() {
 // ends admit no request for it, as a local server would refuse them,
 // route none to it, and do not fail the callers whose items it holds;
 // other nodes adopt its own stream. It beats as a live node again once a
-// worker runs. So does a node whose reads Redis refuses (see refuseReads),
-// until one goes through.
+// worker runs. A node whose reads Redis refuses is listed as neither (see
+// refuseReads), until one goes through.
 func (n *Node) beat(ctx context.Context) error {
 	if err := n.checkFit(ctx); err != nil {
 		return err
@@ -1372,12 +1375,16 @@ func (n *Node) beat(ctx context.Context) error {
 	timeCmd, sent := n.clock.timeCmd(ctx, pipe)
 	now := n.clock.now()
 	workers := n.s.Available()
-	able := workers && n.readRefused.Load() == nil
 	alive, out := n.k.nodes, n.k.leaving
-	if !able {
+	if !workers {
 		alive, out = out, alive
 	}
-	pipe.ZAdd(ctx, alive, redis.Z{Score: float64(now.UnixMilli()), Member: n.cfg.Name})
+	if n.readRefused.Load() != nil {
+		// Listed as neither: see refuseReads.
+		pipe.ZRem(ctx, alive, n.cfg.Name)
+	} else {
+		pipe.ZAdd(ctx, alive, redis.Z{Score: float64(now.UnixMilli()), Member: n.cfg.Name})
+	}
 	pipe.ZRem(ctx, out, n.cfg.Name)
 	pipe.ZRemRangeByScore(ctx, n.k.nodes, "-inf", unixMs(now.Add(-time.Hour)))
 	pipe.ZRemRangeByScore(ctx, n.k.leaving, "-inf", unixMs(now.Add(-time.Hour)))

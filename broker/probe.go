@@ -64,7 +64,9 @@ func (p *probe) check(ctx context.Context, rdb redis.Cmdable, where string) erro
 		verdict = fmt.Errorf("%w: redis at %s runs as a cluster, which streamer does not support (its scripts use several keys at once): give it a Redis of its own, with replicas and Sentinel for failover", ErrUnsupportedRedis, where)
 	case olderThan(version, 6, 2):
 		verdict = fmt.Errorf("%w: redis at %s is version %s; streamer needs 6.2 or later", ErrUnsupportedRedis, where, version)
-	case len(missing) > 0:
+	case len(missing) == 1:
+		verdict = fmt.Errorf("%w: redis at %s does not know the command %s, which streamer needs (renamed away with rename-command?): give streamer a Redis that runs it", ErrUnsupportedRedis, where, missing[0])
+	case len(missing) > 1:
 		verdict = fmt.Errorf("%w: redis at %s does not know the commands %s, which streamer needs (renamed away with rename-command?): give streamer a Redis that runs them", ErrUnsupportedRedis, where, strings.Join(missing, ", "))
 	}
 	if verdict != nil {
