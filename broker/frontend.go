@@ -129,6 +129,9 @@ type FrontEnd struct {
 	mismatch    atomic.Pointer[error]
 	modelErr    error
 	modelLogged atomic.Bool // a refused read of the model is logged
+	// otherName is set while the nodes' model has another name than the
+	// front end's (logged once each time it begins; see noteModel).
+	otherName atomic.Bool
 	// fullAt is when Redis last refused a write for want of memory, in
 	// Unix nanoseconds (see noteFull).
 	fullAt atomic.Int64

@@ -178,6 +178,46 @@ func TestTheREADMEsRedisUserServes(t *testing.T) {
 	}
 }
 
+// A front end whose model has another name than the nodes' (the same
+// way of writing items) serves, as only how items are written must agree,
+// but says so once in its log, naming both: its clients see its name.
+func TestAFrontEndOfAnotherModelNameSaysSo(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	startNode(t, rs, newRecorder(), 4, func(c *broker.NodeConfig) {
+		c.Model = broker.ModelID{Wire: "generic", Name: "sleep", Label: "sleep:5ms,0s"}
+	})
+	var logs syncbuf.Buffer
+	fe := startFront(t, rs, func(c *broker.FrontEndConfig) {
+		c.Model = broker.ModelID{Wire: "generic", Name: "echo", Label: "echo"}
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	eventually(t, "front end ready", fe.Ready)
+	if out, err := predict(t, fe, "hi"); err != nil || string(out[0]) != "hi" {
+		t.Fatalf("a request: %q, %v; want its answer", out, err)
+	}
+	eventually(t, "the front end to say the names differ", func() bool {
+		return strings.Contains(logs.String(), "another name than this front end's")
+	})
+	var line string
+	for l := range strings.Lines(logs.String()) {
+		if strings.Contains(l, "another name than this front end's") {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "level=WARN") || !strings.Contains(line, `sleep:5ms,0s`) || !strings.Contains(line, `echo`) || !strings.Contains(line, "--model") {
+		t.Errorf("the warning %q; want both models named, and --model", line)
+	}
+	// Once, though every check reads the model: checks go on, as the
+	// front end counts a second node.
+	startNode(t, rs, newRecorder(), 4, func(c *broker.NodeConfig) {
+		c.Model = broker.ModelID{Wire: "generic", Name: "sleep", Label: "sleep:5ms,0s"}
+	})
+	eventually(t, "the front end to count two nodes", func() bool { return fe.FrontEndStats().Nodes == 2 })
+	if n := strings.Count(logs.String(), "another name than this front end's"); n != 1 {
+		t.Errorf("the warning logged %d times; want once:\n%s", n, logs.String())
+	}
+}
+
 // A Redis that may evict keys when full would delete streamer's items and
 // answers: a front end says so in its log, naming the policy; on Redis's
 // default, noeviction, it says nothing.

@@ -166,6 +166,14 @@ func (n *Node) checkModel(ctx context.Context) error {
 func (fe *FrontEnd) noteModel(fields []any) error {
 	mine := fe.cfg.Model
 	theirs, held := heldModel(fields)
+	// Another name alone does not stop it (a front end's model only says
+	// how to write items), but its clients see its name, as the v2
+	// routes' model, while the nodes run theirs: said once.
+	otherName := mine.Name != "" && held && theirs.Name != mine.Name
+	if fe.otherName.Swap(otherName) != otherName && otherName {
+		fe.cfg.Logger.Warn("the nodes under this key prefix serve a model of another name than this front end's; it serves their answers under its own name (give it the nodes' --model)",
+			"nodes", theirs.describe(), "front_end", mine.describe(), "redis", fe.where, "prefix", fe.cfg.Prefix)
+	}
 	if mine.Wire == "" || !held || theirs.Wire == mine.Wire {
 		if fe.mismatch.Swap(nil) != nil {
 			fe.cfg.Logger.Info("this front end writes items as the nodes read them again; it takes requests", "redis", fe.where)
