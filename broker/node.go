@@ -1051,7 +1051,7 @@ func (n *Node) warn(what string, err error) {
 		n.cfg.Logger.Debug(what, "redis", n.where, "err", err)
 		return
 	}
-	n.cfg.Logger.Error("redis does not serve this node; it keeps its items and retries"+connHint(n.rdb, err), "while", what, "redis", n.where, "err", err)
+	n.cfg.Logger.Error("redis does not serve this node; it keeps its items and retries", "while", what, "redis", n.where, "err", err)
 }
 
 // warnSince is warn for a command begun at began, unless its time ran out
