@@ -2382,7 +2382,8 @@ func (fe *FrontEnd) noteCheck(model *redis.SliceCmd, nodes, leaving, backlog int
 // on rdb, says no more than that Redis gave no answer (over TLS, a server
 // that does not speak it waits, as the client does, for the other to go
 // on) or closed the connection at once; "" otherwise. A front end's checks
-// and a node's start and outages say alike.
+// and a node's start say alike. (Not a node's outage once it served: a
+// connection closed then is most often Redis restarting.)
 func connHint(rdb *redis.Client, err error) string {
 	switch {
 	case timedOut(err) && rdb.Options().TLSConfig != nil:
