@@ -238,14 +238,30 @@ func (b nodeBackend) PredictRequest(ctx context.Context, req supervisor.Request)
 	return b.FrontEnd.PredictRequest(ctx, req)
 }
 
-// NotReady says why the node takes no request: it is starting, or what
-// its front end says.
+// errNodeWorkersDown is a node's readiness while none of its own workers
+// is ready (restarting, or unable to start): the requests it takes still
+// go through Redis, to other nodes, but it runs nothing.
+var errNodeWorkersDown = fmt.Errorf("%w: no worker of this node is ready, so it runs no items (its own requests go through redis to other nodes meanwhile)", supervisor.ErrUnavailable)
+
+// NotReady says why the node is not ready: it is starting, its front end
+// says why the fleet takes no request, or none of its own workers is
+// ready, as a local server would say: a readiness probe of a GPU node
+// asks about its GPUs, not its neighbours'.
 func (b nodeBackend) NotReady() error {
 	if !b.frontStarted.Load() {
 		return errNodeStarting
 	}
-	return b.FrontEnd.NotReady()
+	if err := b.FrontEnd.NotReady(); err != nil {
+		return err
+	}
+	if !b.local.Ready() {
+		return errNodeWorkersDown
+	}
+	return nil
 }
+
+// Ready reports whether the node takes requests and runs items itself.
+func (b nodeBackend) Ready() bool { return b.NotReady() == nil }
 
 func (b nodeBackend) Slots() []supervisor.SlotStatus { return b.local.Slots() }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -65,4 +66,39 @@ func TestBrokerANodeStartingSaysSo(t *testing.T) {
 	if p, err := predictWithin(node, requestTimeout, 0, "later"); err != nil || p.Status != http.StatusOK {
 		t.Errorf("once started: %s, %v; want 200", p, err)
 	}
+}
+
+// TestBrokerANodeWithoutAReadyWorkerIsNotReady: a node whose only worker
+// was killed and takes seconds to start again says not ready on /readyz,
+// naming its own workers, as a local server would (a readiness probe of a
+// GPU node asks about its GPUs), while the fleet serves: the front end is
+// ready, and a request the node itself takes is answered through Redis by
+// the other node. Once its worker is back, the node is ready again.
+func TestBrokerANodeWithoutAReadyWorkerIsNotReady(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	slow := startBrokerNode(t, rs, "--workers", "1", "--model", "chaos:init-delay=3s")
+	startBrokerNode(t, rs, "--workers", "1", "--model", "chaos")
+	front := startBrokerFront(t, rs)
+	waitReadyz(t, front, http.StatusOK)
+	waitReadyz(t, slow, http.StatusOK)
+
+	ready := slow.readyWorkers(t)
+	if len(ready) != 1 {
+		t.Fatalf("the node's ready workers: %+v; want one", ready)
+	}
+	if err := syscall.Kill(ready[0].PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitReadyz(t, slow, http.StatusServiceUnavailable)
+	status, body, err := slow.get("/readyz")
+	if err == nil && status == http.StatusServiceUnavailable && !strings.Contains(string(body), "no worker of this node is ready") {
+		t.Errorf("GET /readyz of a node whose worker restarts: %d %s; want 503 naming its workers", status, body)
+	}
+	if status, body, err := front.get("/readyz"); err != nil || status != http.StatusOK {
+		t.Errorf("GET /readyz of the front end meanwhile: %d %s, %v; want 200, as the other node runs", status, body, err)
+	}
+	if p, err := predictWithin(slow, requestTimeout, 0, "through the other node"); err != nil || p.Status != http.StatusOK {
+		t.Errorf("a request to the node meanwhile: %s, %v; want 200, run by the other node", p, err)
+	}
+	waitReadyz(t, slow, http.StatusOK)
 }

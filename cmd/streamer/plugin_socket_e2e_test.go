@@ -116,3 +116,23 @@ func TestLeftoverSocketDirIsSwept(t *testing.T) {
 		t.Errorf("the sweep was not logged:\n%s", second.logs())
 	}
 }
+
+// TestAFrontEndOfAPluginMakesNoSocketDir: a front end (--workers 0) of a
+// plugin model starts no plugin, so it makes no socket directory, and its
+// model's settings name none.
+func TestAFrontEndOfAPluginMakesNoSocketDir(t *testing.T) {
+	bin := pluginBins(t)["fillmask"]
+	front := launchBroker(t, "redis://127.0.0.1:1/0", "--workers", "0", "--plugin", bin)
+	brokerLogField(t, front, "serving", "level")
+	dirs, err := filepath.Glob(filepath.Join(os.TempDir(), socketDirPrefix+strconv.Itoa(front.cmd.Process.Pid)+"-*"))
+	if err != nil || len(dirs) != 0 {
+		t.Errorf("a front end made plugin socket directories %v (%v); want none", dirs, err)
+	}
+	status, body, err := front.get("/v1/models")
+	if err != nil || status != http.StatusOK {
+		t.Fatalf("/v1/models: %d %v", status, err)
+	}
+	if !strings.Contains(string(body), bin) || strings.Contains(string(body), "socket_dir") {
+		t.Errorf("a front end's /v1/models: %s; want the plugin's path and no socket_dir", body)
+	}
+}

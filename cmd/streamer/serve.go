@@ -478,7 +478,8 @@ func (o serveOptions) loadModel(log *slog.Logger) (servedModel, error) {
 	if err := o.checkModel(spec); err != nil {
 		return m, err
 	}
-	if o.plugin != "" {
+	if o.plugin != "" && o.workers > 0 {
+		// A front end (no workers) starts no plugin: it has no sockets.
 		if m.socketDir, err = makeSocketDir(log); err != nil {
 			return m, err
 		}

@@ -173,7 +173,7 @@ func (r statusReport) print(out io.Writer) error {
 	if b := r.broker; b != nil && b.FrontEnd != nil {
 		f := b.FrontEnd
 		if f.RedisUp {
-			fmt.Fprintf(w, "redis\tup, %d nodes heard from, backlog %d of %d items\n", f.Nodes, f.Backlog, f.MaxBacklog)
+			fmt.Fprintf(w, "redis\tup, nodes heard from %d, backlog %d of %d items\n", f.Nodes, f.Backlog, f.MaxBacklog)
 		} else {
 			fmt.Fprintf(w, "redis\tdown: no node heard from; backlog %d of %d items when last seen\n", f.Backlog, f.MaxBacklog)
 		}

@@ -117,7 +117,7 @@ func newCollector(backend Backend, requests *requestCounts) *collector {
 		endToEnd:      desc("end_to_end_seconds", "Time from admission until the item was answered."),
 		queued:        desc("queue_depth_items", "Items waiting in the queue."),
 		inFlight:      desc("batches_in_flight", "Batches handed to workers and not yet answered."),
-		ready:         desc("ready", "1 when some worker can take work and the server is not draining."),
+		ready:         desc("ready", "1 when GET /readyz would answer 200: some worker can take work (on a front end behind Redis, some node can), and the server is not draining."),
 		restarts:      desc("worker_restarts_total", "Worker restarts, by slot.", "slot"),
 		crashes:       desc("worker_crashes_total", "Workers that died or were killed, by slot.", "slot"),
 		slotBatches:   desc("worker_batches_total", "Batches answered, by slot.", "slot"),
