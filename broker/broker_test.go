@@ -1296,8 +1296,10 @@ func TestANodeRedisWillNotLetReadCountsAsNoNode(t *testing.T) {
 }
 
 // Answers Redis refuses for want of memory are kept and retried until it
-// takes them; the node logs the refusal once, as an error, however many
-// retries fail, and once that it takes answers again.
+// takes them, their items' entries deleted at the first refusal to make
+// room, but still pending to the node, which keeps them from claims; the
+// node logs the refusal once, as an error, however many retries fail, and
+// once that it takes answers again.
 func TestAnswersAreKeptUntilRedisHasRoomForThem(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{}) // noeviction: Redis's default
 	held := newRecorder()
@@ -1313,10 +1315,16 @@ func TestAnswersAreKeptUntilRedisHasRoomForThem(t *testing.T) {
 	if _, err := predict(t, fe, "more"); !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), "OOM") {
 		t.Fatalf("a request while Redis is full: %v; want ErrUnavailable saying why", err)
 	}
+	if err := fe.NotReady(); fe.Ready() || err == nil || !strings.Contains(err.Error(), "OOM") {
+		t.Errorf("the front end's readiness while Redis refuses its writes: %v; want not ready, saying why", err)
+	}
 	close(held.release)
 	eventually(t, "the answer refused by Redis, and retried", func() bool { return n.Stats().WriteFailures > 2 })
-	if got := rs.Do(t, "XLEN", "streamer:items"); got != "1" {
-		t.Fatalf("%s items on the stream; want the item kept until its answer is written", got)
+	if got := rs.Do(t, "XLEN", "streamer:items"); got != "0" {
+		t.Errorf("%s items on the stream; want the item's entry deleted to make room for its answer", got)
+	}
+	if got := rs.Do(t, "XPENDING", "streamer:items", "nodes"); !strings.HasPrefix(got, "1\n") {
+		t.Errorf("XPENDING: %s; want the item pending to its node until its answer is written", got)
 	}
 	rs.Do(t, "CONFIG", "SET", "maxmemory", "0")
 	if a := <-later; a.err != nil || string(a.out[0]) != "slow" {
@@ -1328,6 +1336,66 @@ func TestAnswersAreKeptUntilRedisHasRoomForThem(t *testing.T) {
 	if got := strings.Count(logs.String(), "level=ERROR msg=\"redis is out of memory"); got != 1 || strings.Contains(logs.String(), "level=WARN") {
 		t.Errorf("the refusals for want of memory logged as %d errors; want one, and no warning for each retry:\n%s", got, logs.String())
 	}
+}
+
+// A Redis filled by items whose answers it then refuses makes room by
+// itself: the node deletes the entries of the items it ran, which it
+// needs no more once their answers are written, and the answers then fit.
+// Before, the items held the memory their answers needed, for good.
+func TestAFullRedisMakesRoomForAnswersFromTheirItems(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{}) // noeviction: Redis's default
+	held := newRecorder()
+	items := make([]string, 4)
+	for i := range items {
+		items[i] = strings.Repeat(strconv.Itoa(i), 2<<20)
+		held.hold[items[i]] = true
+	}
+	n := startNode(t, rs, held, 4, nil)
+	// The front end waits for the answers through the refusals it sees.
+	fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.Outage = time.Minute })
+	eventually(t, "front end ready", fe.Ready)
+	later := predictLater(t, fe, items...)
+	eventually(t, "the items running", func() bool { return held.runs(items[0]) == 1 })
+	// Full: a write of answers (two of the four, 4 MiB) is refused; the
+	// items' entries, 8 MiB and more, make room for it.
+	used := usedMemory(t, rs)
+	rs.Do(t, "CONFIG", "SET", "maxmemory", strconv.Itoa(used-1<<20))
+	close(held.release)
+	select {
+	case a := <-later:
+		if a.err != nil || len(a.out) != len(items) {
+			t.Fatalf("got %d answers, %v; want the items' answers", len(a.out), a.err)
+		}
+		for i, out := range a.out {
+			if string(out) != items[i] {
+				t.Errorf("answer %d is not its item's", i)
+			}
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no answer after 10s: Redis stays full (used_memory %d, maxmemory %d)", usedMemory(t, rs), used-1<<20)
+	}
+	if n.Stats().WriteFailures == 0 {
+		t.Errorf("the answers were written at once; want them refused first, for the test to mean anything")
+	}
+	if got := rs.Do(t, "XLEN", "streamer:items"); got != "0" {
+		t.Errorf("%s items on the stream once answered; want none", got)
+	}
+}
+
+// usedMemory is Redis's used_memory, in bytes.
+func usedMemory(t *testing.T, rs *redistest.Server) int {
+	t.Helper()
+	for line := range strings.SplitSeq(rs.Do(t, "INFO", "memory"), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatalf("INFO memory: %q: %v", line, err)
+			}
+			return n
+		}
+	}
+	t.Fatal("INFO memory has no used_memory")
+	return 0
 }
 
 func TestCloseWaitsForTheAnswersThenRefuses(t *testing.T) {
@@ -1808,5 +1876,30 @@ func TestANodeWhoseConnectionsAllCloseReportsAnOutage(t *testing.T) {
 	eventually(t, "the outage logged", func() bool { return strings.Contains(logs.String(), "redis does not serve this node") })
 	if got := strings.Count(logs.String(), "a connection to redis closed"); got > 1 {
 		t.Errorf("%d lines say a connection closed; want at most one before the outage:\n%s", got, logs.String())
+	}
+}
+
+// A front end logs when no node takes requests any more, and when one
+// does again: an operator can tell from its log how long requests got 503
+// for want of a node.
+func TestAFrontEndLogsWhenNoNodeTakesRequests(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	var logs syncbuf.Buffer
+	fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	const none, again = "no node takes requests", "a node takes requests again"
+	eventually(t, "the front end's log that no node takes requests", func() bool { return strings.Contains(logs.String(), none) })
+	n := startNode(t, rs, newRecorder(), 4, nil)
+	eventually(t, "front end ready", fe.Ready)
+	eventually(t, "the front end's log that a node takes requests", func() bool { return strings.Contains(logs.String(), again) })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := n.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the front end's log that no node takes requests, once the node left", func() bool {
+		return strings.Count(logs.String(), none) == 2
+	})
+	if got := strings.Count(logs.String(), again); got != 1 {
+		t.Errorf("%d lines say a node takes requests again; want one:\n%s", got, logs.String())
 	}
 }

@@ -102,6 +102,11 @@ type FrontEnd struct {
 	// graceSince and graceUntil let the nodes alive before an outage
 	// count for a while after it, under checkMu (see nodesSince).
 	graceSince, graceUntil time.Time
+	// nodesTaking is whether the last check found a node that takes
+	// requests, under checkMu (nil before the first): its changes are
+	// logged, so that an operator sees how long requests got 503 for
+	// want of a node.
+	nodesTaking *bool
 
 	up      atomic.Bool  // Redis answered the last check
 	nodes   atomic.Int64 // nodes heard from within nodeSilence, at the last check
@@ -485,10 +490,12 @@ func (fe *FrontEnd) Start(ctx context.Context) error {
 }
 
 // Ready reports whether a request can be served now: Redis answers, lets
-// the front end read its answers, and some node has been heard from.
+// the front end read its answers, has not refused one of its writes for
+// want of memory within the last Outage, and some node has been heard
+// from.
 func (fe *FrontEnd) Ready() bool {
 	return fe.up.Load() && fe.nodes.Load() > 0 && fe.mismatch.Load() == nil && fe.readRefused.Load() == nil &&
-		fe.admitRefused.Load() == nil && !fe.closed.Load()
+		fe.admitRefused.Load() == nil && fe.fullError() == nil && !fe.closed.Load()
 }
 
 // Full reports whether the shared backlog was at its bound at the last
@@ -2362,6 +2369,7 @@ func (fe *FrontEnd) noteCheck(model *redis.SliceCmd, nodes, leaving, backlog int
 	fe.nodes.Store(nodes)
 	fe.leaving.Store(leaving)
 	fe.backlog.Store(backlog)
+	fe.noteNodesTaking(nodes, leaving)
 	fe.mu.Lock()
 	if last := fe.epoch; epoch != last {
 		fe.epoch = epoch
@@ -2375,6 +2383,25 @@ func (fe *FrontEnd) noteCheck(model *redis.SliceCmd, nodes, leaving, backlog int
 	fe.mu.Unlock()
 	if !fe.up.Swap(true) {
 		fe.cfg.Logger.Info("redis reachable", "redis", fe.where)
+	}
+}
+
+// noteNodesTaking logs the change, when the counts a check read make
+// one, between some node taking requests and none: nodes alive, and
+// leaving (finishing their items, or with no worker able to run). It
+// requires that checkMu is held.
+func (fe *FrontEnd) noteNodesTaking(nodes, leaving int64) {
+	taking := nodes > 0
+	if fe.nodesTaking != nil && *fe.nodesTaking == taking {
+		return
+	}
+	first := fe.nodesTaking == nil
+	fe.nodesTaking = &taking
+	switch {
+	case taking && !first:
+		fe.cfg.Logger.Info("a node takes requests again", "nodes", nodes, "redis", fe.where)
+	case !taking:
+		fe.cfg.Logger.Warn("no node takes requests: new ones get 503 until one does", "leaving", leaving, "redis", fe.where)
 	}
 }
 

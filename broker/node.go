@@ -733,7 +733,7 @@ func (n *Node) takeChecked(stream string, msgs []redis.XMessage, quarantine map[
 func (n *Node) quarantined(msgs []redis.XMessage, quarantine map[string]bool) map[string]bool {
 	known := *n.poison.Load()
 	now := n.clock.now()
-	if quarantine != nil && len(quarantine) == 0 && len(known) == 0 {
+	if len(msgs) == 0 || quarantine != nil && len(quarantine) == 0 && len(known) == 0 {
 		return nil // nothing is quarantined: no item needs its hash
 	}
 	hashes := make([]string, len(msgs))
@@ -941,17 +941,54 @@ func (n *Node) gatherAnswers() []answerEntry {
 // killed, letting their items go as they are written: a batch whose
 // outputs are larger than writeMaxBytes goes in several writes.
 func (n *Node) write(batch []answerEntry) {
+	dropped := false // the items' entries, for want of memory (see dropItems)
 	for len(batch) > 0 {
 		k, size := 1, len(batch[0].output)
 		for k < len(batch) && size+len(batch[k].output) <= writeMaxBytes {
 			size += len(batch[k].output)
 			k++
 		}
-		if !n.writeWhole(batch[:k]) {
+		if !n.writeWhole(batch[:k], batch, &dropped) {
 			return
 		}
 		batch = batch[k:]
 	}
+}
+
+// dropItems deletes the entries of batch's items from their streams, as
+// Redis refuses their answers for want of memory, and reports whether it
+// did. A write of answers takes Redis about a third more memory than
+// their size while it reads it, as an item's entry holds, so the node
+// deletes those of all the answers it has to write, not only the first
+// write's. Run already, the items are needed again only if this node dies
+// before their answers are written, and the memory they hold may be what
+// the answers lack: else a Redis filled by items could stay full for good,
+// as the answers that would let them go are refused, while their callers,
+// failed meanwhile, free nothing. XDEL takes no memory, so a full Redis
+// runs it. The items stay pending to this node, which front ends take
+// for a sign that their answers are to come (see lostScript), until a
+// claim of them, even the node's own as it keeps them (see keep), finds
+// them deleted and takes them out of the pending list: should Redis stay
+// full that long, or the node die before its answers are written, their
+// callers fail as those of items Redis lost (503). No node runs them
+// again.
+func (n *Node) dropItems(batch []answerEntry) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+	defer cancel()
+	ids := map[string][]string{} // by stream
+	for _, a := range batch {
+		ids[a.stream] = append(ids[a.stream], a.id)
+	}
+	pipe := n.rdb.Pipeline()
+	for stream, ids := range ids {
+		pipe.XDel(ctx, stream, ids...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		n.warn("delete the items of answers redis has no memory for", err)
+		return false
+	}
+	n.cfg.Logger.Debug("deleted the items of answers redis has no memory for, to make room", "items", len(batch), "node", n.cfg.Name)
+	return true
 }
 
 // flushTimeout bounds one write of answers.
@@ -964,8 +1001,10 @@ const writeMaxBytes = 4 << 20
 
 // writeWhole writes the answers of batch in one transaction until Redis
 // takes them, and lets their items go; it returns false if the node was
-// killed first.
-func (n *Node) writeWhole(batch []answerEntry) bool {
+// killed first. Refused for want of memory, it deletes the entries of the
+// items of unwritten, the answers not written yet, batch's among them,
+// unless dropped says it did.
+func (n *Node) writeWhole(batch, unwritten []answerEntry, dropped *bool) bool {
 	retry := newBackoff()
 	for {
 		began := time.Now()
@@ -987,6 +1026,11 @@ func (n *Node) writeWhole(batch []answerEntry) bool {
 		case <-n.stopped:
 			return false
 		default:
+		}
+		if outOfMemory(err) && !*dropped {
+			if *dropped = n.dropItems(unwritten); *dropped {
+				continue // at once: Redis may have room now
+			}
 		}
 		retry.wait(n.stopped)
 	}
@@ -1029,7 +1073,7 @@ func (n *Node) warn(what string, err error) {
 			n.cfg.Logger.Debug(what, "redis", n.where, "err", err)
 			return
 		}
-		n.cfg.Logger.Error("redis is out of memory and refuses writes; this node keeps its items and retries (raise Redis's maxmemory, or lower --max-queue)", "while", what, "redis", n.where, "err", err)
+		n.cfg.Logger.Error("redis is out of memory and refuses writes; this node retries, deleting the items whose answers it refuses to make room for them (raise Redis's maxmemory, or lower --max-queue)", "while", what, "redis", n.where, "err", err)
 		return
 	}
 	var reply redis.Error
@@ -1567,7 +1611,7 @@ func (n *Node) claimFrom(ctx context.Context, stream string) error {
 			return err
 		}
 		if msgs = n.notHeld(stream, msgs); len(msgs) > 0 {
-			what := "claimed items of a silent node"
+			what := "claimed items their node kept no more, past --claim-idle (it died, stalled, or left them as it shut down)"
 			if stream == n.own {
 				// Those another node took from it and left, or its own
 				// that it could not keep alive (cut off from Redis, or

@@ -423,6 +423,7 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 				s.complete(it, nil, fmt.Errorf("%w: the worker stopped", ErrShuttingDown))
 			}
 		}
+		s.log.Info("worker stopped", sl.logAttrs(w, "reason", "shutdown", "err", exitErr, "batches_in_flight", inFlight)...)
 		return
 	}
 	if retired && inFlight == 0 {

@@ -187,7 +187,7 @@ func TestBrokerKilledNodeAndFrontEndLoseNoAdmittedRequest(t *testing.T) {
 	})
 	// It logs the claim just after Redis has moved the items.
 	waitFor(t, "the surviving node to say it claimed the killed node's items", brokerWait, func() bool {
-		return strings.Contains(survivor.logs(), "claimed items of a silent node")
+		return strings.Contains(survivor.logs(), "claimed items their node kept no more")
 	})
 	// Its /v1/stats counts them too.
 	var bst struct {
@@ -307,7 +307,7 @@ func TestBrokerNodeSIGTERMUnderLoadHandsOverCleanly(t *testing.T) {
 	if held := redisPending(t, rs, leavingName); len(held) != 0 {
 		t.Errorf("the stopped node left %d items unanswered", len(held))
 	}
-	if strings.Contains(staying.logs(), "claimed items of a silent node") {
+	if strings.Contains(staying.logs(), "claimed items their node kept no more") {
 		t.Error("the other node had to claim items the stopped node left")
 	}
 	if left := brokerLogField(t, leaving, "node left", "left_to_other_nodes"); left != "0" {

@@ -493,6 +493,10 @@ func TestSIGTERMDrainsAdmittedRequests(t *testing.T) {
 	if err != nil || code != 0 {
 		t.Errorf("exit code %d (%v) after SIGTERM, want 0", code, err)
 	}
+	// Every worker's end is a lifecycle event of its own.
+	if got := strings.Count(s.logs(), `msg="worker stopped"`); got != 2 || !strings.Contains(s.logs(), "reason=shutdown") {
+		t.Errorf("%d lines say a worker stopped, for the shutdown; want one for each of the 2:\n%s", got, s.logs())
+	}
 }
 
 func TestModelStdoutGoesToLogNotProtocol(t *testing.T) {

@@ -27,7 +27,7 @@ const releaseSlack = 32 << 20
 // runtime's periodic collection minutes later. When nothing was queued,
 // running or answered for a whole check interval and the heap holds far
 // more than it uses, it collects and returns the free memory at once.
-func releaseMemoryWhenIdle(ctx context.Context, st interface{ Stats() supervisor.Stats }, log *slog.Logger) {
+func releaseMemoryWhenIdle(ctx context.Context, st statser, log *slog.Logger) {
 	tick := time.NewTicker(idleCheckEvery)
 	defer tick.Stop()
 	samples := []metrics.Sample{
@@ -48,7 +48,7 @@ func releaseMemoryWhenIdle(ctx context.Context, st interface{ Stats() supervisor
 		case <-tick.C:
 		}
 		stats := st.Stats()
-		idle := stats.Queued == 0 && stats.Answered == stats.Submitted && stats.Answered == lastAnswered
+		idle := quiet(stats, lastAnswered)
 		lastAnswered = stats.Answered
 		if !idle {
 			collected = false
@@ -96,4 +96,25 @@ func parseBytes(s string) (int64, error) {
 		return 0, fmt.Errorf("%q is not a size: want a number of bytes with an optional unit (KiB, MiB, GiB, TiB)", s)
 	}
 	return int64(n * factor), nil
+}
+
+// statser is what the memory watch reads the server's work from.
+type statser interface{ Stats() supervisor.Stats }
+
+// quiet says whether stats show no work since the last look, which saw
+// lastAnswered answered: nothing queued, running or answered meanwhile.
+func quiet(stats supervisor.Stats, lastAnswered uint64) bool {
+	return stats.Queued == 0 && stats.Answered == stats.Submitted && stats.Answered == lastAnswered
+}
+
+// nodeWork is a node's work, for the memory watch: its own HTTP callers'
+// (callers, the backend's counts), and the items its workers run
+// (workers), most of them other front ends', which the backend does not
+// count: a node busy with those is not idle.
+type nodeWork struct{ callers, workers statser }
+
+// Stats are the counts quiet reads, of both.
+func (w nodeWork) Stats() supervisor.Stats {
+	c, k := w.callers.Stats(), w.workers.Stats()
+	return supervisor.Stats{Queued: k.Queued, Submitted: c.Submitted + k.Submitted, Answered: c.Answered + k.Answered}
 }

@@ -406,7 +406,11 @@ func runServe(ctx context.Context, o serveOptions) error {
 		}
 	}
 	log.Info("serving")
-	go releaseMemoryWhenIdle(ctx, backend, log)
+	var work statser = backend
+	if remote != nil && st != nil {
+		work = nodeWork{callers: backend, workers: st}
+	}
+	go releaseMemoryWhenIdle(ctx, work, log)
 	runErr := o.awaitEnd(ctx, stop, fatal, serveErr, log)
 	return errors.Join(runErr, stopping.drain(server))
 }
