@@ -102,11 +102,11 @@ type FrontEnd struct {
 	// graceSince and graceUntil let the nodes alive before an outage
 	// count for a while after it, under checkMu (see nodesSince).
 	graceSince, graceUntil time.Time
-	// nodesTaking is whether the last check found a node that takes
-	// requests, under checkMu (nil before the first): its changes are
-	// logged, so that an operator sees how long requests got 503 for
-	// want of a node.
-	nodesTaking *bool
+	// noNodeSince is when checks began to find no node that takes
+	// requests (zero while one does), and noNodeLogged whether that was
+	// logged, under checkMu (see noteNodesTaking).
+	noNodeSince  time.Time
+	noNodeLogged bool
 
 	up      atomic.Bool  // Redis answered the last check
 	nodes   atomic.Int64 // nodes heard from within nodeSilence, at the last check
@@ -319,9 +319,14 @@ return verdicts
 `)
 
 // withdrawScript deletes the items of a request that nobody waits for any
-// more (canceled, or past its deadline) and that no node has read yet, so
-// that none runs them. It answers how many it deleted; an item a node
-// holds is left to it.
+// more (canceled, past its deadline, or failed) and that no node has read
+// yet, so that none runs them. It answers how many it deleted. An item a
+// node holds is left to it to run, but its entry goes too from Redis 7.0
+// on, whose claims pass over deleted entries (where 6.2 hands them out
+// empty): it serves nobody now, and its memory may be what a full Redis
+// lacks for the answers that would let other items go (see
+// withdrawLeftovers). XPENDING and XDEL take no memory: a full Redis runs
+// the script.
 //
 //	KEYS[1] the items stream
 //	ARGV    the group, then the items' stream ids
@@ -330,6 +335,8 @@ local n = 0
 for i = 2, #ARGV do
   if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1) == 0 then
     n = n + redis.call('XDEL', KEYS[1], ARGV[i])
+  elseif redis.REDIS_VERSION_NUM then
+    redis.call('XDEL', KEYS[1], ARGV[i])
   end
 end
 return n
@@ -2014,7 +2021,7 @@ func (fe *FrontEnd) checkLoop() {
 		}
 		began := time.Now()
 		err := fe.check(context.Background())
-		if err == nil {
+		if err == nil || outOfMemory(err) {
 			fe.withdrawLeftovers()
 		}
 		if err != nil || fe.unrefreshed.Load() != nil {
@@ -2031,7 +2038,10 @@ func (fe *FrontEnd) checkLoop() {
 
 // withdrawLeftovers withdraws from Redis the items of calls failed while Redis
 // was down, or while no node was alive, which must not run when a node
-// comes, and those of admissions whose verdict was lost.
+// comes, and those of admissions whose verdict was lost. It runs while
+// Redis refuses writes for want of memory too: the items of the calls
+// failed for that, which nodes may hold, are what frees it, as the nodes
+// cannot write the answers that would let them go (see withdrawScript).
 func (fe *FrontEnd) withdrawLeftovers() {
 	if items := fe.takeToWithdraw(); len(items) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -2386,24 +2396,34 @@ func (fe *FrontEnd) noteCheck(model *redis.SliceCmd, nodes, leaving, backlog int
 	}
 }
 
-// noteNodesTaking logs the change, when the counts a check read make
-// one, between some node taking requests and none: nodes alive, and
-// leaving (finishing their items, or with no worker able to run). It
-// requires that checkMu is held.
+// noteNodesTaking logs, from the counts a check read, that no node has
+// taken requests for noNodeLogAfter (none alive; those leaving finish
+// their items, or have no worker able to run), and then that one does
+// again: an operator sees from the log how long requests got 503 for want
+// of a node. Shorter spells (a Redis restarted without its data, until
+// the nodes beat again; front ends and nodes started together) are not
+// logged, nor is a Redis out of memory, which refuses the nodes'
+// heartbeats too, and is logged as such. It requires that checkMu is
+// held.
 func (fe *FrontEnd) noteNodesTaking(nodes, leaving int64) {
-	taking := nodes > 0
-	if fe.nodesTaking != nil && *fe.nodesTaking == taking {
-		return
-	}
-	first := fe.nodesTaking == nil
-	fe.nodesTaking = &taking
+	now := time.Now()
 	switch {
-	case taking && !first:
-		fe.cfg.Logger.Info("a node takes requests again", "nodes", nodes, "redis", fe.where)
-	case !taking:
-		fe.cfg.Logger.Warn("no node takes requests: new ones get 503 until one does", "leaving", leaving, "redis", fe.where)
+	case nodes > 0:
+		if fe.noNodeLogged {
+			fe.cfg.Logger.Info("a node takes requests again", "nodes", nodes, "after", now.Sub(fe.noNodeSince).Round(time.Millisecond), "redis", fe.where)
+		}
+		fe.noNodeSince, fe.noNodeLogged = time.Time{}, false
+	case fe.noNodeSince.IsZero():
+		fe.noNodeSince = now
+	case !fe.noNodeLogged && now.Sub(fe.noNodeSince) >= noNodeLogAfter && fe.fullError() == nil:
+		fe.noNodeLogged = true
+		fe.cfg.Logger.Warn("no node takes requests: new ones get 503 until one does", "for", now.Sub(fe.noNodeSince).Round(time.Millisecond), "leaving", leaving, "redis", fe.where)
 	}
 }
+
+// noNodeLogAfter is how long no node must take requests before a front
+// end logs it (see noteNodesTaking).
+const noNodeLogAfter = 3 * time.Second
 
 // connHint is what to check, for a message, when err, a command's failure
 // on rdb, says no more than that Redis gave no answer (over TLS, a server

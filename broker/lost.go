@@ -33,21 +33,15 @@ const (
 )
 
 // lostScript answers which of the items named are gone from their streams
-// and from the group's pending list (their places in ARGV's pairs, from
-// 1), and the id of the last entry on the reply stream (0-0 when it has
-// none). An item gone from its stream but pending to a node is held by
-// it: a node deletes the items whose answers a full Redis refuses, to
-// make room for them (see Node.dropItems).
+// (their places in ARGV's pairs, from 1), and the id of the last entry on
+// the reply stream (0-0 when it has none).
 //
 //	KEYS[1] the front end's reply stream
-//	ARGV    the group, then stream, id, stream, id, ...
+//	ARGV    stream, id, stream, id, ...
 var lostScript = redis.NewScript(`
 local gone = {}
-for i = 2, #ARGV, 2 do
-  if #redis.call('XRANGE', ARGV[i], ARGV[i + 1], ARGV[i + 1]) == 0 then
-    local pending = redis.pcall('XPENDING', ARGV[i], ARGV[1], ARGV[i + 1], ARGV[i + 1], 1)
-    if pending.err or #pending == 0 then gone[#gone + 1] = i / 2 end
-  end
+for i = 1, #ARGV, 2 do
+  if #redis.call('XRANGE', ARGV[i], ARGV[i + 1], ARGV[i + 1]) == 0 then gone[#gone + 1] = (i + 1) / 2 end
 end
 local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 if #last == 0 then return {'0-0', gone} end
@@ -61,7 +55,7 @@ func (fe *FrontEnd) lookForLost(ctx context.Context, minAge time.Duration) error
 	if len(places) == 0 {
 		return nil
 	}
-	res, err := lostScript.Run(ctx, fe.rdb, []string{fe.replyKey}, append([]any{nodeGroup}, args...)...).Slice()
+	res, err := lostScript.Run(ctx, fe.rdb, []string{fe.replyKey}, args...).Slice()
 	if err != nil {
 		return err
 	}
@@ -143,7 +137,7 @@ func (fe *FrontEnd) stillUnansweredLocked(places []place, gone []any) (map[*call
 // TTL without refreshing its stream since the call was sent, or else
 // Redis lost them. It requires fe.mu held.
 func (fe *FrontEnd) failLostLocked(lost map[*call]map[int]bool) {
-	lostErr := unavailablef("redis at %s lost the request's items (a failover to a replica that lacked them, a restart that lost its last writes, or, while it was out of memory, a node that died before it could write their answers)", fe.where)
+	lostErr := unavailablef("redis at %s lost the request's items (a failover to a replica that lacked them, or a restart that lost its last writes)", fe.where)
 	var expiredErr error
 	gap := fe.lastGap.Load()
 	if last := time.Unix(0, fe.refreshedAt.Load()); time.Since(last) > fe.cfg.ReplyTTL {

@@ -941,54 +941,17 @@ func (n *Node) gatherAnswers() []answerEntry {
 // killed, letting their items go as they are written: a batch whose
 // outputs are larger than writeMaxBytes goes in several writes.
 func (n *Node) write(batch []answerEntry) {
-	dropped := false // the items' entries, for want of memory (see dropItems)
 	for len(batch) > 0 {
 		k, size := 1, len(batch[0].output)
 		for k < len(batch) && size+len(batch[k].output) <= writeMaxBytes {
 			size += len(batch[k].output)
 			k++
 		}
-		if !n.writeWhole(batch[:k], batch, &dropped) {
+		if !n.writeWhole(batch[:k]) {
 			return
 		}
 		batch = batch[k:]
 	}
-}
-
-// dropItems deletes the entries of batch's items from their streams, as
-// Redis refuses their answers for want of memory, and reports whether it
-// did. A write of answers takes Redis about a third more memory than
-// their size while it reads it, as an item's entry holds, so the node
-// deletes those of all the answers it has to write, not only the first
-// write's. Run already, the items are needed again only if this node dies
-// before their answers are written, and the memory they hold may be what
-// the answers lack: else a Redis filled by items could stay full for good,
-// as the answers that would let them go are refused, while their callers,
-// failed meanwhile, free nothing. XDEL takes no memory, so a full Redis
-// runs it. The items stay pending to this node, which front ends take
-// for a sign that their answers are to come (see lostScript), until a
-// claim of them, even the node's own as it keeps them (see keep), finds
-// them deleted and takes them out of the pending list: should Redis stay
-// full that long, or the node die before its answers are written, their
-// callers fail as those of items Redis lost (503). No node runs them
-// again.
-func (n *Node) dropItems(batch []answerEntry) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
-	defer cancel()
-	ids := map[string][]string{} // by stream
-	for _, a := range batch {
-		ids[a.stream] = append(ids[a.stream], a.id)
-	}
-	pipe := n.rdb.Pipeline()
-	for stream, ids := range ids {
-		pipe.XDel(ctx, stream, ids...)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		n.warn("delete the items of answers redis has no memory for", err)
-		return false
-	}
-	n.cfg.Logger.Debug("deleted the items of answers redis has no memory for, to make room", "items", len(batch), "node", n.cfg.Name)
-	return true
 }
 
 // flushTimeout bounds one write of answers.
@@ -1001,10 +964,8 @@ const writeMaxBytes = 4 << 20
 
 // writeWhole writes the answers of batch in one transaction until Redis
 // takes them, and lets their items go; it returns false if the node was
-// killed first. Refused for want of memory, it deletes the entries of the
-// items of unwritten, the answers not written yet, batch's among them,
-// unless dropped says it did.
-func (n *Node) writeWhole(batch, unwritten []answerEntry, dropped *bool) bool {
+// killed first.
+func (n *Node) writeWhole(batch []answerEntry) bool {
 	retry := newBackoff()
 	for {
 		began := time.Now()
@@ -1027,9 +988,9 @@ func (n *Node) writeWhole(batch, unwritten []answerEntry, dropped *bool) bool {
 			return false
 		default:
 		}
-		if outOfMemory(err) && !*dropped {
-			if *dropped = n.dropItems(unwritten); *dropped {
-				continue // at once: Redis may have room now
+		if outOfMemory(err) {
+			if batch = n.dropUnwanted(batch); len(batch) == 0 {
+				return true
 			}
 		}
 		retry.wait(n.stopped)
@@ -1049,6 +1010,69 @@ func (n *Node) writeWhole(batch, unwritten []answerEntry, dropped *bool) bool {
 	n.signalRoom()
 	n.stats.answered.Add(uint64(len(batch)))
 	return true
+}
+
+// goneScript answers which of the items named are gone from their
+// streams (their places in ARGV's pairs, from 1). It writes nothing, so a
+// full Redis runs it.
+//
+//	ARGV    stream, id, stream, id, ...
+var goneScript = redis.NewScript(`
+local gone = {}
+for i = 1, #ARGV, 2 do
+  if #redis.call('XRANGE', ARGV[i], ARGV[i + 1], ARGV[i + 1]) == 0 then gone[#gone + 1] = (i + 1) / 2 end
+end
+return gone
+`)
+
+// dropUnwanted returns the answers of batch still wanted, once Redis has
+// refused them for want of memory, and lets the others' items go without
+// an answer: those gone from their streams, withdrawn by their front end
+// as their callers gave up (see withdrawScript), whose answers would take
+// memory for nobody. In a Redis filled by items, their callers failed for
+// it, the answers are what would keep it full. XACK takes no memory. On a
+// failure it keeps them all: nothing is lost but the memory.
+func (n *Node) dropUnwanted(batch []answerEntry) []answerEntry {
+	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+	defer cancel()
+	args := make([]any, 0, 2*len(batch))
+	for _, a := range batch {
+		args = append(args, a.stream, a.id)
+	}
+	places, err := goneScript.Run(ctx, n.rdb, nil, args...).Int64Slice()
+	if err != nil || len(places) == 0 {
+		return batch
+	}
+	gone := make(map[int]bool, len(places))
+	ids := map[string][]string{} // by stream
+	for _, k := range places {
+		if k < 1 || int(k) > len(batch) {
+			return batch
+		}
+		a := batch[k-1]
+		gone[int(k-1)] = true
+		ids[a.stream] = append(ids[a.stream], a.id)
+	}
+	pipe := n.rdb.Pipeline()
+	for stream, ids := range ids {
+		pipe.XAck(ctx, stream, nodeGroup, ids...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return batch
+	}
+	var wanted []answerEntry
+	n.mu.Lock()
+	for i, a := range batch {
+		if gone[i] {
+			delete(n.held, a.entry)
+		} else {
+			wanted = append(wanted, a)
+		}
+	}
+	n.mu.Unlock()
+	n.signalRoom()
+	n.cfg.Logger.Debug("redis is full: dropped the answers of items withdrawn, their callers gone", "answers", len(gone), "node", n.cfg.Name)
+	return wanted
 }
 
 // warn logs err, the failure of what. A Redis that does not answer (down,
@@ -1073,7 +1097,7 @@ func (n *Node) warn(what string, err error) {
 			n.cfg.Logger.Debug(what, "redis", n.where, "err", err)
 			return
 		}
-		n.cfg.Logger.Error("redis is out of memory and refuses writes; this node retries, deleting the items whose answers it refuses to make room for them (raise Redis's maxmemory, or lower --max-queue)", "while", what, "redis", n.where, "err", err)
+		n.cfg.Logger.Error("redis is out of memory and refuses writes; this node keeps its items and retries (raise Redis's maxmemory, or lower --max-queue)", "while", what, "redis", n.where, "err", err)
 		return
 	}
 	var reply redis.Error
