@@ -583,8 +583,16 @@ func TestARequestLargerThanTheBacklogIsTooLarge(t *testing.T) {
 // A node that read the item died with it: the front end, whose caller gave
 // up, leaves it to the node that claims it (see withdrawScript), which must
 // not run it.
+// An item whose deadline passed while a node that then died held it is
+// dropped by the node that claims it, never run. (Its front end withdraws
+// the items of a call past its deadline, from Redis 7.0 on those a node
+// holds too; this one cannot, its XDEL refused, as a front end cut off
+// from Redis could not either.)
 func TestItemsWhoseDeadlinePassedInRedisNeverRun(t *testing.T) {
-	rs, fe := frontWithoutNodes(t, nil)
+	var logs syncbuf.Buffer
+	rs, fe := frontWithoutNodes(t, func(c *broker.FrontEndConfig) {
+		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	late := make(chan error, 1)
@@ -596,9 +604,14 @@ func TestItemsWhoseDeadlinePassedInRedisNeverRun(t *testing.T) {
 	if rs.Do(t, "XREADGROUP", "GROUP", "nodes", "dead", "STREAMS", "streamer:items", ">") == "" {
 		t.Fatal("the dead node read nothing")
 	}
+	rs.Do(t, "ACL", "SETUSER", "default", "-xdel")
 	if err := <-late; !errors.Is(err, supervisor.ErrDeadline) {
 		t.Fatalf("error %v; want ErrDeadline", err)
 	}
+	eventually(t, "the front end's withdrawal, refused", func() bool {
+		return strings.Contains(logs.String(), "withdraw the items of requests no longer waiting")
+	})
+	rs.Do(t, "ACL", "SETUSER", "default", "+xdel")
 	rec := newRecorder()
 	n := startNode(t, rs, rec, 4, nil)
 	eventually(t, "the item dropped by the node", func() bool { return n.Stats().Expired == 1 })
@@ -606,6 +619,38 @@ func TestItemsWhoseDeadlinePassedInRedisNeverRun(t *testing.T) {
 		t.Error("the model ran an item whose deadline had passed")
 	}
 	onStream(t, rs, 0, "the stream empty")
+}
+
+// The items of a call given up (here past its deadline) are withdrawn even
+// while a node holds them, from Redis 7.0 on: that node runs them still,
+// but should it die, no claim runs them again for nobody, and they free
+// their memory at once.
+func TestItemsANodeHoldsAreWithdrawnWhenTheirCallerGivesUp(t *testing.T) {
+	rs, fe := frontWithoutNodes(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	late := make(chan error, 1)
+	go func() {
+		_, err := fe.Predict(ctx, [][]byte{[]byte("given up")})
+		late <- err
+	}()
+	onStream(t, rs, 1, "the item on the stream")
+	if rs.Do(t, "XREADGROUP", "GROUP", "nodes", "dead", "STREAMS", "streamer:items", ">") == "" {
+		t.Fatal("the dead node read nothing")
+	}
+	if err := <-late; !errors.Is(err, supervisor.ErrDeadline) {
+		t.Fatalf("error %v; want ErrDeadline", err)
+	}
+	onStream(t, rs, 0, "the item withdrawn, though a node holds it")
+	rec := newRecorder()
+	n := startNode(t, rs, rec, 4, nil)
+	if out, err := predict(t, fe, "next"); err != nil || string(out[0]) != "next" {
+		t.Fatalf("a request after: %q, %v", out, err)
+	}
+	eventually(t, "the dead node's claims to go", func() bool { return strings.HasPrefix(rs.Do(t, "XPENDING", "streamer:items", "nodes"), "0") })
+	if rec.runs("given up") != 0 || n.Stats().Expired != 0 {
+		t.Errorf("the withdrawn item ran %d times, expired %d; want neither", rec.runs("given up"), n.Stats().Expired)
+	}
 }
 
 func TestAPoisonItemIsRefusedByEveryNode(t *testing.T) {
