@@ -1097,7 +1097,7 @@ func (n *Node) warn(what string, err error) {
 			n.cfg.Logger.Debug(what, "redis", n.where, "err", err)
 			return
 		}
-		n.cfg.Logger.Error("redis is out of memory and refuses writes; this node keeps its items and retries (raise Redis's maxmemory, or lower --max-queue)", "while", what, "redis", n.where, "err", err)
+		n.cfg.Logger.Error("redis is out of memory and refuses writes; this node keeps its answers and retries, but for those of items withdrawn meanwhile, their callers gone (raise Redis's maxmemory, or lower --max-queue)", "while", what, "redis", n.where, "err", err)
 		return
 	}
 	var reply redis.Error
