@@ -583,6 +583,25 @@ func TestARequestLargerThanTheBacklogIsTooLarge(t *testing.T) {
 // A node that read the item died with it: the front end, whose caller gave
 // up, leaves it to the node that claims it (see withdrawScript), which must
 // not run it.
+// heldByADeadNode sends item with a deadline a second away, and has a
+// node that then dies (a consumer that reads it and does no more) hold
+// it. The call's error comes on the channel once its deadline passes.
+func heldByADeadNode(t *testing.T, rs *redistest.Server, fe *broker.FrontEnd, item string) <-chan error {
+	t.Helper()
+	late := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := fe.Predict(ctx, [][]byte{[]byte(item)})
+		late <- err
+	}()
+	onStream(t, rs, 1, "the item on the stream")
+	if rs.Do(t, "XREADGROUP", "GROUP", "nodes", "dead", "STREAMS", "streamer:items", ">") == "" {
+		t.Fatal("the dead node read nothing")
+	}
+	return late
+}
+
 // An item whose deadline passed while a node that then died held it is
 // dropped by the node that claims it, never run. (Its front end withdraws
 // the items of a call past its deadline, from Redis 7.0 on those a node
@@ -593,17 +612,7 @@ func TestItemsWhoseDeadlinePassedInRedisNeverRun(t *testing.T) {
 	rs, fe := frontWithoutNodes(t, func(c *broker.FrontEndConfig) {
 		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	late := make(chan error, 1)
-	go func() {
-		_, err := fe.Predict(ctx, [][]byte{[]byte("late")})
-		late <- err
-	}()
-	onStream(t, rs, 1, "the item on the stream")
-	if rs.Do(t, "XREADGROUP", "GROUP", "nodes", "dead", "STREAMS", "streamer:items", ">") == "" {
-		t.Fatal("the dead node read nothing")
-	}
+	late := heldByADeadNode(t, rs, fe, "late")
 	rs.Do(t, "ACL", "SETUSER", "default", "-xdel")
 	if err := <-late; !errors.Is(err, supervisor.ErrDeadline) {
 		t.Fatalf("error %v; want ErrDeadline", err)
@@ -627,17 +636,7 @@ func TestItemsWhoseDeadlinePassedInRedisNeverRun(t *testing.T) {
 // their memory at once.
 func TestItemsANodeHoldsAreWithdrawnWhenTheirCallerGivesUp(t *testing.T) {
 	rs, fe := frontWithoutNodes(t, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	late := make(chan error, 1)
-	go func() {
-		_, err := fe.Predict(ctx, [][]byte{[]byte("given up")})
-		late <- err
-	}()
-	onStream(t, rs, 1, "the item on the stream")
-	if rs.Do(t, "XREADGROUP", "GROUP", "nodes", "dead", "STREAMS", "streamer:items", ">") == "" {
-		t.Fatal("the dead node read nothing")
-	}
+	late := heldByADeadNode(t, rs, fe, "given up")
 	if err := <-late; !errors.Is(err, supervisor.ErrDeadline) {
 		t.Fatalf("error %v; want ErrDeadline", err)
 	}
