@@ -565,7 +565,9 @@ type FrontEndStats struct {
 	// (canceled, past their deadline, or failed by an outage).
 	Duplicates uint64 `json:"duplicates"`
 	// Withdrawn counts the items deleted from the stream before any node
-	// read them, as their request was canceled or past its deadline.
+	// read them, as their request was given up: canceled, past its
+	// deadline, or failed. (Those a node held are deleted too from Redis
+	// 7.0 on, and not counted here: see NodeStats.Withdrawn.)
 	Withdrawn uint64 `json:"withdrawn"`
 	// Lost counts the items Redis lost while it kept its other data (a
 	// failover to a replica that lacked them, a restart that lost its last
@@ -2187,6 +2189,13 @@ func (fe *FrontEnd) check(ctx context.Context) error {
 	defer fe.checkMu.Unlock()
 	began := time.Now()
 	err := fe.checkOnce(ctx, began, false)
+	defer func() {
+		if err != nil && !fe.noNodeLogged {
+			// A spell without a node is timed from checks that found
+			// Redis serving (see noteNodesTaking).
+			fe.noNodeSince = time.Time{}
+		}
+	}()
 	stall, stalled := fe.stalls.through(err, began)
 	switch {
 	case ctx.Err() != nil:

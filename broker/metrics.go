@@ -14,7 +14,7 @@ import "github.com/prometheus/client_golang/prometheus"
 //	streamer_broker_withdrawn_items_total       items of requests given up, deleted before any node read them
 //	streamer_broker_lost_items_total            items of requests failed as Redis lost them and kept its other data
 //	streamer_broker_clock_offset_seconds        how far Redis's clock is ahead of this machine's
-//	streamer_broker_node_items_total{event}     read, claimed, answered, expired, released, quarantined
+//	streamer_broker_node_items_total{event}     read, claimed, answered, expired, released, quarantined, withdrawn
 //	streamer_broker_node_write_failures_total   writes of answers Redis did not take (retried)
 //	streamer_broker_node_held_items             items the node holds now
 //	streamer_broker_node_refused                1 while Redis refuses the node's answers for want of a permission
@@ -28,7 +28,7 @@ func Collector(fe *FrontEnd, node *Node) prometheus.Collector {
 		withdrawn:  prometheus.NewDesc("streamer_broker_withdrawn_items_total", "Items of requests given up (client gone, deadline passed) deleted from the stream before any node read them.", nil, nil),
 		lost:       prometheus.NewDesc("streamer_broker_lost_items_total", "Items of requests failed with 503 as Redis lost them while it kept its other data (a failover to a replica that lacked them, a restart that lost its last writes).", nil, nil),
 		offset:     prometheus.NewDesc("streamer_broker_clock_offset_seconds", "How far Redis's clock is ahead of this machine's (negative: behind), as last measured. Times shared through Redis go on its clock, so an offset does no harm to streamer; it says that this machine's clock is not in sync.", nil, nil),
-		items:      prometheus.NewDesc("streamer_broker_node_items_total", "Items this node read from Redis (claimed: of them, taken over from a silent node), answered, found expired, released for another node, or refused as quarantined.", []string{"event"}, nil),
+		items:      prometheus.NewDesc("streamer_broker_node_items_total", "Items this node read from Redis (claimed: of them, taken over from a silent node), answered, found expired, released for another node, refused as quarantined, or withdrawn (their answers dropped as Redis, full, refused them, and their items gone from their streams).", []string{"event"}, nil),
 		failures:   prometheus.NewDesc("streamer_broker_node_write_failures_total", "Writes of answers that Redis did not take; they are retried and their items kept.", nil, nil),
 		held:       prometheus.NewDesc("streamer_broker_node_held_items", "Items this node holds now, running or queued on its workers.", nil, nil),
 		refused:    prometheus.NewDesc("streamer_broker_node_refused", "1 while Redis refuses this node's answers for want of a permission (its user's ACL): it takes no items meanwhile, and leaves those it holds to other nodes.", nil, nil),
@@ -88,7 +88,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		n     uint64
 	}{
 		{"read", ns.Read}, {"claimed", ns.Claimed}, {"answered", ns.Answered}, {"expired", ns.Expired},
-		{"released", ns.Released}, {"quarantined", ns.Quarantined},
+		{"released", ns.Released}, {"quarantined", ns.Quarantined}, {"withdrawn", ns.Withdrawn},
 	} {
 		counter(c.items, e.n, e.event)
 	}

@@ -130,7 +130,7 @@ type Node struct {
 	writer   sync.WaitGroup
 
 	stats struct {
-		read, claimed, answered, expired, released, quarantined, writeFailures atomic.Uint64
+		read, claimed, answered, expired, released, quarantined, writeFailures, withdrawn atomic.Uint64
 	}
 }
 
@@ -165,8 +165,13 @@ type NodeStats struct {
 	Quarantined uint64 `json:"quarantined"`
 	// WriteFailures counts the writes of answers that Redis did not take
 	// (unreachable, or out of memory), each attempt of each of the writes
-	// out at once: they are retried, their items kept.
+	// out at once: they are retried, their items kept, but for those
+	// counted in Withdrawn.
 	WriteFailures uint64 `json:"write_failures"`
+	// Withdrawn counts the items whose answers the node dropped as Redis
+	// refused them for want of memory, their front end having withdrawn
+	// them (their callers gone), or another node having answered them.
+	Withdrawn uint64 `json:"withdrawn"`
 	// Held is the items held now.
 	Held int `json:"held"`
 	// Refused says why Redis refuses the node's answers: its user lacks a
@@ -238,7 +243,7 @@ func (n *Node) Stats() NodeStats {
 	return NodeStats{
 		Read: n.stats.read.Load(), Claimed: n.stats.claimed.Load(), Answered: n.stats.answered.Load(),
 		Expired: n.stats.expired.Load(), Released: n.stats.released.Load(), Quarantined: n.stats.quarantined.Load(),
-		WriteFailures: n.stats.writeFailures.Load(),
+		WriteFailures: n.stats.writeFailures.Load(), Withdrawn: n.stats.withdrawn.Load(),
 		Held:          held,
 		Refused:       cmp.Or(n.refusal(), n.readsRefused()),
 	}
@@ -1071,7 +1076,8 @@ func (n *Node) dropUnwanted(batch []answerEntry) []answerEntry {
 	}
 	n.mu.Unlock()
 	n.signalRoom()
-	n.cfg.Logger.Debug("redis is full: dropped the answers of items withdrawn, their callers gone", "answers", len(gone), "node", n.cfg.Name)
+	n.stats.withdrawn.Add(uint64(len(gone)))
+	n.cfg.Logger.Debug("redis is full: dropped the answers of items gone from their streams (withdrawn, their callers gone, or answered by another node)", "answers", len(gone), "node", n.cfg.Name)
 	return wanted
 }
 
@@ -1566,7 +1572,10 @@ func (n *Node) keep(ctx context.Context) error {
 	}
 	cmds, _ := pipe.Exec(ctx)
 	for _, cmd := range cmds {
-		if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
+		// NOGROUP: the stream is gone (a dead node's own, adopted and
+		// deleted once empty, its items withdrawn while this node ran
+		// them): there is nothing left to keep from claims.
+		if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) && !redis.HasErrorPrefix(err, "NOGROUP") {
 			return err
 		}
 	}

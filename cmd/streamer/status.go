@@ -181,8 +181,8 @@ func (r statusReport) print(out io.Writer) error {
 	}
 	if b := r.broker; b != nil && b.Node != nil {
 		n := b.Node
-		fmt.Fprintf(w, "node\tread %d, claimed %d, answered %d, expired %d, released %d, quarantined %d, write failures %d, held %d\n",
-			n.Read, n.Claimed, n.Answered, n.Expired, n.Released, n.Quarantined, n.WriteFailures, n.Held)
+		fmt.Fprintf(w, "node\tread %d, claimed %d, answered %d, expired %d, released %d, quarantined %d, withdrawn %d, write failures %d, held %d\n",
+			n.Read, n.Claimed, n.Answered, n.Expired, n.Released, n.Quarantined, n.Withdrawn, n.WriteFailures, n.Held)
 		if n.Refused != "" {
 			fmt.Fprintf(w, "node refused\t%s\n", n.Refused)
 		}
