@@ -244,8 +244,8 @@ func (n *Node) Stats() NodeStats {
 		Read: n.stats.read.Load(), Claimed: n.stats.claimed.Load(), Answered: n.stats.answered.Load(),
 		Expired: n.stats.expired.Load(), Released: n.stats.released.Load(), Quarantined: n.stats.quarantined.Load(),
 		WriteFailures: n.stats.writeFailures.Load(), Withdrawn: n.stats.withdrawn.Load(),
-		Held:          held,
-		Refused:       cmp.Or(n.refusal(), n.readsRefused()),
+		Held:    held,
+		Refused: cmp.Or(n.refusal(), n.readsRefused()),
 	}
 }
 
