@@ -1416,7 +1416,11 @@ func TestAFullRedisFreesItselfOfItemsNobodyWaitsFor(t *testing.T) {
 		held.hold[items[i]] = true
 	}
 	n := startNode(t, rs, held, 4, nil)
-	fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.Outage = 300 * time.Millisecond })
+	var logs syncbuf.Buffer
+	fe := startFront(t, rs, func(c *broker.FrontEndConfig) {
+		c.Outage = 300 * time.Millisecond
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
 	eventually(t, "front end ready", fe.Ready)
 	base := usedMemory(t, rs)
 	later := predictLater(t, fe, items...)
@@ -1440,6 +1444,14 @@ func TestAFullRedisFreesItselfOfItemsNobodyWaitsFor(t *testing.T) {
 	})
 	if got := rs.Do(t, "XLEN", "streamer:items"); got != "0" {
 		t.Errorf("%s items on the stream once Redis serves again; want none", got)
+	}
+	eventually(t, "the front end's log that Redis takes writes again", func() bool {
+		return strings.Contains(logs.String(), "redis takes writes again")
+	})
+	// Once each: its memory went over the bound and back, and checks that
+	// found it serving between refusals are no outage.
+	if full := strings.Count(logs.String(), `msg="redis is out of memory`); full != 1 || strings.Contains(logs.String(), "redis does not serve") {
+		t.Errorf("the front end logged Redis full %d times, or as not serving; want once, as full:\n%s", full, logs.String())
 	}
 	eventually(t, "the node to let the withdrawn items go", func() bool { return n.Stats().Held == 0 })
 	if st := n.Stats(); st.Withdrawn != uint64(len(items)) || st.Answered != 1 {

@@ -138,8 +138,10 @@ type FrontEnd struct {
 	// front end's (logged once each time it begins; see noteModel).
 	otherName atomic.Bool
 	// fullAt is when Redis last refused a write for want of memory, in
-	// Unix nanoseconds (see noteFull).
-	fullAt atomic.Int64
+	// Unix nanoseconds (see noteFull); fullLogged, that the refusals
+	// since Redis last took the front end's writes for Outage were logged.
+	fullAt     atomic.Int64
+	fullLogged atomic.Bool
 
 	// toWithdraw holds, by stream, the items of calls that ended unanswered
 	// while they could not be withdrawn at once (Redis down, or the front
@@ -2400,7 +2402,8 @@ func (fe *FrontEnd) noteCheck(model *redis.SliceCmd, nodes, leaving, backlog int
 		}
 	}
 	fe.mu.Unlock()
-	if !fe.up.Swap(true) {
+	fe.noteWritesTaken()
+	if !fe.up.Swap(true) && !fe.fullLogged.Load() {
 		fe.cfg.Logger.Info("redis reachable", "redis", fe.where)
 	}
 }
@@ -2535,8 +2538,21 @@ func (fe *FrontEnd) fullError() error {
 // requests waiting for answers, which the nodes cannot write, fail once
 // it has lasted Outage, as in an outage.
 func (fe *FrontEnd) noteFull(err error) {
-	if outOfMemory(err) {
-		fe.fullAt.Store(time.Now().UnixNano())
+	if !outOfMemory(err) {
+		return
+	}
+	fe.fullAt.Store(time.Now().UnixNano())
+	if !fe.fullLogged.Swap(true) {
+		fe.cfg.Logger.Error("redis is out of memory and refuses writes: this front end takes no requests, and fails those waiting after a second, until it takes writes again (raise its maxmemory, or lower --max-queue)", "redis", fe.where, "err", err)
+	}
+}
+
+// noteWritesTaken logs, once a check finds that Redis has taken the front
+// end's writes for Outage, that a spell of refusals for want of memory
+// has ended. It requires that checkMu is held.
+func (fe *FrontEnd) noteWritesTaken() {
+	if fe.fullError() == nil && fe.fullLogged.Swap(false) {
+		fe.cfg.Logger.Info("redis takes writes again", "redis", fe.where)
 	}
 }
 
@@ -2545,7 +2561,9 @@ func (fe *FrontEnd) markDown(err error) {
 	fe.noteFull(err)
 	msg := err.Error()
 	fe.lastErr.Store(&msg)
-	if fe.up.Swap(false) {
+	if fe.up.Swap(false) && !outOfMemory(err) {
+		// A full Redis serves as its memory dips under the bound, and
+		// is logged as full (see noteFull).
 		fe.cfg.Logger.Error("redis does not serve", "redis", fe.where, "err", err)
 	}
 }
