@@ -28,45 +28,10 @@ CONCURRENCY=${CONCURRENCY:-64 512}
 FLEET=${FLEET:-1:sleep:40ms,1ms 4:sleep:40ms,1ms 1:sleep:160ms,4ms}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-STREAMER=$OUT/streamer
 
-log() { echo "bench-fleet.sh: $*" >&2; }
-
-command -v redis-server >/dev/null || { log "redis-server not found: run make install-tools"; exit 1; }
-
-pids=()
-cleanup() {
-  local pid
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-
-wait_ready() {
-  local url=$1 i
-  for i in $(seq 1 200); do
-    if curl -sf "$url/readyz" >/dev/null; then return; fi
-    sleep 0.05
-  done
-  log "$url never became ready"; exit 1
-}
-
-if [ -n "${BINARY:-}" ]; then
-  cp "$BINARY" "$STREAMER"
-else
-  go build -o "$STREAMER" ./cmd/streamer
-fi
-
-redis_port=$(free_port)
-redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$OUT" >"$OUT/redis.log" 2>&1 &
-pids+=($!)
-for i in $(seq 1 100); do
-  if redis-cli -p "$redis_port" ping 2>/dev/null | grep -q PONG; then break; fi
-  sleep 0.05
-done
-broker=redis://127.0.0.1:$redis_port/0
+NAME=bench-fleet.sh
+# shellcheck source=scripts/fleet.sh
+source scripts/fleet.sh
 
 nodes=()
 for spec in $FLEET; do
