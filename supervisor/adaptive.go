@@ -259,27 +259,13 @@ func (s *Streamer) holdLocked(f *fifo, now time.Time, earlier func(time.Time)) (
 
 // callersComeBack says whether the callers of the batch busy slot sl runs
 // are expected back as it ends (adaptive batching: see returnTracker), so
-// that a batch of f's items formed ahead of them would leave them out:
-// they would join it, as it has their key and room for them. It requires
+// that a batch formed ahead of them would leave them out. It requires
 // that s.mu is held.
-func (s *Streamer) callersComeBack(sl *slot, f *fifo) bool {
-	if s.cfg.Batching != BatchingAdaptive || len(sl.inflight) == 0 || s.draining.Load() || s.fullByBytes(f) {
+func (s *Streamer) callersComeBack(sl *slot) bool {
+	if s.cfg.Batching != BatchingAdaptive || len(sl.inflight) == 0 {
 		return false
 	}
-	running := sl.inflight[len(sl.inflight)-1]
-	return running.items[0].key == f.front().key && s.returns.ratio*float64(len(running.items)) >= 1
-}
-
-// fullByBytes says whether f's items fill a batch by MaxBatchBytes before
-// they fill it by BatchSize: no more would fit.
-func (s *Streamer) fullByBytes(f *fifo) bool {
-	size := 0
-	for i := f.head; i < len(f.items) && i-f.head < s.cfg.BatchSize; i++ {
-		if size += len(f.items[i].data); size >= s.cfg.MaxBatchBytes {
-			return true
-		}
-	}
-	return false
+	return s.returns.ratio*float64(len(sl.inflight[len(sl.inflight)-1].items)) >= 1
 }
 
 // returnHoldLocked is holdLocked's wait for the callers just answered. It
@@ -289,7 +275,7 @@ func (s *Streamer) returnHoldLocked(f *fifo, now time.Time, earlier func(time.Ti
 	if !s.holdStart.IsZero() {
 		why = reasonWaited
 	}
-	if s.cfg.Batching != BatchingAdaptive || s.draining.Load() || s.fullByBytes(f) {
+	if s.cfg.Batching != BatchingAdaptive {
 		return false, why
 	}
 	q := f.len()
@@ -328,14 +314,12 @@ func (s *Streamer) returnHoldLocked(f *fifo, now time.Time, earlier func(time.Ti
 	// The wait's hard bounds: the oldest item's MaxLatency, and every
 	// queued item's deadline, which must still be met after the wait.
 	// An item queued while every worker was busy waits for batch-mates
-	// from the last answer on: before, it waited for a worker. (Any
-	// worker's answer, so no more than a batch's mean run later.)
-	enqueued := s.at(f.front().fut.enqueued)
-	due := enqueued.Add(s.cfg.MaxLatency)
-	if last, ok := s.returns.last(); ok && last.After(enqueued) {
-		_, took := s.cost.mean()
-		due = minTime(last.Add(s.cfg.MaxLatency), due.Add(took))
+	// from the last answer on: before, it waited for a worker.
+	from := s.at(f.front().fut.enqueued)
+	if last, ok := s.returns.last(); ok && last.After(from) {
+		from = last
 	}
+	due := from.Add(s.cfg.MaxLatency)
 	switch {
 	case !now.Add(w).Before(due):
 		// Not even at due itself: the dispatcher would look again at once.

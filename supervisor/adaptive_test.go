@@ -138,13 +138,9 @@ func TestAdaptiveKeepsASlowModelsCallersTogether(t *testing.T) {
 		s := startBubble(t, supervisor.Config{InProcess: sleepModel(500*time.Millisecond, 0), BatchSize: 64, MaxLatency: 100 * time.Millisecond})
 		run(t, s, 20, 200*time.Microsecond, 10*time.Second) // learning
 		before := s.Stats()
-		latencies := run(t, s, 20, 200*time.Microsecond, 10*time.Second)
+		run(t, s, 20, 200*time.Microsecond, 10*time.Second)
 		if mean := meanBatch(before, s.Stats()); mean < 18 {
 			t.Fatalf("mean batch %.2f of 20 clients; want nearly all of them together", mean)
-		}
-		// One batch, and the wait for the last caller back.
-		if p50 := median(latencies); p50 > 505*time.Millisecond {
-			t.Errorf("p50 %s; want about one batch's 500ms", p50)
 		}
 	})
 }

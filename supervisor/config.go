@@ -17,11 +17,8 @@ type Config struct {
 	// BatchSize is the most items in one batch. Default 64.
 	BatchSize int
 	// MaxLatency bounds how long an item waits for batch-mates: while every
-	// worker is busy (but for a batch the running one's callers would join,
-	// with BatchingAdaptive), or while an idle one waits for arrivals
-	// (Batching; for an item queued while every worker was busy, counted
-	// from the last answer, at most a batch's mean run later). A lone
-	// request on an idle streamer never pays it. Default 100ms.
+	// worker is busy, or while an idle one waits for arrivals (Batching). A
+	// lone request on an idle streamer never pays it. Default 100ms.
 	MaxLatency time.Duration
 	// MaxQueue is the most items waiting; beyond it Submit fails with
 	// ErrOverloaded. Default 100 × BatchSize × Workers.

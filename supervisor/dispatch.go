@@ -37,9 +37,7 @@ func (s *Streamer) dispatchLoop() {
 // holdLocked). A slot with
 // one batch running gets its next batch early, so it never idles between
 // batches, but only once that batch is full or its oldest item has waited
-// MaxLatency, and, with BatchingAdaptive, only if the running batch's
-// callers are not expected back to join it (see callersComeBack). No slot
-// holds more than PipelineDepth batches.
+// MaxLatency. No slot holds more than PipelineDepth batches.
 //
 // It requires that s.mu is held.
 func (s *Streamer) dispatchLocked(now time.Time) time.Time {
@@ -142,7 +140,7 @@ func (s *Streamer) nextBatch(sl *slot, now time.Time, earlier func(time.Time)) *
 				earlier(due)
 				return nil
 			}
-			if s.callersComeBack(sl, f) {
+			if s.callersComeBack(sl) {
 				// Formed now, the batch would leave out the callers that
 				// the running one answers, back as it ends, who would then
 				// wait a whole batch more (a model slower than MaxLatency
