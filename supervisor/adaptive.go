@@ -111,12 +111,6 @@ type returnTracker struct {
 	// window; delay the time until the first of them came; gap the time
 	// between two of them. All are running means.
 	ratio float64
-	// seen counts the answers the ratio has learnt from, up to 16: the
-	// ratio is their plain mean until then, and a running mean over about
-	// the last 16 after, so that it starts from what the first answers
-	// show rather than from nothing (a model of seconds a batch took a
-	// minute to learn that its callers come back).
-	seen  int
 	delay time.Duration
 	gap   time.Duration
 	limit time.Duration // a window's upper bound: MaxLatency, at most 20ms
@@ -149,21 +143,12 @@ func (r *returnTracker) expire(now time.Time) {
 	i := 0
 	for ; i < len(r.answers) && now.Sub(r.answers[i].at) >= r.window(r.answers[i].n); i++ {
 		a := r.answers[i]
-		r.seen = min(r.seen+1, 16)
-		r.ratio += (float64(a.arrived)/float64(a.n) - r.ratio) / float64(r.seen)
+		r.ratio += (float64(a.arrived)/float64(a.n) - r.ratio) / 16
 	}
 	if i > 0 {
 		n := copy(r.answers, r.answers[i:])
 		r.answers = r.answers[:n]
 	}
-}
-
-// last returns when the latest answer still watched was given.
-func (r *returnTracker) last() (time.Time, bool) {
-	if len(r.answers) == 0 {
-		return time.Time{}, false
-	}
-	return r.answers[len(r.answers)-1].at, true
 }
 
 // answered notes that n callers were answered at now. An answer of none
@@ -257,17 +242,6 @@ func (s *Streamer) holdLocked(f *fifo, now time.Time, earlier func(time.Time)) (
 	return false, why
 }
 
-// callersComeBack says whether the callers of the batch busy slot sl runs
-// are expected back as it ends (adaptive batching: see returnTracker), so
-// that a batch formed ahead of them would leave them out. It requires
-// that s.mu is held.
-func (s *Streamer) callersComeBack(sl *slot) bool {
-	if s.cfg.Batching != BatchingAdaptive || len(sl.inflight) == 0 {
-		return false
-	}
-	return s.returns.ratio*float64(len(sl.inflight[len(sl.inflight)-1].items)) >= 1
-}
-
 // returnHoldLocked is holdLocked's wait for the callers just answered. It
 // requires that s.mu is held.
 func (s *Streamer) returnHoldLocked(f *fifo, now time.Time, earlier func(time.Time)) (hold bool, why int) {
@@ -313,13 +287,7 @@ func (s *Streamer) returnHoldLocked(f *fifo, now time.Time, earlier func(time.Ti
 	run := fixed + time.Duration(float64(perItem)*(float64(q)+k))
 	// The wait's hard bounds: the oldest item's MaxLatency, and every
 	// queued item's deadline, which must still be met after the wait.
-	// An item queued while every worker was busy waits for batch-mates
-	// from the last answer on: before, it waited for a worker.
-	from := s.at(f.front().fut.enqueued)
-	if last, ok := s.returns.last(); ok && last.After(from) {
-		from = last
-	}
-	due := from.Add(s.cfg.MaxLatency)
+	due := s.at(f.front().fut.enqueued).Add(s.cfg.MaxLatency)
 	switch {
 	case !now.Add(w).Before(due):
 		// Not even at due itself: the dispatcher would look again at once.

@@ -125,26 +125,6 @@ func TestAdaptiveWaitsForReturningClients(t *testing.T) {
 	}
 }
 
-// Twenty clients on a model slower than MaxLatency. The items queued while
-// the worker runs have waited past MaxLatency by its end: a batch formed
-// ahead of them then left out the callers the running one answered, who
-// waited a whole batch more, and the clients ran in two batches for good
-// (2 and 18 items, at half the throughput). Adaptive leaves the batch to
-// the worker's idle turn, and waits there for those callers, MaxLatency
-// counted from the answer: nearly all twenty run together, once it has
-// seen that they come back (from the first answers on, not over a minute).
-func TestAdaptiveKeepsASlowModelsCallersTogether(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		s := startBubble(t, supervisor.Config{InProcess: sleepModel(500*time.Millisecond, 0), BatchSize: 64, MaxLatency: 100 * time.Millisecond})
-		run(t, s, 20, 200*time.Microsecond, 10*time.Second) // learning
-		before := s.Stats()
-		run(t, s, 20, 200*time.Microsecond, 10*time.Second)
-		if mean := meanBatch(before, s.Stats()); mean < 18 {
-			t.Fatalf("mean batch %.2f of 20 clients; want nearly all of them together", mean)
-		}
-	})
-}
-
 // A model with no fixed cost gains nothing from a fuller batch: once its
 // cost is measured, it is never waited for. (Before the fit, while the
 // batches seen are all alike, one wait in eight may be made to tell the

@@ -54,7 +54,7 @@ func (s *Streamer) dispatchLocked(now time.Time) time.Time {
 		if sl == nil {
 			break
 		}
-		b := s.nextBatch(sl, now, earlier)
+		b := s.nextBatch(len(sl.inflight) == 0, now, earlier)
 		if b == nil {
 			break
 		}
@@ -108,10 +108,9 @@ func (s *Streamer) pickSlot() *slot {
 	return best
 }
 
-// nextBatch takes the batch slot sl should run next, or nil if it should
-// wait. It requires that s.mu is held.
-func (s *Streamer) nextBatch(sl *slot, now time.Time, earlier func(time.Time)) *batch {
-	idle := len(sl.inflight) == 0
+// nextBatch takes the batch a slot should run next, or nil if it should wait.
+// idle says the slot has nothing in flight. It requires that s.mu is held.
+func (s *Streamer) nextBatch(idle bool, now time.Time, earlier func(time.Time)) *batch {
 	for i := 0; i < len(s.queue.ready); i++ {
 		if s.queue.ready[i].suspect && !idle {
 			continue
@@ -138,14 +137,6 @@ func (s *Streamer) nextBatch(sl *slot, now time.Time, earlier func(time.Time)) *
 			due := s.at(f.front().fut.enqueued).Add(s.cfg.MaxLatency)
 			if now.Before(due) {
 				earlier(due)
-				return nil
-			}
-			if s.callersComeBack(sl) {
-				// Formed now, the batch would leave out the callers that
-				// the running one answers, back as it ends, who would then
-				// wait a whole batch more (a model slower than MaxLatency
-				// under a closed loop split its callers in two for good).
-				// The worker's idle turn weighs waiting for them.
 				return nil
 			}
 			why = reasonMaxLatency
