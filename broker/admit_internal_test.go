@@ -34,7 +34,7 @@ func waiting(fe *FrontEnd, calls ...*call) []*call {
 // with a command each, it woke for the first alone and read the others a
 // round trip later, which splits the batch the first would have shared. A
 // request that would take the backlog past its bound is refused whole, and
-// the others of its batch are admitted.
+// the others of its batch before it are admitted.
 func TestRequestsAdmittedTogetherWakeABlockedReaderOnce(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	fe := unstartedFront(t, rs.URL(), 4)
@@ -68,15 +68,17 @@ func TestRequestsAdmittedTogetherWakeABlockedReaderOnce(t *testing.T) {
 		}
 		return c
 	}
-	batch := []*call{request(1, "a", "b"), request(2, "c", "d", "e"), request(3, "f")}
+	// The third is past the bound, and the fourth, which would fit, is
+	// refused too: the room is kept for the third.
+	batch := []*call{request(1, "a", "b"), request(2, "c"), request(3, "d", "e"), request(4, "f")}
 	fe.admit(waiting(fe, batch...))
-	for i, want := range []error{nil, supervisor.ErrOverloaded, nil} {
+	for i, want := range []error{nil, nil, supervisor.ErrOverloaded, supervisor.ErrOverloaded} {
 		if err := <-batch[i].admitted; !errors.Is(err, want) && err != want {
 			t.Errorf("request %d: verdict %v; want %v", batch[i].seq, err, want)
 		}
 	}
-	if len(batch[0].ids) != 2 || len(batch[1].ids) != 0 || len(batch[2].ids) != 1 {
-		t.Errorf("ids %q, %q, %q; want 2, none and 1", batch[0].ids, batch[1].ids, batch[2].ids)
+	if len(batch[0].ids) != 2 || len(batch[1].ids) != 1 || len(batch[2].ids) != 0 || len(batch[3].ids) != 0 {
+		t.Errorf("ids %q, %q, %q, %q; want 2, 1, none and none", batch[0].ids, batch[1].ids, batch[2].ids, batch[3].ids)
 	}
 
 	msgs := <-woke
@@ -88,7 +90,7 @@ func TestRequestsAdmittedTogetherWakeABlockedReaderOnce(t *testing.T) {
 		}
 		got = append(got, hd.seq+":"+hd.index+"="+str(m.Values, fieldValue))
 	}
-	if want := "1:0=a 1:1=b 3:0=f"; strings.Join(got, " ") != want {
+	if want := "1:0=a 1:1=b 2:0=c"; strings.Join(got, " ") != want {
 		t.Fatalf("the blocked reader woke with %q; want all the admitted items at once, in order: %s", got, want)
 	}
 }
@@ -389,14 +391,14 @@ func TestKeyedAndPlainRequestsShareAnAdmission(t *testing.T) {
 	batch := []*call{
 		request(1, []string{"k1", "k2"}, "a", "b"),
 		request(2, nil, "c"),
-		request(3, []string{"k3", "k4", "k5"}, "d", "e", "f"), // past the bound of 5
-		request(4, []string{""}, "g"),
-		request(5, nil, "h"),
+		request(3, []string{""}, "g"),
+		request(4, nil, "h"),
+		request(5, []string{"k3", "k4"}, "d", "e"), // past the bound of 5
 	}
 	fe.admit(waiting(fe, batch...))
 	for i, c := range batch {
 		err := <-c.admitted
-		if refused := i == 2; refused != errors.Is(err, supervisor.ErrOverloaded) || (!refused && err != nil) {
+		if refused := i == 4; refused != errors.Is(err, supervisor.ErrOverloaded) || (!refused && err != nil) {
 			t.Errorf("request %d: verdict %v", c.seq, err)
 		}
 	}
@@ -418,7 +420,7 @@ func TestKeyedAndPlainRequestsShareAnAdmission(t *testing.T) {
 		}
 		got = append(got, entry)
 	}
-	if want := "1:0=a/k1 1:1=b/k2 2:0=c 4:0=g/ 5:0=h"; strings.Join(got, " ") != want {
+	if want := "1:0=a/k1 1:1=b/k2 2:0=c 3:0=g/ 4:0=h"; strings.Join(got, " ") != want {
 		t.Fatalf("the stream holds %q; want %s", got, want)
 	}
 }

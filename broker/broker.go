@@ -138,7 +138,7 @@ const blockFor = 250 * time.Millisecond
 
 // keys are the Redis keys of one prefix.
 type keys struct {
-	items, nodes, leaving, poison, replyPrefix, streams, epoch, model string
+	items, nodes, leaving, poison, replyPrefix, streams, epoch, model, room string
 }
 
 func newKeys(prefix string) keys {
@@ -151,6 +151,7 @@ func newKeys(prefix string) keys {
 		streams:     prefix + ":streams",
 		epoch:       prefix + ":epoch",
 		model:       prefix + ":model",
+		room:        prefix + ":room",
 	}
 }
 

@@ -210,31 +210,36 @@ type call struct {
 // admitScript puts the items of several requests on the stream, in one
 // command: a node blocked on the stream wakes once for them all, where a
 // command per request would wake it for the first alone. A request whose
-// items would take the backlog past its bound is refused whole. A request
+// items would take the backlog past its bound is refused whole, and room is
+// kept for it a while (see supervisor.Config.MaxQueue): a smaller request
+// is refused too, meanwhile, unless it leaves that room free, and the first
+// request as large admitted takes it. A request
 // routed to a node (its caller was just answered by it) goes to that
 // node's own stream while the node is alive and lists it, while no item
 // waits unread on the shared stream (it passes nobody), and while none
 // waits unread on the node's own as this run begins (the node keeps up:
 // requests do not pile up behind a busy node while others could run
 // them). It answers,
-// per request, the stream its items went to and their ids there, or -1
-// when it refused them. It admits nothing, answering an EPOCH error, when
+// per request, the stream its items went to and their ids there, or when
+// it refused them -1 (the backlog is full) or the room kept for a larger
+// request. It admits nothing, answering an EPOCH error, when
 // the epoch key does not hold the front end's epoch: Redis lost its data
 // since the front end last checked, and it must fail the calls admitted
 // before the loss, and only those, first.
 //
 //	KEYS[1] the items stream, KEYS[2] the live nodes, KEYS[3] the node
-//	        streams, KEYS[4] the epoch
+//	        streams, KEYS[4] the epoch, KEYS[5] the room kept
 //	ARGV    max backlog, now (unix ms), how long a node may be silent
-//	        (ms), the node streams' prefix, the front end's epoch, then
-//	        per request: "1" when keys follow, the node it is routed to
+//	        (ms), the node streams' prefix, the front end's epoch, how
+//	        long room is kept for a refused request (ms), then per
+//	        request: "1" when keys follow, the node it is routed to
 //	        (or ""), its number of items n, then n × (header, [key], value)
 //
 // The streams need no trim: the bound on the backlog bounds them, and an
 // item leaves its stream once answered. A trim could only ever delete
 // items still waiting or running.
 var admitScript = redis.NewScript(`
-if ARGV[6] == 'probe' then
+if ARGV[7] == 'probe' then
   -- For no request: what an admission runs, on the keys it touches, for
   -- the front end to learn whether its user may (see probeAdmission).
   redis.call('GET', KEYS[4])
@@ -247,6 +252,9 @@ if ARGV[6] == 'probe' then
   redis.call('ZSCORE', KEYS[2], '')
   redis.call('SISMEMBER', KEYS[3], '')
   redis.call('XADD', ARGV[4] .. '-probe', 'NOMKSTREAM', '*', 'p', '1')
+  redis.call('GET', KEYS[5])
+  redis.call('SET', ARGV[4] .. '-probe', '1', 'XX')
+  redis.call('DEL', ARGV[4] .. '-probe')
   return {}
 end
 if redis.call('GET', KEYS[4]) ~= ARGV[5] then
@@ -255,6 +263,7 @@ end
 local bound = tonumber(ARGV[1])
 local now, silence, prefix = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local backlog = redis.call('XLEN', KEYS[1])
+local room = tonumber(redis.call('GET', KEYS[5]) or '0')
 local function later(a, b)
   local am, as = string.match(a, '(%d+)-(%d+)')
   local bm, bs = string.match(b, '(%d+)-(%d+)')
@@ -284,7 +293,7 @@ local function sharedWaits()
   return waiting
 end
 local verdicts = {}
-local j = 6
+local j = 7
 while j <= #ARGV do
   local keyed, route, n = ARGV[j] == '1', ARGV[j + 1], tonumber(ARGV[j + 2])
   j = j + 3
@@ -292,8 +301,19 @@ while j <= #ARGV do
   if keyed then width = 3 end
   if backlog + n > bound then
     verdicts[#verdicts + 1] = -1
+    if n >= room then
+      room = n
+      redis.call('SET', KEYS[5], n, 'PX', ARGV[6])
+    end
+    j = j + n * width
+  elseif n < room and backlog + n + room > bound then
+    verdicts[#verdicts + 1] = room
     j = j + n * width
   else
+    if room > 0 and n >= room then
+      room = 0
+      redis.call('DEL', KEYS[5])
+    end
     local stream = KEYS[1]
     if route ~= '' and not sharedWaits() then
       local key = prefix .. route
@@ -346,25 +366,33 @@ return n
 
 // withdrawUnansweredScript withdraws the items of requests whose
 // admission got no answer (see unansweredAdmission): it looks on the
-// streams, from an id on, for the entries whose header names the front end
-// and one of the requests, and deletes those that no node has read. It
-// answers how many it deleted. It reads a few entries at a time, items
-// being maybe large, and at most 2048 entries of a stream: Redis serves
-// nobody else meanwhile. The items sought are near the start (see
-// noteUnanswered).
+// streams, each from an id on, for the entries whose header names the
+// front end and one of the requests, and deletes those that no node has
+// read. It reads a few entries at a time, items being maybe large, and at
+// most 2048 entries of a stream: Redis serves nobody else meanwhile. It
+// answers how many it deleted, whether it stopped short of a stream's end
+// (1) or read each to its end (0), and the last id it looked at on each
+// stream (empty for none), where the next look goes on: other clients' items
+// may be more than the budget between the first id and those sought.
 //
 //	KEYS    the streams
-//	ARGV    the group, the first id to look at, the front end's id, then
-//	        the requests' numbers
+//	ARGV    the group, the front end's id, the first id to look at on
+//	        each stream (inclusive, or exclusive after "("), then the
+//	        requests' numbers
 var withdrawUnansweredScript = redis.NewScript(`
 local seqs = {}
-for i = 4, #ARGV do seqs[ARGV[i]] = true end
-local prefix = ARGV[3] .. ' '
-local n = 0
-for _, key in ipairs(KEYS) do
-  local from = ARGV[2]
+for i = 3 + #KEYS, #ARGV do seqs[ARGV[i]] = true end
+local prefix = ARGV[2] .. ' '
+local n, cut, last = 0, 0, {}
+for k, key in ipairs(KEYS) do
+  local from = ARGV[2 + k]
   local budget = 2048
-  while budget > 0 do
+  last[k] = ''
+  while true do
+    if budget <= 0 then
+      cut = 1
+      break
+    end
     budget = budget - 32
     local entries = redis.call('XRANGE', key, from, '+', 'COUNT', 32)
     for _, e in ipairs(entries) do
@@ -375,11 +403,14 @@ for _, key in ipairs(KEYS) do
         if pending.err or #pending == 0 then n = n + redis.call('XDEL', key, e[1]) end
       end
     end
+    if #entries > 0 then
+      last[k] = entries[#entries][1]
+      from = '(' .. last[k]
+    end
     if #entries < 32 then break end
-    from = '(' .. entries[#entries][1]
   end
 end
-return n
+return {n, cut, last}
 `)
 
 // unansweredAdmission is a round trip of admissions that got no answer:
@@ -390,19 +421,25 @@ return n
 // for nobody. Once Redis answers again, the front end looks for the items
 // by the header it writes (see withdrawUnansweredScript) and withdraws
 // them, at each of the next unansweredLooks checks that find Redis up: it
-// may run the admission just after another client's command.
+// may run the admission just after another client's command. Each look
+// goes on where the last stopped, so that all the entries since the
+// admission are looked at once, however many other clients added before
+// its items.
 type unansweredAdmission struct {
 	streams []string // the shared stream, and the node streams it may have used
-	from    string   // the first stream id to look at
+	from    []string // per stream, the first id to look at: "(" and the last looked at, after a look
 	seqs    []any    // the calls' numbers, in decimal
-	looks   int
+	looks   int      // the looks that read every stream to its end
+	tries   int      // all looks, those cut short included
 }
 
 // unansweredLooks is how many checks that find Redis up look for the items
-// of an admission that got no answer; unansweredMax bounds the admissions
-// remembered, the last kept.
+// of an admission that got no answer, to the streams' end; unansweredTries
+// bounds its looks, those cut short included; unansweredMax bounds the
+// admissions remembered, the last kept.
 const (
 	unansweredLooks = 4
+	unansweredTries = 64
 	unansweredMax   = 64
 )
 
@@ -1418,7 +1455,7 @@ func (fe *FrontEnd) admitTrip(chunks [][]*call) {
 			if pipe == nil {
 				pipe = fe.rdb.Pipeline()
 			}
-			cmds[i] = admitScript.EvalSha(ctx, pipe, []string{fe.k.items, fe.k.nodes, fe.k.streams, fe.k.epoch}, fe.admitArgs(chunk, epoch)...)
+			cmds[i] = admitScript.EvalSha(ctx, pipe, fe.admitKeys(), fe.admitArgs(chunk, epoch)...)
 			epochs[i] = epoch
 		}
 		if pipe != nil {
@@ -1463,15 +1500,17 @@ func (fe *FrontEnd) noteUnanswered(calls []*call, start time.Time) {
 	if !fe.clock.measured.Load() {
 		margin = 5 * time.Second
 	}
+	from := strconv.FormatInt(start.Add(-margin).UnixMilli(), 10)
 	a := unansweredAdmission{
 		streams: []string{fe.k.items},
-		from:    strconv.FormatInt(start.Add(-margin).UnixMilli(), 10),
+		from:    []string{from},
 		seqs:    make([]any, 0, len(calls)),
 	}
 	for _, c := range calls {
 		a.seqs = append(a.seqs, strconv.FormatUint(c.seq, 10))
 		if key := fe.k.nodeItems(c.route); c.route != "" && !slices.Contains(a.streams, key) {
 			a.streams = append(a.streams, key)
+			a.from = append(a.from, from)
 		}
 	}
 	fe.mu.Lock()
@@ -1489,33 +1528,12 @@ func (fe *FrontEnd) withdrawUnanswered(ctx context.Context) {
 	if len(all) == 0 {
 		return
 	}
-	// One look for them all, from the earliest: each look reads the
-	// streams' entries since then, and Redis runs nothing else meanwhile.
-	var streams []string
-	args := []any{nodeGroup, all[0].from, fe.id}
-	for _, a := range all {
-		for _, key := range a.streams {
-			if !slices.Contains(streams, key) {
-				streams = append(streams, key)
-			}
-		}
-		args[1] = min(args[1].(string), a.from) // same number of digits
-		args = append(args, a.seqs...)
-	}
-	// Every try counts, answered or not: a look's cost is bounded, but
-	// not so small that it should be made for ever.
-	n, err := withdrawUnansweredScript.Run(ctx, fe.rdb, streams, args...).Int64()
-	switch {
-	case err == nil && n > 0:
-		fe.stats.withdrawn.Add(uint64(n))
-		fe.cfg.Logger.Info("withdrew the items of failed requests that redis admitted after it stopped answering", "items", n, "redis", fe.where)
-	case err != nil:
-		fe.cfg.Logger.Debug("look for the items of admissions that got no answer", "err", err)
-	}
 	var again []unansweredAdmission
 	for _, a := range all {
-		a.looks++
-		if a.looks < unansweredLooks {
+		if ctx.Err() == nil {
+			a = fe.lookUnanswered(ctx, a)
+		}
+		if a.looks < unansweredLooks && a.tries < unansweredTries {
 			again = append(again, a)
 		}
 	}
@@ -1526,6 +1544,45 @@ func (fe *FrontEnd) withdrawUnanswered(ctx context.Context) {
 	defer fe.mu.Unlock()
 	fe.unanswered = append(again, fe.unanswered...)
 	fe.unanswered = fe.unanswered[max(len(fe.unanswered)-unansweredMax, 0):]
+}
+
+// lookUnanswered looks once for a's items, from where its last look
+// stopped, and withdraws those it finds that no node has read. Every try
+// counts, answered or not: a look's cost is bounded, but not so small
+// that it should be made for ever.
+func (fe *FrontEnd) lookUnanswered(ctx context.Context, a unansweredAdmission) unansweredAdmission {
+	a.tries++
+	args := make([]any, 0, 2+len(a.from)+len(a.seqs))
+	args = append(args, nodeGroup, fe.id)
+	for _, from := range a.from {
+		args = append(args, from)
+	}
+	res, err := withdrawUnansweredScript.Run(ctx, fe.rdb, a.streams, append(args, a.seqs...)...).Slice()
+	if err == nil && len(res) != 3 {
+		err = fmt.Errorf("the look answered %d values, not 3", len(res))
+	}
+	if err != nil {
+		fe.cfg.Logger.Debug("look for the items of admissions that got no answer", "err", err)
+		return a
+	}
+	n, _ := res[0].(int64)
+	cut, _ := res[1].(int64)
+	last, _ := res[2].([]any)
+	if n > 0 {
+		fe.stats.withdrawn.Add(uint64(n))
+		fe.cfg.Logger.Info("withdrew the items of failed requests that redis admitted after it stopped answering", "items", n, "redis", fe.where)
+	}
+	from := slices.Clone(a.from) // a's from is shared with the caller's copy
+	for i, id := range last {
+		if id, _ := id.(string); id != "" && i < len(from) {
+			from[i] = "(" + id
+		}
+	}
+	a.from = from
+	if cut == 0 {
+		a.looks++
+	}
+	return a
 }
 
 // tell gives each call of chunk its verdict from cmd, the admission
@@ -1583,15 +1640,24 @@ func (fe *FrontEnd) admissionFailed(err error, began time.Time) error {
 	return unavailablef("redis at %s: %v", fe.where, err)
 }
 
+// admitKeys are the keys admitScript touches.
+func (fe *FrontEnd) admitKeys() []string {
+	return []string{fe.k.items, fe.k.nodes, fe.k.streams, fe.k.epoch, fe.k.room}
+}
+
 // takeVerdict takes in the admission script's verdict v on c, run in epoch:
-// its stream and its items' ids when admitted, or -1 when refused (then
-// it returns ErrOverloaded).
+// its stream and its items' ids when admitted, or when refused -1 (the
+// backlog is full) or the room kept for a larger request (then it returns
+// ErrOverloaded).
 func (fe *FrontEnd) takeVerdict(c *call, v any, epoch string) error {
 	admitted, ok := v.([]any)
-	if !ok { // -1: refused
+	if !ok {
 		fe.mu.Lock()
 		fe.decideLocked(c, false)
 		fe.mu.Unlock()
+		if kept, _ := v.(int64); kept > 0 {
+			return fmt.Errorf("%w: the shared backlog, limit %d items, keeps room for %d for a larger request refused before", supervisor.ErrOverloaded, fe.cfg.MaxBacklog, kept)
+		}
 		// The backlog is past its limit less this request's items: full
 		// for all requests only when it took one item to refuse.
 		if least := int64(fe.cfg.MaxBacklog - len(c.items) + 1); fe.backlog.Load() < least {
@@ -1769,12 +1835,12 @@ func (fe *FrontEnd) unansweredLocked() map[string][]string {
 }
 
 func (fe *FrontEnd) admitArgs(batch []*call, epoch string) []any {
-	n := 5
+	n := 6
 	for _, c := range batch {
 		n += 3 + 2*len(c.items) + len(c.keys)
 	}
 	args := make([]any, 0, n)
-	args = append(args, fe.cfg.MaxBacklog, fe.clock.now().UnixMilli(), nodeSilence.Milliseconds(), fe.k.items+":", epoch)
+	args = append(args, fe.cfg.MaxBacklog, fe.clock.now().UnixMilli(), nodeSilence.Milliseconds(), fe.k.items+":", epoch, supervisor.RoomHold.Milliseconds())
 	ttl := fe.cfg.ReplyTTL.Milliseconds()
 	var header []byte
 	for _, c := range batch {
@@ -2308,7 +2374,7 @@ func (fe *FrontEnd) probeAdmission(ctx context.Context) {
 	fe.mu.Lock()
 	epoch := fe.epoch
 	fe.mu.Unlock()
-	keys := []string{fe.k.items, fe.k.nodes, fe.k.streams, fe.k.epoch}
+	keys := fe.admitKeys()
 	args := append(fe.admitArgs(nil, epoch), "probe")
 	// Through pipelines, whose connections the check's own are: a lone
 	// command would dial one more.

@@ -212,6 +212,53 @@ func TestTheLookForAnUnansweredAdmissionWithdrawsItsUnreadItemsAlone(t *testing.
 	}
 }
 
+// An unanswered admission's items are found however many other clients'
+// items came between the look's first id and them: each look goes on
+// where the last stopped, its budget spent, and only looks that read to
+// the stream's end count.
+func TestTheLookForAnUnansweredAdmissionGoesOnPastItsBudget(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fe := unstartedFront(t, rs.URL(), 0)
+	rs.Do(t, "XGROUP", "CREATE", fe.k.items, nodeGroup, "0", "MKSTREAM")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	// Other front ends' items admitted within the margin before this
+	// admission ran, more than a look reads.
+	pipe := fe.rdb.Pipeline()
+	for i := range 5000 {
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: fe.k.items, Values: []any{fieldHeader, "other " + strconv.Itoa(i) + " 0 0 60000", fieldValue, "x"}})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ours := rs.Do(t, "XADD", fe.k.items, "*", fieldHeader, fe.id+" 7 0 0 60000", fieldValue, "x")
+	fe.noteUnanswered([]*call{{seq: 7}}, start)
+	for range 3 {
+		fe.withdrawUnanswered(ctx)
+	}
+	if left, err := fe.rdb.XRange(ctx, fe.k.items, ours, ours).Result(); err != nil || len(left) != 0 {
+		t.Fatalf("the item of the unanswered admission, behind 5000 others, is still on the stream after 3 looks (%v): a node will run it", err)
+	}
+	if got := fe.stats.withdrawn.Load(); got != 1 {
+		t.Errorf("withdrawn = %d; want 1", got)
+	}
+	if got := rs.Do(t, "XLEN", fe.k.items); got != "5000" {
+		t.Errorf("%s items left on the stream; want the others' 5000", got)
+	}
+	// Admitted once Redis resumes, after the looks reached the end.
+	late := rs.Do(t, "XADD", fe.k.items, "*", fieldHeader, fe.id+" 7 1 0 60000", fieldValue, "x")
+	fe.withdrawUnanswered(ctx)
+	if left, err := fe.rdb.XRange(ctx, fe.k.items, late, late).Result(); err != nil || len(left) != 0 {
+		t.Fatalf("an item of the admission added after the looks reached the stream's end is still there (%v)", err)
+	}
+	fe.mu.Lock()
+	defer fe.mu.Unlock()
+	if len(fe.unanswered) != 1 || fe.unanswered[0].looks != 2 || fe.unanswered[0].tries != 4 {
+		t.Errorf("after 4 looks, %+v remembered; want the admission, with 2 looks to the end", fe.unanswered)
+	}
+}
+
 // A call sent before a span without refreshes longer than the reply TTL
 // (the front end stalled) whose items are found gone unanswered is told
 // that its answers may have expired, not that Redis lost them: also at a

@@ -89,6 +89,14 @@ type Node struct {
 	// takeMu keeps a node's claims and its look for the items of failed
 	// reads apart (see recoverLost).
 	takeMu sync.Mutex
+	// lost is set by a read or claim that got no answer, after Redis may
+	// have run it (see fetched), and cleared by the read loop's look for
+	// the items it brought (see recoverLost).
+	lost atomic.Bool
+	// fetchCap, when not zero, bounds the items a read or claim asks for:
+	// one that ran out of time asked for too many (see fetched); fetchFull
+	// counts the reads that brought as many since it was last set.
+	fetchCap, fetchFull atomic.Int64
 	// quietUntil (unix ns) holds off claims and adoptions while Redis does
 	// not serve the node, and for nodeSilence after (see upkeepLoop).
 	quietUntil atomic.Int64
@@ -366,7 +374,6 @@ func (n *Node) readLoop() {
 	defer cancel()
 	retry := newBackoff()
 	poll := aheadPoll
-	lost := false // a read failed after Redis may have run it
 	for {
 		select {
 		case <-n.stop:
@@ -381,8 +388,12 @@ func (n *Node) readLoop() {
 			continue
 		}
 		want, block := n.wanted()
-		if lost && want > 0 {
-			if err := n.recoverLost(ctx, want); err != nil {
+		if want > 0 && n.lost.Swap(false) {
+			more, err := n.recoverLost(ctx, want)
+			if err != nil || more {
+				n.lost.Store(true)
+			}
+			if err != nil {
 				if ctx.Err() != nil {
 					return
 				}
@@ -390,7 +401,6 @@ func (n *Node) readLoop() {
 				retry.wait(n.stop)
 				continue
 			}
-			lost = false
 			want, block = n.wanted()
 		}
 		if want > 0 && n.claimIsDue() {
@@ -419,6 +429,7 @@ func (n *Node) readLoop() {
 		}
 		began := time.Now()
 		streams, poison, err := n.read(want, block)
+		n.fetched(want, itemsIn(streams), err)
 		switch {
 		case errors.Is(err, redis.Nil):
 			n.reachable()
@@ -437,6 +448,7 @@ func (n *Node) readLoop() {
 			poll = min(2*poll, aheadPollMax)
 			continue
 		case err != nil:
+			n.takeRead(streams, nil) // those read whole before it failed
 			if ctx.Err() != nil {
 				return
 			}
@@ -453,7 +465,7 @@ func (n *Node) readLoop() {
 				retry.wait(n.stop)
 				continue
 			}
-			lost = n.readFailed(err, began) || lost
+			n.readFailed(err, began)
 			retry.wait(n.stop)
 			continue
 		}
@@ -461,10 +473,16 @@ func (n *Node) readLoop() {
 		n.reachable()
 		n.readsAllowed()
 		poll = aheadPoll
-		for _, st := range streams {
-			n.stats.read.Add(uint64(len(st.Messages)))
-			n.takeChecked(st.Stream, st.Messages, poison)
-		}
+		n.takeRead(streams, poison)
+	}
+}
+
+// takeRead takes the items of a read, with the quarantine read with them,
+// or nil to ask Redis for theirs.
+func (n *Node) takeRead(streams []redis.XStream, poison map[string]bool) {
+	for _, st := range streams {
+		n.stats.read.Add(uint64(len(st.Messages)))
+		n.takeChecked(st.Stream, st.Messages, poison)
 	}
 }
 
@@ -510,12 +528,18 @@ func (n *Node) read(want int, block bool) (streams []redis.XStream, poison map[s
 	})
 	_, _ = pipe.Exec(ctx)
 	streams, err = read.Result()
-	if err != nil && len(streams) > 0 {
-		// The items came, and the connection failed after them: they are
-		// this node's now, to run (checked against the quarantine alone),
-		// not to leave for a claim.
-		n.cfg.Logger.Warn("read the quarantine with the items", "err", err)
-		err = nil
+	if err != nil {
+		// The reply came whole and the connection failed after it (the
+		// quarantine's), or it was cut short: the client keeps what it
+		// read, up to the first stream it could not read whole, and gives
+		// the error to every command of the pipeline. The streams read
+		// whole are this node's, to run (checked against the quarantine
+		// alone); the others' items are looked for (see recoverLost).
+		whole := 0
+		for whole < len(streams) && streams[whole].Stream != "" && streams[whole].Messages != nil {
+			whole++
+		}
+		streams = streams[:whole]
 	}
 	if hashes, err := quarantine.Result(); err == nil && len(hashes) < quarantineRead {
 		poison = make(map[string]bool, len(hashes))
@@ -528,25 +552,72 @@ func (n *Node) read(want int, block bool) (streams []redis.XStream, poison map[s
 
 // readFailed logs err, the failure of a read of items begun at began: as
 // a stall of the node's own when the read ran out of time long past its
-// bound. It says whether Redis may have given the node items whose answer
-// the node did not get (see recoverLost).
-func (n *Node) readFailed(err error, began time.Time) (lost bool) {
+// bound.
+func (n *Node) readFailed(err error, began time.Time) {
 	if stall, stalled := n.stalls.through(err, began); stalled {
 		// Not Redis's fault: the node did not run.
 		n.cfg.Logger.Warn("this node did not run for a while (stopped, or starved of CPU): its read of items ran out of time", "for", stall.Round(time.Millisecond), "node", n.cfg.Name)
 	} else {
 		n.warn("read items", err)
 	}
-	return !errors.As(err, new(redis.Error))
+}
+
+// fetchCapMax is past the most items a read asks for: a bound on them
+// (see fetched) that grows past it is lifted. fetchCapGrow is how many
+// reads that brought all they asked for under the bound it takes to double
+// it.
+const (
+	fetchCapMax  = 4096
+	fetchCapGrow = 8
+)
+
+// fetched notes how a read or claim that asked Redis for up to asked
+// items, and got got, ended. One that got no answer may have been run,
+// and handed the node items it does not know of: the read loop looks for
+// them (see recoverLost). One that ran out of time may have asked for
+// more than this link carries within readTimeout (items of megabytes), and
+// a look for them asking as many would run out of time too, for ever,
+// each making them new to Redis, so that no other node claimed them
+// either: the reads and claims after it ask for half as many, down to
+// one, and for twice as many after each fetchCapGrow that brought all
+// they asked for. (A Redis that froze has the bound fall too, and it is
+// gone a few dozen reads after.)
+func (n *Node) fetched(asked, got int, err error) {
+	if err == nil || errors.As(err, new(redis.Error)) { // redis.Nil included
+		if c := n.fetchCap.Load(); c > 0 && int64(got) >= c && n.fetchFull.Add(1) >= fetchCapGrow {
+			n.fetchFull.Store(0)
+			next := 2 * c
+			if next > fetchCapMax {
+				next = 0
+			}
+			n.fetchCap.CompareAndSwap(c, next)
+		}
+		return
+	}
+	n.lost.Store(true)
+	if timedOut(err) {
+		n.fetchFull.Store(0)
+		n.fetchCap.Store(int64(max(asked/2, 1)))
+		n.cfg.Logger.Debug("a read of items ran out of time: the next ask for fewer", "items", max(asked/2, 1), "node", n.cfg.Name)
+	}
+}
+
+// itemsIn counts the entries of streams, as a read answers them.
+func itemsIn(streams []redis.XStream) (n int) {
+	for _, st := range streams {
+		n += len(st.Messages)
+	}
+	return n
 }
 
 // recoverLost takes up to want of the items that Redis gave this node in
-// reads whose answers it never got (the read ran out of time as the node
-// stalled, or its connection closed under it): pending to the node in
-// Redis and unknown to it, they would wait for a claim, --claim-idle
-// later. takeMu keeps claims out meanwhile: an item a claim has just taken
-// is pending to the node too, and not yet held.
-func (n *Node) recoverLost(ctx context.Context, want int) error {
+// reads or claims whose answers it never got (the read ran out of time as
+// the node stalled, or its connection closed under it): pending to the
+// node in Redis and unknown to it, they would wait for a claim,
+// --claim-idle later. It says whether more are left than it took. takeMu
+// keeps claims out meanwhile: an item a claim has just taken is pending to
+// the node too, and not yet held.
+func (n *Node) recoverLost(ctx context.Context, want int) (more bool, err error) {
 	n.takeMu.Lock()
 	defer n.takeMu.Unlock()
 	for _, stream := range []string{n.own, n.k.items} {
@@ -558,13 +629,17 @@ func (n *Node) recoverLost(ctx context.Context, want int) error {
 		case err != nil && redis.HasErrorPrefix(err, "NOGROUP"):
 			continue // the read loop rejoins
 		case err != nil:
-			return err
+			return true, err
 		}
 		var ids []string
 		var idle time.Duration // the least of theirs
 		n.mu.Lock()
 		for _, p := range pending {
-			if _, held := n.held[entry{stream, p.ID}]; !held && len(ids) < want {
+			if _, held := n.held[entry{stream, p.ID}]; !held {
+				if len(ids) == want {
+					more = true
+					break
+				}
 				if len(ids) == 0 || p.Idle < idle {
 					idle = p.Idle
 				}
@@ -579,8 +654,9 @@ func (n *Node) recoverLost(ctx context.Context, want int) error {
 		// (idle past its --claim-idle, then made new by the claim) stays
 		// with it.
 		msgs, err := n.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: stream, Group: nodeGroup, Consumer: n.cfg.Name, MinIdle: idle, Messages: ids}).Result()
+		n.fetched(len(ids), len(msgs), err)
 		if err != nil {
-			return err
+			return true, err
 		}
 		if msgs = n.notHeld(stream, msgs); len(msgs) > 0 {
 			n.cfg.Logger.Info("took the items a failed read had brought", "items", len(msgs), "stream", stream)
@@ -588,8 +664,11 @@ func (n *Node) recoverLost(ctx context.Context, want int) error {
 			n.take(stream, msgs)
 			want -= len(msgs)
 		}
+		if want <= 0 {
+			return true, nil // the other stream is left for the next look
+		}
 	}
-	return nil
+	return more, nil
 }
 
 // quarantineRead bounds the quarantine read with the items: a larger one
@@ -607,6 +686,9 @@ func (n *Node) wanted() (want int, block bool) {
 	free := n.free()
 	if free <= 0 || n.refusal() != "" {
 		return 0, false
+	}
+	if c := int(n.fetchCap.Load()); c > 0 {
+		free = min(free, c)
 	}
 	now, ahead := n.s.Room()
 	switch {
@@ -1559,13 +1641,15 @@ func (n *Node) keep(ctx context.Context) error {
 	for e, since := range n.held {
 		if since.Before(cutoff) {
 			ids[e.stream] = append(ids[e.stream], e.id)
-			n.held[e] = time.Now()
 		}
 	}
 	n.mu.Unlock()
 	if len(ids) == 0 {
 		return nil
 	}
+	// Stamped as the claims are sent: Redis makes the items new as it
+	// runs them, after this.
+	sent := time.Now()
 	pipe := n.rdb.Pipeline()
 	for stream, ids := range ids {
 		pipe.XClaimJustID(ctx, &redis.XClaimArgs{Stream: stream, Group: nodeGroup, Consumer: n.cfg.Name, Messages: ids})
@@ -1576,9 +1660,19 @@ func (n *Node) keep(ctx context.Context) error {
 		// deleted once empty, its items withdrawn while this node ran
 		// them): there is nothing left to keep from claims.
 		if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) && !redis.HasErrorPrefix(err, "NOGROUP") {
+			// Their stamps stay: the next keep tries them again at once.
 			return err
 		}
 	}
+	n.mu.Lock()
+	for stream, ids := range ids {
+		for _, id := range ids {
+			if _, held := n.held[entry{stream, id}]; held {
+				n.held[entry{stream, id}] = sent
+			}
+		}
+	}
+	n.mu.Unlock()
 	return nil
 }
 
@@ -1633,6 +1727,7 @@ func (n *Node) claimFrom(ctx context.Context, stream string) error {
 			Stream: stream, Group: nodeGroup, Consumer: n.cfg.Name,
 			MinIdle: n.cfg.ClaimIdle, Start: start, Count: int64(want),
 		}).Result()
+		n.fetched(want, len(msgs), err)
 		switch {
 		case err != nil && redis.HasErrorPrefix(err, "NOGROUP"):
 			start = "0-0"
@@ -1916,6 +2011,7 @@ func (n *Node) steal(ctx context.Context, want int) error {
 	read, err := n.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
 		Group: nodeGroup, Consumer: n.cfg.Name, Streams: append(others, ids...), Count: int64(max(want/len(others), 1)), Block: -1,
 	}).Result()
+	n.fetched(want, itemsIn(read), err)
 	switch {
 	case errors.Is(err, redis.Nil), err != nil && redis.HasErrorPrefix(err, "NOGROUP"):
 		return nil // nothing waits, or a stream went meanwhile: the next look sees
@@ -1988,6 +2084,7 @@ func (n *Node) readFrom(ctx context.Context, stream string) error {
 	streams, err := n.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
 		Group: nodeGroup, Consumer: n.cfg.Name, Streams: []string{stream, ">"}, Count: int64(want), Block: -1,
 	}).Result()
+	n.fetched(want, itemsIn(streams), err)
 	switch {
 	case errors.Is(err, redis.Nil), err != nil && redis.HasErrorPrefix(err, "NOGROUP"):
 		return nil

@@ -1,6 +1,7 @@
 package broker_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -384,5 +385,38 @@ func TestANodeOfALongClaimIdleKeepsItsItemsFromANodeOfTheDefault(t *testing.T) {
 	close(rec.release)
 	if a := answerWithin(t, long, 10*time.Second, "the long item unanswered 10s after its release"); a.err != nil || string(a.out[0]) != "long" {
 		t.Errorf("the long item: %q, %v; want its answer", a.out, a.err)
+	}
+}
+
+// TestItemsTooLargeToReadInTimeAreTakenFewAtATime: a node's read of items
+// too large to come within a read's bound over its link (two of 1.5 MiB,
+// 3 MiB at 1 MiB/s, against 2 s) runs out of time after Redis handed them
+// to it; its look for them asks for fewer, down to one at a time, and
+// takes them. Before, the look asked for as many, ran out of time too, for
+// ever, and made the items new to Redis each time, so that no other node
+// claimed them either.
+func TestItemsTooLargeToReadInTimeAreTakenFewAtATime(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	proxy := redistest.StartProxy(t, rs)
+	sizes := model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) {
+		out := make([][]byte, len(items))
+		for i, it := range items {
+			out[i] = []byte(strconv.Itoa(len(it)))
+		}
+		return out, nil
+	})
+	startNode(t, rs, sizes, 2, func(c *broker.NodeConfig) {
+		c.URL = proxy.URL()
+		c.ClaimIdle = time.Minute // no claim answers within the test
+	})
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	proxy.Throttle(1 << 20)
+	const size = 3 << 19
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := fe.Predict(ctx, [][]byte{bytes.Repeat([]byte{'a'}, size), bytes.Repeat([]byte{'b'}, size)})
+	if err != nil || len(out) != 2 || string(out[0]) != strconv.Itoa(size) || string(out[1]) != strconv.Itoa(size) {
+		t.Fatalf("two items of %d bytes: %q, %v; want their sizes", size, out, err)
 	}
 }

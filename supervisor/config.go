@@ -21,7 +21,11 @@ type Config struct {
 	// lone request on an idle streamer never pays it. Default 100ms.
 	MaxLatency time.Duration
 	// MaxQueue is the most items waiting; beyond it Submit fails with
-	// ErrOverloaded. Default 100 × BatchSize × Workers.
+	// ErrOverloaded. A request refused for want of room has room kept for
+	// it for 2 s, its caller's Retry-After and a margin: smaller requests
+	// are refused meanwhile unless they leave it free, so that a large
+	// request is not refused for ever while small ones keep the queue near
+	// its bound. Default 100 × BatchSize × Workers.
 	MaxQueue int
 	// MaxItems is the most items one request may carry; a larger request,
 	// or one larger than MaxQueue, fails with ErrTooLarge, since no wait

@@ -57,6 +57,7 @@ type Streamer struct {
 	shutDown      chan struct{} // closed when the first Shutdown is done
 
 	poison  *poisonList
+	room    room      // kept in the queue for a large request refused
 	batches sync.Pool // of *batch, answered and emptied, for reuse
 	futures futurePool
 
@@ -197,7 +198,10 @@ func (s *Streamer) SubmitRequest(ctx context.Context, req Request) (*Future, err
 
 // SubmitRequests queues several independent requests at once and returns
 // their Futures: futs[i] answers reqs[i], or is nil with errs[i] saying why
-// that request was refused, as SubmitRequest would refuse it. Their items
+// that request was refused, as SubmitRequest would refuse it, except that
+// the room kept for a large request refused earlier (see room) is neither
+// respected nor taken: a node queues what it read from Redis, and has no
+// caller to send away for it. Their items
 // are queued together, so that a batch formed now can take items of all of
 // them, which SubmitRequest called once for each cannot promise: the first
 // may leave in a batch of its own before the next is queued. A front end
@@ -262,9 +266,9 @@ func (s *Streamer) enqueue(ctx context.Context, req Request, f *Future) error {
 		return err
 	}
 	n := len(req.Items)
-	if waiting := int(s.queue.size.Load()); waiting+n > s.cfg.MaxQueue {
+	if waiting := int(s.queue.size.Load()); !s.room.fits(waiting, n, s.cfg.MaxQueue, s.clock) {
 		// Refused without the lock, which the workers' answers need.
-		return s.refuseFull(waiting, n)
+		return s.refuseRoom(waiting, n)
 	}
 	s.mu.Lock()
 	if s.draining.Load() {
@@ -274,10 +278,11 @@ func (s *Streamer) enqueue(ctx context.Context, req Request, f *Future) error {
 		s.stats.rejected.Add(uint64(n))
 		return ErrShuttingDown
 	}
-	if waiting := s.queue.items(); waiting+n > s.cfg.MaxQueue {
+	if waiting := s.queue.items(); !s.room.fits(waiting, n, s.cfg.MaxQueue, s.clock) {
 		s.mu.Unlock()
-		return s.refuseFull(waiting, n)
+		return s.refuseRoom(waiting, n)
 	}
+	s.room.admitted(n)
 	wasEmpty := s.queue.n == 0
 	if s.cfg.Batching == BatchingAdaptive {
 		s.returns.arrived(time.Now(), n)
@@ -344,7 +349,14 @@ func (s *Streamer) refuseFull(waiting, n int) error {
 	if s.sweepWanted.CompareAndSwap(false, true) {
 		s.signal()
 	}
-	return fmt.Errorf("%w: %d items waiting, limit %d", ErrOverloaded, waiting, s.cfg.MaxQueue)
+	return s.room.refusal(waiting, n, s.cfg.MaxQueue)
+}
+
+// refuseRoom refuses a request of n items for want of room, as refuseFull,
+// and keeps room for it (see room), for when its caller comes back.
+func (s *Streamer) refuseRoom(waiting, n int) error {
+	s.room.refused(n, s.clock())
+	return s.refuseFull(waiting, n)
 }
 
 // admit checks what can be checked before taking the lock.

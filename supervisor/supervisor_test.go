@@ -865,3 +865,79 @@ func TestSubmitRequestsAfterShutdown(t *testing.T) {
 		}
 	}
 }
+
+// TestALargeRequestFindsTheRoomItWasRefused: a request refused for want of
+// room has that room kept for it, so that small requests, each of which
+// would fit, do not keep it out for ever by filling every gap a batch
+// leaves; the bound itself never moves.
+func TestALargeRequestFindsTheRoomItWasRefused(t *testing.T) {
+	step, started := make(chan struct{}), make(chan int, 100)
+	echo := func(ctx context.Context, items [][]byte) ([][]byte, error) {
+		started <- len(items)
+		select {
+		case <-step:
+			return items, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	s := start(t, supervisor.Config{InProcess: model.Func(echo), MaxQueue: 6, BatchSize: 2, MaxLatency: time.Hour, PipelineDepth: 1})
+	var admitted []*supervisor.Future
+	var want [][]string
+	submit := func(names ...string) error {
+		t.Helper()
+		f, err := s.Submit(context.Background(), items(names...))
+		if err == nil {
+			admitted, want = append(admitted, f), append(want, names)
+		}
+		return err
+	}
+	if err := submit("running"); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	for i := range 5 {
+		if err := submit(fmt.Sprint("small", i)); err != nil {
+			t.Fatalf("small request %d with %d of 6 places taken: %v", i, i, err)
+		}
+	}
+	if err := submit("big0", "big1", "big2"); !errors.Is(err, supervisor.ErrOverloaded) {
+		t.Fatalf("3 items with 5 of 6 places taken: %v; want ErrOverloaded", err)
+	}
+	// One place is free, but the 3 items refused have it kept for them.
+	err := submit("small5")
+	if !errors.Is(err, supervisor.ErrOverloaded) || !strings.Contains(err.Error(), "room for 3 kept for a larger request") {
+		t.Fatalf("1 item with 5 of 6 places taken and room kept for 3: %v; want ErrOverloaded naming the room kept", err)
+	}
+	// A batch of 2 leaves: 3 places free, still all kept.
+	step <- struct{}{}
+	if n := <-started; n != 2 {
+		t.Fatalf("a batch of %d, want 2", n)
+	}
+	if err := submit("small6"); !errors.Is(err, supervisor.ErrOverloaded) {
+		t.Fatalf("1 item with 3 of 6 places taken and room kept for 3: %v; want ErrOverloaded", err)
+	}
+	if err := submit("big0", "big1", "big2"); err != nil {
+		t.Fatalf("the large request, back with its room free: %v", err)
+	}
+	// It took the room: the queue is full, and says so plainly.
+	err = submit("small7")
+	if !errors.Is(err, supervisor.ErrOverloaded) || strings.Contains(err.Error(), "kept") {
+		t.Fatalf("1 item with the queue full: %v; want ErrOverloaded for the full queue", err)
+	}
+	close(step)
+	for i, f := range admitted {
+		out, err := f.Result(context.Background())
+		if err != nil {
+			t.Fatalf("admitted request %v: %v", want[i], err)
+		}
+		for j, o := range out {
+			if string(o) != want[i][j] {
+				t.Fatalf("admitted request %v: answer %q", want[i], out)
+			}
+		}
+	}
+	if st := s.Stats(); st.Rejected != 6 {
+		t.Errorf("%d items refused, want 6 (3 + 1 + 1 + 1)", st.Rejected)
+	}
+}
