@@ -10,7 +10,7 @@ import "github.com/prometheus/client_golang/prometheus"
 //	streamer_broker_nodes                       nodes heard from within 3 s
 //	streamer_broker_backlog_items               items on the shared stream, waiting or running
 //	streamer_broker_max_backlog_items           its bound, past which front ends answer 429 (413 for a request larger than it)
-//	streamer_broker_duplicate_answers_total     answers dropped: second ones after a claim, or to requests no longer waiting
+//	streamer_broker_duplicate_answers_total     answers dropped: second ones (a claim, a write retried), or to requests no longer waiting
 //	streamer_broker_withdrawn_items_total       items of requests given up, deleted before any node read them
 //	streamer_broker_lost_items_total            items of requests failed as Redis lost them and kept its other data
 //	streamer_broker_clock_offset_seconds        how far Redis's clock is ahead of this machine's
@@ -24,7 +24,7 @@ func Collector(fe *FrontEnd, node *Node) prometheus.Collector {
 		nodes:      prometheus.NewDesc("streamer_broker_nodes", "Nodes heard from within the last 3 seconds.", nil, nil),
 		backlog:    prometheus.NewDesc("streamer_broker_backlog_items", "Items on the shared stream, waiting or running, from every front end.", nil, nil),
 		maxBacklog: prometheus.NewDesc("streamer_broker_max_backlog_items", "The shared backlog's bound: past it front ends answer 429, and 413 to a request larger than it.", nil, nil),
-		duplicates: prometheus.NewDesc("streamer_broker_duplicate_answers_total", "Answers dropped by this front end: second answers to one item, after a claim, and answers to requests no longer waiting (canceled, past their deadline, or failed).", nil, nil),
+		duplicates: prometheus.NewDesc("streamer_broker_duplicate_answers_total", "Answers dropped by this front end: second answers to one item (after a claim, or a node's write retried when its reply was lost), and answers to requests no longer waiting (canceled, past their deadline, or failed).", nil, nil),
 		withdrawn:  prometheus.NewDesc("streamer_broker_withdrawn_items_total", "Items of requests given up (client gone, deadline passed) deleted from the stream before any node read them.", nil, nil),
 		lost:       prometheus.NewDesc("streamer_broker_lost_items_total", "Items of requests failed with 503 as Redis lost them while it kept its other data (a failover to a replica that lacked them, a restart that lost its last writes).", nil, nil),
 		offset:     prometheus.NewDesc("streamer_broker_clock_offset_seconds", "How far Redis's clock is ahead of this machine's (negative: behind), as last measured. Times shared through Redis go on its clock, so an offset does no harm to streamer; it says that this machine's clock is not in sync.", nil, nil),

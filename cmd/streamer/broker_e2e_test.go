@@ -1236,7 +1236,7 @@ func TestBrokerStatusCommand(t *testing.T) {
 		}
 	}
 	out, err = runStatus(t, front.URL())
-	for _, want := range []string{`(?m)^ready +yes$`, `(?m)^redis +up, nodes heard from 1, backlog 0 of \d+ items$`, `(?m)^front end +answers dropped 0 \(late, or second after a claim\), withdrawn 0, lost 0$`,
+	for _, want := range []string{`(?m)^ready +yes$`, `(?m)^redis +up, nodes heard from 1, backlog 0 of \d+ items$`, `(?m)^front end +answers dropped 0 \(late, or second: a claim, a write retried\), withdrawn 0, lost 0$`,
 		`(?m)^items +answered 3 \(ok 3, `, `(?m)^mean latency +end to end \d+\.\d+ ms$`, `(?m)^workers +none of its own, a front end: its nodes form the batches`} {
 		if err != nil || !regexp.MustCompile(want).MatchString(out) {
 			t.Errorf("streamer status of the front end: %v; lacks %s:\n%s", err, want, out)

@@ -177,7 +177,7 @@ func (r statusReport) print(out io.Writer) error {
 		} else {
 			fmt.Fprintf(w, "redis\tdown: no node heard from; backlog %d of %d items when last seen\n", f.Backlog, f.MaxBacklog)
 		}
-		fmt.Fprintf(w, "front end\tanswers dropped %d (late, or second after a claim), withdrawn %d, lost %d\n", f.Duplicates, f.Withdrawn, f.Lost)
+		fmt.Fprintf(w, "front end\tanswers dropped %d (late, or second: a claim, a write retried), withdrawn %d, lost %d\n", f.Duplicates, f.Withdrawn, f.Lost)
 	}
 	if b := r.broker; b != nil && b.Node != nil {
 		n := b.Node
