@@ -320,6 +320,39 @@ func TestBadInputAnsweredAndServerKeepsServing(t *testing.T) {
 	}
 }
 
+// TestALargeRequestRefusedHasItsRoomKept: a request refused with 429 for
+// want of room has that room kept for it, so that a smaller one that would
+// fit is refused too, saying why, until the large one comes back.
+func TestALargeRequestRefusedHasItsRoomKept(t *testing.T) {
+	s := startServer(t, "--workers", "1", "--batch-size", "4", "--max-queue", "4", "--model", "sleep:2s,0s")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	send := func(items string) {
+		_, _, _, _ = s.do(ctx, http.MethodPost, "/predict", "application/json", []byte(`{"inputs": [`+items+`]}`))
+	}
+	go send(`"running"`)
+	s.waitFor(t, "the first request running", 10*time.Second, func() bool { st := s.stats(t); return st.Submitted == 1 && st.Queued == 0 })
+	for i := range 3 {
+		go send(strconv.Quote(fmt.Sprint("queued", i)))
+	}
+	s.waitFor(t, "3 items queued", 10*time.Second, func() bool { return s.stats(t).Queued == 3 })
+	refused := func(items, want string) {
+		t.Helper()
+		status, body, hdr, err := s.do(context.Background(), http.MethodPost, "/predict", "application/json", []byte(`{"inputs": [`+items+`]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if status != http.StatusTooManyRequests || hdr.Get("Retry-After") != "1" || !strings.Contains(string(body), want) {
+			t.Fatalf("[%s] with 3 of 4 places taken: %d %s (Retry-After %q); want 429 with Retry-After 1, naming %q", items, status, body, hdr.Get("Retry-After"), want)
+		}
+	}
+	refused(`"large0", "large1"`, "3 items waiting, limit 4")
+	refused(`"small"`, "room for 2 kept for a larger request refused before")
+	if st := s.stats(t); st.Queued != 3 || st.Rejected != 3 {
+		t.Errorf("queued %d, rejected %d; want 3 and 3", st.Queued, st.Rejected)
+	}
+}
+
 func TestOverloadAnswers429(t *testing.T) {
 	s := startServer(t, "--workers", "1", "--batch-size", "1", "--max-queue", "2", "--model", "sleep:200ms,0s")
 	const burst = 12
