@@ -52,6 +52,14 @@ func TestTheBoundOnAReadFallsWithTimeoutsAndGrowsBack(t *testing.T) {
 	if reads != 13*fetchCapGrow { // 1 to 4096 in twelve doublings, then lifted
 		t.Errorf("the bound lifted after %d full reads; want %d", reads, 13*fetchCapGrow)
 	}
+	n.fetched(64, 0, timeout)
+	if n.fetchBound() != 32 {
+		t.Fatalf("bound %d after a read of 64 ran out of time; want 32", n.fetchBound())
+	}
+	n.fetchCapSet.Add(-int64(fetchCapLast))
+	if n.fetchBound() != 0 {
+		t.Fatalf("bound %d %s after it was set; want it lifted", n.fetchBound(), fetchCapLast)
+	}
 	n.lost.Store(false)
 	n.fetched(8, 0, fmt.Errorf("read tcp: %w", io.EOF))
 	if n.fetchCap.Load() != 0 || !n.lost.Load() {

@@ -95,8 +95,9 @@ type Node struct {
 	lost atomic.Bool
 	// fetchCap, when not zero, bounds the items a read or claim asks for:
 	// one that ran out of time asked for too many (see fetched); fetchFull
-	// counts the reads that brought as many since it was last set.
-	fetchCap, fetchFull atomic.Int64
+	// counts the reads that brought as many since it was last set, at
+	// fetchCapSet (unix ns).
+	fetchCap, fetchFull, fetchCapSet atomic.Int64
 	// quietUntil (unix ns) holds off claims and adoptions while Redis does
 	// not serve the node, and for nodeSilence after (see upkeepLoop).
 	quietUntil atomic.Int64
@@ -563,11 +564,12 @@ func (n *Node) readFailed(err error, began time.Time) {
 }
 
 // fetchCapMax is past the most items a read asks for: a bound on them
-// (see fetched) that grows past it is lifted. fetchCapGrow is how many
-// reads that brought all they asked for under the bound it takes to double
-// it.
+// (see fetched) that grows past it is lifted, as is one set fetchCapLast
+// ago. fetchCapGrow is how many reads that brought all they asked for
+// under the bound it takes to double it.
 const (
 	fetchCapMax  = 4096
+	fetchCapLast = time.Minute
 	fetchCapGrow = 8
 )
 
@@ -580,8 +582,8 @@ const (
 // each making them new to Redis, so that no other node claimed them
 // either: the reads and claims after it ask for half as many, down to
 // one, and for twice as many after each fetchCapGrow that brought all
-// they asked for. (A Redis that froze has the bound fall too, and it is
-// gone a few dozen reads after.)
+// they asked for, or fetchCapLast after it was set. (A Redis that froze
+// has the bound fall too, and it is gone a few dozen reads after.)
 func (n *Node) fetched(asked, got int, err error) {
 	if err == nil || errors.As(err, new(redis.Error)) { // redis.Nil included
 		if c := n.fetchCap.Load(); c > 0 && int64(got) >= c && n.fetchFull.Add(1) >= fetchCapGrow {
@@ -597,9 +599,21 @@ func (n *Node) fetched(asked, got int, err error) {
 	n.lost.Store(true)
 	if timedOut(err) {
 		n.fetchFull.Store(0)
+		n.fetchCapSet.Store(time.Now().UnixNano())
 		n.fetchCap.Store(int64(max(asked/2, 1)))
 		n.cfg.Logger.Debug("a read of items ran out of time: the next ask for fewer", "items", max(asked/2, 1), "node", n.cfg.Name)
 	}
+}
+
+// fetchBound is the most items a read or claim may ask for now (see
+// fetched), or 0 for no bound.
+func (n *Node) fetchBound() int {
+	c := n.fetchCap.Load()
+	if c > 0 && time.Now().UnixNano()-n.fetchCapSet.Load() >= int64(fetchCapLast) {
+		n.fetchCap.CompareAndSwap(c, 0)
+		return 0
+	}
+	return int(c)
 }
 
 // itemsIn counts the entries of streams, as a read answers them.
@@ -687,7 +701,7 @@ func (n *Node) wanted() (want int, block bool) {
 	if free <= 0 || n.refusal() != "" {
 		return 0, false
 	}
-	if c := int(n.fetchCap.Load()); c > 0 {
+	if c := n.fetchBound(); c > 0 {
 		free = min(free, c)
 	}
 	now, ahead := n.s.Room()
