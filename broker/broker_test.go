@@ -2031,6 +2031,7 @@ func TestALargeRequestFindsTheRoomItWasRefused(t *testing.T) {
 	if kept := rs.Do(t, "GET", "streamer:room"); kept != "3" {
 		t.Fatalf("room kept in redis: %q; want 3", kept)
 	}
+	eventually(t, "the room kept in the front end's stats", func() bool { return other.Stats().RoomKept == 3 && other.FrontEndStats().RoomKept == 3 })
 	_, err := predict(t, other, "small5")
 	if !errors.Is(err, supervisor.ErrOverloaded) || !strings.Contains(err.Error(), "keeps room for 3 for a larger request") {
 		t.Fatalf("1 item on another front end, with 5 of 6 places taken and room kept for 3: %v; want ErrOverloaded naming the room kept", err)

@@ -112,6 +112,7 @@ type FrontEnd struct {
 	nodes   atomic.Int64 // nodes heard from within nodeSilence, at the last check
 	leaving atomic.Int64 // nodes leaving (finishing their items) heard from as recently
 	backlog atomic.Int64 // the stream's length at the last check
+	room    atomic.Int64 // the room kept in the backlog at the last check (see admitScript)
 	lastErr atomic.Pointer[string]
 	// readRefused says why Redis refuses the reader's reads of the reply
 	// stream (an error it answered, such as NOPERM: the front end's user
@@ -252,9 +253,11 @@ if ARGV[7] == 'probe' then
   redis.call('ZSCORE', KEYS[2], '')
   redis.call('SISMEMBER', KEYS[3], '')
   redis.call('XADD', ARGV[4] .. '-probe', 'NOMKSTREAM', '*', 'p', '1')
-  redis.call('GET', KEYS[5])
-  redis.call('SET', ARGV[4] .. '-probe', '1', 'XX')
-  redis.call('DEL', ARGV[4] .. '-probe')
+  -- The room's value written again as it is, if it is there at all, and
+  -- a key that nobody makes deleted: no change.
+  local room = redis.call('GET', KEYS[5])
+  redis.call('SET', KEYS[5], room or '0', 'XX', 'KEEPTTL')
+  redis.call('DEL', KEYS[5] .. '-probe')
   return {}
 end
 if redis.call('GET', KEYS[4]) ~= ARGV[5] then
@@ -264,6 +267,9 @@ local bound = tonumber(ARGV[1])
 local now, silence, prefix = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local backlog = redis.call('XLEN', KEYS[1])
 local room = tonumber(redis.call('GET', KEYS[5]) or '0')
+-- Kept by a front end of a larger bound than this one's (a mismatch):
+-- this one would refuse every request for it.
+if room > bound then room = 0 end
 local function later(a, b)
   local am, as = string.match(a, '(%d+)-(%d+)')
   local bm, bs = string.match(b, '(%d+)-(%d+)')
@@ -377,8 +383,7 @@ return n
 //
 //	KEYS    the streams
 //	ARGV    the group, the front end's id, the first id to look at on
-//	        each stream (inclusive, or exclusive after "("), then the
-//	        requests' numbers
+//	        each stream, then the requests' numbers
 var withdrawUnansweredScript = redis.NewScript(`
 local seqs = {}
 for i = 3 + #KEYS, #ARGV do seqs[ARGV[i]] = true end
@@ -426,11 +431,11 @@ return {n, cut, last}
 // admission are looked at once, however many other clients added before
 // its items.
 type unansweredAdmission struct {
-	streams []string // the shared stream, and the node streams it may have used
-	from    []string // per stream, the first id to look at: "(" and the last looked at, after a look
-	seqs    []any    // the calls' numbers, in decimal
-	looks   int      // the looks that read every stream to its end
-	tries   int      // all looks, those cut short included
+	streams []string   // the shared stream, and the node streams it may have used
+	from    []streamID // per stream, the first id to look at
+	seqs    []any      // the calls' numbers, in decimal
+	looks   int        // the looks that read every stream to its end
+	tries   int        // all looks, those cut short included
 }
 
 // unansweredLooks is how many checks that find Redis up look for the items
@@ -572,6 +577,7 @@ func (fe *FrontEnd) Stats() supervisor.Stats {
 		Submitted: fe.stats.submitted.Load(),
 		Rejected:  fe.stats.rejected.Load(),
 		Queued:    held,
+		RoomKept:  int(fe.room.Load()),
 		// A front end sees its items' whole time alone; the nodes see how
 		// long they waited there and ran.
 		Latency: supervisor.LatencyStats{EndToEnd: fe.endToEnd.Snapshot()},
@@ -599,6 +605,9 @@ type FrontEndStats struct {
 	// MaxBacklog its bound.
 	Backlog    int64 `json:"backlog"`
 	MaxBacklog int   `json:"max_backlog"`
+	// RoomKept is the room in the backlog kept for a request refused for
+	// want of it, in items, as the last check found it: 0 when none.
+	RoomKept int64 `json:"room_kept"`
 	// Duplicates counts the answers dropped: second answers to an item,
 	// after a claim, and answers to requests that no longer wait for them
 	// (canceled, past their deadline, or failed by an outage).
@@ -632,7 +641,7 @@ func (fe *FrontEnd) FrontEndStats() FrontEndStats {
 		nodes = 0
 	}
 	return FrontEndStats{
-		RedisUp: up, Nodes: nodes, Backlog: fe.backlog.Load(),
+		RedisUp: up, Nodes: nodes, Backlog: fe.backlog.Load(), RoomKept: fe.room.Load(),
 		MaxBacklog: fe.cfg.MaxBacklog, Duplicates: fe.stats.duplicates.Load(), Withdrawn: fe.stats.withdrawn.Load(),
 		Lost: fe.stats.lost.Load(), ClockOffsetMs: time.Duration(fe.clock.offset.Load()).Milliseconds(),
 	}
@@ -1500,10 +1509,10 @@ func (fe *FrontEnd) noteUnanswered(calls []*call, start time.Time) {
 	if !fe.clock.measured.Load() {
 		margin = 5 * time.Second
 	}
-	from := strconv.FormatInt(start.Add(-margin).UnixMilli(), 10)
+	from := streamID{ms: uint64(max(start.Add(-margin).UnixMilli(), 0))}
 	a := unansweredAdmission{
 		streams: []string{fe.k.items},
-		from:    []string{from},
+		from:    []streamID{from},
 		seqs:    make([]any, 0, len(calls)),
 	}
 	for _, c := range calls {
@@ -1520,6 +1529,9 @@ func (fe *FrontEnd) noteUnanswered(calls []*call, start time.Time) {
 
 // withdrawUnanswered looks for the items of the admissions that got no
 // answer, and withdraws those no node has read (see unansweredAdmission).
+// One look serves them all: it reads each stream from the first id any of
+// them has yet to look at, for the items of any of them, and Redis runs
+// nothing else meanwhile.
 func (fe *FrontEnd) withdrawUnanswered(ctx context.Context) {
 	fe.mu.Lock()
 	all := fe.unanswered
@@ -1528,10 +1540,42 @@ func (fe *FrontEnd) withdrawUnanswered(ctx context.Context) {
 	if len(all) == 0 {
 		return
 	}
+	var streams []string
+	var from []streamID
+	var seqs []any
+	for _, a := range all {
+		for i, key := range a.streams {
+			switch j := slices.Index(streams, key); {
+			case j < 0:
+				streams, from = append(streams, key), append(from, a.from[i])
+			case a.from[i].before(from[j]):
+				from[j] = a.from[i]
+			}
+		}
+		seqs = append(seqs, a.seqs...)
+	}
+	args := make([]any, 0, 2+len(from)+len(seqs))
+	args = append(args, nodeGroup, fe.id)
+	for _, id := range from {
+		args = append(args, id.String())
+	}
+	last, complete, ok := fe.lookUnanswered(ctx, streams, append(args, seqs...))
 	var again []unansweredAdmission
 	for _, a := range all {
-		if ctx.Err() == nil {
-			a = fe.lookUnanswered(ctx, a)
+		// Every try counts, answered or not: a look's cost is bounded,
+		// but not so small that it should be made for ever.
+		a.tries++
+		if ok {
+			a.from = slices.Clone(a.from) // shared with all's copy
+			for i, key := range a.streams {
+				// Read up to last from no later than a's own first id.
+				if next := last[slices.Index(streams, key)]; next != nil && a.from[i].before(*next) {
+					a.from[i] = *next
+				}
+			}
+			if complete {
+				a.looks++
+			}
 		}
 		if a.looks < unansweredLooks && a.tries < unansweredTries {
 			again = append(again, a)
@@ -1546,24 +1590,18 @@ func (fe *FrontEnd) withdrawUnanswered(ctx context.Context) {
 	fe.unanswered = fe.unanswered[max(len(fe.unanswered)-unansweredMax, 0):]
 }
 
-// lookUnanswered looks once for a's items, from where its last look
-// stopped, and withdraws those it finds that no node has read. Every try
-// counts, answered or not: a look's cost is bounded, but not so small
-// that it should be made for ever.
-func (fe *FrontEnd) lookUnanswered(ctx context.Context, a unansweredAdmission) unansweredAdmission {
-	a.tries++
-	args := make([]any, 0, 2+len(a.from)+len(a.seqs))
-	args = append(args, nodeGroup, fe.id)
-	for _, from := range a.from {
-		args = append(args, from)
-	}
-	res, err := withdrawUnansweredScript.Run(ctx, fe.rdb, a.streams, append(args, a.seqs...)...).Slice()
+// lookUnanswered runs withdrawUnansweredScript on streams with args. It
+// answers, per stream, the id to look at next (nil when the look read
+// none there), whether it read each stream to its end, and whether it got
+// an answer at all.
+func (fe *FrontEnd) lookUnanswered(ctx context.Context, streams []string, args []any) (next []*streamID, complete, ok bool) {
+	res, err := withdrawUnansweredScript.Run(ctx, fe.rdb, streams, args...).Slice()
 	if err == nil && len(res) != 3 {
 		err = fmt.Errorf("the look answered %d values, not 3", len(res))
 	}
 	if err != nil {
 		fe.cfg.Logger.Debug("look for the items of admissions that got no answer", "err", err)
-		return a
+		return nil, false, false
 	}
 	n, _ := res[0].(int64)
 	cut, _ := res[1].(int64)
@@ -1572,17 +1610,15 @@ func (fe *FrontEnd) lookUnanswered(ctx context.Context, a unansweredAdmission) u
 		fe.stats.withdrawn.Add(uint64(n))
 		fe.cfg.Logger.Info("withdrew the items of failed requests that redis admitted after it stopped answering", "items", n, "redis", fe.where)
 	}
-	from := slices.Clone(a.from) // a's from is shared with the caller's copy
-	for i, id := range last {
-		if id, _ := id.(string); id != "" && i < len(from) {
-			from[i] = "(" + id
+	next = make([]*streamID, len(streams))
+	for i, v := range last {
+		str, _ := v.(string)
+		if id, err := parseStreamID(str); err == nil && i < len(next) {
+			id.seq++ // the one after it
+			next[i] = &id
 		}
 	}
-	a.from = from
-	if cut == 0 {
-		a.looks++
-	}
-	return a
+	return next, cut == 0, true
 }
 
 // tell gives each call of chunk its verdict from cmd, the admission
@@ -2306,6 +2342,7 @@ func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time, final bool) 
 	nodes := pipe.ZCount(ctx, fe.k.nodes, since, "+inf")
 	leaving := pipe.ZCount(ctx, fe.k.leaving, since, "+inf")
 	backlog := pipe.XLen(ctx, fe.k.items)
+	room := pipe.MGet(ctx, fe.k.room) // no error when it is not there
 	model := pipe.HMGet(ctx, fe.k.model, "wire", "name", "label")
 	pipe.Expire(ctx, fe.replyKey, fe.cfg.ReplyTTL)
 	pipe.SetNX(ctx, fe.k.epoch, randomHex(8), 0)
@@ -2353,6 +2390,13 @@ func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time, final bool) 
 		fe.probeAdmission(ctx)
 	}
 	fe.noteCheck(model, nodes.Val(), leaving.Val(), backlog.Val(), epoch.Val())
+	kept := int64(0)
+	if v := room.Val(); len(v) == 1 {
+		if s, ok := v[0].(string); ok {
+			kept, _ = strconv.ParseInt(s, 10, 64)
+		}
+	}
+	fe.room.Store(kept)
 	return nil
 }
 

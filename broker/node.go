@@ -61,6 +61,10 @@ type Node struct {
 
 	mu   sync.Mutex
 	held map[entry]time.Time // the items held, since when they were last claimed by us
+	// lostOn names the streams, other than the node's two, that a read or
+	// claim that got no answer took from (see fetched): recoverLost looks
+	// there too.
+	lostOn map[string]bool
 	// claimAt is where the next claim looks in each stream's pending list
 	// (see claimFrom); under takeMu.
 	claimAt map[string]string
@@ -228,6 +232,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		cfg: cfg, rdb: rdb, where: where, k: k, own: k.nodeItems(cfg.Name), s: cfg.Streamer,
 		clock:    &clock{skew: cfg.skew, log: cfg.Logger},
 		held:     map[entry]time.Time{},
+		lostOn:   map[string]bool{},
 		claimAt:  map[string]string{},
 		room:     make(chan struct{}, 1),
 		beatSoon: make(chan struct{}, 1),
@@ -531,16 +536,10 @@ func (n *Node) read(want int, block bool) (streams []redis.XStream, poison map[s
 	streams, err = read.Result()
 	if err != nil {
 		// The reply came whole and the connection failed after it (the
-		// quarantine's), or it was cut short: the client keeps what it
-		// read, up to the first stream it could not read whole, and gives
-		// the error to every command of the pipeline. The streams read
-		// whole are this node's, to run (checked against the quarantine
-		// alone); the others' items are looked for (see recoverLost).
-		whole := 0
-		for whole < len(streams) && streams[whole].Stream != "" && streams[whole].Messages != nil {
-			whole++
-		}
-		streams = streams[:whole]
+		// quarantine's), or it was cut short. The streams read whole are
+		// this node's, to run (checked against the quarantine alone); the
+		// others' items are looked for (see recoverLost).
+		streams = readWhole(streams)
 	}
 	if hashes, err := quarantine.Result(); err == nil && len(hashes) < quarantineRead {
 		poison = make(map[string]bool, len(hashes))
@@ -574,7 +573,8 @@ const (
 )
 
 // fetched notes how a read or claim that asked Redis for up to asked
-// items, and got got, ended. One that got no answer may have been run,
+// items, and got got, from streams (the node's own two need no naming),
+// ended. One that got no answer may have been run,
 // and handed the node items it does not know of: the read loop looks for
 // them (see recoverLost). One that ran out of time may have asked for
 // more than this link carries within readTimeout (items of megabytes), and
@@ -584,7 +584,7 @@ const (
 // one, and for twice as many after each fetchCapGrow that brought all
 // they asked for, or fetchCapLast after it was set. (A Redis that froze
 // has the bound fall too, and it is gone a few dozen reads after.)
-func (n *Node) fetched(asked, got int, err error) {
+func (n *Node) fetched(asked, got int, err error, streams ...string) {
 	if err == nil || errors.As(err, new(redis.Error)) { // redis.Nil included
 		if c := n.fetchCap.Load(); c > 0 && int64(got) >= c && n.fetchFull.Add(1) >= fetchCapGrow {
 			n.fetchFull.Store(0)
@@ -596,6 +596,13 @@ func (n *Node) fetched(asked, got int, err error) {
 		}
 		return
 	}
+	n.mu.Lock()
+	for _, stream := range streams {
+		if stream != n.own && stream != n.k.items {
+			n.lostOn[stream] = true
+		}
+	}
+	n.mu.Unlock()
 	n.lost.Store(true)
 	if timedOut(err) {
 		n.fetchFull.Store(0)
@@ -616,6 +623,18 @@ func (n *Node) fetchBound() int {
 	return int(c)
 }
 
+// readWhole is what a read that failed had read whole: the client keeps
+// what it read of a reply cut short, up to the first stream it could not
+// read whole, and gives the error to every command of a pipeline, one
+// answered whole included.
+func readWhole(streams []redis.XStream) []redis.XStream {
+	whole := 0
+	for whole < len(streams) && streams[whole].Stream != "" && streams[whole].Messages != nil {
+		whole++
+	}
+	return streams[:whole]
+}
+
 // itemsIn counts the entries of streams, as a read answers them.
 func itemsIn(streams []redis.XStream) (n int) {
 	for _, st := range streams {
@@ -634,24 +653,36 @@ func itemsIn(streams []redis.XStream) (n int) {
 func (n *Node) recoverLost(ctx context.Context, want int) (more bool, err error) {
 	n.takeMu.Lock()
 	defer n.takeMu.Unlock()
-	for _, stream := range []string{n.own, n.k.items} {
+	streams := []string{n.own, n.k.items}
+	n.mu.Lock()
+	for stream := range n.lostOn {
+		streams = append(streams, stream)
+	}
+	n.mu.Unlock()
+	for i, stream := range streams {
+		if want <= 0 {
+			return true, nil // the others are left for the next look
+		}
 		pending, err := n.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
 			Stream: stream, Group: nodeGroup, Start: "-", End: "+",
 			Count: int64(2*n.cfg.Capacity + want), Consumer: n.cfg.Name,
 		}).Result()
 		switch {
 		case err != nil && redis.HasErrorPrefix(err, "NOGROUP"):
-			continue // the read loop rejoins
+			// The read loop rejoins; another node's stream went.
+			n.recovered(stream)
+			continue
 		case err != nil:
 			return true, err
 		}
 		var ids []string
 		var idle time.Duration // the least of theirs
+		left := false
 		n.mu.Lock()
 		for _, p := range pending {
 			if _, held := n.held[entry{stream, p.ID}]; !held {
 				if len(ids) == want {
-					more = true
+					left = true
 					break
 				}
 				if len(ids) == 0 || p.Idle < idle {
@@ -661,28 +692,38 @@ func (n *Node) recoverLost(ctx context.Context, want int) (more bool, err error)
 			}
 		}
 		n.mu.Unlock()
-		if len(ids) == 0 {
-			continue
+		if len(ids) > 0 {
+			// As idle as they were: one that another node claimed
+			// meanwhile (idle past its --claim-idle, then made new by the
+			// claim) stays with it.
+			msgs, err := n.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: stream, Group: nodeGroup, Consumer: n.cfg.Name, MinIdle: idle, Messages: ids}).Result()
+			n.fetched(len(ids), len(msgs), err, stream)
+			if err != nil {
+				return true, err
+			}
+			if msgs = n.notHeld(stream, msgs); len(msgs) > 0 {
+				n.cfg.Logger.Info("took the items a failed read had brought", "items", len(msgs), "stream", stream)
+				n.stats.read.Add(uint64(len(msgs)))
+				n.take(stream, msgs)
+				want -= len(msgs)
+			}
 		}
-		// As idle as they were: one that another node claimed meanwhile
-		// (idle past its --claim-idle, then made new by the claim) stays
-		// with it.
-		msgs, err := n.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: stream, Group: nodeGroup, Consumer: n.cfg.Name, MinIdle: idle, Messages: ids}).Result()
-		n.fetched(len(ids), len(msgs), err)
-		if err != nil {
-			return true, err
+		if left {
+			return true, nil
 		}
-		if msgs = n.notHeld(stream, msgs); len(msgs) > 0 {
-			n.cfg.Logger.Info("took the items a failed read had brought", "items", len(msgs), "stream", stream)
-			n.stats.read.Add(uint64(len(msgs)))
-			n.take(stream, msgs)
-			want -= len(msgs)
-		}
-		if want <= 0 {
-			return true, nil // the other stream is left for the next look
+		if i >= 2 {
+			n.recovered(stream)
 		}
 	}
-	return more, nil
+	return false, nil
+}
+
+// recovered forgets stream as one where items of a failed read or claim
+// may be left (see lostOn).
+func (n *Node) recovered(stream string) {
+	n.mu.Lock()
+	delete(n.lostOn, stream)
+	n.mu.Unlock()
 }
 
 // quarantineRead bounds the quarantine read with the items: a larger one
@@ -1741,7 +1782,7 @@ func (n *Node) claimFrom(ctx context.Context, stream string) error {
 			Stream: stream, Group: nodeGroup, Consumer: n.cfg.Name,
 			MinIdle: n.cfg.ClaimIdle, Start: start, Count: int64(want),
 		}).Result()
-		n.fetched(want, len(msgs), err)
+		n.fetched(want, len(msgs), err, stream)
 		switch {
 		case err != nil && redis.HasErrorPrefix(err, "NOGROUP"):
 			start = "0-0"
@@ -2025,12 +2066,12 @@ func (n *Node) steal(ctx context.Context, want int) error {
 	read, err := n.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
 		Group: nodeGroup, Consumer: n.cfg.Name, Streams: append(others, ids...), Count: int64(max(want/len(others), 1)), Block: -1,
 	}).Result()
-	n.fetched(want, itemsIn(read), err)
+	n.fetched(want, itemsIn(read), err, others...)
 	switch {
 	case errors.Is(err, redis.Nil), err != nil && redis.HasErrorPrefix(err, "NOGROUP"):
 		return nil // nothing waits, or a stream went meanwhile: the next look sees
 	case err != nil:
-		return err
+		read = readWhole(read) // and the rest looked for (see recoverLost)
 	}
 	for _, st := range read {
 		if len(st.Messages) > 0 {
@@ -2039,7 +2080,7 @@ func (n *Node) steal(ctx context.Context, want int) error {
 			n.take(st.Stream, st.Messages)
 		}
 	}
-	return nil
+	return err
 }
 
 // goneAfter is how long a node is silent before its own stream is adopted:
@@ -2098,12 +2139,12 @@ func (n *Node) readFrom(ctx context.Context, stream string) error {
 	streams, err := n.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
 		Group: nodeGroup, Consumer: n.cfg.Name, Streams: []string{stream, ">"}, Count: int64(want), Block: -1,
 	}).Result()
-	n.fetched(want, itemsIn(streams), err)
+	n.fetched(want, itemsIn(streams), err, stream)
 	switch {
 	case errors.Is(err, redis.Nil), err != nil && redis.HasErrorPrefix(err, "NOGROUP"):
 		return nil
 	case err != nil:
-		return err
+		streams = readWhole(streams) // and the rest looked for (see recoverLost)
 	}
 	for _, st := range streams {
 		if len(st.Messages) > 0 {
@@ -2113,7 +2154,7 @@ func (n *Node) readFrom(ctx context.Context, stream string) error {
 			n.take(stream, st.Messages)
 		}
 	}
-	return nil
+	return err
 }
 
 // unread says whether stream has entries the group has not delivered: its

@@ -389,10 +389,10 @@ func TestANodeOfALongClaimIdleKeepsItsItemsFromANodeOfTheDefault(t *testing.T) {
 }
 
 // TestItemsTooLargeToReadInTimeAreTakenFewAtATime: a node's read of items
-// too large to come within a read's bound over its link (two of 1.5 MiB,
-// 3 MiB at 1 MiB/s, against 2 s) runs out of time after Redis handed them
-// to it; its look for them asks for fewer, down to one at a time, and
-// takes them. Before, the look asked for as many, ran out of time too, for
+// too large to come within a read's bound over its link (four of 1.8 MiB,
+// 7.2 MiB at 2 MiB/s, against 2 s) runs out of time after Redis handed them
+// to it; its look for them asks for fewer, down to one at a time (0.9 s),
+// and takes them. Before, the look asked for as many, ran out of time too, for
 // ever, and made the items new to Redis each time, so that no other node
 // claimed them either.
 func TestItemsTooLargeToReadInTimeAreTakenFewAtATime(t *testing.T) {
@@ -405,18 +405,22 @@ func TestItemsTooLargeToReadInTimeAreTakenFewAtATime(t *testing.T) {
 		}
 		return out, nil
 	})
-	startNode(t, rs, sizes, 2, func(c *broker.NodeConfig) {
+	startNode(t, rs, sizes, 4, func(c *broker.NodeConfig) {
 		c.URL = proxy.URL()
 		c.ClaimIdle = time.Minute // no claim answers within the test
 	})
 	fe := startFront(t, rs, nil)
 	eventually(t, "front end ready", fe.Ready)
-	proxy.Throttle(1 << 20)
-	const size = 3 << 19
+	proxy.Throttle(2 << 20)
+	const size = 18 << 20 / 10
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := fe.Predict(ctx, [][]byte{bytes.Repeat([]byte{'a'}, size), bytes.Repeat([]byte{'b'}, size)})
-	if err != nil || len(out) != 2 || string(out[0]) != strconv.Itoa(size) || string(out[1]) != strconv.Itoa(size) {
-		t.Fatalf("two items of %d bytes: %q, %v; want their sizes", size, out, err)
+	items := make([][]byte, 4)
+	for i := range items {
+		items[i] = bytes.Repeat([]byte{'a' + byte(i)}, size)
+	}
+	out, err := fe.Predict(ctx, items)
+	if err != nil || len(out) != 4 || slices.ContainsFunc(out, func(o []byte) bool { return string(o) != strconv.Itoa(size) }) {
+		t.Fatalf("four items of %d bytes: %q, %v; want their sizes", size, out, err)
 	}
 }

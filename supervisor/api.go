@@ -106,6 +106,9 @@ type Stats struct {
 	BatchSizes []uint64 `json:"batch_sizes"`
 	// Queued is the number of items waiting now.
 	Queued int `json:"queued"`
+	// RoomKept is the room in the queue kept now for a request refused
+	// for want of it (see Config.MaxQueue), in items: 0 when none.
+	RoomKept int `json:"room_kept"`
 	// Crashes counts workers that died or were killed.
 	Crashes uint64 `json:"crashes"`
 	// Poisoned counts items found to crash the model.

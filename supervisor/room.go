@@ -39,7 +39,11 @@ func (r *room) fits(waiting, n, max int, now func() int64) bool {
 		return true
 	}
 	if now() > r.until.Load() {
-		r.want.CompareAndSwap(want, 0)
+		// A refusal may have renewed it meanwhile: then it stays.
+		if r.want.CompareAndSwap(want, 0) && now() <= r.until.Load() {
+			r.want.CompareAndSwap(0, want)
+			return false
+		}
 		return true
 	}
 	return false
@@ -70,8 +74,18 @@ func (r *room) admitted(n int) {
 	}
 }
 
-// kept is the room kept now, in items: 0 when none.
+// kept is the room kept, in items: 0 when none. It may have lapsed
+// (see keptAt).
 func (r *room) kept() int { return int(r.want.Load()) }
+
+// keptAt is the room kept at now, on the streamer's clock: 0 when none, or
+// when it has lapsed.
+func (r *room) keptAt(now int64) int {
+	if now > r.until.Load() {
+		return 0
+	}
+	return r.kept()
+}
 
 // refusal says why n items were refused with waiting queued.
 func (r *room) refusal(waiting, n, max int) error {

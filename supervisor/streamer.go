@@ -607,6 +607,7 @@ func (s *Streamer) Stats() Stats {
 	}
 	s.mu.Lock()
 	st.Queued = s.queue.items()
+	st.RoomKept = s.room.keptAt(s.clock())
 	fixed, perItem, fitted := s.cost.line()
 	st.Cost = CostStats{Fitted: fitted, FixedMs: ms(fixed), PerItemMs: ms(perItem), Batches: s.cost.batches}
 	st.Returns = ReturnStats{Share: s.returns.ratio, FirstMs: ms(s.returns.delay), GapMs: ms(s.returns.gap)}

@@ -909,6 +909,9 @@ func TestALargeRequestFindsTheRoomItWasRefused(t *testing.T) {
 	if !errors.Is(err, supervisor.ErrOverloaded) || !strings.Contains(err.Error(), "room for 3 kept for a larger request") {
 		t.Fatalf("1 item with 5 of 6 places taken and room kept for 3: %v; want ErrOverloaded naming the room kept", err)
 	}
+	if kept := s.Stats().RoomKept; kept != 3 {
+		t.Errorf("stats: room kept %d; want 3", kept)
+	}
 	// A batch of 2 leaves: 3 places free, still all kept.
 	step <- struct{}{}
 	if n := <-started; n != 2 {
@@ -921,6 +924,9 @@ func TestALargeRequestFindsTheRoomItWasRefused(t *testing.T) {
 		t.Fatalf("the large request, back with its room free: %v", err)
 	}
 	// It took the room: the queue is full, and says so plainly.
+	if kept := s.Stats().RoomKept; kept != 0 {
+		t.Errorf("stats: room kept %d once the large request took it; want 0", kept)
+	}
 	err = submit("small7")
 	if !errors.Is(err, supervisor.ErrOverloaded) || strings.Contains(err.Error(), "kept") {
 		t.Fatalf("1 item with the queue full: %v; want ErrOverloaded for the full queue", err)

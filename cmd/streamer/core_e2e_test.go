@@ -348,8 +348,8 @@ func TestALargeRequestRefusedHasItsRoomKept(t *testing.T) {
 	}
 	refused(`"large0", "large1"`, "3 items waiting, limit 4")
 	refused(`"small"`, "room for 2 kept for a larger request refused before")
-	if st := s.stats(t); st.Queued != 3 || st.Rejected != 3 {
-		t.Errorf("queued %d, rejected %d; want 3 and 3", st.Queued, st.Rejected)
+	if st := s.stats(t); st.Queued != 3 || st.Rejected != 3 || st.RoomKept != 2 {
+		t.Errorf("queued %d, rejected %d, room kept %d; want 3, 3 and 2", st.Queued, st.Rejected, st.RoomKept)
 	}
 }
 

@@ -187,7 +187,11 @@ func (r statusReport) print(out io.Writer) error {
 			fmt.Fprintf(w, "node refused\t%s\n", n.Refused)
 		}
 	}
-	fmt.Fprintf(w, "queue depth\t%d items\n", st.Queued)
+	if st.RoomKept > 0 {
+		fmt.Fprintf(w, "queue depth\t%d items, room for %d kept for a request refused\n", st.Queued, st.RoomKept)
+	} else {
+		fmt.Fprintf(w, "queue depth\t%d items\n", st.Queued)
+	}
 	// Failed is part of Answered, and Expired and Poisoned of Failed.
 	fmt.Fprintf(w, "items\tanswered %d (ok %d, failed %d: expired %d, poisoned %d), rejected %d\n",
 		st.Answered, st.Answered-st.Failed, st.Failed, st.Expired, st.Poisoned, st.Rejected)

@@ -93,7 +93,7 @@ type collector struct {
 
 	requestsTotal, itemsTotal, batchesTotal, batchSize *prometheus.Desc
 	queueWait, compute, endToEnd                       *prometheus.Desc
-	queued, inFlight, ready                            *prometheus.Desc
+	queued, roomKept, inFlight, ready                  *prometheus.Desc
 	restarts, crashes, slotBatches, workerState, initS *prometheus.Desc
 	dispatches, waitAdded                              *prometheus.Desc
 	costFitted, costFixed, costPerItem                 *prometheus.Desc
@@ -116,6 +116,7 @@ func newCollector(backend Backend, requests *requestCounts) *collector {
 		compute:       desc("compute_seconds", "Time the item's batch ran on its worker, counted once per item."),
 		endToEnd:      desc("end_to_end_seconds", "Time from admission until the item was answered."),
 		queued:        desc("queue_depth_items", "Items waiting in the queue."),
+		roomKept:      desc("queue_room_kept_items", "Room in the queue kept for a request refused for want of it, until it comes back: smaller requests are refused meanwhile unless they leave it free (0: none)."),
 		inFlight:      desc("batches_in_flight", "Batches handed to workers and not yet answered."),
 		ready:         desc("ready", "1 when GET /readyz would answer 200: some worker can take work (on a front end behind Redis, some node can), and the server is not draining."),
 		restarts:      desc("worker_restarts_total", "Worker restarts, by slot.", "slot"),
@@ -142,7 +143,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	for _, d := range []*prometheus.Desc{
 		c.itemsTotal, c.batchesTotal, c.batchSize,
-		c.queueWait, c.compute, c.endToEnd, c.queued, c.inFlight, c.ready,
+		c.queueWait, c.compute, c.endToEnd, c.queued, c.roomKept, c.inFlight, c.ready,
 		c.restarts, c.crashes, c.slotBatches, c.workerState, c.initS,
 		c.dispatches, c.waitAdded, c.costFitted, c.costFixed, c.costPerItem,
 		c.returnShare, c.returnFirst, c.returnGap, c.reloads,
@@ -181,6 +182,7 @@ func (c *collector) collectCounts(ch chan<- prometheus.Metric, st supervisor.Sta
 	counter(c.reloads, float64(st.Reloads), outcomeOK)
 	counter(c.reloads, float64(st.ReloadFailures), outcomeFailed)
 	ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(st.Queued))
+	ch <- prometheus.MustNewConstMetric(c.roomKept, prometheus.GaugeValue, float64(st.RoomKept))
 	ready := 0.0
 	if c.backend.Ready() {
 		ready = 1
