@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -66,5 +67,42 @@ func TestWhatTheHeadersSayIsAnsweredBeforeAFullQueue(t *testing.T) {
 	}
 	if msg := errorOf(t, rec); !strings.Contains(msg, "unread") {
 		t.Errorf("a malformed v2 body, the queue full: %q; want it to say the request was not read", msg)
+	}
+}
+
+// toggledBackend says its queue is full while full is set.
+type toggledBackend struct {
+	fakeBackend
+	full atomic.Bool
+}
+
+func (b *toggledBackend) Full() bool { return b.full.Load() }
+
+// TestAFarLargerBodyIsReadWhenTheQueueIsFull: with the queue full, a
+// request that announces a body far larger than those read of late is
+// read all the same, so that the backend counts its items (and keeps room
+// for them, refusing it), where the usual ones are refused unread.
+func TestAFarLargerBodyIsReadWhenTheQueueIsFull(t *testing.T) {
+	b := &toggledBackend{fakeBackend: fakeBackend{ready: true}}
+	h := New(Config{Backend: b})
+	small := []byte(`{"inputs": ["a", "b"]}`)
+	for range 20 {
+		if rec := do(t, h, http.MethodPost, "/predict", "application/json", small); rec.Code != http.StatusOK {
+			t.Fatalf("a small request, the queue not full: %d", rec.Code)
+		}
+	}
+	b.full.Store(true)
+	_, _, before := b.lastRequest()
+	if rec := do(t, h, http.MethodPost, "/predict", "application/json", small); rec.Code != http.StatusTooManyRequests || !strings.Contains(errorOf(t, rec), "unread") {
+		t.Fatalf("a small request, the queue full: %d %q; want 429, refused unread", rec.Code, errorOf(t, rec))
+	}
+	if _, _, calls := b.lastRequest(); calls != before {
+		t.Fatalf("a small request with the queue full reached the backend")
+	}
+	large := []byte(`{"inputs": [` + strings.Repeat(`"item", `, 40) + `"last"]}`)
+	do(t, h, http.MethodPost, "/predict", "application/json", large)
+	last, _, calls := b.lastRequest()
+	if calls != before+1 || len(last.Items) != 41 {
+		t.Fatalf("a request of %d bytes beside bodies of %d, the queue full: backend called %d times, with %d items; want once, with 41", len(large), len(small), calls-before, len(last.Items))
 	}
 }

@@ -71,6 +71,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/streamer-dev/streamer/supervisor"
@@ -171,6 +172,10 @@ type handler struct {
 	octetType   []string
 	retryAfter  []string
 	fullBody    []byte // the JSON answer to a request refused for a full queue
+
+	// bodyMean is the mean length of the bodies read of late, in bytes
+	// (see refusedFull).
+	bodyMean atomic.Int64
 }
 
 // New returns the HTTP handler for cfg. It panics when cfg.Backend is nil,

@@ -85,12 +85,25 @@ type fuller interface{ Full() bool }
 // overload starves the model of the work it was admitting.
 var fullMessage = supervisor.ErrOverloaded.Error() + ": the request was refused unread; send it again later"
 
+// largeBody is how many times the mean body a request announces to be
+// read even when the queue is full (see refusedFull).
+const largeBody = 8
+
 // refusedFull answers 429 when the backend would refuse any request now,
 // before the body is read (see fullMessage). What the headers alone say is
 // wrong with a request is answered before (headerError): its answer does
-// not change with room, and a 429 would have the client retry in vain.
-func (h *handler) refusedFull(w http.ResponseWriter) bool {
+// not change with room, and a 429 would have the client retry in vain. A
+// request that announces a body far larger than most is read all the
+// same: likely a request of many items, it is refused once its items are
+// counted, and the queue keeps room for them (see supervisor.RoomHold),
+// where refused unread it would be refused so for as long as small
+// requests keep the queue full to its last place. Its size makes it rare,
+// or, should such bodies be many, the mean.
+func (h *handler) refusedFull(w http.ResponseWriter, r *http.Request) bool {
 	if f, ok := h.backend.(fuller); !ok || !f.Full() {
+		return false
+	}
+	if mean := h.bodyMean.Load(); mean > 0 && r.ContentLength >= largeBody*mean {
 		return false
 	}
 	w.Header()["Retry-After"] = h.retryAfter
@@ -120,7 +133,7 @@ func (h *handler) predict(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	if h.refusedFull(w) {
+	if h.refusedFull(w, r) {
 		return
 	}
 	body := h.getBuffer()
@@ -217,6 +230,13 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Bu
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, h.maxBody))
 	if err != nil {
 		return h.bodyError(err)
+	}
+	// A mean over the last few dozen, roughly: a race between two
+	// requests loses one of them, which matters little.
+	if mean := h.bodyMean.Load(); mean == 0 {
+		h.bodyMean.Store(int64(buf.Len()))
+	} else {
+		h.bodyMean.Store(mean + (int64(buf.Len())-mean)/16)
 	}
 	// The server's ReadTimeout bounds reading the request; lifted now, it
 	// does not cut short the wait for the model (net/http would cancel the

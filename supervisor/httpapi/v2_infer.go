@@ -80,7 +80,7 @@ func (h *handler) infer(w http.ResponseWriter, r *http.Request, meta ModelMetada
 		h.fail(w, r, err)
 		return
 	}
-	if h.refusedFull(w) {
+	if h.refusedFull(w, r) {
 		return
 	}
 	st := h.getInferState()
