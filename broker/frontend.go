@@ -1676,6 +1676,13 @@ func (fe *FrontEnd) admissionFailed(err error, began time.Time) error {
 	return unavailablef("redis at %s: %v", fe.where, err)
 }
 
+// roomKeep is how long the shared backlog keeps room for a request refused
+// for want of it (see admitScript): a little past the Retry-After of 1 s
+// its caller is told, so that it finds the room when it comes back, and
+// not so long that room kept for a caller who gave up holds back the
+// others for long.
+const roomKeep = 2 * time.Second
+
 // admitKeys are the keys admitScript touches.
 func (fe *FrontEnd) admitKeys() []string {
 	return []string{fe.k.items, fe.k.nodes, fe.k.streams, fe.k.epoch, fe.k.room}
@@ -1876,7 +1883,7 @@ func (fe *FrontEnd) admitArgs(batch []*call, epoch string) []any {
 		n += 3 + 2*len(c.items) + len(c.keys)
 	}
 	args := make([]any, 0, n)
-	args = append(args, fe.cfg.MaxBacklog, fe.clock.now().UnixMilli(), nodeSilence.Milliseconds(), fe.k.items+":", epoch, supervisor.RoomHold.Milliseconds())
+	args = append(args, fe.cfg.MaxBacklog, fe.clock.now().UnixMilli(), nodeSilence.Milliseconds(), fe.k.items+":", epoch, roomKeep.Milliseconds())
 	ttl := fe.cfg.ReplyTTL.Milliseconds()
 	var header []byte
 	for _, c := range batch {

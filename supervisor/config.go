@@ -21,11 +21,12 @@ type Config struct {
 	// lone request on an idle streamer never pays it. Default 100ms.
 	MaxLatency time.Duration
 	// MaxQueue is the most items waiting; beyond it Submit fails with
-	// ErrOverloaded. A request refused for want of room has room kept for
-	// it for 2 s, its caller's Retry-After and a margin: smaller requests
-	// are refused meanwhile unless they leave it free, so that a large
-	// request is not refused for ever while small ones keep the queue near
-	// its bound. Default 100 × BatchSize × Workers.
+	// ErrOverloaded. A request that finds no room, and is at least twice
+	// the mean size of those queued of late, has room kept for it and
+	// waits for it, RoomHold at most (Submit then blocks): smaller
+	// requests are refused meanwhile unless they leave it free, so that a
+	// large request is not refused for ever while small ones keep the
+	// queue near its bound. Default 100 × BatchSize × Workers.
 	MaxQueue int
 	// MaxItems is the most items one request may carry; a larger request,
 	// or one larger than MaxQueue, fails with ErrTooLarge, since no wait

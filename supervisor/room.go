@@ -1,96 +1,166 @@
 package supervisor
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
 )
 
-// RoomHold is how long a queue (or, with a broker, the shared backlog)
-// keeps room for a request refused for want of it: a little past the
-// Retry-After of 1 s its caller was told, so that it finds the room when it
-// comes back, and not so long that room kept for a caller who gave up
-// holds back the others for long.
-const RoomHold = 2 * time.Second
+// RoomHold is the longest a request refused for want of room in the queue
+// (or, with a broker, in the shared backlog) waits for room kept for it,
+// before it is refused with ErrOverloaded: about the Retry-After its
+// caller would be told.
+const RoomHold = time.Second
 
-// room keeps space in the queue for the largest request lately refused for
-// want of it. Without it, a request of many items is never admitted while
-// small ones keep the queue near its bound: each time a batch leaves, small
-// requests fill the gap before the large one, which needs the gap whole,
-// comes back. While room is kept for want items, a request of fewer is
-// admitted only if it leaves that many places free; the first request of
-// want items or more that is admitted takes the room, and the room lapses
-// RoomHold after the last refusal that asked for it. The bound itself never
-// moves: a queue still never holds more than MaxQueue items.
+// roomPoll is how often a request waiting for room looks at the queue.
+const roomPoll = 2 * time.Millisecond
+
+// room keeps space in the queue for the largest request that found none,
+// if it is at least twice the mean of the requests queued of late, which
+// waits for it. Without it, a request of many items was never
+// admitted while small ones kept the queue near its bound: each time a
+// batch left, small requests filled the gap before the large one, which
+// needs the gap whole, came back. While room is kept for want items, a
+// request that is not the one it is kept for is admitted only if it leaves
+// that room free, and refused at once when it does not fit, unless it is
+// larger: then the room is kept for it instead, and the one it was kept
+// for is refused. The request it is kept for is admitted as soon as the
+// queue has room for it, RoomHold at most: as batches leave, in tens of
+// milliseconds under load, where a caller told to come back after a
+// Retry-After of a second held the queue down that long. The bound itself
+// never moves: a queue never holds more than MaxQueue items. A request no
+// larger than most is refused at once, as before: it finds room as soon
+// as any comes, as the others do.
 type room struct {
-	want  atomic.Int64 // items kept free; 0 while no room is kept
-	until atomic.Int64 // when the room lapses, on the streamer's clock
+	want  atomic.Int64 // items kept free; 0 while none
+	owner *Future      // the request waiting for the room; guarded by Streamer.mu
+	// mean16 is 16 times the mean size of the requests queued of late,
+	// in items.
+	mean16 atomic.Int64
 }
 
-// fits says whether n more items may join the waiting ones, within max and
-// around the room kept; it lets a lapsed room go. now reads the clock, only
-// when a room is kept.
-func (r *room) fits(waiting, n, max int, now func() int64) bool {
+// queued notes that a request of n items was queued.
+func (r *room) queued(n int) {
+	// A race between two requests loses one of them, which matters little.
+	if m := r.mean16.Load(); m == 0 {
+		r.mean16.Store(16 * int64(n))
+	} else {
+		r.mean16.Store(m + (16*int64(n)-m)/16)
+	}
+}
+
+// large says whether a request of n items is larger than most: at least
+// twice the mean, and of more than one item.
+func (r *room) large(n int) bool { return n > 1 && 16*int64(n) >= 2*r.mean16.Load() }
+
+// fits says whether n more items, of the request whose Future is f, may
+// join the waiting ones within max and around the room kept. It requires
+// Streamer.mu.
+func (r *room) fits(waiting, n, max int, f *Future) bool {
 	if waiting+n > max {
 		return false
 	}
 	want := r.want.Load()
-	if want == 0 || int64(n) >= want || int64(waiting+n)+want <= int64(max) {
-		return true
-	}
-	if now() > r.until.Load() {
-		// A refusal may have renewed it meanwhile: then it stays.
-		if r.want.CompareAndSwap(want, 0) && now() <= r.until.Load() {
-			r.want.CompareAndSwap(0, want)
-			return false
-		}
-		return true
-	}
-	return false
+	return want == 0 || r.owner == f || int64(waiting+n)+want <= int64(max)
 }
 
-// refused notes that n items were refused for want of room: room is kept
-// for them unless it is kept for more already.
-func (r *room) refused(n int, now int64) {
-	for {
-		want := r.want.Load()
-		if int64(n) < want {
-			return
-		}
-		// The lapse is set first: a fits that sees the new want sees, at
-		// worst, a later lapse than it needs.
-		r.until.Store(now + int64(RoomHold))
-		if r.want.CompareAndSwap(want, int64(n)) {
-			return
-		}
-	}
+// keptForOther says, without Streamer.mu, that n items that do not fit
+// beside waiting ones are refused at once: room is kept for a request at
+// least as large (it may have been given up meanwhile; then the refusal
+// is one a moment early).
+func (r *room) keptForOther(waiting, n, max int) bool {
+	want := r.want.Load()
+	return want >= int64(n) && (waiting+n > max || int64(waiting+n)+want > int64(max))
 }
 
-// admitted notes that n items were queued: room kept for n or fewer is
-// theirs, and is given up.
-func (r *room) admitted(n int) {
-	if want := r.want.Load(); want != 0 && int64(n) >= want {
-		r.want.CompareAndSwap(want, 0)
+// claim keeps the room for n items of the request whose Future is f, if
+// they are larger than most and none is kept or it is kept for fewer, and
+// says whether it did. It requires Streamer.mu.
+func (r *room) claim(n int, f *Future) bool {
+	if want := r.want.Load(); (want != 0 && int64(n) <= want) || !r.large(n) {
+		return false
+	}
+	r.owner = f
+	r.want.Store(int64(n))
+	return true
+}
+
+// leave gives the room up if it is kept for f. It requires Streamer.mu.
+func (r *room) leave(f *Future) {
+	if r.owner == f {
+		r.owner = nil
+		r.want.Store(0)
 	}
 }
 
-// kept is the room kept, in items: 0 when none. It may have lapsed
-// (see keptAt).
+// kept is the room kept now, in items: 0 when none.
 func (r *room) kept() int { return int(r.want.Load()) }
-
-// keptAt is the room kept at now, on the streamer's clock: 0 when none, or
-// when it has lapsed.
-func (r *room) keptAt(now int64) int {
-	if now > r.until.Load() {
-		return 0
-	}
-	return r.kept()
-}
 
 // refusal says why n items were refused with waiting queued.
 func (r *room) refusal(waiting, n, max int) error {
-	if want := r.kept(); waiting+n <= max && want > n {
-		return fmt.Errorf("%w: %d items waiting, limit %d, and room for %d kept for a larger request refused before", ErrOverloaded, waiting, max, want)
+	if want := r.kept(); waiting+n <= max && want >= n {
+		return fmt.Errorf("%w: %d items waiting, limit %d, and room for %d kept for a request that waits for it", ErrOverloaded, waiting, max, want)
 	}
 	return fmt.Errorf("%w: %d items waiting, limit %d", ErrOverloaded, waiting, max)
+}
+
+// waitRoom waits until the queue has room for req's n items, kept for f,
+// and queues them; or refuses them, when RoomHold passes first (then with
+// ErrOverloaded), a larger request takes the room, the request's deadline
+// passes or its caller gives up, or the streamer drains. It is called
+// with the room claimed for f, without Streamer.mu.
+func (s *Streamer) waitRoom(ctx context.Context, req Request, f *Future, n int) error {
+	hold := time.NewTimer(RoomHold)
+	defer hold.Stop()
+	var deadline <-chan time.Time
+	if !f.deadline.IsZero() {
+		t := time.NewTimer(time.Until(f.deadline))
+		defer t.Stop()
+		deadline = t.C
+	}
+	poll := time.NewTicker(roomPoll)
+	defer poll.Stop()
+	refused := func(err error) error {
+		s.mu.Lock()
+		s.room.leave(f)
+		s.mu.Unlock()
+		s.stats.rejected.Add(uint64(n))
+		return err
+	}
+	for {
+		select {
+		case <-poll.C:
+		case <-hold.C:
+			return refused(fmt.Errorf("%w: no room for %d items within %s, limit %d", ErrOverloaded, n, RoomHold, s.cfg.MaxQueue))
+		case <-deadline:
+			return refused(fmt.Errorf("%w: before the request was queued, waiting for room", ErrDeadline))
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return refused(fmt.Errorf("%w: before the request was queued, waiting for room", ErrDeadline))
+			}
+			return refused(fmt.Errorf("%w: before the request was queued, waiting for room", ErrCanceled))
+		}
+		if int(s.queue.size.Load())+n > s.cfg.MaxQueue && s.room.want.Load() == int64(n) {
+			continue // not yet: looked at without the lock
+		}
+		s.mu.Lock()
+		switch {
+		case s.draining.Load():
+			s.room.leave(f)
+			s.mu.Unlock()
+			s.stats.rejected.Add(uint64(n))
+			return ErrShuttingDown
+		case s.room.owner != f:
+			s.mu.Unlock()
+			s.stats.rejected.Add(uint64(n))
+			return fmt.Errorf("%w: the room kept for these %d items went to a larger request", ErrOverloaded, n)
+		case s.queue.items()+n <= s.cfg.MaxQueue:
+			s.room.leave(f)
+			s.queueLocked(req, f) // unlocks
+			return nil
+		}
+		s.mu.Unlock()
+	}
 }

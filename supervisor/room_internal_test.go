@@ -1,51 +1,47 @@
 package supervisor
 
-import (
-	"testing"
-	"time"
-)
+import "testing"
 
-// The room kept for a refused request lapses RoomHold after the last
-// refusal that asked for it, when its caller did not come back; a larger
-// request refused takes it over, a smaller one does not.
-func TestRoomKeptLapses(t *testing.T) {
+// The room is kept for one request, the largest that found none: others
+// fit only around it, and are refused at once, without the lock, when
+// they do not and are no larger.
+func TestTheRoomIsKeptForOneRequest(t *testing.T) {
 	var r room
-	now := int64(0)
-	clock := func() int64 { return now }
-	r.refused(3, now)
-	if r.fits(3, 1, 6, clock) {
-		t.Fatal("1 item fits beside 3 waiting with room for 3 kept, limit 6")
+	r.queued(1)
+	a, b, c := new(Future), new(Future), new(Future)
+	if r.claim(1, a) {
+		t.Fatal("a request of one item took the room")
 	}
-	if !r.fits(3, 1, 7, clock) {
-		t.Fatal("1 item does not fit beside 3 waiting with room for 3 kept, limit 7")
+	if !r.claim(3, a) || r.kept() != 3 {
+		t.Fatalf("no room kept: a's claim for 3 failed, or kept %d", r.kept())
 	}
-	r.refused(2, now)
-	if r.kept() != 3 {
-		t.Fatalf("room for %d after a smaller refusal, want 3", r.kept())
+	if !r.fits(3, 3, 6, a) {
+		t.Error("3 items of the request the room is kept for do not fit beside 3 waiting, limit 6")
 	}
-	now += int64(time.Second)
-	r.refused(4, now)
+	if r.fits(3, 1, 6, b) || !r.keptForOther(3, 1, 6) {
+		t.Error("1 item of another request fits beside 3 waiting and room for 3 kept, limit 6, or is not refused at once")
+	}
+	if !r.fits(2, 1, 6, b) || r.keptForOther(2, 1, 6) {
+		t.Error("1 item of another request does not fit beside 2 waiting and room for 3 kept, limit 6")
+	}
+	if r.claim(3, b) || r.claim(2, b) {
+		t.Error("a request no larger took the room")
+	}
+	if r.keptForOther(6, 4, 6) {
+		t.Error("a larger request is refused at once: it should take the room")
+	}
+	if !r.claim(4, c) || r.owner != c || r.kept() != 4 {
+		t.Error("a larger request did not take the room")
+	}
+	r.leave(a)
 	if r.kept() != 4 {
-		t.Fatalf("room for %d after a larger refusal, want 4", r.kept())
+		t.Error("a request the room is no longer kept for gave it up")
 	}
-	now += int64(RoomHold)
-	if r.fits(3, 1, 6, clock) != false || r.kept() != 4 {
-		t.Fatalf("the room lapsed at its hold, not past it: kept %d", r.kept())
+	r.leave(c)
+	if r.kept() != 0 || r.owner != nil {
+		t.Error("the room is still kept once its request left")
 	}
-	now++
-	if !r.fits(3, 1, 6, clock) || r.kept() != 0 {
-		t.Fatalf("the room did not lapse RoomHold after its last refusal: kept %d", r.kept())
-	}
-	r.refused(3, now)
-	r.admitted(2)
-	if r.kept() != 3 {
-		t.Fatal("a smaller request admitted took the room")
-	}
-	r.admitted(5)
-	if r.kept() != 0 {
-		t.Fatal("a request as large admitted left the room kept")
-	}
-	if r.fits(5, 2, 6, clock) {
-		t.Fatal("2 items fit beside 5 waiting, limit 6")
+	if r.fits(5, 2, 6, a) {
+		t.Error("2 items fit beside 5 waiting, limit 6")
 	}
 }

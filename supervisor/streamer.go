@@ -180,8 +180,10 @@ func (s *Streamer) PredictRequest(ctx context.Context, req Request) ([][]byte, e
 	return out, err
 }
 
-// SubmitRequest queues the request's items and returns their Future at once.
-// It refuses the whole request, answering nothing, when the streamer is
+// SubmitRequest queues the request's items and returns their Future at once,
+// but for a request larger than most that finds no room: it waits for room
+// kept for it, RoomHold at most (see Config.MaxQueue). It refuses the
+// whole request, answering nothing, when the streamer is
 // shutting down (ErrShuttingDown), no worker can run (ErrUnavailable), the
 // queue has no room for all its items (ErrOverloaded), its deadline has
 // passed (ErrDeadline), or an item is known to crash the model (an
@@ -266,9 +268,9 @@ func (s *Streamer) enqueue(ctx context.Context, req Request, f *Future) error {
 		return err
 	}
 	n := len(req.Items)
-	if waiting := int(s.queue.size.Load()); !s.room.fits(waiting, n, s.cfg.MaxQueue, s.clock) {
+	if waiting := int(s.queue.size.Load()); s.room.keptForOther(waiting, n, s.cfg.MaxQueue) {
 		// Refused without the lock, which the workers' answers need.
-		return s.refuseRoom(waiting, n)
+		return s.refuseFull(waiting, n)
 	}
 	s.mu.Lock()
 	if s.draining.Load() {
@@ -278,11 +280,22 @@ func (s *Streamer) enqueue(ctx context.Context, req Request, f *Future) error {
 		s.stats.rejected.Add(uint64(n))
 		return ErrShuttingDown
 	}
-	if waiting := s.queue.items(); !s.room.fits(waiting, n, s.cfg.MaxQueue, s.clock) {
+	if waiting := s.queue.items(); !s.room.fits(waiting, n, s.cfg.MaxQueue, f) {
+		if !s.room.claim(n, f) {
+			s.mu.Unlock()
+			return s.refuseFull(waiting, n)
+		}
 		s.mu.Unlock()
-		return s.refuseRoom(waiting, n)
+		return s.waitRoom(ctx, req, f, n)
 	}
-	s.room.admitted(n)
+	s.queueLocked(req, f)
+	return nil
+}
+
+// queueLocked queues req's items, to be answered through f, and unlocks
+// s.mu, which it requires.
+func (s *Streamer) queueLocked(req Request, f *Future) {
+	n := len(req.Items)
 	wasEmpty := s.queue.n == 0
 	if s.cfg.Batching == BatchingAdaptive {
 		s.returns.arrived(time.Now(), n)
@@ -290,6 +303,7 @@ func (s *Streamer) enqueue(ctx context.Context, req Request, f *Future) error {
 	}
 	s.pushLocked(req, f)
 	s.queue.resize()
+	s.room.queued(n)
 	// The first item queued arms the dispatcher's MaxLatency timer.
 	wake := wasEmpty || s.worthWaking()
 	s.mu.Unlock()
@@ -297,7 +311,6 @@ func (s *Streamer) enqueue(ctx context.Context, req Request, f *Future) error {
 	if wake {
 		s.signal()
 	}
-	return nil
 }
 
 // prepare checks req before it is queued, and readies f for it: its
@@ -350,13 +363,6 @@ func (s *Streamer) refuseFull(waiting, n int) error {
 		s.signal()
 	}
 	return s.room.refusal(waiting, n, s.cfg.MaxQueue)
-}
-
-// refuseRoom refuses a request of n items for want of room, as refuseFull,
-// and keeps room for it (see room), for when its caller comes back.
-func (s *Streamer) refuseRoom(waiting, n int) error {
-	s.room.refused(n, s.clock())
-	return s.refuseFull(waiting, n)
 }
 
 // admit checks what can be checked before taking the lock.
@@ -607,7 +613,7 @@ func (s *Streamer) Stats() Stats {
 	}
 	s.mu.Lock()
 	st.Queued = s.queue.items()
-	st.RoomKept = s.room.keptAt(s.clock())
+	st.RoomKept = s.room.kept()
 	fixed, perItem, fitted := s.cost.line()
 	st.Cost = CostStats{Fitted: fitted, FixedMs: ms(fixed), PerItemMs: ms(perItem), Batches: s.cost.batches}
 	st.Returns = ReturnStats{Share: s.returns.ratio, FirstMs: ms(s.returns.delay), GapMs: ms(s.returns.gap)}

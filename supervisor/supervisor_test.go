@@ -866,11 +866,11 @@ func TestSubmitRequestsAfterShutdown(t *testing.T) {
 	}
 }
 
-// TestALargeRequestFindsTheRoomItWasRefused: a request refused for want of
-// room has that room kept for it, so that small requests, each of which
-// would fit, do not keep it out for ever by filling every gap a batch
-// leaves; the bound itself never moves.
-func TestALargeRequestFindsTheRoomItWasRefused(t *testing.T) {
+// TestALargeRequestWaitsForTheRoomItLacks: a request that finds no room
+// in the queue has room kept for it and waits for it, admitted as soon as
+// a batch leaves enough, where before small requests, each of which would
+// fit, filled every gap first; the bound itself never moves.
+func TestALargeRequestWaitsForTheRoomItLacks(t *testing.T) {
 	step, started := make(chan struct{}), make(chan int, 100)
 	echo := func(ctx context.Context, items [][]byte) ([][]byte, error) {
 		started <- len(items)
@@ -901,33 +901,27 @@ func TestALargeRequestFindsTheRoomItWasRefused(t *testing.T) {
 			t.Fatalf("small request %d with %d of 6 places taken: %v", i, i, err)
 		}
 	}
-	if err := submit("big0", "big1", "big2"); !errors.Is(err, supervisor.ErrOverloaded) {
-		t.Fatalf("3 items with 5 of 6 places taken: %v; want ErrOverloaded", err)
-	}
-	// One place is free, but the 3 items refused have it kept for them.
+	large := make(chan error, 1)
+	go func() { large <- submit("large0", "large1", "large2") }()
+	waitFor(t, "room kept for the large request", func() bool { return s.Stats().RoomKept == 3 })
+	// One place is free, but the room is kept for the 3 items waiting.
 	err := submit("small5")
-	if !errors.Is(err, supervisor.ErrOverloaded) || !strings.Contains(err.Error(), "room for 3 kept for a larger request") {
+	if !errors.Is(err, supervisor.ErrOverloaded) || !strings.Contains(err.Error(), "room for 3 kept for a request that waits for it") {
 		t.Fatalf("1 item with 5 of 6 places taken and room kept for 3: %v; want ErrOverloaded naming the room kept", err)
 	}
-	if kept := s.Stats().RoomKept; kept != 3 {
-		t.Errorf("stats: room kept %d; want 3", kept)
-	}
-	// A batch of 2 leaves: 3 places free, still all kept.
+	// A batch of 2 leaves: 3 places free, and the large request takes them.
 	step <- struct{}{}
 	if n := <-started; n != 2 {
 		t.Fatalf("a batch of %d, want 2", n)
 	}
-	if err := submit("small6"); !errors.Is(err, supervisor.ErrOverloaded) {
-		t.Fatalf("1 item with 3 of 6 places taken and room kept for 3: %v; want ErrOverloaded", err)
+	if err := <-large; err != nil {
+		t.Fatalf("the large request, with room made for it: %v", err)
 	}
-	if err := submit("big0", "big1", "big2"); err != nil {
-		t.Fatalf("the large request, back with its room free: %v", err)
-	}
-	// It took the room: the queue is full, and says so plainly.
 	if kept := s.Stats().RoomKept; kept != 0 {
-		t.Errorf("stats: room kept %d once the large request took it; want 0", kept)
+		t.Errorf("room kept %d once the large request took it; want 0", kept)
 	}
-	err = submit("small7")
+	// The queue is full, and says so plainly.
+	err = submit("small6")
 	if !errors.Is(err, supervisor.ErrOverloaded) || strings.Contains(err.Error(), "kept") {
 		t.Fatalf("1 item with the queue full: %v; want ErrOverloaded for the full queue", err)
 	}
@@ -943,7 +937,52 @@ func TestALargeRequestFindsTheRoomItWasRefused(t *testing.T) {
 			}
 		}
 	}
-	if st := s.Stats(); st.Rejected != 6 {
-		t.Errorf("%d items refused, want 6 (3 + 1 + 1 + 1)", st.Rejected)
+	if st := s.Stats(); st.Rejected != 2 {
+		t.Errorf("%d items refused, want 2", st.Rejected)
 	}
+}
+
+// TestTheRoomKeptGoesToALargerRequestAndLapses: a request waiting for
+// room is refused when a larger one takes the room over, and the larger
+// one when none frees within RoomHold; a smaller one is refused at once.
+func TestTheRoomKeptGoesToALargerRequestAndLapses(t *testing.T) {
+	g := newGate(false)
+	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), MaxQueue: 4, BatchSize: 1, MaxLatency: time.Hour, PipelineDepth: 1})
+	if _, err := s.Submit(context.Background(), items("running")); err != nil {
+		t.Fatal(err)
+	}
+	<-g.started
+	for i := range 3 {
+		if _, err := s.Submit(context.Background(), items(fmt.Sprint("queued", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait := func(names ...string) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := s.Submit(context.Background(), items(names...))
+			done <- err
+		}()
+		return done
+	}
+	two := wait("a", "b")
+	waitFor(t, "room kept for 2", func() bool { return s.Stats().RoomKept == 2 })
+	if _, err := s.Submit(context.Background(), items("c", "d")); !errors.Is(err, supervisor.ErrOverloaded) {
+		t.Fatalf("2 items beside room kept for 2: %v; want ErrOverloaded at once", err)
+	}
+	began := time.Now()
+	three := wait("e", "f", "g")
+	if err := <-two; !errors.Is(err, supervisor.ErrOverloaded) || !strings.Contains(err.Error(), "went to a larger request") {
+		t.Fatalf("the request waiting for room kept for 2, when 3 came: %v; want ErrOverloaded naming the larger request", err)
+	}
+	if err := <-three; !errors.Is(err, supervisor.ErrOverloaded) || !strings.Contains(err.Error(), "no room for 3 items within") {
+		t.Fatalf("3 items waiting with no batch leaving: %v; want ErrOverloaded once RoomHold passed", err)
+	}
+	if waited := time.Since(began); waited < supervisor.RoomHold {
+		t.Errorf("the request waited %s for room; want RoomHold, %s", waited, supervisor.RoomHold)
+	}
+	if kept := s.Stats().RoomKept; kept != 0 {
+		t.Errorf("room kept %d after its request gave up; want 0", kept)
+	}
+	g.release()
 }

@@ -320,11 +320,12 @@ func TestBadInputAnsweredAndServerKeepsServing(t *testing.T) {
 	}
 }
 
-// TestALargeRequestRefusedHasItsRoomKept: a request refused with 429 for
-// want of room has that room kept for it, so that a smaller one that would
-// fit is refused too, saying why, until the large one comes back.
-func TestALargeRequestRefusedHasItsRoomKept(t *testing.T) {
-	s := startServer(t, "--workers", "1", "--batch-size", "4", "--max-queue", "4", "--model", "sleep:2s,0s")
+// TestALargeRequestWaitsForItsRoom: a request larger than most that finds
+// no room in the queue has room kept for it and waits for it, and a
+// smaller one that would fit is refused meanwhile, saying why; the large
+// one is answered once a batch has left room for it.
+func TestALargeRequestWaitsForItsRoom(t *testing.T) {
+	s := startServer(t, "--workers", "1", "--batch-size", "4", "--max-queue", "4", "--model", "sleep:300ms,0s")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	send := func(items string) {
@@ -336,20 +337,24 @@ func TestALargeRequestRefusedHasItsRoomKept(t *testing.T) {
 		go send(strconv.Quote(fmt.Sprint("queued", i)))
 	}
 	s.waitFor(t, "3 items queued", 10*time.Second, func() bool { return s.stats(t).Queued == 3 })
-	refused := func(items, want string) {
-		t.Helper()
-		status, body, hdr, err := s.do(context.Background(), http.MethodPost, "/predict", "application/json", []byte(`{"inputs": [`+items+`]}`))
+	large := make(chan prediction, 1)
+	go func() {
+		p, err := s.tryPredictJSON(map[string]any{"inputs": []any{"large0", "large1"}})
 		if err != nil {
-			t.Fatal(err)
+			t.Error(err)
 		}
-		if status != http.StatusTooManyRequests || hdr.Get("Retry-After") != "1" || !strings.Contains(string(body), want) {
-			t.Fatalf("[%s] with 3 of 4 places taken: %d %s (Retry-After %q); want 429 with Retry-After 1, naming %q", items, status, body, hdr.Get("Retry-After"), want)
-		}
+		large <- p
+	}()
+	s.waitFor(t, "room kept for the large request", 10*time.Second, func() bool { return s.stats(t).RoomKept == 2 })
+	status, body, hdr, err := s.do(context.Background(), http.MethodPost, "/predict", "application/json", []byte(`{"inputs": ["small"]}`))
+	if err != nil {
+		t.Fatal(err)
 	}
-	refused(`"large0", "large1"`, "3 items waiting, limit 4")
-	refused(`"small"`, "room for 2 kept for a larger request refused before")
-	if st := s.stats(t); st.Queued != 3 || st.Rejected != 3 || st.RoomKept != 2 {
-		t.Errorf("queued %d, rejected %d, room kept %d; want 3, 3 and 2", st.Queued, st.Rejected, st.RoomKept)
+	if status != http.StatusTooManyRequests || hdr.Get("Retry-After") != "1" || !strings.Contains(string(body), "room for 2 kept for a request that waits for it") {
+		t.Fatalf("1 item with 3 of 4 places taken and room kept for 2: %d %s (Retry-After %q); want 429 with Retry-After 1, naming the room kept", status, body, hdr.Get("Retry-After"))
+	}
+	if p := <-large; p.Status != http.StatusOK || !reflect.DeepEqual(p.Outputs, []any{"large0", "large1"}) {
+		t.Errorf("the large request, room made for it: %s; want its outputs", p)
 	}
 }
 

@@ -188,7 +188,7 @@ func (r statusReport) print(out io.Writer) error {
 		}
 	}
 	if st.RoomKept > 0 {
-		fmt.Fprintf(w, "queue depth\t%d items, room for %d kept for a request refused\n", st.Queued, st.RoomKept)
+		fmt.Fprintf(w, "queue depth\t%d items, room for %d kept for a larger request\n", st.Queued, st.RoomKept)
 	} else {
 		fmt.Fprintf(w, "queue depth\t%d items\n", st.Queued)
 	}
