@@ -36,24 +36,31 @@ const roomPoll = 2 * time.Millisecond
 type room struct {
 	want  atomic.Int64 // items kept free; 0 while none
 	owner *Future      // the request waiting for the room; guarded by Streamer.mu
-	// mean16 is 16 times the mean size of the requests queued of late,
-	// in items.
-	mean16 atomic.Int64
+	// mean is the mean size of the requests queued of late, in 1/1024
+	// items: the last few dozen, weighted.
+	mean atomic.Int64
 }
 
 // queued notes that a request of n items was queued.
 func (r *room) queued(n int) {
 	// A race between two requests loses one of them, which matters little.
-	if m := r.mean16.Load(); m == 0 {
-		r.mean16.Store(16 * int64(n))
+	if m := r.mean.Load(); m == 0 {
+		r.mean.Store(1024 * int64(n))
 	} else {
-		r.mean16.Store(m + (16*int64(n)-m)/16)
+		// A sixteenth of the way, at least one step: the mean reaches
+		// the size of a steady stream of requests.
+		d := 1024*int64(n) - m
+		step := d / 16
+		if step == 0 && d != 0 {
+			step = d / max(d, -d)
+		}
+		r.mean.Store(m + step)
 	}
 }
 
 // large says whether a request of n items is larger than most: at least
 // twice the mean, and of more than one item.
-func (r *room) large(n int) bool { return n > 1 && 16*int64(n) >= 2*r.mean16.Load() }
+func (r *room) large(n int) bool { return n > 1 && 1024*int64(n) >= 2*r.mean.Load() }
 
 // fits says whether n more items, of the request whose Future is f, may
 // join the waiting ones within max and around the room kept. It requires
@@ -122,6 +129,7 @@ func (s *Streamer) waitRoom(ctx context.Context, req Request, f *Future, n int) 
 	}
 	poll := time.NewTicker(roomPoll)
 	defer poll.Stop()
+	swept := time.Now() // when a sweep was last asked for
 	refused := func(err error) error {
 		s.mu.Lock()
 		s.room.leave(f)
@@ -142,8 +150,14 @@ func (s *Streamer) waitRoom(ctx context.Context, req Request, f *Future, n int) 
 			}
 			return refused(fmt.Errorf("%w: before the request was queued, waiting for room", ErrCanceled))
 		}
-		if int(s.queue.size.Load())+n > s.cfg.MaxQueue && s.room.want.Load() == int64(n) {
-			continue // not yet: looked at without the lock
+		if int(s.queue.size.Load())+n > s.cfg.MaxQueue && s.room.want.Load() == int64(n) && !s.draining.Load() && !s.unavail.Load() {
+			// Not yet, as looked at without the lock; items that will
+			// never run may hold the room.
+			if time.Since(swept) >= 100*time.Millisecond {
+				swept = time.Now()
+				s.askSweep()
+			}
+			continue
 		}
 		s.mu.Lock()
 		switch {
@@ -152,12 +166,20 @@ func (s *Streamer) waitRoom(ctx context.Context, req Request, f *Future, n int) 
 			s.mu.Unlock()
 			s.stats.rejected.Add(uint64(n))
 			return ErrShuttingDown
+		case s.unavail.Load():
+			s.room.leave(f)
+			s.mu.Unlock()
+			s.stats.rejected.Add(uint64(n))
+			return fmt.Errorf("%w for %s or more", ErrUnavailable, s.cfg.UnavailableAfter)
 		case s.room.owner != f:
 			s.mu.Unlock()
 			s.stats.rejected.Add(uint64(n))
 			return fmt.Errorf("%w: the room kept for these %d items went to a larger request", ErrOverloaded, n)
 		case s.queue.items()+n <= s.cfg.MaxQueue:
 			s.room.leave(f)
+			// Queued now: its items' wait for a batch, and the latency
+			// the dispatcher allows them, count from here.
+			f.enqueued = s.clock()
 			s.queueLocked(req, f) // unlocks
 			return nil
 		}

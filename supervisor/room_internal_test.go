@@ -45,3 +45,22 @@ func TestTheRoomIsKeptForOneRequest(t *testing.T) {
 		t.Error("2 items fit beside 5 waiting, limit 6")
 	}
 }
+
+// The mean size that tells a large request comes back to the sizes of
+// the requests queued, to within a small part of an item.
+func TestTheMeanRequestSizeFollowsTheRequests(t *testing.T) {
+	var r room
+	r.queued(4)
+	for range 1000 {
+		r.queued(1)
+	}
+	if !r.large(2) || r.large(1) {
+		t.Errorf("after one request of 4 items and 1000 of 1, the mean is %.3f: 2 items should be large, 1 not", float64(r.mean.Load())/1024)
+	}
+	for range 1000 {
+		r.queued(32)
+	}
+	if r.large(63) || !r.large(64) {
+		t.Errorf("after 1000 requests of 32 items, the mean is %.3f: 64 items should be large, 63 not", float64(r.mean.Load())/1024)
+	}
+}

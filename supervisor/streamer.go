@@ -286,6 +286,7 @@ func (s *Streamer) enqueue(ctx context.Context, req Request, f *Future) error {
 			return s.refuseFull(waiting, n)
 		}
 		s.mu.Unlock()
+		s.askSweep()
 		return s.waitRoom(ctx, req, f, n)
 	}
 	s.queueLocked(req, f)
@@ -359,10 +360,17 @@ func (s *Streamer) Full() bool { return int(s.queue.size.Load()) >= s.cfg.MaxQue
 // run is then given back within sweepInterval.
 func (s *Streamer) refuseFull(waiting, n int) error {
 	s.stats.rejected.Add(uint64(n))
+	s.askSweep()
+	return s.room.refusal(waiting, n, s.cfg.MaxQueue)
+}
+
+// askSweep asks the dispatcher for a sweep of the queue, unless one is
+// asked for already: a request found it full, and room held by items that
+// will never run is given back within sweepInterval.
+func (s *Streamer) askSweep() {
 	if s.sweepWanted.CompareAndSwap(false, true) {
 		s.signal()
 	}
-	return s.room.refusal(waiting, n, s.cfg.MaxQueue)
 }
 
 // admit checks what can be checked before taking the lock.

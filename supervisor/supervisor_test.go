@@ -986,3 +986,26 @@ func TestTheRoomKeptGoesToALargerRequestAndLapses(t *testing.T) {
 	}
 	g.release()
 }
+
+// TestAWaitForRoomHasTheQueueSwept: a request waiting for room has the
+// queue swept of items whose callers have gone, as a refusal would: the
+// room they held is its own at once, while the worker is still busy.
+func TestAWaitForRoomHasTheQueueSwept(t *testing.T) {
+	g := newGate(false)
+	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), MaxQueue: 4, BatchSize: 1, MaxLatency: time.Hour, PipelineDepth: 1})
+	defer g.release()
+	if _, err := s.Submit(context.Background(), items("running")); err != nil {
+		t.Fatal(err)
+	}
+	<-g.started
+	ctx, cancel := context.WithCancel(context.Background())
+	for i := range 4 {
+		if _, err := s.Submit(ctx, items(fmt.Sprint("gone", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel()
+	if _, err := s.Submit(context.Background(), items("a", "b")); err != nil {
+		t.Fatalf("2 items beside 4 whose callers have gone: %v; want them queued once those are swept", err)
+	}
+}

