@@ -23,7 +23,8 @@ type Config struct {
 	// MaxQueue is the most items waiting; beyond it Submit fails with
 	// ErrOverloaded. A request that finds no room, and is at least twice
 	// the mean size of those queued of late, has room kept for it and
-	// waits for it, RoomHold at most (Submit then blocks): smaller
+	// waits for it while batches leave (Submit then blocks; see
+	// RoomHold): smaller
 	// requests are refused meanwhile unless they leave it free, so that a
 	// large request is not refused for ever while small ones keep the
 	// queue near its bound. Default 100 × BatchSize × Workers.

@@ -8,11 +8,16 @@ import (
 	"time"
 )
 
-// RoomHold is the longest a request refused for want of room in the queue
-// (or, with a broker, in the shared backlog) waits for room kept for it,
-// before it is refused with ErrOverloaded: about the Retry-After its
-// caller would be told.
-const RoomHold = time.Second
+// RoomHold is the longest a request waiting for room kept for it in the
+// queue waits without a batch answered, before it is refused with
+// ErrOverloaded: about the Retry-After its caller would be told. While
+// batches are answered it waits on, as the room is being made, up to
+// roomWaitMax: a request of thousands of items may need more than a
+// second of batches to leave before it fits.
+const (
+	RoomHold    = time.Second
+	roomWaitMax = 30 * time.Second
+)
 
 // roomPoll is how often a request waiting for room looks at the queue.
 const roomPoll = 2 * time.Millisecond
@@ -27,7 +32,7 @@ const roomPoll = 2 * time.Millisecond
 // that room free, and refused at once when it does not fit, unless it is
 // larger: then the room is kept for it instead, and the one it was kept
 // for is refused. The request it is kept for is admitted as soon as the
-// queue has room for it, RoomHold at most: as batches leave, in tens of
+// queue has room for it (see RoomHold): as batches leave, in tens of
 // milliseconds under load, where a caller told to come back after a
 // Retry-After of a second held the queue down that long. The bound itself
 // never moves: a queue never holds more than MaxQueue items. A request no
@@ -107,20 +112,21 @@ func (r *room) kept() int { return int(r.want.Load()) }
 
 // refusal says why n items were refused with waiting queued.
 func (r *room) refusal(waiting, n, max int) error {
-	if want := r.kept(); waiting+n <= max && want >= n {
+	if want := r.kept(); want > 0 {
 		return fmt.Errorf("%w: %d items waiting, limit %d, and room for %d kept for a request that waits for it", ErrOverloaded, waiting, max, want)
 	}
 	return fmt.Errorf("%w: %d items waiting, limit %d", ErrOverloaded, waiting, max)
 }
 
 // waitRoom waits until the queue has room for req's n items, kept for f,
-// and queues them; or refuses them, when RoomHold passes first (then with
-// ErrOverloaded), a larger request takes the room, the request's deadline
-// passes or its caller gives up, or the streamer drains. It is called
-// with the room claimed for f, without Streamer.mu.
+// and queues them; or refuses them, when RoomHold passes without a batch
+// answered, or roomWaitMax in all (then with ErrOverloaded), a larger
+// request takes the room, the request's deadline passes or its caller
+// gives up, no worker can run, or the streamer drains. It is called with
+// the room claimed for f, without Streamer.mu.
 func (s *Streamer) waitRoom(ctx context.Context, req Request, f *Future, n int) error {
-	hold := time.NewTimer(RoomHold)
-	defer hold.Stop()
+	began := time.Now()
+	answered, progress := s.stats.answered.Load(), began // the last batch answered seen, and when
 	var deadline <-chan time.Time
 	if !f.deadline.IsZero() {
 		t := time.NewTimer(time.Until(f.deadline))
@@ -139,9 +145,16 @@ func (s *Streamer) waitRoom(ctx context.Context, req Request, f *Future, n int) 
 	}
 	for {
 		select {
-		case <-poll.C:
-		case <-hold.C:
-			return refused(fmt.Errorf("%w: no room for %d items within %s, limit %d", ErrOverloaded, n, RoomHold, s.cfg.MaxQueue))
+		case now := <-poll.C:
+			if a := s.stats.answered.Load(); a != answered {
+				answered, progress = a, now
+			}
+			switch {
+			case now.Sub(progress) >= RoomHold:
+				return refused(fmt.Errorf("%w: no room for %d items, limit %d, and no batch answered for %s", ErrOverloaded, n, s.cfg.MaxQueue, RoomHold))
+			case now.Sub(began) >= roomWaitMax:
+				return refused(fmt.Errorf("%w: no room for %d items within %s, limit %d", ErrOverloaded, n, roomWaitMax, s.cfg.MaxQueue))
+			}
 		case <-deadline:
 			return refused(fmt.Errorf("%w: before the request was queued, waiting for room", ErrDeadline))
 		case <-ctx.Done():

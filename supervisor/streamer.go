@@ -182,7 +182,7 @@ func (s *Streamer) PredictRequest(ctx context.Context, req Request) ([][]byte, e
 
 // SubmitRequest queues the request's items and returns their Future at once,
 // but for a request larger than most that finds no room: it waits for room
-// kept for it, RoomHold at most (see Config.MaxQueue). It refuses the
+// kept for it while batches leave (see Config.MaxQueue). It refuses the
 // whole request, answering nothing, when the streamer is
 // shutting down (ErrShuttingDown), no worker can run (ErrUnavailable), the
 // queue has no room for all its items (ErrOverloaded), its deadline has

@@ -975,7 +975,7 @@ func TestTheRoomKeptGoesToALargerRequestAndLapses(t *testing.T) {
 	if err := <-two; !errors.Is(err, supervisor.ErrOverloaded) || !strings.Contains(err.Error(), "went to a larger request") {
 		t.Fatalf("the request waiting for room kept for 2, when 3 came: %v; want ErrOverloaded naming the larger request", err)
 	}
-	if err := <-three; !errors.Is(err, supervisor.ErrOverloaded) || !strings.Contains(err.Error(), "no room for 3 items within") {
+	if err := <-three; !errors.Is(err, supervisor.ErrOverloaded) || !strings.Contains(err.Error(), "no room for 3 items, limit 4, and no batch answered for") {
 		t.Fatalf("3 items waiting with no batch leaving: %v; want ErrOverloaded once RoomHold passed", err)
 	}
 	if waited := time.Since(began); waited < supervisor.RoomHold {
@@ -1007,5 +1007,37 @@ func TestAWaitForRoomHasTheQueueSwept(t *testing.T) {
 	cancel()
 	if _, err := s.Submit(context.Background(), items("a", "b")); err != nil {
 		t.Fatalf("2 items beside 4 whose callers have gone: %v; want them queued once those are swept", err)
+	}
+}
+
+// TestAWaitForRoomGoesOnWhileBatchesLeave: a request waiting for room waits
+// past RoomHold while batches are answered, as room is being made for it:
+// a request of many items may need more than a second of batches.
+func TestAWaitForRoomGoesOnWhileBatchesLeave(t *testing.T) {
+	slow := model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) {
+		time.Sleep(400 * time.Millisecond) // the model's cost
+		return items, nil
+	})
+	s := start(t, supervisor.Config{InProcess: slow, MaxQueue: 4, BatchSize: 1, MaxLatency: time.Hour, PipelineDepth: 1})
+	if _, err := s.Submit(context.Background(), items("running")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first batch running", func() bool { return s.Stats().Queued == 0 })
+	for i := range 4 {
+		if _, err := s.Submit(context.Background(), items(fmt.Sprint("queued", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	began := time.Now()
+	// Three batches of 400 ms must leave before its 3 items fit.
+	f, err := s.Submit(context.Background(), items("a", "b", "c"))
+	if err != nil {
+		t.Fatalf("3 items waiting for room as batches left: %v", err)
+	}
+	if waited := time.Since(began); waited <= supervisor.RoomHold {
+		t.Errorf("admitted after %s; the test needs more than RoomHold, %s, of batches", waited, supervisor.RoomHold)
+	}
+	if out, err := f.Result(context.Background()); err != nil || len(out) != 3 || string(out[2]) != "c" {
+		t.Errorf("the large request: %q, %v; want its items", out, err)
 	}
 }
