@@ -120,3 +120,80 @@ func BenchmarkOverload(b *testing.B) {
 		b.ReportMetric(p99.Seconds()/bound.Seconds(), "p99-of-bound")
 	}
 }
+
+// BenchmarkLargeAmongSmall runs the sleep model (10ms + 100us per item,
+// batch 64, one worker process) under a closed-loop flood of small
+// requests (300 clients of 2 items, each retrying 10 ms after a refusal)
+// beside 1 client of large requests (150 items, retrying after the
+// Retry-After of a second, as HTTP clients are told), against a queue of
+// 200. A large request needs 150 places free at once, which the small
+// ones fill first. Each b.N is 10 s of load; run it with -benchtime 1x.
+// It reports the large requests answered a second, their mean latency
+// from their first try, and the items answered a second as a fraction of
+// the worker's capacity.
+func BenchmarkLargeAmongSmall(b *testing.B) {
+	const batch, small, large, smalls, maxQueue = 64, 2, 150, 300, 200
+	cost := builtin.NewSleep(10*time.Millisecond, 100*time.Microsecond)
+	capacity := batch / cost.Cost(batch).Seconds()
+	cfg := processConfig("sleep:10ms,100us", 1, batch)
+	cfg.MaxQueue = maxQueue
+	s := startBench(b, cfg)
+	item, _ := msgpack.Marshal("x")
+	items := func(n int) [][]byte {
+		out := make([][]byte, n)
+		for i := range out {
+			out[i] = item
+		}
+		return out
+	}
+	var answered, larges atomic.Int64
+	var largeTime atomic.Int64 // summed, in nanoseconds
+	b.ResetTimer()
+	for range b.N {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var clients sync.WaitGroup
+		client := func(n int, retry time.Duration, done func(took time.Duration)) {
+			for ctx.Err() == nil {
+				began := time.Now()
+				for {
+					_, err := s.Predict(ctx, items(n))
+					if err == nil {
+						answered.Add(int64(n))
+						done(time.Since(began))
+						break
+					}
+					if !errors.Is(err, supervisor.ErrOverloaded) {
+						// The end of the run, which the streamer may see
+						// a moment before ctx says so.
+						if !errors.Is(err, supervisor.ErrDeadline) && !errors.Is(err, supervisor.ErrCanceled) {
+							b.Error(err)
+						}
+						return
+					}
+					select {
+					case <-time.After(retry):
+					case <-ctx.Done():
+						return
+					}
+				}
+			}
+		}
+		for range smalls {
+			clients.Go(func() { client(small, 10*time.Millisecond, func(time.Duration) {}) })
+		}
+		clients.Go(func() {
+			client(large, time.Second, func(took time.Duration) {
+				larges.Add(1)
+				largeTime.Add(int64(took))
+			})
+		})
+		clients.Wait()
+		cancel()
+	}
+	elapsed := b.Elapsed().Seconds()
+	b.ReportMetric(float64(larges.Load())/elapsed, "large/s")
+	if n := larges.Load(); n > 0 {
+		b.ReportMetric(float64(largeTime.Load())/float64(n)/1e6, "large-ms")
+	}
+	b.ReportMetric(float64(answered.Load())/elapsed/capacity, "of-capacity")
+}
