@@ -106,8 +106,11 @@ type Stats struct {
 	BatchSizes []uint64 `json:"batch_sizes"`
 	// Queued is the number of items waiting now.
 	Queued int `json:"queued"`
-	// RoomKept is the room in the queue kept now for a request refused
-	// for want of it (see Config.MaxQueue), in items: 0 when none.
+	// RoomKept is the room in the queue kept now for a request larger
+	// than most that found none and waits for it (see Config.MaxQueue),
+	// in items: 0 when none. Behind a broker, the room kept in the shared
+	// backlog for a request refused, as the front end's last check found
+	// it.
 	RoomKept int `json:"room_kept"`
 	// Crashes counts workers that died or were killed.
 	Crashes uint64 `json:"crashes"`
