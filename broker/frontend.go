@@ -113,7 +113,10 @@ type FrontEnd struct {
 	leaving atomic.Int64 // nodes leaving (finishing their items) heard from as recently
 	backlog atomic.Int64 // the stream's length at the last check
 	room    atomic.Int64 // the room kept in the backlog at the last check (see admitScript)
-	lastErr atomic.Pointer[string]
+	// meanSize is the mean size of the requests admitted of late, in
+	// 1/1024 items (see largeRequest).
+	meanSize atomic.Int64
+	lastErr  atomic.Pointer[string]
 	// readRefused says why Redis refuses the reader's reads of the reply
 	// stream (an error it answered, such as NOPERM: the front end's user
 	// may not read it), or nil while they go through (see refuseReads).
@@ -232,7 +235,9 @@ type call struct {
 //	        streams, KEYS[4] the epoch, KEYS[5] the room kept
 //	ARGV    max backlog, now (unix ms), how long a node may be silent
 //	        (ms), the node streams' prefix, the front end's epoch, how
-//	        long room is kept for a refused request (ms), then per
+//	        long room is kept for a refused request (ms), the fewest
+//	        items a request needs to have room kept for it (twice the
+//	        mean of those the front end admitted of late), then per
 //	        request: "1" when keys follow, the node it is routed to
 //	        (or ""), its number of items n, then n × (header, [key], value)
 //
@@ -240,7 +245,7 @@ type call struct {
 // item leaves its stream once answered. A trim could only ever delete
 // items still waiting or running.
 var admitScript = redis.NewScript(`
-if ARGV[7] == 'probe' then
+if ARGV[8] == 'probe' then
   -- For no request: what an admission runs, on the keys it touches, for
   -- the front end to learn whether its user may (see probeAdmission).
   redis.call('GET', KEYS[4])
@@ -299,7 +304,8 @@ local function sharedWaits()
   return waiting
 end
 local verdicts = {}
-local j = 7
+local large = tonumber(ARGV[7])
+local j = 8
 while j <= #ARGV do
   local keyed, route, n = ARGV[j] == '1', ARGV[j + 1], tonumber(ARGV[j + 2])
   j = j + 3
@@ -307,7 +313,7 @@ while j <= #ARGV do
   if keyed then width = 3 end
   if backlog + n > bound then
     verdicts[#verdicts + 1] = -1
-    if n >= room then
+    if n >= room and n >= large then
       room = n
       redis.call('SET', KEYS[5], n, 'PX', ARGV[6])
     end
@@ -1676,6 +1682,31 @@ func (fe *FrontEnd) admissionFailed(err error, began time.Time) error {
 	return unavailablef("redis at %s: %v", fe.where, err)
 }
 
+// noteAdmitted notes that a request of n items was admitted, for the mean
+// size of those of late (see largeRequest).
+func (fe *FrontEnd) noteAdmitted(n int) {
+	// In 1/1024 items, a sixteenth of the way at least one step: a race
+	// between two requests loses one of them, which matters little.
+	m := fe.meanSize.Load()
+	if m == 0 {
+		fe.meanSize.Store(1024 * int64(n))
+		return
+	}
+	d := 1024*int64(n) - m
+	step := d / 16
+	if step == 0 && d != 0 {
+		step = d / max(d, -d)
+	}
+	fe.meanSize.Store(m + step)
+}
+
+// largeRequest is the fewest items a request refused needs to have room
+// kept for it in the backlog: twice the mean of those admitted of late,
+// and two, as a local server keeps it (see supervisor.Config.MaxQueue).
+func (fe *FrontEnd) largeRequest() int64 {
+	return max(2, (2*fe.meanSize.Load()+1023)/1024)
+}
+
 // roomKeep is how long the shared backlog keeps room for a request refused
 // for want of it (see admitScript): a little past the Retry-After of 1 s
 // its caller is told, so that it finds the room when it comes back, and
@@ -1717,6 +1748,7 @@ func (fe *FrontEnd) takeVerdict(c *call, v any, epoch string) error {
 	for j, id := range admitted {
 		ids[j], _ = id.(string)
 	}
+	fe.noteAdmitted(len(c.items))
 	fe.mu.Lock()
 	defer fe.mu.Unlock()
 	c.stream, c.ids, c.epoch = stream, ids, epoch
@@ -1878,12 +1910,12 @@ func (fe *FrontEnd) unansweredLocked() map[string][]string {
 }
 
 func (fe *FrontEnd) admitArgs(batch []*call, epoch string) []any {
-	n := 6
+	n := 7
 	for _, c := range batch {
 		n += 3 + 2*len(c.items) + len(c.keys)
 	}
 	args := make([]any, 0, n)
-	args = append(args, fe.cfg.MaxBacklog, fe.clock.now().UnixMilli(), nodeSilence.Milliseconds(), fe.k.items+":", epoch, roomKeep.Milliseconds())
+	args = append(args, fe.cfg.MaxBacklog, fe.clock.now().UnixMilli(), nodeSilence.Milliseconds(), fe.k.items+":", epoch, roomKeep.Milliseconds(), fe.largeRequest())
 	ttl := fe.cfg.ReplyTTL.Milliseconds()
 	var header []byte
 	for _, c := range batch {

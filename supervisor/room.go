@@ -10,8 +10,9 @@ import (
 
 // RoomHold is the longest a request waiting for room kept for it in the
 // queue waits without a batch answered, before it is refused with
-// ErrOverloaded: about the Retry-After its caller would be told. While
-// batches are answered it waits on, as the room is being made, up to
+// ErrOverloaded: about the Retry-After its caller would be told, or twice
+// what a full batch takes, as measured, if that is longer. While batches
+// are answered it waits on, as the room is being made, up to
 // roomWaitMax: a request of thousands of items may need more than a
 // second of batches to leave before it fits.
 const (
@@ -78,13 +79,18 @@ func (r *room) fits(waiting, n, max int, f *Future) bool {
 	return want == 0 || r.owner == f || int64(waiting+n)+want <= int64(max)
 }
 
-// keptForOther says, without Streamer.mu, that n items that do not fit
-// beside waiting ones are refused at once: room is kept for a request at
-// least as large (it may have been given up meanwhile; then the refusal
-// is one a moment early).
-func (r *room) keptForOther(waiting, n, max int) bool {
+// refusedAtOnce says, without Streamer.mu, that n items that do not fit
+// beside waiting ones are refused at once, as the locked path would: they
+// are no larger than most, or room is kept for a request at least as large
+// (it may have been given up meanwhile; then the refusal is one a moment
+// early). Refusing takes no lock under overload, which the workers'
+// answers need.
+func (r *room) refusedAtOnce(waiting, n, max int) bool {
 	want := r.want.Load()
-	return want >= int64(n) && (waiting+n > max || int64(waiting+n)+want > int64(max))
+	if waiting+n <= max && (want == 0 || int64(waiting+n)+want <= int64(max)) {
+		return false // it fits
+	}
+	return want >= int64(n) || !r.large(n)
 }
 
 // claim keeps the room for n items of the request whose Future is f, if
@@ -116,6 +122,21 @@ func (r *room) refusal(waiting, n, max int) error {
 		return fmt.Errorf("%w: %d items waiting, limit %d, and room for %d kept for a request that waits for it", ErrOverloaded, waiting, max, want)
 	}
 	return fmt.Errorf("%w: %d items waiting, limit %d", ErrOverloaded, waiting, max)
+}
+
+// roomHold is how long a request waiting for room waits without a batch
+// answered (see RoomHold): before any batch has told what one costs, as
+// long as it may wait at all.
+func (s *Streamer) roomHold() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var batch time.Duration
+	if fixed, perItem, ok := s.cost.line(); ok {
+		batch = fixed + time.Duration(s.cfg.BatchSize)*perItem
+	} else if _, batch = s.cost.mean(); batch == 0 {
+		return roomWaitMax
+	}
+	return max(RoomHold, 2*batch)
 }
 
 // waitRoom waits until the queue has room for req's n items, kept for f,
@@ -150,8 +171,8 @@ func (s *Streamer) waitRoom(ctx context.Context, req Request, f *Future, n int) 
 				answered, progress = a, now
 			}
 			switch {
-			case now.Sub(progress) >= RoomHold:
-				return refused(fmt.Errorf("%w: no room for %d items, limit %d, and no batch answered for %s", ErrOverloaded, n, s.cfg.MaxQueue, RoomHold))
+			case now.Sub(progress) >= RoomHold && now.Sub(progress) >= s.roomHold():
+				return refused(fmt.Errorf("%w: no room for %d items, limit %d, and no batch answered for %s", ErrOverloaded, n, s.cfg.MaxQueue, now.Sub(progress).Round(time.Millisecond)))
 			case now.Sub(began) >= roomWaitMax:
 				return refused(fmt.Errorf("%w: no room for %d items within %s, limit %d", ErrOverloaded, n, roomWaitMax, s.cfg.MaxQueue))
 			}

@@ -18,16 +18,16 @@ func TestTheRoomIsKeptForOneRequest(t *testing.T) {
 	if !r.fits(3, 3, 6, a) {
 		t.Error("3 items of the request the room is kept for do not fit beside 3 waiting, limit 6")
 	}
-	if r.fits(3, 1, 6, b) || !r.keptForOther(3, 1, 6) {
+	if r.fits(3, 1, 6, b) || !r.refusedAtOnce(3, 1, 6) {
 		t.Error("1 item of another request fits beside 3 waiting and room for 3 kept, limit 6, or is not refused at once")
 	}
-	if !r.fits(2, 1, 6, b) || r.keptForOther(2, 1, 6) {
+	if !r.fits(2, 1, 6, b) || r.refusedAtOnce(2, 1, 6) {
 		t.Error("1 item of another request does not fit beside 2 waiting and room for 3 kept, limit 6")
 	}
 	if r.claim(3, b) || r.claim(2, b) {
 		t.Error("a request no larger took the room")
 	}
-	if r.keptForOther(6, 4, 6) {
+	if r.refusedAtOnce(6, 4, 6) {
 		t.Error("a larger request is refused at once: it should take the room")
 	}
 	if !r.claim(4, c) || r.owner != c || r.kept() != 4 {
@@ -43,6 +43,12 @@ func TestTheRoomIsKeptForOneRequest(t *testing.T) {
 	}
 	if r.fits(5, 2, 6, a) {
 		t.Error("2 items fit beside 5 waiting, limit 6")
+	}
+	if r.refusedAtOnce(6, 1, 7) || !r.refusedAtOnce(7, 1, 7) {
+		t.Error("a request no larger than most is not refused at once where it does not fit, or is where it does")
+	}
+	if r.refusedAtOnce(6, 2, 7) {
+		t.Error("a request larger than most is refused at once where no room is kept: it should claim it")
 	}
 }
 

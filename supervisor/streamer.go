@@ -268,7 +268,7 @@ func (s *Streamer) enqueue(ctx context.Context, req Request, f *Future) error {
 		return err
 	}
 	n := len(req.Items)
-	if waiting := int(s.queue.size.Load()); s.room.keptForOther(waiting, n, s.cfg.MaxQueue) {
+	if waiting := int(s.queue.size.Load()); s.room.refusedAtOnce(waiting, n, s.cfg.MaxQueue) {
 		// Refused without the lock, which the workers' answers need.
 		return s.refuseFull(waiting, n)
 	}
@@ -350,10 +350,17 @@ func (s *Streamer) pushLocked(req Request, f *Future) {
 	}
 }
 
-// Full reports whether the queue has no room for even one more item: a
-// request now would be refused with ErrOverloaded. It takes no lock, so a
+// Full reports whether the queue has no room for even one more item, the
+// room kept for a request that waits for it counted as taken: a request
+// now would be refused with ErrOverloaded, unless it is larger than the
+// one waiting and larger than most (see Config.MaxQueue). It takes no lock, so a
 // front end can refuse before it reads a request's body.
-func (s *Streamer) Full() bool { return int(s.queue.size.Load()) >= s.cfg.MaxQueue }
+func (s *Streamer) Full() bool {
+	// While room is kept, a request of one item is refused once the
+	// rest of the queue is full.
+	size := s.queue.size.Load()
+	return size+s.room.want.Load() >= int64(s.cfg.MaxQueue)
+}
 
 // refuseFull refuses n items for want of room. The first refusal since the
 // last sweep asks the dispatcher for one: room held by items that will never

@@ -947,7 +947,17 @@ func TestALargeRequestWaitsForTheRoomItLacks(t *testing.T) {
 // one when none frees within RoomHold; a smaller one is refused at once.
 func TestTheRoomKeptGoesToALargerRequestAndLapses(t *testing.T) {
 	g := newGate(false)
-	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), MaxQueue: 4, BatchSize: 1, MaxLatency: time.Hour, PipelineDepth: 1})
+	s := start(t, supervisor.Config{InProcess: model.Func(func(ctx context.Context, in [][]byte) ([][]byte, error) {
+		if string(in[0]) == "quick" {
+			return in, nil
+		}
+		return g.fn(ctx, in)
+	}), MaxQueue: 4, BatchSize: 1, MaxLatency: time.Hour, PipelineDepth: 1})
+	// A batch answered tells what one costs, and so how long a request
+	// waits for room without one (see RoomHold).
+	if _, err := s.Predict(context.Background(), items("quick")); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.Submit(context.Background(), items("running")); err != nil {
 		t.Fatal(err)
 	}
@@ -1039,5 +1049,28 @@ func TestAWaitForRoomGoesOnWhileBatchesLeave(t *testing.T) {
 	}
 	if out, err := f.Result(context.Background()); err != nil || len(out) != 3 || string(out[2]) != "c" {
 		t.Errorf("the large request: %q, %v; want its items", out, err)
+	}
+}
+
+// TestAWaitForRoomOutlastsASlowBatch: a request waiting for room waits
+// through a batch that takes longer than RoomHold, as the room comes when
+// it ends.
+func TestAWaitForRoomOutlastsASlowBatch(t *testing.T) {
+	slow := model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) {
+		time.Sleep(1300 * time.Millisecond) // the model's cost
+		return items, nil
+	})
+	s := start(t, supervisor.Config{InProcess: slow, MaxQueue: 4, BatchSize: 4, MaxLatency: time.Hour, PipelineDepth: 1})
+	if _, err := s.Submit(context.Background(), items("running")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first batch running", func() bool { return s.Stats().Queued == 0 })
+	for i := range 4 {
+		if _, err := s.Submit(context.Background(), items(fmt.Sprint("queued", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Submit(context.Background(), items("a", "b", "c")); err != nil {
+		t.Fatalf("3 items waiting for room through a batch of 1.3 s: %v; want them queued as it ends", err)
 	}
 }

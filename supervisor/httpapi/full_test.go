@@ -105,4 +105,12 @@ func TestAFarLargerBodyIsReadWhenTheQueueIsFull(t *testing.T) {
 	if calls != before+1 || len(last.Items) != 5 {
 		t.Fatalf("a request of %d bytes beside bodies of %d, the queue full: backend called %d times, with %d items; want once, with 5", len(large), len(small), calls-before, len(last.Items))
 	}
+	// Bodies read only for their size leave the mean where it was: the
+	// 50th large body is read as the first was.
+	for range 50 {
+		do(t, h, http.MethodPost, "/predict", "application/json", large)
+	}
+	if _, _, after := b.lastRequest(); after != calls+50 {
+		t.Fatalf("%d of 50 large bodies reached the backend with the queue full; want all", after-calls)
+	}
 }

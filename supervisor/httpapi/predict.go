@@ -91,27 +91,30 @@ var fullMessage = supervisor.ErrOverloaded.Error() + ": the request was refused 
 // supervisor.Config.MaxQueue).
 const largeBody = 2
 
-// refusedFull answers 429 when the backend would refuse any request now,
-// before the body is read (see fullMessage). What the headers alone say is
+// refusedFull answers 429, and says so, when the backend would refuse any
+// request now, before the body is read (see fullMessage). What the headers alone say is
 // wrong with a request is answered before (headerError): its answer does
 // not change with room, and a 429 would have the client retry in vain. A
 // request that announces a body far larger than most is read all the
 // same: likely a request of many items, it has room kept for it once its
 // items are counted (see supervisor.Config.MaxQueue), where refused unread
 // it would be refused so for as long as small requests keep the queue
-// full to its last place. Its size makes it rare,
-// or, should such bodies be many, the mean.
-func (h *handler) refusedFull(w http.ResponseWriter, r *http.Request) bool {
+// full to its last place: then full says so. Such a body does not count
+// in the mean, which follows the bodies read while the queue has room:
+// bodies read only for their size would push it up, until a client
+// announcing twice the mean each time had every body read, and large
+// requests were refused unread once more.
+func (h *handler) refusedFull(w http.ResponseWriter, r *http.Request) (refused, full bool) {
 	if f, ok := h.backend.(fuller); !ok || !f.Full() {
-		return false
+		return false, false
 	}
 	if mean := h.bodyMean.Load(); mean > 0 && r.ContentLength >= largeBody*mean {
-		return false
+		return false, true
 	}
 	w.Header()["Retry-After"] = h.retryAfter
 	h.requests.count(http.StatusTooManyRequests, nil)
 	h.writeBody(w, http.StatusTooManyRequests, h.jsonType, h.fullBody)
-	return true
+	return true, true
 }
 
 // headerError is what a request's headers say is wrong with it, before
@@ -135,12 +138,13 @@ func (h *handler) predict(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	if h.refusedFull(w, r) {
+	refused, full := h.refusedFull(w, r)
+	if refused {
 		return
 	}
 	body := h.getBuffer()
 	defer h.putBuffer(body)
-	if err := h.readBody(w, r, body); err != nil {
+	if err := h.readBody(w, r, body, full); err != nil {
 		h.fail(w, r, err)
 		return
 	}
@@ -219,7 +223,9 @@ type (
 const initialBodyBuffer = 64 << 10
 
 // readBody reads the whole body into buf, refusing more than maxBody bytes.
-func (h *handler) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer) error {
+// One read while the queue has no room (full) does not count in the mean
+// (see refusedFull).
+func (h *handler) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer, full bool) error {
 	if r.ContentLength > h.maxBody {
 		return h.tooLarge()
 	}
@@ -235,9 +241,11 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Bu
 	}
 	// A mean over the last few dozen, roughly: a race between two
 	// requests loses one of them, which matters little.
-	if mean := h.bodyMean.Load(); mean == 0 {
+	switch mean := h.bodyMean.Load(); {
+	case full:
+	case mean == 0:
 		h.bodyMean.Store(int64(buf.Len()))
-	} else {
+	default:
 		h.bodyMean.Store(mean + (int64(buf.Len())-mean)/16)
 	}
 	// The server's ReadTimeout bounds reading the request; lifted now, it

@@ -80,11 +80,12 @@ func (h *handler) infer(w http.ResponseWriter, r *http.Request, meta ModelMetada
 		h.fail(w, r, err)
 		return
 	}
-	if h.refusedFull(w, r) {
+	refused, full := h.refusedFull(w, r)
+	if refused {
 		return
 	}
 	st := h.getInferState()
-	inUse, err := h.inferWith(st, w, r, meta, version)
+	inUse, err := h.inferWith(st, w, r, meta, version, full)
 	if err != nil {
 		h.fail(w, r, err)
 	}
@@ -93,12 +94,13 @@ func (h *handler) infer(w http.ResponseWriter, r *http.Request, meta ModelMetada
 	}
 }
 
-// inferWith runs the request and writes its answer, or returns why not.
+// inferWith runs the request and writes its answer, or returns why not;
+// full says the queue had no room as it came (see refusedFull).
 // inUse says the supervisor may still read the request's items: it failed
 // after they were submitted (a deadline, a canceled client) while some of
 // them may be queued or running.
-func (h *handler) inferWith(st *inferState, w http.ResponseWriter, r *http.Request, meta ModelMetadata, version string) (inUse bool, err error) {
-	if err := h.readBody(w, r, &st.body); err != nil {
+func (h *handler) inferWith(st *inferState, w http.ResponseWriter, r *http.Request, meta ModelMetadata, version string, full bool) (inUse bool, err error) {
+	if err := h.readBody(w, r, &st.body, full); err != nil {
 		return false, err
 	}
 	if err := st.read(r.Header, meta, h.tensors); err != nil {
