@@ -1024,20 +1024,7 @@ func TestAWaitForRoomHasTheQueueSwept(t *testing.T) {
 // past RoomHold while batches are answered, as room is being made for it:
 // a request of many items may need more than a second of batches.
 func TestAWaitForRoomGoesOnWhileBatchesLeave(t *testing.T) {
-	slow := model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) {
-		time.Sleep(400 * time.Millisecond) // the model's cost
-		return items, nil
-	})
-	s := start(t, supervisor.Config{InProcess: slow, MaxQueue: 4, BatchSize: 1, MaxLatency: time.Hour, PipelineDepth: 1})
-	if _, err := s.Submit(context.Background(), items("running")); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the first batch running", func() bool { return s.Stats().Queued == 0 })
-	for i := range 4 {
-		if _, err := s.Submit(context.Background(), items(fmt.Sprint("queued", i))); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s := fullOfSlowBatches(t, 400*time.Millisecond, 1)
 	began := time.Now()
 	// Three batches of 400 ms must leave before its 3 items fit.
 	f, err := s.Submit(context.Background(), items("a", "b", "c"))
@@ -1056,11 +1043,22 @@ func TestAWaitForRoomGoesOnWhileBatchesLeave(t *testing.T) {
 // through a batch that takes longer than RoomHold, as the room comes when
 // it ends.
 func TestAWaitForRoomOutlastsASlowBatch(t *testing.T) {
+	s := fullOfSlowBatches(t, 1300*time.Millisecond, 4)
+	if _, err := s.Submit(context.Background(), items("a", "b", "c")); err != nil {
+		t.Fatalf("3 items waiting for room through a batch of 1.3 s: %v; want them queued as it ends", err)
+	}
+}
+
+// fullOfSlowBatches starts a streamer of one worker whose batches of up to
+// batchSize items take cost each, a queue of 4, and fills it: one item
+// runs, four wait.
+func fullOfSlowBatches(t *testing.T, cost time.Duration, batchSize int) *supervisor.Streamer {
+	t.Helper()
 	slow := model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) {
-		time.Sleep(1300 * time.Millisecond) // the model's cost
+		time.Sleep(cost) // the model's cost
 		return items, nil
 	})
-	s := start(t, supervisor.Config{InProcess: slow, MaxQueue: 4, BatchSize: 4, MaxLatency: time.Hour, PipelineDepth: 1})
+	s := start(t, supervisor.Config{InProcess: slow, MaxQueue: 4, BatchSize: batchSize, MaxLatency: time.Hour, PipelineDepth: 1})
 	if _, err := s.Submit(context.Background(), items("running")); err != nil {
 		t.Fatal(err)
 	}
@@ -1070,7 +1068,5 @@ func TestAWaitForRoomOutlastsASlowBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.Submit(context.Background(), items("a", "b", "c")); err != nil {
-		t.Fatalf("3 items waiting for room through a batch of 1.3 s: %v; want them queued as it ends", err)
-	}
+	return s
 }
