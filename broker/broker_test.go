@@ -2008,42 +2008,17 @@ func TestAFrontEndLogsWhenNoNodeTakesRequests(t *testing.T) {
 	}
 }
 
-// TestALargeRequestFindsTheRoomItWasRefused: a request refused for want of
-// room in the shared backlog has that room kept for it in Redis, for all
-// front ends, so that small requests do not keep it out for ever by
-// filling each gap first; it takes the room when it comes back.
-func TestALargeRequestFindsTheRoomItWasRefused(t *testing.T) {
+// TestALargeRequestWaitsForTheRoomItLacks: a request larger than most that
+// finds no room in the shared backlog has room kept for it in Redis, for
+// every front end, and its front end sends it again until it fits; small
+// requests are refused meanwhile, naming the room, where before they
+// filled each gap first.
+func TestALargeRequestWaitsForTheRoomItLacks(t *testing.T) {
 	rs, fe := frontWithoutNodes(t, func(c *broker.FrontEndConfig) { c.MaxBacklog = 6 })
 	other := startFront(t, rs, func(c *broker.FrontEndConfig) { c.MaxBacklog = 6 })
 	eventually(t, "second front end ready", other.Ready)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	held := make([]context.CancelFunc, 5)
-	for i := range held {
-		var hold context.Context
-		hold, held[i] = context.WithCancel(ctx)
-		go func() { _, _ = fe.Predict(hold, [][]byte{[]byte(fmt.Sprint("small", i))}) }()
-	}
-	onStream(t, rs, 5, "5 items on the stream")
-	if _, err := predict(t, fe, "big0", "big1", "big2"); !errors.Is(err, supervisor.ErrOverloaded) {
-		t.Fatalf("3 items with 5 of 6 places taken: %v; want ErrOverloaded", err)
-	}
-	if kept := rs.Do(t, "GET", "streamer:room"); kept != "3" {
-		t.Fatalf("room kept in redis: %q; want 3", kept)
-	}
-	eventually(t, "the room kept in the front end's stats", func() bool { return other.Stats().RoomKept == 3 && other.FrontEndStats().RoomKept == 3 })
-	_, err := predict(t, other, "small5")
-	if !errors.Is(err, supervisor.ErrOverloaded) || !strings.Contains(err.Error(), "keeps room for 3 for a larger request") {
-		t.Fatalf("1 item on another front end, with 5 of 6 places taken and room kept for 3: %v; want ErrOverloaded naming the room kept", err)
-	}
-	// Two callers give up; their items are withdrawn.
-	for _, give := range held[:2] {
-		give()
-	}
-	onStream(t, rs, 3, "3 items left on the stream")
-	if _, err := predict(t, other, "small6"); !errors.Is(err, supervisor.ErrOverloaded) {
-		t.Fatalf("1 item with 3 of 6 places taken and room kept for 3: %v; want ErrOverloaded", err)
-	}
 	later := func(fe *broker.FrontEnd, items ...string) <-chan answer {
 		a := make(chan answer, 1)
 		go func() {
@@ -2056,19 +2031,37 @@ func TestALargeRequestFindsTheRoomItWasRefused(t *testing.T) {
 		}()
 		return a
 	}
-	big := later(fe, "big0", "big1", "big2")
-	onStream(t, rs, 6, "the large request's items on the stream")
-	if kept := rs.Do(t, "EXISTS", "streamer:room"); kept != "0" {
-		t.Errorf("the large request admitted left its room kept (EXISTS %s)", kept)
+	held := make([]context.CancelFunc, 5)
+	for i := range held {
+		var hold context.Context
+		hold, held[i] = context.WithCancel(ctx)
+		go func() { _, _ = fe.Predict(hold, [][]byte{[]byte(fmt.Sprint("small", i))}) }()
 	}
-	held[2]()
 	onStream(t, rs, 5, "5 items on the stream")
-	small := later(other, "small7")
-	onStream(t, rs, 6, "a small request admitted beside the large one, the room taken")
+	big := later(fe, "big0", "big1", "big2")
+	eventually(t, "room kept in redis for the large request", func() bool { return strings.HasPrefix(rs.Do(t, "GET", "streamer:room"), "3 ") })
+	eventually(t, "the room kept in the other front end's stats", func() bool { return other.Stats().RoomKept == 3 && other.FrontEndStats().RoomKept == 3 })
+	_, err := predict(t, other, "small5")
+	if !errors.Is(err, supervisor.ErrOverloaded) || !strings.Contains(err.Error(), "keeps room for 3 for a request that waits for it") {
+		t.Fatalf("1 item on another front end, with 5 of 6 places taken and room kept for 3: %v; want ErrOverloaded naming the room kept", err)
+	}
+	// Two callers give up; their items are withdrawn, and the large
+	// request, sent again, takes their places.
+	for _, give := range held[:2] {
+		give()
+	}
+	onStream(t, rs, 6, "the large request's items on the stream")
+	eventually(t, "the room given up in redis", func() bool { return rs.Do(t, "EXISTS", "streamer:room") == "0" })
+	select {
+	case a := <-big:
+		t.Fatalf("the large request returned before its answer: %q, %v", a.out, a.err)
+	default:
+	}
+	if st := fe.Stats(); st.Submitted != 8 || st.Rejected != 0 {
+		t.Errorf("front end: submitted %d, rejected %d; want its 8 items admitted once (2 withdrawn since) and none refused", st.Submitted, st.Rejected)
+	}
 	cancel()
-	for _, later := range []<-chan answer{big, small} {
-		if a := answerWithin(t, later, 10*time.Second, "a request given up did not return"); !errors.Is(a.err, supervisor.ErrCanceled) {
-			t.Errorf("a request given up: %v; want ErrCanceled", a.err)
-		}
+	if a := answerWithin(t, big, 10*time.Second, "the large request given up did not return"); !errors.Is(a.err, supervisor.ErrCanceled) {
+		t.Errorf("the large request given up: %v; want ErrCanceled", a.err)
 	}
 }

@@ -194,6 +194,13 @@ type call struct {
 	epoch    string     // the epoch it was admitted in; under FrontEnd.mu
 	sent     time.Time  // when it was submitted
 	gaveUp   bool       // its caller left before the verdict; under FrontEnd.mu
+	// Set by the writer at the call's first admission: tried; roomToken,
+	// for a request larger than most, names it for the room it may have
+	// kept in the backlog, and roomSince is then when it was first tried;
+	// requeued, once it has been sent back to come again for its room.
+	tried, requeued bool
+	roomToken       string
+	roomSince       time.Time
 	// Under FrontEnd.mu: decided, once the writer has given its verdict
 	// or never will; counted, when that verdict admitted its items (they
 	// count as submitted); endedEarly, when the call ended before the
@@ -214,10 +221,13 @@ type call struct {
 // admitScript puts the items of several requests on the stream, in one
 // command: a node blocked on the stream wakes once for them all, where a
 // command per request would wake it for the first alone. A request whose
-// items would take the backlog past its bound is refused whole, and room is
-// kept for it a while (see supervisor.Config.MaxQueue): a smaller request
-// is refused too, meanwhile, unless it leaves that room free, and the first
-// request as large admitted takes it. A request
+// items would take the backlog past its bound is refused whole. One that
+// carries a token (larger than most: see largeRequest) has room kept for
+// it, unless it is kept for another as large or larger, and is told to
+// come back (-2): others are refused meanwhile unless they leave that room
+// free, and it takes the room when it comes back with the same token and
+// fits (see supervisor.Config.MaxQueue, for the same on a local server).
+// A request
 // routed to a node (its caller was just answered by it) goes to that
 // node's own stream while the node is alive and lists it, while no item
 // waits unread on the shared stream (it passes nobody), and while none
@@ -225,8 +235,8 @@ type call struct {
 // requests do not pile up behind a busy node while others could run
 // them). It answers,
 // per request, the stream its items went to and their ids there, or when
-// it refused them -1 (the backlog is full) or the room kept for a larger
-// request. It admits nothing, answering an EPOCH error, when
+// it refused them -1 (the backlog is full), -2 (room is kept for it: come
+// back), or the room kept for another request. It admits nothing, answering an EPOCH error, when
 // the epoch key does not hold the front end's epoch: Redis lost its data
 // since the front end last checked, and it must fail the calls admitted
 // before the loss, and only those, first.
@@ -235,17 +245,16 @@ type call struct {
 //	        streams, KEYS[4] the epoch, KEYS[5] the room kept
 //	ARGV    max backlog, now (unix ms), how long a node may be silent
 //	        (ms), the node streams' prefix, the front end's epoch, how
-//	        long room is kept for a refused request (ms), the fewest
-//	        items a request needs to have room kept for it (twice the
-//	        mean of those the front end admitted of late), then per
-//	        request: "1" when keys follow, the node it is routed to
-//	        (or ""), its number of items n, then n × (header, [key], value)
+//	        long room is kept for a request between its tries (ms), then
+//	        per request: "1" when keys follow, the node it is routed to
+//	        (or ""), its number of items n, its token (or ""), then n ×
+//	        (header, [key], value)
 //
 // The streams need no trim: the bound on the backlog bounds them, and an
 // item leaves its stream once answered. A trim could only ever delete
 // items still waiting or running.
 var admitScript = redis.NewScript(`
-if ARGV[8] == 'probe' then
+if ARGV[7] == 'probe' then
   -- For no request: what an admission runs, on the keys it touches, for
   -- the front end to learn whether its user may (see probeAdmission).
   redis.call('GET', KEYS[4])
@@ -260,8 +269,8 @@ if ARGV[8] == 'probe' then
   redis.call('XADD', ARGV[4] .. '-probe', 'NOMKSTREAM', '*', 'p', '1')
   -- The room's value written again as it is, if it is there at all, and
   -- a key that nobody makes deleted: no change.
-  local room = redis.call('GET', KEYS[5])
-  redis.call('SET', KEYS[5], room or '0', 'XX', 'KEEPTTL')
+  local kept = redis.call('GET', KEYS[5])
+  redis.call('SET', KEYS[5], kept or '0', 'XX', 'KEEPTTL')
   redis.call('DEL', KEYS[5] .. '-probe')
   return {}
 end
@@ -271,7 +280,13 @@ end
 local bound = tonumber(ARGV[1])
 local now, silence, prefix = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local backlog = redis.call('XLEN', KEYS[1])
-local room = tonumber(redis.call('GET', KEYS[5]) or '0')
+-- The room kept, and the request it is kept for ("N TOKEN").
+local room, owner = 0, ''
+local kept = redis.call('GET', KEYS[5])
+if kept then
+  local n, token = string.match(kept, '^(%d+) (.*)$')
+  if n then room, owner = tonumber(n), token end
+end
 -- Kept by a front end of a larger bound than this one's (a mismatch):
 -- this one would refuse every request for it.
 if room > bound then room = 0 end
@@ -304,26 +319,28 @@ local function sharedWaits()
   return waiting
 end
 local verdicts = {}
-local large = tonumber(ARGV[7])
-local j = 8
+local j = 7
 while j <= #ARGV do
-  local keyed, route, n = ARGV[j] == '1', ARGV[j + 1], tonumber(ARGV[j + 2])
-  j = j + 3
+  local keyed, route, n, token = ARGV[j] == '1', ARGV[j + 1], tonumber(ARGV[j + 2]), ARGV[j + 3]
+  j = j + 4
   local width = 2
   if keyed then width = 3 end
-  if backlog + n > bound then
-    verdicts[#verdicts + 1] = -1
-    if n >= room and n >= large then
-      room = n
-      redis.call('SET', KEYS[5], n, 'PX', ARGV[6])
+  local mine = token ~= '' and token == owner
+  if backlog + n > bound or (room > 0 and not mine and backlog + n + room > bound) then
+    if token ~= '' and (room == 0 or mine or n > room) then
+      -- Kept for it, or kept on: it comes back for it (-2).
+      room, owner = n, token
+      redis.call('SET', KEYS[5], n .. ' ' .. token, 'PX', ARGV[6])
+      verdicts[#verdicts + 1] = -2
+    elseif room > 0 then
+      verdicts[#verdicts + 1] = room
+    else
+      verdicts[#verdicts + 1] = -1
     end
     j = j + n * width
-  elseif n < room and backlog + n + room > bound then
-    verdicts[#verdicts + 1] = room
-    j = j + n * width
   else
-    if room > 0 and n >= room then
-      room = 0
+    if mine then
+      room, owner = 0, ''
       redis.call('DEL', KEYS[5])
     end
     local stream = KEYS[1]
@@ -1059,7 +1076,7 @@ func (fe *FrontEnd) writeLoop() {
 				break gather
 			}
 		}
-		fe.back.cameBack(batch, time.Now())
+		fe.back.cameBack(firstTries(batch), time.Now())
 	linger:
 		for len(batch) < 256 {
 			until, ok := fe.back.due(time.Now())
@@ -1070,7 +1087,7 @@ func (fe *FrontEnd) writeLoop() {
 			select {
 			case c := <-fe.submits:
 				batch = append(batch, c)
-				fe.back.cameBack(batch[len(batch)-1:], time.Now())
+				fe.back.cameBack(firstTries(batch[len(batch)-1:]), time.Now())
 			case <-wait.C:
 				break linger
 			case <-fe.closing:
@@ -1080,6 +1097,15 @@ func (fe *FrontEnd) writeLoop() {
 		wait.Stop()
 		fe.admit(batch)
 	}
+}
+
+// firstTries is calls but those that come back for the room kept for them
+// (see resubmit): they came, and were counted, at their first try.
+func firstTries(calls []*call) []*call {
+	if !slices.ContainsFunc(calls, func(c *call) bool { return c.requeued }) {
+		return calls
+	}
+	return slices.DeleteFunc(slices.Clone(calls), func(c *call) bool { return c.requeued })
 }
 
 // stopWriting notes that the writer gives no more verdicts, and decides
@@ -1651,7 +1677,9 @@ func (fe *FrontEnd) tell(chunk []*call, cmd *redis.Cmd, epoch string, began time
 		return
 	}
 	for i, c := range chunk {
-		c.admitted <- fe.takeVerdict(c, verdicts[i], epoch)
+		if err := fe.takeVerdict(c, verdicts[i], epoch); err != errComeBack {
+			c.admitted <- err
+		}
 	}
 }
 
@@ -1707,12 +1735,42 @@ func (fe *FrontEnd) largeRequest() int64 {
 	return max(2, (2*fe.meanSize.Load()+1023)/1024)
 }
 
-// roomKeep is how long the shared backlog keeps room for a request refused
-// for want of it (see admitScript): a little past the Retry-After of 1 s
-// its caller is told, so that it finds the room when it comes back, and
-// not so long that room kept for a caller who gave up holds back the
-// others for long.
-const roomKeep = 2 * time.Second
+// errComeBack is takeVerdict's word that a call has room kept for it in
+// the backlog, and comes back for it (see resubmit): no verdict yet.
+var errComeBack = errors.New("room is kept for the request: it comes back for it")
+
+// roomRetry is how soon a request that has room kept for it in the backlog
+// comes back for it; roomWaitMax, for how long at most: after that it is
+// refused, and its caller told to come back later. Room is kept in the
+// backlog for roomKeep after each try.
+const (
+	roomRetry   = 5 * time.Millisecond
+	roomWaitMax = 5 * time.Second
+)
+
+// resubmit sends c, which has room kept for it, to the writer again; or
+// refuses it, once the writer has stopped. Under fe.mu, so that the
+// writer's stop, which takes what waits on submits, sees it or is seen.
+func (fe *FrontEnd) resubmit(c *call) {
+	fe.mu.Lock()
+	defer fe.mu.Unlock()
+	if fe.writerStopped {
+		fe.decideLocked(c, false)
+		c.admitted <- supervisor.ErrShuttingDown // its one verdict: room for it
+		return
+	}
+	select {
+	case fe.submits <- c:
+	default: // full: a little later
+		time.AfterFunc(roomRetry, func() { fe.resubmit(c) })
+	}
+}
+
+// roomKeep is how long the shared backlog keeps room for a request after
+// each of its tries (see admitScript): long past the retries of one that
+// waits for it, and not so long that room kept for a caller who gave up
+// holds back the others for long.
+const roomKeep = time.Second
 
 // admitKeys are the keys admitScript touches.
 func (fe *FrontEnd) admitKeys() []string {
@@ -1725,12 +1783,24 @@ func (fe *FrontEnd) admitKeys() []string {
 // ErrOverloaded).
 func (fe *FrontEnd) takeVerdict(c *call, v any, epoch string) error {
 	admitted, ok := v.([]any)
+	if v, _ := v.(int64); !ok && v == -2 {
+		if time.Since(c.roomSince) < roomWaitMax {
+			// Room is kept for it: it comes back for it.
+			c.requeued = true
+			time.AfterFunc(roomRetry, func() { fe.resubmit(c) })
+			return errComeBack
+		}
+		fe.mu.Lock()
+		fe.decideLocked(c, false)
+		fe.mu.Unlock()
+		return fmt.Errorf("%w: no room for %d items in the shared backlog within %s, limit %d", supervisor.ErrOverloaded, len(c.items), roomWaitMax, fe.cfg.MaxBacklog)
+	}
 	if !ok {
 		fe.mu.Lock()
 		fe.decideLocked(c, false)
 		fe.mu.Unlock()
 		if kept, _ := v.(int64); kept > 0 {
-			return fmt.Errorf("%w: the shared backlog, limit %d items, keeps room for %d for a larger request refused before", supervisor.ErrOverloaded, fe.cfg.MaxBacklog, kept)
+			return fmt.Errorf("%w: the shared backlog, limit %d items, keeps room for %d for a request that waits for it", supervisor.ErrOverloaded, fe.cfg.MaxBacklog, kept)
 		}
 		// The backlog is past its limit less this request's items: full
 		// for all requests only when it took one item to refuse.
@@ -1910,12 +1980,12 @@ func (fe *FrontEnd) unansweredLocked() map[string][]string {
 }
 
 func (fe *FrontEnd) admitArgs(batch []*call, epoch string) []any {
-	n := 7
+	n := 6
 	for _, c := range batch {
-		n += 3 + 2*len(c.items) + len(c.keys)
+		n += 4 + 2*len(c.items) + len(c.keys)
 	}
 	args := make([]any, 0, n)
-	args = append(args, fe.cfg.MaxBacklog, fe.clock.now().UnixMilli(), nodeSilence.Milliseconds(), fe.k.items+":", epoch, roomKeep.Milliseconds(), fe.largeRequest())
+	args = append(args, fe.cfg.MaxBacklog, fe.clock.now().UnixMilli(), nodeSilence.Milliseconds(), fe.k.items+":", epoch, roomKeep.Milliseconds())
 	ttl := fe.cfg.ReplyTTL.Milliseconds()
 	var header []byte
 	for _, c := range batch {
@@ -1927,7 +1997,13 @@ func (fe *FrontEnd) admitArgs(batch []*call, epoch string) []any {
 		if c.keys != nil {
 			keyed = "1"
 		}
-		args = append(args, keyed, c.route, len(c.items))
+		if !c.tried {
+			c.tried = true
+			if int64(len(c.items)) >= fe.largeRequest() {
+				c.roomToken, c.roomSince = fe.id+" "+strconv.FormatUint(c.seq, 10), time.Now()
+			}
+		}
+		args = append(args, keyed, c.route, len(c.items), c.roomToken)
 		// The header (see fieldHeader), the item's place in its request
 		// aside, is the same for the request's items.
 		header = append(append(header[:0], fe.id...), ' ')
@@ -2431,8 +2507,9 @@ func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time, final bool) 
 	fe.noteCheck(model, nodes.Val(), leaving.Val(), backlog.Val(), epoch.Val())
 	kept := int64(0)
 	if v := room.Val(); len(v) == 1 {
-		if s, ok := v[0].(string); ok {
-			kept, _ = strconv.ParseInt(s, 10, 64)
+		if s, ok := v[0].(string); ok { // "N TOKEN"
+			n, _, _ := strings.Cut(s, " ")
+			kept, _ = strconv.ParseInt(n, 10, 64)
 		}
 	}
 	fe.room.Store(kept)

@@ -109,8 +109,7 @@ type Stats struct {
 	// RoomKept is the room in the queue kept now for a request larger
 	// than most that found none and waits for it (see Config.MaxQueue),
 	// in items: 0 when none. Behind a broker, the room kept in the shared
-	// backlog for a request refused, as the front end's last check found
-	// it.
+	// backlog, as the front end's last check found it.
 	RoomKept int `json:"room_kept"`
 	// Crashes counts workers that died or were killed.
 	Crashes uint64 `json:"crashes"`

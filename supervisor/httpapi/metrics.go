@@ -116,7 +116,7 @@ func newCollector(backend Backend, requests *requestCounts) *collector {
 		compute:       desc("compute_seconds", "Time the item's batch ran on its worker, counted once per item."),
 		endToEnd:      desc("end_to_end_seconds", "Time from admission until the item was answered."),
 		queued:        desc("queue_depth_items", "Items waiting in the queue."),
-		roomKept:      desc("queue_room_kept_items", "Room in the queue kept for a request larger than most that found none (with a broker, in the shared backlog, for one refused): smaller requests are refused meanwhile unless they leave it free (0: none)."),
+		roomKept:      desc("queue_room_kept_items", "Room in the queue kept for a request larger than most that found none and waits for it (with a broker, in the shared backlog): smaller requests are refused meanwhile unless they leave it free (0: none)."),
 		inFlight:      desc("batches_in_flight", "Batches handed to workers and not yet answered."),
 		ready:         desc("ready", "1 when GET /readyz would answer 200: some worker can take work (on a front end behind Redis, some node can), and the server is not draining."),
 		restarts:      desc("worker_restarts_total", "Worker restarts, by slot.", "slot"),
