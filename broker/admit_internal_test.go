@@ -801,3 +801,137 @@ func TestACallAnsweredInPartAsItsAdmissionsReplyIsLostCountsOnce(t *testing.T) {
 		t.Errorf("submitted %d, answered %d, failed %d, rejected %d; want 2, 2, 1 and none", st.Submitted, st.Answered, st.Failed, st.Rejected)
 	}
 }
+
+// A large request refused for want of room has room kept for it in Redis,
+// under its own name: another as large is refused for it, and a larger one
+// takes it over. It comes back asking whether it fits, without its items,
+// and sends them once it does. Room kept for a request that no longer
+// comes for it (its caller left, or it waited its longest) is given back
+// at once, not left to lapse.
+func TestRoomKeptIsAskedForTakenOverAndGivenBack(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fe := unstartedFront(t, rs.URL(), 4)
+	fe.roomLapse = time.Minute // only a release lets it go within a test
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	request := func(seq uint64, n int) *call {
+		c := &call{seq: seq, admitted: make(chan error, 1), items: make([][]byte, n)}
+		for i := range c.items {
+			c.items[i] = []byte(fmt.Sprint(seq, ":", i))
+		}
+		return c
+	}
+	verdict := func(c *call) error {
+		t.Helper()
+		select {
+		case err := <-c.admitted:
+			return err
+		default:
+			t.Fatalf("request %d has no verdict", c.seq)
+			return nil
+		}
+	}
+	// back takes from the writer's queue the call of seq, sent back to
+	// come again for its room.
+	queued := map[uint64]*call{}
+	back := func(seq uint64) *call {
+		t.Helper()
+		for queued[seq] == nil {
+			select {
+			case c := <-fe.submits:
+				queued[c.seq] = c
+			case <-ctx.Done():
+				t.Fatalf("request %d never came back for its room", seq)
+			}
+		}
+		c := queued[seq]
+		delete(queued, seq)
+		return c
+	}
+	room := func() string { return rs.Do(t, "GET", fe.k.room) }
+	refusedFor := func(c *call, kept int) {
+		t.Helper()
+		if err := verdict(c); !errors.Is(err, supervisor.ErrOverloaded) || !strings.Contains(err.Error(), fmt.Sprintf("keeps room for %d ", kept)) {
+			t.Fatalf("request %d of %d items: %v; want ErrOverloaded naming the room kept for %d", c.seq, len(c.items), err, kept)
+		}
+	}
+
+	filler := request(1, 3)
+	fe.admit(waiting(fe, filler))
+	if err := verdict(filler); err != nil {
+		t.Fatal(err)
+	}
+	fe.meanSize.Store(1024) // requests of 2 items are twice the mean
+	big := request(2, 2)
+	fe.admit(waiting(fe, big))
+	if want := "2 " + fe.id + " 2"; room() != want {
+		t.Fatalf("room kept %q; want %q", room(), want)
+	}
+	if c := back(2); !c.asks || len(fe.admitArgs([]*call{c}, "e")) != 6+4 {
+		t.Fatalf("the large request comes back with its items (asks %v, %d arguments)", c.asks, len(fe.admitArgs([]*call{c}, "e")))
+	}
+	small, same := request(3, 1), request(4, 2)
+	fe.admit(waiting(fe, big, small, same))
+	refusedFor(small, 2)
+	refusedFor(same, 2)
+	if want := "2 " + fe.id + " 2"; room() != want {
+		t.Fatalf("room kept %q after another request as large; want it kept for the first: %q", room(), want)
+	}
+
+	// A place is freed: the large request, asking, learns that it fits,
+	// and sends its items, which take the room.
+	if err := fe.rdb.XDel(ctx, fe.k.items, filler.ids[0]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	fe.admit([]*call{back(2)})
+	sent := back(2)
+	if sent.asks {
+		t.Fatal("the large request that fits asks again, rather than send its items")
+	}
+	fe.admit([]*call{sent})
+	if err := verdict(big); err != nil || len(big.ids) != 2 {
+		t.Fatalf("the large request: %v, %d ids; want admitted", err, len(big.ids))
+	}
+	if got := rs.Do(t, "EXISTS", fe.k.room); got != "0" {
+		t.Fatalf("room still kept once its request was admitted: %q", room())
+	}
+
+	// The backlog is full: a larger request takes over the room of a
+	// smaller one, which is then refused for it; the larger one's caller
+	// leaves, and the room goes with it.
+	fe.meanSize.Store(1024) // as it was before the admission moved it
+	two, three := request(5, 2), request(6, 3)
+	fe.admit(waiting(fe, two))
+	fe.admit(waiting(fe, three))
+	if want := "3 " + fe.id + " 6"; room() != want {
+		t.Fatalf("room kept %q; want it taken over by the larger request: %q", room(), want)
+	}
+	fe.admit([]*call{back(5)})
+	refusedFor(two, 3)
+	c := back(6)
+	fe.mu.Lock()
+	c.gaveUp = true
+	fe.mu.Unlock()
+	fe.admit([]*call{c})
+	fe.done.Wait() // the release, the writer's only other work here
+	if got := rs.Do(t, "EXISTS", fe.k.room); got != "0" {
+		t.Fatalf("room still kept after its caller left: %q", room())
+	}
+
+	// One that waited its longest is refused, and its room given back.
+	last := request(7, 2)
+	fe.admit(waiting(fe, last))
+	if want := "2 " + fe.id + " 7"; room() != want {
+		t.Fatalf("room kept %q; want %q", room(), want)
+	}
+	c = back(7)
+	c.roomSince = time.Now().Add(-roomWaitMax)
+	fe.admit([]*call{c})
+	if err := verdict(last); !errors.Is(err, supervisor.ErrOverloaded) || !strings.Contains(err.Error(), "within") {
+		t.Fatalf("a large request past its longest wait: %v; want ErrOverloaded saying it waited", err)
+	}
+	fe.done.Wait()
+	if got := rs.Do(t, "EXISTS", fe.k.room); got != "0" {
+		t.Fatalf("room still kept after its request waited its longest: %q", room())
+	}
+}

@@ -116,7 +116,10 @@ type FrontEnd struct {
 	// meanSize is the mean size of the requests admitted of late, in
 	// 1/1024 items (see largeRequest).
 	meanSize atomic.Int64
-	lastErr  atomic.Pointer[string]
+	// roomLapse is how long the backlog keeps room for a request after
+	// each of its tries: roomKeep, but in tests.
+	roomLapse time.Duration
+	lastErr   atomic.Pointer[string]
 	// readRefused says why Redis refuses the reader's reads of the reply
 	// stream (an error it answered, such as NOPERM: the front end's user
 	// may not read it), or nil while they go through (see refuseReads).
@@ -197,10 +200,13 @@ type call struct {
 	// Set by the writer at the call's first admission: tried; roomToken,
 	// for a request larger than most, names it for the room it may have
 	// kept in the backlog, and roomSince is then when it was first tried;
-	// requeued, once it has been sent back to come again for its room.
-	tried, requeued bool
-	roomToken       string
-	roomSince       time.Time
+	// requeued, once it has been sent back to come again for its room;
+	// asks, while it comes back without its items, to ask whether they
+	// fit (its items weigh on each try otherwise: 4 MB every 5 ms for a
+	// request of 4 096 items of 1 KB).
+	tried, requeued, asks bool
+	roomToken             string
+	roomSince             time.Time
 	// Under FrontEnd.mu: decided, once the writer has given its verdict
 	// or never will; counted, when that verdict admitted its items (they
 	// count as submitted); endedEarly, when the call ended before the
@@ -227,6 +233,8 @@ type call struct {
 // come back (-2): others are refused meanwhile unless they leave that room
 // free, and it takes the room when it comes back with the same token and
 // fits (see supervisor.Config.MaxQueue, for the same on a local server).
+// It comes back without its items, asking whether it fits: when it does,
+// the room is kept on for it and the answer is -3 (send them).
 // A request
 // routed to a node (its caller was just answered by it) goes to that
 // node's own stream while the node is alive and lists it, while no item
@@ -236,7 +244,8 @@ type call struct {
 // them). It answers,
 // per request, the stream its items went to and their ids there, or when
 // it refused them -1 (the backlog is full), -2 (room is kept for it: come
-// back), or the room kept for another request. It admits nothing, answering an EPOCH error, when
+// back), -3 (it fits: send the items), or the room kept for another
+// request. It admits nothing, answering an EPOCH error, when
 // the epoch key does not hold the front end's epoch: Redis lost its data
 // since the front end last checked, and it must fail the calls admitted
 // before the loss, and only those, first.
@@ -246,9 +255,10 @@ type call struct {
 //	ARGV    max backlog, now (unix ms), how long a node may be silent
 //	        (ms), the node streams' prefix, the front end's epoch, how
 //	        long room is kept for a request between its tries (ms), then
-//	        per request: "1" when keys follow, the node it is routed to
-//	        (or ""), its number of items n, its token (or ""), then n ×
-//	        (header, [key], value)
+//	        per request: "1" when keys follow ("ask" when no items do:
+//	        it asks whether it fits), the node it is routed to (or ""),
+//	        its number of items n, its token (or ""), then n × (header,
+//	        [key], value)
 //
 // The streams need no trim: the bound on the backlog bounds them, and an
 // item leaves its stream once answered. A trim could only ever delete
@@ -321,10 +331,11 @@ end
 local verdicts = {}
 local j = 7
 while j <= #ARGV do
-  local keyed, route, n, token = ARGV[j] == '1', ARGV[j + 1], tonumber(ARGV[j + 2]), ARGV[j + 3]
+  local keyed, asks = ARGV[j] == '1', ARGV[j] == 'ask'
+  local route, n, token = ARGV[j + 1], tonumber(ARGV[j + 2]), ARGV[j + 3]
   j = j + 4
   local width = 2
-  if keyed then width = 3 end
+  if keyed then width = 3 elseif asks then width = 0 end
   local mine = token ~= '' and token == owner
   if backlog + n > bound or (room > 0 and not mine and backlog + n + room > bound) then
     if token ~= '' and (room == 0 or mine or n > room) then
@@ -338,6 +349,11 @@ while j <= #ARGV do
       verdicts[#verdicts + 1] = -1
     end
     j = j + n * width
+  elseif asks then
+    -- It fits: its room is kept while it sends its items (-3).
+    room, owner = n, token
+    redis.call('SET', KEYS[5], n .. ' ' .. token, 'PX', ARGV[6])
+    verdicts[#verdicts + 1] = -3
   else
     if mine then
       room, owner = 0, ''
@@ -514,6 +530,7 @@ func NewFrontEnd(cfg FrontEndConfig) (*FrontEnd, error) {
 		toWithdraw:  map[string][]string{},
 		withdrawQ:   map[string][]string{},
 		withdrawNow: make(chan struct{}, 1),
+		roomLapse:   roomKeep,
 	}, nil
 }
 
@@ -1425,6 +1442,7 @@ func (fe *FrontEnd) waiting(batch []*call) []*call {
 	return slices.DeleteFunc(batch, func(c *call) bool {
 		switch {
 		case c.gaveUp:
+			fe.releaseRoom(c)
 			fe.decideLocked(c, false)
 			return true
 		case fe.calls[c.seq] != c:
@@ -1443,7 +1461,7 @@ func nextTrip(batch []*call) (chunks [][]*call, rest []*call) {
 	for start < len(batch) {
 		end, items, bytes := start, 0, 0
 		for end < len(batch) {
-			n, size := len(batch[end].items), callBytes(batch[end])
+			n, size := sentItems(batch[end]), callBytes(batch[end])
 			if end > start && (items+n > admitChunk || bytes+size > admitChunkBytes) {
 				break
 			}
@@ -1459,8 +1477,20 @@ func nextTrip(batch []*call) (chunks [][]*call, rest []*call) {
 	return chunks, batch[start:]
 }
 
+// sentItems is how many items an admission of c sends: none when it asks
+// whether they fit.
+func sentItems(c *call) int {
+	if c.asks {
+		return 0
+	}
+	return len(c.items)
+}
+
 // callBytes is about what the items of c weigh in an admission.
 func callBytes(c *call) int {
+	if c.asks {
+		return 0
+	}
 	n := 0
 	for _, item := range c.items {
 		n += len(item) + 32 // and the header
@@ -1772,24 +1802,58 @@ func (fe *FrontEnd) resubmit(c *call) {
 // holds back the others for long.
 const roomKeep = time.Second
 
+// releaseScript deletes the room kept in the backlog (KEYS[1]) if it is
+// kept for the request of token ARGV[1].
+var releaseScript = redis.NewScript(`
+local kept = redis.call('GET', KEYS[1])
+if kept and string.match(kept, '^%d+ (.*)$') == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+`)
+
+// releaseRoom gives back the room the backlog may keep for c, which no
+// longer comes for it (its caller left, or it waited its longest): the
+// others need not wait for it to lapse. Called by the writer.
+func (fe *FrontEnd) releaseRoom(c *call) {
+	if !c.requeued {
+		return // it kept no room
+	}
+	fe.done.Add(1)
+	go func() {
+		defer fe.done.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), admitTimeout)
+		defer cancel()
+		_ = releaseScript.Run(ctx, fe.rdb, []string{fe.k.room}, c.roomToken).Err() // else it lapses
+	}()
+}
+
 // admitKeys are the keys admitScript touches.
 func (fe *FrontEnd) admitKeys() []string {
 	return []string{fe.k.items, fe.k.nodes, fe.k.streams, fe.k.epoch, fe.k.room}
 }
 
 // takeVerdict takes in the admission script's verdict v on c, run in epoch:
-// its stream and its items' ids when admitted, or when refused -1 (the
-// backlog is full) or the room kept for a larger request (then it returns
-// ErrOverloaded).
+// its stream and its items' ids when admitted; -2 (room is kept for it)
+// or -3 (it fits: send the items), when it comes back (errComeBack); or
+// when refused -1 (the backlog is full) or the room kept for a larger
+// request (then it returns ErrOverloaded).
 func (fe *FrontEnd) takeVerdict(c *call, v any, epoch string) error {
 	admitted, ok := v.([]any)
+	if v, _ := v.(int64); !ok && v == -3 {
+		// It fits, and its room is kept: it sends its items now.
+		c.asks = false
+		fe.resubmit(c)
+		return errComeBack
+	}
 	if v, _ := v.(int64); !ok && v == -2 {
 		if time.Since(c.roomSince) < roomWaitMax {
-			// Room is kept for it: it comes back for it.
-			c.requeued = true
+			// Room is kept for it: it comes back for it, asking first.
+			c.requeued, c.asks = true, true
 			time.AfterFunc(roomRetry, func() { fe.resubmit(c) })
 			return errComeBack
 		}
+		fe.releaseRoom(c)
 		fe.mu.Lock()
 		fe.decideLocked(c, false)
 		fe.mu.Unlock()
@@ -1982,10 +2046,13 @@ func (fe *FrontEnd) unansweredLocked() map[string][]string {
 func (fe *FrontEnd) admitArgs(batch []*call, epoch string) []any {
 	n := 6
 	for _, c := range batch {
-		n += 4 + 2*len(c.items) + len(c.keys)
+		n += 4
+		if !c.asks {
+			n += 2*len(c.items) + len(c.keys)
+		}
 	}
 	args := make([]any, 0, n)
-	args = append(args, fe.cfg.MaxBacklog, fe.clock.now().UnixMilli(), nodeSilence.Milliseconds(), fe.k.items+":", epoch, roomKeep.Milliseconds())
+	args = append(args, fe.cfg.MaxBacklog, fe.clock.now().UnixMilli(), nodeSilence.Milliseconds(), fe.k.items+":", epoch, fe.roomLapse.Milliseconds())
 	ttl := fe.cfg.ReplyTTL.Milliseconds()
 	var header []byte
 	for _, c := range batch {
@@ -2002,6 +2069,10 @@ func (fe *FrontEnd) admitArgs(batch []*call, epoch string) []any {
 			if int64(len(c.items)) >= fe.largeRequest() {
 				c.roomToken, c.roomSince = fe.id+" "+strconv.FormatUint(c.seq, 10), time.Now()
 			}
+		}
+		if c.asks {
+			args = append(args, "ask", c.route, len(c.items), c.roomToken)
+			continue
 		}
 		args = append(args, keyed, c.route, len(c.items), c.roomToken)
 		// The header (see fieldHeader), the item's place in its request
