@@ -1,6 +1,9 @@
 package broker
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // PoisonHash names an item in the shared quarantine, for tests that put
 // one there by hand.
@@ -13,3 +16,17 @@ func SkewClock(c *Config, skew time.Duration) { c.skew = skew }
 // SlowBeats makes a node beat every every rather than every second: its
 // beats then come from its start and its events alone.
 func SlowBeats(c *NodeConfig, every time.Duration) { c.beatEvery = every }
+
+// ClaimNow runs a node's claim at once, as its upkeep would at a tick.
+func ClaimNow(n *Node) error {
+	n.takeMu.Lock()
+	defer n.takeMu.Unlock()
+	return n.claim(context.Background())
+}
+
+// HoldOffClaims holds off a node's claims, as a round trip Redis froze
+// under does.
+func HoldOffClaims(n *Node) { n.holdOffClaims() }
+
+// MarkLost has a node look for the items of a read that got no answer.
+func MarkLost(n *Node) { n.lost.Store(true) }

@@ -585,15 +585,7 @@ const (
 // they asked for, or fetchCapLast after it was set. (A Redis that froze
 // has the bound fall too, and it is gone a few dozen reads after.)
 func (n *Node) fetched(asked, got int, err error, streams ...string) {
-	if err == nil || errors.As(err, new(redis.Error)) { // redis.Nil included
-		if c := n.fetchCap.Load(); c > 0 && int64(got) >= c && n.fetchFull.Add(1) >= fetchCapGrow {
-			n.fetchFull.Store(0)
-			next := 2 * c
-			if next > fetchCapMax {
-				next = 0
-			}
-			n.fetchCap.CompareAndSwap(c, next)
-		}
+	if !n.sized(asked, got, err) {
 		return
 	}
 	n.mu.Lock()
@@ -604,12 +596,29 @@ func (n *Node) fetched(asked, got int, err error, streams ...string) {
 	}
 	n.mu.Unlock()
 	n.lost.Store(true)
+}
+
+// sized moves the bound on reads and claims as fetched says, and says
+// whether the fetch got no answer.
+func (n *Node) sized(asked, got int, err error) (failed bool) {
+	if err == nil || errors.As(err, new(redis.Error)) { // redis.Nil included
+		if c := n.fetchCap.Load(); c > 0 && int64(got) >= c && n.fetchFull.Add(1) >= fetchCapGrow {
+			n.fetchFull.Store(0)
+			next := 2 * c
+			if next > fetchCapMax {
+				next = 0
+			}
+			n.fetchCap.CompareAndSwap(c, next)
+		}
+		return false
+	}
 	if timedOut(err) {
 		n.fetchFull.Store(0)
 		n.fetchCapSet.Store(time.Now().UnixNano())
 		n.fetchCap.Store(int64(max(asked/2, 1)))
 		n.cfg.Logger.Debug("a read of items ran out of time: the next ask for fewer", "items", max(asked/2, 1), "node", n.cfg.Name)
 	}
+	return true
 }
 
 // fetchBound is the most items a read or claim may ask for now (see
@@ -678,9 +687,15 @@ func (n *Node) recoverLost(ctx context.Context, want int) (more bool, err error)
 		var ids []string
 		var idle time.Duration // the least of theirs
 		left := false
+		// Items delivered more than once came from claims. While claims
+		// are held off, those may be what a claim sent as Redis froze
+		// took from a live node as the freeze ended (see frozeUnder):
+		// they are left to their node's keep, or to a claim once idle
+		// past ClaimIdle. Items read are delivered once.
+		heldOff := n.claimsHeldOff()
 		n.mu.Lock()
 		for _, p := range pending {
-			if _, held := n.held[entry{stream, p.ID}]; !held {
+			if _, held := n.held[entry{stream, p.ID}]; !held && (!heldOff || p.RetryCount <= 1) {
 				if len(ids) == want {
 					left = true
 					break
@@ -1478,10 +1493,7 @@ func (n *Node) upkeepLoop() {
 	// their items nor beaten either, while their items' idle time and
 	// their silence grew on Redis's clock. Taking their items or their
 	// streams waits until they have had the time to.
-	troubled := func() {
-		n.quietUntil.Store(time.Now().Add(nodeSilence).UnixNano())
-		n.claimDue.Store(0)
-	}
+	troubled := n.holdOffClaims
 	if n.startUnbeaten {
 		troubled()
 	}
@@ -1553,7 +1565,7 @@ func (n *Node) upkeepLoop() {
 		if !n.fit(ctx) {
 			continue // claimed items are judged as read ones
 		}
-		if time.Now().UnixNano() < n.quietUntil.Load() || n.readRefused.Load() != nil {
+		if n.claimsHeldOff() || n.readRefused.Load() != nil {
 			continue
 		}
 		n.takeMu.Lock() // see recoverLost
@@ -1737,21 +1749,54 @@ func (n *Node) keep(ctx context.Context) error {
 // another's stream, see steal, holds them there; a live node keeps its
 // own from claims, see keep), then adopts the streams of nodes that are
 // gone.
+//
+// Nothing is claimed while claims are held off, and a claim stops where
+// one of its round trips took long enough that Redis may have frozen
+// under it (see frozeUnder).
 func (n *Node) claim(ctx context.Context) error {
-	if !n.s.Ready() {
+	if !n.s.Ready() || n.claimsHeldOff() {
 		return nil
 	}
+	began := time.Now()
 	streams, err := n.rdb.SMembers(ctx, n.k.streams).Result()
-	if err != nil {
+	if froze := n.frozeUnder(began); err != nil || froze {
 		return err
 	}
 	for _, key := range append([]string{n.k.items}, streams...) {
-		if err := n.claimFrom(ctx, key); err != nil {
+		if err := n.claimFrom(ctx, key); err != nil || n.claimsHeldOff() {
 			return err
 		}
 	}
 	return n.adopt(ctx, streams)
 }
+
+// frozeUnder says whether a round trip of a claim, begun at began, took
+// long enough that Redis may have frozen under it, or the node stalled,
+// and if so holds claims off as the upkeep does when its own round trips
+// are slow (see upkeepLoop). Redis's clock goes on through a freeze while
+// no node can keep its items: once it serves again, every item held by a
+// live node looks idle for as long as the freeze lasted, and a claim that
+// went out as the freeze began would run at its end and take them (a test
+// saw an item run twice so). A live node's items are made new every
+// quarter of ClaimIdle or so (see keep): a trip that took longer than
+// that, or than slowTrip, is not trusted.
+func (n *Node) frozeUnder(began time.Time) bool {
+	if time.Since(began) <= min(slowTrip, n.cfg.ClaimIdle/4) {
+		return false
+	}
+	n.holdOffClaims()
+	return true
+}
+
+// holdOffClaims holds off claims and adoptions for nodeSilence: see
+// upkeepLoop.
+func (n *Node) holdOffClaims() {
+	n.quietUntil.Store(time.Now().Add(nodeSilence).UnixNano())
+	n.claimDue.Store(0)
+}
+
+// claimsHeldOff says whether claims and adoptions are held off now.
+func (n *Node) claimsHeldOff() bool { return time.Now().UnixNano() < n.quietUntil.Load() }
 
 // claimFrom takes over, as room allows, the items of stream that other
 // nodes have held without a sign of life for ClaimIdle. XAUTOCLAIM looks
@@ -1778,10 +1823,21 @@ func (n *Node) claimFrom(ctx context.Context, stream string) error {
 		if want <= 0 {
 			return n.leaveClaim(ctx, stream)
 		}
+		began := time.Now()
 		msgs, next, err := n.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
 			Stream: stream, Group: nodeGroup, Consumer: n.cfg.Name,
 			MinIdle: n.cfg.ClaimIdle, Start: start, Count: int64(want),
 		}).Result()
+		if n.frozeUnder(began) {
+			// What Redis claimed, as the freeze ended or before this
+			// node gave up on its answer, stays pending to the node,
+			// untaken and new: a live node takes its items back as it
+			// keeps them (see keep), and a claim takes the others once
+			// they are idle past ClaimIdle again. Nor does the read
+			// loop look for them as a failed read's (see recoverLost).
+			n.sized(want, len(msgs), err)
+			return nil
+		}
 		n.fetched(want, len(msgs), err, stream)
 		switch {
 		case err != nil && redis.HasErrorPrefix(err, "NOGROUP"):
@@ -1828,8 +1884,11 @@ func (n *Node) claimFrom(ctx context.Context, stream string) error {
 // items by claiming them. The look costs Redis a line per consumer, not
 // one per item pending.
 func (n *Node) leaveClaim(ctx context.Context, stream string) error {
+	began := time.Now()
 	consumers, err := n.rdb.XInfoConsumers(ctx, stream, nodeGroup).Result()
 	switch {
+	case n.frozeUnder(began):
+		return nil // their idle times grew through the freeze
 	case err != nil && redis.HasErrorPrefix(err, "NOGROUP"):
 		return nil // the read loop rejoins, or an adopted stream went
 	case err != nil:
@@ -2103,9 +2162,10 @@ func (n *Node) adopt(ctx context.Context, streams []string) error {
 			names = append(names, strings.TrimPrefix(key, n.k.items+":"))
 		}
 	}
+	began := time.Now()
 	beats, err := n.rdb.ZMScore(ctx, n.k.nodes, names...).Result()
-	if err != nil {
-		return err
+	if froze := n.frozeUnder(began); err != nil || froze {
+		return err // after a freeze every node looks silent
 	}
 	now := n.clock.now()
 	for i, key := range others {
