@@ -320,6 +320,37 @@ func predict(t *testing.T, fe *broker.FrontEnd, items ...string) ([][]byte, erro
 	return fe.Predict(ctx, raw)
 }
 
+// TestNoItemIsCountedAnsweredBeforeSubmitted: a node may answer a request
+// before the front end's writer reads Redis's verdict on it; the items
+// count as submitted then, not after their answers (a run saw 6 answered
+// of 3 submitted once a request had returned).
+func TestNoItemIsCountedAnsweredBeforeSubmitted(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	startNode(t, rs, newRecorder(), 8, nil)
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	const callers, each = 4, 100
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for range each {
+				if _, err := predict(t, fe, "a", "b"); err != nil {
+					t.Errorf("predict: %v", err)
+					return
+				}
+				if st := fe.Stats(); st.Answered > st.Submitted {
+					t.Errorf("%d items answered of %d submitted", st.Answered, st.Submitted)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if st := fe.Stats(); st.Submitted != 2*callers*each || st.Answered != st.Submitted {
+		t.Errorf("%d submitted and %d answered; want %d of each", st.Submitted, st.Answered, 2*callers*each)
+	}
+}
+
 func TestAnswersComeBackInOrderWithTheirErrors(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	startNode(t, rs, newRecorder(), 8, nil)

@@ -2249,6 +2249,11 @@ func (fe *FrontEnd) deliver(msgs []redis.XMessage) {
 				return
 			}
 			c.got[idx] = true
+			// A node may answer before the writer reads the verdict: an
+			// answer says the call was admitted, and its items count as
+			// submitted before any counts as answered (Stats reads
+			// Answered first).
+			fe.decideLocked(c, true)
 			fe.stats.answered.Add(1) // the whole before its parts (see Stats)
 			if a.failed {
 				if c.errs == nil {
