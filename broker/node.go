@@ -1781,10 +1781,14 @@ func (n *Node) claim(ctx context.Context) error {
 // quarter of ClaimIdle or so (see keep): a trip that took longer than
 // that, or than slowTrip, is not trusted.
 func (n *Node) frozeUnder(began time.Time) bool {
-	if time.Since(began) <= min(slowTrip, n.cfg.ClaimIdle/4) {
+	took, trust := time.Since(began), min(slowTrip, n.cfg.ClaimIdle/4)
+	if took <= trust {
 		return false
 	}
 	n.holdOffClaims()
+	// Once a quiet time at most: no claim runs while they are held off.
+	n.cfg.Logger.Info("a claim's round trip to redis was slow (redis froze, or this node stalled): it takes nothing, and claims wait while live nodes keep their items",
+		"took", took.Round(time.Millisecond), "trusted", trust, "wait", nodeSilence, "node", n.cfg.Name)
 	return true
 }
 
