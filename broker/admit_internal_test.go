@@ -802,6 +802,30 @@ func TestACallAnsweredInPartAsItsAdmissionsReplyIsLostCountsOnce(t *testing.T) {
 	}
 }
 
+// A call whose admission's reply is lost, answered in part before its
+// caller is told, was admitted all the same: its items count as
+// submitted from that answer on, never as rejected, and no read of the
+// stats has more answered than submitted.
+func TestACallAnsweredAfterItsAdmissionsReplyIsLostCountsOnce(t *testing.T) {
+	fe := unstartedFront(t, "redis://127.0.0.1:1/0", 100)
+	c := registeredCall(fe, 2)
+	cmd := redis.NewCmd(context.Background())
+	cmd.SetErr(io.EOF)
+	fe.tell([]*call{c}, cmd, "", time.Now())
+	fe.deliver([]redis.XMessage{{ID: "1-1", Values: map[string]any{
+		fieldSeq: strconv.FormatUint(c.seq, 10), fieldIndex: "0", fieldOutput: "y", fieldNode: "a", fieldWorkers: "1", fieldBusy: "0",
+	}}})
+	if st := fe.Stats(); st.Submitted != 2 || st.Answered != 1 {
+		t.Errorf("after the answer: submitted %d, answered %d; want 2 and 1", st.Submitted, st.Answered)
+	}
+	if err := fe.verdict(context.Background(), c, nil); !errors.Is(err, supervisor.ErrUnavailable) {
+		t.Fatalf("the verdict: %v; want ErrUnavailable", err)
+	}
+	if st := fe.Stats(); st.Submitted != 2 || st.Answered != 2 || st.Failed != 1 || st.Rejected != 0 {
+		t.Errorf("submitted %d, answered %d, failed %d, rejected %d; want 2, 2, 1 and none", st.Submitted, st.Answered, st.Failed, st.Rejected)
+	}
+}
+
 // A large request refused for want of room has room kept for it in Redis,
 // under its own name: another as large is refused for it, and a larger one
 // takes it over. It comes back asking whether it fits, without its items,

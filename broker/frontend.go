@@ -1019,6 +1019,24 @@ func (fe *FrontEnd) decideLocked(c *call, admitted bool) {
 	}
 }
 
+// answeredLocked notes that an answer came for c: Redis admitted it,
+// whatever verdict the writer has read. A node may answer before the
+// writer reads the verdict, and a verdict lost with its connection is
+// taken for a refusal (see tell) while Redis may have run the admission.
+// Its items count as submitted before any of them counts as answered
+// (Stats reads Answered first). It requires that fe.mu is held.
+func (fe *FrontEnd) answeredLocked(c *call) {
+	switch {
+	case !c.decided:
+		fe.decideLocked(c, true)
+	case !c.counted:
+		// Waiting still, so not counted as rejected yet (see
+		// settleLocked): from now on it counts as admitted.
+		c.counted = true
+		fe.stats.submitted.Add(uint64(len(c.items)))
+	}
+}
+
 // forgetLocked drops c from the calls waiting; answers for it that come
 // later are dropped. It requires that fe.mu is held.
 func (fe *FrontEnd) forgetLocked(c *call) {
@@ -2249,11 +2267,7 @@ func (fe *FrontEnd) deliver(msgs []redis.XMessage) {
 				return
 			}
 			c.got[idx] = true
-			// A node may answer before the writer reads the verdict: an
-			// answer says the call was admitted, and its items count as
-			// submitted before any counts as answered (Stats reads
-			// Answered first).
-			fe.decideLocked(c, true)
+			fe.answeredLocked(c)
 			fe.stats.answered.Add(1) // the whole before its parts (see Stats)
 			if a.failed {
 				if c.errs == nil {

@@ -689,7 +689,7 @@ func (n *Node) recoverLost(ctx context.Context, want int) (more bool, err error)
 		left := false
 		// Items delivered more than once came from claims. While claims
 		// are held off, those may be what a claim sent as Redis froze
-		// took from a live node as the freeze ended (see frozeUnder):
+		// took from a live node as the freeze ended (see frozeFor):
 		// they are left to their node's keep, or to a claim once idle
 		// past ClaimIdle. Items read are delivered once.
 		heldOff := n.claimsHeldOff()
@@ -1752,14 +1752,14 @@ func (n *Node) keep(ctx context.Context) error {
 //
 // Nothing is claimed while claims are held off, and a claim stops where
 // one of its round trips took long enough that Redis may have frozen
-// under it (see frozeUnder).
+// under it (see frozeFor).
 func (n *Node) claim(ctx context.Context) error {
 	if !n.s.Ready() || n.claimsHeldOff() {
 		return nil
 	}
 	began := time.Now()
 	streams, err := n.rdb.SMembers(ctx, n.k.streams).Result()
-	if froze := n.frozeUnder(began); err != nil || froze {
+	if froze := n.frozeFor(time.Since(began)); err != nil || froze {
 		return err
 	}
 	for _, key := range append([]string{n.k.items}, streams...) {
@@ -1770,26 +1770,58 @@ func (n *Node) claim(ctx context.Context) error {
 	return n.adopt(ctx, streams)
 }
 
-// frozeUnder says whether a round trip of a claim, begun at began, took
-// long enough that Redis may have frozen under it, or the node stalled,
-// and if so holds claims off as the upkeep does when its own round trips
-// are slow (see upkeepLoop). Redis's clock goes on through a freeze while
-// no node can keep its items: once it serves again, every item held by a
-// live node looks idle for as long as the freeze lasted, and a claim that
-// went out as the freeze began would run at its end and take them (a test
-// saw an item run twice so). A live node's items are made new every
-// quarter of ClaimIdle or so (see keep): a trip that took longer than
-// that, or than slowTrip, is not trusted.
-func (n *Node) frozeUnder(began time.Time) bool {
-	took, trust := time.Since(began), min(slowTrip, n.cfg.ClaimIdle/4)
-	if took <= trust {
+// frozeFor says whether a command of a claim, which Redis ran late after
+// the node sent it (or whose round trip took late), may have had Redis
+// freeze under it, or the node stall, and if so holds claims off as the
+// upkeep does when its own round trips are slow (see upkeepLoop). Redis's
+// clock goes on through a freeze while no node can keep its items: once
+// it serves again, every item held by a live node looks idle for as long
+// as the freeze lasted, and a claim that went out as the freeze began
+// would run at its end and take them (a test saw an item run twice so).
+// The upkeep sends a command at each of its ticks, a quarter of ClaimIdle
+// apart at most, and a live node's items are made new about as often (see
+// keep): a claim run later than that, or than slowTrip, after it was sent
+// is not trusted.
+func (n *Node) frozeFor(late time.Duration) bool {
+	trust := min(slowTrip, n.cfg.ClaimIdle/4)
+	if late <= trust {
 		return false
 	}
 	n.holdOffClaims()
 	// Once a quiet time at most: no claim runs while they are held off.
-	n.cfg.Logger.Info("a claim's round trip to redis was slow (redis froze, or this node stalled): it takes nothing, and claims wait while live nodes keep their items",
-		"took", took.Round(time.Millisecond), "trusted", trust, "wait", nodeSilence, "node", n.cfg.Name)
+	n.cfg.Logger.Info("redis ran a claim late (it froze, or this node stalled): the claim takes nothing, and claims wait while live nodes keep their items",
+		"late", late.Round(time.Millisecond), "trusted", trust, "wait", nodeSilence, "node", n.cfg.Name)
 	return true
+}
+
+// autoClaim runs XAUTOCLAIM on stream, for up to count items from start,
+// and says how late Redis ran it after the node sent it: on Redis's clock,
+// by a TIME sent just before it in the same write (Redis runs the two back
+// to back; a freeze under way as they come holds both), so that a reply of
+// large items, long to come, does not count. Where Redis's clock is not
+// known, or TIME got no answer, it is the round trip.
+func (n *Node) autoClaim(ctx context.Context, stream, start string, count int) (msgs []redis.XMessage, next string, late time.Duration, err error) {
+	began := time.Now()
+	pipe := n.rdb.Pipeline()
+	var timeCmd *redis.TimeCmd
+	if n.clock.measured.Load() {
+		timeCmd, _ = n.clock.timeCmd(ctx, pipe)
+	}
+	claimCmd := pipe.XAutoClaim(ctx, &redis.XAutoClaimArgs{
+		Stream: stream, Group: nodeGroup, Consumer: n.cfg.Name,
+		MinIdle: n.cfg.ClaimIdle, Start: start, Count: int64(count),
+	})
+	sent := n.clock.now()
+	cmds, err := pipe.Exec(ctx)
+	_ = n.clock.pipelineError(cmds, timeCmd, err) // notes a TIME refused
+	msgs, next, err = claimCmd.Result()
+	late = time.Since(began)
+	if timeCmd != nil {
+		if ran, terr := timeCmd.Result(); terr == nil {
+			late = ran.Sub(sent)
+		}
+	}
+	return msgs, next, late, err
 }
 
 // holdOffClaims holds off claims and adoptions for nodeSilence: see
@@ -1827,15 +1859,11 @@ func (n *Node) claimFrom(ctx context.Context, stream string) error {
 		if want <= 0 {
 			return n.leaveClaim(ctx, stream)
 		}
-		began := time.Now()
-		msgs, next, err := n.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
-			Stream: stream, Group: nodeGroup, Consumer: n.cfg.Name,
-			MinIdle: n.cfg.ClaimIdle, Start: start, Count: int64(want),
-		}).Result()
-		if n.frozeUnder(began) {
-			// What Redis claimed, as the freeze ended or before this
-			// node gave up on its answer, stays pending to the node,
-			// untaken and new: a live node takes its items back as it
+		msgs, next, late, err := n.autoClaim(ctx, stream, start, want)
+		if n.frozeFor(late) {
+			// What Redis claimed as the freeze ended stays pending to
+			// the node, untaken and new, even where the node gave up
+			// on the answer: a live node takes its items back as it
 			// keeps them (see keep), and a claim takes the others once
 			// they are idle past ClaimIdle again. Nor does the read
 			// loop look for them as a failed read's (see recoverLost).
@@ -1891,7 +1919,7 @@ func (n *Node) leaveClaim(ctx context.Context, stream string) error {
 	began := time.Now()
 	consumers, err := n.rdb.XInfoConsumers(ctx, stream, nodeGroup).Result()
 	switch {
-	case n.frozeUnder(began):
+	case n.frozeFor(time.Since(began)):
 		return nil // their idle times grew through the freeze
 	case err != nil && redis.HasErrorPrefix(err, "NOGROUP"):
 		return nil // the read loop rejoins, or an adopted stream went
@@ -2168,7 +2196,7 @@ func (n *Node) adopt(ctx context.Context, streams []string) error {
 	}
 	began := time.Now()
 	beats, err := n.rdb.ZMScore(ctx, n.k.nodes, names...).Result()
-	if froze := n.frozeUnder(began); err != nil || froze {
+	if froze := n.frozeFor(time.Since(began)); err != nil || froze {
 		return err // after a freeze every node looks silent
 	}
 	now := n.clock.now()

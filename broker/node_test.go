@@ -475,6 +475,35 @@ func TestANodeOfALongClaimIdleKeepsItsItemsFromANodeOfTheDefault(t *testing.T) {
 	}
 }
 
+// TestALargeItemIsClaimedThoughItsAnswerIsLongToCome: a claim is judged
+// late by when Redis ran it, not by how long its answer took: a silent
+// node's item of 1.8 MB over a link of 2 MB/s takes 0.9 s to come, and a
+// claim judged by its round trip took nothing, each time, for ever (the
+// item was made new at each try, and claimed again ClaimIdle later).
+func TestALargeItemIsClaimedThoughItsAnswerIsLongToCome(t *testing.T) {
+	rs, fe := frontWithoutNodes(t, nil)
+	const size = 18 << 20 / 10
+	later := make(chan answer, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+		defer cancel()
+		out, err := fe.Predict(ctx, [][]byte{bytes.Repeat([]byte{'a'}, size)})
+		later <- answer{out, err}
+	}()
+	onStream(t, rs, 1, "the item on the stream")
+	rs.Do(t, "XREADGROUP", "GROUP", "nodes", "dead", "COUNT", "1", "STREAMS", "streamer:items", ">")
+	proxy := redistest.StartProxy(t, rs)
+	proxy.Throttle(2 << 20)
+	rec := newRecorder()
+	n := startNode(t, rs, rec, 1, func(c *broker.NodeConfig) { c.URL = proxy.URL(); c.ClaimIdle = 2 * time.Second })
+	if a := answerWithin(t, later, 30*time.Second, "the silent node's large item was never answered"); a.err != nil || len(a.out) != 1 || len(a.out[0]) != size {
+		t.Fatalf("the large item: %d outputs, %v; want it back", len(a.out), a.err)
+	}
+	if c := n.Stats().Claimed; c != 1 {
+		t.Errorf("the node claimed %d items; want the silent node's one", c)
+	}
+}
+
 // TestItemsTooLargeToReadInTimeAreTakenFewAtATime: a node's read of items
 // too large to come within a read's bound over its link (four of 1.8 MiB,
 // 7.2 MiB at 2 MiB/s, against 2 s) runs out of time after Redis handed them
