@@ -30,3 +30,10 @@ func HoldOffClaims(n *Node) { n.holdOffClaims() }
 
 // MarkLost has a node look for the items of a read that got no answer.
 func MarkLost(n *Node) { n.lost.Store(true) }
+
+// AutoClaimLate runs a claim's XAUTOCLAIM on the shared stream, and says
+// how late Redis ran it after the node sent it.
+func AutoClaimLate(n *Node) (time.Duration, error) {
+	_, _, late, err := n.autoClaim(context.Background(), n.k.items, "0-0", 1)
+	return late, err
+}

@@ -475,6 +475,21 @@ func TestANodeOfALongClaimIdleKeepsItsItemsFromANodeOfTheDefault(t *testing.T) {
 	}
 }
 
+// TestAClaimIsLateByTheFreezeItWaitedIn: a claim sent as Redis freezes is
+// run as the freeze ends, and found late by about as long, on Redis's
+// clock; one sent to a Redis that serves is not.
+func TestAClaimIsLateByTheFreezeItWaitedIn(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	n := startNode(t, rs, newRecorder(), 4, nil)
+	if late, err := broker.AutoClaimLate(n); err != nil || late > 400*time.Millisecond {
+		t.Errorf("a claim to a Redis that serves: late by %v, %v; want far less than a freeze", late, err)
+	}
+	rs.Do(t, "CLIENT", "PAUSE", "1000", "ALL")
+	if late, err := broker.AutoClaimLate(n); err != nil || late < 900*time.Millisecond {
+		t.Errorf("a claim sent as Redis froze for 1s: late by %v, %v; want about 1s", late, err)
+	}
+}
+
 // TestALargeItemIsClaimedThoughItsAnswerIsLongToCome: a claim is judged
 // late by when Redis ran it, not by how long its answer took: a silent
 // node's item of 1.8 MB over a link of 2 MB/s takes 0.9 s to come, and a
