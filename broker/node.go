@@ -1751,8 +1751,8 @@ func (n *Node) keep(ctx context.Context) error {
 // gone.
 //
 // Nothing is claimed while claims are held off, and a claim stops where
-// one of its round trips took long enough that Redis may have frozen
-// under it (see frozeFor).
+// Redis ran one of its commands late enough that it may have frozen under
+// it (see frozeFor).
 func (n *Node) claim(ctx context.Context) error {
 	if !n.s.Ready() || n.claimsHeldOff() {
 		return nil
