@@ -132,18 +132,7 @@ func TestNodesTakeNothingOfEachOtherAsRedisComesBackFromAFreeze(t *testing.T) {
 // before Redis freezes for longer than --claim-idle, and the node claims
 // as the freeze begins.
 func TestAClaimRedisFrozeUnderTakesNothing(t *testing.T) {
-	rs := redistest.Start(t, redistest.Options{})
-	fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.Outage = time.Minute })
-	rec := newRecorder()
-	rec.hold["busy"] = true
-	n := startNodeOn(t, rs, supervisor.Config{InProcess: rec, Workers: 1, BatchSize: 1, PipelineDepth: 1, MaxLatency: time.Millisecond},
-		func(c *broker.NodeConfig) { c.ClaimIdle = time.Second })
-	eventually(t, "front end ready", fe.Ready)
-	busy := predictLater(t, fe, "busy")
-	eventually(t, "the node runs its item", func() bool { return rec.runs("busy") == 1 })
-	later := predictLater(t, fe, "later") // no room for it: it waits unread
-	onStream(t, rs, 2, "the second item on the stream")
-	rs.Do(t, "XREADGROUP", "GROUP", "nodes", "other", "COUNT", "1", "STREAMS", "streamer:items", ">")
+	rs, n, rec, busy, later := anItemNobodyKeeps(t)
 	// Within the client's read timeout; the node has room for the item
 	// once its batch ends.
 	rs.Do(t, "CLIENT", "PAUSE", "1800", "ALL")
@@ -154,15 +143,41 @@ func TestAClaimRedisFrozeUnderTakesNothing(t *testing.T) {
 	if c := n.Stats().Claimed; c != 0 {
 		t.Errorf("a claim Redis froze under took %d items; want none", c)
 	}
-	if a := answerWithin(t, busy, 10*time.Second, "the first item's caller got no answer"); a.err != nil {
-		t.Errorf("the first item: %v", a.err)
-	}
-	// Nobody kept it: the node takes it after the freeze.
-	if a := answerWithin(t, later, 15*time.Second, "the item nobody kept was never claimed"); a.err != nil {
-		t.Errorf("the item nobody kept: %v", a.err)
+	claimedOnce(t, n, rec, busy, later)
+}
+
+// anItemNobodyKeeps starts a front end and a node (--claim-idle 1s) with
+// room for one item, running an item until rec's release is closed, and
+// sends a second item, which a consumer that never keeps it reads: the
+// callers of both wait on busy and later.
+func anItemNobodyKeeps(t *testing.T) (rs *redistest.Server, n *broker.Node, rec *recorder, busy, later <-chan answer) {
+	t.Helper()
+	rs = redistest.Start(t, redistest.Options{})
+	fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.Outage = time.Minute })
+	rec = newRecorder()
+	rec.hold["busy"] = true
+	n = startNodeOn(t, rs, supervisor.Config{InProcess: rec, Workers: 1, BatchSize: 1, PipelineDepth: 1, MaxLatency: time.Millisecond},
+		func(c *broker.NodeConfig) { c.ClaimIdle = time.Second })
+	eventually(t, "front end ready", fe.Ready)
+	busy = predictLater(t, fe, "busy")
+	eventually(t, "the node runs its item", func() bool { return rec.runs("busy") == 1 })
+	later = predictLater(t, fe, "later") // no room for it: it waits unread
+	onStream(t, rs, 2, "the second item on the stream")
+	rs.Do(t, "XREADGROUP", "GROUP", "nodes", "other", "COUNT", "1", "STREAMS", "streamer:items", ">")
+	return rs, n, rec, busy, later
+}
+
+// claimedOnce checks that both callers of anItemNobodyKeeps are answered,
+// the second item claimed by n and run once.
+func claimedOnce(t *testing.T, n *broker.Node, rec *recorder, busy, later <-chan answer) {
+	t.Helper()
+	for _, a := range []<-chan answer{busy, later} {
+		if got := answerWithin(t, a, 15*time.Second, "a caller got no answer"); got.err != nil {
+			t.Errorf("a caller: %v", got.err)
+		}
 	}
 	if c := n.Stats().Claimed; c != 1 {
-		t.Errorf("the node claimed %d items; want the one nobody kept", c)
+		t.Errorf("the node claimed %d items; want the one nobody kept, by a claim", c)
 	}
 	if r := rec.runs("later"); r != 1 {
 		t.Errorf("the item nobody kept ran %d times; want once", r)
@@ -180,34 +195,13 @@ func TestAClaimRedisFrozeUnderTakesNothing(t *testing.T) {
 // claim is made by hand, of an item read by a consumer that never keeps
 // it.
 func TestAClaimsLateTakingIsNotRecoveredAsAFailedReadsWhileClaimsAreHeldOff(t *testing.T) {
-	rs := redistest.Start(t, redistest.Options{})
-	fe := startFront(t, rs, nil)
-	rec := newRecorder()
-	rec.hold["busy"] = true
-	n := startNodeOn(t, rs, supervisor.Config{InProcess: rec, Workers: 1, BatchSize: 1, PipelineDepth: 1, MaxLatency: time.Millisecond},
-		func(c *broker.NodeConfig) { c.ClaimIdle = time.Second })
-	eventually(t, "front end ready", fe.Ready)
-	busy := predictLater(t, fe, "busy")
-	eventually(t, "the node runs its item", func() bool { return rec.runs("busy") == 1 })
-	later := predictLater(t, fe, "later") // no room for it: it waits unread
-	onStream(t, rs, 2, "the second item on the stream")
-	rs.Do(t, "XREADGROUP", "GROUP", "nodes", "other", "COUNT", "1", "STREAMS", "streamer:items", ">")
+	rs, n, rec, busy, later := anItemNobodyKeeps(t)
 	id, _, _ := strings.Cut(rs.Do(t, "XPENDING", "streamer:items", "nodes", "-", "+", "1", "other"), "\n")
 	rs.Do(t, "XCLAIM", "streamer:items", "nodes", n.Name(), "0", id)
 	broker.HoldOffClaims(n)
 	broker.MarkLost(n)
 	close(rec.release) // room: the node looks for what a failed read left
-	for _, a := range []<-chan answer{busy, later} {
-		if got := answerWithin(t, a, 15*time.Second, "a caller got no answer"); got.err != nil {
-			t.Errorf("a caller: %v", got.err)
-		}
-	}
-	if c := n.Stats().Claimed; c != 1 {
-		t.Errorf("the node claimed %d items; want the one nobody kept, taken by a claim rather than as a failed read's", c)
-	}
-	if r := rec.runs("later"); r != 1 {
-		t.Errorf("the item nobody kept ran %d times; want once", r)
-	}
+	claimedOnce(t, n, rec, busy, later)
 }
 
 // A node beats as soon as Redis serves it again after an outage, not at
