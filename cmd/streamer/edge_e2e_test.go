@@ -295,9 +295,7 @@ func holdConnections(t *testing.T, s *server, n int) []net.Conn {
 			if err != nil {
 				return false
 			}
-			fmt.Fprintf(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-			resp, _, err := readRawResponse(conn)
-			if err != nil || resp.StatusCode != http.StatusOK {
+			if healthyOn(conn) != nil {
 				conn.Close()
 				return false
 			}
@@ -318,18 +316,42 @@ func TestAnIdleConnectionMakesRoomAtTheCap(t *testing.T) {
 	const limit = 4
 	s := startServer(t, "--model", "echo", "--max-connections", strconv.Itoa(limit))
 	held := holdConnections(t, s, limit)
+	// The others serve requests for a while after the first went idle, so
+	// that the first is idle longest by that while: one answer apart, the
+	// server could see the first two go idle in either order (it says a
+	// connection is idle a moment after its answer is sent, and a run
+	// under load saw the second closed).
+	for until := time.Now().Add(200 * time.Millisecond); time.Now().Before(until); {
+		for i, conn := range held[1:] {
+			if err := healthyOn(conn); err != nil {
+				t.Fatalf("held connection %d: %v", i+1, err)
+			}
+		}
+	}
 	servedAtTheCap(t, s)
-	// The first held is the one idle longest.
 	_ = held[0].SetReadDeadline(time.Now().Add(requestTimeout))
 	if n, err := held[0].Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("the connection idle longest: read %d bytes, %v; want it closed", n, err)
 	}
 	for i, conn := range held[1:] {
-		fmt.Fprintf(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-		if resp, _, err := readRawResponse(conn); err != nil || resp.StatusCode != http.StatusOK {
+		if err := healthyOn(conn); err != nil {
 			t.Errorf("held connection %d after the new client: %v; want it open and served", i+1, err)
 		}
 	}
+}
+
+// healthyOn sends GET /healthz on conn and reads its answer: an error
+// unless it is 200.
+func healthyOn(conn net.Conn) error {
+	fmt.Fprintf(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, _, err := readRawResponse(conn)
+	switch {
+	case err != nil:
+		return err
+	case resp.StatusCode != http.StatusOK:
+		return fmt.Errorf("GET /healthz: status %d", resp.StatusCode)
+	}
+	return nil
 }
 
 // TestASilentConnectionMakesRoomAtTheCap: with --max-connections open
