@@ -151,6 +151,9 @@ func TestAModelMismatchFoundLaterIsAnErrModelMismatch(t *testing.T) {
 		_, err := predict(t, fe, "x")
 		return errors.Is(err, broker.ErrModelMismatch) && errors.Is(err, supervisor.ErrUnavailable)
 	})
+	if _, err := predict(t, fe, "x"); errors.Is(err, broker.ErrVersionMismatch) {
+		t.Errorf("a call: %v; want no ErrVersionMismatch, as the nodes run this version", err)
+	}
 	if fe.Ready() {
 		t.Error("the front end is ready, though the nodes read items otherwise than it writes them")
 	}

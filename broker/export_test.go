@@ -37,3 +37,6 @@ func AutoClaimLate(n *Node) (time.Duration, error) {
 	_, _, late, err := n.autoClaim(context.Background(), n.k.items, "0-0", 1)
 	return late, err
 }
+
+// EntryLayout is the layout of the entries this version writes.
+const EntryLayout = entryLayout

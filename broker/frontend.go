@@ -548,7 +548,8 @@ func (fe *FrontEnd) ID() string { return fe.id }
 //     which its owner may take for a mistake in the URL, as streamer serve
 //     does, and Close it.
 //   - ErrUnsupportedRedis, or ErrModelMismatch: the nodes under the prefix
-//     serve another model (until they agree, calls fail with an error that
+//     serve another model, or run another version of streamer (then it is
+//     ErrVersionMismatch too; until they agree, calls fail with an error that
 //     is both ErrModelMismatch and supervisor.ErrUnavailable).
 //   - supervisor.ErrStarted for a second Start, and
 //     supervisor.ErrShuttingDown for one after Close.
@@ -2548,7 +2549,7 @@ func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time, final bool) 
 	leaving := pipe.ZCount(ctx, fe.k.leaving, since, "+inf")
 	backlog := pipe.XLen(ctx, fe.k.items)
 	room := pipe.MGet(ctx, fe.k.room) // no error when it is not there
-	model := pipe.HMGet(ctx, fe.k.model, "wire", "name", "label")
+	model := pipe.HMGet(ctx, fe.k.model, modelFields...)
 	pipe.Expire(ctx, fe.replyKey, fe.cfg.ReplyTTL)
 	pipe.SetNX(ctx, fe.k.epoch, randomHex(8), 0)
 	epoch := pipe.Get(ctx, fe.k.epoch)

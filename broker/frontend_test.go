@@ -218,6 +218,74 @@ func TestAFrontEndOfAnotherModelNameSaysSo(t *testing.T) {
 	}
 }
 
+// TestAnotherLayoutUnderThePrefixTakesNoPart: under a prefix whose model
+// was kept by nodes of another version of streamer, one that lays out its
+// entries otherwise (or one from before layouts were numbered), a node and
+// a front end of this version take no part and say why, naming the
+// version and how to mend it. The same model of this layout serves.
+func TestAnotherLayoutUnderThePrefixTakesNoPart(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	mine := broker.ModelID{Wire: "generic", Name: "echo", Label: "echo"}
+	// The model key as other nodes keep it, for a minute.
+	keep := func(fields ...string) {
+		rs.Do(t, "DEL", "streamer:model")
+		rs.Do(t, append([]string{"HSET", "streamer:model", "wire", "generic", "name", "echo", "label", "echo"}, fields...)...)
+		rs.Do(t, "PEXPIRE", "streamer:model", "60000")
+	}
+	for _, tc := range []struct {
+		name   string
+		fields []string
+		want   string
+	}{
+		{"from before layouts were numbered", nil, "their entries laid out by an older version of streamer, from before this one's layout " + broker.EntryLayout},
+		{"of another layout", []string{"layout", "0"}, `their entries laid out by another version of streamer, as layout "0", not ` + broker.EntryLayout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			keep(tc.fields...)
+			_, err := startNodeFailing(t, broker.NodeConfig{
+				Config:   broker.Config{URL: rs.URL(), Model: mine},
+				Streamer: startStreamer(t, supervisor.Config{InProcess: echoItems, Workers: 1, BatchSize: 4}),
+			})
+			if !errors.Is(err, broker.ErrVersionMismatch) || !errors.Is(err, broker.ErrModelMismatch) {
+				t.Fatalf("a node's start: %v; want ErrVersionMismatch, which is ErrModelMismatch too", err)
+			}
+			for _, want := range []string{tc.want, "must run one version of streamer: upgrade them together, or run the new version under another key prefix (--stream-prefix"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("a node's start: %v; want it to say %q", err, want)
+				}
+			}
+			if strings.Contains(err.Error(), "the model named") || strings.Contains(err.Error(), "items written as") {
+				t.Errorf("a node's start: %v; want the layout alone named as differing", err)
+			}
+			fe, err := broker.NewFrontEnd(broker.FrontEndConfig{Config: broker.Config{URL: rs.URL(), Model: mine}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = fe.Close(context.Background()) })
+			err = fe.Start(context.Background())
+			if !errors.Is(err, broker.ErrVersionMismatch) || !errors.Is(err, broker.ErrModelMismatch) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "must run one version of streamer") || strings.Contains(err.Error(), "--model") {
+				t.Errorf("a front end's start: %v; want ErrModelMismatch naming the layout and the version, not the model", err)
+			}
+			if fe.Ready() {
+				t.Error("the front end is ready, though the nodes lay out entries otherwise")
+			}
+		})
+	}
+	t.Run("of this layout", func(t *testing.T) {
+		keep("layout", broker.EntryLayout)
+		startNode(t, rs, echoItems, 4, func(c *broker.NodeConfig) { c.Model = mine })
+		fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.Model = mine })
+		answersEventually(t, fe, "hi", "a request answered under a model of this layout")
+	})
+	t.Run("kept by a node of this version", func(t *testing.T) {
+		rs.Do(t, "DEL", "streamer:model")
+		startNode(t, rs, echoItems, 4, func(c *broker.NodeConfig) { c.Model = mine })
+		if got := rs.Do(t, "HGET", "streamer:model", "layout"); got != broker.EntryLayout {
+			t.Errorf("the model key's layout: %q; want %q", got, broker.EntryLayout)
+		}
+	})
+}
+
 // A Redis that may evict keys when full would delete streamer's items and
 // answers: a front end says so in its log, naming the policy; on Redis's
 // default, noeviction, it says nothing.

@@ -24,6 +24,10 @@ import (
 // (as "sleep", "echo"; for a plugin, the runner, a space and the plugin
 // file's base name); for an ONNX model, Wire is "onnx " and the JSON of
 // its inputs and outputs as onnx.Description holds them, and Name "onnx".
+//
+// The check compares too how this version of the package lays out what it
+// keeps in Redis (see entryLayout): a front end or node of a version that
+// lays it out otherwise takes no part either, and says so.
 type ModelID struct {
 	// Wire is how items and answers are written on the streams (for
 	// streamer serve, the codec of the HTTP layer: the generic one, or an
@@ -42,34 +46,65 @@ type ModelID struct {
 // model than this front end or node: it takes no part until they agree.
 var ErrModelMismatch = errors.New("broker: another model is served under this key prefix")
 
+// ErrVersionMismatch says that the nodes under the key prefix run another
+// version of streamer, one that lays out its entries in Redis otherwise
+// than this one (see ModelID): the front end or node takes no part, as
+// for another model, and errors.Is finds ErrModelMismatch in it too.
+var ErrVersionMismatch error = versionMismatch{}
+
+type versionMismatch struct{}
+
+func (versionMismatch) Error() string {
+	return "broker: another version of streamer serves this key prefix"
+}
+
+func (versionMismatch) Is(target error) bool { return target == ErrModelMismatch }
+
+// entryLayout numbers the layout of what front ends and nodes keep in
+// Redis: the keys, the fields of items and answers and how they are
+// written, and the scripts that read and write them. A front end or node
+// that reads another layout than it finds could misread every item or
+// answer, so the model's check (see ModelID) compares it too. Raise it
+// with any change that a front end or node of the last layout would
+// misread; TestTheLayoutIsNumbered keeps a fingerprint of the layout to
+// remind whoever changes it.
+const entryLayout = "1"
+
 // modelTTL is how long the model of a prefix outlives its last node: the
 // nodes keep it, at every heartbeat, and another model may take the
 // prefix once every node of the last has been gone this long.
 const modelTTL = 30 * time.Second
 
 // modelScript says which model the prefix serves: the node's own when the
-// prefix has none, or kept for it when the node's agrees (its time to live
-// renewed), else the other, which the node must not serve beside.
+// prefix has none, or kept for it when the node's agrees, entry layout
+// included (its time to live renewed), else the other, which the node
+// must not serve beside. A model written before layouts were numbered has
+// none, and agrees with no node that numbers it.
 //
 //	KEYS[1] the model key
-//	ARGV    the node's wire, name and label, the time to live (ms)
+//	ARGV    the node's wire, name and label, the time to live (ms), the
+//	        entry layout
 var modelScript = redis.NewScript(`
-local held = redis.call('HMGET', KEYS[1], 'wire', 'name', 'label')
+local held = redis.call('HMGET', KEYS[1], 'wire', 'name', 'label', 'layout')
 if not held[1] then
-  redis.call('HSET', KEYS[1], 'wire', ARGV[1], 'name', ARGV[2], 'label', ARGV[3])
+  redis.call('HSET', KEYS[1], 'wire', ARGV[1], 'name', ARGV[2], 'label', ARGV[3], 'layout', ARGV[5])
   redis.call('PEXPIRE', KEYS[1], ARGV[4])
-  return {ARGV[1], ARGV[2], ARGV[3]}
+  return {ARGV[1], ARGV[2], ARGV[3], ARGV[5]}
 end
-if held[1] == ARGV[1] and held[2] == ARGV[2] then
+if held[1] == ARGV[1] and held[2] == ARGV[2] and held[4] == ARGV[5] then
   redis.call('PEXPIRE', KEYS[1], ARGV[4])
 end
 return held
 `)
 
+// modelFields are the fields of the model key, as heldModel reads them.
+var modelFields = []string{"wire", "name", "label", "layout"}
+
 // heldModel reads the answer of modelScript or of an HMGET of the model
-// key's fields wire, name and label: the model the prefix serves, and
-// whether it has one.
-func heldModel(fields []any) (ModelID, bool) {
+// key's modelFields: the model the prefix serves, the layout of its
+// entries ("" when written before layouts were numbered), and whether it
+// has one.
+func heldModel(fields []any) (m ModelID, layout string, held bool) {
 	str := func(i int) string {
 		if i < len(fields) {
 			s, _ := fields[i].(string)
@@ -77,15 +112,20 @@ func heldModel(fields []any) (ModelID, bool) {
 		}
 		return ""
 	}
-	m := ModelID{Wire: str(0), Name: str(1), Label: str(2)}
-	return m, m.Wire != ""
+	m = ModelID{Wire: str(0), Name: str(1), Label: str(2)}
+	return m, str(3), m.Wire != ""
 }
 
 // mismatch is the error of a front end or node, serving mine, under a
-// prefix whose nodes serve theirs.
-func mismatch(who, where, prefix string, theirs, mine ModelID, mend string) error {
+// prefix whose nodes serve theirs, laid out as layout says.
+// A mismatch of layouts alone is an ErrVersionMismatch.
+func mismatch(who, where, prefix string, theirs, mine ModelID, layout, mend string) error {
+	kind := ErrModelMismatch
+	if theirs.Wire == mine.Wire && (who != "node" || theirs.Name == mine.Name) {
+		kind = ErrVersionMismatch
+	}
 	return fmt.Errorf("%w: the nodes under the key prefix %q on redis at %s serve %s; this %s serves %s%s: %s",
-		ErrModelMismatch, prefix, where, theirs.describe(), who, mine.describe(), differences(who, theirs, mine), mend)
+		kind, prefix, where, theirs.describe(), who, mine.describe(), differences(who, theirs, mine, layout), mend)
 }
 
 // describe names m in a message.
@@ -100,12 +140,20 @@ func (m ModelID) describe() string {
 }
 
 // differences says, for a message, what the check compared and found to
-// differ between theirs and mine, as the names people read (labels) may
-// be alike: how items are written, and, for a node, the model's name.
-func differences(who string, theirs, mine ModelID) string {
+// differ between theirs, laid out as layout says, and mine, as the names
+// people read (labels) may be alike: how items are written, the version
+// that lays them out, and, for a node, the model's name.
+func differences(who string, theirs, mine ModelID, layout string) string {
 	var d []string
 	if theirs.Wire != mine.Wire {
 		d = append(d, fmt.Sprintf("items written as %s, not %s", clip(theirs.Wire), clip(mine.Wire)))
+	}
+	switch {
+	case layout == entryLayout:
+	case layout == "":
+		d = append(d, fmt.Sprintf("their entries laid out by an older version of streamer, from before this one's layout %s", entryLayout))
+	default:
+		d = append(d, fmt.Sprintf("their entries laid out by another version of streamer, as layout %s, not %s", clip(layout), entryLayout))
 	}
 	if who == "node" && theirs.Name != mine.Name {
 		d = append(d, fmt.Sprintf("the model named %q, not %q", theirs.Name, mine.Name))
@@ -115,6 +163,9 @@ func differences(who string, theirs, mine ModelID) string {
 	}
 	return " (" + strings.Join(d, "; ") + ")"
 }
+
+// versionMend is what mends a mismatch of layouts, for a message.
+const versionMend = "front ends and nodes under one prefix must run one version of streamer: upgrade them together, or run the new version under another key prefix (--stream-prefix; in Go, Config.Prefix) and move the traffic to it"
 
 // clip quotes s for a message, cut to its first 60 bytes: an ONNX model's
 // wire is the JSON of all its inputs and outputs.
@@ -135,7 +186,7 @@ func (n *Node) checkModel(ctx context.Context) error {
 	if mine.Wire == "" {
 		return nil
 	}
-	fields, err := modelScript.Run(ctx, n.rdb, []string{n.k.model}, mine.Wire, mine.Name, mine.Label, modelTTL.Milliseconds()).Slice()
+	fields, err := modelScript.Run(ctx, n.rdb, []string{n.k.model}, mine.Wire, mine.Name, mine.Label, modelTTL.Milliseconds(), entryLayout).Slice()
 	if redis.HasErrorPrefix(err, "NOPERM") {
 		modelRefused(n.cfg.Logger, &n.modelLogged, n.k.model, err)
 		return nil
@@ -143,14 +194,18 @@ func (n *Node) checkModel(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("redis at %s: %w", n.where, err)
 	}
-	theirs, _ := heldModel(fields)
-	if theirs.Wire == mine.Wire && theirs.Name == mine.Name {
+	theirs, layout, _ := heldModel(fields)
+	if theirs.Wire == mine.Wire && theirs.Name == mine.Name && layout == entryLayout {
 		if n.mismatch.Swap(nil) != nil {
 			n.cfg.Logger.Info("the nodes under this key prefix serve this node's model again; it takes items", "node", n.cfg.Name)
 		}
 		return nil
 	}
-	err = mismatch("node", n.where, n.cfg.Prefix, theirs, mine, fmt.Sprintf("give it another key prefix (--stream-prefix; in Go, Config.Prefix), or stop those nodes first (the prefix keeps their model %s after the last one)", modelTTL))
+	mend := fmt.Sprintf("give it another key prefix (--stream-prefix; in Go, Config.Prefix), or stop those nodes first (the prefix keeps their model %s after the last one)", modelTTL)
+	if layout != entryLayout {
+		mend = fmt.Sprintf("%s (the prefix keeps the model of the nodes there %s after the last one)", versionMend, modelTTL)
+	}
+	err = mismatch("node", n.where, n.cfg.Prefix, theirs, mine, layout, mend)
 	msg := err.Error()
 	if n.mismatch.Swap(&msg) == nil {
 		n.cfg.Logger.Error("this node takes no items", "node", n.cfg.Name, "err", err)
@@ -165,7 +220,7 @@ func (n *Node) checkModel(ctx context.Context) error {
 // model checks nothing.
 func (fe *FrontEnd) noteModel(fields []any) error {
 	mine := fe.cfg.Model
-	theirs, held := heldModel(fields)
+	theirs, layout, held := heldModel(fields)
 	// Another name alone does not stop it (a front end's model only says
 	// how to write items), but its clients see its name, as the v2
 	// routes' model, while the nodes run theirs: said once.
@@ -174,13 +229,20 @@ func (fe *FrontEnd) noteModel(fields []any) error {
 		fe.cfg.Logger.Warn("the nodes under this key prefix serve a model of another name than this front end's; it serves their answers under its own name (give it the nodes' --model)",
 			"nodes", theirs.describe(), "front_end", mine.describe(), "redis", fe.where, "prefix", fe.cfg.Prefix)
 	}
-	if mine.Wire == "" || !held || theirs.Wire == mine.Wire {
+	if mine.Wire == "" || !held || theirs.Wire == mine.Wire && layout == entryLayout {
 		if fe.mismatch.Swap(nil) != nil {
 			fe.cfg.Logger.Info("this front end writes items as the nodes read them again; it takes requests", "redis", fe.where)
 		}
 		return nil
 	}
-	err := mismatch("front end", fe.where, fe.cfg.Prefix, theirs, mine, "give it the nodes' model (--model; in Go, Config.Model)")
+	var mend []string
+	if theirs.Wire != mine.Wire {
+		mend = append(mend, "give it the nodes' model (--model; in Go, Config.Model)")
+	}
+	if layout != entryLayout {
+		mend = append(mend, versionMend)
+	}
+	err := mismatch("front end", fe.where, fe.cfg.Prefix, theirs, mine, layout, strings.Join(mend, "; "))
 	if fe.mismatch.Swap(&err) == nil {
 		fe.cfg.Logger.Error("this front end takes no requests", "err", err)
 	}

@@ -273,7 +273,8 @@ func (n *Node) Stats() NodeStats {
 //     the node runs on and retries too, but its owner may take it for a
 //     mistake in the URL, as streamer serve does, and shut it down.
 //   - ErrUnsupportedRedis, or ErrModelMismatch (the prefix serves another
-//     model): no retry mends it, and the node takes no items (found before
+//     model, or another version of streamer: then it is ErrVersionMismatch
+//     too): no retry mends it, and the node takes no items (found before
 //     it ran, the start ends there, and the node runs nothing).
 //   - An error naming a Streamer not started (or shut down), the
 //     caller's mistake: nothing started, and a Start once the Streamer

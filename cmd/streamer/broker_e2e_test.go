@@ -848,6 +848,49 @@ func TestBrokerAnotherModelUnderTheSamePrefixIsRefused(t *testing.T) {
 	}
 }
 
+// TestBrokerAnotherVersionUnderThePrefixIsRefused: under a prefix whose
+// model is kept by nodes of an older streamer (its key as this version
+// writes it, but for the layout of the entries, which versions before
+// layouts were numbered did not write), a node and a front end of this
+// version exit 1 at start, naming the version and what mends it. Once the
+// key holds this version's layout, they serve.
+func TestBrokerAnotherVersionUnderThePrefixIsRefused(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	model := []string{"--model", "sleep:1ms,0s"}
+	startBrokerNode(t, rs, append([]string{"--workers", "1", "--stream-prefix", "now"}, model...)...)
+	layout := rs.Do(t, "HGET", "now:model", "layout")
+	if layout == "" {
+		t.Fatalf("the node of this version keeps its model as %q, without the entries' layout", rs.Do(t, "HGETALL", "now:model"))
+	}
+	rs.Do(t, "COPY", "now:model", "old:model")
+	rs.Do(t, "HDEL", "old:model", "layout")
+	rs.Do(t, "PEXPIRE", "old:model", "120000")
+	base := append([]string{"--broker", rs.URL(), "--listen", "127.0.0.1:0", "--stream-prefix", "old"}, model...)
+	for _, who := range []string{"node", "front end"} {
+		workers := "1"
+		if who == "front end" {
+			workers = "0"
+		}
+		got := refusedAtStart(t, append(slices.Clone(base), "--workers", workers))
+		for _, want := range []string{
+			"another version of streamer serves this key prefix", `the nodes under the key prefix "old"`,
+			"this " + who + ` serves "sleep:1ms,0s" (their entries laid out by an older version of streamer, from before this one's layout ` + layout + ")",
+			"must run one version of streamer: upgrade them together, or run the new version under another key prefix (--stream-prefix",
+		} {
+			if !strings.Contains(got, want) {
+				t.Errorf("a %s: it says %q; want a refusal saying %q", who, got, want)
+			}
+		}
+	}
+	rs.Do(t, "HSET", "old:model", "layout", layout)
+	startBrokerNode(t, rs, append([]string{"--workers", "1", "--stream-prefix", "old"}, model...)...)
+	front := startBrokerFront(t, rs, append([]string{"--stream-prefix", "old"}, model...)...)
+	waitReadyz(t, front, http.StatusOK)
+	if p, err := predictWithin(front, requestTimeout, 0, "x"); err != nil || p.Status != http.StatusOK {
+		t.Fatalf("under the prefix of this version's layout: %s, %v; want 200", p, err)
+	}
+}
+
 // TestBrokerFlagsAndConnections: a front end needs --broker; Redis with a
 // password, an ACL user and TLS (trusting the CA given by --broker-ca)
 // serve, and a certificate signed by a CA the front end does not trust is
