@@ -138,7 +138,7 @@ const blockFor = 250 * time.Millisecond
 
 // keys are the Redis keys of one prefix.
 type keys struct {
-	items, nodes, leaving, poison, replyPrefix, streams, epoch, model, room string
+	items, nodes, leaving, poison, replyPrefix, streams, epoch, model, room, names string
 }
 
 func newKeys(prefix string) keys {
@@ -152,6 +152,7 @@ func newKeys(prefix string) keys {
 		epoch:       prefix + ":epoch",
 		model:       prefix + ":model",
 		room:        prefix + ":room",
+		names:       prefix + ":name:",
 	}
 }
 

@@ -40,3 +40,6 @@ func AutoClaimLate(n *Node) (time.Duration, error) {
 
 // EntryLayout is the layout of the entries this version writes.
 const EntryLayout = entryLayout
+
+// LayoutWire is the model key's wire field for a model of wire w.
+var LayoutWire = layoutWire

@@ -226,22 +226,22 @@ func TestAFrontEndOfAnotherModelNameSaysSo(t *testing.T) {
 func TestAnotherLayoutUnderThePrefixTakesNoPart(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	mine := broker.ModelID{Wire: "generic", Name: "echo", Label: "echo"}
-	// The model key as other nodes keep it, for a minute.
-	keep := func(fields ...string) {
+	// The model key as other nodes keep it, for a minute: its wire field
+	// ends with the entries' layout, but for versions from before layouts
+	// were numbered.
+	keep := func(wire string) {
 		rs.Do(t, "DEL", "streamer:model")
-		rs.Do(t, append([]string{"HSET", "streamer:model", "wire", "generic", "name", "echo", "label", "echo"}, fields...)...)
+		rs.Do(t, "HSET", "streamer:model", "wire", wire, "name", "echo", "label", "echo")
 		rs.Do(t, "PEXPIRE", "streamer:model", "60000")
 	}
 	for _, tc := range []struct {
-		name   string
-		fields []string
-		want   string
+		name, wire, want string
 	}{
-		{"from before layouts were numbered", nil, "their entries laid out by an older version of streamer, from before this one's layout " + broker.EntryLayout},
-		{"of another layout", []string{"layout", "0"}, `their entries laid out by another version of streamer, as layout "0", not ` + broker.EntryLayout},
+		{"from before layouts were numbered", "generic", `their entries laid out by an older version of streamer, of no layout number, not "` + broker.EntryLayout + `"`},
+		{"of another layout", "generic @layout 0", `their entries laid out by another version of streamer, as layout "0", not "` + broker.EntryLayout + `"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			keep(tc.fields...)
+			keep(tc.wire)
 			_, err := startNodeFailing(t, broker.NodeConfig{
 				Config:   broker.Config{URL: rs.URL(), Model: mine},
 				Streamer: startStreamer(t, supervisor.Config{InProcess: echoItems, Workers: 1, BatchSize: 4}),
@@ -249,7 +249,7 @@ func TestAnotherLayoutUnderThePrefixTakesNoPart(t *testing.T) {
 			if !errors.Is(err, broker.ErrVersionMismatch) || !errors.Is(err, broker.ErrModelMismatch) {
 				t.Fatalf("a node's start: %v; want ErrVersionMismatch, which is ErrModelMismatch too", err)
 			}
-			for _, want := range []string{tc.want, "must run one version of streamer: upgrade them together, or run the new version under another key prefix (--stream-prefix"} {
+			for _, want := range []string{tc.want, "must run one version of streamer: upgrade them together (the prefix keeps the model of the nodes there 30s after the last one has gone), or run the new version under another key prefix (--stream-prefix"} {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("a node's start: %v; want it to say %q", err, want)
 				}
@@ -264,7 +264,7 @@ func TestAnotherLayoutUnderThePrefixTakesNoPart(t *testing.T) {
 			t.Cleanup(func() { _ = fe.Close(context.Background()) })
 			err = fe.Start(context.Background())
 			if !errors.Is(err, broker.ErrVersionMismatch) || !errors.Is(err, broker.ErrModelMismatch) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "must run one version of streamer") || strings.Contains(err.Error(), "--model") {
-				t.Errorf("a front end's start: %v; want ErrModelMismatch naming the layout and the version, not the model", err)
+				t.Errorf("a front end's start: %v; want ErrVersionMismatch naming the layout and the version, not the model", err)
 			}
 			if fe.Ready() {
 				t.Error("the front end is ready, though the nodes lay out entries otherwise")
@@ -272,7 +272,7 @@ func TestAnotherLayoutUnderThePrefixTakesNoPart(t *testing.T) {
 		})
 	}
 	t.Run("of this layout", func(t *testing.T) {
-		keep("layout", broker.EntryLayout)
+		keep(broker.LayoutWire("generic"))
 		startNode(t, rs, echoItems, 4, func(c *broker.NodeConfig) { c.Model = mine })
 		fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.Model = mine })
 		answersEventually(t, fe, "hi", "a request answered under a model of this layout")
@@ -280,8 +280,10 @@ func TestAnotherLayoutUnderThePrefixTakesNoPart(t *testing.T) {
 	t.Run("kept by a node of this version", func(t *testing.T) {
 		rs.Do(t, "DEL", "streamer:model")
 		startNode(t, rs, echoItems, 4, func(c *broker.NodeConfig) { c.Model = mine })
-		if got := rs.Do(t, "HGET", "streamer:model", "layout"); got != broker.EntryLayout {
-			t.Errorf("the model key's layout: %q; want %q", got, broker.EntryLayout)
+		// Versions from before layouts were numbered compare the wire
+		// field alone with their own wire ("generic"): they refuse it.
+		if got, want := rs.Do(t, "HGET", "streamer:model", "wire"), "generic @layout "+broker.EntryLayout; got != want {
+			t.Errorf("the model key's wire: %q; want %q", got, want)
 		}
 	})
 }

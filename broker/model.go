@@ -27,7 +27,8 @@ import (
 //
 // The check compares too how this version of the package lays out what it
 // keeps in Redis (see entryLayout): a front end or node of a version that
-// lays it out otherwise takes no part either, and says so.
+// lays it out otherwise takes no part either, and says so
+// (ErrVersionMismatch). A zero ModelID checks no version either.
 type ModelID struct {
 	// Wire is how items and answers are written on the streams (for
 	// streamer serve, the codec of the HTTP layer: the generic one, or an
@@ -66,9 +67,17 @@ func (versionMismatch) Is(target error) bool { return target == ErrModelMismatch
 // that reads another layout than it finds could misread every item or
 // answer, so the model's check (see ModelID) compares it too. Raise it
 // with any change that a front end or node of the last layout would
-// misread; TestTheLayoutIsNumbered keeps a fingerprint of the layout to
-// remind whoever changes it.
+// misread; TestTheLayoutIsNumbered keeps a fingerprint of the layout, and
+// fails when it changes under the same number unless told the change is
+// one they read alike.
 const entryLayout = "1"
+
+// layoutMark joins the entries' layout to the wire in the model key's
+// wire field (see heldWire): the versions from before layouts were
+// numbered compare that field alone, and so refuse a prefix of a numbered
+// layout as they refuse another model's, while this one and those after
+// it read the layout there.
+const layoutMark = " @layout "
 
 // modelTTL is how long the model of a prefix outlives its last node: the
 // nodes keep it, at every heartbeat, and another model may take the
@@ -76,29 +85,33 @@ const entryLayout = "1"
 const modelTTL = 30 * time.Second
 
 // modelScript says which model the prefix serves: the node's own when the
-// prefix has none, or kept for it when the node's agrees, entry layout
-// included (its time to live renewed), else the other, which the node
-// must not serve beside. A model written before layouts were numbered has
-// none, and agrees with no node that numbers it.
+// prefix has none, or kept for it when the node's agrees (its time to
+// live renewed), else the other, which the node must not serve beside.
+// The wire it is given and keeps ends with the entries' layout (see
+// layoutMark).
 //
 //	KEYS[1] the model key
-//	ARGV    the node's wire, name and label, the time to live (ms), the
-//	        entry layout
+//	ARGV    the node's wire, name and label, the time to live (ms)
 var modelScript = redis.NewScript(`
-local held = redis.call('HMGET', KEYS[1], 'wire', 'name', 'label', 'layout')
+local held = redis.call('HMGET', KEYS[1], 'wire', 'name', 'label')
 if not held[1] then
-  redis.call('HSET', KEYS[1], 'wire', ARGV[1], 'name', ARGV[2], 'label', ARGV[3], 'layout', ARGV[5])
+  redis.call('HSET', KEYS[1], 'wire', ARGV[1], 'name', ARGV[2], 'label', ARGV[3])
   redis.call('PEXPIRE', KEYS[1], ARGV[4])
-  return {ARGV[1], ARGV[2], ARGV[3], ARGV[5]}
+  return {ARGV[1], ARGV[2], ARGV[3]}
 end
-if held[1] == ARGV[1] and held[2] == ARGV[2] and held[4] == ARGV[5] then
+if held[1] == ARGV[1] and held[2] == ARGV[2] then
   redis.call('PEXPIRE', KEYS[1], ARGV[4])
 end
 return held
 `)
 
 // modelFields are the fields of the model key, as heldModel reads them.
-var modelFields = []string{"wire", "name", "label", "layout"}
+// The key and its fields stay as they are from one version to the next:
+// they are how versions tell each other apart.
+var modelFields = []string{"wire", "name", "label"}
+
+// layoutWire is the wire field of the model key for a model of wire w.
+func layoutWire(w string) string { return w + layoutMark + entryLayout }
 
 // heldModel reads the answer of modelScript or of an HMGET of the model
 // key's modelFields: the model the prefix serves, the layout of its
@@ -113,15 +126,21 @@ func heldModel(fields []any) (m ModelID, layout string, held bool) {
 		return ""
 	}
 	m = ModelID{Wire: str(0), Name: str(1), Label: str(2)}
-	return m, str(3), m.Wire != ""
+	held = m.Wire != ""
+	if i := strings.LastIndex(m.Wire, layoutMark); i >= 0 {
+		m.Wire, layout = m.Wire[:i], m.Wire[i+len(layoutMark):]
+	}
+	return m, layout, held
 }
 
 // mismatch is the error of a front end or node, serving mine, under a
-// prefix whose nodes serve theirs, laid out as layout says.
-// A mismatch of layouts alone is an ErrVersionMismatch.
+// prefix whose nodes serve theirs, laid out as layout says: an
+// ErrVersionMismatch when the layouts differ (what else differs then
+// says little: another version may write the same model otherwise), else
+// an ErrModelMismatch.
 func mismatch(who, where, prefix string, theirs, mine ModelID, layout, mend string) error {
 	kind := ErrModelMismatch
-	if theirs.Wire == mine.Wire && (who != "node" || theirs.Name == mine.Name) {
+	if layout != entryLayout {
 		kind = ErrVersionMismatch
 	}
 	return fmt.Errorf("%w: the nodes under the key prefix %q on redis at %s serve %s; this %s serves %s%s: %s",
@@ -151,9 +170,9 @@ func differences(who string, theirs, mine ModelID, layout string) string {
 	switch {
 	case layout == entryLayout:
 	case layout == "":
-		d = append(d, fmt.Sprintf("their entries laid out by an older version of streamer, from before this one's layout %s", entryLayout))
+		d = append(d, fmt.Sprintf("their entries laid out by an older version of streamer, of no layout number, not %q", entryLayout))
 	default:
-		d = append(d, fmt.Sprintf("their entries laid out by another version of streamer, as layout %s, not %s", clip(layout), entryLayout))
+		d = append(d, fmt.Sprintf("their entries laid out by another version of streamer, as layout %s, not %q", clip(layout), entryLayout))
 	}
 	if who == "node" && theirs.Name != mine.Name {
 		d = append(d, fmt.Sprintf("the model named %q, not %q", theirs.Name, mine.Name))
@@ -165,7 +184,7 @@ func differences(who string, theirs, mine ModelID, layout string) string {
 }
 
 // versionMend is what mends a mismatch of layouts, for a message.
-const versionMend = "front ends and nodes under one prefix must run one version of streamer: upgrade them together, or run the new version under another key prefix (--stream-prefix; in Go, Config.Prefix) and move the traffic to it"
+var versionMend = fmt.Sprintf("front ends and nodes under one prefix must run one version of streamer: upgrade them together (the prefix keeps the model of the nodes there %s after the last one has gone), or run the new version under another key prefix (--stream-prefix; in Go, Config.Prefix) and move the traffic to it", modelTTL)
 
 // clip quotes s for a message, cut to its first 60 bytes: an ONNX model's
 // wire is the JSON of all its inputs and outputs.
@@ -186,7 +205,7 @@ func (n *Node) checkModel(ctx context.Context) error {
 	if mine.Wire == "" {
 		return nil
 	}
-	fields, err := modelScript.Run(ctx, n.rdb, []string{n.k.model}, mine.Wire, mine.Name, mine.Label, modelTTL.Milliseconds(), entryLayout).Slice()
+	fields, err := modelScript.Run(ctx, n.rdb, []string{n.k.model}, layoutWire(mine.Wire), mine.Name, mine.Label, modelTTL.Milliseconds()).Slice()
 	if redis.HasErrorPrefix(err, "NOPERM") {
 		modelRefused(n.cfg.Logger, &n.modelLogged, n.k.model, err)
 		return nil
@@ -203,7 +222,7 @@ func (n *Node) checkModel(ctx context.Context) error {
 	}
 	mend := fmt.Sprintf("give it another key prefix (--stream-prefix; in Go, Config.Prefix), or stop those nodes first (the prefix keeps their model %s after the last one)", modelTTL)
 	if layout != entryLayout {
-		mend = fmt.Sprintf("%s (the prefix keeps the model of the nodes there %s after the last one)", versionMend, modelTTL)
+		mend = versionMend
 	}
 	err = mismatch("node", n.where, n.cfg.Prefix, theirs, mine, layout, mend)
 	msg := err.Error()
@@ -229,20 +248,17 @@ func (fe *FrontEnd) noteModel(fields []any) error {
 		fe.cfg.Logger.Warn("the nodes under this key prefix serve a model of another name than this front end's; it serves their answers under its own name (give it the nodes' --model)",
 			"nodes", theirs.describe(), "front_end", mine.describe(), "redis", fe.where, "prefix", fe.cfg.Prefix)
 	}
-	if mine.Wire == "" || !held || theirs.Wire == mine.Wire && layout == entryLayout {
+	if mine.Wire == "" || !held || (theirs.Wire == mine.Wire && layout == entryLayout) {
 		if fe.mismatch.Swap(nil) != nil {
 			fe.cfg.Logger.Info("this front end writes items as the nodes read them again; it takes requests", "redis", fe.where)
 		}
 		return nil
 	}
-	var mend []string
-	if theirs.Wire != mine.Wire {
-		mend = append(mend, "give it the nodes' model (--model; in Go, Config.Model)")
-	}
+	mend := "give it the nodes' model (--model; in Go, Config.Model)"
 	if layout != entryLayout {
-		mend = append(mend, versionMend)
+		mend = versionMend
 	}
-	err := mismatch("front end", fe.where, fe.cfg.Prefix, theirs, mine, layout, strings.Join(mend, "; "))
+	err := mismatch("front end", fe.where, fe.cfg.Prefix, theirs, mine, layout, mend)
 	if fe.mismatch.Swap(&err) == nil {
 		fe.cfg.Logger.Error("this front end takes no requests", "err", err)
 	}
@@ -255,6 +271,6 @@ func (fe *FrontEnd) noteModel(fields []any) error {
 // check that the prefix serves one model.
 func modelRefused(log *slog.Logger, logged *atomic.Bool, key string, err error) {
 	if !logged.Swap(true) {
-		log.Warn("redis refuses the model's check: the check that the front ends and nodes under this prefix serve one model is off (let the user run scripts, EVALSHA and EVAL, and read and write "+key+")", "err", err)
+		log.Warn("redis refuses the model's check: the check that the front ends and nodes under this prefix serve one model, of one version of streamer, is off (let the user run scripts, EVALSHA and EVAL, and read and write "+key+")", "err", err)
 	}
 }

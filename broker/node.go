@@ -90,6 +90,12 @@ type Node struct {
 	// checkModel).
 	mismatch    atomic.Pointer[string]
 	modelLogged atomic.Bool // a refused script on the model is logged
+	// token is the node's own, under which Redis keeps its name for it;
+	// nameTaken says why the node takes no items, another live node
+	// keeping its name; nil while it is its own (see checkName).
+	token      string
+	nameTaken  atomic.Pointer[string]
+	nameLogged atomic.Bool // a refused script on the name is logged
 	// takeMu keeps a node's claims and its look for the items of failed
 	// reads apart (see recoverLost).
 	takeMu sync.Mutex
@@ -229,7 +235,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	}
 	k := newKeys(cfg.Prefix)
 	n := &Node{
-		cfg: cfg, rdb: rdb, where: where, k: k, own: k.nodeItems(cfg.Name), s: cfg.Streamer,
+		cfg: cfg, rdb: rdb, where: where, k: k, own: k.nodeItems(cfg.Name), s: cfg.Streamer, token: randomHex(8),
 		clock:    &clock{skew: cfg.skew, log: cfg.Logger},
 		held:     map[entry]time.Time{},
 		lostOn:   map[string]bool{},
@@ -320,6 +326,23 @@ func (n *Node) Start(ctx context.Context) error {
 	if err == nil {
 		err = step(n.checkModel)
 		if errors.Is(err, ErrModelMismatch) {
+			return err
+		}
+	}
+	if err == nil {
+		var lapse time.Duration
+		taken := false
+		err = step(func(ctx context.Context) (err error) {
+			lapse, taken, err = n.keepName(ctx)
+			return err
+		})
+		switch {
+		case taken:
+			err = n.awaitName(ctx, lapse, step)
+		case err != nil:
+			err = step(n.checkName) // NOPERM, as checkName takes it
+		}
+		if errors.Is(err, ErrNameTaken) {
 			return err
 		}
 	}
@@ -1513,9 +1536,15 @@ func (n *Node) upkeepLoop() {
 				n.warn("read the model of the prefix", err)
 			}
 		}
-		if n.mismatch.Load() != nil && n.refused.Load() == nil {
+		if n.nameTaken.Load() != nil {
+			if err := n.checkName(ctx); err != nil && !errors.Is(err, ErrNameTaken) {
+				n.warn("keep the node's name", err)
+			}
+		}
+		if (n.mismatch.Load() != nil || n.nameTaken.Load() != nil) && n.refused.Load() == nil {
 			// It takes nothing, but keeps what it holds from the claims
-			// of the nodes of the other model until it has answered.
+			// of the nodes of the other model (or name) until it has
+			// answered.
 			if err := n.keep(ctx); err != nil {
 				n.warn("keep items", err)
 			}
@@ -1530,8 +1559,8 @@ func (n *Node) upkeepLoop() {
 		// front ends take a node silent for three heartbeats for gone.
 		if soon || now.Sub(lastBeat) >= n.cfg.beatEvery-every/2 {
 			began := time.Now()
-			if err := n.beat(ctx); errors.Is(err, ErrModelMismatch) {
-				continue // logged by checkModel
+			if err := n.beat(ctx); errors.Is(err, ErrModelMismatch) || errors.Is(err, ErrNameTaken) {
+				continue // logged by checkModel or checkName
 			} else if err != nil && ctx.Err() != nil {
 				continue // cut short by a stop, not by Redis: the loop ends
 			} else if err != nil {
@@ -1593,6 +1622,9 @@ func (n *Node) beat(ctx context.Context) error {
 	}
 	if err := n.checkModel(ctx); err != nil {
 		return err // not alive: it would take no item
+	}
+	if err := n.checkName(ctx); err != nil {
+		return err // the same
 	}
 	n.clock.ensure(ctx, n.rdb)
 	pipe := n.rdb.Pipeline()
@@ -1676,10 +1708,14 @@ func (n *Node) fit(ctx context.Context) bool {
 }
 
 // refusal says why the node takes no items: the nodes under its prefix
-// serve another model (see checkModel), or it cannot answer them (see
-// answersRefused). Empty when none of these.
+// serve another model (see checkModel), another live node has its name
+// (see checkName), or it cannot answer them (see answersRefused). Empty
+// when none of these.
 func (n *Node) refusal() string {
 	if why := n.mismatch.Load(); why != nil {
+		return *why
+	}
+	if why := n.nameTaken.Load(); why != nil {
 		return *why
 	}
 	return n.answersRefused()
@@ -1998,9 +2034,14 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	defer close(n.left)
 	n.loops.Wait()
 	answered := n.stats.answered.Load()
-	lctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	n.rdb.ZRem(lctx, n.k.nodes, n.cfg.Name) // best effort: a node silent for goneAfter is gone too
-	cancel()
+	// A node that another live node's name kept out (see checkName)
+	// leaves that one's listings and consumer as they are.
+	owns := n.nameTaken.Load() == nil
+	if owns {
+		lctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		n.rdb.ZRem(lctx, n.k.nodes, n.cfg.Name) // best effort: a node silent for goneAfter is gone too
+		cancel()
+	}
 	drained := make(chan struct{})
 	var draining sync.WaitGroup
 	if ctx.Err() == nil {
@@ -2035,13 +2076,17 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	left := len(n.held)
 	n.mu.Unlock()
 	n.cfg.Logger.Info("node left", "node", n.cfg.Name, "answered_while_leaving", n.stats.answered.Load()-answered, "left_to_other_nodes", left)
-	dctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	n.rdb.ZRem(dctx, n.k.nodes, n.cfg.Name)
-	n.rdb.ZRem(dctx, n.k.leaving, n.cfg.Name)
-	// Best effort, as the node leaves: a consumer that still has items
-	// pending (left for a claim, or released to another node) stays.
-	forgetScript.Run(dctx, n.rdb, []string{n.k.items}, nodeGroup, 0, n.cfg.Name)
+	if owns && n.nameTaken.Load() == nil {
+		dctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		n.rdb.ZRem(dctx, n.k.nodes, n.cfg.Name)
+		n.rdb.ZRem(dctx, n.k.leaving, n.cfg.Name)
+		n.releaseName(dctx)
+		// Best effort, as the node leaves: a consumer that still has
+		// items pending (left for a claim, or released to another node)
+		// stays.
+		forgetScript.Run(dctx, n.rdb, []string{n.k.items}, nodeGroup, 0, n.cfg.Name)
+	}
 	return errors.Join(err, n.rdb.Close())
 }
 
@@ -2105,11 +2150,17 @@ func (n *Node) drainBeat(done <-chan struct{}) {
 	defer tick.Stop()
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		pipe := n.rdb.Pipeline()
-		pipe.ZAdd(ctx, n.k.leaving, redis.Z{Score: float64(n.clock.now().UnixMilli()), Member: n.cfg.Name})
-		pipe.Expire(ctx, n.k.leaving, nodeKeysTTL)
-		if _, err := pipe.Exec(ctx); err != nil {
-			n.warn("heartbeat while leaving", err)
+		// Its name kept, it beats as leaving (a node that another live
+		// node's name kept out leaves that one's listing as it is).
+		if err := n.checkName(ctx); err == nil {
+			pipe := n.rdb.Pipeline()
+			pipe.ZAdd(ctx, n.k.leaving, redis.Z{Score: float64(n.clock.now().UnixMilli()), Member: n.cfg.Name})
+			pipe.Expire(ctx, n.k.leaving, nodeKeysTTL)
+			if _, err := pipe.Exec(ctx); err != nil {
+				n.warn("heartbeat while leaving", err)
+			}
+		} else if !errors.Is(err, ErrNameTaken) {
+			n.warn("keep the node's name while leaving", err)
 		}
 		if err := n.keep(ctx); err != nil {
 			n.warn("keep items while leaving", err)

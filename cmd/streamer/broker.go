@@ -191,7 +191,7 @@ func (p *brokerParts) started(err error, log *slog.Logger, without, with string)
 // fatalAtStart is err, an error of a start, when it ends the server: Redis
 // cannot serve, or refuses the URL; nil when a retry may mend it.
 func fatalAtStart(err error) error {
-	if errors.Is(err, broker.ErrUnsupportedRedis) || errors.Is(err, broker.ErrModelMismatch) {
+	if errors.Is(err, broker.ErrUnsupportedRedis) || errors.Is(err, broker.ErrModelMismatch) || errors.Is(err, broker.ErrNameTaken) {
 		return err
 	}
 	return broker.Refusal(err)
