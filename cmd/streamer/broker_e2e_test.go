@@ -569,8 +569,9 @@ func deadFrontEndKeysExpire(t *testing.T, nodeArgs ...string) {
 		return redisItems(t, rs) == 0
 	})
 	own := brokerItemsKey + ":" + brokerLogField(t, node, "node serving items from redis", "node")
-	if keys := redisKeys(t, rs, "*"); strings.Join(keys, " ") != strings.Join([]string{brokerEpochKey, brokerItemsKey, own, brokerModelKey, brokerNodesKey, brokerStreamsKey}, " ") {
-		t.Errorf("Redis holds %q; want only the epoch, the shared stream, the node's own, the model, the live nodes and the list of node streams", keys)
+	name := "streamer:name:" + strings.TrimPrefix(own, brokerItemsKey+":")
+	if keys := redisKeys(t, rs, "*"); strings.Join(keys, " ") != strings.Join([]string{brokerEpochKey, brokerItemsKey, own, brokerModelKey, name, brokerNodesKey, brokerStreamsKey}, " ") {
+		t.Errorf("Redis holds %q; want only the epoch, the shared stream, the node's own, the model, the node's name, the live nodes and the list of node streams", keys)
 	}
 }
 
@@ -790,7 +791,7 @@ func TestBrokerStreamPrefixKeepsModelsApart(t *testing.T) {
 		t.Errorf("batches run: %d on prefix one's node, %d on prefix two's; want 0 and 3", b1, b2)
 	}
 	nodeOne, nodeTwo := brokerLogField(t, one, "node serving items from redis", "node"), brokerLogField(t, two, "node serving items from redis", "node")
-	want := []string{"one:epoch", "one:items", "one:items:" + nodeOne, "one:model", "one:nodes", "one:streams", "two:epoch", "two:items", "two:items:" + nodeTwo, "two:model", "two:nodes",
+	want := []string{"one:epoch", "one:items", "one:items:" + nodeOne, "one:model", "one:name:" + nodeOne, "one:nodes", "one:streams", "two:epoch", "two:items", "two:items:" + nodeTwo, "two:model", "two:name:" + nodeTwo, "two:nodes",
 		"two:reply:" + brokerLogField(t, front, "front end sending requests through redis", "front"), "two:streams"}
 	if keys := redisKeys(t, rs, "*"); strings.Join(keys, " ") != strings.Join(want, " ") {
 		t.Errorf("Redis holds %q; want each prefix's own keys", keys)
@@ -1157,7 +1158,7 @@ func TestBrokerNodeThatMayNotAnswerLeavesItsItemsToAnother(t *testing.T) {
 	brokerLogField(t, limited, "node serving items from redis", "node")
 	// Its user, as one written for an earlier version, may not touch the
 	// model's key: the node serves without that check, saying so.
-	if err := brokerLogField(t, limited, "redis refuses the model's check: the check that the front ends and nodes under this prefix serve one model is off (let the user run scripts, EVALSHA and EVAL, and read and write "+brokerModelKey+")", "err"); !strings.Contains(err, "NOPERM") {
+	if err := brokerLogField(t, limited, "redis refuses the model's check: the check that the front ends and nodes under this prefix serve one model, of one version of streamer, is off (let the user run scripts, EVALSHA and EVAL, and read and write "+brokerModelKey+")", "err"); !strings.Contains(err, "NOPERM") {
 		t.Errorf("the refusal of the model's key logged with %q; want Redis's NOPERM", err)
 	}
 	front := startBrokerFront(t, rs)
