@@ -43,3 +43,14 @@ const EntryLayout = entryLayout
 
 // LayoutWire is the model key's wire field for a model of wire w.
 var LayoutWire = layoutWire
+
+// Lost says whether a node's read or claim got no answer, its items not
+// yet looked for (see recoverLost).
+func Lost(n *Node) bool { return n.lost.Load() }
+
+// RecoverLost has a node take up the items of its failed reads at once, as
+// its read loop does when it has room.
+func RecoverLost(n *Node) error {
+	_, err := n.recoverLost(context.Background(), n.cfg.Capacity)
+	return err
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -41,29 +43,52 @@ return tostring(redis.call('PTTL', KEYS[1]))
 // as long as front ends wait for a silent node.
 func (n *Node) nameKept() time.Duration { return max(nodeSilence, 3*n.cfg.beatEvery) }
 
+// nameMargin is how much sooner than Redis lets it lapse the node takes
+// its name for no longer its own: its clock and Redis's may run apart by
+// that much over nameKept.
+const nameMargin = time.Second
+
 // keepName keeps the node's name for it, or answers how long another
-// node keeps it yet (taken).
+// node keeps it yet (taken; less than 0 when it has no time to live). It
+// renews the node's lease on its name (see holdsName), or ends it.
 func (n *Node) keepName(ctx context.Context) (lapse time.Duration, taken bool, err error) {
+	sent := time.Since(n.born)
 	held, err := nameScript.Run(ctx, n.rdb, []string{n.k.names + n.cfg.Name}, n.token, n.nameKept().Milliseconds(), "keep").Text()
-	if err != nil || held == "" {
+	switch {
+	case permissionRefused(err):
+		n.nameUntil.Store(math.MaxInt64) // unchecked: see checkName
 		return 0, false, err
+	case err != nil:
+		return 0, false, err
+	case held == "":
+		n.nameUntil.Store(int64(sent + n.nameKept() - nameMargin))
+		return 0, false, nil
 	}
-	var ms int64
-	if _, err := fmt.Sscan(held, &ms); err != nil || ms < 0 {
-		ms = 0 // kept for ever, or gone meanwhile: looked at again
+	n.nameUntil.Store(0)
+	ms, err := strconv.ParseInt(held, 10, 64)
+	if err != nil || ms == -2 {
+		ms = 0 // gone meanwhile: looked at again
 	}
 	return time.Duration(ms) * time.Millisecond, true, nil
 }
+
+// holdsName says whether the node's name is its own now, as its last keep
+// of it found, a margin before Redis lets it lapse. A node whose name
+// lapsed (Redis did not answer its beats for seconds) may find it
+// another's: until it has kept it again it reads, claims and takes up the
+// items of failed reads under that name not at all, as those pending to
+// it may be the other's.
+func (n *Node) holdsName() bool { return int64(time.Since(n.born)) < n.nameUntil.Load() }
 
 // checkName keeps the node's name for it, or finds it another live node's:
 // the node then takes no items and says why (see refusal) until the name
 // is its own again. A user whose ACL leaves the key out serves without the
 // check, logged once.
 func (n *Node) checkName(ctx context.Context) error {
-	_, taken, err := n.keepName(ctx)
-	if redis.HasErrorPrefix(err, "NOPERM") {
+	lapse, taken, err := n.keepName(ctx)
+	if permissionRefused(err) {
 		if !n.nameLogged.Swap(true) {
-			n.cfg.Logger.Warn("redis refuses the check that no other live node has this node's name (let the user run scripts, EVALSHA and EVAL, and read and write "+n.k.names+"*)", "node", n.cfg.Name, "err", err)
+			n.cfg.Logger.Warn("redis refuses the check that no other live node has this node's name: the check is off (let the user run scripts, EVALSHA and EVAL, and read and write "+n.k.names+"*)", "node", n.cfg.Name, "err", err)
 		}
 		return nil
 	}
@@ -76,7 +101,12 @@ func (n *Node) checkName(ctx context.Context) error {
 		}
 		return nil
 	}
-	err = n.nameTakenError()
+	return n.noteNameTaken(n.nameTakenError(lapse))
+}
+
+// noteNameTaken notes err, that another node has the node's name: it
+// takes no items until a check finds the name its own (see refusal).
+func (n *Node) noteNameTaken(err error) error {
 	msg := err.Error()
 	if n.nameTaken.Swap(&msg) == nil {
 		n.cfg.Logger.Error("this node takes no items", "node", n.cfg.Name, "err", err)
@@ -84,16 +114,38 @@ func (n *Node) checkName(ctx context.Context) error {
 	return err
 }
 
-func (n *Node) nameTakenError() error {
-	return fmt.Errorf("%w: a node named %q beats under the key prefix %q on redis at %s: two live nodes must not share a name, as they would take each other's items for their own (give each its own NodeConfig.Name, or leave it empty for one of its own)",
-		ErrNameTaken, n.cfg.Name, n.cfg.Prefix, n.where)
+// nameTakenError says that another node keeps the node's name, for lapse
+// yet (less than 0: for ever).
+func (n *Node) nameTakenError(lapse time.Duration) error {
+	who := fmt.Sprintf("a node named %q beats under the key prefix %q on redis at %s", n.cfg.Name, n.cfg.Prefix, n.where)
+	if lapse < 0 {
+		who = fmt.Sprintf("the key %s, which keeps the name of the live node named so, has no time to live (a node gives it one: it was set by hand, and only its deletion frees the name)", n.k.names+n.cfg.Name)
+	}
+	return fmt.Errorf("%w: %s: two live nodes must not share a name, as they would take each other's items for their own (give each its own NodeConfig.Name, or leave it empty for one of its own)", ErrNameTaken, who)
 }
 
-// awaitName waits, as the node starts, for its name to lapse when another
-// node kept it (lapse, as keepName found): a node started again under its
-// name after a crash finds it kept by its predecessor for nameKept at
-// most. Then the name is checked again, within a check's time.
-func (n *Node) awaitName(ctx context.Context, lapse time.Duration, check func(func(context.Context) error) error) error {
+// startName has the node's name kept for it as it starts, within ctx
+// (check runs a step of the start). A node started again under its name
+// after a crash finds it kept by its predecessor, for nameKept at most:
+// it waits that out once, and fails with ErrNameTaken when the name is
+// kept still. A ctx that ends first leaves the node refused until its
+// upkeep finds the name its own; an unanswered check leaves it to the
+// node's read loop, which reads nothing before it has kept its name.
+func (n *Node) startName(ctx context.Context, check func(func(context.Context) error) error) error {
+	var lapse time.Duration
+	taken := false
+	err := check(func(ctx context.Context) (err error) {
+		lapse, taken, err = n.keepName(ctx)
+		return err
+	})
+	switch {
+	case permissionRefused(err):
+		return check(n.checkName) // says so, once
+	case err != nil || !taken:
+		return err
+	case lapse < 0:
+		return n.noteNameTaken(n.nameTakenError(lapse))
+	}
 	lapse = min(lapse, n.nameKept())
 	n.cfg.Logger.Info("another node has had this node's name within the last seconds; waiting for it to lapse", "node", n.cfg.Name, "for", lapse.Round(time.Millisecond))
 	t := time.NewTimer(lapse + 50*time.Millisecond)
@@ -101,7 +153,8 @@ func (n *Node) awaitName(ctx context.Context, lapse time.Duration, check func(fu
 	select {
 	case <-t.C:
 	case <-ctx.Done():
-		return fmt.Errorf("%w (%w waiting for the name to lapse)", n.nameTakenError(), ctx.Err())
+		n.noteNameTaken(n.nameTakenError(lapse))
+		return fmt.Errorf("broker: node %s: its name kept by another node as the start ended: %w", n.cfg.Name, ctx.Err())
 	}
 	return check(n.checkName)
 }
@@ -109,5 +162,6 @@ func (n *Node) awaitName(ctx context.Context, lapse time.Duration, check func(fu
 // releaseName gives up the node's name as it leaves, so that a node
 // started again under it need not wait; best effort.
 func (n *Node) releaseName(ctx context.Context) {
+	n.nameUntil.Store(0)
 	nameScript.Run(ctx, n.rdb, []string{n.k.names + n.cfg.Name}, n.token, 0, "release")
 }

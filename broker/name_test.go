@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -61,6 +62,33 @@ func TestTwoLiveNodesMayNotShareAName(t *testing.T) {
 	}
 	if st := n.Stats(); st.Read != 0 || st.Claimed != 0 {
 		t.Errorf("the second node read %d and claimed %d items; want none", st.Read, st.Claimed)
+	}
+
+	// A start given less time than the name takes to lapse ends with its
+	// context's error, the node refused and running (it would take the
+	// name once lapsed); its shutdown too leaves the live node listed.
+	short, err := broker.NewNode(broker.NodeConfig{
+		Config:   broker.Config{URL: rs.URL()},
+		Streamer: startStreamer(t, supervisor.Config{InProcess: echoItems, Workers: 1, BatchSize: 4}),
+		Name:     "twin",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	err = short.Start(sctx)
+	scancel()
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, broker.ErrNameTaken) {
+		t.Errorf("a start cut short while the name is another's: %v; want its context's deadline", err)
+	}
+	if !strings.Contains(short.Stats().Refused, "two live nodes must not share a name") {
+		t.Errorf("the node whose start was cut short says %q; want it refused for its name", short.Stats().Refused)
+	}
+	if err := short.Shutdown(ctx); err != nil {
+		t.Errorf("the shutdown of the node whose start was cut short: %v", err)
+	}
+	if rs.Do(t, "ZSCORE", "streamer:nodes", "twin") == "" {
+		t.Error("the live node is no longer listed as alive after the shutdown of the node whose start was cut short")
 	}
 
 	if err := live.Shutdown(ctx); err != nil {
@@ -137,4 +165,134 @@ func TestANodeWhoseNameAnotherKeepsTakesNoItemsUntilItIsItsOwn(t *testing.T) {
 			t.Errorf("the log does not say %q:\n%s", want, logs.String())
 		}
 	}
+}
+
+// TestANodeStartedWhileRedisWasDownReadsNothingUnderALiveNodesName: a
+// node started while it cannot reach Redis has not checked its name when
+// Redis comes back; it reads nothing before it has, and so nothing under
+// the name of the live node that has it.
+func TestANodeStartedWhileRedisWasDownReadsNothingUnderALiveNodesName(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fe := startFront(t, rs, nil)
+	// One item at a time, held: the requests after it wait unread.
+	busy := newRecorder()
+	busy.hold["slow"] = true
+	startNode(t, rs, busy, 4, func(c *broker.NodeConfig) {
+		c.Name = "twin"
+		c.Capacity = 1
+	})
+	answersEventually(t, fe, "first", "a request answered by the live node")
+	slow := predictLater(t, fe, "slow")
+	eventually(t, "the live node to hold the slow item", func() bool { return busy.runs("slow") == 1 })
+	var waiting []<-chan answer
+	for _, item := range []string{"a", "b", "c"} {
+		waiting = append(waiting, predictLater(t, fe, item))
+	}
+	// On the shared stream or the node's own, beside the slow one.
+	eventually(t, "three requests waiting unread", func() bool {
+		shared, _ := strconv.Atoi(rs.Do(t, "XLEN", "streamer:items"))
+		own, _ := strconv.Atoi(rs.Do(t, "XLEN", "streamer:items:twin"))
+		return shared+own == 4
+	})
+
+	p := redistest.StartProxy(t, rs)
+	p.Refuse(true)
+	other := newRecorder()
+	n, err := broker.NewNode(broker.NodeConfig{
+		Config:   broker.Config{URL: p.URL()},
+		Streamer: startStreamer(t, supervisor.Config{InProcess: other, Workers: 1, BatchSize: 4}),
+		Name:     "twin",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Shutdown(context.Background()) })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.Start(ctx); !errors.Is(err, supervisor.ErrUnavailable) {
+		t.Fatalf("a start while Redis cannot be reached: %v; want ErrUnavailable", err)
+	}
+	p.Refuse(false)
+	eventually(t, "the node started while Redis was down to find its name taken", func() bool {
+		return strings.Contains(n.Stats().Refused, "two live nodes must not share a name")
+	})
+	if st := n.Stats(); st.Read != 0 || len(other.order()) != 0 {
+		t.Errorf("the node of the taken name read %d items and ran %q; want none", st.Read, other.order())
+	}
+	close(busy.release)
+	for i, later := range append(waiting, slow) {
+		if a := <-later; a.err != nil {
+			t.Errorf("request %d: %v; want its answer from the live node", i, a.err)
+		}
+	}
+	if len(other.order()) != 0 {
+		t.Errorf("the node of the taken name ran %q; want nothing", other.order())
+	}
+}
+
+// TestANodeCutOffFromRedisTakesUpNoItemsOfTheNodeThatTookItsName: a node
+// cut off from Redis for longer than its name is kept (a partition, a
+// stalled host) finds, once back, its reads failed and another node under
+// its name, holding items that are pending to that name too: it takes
+// none of them for the items of its own failed reads, which would run
+// them twice, and takes items again once the other has left.
+func TestANodeCutOffFromRedisTakesUpNoItemsOfTheNodeThatTookItsName(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fe := startFront(t, rs, nil)
+	p := redistest.StartProxy(t, rs)
+	first := newRecorder()
+	cutOff := startNodeOn(t, rs, supervisor.Config{InProcess: first, Workers: 1, BatchSize: 4, MaxLatency: time.Millisecond}, func(c *broker.NodeConfig) {
+		c.URL = p.URL()
+		c.Name = "twin"
+	})
+	answersEventually(t, fe, "first", "a request answered by the first node")
+	p.Refuse(true)
+	p.Cut()
+	eventually(t, "the cut-off node's name to lapse", func() bool { return rs.Do(t, "EXISTS", "streamer:name:twin") == "0" })
+	eventually(t, "a read of the cut-off node to fail", func() bool { return broker.Lost(cutOff) })
+
+	second := newRecorder()
+	var held []<-chan answer
+	for _, item := range []string{"h0", "h1", "h2", "h3"} {
+		second.hold[item] = true
+	}
+	taker := startNodeOn(t, rs, supervisor.Config{InProcess: second, Workers: 1, BatchSize: 4, MaxLatency: time.Millisecond}, func(c *broker.NodeConfig) {
+		c.Name = "twin"
+		c.ClaimIdle = time.Minute
+	})
+	for _, item := range []string{"h0", "h1", "h2", "h3"} {
+		held = append(held, predictLater(t, fe, item))
+	}
+	eventually(t, "the node that took the name to hold the items", func() bool { return taker.Stats().Held == 4 })
+	read := cutOff.Stats().Read
+	p.Refuse(false)
+	// As its read loop would, were it first to reach Redis: the items
+	// pending to its name are the other's.
+	if err := broker.RecoverLost(cutOff); err != nil {
+		t.Fatalf("the cut-off node's look for the items of its failed reads: %v", err)
+	}
+	eventually(t, "the node cut off to find its name taken", func() bool {
+		return strings.Contains(cutOff.Stats().Refused, "two live nodes must not share a name")
+	})
+	for _, item := range []string{"h0", "h1", "h2", "h3"} {
+		if n := first.runs(item); n != 0 {
+			t.Errorf("the node cut off ran %s, held by the node that took its name, %d times; want none", item, n)
+		}
+	}
+	if got := cutOff.Stats().Read; got != read {
+		t.Errorf("the node cut off read %d items once back; want none", got-read)
+	}
+	close(second.release)
+	for i, later := range held {
+		if a := <-later; a.err != nil {
+			t.Errorf("held request %d: %v; want its answer", i, a.err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := taker.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the node cut off to have its name again", func() bool { return cutOff.Stats().Refused == "" })
+	answersEventually(t, fe, "after", "a request answered once the name is the first node's again")
 }

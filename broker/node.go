@@ -96,6 +96,10 @@ type Node struct {
 	token      string
 	nameTaken  atomic.Pointer[string]
 	nameLogged atomic.Bool // a refused script on the name is logged
+	// nameUntil is when the name stops being the node's own, as its last
+	// keep of it found, in time since born (see holdsName).
+	nameUntil atomic.Int64
+	born      time.Time
 	// takeMu keeps a node's claims and its look for the items of failed
 	// reads apart (see recoverLost).
 	takeMu sync.Mutex
@@ -235,7 +239,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	}
 	k := newKeys(cfg.Prefix)
 	n := &Node{
-		cfg: cfg, rdb: rdb, where: where, k: k, own: k.nodeItems(cfg.Name), s: cfg.Streamer, token: randomHex(8),
+		cfg: cfg, rdb: rdb, where: where, k: k, own: k.nodeItems(cfg.Name), s: cfg.Streamer, token: randomHex(8), born: time.Now(),
 		clock:    &clock{skew: cfg.skew, log: cfg.Logger},
 		held:     map[entry]time.Time{},
 		lostOn:   map[string]bool{},
@@ -282,6 +286,14 @@ func (n *Node) Stats() NodeStats {
 //     model, or another version of streamer: then it is ErrVersionMismatch
 //     too): no retry mends it, and the node takes no items (found before
 //     it ran, the start ends there, and the node runs nothing).
+//   - ErrNameTaken: another live node has the node's Name, and kept it
+//     while the start waited for it to lapse (up to 3 s, for the name of
+//     a node killed just before). The node runs nothing. A ctx that ends
+//     before the name lapses ends the start with ctx's error: the node
+//     runs on, and takes items once the name is its own. A name found
+//     taken later (Redis down as the node started, or the node cut off
+//     from Redis for seconds) is logged, and in NodeStats.Refused, while
+//     the node takes no items.
 //   - An error naming a Streamer not started (or shut down), the
 //     caller's mistake: nothing started, and a Start once the Streamer
 //     runs may succeed.
@@ -330,18 +342,7 @@ func (n *Node) Start(ctx context.Context) error {
 		}
 	}
 	if err == nil {
-		var lapse time.Duration
-		taken := false
-		err = step(func(ctx context.Context) (err error) {
-			lapse, taken, err = n.keepName(ctx)
-			return err
-		})
-		switch {
-		case taken:
-			err = n.awaitName(ctx, lapse, step)
-		case err != nil:
-			err = step(n.checkName) // NOPERM, as checkName takes it
-		}
+		err = n.startName(ctx, step)
 		if errors.Is(err, ErrNameTaken) {
 			return err
 		}
@@ -416,6 +417,17 @@ func (n *Node) readLoop() {
 		if !n.fit(ctx) {
 			retry.wait(n.stop)
 			continue
+		}
+		if !n.holdsName() {
+			// Its name not kept since it started, or since Redis last
+			// answered a keep (see holdsName).
+			if err := n.checkName(ctx); err != nil && !errors.Is(err, ErrNameTaken) && ctx.Err() == nil {
+				n.warn("keep the node's name", err)
+			}
+			if !n.holdsName() {
+				retry.wait(n.stop)
+				continue
+			}
 		}
 		want, block := n.wanted()
 		if want > 0 && n.lost.Swap(false) {
@@ -686,6 +698,9 @@ func itemsIn(streams []redis.XStream) (n int) {
 func (n *Node) recoverLost(ctx context.Context, want int) (more bool, err error) {
 	n.takeMu.Lock()
 	defer n.takeMu.Unlock()
+	if !n.holdsName() {
+		return true, nil // those pending to it may be another's (see holdsName)
+	}
 	streams := []string{n.own, n.k.items}
 	n.mu.Lock()
 	for stream := range n.lostOn {
@@ -1791,7 +1806,7 @@ func (n *Node) keep(ctx context.Context) error {
 // Redis ran one of its commands late enough that it may have frozen under
 // it (see frozeFor).
 func (n *Node) claim(ctx context.Context) error {
-	if !n.s.Ready() || n.claimsHeldOff() {
+	if !n.s.Ready() || n.claimsHeldOff() || !n.holdsName() {
 		return nil
 	}
 	began := time.Now()
@@ -2045,7 +2060,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	drained := make(chan struct{})
 	var draining sync.WaitGroup
 	if ctx.Err() == nil {
-		draining.Go(func() { n.drainBeat(drained) })
+		draining.Go(func() { n.drainBeat(drained, owns) })
 	}
 	var err error
 	for {
@@ -2144,30 +2159,23 @@ func (n *Node) forgetGone(ctx context.Context) error {
 // callers for want of a node while it finishes their items (but not to
 // admit new requests, or route any to it), and which other nodes do not
 // read, so that they adopt its own stream at once; and it keeps its items
-// from claims.
-func (n *Node) drainBeat(done <-chan struct{}) {
+// from claims. A node that does not own its name (another live node kept
+// it: see checkName) leaves that one's listing, name and the model as
+// they are, and only keeps its items.
+func (n *Node) drainBeat(done <-chan struct{}, owns bool) {
 	tick := time.NewTicker(min(n.cfg.ClaimIdle/4, heartbeat))
 	defer tick.Stop()
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		// Its name kept, it beats as leaving (a node that another live
-		// node's name kept out leaves that one's listing as it is).
-		if err := n.checkName(ctx); err == nil {
-			pipe := n.rdb.Pipeline()
-			pipe.ZAdd(ctx, n.k.leaving, redis.Z{Score: float64(n.clock.now().UnixMilli()), Member: n.cfg.Name})
-			pipe.Expire(ctx, n.k.leaving, nodeKeysTTL)
-			if _, err := pipe.Exec(ctx); err != nil {
-				n.warn("heartbeat while leaving", err)
-			}
-		} else if !errors.Is(err, ErrNameTaken) {
-			n.warn("keep the node's name while leaving", err)
+		// Its name kept, it beats as leaving, and the prefix keeps the
+		// model while its last node drains. A node that another live
+		// node's name kept out leaves that one's listing, name and model
+		// as they are.
+		if owns {
+			n.leavingBeat(ctx)
 		}
 		if err := n.keep(ctx); err != nil {
 			n.warn("keep items while leaving", err)
-		}
-		// The prefix keeps the model while its last node drains.
-		if err := n.checkModel(ctx); err != nil && !errors.Is(err, ErrModelMismatch) {
-			n.warn("keep the model while leaving", err)
 		}
 		cancel()
 		select {
@@ -2175,6 +2183,26 @@ func (n *Node) drainBeat(done <-chan struct{}) {
 		case <-done:
 			return
 		}
+	}
+}
+
+// leavingBeat keeps the name of a node that leaves, beats as leaving, and
+// keeps the model of the prefix.
+func (n *Node) leavingBeat(ctx context.Context) {
+	if err := n.checkName(ctx); err != nil {
+		if !errors.Is(err, ErrNameTaken) {
+			n.warn("keep the node's name while leaving", err)
+		}
+		return
+	}
+	pipe := n.rdb.Pipeline()
+	pipe.ZAdd(ctx, n.k.leaving, redis.Z{Score: float64(n.clock.now().UnixMilli()), Member: n.cfg.Name})
+	pipe.Expire(ctx, n.k.leaving, nodeKeysTTL)
+	if _, err := pipe.Exec(ctx); err != nil {
+		n.warn("heartbeat while leaving", err)
+	}
+	if err := n.checkModel(ctx); err != nil && !errors.Is(err, ErrModelMismatch) {
+		n.warn("keep the model while leaving", err)
 	}
 }
 

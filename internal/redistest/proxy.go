@@ -18,6 +18,7 @@ type Proxy struct {
 	ln     net.Listener
 	target string
 	rate   atomic.Int64 // see Throttle
+	refuse atomic.Bool  // see Refuse
 
 	mu     sync.Mutex
 	links  []*link // the connections forwarded now
@@ -98,6 +99,11 @@ func (p *Proxy) CloseOnNextCommand() int {
 	return len(p.links)
 }
 
+// Refuse, while on, closes each new connection as soon as it is made,
+// forwarding nothing, as a server that is down does; with Cut, it cuts a
+// client off from the server altogether. Off, connections pass again.
+func (p *Proxy) Refuse(on bool) { p.refuse.Store(on) }
+
 // Throttle bounds what each connection carries, each way, to
 // bytesPerSecond, as a slow link would; 0 lifts the bound.
 func (p *Proxy) Throttle(bytesPerSecond int64) { p.rate.Store(bytesPerSecond) }
@@ -114,6 +120,10 @@ func (p *Proxy) accept(wg *sync.WaitGroup) {
 		client, err := p.ln.Accept()
 		if err != nil {
 			return // closed by the cleanup
+		}
+		if p.refuse.Load() {
+			_ = client.Close()
+			continue
 		}
 		server, err := net.Dial("tcp", p.target)
 		if err != nil {
