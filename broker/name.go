@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/streamer-dev/streamer/supervisor"
 )
 
 // ErrNameTaken says that another live node beats under the node's name
@@ -52,7 +54,7 @@ const nameMargin = time.Second
 // node keeps it yet (taken; less than 0 when it has no time to live). It
 // renews the node's lease on its name (see holdsName), or ends it.
 func (n *Node) keepName(ctx context.Context) (lapse time.Duration, taken bool, err error) {
-	sent := time.Since(n.born)
+	sent := n.age()
 	held, err := nameScript.Run(ctx, n.rdb, []string{n.k.names + n.cfg.Name}, n.token, n.nameKept().Milliseconds(), "keep").Text()
 	switch {
 	case permissionRefused(err):
@@ -78,7 +80,28 @@ func (n *Node) keepName(ctx context.Context) (lapse time.Duration, taken bool, e
 // another's: until it has kept it again it reads, claims and takes up the
 // items of failed reads under that name not at all, as those pending to
 // it may be the other's.
-func (n *Node) holdsName() bool { return int64(time.Since(n.born)) < n.nameUntil.Load() }
+func (n *Node) holdsName() bool { return int64(n.age()) < n.nameUntil.Load() }
+
+// age is the time since the node was made, by the larger of its
+// monotonic and wall clocks: the monotonic clock stops while the host is
+// suspended, when Redis lets the name lapse all the same.
+func (n *Node) age() time.Duration {
+	return max(time.Since(n.born), time.Now().Round(0).Sub(n.born.Round(0)))
+}
+
+// ownsName says, as the node leaves, whether its name is its own, so that
+// it may take itself off the lists of nodes and give its name up: a node
+// that another live node's name kept out leaves that one's listings as
+// they are. A node that has not kept its name for a while (Redis down
+// since) looks once, for a second at most.
+func (n *Node) ownsName() bool {
+	if n.nameTaken.Load() == nil && !n.holdsName() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = n.checkName(ctx)
+	}
+	return n.nameTaken.Load() == nil && n.holdsName()
+}
 
 // checkName keeps the node's name for it, or finds it another live node's:
 // the node then takes no items and says why (see refusal) until the name
@@ -119,7 +142,7 @@ func (n *Node) noteNameTaken(err error) error {
 func (n *Node) nameTakenError(lapse time.Duration) error {
 	who := fmt.Sprintf("a node named %q beats under the key prefix %q on redis at %s", n.cfg.Name, n.cfg.Prefix, n.where)
 	if lapse < 0 {
-		who = fmt.Sprintf("the key %s, which keeps the name of the live node named so, has no time to live (a node gives it one: it was set by hand, and only its deletion frees the name)", n.k.names+n.cfg.Name)
+		who = fmt.Sprintf("the key %s on redis at %s, which keeps the name of the live node named so, has no time to live (a node gives it one: it was set by hand, and only its deletion frees the name)", n.k.names+n.cfg.Name, n.where)
 	}
 	return fmt.Errorf("%w: %s: two live nodes must not share a name, as they would take each other's items for their own (give each its own NodeConfig.Name, or leave it empty for one of its own)", ErrNameTaken, who)
 }
@@ -152,6 +175,9 @@ func (n *Node) startName(ctx context.Context, check func(func(context.Context) e
 	defer t.Stop()
 	select {
 	case <-t.C:
+	case <-n.stop:
+		n.noteNameTaken(n.nameTakenError(lapse))
+		return fmt.Errorf("broker: start of node %s, as it waited for its name to lapse: %w", n.cfg.Name, supervisor.ErrShuttingDown)
 	case <-ctx.Done():
 		n.noteNameTaken(n.nameTakenError(lapse))
 		return fmt.Errorf("broker: node %s: its name kept by another node as the start ended: %w", n.cfg.Name, ctx.Err())

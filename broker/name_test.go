@@ -91,6 +91,17 @@ func TestTwoLiveNodesMayNotShareAName(t *testing.T) {
 		t.Error("the live node is no longer listed as alive after the shutdown of the node whose start was cut short")
 	}
 
+	// A name kept without a time to live was set by hand: no wait frees it.
+	rs.Do(t, "SET", "streamer:name:forever", "a-token")
+	_, err = startNodeFailing(t, broker.NodeConfig{
+		Config:   broker.Config{URL: rs.URL()},
+		Streamer: startStreamer(t, supervisor.Config{InProcess: echoItems, Workers: 1, BatchSize: 4}),
+		Name:     "forever",
+	})
+	if !errors.Is(err, broker.ErrNameTaken) || !strings.Contains(err.Error(), "the key streamer:name:forever on redis at "+rs.Addr()+", which keeps the name of the live node named so, has no time to live") {
+		t.Errorf("a start under a name kept for ever: %v; want ErrNameTaken naming the key as set by hand", err)
+	}
+
 	if err := live.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -149,6 +160,9 @@ func TestANodeWhoseNameAnotherKeepsTakesNoItemsUntilItIsItsOwn(t *testing.T) {
 	eventually(t, "the node to find its name kept by another", func() bool {
 		return strings.Contains(node.Stats().Refused, "two live nodes must not share a name")
 	})
+	// A blocking read sent before the node found its name taken may yet
+	// bring the next item: it is waited out (no new read goes out).
+	eventually(t, "the node's blocking read to end", func() bool { return !blockedOn(t, rs, "xreadgroup") })
 	read := node.Stats().Read
 	later := predictLater(t, fe, "meanwhile")
 	// On the shared stream, or the node's own (its caller was answered by
@@ -280,6 +294,15 @@ func TestANodeCutOffFromRedisTakesUpNoItemsOfTheNodeThatTookItsName(t *testing.T
 	if err := broker.RecoverLost(cutOff); err != nil {
 		t.Fatalf("the cut-off node's look for the items of its failed reads: %v", err)
 	}
+	// And as its claim would, once the items have been idle past its
+	// --claim-idle (the other keeps them a quarter of a minute apart).
+	eventually(t, "the held items idle past the cut-off node's claim idle", func() bool {
+		return rs.Do(t, "XPENDING", "streamer:items", "nodes", "IDLE", "500", "-", "+", "10") != "" ||
+			rs.Do(t, "XPENDING", "streamer:items:twin", "nodes", "IDLE", "500", "-", "+", "10") != ""
+	})
+	if err := broker.ClaimNow(cutOff); err != nil {
+		t.Fatalf("the cut-off node's claim: %v", err)
+	}
 	eventually(t, "the node cut off to find its name taken", func() bool {
 		return strings.Contains(cutOff.Stats().Refused, "two live nodes must not share a name")
 	})
@@ -304,4 +327,59 @@ func TestANodeCutOffFromRedisTakesUpNoItemsOfTheNodeThatTookItsName(t *testing.T
 	}
 	eventually(t, "the node cut off to have its name again", func() bool { return cutOff.Stats().Refused == "" })
 	answersEventually(t, fe, "after", "a request answered once the name is the first node's again")
+}
+
+// blockedOn says whether a client of rs is blocked in the command cmd.
+func blockedOn(t *testing.T, rs *redistest.Server, cmd string) bool {
+	for line := range strings.Lines(rs.Do(t, "CLIENT", "LIST")) {
+		fields := map[string]string{}
+		for f := range strings.FieldsSeq(line) {
+			k, v, _ := strings.Cut(f, "=")
+			fields[k] = v
+		}
+		if fields["cmd"] == cmd && strings.Contains(fields["flags"], "b") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestANodeThatNeverKeptItsNameLeavesTheLiveOnesListingAsItLeaves: a node
+// started while Redis could not be reached, under the name of a live node,
+// and shut down as soon as Redis answers, before it has kept or checked
+// its name, leaves the live node listed and its name its own.
+func TestANodeThatNeverKeptItsNameLeavesTheLiveOnesListingAsItLeaves(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	// It beats at its start and events alone: what the other's shutdown
+	// undid of its listing would stay undone.
+	startNode(t, rs, echoItems, 4, func(c *broker.NodeConfig) {
+		c.Name = "twin"
+		broker.SlowBeats(c, time.Hour)
+	})
+	token := rs.Do(t, "GET", "streamer:name:twin")
+	p := redistest.StartProxy(t, rs)
+	p.Refuse(true)
+	n, err := broker.NewNode(broker.NodeConfig{
+		Config:   broker.Config{URL: p.URL()},
+		Streamer: startStreamer(t, supervisor.Config{InProcess: echoItems, Workers: 1, BatchSize: 4}),
+		Name:     "twin",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.Start(ctx); !errors.Is(err, supervisor.ErrUnavailable) {
+		t.Fatalf("a start while Redis cannot be reached: %v; want ErrUnavailable", err)
+	}
+	p.Refuse(false)
+	if err := n.Shutdown(ctx); err != nil {
+		t.Errorf("the shutdown: %v", err)
+	}
+	if rs.Do(t, "ZSCORE", "streamer:nodes", "twin") == "" {
+		t.Error("the live node is no longer listed as alive after the other's shutdown")
+	}
+	if got := rs.Do(t, "GET", "streamer:name:twin"); got != token {
+		t.Errorf("the name is kept as %q after the other's shutdown; want the live node's %q", got, token)
+	}
 }

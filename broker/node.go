@@ -343,7 +343,7 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	if err == nil {
 		err = n.startName(ctx, step)
-		if errors.Is(err, ErrNameTaken) {
+		if errors.Is(err, ErrNameTaken) || errors.Is(err, supervisor.ErrShuttingDown) {
 			return err
 		}
 	}
@@ -428,6 +428,7 @@ func (n *Node) readLoop() {
 				retry.wait(n.stop)
 				continue
 			}
+			retry.reset()
 		}
 		want, block := n.wanted()
 		if want > 0 && n.lost.Swap(false) {
@@ -746,6 +747,9 @@ func (n *Node) recoverLost(ctx context.Context, want int) (more bool, err error)
 			}
 		}
 		n.mu.Unlock()
+		if len(ids) > 0 && !n.holdsName() {
+			return true, nil // its name lapsed as it looked
+		}
 		if len(ids) > 0 {
 			// As idle as they were: one that another node claimed
 			// meanwhile (idle past its --claim-idle, then made new by the
@@ -793,7 +797,7 @@ const quarantineRead = 256
 // holds only the callers it just answered.
 func (n *Node) wanted() (want int, block bool) {
 	free := n.free()
-	if free <= 0 || n.refusal() != "" {
+	if free <= 0 || n.refusal() != "" || !n.holdsName() {
 		return 0, false
 	}
 	if c := n.fetchBound(); c > 0 {
@@ -2051,7 +2055,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	answered := n.stats.answered.Load()
 	// A node that another live node's name kept out (see checkName)
 	// leaves that one's listings and consumer as they are.
-	owns := n.nameTaken.Load() == nil
+	owns := n.ownsName()
 	if owns {
 		lctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		n.rdb.ZRem(lctx, n.k.nodes, n.cfg.Name) // best effort: a node silent for goneAfter is gone too
@@ -2091,7 +2095,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	left := len(n.held)
 	n.mu.Unlock()
 	n.cfg.Logger.Info("node left", "node", n.cfg.Name, "answered_while_leaving", n.stats.answered.Load()-answered, "left_to_other_nodes", left)
-	if owns && n.nameTaken.Load() == nil {
+	if owns && n.ownsName() {
 		dctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		n.rdb.ZRem(dctx, n.k.nodes, n.cfg.Name)
@@ -2211,6 +2215,9 @@ func (n *Node) leavingBeat(ctx context.Context) {
 // for blockFor: requests routed to a node that is busy (or slow) do not
 // wait there while this one idles.
 func (n *Node) steal(ctx context.Context, want int) error {
+	if !n.holdsName() {
+		return nil // see holdsName
+	}
 	streams, err := n.rdb.SMembers(ctx, n.k.streams).Result()
 	if err != nil {
 		return err
