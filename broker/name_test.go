@@ -279,7 +279,8 @@ func TestANodeCutOffFromRedisTakesUpNoItemsOfTheNodeThatTookItsName(t *testing.T
 	for _, item := range []string{"h0", "h1", "h2", "h3"} {
 		second.hold[item] = true
 	}
-	taker := startNodeOn(t, rs, supervisor.Config{InProcess: second, Workers: 1, BatchSize: 4, MaxLatency: time.Millisecond}, func(c *broker.NodeConfig) {
+	// A worker for each, so that it holds them all however they batch.
+	taker := startNodeOn(t, rs, supervisor.Config{InProcess: second, Workers: 4, BatchSize: 4, MaxLatency: time.Millisecond}, func(c *broker.NodeConfig) {
 		c.Name = "twin"
 		c.ClaimIdle = time.Minute
 	})
