@@ -12,6 +12,7 @@ import (
 	"github.com/streamer-dev/streamer/broker"
 	"github.com/streamer-dev/streamer/internal/redistest"
 	"github.com/streamer-dev/streamer/internal/syncbuf"
+	"github.com/streamer-dev/streamer/model"
 	"github.com/streamer-dev/streamer/supervisor"
 )
 
@@ -34,17 +35,10 @@ func TestTwoLiveNodesMayNotShareAName(t *testing.T) {
 	answersEventually(t, fe, "first", "a request answered by the live node")
 
 	var logs syncbuf.Buffer
-	n, err := broker.NewNode(broker.NodeConfig{
-		Config:   broker.Config{URL: rs.URL(), Logger: slog.New(slog.NewTextHandler(&logs, nil))},
-		Streamer: startStreamer(t, supervisor.Config{InProcess: echoItems, Workers: 1, BatchSize: 4}),
-		Name:     "twin",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := newTwin(t, rs.URL(), echoItems, &logs)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err = n.Start(ctx)
+	err := n.Start(ctx)
 	if !errors.Is(err, broker.ErrNameTaken) || !strings.Contains(err.Error(), `a node named "twin" beats under the key prefix "streamer"`) || !strings.Contains(err.Error(), "two live nodes must not share a name") {
 		t.Fatalf("the second node's start: %v; want ErrNameTaken naming the name", err)
 	}
@@ -67,14 +61,7 @@ func TestTwoLiveNodesMayNotShareAName(t *testing.T) {
 	// A start given less time than the name takes to lapse ends with its
 	// context's error, the node refused and running (it would take the
 	// name once lapsed); its shutdown too leaves the live node listed.
-	short, err := broker.NewNode(broker.NodeConfig{
-		Config:   broker.Config{URL: rs.URL()},
-		Streamer: startStreamer(t, supervisor.Config{InProcess: echoItems, Workers: 1, BatchSize: 4}),
-		Name:     "twin",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	short := newTwin(t, rs.URL(), echoItems, nil)
 	sctx, scancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	err = short.Start(sctx)
 	scancel()
@@ -221,15 +208,7 @@ func TestANodeStartedWhileRedisWasDownReadsNothingUnderALiveNodesName(t *testing
 	p := redistest.StartProxy(t, rs)
 	p.Refuse(true)
 	other := newRecorder()
-	n, err := broker.NewNode(broker.NodeConfig{
-		Config:   broker.Config{URL: p.URL()},
-		Streamer: startStreamer(t, supervisor.Config{InProcess: other, Workers: 1, BatchSize: 4}),
-		Name:     "twin",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Shutdown(context.Background()) })
+	n := newTwin(t, p.URL(), other, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := n.Start(ctx); !errors.Is(err, supervisor.ErrUnavailable) {
@@ -360,14 +339,7 @@ func TestANodeThatNeverKeptItsNameLeavesTheLiveOnesListingAsItLeaves(t *testing.
 	token := rs.Do(t, "GET", "streamer:name:twin")
 	p := redistest.StartProxy(t, rs)
 	p.Refuse(true)
-	n, err := broker.NewNode(broker.NodeConfig{
-		Config:   broker.Config{URL: p.URL()},
-		Streamer: startStreamer(t, supervisor.Config{InProcess: echoItems, Workers: 1, BatchSize: 4}),
-		Name:     "twin",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := newTwin(t, p.URL(), echoItems, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := n.Start(ctx); !errors.Is(err, supervisor.ErrUnavailable) {
@@ -383,4 +355,24 @@ func TestANodeThatNeverKeptItsNameLeavesTheLiveOnesListingAsItLeaves(t *testing.
 	if got := rs.Do(t, "GET", "streamer:name:twin"); got != token {
 		t.Errorf("the name is kept as %q after the other's shutdown; want the live node's %q", got, token)
 	}
+}
+
+// newTwin makes, and does not start, a node named "twin" on url running
+// m, logging to logs when given; it is shut down when the test ends.
+func newTwin(t *testing.T, url string, m model.Model, logs *syncbuf.Buffer) *broker.Node {
+	t.Helper()
+	cfg := broker.NodeConfig{
+		Config:   broker.Config{URL: url},
+		Streamer: startStreamer(t, supervisor.Config{InProcess: m, Workers: 1, BatchSize: 4}),
+		Name:     "twin",
+	}
+	if logs != nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	}
+	n, err := broker.NewNode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Shutdown(context.Background()) })
+	return n
 }
