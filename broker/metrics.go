@@ -17,7 +17,7 @@ import "github.com/prometheus/client_golang/prometheus"
 //	streamer_broker_node_items_total{event}     read, claimed, answered, expired, released, quarantined, withdrawn
 //	streamer_broker_node_write_failures_total   writes of answers Redis did not take (retried)
 //	streamer_broker_node_held_items             items the node holds now
-//	streamer_broker_node_refused                1 while Redis refuses the node's answers for want of a permission
+//	streamer_broker_node_refused                1 while the node takes no items, refused (see NodeStats.Refused)
 func Collector(fe *FrontEnd, node *Node) prometheus.Collector {
 	return &collector{fe: fe, node: node,
 		up:         prometheus.NewDesc("streamer_broker_redis_up", "1 when Redis answered the front end's last check, else 0.", nil, nil),
@@ -31,7 +31,7 @@ func Collector(fe *FrontEnd, node *Node) prometheus.Collector {
 		items:      prometheus.NewDesc("streamer_broker_node_items_total", "Items this node read from Redis (claimed: of them, taken over from a silent node), answered, found expired, released for another node, refused as quarantined, or withdrawn (their answers dropped as Redis, full, refused them, and their items gone from their streams).", []string{"event"}, nil),
 		failures:   prometheus.NewDesc("streamer_broker_node_write_failures_total", "Writes of answers that Redis did not take; they are retried and their items kept.", nil, nil),
 		held:       prometheus.NewDesc("streamer_broker_node_held_items", "Items this node holds now, running or queued on its workers.", nil, nil),
-		refused:    prometheus.NewDesc("streamer_broker_node_refused", "1 while Redis refuses this node's answers for want of a permission (its user's ACL): it takes no items meanwhile, and leaves those it holds to other nodes.", nil, nil),
+		refused:    prometheus.NewDesc("streamer_broker_node_refused", "1 while this node takes no items, refused: Redis refuses its answers or its reads for want of a permission (its user's ACL), the nodes under its prefix serve another model or version, or another live node has its name.", nil, nil),
 	}
 }
 

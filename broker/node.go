@@ -202,7 +202,10 @@ type NodeStats struct {
 	// leaves those it holds to other nodes, until a write goes through.
 	// Or why it refuses the node's reads of items: the node then takes no
 	// items, and is listed as no node, alive or leaving, until a read goes
-	// through. Empty while Redis takes both.
+	// through. Or why the node takes no items, keeping those it holds:
+	// the nodes under its prefix serve another model or version (see
+	// ModelID), or another live node has its name (see ErrNameTaken).
+	// Empty while none of these holds.
 	Refused string `json:"refused,omitempty"`
 }
 
