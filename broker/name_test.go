@@ -205,16 +205,8 @@ func TestANodeStartedWhileRedisWasDownReadsNothingUnderALiveNodesName(t *testing
 		return shared+own == 4
 	})
 
-	p := redistest.StartProxy(t, rs)
-	p.Refuse(true)
 	other := newRecorder()
-	n := newTwin(t, p.URL(), other, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := n.Start(ctx); !errors.Is(err, supervisor.ErrUnavailable) {
-		t.Fatalf("a start while Redis cannot be reached: %v; want ErrUnavailable", err)
-	}
-	p.Refuse(false)
+	n := twinStartedWhileRedisIsDown(t, rs, other)
 	eventually(t, "the node started while Redis was down to find its name taken", func() bool {
 		return strings.Contains(n.Stats().Refused, "two live nodes must not share a name")
 	})
@@ -337,15 +329,9 @@ func TestANodeThatNeverKeptItsNameLeavesTheLiveOnesListingAsItLeaves(t *testing.
 		broker.SlowBeats(c, time.Hour)
 	})
 	token := rs.Do(t, "GET", "streamer:name:twin")
-	p := redistest.StartProxy(t, rs)
-	p.Refuse(true)
-	n := newTwin(t, p.URL(), echoItems, nil)
+	n := twinStartedWhileRedisIsDown(t, rs, echoItems)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := n.Start(ctx); !errors.Is(err, supervisor.ErrUnavailable) {
-		t.Fatalf("a start while Redis cannot be reached: %v; want ErrUnavailable", err)
-	}
-	p.Refuse(false)
 	if err := n.Shutdown(ctx); err != nil {
 		t.Errorf("the shutdown: %v", err)
 	}
@@ -374,5 +360,22 @@ func newTwin(t *testing.T, url string, m model.Model, logs *syncbuf.Buffer) *bro
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = n.Shutdown(context.Background()) })
+	return n
+}
+
+// twinStartedWhileRedisIsDown starts a node named "twin" running m while a
+// proxy in front of rs refuses its connections, then lets them through:
+// the node runs, and has neither kept nor checked its name yet.
+func twinStartedWhileRedisIsDown(t *testing.T, rs *redistest.Server, m model.Model) *broker.Node {
+	t.Helper()
+	p := redistest.StartProxy(t, rs)
+	p.Refuse(true)
+	n := newTwin(t, p.URL(), m, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.Start(ctx); !errors.Is(err, supervisor.ErrUnavailable) {
+		t.Fatalf("a start while Redis cannot be reached: %v; want ErrUnavailable", err)
+	}
+	p.Refuse(false)
 	return n
 }
