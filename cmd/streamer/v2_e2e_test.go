@@ -395,6 +395,26 @@ func TestV2BatchAxisFixedAtOne(t *testing.T) {
 	}
 }
 
+// TestV2NestedDataOfThreeAxes: rows of a sequence model ([batch, seq, 3])
+// sent as JSON nested to the shape are read as sent flat, and answered as
+// /predict answers the same rows.
+func TestV2NestedDataOfThreeAxes(t *testing.T) {
+	s, _ := startONNX(t, onnxtest.Seq)
+	rng := rand.New(rand.NewPCG(5, 5))
+	in := tensorData{name: "x", datatype: "FP32", shape: []int64{3, 2, 3}}
+	for range 3 * 2 * 3 {
+		in.values = append(in.values, float32(rng.NormFloat64()))
+	}
+	predicted := s.predictRows(t, 3, []tensorData{in})
+	for _, input := range []v2Input{in.nested(), in.flat()} {
+		a := s.infer(t, "/v2/models/seq/infer", v2Request{Inputs: []v2Input{input}, Parameters: map[string]any{"binary_data_output": true}})
+		if a.Status != http.StatusOK {
+			t.Fatalf("data %v: %s", input.Data, a)
+		}
+		checkSameAsPredict(t, a.output(t, "y"), predicted, "") // its one output
+	}
+}
+
 // dtypeValues are values of each datatype for the identity model, its
 // extremes among them, each exact in its type (FP16 ones in half floats).
 var dtypeValues = map[string][]any{

@@ -272,11 +272,11 @@ func (d *jsonDataReader) nestedData() error {
 			return err
 		}
 		if axis < last {
+			entries[axis] = 0 // a new array: its own entries, not its sibling's
 			if !d.s.Consume(']') {
 				axis++ // the array's first entry: an array of the next axis
 				continue
 			}
-			entries[axis] = 0
 		} else {
 			n, err := d.elements(axis + 2)
 			if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"testing"
 	"unicode/utf8"
@@ -240,6 +241,82 @@ func FuzzV2BinaryBody(f *testing.F) {
 			if want := rowsData(rows, name); !bytes.Equal(data, want) {
 				t.Fatalf("binary output %q is % x, the model's rows hold % x", name, data, want)
 			}
+		}
+	})
+}
+
+// FuzzV2NestedDataReadsAsFlat: data nested to its shape, of up to four
+// axes of up to three entries each (shape read from the fuzzer's bytes),
+// is read as the same elements sent flat; the same nesting under a shape
+// that differs on one axis is refused.
+func FuzzV2NestedDataReadsAsFlat(f *testing.F) {
+	for _, seed := range [][]byte{{2, 1, 3}, {3, 2, 2}, {2, 0, 3}, {1, 2, 2, 2}, {3}, {2, 3, 1, 2}} {
+		f.Add(seed, uint8(1))
+	}
+	f.Fuzz(func(t *testing.T, dims []byte, wrongAxis uint8) {
+		if len(dims) == 0 || len(dims) > 4 {
+			return
+		}
+		shape := make([]int64, len(dims))
+		for i, d := range dims {
+			shape[i] = int64(d % 4)
+		}
+		n := int64(1)
+		for _, d := range shape {
+			n *= d
+		}
+		var flat, nested []byte
+		flat = append(flat, '[')
+		for i := range n {
+			if i > 0 {
+				flat = append(flat, ',')
+			}
+			flat = strconv.AppendInt(flat, i, 10)
+		}
+		flat = append(flat, ']')
+		next := int64(0)
+		var nest func(axis int)
+		nest = func(axis int) {
+			nested = append(nested, '[')
+			for i := range shape[axis] {
+				if i > 0 {
+					nested = append(nested, ',')
+				}
+				if axis == len(shape)-1 {
+					nested = strconv.AppendInt(nested, next, 10)
+					next++
+				} else {
+					nest(axis + 1)
+				}
+			}
+			nested = append(nested, ']')
+		}
+		nest(0)
+		dt, _ := dtypeOf([]byte("INT32"))
+		read := func(data []byte, shape []int64) ([]byte, error) {
+			s := wire.NewJSONScanner(data)
+			return appendJSONData(nil, &s, dt, shape, tensorRef{what: "input", name: []byte("x")})
+		}
+		want, err := read(flat, shape)
+		if err != nil {
+			t.Fatalf("flat %s of shape %v: %v", flat, shape, err)
+		}
+		got, err := read(nested, shape)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("nested %s of shape %v: % x, %v; flat reads as % x", nested, shape, got, err, want)
+		}
+		// An axis one longer is refused, unless the data cannot show its
+		// length: it lies inside an axis of no entries, or the data is [],
+		// which is also flat data of no elements, right for any shape of
+		// none.
+		wrong := slices.Clone(shape)
+		axis := int(wrongAxis) % len(shape)
+		wrong[axis]++
+		if string(nested) == "[]" || slices.Contains(shape[:axis], 0) {
+			return
+		}
+		if _, err := read(nested, wrong); err == nil {
+			t.Fatalf("nested %s read under shape %v, not its own %v", nested, wrong, shape)
 		}
 	})
 }

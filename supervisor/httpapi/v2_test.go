@@ -513,6 +513,47 @@ func TestV2InferNestedAndFlatData(t *testing.T) {
 	}
 }
 
+// TestV2InferNestedDataOfThreeAxes: each array counts its own entries,
+// not those of the arrays before it on its axis (a request of two rows of
+// [2,3] was refused as having 4 entries on axis 1).
+func TestV2InferNestedDataOfThreeAxes(t *testing.T) {
+	for _, tc := range []struct {
+		shape string
+		data  string
+		rows  [][]uint32
+	}{
+		{`[2,2,3]`, `[[[1,2,3],[4,5,6]],[[7,8,9],[10,11,12]]]`, [][]uint32{{1, 2, 3, 4, 5, 6}, {7, 8, 9, 10, 11, 12}}},
+		{`[3,1,3]`, `[[[1,2,3]],[[4,5,6]],[[7,8,9]]]`, [][]uint32{{1, 2, 3}, {4, 5, 6}, {7, 8, 9}}},
+		{`[2,0,3]`, `[[],[]]`, [][]uint32{{}, {}}},
+	} {
+		model := echoModel(spec("x", "INT32", true, -1, -1, 3))
+		h := newV2(model, &fakeBackend{})
+		rec := postV2(t, h, "/v2/models/m/infer", `{"inputs":[{"name":"x","shape":`+tc.shape+`,"datatype":"INT32","data":`+tc.data+`}]}`)
+		if rec.Code != http.StatusOK {
+			t.Errorf("shape %s, data %s: %d %s, want 200", tc.shape, tc.data, rec.Code, rec.Body)
+			continue
+		}
+		rows := model.itemRows()
+		if len(rows) != len(tc.rows) {
+			t.Errorf("shape %s: %d rows, want %d", tc.shape, len(rows), len(tc.rows))
+			continue
+		}
+		for i, want := range tc.rows {
+			if !bytes.Equal(rows[i][0].Data, le32(want...)) {
+				t.Errorf("shape %s: row %d %v, want %v", tc.shape, i, rows[i][0].Data, want)
+			}
+		}
+	}
+	// Still refused: a later array short or long on a middle axis.
+	for _, data := range []string{`[[[1,2,3],[4,5,6]],[[7,8,9]]]`, `[[[1,2,3],[4,5,6]],[[7,8,9],[1,2,3],[4,5,6]]]`} {
+		h := newV2(echoModel(spec("x", "INT32", true, -1, -1, 3)), &fakeBackend{})
+		rec := postV2(t, h, "/v2/models/m/infer", `{"inputs":[{"name":"x","shape":[2,2,3],"datatype":"INT32","data":`+data+`}]}`)
+		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "entries on axis 1") {
+			t.Errorf("data %s: %d %s, want 400 naming axis 1", data, rec.Code, rec.Body)
+		}
+	}
+}
+
 // TestV2InferBatchesRows: the batched inputs are cut into rows, the
 // unbatched ones go whole to every row, every item goes in one request
 // with its key, and the outputs stack the rows.
