@@ -288,9 +288,22 @@ func timeoutParameter(s *wire.JSONScanner) (time.Duration, error) {
 
 // requestParameter reads one of the request's parameters: timeout (in
 // microseconds), binary_data_output, and priority, which is checked and
-// ignored, since the batcher has no priorities. Others are ignored.
+// ignored, since the batcher has no priorities. A request of a sequence
+// (a sequence_id but 0 or "", or sequence_start or sequence_end true) is
+// refused: a stateful model's client would take answers served without
+// its sequence's state for right ones. Others are ignored.
 func (st *inferState) requestParameter(s *wire.JSONScanner, key []byte) error {
 	switch string(key) {
+	case "sequence_id", "sequence_start", "sequence_end":
+		text, err := s.Skip(2)
+		if err != nil {
+			return malformedJSON(err)
+		}
+		if string(text) == "0" || string(text) == `""` || string(text) == "false" {
+			return nil // not a sequence's
+		}
+		return badRequest(`parameter "` + string(key) + `": sequences are not served (the server keeps no state from one request to the next, ` +
+			"as a stateful model's sequence batcher would); send each request whole, without sequence parameters")
 	case "timeout":
 		var err error
 		st.req.timeout, err = timeoutParameter(s)
@@ -341,6 +354,9 @@ func (st *inferState) parseInput(s *wire.JSONScanner, i int) error {
 			err = st.parseData(s, in, ref)
 		case "parameters":
 			err = eachMember(s, field{ref, `"parameters"`}, 3, func(key []byte) error {
+				if sharedMemoryParameter(key) {
+					return refuseSharedMemory(s, ref)
+				}
 				if string(key) != "binary_data_size" {
 					return skipValue(s, 4)
 				}
@@ -475,8 +491,12 @@ func (st *inferState) parseOutput(s *wire.JSONScanner, i int) error {
 // parameter reads one of an output's parameters: binary_data, and
 // classification, which is refused unless 0, since the classification
 // extension is not served: answering the raw output instead would mislead.
-// Others are ignored.
+// So is a shared-memory region to write the output to. Others are
+// ignored.
 func (out *v2Output) parameter(s *wire.JSONScanner, key []byte, ref tensorRef) error {
+	if sharedMemoryParameter(key) {
+		return refuseSharedMemory(s, ref)
+	}
 	switch string(key) {
 	case "binary_data":
 		binary, err := boolValue(s, field{ref, "binary_data"}, 4)
@@ -494,6 +514,29 @@ func (out *v2Output) parameter(s *wire.JSONScanner, key []byte, ref tensorRef) e
 		return err
 	}
 	return skipValue(s, 4)
+}
+
+// sharedMemoryParameter says whether key is a parameter of the
+// shared-memory extensions, which name a region registered with the
+// server to read an input from or write an output to.
+func sharedMemoryParameter(key []byte) bool {
+	switch string(key) {
+	case "shared_memory_region", "shared_memory_byte_size", "shared_memory_offset":
+		return true
+	}
+	return false
+}
+
+// refuseSharedMemory skips a shared-memory parameter of the tensor ref (at
+// depth 4) and says that the extension is not served: an output answered
+// in the body instead of the region would be read from a region the
+// server never wrote.
+func refuseSharedMemory(s *wire.JSONScanner, ref tensorRef) error {
+	if err := skipValue(s, 4); err != nil {
+		return err
+	}
+	return badRequest(ref.String() + ": shared memory is not served (the server does not implement the shared-memory extensions); " +
+		"send the data in the request and take it from the answer")
 }
 
 // echoID is the request's id as the answer writes it: its JSON text when

@@ -658,6 +658,8 @@ func TestV2InferRequestedOutputs(t *testing.T) {
 			`{"model_name":"m","outputs":[` + a + `,` + cBin + `]}`, cData},
 		{"binary_data false alone", `{` + input + `,"outputs":[{"name":"a","parameters":{"binary_data":false,"classification":0}}]}`,
 			`{"model_name":"m","outputs":[` + a + `]}`, nil},
+		{"sequence parameters that name no sequence", `{"parameters":{"sequence_id":0,"sequence_start":false,"sequence_end":false},` + input +
+			`,"outputs":[{"name":"a"}]}`, `{"model_name":"m","outputs":[` + a + `]}`, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
