@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -332,7 +333,15 @@ func TestSupervisorShutdownIs503(t *testing.T) {
 }
 
 func TestSupervisorStatsAndWorkers(t *testing.T) {
-	_, srv := startStreamer(t, supervisor.Config{InProcess: model.Func(echoBatch), Workers: 3})
+	st, srv := startStreamer(t, supervisor.Config{InProcess: model.Func(echoBatch), Workers: 3})
+	// Start returns once one worker is ready; the others may be starting.
+	deadline := time.Now().Add(10 * time.Second)
+	for slices.ContainsFunc(st.Slots(), func(s supervisor.SlotStatus) bool { return s.State != supervisor.SlotReady }) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10s, not every worker is ready: %+v", st.Slots())
+		}
+		time.Sleep(time.Millisecond)
+	}
 	for range 5 {
 		if status, _, _, err := postJSON(srv, `{"inputs": [1, 2]}`); err != nil || status != 200 {
 			t.Fatalf("status %d: %v", status, err)
