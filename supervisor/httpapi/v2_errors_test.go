@@ -99,6 +99,8 @@ func TestV2InferRefusesBadJSON(t *testing.T) {
 			wantMsg: []string{`input "x": "shape" axis 0 is -1`}},
 		{name: "fractional axis", body: inputsBody(`{"name":"x","shape":[1.5],"datatype":"FP32","data":[1]}`), want: 400,
 			wantMsg: []string{`input "x": "shape" axis must be a whole number`, "1.5"}},
+		{name: "an axis past 64 bits", body: inputsBody(`{"name":"x","shape":[18446744073709551615,3],"datatype":"FP32","data":[1]}`), want: 400,
+			wantMsg: []string{`input "x": "shape" axis is 18446744073709551615, past what a 64-bit integer holds`}},
 		{name: "too many axes", body: inputsBody(`{"name":"x","shape":[` + strings.Repeat("1,", 64) + `1],"datatype":"FP32","data":[1]}`), want: 400,
 			wantMsg: []string{`input "x": "shape" has more than 64 axes`}},
 		{name: "data not an array", body: inputsBody(`{"name":"x","shape":[1,3],"datatype":"FP32","data":"abc"}`, goodY), want: 400,

@@ -168,12 +168,12 @@ func intValue(s *wire.JSONScanner, what field, depth int) (int64, error) {
 	if err != nil {
 		return 0, malformedJSON(err)
 	}
-	n, ok := int64(0), false
-	if isNumber(text) && isIntegerText(text) {
-		n, ok = parseIntText(text)
-	}
-	if !ok {
+	if !isNumber(text) || !isIntegerText(text) {
 		return 0, badRequest(what.String() + " must be a whole number, not " + describeValue(text))
+	}
+	n, ok := parseIntText(text)
+	if !ok {
+		return 0, badRequest(what.String() + " is " + describeValue(text) + ", past what a 64-bit integer holds")
 	}
 	return n, nil
 }
