@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/streamer-dev/streamer/supervisor/httpapi"
 )
 
 // maxRefusals bounds the refusals under way at once: beyond it, a
@@ -37,7 +39,7 @@ func refusal(reason string) []byte {
 
 var (
 	overCapRefusal  = refusal("too many open connections: the server's limit (--max-connections) is reached; try again")
-	shutdownRefusal = refusal("shutting down: this server takes no more requests")
+	shutdownRefusal = refusal(httpapi.ShuttingDown)
 )
 
 // reclaimAfter is how long a connection must have been idle, between

@@ -54,9 +54,17 @@ func StatusOf(err error) int {
 	return http.StatusInternalServerError
 }
 
+// ShuttingDown is the answer's message to a request refused because the
+// server is shutting down, whichever part of it refused the request.
+const ShuttingDown = "shutting down: this server takes no more requests"
+
 // fail answers a failed request with the status err maps to.
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status := StatusOf(err)
+	msg := err.Error()
+	if err == supervisor.ErrShuttingDown { // bare: says no more than its name
+		msg = ShuttingDown
+	}
 	h.requests.count(status, err)
 	switch status {
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
@@ -66,7 +74,7 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case http.StatusInternalServerError:
 		h.log.Error("predict failed", "path", r.URL.Path, "remote", r.RemoteAddr, "err", err)
 	}
-	h.writeError(w, status, err.Error())
+	h.writeError(w, status, msg)
 }
 
 // errorBody is the JSON of every error answer.

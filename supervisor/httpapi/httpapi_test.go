@@ -485,7 +485,7 @@ func TestPredictMapsErrors(t *testing.T) {
 	}{
 		{name: "overloaded", submitErr: fmt.Errorf("submit: %w", supervisor.ErrOverloaded), wantStatus: 429, wantMsg: "overloaded"},
 		{name: "unavailable", submitErr: supervisor.ErrUnavailable, wantStatus: 503, wantMsg: "unavailable"},
-		{name: "shutting down", submitErr: supervisor.ErrShuttingDown, wantStatus: 503, wantMsg: "shutting down"},
+		{name: "shutting down", submitErr: supervisor.ErrShuttingDown, wantStatus: 503, wantMsg: ShuttingDown},
 		{name: "bad request", submitErr: fmt.Errorf("%w: no items", supervisor.ErrBadRequest), wantStatus: 400, wantMsg: "no items"},
 		{name: "other submit error", submitErr: errors.New("disk on fire"), wantStatus: 500, wantMsg: "disk on fire"},
 		{name: "poison item", itemErr: fmt.Errorf("%w: worker exited", supervisor.ErrPoison), wantStatus: 422, wantMsg: "item 2: item crashes the model"},
