@@ -1522,17 +1522,7 @@ func TestAFullRedisTakesNoAnswersOfWithdrawnItems(t *testing.T) {
 // usedMemory is Redis's used_memory, in bytes.
 func usedMemory(t *testing.T, rs *redistest.Server) int {
 	t.Helper()
-	for line := range strings.SplitSeq(rs.Do(t, "INFO", "memory"), "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				t.Fatalf("INFO memory: %q: %v", line, err)
-			}
-			return n
-		}
-	}
-	t.Fatal("INFO memory has no used_memory")
-	return 0
+	return int(rs.InfoInt(t, "memory", "used_memory"))
 }
 
 func TestCloseWaitsForTheAnswersThenRefuses(t *testing.T) {

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,16 +17,21 @@ const policyLookEvery = 10 * time.Second
 // shared stream with the items waiting (the front ends then take Redis
 // for one that lost its data), or a front end's reply stream with its
 // answers (its callers fail as lost). Only noeviction keeps them, and
-// refuses writes instead, which streamer tells its callers plainly.
+// refuses writes instead, which streamer tells its callers plainly. It
+// also follows Redis's count of keys evicted, so that keys evicted under
+// a policy set for less than a look's interval are told of too.
 type evictionLook struct {
-	last   time.Time // when the policy was last read
-	policy string    // the policy read last, "" unknown
-	off    bool      // Redis refuses INFO to this user: no more looks
+	last    time.Time // when the policy was last read
+	policy  string    // the policy read last, "" unknown
+	evicted int64     // Redis's count of keys evicted at the last look
+	counted bool      // evicted was read at the last look
+	off     bool      // Redis refuses INFO to this user: no more looks
 }
 
-// lookAtEviction reads the policy every policyLookEvery, and logs a warning
-// when it becomes one that evicts, and a note when it no longer does. It
-// requires that checkMu is held.
+// lookAtEviction reads the policy and the keys evicted every
+// policyLookEvery. It logs a warning when the policy becomes one that
+// evicts, and a note when it no longer does; and an error when Redis has
+// evicted keys since the last look. It requires that checkMu is held.
 func (fe *FrontEnd) lookAtEviction(ctx context.Context) {
 	l := &fe.eviction
 	if l.off || time.Since(l.last) < policyLookEvery {
@@ -33,13 +39,15 @@ func (fe *FrontEnd) lookAtEviction(ctx context.Context) {
 	}
 	l.last = time.Now()
 	// Through a pipeline, whose connections the check's own are: a lone
-	// command would dial one more.
-	var cmd *redis.StringCmd
+	// command would dial one more. Two sections, in two commands: before
+	// Redis 7, INFO takes one.
+	var memory, stats *redis.StringCmd
 	_, _ = fe.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		cmd = pipe.Info(ctx, "memory")
+		memory = pipe.Info(ctx, "memory")
+		stats = pipe.Info(ctx, "stats")
 		return nil
 	})
-	info, err := cmd.Result()
+	info, err := memory.Result()
 	if err != nil {
 		l.off = refusedCommand(err)
 		return
@@ -58,4 +66,22 @@ func (fe *FrontEnd) lookAtEviction(ctx context.Context) {
 	case last != "":
 		fe.cfg.Logger.Info("redis evicts no keys any more (maxmemory-policy noeviction)", "redis", fe.where)
 	}
+	fe.noteEvicted(stats.Val())
+}
+
+// noteEvicted reads the count of keys evicted from Redis's INFO stats,
+// and logs an error when it grew since the last look. A count that fell
+// was reset (a restart, CONFIG RESETSTAT): it counts from there.
+func (fe *FrontEnd) noteEvicted(stats string) {
+	l := &fe.eviction
+	evicted, err := strconv.ParseInt(infoValue(stats, "evicted_keys"), 10, 64)
+	if err != nil {
+		l.counted = false
+		return
+	}
+	if before := l.evicted; l.counted && evicted > before {
+		fe.cfg.Logger.Error("redis evicted keys since the last look, for want of memory: they may have been streamer's items, answers or beats, and requests may have failed as lost; set maxmemory-policy noeviction and a maxmemory with room (see the README)",
+			"evicted", evicted-before, "in_the_last", policyLookEvery, "maxmemory_policy", l.policy, "redis", fe.where)
+	}
+	l.evicted, l.counted = evicted, true
 }

@@ -54,3 +54,12 @@ func RecoverLost(n *Node) error {
 	_, err := n.recoverLost(context.Background(), n.cfg.Capacity)
 	return err
 }
+
+// LookAtEviction has a front end read Redis's eviction policy and count
+// at once, as its check does every 10s.
+func LookAtEviction(fe *FrontEnd) {
+	fe.checkMu.Lock()
+	defer fe.checkMu.Unlock()
+	fe.eviction.last = time.Time{}
+	fe.lookAtEviction(context.Background())
+}

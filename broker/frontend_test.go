@@ -310,6 +310,45 @@ func TestAFrontEndWarnsOfARedisThatMayEvictItsKeys(t *testing.T) {
 	}
 }
 
+// Keys evicted under a policy that evicts, set for less than the time
+// between two looks at it, are told of too: the front end follows Redis's
+// count of keys evicted, and logs an error when it grew since its last
+// look.
+func TestAFrontEndTellsOfKeysEvictedBetweenItsLooks(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fakeNode(t, rs)
+	var logs syncbuf.Buffer
+	fe := startFront(t, rs, func(c *broker.FrontEndConfig) {
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	eventually(t, "front end ready", fe.Ready)
+	const told = "redis evicted keys since the last look"
+	broker.LookAtEviction(fe)
+	if strings.Contains(logs.String(), told) {
+		t.Fatalf("told of evictions before any:\n%s", logs.String())
+	}
+	// Keys of a time to live of their own, evicted by volatile-random
+	// once memory is below what Redis uses; then the policy is put back.
+	value := strings.Repeat("x", 10<<10)
+	for i := range 100 {
+		rs.Do(t, "SET", "junk:"+strconv.Itoa(i), value, "EX", "3600")
+	}
+	used := rs.InfoInt(t, "memory", "used_memory")
+	rs.Do(t, "CONFIG", "SET", "maxmemory-policy", "volatile-random")
+	rs.Do(t, "CONFIG", "SET", "maxmemory", strconv.FormatInt(used-(512<<10), 10))
+	rs.Do(t, "SET", "junk:last", "x", "EX", "3600") // a write evicts
+	evicted := rs.InfoInt(t, "stats", "evicted_keys")
+	rs.Do(t, "CONFIG", "SET", "maxmemory", "0")
+	rs.Do(t, "CONFIG", "SET", "maxmemory-policy", "noeviction")
+	if evicted == 0 {
+		t.Fatal("redis evicted no keys; the test needs some")
+	}
+	broker.LookAtEviction(fe)
+	if got := logs.String(); !strings.Contains(got, told) || !strings.Contains(got, "evicted="+strconv.FormatInt(evicted, 10)) {
+		t.Errorf("after redis evicted %d keys, the front end's log says:\n%s", evicted, got)
+	}
+}
+
 // heardFrom makes front ends see a node last heard from at when.
 func heardFrom(t *testing.T, rs *redistest.Server, when time.Time) {
 	rs.Do(t, "ZADD", "streamer:nodes", strconv.FormatInt(when.UnixMilli(), 10), "elsewhere")
@@ -587,17 +626,7 @@ func TestCallsGivenUpTogetherAreWithdrawnOverFewConnections(t *testing.T) {
 // started (this look's included).
 func connectionsReceived(t *testing.T, rs *redistest.Server) int {
 	t.Helper()
-	for line := range strings.Lines(rs.Do(t, "INFO", "stats")) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_connections_received:"); ok {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				t.Fatalf("INFO stats: total_connections_received %q", v)
-			}
-			return n
-		}
-	}
-	t.Fatal("INFO stats has no total_connections_received")
-	return 0
+	return int(rs.InfoInt(t, "stats", "total_connections_received"))
 }
 
 // TestAnAnswerLongerToReadThanAReadsBoundComesBack: one answer so large

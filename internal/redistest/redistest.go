@@ -367,6 +367,30 @@ func (s *Server) Do(t testing.TB, args ...string) string {
 	return text
 }
 
+// Info is the field name of the INFO section, failing the test when the
+// section has no such field.
+func (s *Server) Info(t testing.TB, section, name string) string {
+	t.Helper()
+	for line := range strings.Lines(s.Do(t, "INFO", section)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	t.Fatalf("redistest: INFO %s has no %s", section, name)
+	return ""
+}
+
+// InfoInt is Info's field as a whole number.
+func (s *Server) InfoInt(t testing.TB, section, name string) int64 {
+	t.Helper()
+	v := s.Info(t, section, name)
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		t.Fatalf("redistest: INFO %s: %s is %q, not a whole number", section, name, v)
+	}
+	return n
+}
+
 // DoErr is Do returning the error instead of failing the test. An error
 // reply is a *ReplyError, wrapped with the command's name.
 func (s *Server) DoErr(ctx context.Context, args ...string) (string, error) {
