@@ -98,3 +98,41 @@ func TestBatchByteLimitOverTheFrameIsRefused(t *testing.T) {
 		t.Fatalf("exit %d, output:\n%s\nwant 1 and the reason", code, s.logs())
 	}
 }
+
+// TestServeRefusesFlagValuesNoServerCanUse: values that were taken for the
+// default (zero or less), or that would swamp the machine, and flags that
+// mean nothing without another, exit 1 at start with one line naming the
+// flag, before any warning or worker.
+func TestServeRefusesFlagValuesNoServerCanUse(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--max-latency", "0"}, "--max-latency 0s: want a positive duration"},
+		{[]string{"--max-latency", "-5s"}, "--max-latency -5s: want a positive duration"},
+		{[]string{"--worker-timeout", "0"}, "--worker-timeout 0s: want a positive duration"},
+		{[]string{"--init-timeout", "-1s"}, "--init-timeout -1s: want a positive duration"},
+		{[]string{"--unavailable-after", "0"}, "--unavailable-after 0s: want a positive duration"},
+		{[]string{"--grace", "-1s"}, "--grace -1s: must not be negative"},
+		{[]string{"--pipeline-depth", "0"}, "--pipeline-depth 0: want at least 1"},
+		{[]string{"--max-restarts", "0"}, "--max-restarts 0: want at least 1"},
+		{[]string{"--max-body", "-1"}, "--max-body -1: want at least 1"},
+		{[]string{"--workers", "100000"}, "--workers 100000: want at most 1024"},
+		{[]string{"--intra-op-threads", "100000"}, "--intra-op-threads 100000: want 0 (the runtime's default) to 1024"},
+		{[]string{"--intra-op-threads", "-1"}, "--intra-op-threads -1: want 0 (the runtime's default) to 1024"},
+		{[]string{"--listen", ""}, "--listen is empty"},
+		{[]string{"--plugin-sha256", strings.Repeat("0", 64)}, "--plugin-sha256 and --plugin-arg need --plugin"},
+		{[]string{"--plugin-arg", "k=v"}, "--plugin-sha256 and --plugin-arg need --plugin"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			s := launchServer(t, tc.args...) // no --model: the warning of echo would come first
+			code, err := s.wait(readyTimeout)
+			if err != nil || code != 1 {
+				t.Fatalf("exit code %d, %v; want 1:\n%s", code, err, s.logs())
+			}
+			if out := strings.TrimSpace(s.logs()); !strings.HasPrefix(out, "streamer: "+tc.want) || strings.Contains(out, "\n") {
+				t.Errorf("said:\n%s\nwant one line beginning %q", out, "streamer: "+tc.want)
+			}
+		})
+	}
+}

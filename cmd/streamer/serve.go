@@ -100,7 +100,7 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f.IntVar(&o.workers, "workers", 1, "number of worker processes (0: a front end only, with --broker)")
 	f.StringVar(&o.cuda, "cuda", "", "comma-separated GPU ids handed round-robin to the workers as CUDA_VISIBLE_DEVICES (unset: the variable passes through)")
 	f.IntVar(&o.batchSize, "batch-size", 64, "most items in one batch")
-	f.DurationVar(&o.maxLatency, "max-latency", 100*time.Millisecond, "longest an item waits for batch-mates while every worker is busy (an idle worker never waits)")
+	f.DurationVar(&o.maxLatency, "max-latency", 100*time.Millisecond, "longest an item waits for batch-mates (with every worker busy; or, under --batching adaptive, while an idle worker waits a little for a fuller batch)")
 	f.IntVar(&o.maxQueue, "max-queue", 0, "most items waiting; beyond it requests get 429 (0: 100 × batch-size × workers); with --broker, the bound of the shared backlog in Redis (0: 100 × batch-size, on every process alike)")
 	f.IntVar(&o.maxItems, "max-items", 4096, "most items in one request; more (or more than --max-queue) gets 413")
 	f.IntVar(&o.maxBatchBytes, "max-batch-bytes", 64<<20, "most encoded item bytes in one batch; an item larger gets 413 (must fit the pipe's frame limit of 256 MiB)")
@@ -327,6 +327,9 @@ func (o serveOptions) supervisorConfig(spec model.Spec, log *slog.Logger) (super
 }
 
 func runServe(ctx context.Context, o serveOptions) error {
+	if err := o.checkFlags(); err != nil {
+		return err
+	}
 	log, err := o.logger()
 	if err != nil {
 		return err
@@ -641,6 +644,52 @@ func (d *drainer) drain(server *http.Server) error {
 	d.log.Info("stopped")
 	return nil
 }
+
+// checkFlags refuses, before anything starts, the values of flags that
+// no server could use, and flags given where they mean nothing. Without
+// it, a value of zero or less of several was taken for "the default", so
+// --max-latency 0 waited 100ms and --max-restarts 0 allowed 10, and a
+// --plugin-sha256 without --plugin was ignored without a word.
+func (o serveOptions) checkFlags() error {
+	positive := []struct {
+		flag  string
+		value time.Duration
+	}{
+		{"--max-latency", o.maxLatency},
+		{"--worker-timeout", o.workerTimeout},
+		{"--init-timeout", o.initTimeout},
+		{"--unavailable-after", o.unavailableAfter},
+	}
+	for _, p := range positive {
+		if p.value <= 0 {
+			return fmt.Errorf("%s %s: want a positive duration", p.flag, p.value)
+		}
+	}
+	switch {
+	case o.listen == "":
+		return errors.New("--listen is empty: give the address to listen on, as host:port (an empty one would listen on every interface, on a port picked at random)")
+	case o.workers > httpapi.MaxAdminWorkers:
+		return fmt.Errorf("--workers %d: want at most %d", o.workers, httpapi.MaxAdminWorkers)
+	case o.grace < 0:
+		return fmt.Errorf("--grace %s: must not be negative", o.grace)
+	case o.pipeline < 1:
+		return fmt.Errorf("--pipeline-depth %d: want at least 1", o.pipeline)
+	case o.maxRestarts < 1:
+		return fmt.Errorf("--max-restarts %d: want at least 1", o.maxRestarts)
+	case o.maxBody < 1:
+		return fmt.Errorf("--max-body %d: want at least 1", o.maxBody)
+	case o.intraOpThreads < 0 || o.intraOpThreads > maxIntraOpThreads:
+		return fmt.Errorf("--intra-op-threads %d: want 0 (the runtime's default) to %d", o.intraOpThreads, maxIntraOpThreads)
+	}
+	if o.plugin == "" && (o.pluginSHA256 != "" || len(o.pluginArgs) > 0) {
+		return errors.New("--plugin-sha256 and --plugin-arg need --plugin: they are the plugin's, and there is none")
+	}
+	return nil
+}
+
+// maxIntraOpThreads bounds --intra-op-threads: a worker's threads past
+// any machine's cores only cost memory (each has its stack and buffers).
+const maxIntraOpThreads = 1024
 
 // checkHTTPLimits refuses limits that would make the server unusable.
 func (o serveOptions) checkHTTPLimits() error {
