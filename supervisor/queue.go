@@ -27,6 +27,20 @@ type batch struct {
 	// suspect batches were formed by splitting a batch whose worker died:
 	// they run as they are, alone on an idle worker.
 	suspect bool
+	// crash is the first death of the batch that a suspect one was split
+	// from (nil for others), which a bad item found in it may explain.
+	crash *firstCrash
+}
+
+// firstCrash is a worker's death running a batch that had not killed one
+// before: the one death of the hunt that counts towards MaxRestarts (see
+// noteCrash), unless the hunt finds a bad item in the batch while the
+// model answers others (see forgiveLocked).
+type firstCrash struct {
+	slot     *slot
+	at       time.Time // its entry in the slot's recent restarts; zero until counted
+	returned uint64    // batches returned by workers (Streamer.returned) as it died
+	forgiven bool
 }
 
 // fifo holds the items of one batch key in arrival order. It belongs to

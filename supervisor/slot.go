@@ -3,6 +3,7 @@ package supervisor
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -136,7 +137,7 @@ func (sl *slot) run(w worker, firstTry chan<- error) {
 			var err error
 			if w, err = sl.start(); err != nil {
 				report(err)
-				sl.noteCrash(err, crashUnexplained)
+				sl.noteCrash(err, crashUnexplained, nil)
 			} else {
 				sl.setReady(w)
 				report(nil)
@@ -300,6 +301,7 @@ func (sl *slot) onResult(w worker, r result) {
 	}
 	started := sl.headStart
 	sl.batches++
+	s.returned++
 	sl.headStart, sl.headStalled = now, stalled
 	sl.failures = 0
 	retired := isClosed(sl.quit)
@@ -403,6 +405,7 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 		sl.state = SlotBackoff
 	}
 	var poisoned []item
+	var first *firstCrash
 	cause := crashUnexplained
 	inFlight := len(batches)
 	if !stopping {
@@ -412,6 +415,9 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 		cause = crashFirstOfBatch
 		if batches[0].suspect {
 			cause = crashHunting
+		} else {
+			first = &firstCrash{slot: sl, returned: s.returned}
+			batches[0].crash = first
 		}
 		poisoned = sl.requeueLocked(batches)
 		batches = nil
@@ -437,7 +443,7 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 		sl.setFailures(0)
 	}
 	s.log.Error("worker died", sl.logAttrs(w, "err", exitErr, "batches_in_flight", inFlight)...)
-	sl.noteCrash(exitErr, cause)
+	sl.noteCrash(exitErr, cause, first)
 	for _, it := range poisoned {
 		s.poison.add(it.key, it.data)
 		s.log.Error("poison item isolated", "slot", sl.id, "crashes", it.crashes, "err", exitErr)
@@ -465,6 +471,7 @@ func (sl *slot) requeueLocked(batches []*batch) (poisoned []item) {
 	switch {
 	case len(head.items) == 1 && head.items[0].aloneCrashes >= 2:
 		poisoned = head.items
+		s.forgiveLocked(head.crash)
 	case len(head.items) == 1:
 		head.suspect = true
 		again = append(again, head)
@@ -473,6 +480,7 @@ func (sl *slot) requeueLocked(batches []*batch) (poisoned []item) {
 		again = append(again,
 			s.newBatch(head.items[:half], true),
 			s.newBatch(head.items[half:], true))
+		again[0].crash, again[1].crash = head.crash, head.crash
 	}
 	again = append(again, batches[1:]...)
 	s.queue.requeue(again)
@@ -502,9 +510,28 @@ const (
 	crashHunting
 )
 
+// forgiveLocked takes the first death of a hunt that found a bad item
+// out of the slot's restarts, if workers have returned batches since it:
+// the item explains the death, and the model answers other items. Without
+// it, a client sending a few items that crash the model, in batches of
+// other callers' items, had the server give up every slot and exit. A model
+// that crashes on every item returns no batch, and its deaths still count.
+// It requires that s.mu is held.
+func (s *Streamer) forgiveLocked(c *firstCrash) {
+	if c == nil || c.forgiven || c.at.IsZero() || s.returned == c.returned {
+		return
+	}
+	c.forgiven = true
+	recent := c.slot.recent
+	if i := slices.Index(recent, c.at); i >= 0 {
+		c.slot.recent = slices.Delete(recent, i, i+1)
+	}
+}
+
 // noteCrash records a failed start or a death, for back-off and for the
-// restart budget.
-func (sl *slot) noteCrash(err error, cause crashCause) {
+// restart budget; first, when the death is the first of a batch's, gets
+// its place in the budget (see forgiveLocked).
+func (sl *slot) noteCrash(err error, cause crashCause, first *firstCrash) {
 	s := sl.s
 	now := time.Now()
 	s.mu.Lock()
@@ -525,6 +552,9 @@ func (sl *slot) noteCrash(err error, cause crashCause) {
 		}
 	}
 	sl.recent = append(kept, now)
+	if first != nil {
+		first.at = now
+	}
 }
 
 // backoff waits before the next start. It returns false when the slot must

@@ -631,6 +631,48 @@ func TestEverySlotFailingIsFatal(t *testing.T) {
 	}
 }
 
+// TestBadItemsAmongGoodOnesDoNotUseUpTheRestarts: a client sending item
+// after item that crashes the model, each in a batch with good items,
+// does not have the server give up its slot: the hunt that isolates each
+// one answers the good items, which shows the model sound, and the death
+// the bad item caused is not counted. (Before, MaxRestarts + 1 of them in
+// a minute took a slot down, and with every slot down the server exited.)
+func TestBadItemsAmongGoodOnesDoNotUseUpTheRestarts(t *testing.T) {
+	fn := func(_ context.Context, batch [][]byte) ([][]byte, error) {
+		for _, it := range batch {
+			if strings.HasPrefix(string(it), "bad") {
+				panic("bad item " + string(it))
+			}
+		}
+		return batch, nil
+	}
+	s := start(t, supervisor.Config{InProcess: model.Func(fn), Workers: 1, BatchSize: 8, MaxRestarts: 1, BackoffMin: time.Millisecond})
+	for round := range 4 {
+		names := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+		names[5] = fmt.Sprint("bad", round)
+		f, err := s.Submit(context.Background(), items(names...))
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		out, err := f.Result(context.Background())
+		var itemErr *supervisor.ItemError
+		if !errors.As(err, &itemErr) || itemErr.Index != 5 || !errors.Is(err, supervisor.ErrPoison) {
+			t.Fatalf("round %d: %v; want the bad item, 5, refused as poison", round, err)
+		}
+		for i, name := range names {
+			if i != 5 && string(out[i]) != name {
+				t.Fatalf("round %d: item %d answered %q", round, i, out[i])
+			}
+		}
+	}
+	select {
+	case err := <-s.Fatal():
+		t.Fatalf("the server gave up: %v", err)
+	default:
+	}
+	waitFor(t, "the worker ready again", func() bool { return s.Slots()[0].State == supervisor.SlotReady })
+}
+
 // TestPoisonFirstInAFullBatchWithOneWorker is the hardest case for the hunt:
 // the bad item always lands in the half that runs first, so the one worker
 // dies again and again in a row. The hunt must not slow its own restarts

@@ -213,6 +213,30 @@ func TestPoisonItemFailsAloneAndIsRemembered(t *testing.T) {
 	}
 }
 
+// TestBadItemsAmongGoodOnesDoNotTakeTheServerDown: with one worker and
+// --max-restarts 1, two different items that crash the model, each sent
+// among good ones, are each refused alone while the others are answered,
+// and the server goes on serving: the deaths the bad items explain do not
+// use up the restarts. (Before, the second took the slot down and the
+// server exited.)
+func TestBadItemsAmongGoodOnesDoNotTakeTheServerDown(t *testing.T) {
+	s := startServer(t, "--workers", "1", "--model", "chaos:crash=boom,panic=pan", "--max-restarts", "1", "--batch-size", "8",
+		"--unavailable-after", "30s")
+	for _, bad := range []string{"boom", "pan"} {
+		inputs := []any{"a", "b", "c", "d", "e", bad, "g", "h"}
+		p := s.predictJSON(t, inputs...)
+		if p.Status != http.StatusUnprocessableEntity || !strings.Contains(p.Error, "item 5") {
+			t.Fatalf("a request with %q at 5: %s; want 422 naming item 5", bad, p)
+		}
+	}
+	if p := s.predictJSON(t, "fine"); p.Status != http.StatusOK {
+		t.Fatalf("after two bad items: %s", p)
+	}
+	if s.exited() {
+		t.Fatalf("the server exited:\n%s", s.logs())
+	}
+}
+
 func TestHangingBatchKillsWorker(t *testing.T) {
 	s := startServer(t, "--workers", "2", "--model", "chaos:hang=zzz", "--worker-timeout", "500ms")
 	before := s.waitAllReady(t, 2)
