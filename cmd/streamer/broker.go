@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -286,9 +285,9 @@ var errNoBroker = errors.New("--workers 0 runs a front end only, which needs --b
 
 // readCA reads the PEM certificates of the CA file that flag names.
 func readCA(flag, file string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(file)
+	pem, err := readSmallFile(flag, file)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", flag, err)
+		return nil, err
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {

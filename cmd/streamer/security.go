@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -94,9 +93,9 @@ func (o securityOptions) token(lookupEnv func(string) (string, bool)) (string, e
 	}
 	if o.authTokenFile != "" {
 		sources = append(sources, "--auth-token-file")
-		data, err := os.ReadFile(o.authTokenFile)
+		data, err := readSmallFile("--auth-token-file", o.authTokenFile)
 		if err != nil {
-			return "", fmt.Errorf("--auth-token-file: %w", err)
+			return "", err
 		}
 		if token = strings.TrimSpace(string(data)); token == "" {
 			return "", fmt.Errorf("--auth-token-file %s: the file is empty", o.authTokenFile)

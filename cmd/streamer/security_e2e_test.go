@@ -375,6 +375,34 @@ func TestSecurityTLSServesAndReloadsOnSIGHUP(t *testing.T) {
 		t.Errorf("after a failed reload: serial %d, %v; want the previous certificate, 202", serial, err)
 	}
 	predict("after a failed reload")
+
+	// A path swapped for a device or a named pipe: read whole, /dev/zero
+	// grew the server's memory without bound, and a pipe with no writer
+	// held the reload for ever. Each is refused, and the certificate stays.
+	for _, swap := range []struct {
+		kind string
+		make func(path string) error
+	}{
+		{"a device", func(path string) error { return os.Symlink("/dev/zero", path) }},
+		{"a named pipe", func(path string) error { return syscall.Mkfifo(path, 0o600) }},
+	} {
+		if err := os.Remove(pair.cert); err != nil {
+			t.Fatal(err)
+		}
+		if err := swap.make(pair.cert); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		s.waitFor(t, "the reload of "+swap.kind+" refused", readyTimeout, func() bool {
+			return strings.Contains(s.logs(), "--tls-cert "+pair.cert+": "+swap.kind+", not a regular file")
+		})
+		if serial, err := servedSerial(s.addr, roots); err != nil || serial != 202 {
+			t.Errorf("after the reload of %s: serial %d, %v; want the previous certificate, 202", swap.kind, serial, err)
+		}
+	}
+	predict("after the refused reloads")
 	if s.exited() {
 		t.Fatalf("the server exited on SIGHUP:\n%s", s.logs())
 	}

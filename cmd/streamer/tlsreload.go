@@ -37,13 +37,13 @@ func newCertificate(certFile, keyFile string, log *slog.Logger) (*certificate, e
 // load reads and parses both files. tls.LoadX509KeyPair would do it, but
 // its parse errors do not say which file they are about.
 func (c *certificate) load() (*tls.Certificate, error) {
-	certPEM, err := os.ReadFile(c.certFile)
+	certPEM, err := readSmallFile("--tls-cert", c.certFile)
 	if err != nil {
-		return nil, fmt.Errorf("--tls-cert: %w", err)
+		return nil, err
 	}
-	keyPEM, err := os.ReadFile(c.keyFile)
+	keyPEM, err := readSmallFile("--tls-key", c.keyFile)
 	if err != nil {
-		return nil, fmt.Errorf("--tls-key: %w", err)
+		return nil, err
 	}
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
