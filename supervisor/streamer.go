@@ -570,6 +570,21 @@ func (s *Streamer) Ready() bool {
 	return false
 }
 
+// NotReady says why the streamer is not Ready, or returns nil when it is:
+// ErrShuttingDown while it drains or once stopped (its workers may still
+// be answering what was admitted), else that no worker is ready.
+func (s *Streamer) NotReady() error {
+	switch {
+	case s.draining.Load():
+		return ErrShuttingDown
+	case s.Ready():
+		return nil
+	}
+	return errNoWorkerReady
+}
+
+var errNoWorkerReady = errors.New("no worker is ready")
+
 // Fatal delivers an error when every slot has failed past MaxRestarts: the
 // streamer can no longer run anything, and its owner should exit.
 func (s *Streamer) Fatal() <-chan error { return s.fatal }

@@ -317,15 +317,19 @@ func (h *handler) readiness() (int, any) {
 	}
 	why := "no worker is ready"
 	if b, ok := h.backend.(unreadier); ok {
-		if err := b.NotReady(); err != nil {
+		switch err := b.NotReady(); {
+		case err == supervisor.ErrShuttingDown: // bare: says no more than its name
+			why = ShuttingDown
+		case err != nil:
 			why = err.Error()
 		}
 	}
 	return http.StatusServiceUnavailable, map[string]string{"status": "not ready", "error": why}
 }
 
-// unreadier is a Backend that says why it is not ready: a front end behind
-// Redis (package broker), whose workers are elsewhere.
+// unreadier is a Backend that says why it is not ready: a local streamer
+// (no worker ready, or shutting down), or a front end behind Redis
+// (package broker), whose workers are elsewhere.
 type unreadier interface{ NotReady() error }
 
 // statsBody is the /v1/stats answer: the supervisor's counters and the one

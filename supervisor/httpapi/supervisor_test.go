@@ -324,8 +324,8 @@ func TestSupervisorShutdownIs503(t *testing.T) {
 	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(errorOf(t, rec), "shutting down") {
 		t.Errorf("predict after shutdown: %d %s", rec.Code, rec.Body.String())
 	}
-	if rec := do(t, h, http.MethodGet, "/readyz", "", nil); rec.Code != http.StatusServiceUnavailable {
-		t.Errorf("/readyz after shutdown: %d", rec.Code)
+	if rec := do(t, h, http.MethodGet, "/readyz", "", nil); rec.Code != http.StatusServiceUnavailable || errorOf(t, rec) != ShuttingDown {
+		t.Errorf("/readyz after shutdown: %d %s; want 503 saying %q", rec.Code, rec.Body, ShuttingDown)
 	}
 	if rec := do(t, h, http.MethodGet, "/healthz", "", nil); rec.Code != 200 {
 		t.Errorf("/healthz after shutdown: %d", rec.Code)
