@@ -61,6 +61,8 @@ streamer binary, which every worker process runs.`,
 		},
 	}
 	addServeFlags(cmd, &o.serve)
+	// Its server listens where bench picks (see runBench).
+	_ = cmd.Flags().MarkHidden("listen")
 	addBenchFlags(cmd.Flags(), &o)
 	return cmd
 }
@@ -86,6 +88,9 @@ func addBenchFlags(f *pflag.FlagSet, o *benchOptions) {
 // interrupt ends the load early; the server the run started is stopped and
 // what was measured so far is still reported.
 func runBench(ctx context.Context, flags *pflag.FlagSet, o benchOptions) error {
+	if flags.Changed("listen") {
+		return errors.New("--listen: bench starts its server on a free loopback port of its own, or drives --target")
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("find own binary to start the server: %w", err)
@@ -134,6 +139,10 @@ func runBench(ctx context.Context, flags *pflag.FlagSet, o benchOptions) error {
 	}
 	if res.Interrupted {
 		return fmt.Errorf("interrupted after %.1fs of load; the figures above cover that part", res.Report.Seconds)
+	}
+	if res.Report.Requests == 0 {
+		// A script reading the exit status must not take it for a run.
+		return errors.New("no request succeeded: see the errors above")
 	}
 	return nil
 }

@@ -330,6 +330,8 @@ func TestBenchBadFlags(t *testing.T) {
 		{"unknown api", []string{"--api", "foo"}, `--api "foo": want http or go`},
 		{"input not JSON", []string{"--input", "hello"}, `--input "hello" is not JSON`},
 		{"no clients", []string{"--concurrency", "0"}, "--concurrency 0: want at least 1"},
+		{"too many clients", []string{"--concurrency", "10000000"}, "--concurrency 10000000: want at most 65536"},
+		{"a listen address", []string{"--listen", "127.0.0.1:1"}, "--listen: bench starts its server on a free loopback port"},
 		{"negative rate", []string{"--rate", "-5"}, "--rate -5: must not be negative"},
 		{"zero duration", []string{"--duration", "0s"}, "--duration 0s: must be positive"},
 		{"target not http", []string{"--target", "ftp://127.0.0.1:21"}, "want an http:// or https:// URL"},
@@ -354,6 +356,20 @@ func TestBenchBadFlags(t *testing.T) {
 				t.Errorf("took %s to reject the flags", d)
 			}
 		})
+	}
+}
+
+// TestBenchWithNoRequestAnsweredFails: a run in which every request
+// failed prints its report, errors and all, and exits 1, so that a script
+// does not take it for a measurement.
+func TestBenchWithNoRequestAnsweredFails(t *testing.T) {
+	res := runBenchCmd(t, "--api", "go", "--model", "echo", "--max-items", "1", "--items-per-request", "2",
+		"--duration", "500ms", "--warmup", "0", "--concurrency", "2")
+	if res.code != 1 || !strings.Contains(res.stderr, "no request succeeded") {
+		t.Fatalf("exit code %d, stderr:\n%s\nwant 1 saying no request succeeded", res.code, res.stderr)
+	}
+	if !strings.Contains(res.stdout, "requests      0") {
+		t.Errorf("stdout does not report the run:\n%s", res.stdout)
 	}
 }
 

@@ -107,6 +107,11 @@ type Result struct {
 	Interrupted bool
 }
 
+// MaxConcurrency bounds the clients of a run: each holds a connection, and
+// one machine has about that many ports to open them from. Ten million
+// took memory by the hundred megabytes a second before a request went.
+const MaxConcurrency = 1 << 16
+
 // check validates cfg before anything is started, so that a typo fails at
 // once rather than after a server start, and returns the decoded Input.
 func (cfg *Config) check() (item any, err error) {
@@ -116,6 +121,8 @@ func (cfg *Config) check() (item any, err error) {
 	switch {
 	case cfg.Concurrency < 1:
 		return nil, fmt.Errorf("--concurrency %d: want at least 1", cfg.Concurrency)
+	case cfg.Concurrency > MaxConcurrency:
+		return nil, fmt.Errorf("--concurrency %d: want at most %d (each client holds a connection of its own)", cfg.Concurrency, MaxConcurrency)
 	case cfg.ItemsPerRequest < 1:
 		return nil, fmt.Errorf("--items-per-request %d: want at least 1", cfg.ItemsPerRequest)
 	case cfg.Duration <= 0:

@@ -29,6 +29,7 @@ func TestCheck(t *testing.T) {
 	}{
 		{"valid", func(*Config) {}, ""},
 		{"no clients", func(c *Config) { c.Concurrency = 0 }, "--concurrency 0: want at least 1"},
+		{"too many clients", func(c *Config) { c.Concurrency = 10_000_000 }, "--concurrency 10000000: want at most 65536"},
 		{"no items", func(c *Config) { c.ItemsPerRequest = 0 }, "--items-per-request 0: want at least 1"},
 		{"zero duration", func(c *Config) { c.Duration = 0 }, "--duration 0s: must be positive"},
 		{"negative warm-up", func(c *Config) { c.Warmup = -time.Second }, "--warmup -1s: must not be negative"},
