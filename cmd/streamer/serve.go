@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -681,8 +682,32 @@ func (o serveOptions) checkFlags() error {
 	case o.intraOpThreads < 0 || o.intraOpThreads > maxIntraOpThreads:
 		return fmt.Errorf("--intra-op-threads %d: want 0 (the runtime's default) to %d", o.intraOpThreads, maxIntraOpThreads)
 	}
+	for _, origin := range o.allowOrigins {
+		if err := checkOrigin(origin); err != nil {
+			return fmt.Errorf("--allow-origin %q: %w", origin, err)
+		}
+	}
 	if o.plugin == "" && (o.pluginSHA256 != "" || len(o.pluginArgs) > 0) {
 		return errors.New("--plugin-sha256 and --plugin-arg need --plugin: they are the plugin's, and there is none")
+	}
+	return nil
+}
+
+// checkOrigin says why origin is not one a browser sends in its Origin
+// header (scheme://host[:port], no path) nor *, the wildcard: such an entry
+// would never match, and the pages meant would get 403.
+func checkOrigin(origin string) error {
+	if origin == "*" {
+		return nil
+	}
+	u, err := url.Parse(origin)
+	switch {
+	case err != nil:
+		return err
+	case u.Scheme == "" || u.Host == "" || u.User != nil:
+		return errors.New("want scheme://host[:port] (as https://app.example.com), or * for any origin")
+	case u.Path != "" || u.RawQuery != "" || u.Fragment != "" || strings.HasSuffix(origin, "?") || strings.HasSuffix(origin, "#"):
+		return errors.New("want scheme://host[:port] alone: a browser's Origin has no path, query or fragment")
 	}
 	return nil
 }

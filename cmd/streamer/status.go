@@ -49,6 +49,9 @@ func newStatusCommand() *cobra.Command {
 			"A server with --tls-cert signed by a private CA wants that CA: give --ca.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if timeout <= 0 {
+				return fmt.Errorf("--timeout %s: want a positive duration", timeout)
+			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			if token == "" {

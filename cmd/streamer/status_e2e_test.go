@@ -65,6 +65,17 @@ func TestStatusCommandUnreachable(t *testing.T) {
 	}
 }
 
+// A --timeout of zero or less is refused as such, rather than run out at
+// once and blamed on the server.
+func TestStatusCommandRefusesANonPositiveTimeout(t *testing.T) {
+	for _, timeout := range []string{"0s", "-1s"} {
+		out, err := runStatusWith(t, nil, "--target", "http://"+freePort(t), "--timeout", timeout)
+		if err == nil || !strings.Contains(out, "--timeout "+timeout+": want a positive duration") {
+			t.Errorf("streamer status --timeout %s: %v:\n%s", timeout, err, out)
+		}
+	}
+}
+
 // With --auth-token the server answers status only when it brings the
 // token, given with --token or in the server's own variable; without one,
 // or with a wrong one, the error says what to pass.

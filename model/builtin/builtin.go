@@ -151,15 +151,27 @@ func ParseSleep(args string) (Sleep, error) {
 	if !ok {
 		return Sleep{}, errors.New("sleep wants FIXED,PER_ITEM, e.g. sleep:10ms,100us")
 	}
-	f, err := time.ParseDuration(fixed)
-	if err != nil || f < 0 {
-		return Sleep{}, fmt.Errorf("sleep: fixed cost %q is not a duration", fixed)
+	f, err := sleepCost("fixed cost", fixed)
+	if err != nil {
+		return Sleep{}, err
 	}
-	p, err := time.ParseDuration(perItem)
-	if err != nil || p < 0 {
-		return Sleep{}, fmt.Errorf("sleep: per-item cost %q is not a duration", perItem)
+	p, err := sleepCost("per-item cost", perItem)
+	if err != nil {
+		return Sleep{}, err
 	}
 	return NewSleep(f, p), nil
+}
+
+// sleepCost reads one of the sleep model's costs, what, from text.
+func sleepCost(what, text string) (time.Duration, error) {
+	d, err := time.ParseDuration(text)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("sleep: %s %q is not a duration", what, text)
+	case d < 0:
+		return 0, fmt.Errorf("sleep: %s %q is negative", what, text)
+	}
+	return d, nil
 }
 
 // NewSleep is the sleep model with those costs.

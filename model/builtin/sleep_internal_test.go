@@ -2,6 +2,7 @@ package builtin
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 )
@@ -31,4 +32,19 @@ func TestSleepRecoversFromAVeryLateWakeUp(t *testing.T) {
 		}
 	}
 	t.Fatalf("after %d batches the model still wakes %v early, its cap, for a 1ms cost; it should have learnt the kernel's real lateness", batches, time.Duration(m.wakeEarly.Load()))
+}
+
+// TestParseSleepNamesWhatIsWrong: a cost that is no duration, and one that
+// is negative, are each called what they are.
+func TestParseSleepNamesWhatIsWrong(t *testing.T) {
+	for args, want := range map[string]string{
+		"abc,0s":  `sleep: fixed cost "abc" is not a duration`,
+		"-1s,0s":  `sleep: fixed cost "-1s" is negative`,
+		"1ms,-1s": `sleep: per-item cost "-1s" is negative`,
+		"10ms":    "sleep wants FIXED,PER_ITEM",
+	} {
+		if _, err := ParseSleep(args); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseSleep(%q): %v; want %q", args, err, want)
+		}
+	}
 }

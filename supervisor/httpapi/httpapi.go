@@ -285,7 +285,7 @@ func (h *handler) crossOrigin(w http.ResponseWriter, r *http.Request, origin []s
 	if len(origin) != 1 || !(h.origins["*"] || h.origins[origin[0]]) {
 		name := strings.Join(origin, ", ")
 		h.writeError(w, http.StatusForbidden, "requests from the web page origin "+strconv.Quote(name)+
-			" are not allowed; to let pages from it call this API, add it to the server's allowed origins")
+			" are not allowed; to let pages from it call this API, add it to the server's allowed origins (streamer serve --allow-origin)")
 		return false
 	}
 	hdr := w.Header()
