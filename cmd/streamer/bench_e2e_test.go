@@ -69,9 +69,16 @@ func runBenchCmdWithPath(t *testing.T, path string, args ...string) benchResult 
 // report both as the decoded struct and as raw keys.
 func benchJSON(t *testing.T, args ...string) (bench.Report, map[string]json.RawMessage) {
 	t.Helper()
+	return benchJSONExiting(t, 0, args...)
+}
+
+// benchJSONExiting is benchJSON of a run that exits with code: 1 when no
+// request succeeded.
+func benchJSONExiting(t *testing.T, code int, args ...string) (bench.Report, map[string]json.RawMessage) {
+	t.Helper()
 	res := runBenchCmd(t, append([]string{"--json", "--warmup", "0"}, args...)...)
-	if res.code != 0 {
-		t.Fatalf("streamer bench exited %d\nstdout:\n%s\nstderr:\n%s", res.code, res.stdout, res.stderr)
+	if res.code != code {
+		t.Fatalf("streamer bench exited %d, want %d\nstdout:\n%s\nstderr:\n%s", res.code, code, res.stdout, res.stderr)
 	}
 	var rep bench.Report
 	var keys map[string]json.RawMessage
@@ -502,7 +509,8 @@ func TestBenchSweep(t *testing.T) {
 }
 
 // A server started with --auth-token is loaded with its token, and so is a
-// --target that wants one; without it every request is a 401.
+// --target that wants one; without it every request is a 401, and the run
+// exits 1.
 func TestBenchSendsTheAuthToken(t *testing.T) {
 	rep, _ := benchJSON(t, "--model", "echo", "--workers", "1", "--concurrency", "4", "--duration", "500ms", "--auth-token", "bench-tok")
 	if rep.Requests == 0 || len(rep.Errors) != 0 || rep.MeanBatchSize == 0 {
@@ -513,7 +521,7 @@ func TestBenchSendsTheAuthToken(t *testing.T) {
 	if rep.Requests == 0 || len(rep.Errors) != 0 {
 		t.Errorf("bench of a target with its token: %d requests, errors %v", rep.Requests, rep.Errors)
 	}
-	rep, _ = benchJSON(t, "--target", s.URL(), "--concurrency", "4", "--duration", "300ms")
+	rep, _ = benchJSONExiting(t, 1, "--target", s.URL(), "--concurrency", "4", "--duration", "300ms")
 	if rep.Requests != 0 || rep.Errors["http 401"] == 0 {
 		t.Errorf("bench of a target without its token: %d requests, errors %v; want only 401s", rep.Requests, rep.Errors)
 	}
