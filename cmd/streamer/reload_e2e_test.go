@@ -166,6 +166,39 @@ func TestReloadByAdminAndSIGHUPLosesNoRequest(t *testing.T) {
 	}
 }
 
+// TestSIGHUPDuringScalingReloadsOnceItIsDone: a SIGHUP that comes while
+// the workers scale (an operator swapped the model and signalled) is not
+// dropped as busy: the workers are reloaded once the scaling is done, and
+// two SIGHUPs then make one reload.
+func TestSIGHUPDuringScalingReloadsOnceItIsDone(t *testing.T) {
+	s := startAdminServer(t, "--model", "chaos:init-delay=1500ms", "--workers", "1", "--unavailable-after", "30s")
+	s.waitAllReady(t, 1)
+	scaled := make(chan int, 1)
+	go func() {
+		status, _ := s.admin(t, "/admin/workers", `{"workers": 2}`)
+		scaled <- status
+	}()
+	s.waitFor(t, "the scaling to begin", readyTimeout, func() bool { return strings.Contains(s.logs(), "scaling workers") })
+	for range 2 {
+		if err := s.signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if status := <-scaled; status != http.StatusOK {
+		t.Fatalf("POST /admin/workers: %d", status)
+	}
+	before := s.workers(t)
+	s.waitFor(t, "the reload to be logged done", readyTimeout, func() bool { return strings.Contains(s.logs(), "reload done") })
+	s.replacedAll(t, 2, before)
+	logs := s.logs()
+	if !strings.Contains(logs, "reloading once it is done") || strings.Contains(logs, "reload failed") {
+		t.Errorf("the log does not say the reload waited for the scaling, or says one failed:\n%s", logs)
+	}
+	if n := strings.Count(logs, "reload begun"); n != 1 {
+		t.Errorf("%d reloads begun for two SIGHUPs during one scaling; want 1", n)
+	}
+}
+
 // A model file replaced by garbage fails the reload at the first slot: the
 // answer says so and why, and the old workers keep serving.
 func TestReloadOfABrokenModelKeepsTheOldWorkers(t *testing.T) {
