@@ -648,7 +648,7 @@ func TestItemsAreCountedByTheirAdmissionWhenTheCallEndsBeforeIt(t *testing.T) {
 		want supervisor.Stats
 	}{
 		{"answered first", answerAll, admitted, supervisor.Stats{Submitted: 2, Answered: 2}},
-		{"given up, then admitted", giveUp(canceled), admitted, supervisor.Stats{Submitted: 2, Answered: 2, Failed: 2}},
+		{"given up, then admitted", giveUp(canceled), admitted, supervisor.Stats{Submitted: 2, Answered: 2, Failed: 2, Canceled: 2}},
 		{"past its deadline, then admitted", giveUp(gone), admitted, supervisor.Stats{Submitted: 2, Answered: 2, Failed: 2, Expired: 2}},
 		{"given up, then refused", giveUp(canceled), refused, supervisor.Stats{Rejected: 2}},
 		{"answered first, its admission's reply lost", answerAll, unanswered, supervisor.Stats{Submitted: 2, Answered: 2}},
@@ -668,9 +668,10 @@ func TestItemsAreCountedByTheirAdmissionWhenTheCallEndsBeforeIt(t *testing.T) {
 			}
 			fe.tell([]*call{c}, tt.cmd(), "", time.Now())
 			st := fe.Stats()
-			if st.Submitted != tt.want.Submitted || st.Answered != tt.want.Answered || st.Failed != tt.want.Failed || st.Expired != tt.want.Expired || st.Rejected != tt.want.Rejected {
-				t.Errorf("submitted %d, answered %d, failed %d, expired %d, rejected %d; want %+v",
-					st.Submitted, st.Answered, st.Failed, st.Expired, st.Rejected, tt.want)
+			if st.Submitted != tt.want.Submitted || st.Answered != tt.want.Answered || st.Failed != tt.want.Failed || st.Expired != tt.want.Expired ||
+				st.Canceled != tt.want.Canceled || st.Rejected != tt.want.Rejected {
+				t.Errorf("submitted %d, answered %d, failed %d, expired %d, canceled %d, rejected %d; want %+v",
+					st.Submitted, st.Answered, st.Failed, st.Expired, st.Canceled, st.Rejected, tt.want)
 			}
 		})
 	}
@@ -715,7 +716,7 @@ func registeredCall(fe *FrontEnd, n int) *call {
 func answerAll(fe *FrontEnd, c *call) {
 	fe.mu.Lock()
 	defer fe.mu.Unlock()
-	fe.stats.answered.Add(uint64(c.left))
+	fe.stats.ok.Add(uint64(c.left))
 	fe.held -= c.left
 	c.left = 0
 	delete(fe.calls, c.seq)
@@ -789,7 +790,7 @@ func TestACallAnsweredInPartAsItsAdmissionsReplyIsLostCountsOnce(t *testing.T) {
 	c.got[0] = true
 	c.left--
 	fe.held--
-	fe.stats.answered.Add(1)
+	fe.stats.ok.Add(1)
 	fe.mu.Unlock()
 	cmd := redis.NewCmd(context.Background())
 	cmd.SetErr(io.EOF)

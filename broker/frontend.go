@@ -175,7 +175,10 @@ type FrontEnd struct {
 	readMoved chan struct{}
 
 	stats struct {
-		submitted, answered, failed, rejected, expired, poisoned, duplicates, withdrawn, lost atomic.Uint64
+		submitted, rejected, duplicates, withdrawn, lost atomic.Uint64
+		// The outcomes of the items answered, each item in one of them
+		// (see supervisor.Stats).
+		ok, failed, expired, poisoned, canceled atomic.Uint64
 	}
 	// endToEnd counts the time from a request's submission to each of its
 	// items' answers, for the items a node ran.
@@ -607,14 +610,16 @@ func (fe *FrontEnd) Stats() supervisor.Stats {
 	fe.mu.Lock()
 	held := fe.held
 	fe.mu.Unlock()
-	// Parts before their wholes, as supervisor.Streamer.Stats reads them.
-	poisoned, expired := fe.stats.poisoned.Load(), fe.stats.expired.Load()
-	failed := fe.stats.failed.Load()
+	// Sums of counters that each count an item one way, so that none
+	// reads backwards when read between two additions.
+	expired, poisoned, canceled := fe.stats.expired.Load(), fe.stats.poisoned.Load(), fe.stats.canceled.Load()
+	failed := fe.stats.failed.Load() + expired + poisoned + canceled
 	return supervisor.Stats{
-		Answered:  fe.stats.answered.Load(),
+		Answered:  fe.stats.ok.Load() + failed,
 		Failed:    failed,
 		Expired:   expired,
 		Poisoned:  poisoned,
+		Canceled:  canceled,
 		Submitted: fe.stats.submitted.Load(),
 		Rejected:  fe.stats.rejected.Load(),
 		Queued:    held,
@@ -979,9 +984,9 @@ func (fe *FrontEnd) reject(c *call) {
 // settleLocked counts the items of c, which ends with err without their
 // answers, as a local server counts items alike: those of a call never
 // admitted (refused, or never sent) as rejected; those admitted and left
-// unanswered as answered with an error, expired too when the deadline
-// ended it. Every submitted item is so counted as answered once, as on a
-// local server (Failed is part of Answered, and Expired part of Failed).
+// unanswered as answered with an error: expired when the deadline ended
+// it, canceled when its caller left. Every submitted item is so counted
+// as answered once, as on a local server.
 // A call that ends before the writer's verdict (its caller gave up while
 // Redis admitted it, an outage failed it) is counted when the verdict
 // comes (see decideLocked): admitted, its items may run, as submitted
@@ -995,10 +1000,20 @@ func (fe *FrontEnd) settleLocked(c *call, err error) {
 		fe.stats.rejected.Add(uint64(len(c.items)))
 		return
 	}
-	fe.stats.answered.Add(uint64(c.left))
-	fe.stats.failed.Add(uint64(c.left))
-	if errors.Is(err, supervisor.ErrDeadline) {
-		fe.stats.expired.Add(uint64(c.left))
+	fe.countFailed(err, uint64(c.left))
+}
+
+// countFailed counts n items answered with err, by its kind.
+func (fe *FrontEnd) countFailed(err error, n uint64) {
+	switch {
+	case errors.Is(err, supervisor.ErrDeadline):
+		fe.stats.expired.Add(n)
+	case errors.Is(err, supervisor.ErrPoison):
+		fe.stats.poisoned.Add(n)
+	case errors.Is(err, supervisor.ErrCanceled):
+		fe.stats.canceled.Add(n)
+	default:
+		fe.stats.failed.Add(n)
 	}
 }
 
@@ -2269,21 +2284,15 @@ func (fe *FrontEnd) deliver(msgs []redis.XMessage) {
 			}
 			c.got[idx] = true
 			fe.answeredLocked(c)
-			fe.stats.answered.Add(1) // the whole before its parts (see Stats)
 			if a.failed {
 				if c.errs == nil {
 					c.errs = make([]error, len(c.got))
 				}
 				c.errs[idx] = errorOf(a.code, a.msg)
-				fe.stats.failed.Add(1)
-				switch {
-				case errors.Is(c.errs[idx], supervisor.ErrPoison):
-					fe.stats.poisoned.Add(1)
-				case errors.Is(c.errs[idx], supervisor.ErrDeadline):
-					fe.stats.expired.Add(1)
-				}
+				fe.countFailed(c.errs[idx], 1)
 			} else {
 				c.outputs[idx] = []byte(a.output)
+				fe.stats.ok.Add(1)
 			}
 			if !a.failed || !errors.Is(c.errs[idx], supervisor.ErrDeadline) {
 				// Run by a node, as a local server counts the items it

@@ -94,13 +94,20 @@ type Stats struct {
 	Submitted uint64 `json:"submitted"`
 	// Answered counts items answered, with an output or an error.
 	Answered uint64 `json:"answered"`
-	// Failed counts items answered with an error.
+	// Failed counts items answered with an error: Expired, Poisoned and
+	// Canceled are parts of it, and the rest failed in the model, or as
+	// no worker could run them.
 	Failed uint64 `json:"failed"`
 	// Rejected counts items refused at Submit (overloaded, unavailable, poison).
 	Rejected uint64 `json:"rejected"`
-	// Expired counts items dropped because their deadline passed in the queue.
+	// Expired counts items answered with ErrDeadline: their deadline passed
+	// before they ran (in the queue, or on the way to their worker), or
+	// before their answer came.
 	Expired uint64 `json:"expired"`
-	// Batches counts batches run to completion.
+	// Canceled counts items dropped as their caller left before they ran.
+	Canceled uint64 `json:"canceled"`
+	// Batches counts batches run to completion: those with some item that
+	// reached the model (not every item had expired on the way).
 	Batches uint64 `json:"batches"`
 	// BatchSizes[n] counts completed batches of n items.
 	BatchSizes []uint64 `json:"batch_sizes"`
@@ -129,6 +136,14 @@ type Stats struct {
 	Reloads         uint64 `json:"reloads"`
 	ReloadFailures  uint64 `json:"reload_failures"`
 	LastReloadError string `json:"last_reload_error,omitempty"`
+}
+
+// setOutcomes fills Answered and Failed and their parts from the counts
+// of the items answered in each way, each item in one of them.
+func (st *Stats) setOutcomes(ok, failed, expired, poisoned, canceled uint64) {
+	st.Expired, st.Poisoned, st.Canceled = expired, poisoned, canceled
+	st.Failed = failed + expired + poisoned + canceled
+	st.Answered = ok + st.Failed
 }
 
 // DispatchStats counts batches by why they were dispatched.
@@ -211,7 +226,13 @@ type SlotStatus struct {
 	Restarts int       `json:"restarts"`
 	InFlight int       `json:"in_flight"`
 	LastErr  string    `json:"last_error,omitempty"`
-	// Batches counts the batches the slot's workers answered.
+	// Restarts, Batches and Crashes count for the slot number, since the
+	// Streamer started: a slot that a Reload or SetWorkers put in the
+	// place of another counts on from the other's counts, so they never go
+	// back; a draining slot shows the counts of its number too.
+	//
+	// Batches counts the batches the slot's workers answered, of those that
+	// reached the model (Stats.Batches counts the same).
 	Batches uint64 `json:"batches"`
 	// Crashes counts the slot's workers that died or were killed.
 	Crashes int `json:"crashes"`

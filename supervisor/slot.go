@@ -78,12 +78,10 @@ type slot struct {
 	// headStalled is the streamer's stalls counted at headStart (see
 	// stallClock): those after it are no time the batch ran.
 	headStalled time.Duration
-	restarts    int
 	recent      []time.Time // restarts within RestartWindow
 	failures    int         // crashes since the last answered batch
 	lastErr     string
-	batches     uint64        // batches answered
-	crashes     int           // workers that died
+	tally       *slotTally    // the counts of every slot of its number
 	initTime    time.Duration // how long the current worker took to be ready
 	// startBegan is when the start of the slot's next worker began; only
 	// the goroutine starting it writes it (see startWorker).
@@ -92,8 +90,24 @@ type slot struct {
 	ended      bool // its run has returned
 }
 
+// slotTally counts what the slots numbered alike did: the one a Reload
+// replaced and the one that took its place, or one that SetWorkers
+// drained and a later one it started, count on where the other left off,
+// so that the counts by slot number never go back. Guarded by
+// Streamer.mu.
+type slotTally struct {
+	restarts, crashes int
+	batches           uint64 // batches that reached the model
+}
+
 func newSlot(s *Streamer, id int) *slot {
 	sl := &slot{s: s, id: id, state: SlotStarting, runDone: make(chan struct{}), quit: make(chan struct{})}
+	s.mu.Lock()
+	for len(s.tallies) <= id {
+		s.tallies = append(s.tallies, &slotTally{})
+	}
+	sl.tally = s.tallies[id]
+	s.mu.Unlock()
 	if devs := s.cfg.Process.CUDADevices; len(devs) > 0 {
 		sl.cuda = devs[id%len(devs)]
 	}
@@ -102,8 +116,8 @@ func newSlot(s *Streamer, id int) *slot {
 
 // status describes the slot. It requires that s.mu is held.
 func (sl *slot) status() SlotStatus {
-	st := SlotStatus{Slot: sl.id, State: sl.state, CUDA: sl.cuda, Restarts: sl.restarts, InFlight: len(sl.inflight), LastErr: sl.lastErr,
-		Batches: sl.batches, Crashes: sl.crashes}
+	st := SlotStatus{Slot: sl.id, State: sl.state, CUDA: sl.cuda, Restarts: sl.tally.restarts, InFlight: len(sl.inflight),
+		LastErr: sl.lastErr, Batches: sl.tally.batches, Crashes: sl.tally.crashes}
 	if sl.w != nil {
 		st.PID, st.Device = sl.w.pid(), sl.w.device()
 		st.InitSeconds = sl.initTime.Seconds()
@@ -300,7 +314,9 @@ func (sl *slot) onResult(w worker, r result) {
 		s.returns.answered(now, len(b.items))
 	}
 	started := sl.headStart
-	sl.batches++
+	if len(b.items) > len(r.expired) {
+		sl.tally.batches++ // as stats.batches: only batches that reached the model
+	}
 	s.returned++
 	sl.headStart, sl.headStalled = now, stalled
 	sl.failures = 0
@@ -331,29 +347,31 @@ func (sl *slot) onResult(w worker, r result) {
 	// counters are shared by every core. And counted first, as complete
 	// does, so that a caller woken by its answer finds it counted.
 	batchErr := checkResult(r, len(b.items))
-	failed := 0
-	switch {
-	case batchErr != nil:
-		failed = len(b.items)
-	case r.itemErrs != nil:
-		for _, e := range r.itemErrs {
-			if e != nil {
-				failed++
-			}
+	var ok, failed, late int
+	expired := r.expired
+	for i, it := range b.items {
+		switch {
+		case len(expired) > 0 && expired[0] == i:
+			expired = expired[1:]
+		case it.fut.expired(now):
+			late++ // its caller had its ErrDeadline by now
+		case batchErr != nil || r.itemErrs != nil && r.itemErrs[i] != nil:
+			failed++
+		default:
+			ok++
 		}
 	}
-	if len(r.expired) > 0 && batchErr == nil {
-		failed += len(r.expired)
-	}
-	// Counted as Stats reads them backwards (see Stats).
 	s.stats.answered.Add(uint64(len(b.items)))
+	if ok > 0 {
+		s.stats.ok.Add(uint64(ok))
+	}
 	if failed > 0 {
 		s.stats.failed.Add(uint64(failed))
 	}
-	if len(r.expired) > 0 {
-		s.stats.expired.Add(uint64(len(r.expired)))
+	if n := len(r.expired) + late; n > 0 {
+		s.stats.expired.Add(uint64(n))
 	}
-	expired := r.expired
+	expired = r.expired
 	s.answering.Add(1)
 	defer func() {
 		s.answered.Add(1)
@@ -408,8 +426,8 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 	var first *firstCrash
 	cause := crashUnexplained
 	inFlight := len(batches)
-	if !stopping {
-		sl.crashes++
+	if !stopping && !(retired && inFlight == 0) {
+		sl.tally.crashes++ // not a drained worker leaving as asked (see below)
 	}
 	if !stopping && len(batches) > 0 {
 		cause = crashFirstOfBatch
@@ -448,7 +466,6 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 		s.poison.add(it.key, it.data)
 		s.log.Error("poison item isolated", "slot", sl.id, "crashes", it.crashes, "err", exitErr)
 		s.complete(it, nil, fmt.Errorf("%w: it killed the worker %d times (last: %v)", ErrPoison, it.crashes, exitErr))
-		s.stats.poisoned.Add(1) // after complete's counts (see Stats)
 	}
 	s.signal()
 }
@@ -589,8 +606,8 @@ func (sl *slot) backoff() bool {
 	if delay > s.cfg.BackoffMax || delay <= 0 {
 		delay = s.cfg.BackoffMax
 	}
-	sl.restarts++
-	restarts, lastErr := sl.restarts, sl.lastErr
+	sl.tally.restarts++
+	restarts, lastErr := sl.tally.restarts, sl.lastErr
 	s.mu.Unlock()
 	t := time.NewTimer(delay)
 	defer t.Stop()

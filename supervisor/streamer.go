@@ -20,13 +20,14 @@ type Streamer struct {
 
 	epoch time.Time // the origin of clock
 
-	// mu guards queue, slots, retiring, downSince, lastSweep, nextSlot and
+	// mu guards queue, slots, retiring, tallies, downSince, lastSweep, nextSlot and
 	// the slots' fields marked as guarded by it. Functions that need it say
 	// so.
 	mu          sync.Mutex
 	queue       *queue
 	slots       []*slot       // the slots taking batches; slot i is slots[i]
 	retiring    []*slot       // slots retired by Reload or SetWorkers, until their run ends
+	tallies     []*slotTally  // the slots' counts by slot number, kept across reloads and scaling
 	changing    atomic.Bool   // a Reload or SetWorkers is running
 	downSince   time.Time     // when the last ready slot went away; zero while one is ready
 	lastSweep   time.Time     // when the queue was last swept
@@ -71,14 +72,39 @@ type Streamer struct {
 }
 
 type counters struct {
-	reasons                                        [numReasons]atomic.Uint64 // batches by why they were dispatched
-	waitAdded                                      atomic.Int64              // nanoseconds idle slots waited for arrivals
-	submitted, answered, failed, rejected, expired atomic.Uint64
-	batches, crashes, poisoned                     atomic.Uint64
-	batchSizes                                     []atomic.Uint64
-	latency                                        latencies
-	reloads, reloadFailures                        atomic.Uint64
-	lastReloadError                                atomic.Pointer[string]
+	reasons   [numReasons]atomic.Uint64 // batches by why they were dispatched
+	waitAdded atomic.Int64              // nanoseconds idle slots waited for arrivals
+	submitted atomic.Uint64
+	// answered counts every item answered, the sum of the outcomes below,
+	// for the room's look at progress (see room.go).
+	answered atomic.Uint64
+	// The outcomes of the items answered, each item in one of them: Stats
+	// sums them rather than subtract one from another, so that none reads
+	// backwards when a scrape falls between two additions.
+	ok, failed, expired, poisoned, canceled atomic.Uint64
+	rejected                                atomic.Uint64
+	batches, crashes                        atomic.Uint64
+	batchSizes                              []atomic.Uint64
+	latency                                 latencies
+	reloads, reloadFailures                 atomic.Uint64
+	lastReloadError                         atomic.Pointer[string]
+}
+
+// outcome counts one item answered with err (nil: with its output).
+func (c *counters) outcome(err error) {
+	switch {
+	case err == nil:
+		c.ok.Add(1)
+	case errors.Is(err, ErrDeadline):
+		c.expired.Add(1)
+	case errors.Is(err, ErrPoison):
+		c.poisoned.Add(1)
+	case errors.Is(err, ErrCanceled):
+		c.canceled.Add(1)
+	default:
+		c.failed.Add(1)
+	}
+	c.answered.Add(1)
 }
 
 // New checks cfg and returns a Streamer that is not yet running.
@@ -439,20 +465,20 @@ func (s *Streamer) signal() {
 	}
 }
 
-// complete answers one item and counts it.
+// complete answers one item and counts it: first, so that a caller woken
+// by its answer finds it counted.
 func (s *Streamer) complete(it item, output []byte, err error) {
-	s.stats.answered.Add(1)
-	if err != nil {
-		s.stats.failed.Add(1)
-	}
+	s.stats.outcome(err)
 	it.fut.complete(int(it.index), output, err)
 }
 
-// drop answers an item that will not run: its deadline passed or its caller left.
+// drop answers an item that will not run: its deadline passed or its
+// caller left. A caller whose context's deadline is the one that passed
+// left for that reason: its item expired, though the clock read before the
+// lock may not be past the deadline yet.
 func (s *Streamer) drop(it item, now time.Time) {
-	if it.fut.expired(now) {
+	if it.fut.expired(now) || it.fut.ctx != nil && errors.Is(it.fut.ctx.Err(), context.DeadlineExceeded) {
 		s.complete(it, nil, fmt.Errorf("%w: expired after %s in the queue", ErrDeadline, now.Sub(s.at(it.fut.enqueued)).Round(time.Millisecond)))
-		s.stats.expired.Add(1) // after complete's counts (see Stats)
 		return
 	}
 	s.complete(it, nil, ErrCanceled)
@@ -607,23 +633,14 @@ func (s *Streamer) Slots() []SlotStatus {
 
 // Stats returns a snapshot of the counters.
 func (s *Streamer) Stats() Stats {
-	// Expired and Poisoned are parts of Failed, and Failed of Answered:
-	// they are read in the order opposite to the one in which an item is
-	// counted (Answered first), so that no part reads larger than its
-	// whole.
-	poisoned, expired := s.stats.poisoned.Load(), s.stats.expired.Load()
-	failed := s.stats.failed.Load()
 	st := Stats{
-		Answered:   s.stats.answered.Load(),
-		Failed:     failed,
-		Expired:    expired,
-		Poisoned:   poisoned,
 		Submitted:  s.stats.submitted.Load(),
 		Rejected:   s.stats.rejected.Load(),
 		Batches:    s.stats.batches.Load(),
 		Crashes:    s.stats.crashes.Load(),
 		BatchSizes: make([]uint64, len(s.stats.batchSizes)),
 	}
+	st.setOutcomes(s.stats.ok.Load(), s.stats.failed.Load(), s.stats.expired.Load(), s.stats.poisoned.Load(), s.stats.canceled.Load())
 	for i := range s.stats.batchSizes {
 		st.BatchSizes[i] = s.stats.batchSizes[i].Load()
 	}

@@ -277,7 +277,8 @@ func (b nodeBackend) Metrics() prometheus.Collector { return broker.Collector(b.
 func (b nodeBackend) Stats() supervisor.Stats {
 	st := b.local.Stats()
 	front := b.FrontEnd.Stats()
-	st.Submitted, st.Answered, st.Failed, st.Rejected, st.Expired, st.Poisoned = front.Submitted, front.Answered, front.Failed, front.Rejected, front.Expired, front.Poisoned
+	st.Submitted, st.Answered, st.Failed, st.Rejected = front.Submitted, front.Answered, front.Failed, front.Rejected
+	st.Expired, st.Poisoned, st.Canceled = front.Expired, front.Poisoned, front.Canceled
 	return st
 }
 

@@ -26,6 +26,7 @@ type statusReport struct {
 	ready    bool
 	notReady string // why, as /readyz says
 	stats    supervisor.Stats
+	requests map[string]uint64 // the requests answered by outcome; nil from a server that does not say
 	slots    []supervisor.SlotStatus
 	// broker is what a server behind Redis (--broker) says of it: its
 	// front end's view, and its node's traffic on a GPU node.
@@ -100,12 +101,13 @@ func (c statusClient) fetch(ctx context.Context) (statusReport, error) {
 	r.model, _ = info["model"].(string)
 	var stats struct {
 		supervisor.Stats
-		Broker json.RawMessage `json:"broker"`
+		Requests map[string]uint64 `json:"requests"`
+		Broker   json.RawMessage   `json:"broker"`
 	}
 	if err := c.getJSON(ctx, base+"/v1/stats", &stats); err != nil {
 		return r, err
 	}
-	r.stats = stats.Stats
+	r.stats, r.requests = stats.Stats, stats.Requests
 	if len(stats.Broker) > 0 {
 		if err := json.Unmarshal(stats.Broker, &r.broker); err != nil {
 			return r, fmt.Errorf("GET %s/v1/stats: its broker section: %w", base, err)
@@ -195,9 +197,13 @@ func (r statusReport) print(out io.Writer) error {
 	} else {
 		fmt.Fprintf(w, "queue depth\t%d items\n", st.Queued)
 	}
-	// Failed is part of Answered, and Expired and Poisoned of Failed.
-	fmt.Fprintf(w, "items\tanswered %d (ok %d, failed %d: expired %d, poisoned %d), rejected %d\n",
-		st.Answered, st.Answered-st.Failed, st.Failed, st.Expired, st.Poisoned, st.Rejected)
+	if q := r.requests; q != nil {
+		fmt.Fprintf(w, "requests\tok %d, rejected %d, timed out %d, failed %d, poisoned %d, canceled %d\n",
+			q["ok"], q["rejected"], q["timed_out"], q["failed"], q["poisoned"], q["canceled"])
+	}
+	// Failed is part of Answered, and Expired, Poisoned and Canceled of Failed.
+	fmt.Fprintf(w, "items\tanswered %d (ok %d, failed %d: expired %d, poisoned %d, canceled %d), rejected %d\n",
+		st.Answered, st.Answered-st.Failed, st.Failed, st.Expired, st.Poisoned, st.Canceled, st.Rejected)
 	lat := st.Latency
 	if r.frontEnd() {
 		fmt.Fprintf(w, "mean latency\tend to end %s\n", meanMs(lat.EndToEnd))

@@ -33,7 +33,8 @@ func TestStatusCommand(t *testing.T) {
 	for _, want := range []string{
 		"model", "echo", "ready", "yes",
 		"queue depth", "0 items",
-		"answered 9 (ok 9, failed 0: expired 0, poisoned 0), rejected 0",
+		"requests          ok 3, rejected 0, timed out 0, failed 0, poisoned 0, canceled 0",
+		"answered 9 (ok 9, failed 0: expired 0, poisoned 0, canceled 0), rejected 0",
 		fmt.Sprintf("idle %d", st.Dispatch.Idle),
 		"SLOT", "DEVICE", "PID", "STATE", "RESTARTS", "BATCHES",
 	} {
@@ -273,6 +274,40 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}
 }
 
+// With a large --batch-size the batch sizes the page draws are many: it
+// still shows what the server says, and no error of its own. It shows the
+// requests by outcome and the items failed by kind, as /v1/stats has them.
+func TestStatusPageInBrowserWithALargeBatchSize(t *testing.T) {
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("chromium is not installed (%v); run make install-tools", err)
+	}
+	s := startServer(t, "--workers", "1", "--model", "echo", "--batch-size", "300000")
+	slots := s.waitAllReady(t, 1)
+	s.predictJSON(t, "a", "b")
+	var dom string
+	waitFor(t, "the page to show the worker", 90*time.Second, func() bool {
+		dom = dumpDOM(t, chromium, s.URL()+"/")
+		return workerRows(dom)["0"]["pid"] == strconv.Itoa(slots[0].PID)
+	})
+	for _, want := range []string{
+		`<p id="error"></p>`,
+		`<td id="requests">1 / 0 / 0 / 0 / 0 / 0</td>`,
+		`<td id="failures">0 (0 / 0 / 0) / 0</td>`,
+		`<td id="ready">yes</td>`,
+	} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("the page lacks %s", want)
+		}
+	}
+	if bars := len(regexp.MustCompile(`title="\d+ batches of \d+"`).FindAllString(dom, -1)); bars != 2 {
+		t.Errorf("the page draws %d batch-size bars; want 2, up to the largest size seen", bars)
+	}
+	if t.Failed() {
+		t.Logf("DOM:\n%s", dom)
+	}
+}
+
 // dumpDOM loads url in headless Chromium, lets its script run for three
 // seconds of virtual time, and returns the DOM it built.
 func dumpDOM(t *testing.T, chromium, url string) string {
@@ -328,5 +363,68 @@ func TestStatusPageInBrowserWithAToken(t *testing.T) {
 	})
 	if !strings.Contains(dom, `<span id="model">echo</span>`) || !strings.Contains(dom, `<form id="auth" hidden="">`) {
 		t.Errorf("with the token the page should show the model and hide its form:\n%s", dom)
+	}
+}
+
+// While a reload drains a slot, two slots have its number: /metrics still
+// answers, with the slot's counters once and the draining one counted in
+// worker_state, and the counters go on where they were after the reload.
+// (Before, /metrics answered 500 for the whole drain, as the two slots
+// made the same series twice, and the reload set the counters to zero.)
+func TestMetricsDuringAndAfterAReload(t *testing.T) {
+	s := startAdminServer(t, "--workers", "1", "--model", "sleep:3s,0")
+	first := s.waitAllReady(t, 1)
+	killWorker(t, first[0].PID)
+	s.waitFor(t, "the worker to restart", readyTimeout, func() bool {
+		now := s.readyWorkers(t)
+		return len(now) == 1 && now[0].PID != first[0].PID
+	})
+	running := make(chan error, 1)
+	go func() {
+		_, err := s.tryPredictJSON(map[string]any{"inputs": []any{"a"}})
+		running <- err
+	}()
+	s.waitFor(t, "the batch to reach the worker", readyTimeout, func() bool {
+		w := s.workers(t)
+		return len(w) == 1 && w[0].InFlight == 1
+	})
+	reloaded := make(chan int, 1)
+	go func() {
+		status, _, _, _ := s.do(context.Background(), http.MethodPost, "/admin/reload", "application/json", nil)
+		reloaded <- status
+	}()
+	s.waitFor(t, "the old worker to drain beside the new one", readyTimeout, func() bool { return len(s.workers(t)) == 2 })
+	status, body, err := s.get("/metrics")
+	if err != nil || status != http.StatusOK {
+		t.Fatalf("GET /metrics while a slot drains: %d %v\n%s", status, err, body)
+	}
+	for _, want := range []string{
+		`streamer_worker_state{device="unset",slot="0",state="draining"} 1`,
+		`streamer_worker_crashes_total{slot="0"} 1`,
+		`streamer_worker_restarts_total{slot="0"} 1`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics while a slot drains lacks %q:\n%s", want, body)
+		}
+	}
+	if err := <-running; err != nil {
+		t.Errorf("the request that ran through the reload: %v", err)
+	}
+	if status := <-reloaded; status != http.StatusOK {
+		t.Fatalf("POST /admin/reload: %d", status)
+	}
+	status, body, err = s.get("/metrics")
+	if err != nil || status != http.StatusOK {
+		t.Fatalf("GET /metrics after the reload: %d %v", status, err)
+	}
+	for _, want := range []string{
+		`streamer_worker_crashes_total{slot="0"} 1`,
+		`streamer_worker_restarts_total{slot="0"} 1`,
+		`streamer_worker_batches_total{slot="0"} 1`,
+		`streamer_worker_state{device="unset",slot="0",state="ready"} 1`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics after the reload lacks %q:\n%s", want, body)
+		}
 	}
 }

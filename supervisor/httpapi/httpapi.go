@@ -337,6 +337,10 @@ type unreadier interface{ NotReady() error }
 type statsBody struct {
 	supervisor.Stats
 	MeanBatchSize float64 `json:"mean_batch_size"`
+	// Requests counts the prediction requests answered, by outcome, as
+	// streamer_requests_total does: a request refused before its body
+	// was read (a full queue) counts here, and none of its items does.
+	Requests map[string]uint64 `json:"requests"`
 	// Broker is what a Backend behind Redis says of its traffic there.
 	Broker any `json:"broker,omitempty"`
 }
@@ -347,7 +351,10 @@ type brokerStatser interface{ BrokerStats() any }
 
 func (h *handler) stats() (int, any) {
 	s := h.backend.Stats()
-	body := statsBody{Stats: s, MeanBatchSize: s.MeanBatchSize()}
+	body := statsBody{Stats: s, MeanBatchSize: s.MeanBatchSize(), Requests: make(map[string]uint64, len(requestOutcomes))}
+	for i, outcome := range requestOutcomes {
+		body.Requests[outcome] = h.requests[i].Load()
+	}
 	if b, ok := h.backend.(brokerStatser); ok {
 		body.Broker = b.BrokerStats()
 	}

@@ -704,7 +704,7 @@ func TestGetRoutes(t *testing.T) {
 		{"/healthz", `{"status":"ok"}`},
 		{"/readyz", `{"status":"ready"}`},
 		{"/v1/models", `{"model":"echo","workers":1}`},
-		{"/v1/stats", `{"submitted":10,"answered":9,"failed":0,"rejected":0,"expired":0,"batches":3,"batch_sizes":[0,1,0,2],"queued":0,"room_kept":0,"crashes":0,"poisoned":0,"dispatch":{"full":1,"idle":0,"waited":2,"max_latency":0,"deadline":0,"retry":0,"wait_added_ms":1.5},"cost":{"fitted":true,"fixed_ms":10,"per_item_ms":0.1,"batches":3},"returns":{"share":0.9,"first_ms":0.5,"gap_ms":0.05},"latency":{"queue_wait":{"bounds_s":null,"counts":null,"sum_s":0},"compute":{"bounds_s":null,"counts":null,"sum_s":0},"end_to_end":{"bounds_s":null,"counts":null,"sum_s":0}},"reloads":0,"reload_failures":0,"mean_batch_size":2.3333333333333335}`},
+		{"/v1/stats", `{"submitted":10,"answered":9,"failed":0,"rejected":0,"expired":0,"canceled":0,"batches":3,"batch_sizes":[0,1,0,2],"queued":0,"room_kept":0,"crashes":0,"poisoned":0,"dispatch":{"full":1,"idle":0,"waited":2,"max_latency":0,"deadline":0,"retry":0,"wait_added_ms":1.5},"cost":{"fitted":true,"fixed_ms":10,"per_item_ms":0.1,"batches":3},"returns":{"share":0.9,"first_ms":0.5,"gap_ms":0.05},"latency":{"queue_wait":{"bounds_s":null,"counts":null,"sum_s":0},"compute":{"bounds_s":null,"counts":null,"sum_s":0},"end_to_end":{"bounds_s":null,"counts":null,"sum_s":0}},"reloads":0,"reload_failures":0,"mean_batch_size":2.3333333333333335,"requests":{"canceled":0,"failed":0,"ok":0,"poisoned":0,"rejected":0,"timed_out":0}}`},
 		{"/v1/workers", `[{"slot":0,"state":"ready","pid":42,"cuda_visible_devices":"1","restarts":2,"in_flight":0,"batches":0,"crashes":0}]`},
 	}
 	for _, tt := range tests {

@@ -122,7 +122,7 @@ func newCollector(backend Backend, requests *requestCounts) *collector {
 		restarts:      desc("worker_restarts_total", "Worker restarts, by slot.", "slot"),
 		crashes:       desc("worker_crashes_total", "Workers that died or were killed, by slot.", "slot"),
 		slotBatches:   desc("worker_batches_total", "Batches answered, by slot.", "slot"),
-		workerState:   desc("worker_state", "1 for the state each slot is in, 0 for the others.", "slot", "device", "state"),
+		workerState:   desc("worker_state", "How many slots of the number are in each state: 1 for the state each slot is in, 0 for the others; 2 while a reload or scaling drains a slot beside the one that took its place.", "slot", "device", "state"),
 		initS:         desc("worker_init_seconds", "How long the slot's current worker took to start and open its model.", "slot"),
 		dispatches:    desc("dispatches_total", "Batches formed, by why each was sent.", "reason"),
 		waitAdded:     desc("dispatch_wait_added_seconds_total", "Time idle workers waited for arrivals before dispatching."),
@@ -170,14 +170,17 @@ func (c *collector) collectCounts(ch chan<- prometheus.Metric, st supervisor.Sta
 			counter(c.requestsTotal, float64(c.requests[i].Load()), outcome)
 		}
 	}
-	// Failed counts every item answered with an error, expired and poisoned
-	// ones too; they are told apart here.
-	failed := int64(st.Failed) - int64(st.Expired) - int64(st.Poisoned)
+	// Failed counts every item answered with an error, expired, poisoned
+	// and canceled ones too; they are told apart here. The parts come
+	// from one reading of counters that each count an item in one way
+	// only, so none of them reads backwards.
+	failed := st.Failed - st.Expired - st.Poisoned - st.Canceled
 	counter(c.itemsTotal, float64(st.Answered-st.Failed), outcomeOK)
 	counter(c.itemsTotal, float64(st.Rejected), outcomeRejected)
 	counter(c.itemsTotal, float64(st.Expired), outcomeTimedOut)
-	counter(c.itemsTotal, float64(max(failed, 0)), outcomeFailed)
+	counter(c.itemsTotal, float64(failed), outcomeFailed)
 	counter(c.itemsTotal, float64(st.Poisoned), outcomePoisoned)
+	counter(c.itemsTotal, float64(st.Canceled), outcomeCanceled)
 	counter(c.batchesTotal, float64(st.Batches))
 	counter(c.reloads, float64(st.Reloads), outcomeOK)
 	counter(c.reloads, float64(st.ReloadFailures), outcomeFailed)
@@ -231,37 +234,59 @@ func latencyHistogram(d *prometheus.Desc, h supervisor.Histogram) prometheus.Met
 }
 
 var slotStates = [...]supervisor.SlotState{
-	supervisor.SlotStarting, supervisor.SlotReady, supervisor.SlotBackoff, supervisor.SlotFailed, supervisor.SlotStopped,
+	supervisor.SlotStarting, supervisor.SlotReady, supervisor.SlotBackoff, supervisor.SlotDraining,
+	supervisor.SlotFailed, supervisor.SlotStopped,
 }
 
+// collectSlots sends the per-slot families, one series per slot number.
+// While a reload or a scaling drains a slot, two slots have its number:
+// the draining one and the one that took its place. Their counts are the
+// same (see supervisor.SlotStatus), sent once, and worker_state counts
+// the slots of the number in each state.
 func (c *collector) collectSlots(ch chan<- prometheus.Metric, slots []supervisor.SlotStatus) {
 	inFlight := 0
-	for _, sl := range slots {
+	first := make(map[int]int, len(slots)) // slot number → index in slots of its first
+	states := make(map[int]*[len(slotStates)]float64, len(slots))
+	for i, sl := range slots {
 		inFlight += sl.InFlight
+		counts, ok := states[sl.Slot]
+		if !ok {
+			first[sl.Slot] = i
+			counts = new([len(slotStates)]float64)
+			states[sl.Slot] = counts
+		}
+		for j, state := range slotStates {
+			if sl.State == state {
+				counts[j]++
+			}
+		}
+	}
+	for i, sl := range slots {
+		if first[sl.Slot] != i {
+			continue
+		}
 		slot := strconv.Itoa(sl.Slot)
 		ch <- prometheus.MustNewConstMetric(c.restarts, prometheus.CounterValue, float64(sl.Restarts), slot)
 		ch <- prometheus.MustNewConstMetric(c.crashes, prometheus.CounterValue, float64(sl.Crashes), slot)
 		ch <- prometheus.MustNewConstMetric(c.slotBatches, prometheus.CounterValue, float64(sl.Batches), slot)
 		ch <- prometheus.MustNewConstMetric(c.initS, prometheus.GaugeValue, sl.InitSeconds, slot)
 		device := slotDevice(sl)
-		for _, state := range slotStates {
-			v := 0.0
-			if sl.State == state {
-				v = 1
-			}
-			ch <- prometheus.MustNewConstMetric(c.workerState, prometheus.GaugeValue, v, slot, device, string(state))
+		for j, state := range slotStates {
+			ch <- prometheus.MustNewConstMetric(c.workerState, prometheus.GaugeValue, states[sl.Slot][j], slot, device, string(state))
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(inFlight))
 }
 
-// slotDevice names a slot's card: its CUDA_VISIBLE_DEVICES when it has one,
-// which stays the same across restarts, else what its worker runs on.
+// slotDevice names a slot's card for the device label: its
+// CUDA_VISIBLE_DEVICES when it has one, which a slot number keeps across
+// restarts and reloads, else "unset", so that a series keeps its labels
+// whatever its worker says.
 func slotDevice(sl supervisor.SlotStatus) string {
 	if sl.CUDA != "" {
 		return "cuda:" + sl.CUDA
 	}
-	return sl.Device
+	return "unset"
 }
 
 func (c *collector) collectDispatch(ch chan<- prometheus.Metric, st supervisor.Stats) {

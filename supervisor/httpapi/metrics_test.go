@@ -16,7 +16,7 @@ func TestMetrics(t *testing.T) {
 	backend := &fakeBackend{
 		ready: true,
 		stats: supervisor.Stats{
-			Answered: 10, Failed: 3, Expired: 1, Poisoned: 1, Rejected: 2, Batches: 3, Queued: 4,
+			Answered: 11, Failed: 4, Expired: 1, Poisoned: 1, Canceled: 1, Rejected: 2, Batches: 3, Queued: 4,
 			BatchSizes: []uint64{0, 2, 0, 1},
 			Dispatch:   supervisor.DispatchStats{Full: 4, Waited: 2, WaitAddedMs: 1500},
 			Cost:       supervisor.CostStats{Fitted: true, FixedMs: 10, PerItemMs: 0.5},
@@ -28,6 +28,9 @@ func TestMetrics(t *testing.T) {
 		slots: []supervisor.SlotStatus{
 			{Slot: 0, State: supervisor.SlotReady, CUDA: "1", Device: "cpu", Restarts: 2, Crashes: 3, Batches: 7, InFlight: 2, InitSeconds: 0.25},
 			{Slot: 1, State: supervisor.SlotBackoff, Device: "cpu", InFlight: 1},
+			// Slot 0 replaced by a reload, draining: its number's
+			// series are sent once.
+			{Slot: 0, State: supervisor.SlotDraining, CUDA: "1", Device: "cpu", Restarts: 2, Crashes: 3, Batches: 7, InFlight: 1},
 		},
 	}
 	backend.submit = func(ctx context.Context, req supervisor.Request) (*answer, error) {
@@ -54,6 +57,7 @@ func TestMetrics(t *testing.T) {
 		`streamer_items_total{outcome="timed_out"} 1`,
 		`streamer_items_total{outcome="poisoned"} 1`,
 		`streamer_items_total{outcome="rejected"} 2`,
+		`streamer_items_total{outcome="canceled"} 1`,
 		`streamer_batches_total 3`,
 		`streamer_batch_size_items_bucket{le="1"} 2`,
 		`streamer_batch_size_items_bucket{le="2"} 2`,
@@ -67,7 +71,7 @@ func TestMetrics(t *testing.T) {
 		`streamer_queue_wait_seconds_count 0`,
 		`streamer_compute_seconds_count 0`,
 		`streamer_queue_depth_items 4`,
-		`streamer_batches_in_flight 3`,
+		`streamer_batches_in_flight 4`,
 		`streamer_ready 1`,
 		`streamer_worker_restarts_total{slot="0"} 2`,
 		`streamer_worker_crashes_total{slot="0"} 3`,
@@ -75,7 +79,8 @@ func TestMetrics(t *testing.T) {
 		`streamer_worker_init_seconds{slot="0"} 0.25`,
 		`streamer_worker_state{device="cuda:1",slot="0",state="ready"} 1`,
 		`streamer_worker_state{device="cuda:1",slot="0",state="backoff"} 0`,
-		`streamer_worker_state{device="cpu",slot="1",state="backoff"} 1`,
+		`streamer_worker_state{device="cuda:1",slot="0",state="draining"} 1`,
+		`streamer_worker_state{device="unset",slot="1",state="backoff"} 1`,
 		`streamer_dispatches_total{reason="full"} 4`,
 		`streamer_dispatches_total{reason="waited"} 2`,
 		`streamer_dispatches_total{reason="idle"} 0`,

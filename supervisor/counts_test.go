@@ -1,0 +1,78 @@
+package supervisor_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/streamer-dev/streamer/model"
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// Items are counted by what their callers got: an item answered after its
+// deadline passed counts as expired, as its caller had its deadline error
+// by then (before, it counted as answered well); one whose caller left
+// before it ran counts as canceled, apart from the model's failures.
+func TestItemsAreCountedByWhatTheirCallersGot(t *testing.T) {
+	g := newGate(false)
+	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), MaxLatency: time.Hour})
+	slow, err := s.SubmitRequest(context.Background(), supervisor.Request{Items: items("slow"), Deadline: time.Now().Add(30 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-g.started
+	ctx, cancel := context.WithCancel(context.Background())
+	gone, err := s.Submit(ctx, items("gone"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if _, err := slow.Result(context.Background()); !errors.Is(err, supervisor.ErrDeadline) {
+		t.Fatalf("the slow item's caller got %v; want ErrDeadline", err)
+	}
+	g.release()
+	<-gone.Done()
+	if _, err := s.Predict(context.Background(), items("fine")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Predict(context.Background(), items("bad1")); err == nil {
+		t.Fatal("bad1 was answered well; want the model's error")
+	}
+	waitFor(t, "four items answered", func() bool { return s.Stats().Answered == 4 })
+	st := s.Stats()
+	if st.Answered-st.Failed != 1 || st.Failed != 3 || st.Expired != 1 || st.Canceled != 1 || st.Poisoned != 0 {
+		t.Errorf("counted ok %d, failed %d (expired %d, canceled %d, poisoned %d); want 1, 3 (1, 1, 0)",
+			st.Answered-st.Failed, st.Failed, st.Expired, st.Canceled, st.Poisoned)
+	}
+}
+
+// A slot's counts go on across a reload: the slot that takes the place of
+// another counts from where it left off, so that the per-slot counters
+// /metrics serves never go back (before, a reload set them to zero, and a
+// crash between two scrapes was never seen).
+func TestSlotCountsGoOnAcrossAReload(t *testing.T) {
+	g := newGate(true)
+	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), BackoffMin: time.Millisecond})
+	if _, err := s.Predict(context.Background(), items("fine")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Predict(context.Background(), items("boom")); !errors.Is(err, supervisor.ErrPoison) {
+		t.Fatalf("boom: %v; want ErrPoison", err)
+	}
+	waitFor(t, "the slot ready again", func() bool { return s.Slots()[0].State == supervisor.SlotReady })
+	before := s.Slots()[0]
+	if before.Crashes != 2 || before.Restarts != 2 || before.Batches != 1 {
+		t.Fatalf("before the reload: %+v; want 2 crashes, 2 restarts, 1 batch", before)
+	}
+	if err := s.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Predict(context.Background(), items("fine")); err != nil {
+		t.Fatal(err)
+	}
+	after := s.Slots()
+	if len(after) != 1 || after[0].Crashes != 2 || after[0].Restarts != 2 || after[0].Batches != 2 {
+		t.Errorf("after the reload: %+v; want one slot with 2 crashes, 2 restarts, 2 batches", after)
+	}
+}
