@@ -18,13 +18,17 @@ import (
 )
 
 // Model runs batches. A worker process owns one Model and calls Predict from
-// one goroutine at a time.
+// one goroutine at a time. A Model run in the supervisor's own process
+// (supervisor.Config.InProcess) is shared by its slots instead: there
+// Predict is called from several goroutines at once, and must be safe for
+// concurrent use.
 type Model interface {
 	// Predict runs one batch. On success it returns exactly one output per
-	// item, outputs[i] answering items[i]. Items are msgpack-encoded values and
-	// are only valid during the call. To fail some items while answering the
-	// others, return the outputs together with an *ItemErrors; any other error
-	// fails the whole batch.
+	// item, outputs[i] answering items[i]. Items are msgpack-encoded values
+	// and are only valid during the call; Predict must not write to them
+	// (in the supervisor's own process they are the callers' bytes). To
+	// fail some items while answering the others, return the outputs
+	// together with an *ItemErrors; any other error fails the whole batch.
 	Predict(ctx context.Context, items [][]byte) ([][]byte, error)
 	// Close releases what the model holds. It is called once, last.
 	Close() error

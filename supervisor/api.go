@@ -40,7 +40,8 @@ var (
 	// items not yet sent to a worker are dropped with it, and a caller
 	// waiting in Result or Predict stops waiting with it.
 	ErrCanceled = errors.New("request canceled")
-	// ErrPoison: the item kills the workers that run it; it is refused (HTTP 422).
+	// ErrPoison: the item kills the workers that run it; it is refused on
+	// sight for Config.PoisonTTL, or until a Reload (HTTP 422).
 	ErrPoison = errors.New("item crashes the model")
 	// ErrModel: the model rejected the item (HTTP 422).
 	ErrModel = errors.New("model error")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/streamer-dev/streamer/ipc"
@@ -12,7 +13,8 @@ import (
 )
 
 // Config sets up a Streamer. The zero value of every field but the model
-// (InProcess or Process) works.
+// (InProcess or Process) works: zero means the default each field names.
+// New refuses a negative value.
 type Config struct {
 	// BatchSize is the most items in one batch. Default 64.
 	BatchSize int
@@ -54,6 +56,9 @@ type Config struct {
 	// concurrent use. Its errors reach the callers wrapped, not flattened to text:
 	// errors.Is finds the model's own sentinels as well as ErrModel or
 	// ErrModelFailed. A panic in Predict is handled like a crashed worker.
+	// Predict must not write to the items it is given: they are the
+	// callers' own bytes, not copies, and a batch run again after a crash
+	// is run with the same bytes.
 	// The Streamer never closes it: the caller owns it, and closes it once
 	// Shutdown has returned. A call abandoned by the Streamer (its batch ran
 	// past WorkerTimeout, or Shutdown's context ended) may still be running
@@ -128,8 +133,11 @@ type ProcessConfig struct {
 }
 
 func (c *Config) setDefaults() error {
-	if c.BatchSize < 0 || c.Workers < 0 || c.MaxQueue < 0 || c.MaxItems < 0 {
-		return errors.New("supervisor: BatchSize, Workers, MaxQueue and MaxItems must not be negative")
+	if err := c.checkNegatives(); err != nil {
+		return err
+	}
+	if f, ok := c.InProcess.(model.Func); ok && f == nil {
+		return errors.New("supervisor: InProcess is a nil model.Func: no item could run")
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
@@ -186,6 +194,34 @@ func (c *Config) setDefaults() error {
 	}
 	if c.BackoffMin > c.BackoffMax {
 		return fmt.Errorf("supervisor: BackoffMin %s is above BackoffMax %s", c.BackoffMin, c.BackoffMax)
+	}
+	return nil
+}
+
+// checkNegatives refuses the fields set below zero: zero means the
+// default, and below it none has a meaning (before, a negative was taken
+// for zero without a word).
+func (c *Config) checkNegatives() error {
+	var bad []string
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"BatchSize", int64(c.BatchSize)}, {"Workers", int64(c.Workers)}, {"MaxQueue", int64(c.MaxQueue)},
+		{"MaxItems", int64(c.MaxItems)}, {"PipelineDepth", int64(c.PipelineDepth)}, {"MaxBatchBytes", int64(c.MaxBatchBytes)},
+		{"MaxRestarts", int64(c.MaxRestarts)}, {"MaxLatency", int64(c.MaxLatency)}, {"WorkerTimeout", int64(c.WorkerTimeout)},
+		{"InitTimeout", int64(c.InitTimeout)}, {"BackoffMin", int64(c.BackoffMin)}, {"BackoffMax", int64(c.BackoffMax)},
+		{"StableAfter", int64(c.StableAfter)}, {"RestartWindow", int64(c.RestartWindow)},
+		{"UnavailableAfter", int64(c.UnavailableAfter)}, {"PoisonTTL", int64(c.PoisonTTL)},
+		{"Process.HandshakeTimeout", int64(c.Process.HandshakeTimeout)}, {"Process.HeartbeatTimeout", int64(c.Process.HeartbeatTimeout)},
+		{"Process.StopTimeout", int64(c.Process.StopTimeout)},
+	} {
+		if f.v < 0 {
+			bad = append(bad, f.name)
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("supervisor: %s must not be negative (zero means the default)", strings.Join(bad, ", "))
 	}
 	return nil
 }

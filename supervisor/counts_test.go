@@ -3,6 +3,7 @@ package supervisor_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,5 +75,49 @@ func TestSlotCountsGoOnAcrossAReload(t *testing.T) {
 	after := s.Slots()
 	if len(after) != 1 || after[0].Crashes != 2 || after[0].Restarts != 2 || after[0].Batches != 2 {
 		t.Errorf("after the reload: %+v; want one slot with 2 crashes, 2 restarts, 2 batches", after)
+	}
+}
+
+// A request is refused at once, answering nothing, when its context is
+// canceled already (as when its deadline has passed), and before Start
+// with an error that says so rather than "still starting".
+func TestRequestsRefusedBeforeTheyAreQueued(t *testing.T) {
+	g := newGate(true)
+	idle, err := supervisor.New(supervisor.Config{InProcess: model.Func(g.fn)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := idle.Predict(context.Background(), items("a")); !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), "not started") {
+		t.Errorf("Predict before Start: %v; want ErrUnavailable saying it is not started", err)
+	}
+	s := start(t, supervisor.Config{InProcess: model.Func(g.fn)})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	f, err := s.Submit(ctx, items("a"))
+	if f != nil || !errors.Is(err, supervisor.ErrCanceled) {
+		t.Errorf("Submit with a canceled context: %v, %v; want it refused with ErrCanceled", f, err)
+	}
+	if st := s.Stats(); st.Submitted != 0 || st.Rejected != 1 {
+		t.Errorf("counted %d submitted, %d rejected; want 0 and 1", st.Submitted, st.Rejected)
+	}
+}
+
+// New refuses a field set below zero, naming it, rather than take it for
+// the default; and a nil model.Func, which no item could run.
+func TestNewRefusesNegativesAndANilFunc(t *testing.T) {
+	echo := model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) { return items, nil })
+	for _, tt := range []struct {
+		name string
+		cfg  supervisor.Config
+		want string
+	}{
+		{"MaxLatency", supervisor.Config{InProcess: echo, MaxLatency: -time.Millisecond}, "MaxLatency must not be negative"},
+		{"PipelineDepth and MaxRestarts", supervisor.Config{InProcess: echo, PipelineDepth: -1, MaxRestarts: -1}, "PipelineDepth, MaxRestarts must not be negative"},
+		{"WorkerTimeout", supervisor.Config{InProcess: echo, WorkerTimeout: -time.Second}, "WorkerTimeout must not be negative"},
+		{"a nil model.Func", supervisor.Config{InProcess: model.Func(nil)}, "nil model.Func"},
+	} {
+		if _, err := supervisor.New(tt.cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: New: %v; want an error saying %q", tt.name, err, tt.want)
+		}
 	}
 }

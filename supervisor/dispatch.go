@@ -271,7 +271,12 @@ func (s *Streamer) checkAvailable(now time.Time, earlier func(time.Time)) {
 		earlier(due)
 		return
 	}
-	if !s.unavail.Load() {
+	switch {
+	case s.unavail.Load():
+	case !s.everReady.Load():
+		// The first workers are slow to open their model: nothing failed.
+		s.log.Info("the workers are still starting; refusing requests until one is ready", "for", now.Sub(s.downSince).Round(time.Millisecond))
+	default:
 		s.log.Error("no worker is able to run; refusing requests until one is ready", "for", now.Sub(s.downSince).Round(time.Millisecond))
 	}
 	s.unavail.Store(true)

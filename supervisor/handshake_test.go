@@ -23,6 +23,8 @@ func TestStartRefusesABinaryThatIsNotAWorker(t *testing.T) {
 	}{
 		{"exits at once", "exit 0", "ended before the handshake"},
 		{"prints a usage and fails", "echo 'usage: tool [flags]' >&2; exit 2", "usage: tool"},
+		// A panic's message, not the last line of its stack.
+		{"panics", "echo 'panic: no model here' >&2; printf '\\tmain.go:86 +0x55\\n' >&2; exit 2", "its last words: panic: no model here"},
 		{"stays silent", "exec sleep 60", "said nothing on the worker pipe within"},
 		{"writes something else", "echo 'hello, world' >&4; exec sleep 60", "not a worker's frame"},
 	}
@@ -62,7 +64,40 @@ func TestStartRefusesABinaryThatIsNotAWorker(t *testing.T) {
 			if _, err := s.Predict(ctx, [][]byte{{0x01}}); err == nil {
 				t.Fatal("a streamer whose workers never started answered a request")
 			}
+			// Nothing is left starting workers for want of a Shutdown.
+			for _, sl := range s.Slots() {
+				if sl.State != supervisor.SlotStopped || sl.PID != 0 {
+					t.Errorf("after the failed Start, slot %d is %s with pid %d; want it stopped", sl.Slot, sl.State, sl.PID)
+				}
+			}
 		})
+	}
+}
+
+// Start with a context that has ended already starts nothing and says so;
+// the Streamer can be started later. (Before, it raced the first worker's
+// start: nil or the context's error, by chance.)
+func TestStartWithAnEndedContextStartsNothing(t *testing.T) {
+	s, err := supervisor.New(supervisor.Config{InProcess: model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) { return items, nil })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended, end := context.WithCancel(context.Background())
+	end()
+	if err := s.Start(ended); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Start with an ended context: %v; want context.Canceled", err)
+	}
+	if slots := s.Slots(); len(slots) != 1 || slots[0].State != supervisor.SlotStarting || slots[0].PID != 0 {
+		t.Errorf("after Start with an ended context: %+v; want its slot not started", slots)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
+		t.Fatalf("Start after one with an ended context: %v", err)
+	}
+	defer shutdown(t, s)
+	if out, err := s.Predict(ctx, [][]byte{[]byte("x")}); err != nil || string(out[0]) != "x" {
+		t.Fatalf("Predict: %q, %v", out, err)
 	}
 }
 

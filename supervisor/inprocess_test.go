@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -183,5 +184,57 @@ func TestShutdownRightAfterStartStopsWorkersStillStarting(t *testing.T) {
 			t.Fatalf("round %d: Shutdown did not return within 10s", i)
 		}
 		cancel()
+	}
+}
+
+// A model that ends its goroutine with runtime.Goexit (t.Fatal in a test's
+// model does) has its worker die at once, as a panic would: the item is
+// isolated and the others answered, rather than all of them waiting for
+// the worker timeout (an hour here).
+func TestInProcessGoexitIsADeath(t *testing.T) {
+	fn := func(_ context.Context, items [][]byte) ([][]byte, error) {
+		for _, it := range items {
+			if string(it) == "exit" {
+				runtime.Goexit()
+			}
+		}
+		return items, nil
+	}
+	s := start(t, supervisor.Config{InProcess: model.Func(fn), BackoffMin: time.Millisecond, WorkerTimeout: time.Hour})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := s.Predict(ctx, items("fine", "exit"))
+	if !errors.Is(err, supervisor.ErrPoison) || !strings.Contains(err.Error(), "runtime.Goexit") {
+		t.Fatalf("got %v; want ErrPoison naming runtime.Goexit", err)
+	}
+	if string(out[0]) != "fine" {
+		t.Errorf("the good item was answered %q; want fine", out[0])
+	}
+}
+
+// A Reload forgets the items found to be poison: the model they crashed
+// may be mended, and the new one runs them.
+func TestReloadForgetsThePoison(t *testing.T) {
+	var broken atomic.Bool
+	broken.Store(true)
+	fn := func(_ context.Context, items [][]byte) ([][]byte, error) {
+		if broken.Load() {
+			return panicOnBoom(context.Background(), items)
+		}
+		return items, nil
+	}
+	s := start(t, supervisor.Config{InProcess: model.Func(fn), BackoffMin: time.Millisecond})
+	if _, err := s.Predict(context.Background(), items("boom")); !errors.Is(err, supervisor.ErrPoison) {
+		t.Fatalf("boom while broken: %v; want ErrPoison", err)
+	}
+	broken.Store(false)
+	if _, err := s.Predict(context.Background(), items("boom")); !errors.Is(err, supervisor.ErrPoison) {
+		t.Fatalf("boom before the reload: %v; want it refused on sight", err)
+	}
+	if err := s.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := s.Predict(context.Background(), items("boom")); err != nil || string(out[0]) != "boom" {
+		t.Fatalf("boom after the reload: %q, %v; want it answered", out, err)
 	}
 }

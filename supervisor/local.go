@@ -30,9 +30,18 @@ type local struct {
 func startLocal(sl *slot, m model.Model) *local {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &local{sl: sl, model: m, ctx: ctx, cancel: cancel, batches: make(chan *batch, sl.s.cfg.PipelineDepth+1), exited: make(chan struct{})}
-	go l.loop()
+	go func() {
+		// Every way out of loop has the worker dead already, but one: a
+		// model that ended the goroutine with runtime.Goexit (as t.Fatal
+		// does in a test's model), which no recover sees. That is a death
+		// too, else its batch would wait for the worker timeout.
+		defer l.die(errGoexit)
+		l.loop()
+	}()
 	return l
 }
+
+var errGoexit = errors.New("the model ended its goroutine (runtime.Goexit, as t.Fatal and t.FailNow do) rather than return")
 
 func (l *local) loop() {
 	for {

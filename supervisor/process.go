@@ -58,6 +58,9 @@ type process struct {
 	// clock: a step of the wall clock must not make a worker look silent.
 	lastHeard  atomic.Int64
 	lastStderr atomic.Pointer[string]
+	// firstDeathLine is the first line of its stderr that says why it
+	// dies (a panic's message; see deathLine), if any.
+	firstDeathLine atomic.Pointer[string]
 }
 
 func startProcess(abandon <-chan struct{}, sl *slot) (*process, error) {
@@ -257,7 +260,12 @@ func (p *process) startError(helloed bool) error {
 	}
 	err := p.deathReason()
 	killed := p.reason() != nil
-	if last := p.lastStderr.Load(); last != nil && !killed {
+	// A panic's message tells more than the last line, its stack's end.
+	last := p.firstDeathLine.Load()
+	if last == nil {
+		last = p.lastStderr.Load()
+	}
+	if last != nil && !killed {
 		err = fmt.Errorf("%w; its last words: %s", err, *last)
 	}
 	if !helloed && !killed {
@@ -350,14 +358,18 @@ func (p *process) logLines(r *os.File, stream string, done chan struct{}) {
 		defer close(done)
 	}
 	br := bufio.NewReaderSize(r, 4096)
-	log := p.sl.s.log.With("slot", p.sl.id, "pid", p.cmd.Process.Pid, "stream", stream)
+	out := newOutputLog(p.sl.s.log.With("slot", p.sl.id, "pid", p.cmd.Process.Pid, "stream", stream))
+	defer out.flush()
 	for {
 		line, err := br.ReadSlice('\n')
 		if len(line) > 0 {
-			text := string(trimNewline(line))
-			log.Info("worker output", "line", text)
+			text := plainText(string(trimNewline(line)))
+			out.line(text, time.Now())
 			if stream == "stderr" {
 				p.lastStderr.Store(&text)
+				if deathLine(text) && p.firstDeathLine.Load() == nil {
+					p.firstDeathLine.Store(&text)
+				}
 			}
 		}
 		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {

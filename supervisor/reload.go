@@ -46,6 +46,9 @@ func (s *Streamer) Workers() int {
 // Reload returns an error naming the slot, wrapping ErrStartFailed and
 // the worker's own error.
 //
+// A Reload that replaced every worker forgets the items found to be poison
+// (see ErrPoison): the model they crashed may be mended.
+//
 // Only one Reload or SetWorkers runs at a time: another call fails at once
 // with ErrBusy. Reload before Start, or before any worker was ever
 // ready, fails with ErrNotStarted, and after
@@ -77,6 +80,8 @@ func (s *Streamer) Reload(ctx context.Context) error {
 		}
 	}
 	s.stats.reloads.Add(1)
+	// The items that crashed the old model may not crash the new one.
+	s.poison.clear()
 	s.log.Info("reload done", "workers", n, "took", time.Since(began).Round(time.Millisecond))
 	return nil
 }

@@ -172,7 +172,13 @@ func (sl *slot) run(w worker, firstTry chan<- error) {
 func (sl *slot) start() (worker, error) {
 	sl.setState(SlotStarting)
 	w, err := sl.s.startWorker(nil, sl)
-	if err != nil {
+	switch {
+	case err == nil:
+	case isClosed(sl.s.stopping) || isClosed(sl.quit):
+		// Stopped on the way, as asked: no failure of the worker.
+		err = fmt.Errorf("slot %d: %w", sl.id, err)
+		sl.s.log.Info("worker start given up: the slot is stopping", "slot", sl.id, "device", sl.cuda, "err", err)
+	default:
 		err = fmt.Errorf("slot %d: %w", sl.id, err)
 		sl.s.log.Error("worker failed to start", "slot", sl.id, "device", sl.cuda, "err", err)
 	}

@@ -134,14 +134,18 @@ func New(cfg Config) (*Streamer, error) {
 }
 
 // Start launches every slot's worker and returns once one of them is ready
-// to take batches. It fails when every slot's first worker failed to start,
-// with the reason the last one gave; the slots keep restarting their
-// workers then, until Shutdown. When ctx ends before a worker is ready,
-// Start stops everything it started, waits for it to exit, and returns
-// ctx's error; the Streamer is then shut down. Start after Shutdown fails
-// with ErrShuttingDown and starts nothing; a second Start fails with
-// ErrStarted.
+// to take batches. It fails when every slot's first worker failed to
+// start, with every slot's reason; and when ctx ends before a worker is
+// ready, with ctx's error. Either way Start stops everything it started
+// and waits for it to exit: the Streamer is then shut down, and nothing
+// is left running for want of a Shutdown. A ctx ended already starts
+// nothing and fails with its error, the Streamer left as it was. Start
+// after Shutdown fails with ErrShuttingDown and starts nothing; a second
+// Start fails with ErrStarted.
 func (s *Streamer) Start(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
 	s.mu.Lock()
 	switch {
 	case s.draining.Load():
@@ -178,6 +182,11 @@ func (s *Streamer) Start(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
+	// Nothing was admitted either; the slots would go on restarting
+	// workers that fail until somebody called Shutdown.
+	ended, end := context.WithCancel(context.Background())
+	end()
+	_ = s.Shutdown(ended)
 	return fmt.Errorf("no worker started: %w", errors.Join(errs...))
 }
 
@@ -213,10 +222,11 @@ func (s *Streamer) PredictRequest(ctx context.Context, req Request) ([][]byte, e
 // whole request, answering nothing, when the streamer is
 // shutting down (ErrShuttingDown), no worker can run (ErrUnavailable), the
 // queue has no room for all its items (ErrOverloaded), its deadline has
-// passed (ErrDeadline), or an item is known to crash the model (an
-// *ItemError wrapping ErrPoison). When ctx ends before an item is sent to a
-// worker, that item is dropped and answered with ErrCanceled, or with
-// ErrDeadline when it was ctx's deadline (or the request's) that passed.
+// passed (ErrDeadline), ctx is canceled already (ErrCanceled), or an item
+// is known to crash the model (an *ItemError wrapping ErrPoison). When ctx
+// ends before an item is sent to a worker, that item is dropped and
+// answered with ErrCanceled, or with ErrDeadline when it was ctx's
+// deadline (or the request's) that passed.
 func (s *Streamer) SubmitRequest(ctx context.Context, req Request) (*Future, error) {
 	f := newFuture(len(req.Items))
 	if err := s.enqueue(ctx, req, f); err != nil {
@@ -357,6 +367,11 @@ func (s *Streamer) prepare(ctx context.Context, req Request, f *Future) error {
 		s.stats.rejected.Add(uint64(n))
 		return fmt.Errorf("%w: before the request was queued", ErrDeadline)
 	}
+	if ctx.Err() != nil {
+		// Canceled, as the deadline case above: its caller has gone.
+		s.stats.rejected.Add(uint64(n))
+		return fmt.Errorf("%w: before the request was queued", ErrCanceled)
+	}
 	f.enqueued = s.clock()
 	f.deadline = deadline
 	if ctx.Done() != nil {
@@ -430,6 +445,8 @@ func (s *Streamer) admit(req Request) error {
 	switch {
 	case s.draining.Load():
 		return ErrShuttingDown
+	case !s.started.Load():
+		return fmt.Errorf("%w: the streamer is not started (call Start)", ErrUnavailable)
 	case !s.everReady.Load():
 		return fmt.Errorf("%w: the workers are still starting", ErrUnavailable)
 	case s.unavail.Load():
@@ -709,6 +726,14 @@ func (p *poisonList) add(key string, data []byte) {
 		p.until[p.hash(key, data)] = now.Add(p.ttl)
 	}
 	p.count.Store(int32(len(p.until)))
+}
+
+// clear forgets every item: the model they crashed is gone.
+func (p *poisonList) clear() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	clear(p.until)
+	p.count.Store(0)
 }
 
 func (p *poisonList) has(key string, data []byte) bool {

@@ -564,6 +564,29 @@ func TestSIGTERMDrainsAdmittedRequests(t *testing.T) {
 	}
 }
 
+// Workers slow to open their model, and a SIGTERM while they start, are
+// no errors: the server refuses requests meanwhile, says so, stops the
+// workers as asked and exits 0, without an error line. (Before, a start
+// longer than --unavailable-after logged "no worker is able to run" at
+// ERROR level, and each slot "worker failed to start" for its start cut
+// short.)
+func TestSIGTERMWhileWorkersStartIsNoError(t *testing.T) {
+	s := launchServer(t, "--workers", "2", "--model", "chaos:init-delay=5s", "--unavailable-after", "100ms")
+	s.waitFor(t, "both workers to be starting, past --unavailable-after", readyTimeout, func() bool {
+		return strings.Count(s.logs(), `msg="worker started"`) == 2 && strings.Contains(s.logs(), "the workers are still starting")
+	})
+	if err := s.signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code, err := s.wait(stopTimeout)
+	if err != nil || code != 0 {
+		t.Errorf("exit code %d (%v) after SIGTERM while starting, want 0", code, err)
+	}
+	if strings.Contains(s.logs(), "level=ERROR") {
+		t.Errorf("a SIGTERM while starting logged an error:\n%s", s.logs())
+	}
+}
+
 func TestModelStdoutGoesToLogNotProtocol(t *testing.T) {
 	s := startServer(t, "--workers", "1", "--model", "chaos:stdout", "--log-format", "json")
 	pid := s.waitAllReady(t, 1)[0].PID
