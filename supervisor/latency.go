@@ -66,7 +66,10 @@ func (h *latencyHistogram) snapshot() Histogram {
 		SumSeconds:    float64(h.sumNs.Load()) / 1e9,
 	}
 	for i := range out.BoundsSeconds {
-		out.BoundsSeconds[i] = (latencyBase << i).Seconds()
+		// Nanoseconds over 1e9 rounds once, to the bound's shortest
+		// decimal: Duration.Seconds adds two parts, and gives 1.6383999…
+		// for 1.6384 s, which becomes the le label.
+		out.BoundsSeconds[i] = float64(latencyBase<<i) / 1e9
 	}
 	for i := range h.counts {
 		out.Counts[i] = h.counts[i].Load()

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"strconv"
 	"testing"
 	"time"
 )
@@ -39,5 +40,20 @@ func TestLatencyBucketBounds(t *testing.T) {
 		if i > 0 && d.Seconds() < bounds[i-1] {
 			t.Errorf("%s in bucket %d, below the bound before, %gs", d, i, bounds[i-1])
 		}
+	}
+}
+
+// The bounds read as the decimals they are (1.6384, not 1.6383999999999999),
+// since Prometheus's le labels print them.
+func TestLatencyBoundsAreShortDecimals(t *testing.T) {
+	var h latencyHistogram
+	bounds := h.snapshot().BoundsSeconds
+	for i, b := range bounds {
+		if text := strconv.FormatFloat(b, 'g', -1, 64); len(text) > 10 {
+			t.Errorf("bound %d reads %s", i, text)
+		}
+	}
+	if got := strconv.FormatFloat(bounds[14], 'g', -1, 64); got != "1.6384" {
+		t.Errorf("bound 14 reads %s; want 1.6384", got)
 	}
 }

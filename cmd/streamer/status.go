@@ -214,6 +214,13 @@ func (r statusReport) print(out io.Writer) error {
 	d := st.Dispatch
 	fmt.Fprintf(w, "dispatch reasons\tfull %d, idle %d, waited %d, max_latency %d, deadline %d, retry %d\n",
 		d.Full, d.Idle, d.Waited, d.MaxLatency, d.Deadline, d.Retry)
+	if st.Reloads+st.ReloadFailures > 0 {
+		line := fmt.Sprintf("ok %d, failed %d", st.Reloads, st.ReloadFailures)
+		if st.LastReloadError != "" {
+			line += "; the last failure: " + st.LastReloadError
+		}
+		fmt.Fprintf(w, "reloads\t%s\n", line)
+	}
 	if st.Cost.Fitted {
 		fmt.Fprintf(w, "batch cost\t%.2f ms + %.3f ms per item\n", st.Cost.FixedMs, st.Cost.PerItemMs)
 	} else {

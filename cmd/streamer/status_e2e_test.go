@@ -427,4 +427,8 @@ func TestMetricsDuringAndAfterAReload(t *testing.T) {
 			t.Errorf("/metrics after the reload lacks %q:\n%s", want, body)
 		}
 	}
+	out, err := runStatusWith(t, []string{envAuthToken + "=" + adminToken}, "--target", s.URL())
+	if err != nil || !regexp.MustCompile(`(?m)^reloads +ok 1, failed 0$`).MatchString(out) {
+		t.Errorf("streamer status after one reload (%v) does not say so:\n%s", err, out)
+	}
 }
