@@ -224,10 +224,10 @@ func describe(name string, spec Settings, codec *onnxio.Codec) *Description {
 	case sig.Mode == onnxio.OneByOne:
 		d.Batching.Key = "none: each item runs alone"
 	case len(codec.Pads()) > 0:
-		d.Batching.Key = "input shapes, padded axes excepted, and the values of inputs without a batch axis"
+		d.Batching.Key = "input shapes, padded axes excepted, and the shapes and values of inputs without a batch axis"
 		d.Batching.Pad = codec.Pads()
 	default:
-		d.Batching.Key = "input shapes and the values of inputs without a batch axis: items run together only when these agree"
+		d.Batching.Key = "input shapes, and the shapes and values of inputs without a batch axis: items run together only when these agree"
 	}
 	return d
 }

@@ -207,8 +207,10 @@ func (c *Codec) checkSharedAxes(inputs []Tensor) error {
 
 // Key is the item's batch key: items with equal keys can be stacked into one
 // run. It spells the input shapes (padded axes as "*") and, for inputs
-// without a batch axis, their values, which must agree within a run. Models
-// whose items run one by one need no key: "".
+// without a batch axis, their dtypes, shapes and values, which must agree
+// within a run: the run takes such an input whole from its first item, so
+// two items whose values have the same bytes in different shapes must not
+// share it. Models whose items run one by one need no key: "".
 func (c *Codec) Key(inputs []Tensor) string {
 	if c.sig.Mode != Stacked {
 		return ""
@@ -219,22 +221,36 @@ func (c *Codec) Key(inputs []Tensor) string {
 			b = append(b, ';')
 		}
 		if !c.sig.Inputs[i].Batched {
-			b = append(b, '=')
+			b = append(b, t.DType.String()...)
+			b = append(b, '[')
+			b = appendShapeKey(b, t.Shape, nil)
+			b = append(b, "]="...)
 			b = appendValueKey(b, t.Data)
 			continue
 		}
-		for k, d := range t.Shape {
-			if k > 0 {
-				b = append(b, 'x')
-			}
-			if pd := c.pads[i]; pd != nil && pd.axes[k] {
-				b = append(b, '*')
-			} else {
-				b = strconv.AppendInt(b, d, 10)
-			}
+		var padded []bool
+		if pd := c.pads[i]; pd != nil {
+			padded = pd.axes
 		}
+		b = appendShapeKey(b, t.Shape, padded)
 	}
 	return string(b)
+}
+
+// appendShapeKey spells a shape as "2x3", with the axes padded marks as
+// "*".
+func appendShapeKey(b []byte, shape []int64, padded []bool) []byte {
+	for k, d := range shape {
+		if k > 0 {
+			b = append(b, 'x')
+		}
+		if padded != nil && padded[k] {
+			b = append(b, '*')
+		} else {
+			b = strconv.AppendInt(b, d, 10)
+		}
+	}
+	return b
 }
 
 // appendValueKey spells small values in full and large ones by digest.

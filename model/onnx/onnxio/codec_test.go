@@ -10,6 +10,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/streamer-dev/streamer/model/onnx/onnxio"
+	"github.com/streamer-dev/streamer/model/onnx/onnxpb"
 	"github.com/streamer-dev/streamer/model/onnx/onnxtest"
 )
 
@@ -109,8 +110,8 @@ func TestCodecEncodesGoodItems(t *testing.T) {
 		{"object by name", onnxtest.MLP, `{"features": [5.1, 3.5, -1.4, 0.2]}`, mlpItem, "4"},
 		{"integers into float32", onnxtest.MLP, ` [1, 2, 3, 4] `, []onnxio.Tensor{{DType: onnxio.Float32, Shape: []int64{4}, Data: f32bytes(1, 2, 3, 4)}}, "4"},
 		{"sequence", onnxtest.Seq, `[[1, 2, 3], [4, 5, 6]]`, []onnxio.Tensor{{DType: onnxio.Float32, Shape: []int64{2, 3}, Data: f32bytes(1, 2, 3, 4, 5, 6)}}, "2x3"},
-		{"several dtypes", onnxtest.Multi, `{"ids": [1, 2, 9], "mask": [true, true, false], "scale": 0.5, "offset": -7}`, multiItem, "3;3;=000000000000e03f;"},
-		{"bool as 0 and 1, whole floats as ints", onnxtest.Multi, `{"offset": -7.0, "scale": 5e-1, "ids": [1, 2, 9e0], "mask": [1, 1, 0]}`, multiItem, "3;3;=000000000000e03f;"},
+		{"several dtypes", onnxtest.Multi, `{"ids": [1, 2, 9], "mask": [true, true, false], "scale": 0.5, "offset": -7}`, multiItem, "3;3;float64[]=000000000000e03f;"},
+		{"bool as 0 and 1, whole floats as ints", onnxtest.Multi, `{"offset": -7.0, "scale": 5e-1, "ids": [1, 2, 9e0], "mask": [1, 1, 0]}`, multiItem, "3;3;float64[]=000000000000e03f;"},
 		{"fixed batch axis", onnxtest.Fixed, `[1, 2, 3, 4]`, []onnxio.Tensor{{DType: onnxio.Float32, Shape: []int64{4}, Data: f32bytes(1, 2, 3, 4)}}, ""},
 	}
 	for _, tt := range tests {
@@ -302,6 +303,40 @@ func TestKeysSeparateWhatCannotShareARun(t *testing.T) {
 	c := key(multi, `{"ids": [1], "mask": [true], "scale": 0.25, "offset": 1}`)
 	if a != b || a == c {
 		t.Errorf("keys %q %q %q: want the first two equal (same shapes and scale) and the third apart (other scale)", a, b, c)
+	}
+}
+
+// An input without a batch axis is taken whole from a run's first item, so
+// items whose values have the same bytes in other shapes must not share a
+// run: their keys differ.
+func TestKeysSpellTheShapeOfUnbatchedInputs(t *testing.T) {
+	f32 := onnxpb.TensorProto_FLOAT
+	sig, err := onnxio.Parse(handModel(
+		[]*onnxpb.ValueInfoProto{tensorValue("x", f32, "batch", 2), tensorValue("w", f32, 1, "k", "m")},
+		[]*onnxpb.ValueInfoProto{tensorValue("y", f32, "batch", 2)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sig.Mode != onnxio.Stacked || sig.Inputs[1].Batched {
+		t.Fatalf("mode %s, inputs %v: want w unbatched in a stacked model", sig.Mode, ports(sig.Inputs))
+	}
+	c, err := onnxio.NewCodec(sig, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]string{}
+	for _, item := range []string{
+		`{"x": [1, 1], "w": [[[1, 2]]]}`,
+		`{"x": [1, 1], "w": [[[1], [2]]]}`,
+	} {
+		_, key, err := c.FromJSON([]byte(item))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if other, ok := keys[key]; ok {
+			t.Fatalf("items %s and %s share the key %q; w has other shapes", other, item, key)
+		}
+		keys[key] = item
 	}
 }
 

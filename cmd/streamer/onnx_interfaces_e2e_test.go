@@ -1,0 +1,58 @@
+package main
+
+// ONNX integration tests of models with odd interfaces, written for each
+// test with onnxtest.Custom: the real binary serves them, and each answer
+// must be the item's own.
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/streamer-dev/streamer/model/onnx"
+	"github.com/streamer-dev/streamer/model/onnx/onnxpb"
+	"github.com/streamer-dev/streamer/model/onnx/onnxtest"
+)
+
+const f32 = onnxpb.TensorProto_FLOAT
+
+// customModel writes c into the test's folder and returns its path, failing
+// the test at once when the runtime library is missing.
+func customModel(t *testing.T, c onnxtest.Custom) string {
+	t.Helper()
+	path, err := c.Write(t.TempDir(), "custom")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := onnx.Check(onnx.Settings{Path: path}); err != nil {
+		t.Fatal(err) // for a missing library: run make onnxruntime
+	}
+	return path
+}
+
+// TestONNXUnbatchedInputsOfOtherShapesGetTheirOwnAnswers sends two items
+// whose unbatched input w has the same values in other shapes, in one
+// request: y = x + the sum of w over its second axis differs for them.
+func TestONNXUnbatchedInputsOfOtherShapesGetTheirOwnAnswers(t *testing.T) {
+	path := customModel(t, onnxtest.Custom{
+		Inputs:  []onnxtest.Value{{Name: "x", DType: f32, Dims: []any{"batch", 2}}, {Name: "w", DType: f32, Dims: []any{1, "k", "m"}}},
+		Outputs: []onnxtest.Value{{Name: "y", DType: f32, Dims: []any{"batch", 2}}},
+		Nodes: []onnxtest.Node{
+			{Op: "ReduceSum", Inputs: []string{"w", "axis1"}, Output: "ws", Ints: map[string]int64{"keepdims": 0}},
+			{Op: "Add", Inputs: []string{"x", "ws"}, Output: "y"},
+		},
+		Int64s: map[string][]int64{"axis1": {1}},
+	})
+	s := startServer(t, "--model", path, "--intra-op-threads", "1", "--max-latency", "50ms")
+	p := s.predictJSON(t,
+		map[string]any{"x": []float32{1, 1}, "w": [][][]float32{{{1, 2}}}},
+		map[string]any{"x": []float32{1, 1}, "w": [][][]float32{{{1}, {2}}}},
+	)
+	if p.Status != http.StatusOK || len(p.Outputs) != 2 {
+		t.Fatalf("%s", p)
+	}
+	for i, want := range [][]float64{{2, 3}, {4, 4}} {
+		if err := nearJSON(p.Outputs[i], want); err != nil {
+			t.Errorf("item %d: %v", i, err)
+		}
+	}
+}
