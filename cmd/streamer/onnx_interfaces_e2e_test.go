@@ -56,3 +56,29 @@ func TestONNXUnbatchedInputsOfOtherShapesGetTheirOwnAnswers(t *testing.T) {
 		}
 	}
 }
+
+// TestONNXTimeMajorModelRunsItemsOneByOne serves a model whose leading axis
+// is the sequence ([seq, batch, 2], summed along seq): items of one request
+// must not be stacked along it, and the log says at start why they run one
+// by one.
+func TestONNXTimeMajorModelRunsItemsOneByOne(t *testing.T) {
+	path := customModel(t, onnxtest.Custom{
+		Inputs:  []onnxtest.Value{{Name: "x", DType: f32, Dims: []any{"seq", "batch", 2}}},
+		Outputs: []onnxtest.Value{{Name: "y", DType: f32, Dims: []any{"seq", "batch", 2}}},
+		Nodes:   []onnxtest.Node{{Op: "CumSum", Inputs: []string{"x", "axis0"}, Output: "y"}},
+		Int64s:  map[string][]int64{"axis0": {0}},
+	})
+	s := startServer(t, "--model", path, "--intra-op-threads", "1", "--max-latency", "50ms")
+	p := s.predictJSON(t, [][][]float32{{{1, 2}}, {{3, 4}}}, [][][]float32{{{10, 20}}, {{30, 40}}})
+	if p.Status != http.StatusOK || len(p.Outputs) != 2 {
+		t.Fatalf("%s", p)
+	}
+	for i, want := range [][]float64{{1, 2, 4, 6}, {10, 20, 40, 60}} {
+		if err := nearJSON(p.Outputs[i], want); err != nil {
+			t.Errorf("item %d: %v", i, err)
+		}
+	}
+	if n := len(rawLinesContaining(s.logs(), "runs items one by one: input \\\"x\\\"'s axis 1 is named batch, but its leading axis is seq")); n != 1 {
+		t.Errorf("%d log lines say why the model runs items one by one, want 1:\n%s", n, s.logs())
+	}
+}

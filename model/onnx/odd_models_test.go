@@ -46,3 +46,38 @@ func TestUnbatchedInputsOfOtherShapesNeverShareARun(t *testing.T) {
 	near(t, "w [1, 1, 2]", values(t, outs[0][0]), []float64{2, 3})
 	near(t, "w [1, 2, 1]", values(t, outs[1][0]), []float64{4, 4})
 }
+
+// A time-major model sums over its leading axis, the sequence: were items
+// stacked along it, each would get the sum of all. Items run one by one,
+// each taken whole.
+func TestTimeMajorModelRunsItemsWhole(t *testing.T) {
+	r := openCustom(t, onnxtest.Custom{
+		Inputs:  []onnxtest.Value{{Name: "x", DType: f32, Dims: []any{"seq", "batch", 2}}},
+		Outputs: []onnxtest.Value{{Name: "y", DType: f32, Dims: []any{"seq", "batch", 2}}},
+		Nodes:   []onnxtest.Node{{Op: "CumSum", Inputs: []string{"x", "axis0"}, Output: "y"}},
+		Int64s:  map[string][]int64{"axis0": {0}},
+	}, nil)
+	outs := predict(t, r, encode(t, r, `[[[1, 2]], [[3, 4]]]`, `[[[10, 20]], [[30, 40]]]`))
+	near(t, "item 0", values(t, outs[0][0]), []float64{1, 2, 4, 6})
+	near(t, "item 1", values(t, outs[1][0]), []float64{10, 20, 40, 60})
+	if !equalShape(outs[0][0].Shape, 2, 1, 2) {
+		t.Errorf("item 0's shape %v, want [2 1 2]", outs[0][0].Shape)
+	}
+}
+
+// An output declared [three, batch] is not cut along its leading axis:
+// each item gets its own column.
+func TestTransposedOutputGoesWholeToEachItem(t *testing.T) {
+	r := openCustom(t, onnxtest.Custom{
+		Inputs:  []onnxtest.Value{{Name: "x", DType: f32, Dims: []any{"batch", 3}}},
+		Outputs: []onnxtest.Value{{Name: "y", DType: f32, Dims: []any{"three", "batch"}}},
+		Nodes:   []onnxtest.Node{{Op: "Transpose", Inputs: []string{"x"}, Output: "y", IntLists: map[string][]int64{"perm": {1, 0}}}},
+	}, nil)
+	outs := predict(t, r, encode(t, r, `[1, 2, 3]`, `[4, 5, 6]`))
+	for i, want := range [][]float64{{1, 2, 3}, {4, 5, 6}} {
+		near(t, "item", values(t, outs[i][0]), want)
+		if !equalShape(outs[i][0].Shape, 3, 1) {
+			t.Errorf("item %d's shape %v, want [3 1]", i, outs[i][0].Shape)
+		}
+	}
+}

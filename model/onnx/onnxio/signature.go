@@ -226,15 +226,24 @@ func port(vi *onnxpb.ValueInfoProto, input bool) (Port, error) {
 }
 
 // decideBatching finds the batch axis. Inputs whose leading axis is dynamic
-// are stacked along it. When no input has one, inputs whose leading axis is
-// fixed at 1 carry it and items run one by one. Inputs left (scalars, fixed
-// leading axes) are taken whole from each item.
+// are stacked along it, when the names the file gives its axes agree that
+// it is the batch axis: the inputs' leading axes have one name (or none),
+// and no axis further in is named like a batch axis. When they disagree
+// (a time-major input [seq, batch, 2], inputs leading with other names),
+// items run one by one, each input taken whole. When no input has a
+// dynamic leading axis, inputs whose leading axis is fixed at 1 carry it
+// and items run one by one. Inputs left (scalars, fixed leading axes) are
+// taken whole from each item. An output is cut along its leading axis only
+// when that axis agrees with the inputs' (see leadsWithBatch); any other
+// output makes items run one by one.
 func (s *Signature) decideBatching() {
 	leadingDynamic := func(p Port) bool { return len(p.Shape) > 0 && p.Shape[0].Dynamic() }
 	leadingOne := func(p Port) bool { return len(p.Shape) > 0 && p.Shape[0].Size == 1 }
 	batched := leadingDynamic
 	s.Mode = Stacked
-	if !anyPort(s.Inputs, leadingDynamic) {
+	batchName := ""
+	switch {
+	case !anyPort(s.Inputs, leadingDynamic):
 		s.Mode = OneByOne
 		if anyPort(s.Inputs, leadingOne) {
 			batched = leadingOne
@@ -242,6 +251,12 @@ func (s *Signature) decideBatching() {
 		} else {
 			batched = func(Port) bool { return false }
 			s.Why = "the model's inputs have no batch axis"
+		}
+	default:
+		var why string
+		if batchName, why = s.leadingName(); why != "" {
+			s.Mode, s.Why = OneByOne, why
+			batched = func(Port) bool { return false }
 		}
 	}
 	for i := range s.Inputs {
@@ -251,12 +266,76 @@ func (s *Signature) decideBatching() {
 		p := &s.Outputs[i]
 		// An output with no declared shape is assumed to carry the batch
 		// axis, as exporters write it; the worker checks its length.
-		p.setBatched(p.Shape == nil && s.Mode == Stacked || p.Shape != nil && batched(*p))
+		switch {
+		case p.Shape == nil:
+			p.setBatched(s.Mode == Stacked)
+		case batched(*p) && leadsWithBatch(*p, batchName):
+			p.setBatched(true)
+		default:
+			p.setBatched(false)
+		}
 		if s.Mode == Stacked && !p.Batched {
 			s.Mode = OneByOne
 			s.Why = fmt.Sprintf("output %q has no batch axis, so items cannot share a run", p.Name)
+			if len(p.Shape) > 0 && p.Shape[0].Dynamic() {
+				s.Why = fmt.Sprintf("output %q leads with axis %s, not the inputs' batch axis %s, so items cannot share a run", p.Name, p.Shape[0], batchName)
+			}
 		}
 	}
+}
+
+// leadingName returns the name of the inputs' dynamic leading axes ("" when
+// none is named), or why those axes are not taken for the batch axis.
+func (s *Signature) leadingName() (name, why string) {
+	var first *Port
+	for i, p := range s.Inputs {
+		if len(p.Shape) == 0 || !p.Shape[0].Dynamic() || p.Shape[0].Param == "" {
+			continue
+		}
+		if first != nil && p.Shape[0].Param != name {
+			return "", fmt.Sprintf("inputs %q and %q lead with axes of other names (%s, %s), so which is the batch axis is unclear; each input is taken whole", first.Name, p.Name, name, p.Shape[0].Param)
+		}
+		first, name = &s.Inputs[i], p.Shape[0].Param
+	}
+	for _, p := range s.Inputs {
+		if a, ok := batchLikeInside(p); ok {
+			return "", fmt.Sprintf("input %q's axis %d is named %s, but its leading axis is %s, so the leading axis is not taken for the batch axis; each input is taken whole", p.Name, a, p.Shape[a].Param, p.Shape[0])
+		}
+	}
+	return name, ""
+}
+
+// leadsWithBatch reports whether the output's leading axis, which batched
+// accepted, is the batch axis of inputs whose leading axes are named
+// batchName: it is fixed (at 1, in a one-by-one model), or it is dynamic,
+// has that name or one of the two is unnamed, and no axis further in is
+// named like a batch axis.
+func leadsWithBatch(p Port, batchName string) bool {
+	if !p.Shape[0].Dynamic() {
+		return true
+	}
+	if _, ok := batchLikeInside(p); ok {
+		return false
+	}
+	param := p.Shape[0].Param
+	return param == "" || batchName == "" || param == batchName
+}
+
+// batchLikeInside returns an axis past the leading one that is named like a
+// batch axis, when the leading axis does not have that name.
+func batchLikeInside(p Port) (int, bool) {
+	for a, d := range p.Shape {
+		if a > 0 && batchLike(d.Param) && (!p.Shape[0].Dynamic() || p.Shape[0].Param != d.Param) {
+			return a, true
+		}
+	}
+	return 0, false
+}
+
+// batchLike reports whether an axis name says the axis is a batch axis.
+func batchLike(param string) bool {
+	lower := strings.ToLower(param)
+	return strings.Contains(lower, "batch") || lower == "bs" || param == "N"
 }
 
 func (p *Port) setBatched(b bool) {

@@ -196,3 +196,44 @@ func TestParseRefuses(t *testing.T) {
 		})
 	}
 }
+
+// The leading axis is taken for the batch axis only when the names of the
+// axes agree; otherwise items run one by one, and a value whose leading
+// axis is not the batch axis is taken whole.
+func TestParseBatchesOnlyWhenTheAxisNamesAgree(t *testing.T) {
+	f32 := onnxpb.TensorProto_FLOAT
+	in := func(vs ...*onnxpb.ValueInfoProto) []*onnxpb.ValueInfoProto { return vs }
+	tests := []struct {
+		name    string
+		inputs  []*onnxpb.ValueInfoProto
+		outputs []*onnxpb.ValueInfoProto
+		mode    onnxio.BatchMode
+		batched string // per input then output: b batched, w whole
+		why     string
+	}{
+		{"one name throughout", in(tensorValue("x", f32, "batch", "seq"), tensorValue("m", f32, "batch", "seq")), in(tensorValue("y", f32, "batch")), onnxio.Stacked, "bbb", ""},
+		{"unnamed axes", in(tensorValue("x", f32, "", 2)), in(tensorValue("y", f32, "", 2)), onnxio.Stacked, "bb", ""},
+		{"an unnamed output axis", in(tensorValue("x", f32, "batch_size", 2)), in(tensorValue("y", f32, "", 2)), onnxio.Stacked, "bb", ""},
+		{"time-major input", in(tensorValue("x", f32, "seq", "batch", 2)), in(tensorValue("y", f32, "seq", "batch", 2)), onnxio.OneByOne, "ww", `input "x"'s axis 1 is named batch, but its leading axis is seq`},
+		{"N inside", in(tensorValue("x", f32, "C", "N")), in(tensorValue("y", f32, "C", "N")), onnxio.OneByOne, "ww", "axis 1 is named N"},
+		{"inputs lead with other names", in(tensorValue("x", f32, "batch", 2), tensorValue("table", f32, "vocab", 4)), in(tensorValue("y", f32, "batch", 4)), onnxio.OneByOne, "www", `inputs "x" and "table" lead with axes of other names (batch, vocab)`},
+		{"transposed output", in(tensorValue("x", f32, "batch", 3)), in(tensorValue("y", f32, "three", "batch")), onnxio.OneByOne, "bw", `output "y" leads with axis three, not the inputs' batch axis batch`},
+		{"transposed output of unnamed inputs", in(tensorValue("x", f32, "", 3)), in(tensorValue("y", f32, "three", "batch")), onnxio.OneByOne, "bw", `output "y" leads with axis three`},
+		{"output of another leading name", in(tensorValue("x", f32, "batch", 3)), in(tensorValue("y", f32, "seq", 3)), onnxio.OneByOne, "bw", `output "y" leads with axis seq`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sig, err := onnxio.Parse(handModel(tt.inputs, tt.outputs))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := ""
+			for _, p := range append(append([]onnxio.Port(nil), sig.Inputs...), sig.Outputs...) {
+				got += map[bool]string{true: "b", false: "w"}[p.Batched]
+			}
+			if sig.Mode != tt.mode || got != tt.batched || !strings.Contains(sig.Why, tt.why) {
+				t.Fatalf("mode %s, batched %s, why %q; want %s, %s, %q", sig.Mode, got, sig.Why, tt.mode, tt.batched, tt.why)
+			}
+		})
+	}
+}
