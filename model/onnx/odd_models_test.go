@@ -1,6 +1,8 @@
 package onnx_test
 
 import (
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/streamer-dev/streamer/model/onnx"
@@ -79,5 +81,37 @@ func TestTransposedOutputGoesWholeToEachItem(t *testing.T) {
 		if !equalShape(outs[i][0].Shape, 3, 1) {
 			t.Errorf("item %d's shape %v, want [3 1]", i, outs[i][0].Shape)
 		}
+	}
+}
+
+// Items padded along two axes, [1 × n] and [n × 1], would make a run of n ×
+// n each: they run apart, and a third item that pads little with the first
+// shares its run.
+func TestPaddingNeverMakesARunFarLargerThanItsItems(t *testing.T) {
+	r := openCustom(t, onnxtest.Custom{
+		Inputs:  []onnxtest.Value{{Name: "x", DType: f32, Dims: []any{"batch", "h", "w"}}},
+		Outputs: []onnxtest.Value{{Name: "y", DType: f32, Dims: []any{"batch", "h", "w"}}},
+		Nodes:   []onnxtest.Node{{Op: "Identity", Inputs: []string{"x"}, Output: "y"}},
+	}, map[string]float64{"x": 0})
+	const n = 2000
+	row := make([]float32, n)
+	for i := range row {
+		row[i] = float32(i)
+	}
+	wide := "[" + floatsJSON(row) + "]"
+	column := make([]string, n)
+	for i := range column {
+		column[i] = "[" + strconv.Itoa(i) + "]"
+	}
+	tall := "[" + strings.Join(column, ",") + "]"
+	outs := predict(t, r, encode(t, r, wide, tall, `[[1, 2, 3]]`))
+	for i, want := range [][]int64{{1, n}, {n, 1}, {1, 3}} {
+		if !equalShape(outs[i][0].Shape, want...) {
+			t.Errorf("item %d's shape %v, want %v", i, outs[i][0].Shape, want)
+		}
+	}
+	near(t, "the tall item's last rows", values(t, outs[1][0])[n-2:], []float64{n - 2, n - 1})
+	if got := r.Runs(); got != 2 {
+		t.Errorf("%d runs; want 2: the wide and short items together, the tall one apart", got)
 	}
 }

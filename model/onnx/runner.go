@@ -189,8 +189,10 @@ func (r *Runner) Close() error {
 // Predict runs one batch. Items are checked again here (a Go program may
 // submit items that no codec saw); a bad item fails alone. Items are grouped
 // by batch key, each group stacked into one run (or, for a model that takes
-// one item at a time, one run per item). When a stacked run fails, its items
-// are run one by one, so that an item the model rejects fails alone.
+// one item at a time, one run per item; or, for padded items, as many runs
+// as keep each run near the items' own size: see padRuns). When a stacked
+// run fails, its items are run one by one, so that an item the model
+// rejects fails alone.
 func (r *Runner) Predict(ctx context.Context, items [][]byte) ([][]byte, error) {
 	if r.closed {
 		return nil, errors.New("onnx: the model is closed")
@@ -220,7 +222,9 @@ func (r *Runner) Predict(ctx context.Context, items [][]byte) ([][]byte, error) 
 		groups[key] = append(groups[key], i)
 	}
 	for _, key := range order {
-		r.runGroup(ctx, groups[key], decoded, outputs, errs)
+		for _, run := range r.padRuns(groups[key], decoded) {
+			r.runGroup(ctx, run, decoded, outputs, errs)
+		}
 	}
 	for _, err := range errs {
 		if err != nil {

@@ -48,6 +48,84 @@ func (r *Runner) stack(j int, items [][]onnxio.Tensor) onnxio.Tensor {
 	return onnxio.Tensor{DType: first.DType, Shape: shape, Data: data}
 }
 
+// Padding must not let an item make a run far larger than the items' own
+// data: items [1 × 200000] and [200000 × 1] padded together are 200000 ×
+// 200000. A run of padded items holds at most padGrowth times their own
+// bytes, or padAllowance bytes, whichever is more; items beyond that run
+// apart, so that no item causes an allocation beyond a bound of its own
+// size.
+const (
+	padGrowth    = 4
+	padAllowance = 1 << 20
+)
+
+// padRun is a run being formed by padRuns: its items, their own bytes and
+// the longest shape of each input so far.
+type padRun struct {
+	idx     []int
+	own     float64
+	longest [][]int64
+}
+
+// padRuns splits items that share a batch key (idx, into decoded) into runs
+// whose padded inputs stay within the bound above. Items keep their order
+// within a run; an item joins the first run it fits.
+func (r *Runner) padRuns(idx []int, decoded [][]onnxio.Tensor) [][]int {
+	if !r.padding || len(idx) < 2 {
+		return [][]int{idx}
+	}
+	var runs []*padRun
+	for _, i := range idx {
+		joined := false
+		for _, run := range runs {
+			if joined = r.tryJoin(run, i, decoded[i]); joined {
+				break
+			}
+		}
+		if !joined {
+			run := &padRun{longest: make([][]int64, len(r.sig.Inputs))}
+			r.tryJoin(run, i, decoded[i])
+			runs = append(runs, run)
+		}
+	}
+	out := make([][]int, len(runs))
+	for k, run := range runs {
+		out[k] = run.idx
+	}
+	return out
+}
+
+// tryJoin adds item i to run when the run stays within the bound, and
+// reports whether it did. An empty run always takes the item: alone, it is
+// not padded.
+func (r *Runner) tryJoin(run *padRun, i int, item []onnxio.Tensor) bool {
+	longest := make([][]int64, len(item))
+	own, padded := run.own, 0.0
+	n := float64(len(run.idx) + 1)
+	for j, t := range item {
+		own += float64(len(t.Data))
+		longest[j] = append([]int64(nil), t.Shape...)
+		for k := range longest[j] {
+			if run.longest[j] != nil && run.longest[j][k] > longest[j][k] {
+				longest[j][k] = run.longest[j][k]
+			}
+		}
+		size := float64(t.DType.Size())
+		for _, d := range longest[j] {
+			size *= float64(d)
+		}
+		if r.sig.Inputs[j].Batched {
+			size *= n
+		}
+		padded += size
+	}
+	if len(run.idx) > 0 && padded > max(padGrowth*own, padAllowance) {
+		return false
+	}
+	run.idx, run.own, run.longest = append(run.idx, i), own, longest
+	return true
+}
+
 // fill repeats one element's bytes over data.
 func fill(data, value []byte) {
 	if len(value) == 0 {
