@@ -6,6 +6,7 @@ package main
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/streamer-dev/streamer/model/onnx"
@@ -80,5 +81,30 @@ func TestONNXTimeMajorModelRunsItemsOneByOne(t *testing.T) {
 	}
 	if n := len(rawLinesContaining(s.logs(), "runs items one by one: input \\\"x\\\"'s axis 1 is named batch, but its leading axis is seq")); n != 1 {
 		t.Errorf("%d log lines say why the model runs items one by one, want 1:\n%s", n, s.logs())
+	}
+}
+
+// TestONNXScalarOutputDeclaredBatchedFailsWithoutCrashing serves a model
+// whose output declared [batch] is a scalar: each request fails, saying so,
+// and the worker serves on.
+func TestONNXScalarOutputDeclaredBatchedFailsWithoutCrashing(t *testing.T) {
+	path := customModel(t, onnxtest.Custom{
+		Inputs:  []onnxtest.Value{{Name: "x", DType: f32, Dims: []any{"batch", 3}}},
+		Outputs: []onnxtest.Value{{Name: "loss", DType: f32, Dims: []any{"batch"}}},
+		Nodes:   []onnxtest.Node{{Op: "ReduceSum", Inputs: []string{"x"}, Output: "loss", Ints: map[string]int64{"keepdims": 0}}},
+	})
+	s := startServer(t, "--model", path, "--intra-op-threads", "1")
+	before := s.waitAllReady(t, 1)
+	for i := range 3 {
+		status, data, _ := s.post(t, "application/json", []byte(`{"inputs": [[1, 2, 3]]}`))
+		if status == http.StatusOK || !strings.Contains(string(data), `output \"loss\": the model produced a scalar, but declares [batch]`) {
+			t.Fatalf("request %d: status %d, body %s; want the model's failure, saying why", i, status, data)
+		}
+	}
+	if after := s.waitAllReady(t, 1); after[0].PID != before[0].PID {
+		t.Errorf("worker pid %d became %d: the worker crashed", before[0].PID, after[0].PID)
+	}
+	if st := s.stats(t); st.Crashes != 0 {
+		t.Errorf("stats: %d crashes, want 0", st.Crashes)
 	}
 }

@@ -1,6 +1,7 @@
 package onnx_test
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"testing"
@@ -113,5 +114,33 @@ func TestPaddingNeverMakesARunFarLargerThanItsItems(t *testing.T) {
 	near(t, "the tall item's last rows", values(t, outs[1][0])[n-2:], []float64{n - 2, n - 1})
 	if got := r.Runs(); got != 2 {
 		t.Errorf("%d runs; want 2: the wide and short items together, the tall one apart", got)
+	}
+}
+
+// A model whose output is a scalar although it declares [batch], or
+// declares no shape, fails each item with an error that says so; the
+// runner does not panic, and serves on.
+func TestScalarOutputDeclaredBatchedFailsClearly(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		out  onnxtest.Value
+		want string
+	}{
+		{"declared [batch]", onnxtest.Value{Name: "total", DType: f32, Dims: []any{"batch"}}, `output "total": the model produced a scalar, but declares [batch]`},
+		{"no declared shape", onnxtest.Value{Name: "total", DType: f32, NoShape: true}, `output "total": the model produced a scalar, but declares no shape`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := openCustom(t, onnxtest.Custom{
+				Inputs:  []onnxtest.Value{{Name: "x", DType: f32, Dims: []any{"batch", 3}}},
+				Outputs: []onnxtest.Value{tt.out},
+				Nodes:   []onnxtest.Node{{Op: "ReduceSum", Inputs: []string{"x"}, Output: "total", Ints: map[string]int64{"keepdims": 0}}},
+			}, nil)
+			for range 2 {
+				_, err := r.Predict(context.Background(), encode(t, r, `[1, 2, 3]`, `[4, 5, 6]`))
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("error %v, want one containing %q", err, tt.want)
+				}
+			}
+		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync/atomic"
 
 	ort "github.com/yalue/onnxruntime_go"
@@ -282,7 +283,7 @@ func (r *Runner) run(items [][]onnxio.Tensor) ([][]byte, error) {
 	}
 	r.runs.Add(1)
 	if err := r.session.Run(inputs, outputs); err != nil {
-		return nil, fmt.Errorf("onnx runtime: %w", err)
+		return nil, r.runError(err, outputs)
 	}
 	perItem := make([][]onnxio.Tensor, len(items))
 	for i := range perItem {
@@ -306,6 +307,26 @@ func (r *Runner) run(items [][]onnxio.Tensor) ([][]byte, error) {
 		encoded[i] = b
 	}
 	return encoded, nil
+}
+
+// runError explains a failed run. onnxruntime_go cannot hand back a rank-0
+// tensor that ONNX Runtime allocated: when a model produces a scalar where
+// it declares an axis (or no shape), that output is left a typed nil, and
+// the error names the output and what it declares.
+func (r *Runner) runError(err error, outputs []ort.Value) error {
+	if errors.Is(err, ort.ZeroShapeLengthError) {
+		for k, v := range outputs {
+			if v != nil && isNil(v) {
+				p := r.sig.Outputs[k]
+				declared := "no shape"
+				if p.Shape != nil {
+					declared = p.Shape.String()
+				}
+				return fmt.Errorf("onnx: output %q: the model produced a scalar, but declares %s; re-export it with the shape it has", p.Name, declared)
+			}
+		}
+	}
+	return fmt.Errorf("onnx runtime: %w", err)
 }
 
 // allocateOutputs gives ONNX Runtime the outputs it must not allocate
@@ -339,10 +360,21 @@ func (r *Runner) allocateOutputs(inputShapes [][]int64, items int) ([]ort.Value,
 	return outputs, nil
 }
 
+// destroyAll destroys the values that exist. A failed run may leave a
+// typed nil in an output (a *Tensor that onnxruntime_go could not make):
+// it is not a value, though the interface holding it is not nil.
 func destroyAll(values []ort.Value) {
 	for _, v := range values {
-		if v != nil {
+		if !isNil(v) {
 			_ = v.Destroy()
 		}
 	}
+}
+
+func isNil(v ort.Value) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
