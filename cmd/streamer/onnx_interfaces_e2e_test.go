@@ -108,3 +108,28 @@ func TestONNXScalarOutputDeclaredBatchedFailsWithoutCrashing(t *testing.T) {
 		t.Errorf("stats: %d crashes, want 0", st.Crashes)
 	}
 }
+
+// TestONNXHugeFixedOutputRefusedAtStart: a model whose output is declared
+// float16 [batch, 2^40] would need 2 TiB per item; serve refuses it at
+// start, in one line, before any worker allocates it.
+func TestONNXHugeFixedOutputRefusedAtStart(t *testing.T) {
+	f16 := onnxpb.TensorProto_FLOAT16
+	path, err := onnxtest.Custom{
+		Inputs:  []onnxtest.Value{{Name: "x", DType: f16, Dims: []any{"batch", 2}}},
+		Outputs: []onnxtest.Value{{Name: "y", DType: f16, Dims: []any{"batch", int64(1) << 40}}},
+		Nodes:   []onnxtest.Node{{Op: "Identity", Inputs: []string{"x"}, Output: "y"}},
+	}.Write(t.TempDir(), "huge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := launchServer(t, "--model", path)
+	code, err := s.wait(readyTimeout)
+	if err != nil || code != 1 {
+		t.Fatalf("exit code %d (%v), want 1", code, err)
+	}
+	out := strings.TrimSpace(s.logs())
+	want := `output "y" (float16 [1099511627776]): one item's answer would take 2.2e+12 bytes, beyond the 256 MiB a worker sends back in one answer`
+	if strings.Contains(out, "\n") || !strings.Contains(out, want) {
+		t.Errorf("want one line saying %q, got:\n%s", want, out)
+	}
+}

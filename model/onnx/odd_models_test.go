@@ -144,3 +144,29 @@ func TestScalarOutputDeclaredBatchedFailsClearly(t *testing.T) {
 		})
 	}
 }
+
+// A float16 output the runner allocates, [batch, 2^20, n] with n taken from
+// the input, is checked before it is allocated: an item whose answer would
+// be beyond what a worker can send back fails, saying so, and a small item
+// is answered.
+func TestFloat16OutputsBeyondAnAnswerAreNotAllocated(t *testing.T) {
+	f16 := onnxpb.TensorProto_FLOAT16
+	r := openCustom(t, onnxtest.Custom{
+		Inputs:  []onnxtest.Value{{Name: "x", DType: f16, Dims: []any{"batch", "n"}}},
+		Outputs: []onnxtest.Value{{Name: "y", DType: f16, Dims: []any{"batch", 1 << 20, "n"}}},
+		Nodes: []onnxtest.Node{
+			{Op: "Unsqueeze", Inputs: []string{"x", "axis1"}, Output: "x3"},
+			{Op: "Expand", Inputs: []string{"x3", "shape"}, Output: "y"},
+		},
+		Int64s: map[string][]int64{"axis1": {1}, "shape": {1, 1 << 20, 1}},
+	}, nil)
+	small := predict(t, r, encode(t, r, `[1, 2]`))
+	if !equalShape(small[0][0].Shape, 1<<20, 2) {
+		t.Fatalf("small item's shape %v", small[0][0].Shape)
+	}
+	long := make([]float32, 200)
+	_, err := r.Predict(context.Background(), encode(t, r, floatsJSON(long)))
+	if err == nil || !strings.Contains(err.Error(), `output "y": a run of 1 items would take 4.19e+08 bytes, beyond the 256 MiB`) {
+		t.Fatalf("error %v, want one saying the output is too large", err)
+	}
+}

@@ -346,11 +346,14 @@ func (r *Runner) allocateOutputs(inputShapes [][]int64, items int) ([]ort.Value,
 		if float16 {
 			t.Shape = outputShape(plan, inputShapes, items)
 		}
-		n := int64(p.DType.Size())
+		n := float64(p.DType.Size())
 		for _, d := range t.Shape {
-			n *= d
+			n *= float64(d)
 		}
-		t.Data = make([]byte, n)
+		if n > onnxio.MaxAnswerBytes {
+			return outputs, fmt.Errorf("onnx: output %q: a run of %d items would take %.3g bytes, beyond the %d MiB a worker sends back in one answer", p.Name, items, n, onnxio.MaxAnswerBytes>>20)
+		}
+		t.Data = make([]byte, int64(n))
 		v, err := newValue(t)
 		if err != nil {
 			return outputs, fmt.Errorf("onnx: output %q: %w", p.Name, err)

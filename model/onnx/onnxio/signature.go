@@ -177,7 +177,31 @@ func Parse(data []byte) (*Signature, error) {
 		return nil, fmt.Errorf("the model has %d inputs and %d outputs; streamer serves models with at least one of each", len(sig.Inputs), len(sig.Outputs))
 	}
 	sig.decideBatching()
+	for _, p := range sig.Outputs {
+		if n := p.fixedBytes(); n > MaxAnswerBytes {
+			return nil, fmt.Errorf("output %q (%s): one item's answer would take %.3g bytes, beyond the %d MiB a worker sends back in one answer", p.Name, p.describe(), n, MaxAnswerBytes>>20)
+		}
+	}
 	return sig, nil
+}
+
+// MaxAnswerBytes bounds the bytes of one batch's answers: a worker sends
+// them back in one frame, of at most the worker pipe's default frame
+// limit (ipc.DefaultMaxFrame). A model whose declared fixed axes make one
+// item's output larger is refused when it is read, rather than have the
+// worker allocate it on every request.
+const MaxAnswerBytes = 256 << 20
+
+// fixedBytes is the size one item's value takes along its fixed axes
+// (dynamic ones counted as 1), as a float so that no product overflows.
+func (p Port) fixedBytes() float64 {
+	n := float64(p.DType.Size())
+	for _, d := range p.ItemShape {
+		if !d.Dynamic() {
+			n *= float64(d.Size)
+		}
+	}
+	return n
 }
 
 // port reads one declared value. Inputs must declare a shape: it is what an
