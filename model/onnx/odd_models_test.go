@@ -2,6 +2,9 @@ package onnx_test
 
 import (
 	"context"
+	"errors"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -168,5 +171,52 @@ func TestFloat16OutputsBeyondAnAnswerAreNotAllocated(t *testing.T) {
 	_, err := r.Predict(context.Background(), encode(t, r, floatsJSON(long)))
 	if err == nil || !strings.Contains(err.Error(), `output "y": a run of 1 items would take 4.19e+08 bytes, beyond the 256 MiB`) {
 		t.Fatalf("error %v, want one saying the output is too large", err)
+	}
+}
+
+// A spec records the model's inputs and outputs; once the file on disk has
+// others, a worker refuses to open it, saying how to serve it, while a new
+// file with the same inputs and outputs (new weights) opens.
+func TestWorkersRefuseAModelWhoseInterfaceChanged(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "model.onnx")
+	build := func(name string) {
+		t.Helper()
+		data, err := onnxtest.Build(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	build(onnxtest.MLP)
+	spec, err := onnx.Settings{Path: path, IntraOpThreads: 1}.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings, err := onnx.SettingsOf(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "inputs features float32 [batch, 4]; outputs probs float32 [batch, 3]"; settings.Signature != want {
+		t.Fatalf("signature %q, want %q", settings.Signature, want)
+	}
+
+	build(onnxtest.Seq)
+	if _, err := onnx.OpenSpec(context.Background(), spec); !errors.Is(err, onnx.ErrSignatureChanged) ||
+		!strings.Contains(err.Error(), "it now has inputs x float32 [batch, seq, 3]") || !strings.Contains(err.Error(), "restart the server") {
+		t.Fatalf("open after the inputs changed: %v", err)
+	}
+	if _, _, err := onnx.Codec(settings); !errors.Is(err, onnx.ErrSignatureChanged) {
+		t.Fatalf("codec after the inputs changed: %v", err)
+	}
+
+	build(onnxtest.Demo)
+	m, err := onnx.OpenSpec(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("open a model of the same inputs and outputs: %v", err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -40,14 +40,42 @@ type Settings struct {
 	// Pad maps an input name to the value its dynamic non-batch axes are
 	// padded with, so items of different lengths can share a batch.
 	Pad map[string]float64 `json:"pad,omitempty"`
+	// Signature is the model's inputs and outputs (onnxio's
+	// Signature.Interface) as the server read them; Spec fills it in. A
+	// worker refuses to open a file whose inputs or outputs are no longer
+	// these: the server checks requests and describes the model by what it
+	// read at start, and would serve a changed model wrongly. Empty: no
+	// check.
+	Signature string `json:"signature,omitempty"`
 }
 
-// Spec is the Spec that opens this model in a worker.
+// Spec is the Spec that opens this model in a worker. It reads the model's
+// inputs and outputs as they are now into Signature (unless it is set), so
+// that a worker started later, by a reload or after a crash, refuses a file
+// that changed them; a file it cannot read is left to Check to report.
 func (s Settings) Spec() (model.Spec, error) {
 	if s.Path == "" {
 		return model.Spec{}, errors.New("onnx: the model's path is required")
 	}
+	if s.Signature == "" {
+		if _, sig, err := signatureOf(s.Path); err == nil {
+			s.Signature = sig.Interface()
+		}
+	}
 	return model.NewSpec(SpecRunner, s)
+}
+
+// ErrSignatureChanged is returned by Open and Codec when the model file's
+// inputs or outputs are no longer those Settings.Signature records.
+var ErrSignatureChanged = errors.New("the model's inputs or outputs changed since the server started")
+
+// checkSignature refuses a model whose inputs or outputs differ from those
+// the settings record.
+func checkSignature(spec Settings, sig *onnxio.Signature) error {
+	if spec.Signature == "" || sig.Interface() == spec.Signature {
+		return nil
+	}
+	return fmt.Errorf("model %s: %w: it now has %s; the server serves %s; restart the server to serve a model with other inputs or outputs", spec.Path, ErrSignatureChanged, sig.Interface(), spec.Signature)
 }
 
 // SettingsOf reads an ONNX model's settings from spec.
@@ -109,6 +137,9 @@ func readSource(name string) (source, error) {
 func Codec(spec Settings) (*onnxio.Codec, *Description, error) {
 	src, sig, err := signatureOf(spec.Path)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkSignature(spec, sig); err != nil {
 		return nil, nil, err
 	}
 	codec, err := onnxio.NewCodec(sig, spec.Pad)

@@ -126,6 +126,27 @@ type Signature struct {
 	Producer string `json:"producer,omitempty"`
 }
 
+// Interface spells the model's inputs and outputs, with their names, dtypes
+// and declared shapes: "inputs x float32 [batch, 3]; outputs y float32
+// [batch, 4]". Two models with equal interfaces take and give the same.
+func (s *Signature) Interface() string {
+	var b strings.Builder
+	for i, ports := range [][]Port{s.Inputs, s.Outputs} {
+		b.WriteString([]string{"inputs", "; outputs"}[i])
+		for j, p := range ports {
+			if j > 0 {
+				b.WriteByte(',')
+			}
+			shape := "(no shape)"
+			if p.Shape != nil {
+				shape = p.Shape.String()
+			}
+			fmt.Fprintf(&b, " %s %s %s", p.Name, p.DType, shape)
+		}
+	}
+	return b.String()
+}
+
 // Input returns the index of the input called name, or -1.
 func (s *Signature) Input(name string) int {
 	for i, p := range s.Inputs {
