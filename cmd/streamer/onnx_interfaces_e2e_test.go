@@ -133,3 +133,30 @@ func TestONNXHugeFixedOutputRefusedAtStart(t *testing.T) {
 		t.Errorf("want one line saying %q, got:\n%s", want, out)
 	}
 }
+
+// TestONNXPadWithNegativeInfinity serves the sequence model padded with
+// -inf: items of other lengths share runs and get their own answers, and
+// GET /v1/models spells the value.
+func TestONNXPadWithNegativeInfinity(t *testing.T) {
+	s, ref := startONNX(t, onnxtest.Seq, "--pad", "x=-inf", "--max-latency", "50ms")
+	short := [][]float32{{0.5, -1, 2}}
+	long := [][]float32{{1, 2, 3}, {-0.5, 0.25, 1}, {0, 0, 1}}
+	p := s.predictJSON(t, short, long)
+	if p.Status != http.StatusOK || len(p.Outputs) != 2 {
+		t.Fatalf("%s", p)
+	}
+	for i, steps := range [][][]float32{short, long} {
+		var want []float64
+		for _, step := range ref.Seq(steps) {
+			want = append(want, step...)
+		}
+		if err := nearJSON(p.Outputs[i], want); err != nil {
+			t.Errorf("item %d: %v", i, err)
+		}
+	}
+	var desc struct{ Batching struct{ Pad map[string]any } }
+	s.getJSON(t, "/v1/models", &desc)
+	if desc.Batching.Pad["x"] != "-Inf" {
+		t.Errorf("/v1/models batching pad %v, want x: -Inf", desc.Batching.Pad)
+	}
+}

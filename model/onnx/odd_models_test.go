@@ -2,7 +2,11 @@ package onnx_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -218,5 +222,53 @@ func TestWorkersRefuseAModelWhoseInterfaceChanged(t *testing.T) {
 	}
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Infinities and NaN are fair padding values (-Inf before a max): they
+// travel to the worker in the spec, pad items there, and GET /v1/models
+// spells them.
+func TestNonFinitePaddingTravelsInTheSpec(t *testing.T) {
+	for _, pad := range []float64{math.Inf(-1), math.Inf(1), math.NaN()} {
+		settings := modelSpec(t, onnxtest.Seq)
+		settings.Pad = map[string]float64{"x": pad}
+		spec, err := settings.Spec()
+		if err != nil {
+			t.Fatalf("pad %g: %v", pad, err)
+		}
+		back, err := onnx.SettingsOf(spec)
+		if err != nil || len(back.Pad) != 1 || math.Float64bits(back.Pad["x"]) != math.Float64bits(pad) {
+			t.Fatalf("pad %g: round trip %v, %v", pad, back.Pad, err)
+		}
+		m, err := onnx.OpenSpec(context.Background(), spec)
+		if err != nil {
+			t.Fatalf("pad %g: %v", pad, err)
+		}
+		r := m.(*onnx.Runner)
+		rng := rand.New(rand.NewPCG(5, 5))
+		short, shortSteps := sequence(rng, 1)
+		long, longSteps := sequence(rng, 3)
+		outs := predict(t, r, encode(t, r, short, long))
+		for i, steps := range [][][]float32{shortSteps, longSteps} {
+			var want []float64
+			for _, step := range reference(t, onnxtest.Seq).Seq(steps) {
+				want = append(want, step...)
+			}
+			near(t, fmt.Sprintf("pad %g, item %d", pad, i), values(t, outs[i][0]), want)
+		}
+		if r.Runs() != 1 {
+			t.Errorf("pad %g: %d runs, want 1", pad, r.Runs())
+		}
+		if err := r.Close(); err != nil {
+			t.Fatal(err)
+		}
+		_, desc, err := onnx.Codec(back)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text, err := json.Marshal(desc)
+		if want := fmt.Sprintf(`"pad":{"x":"%s"}`, strconv.FormatFloat(pad, 'g', -1, 64)); err != nil || !strings.Contains(string(text), want) {
+			t.Errorf("pad %g: description %s (%v), want %s", pad, text, err, want)
+		}
 	}
 }

@@ -11,9 +11,12 @@ package onnx
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/streamer-dev/streamer/model"
@@ -39,7 +42,7 @@ type Settings struct {
 	Library string `json:"library,omitempty"`
 	// Pad maps an input name to the value its dynamic non-batch axes are
 	// padded with, so items of different lengths can share a batch.
-	Pad map[string]float64 `json:"pad,omitempty"`
+	Pad Pads `json:"pad,omitempty"`
 	// Signature is the model's inputs and outputs (onnxio's
 	// Signature.Interface) as the server read them; Spec fills it in. A
 	// worker refuses to open a file whose inputs or outputs are no longer
@@ -47,6 +50,56 @@ type Settings struct {
 	// read at start, and would serve a changed model wrongly. Empty: no
 	// check.
 	Signature string `json:"signature,omitempty"`
+}
+
+// Pads maps input names to padding values. In JSON a finite value is a
+// number, and an infinity or NaN, which JSON numbers cannot spell (and which
+// are fair padding: -Inf before a max), the string "-Inf", "+Inf" or "NaN".
+type Pads map[string]float64
+
+// MarshalJSON writes the values as numbers, or as strings where JSON has no
+// number for them.
+func (p Pads) MarshalJSON() ([]byte, error) {
+	m := make(map[string]any, len(p))
+	for name, v := range p {
+		switch {
+		case math.IsNaN(v):
+			m[name] = "NaN"
+		case math.IsInf(v, 0):
+			m[name] = strconv.FormatFloat(v, 'g', -1, 64) // "+Inf" or "-Inf"
+		default:
+			m[name] = v
+		}
+	}
+	return json.Marshal(m)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (p *Pads) UnmarshalJSON(data []byte) error {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(data, &m); err != nil {
+		return err
+	}
+	*p = make(Pads, len(m))
+	for name, raw := range m {
+		var v float64
+		if err := json.Unmarshal(raw, &v); err == nil {
+			(*p)[name] = v
+			continue
+		}
+		var text string
+		if err := json.Unmarshal(raw, &text); err != nil {
+			return fmt.Errorf("pad %s: %s is neither a number nor a string", name, raw)
+		}
+		switch text {
+		case "NaN", "+Inf", "-Inf":
+			v, _ = strconv.ParseFloat(text, 64)
+			(*p)[name] = v
+		default:
+			return fmt.Errorf("pad %s: %q is not a number; the strings are NaN, +Inf and -Inf", name, text)
+		}
+	}
+	return nil
 }
 
 // Spec is the Spec that opens this model in a worker. It reads the model's
@@ -223,7 +276,7 @@ type Batching struct {
 	// Key says which items may share a run.
 	Key string `json:"key"`
 	// Pad lists the padding settings: input name → padding value.
-	Pad map[string]float64 `json:"pad,omitempty"`
+	Pad Pads `json:"pad,omitempty"`
 	// BatchSize and MaxLatency are the server's batching limits; the server
 	// fills them in.
 	BatchSize  int    `json:"batch_size,omitempty"`
