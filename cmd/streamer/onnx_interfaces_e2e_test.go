@@ -160,3 +160,27 @@ func TestONNXPadWithNegativeInfinity(t *testing.T) {
 		t.Errorf("/v1/models batching pad %v, want x: -Inf", desc.Batching.Pad)
 	}
 }
+
+// TestONNXZeroLengthAxisRefusedAtStart: an input declared [batch, 0] could
+// take no item; serve refuses it at start, in one line, rather than read the
+// axis as dynamic.
+func TestONNXZeroLengthAxisRefusedAtStart(t *testing.T) {
+	path, err := onnxtest.Custom{
+		Inputs:  []onnxtest.Value{{Name: "x", DType: f32, Dims: []any{"batch", 0}}},
+		Outputs: []onnxtest.Value{{Name: "y", DType: f32, Dims: []any{"batch", 0}}},
+		Nodes:   []onnxtest.Node{{Op: "Identity", Inputs: []string{"x"}, Output: "y"}},
+	}.Write(t.TempDir(), "empty")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := launchServer(t, "--model", path)
+	code, err := s.wait(readyTimeout)
+	if err != nil || code != 1 {
+		t.Fatalf("exit code %d (%v), want 1", code, err)
+	}
+	out := strings.TrimSpace(s.logs())
+	want := `input "x": axis 1 is declared 0 long (dim_value 0)`
+	if strings.Contains(out, "\n") || !strings.Contains(out, want) {
+		t.Errorf("want one line saying %q, got:\n%s", want, out)
+	}
+}

@@ -260,10 +260,17 @@ func port(vi *onnxpb.ValueInfoProto, input bool) (Port, error) {
 		return p, nil
 	}
 	p.Shape = Shape{}
-	for _, d := range shape.GetDim() {
+	for a, d := range shape.GetDim() {
 		dim := Dim{Param: d.GetDimParam()}
-		if v, ok := d.GetValue().(*onnxpb.TensorShapeProto_Dimension_DimValue); ok && v.DimValue > 0 {
-			dim = Dim{Size: v.DimValue}
+		if v, ok := d.GetValue().(*onnxpb.TensorShapeProto_Dimension_DimValue); ok {
+			switch {
+			case v.DimValue > 0:
+				dim = Dim{Size: v.DimValue}
+			case v.DimValue == 0:
+				// Not a dynamic axis: an axis declared 0 long holds nothing,
+				// and no item (every axis at least 1 long) could fit it.
+				return p, fmt.Errorf("axis %d is declared 0 long (dim_value 0), and streamer serves no empty values; re-export the model with that axis dynamic (a dim_param) or its real length", a)
+			}
 		}
 		p.Shape = append(p.Shape, dim)
 	}

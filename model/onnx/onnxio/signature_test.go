@@ -182,6 +182,8 @@ func TestParseRefuses(t *testing.T) {
 		{"string input", handModel([]*onnxpb.ValueInfoProto{tensorValue("text", onnxpb.TensorProto_STRING, "n")}, []*onnxpb.ValueInfoProto{tensorValue("y", f32, "n")}), `input "text": element type string is not served`, false},
 		{"bfloat16 output", handModel([]*onnxpb.ValueInfoProto{tensorValue("x", f32, "n")}, []*onnxpb.ValueInfoProto{tensorValue("y", onnxpb.TensorProto_BFLOAT16, "n")}), `output "y": element type bfloat16 is not served (streamer serves float16, float32`, false},
 		{"complex64 input", handModel([]*onnxpb.ValueInfoProto{tensorValue("z", onnxpb.TensorProto_COMPLEX64, "n")}, []*onnxpb.ValueInfoProto{tensorValue("y", f32, "n")}), `input "z": element type complex64 is not served`, false},
+		{"input axis declared 0 long", handModel([]*onnxpb.ValueInfoProto{tensorValue("x", f32, "batch", 0)}, []*onnxpb.ValueInfoProto{tensorValue("y", f32, "batch")}), `input "x": axis 1 is declared 0 long (dim_value 0)`, false},
+		{"output axis declared 0 long", handModel([]*onnxpb.ValueInfoProto{tensorValue("x", f32, "batch", 2)}, []*onnxpb.ValueInfoProto{tensorValue("y", f32, "batch", 0)}), `output "y": axis 1 is declared 0 long`, false},
 		{"input without shape", handModel([]*onnxpb.ValueInfoProto{noShape}, []*onnxpb.ValueInfoProto{tensorValue("y", f32, "n")}), `input "x": the model does not declare its shape`, false},
 	}
 	for _, tt := range tests {
