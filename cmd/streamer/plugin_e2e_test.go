@@ -31,6 +31,7 @@ func pluginBins(t *testing.T) map[string]string {
 		"chaos":        "github.com/streamer-dev/streamer/model/plugin/internal/testplugins/chaos",
 		"wrongversion": "github.com/streamer-dev/streamer/model/plugin/internal/testplugins/wrongversion",
 		"silent":       "github.com/streamer-dev/streamer/model/plugin/internal/testplugins/silent",
+		"unruly":       "github.com/streamer-dev/streamer/model/plugin/internal/testplugins/unruly",
 	}
 	dir := t.TempDir()
 	args := []string{"build", "-o", dir + string(filepath.Separator)}
@@ -115,7 +116,7 @@ func testFillMask(t *testing.T, bins map[string]string) {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(data)
-	s := startServer(t, "--plugin", bins["fillmask"], "--plugin-sha256", hex.EncodeToString(sum[:]),
+	s := startPluginServer(t, "--plugin", bins["fillmask"], "--plugin-sha256", hex.EncodeToString(sum[:]),
 		"--plugin-arg", "order=4", "--workers", "4", "--cuda", "0,1,2,3", "--batch-size", "8")
 	slots := s.waitAllReady(t, 4)
 
@@ -158,7 +159,7 @@ func testFillMask(t *testing.T, bins map[string]string) {
 }
 
 func testPluginConfig(t *testing.T, bins map[string]string) {
-	s := startServer(t, "--plugin", bins["chaos"], "--plugin-arg", "lang=en", "--plugin-arg", "k=v=w", "--device", "cuda")
+	s := startPluginServer(t, "--plugin", bins["chaos"], "--plugin-arg", "lang=en", "--plugin-arg", "k=v=w", "--device", "cuda")
 	want := map[string]any{"args": map[string]any{"lang": "en", "k": "v=w"}, "device": "cuda"}
 	if p := s.predictJSON(t, "config"); p.Status != http.StatusOK || len(p.Outputs) != 1 || !reflect.DeepEqual(p.Outputs[0], want) {
 		t.Errorf("the plugin's Init config: %s, want %v", p, want)
@@ -166,7 +167,7 @@ func testPluginConfig(t *testing.T, bins map[string]string) {
 }
 
 func testPluginCrash(t *testing.T, bins map[string]string) {
-	s := startServer(t, "--plugin", bins["chaos"], "--workers", "2", "--batch-size", "8", "--max-latency", "20ms")
+	s := startPluginServer(t, "--plugin", bins["chaos"], "--workers", "2", "--batch-size", "8", "--max-latency", "20ms")
 	s.waitAllReady(t, 2)
 
 	var answered atomic.Int64
@@ -201,7 +202,7 @@ func testPluginCrash(t *testing.T, bins map[string]string) {
 }
 
 func testPluginHang(t *testing.T, bins map[string]string) {
-	s := startServer(t, "--plugin", bins["chaos"], "--workers", "2", "--worker-timeout", "500ms")
+	s := startPluginServer(t, "--plugin", bins["chaos"], "--workers", "2", "--worker-timeout", "500ms")
 	before := s.waitAllReady(t, 2)
 	plugins := []int{pluginOf(t, before[0].PID), pluginOf(t, before[1].PID)}
 
@@ -232,7 +233,7 @@ func testPluginHang(t *testing.T, bins map[string]string) {
 }
 
 func testPluginDiesWithWorker(t *testing.T, bins map[string]string) {
-	s := startServer(t, "--plugin", bins["chaos"], "--workers", "1")
+	s := startPluginServer(t, "--plugin", bins["chaos"], "--workers", "1")
 	worker := s.waitAllReady(t, 1)[0].PID
 	plugin := pluginOf(t, worker)
 	killWorker(t, worker)
@@ -256,7 +257,7 @@ func testPluginDiesWithWorker(t *testing.T, bins map[string]string) {
 }
 
 func testPluginBadAnswers(t *testing.T, bins map[string]string) {
-	s := startServer(t, "--plugin", bins["chaos"], "--workers", "1", "--log-format", "json")
+	s := startPluginServer(t, "--plugin", bins["chaos"], "--workers", "1", "--log-format", "json")
 	worker := s.waitAllReady(t, 1)[0].PID
 	tests := []struct {
 		name       string
@@ -331,7 +332,7 @@ func testPluginStartErrors(t *testing.T, bins map[string]string) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			start := time.Now()
-			s := launchServer(t, append(tt.args, "--workers", "2")...)
+			s := launchPluginServer(t, append(tt.args, "--workers", "2")...)
 			code, err := s.wait(20 * time.Second)
 			if err != nil || code == 0 {
 				t.Fatalf("serve with a bad plugin: exit code %d (%v), want a failed start", code, err)
@@ -369,7 +370,7 @@ func TestPythonPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s := startServer(t, "--plugin", wrapper, "--workers", "2",
+	s := startPluginServer(t, "--plugin", wrapper, "--workers", "2",
 		"--plugin-arg", "corpus="+filepath.Join(root, "examples/fillmask/corpus.txt"))
 	slots := s.waitAllReady(t, 2)
 	in := []any{"Happy birthday to [MASK].", "The [MASK] barked at the postman."}

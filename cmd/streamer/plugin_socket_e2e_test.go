@@ -51,7 +51,7 @@ func socketsIn(t *testing.T, dir string) []string {
 func TestPluginSocketsArePrivate(t *testing.T) {
 	bin := pluginBins(t)["fillmask"]
 	old := syscall.Umask(0)
-	s := startServer(t, "--plugin", bin, "--workers", "2")
+	s := startPluginServer(t, "--plugin", bin, "--workers", "2")
 	syscall.Umask(old)
 	if p := s.predictJSON(t, "the [MASK] sat"); p.Status != http.StatusOK {
 		t.Fatalf("fillmask: %s", p)
@@ -97,7 +97,7 @@ func TestPluginSocketsArePrivate(t *testing.T) {
 // with kill -9 is removed by the next server that starts.
 func TestLeftoverSocketDirIsSwept(t *testing.T) {
 	bin := pluginBins(t)["fillmask"]
-	first := startServer(t, "--plugin", bin)
+	first := startPluginServer(t, "--plugin", bin)
 	dir := serverSocketDir(t, first.cmd.Process.Pid)
 	if err := syscall.Kill(-first.cmd.Process.Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -108,7 +108,7 @@ func TestLeftoverSocketDirIsSwept(t *testing.T) {
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatalf("after kill -9 the directory %s should be left behind: %v", dir, err)
 	}
-	second := startServer(t, "--plugin", bin)
+	second := startPluginServer(t, "--plugin", bin)
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Fatalf("the dead server's directory %s survived a new start: %v", dir, err)
 	}

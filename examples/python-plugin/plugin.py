@@ -121,6 +121,13 @@ class Plugin:
             yield self.predict_one(request)
 
     def predict_one(self, request):
+        response = self.answer(request)
+        # Echo the batch's id: the worker checks that each answer is the one
+        # to the batch it sent, so that no caller gets another's results.
+        response.id = request.id
+        return response
+
+    def answer(self, request):
         if self.model is None:
             return model_pb2.PredictResponse(error="Predict before Init")
         with self.lock:

@@ -43,7 +43,7 @@ func TestMain(m *testing.M) {
 
 func buildTestPlugins(dir string) error {
 	const pkg = "github.com/streamer-dev/streamer/model/plugin/internal/testplugins/"
-	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), pkg+"chaos", pkg+"wrongversion", pkg+"silent")
+	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), pkg+"chaos", pkg+"wrongversion", pkg+"silent", pkg+"unruly")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("build test plugins: %v\n%s", err, out)
 	}

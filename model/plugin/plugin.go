@@ -51,6 +51,10 @@ var (
 	ErrHandshake = errors.New("not a streamer plugin")
 	// ErrExited: the plugin process died while in use.
 	ErrExited = errors.New("plugin process exited")
+	// ErrProtocol: the plugin broke the contract of model.proto in a way
+	// that leaves its answers in doubt (an answer to no batch, or one with
+	// another batch's id); the worker kills it.
+	ErrProtocol = errors.New("plugin broke the protocol")
 )
 
 // DefaultStartTimeout is how long Open waits for the handshake when
@@ -114,8 +118,9 @@ type Model struct {
 
 	socketDir string // the plugin's private socket directory
 
-	stream       pluginpb.Model_PredictClient // the batches' stream; nil until the first
-	cancelStream context.CancelFunc
+	batches   *batchStream // the batches' stream; nil until the first, and after it failed
+	lastID    uint64       // the id of the last batch sent
+	echoesIDs bool         // the plugin echoed a batch's id: every answer must carry one
 
 	serving   atomic.Bool // Init succeeded: a death from now on is a crash
 	closing   atomic.Bool
@@ -289,37 +294,69 @@ func (m *Model) Predict(ctx context.Context, items [][]byte) ([][]byte, error) {
 	return outputs, &model.ItemErrors{Errs: errs}
 }
 
-// roundTrip sends one batch on the Predict stream and reads its answer.
+// roundTrip sends one batch on the Predict stream and reads its answer,
+// which must be that batch's: a plugin that answers with another batch's id,
+// or sends an answer no batch asked for, is killed (see the Predict call in
+// model.proto), so that no caller ever gets another caller's results.
 func (m *Model) roundTrip(ctx context.Context, items [][]byte) (*pluginpb.PredictResponse, error) {
 	if m.hasExited() {
 		return nil, m.crash(nil)
 	}
-	if m.stream == nil {
+	m.lastID++
+	id := m.lastID
+	if m.batches == nil || !m.batches.expect(id) {
+		if m.batches != nil {
+			m.batches.abandon()
+			m.batches = nil
+		}
 		streamCtx, cancel := context.WithCancel(context.Background())
 		stream, err := m.rpc.Predict(streamCtx)
 		if err != nil {
 			cancel()
 			return nil, m.callError(ctx, "predict", err)
 		}
-		m.stream, m.cancelStream = stream, cancel
+		m.batches = newBatchStream(stream, cancel, func(err error) { _ = m.breach(err) })
+		m.batches.expect(id)
 	}
+	s := m.batches
 	// A stream is not bound to one call's context: ending ctx ends the
 	// stream, and with it this call.
-	stopWatch := context.AfterFunc(ctx, m.cancelStream)
-	err := m.stream.Send(&pluginpb.PredictRequest{Items: items})
-	var resp *pluginpb.PredictResponse
-	if err == nil || errors.Is(err, io.EOF) { // on EOF, Recv says why
-		resp, err = m.stream.Recv()
+	stopWatch := context.AfterFunc(ctx, s.cancel)
+	err := s.stream.Send(&pluginpb.PredictRequest{Items: items, Id: id})
+	if err != nil && !errors.Is(err, io.EOF) { // on EOF, the reader's Recv says why
+		s.cancel()
+	}
+	got := <-s.answers
+	if err == nil || errors.Is(err, io.EOF) {
+		err = got.err
 	}
 	if !stopWatch() {
 		err = ctx.Err()
 	}
 	if err != nil {
-		m.cancelStream()
-		m.stream = nil
+		s.abandon()
+		m.batches = nil
 		return nil, m.callError(ctx, "predict", err)
 	}
-	return resp, nil
+	if err := m.checkID(got.resp.GetId(), id); err != nil {
+		return nil, m.breach(err)
+	}
+	return got.resp, nil
+}
+
+// checkID checks that an answer is the one to batch id. A plugin that never
+// echoes ids (one built before they were added) is answered by order.
+func (m *Model) checkID(got, want uint64) error {
+	switch {
+	case got == want:
+		m.echoesIDs = true
+		return nil
+	case got == 0 && !m.echoesIDs:
+		return nil
+	case got == 0:
+		return fmt.Errorf("%w: it answered batch %d without its id, after echoing the ids of the batches before", ErrProtocol, want)
+	}
+	return fmt.Errorf("%w: it answered batch %d with the id %d", ErrProtocol, want, got)
 }
 
 // callError turns a failed call into an error. A plugin that cannot be
@@ -357,22 +394,36 @@ func (m *Model) watch() {
 }
 
 // crash makes sure the plugin is gone, says why once and calls Crashed.
-// Every caller waits for the first to finish.
-func (m *Model) crash(cause error) error {
+// cause is the failed call that found the plugin dead or unreachable, or
+// nil. Every caller waits for the first to finish.
+func (m *Model) crash(cause error) error { return m.end(cause, false) }
+
+// breach kills a plugin that broke the protocol, says why once and calls
+// Crashed, as crash does.
+func (m *Model) breach(why error) error { return m.end(why, true) }
+
+func (m *Model) end(cause error, broke bool) error {
 	m.crashOnce.Do(func() {
-		select {
-		case <-m.exited:
-		case <-time.After(2 * time.Second):
-			// Unreachable but alive: no use to anyone.
+		if !broke {
+			select {
+			case <-m.exited:
+			case <-time.After(2 * time.Second):
+				// Unreachable but alive: no use to anyone.
+			}
 		}
 		m.kill()
 		how := "exited"
 		if st := m.cmd.ProcessState; st != nil {
 			how = st.String()
 		}
-		m.crashErr = fmt.Errorf("plugin %s (pid %d): %w: %s", m.cmd.Path, m.pid(), ErrExited, how)
-		if cause != nil && status.Code(cause) != codes.Unavailable {
-			m.crashErr = fmt.Errorf("%w (%s)", m.crashErr, status.Convert(cause).Message())
+		switch {
+		case broke:
+			m.crashErr = fmt.Errorf("plugin %s (pid %d): %w; killed it (%s)", m.cmd.Path, m.pid(), cause, how)
+		default:
+			m.crashErr = fmt.Errorf("plugin %s (pid %d): %w: %s", m.cmd.Path, m.pid(), ErrExited, how)
+			if cause != nil && status.Code(cause) != codes.Unavailable {
+				m.crashErr = fmt.Errorf("%w (%s)", m.crashErr, status.Convert(cause).Message())
+			}
 		}
 		if m.cfg.Crashed != nil && m.serving.Load() {
 			m.cfg.Crashed(m.crashErr)
@@ -395,8 +446,8 @@ func (m *Model) PID() int { return m.pid() }
 // still running two seconds later, together with any process it started.
 func (m *Model) Close() error {
 	m.closing.Store(true)
-	if m.cancelStream != nil {
-		m.cancelStream()
+	if m.batches != nil {
+		m.batches.abandon()
 	}
 	done := make(chan struct{})
 	go func() {

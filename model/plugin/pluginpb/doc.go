@@ -59,7 +59,14 @@
 // each output is one msgpack-encoded value. A PredictResponse holds exactly
 // one output per item, or every item of the batch fails with an error saying
 // so; item_errors fails single items, error the whole batch. A plugin
-// answers one batch at a time.
+// answers one batch at a time, and sends nothing but those answers.
+//
+// Each PredictRequest carries an id, and its answer echoes it. A plugin that
+// echoes ids has each answer checked against its batch; one that never does
+// (built before ids were added) is answered by order. Either way, an answer
+// that arrives when no batch waits for one, or that carries another batch's
+// id, kills the plugin as a crash of its worker: its callers must never get
+// another batch's results.
 //
 // A plugin that dies is a crash of its worker: the worker exits, the
 // supervisor restarts it (with a new copy of the plugin) and retries the

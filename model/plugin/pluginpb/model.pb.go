@@ -150,7 +150,11 @@ func (x *InitResponse) GetDevice() string {
 type PredictRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// items are the batch's samples, each one msgpack-encoded value.
-	Items         [][]byte `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	Items [][]byte `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	// id numbers the batch, from 1 up; the answer echoes it. It was added
+	// within protocol version 1: a plugin that leaves the answer's id at 0 is
+	// still answered by order alone.
+	Id            uint64 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -192,6 +196,13 @@ func (x *PredictRequest) GetItems() [][]byte {
 	return nil
 }
 
+func (x *PredictRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
 // PredictResponse answers a batch: exactly one output per item, in order,
 // or an error for the whole batch.
 type PredictResponse struct {
@@ -204,7 +215,12 @@ type PredictResponse struct {
 	ItemErrors map[uint32]string `protobuf:"bytes,2,rep,name=item_errors,json=itemErrors,proto3" json:"item_errors,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// error, when not empty, fails every item of the batch with this message
 	// (the rest is then ignored); the stream goes on with the next batch.
-	Error         string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	// id is the id of the PredictRequest this answers. A plugin that echoes it
+	// once must echo it on every answer; the worker then kills a plugin that
+	// sends an answer with any other id, so that no answer ever reaches the
+	// callers of another batch.
+	Id            uint64 `protobuf:"varint,4,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -260,6 +276,13 @@ func (x *PredictResponse) GetError() string {
 	return ""
 }
 
+func (x *PredictResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
 var File_model_proto protoreflect.FileDescriptor
 
 const file_model_proto_rawDesc = "" +
@@ -273,14 +296,16 @@ const file_model_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\":\n" +
 	"\fInitResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06device\x18\x02 \x01(\tR\x06device\"&\n" +
+	"\x06device\x18\x02 \x01(\tR\x06device\"6\n" +
 	"\x0ePredictRequest\x12\x14\n" +
-	"\x05items\x18\x01 \x03(\fR\x05items\"\xd6\x01\n" +
+	"\x05items\x18\x01 \x03(\fR\x05items\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\"\xe6\x01\n" +
 	"\x0fPredictResponse\x12\x18\n" +
 	"\aoutputs\x18\x01 \x03(\fR\aoutputs\x12T\n" +
 	"\vitem_errors\x18\x02 \x03(\v23.streamer.plugin.v1.PredictResponse.ItemErrorsEntryR\n" +
 	"itemErrors\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error\x1a=\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\x12\x0e\n" +
+	"\x02id\x18\x04 \x01(\x04R\x02id\x1a=\n" +
 	"\x0fItemErrorsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\xaa\x01\n" +

@@ -47,9 +47,10 @@ type ModelClient interface {
 	Init(ctx context.Context, in *InitRequest, opts ...grpc.CallOption) (*InitResponse, error)
 	// Predict carries the batches. After Init the worker opens one stream and
 	// sends each batch as one PredictRequest; the plugin answers each with one
-	// PredictResponse, in order, before it is sent the next. One stream rather
-	// than one call per batch: a batch then costs one message each way, about
-	// half of what a call costs.
+	// PredictResponse, in order, before it is sent the next, and sends nothing
+	// else: an answer no batch is waiting for, or one carrying another batch's
+	// id, kills the plugin. One stream rather than one call per batch: a batch
+	// then costs one message each way, about half of what a call costs.
 	Predict(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PredictRequest, PredictResponse], error)
 }
 
@@ -95,9 +96,10 @@ type ModelServer interface {
 	Init(context.Context, *InitRequest) (*InitResponse, error)
 	// Predict carries the batches. After Init the worker opens one stream and
 	// sends each batch as one PredictRequest; the plugin answers each with one
-	// PredictResponse, in order, before it is sent the next. One stream rather
-	// than one call per batch: a batch then costs one message each way, about
-	// half of what a call costs.
+	// PredictResponse, in order, before it is sent the next, and sends nothing
+	// else: an answer no batch is waiting for, or one carrying another batch's
+	// id, kills the plugin. One stream rather than one call per batch: a batch
+	// then costs one message each way, about half of what a call costs.
 	Predict(grpc.BidiStreamingServer[PredictRequest, PredictResponse]) error
 	mustEmbedUnimplementedModelServer()
 }

@@ -112,7 +112,9 @@ func (s *server) Predict(stream pluginpb.Model_PredictServer) error {
 		if err != nil {
 			return err
 		}
-		if err := stream.Send(s.predict(stream.Context(), req.GetItems())); err != nil {
+		resp := s.predict(stream.Context(), req.GetItems())
+		resp.Id = req.GetId() // the worker checks that each answer is its batch's
+		if err := stream.Send(resp); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,90 @@
+// Command unruly is a model plugin for tests that breaks the Predict
+// stream's contract on purpose, as a plugin written without the SDK can. It
+// echoes its items, and each batch's id unless the plugin-arg echo-ids is
+// "no" (as a plugin built before ids were added).
+//
+// Triggers (items that are msgpack strings):
+//
+//	double     answer the batch twice
+//	wrong-id   answer with another batch's id
+//
+// Whatever it answers, it logs "unruly: answered batch ID" on stderr.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	goplugin "github.com/hashicorp/go-plugin"
+	"github.com/vmihailenco/msgpack/v5"
+	"google.golang.org/grpc"
+
+	"github.com/streamer-dev/streamer/model/plugin/pluginpb"
+)
+
+type server struct {
+	pluginpb.UnimplementedModelServer
+	echoIDs bool
+}
+
+func (s *server) Init(_ context.Context, req *pluginpb.InitRequest) (*pluginpb.InitResponse, error) {
+	s.echoIDs = req.GetArgs()["echo-ids"] != "no"
+	return &pluginpb.InitResponse{Name: "unruly", Device: "cpu"}, nil
+}
+
+func (s *server) Predict(stream pluginpb.Model_PredictServer) error {
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		resp := &pluginpb.PredictResponse{Outputs: req.GetItems()}
+		if s.echoIDs {
+			resp.Id = req.GetId()
+		}
+		answers := 1
+		for _, item := range req.GetItems() {
+			var trigger string
+			_ = msgpack.Unmarshal(item, &trigger)
+			switch trigger {
+			case "double":
+				answers = 2
+			case "wrong-id":
+				resp.Id = req.GetId() + 100
+			}
+		}
+		for range answers {
+			if err := stream.Send(resp); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(os.Stderr, "unruly: answered batch %d\n", req.GetId())
+	}
+}
+
+type plugin struct {
+	goplugin.NetRPCUnsupportedPlugin
+}
+
+func (plugin) GRPCServer(_ *goplugin.GRPCBroker, s *grpc.Server) error {
+	pluginpb.RegisterModelServer(s, &server{})
+	return nil
+}
+
+func (plugin) GRPCClient(context.Context, *goplugin.GRPCBroker, *grpc.ClientConn) (any, error) {
+	return nil, errors.New("unruly: a plugin is not dispensed by itself")
+}
+
+func main() {
+	goplugin.Serve(&goplugin.ServeConfig{
+		HandshakeConfig: goplugin.HandshakeConfig{
+			ProtocolVersion:  pluginpb.ProtocolVersion,
+			MagicCookieKey:   pluginpb.MagicCookieKey,
+			MagicCookieValue: pluginpb.MagicCookieValue,
+		},
+		Plugins:    goplugin.PluginSet{pluginpb.PluginName: plugin{}},
+		GRPCServer: goplugin.DefaultGRPCServer,
+	})
+}

@@ -1,0 +1,93 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+func openUnruly(t *testing.T, echoIDs string, crashed chan<- error) *Model {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	m, err := Open(ctx, Config{Path: bin("unruly"), Args: map[string]string{"echo-ids": echoIDs},
+		Crashed: func(err error) { crashed <- err }})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// TestTheSDKEchoesBatchIDs: a plugin built with the SDK has each answer
+// checked against its batch by id, not only by order.
+func TestTheSDKEchoesBatchIDs(t *testing.T) {
+	m := openChaos(t, Config{})
+	assertServes(t, m)
+	if !m.echoesIDs {
+		t.Error("the SDK's answer did not carry its batch's id")
+	}
+}
+
+// TestAnExtraAnswerGoesToNoBatch: a plugin that answers a batch twice is
+// killed, and the extra answer never becomes the next batch's, whether the
+// plugin echoes batch ids or, built before them, does not.
+func TestAnExtraAnswerGoesToNoBatch(t *testing.T) {
+	for _, echoIDs := range []string{"yes", "no"} {
+		t.Run("echo-ids="+echoIDs, func(t *testing.T) {
+			crashed := make(chan error, 1)
+			m := openUnruly(t, echoIDs, crashed)
+			items := pack(t, "double")
+			outs, err := m.Predict(context.Background(), items)
+			if err != nil || len(outs) != 1 || string(outs[0]) != string(items[0]) {
+				t.Fatalf("the batch answered twice: %x, %v; want its own first answer", outs, err)
+			}
+			select {
+			case err := <-crashed:
+				if !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "no batch was waiting") {
+					t.Errorf("Crashed got %v, want ErrProtocol naming the answer no batch asked for", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the extra answer was not noticed")
+			}
+			outs, err = m.Predict(context.Background(), pack(t, "next"))
+			if err == nil {
+				t.Fatalf("the next batch got %x from a plugin that broke the protocol", outs)
+			}
+		})
+	}
+}
+
+// TestAnAnswerWithAnotherBatchsIDIsRefused: the batch after one answered
+// twice gets an error, never the extra answer, even when it is sent before
+// the extra answer arrives.
+func TestAnAnswerWithAnotherBatchsIDIsRefused(t *testing.T) {
+	t.Run("the next batch at once", func(t *testing.T) {
+		m := openUnruly(t, "yes", make(chan error, 1))
+		if _, err := m.Predict(context.Background(), pack(t, "double")); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			items := pack(t, fmt.Sprintf("next-%d", i))
+			outs, err := m.Predict(context.Background(), items)
+			if err == nil {
+				t.Fatalf("batch %d after the double answer got %x, want an error", i, outs)
+			}
+		}
+	})
+	t.Run("a wrong id", func(t *testing.T) {
+		crashed := make(chan error, 1)
+		m := openUnruly(t, "yes", crashed)
+		assertServes(t, m)
+		outs, err := m.Predict(context.Background(), pack(t, "wrong-id"))
+		if !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "answered batch 2 with the id 102") {
+			t.Fatalf("an answer with another id: %x, %v; want ErrProtocol naming both ids", outs, err)
+		}
+		if cerr := <-crashed; cerr.Error() != err.Error() {
+			t.Errorf("Crashed got %q, Predict returned %q", cerr, err)
+		}
+	})
+}

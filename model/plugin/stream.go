@@ -1,0 +1,79 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/streamer-dev/streamer/model/plugin/pluginpb"
+)
+
+// batchStream is one Predict stream and the goroutine that reads it. Each
+// answer goes to the batch waiting for it and to no other: an answer that
+// arrives while no batch waits is reported through unasked, never kept for
+// the next batch, whose callers would get another batch's results.
+type batchStream struct {
+	stream  pluginpb.Model_PredictClient
+	cancel  context.CancelFunc // ends the stream, and with it its reader
+	answers chan answer        // the waiting batch's answer, or why there is none
+	unasked func(error)        // called once, by the reader, on an unasked-for answer
+
+	mu      sync.Mutex
+	waiting uint64 // the id of the batch waiting for an answer; 0 when none
+	ended   bool   // the reader has stopped: the next batch needs a new stream
+}
+
+// answer is what the reader got for the batch that waited.
+type answer struct {
+	resp *pluginpb.PredictResponse
+	err  error
+}
+
+func newBatchStream(stream pluginpb.Model_PredictClient, cancel context.CancelFunc, unasked func(error)) *batchStream {
+	s := &batchStream{stream: stream, cancel: cancel, answers: make(chan answer, 1), unasked: unasked}
+	go s.read()
+	return s
+}
+
+// read receives until the stream ends, handing each answer to the batch
+// that waits for it.
+func (s *batchStream) read() {
+	for {
+		resp, err := s.stream.Recv()
+		s.mu.Lock()
+		id := s.waiting
+		s.waiting = 0
+		if err != nil || id == 0 {
+			s.ended = true
+		}
+		s.mu.Unlock()
+		switch {
+		case id != 0:
+			s.answers <- answer{resp, err}
+		case err == nil:
+			s.cancel()
+			s.unasked(fmt.Errorf("%w: it sent an answer (id %d) while no batch was waiting for one", ErrProtocol, resp.GetId()))
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// expect says that batch id is about to be sent and waits for its answer.
+// It reports false when the stream has ended and a new one is needed.
+func (s *batchStream) expect(id uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		return false
+	}
+	s.waiting = id
+	return true
+}
+
+// abandon ends the stream, whatever it still carries.
+func (s *batchStream) abandon() {
+	s.cancel()
+}
