@@ -311,6 +311,10 @@ func testPluginStartErrors(t *testing.T, bins map[string]string) {
 	if err := os.WriteFile(chatty, []byte("#!/bin/sh\necho hello, I am no plugin\nsleep 30\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	longLine := filepath.Join(dir, "longline")
+	if err := os.WriteFile(longLine, []byte("#!/bin/sh\nhead -c 200000 /dev/zero | tr '\\0' p\necho\nsleep 30\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	trueBin, err := exec.LookPath("true")
 	if err != nil {
 		t.Fatal(err)
@@ -326,6 +330,7 @@ func testPluginStartErrors(t *testing.T, bins map[string]string) {
 			[]string{bins["chaos"], "checksum mismatch", "want " + strings.Repeat("ab", 32)}},
 		{"not a plugin", []string{"--plugin", trueBin}, []string{trueBin + ": not a streamer plugin", "exited before the handshake", "want a streamer model plugin"}},
 		{"prints something else", []string{"--plugin", chatty}, []string{chatty + ": not a streamer plugin", `printed "hello, I am no plugin"`}},
+		{"prints a line too long", []string{"--plugin", longLine}, []string{longLine + ": not a streamer plugin", "printed a line of more than 64 KiB on stdout"}},
 		{"prints nothing", []string{"--plugin", bins["silent"]}, []string{bins["silent"] + ": not a streamer plugin", "printed no handshake within 5s"}},
 		{"wrong protocol version", []string{"--plugin", bins["wrongversion"]}, []string{bins["wrongversion"] + ": not a streamer plugin", "want streamer plugin protocol version 1"}},
 	}

@@ -33,7 +33,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
+	"github.com/hashicorp/go-plugin/runner"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -110,6 +112,7 @@ type Model struct {
 	name    string // the binary's base name, for messages
 	client  *goplugin.Client
 	cmd     *exec.Cmd
+	runner  *procRunner
 	rpc     pluginpb.ModelClient
 	exited  <-chan struct{} // closed when the plugin process has exited
 	release func()          // lets the thread that started the plugin go
@@ -166,18 +169,6 @@ func Open(ctx context.Context, cfg Config) (*Model, error) {
 func (m *Model) start(path string) error {
 	m.cmd = exec.Command(path)
 	setProcAttr(m.cmd)
-	// The socket goes in a directory only this user can enter, whatever
-	// the umask: no other local user can connect to it. AutoMTLS below
-	// also keeps out this user's other processes.
-	dir, err := os.MkdirTemp(m.cfg.SocketDir, "plugin-")
-	if err == nil {
-		err = os.Chmod(dir, 0o700)
-	}
-	if err != nil {
-		return fmt.Errorf("plugin %s: make its socket directory: %w", path, err)
-	}
-	m.socketDir = dir
-	m.cmd.Env = []string{goplugin.EnvUnixSocketDir + "=" + dir}
 	prefix := "[plugin " + m.name + "] "
 	var mu sync.Mutex
 	newOutput := func() io.Writer {
@@ -185,20 +176,24 @@ func (m *Model) start(path string) error {
 		m.outputs = append(m.outputs, w)
 		return w
 	}
+	m.runner = newProcRunner(m.cmd, m.cfg.SHA256, newOutput())
 	clientCfg := &goplugin.ClientConfig{
 		HandshakeConfig: handshakeConfig(),
 		Plugins:         goplugin.PluginSet{pluginpb.PluginName: &grpcPlugin{}},
-		Cmd:             m.cmd,
+		RunnerFunc:      m.runnerFunc,
 		AllowedProtocols: []goplugin.Protocol{
 			goplugin.ProtocolGRPC,
 		},
 		StartTimeout: m.cfg.StartTimeout,
+		// go-plugin makes the directory the plugin's socket goes in, here.
+		UnixSocketConfig: &goplugin.UnixSocketConfig{TempDir: m.cfg.SocketDir},
 		// A certificate for each side, made for this start: the plugin
 		// answers only this worker, over TLS.
 		AutoMTLS: true,
-		// The plugin's own stderr, and the copies of its os.Stdout and
-		// os.Stderr that go-plugin streams over gRPC: all of it is wanted.
-		Stderr:     newOutput(),
+		// The plugin's stdout and stderr are read by the runner; these are
+		// the copies of a Go plugin's os.Stdout and os.Stderr that go-plugin
+		// streams over gRPC.
+		Stderr:     io.Discard,
 		SyncStdout: newOutput(),
 		SyncStderr: newOutput(),
 		Logger:     newHCLogger(m.cfg.Logger, m.name),
@@ -206,10 +201,6 @@ func (m *Model) start(path string) error {
 			grpc.WithInitialWindowSize(windowSize),
 			grpc.WithInitialConnWindowSize(windowSize),
 		},
-	}
-	if m.cfg.SHA256 != "" {
-		sum, _ := decodeSHA256(m.cfg.SHA256) // Open validated it
-		clientCfg.SecureConfig = &goplugin.SecureConfig{Checksum: sum, Hash: sha256.New()}
 	}
 	m.client = goplugin.NewClient(clientCfg)
 
@@ -221,6 +212,22 @@ func (m *Model) start(path string) error {
 	}
 	m.rpc, m.exited = conn.rpc, conn.exited
 	return nil
+}
+
+// runnerFunc gives go-plugin the runner of the plugin's process. cmd is
+// go-plugin's template, with the environment it made for the plugin;
+// socketDir is the directory it made for the plugin's socket.
+func (m *Model) runnerFunc(_ hclog.Logger, cmd *exec.Cmd, socketDir string) (runner.Runner, error) {
+	// The socket goes in a directory only this user can enter, whatever
+	// the umask: no other local user can connect to it. AutoMTLS also
+	// keeps out this user's other processes.
+	m.socketDir = socketDir
+	if err := os.Chmod(socketDir, 0o700); err != nil {
+		return nil, fmt.Errorf("plugin %s: its socket directory: %w", m.cmd.Path, err)
+	}
+	m.cmd.Env = cmd.Env
+	m.cmd.Stdin = cmd.Stdin
+	return m.runner, nil
 }
 
 // handshakeConfig is what go-plugin checks before any call.
@@ -237,14 +244,16 @@ func handshakeConfig() goplugin.HandshakeConfig {
 // ones are reworded, any other is passed on.
 func (m *Model) startError(err error) error {
 	path := m.cmd.Path
-	if errors.Is(err, goplugin.ErrChecksumsDoNotMatch) {
-		return checksumError(path, m.cfg.SHA256)
+	if errors.Is(err, ErrChecksum) {
+		return err
 	}
 	msg, _, _ := strings.Cut(err.Error(), "\n") // go-plugin appends generic advice; ours follows
 	want := fmt.Sprintf("want a streamer model plugin: started with %s set, it prints the handshake line \"1|%d|unix|SOCKET|grpc\" on stdout within %s and serves streamer.plugin.v1.Model over gRPC (Go plugins: model/plugin/sdk)",
 		pluginpb.MagicCookieKey, pluginpb.ProtocolVersion, m.cfg.StartTimeout)
 	did := msg
 	switch {
+	case m.runner.overlongLine() > 0:
+		did = fmt.Sprintf("it printed a line of more than %d KiB on stdout, starting %q, instead of a handshake", maxHandshakeLine>>10, strings.TrimPrefix(msg, "Unrecognized remote plugin message: "))
 	case strings.HasPrefix(msg, "Unrecognized remote plugin message: "):
 		if printed := strings.TrimPrefix(msg, "Unrecognized remote plugin message: "); printed != "" {
 			did = fmt.Sprintf("it printed %q instead of a handshake", printed)
@@ -457,7 +466,7 @@ func (m *Model) Close() error {
 	select {
 	case <-done:
 	case <-time.After(3 * time.Second):
-		// Something the plugin started holds its output open.
+		// go-plugin gives a graceful exit two seconds: no more.
 	}
 	m.kill()
 	return nil

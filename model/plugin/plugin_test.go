@@ -317,8 +317,8 @@ func TestChecksum(t *testing.T) {
 	}
 	m.Close()
 
-	// Open leaves the check to go-plugin's SecureConfig, right before it
-	// runs the binary; Check does it for a supervisor, before any worker.
+	// Open checks right before it runs the binary; Check does it for a
+	// supervisor, before any worker.
 	_, openErr := Open(context.Background(), Config{Path: bin("chaos"), SHA256: bad})
 	_, checkErr := Check(bin("chaos"), bad)
 	for _, err := range []error{openErr, checkErr} {

@@ -47,9 +47,10 @@
 // with an error naming the binary and what it expected. Load the model in
 // Init, not before the handshake.
 //
-// After the handshake the worker reads and discards the plugin's stdout:
-// write logs to stderr, which the server log shows tagged with the worker's
-// slot.
+// After the handshake the worker reads whatever the plugin writes on stdout
+// and stderr, however long its lines, into the server log, tagged with the
+// worker's slot: write logs to stderr. A first line over 64 KiB is no
+// handshake.
 //
 // # Calls
 //

@@ -15,6 +15,9 @@
 //	pid            answer with the plugin's process id
 //	env:NAME       answer with the value of environment variable NAME
 //	config         answer with the Init config: {"args": {...}, "device": "..."}
+//	daemon         start "sleep 60" in a session of its own, holding the
+//	               plugin's stderr, say "chaos plugin: daemon pid N" on
+//	               stderr, then exit with status 3
 //
 // Init fails when the plugin-arg fail-init is set (with its value as the
 // message) and exits with status 4 when init-exit is set.
@@ -25,7 +28,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
+	"syscall"
 
 	"github.com/streamer-dev/streamer/model/plugin/sdk"
 )
@@ -55,6 +60,15 @@ func (c *chaos) Predict(_ context.Context, items []sdk.Item) ([]sdk.Result, erro
 			continue
 		}
 		switch verb, arg, _ := strings.Cut(s, ":"); verb {
+		case "daemon":
+			daemon := exec.Command("sleep", "60")
+			daemon.Stderr = os.Stderr
+			daemon.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+			if err := daemon.Start(); err != nil {
+				return nil, err
+			}
+			fmt.Fprintf(os.Stderr, "chaos plugin: daemon pid %d\n", daemon.Process.Pid)
+			os.Exit(3)
 		case "crash":
 			fmt.Fprintln(os.Stderr, "chaos plugin: crashing on a trigger item")
 			os.Exit(3)

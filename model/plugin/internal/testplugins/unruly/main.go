@@ -7,15 +7,20 @@
 //
 //	double     answer the batch twice
 //	wrong-id   answer with another batch's id
+//	stdout:N   write a line of N KiB on its stdout first
 //
 // Whatever it answers, it logs "unruly: answered batch ID" on stderr.
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
+	"syscall"
 
 	goplugin "github.com/hashicorp/go-plugin"
 	"github.com/vmihailenco/msgpack/v5"
@@ -48,7 +53,15 @@ func (s *server) Predict(stream pluginpb.Model_PredictServer) error {
 		for _, item := range req.GetItems() {
 			var trigger string
 			_ = msgpack.Unmarshal(item, &trigger)
-			switch trigger {
+			verb, arg, _ := strings.Cut(trigger, ":")
+			switch verb {
+			case "stdout":
+				kib, _ := strconv.Atoi(arg)
+				// The process's own stdout, not go-plugin's os.Stdout.
+				line := append(bytes.Repeat([]byte{'p'}, kib<<10), '\n')
+				if _, err := syscall.Write(1, line); err != nil {
+					return err
+				}
 			case "double":
 				answers = 2
 			case "wrong-id":
