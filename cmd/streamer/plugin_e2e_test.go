@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -83,13 +84,20 @@ func processGone(pid int) bool {
 	return !ok || len(stat) == 0 || stat[0] == "Z"
 }
 
+// isPluginGuard reports whether pid is the guard that leads a plugin's
+// process group (see model/plugin's groupGuard), rather than the plugin.
+func isPluginGuard(pid int) bool {
+	cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	return strings.HasPrefix(string(cmdline), "streamer-plugin-guard\x00")
+}
+
 // pluginOf waits for the plugin process of a worker and returns its pid.
 func pluginOf(t *testing.T, workerPID int) int {
 	t.Helper()
 	var plugin int
 	waitFor(t, fmt.Sprintf("the plugin of worker %d", workerPID), readyTimeout, func() bool {
 		for _, kid := range childrenOf(workerPID) {
-			if !processGone(kid) {
+			if !processGone(kid) && !isPluginGuard(kid) {
 				plugin = kid
 				return true
 			}
@@ -236,8 +244,19 @@ func testPluginDiesWithWorker(t *testing.T, bins map[string]string) {
 	s := startPluginServer(t, "--plugin", bins["chaos"], "--workers", "1")
 	worker := s.waitAllReady(t, 1)[0].PID
 	plugin := pluginOf(t, worker)
+	p := s.predictJSON(t, "fork")
+	forked, ok := 0, p.Status == http.StatusOK && len(p.Outputs) == 1
+	if ok {
+		n, isNumber := p.Outputs[0].(float64)
+		forked, ok = int(n), isNumber
+	}
+	if !ok {
+		t.Fatalf("fork: %s, want the pid of the plugin's child", p)
+	}
+	defer syscall.Kill(forked, syscall.SIGKILL)
 	killWorker(t, worker)
 	waitFor(t, fmt.Sprintf("plugin %d to die with its worker %d", plugin, worker), 10*time.Second, func() bool { return processGone(plugin) })
+	waitFor(t, fmt.Sprintf("the plugin's child %d to die with its worker %d", forked, worker), 10*time.Second, func() bool { return processGone(forked) })
 
 	var replacement supervisor.SlotStatus
 	s.waitFor(t, "a new worker", readyTimeout, func() bool {
@@ -396,6 +415,28 @@ func TestPythonPlugin(t *testing.T) {
 	if p := s.predictJSON(t, in...); p.Status != http.StatusOK {
 		t.Errorf("after a worker was killed: %s", p)
 	}
+
+	// So does one behind a wrapper that runs python without exec, which
+	// leaves python a child of the shell that the worker started.
+	noExec := filepath.Join(dir, "python-plugin-noexec")
+	script = fmt.Sprintf("#!/bin/sh\nPYTHONPATH=%s %s %s\n", dir, python, filepath.Join(root, "examples/python-plugin/plugin.py"))
+	if err := os.WriteFile(noExec, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s = startPluginServer(t, "--plugin", noExec, "--workers", "1",
+		"--plugin-arg", "corpus="+filepath.Join(root, "examples/fillmask/corpus.txt"))
+	worker := s.waitAllReady(t, 1)[0].PID
+	if p := s.predictJSON(t, in...); p.Status != http.StatusOK {
+		t.Fatalf("python behind a wrapper without exec: %s", p)
+	}
+	shell := pluginOf(t, worker)
+	pythons := childrenOf(shell)
+	if len(pythons) != 1 {
+		t.Fatalf("the wrapper %d has children %v, want python alone", shell, pythons)
+	}
+	defer syscall.Kill(pythons[0], syscall.SIGKILL)
+	killWorker(t, worker)
+	waitFor(t, fmt.Sprintf("python %d, behind a wrapper without exec, to die with its worker", pythons[0]), 10*time.Second, func() bool { return processGone(pythons[0]) })
 }
 
 // pythonWithGRPC finds a python3 that can import grpc, protobuf and msgpack,

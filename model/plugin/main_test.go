@@ -50,14 +50,25 @@ func buildTestPlugins(dir string) error {
 	return nil
 }
 
-// hostPlugin opens the plugin, prints its pid and waits to be killed.
+// hostPlugin opens the chaos plugin, has it start a child, prints both
+// pids and waits to be killed.
 func hostPlugin(path string) int {
 	m, err := Open(context.Background(), Config{Path: path})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	fmt.Println(m.PID())
+	item, _ := msgpack.Marshal("fork")
+	outs, err := m.Predict(context.Background(), [][]byte{item})
+	var child int
+	if err == nil {
+		err = msgpack.Unmarshal(outs[0], &child)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println(m.PID(), child)
 	time.Sleep(time.Minute)
 	return 0
 }

@@ -9,8 +9,8 @@
 // plugin's death is the worker's crash: a worker opens its plugin with
 // OpenSpec, which ends the worker process when the plugin dies, so that the
 // supervisor restarts it, retries the batch elsewhere and isolates an item
-// that keeps killing plugins. On Linux the plugin is also killed the moment
-// its worker dies, however it dies.
+// that keeps killing plugins. On Linux the plugin, and what it started, is
+// also killed the moment its worker dies, however it dies.
 //
 // Plugins are written in Go with package model/plugin/sdk, or in any language
 // that implements the contract of package model/plugin/pluginpb.
@@ -168,7 +168,6 @@ func Open(ctx context.Context, cfg Config) (*Model, error) {
 // start launches the process and connects to it.
 func (m *Model) start(path string) error {
 	m.cmd = exec.Command(path)
-	setProcAttr(m.cmd)
 	prefix := "[plugin " + m.name + "] "
 	var mu sync.Mutex
 	newOutput := func() io.Writer {
@@ -475,8 +474,9 @@ func (m *Model) Close() error {
 // kill ends the plugin and what it started at once, and waits until go-plugin
 // has read the last of its output.
 func (m *Model) kill() {
-	killGroup(m.pid())
+	killGroup(m.runner.group())
 	m.client.Kill()
+	m.runner.guard.stop()
 	m.flushOutput()
 	if m.release != nil {
 		m.release()

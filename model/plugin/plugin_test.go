@@ -369,7 +369,7 @@ func TestInitFailures(t *testing.T) {
 }
 
 // TestPluginDiesWithItsHost kills a host process outright and checks that
-// its plugin does not outlive it.
+// neither its plugin nor a process the plugin started outlives it.
 func TestPluginDiesWithItsHost(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the parent death signal is Linux's")
@@ -389,15 +389,21 @@ func TestPluginDiesWithItsHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer host.Process.Kill()
-	pid := atoi(t, readLine(t, bufio.NewReader(stdout), 20*time.Second))
-	if processGone(pid) {
-		t.Fatalf("plugin pid %d is not running", pid)
+	pids := strings.Fields(readLine(t, bufio.NewReader(stdout), 20*time.Second))
+	if len(pids) != 2 {
+		t.Fatalf("the host printed %q, want the plugin's pid and its child's", pids)
+	}
+	pid, child := atoi(t, pids[0]), atoi(t, pids[1])
+	defer syscall.Kill(child, syscall.SIGKILL)
+	if processGone(pid) || processGone(child) {
+		t.Fatalf("plugin pid %d or its child %d is not running", pid, child)
 	}
 	if err := host.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	_ = host.Wait()
 	waitFor(t, 5*time.Second, fmt.Sprintf("plugin pid %d to die with its host", pid), func() bool { return processGone(pid) })
+	waitFor(t, 5*time.Second, fmt.Sprintf("the plugin's child %d to die with its host", child), func() bool { return processGone(child) })
 }
 
 func writeFile(t *testing.T, path, content string, mode os.FileMode) {

@@ -1,22 +1,83 @@
 package plugin
 
 import (
+	"os"
 	"os/exec"
+	"sync"
 	"syscall"
 )
 
-// setProcAttr puts the plugin in a process group of its own, so that what it
-// starts can be stopped with it, and has the kernel kill it when the worker
-// that started it dies, even by kill -9, so that a plugin never outlives its
-// worker and holds on to its GPU.
-func setProcAttr(cmd *exec.Cmd) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+// setProcAttr puts the plugin in the process group pgid leads (a group of
+// its own when pgid is 0), so that what it starts can be stopped with it,
+// and has the kernel kill it when the worker that started it dies, even by
+// kill -9, so that a plugin never outlives its worker and holds on to its
+// GPU.
+func setProcAttr(cmd *exec.Cmd, pgid int) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: pgid, Pdeathsig: syscall.SIGKILL}
 }
 
-// killGroup kills the plugin's process group: the plugin and whatever it
-// started that is still in it.
-func killGroup(pid int) {
-	if pid > 0 {
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
+// killGroup kills process group pgid: the plugin and whatever it started
+// that is still in it.
+func killGroup(pgid int) {
+	if pgid > 0 {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	}
+}
+
+// guardName is the name the guard runs under, as ps shows it.
+const guardName = "streamer-plugin-guard"
+
+// groupGuard kills the plugin's process group when the worker dies, however
+// it dies. The parent death signal reaches the plugin alone, not what the
+// plugin started (a shell that runs python without exec leaves python
+// behind), and nothing runs in a worker killed by SIGKILL. So a small shell
+// leads the plugin's process group and waits on a pipe that only the worker
+// holds open: when the worker is gone, however it went, the pipe ends and
+// the shell kills the group, itself included. Being in the group, it also
+// keeps the group's id from being reused while the group lives.
+type groupGuard struct {
+	cmd  *exec.Cmd
+	pipe *os.File // the write end: closing it ends the group
+	once sync.Once
+}
+
+// startGroupGuard starts the guard; the plugin then joins its group.
+func startGroupGuard() (*groupGuard, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	cmd := &exec.Cmd{
+		Path:  "/bin/sh",
+		Args:  []string{guardName, "-c", "read line; kill -KILL 0"},
+		Stdin: r,
+		// A group of its own, and no parent death signal: it must outlive
+		// the worker to do its job.
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		return nil, err
+	}
+	return &groupGuard{cmd: cmd, pipe: w}, nil
+}
+
+// pgid is the process group the plugin joins; 0 without a guard.
+func (g *groupGuard) pgid() int {
+	if g == nil {
+		return 0
+	}
+	return g.cmd.Process.Pid
+}
+
+// stop kills the group, if it is still there, and reaps the guard.
+func (g *groupGuard) stop() {
+	if g == nil {
+		return
+	}
+	g.once.Do(func() {
+		g.pipe.Close()
+		_ = g.cmd.Wait()
+	})
 }

@@ -42,6 +42,7 @@ type procRunner struct {
 	silentR    *io.PipeReader // go-plugin's stderr: nothing, until the exit
 	silentW    *io.PipeWriter
 
+	guard   *groupGuard // leads the plugin's process group; nil where there is none
 	pumps   sync.WaitGroup
 	waited  chan struct{} // closed when the plugin has exited and its output is read
 	waitErr error         // cmd.Wait's, set before waited is closed
@@ -69,6 +70,10 @@ func (r *procRunner) Start(context.Context) error {
 			return checksumError(r.cmd.Path, r.sha256Hex)
 		}
 	}
+	// Without a guard (no /bin/sh) the plugin leads a group of its own,
+	// and what it started dies with it, but not with a worker killed outright.
+	r.guard, _ = startGroupGuard()
+	setProcAttr(r.cmd, r.guard.pgid())
 	stdoutR, stdoutW, err := os.Pipe()
 	if err != nil {
 		return err
@@ -144,6 +149,17 @@ func (r *procRunner) pumpStderr(f *os.File) {
 	defer r.pumps.Done()
 	defer f.Close()
 	_, _ = io.Copy(r.output, f)
+}
+
+// group is the plugin's process group, 0 before it started.
+func (r *procRunner) group() int {
+	if pgid := r.guard.pgid(); pgid > 0 {
+		return pgid
+	}
+	if r.cmd.Process == nil {
+		return 0
+	}
+	return r.cmd.Process.Pid
 }
 
 // overlongLine reports the length of a first line too long to be a

@@ -83,7 +83,9 @@
 // that does not serve Shutdown, say) is killed. The plugin runs in a process
 // group of its own, and what it started and left in that group is killed
 // with it. On Linux a plugin also receives SIGKILL the moment its worker
-// dies, so it is never left behind.
+// dies, and the rest of its group right after, however the worker died
+// (kill -9, the OOM killer): neither it nor what it started is left behind.
+// A process it moves out of the group (setsid) is its own to stop.
 //
 // Large batches: the worker sends messages of any size up to the server's
 // batch byte limit, so lift the gRPC server's default 4 MiB message limits.

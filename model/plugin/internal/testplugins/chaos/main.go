@@ -15,6 +15,7 @@
 //	pid            answer with the plugin's process id
 //	env:NAME       answer with the value of environment variable NAME
 //	config         answer with the Init config: {"args": {...}, "device": "..."}
+//	fork           start "sleep 60" and answer with its pid
 //	daemon         start "sleep 60" in a session of its own, holding the
 //	               plugin's stderr, say "chaos plugin: daemon pid N" on
 //	               stderr, then exit with status 3
@@ -60,6 +61,12 @@ func (c *chaos) Predict(_ context.Context, items []sdk.Item) ([]sdk.Result, erro
 			continue
 		}
 		switch verb, arg, _ := strings.Cut(s, ":"); verb {
+		case "fork":
+			child := exec.Command("sleep", "60")
+			if err := child.Start(); err != nil {
+				return nil, err
+			}
+			results[i] = sdk.OK(child.Process.Pid)
 		case "daemon":
 			daemon := exec.Command("sleep", "60")
 			daemon.Stderr = os.Stderr
