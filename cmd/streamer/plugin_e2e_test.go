@@ -330,6 +330,10 @@ func testPluginStartErrors(t *testing.T, bins map[string]string) {
 	if err := os.WriteFile(chatty, []byte("#!/bin/sh\necho hello, I am no plugin\nsleep 30\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	noSocket := filepath.Join(dir, "nosocket")
+	if err := os.WriteFile(noSocket, []byte("#!/bin/sh\necho '1|1|unix|/nonexistent/plugin.sock|grpc'\nsleep 30\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	longLine := filepath.Join(dir, "longline")
 	if err := os.WriteFile(longLine, []byte("#!/bin/sh\nhead -c 200000 /dev/zero | tr '\\0' p\necho\nsleep 30\n"), 0o755); err != nil {
 		t.Fatal(err)
@@ -349,6 +353,7 @@ func testPluginStartErrors(t *testing.T, bins map[string]string) {
 			[]string{bins["chaos"], "checksum mismatch", "want " + strings.Repeat("ab", 32)}},
 		{"not a plugin", []string{"--plugin", trueBin}, []string{trueBin + ": not a streamer plugin", "exited before the handshake", "want a streamer model plugin"}},
 		{"prints something else", []string{"--plugin", chatty}, []string{chatty + ": not a streamer plugin", `printed "hello, I am no plugin"`}},
+		{"names a socket that is not there", []string{"--plugin", noSocket}, []string{noSocket, "could not be called", "no such file or directory"}},
 		{"prints a line too long", []string{"--plugin", longLine}, []string{longLine + ": not a streamer plugin", "printed a line of more than 64 KiB on stdout"}},
 		{"prints nothing", []string{"--plugin", bins["silent"]}, []string{bins["silent"] + ": not a streamer plugin", "printed no handshake within 5s"}},
 		{"wrong protocol version", []string{"--plugin", bins["wrongversion"]}, []string{bins["wrongversion"] + ": not a streamer plugin", "want streamer plugin protocol version 1"}},

@@ -247,7 +247,7 @@ func (m *Model) startError(err error) error {
 		return err
 	}
 	msg, _, _ := strings.Cut(err.Error(), "\n") // go-plugin appends generic advice; ours follows
-	want := fmt.Sprintf("want a streamer model plugin: started with %s set, it prints the handshake line \"1|%d|unix|SOCKET|grpc\" on stdout within %s and serves streamer.plugin.v1.Model over gRPC (Go plugins: model/plugin/sdk)",
+	want := fmt.Sprintf("want a streamer model plugin: started with %s set, it prints the handshake line \"1|%d|unix|SOCKET|grpc|CERT\" on stdout within %s and serves streamer.plugin.v1.Model there over gRPC with TLS (Go plugins: model/plugin/sdk; others: go doc model/plugin/pluginpb)",
 		pluginpb.MagicCookieKey, pluginpb.ProtocolVersion, m.cfg.StartTimeout)
 	did := msg
 	switch {
@@ -412,9 +412,11 @@ func (m *Model) breach(why error) error { return m.end(why, true) }
 
 func (m *Model) end(cause error, broke bool) error {
 	m.crashOnce.Do(func() {
+		diedAlone := false
 		if !broke {
 			select {
 			case <-m.exited:
+				diedAlone = true
 			case <-time.After(2 * time.Second):
 				// Unreachable but alive: no use to anyone.
 			}
@@ -427,6 +429,10 @@ func (m *Model) end(cause error, broke bool) error {
 		switch {
 		case broke:
 			m.crashErr = fmt.Errorf("plugin %s (pid %d): %w; killed it (%s)", m.cmd.Path, m.pid(), cause, how)
+		case cause != nil && !diedAlone:
+			// It ran, but could not be called: the cause says why (no
+			// socket there, no TLS), which its death by our hand does not.
+			m.crashErr = fmt.Errorf("plugin %s (pid %d) could not be called: %s; killed it: %w: %s", m.cmd.Path, m.pid(), status.Convert(cause).Message(), ErrExited, how)
 		default:
 			m.crashErr = fmt.Errorf("plugin %s (pid %d): %w: %s", m.cmd.Path, m.pid(), ErrExited, how)
 			if cause != nil && status.Code(cause) != codes.Unavailable {

@@ -98,3 +98,21 @@ func TestAnOverlongFirstLineIsNoHandshake(t *testing.T) {
 		t.Errorf("Open = %v, want ErrHandshake saying %q", err, want)
 	}
 }
+
+// TestAnUnreachablePluginSaysWhy: a plugin whose handshake names a socket
+// that cannot be reached is refused with the reason, not only with the
+// signal it was killed by.
+func TestAnUnreachablePluginSaysWhy(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "nosocket")
+	writeFile(t, script, "#!/bin/sh\necho '1|1|unix|/nonexistent/plugin.sock|grpc'\nsleep 30\n", 0o755)
+	m, err := Open(context.Background(), Config{Path: script})
+	if err == nil {
+		m.Close()
+		t.Fatal("Open succeeded")
+	}
+	for _, want := range []string{script, "could not be called", "/nonexistent/plugin.sock", "no such file or directory", "killed it"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Open = %v, want it to say %q", err, want)
+		}
+	}
+}
