@@ -32,6 +32,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
@@ -282,7 +283,7 @@ func (m *Model) Predict(ctx context.Context, items [][]byte) ([][]byte, error) {
 		return nil, err
 	}
 	if msg := resp.GetError(); msg != "" {
-		return nil, fmt.Errorf("plugin %s: %s", m.name, msg)
+		return nil, fmt.Errorf("plugin %s: %s", m.name, capText(msg))
 	}
 	outputs := resp.GetOutputs()
 	if len(outputs) != len(items) {
@@ -297,7 +298,7 @@ func (m *Model) Predict(ctx context.Context, items [][]byte) ([][]byte, error) {
 		if int64(i) >= int64(len(items)) {
 			return nil, fmt.Errorf("plugin %s failed item %d of a batch of %d items", m.name, i, len(items))
 		}
-		errs[i] = fmt.Errorf("plugin %s: %s", m.name, msg)
+		errs[i] = fmt.Errorf("plugin %s: %s", m.name, capText(msg))
 	}
 	return outputs, &model.ItemErrors{Errs: errs}
 }
@@ -381,7 +382,23 @@ func (m *Model) callError(ctx context.Context, call string, err error) error {
 	case code == codes.Unavailable || m.hasExited():
 		return m.crash(err)
 	}
-	return fmt.Errorf("plugin %s: %s: %s", m.name, call, status.Convert(err).Message())
+	return fmt.Errorf("plugin %s: %s: %s", m.name, call, capText(status.Convert(err).Message()))
+}
+
+// maxErrorText bounds the text of an error a plugin gives: it goes to every
+// caller of the batch and into the log, where megabytes help no one.
+const maxErrorText = 4 << 10
+
+// capText cuts a plugin's error text to maxErrorText, saying how much was cut.
+func capText(msg string) string {
+	if len(msg) <= maxErrorText {
+		return msg
+	}
+	cut := maxErrorText
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d more bytes cut)", msg[:cut], len(msg)-cut)
 }
 
 func (m *Model) hasExited() bool {
@@ -432,11 +449,11 @@ func (m *Model) end(cause error, broke bool) error {
 		case cause != nil && !diedAlone:
 			// It ran, but could not be called: the cause says why (no
 			// socket there, no TLS), which its death by our hand does not.
-			m.crashErr = fmt.Errorf("plugin %s (pid %d) could not be called: %s; killed it: %w: %s", m.cmd.Path, m.pid(), status.Convert(cause).Message(), ErrExited, how)
+			m.crashErr = fmt.Errorf("plugin %s (pid %d) could not be called: %s; killed it: %w: %s", m.cmd.Path, m.pid(), capText(status.Convert(cause).Message()), ErrExited, how)
 		default:
 			m.crashErr = fmt.Errorf("plugin %s (pid %d): %w: %s", m.cmd.Path, m.pid(), ErrExited, how)
 			if cause != nil && status.Code(cause) != codes.Unavailable {
-				m.crashErr = fmt.Errorf("%w (%s)", m.crashErr, status.Convert(cause).Message())
+				m.crashErr = fmt.Errorf("%w (%s)", m.crashErr, capText(status.Convert(cause).Message()))
 			}
 		}
 		if m.cfg.Crashed != nil && m.serving.Load() {

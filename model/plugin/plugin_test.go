@@ -412,3 +412,21 @@ func writeFile(t *testing.T, path, content string, mode os.FileMode) {
 		t.Fatal(err)
 	}
 }
+
+// TestLongErrorsAreCut: a plugin's error text, which goes to every caller
+// of its batch and into the log, is cut to a few KiB, saying how much was cut.
+func TestLongErrorsAreCut(t *testing.T) {
+	m := openChaos(t, Config{})
+	_, batchErr := m.Predict(context.Background(), pack(t, "long-error:5000"))
+	_, itemErr := m.Predict(context.Background(), pack(t, "long-reject:5000"))
+	_, initErr := Open(context.Background(), Config{Path: bin("chaos"), Args: map[string]string{"fail-init": strings.Repeat("I", 1<<20)}})
+	for _, err := range []error{batchErr, itemErr, initErr} {
+		if err == nil {
+			t.Fatal("no error")
+		}
+		if msg := err.Error(); len(msg) > 5<<10 || !strings.Contains(msg, "more bytes cut)") {
+			t.Errorf("an error of %d bytes (%.80s…), want it cut to a few KiB saying so", len(msg), msg)
+		}
+	}
+	assertServes(t, m)
+}

@@ -10,6 +10,8 @@
 //	reject         fail this item alone
 //	wrong-count    answer the batch with one output too few
 //	batch-error    fail the whole batch
+//	long-error:N   fail the whole batch with a message of N KiB
+//	long-reject:N  fail this item alone with a message of N KiB
 //	say:TEXT       write TEXT on stderr, then echo
 //	print:TEXT     write TEXT on stdout, then echo
 //	pid            answer with the plugin's process id
@@ -30,6 +32,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -87,6 +90,12 @@ func (c *chaos) Predict(_ context.Context, items []sdk.Item) ([]sdk.Result, erro
 			results[i] = sdk.Failf("chaos plugin: item %q rejected", s)
 		case "wrong-count":
 			return results[:len(results)-1], nil
+		case "long-error":
+			kib, _ := strconv.Atoi(arg)
+			return nil, errors.New(strings.Repeat("E", kib<<10))
+		case "long-reject":
+			kib, _ := strconv.Atoi(arg)
+			results[i] = sdk.Fail(errors.New(strings.Repeat("R", kib<<10)))
 		case "batch-error":
 			return nil, errors.New("chaos plugin: batch failed as asked")
 		case "say":
