@@ -21,3 +21,13 @@ func TestPluginLongErrorsAreCut(t *testing.T) {
 		t.Errorf("the server log holds %d bytes after two long errors", n)
 	}
 }
+
+// TestPluginEmptyItemError: an item a plugin fails with an empty error gets
+// an error that says so, not the plugin's name followed by nothing.
+func TestPluginEmptyItemError(t *testing.T) {
+	bin := pluginBins(t)["chaos"]
+	s := startPluginServer(t, "--plugin", bin, "--workers", "1")
+	if p := s.predictJSON(t, "empty-reject"); p.Status != http.StatusUnprocessableEntity || !strings.Contains(p.Error, "plugin chaos: the item failed, with an empty error") {
+		t.Errorf("an item failed with an empty error: %s, want 422 saying so", p)
+	}
+}

@@ -298,6 +298,9 @@ func (m *Model) Predict(ctx context.Context, items [][]byte) ([][]byte, error) {
 		if int64(i) >= int64(len(items)) {
 			return nil, fmt.Errorf("plugin %s failed item %d of a batch of %d items", m.name, i, len(items))
 		}
+		if msg == "" {
+			msg = "it failed the item with an empty error"
+		}
 		errs[i] = fmt.Errorf("plugin %s: %s", m.name, capText(msg))
 	}
 	return outputs, &model.ItemErrors{Errs: errs}

@@ -430,3 +430,28 @@ func TestLongErrorsAreCut(t *testing.T) {
 	}
 	assertServes(t, m)
 }
+
+// TestEmptyItemErrorsSaySo: an item failed with an empty error says that
+// much, from the SDK and from a plugin without it.
+func TestEmptyItemErrorsSaySo(t *testing.T) {
+	tests := []struct {
+		name, binary, trigger, want string
+	}{
+		{"sdk", "chaos", "empty-reject", "plugin chaos: the item failed, with an empty error"},
+		{"no sdk", "unruly", "empty-item-error", "plugin unruly: it failed the item with an empty error"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, err := Open(context.Background(), Config{Path: bin(tt.binary)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			_, err = m.Predict(context.Background(), pack(t, tt.trigger))
+			var itemErrs *model.ItemErrors
+			if !errors.As(err, &itemErrs) || itemErrs.Errs[0] == nil || itemErrs.Errs[0].Error() != tt.want {
+				t.Errorf("Predict = %v, want item 0 failed with %q", err, tt.want)
+			}
+		})
+	}
+}

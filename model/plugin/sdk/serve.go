@@ -155,6 +155,8 @@ func toResponse(results []Result) *pluginpb.PredictResponse {
 	}
 	for i, r := range results {
 		switch {
+		case r.Err != nil && r.Err.Error() == "":
+			fail(i, "the item failed, with an empty error")
 		case r.Err != nil:
 			fail(i, r.Err.Error())
 		case r.Output == nil:

@@ -11,6 +11,7 @@
 //	wrong-count    answer the batch with one output too few
 //	batch-error    fail the whole batch
 //	long-error:N   fail the whole batch with a message of N KiB
+//	empty-reject   fail this item alone with an empty error
 //	long-reject:N  fail this item alone with a message of N KiB
 //	say:TEXT       write TEXT on stderr, then echo
 //	print:TEXT     write TEXT on stdout, then echo
@@ -93,6 +94,8 @@ func (c *chaos) Predict(_ context.Context, items []sdk.Item) ([]sdk.Result, erro
 		case "long-error":
 			kib, _ := strconv.Atoi(arg)
 			return nil, errors.New(strings.Repeat("E", kib<<10))
+		case "empty-reject":
+			results[i] = sdk.Fail(errors.New(""))
 		case "long-reject":
 			kib, _ := strconv.Atoi(arg)
 			results[i] = sdk.Fail(errors.New(strings.Repeat("R", kib<<10)))

@@ -7,6 +7,7 @@
 //
 //	double     answer the batch twice
 //	wrong-id   answer with another batch's id
+//	empty-item-error   fail the item with an empty message
 //	stdout:N   write a line of N KiB on its stdout first
 //
 // Whatever it answers, it logs "unruly: answered batch ID" on stderr.
@@ -62,6 +63,8 @@ func (s *server) Predict(stream pluginpb.Model_PredictServer) error {
 				if _, err := syscall.Write(1, line); err != nil {
 					return err
 				}
+			case "empty-item-error":
+				resp.ItemErrors = map[uint32]string{0: ""}
 			case "double":
 				answers = 2
 			case "wrong-id":
