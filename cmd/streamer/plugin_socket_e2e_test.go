@@ -136,3 +136,31 @@ func TestAFrontEndOfAPluginMakesNoSocketDir(t *testing.T) {
 		t.Errorf("a front end's /v1/models: %s; want the plugin's path and no socket_dir", body)
 	}
 }
+
+// TestPluginSocketDirsOfKilledWorkersAreSwept: the socket directory of a
+// worker killed with kill -9, which it could not remove, is removed when its
+// replacement starts, so that they do not pile up while the server runs.
+func TestPluginSocketDirsOfKilledWorkersAreSwept(t *testing.T) {
+	bin := pluginBins(t)["chaos"]
+	s := startPluginServer(t, "--plugin", bin, "--workers", "1")
+	dir := serverSocketDir(t, s.cmd.Process.Pid)
+	for range 3 {
+		worker := s.waitAllReady(t, 1)[0].PID
+		killWorker(t, worker)
+		s.waitFor(t, "a new worker", readyTimeout, func() bool {
+			ready := s.readyWorkers(t)
+			return len(ready) == 1 && ready[0].PID != worker
+		})
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if len(names) != 1 {
+		t.Errorf("socket directories after three workers were killed: %v; want the live worker's alone", names)
+	}
+}

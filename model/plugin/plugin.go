@@ -28,6 +28,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -65,6 +66,10 @@ var (
 // handshake, so the handshake itself is quick.
 const DefaultStartTimeout = 5 * time.Second
 
+// socketDirPrefix starts the name of a plugin's socket directory; the pid
+// of the worker that started the plugin follows, then a dash.
+const socketDirPrefix = "plugin-"
+
 // windowSize is the HTTP/2 flow control window of the plugin connection. A
 // fixed window also turns off gRPC's bandwidth estimation, whose ping on
 // every response would cost a round trip of system calls per batch.
@@ -95,7 +100,8 @@ type Config struct {
 	// removes it when the plugin is closed or killed. Empty means the
 	// system's temporary directory. streamer serve points it at a
 	// directory of its own, removed when it exits and swept at its next
-	// start after a kill -9.
+	// start after a kill -9. When set, Open also removes the directories
+	// in it of plugins whose worker was killed before it could.
 	SocketDir string
 	// Crashed, when set, is called once when the plugin process dies after
 	// Open succeeded and before Close, whether or not a batch was running. A
@@ -149,6 +155,9 @@ func Open(ctx context.Context, cfg Config) (*Model, error) {
 	}
 	if cfg.Device == "" {
 		cfg.Device = "cpu"
+	}
+	if cfg.SocketDir != "" {
+		sweepSocketDirs(cfg.SocketDir)
 	}
 	m := &Model{cfg: cfg, name: filepath.Base(path)}
 	if err := m.start(path); err != nil {
@@ -221,11 +230,20 @@ func (m *Model) runnerFunc(_ hclog.Logger, cmd *exec.Cmd, socketDir string) (run
 	// The socket goes in a directory only this user can enter, whatever
 	// the umask: no other local user can connect to it. AutoMTLS also
 	// keeps out this user's other processes.
-	m.socketDir = socketDir
-	if err := os.Chmod(socketDir, 0o700); err != nil {
-		return nil, fmt.Errorf("plugin %s: its socket directory: %w", m.cmd.Path, err)
+	// The directory is ours rather than go-plugin's, named after this
+	// process, so that the next worker can tell it from the directory of a
+	// worker killed before it could remove its own.
+	_ = os.Remove(socketDir)
+	dir, err := os.MkdirTemp(m.cfg.SocketDir, socketDirPrefix+strconv.Itoa(os.Getpid())+"-")
+	if err == nil {
+		m.socketDir = dir
+		err = os.Chmod(dir, 0o700)
 	}
-	m.cmd.Env = cmd.Env
+	if err != nil {
+		return nil, fmt.Errorf("plugin %s: make its socket directory: %w", m.cmd.Path, err)
+	}
+	// The last value of a variable is the one the plugin sees.
+	m.cmd.Env = append(cmd.Env, goplugin.EnvUnixSocketDir+"="+dir)
 	m.cmd.Stdin = cmd.Stdin
 	return m.runner, nil
 }

@@ -1,0 +1,8 @@
+//go:build !unix
+
+package plugin
+
+// sweepSocketDirs does nothing where a worker cannot tell a live process
+// from a dead one this way: the directories of workers killed outright
+// stay until the server removes its own.
+func sweepSocketDirs(string) {}
