@@ -130,3 +130,21 @@ func TestFuncCloseReturnsNil(t *testing.T) {
 		t.Errorf("Close = %v, want nil", err)
 	}
 }
+
+// A runner's free-form arguments may hold secrets: logs and the API show
+// their keys only. Other settings show as they are.
+func TestPublicSettingsHideTheArgsValues(t *testing.T) {
+	spec, err := model.NewSpec("plugin", map[string]any{"path": "/bin/m", "args": map[string]string{"api_key": "hunter2", "mode": "fast"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, shown := range []string{string(spec.PublicSettings()), spec.String()} {
+		if strings.Contains(shown, "hunter2") || strings.Contains(shown, "fast") || !strings.Contains(shown, `"api_key":"…"`) || !strings.Contains(shown, "/bin/m") {
+			t.Errorf("shown as %s; want the args' keys, not their values, and the path", shown)
+		}
+	}
+	plain, _ := model.NewSpec("sleep", map[string]int{"fixed": 10})
+	if got := plain.String(); got != `sleep {"fixed":10}` {
+		t.Errorf("String() = %s; want the settings as they are", got)
+	}
+}

@@ -114,10 +114,40 @@ func (s Spec) Decode(v any) error {
 	return nil
 }
 
-// String names the model for logs: the runner, then its settings.
+// String names the model for logs: the runner, then its settings as
+// PublicSettings shows them.
 func (s Spec) String() string {
-	if len(s.Settings) == 0 || string(s.Settings) == "{}" || string(s.Settings) == "null" {
+	public := s.PublicSettings()
+	if len(public) == 0 || string(public) == "{}" || string(public) == "null" {
 		return s.Runner
 	}
-	return s.Runner + " " + string(s.Settings)
+	return s.Runner + " " + string(public)
+}
+
+// PublicSettings are the settings as logs and the API show them: the
+// values of a top-level "args" object (a runner's free-form arguments,
+// such as a plugin's --plugin-arg, which may hold a key or a password)
+// read "…", their keys kept. Settings that are not a JSON object are shown
+// as they are.
+func (s Spec) PublicSettings() json.RawMessage {
+	if !bytes.Contains(s.Settings, []byte(`"args"`)) {
+		return s.Settings
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(s.Settings, &fields) != nil {
+		return s.Settings
+	}
+	var args map[string]json.RawMessage
+	if json.Unmarshal(fields["args"], &args) != nil || args == nil {
+		return s.Settings
+	}
+	for k := range args {
+		args[k] = json.RawMessage(`"…"`)
+	}
+	fields["args"], _ = json.Marshal(args)
+	public, err := json.Marshal(fields)
+	if err != nil {
+		return s.Settings
+	}
+	return public
 }

@@ -31,7 +31,7 @@ func codecFor(spec model.Spec, name string) (httpapi.Codec, any, error) {
 		}
 		return codec, desc, nil
 	}
-	return httpapi.Generic{}, map[string]any{"model": name, "runner": spec.Runner, "settings": spec.Settings}, nil
+	return httpapi.Generic{}, map[string]any{"model": name, "runner": spec.Runner, "settings": spec.PublicSettings()}, nil
 }
 
 // announceModel completes the model description with the server's batching

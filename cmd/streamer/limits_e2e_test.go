@@ -123,6 +123,7 @@ func TestServeRefusesFlagValuesNoServerCanUse(t *testing.T) {
 		{[]string{"--listen", ""}, "--listen is empty"},
 		{[]string{"--plugin-sha256", strings.Repeat("0", 64)}, "--plugin-sha256 and --plugin-arg need --plugin"},
 		{[]string{"--plugin-arg", "k=v"}, "--plugin-sha256 and --plugin-arg need --plugin"},
+		{[]string{"--plugin", ""}, "--plugin is empty"},
 		{[]string{"--allow-origin", "app.example.com"}, `--allow-origin "app.example.com": want scheme://host[:port]`},
 		{[]string{"--allow-origin", "https://app.example.com/page"}, `--allow-origin "https://app.example.com/page": want scheme://host[:port] alone`},
 	} {

@@ -8,6 +8,7 @@ package main
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -171,6 +172,17 @@ func testPluginConfig(t *testing.T, bins map[string]string) {
 	want := map[string]any{"args": map[string]any{"lang": "en", "k": "v=w"}, "device": "cuda"}
 	if p := s.predictJSON(t, "config"); p.Status != http.StatusOK || len(p.Outputs) != 1 || !reflect.DeepEqual(p.Outputs[0], want) {
 		t.Errorf("the plugin's Init config: %s, want %v", p, want)
+	}
+	// The values reach the plugin, and nobody else: the API and the log
+	// show their keys only, as they may be secrets.
+	var info map[string]any
+	s.getJSON(t, "/v1/models", &info)
+	shown, _ := json.Marshal(info)
+	if strings.Contains(string(shown), `"en"`) || strings.Contains(string(shown), "v=w") || !strings.Contains(string(shown), `"lang":"…"`) {
+		t.Errorf("GET /v1/models shows the --plugin-arg values: %s", shown)
+	}
+	if strings.Contains(s.logs(), "v=w") {
+		t.Errorf("the log shows a --plugin-arg value:\n%s", s.logs())
 	}
 }
 

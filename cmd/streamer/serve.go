@@ -32,6 +32,7 @@ import (
 // serveOptions are the flags of streamer serve.
 type serveOptions struct {
 	modelGiven       bool // --model was on the command line
+	pluginGiven      bool // --plugin was on the command line, maybe empty
 	listen           string
 	workers          int
 	cuda             string
@@ -88,6 +89,7 @@ CUDA_VISIBLE_DEVICES set to the (i mod n)-th entry of --cuda.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.broker.resolve(cmd.Flags(), os.LookupEnv)
 			o.modelGiven = cmd.Flags().Changed("model")
+			o.pluginGiven = cmd.Flags().Changed("plugin")
 			return runServe(cmd.Context(), o)
 		},
 	}
@@ -131,7 +133,7 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f.StringVar(&o.device, "device", "cpu", "where the model runs: cpu or cuda (device 0 of the worker's CUDA_VISIBLE_DEVICES)")
 	f.IntVar(&o.intraOpThreads, "intra-op-threads", 0, "threads one worker uses inside a batch (ONNX; 0: runtime default); keep workers × threads ≤ cores")
 	f.StringVar(&o.ortLib, "ort-lib", "", "path to the ONNX Runtime shared library (default: $STREAMER_ORT_LIB, third_party/onnxruntime, then the system)")
-	f.StringArrayVar(&o.pad, "pad", nil, "INPUT=VALUE: pad that ONNX input's dynamic axes with VALUE so items of different lengths share a batch (repeatable)")
+	f.StringArrayVar(&o.pad, "pad", nil, "INPUT=VALUE: pad that ONNX input's dynamic axes with VALUE (a number, or -inf, inf, nan) so items of different lengths share a batch (repeatable)")
 	addBrokerFlags(f, &o.broker)
 	addSecurityFlags(f, &o.security)
 	addAdminFlags(f, &o.admin)
@@ -686,6 +688,11 @@ func (o serveOptions) checkFlags() error {
 		if err := checkOrigin(origin); err != nil {
 			return fmt.Errorf("--allow-origin %q: %w", origin, err)
 		}
+	}
+	if o.pluginGiven && o.plugin == "" {
+		// An unset shell variable, most likely: serving the default
+		// model instead would answer every request with its inputs.
+		return errors.New("--plugin is empty: give the path of a plugin binary")
 	}
 	if o.plugin == "" && (o.pluginSHA256 != "" || len(o.pluginArgs) > 0) {
 		return errors.New("--plugin-sha256 and --plugin-arg need --plugin: they are the plugin's, and there is none")
