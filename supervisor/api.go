@@ -69,9 +69,17 @@ type ItemError struct {
 	Index int
 	// Err says why; it wraps one of the package's sentinel errors.
 	Err error
+	// Every says that every item of the request failed with this same
+	// error (their batch failed as a whole, say): Index is then 0.
+	Every bool
 }
 
-func (e *ItemError) Error() string { return fmt.Sprintf("item %d: %v", e.Index, e.Err) }
+func (e *ItemError) Error() string {
+	if e.Every {
+		return fmt.Sprintf("every item: %v", e.Err)
+	}
+	return fmt.Sprintf("item %d: %v", e.Index, e.Err)
+}
 
 // Unwrap returns the item's error.
 func (e *ItemError) Unwrap() error { return e.Err }

@@ -121,3 +121,24 @@ func TestNewRefusesNegativesAndANilFunc(t *testing.T) {
 		}
 	}
 }
+
+// A batch that fails as a whole fails each of its items with the same
+// error, which the request's error says of every item, not of item 0.
+func TestABatchFailedWholeIsSaidOfEveryItem(t *testing.T) {
+	fn := func(_ context.Context, items [][]byte) ([][]byte, error) {
+		if len(items) == 1 {
+			return nil, errors.New("the batch broke")
+		}
+		return items[:1], nil // too few outputs
+	}
+	s := start(t, supervisor.Config{InProcess: model.Func(fn)})
+	_, err := s.Predict(context.Background(), items("a", "b", "c"))
+	var itemErr *supervisor.ItemError
+	if !errors.As(err, &itemErr) || !itemErr.Every || !errors.Is(err, supervisor.ErrModelFailed) || !strings.HasPrefix(err.Error(), "every item: ") {
+		t.Errorf("got %v; want an ItemError of every item wrapping ErrModelFailed", err)
+	}
+	_, err = s.Predict(context.Background(), items("alone"))
+	if !errors.As(err, &itemErr) || itemErr.Every || !strings.HasPrefix(err.Error(), "item 0: ") {
+		t.Errorf("a request of one item: %v; want it said of item 0", err)
+	}
+}

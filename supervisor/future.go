@@ -197,11 +197,22 @@ func (f *Future) result() ([][]byte, error) {
 	if errs := f.errs.Load(); errs != nil {
 		for i, err := range *errs {
 			if err != nil {
-				return f.outputs, &ItemError{Index: i, Err: err}
+				return f.outputs, &ItemError{Index: i, Err: err, Every: i == 0 && len(*errs) > 1 && sameError(*errs)}
 			}
 		}
 	}
 	return f.outputs, nil
+}
+
+// sameError reports whether every error of errs is the one error value: a
+// batch that failed as a whole gives each of its items the same.
+func sameError(errs []error) bool {
+	for _, err := range errs[1:] {
+		if err != errs[0] {
+			return false
+		}
+	}
+	return true
 }
 
 // gone reports whether the caller's context has ended.
