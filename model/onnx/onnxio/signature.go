@@ -278,22 +278,34 @@ func port(vi *onnxpb.ValueInfoProto, input bool) (Port, error) {
 }
 
 // decideBatching finds the batch axis. Inputs whose leading axis is dynamic
-// are stacked along it, when the names the file gives its axes agree that
-// it is the batch axis: the inputs' leading axes have one name (or none),
-// and no axis further in is named like a batch axis. When they disagree
-// (a time-major input [seq, batch, 2], inputs leading with other names),
-// items run one by one, each input taken whole. When no input has a
-// dynamic leading axis, inputs whose leading axis is fixed at 1 carry it
-// and items run one by one. Inputs left (scalars, fixed leading axes) are
-// taken whole from each item. An output is cut along its leading axis only
-// when that axis agrees with the inputs' (see leadsWithBatch); any other
-// output makes items run one by one.
+// are stacked along it, unless the names the file gives its axes say
+// otherwise. Only a name chosen for the axis counts (see chosenName): the
+// names exporters make up for axes they were not told of say nothing.
+//
+//   - When some input names its leading axis like a batch axis ("batch",
+//     "batch_size", "N"), an input leading with an axis of another chosen
+//     name (a table's "vocab") is taken whole, not stacked.
+//   - An input with an axis further in named like a batch axis, its
+//     leading axis not (a time-major [seq, batch, 2]), has items run one
+//     by one, each input taken whole.
+//
+// When no input has a dynamic leading axis, inputs whose leading axis is
+// fixed at 1 carry it and items run one by one. Inputs left (scalars,
+// fixed leading axes) are taken whole from each item. An output is cut
+// along its leading axis unless its names say that is not the batch axis
+// (see leadsWithBatch); such an output makes items run one by one.
 func (s *Signature) decideBatching() {
 	leadingDynamic := func(p Port) bool { return len(p.Shape) > 0 && p.Shape[0].Dynamic() }
 	leadingOne := func(p Port) bool { return len(p.Shape) > 0 && p.Shape[0].Size == 1 }
-	batched := leadingDynamic
+	batchNames := s.batchNames()
+	batched := func(p Port) bool {
+		if !leadingDynamic(p) {
+			return false
+		}
+		name := chosenName(p.Shape[0].Param)
+		return len(batchNames) == 0 || name == "" || batchNames[name]
+	}
 	s.Mode = Stacked
-	batchName := ""
 	switch {
 	case !anyPort(s.Inputs, leadingDynamic):
 		s.Mode = OneByOne
@@ -305,10 +317,14 @@ func (s *Signature) decideBatching() {
 			s.Why = "the model's inputs have no batch axis"
 		}
 	default:
-		var why string
-		if batchName, why = s.leadingName(); why != "" {
-			s.Mode, s.Why = OneByOne, why
-			batched = func(Port) bool { return false }
+		for _, p := range s.Inputs {
+			if a, ok := batchLikeInside(p); ok {
+				s.Mode = OneByOne
+				s.Why = fmt.Sprintf("input %q's axis %d is named %s, but its leading axis is %s, so the leading axis is not taken for the batch axis; each input is taken whole",
+					p.Name, a, p.Shape[a].Param, p.Shape[0])
+				batched = func(Port) bool { return false }
+				break
+			}
 		}
 	}
 	for i := range s.Inputs {
@@ -321,7 +337,7 @@ func (s *Signature) decideBatching() {
 		switch {
 		case p.Shape == nil:
 			p.setBatched(s.Mode == Stacked)
-		case batched(*p) && leadsWithBatch(*p, batchName):
+		case batched(*p) && leadsWithBatch(*p, batchNames):
 			p.setBatched(true)
 		default:
 			p.setBatched(false)
@@ -330,54 +346,44 @@ func (s *Signature) decideBatching() {
 			s.Mode = OneByOne
 			s.Why = fmt.Sprintf("output %q has no batch axis, so items cannot share a run", p.Name)
 			if len(p.Shape) > 0 && p.Shape[0].Dynamic() {
-				s.Why = fmt.Sprintf("output %q leads with axis %s, not the inputs' batch axis %s, so items cannot share a run", p.Name, p.Shape[0], batchName)
+				s.Why = fmt.Sprintf("output %q leads with axis %s, which its names say is not the batch axis, so items cannot share a run", p.Name, p.Shape[0])
 			}
 		}
 	}
 }
 
-// leadingName returns the name of the inputs' dynamic leading axes ("" when
-// none is named), or why those axes are not taken for the batch axis.
-func (s *Signature) leadingName() (name, why string) {
-	var first *Port
-	for i, p := range s.Inputs {
-		if len(p.Shape) == 0 || !p.Shape[0].Dynamic() || p.Shape[0].Param == "" {
-			continue
-		}
-		if first != nil && p.Shape[0].Param != name {
-			return "", fmt.Sprintf("inputs %q and %q lead with axes of other names (%s, %s), so which is the batch axis is unclear; each input is taken whole", first.Name, p.Name, name, p.Shape[0].Param)
-		}
-		first, name = &s.Inputs[i], p.Shape[0].Param
-	}
+// batchNames are the chosen names of the inputs' dynamic leading axes that
+// are named like a batch axis: empty when no input names its batch axis.
+func (s *Signature) batchNames() map[string]bool {
+	names := map[string]bool{}
 	for _, p := range s.Inputs {
-		if a, ok := batchLikeInside(p); ok {
-			return "", fmt.Sprintf("input %q's axis %d is named %s, but its leading axis is %s, so the leading axis is not taken for the batch axis; each input is taken whole", p.Name, a, p.Shape[a].Param, p.Shape[0])
+		if len(p.Shape) > 0 && p.Shape[0].Dynamic() && batchLike(chosenName(p.Shape[0].Param)) {
+			names[p.Shape[0].Param] = true
 		}
 	}
-	return name, ""
+	return names
 }
 
-// leadsWithBatch reports whether the output's leading axis, which batched
-// accepted, is the batch axis of inputs whose leading axes are named
-// batchName: it is fixed (at 1, in a one-by-one model), or it is dynamic,
-// has that name or one of the two is unnamed, and no axis further in is
-// named like a batch axis.
-func leadsWithBatch(p Port, batchName string) bool {
+// leadsWithBatch reports whether the output's leading axis is the batch
+// axis: fixed (at 1, in a one-by-one model), or dynamic with no axis
+// further in named like a batch axis, and with a name that is made up,
+// like a batch axis, or one of batchNames when the inputs name theirs.
+func leadsWithBatch(p Port, batchNames map[string]bool) bool {
 	if !p.Shape[0].Dynamic() {
 		return true
 	}
 	if _, ok := batchLikeInside(p); ok {
 		return false
 	}
-	param := p.Shape[0].Param
-	return param == "" || batchName == "" || param == batchName
+	name := chosenName(p.Shape[0].Param)
+	return name == "" || len(batchNames) == 0 || batchNames[name] || batchLike(name)
 }
 
 // batchLikeInside returns an axis past the leading one that is named like a
 // batch axis, when the leading axis does not have that name.
 func batchLikeInside(p Port) (int, bool) {
 	for a, d := range p.Shape {
-		if a > 0 && batchLike(d.Param) && (!p.Shape[0].Dynamic() || p.Shape[0].Param != d.Param) {
+		if a > 0 && batchLike(chosenName(d.Param)) && (!p.Shape[0].Dynamic() || p.Shape[0].Param != d.Param) {
 			return a, true
 		}
 	}
@@ -388,6 +394,17 @@ func batchLikeInside(p Port) (int, bool) {
 func batchLike(param string) bool {
 	lower := strings.ToLower(param)
 	return strings.Contains(lower, "batch") || lower == "bs" || param == "N"
+}
+
+// chosenName is an axis's name when somebody chose it, and "" for the
+// names exporters make up for the dynamic axes they were not told of:
+// PyTorch's "input_dynamic_axes_1" and "Addoutput_dim_0", TensorFlow's
+// "unk__12". Those say nothing of what the axis is.
+func chosenName(param string) string {
+	if strings.HasPrefix(param, "unk__") || strings.Contains(param, "dynamic_axes_") || strings.Contains(param, "output_dim_") {
+		return ""
+	}
+	return param
 }
 
 func (p *Port) setBatched(b bool) {

@@ -202,7 +202,7 @@ func TestParseRefuses(t *testing.T) {
 // The leading axis is taken for the batch axis only when the names of the
 // axes agree; otherwise items run one by one, and a value whose leading
 // axis is not the batch axis is taken whole.
-func TestParseBatchesOnlyWhenTheAxisNamesAgree(t *testing.T) {
+func TestParseBatchesUnlessTheAxisNamesSayOtherwise(t *testing.T) {
 	f32 := onnxpb.TensorProto_FLOAT
 	in := func(vs ...*onnxpb.ValueInfoProto) []*onnxpb.ValueInfoProto { return vs }
 	tests := []struct {
@@ -218,8 +218,15 @@ func TestParseBatchesOnlyWhenTheAxisNamesAgree(t *testing.T) {
 		{"an unnamed output axis", in(tensorValue("x", f32, "batch_size", 2)), in(tensorValue("y", f32, "", 2)), onnxio.Stacked, "bb", ""},
 		{"time-major input", in(tensorValue("x", f32, "seq", "batch", 2)), in(tensorValue("y", f32, "seq", "batch", 2)), onnxio.OneByOne, "ww", `input "x"'s axis 1 is named batch, but its leading axis is seq`},
 		{"N inside", in(tensorValue("x", f32, "C", "N")), in(tensorValue("y", f32, "C", "N")), onnxio.OneByOne, "ww", "axis 1 is named N"},
-		{"inputs lead with other names", in(tensorValue("x", f32, "batch", 2), tensorValue("table", f32, "vocab", 4)), in(tensorValue("y", f32, "batch", 4)), onnxio.OneByOne, "www", `inputs "x" and "table" lead with axes of other names (batch, vocab)`},
-		{"transposed output", in(tensorValue("x", f32, "batch", 3)), in(tensorValue("y", f32, "three", "batch")), onnxio.OneByOne, "bw", `output "y" leads with axis three, not the inputs' batch axis batch`},
+		// A table beside the batched input: named otherwise than the batch
+		// axis, it is taken whole.
+		{"a table beside the batch", in(tensorValue("x", f32, "batch", 2), tensorValue("table", f32, "vocab", 4)), in(tensorValue("y", f32, "batch", 4)), onnxio.Stacked, "bwb", ""},
+		// Names an exporter made up say nothing: these batch as before.
+		{"names PyTorch made up", in(tensorValue("x", f32, "x_dynamic_axes_1", 2), tensorValue("m", f32, "m_dynamic_axes_1", 2)), in(tensorValue("y", f32, "Addoutput_dim_0", 2)), onnxio.Stacked, "bbb", ""},
+		{"a made-up output name", in(tensorValue("x", f32, "batch", 2)), in(tensorValue("y", f32, "Gemmoutput_dim_0", 2)), onnxio.Stacked, "bb", ""},
+		{"names TensorFlow made up", in(tensorValue("x", f32, "unk__7", 2)), in(tensorValue("y", f32, "unk__9", 2)), onnxio.Stacked, "bb", ""},
+		{"inputs of other names, none like a batch", in(tensorValue("x", f32, "n", 2), tensorValue("m", f32, "len", 2)), in(tensorValue("y", f32, "n", 2)), onnxio.Stacked, "bbb", ""},
+		{"transposed output", in(tensorValue("x", f32, "batch", 3)), in(tensorValue("y", f32, "three", "batch")), onnxio.OneByOne, "bw", `output "y" leads with axis three`},
 		{"transposed output of unnamed inputs", in(tensorValue("x", f32, "", 3)), in(tensorValue("y", f32, "three", "batch")), onnxio.OneByOne, "bw", `output "y" leads with axis three`},
 		{"output of another leading name", in(tensorValue("x", f32, "batch", 3)), in(tensorValue("y", f32, "seq", 3)), onnxio.OneByOne, "bw", `output "y" leads with axis seq`},
 	}
