@@ -44,7 +44,11 @@ type FrontEndConfig struct {
 	// check that found it so (a Redis that hangs is found so by two
 	// checks in a row that get no answer, a second in all: past an Outage
 	// of a second or less, the waiting requests fail as it is found).
-	// New requests fail at once meanwhile. Zero means 1s.
+	// New requests fail at once meanwhile. While the only nodes heard
+	// from leave, or none of their workers can run, the requests with an
+	// item that none of them holds (unread, or let go and idle for
+	// ClaimIdle) fail alike once no node has taken requests for Outage;
+	// those whose items they hold wait for their answers. Zero means 1s.
 	Outage time.Duration
 }
 
@@ -2324,16 +2328,18 @@ func (fe *FrontEnd) deliver(msgs []redis.XMessage) {
 // checkLoop checks Redis and the nodes every quarter second, and fails the
 // waiting calls once either has been gone for Outage, or Redis has refused
 // the reader's reads of the answers for as long. A node leaving, which
-// finishes the items it holds, counts: its callers wait for its answers,
-// though no new request is admitted for it alone. It has Redis looked at
-// for lost items after each outage and every lostLookEvery.
+// finishes the items it holds, counts: the callers whose items it holds
+// wait for its answers, though no new request is admitted for it alone,
+// and those whose items no node holds fail (see failUntaken). It has
+// Redis looked at for lost items after each outage and every
+// lostLookEvery.
 func (fe *FrontEnd) checkLoop() {
 	defer fe.done.Done()
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	looks := newLostLooks()
 	defer looks.stop()
-	var goneSince time.Time
+	var goneSince, untakenSince time.Time
 	for {
 		select {
 		case <-tick.C:
@@ -2354,6 +2360,7 @@ func (fe *FrontEnd) checkLoop() {
 			looks.maybeStart(fe)
 		}
 		goneSince = fe.failWhenGone(err == nil, goneSince, began)
+		untakenSince = fe.failUntaken(err == nil, untakenSince, began)
 	}
 }
 
@@ -2406,6 +2413,103 @@ func (fe *FrontEnd) failWhenGone(up bool, goneSince, began time.Time) time.Time 
 		fe.failAllLocked(cause)
 	}
 	return goneSince
+}
+
+// failUntaken fails the calls waiting for answers that no node will give,
+// once no node has taken requests for Outage while some leave (finishing
+// the items they hold, or none of their workers able to run; with none at
+// all, failWhenGone fails every call): the calls with an item that waits
+// unread, which only a node that takes requests reads, or that a node
+// took and no longer keeps from claims (idle for ClaimIdle: a node that
+// cannot run an item leaves it for another to claim), which only such a
+// node claims. A caller then gets ErrUnavailable, as from a local server
+// whose workers cannot run, rather than wait for its deadline. The calls
+// whose items the nodes leaving hold, and keep, wait for their answers,
+// however long those take. up says the check begun at began found Redis
+// serving; since is when checks began to find no node taking requests,
+// zero while one does, and it returns the next value.
+func (fe *FrontEnd) failUntaken(up bool, since, began time.Time) time.Time {
+	switch {
+	case !up:
+		return since // while Redis does not serve, failWhenGone's matter
+	case fe.nodes.Load() > 0:
+		return time.Time{}
+	case since.IsZero():
+		since = began
+	}
+	if time.Since(since) < fe.cfg.Outage || fe.leaving.Load() == 0 {
+		return since
+	}
+	cause := fe.unavailable()
+	if cause == nil {
+		return since
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+	defer cancel()
+	if err := fe.lookForUntaken(ctx, cause); err != nil {
+		fe.cfg.Logger.Warn("look for the items no node takes", "redis", fe.where, "err", err)
+	}
+	return since
+}
+
+// lookForUntaken fails, with cause, the calls waiting with an item that
+// no node holds (see failUntaken), withdrawing their other items. An item
+// pending to a node is asked about before it is looked for on its stream,
+// so that one answered in between (gone from the stream as its answer is
+// written) is found held, not unread. An item gone from its stream was
+// answered, or lost, which lookForLost finds.
+func (fe *FrontEnd) lookForUntaken(ctx context.Context, cause error) error {
+	places, _ := fe.waitingItems(0)
+	if len(places) == 0 {
+		return nil
+	}
+	pending := make([]*redis.XPendingExtCmd, len(places))
+	there := make([]*redis.XMessageSliceCmd, len(places))
+	pipe := fe.rdb.Pipeline()
+	for i, p := range places {
+		id := p.c.ids[p.index]
+		pending[i] = pipe.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: p.c.stream, Group: nodeGroup, Start: id, End: id, Count: 1})
+		there[i] = pipe.XRangeN(ctx, p.c.stream, id, id, 1)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.As(err, new(redis.Error)) {
+		return err // no answer: a later check looks again
+	}
+	fe.mu.Lock()
+	defer fe.mu.Unlock()
+	failed := 0
+	for i, p := range places {
+		if !fe.untaken(pending[i], there[i]) || fe.calls[p.c.seq] != p.c {
+			continue // held or answered; or its call ended meanwhile
+		}
+		var open []string
+		for k, id := range p.c.ids {
+			if !p.c.got[k] {
+				open = append(open, id)
+			}
+		}
+		fe.withdraw(p.c.stream, open)
+		fe.failLocked(p.c, cause)
+		failed++
+	}
+	if failed > 0 {
+		fe.cfg.Logger.Error("failing the requests whose items no node takes", "requests", failed, "err", cause)
+	}
+	return nil
+}
+
+// untaken says, from what Redis answered about an item, whether it waits
+// for no node: it is on its stream, and either no node has read it (a
+// stream with no group yet, which no node has joined, included), or it
+// has been idle, pending to a node, for ClaimIdle.
+func (fe *FrontEnd) untaken(pending *redis.XPendingExtCmd, there *redis.XMessageSliceCmd) bool {
+	if err := pending.Err(); err != nil && !redis.HasErrorPrefix(err, "NOGROUP") {
+		return false
+	}
+	if there.Err() != nil || len(there.Val()) == 0 {
+		return false
+	}
+	p := pending.Val()
+	return len(p) == 0 || p[0].Idle >= fe.cfg.ClaimIdle
 }
 
 // lostLooks runs a front end's looks for the items Redis lost (see

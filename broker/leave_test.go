@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -278,4 +280,126 @@ func TestAnItemTakenFromALiveNodesStreamIsClaimedWhenItsTakerDies(t *testing.T) 
 	eventually(t, "the item claimed and answered", func() bool {
 		return rs.Do(t, "XLEN", own) == "0" && rs.Do(t, "XLEN", "streamer:reply:nobody") == "1"
 	})
+}
+
+// A node whose workers cannot run (here its streamer is shut down, and
+// drains the item it runs) keeps the items it holds, and their callers
+// get the answers; but nobody reads what waits on the stream, and its
+// caller gets ErrUnavailable about Outage after no node takes requests,
+// as from a local server whose workers cannot run, rather than wait for
+// its deadline (or for ever, without one).
+func TestCallersOfItemsNoNodeWillTakeFailWhenNoWorkerCanRun(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	rec := newRecorder()
+	rec.hold["running"] = true
+	st := startStreamer(t, supervisor.Config{InProcess: rec, Workers: 1, BatchSize: 1, MaxLatency: time.Millisecond})
+	n, err := broker.NewNode(broker.NodeConfig{Config: broker.Config{URL: rs.URL(), ClaimIdle: 400 * time.Millisecond}, Streamer: st, Capacity: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = n.Shutdown(ctx)
+	})
+	// Before the node's shutdown and the streamer's, which wait for the
+	// item it runs.
+	release := sync.OnceFunc(func() { close(rec.release) })
+	t.Cleanup(release)
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	running := predictLater(t, fe, "running")
+	eventually(t, "the node runs the item", func() bool { return rec.runs("running") == 1 })
+	// The node has no room: this one waits unread.
+	waiting := predictLater(t, fe, "waiting")
+	onStream(t, rs, 2, "the second item on the stream")
+
+	drained := make(chan error, 1)
+	go func() { drained <- st.Shutdown(context.Background()) }()
+	eventually(t, "the front end to find no node that takes requests", func() bool { return fe.NotReady() != nil })
+	a := answerWithin(t, waiting, 5*time.Second, "the caller of the item no node reads is still waiting 5s after no node took requests")
+	if !errors.Is(a.err, supervisor.ErrUnavailable) || !strings.Contains(a.err.Error(), "no node takes requests") {
+		t.Errorf("the caller of the item no node reads: %q, %v; want ErrUnavailable saying no node takes requests", a.out, a.err)
+	}
+	select {
+	case a := <-running:
+		t.Fatalf("the caller of the item the node runs got %q, %v; want to wait for it", a.out, a.err)
+	default:
+	}
+	release()
+	if a := answerWithin(t, running, 5*time.Second, "no answer for the item the node ran"); a.err != nil || string(a.out[0]) != "running" {
+		t.Errorf("the caller of the item the node ran: %q, %v; want its answer", a.out, a.err)
+	}
+	if err := <-drained; err != nil {
+		t.Errorf("the streamer's shutdown: %v", err)
+	}
+	eventually(t, "the stream empty: the failed call's item withdrawn", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "0" })
+}
+
+// With only nodes that take no requests, a front end fails the calls whose
+// items none holds: those left unread, and those a node took and let go
+// (idle for ClaimIdle, as a node that cannot run them leaves them for
+// another's claim). It does not fail a call whose item a node holds and
+// keeps, however long it runs.
+func TestOnlyCallsWhoseItemsNoNodeHoldsFailWhileNoNodeTakesRequests(t *testing.T) {
+	rs, fe := frontWithoutNodes(t, func(c *broker.FrontEndConfig) {
+		c.Outage = 200 * time.Millisecond
+		c.ClaimIdle = 400 * time.Millisecond
+	})
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer func() { _ = rdb.Close() }()
+	ctx := context.Background()
+	kept := predictLater(t, fe, "kept")
+	onStream(t, rs, 1, "the first item on the stream")
+	dropped := predictLater(t, fe, "dropped")
+	onStream(t, rs, 2, "the second item on the stream")
+	got, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "nodes", Consumer: "fake", Streams: []string{"streamer:items", ">"}, Count: 2}).Result()
+	if err != nil || len(got[0].Messages) != 2 {
+		t.Fatalf("read %v, %v; want both items", got, err)
+	}
+	keptID := got[0].Messages[0].ID
+	unread := predictLater(t, fe, "unread")
+	onStream(t, rs, 3, "the third item on the stream")
+	// The node keeps the first item, as a live one does, until the test
+	// ends, and lets the second go.
+	stop := make(chan struct{})
+	keeping := make(chan struct{})
+	go func() {
+		defer close(keeping)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			rdb.XClaimJustID(ctx, &redis.XClaimArgs{Stream: "streamer:items", Group: "nodes", Consumer: "fake", Messages: []string{keptID}})
+			select {
+			case <-tick.C:
+			case <-stop:
+				return
+			}
+		}
+	}()
+	defer func() { close(stop); <-keeping }()
+	// It takes requests no more, and beats on as leaving.
+	rs.Do(t, "ZREM", "streamer:nodes", "fake")
+	rs.Do(t, "ZADD", "streamer:leaving", strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10), "fake")
+	for what, later := range map[string]<-chan answer{"unread": unread, "let go": dropped} {
+		a := answerWithin(t, later, 5*time.Second, "the caller of the item "+what+" is still waiting 5s after no node took requests")
+		if !errors.Is(a.err, supervisor.ErrUnavailable) {
+			t.Errorf("the caller of the item %s: %q, %v; want ErrUnavailable", what, a.out, a.err)
+		}
+	}
+	<-time.After(5 * 400 * time.Millisecond)
+	select {
+	case a := <-kept:
+		t.Fatalf("the caller of the item kept got %q, %v; want to wait for it", a.out, a.err)
+	default:
+	}
+	// Once no node is left at all, it fails too.
+	rs.Do(t, "ZREM", "streamer:leaving", "fake")
+	a := answerWithin(t, kept, 5*time.Second, "the caller of the item kept is still waiting 5s after every node had gone")
+	if !errors.Is(a.err, supervisor.ErrUnavailable) {
+		t.Errorf("the caller of the item kept, once no node is left: %q, %v; want ErrUnavailable", a.out, a.err)
+	}
 }
