@@ -1567,6 +1567,63 @@ func TestCloseWaitsForTheAnswersThenRefuses(t *testing.T) {
 	}
 }
 
+// A Close made while another drains waits for that one to end, bounded by
+// its own context, and returns nil; one after it has ended returns nil at
+// once. Before, a second Close returned nil at once, the first still
+// waiting for a request's answer: its caller took the front end for
+// closed.
+func TestASecondCloseWaitsForTheFirst(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	held := newRecorder()
+	held.hold["slow"] = true
+	startNode(t, rs, held, 4, nil)
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	later := predictLater(t, fe, "slow")
+	eventually(t, "the item running", func() bool { return held.runs("slow") == 1 })
+	closeLater := func() <-chan error {
+		closed := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			closed <- fe.Close(ctx)
+		}()
+		return closed
+	}
+	first := closeLater()
+	eventually(t, "the front end closing", func() bool { return !fe.Ready() })
+	second := closeLater()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := fe.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a Close whose context ended while the first drained: %v; want its context's error", err)
+	}
+	for name, closed := range map[string]<-chan error{"first": first, "second": second} {
+		select {
+		case err := <-closed:
+			t.Fatalf("the %s Close returned (%v) while a request waited for its answer", name, err)
+		default:
+		}
+	}
+	close(held.release)
+	if a := <-later; a.err != nil {
+		t.Fatalf("the request admitted before Close: %v", a.err)
+	}
+	for name, closed := range map[string]<-chan error{"first": first, "second": second} {
+		if err := <-closed; err != nil {
+			t.Errorf("the %s Close: %v", name, err)
+		}
+	}
+	if n := rs.Do(t, "EXISTS", "streamer:reply:"+fe.ID()); n != "0" {
+		t.Error("the front end's reply stream is still in Redis after the second Close returned")
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	cancel()
+	if err := fe.Close(ctx); err != nil {
+		t.Errorf("a Close after the first ended: %v; want nil", err)
+	}
+}
+
 func TestANodeTakesOnlyWhatItCanRunSoon(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	busy := newRecorder()

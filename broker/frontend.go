@@ -80,9 +80,10 @@ type FrontEnd struct {
 	closing       chan struct{}
 	done          sync.WaitGroup // the writer and the checks
 	reader        sync.WaitGroup // the reader of answers
-	closed        atomic.Bool
-	started       atomic.Bool   // Start was called
-	firstLook     chan struct{} // closed once Start's look at Redis has ended
+	closed        atomic.Bool    // Close was called
+	closeDone     chan struct{}  // closed once the first Close has ended
+	started       atomic.Bool    // Start was called
+	firstLook     chan struct{}  // closed once Start's look at Redis has ended
 
 	// epoch is the value of the epoch key at the last check, under mu: a
 	// Redis that lost its data (restarted without persistence, or flushed)
@@ -533,6 +534,7 @@ func NewFrontEnd(cfg FrontEndConfig) (*FrontEnd, error) {
 		writerDone:  make(chan struct{}),
 		firstLook:   make(chan struct{}),
 		closing:     make(chan struct{}),
+		closeDone:   make(chan struct{}),
 		readMoved:   make(chan struct{}),
 		toWithdraw:  map[string][]string{},
 		withdrawQ:   map[string][]string{},
@@ -3002,10 +3004,15 @@ func (fe *FrontEnd) markDown(err error) {
 // until ctx ends, then fails the rest with ErrShuttingDown and stops.
 // While Redis hangs, it returns up to about 4 s after ctx ends: it waits
 // for its commands under way, each bounded by its own timeout.
+//
+// Only the first call closes. Another call made while it runs waits for
+// it to end, bounded by its own ctx, and returns nil (or its ctx's
+// error); a call after it has ended returns nil at once.
 func (fe *FrontEnd) Close(ctx context.Context) error {
 	if fe.closed.Swap(true) {
-		return nil
+		return fe.awaitClose(ctx)
 	}
+	defer close(fe.closeDone)
 	var err error
 	fe.mu.Lock()
 	waiting := len(fe.calls)
@@ -3038,6 +3045,22 @@ func (fe *FrontEnd) Close(ctx context.Context) error {
 	// The reader's read in flight, if Redis hangs, ends with the client.
 	fe.reader.Wait()
 	return err
+}
+
+// awaitClose waits, for a Close other than the first, until the first has
+// ended, or ctx ends.
+func (fe *FrontEnd) awaitClose(ctx context.Context) error {
+	select {
+	case <-fe.closeDone:
+		return nil // ended already, whatever ctx says
+	default:
+	}
+	select {
+	case <-fe.closeDone:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("broker: wait for the front end's first close: %w", ctx.Err())
+	}
 }
 
 // backoff paces retries while Redis is down: 50ms, doubling up to 1s.
