@@ -607,7 +607,11 @@ func TestCallsGivenUpTogetherAreWithdrawnOverFewConnections(t *testing.T) {
 	dialled := connectionsReceived(t, rs)
 	leave()
 	wg.Wait()
-	eventually(t, "every item withdrawn", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "0" })
+	// Counted once Redis has answered the withdrawal, just after the
+	// stream is found empty.
+	eventually(t, "every item withdrawn, and counted", func() bool {
+		return rs.Do(t, "XLEN", "streamer:items") == "0" && fe.FrontEndStats().Withdrawn >= callers
+	})
 	// Two at most, and one more for the client's pool of lone commands,
 	// which may hold none yet (the checks and admissions go through
 	// pipelines, whose connections are apart); and a few more on a loaded
