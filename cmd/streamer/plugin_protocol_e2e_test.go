@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -42,4 +43,36 @@ func TestPluginAnswersReachOnlyTheirCallers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// While callers come, a plugin killed for answering a batch twice takes
+// down no other caller's request: the batches it held or was being sent
+// are run again by the next plugin, as after any crash. (Before, a batch
+// sent as the plugin was killed failed with "the client connection is
+// closing", a 500 for callers who had sent nothing wrong.)
+func TestPluginInBreachFailsNoOtherCaller(t *testing.T) {
+	s := startPluginServer(t, "--plugin", pluginBins(t)["unruly"], "--plugin-arg", "echo-ids=no", "--workers", "2",
+		"--max-restarts", "1000", "--max-latency", "1ms")
+	s.waitAllReady(t, 2)
+	var doubles atomic.Int64
+	stop := closedLoop(t, 8, func(c, r int) error {
+		if c == 0 && r%5 == 2 && doubles.Load() < 30 {
+			doubles.Add(1)
+			_, err := s.tryPredictJSON(map[string]any{"inputs": []any{"double"}})
+			return err // it may fail: its plugin broke the protocol
+		}
+		in := fmt.Sprintf("caller-%d-%d", c, r)
+		p, err := s.tryPredictJSON(map[string]any{"inputs": []any{in}})
+		switch {
+		case err != nil:
+			return err
+		case p.Status != http.StatusOK || !reflect.DeepEqual(p.Outputs, []any{in}):
+			return fmt.Errorf("caller %d, request %d: %s", c, r, p)
+		}
+		return nil
+	})
+	s.waitFor(t, "thirty plugins in breach", 2*readyTimeout, func() bool {
+		return doubles.Load() >= 30 && strings.Count(s.logs(), "plugin broke the protocol") >= 30
+	})
+	stop()
 }

@@ -134,6 +134,7 @@ type Model struct {
 
 	serving   atomic.Bool // Init succeeded: a death from now on is a crash
 	closing   atomic.Bool
+	ending    atomic.Bool // the plugin is being killed as crashed or in breach
 	crashOnce sync.Once
 	crashErr  error
 }
@@ -400,7 +401,10 @@ func (m *Model) callError(ctx context.Context, call string, err error) error {
 	case code == codes.DeadlineExceeded:
 		// The plugin's side saw ctx's deadline pass a moment before ctx did.
 		return fmt.Errorf("plugin %s: %s: %w", m.name, call, context.DeadlineExceeded)
-	case code == codes.Unavailable || m.hasExited():
+	case code == codes.Unavailable || m.hasExited() || m.ending.Load():
+		// A call cut short as the plugin is killed (its stream's reader
+		// found it in breach) is the crash's too: the batch is retried
+		// elsewhere, as after any crash, not failed.
 		return m.crash(err)
 	}
 	return fmt.Errorf("plugin %s: %s: %s", m.name, call, capText(status.Convert(err).Message()))
@@ -449,6 +453,7 @@ func (m *Model) crash(cause error) error { return m.end(cause, false) }
 func (m *Model) breach(why error) error { return m.end(why, true) }
 
 func (m *Model) end(cause error, broke bool) error {
+	m.ending.Store(true)
 	m.crashOnce.Do(func() {
 		diedAlone := false
 		if !broke {

@@ -57,6 +57,11 @@ func TestAnExtraAnswerGoesToNoBatch(t *testing.T) {
 			if err == nil {
 				t.Fatalf("the next batch got %x from a plugin that broke the protocol", outs)
 			}
+			// The plugin's crash, so that the worker's death has the batch
+			// run again elsewhere; not a failure of the batch's own.
+			if !errors.Is(err, ErrProtocol) {
+				t.Errorf("the next batch failed with %v; want the crash's error, wrapping ErrProtocol", err)
+			}
 		})
 	}
 }
@@ -75,6 +80,9 @@ func TestAnAnswerWithAnotherBatchsIDIsRefused(t *testing.T) {
 			outs, err := m.Predict(context.Background(), items)
 			if err == nil {
 				t.Fatalf("batch %d after the double answer got %x, want an error", i, outs)
+			}
+			if !errors.Is(err, ErrProtocol) {
+				t.Errorf("batch %d after the double answer failed with %v; want the crash's error, wrapping ErrProtocol", i, err)
 			}
 		}
 	})

@@ -51,8 +51,10 @@ func (s *batchStream) read() {
 		case id != 0:
 			s.answers <- answer{resp, err}
 		case err == nil:
-			s.cancel()
+			// Said before the stream is ended, so that a batch the end
+			// cuts short is taken for the plugin's crash (see callError).
 			s.unasked(fmt.Errorf("%w: it sent an answer (id %d) while no batch was waiting for one", ErrProtocol, resp.GetId()))
+			s.cancel()
 			return
 		}
 		if err != nil {
