@@ -359,20 +359,23 @@ func (p *process) logLines(r *os.File, stream string, done chan struct{}) {
 	}
 	br := bufio.NewReaderSize(r, 4096)
 	out := newOutputLog(p.sl.s.log.With("slot", p.sl.id, "pid", p.cmd.Process.Pid, "stream", stream))
-	defer out.flush()
 	for {
 		line, err := br.ReadSlice('\n')
 		if len(line) > 0 {
-			text := plainText(string(trimNewline(line)))
-			out.line(text, time.Now())
-			if stream == "stderr" {
+			line = trimNewline(line)
+			// A line logged is the last words so far; dropped ones are
+			// kept by out, and the last of them said at the end.
+			if text := out.line(line, time.Now()); text != "" && stream == "stderr" {
 				p.lastStderr.Store(&text)
-				if deathLine(text) && p.firstDeathLine.Load() == nil {
+				if deathLine(line) && p.firstDeathLine.Load() == nil {
 					p.firstDeathLine.Store(&text)
 				}
 			}
 		}
 		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+			if last := out.end(); last != "" && stream == "stderr" {
+				p.lastStderr.Store(&last)
+			}
 			return
 		}
 	}
