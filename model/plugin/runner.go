@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -72,7 +73,10 @@ func (r *procRunner) Start(context.Context) error {
 	}
 	// Without a guard (no /bin/sh) the plugin leads a group of its own,
 	// and what it started dies with it, but not with a worker killed outright.
-	r.guard, _ = startGroupGuard()
+	var err error
+	if r.guard, err = startGroupGuard(); err != nil {
+		fmt.Fprintf(r.output, "no guard for the plugin's process group (%v): what it starts may outlive a worker killed outright\n", err)
+	}
 	setProcAttr(r.cmd, r.guard.pgid())
 	stdoutR, stdoutW, err := os.Pipe()
 	if err != nil {
