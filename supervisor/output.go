@@ -21,16 +21,17 @@ const (
 // outputLog writes one stream of a worker's output into the log. It is
 // used by the one goroutine that reads the stream.
 type outputLog struct {
-	log     *slog.Logger
-	tokens  float64
-	last    time.Time
-	dropped int
+	log      *slog.Logger
+	tokens   float64
+	last     time.Time
+	dropped  int
+	reported time.Time // when the lines dropped were last counted in the log
 
 	// tail holds the last lines dropped, a ring of outputTail buffers
 	// reused, so that dropping a line costs a copy and no allocation.
-	tail  [outputTail][]byte
-	next  int // where the next dropped line goes in tail
-	held  int // lines in tail
+	tail [outputTail][]byte
+	next int // where the next dropped line goes in tail
+	held int // lines in tail
 }
 
 func newOutputLog(log *slog.Logger) *outputLog {
@@ -53,7 +54,12 @@ func (o *outputLog) line(line []byte, now time.Time) string {
 		return ""
 	}
 	o.tokens = max(o.tokens-1, 0)
-	o.report()
+	if now.Sub(o.reported) >= time.Second {
+		// At most one count a second, or each line let through would
+		// come with a count of its own, twice the rate.
+		o.report()
+		o.reported = now
+	}
 	o.held = 0 // older than this line: no one's last words
 	text := plainText(string(line))
 	o.log.Info("worker output", "line", text)

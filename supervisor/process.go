@@ -424,7 +424,14 @@ func (p *process) wait() error {
 		// reused; the writer must be done with their bytes first.
 		<-p.written
 	}
-	return p.deathReason()
+	err := p.deathReason()
+	// A panic's message says why better than an exit status. It is read
+	// by now as a rule, written before the exit; no wait for it here,
+	// which would hold the dead worker's batches.
+	if last := p.firstDeathLine.Load(); last != nil && p.reason() == nil {
+		err = fmt.Errorf("%w; its last words: %s", err, *last)
+	}
+	return err
 }
 
 // deathReason says why the child ended; call it once the child is reaped.

@@ -388,6 +388,10 @@ func (sl *slot) onResult(w worker, r result) {
 		case len(expired) > 0 && expired[0] == i:
 			expired = expired[1:]
 			it.fut.complete(int(it.index), nil, fmt.Errorf("%w: expired before its worker ran it", ErrDeadline))
+		case it.fut.expired(now):
+			// Counted as expired above: its caller's wait ends at the
+			// deadline, and the answer says so whenever it is read.
+			it.fut.complete(int(it.index), nil, fmt.Errorf("%w: answered %s after it", ErrDeadline, now.Sub(it.fut.deadline).Round(time.Millisecond)))
 		case batchErr != nil:
 			it.fut.complete(int(it.index), nil, batchErr)
 		case r.itemErrs != nil && r.itemErrs[i] != nil:

@@ -201,9 +201,11 @@ func (r statusReport) print(out io.Writer) error {
 		fmt.Fprintf(w, "requests\tok %d, rejected %d, timed out %d, failed %d, poisoned %d, canceled %d\n",
 			q["ok"], q["rejected"], q["timed_out"], q["failed"], q["poisoned"], q["canceled"])
 	}
-	// Failed is part of Answered, and Expired, Poisoned and Canceled of Failed.
-	fmt.Fprintf(w, "items\tanswered %d (ok %d, failed %d: expired %d, poisoned %d, canceled %d), rejected %d\n",
-		st.Answered, st.Answered-st.Failed, st.Failed, st.Expired, st.Poisoned, st.Canceled, st.Rejected)
+	// Failed is part of Answered, and Expired, Poisoned and Canceled of
+	// Failed; the rest failed in the model (streamer_items_total's failed).
+	fmt.Fprintf(w, "items\tanswered %d (ok %d, failed %d: expired %d, poisoned %d, canceled %d, the model's %d), rejected %d\n",
+		st.Answered, st.Answered-st.Failed, st.Failed, st.Expired, st.Poisoned, st.Canceled,
+		st.Failed-st.Expired-st.Poisoned-st.Canceled, st.Rejected)
 	lat := st.Latency
 	if r.frontEnd() {
 		fmt.Fprintf(w, "mean latency\tend to end %s\n", meanMs(lat.EndToEnd))

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamer-dev/streamer/internal/redistest"
 	"github.com/streamer-dev/streamer/supervisor"
 )
 
@@ -34,7 +35,7 @@ func TestStatusCommand(t *testing.T) {
 		"model", "echo", "ready", "yes",
 		"queue depth", "0 items",
 		"requests          ok 3, rejected 0, timed out 0, failed 0, poisoned 0, canceled 0",
-		"answered 9 (ok 9, failed 0: expired 0, poisoned 0, canceled 0), rejected 0",
+		"answered 9 (ok 9, failed 0: expired 0, poisoned 0, canceled 0, the model's 0), rejected 0",
 		fmt.Sprintf("idle %d", st.Dispatch.Idle),
 		"SLOT", "DEVICE", "PID", "STATE", "RESTARTS", "BATCHES",
 	} {
@@ -431,4 +432,44 @@ func TestMetricsDuringAndAfterAReload(t *testing.T) {
 	if err != nil || !regexp.MustCompile(`(?m)^reloads +ok 1, failed 0$`).MatchString(out) {
 		t.Errorf("streamer status after one reload (%v) does not say so:\n%s", err, out)
 	}
+}
+
+// On a front end behind Redis, whose /v1/stats has no queue-wait or compute
+// histograms (its nodes have them), the page still shows what there is.
+// (Before, it stopped at the empty histograms and showed nothing more.)
+func TestStatusPageInBrowserOnAFrontEnd(t *testing.T) {
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("chromium is not installed (%v); run make install-tools", err)
+	}
+	rs := redistest.Start(t, redistest.Options{})
+	startBrokerNode(t, rs, "--workers", "1", "--model", "echo")
+	front := startBrokerFront(t, rs)
+	waitReadyz(t, front, http.StatusOK)
+	front.predictJSON(t, "a")
+	var dom string
+	waitFor(t, "the page to show the request", 90*time.Second, func() bool {
+		dom = dumpDOM(t, chromium, front.URL()+"/")
+		return strings.Contains(dom, `<td id="requests">1 / 0 / 0 / 0 / 0 / 0</td>`)
+	})
+	for _, want := range []string{`<p id="error"></p>`, `<td id="slot-count">0</td>`, `<td id="reloads">0 / 0</td>`} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("the front end's page lacks %s:\n%s", want, dom)
+		}
+	}
+}
+
+// A worker that dies of a panic is said to have, in the error its items
+// get and in its slot's last error, not only by its exit status.
+func TestACrashSaysThePanic(t *testing.T) {
+	s := startServer(t, "--workers", "1", "--model", "chaos:panic=pan")
+	s.waitAllReady(t, 1)
+	p := s.predictJSON(t, "pan")
+	if p.Status != http.StatusUnprocessableEntity || !strings.Contains(p.Error, "its last words: panic: chaos: panic on a trigger item") {
+		t.Errorf("the panicking item: %s; want 422 quoting the panic", p)
+	}
+	s.waitFor(t, "the slot's last error to quote the panic", readyTimeout, func() bool {
+		w := s.workers(t)
+		return len(w) == 1 && strings.Contains(w[0].LastErr, "panic: chaos: panic on a trigger item")
+	})
 }

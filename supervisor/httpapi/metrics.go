@@ -122,7 +122,7 @@ func newCollector(backend Backend, requests *requestCounts) *collector {
 		restarts:      desc("worker_restarts_total", "Worker restarts, by slot.", "slot"),
 		crashes:       desc("worker_crashes_total", "Workers that died or were killed, by slot.", "slot"),
 		slotBatches:   desc("worker_batches_total", "Batches answered, by slot.", "slot"),
-		workerState:   desc("worker_state", "How many slots of the number are in each state: 1 for the state each slot is in, 0 for the others; 2 while a reload or scaling drains a slot beside the one that took its place.", "slot", "device", "state"),
+		workerState:   desc("worker_state", "How many slots of the number are in each state: 1 for the state a slot is in, 0 for the others; while a reload or scaling drains a slot, its draining series is 1 beside the state of the one that took its place.", "slot", "device", "state"),
 		initS:         desc("worker_init_seconds", "How long the slot's current worker took to start and open its model.", "slot"),
 		dispatches:    desc("dispatches_total", "Batches formed, by why each was sent.", "reason"),
 		waitAdded:     desc("dispatch_wait_added_seconds_total", "Time idle workers waited for arrivals before dispatching."),

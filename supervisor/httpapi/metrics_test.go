@@ -3,7 +3,9 @@ package httpapi
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -171,5 +173,35 @@ func TestStatusPageIsServedWhole(t *testing.T) {
 	}
 	if rec := do(t, h, http.MethodGet, "/nowhere", "", nil); rec.Code != http.StatusNotFound {
 		t.Errorf("GET /nowhere: %d, want 404", rec.Code)
+	}
+}
+
+// halfBody is a request body whose client went away before its end.
+type halfBody struct{ sent bool }
+
+func (b *halfBody) Read(p []byte) (int, error) {
+	if !b.sent {
+		b.sent = true
+		return copy(p, `{"inputs": ["a`), nil
+	}
+	return 0, io.ErrUnexpectedEOF
+}
+
+// A client that leaves with its body half sent left: 499, counted
+// canceled, not a bad request counted rejected.
+func TestABodyCutShortIsACallerWhoLeft(t *testing.T) {
+	h := New(Config{Backend: &fakeBackend{ready: true}})
+	req := httptest.NewRequest(http.MethodPost, "/predict", &halfBody{})
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != StatusClientClosedRequest {
+		t.Errorf("a body cut short: %d %s; want %d", rec.Code, rec.Body, StatusClientClosedRequest)
+	}
+	metrics := do(t, h, http.MethodGet, "/metrics", "", nil).Body.String()
+	for _, want := range []string{`streamer_requests_total{outcome="canceled"} 1`, `streamer_requests_total{outcome="rejected"} 0`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
 	}
 }

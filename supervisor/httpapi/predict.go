@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
@@ -267,6 +268,10 @@ func (h *handler) bodyError(err error) error {
 		return h.tooLarge()
 	case errors.As(err, &netErr) && netErr.Timeout():
 		return &requestError{status: http.StatusRequestTimeout, msg: "the request body did not arrive within the server's read timeout"}
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		// The client went away with its body half sent: no request to
+		// refuse, a caller who left.
+		return &requestError{status: StatusClientClosedRequest, msg: "the client closed the connection before its body was whole"}
 	}
 	return badRequest("read request body: " + err.Error())
 }
