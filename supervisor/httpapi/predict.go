@@ -269,9 +269,9 @@ func (h *handler) bodyError(err error) error {
 	case errors.As(err, &netErr) && netErr.Timeout():
 		return &requestError{status: http.StatusRequestTimeout, msg: "the request body did not arrive within the server's read timeout"}
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		// The client went away with its body half sent: no request to
-		// refuse, a caller who left.
-		return &requestError{status: StatusClientClosedRequest, msg: "the client closed the connection before its body was whole"}
+		// A client that left with its body half sent reads the same as
+		// one that sent less than it announced, which would read this.
+		return badRequest("the request body ended before the length its Content-Length announced")
 	}
 	return badRequest("read request body: " + err.Error())
 }
