@@ -1,14 +1,12 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
-	"syscall"
+
+	"github.com/streamer-dev/streamer/model/plugin"
 )
 
 // socketDirPrefix starts the name of a server's plugin socket directory;
@@ -32,47 +30,13 @@ func makeSocketDir(log *slog.Logger) (string, error) {
 }
 
 // sweepSocketDirs removes the socket directories in tmp whose server is
-// gone. It removes only directories (never a link) owned by this user,
-// named with the prefix and the pid of a process that no longer exists.
+// gone (see plugin.SweepDeadDirs), and says so in the log.
 func sweepSocketDirs(tmp string, log *slog.Logger) {
-	entries, err := os.ReadDir(tmp)
-	if err != nil {
-		return
-	}
-	for _, e := range entries {
-		pid, ok := socketDirOwner(e.Name())
-		if !ok || pid == os.Getpid() || processAlive(pid) {
-			continue
-		}
-		path := filepath.Join(tmp, e.Name())
-		info, err := os.Lstat(path)
-		if err != nil || !info.IsDir() {
-			continue
-		}
-		if st, ok := info.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Getuid() {
-			continue
-		}
-		if err := os.RemoveAll(path); err != nil {
+	plugin.SweepDeadDirs(tmp, socketDirPrefix, func(path string, pid int, err error) {
+		if err != nil {
 			log.Warn("could not remove a dead server's plugin socket directory", "dir", path, "err", err)
-			continue
+			return
 		}
 		log.Info("removed a dead server's plugin socket directory", "dir", path, "pid", pid)
-	}
-}
-
-// socketDirOwner reads the pid out of a socket directory's name.
-func socketDirOwner(name string) (int, bool) {
-	rest, ok := strings.CutPrefix(name, socketDirPrefix)
-	if !ok {
-		return 0, false
-	}
-	digits, _, ok := strings.Cut(rest, "-")
-	pid, err := strconv.Atoi(digits)
-	return pid, ok && err == nil && pid > 0
-}
-
-// processAlive reports whether a process with this pid exists.
-func processAlive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
+	})
 }

@@ -6,3 +6,6 @@ package plugin
 // from a dead one this way: the directories of workers killed outright
 // stay until the server removes its own.
 func sweepSocketDirs(string) {}
+
+// SweepDeadDirs does nothing here (see sweepSocketDirs).
+func SweepDeadDirs(string, string, func(string, int, error)) {}

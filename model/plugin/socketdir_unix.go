@@ -3,6 +3,7 @@
 package plugin
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,15 +13,22 @@ import (
 
 // sweepSocketDirs removes the plugin socket directories in dir whose worker
 // is gone: a worker killed outright (the worker timeout, kill -9, the OOM
-// killer) cannot remove its own. It removes only directories (never a link)
-// of this user, named after a process that no longer exists.
-func sweepSocketDirs(dir string) {
+// killer) cannot remove its own.
+func sweepSocketDirs(dir string) { SweepDeadDirs(dir, socketDirPrefix, nil) }
+
+// SweepDeadDirs removes the directories in dir named prefix, a pid, "-"
+// and anything, whose process no longer exists: those a process made for
+// itself and could not remove, killed outright. It removes only
+// directories (never a link) of this user, and never this process's own.
+// removed, when not nil, hears of each one it removed, or failed to.
+// The server's socket directory and each worker's inside it are swept so.
+func SweepDeadDirs(dir, prefix string, removed func(path string, pid int, err error)) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}
 	for _, e := range entries {
-		pid, ok := socketDirOwner(e.Name())
+		pid, ok := dirOwner(e.Name(), prefix)
 		if !ok || pid == os.Getpid() || processExists(pid) {
 			continue
 		}
@@ -32,13 +40,16 @@ func sweepSocketDirs(dir string) {
 		if st, ok := info.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Getuid() {
 			continue
 		}
-		_ = os.RemoveAll(path)
+		err = os.RemoveAll(path)
+		if removed != nil {
+			removed(path, pid, err)
+		}
 	}
 }
 
-// socketDirOwner reads the worker's pid out of a socket directory's name.
-func socketDirOwner(name string) (int, bool) {
-	rest, ok := strings.CutPrefix(name, socketDirPrefix)
+// dirOwner reads the pid out of a directory's name: prefix, the pid, "-".
+func dirOwner(name, prefix string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, prefix)
 	if !ok {
 		return 0, false
 	}
@@ -50,5 +61,5 @@ func socketDirOwner(name string) (int, bool) {
 // processExists reports whether a process with this pid exists.
 func processExists(pid int) bool {
 	err := syscall.Kill(pid, 0)
-	return err == nil || err == syscall.EPERM
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
