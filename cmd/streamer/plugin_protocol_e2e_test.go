@@ -49,14 +49,17 @@ func TestPluginAnswersReachOnlyTheirCallers(t *testing.T) {
 // down no other caller's request: the batches it held or was being sent
 // are run again by the next plugin, as after any crash. (Before, a batch
 // sent as the plugin was killed failed with "the client connection is
-// closing", a 500 for callers who had sent nothing wrong.)
+// closing", a 500 for callers who had sent nothing wrong.) The plugin
+// echoes batch ids, as the SDK's do: one that does not is matched by
+// order, and its extra answer, when the next batch is already waiting,
+// fails that batch as answered with the wrong number of outputs.
 func TestPluginInBreachFailsNoOtherCaller(t *testing.T) {
-	s := startPluginServer(t, "--plugin", pluginBins(t)["unruly"], "--plugin-arg", "echo-ids=no", "--workers", "2",
+	s := startPluginServer(t, "--plugin", pluginBins(t)["unruly"], "--plugin-arg", "echo-ids=yes", "--workers", "2",
 		"--max-restarts", "1000", "--max-latency", "1ms")
 	s.waitAllReady(t, 2)
 	var doubles atomic.Int64
 	stop := closedLoop(t, 8, func(c, r int) error {
-		if c == 0 && r%5 == 2 && doubles.Load() < 30 {
+		if c == 0 && r%5 == 2 && doubles.Load() < 60 {
 			doubles.Add(1)
 			_, err := s.tryPredictJSON(map[string]any{"inputs": []any{"double"}})
 			return err // it may fail: its plugin broke the protocol
@@ -71,8 +74,8 @@ func TestPluginInBreachFailsNoOtherCaller(t *testing.T) {
 		}
 		return nil
 	})
-	s.waitFor(t, "thirty plugins in breach", 2*readyTimeout, func() bool {
-		return doubles.Load() >= 30 && strings.Count(s.logs(), "plugin broke the protocol") >= 30
+	s.waitFor(t, "sixty plugins in breach", 2*readyTimeout, func() bool {
+		return doubles.Load() >= 60 && strings.Count(s.logs(), "plugin broke the protocol") >= 60
 	})
 	stop()
 }
