@@ -90,7 +90,13 @@ type server struct {
 // printed if the test failed.
 func startServer(t *testing.T, args ...string) *server {
 	t.Helper()
-	s := launchServer(t, args...)
+	return startServerOn(t, freePort, args...)
+}
+
+// startServerOn is startServer on a port port picks.
+func startServerOn(t *testing.T, port func(*testing.T) string, args ...string) *server {
+	t.Helper()
+	s := launchServerOn(t, port, args...)
 	s.waitFor(t, "the server to be ready", readyTimeout, func() bool {
 		status, _, err := s.get("/readyz")
 		return err == nil && status == http.StatusOK
@@ -103,8 +109,14 @@ func startServer(t *testing.T, args ...string) *server {
 // the chosen one was taken in the meantime.
 func launchServer(t *testing.T, args ...string) *server {
 	t.Helper()
+	return launchServerOn(t, freePort, args...)
+}
+
+// launchServerOn is launchServer on a port port picks.
+func launchServerOn(t *testing.T, port func(*testing.T) string, args ...string) *server {
+	t.Helper()
 	for attempt := 0; ; attempt++ {
-		s := newServer(t, freePort(t), args)
+		s := newServer(t, port(t), args)
 		if !s.lostPortRace() || attempt == 2 {
 			return s
 		}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"testing"
 )
 
@@ -35,22 +34,11 @@ func pluginPort(t *testing.T) string {
 // startPluginServer is startServer on a port of the plugin tests' range.
 func startPluginServer(t *testing.T, args ...string) *server {
 	t.Helper()
-	s := launchPluginServer(t, args...)
-	s.waitFor(t, "the server to be ready", readyTimeout, func() bool {
-		status, _, err := s.get("/readyz")
-		return err == nil && status == http.StatusOK
-	})
-	return s
+	return startServerOn(t, pluginPort, args...)
 }
 
 // launchPluginServer is launchServer on a port of the plugin tests' range.
 func launchPluginServer(t *testing.T, args ...string) *server {
 	t.Helper()
-	for attempt := 0; ; attempt++ {
-		s := newServer(t, pluginPort(t), args)
-		if !s.lostPortRace() || attempt == 2 {
-			return s
-		}
-		t.Logf("port %s was taken before the server bound it; retrying", s.addr)
-	}
+	return launchServerOn(t, pluginPort, args...)
 }
