@@ -27,7 +27,7 @@ type securityOptions struct {
 }
 
 func addSecurityFlags(f *pflag.FlagSet, o *securityOptions) {
-	f.Var(&o.authToken, "auth-token", "require the header Authorization: Bearer TOKEN on every endpoint but /healthz, /readyz and the status page / (also $"+envAuthToken+" or --auth-token-file, which keep it out of the process list)")
+	f.Var(&o.authToken, "auth-token", "require the header Authorization: Bearer TOKEN on every endpoint but the health routes (/healthz, /readyz, /v2/health/live, /v2/health/ready) and the status page / (also $"+envAuthToken+" or --auth-token-file, which keep it out of the process list)")
 	f.StringVar(&o.authTokenFile, "auth-token-file", "", "read the token of --auth-token from this file (surrounding whitespace trimmed)")
 	f.StringVar(&o.tlsCert, "tls-cert", "", "serve HTTPS with this PEM certificate (chain) file; needs --tls-key; reloaded on SIGHUP")
 	f.StringVar(&o.tlsKey, "tls-key", "", "the PEM private key of --tls-cert")

@@ -12,9 +12,11 @@ import (
 // it carries the header "Authorization: Bearer <token>". Others get 401 with
 // a WWW-Authenticate challenge and a JSON error, before next sees them.
 //
-// Four kinds of request pass without the token: GET /healthz and /readyz,
-// so that load balancers and orchestrators can probe the server without
-// holding the secret; GET / itself, the status page, a static file that
+// Four kinds of request pass without the token: the health routes,
+// /healthz, /readyz and the v2 protocol's /v2/health/live and
+// /v2/health/ready, so that load balancers and orchestrators can probe the
+// server without holding the secret (they say whether it lives and is
+// ready, and nothing of its model); GET / itself, the status page, a static file that
 // holds no data and asks for the token to fetch what it shows (a browser
 // cannot send one for a page it is told to open); and CORS preflights
 // (OPTIONS with Origin and Access-Control-Request-Method), which browsers
@@ -69,7 +71,8 @@ func (g *tokenGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // exemptFromToken reports whether r may pass without a token.
 func exemptFromToken(r *http.Request) bool {
 	switch {
-	case r.URL.Path == "/healthz" || r.URL.Path == "/readyz":
+	case r.URL.Path == "/healthz" || r.URL.Path == "/readyz",
+		r.URL.Path == "/v2/health/live" || r.URL.Path == "/v2/health/ready":
 		return true
 	case r.URL.Path == "/" && (r.Method == http.MethodGet || r.Method == http.MethodHead):
 		return true // the status page: static, its data is guarded
