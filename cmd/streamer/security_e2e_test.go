@@ -75,6 +75,8 @@ func TestSecurityAuthTokenGuardsEndpoints(t *testing.T) {
 		{http.MethodGet, "/v1/models"},
 		{http.MethodGet, "/metrics"},
 		{http.MethodPost, "/admin/reload"},
+		{http.MethodGet, "/v2/models/echo/stats"},
+		{http.MethodPost, "/v2/repository/index"},
 	}
 	for _, r := range guarded {
 		what := r.method + " " + r.path
@@ -94,7 +96,7 @@ func TestSecurityAuthTokenGuardsEndpoints(t *testing.T) {
 			t.Errorf("%s %s with the token: status %d (%s), want 200", method, path, status, bytes.TrimSpace(body))
 		}
 	}
-	for _, path := range []string{"/healthz", "/readyz", "/"} {
+	for _, path := range []string{"/healthz", "/readyz", "/v2/health/live", "/v2/health/ready", "/"} {
 		if status, _, body := authedRequest(t, s, http.MethodGet, path, ""); status != http.StatusOK {
 			t.Errorf("GET %s without a token: status %d (%s), want 200", path, status, bytes.TrimSpace(body))
 		}

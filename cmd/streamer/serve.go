@@ -384,6 +384,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		Backend: backend, Codec: m.codec, MaxBody: o.maxBody, Logger: log, Model: m.info,
 		WriteTimeout: o.writeTimeout, AllowedOrigins: o.allowOrigins,
 		Admin: adminFor(o.admin, st), Tensors: m.tensors,
+		MaxBatchSize: o.batchSize, MaxQueueDelay: o.maxLatency, MaxItems: o.maxItems,
 	})
 	stopping := &drainer{listener: listener, grace: o.grace, log: log, stops: stopsOf(st, remote)}
 	server := o.httpServer(stopping.wrap(guard.protect(api)), log)

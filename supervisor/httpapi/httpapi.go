@@ -27,6 +27,13 @@
 //	GET  /v2/models/{model}/ready     200 {"name", "ready": true}, else 503
 //	POST /v2/models/{model}/infer     {"inputs": [tensor, ...]} → {"outputs": [tensor, ...]}
 //
+// and those Triton adds, which its clients and perf_analyzer call (see
+// v2_triton.go):
+//
+//	GET  /v2/models/{model}/config    the model in Triton's configuration: max_batch_size, dims
+//	GET  /v2/models[/{model}]/stats   the counters in Triton's statistics
+//	POST /v2/repository/index         the served model and its state
+//
 // (the model routes also as /v2/models/{model}/versions/{v}/...; a version
 // must be one of the model's when it lists any).
 //
@@ -141,6 +148,17 @@ type Config struct {
 	// means the main module's version in the binary's build information,
 	// or "devel" when it has none.
 	ServerVersion string
+	// MaxBatchSize is the most items one batch holds (the supervisor's
+	// BatchSize), and MaxQueueDelay the longest an item waits for
+	// batch-mates (its MaxLatency): the v2 model configuration
+	// (GET /v2/models/{model}/config) gives them as Triton's
+	// max_batch_size and dynamic_batching. Zero leaves them out.
+	MaxBatchSize  int
+	MaxQueueDelay time.Duration
+	// MaxItems is the most items one request may carry (the supervisor's
+	// MaxItems): a v2 request of more rows is refused with 413 before its
+	// rows are encoded. Zero means 65536.
+	MaxItems int
 }
 
 // handler serves every route. It holds no per-request state: buffers come
@@ -157,7 +175,11 @@ type handler struct {
 	serverMetadata serverMetadataBody // the GET /v2 answer
 
 	writeTimeout time.Duration
-	origins      map[string]bool // allowed Origin values; "*" for any
+	origins      map[string]bool
+
+	maxBatchSize  int           // the v2 configuration's max_batch_size (0: none)
+	maxQueueDelay time.Duration // its dynamic batching's queue delay
+	maxRows       int           // the most rows of a v2 request // allowed Origin values; "*" for any
 
 	bufs        sync.Pool // *bytes.Buffer: request bodies and responses
 	inferStates sync.Pool // *inferState: the v2 inference requests' memory
@@ -185,18 +207,21 @@ func New(cfg Config) http.Handler {
 		panic("httpapi: Config.Backend is nil")
 	}
 	h := &handler{
-		backend:      cfg.Backend,
-		codec:        cfg.Codec,
-		maxBody:      cfg.MaxBody,
-		log:          cfg.Logger,
-		model:        cfg.Model,
-		admin:        cfg.Admin,
-		tensors:      cfg.Tensors,
-		writeTimeout: cfg.WriteTimeout,
-		jsonType:     []string{"application/json"},
-		msgpackType:  []string{"application/msgpack"},
-		octetType:    []string{"application/octet-stream"},
-		retryAfter:   []string{"1"},
+		backend:       cfg.Backend,
+		codec:         cfg.Codec,
+		maxBody:       cfg.MaxBody,
+		log:           cfg.Logger,
+		model:         cfg.Model,
+		admin:         cfg.Admin,
+		tensors:       cfg.Tensors,
+		writeTimeout:  cfg.WriteTimeout,
+		maxBatchSize:  max(cfg.MaxBatchSize, 0),
+		maxQueueDelay: cfg.MaxQueueDelay,
+		maxRows:       maxRows,
+		jsonType:      []string{"application/json"},
+		msgpackType:   []string{"application/msgpack"},
+		octetType:     []string{"application/octet-stream"},
+		retryAfter:    []string{"1"},
 		serverMetadata: serverMetadataBody{
 			Name:       cmp.Or(cfg.ServerName, DefaultServerName),
 			Version:    cmp.Or(cfg.ServerVersion, defaultServerVersion()),
@@ -208,6 +233,9 @@ func New(cfg Config) http.Handler {
 	}
 	if h.maxBody <= 0 {
 		h.maxBody = DefaultMaxBody
+	}
+	if cfg.MaxItems > 0 {
+		h.maxRows = min(cfg.MaxItems, maxRows)
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -274,7 +302,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, http.StatusNotFound, "no route "+strconv.Quote(r.URL.Path)+
 			"; the routes are POST /predict, GET /, /healthz, /readyz, /metrics, /v1/models, /v1/stats, /v1/workers, "+
 			"and the v2 inference protocol's GET /v2, /v2/health/live, /v2/health/ready, /v2/models/{model}[/versions/{v}], "+
-			"/v2/models/{model}[/versions/{v}]/ready, POST /v2/models/{model}[/versions/{v}]/infer")
+			"/v2/models/{model}[/versions/{v}]/ready, /config, /stats, /v2/models/stats, "+
+			"POST /v2/models/{model}[/versions/{v}]/infer, /v2/repository/index")
 	}
 }
 
@@ -315,6 +344,11 @@ func (h *handler) readiness() (int, any) {
 	if h.backend.Ready() {
 		return http.StatusOK, map[string]string{"status": "ready"}
 	}
+	return http.StatusServiceUnavailable, map[string]string{"status": "not ready", "error": h.notReadyReason()}
+}
+
+// notReadyReason says why the backend is not ready.
+func (h *handler) notReadyReason() string {
 	why := "no worker is ready"
 	if b, ok := h.backend.(unreadier); ok {
 		switch err := b.NotReady(); {
@@ -324,7 +358,7 @@ func (h *handler) readiness() (int, any) {
 			why = err.Error()
 		}
 	}
-	return http.StatusServiceUnavailable, map[string]string{"status": "not ready", "error": why}
+	return why
 }
 
 // unreadier is a Backend that says why it is not ready: a local streamer
@@ -353,7 +387,7 @@ func (h *handler) stats() (int, any) {
 	s := h.backend.Stats()
 	body := statsBody{Stats: s, MeanBatchSize: s.MeanBatchSize(), Requests: make(map[string]uint64, len(requestOutcomes))}
 	for i, outcome := range requestOutcomes {
-		body.Requests[outcome] = h.requests[i].Load()
+		body.Requests[outcome] = h.requests.byOutcome[i].Load()
 	}
 	if b, ok := h.backend.(brokerStatser); ok {
 		body.Broker = b.BrokerStats()

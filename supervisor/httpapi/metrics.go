@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -28,7 +29,13 @@ var requestOutcomes = [...]string{outcomeOK, outcomeRejected, outcomeTimedOut, o
 // requestCounts counts /predict requests by outcome: one atomic addition
 // per request, the only cost metrics add to the HTTP path. Everything else
 // is read from the backend when /metrics is scraped.
-type requestCounts [len(requestOutcomes)]atomic.Uint64
+type requestCounts struct {
+	byOutcome [len(requestOutcomes)]atomic.Uint64
+	// lastOK is when the last request answered with outputs was counted,
+	// in Unix milliseconds (0 before the first): the v2 statistics'
+	// last_inference.
+	lastOK atomic.Int64
+}
 
 // count counts a request answered with status, err being its error if any.
 func (c *requestCounts) count(status int, err error) {
@@ -36,6 +43,7 @@ func (c *requestCounts) count(status int, err error) {
 	switch {
 	case status == http.StatusOK:
 		i = 0
+		c.lastOK.Store(time.Now().UnixMilli())
 	case status == http.StatusGatewayTimeout:
 		i = 2
 	case status == StatusClientClosedRequest:
@@ -45,7 +53,7 @@ func (c *requestCounts) count(status int, err error) {
 	case status == http.StatusUnprocessableEntity || status >= 500 && status != http.StatusServiceUnavailable:
 		i = 3
 	}
-	c[i].Add(1)
+	c.byOutcome[i].Add(1)
 }
 
 // metricsHandler serves GET /metrics: the collector's metrics, Go's runtime
@@ -167,7 +175,7 @@ func (c *collector) collectCounts(ch chan<- prometheus.Metric, st supervisor.Sta
 	}
 	if c.requests != nil {
 		for i, outcome := range requestOutcomes {
-			counter(c.requestsTotal, float64(c.requests[i].Load()), outcome)
+			counter(c.requestsTotal, float64(c.requests.byOutcome[i].Load()), outcome)
 		}
 	}
 	// Failed counts every item answered with an error, expired, poisoned

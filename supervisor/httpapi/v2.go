@@ -37,11 +37,12 @@ type serverMetadataBody struct {
 type v2Route struct {
 	model   string
 	version string // "" when the path has none
-	action  string // "" (metadata), "ready" or "infer"
+	action  string // "" (metadata), "ready", "infer", "config" or "stats"
 }
 
 // parseModelPath takes apart the path after /v2/models/: {model},
-// {model}/ready, {model}/infer, and the same after {model}/versions/{v}.
+// {model}/ready, {model}/infer, {model}/config, {model}/stats, and the
+// same after {model}/versions/{v}.
 func parseModelPath(rest string) (v2Route, bool) {
 	var route v2Route
 	var more bool
@@ -59,7 +60,7 @@ func parseModelPath(rest string) (v2Route, bool) {
 		return route, true
 	}
 	switch rest {
-	case "ready", "infer":
+	case "ready", "infer", "config", "stats":
 		route.action = rest
 		return route, true
 	}
@@ -80,7 +81,20 @@ func (h *handler) serveV2(w http.ResponseWriter, r *http.Request) bool {
 			}
 			return http.StatusServiceUnavailable, map[string]bool{"ready": false}
 		})
+	case "/v2/models/stats": // every model's: Triton's route
+		h.get(w, r, func() (int, any) {
+			if h.tensors == nil {
+				return http.StatusOK, tritonStats{ModelStats: []tritonModelStats{}}
+			}
+			return http.StatusOK, h.modelStats(h.tensors.Metadata())
+		})
+	case "/v2/repository/index":
+		h.repositoryIndex(w, r)
 	default:
+		if rest, ok := strings.CutPrefix(r.URL.Path, "/v2/repository/models/"); ok {
+			h.repositoryControl(w, r, rest)
+			return true
+		}
 		rest, ok := strings.CutPrefix(r.URL.Path, "/v2/models/")
 		if !ok {
 			return false
@@ -122,13 +136,18 @@ func (h *handler) serveModel(w http.ResponseWriter, r *http.Request, route v2Rou
 		if err := checkModelRoute(meta, route); err != nil {
 			return err.status, errorBody{Error: err.msg}
 		}
-		if route.action == "ready" {
+		switch route.action {
+		case "ready":
 			ready := h.backend.Ready()
 			status := http.StatusOK
 			if !ready {
 				status = http.StatusServiceUnavailable
 			}
 			return status, modelReadyBody{Name: meta.Name, Ready: ready}
+		case "config":
+			return http.StatusOK, h.modelConfig(meta)
+		case "stats":
+			return http.StatusOK, h.modelStats(meta)
 		}
 		return http.StatusOK, metadataForJSON(meta)
 	})

@@ -485,7 +485,7 @@ func TestV2InferIsCounted(t *testing.T) {
 	h := newV2(oneInput("INT8"), nil)
 	postV2(t, h, "/v2/models/m/infer", valuesBody("INT8", `[1]`))
 	postV2(t, h, "/v2/models/m/infer", valuesBody("INT8", `[1000]`))
-	counts := &h.(*handler).requests
+	counts := &h.(*handler).requests.byOutcome
 	if ok, rejected := counts[0].Load(), counts[1].Load(); ok != 1 || rejected != 1 {
 		t.Errorf("counted %d ok and %d rejected, want 1 and 1", ok, rejected)
 	}

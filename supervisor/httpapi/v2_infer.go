@@ -24,6 +24,7 @@ type inferState struct {
 	outputOf []int    // for each requested output, its index in the model's outputs
 	rows     int      // the request's batch size: the items it makes
 	maxCopy  int64    // the most bytes of unbatched inputs the items may copy in all (MaxBody)
+	maxRows  int      // the most rows a request may have (MaxItems)
 	cursors  [][]byte // per model input, its data not yet cut into rows
 	row      []Tensor // one row's inputs, as Item takes them
 	items    predictRequest
@@ -51,6 +52,7 @@ func (h *handler) getInferState() *inferState {
 	st.req = v2Request{inputs: st.req.inputs[:0], outputs: st.req.outputs[:0]}
 	st.rows = 0
 	st.maxCopy = h.maxBody
+	st.maxRows = h.maxRows
 	st.items = predictRequest{items: st.items.items[:0]}
 	st.answers = st.answers[:0]
 	st.selected = st.selected[:0]
@@ -234,9 +236,9 @@ func (st *inferState) matchOutputs(meta ModelMetadata) error {
 	return nil
 }
 
-// maxRows bounds the rows of one request before the model encodes them:
-// rows of no elements cost no bytes, so the body's size does not bound
-// them. The supervisor's queue is smaller still by default.
+// maxRows bounds the rows of one request before the model encodes them
+// when Config.MaxItems does not, or is larger: rows of no elements cost no
+// bytes, so the body's size does not bound them.
 const maxRows = 1 << 16
 
 // batchSize finds the rows of the batched inputs, which must agree; a
@@ -262,9 +264,9 @@ func (st *inferState) batchSize(meta ModelMetadata) error {
 	switch {
 	case rows < 0:
 		rows = 1
-	case rows > maxRows:
+	case rows > int64(st.maxRows):
 		return &requestError{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf(
-			"the request has %d rows (input %q); one request takes at most %d", rows, meta.Inputs[first].Name, maxRows)}
+			"the request has %d rows (input %q); one request takes at most %d", rows, meta.Inputs[first].Name, st.maxRows)}
 	case rows == 0:
 		return badRequest(fmt.Sprintf("the request has no rows: input %q has shape %s; send at least one row on the first axis",
 			meta.Inputs[first].Name, formatShape(st.req.inputs[st.byModel[first]].shape)))

@@ -186,7 +186,9 @@ func TestParseModelPath(t *testing.T) {
 		{"m/versions", v2Route{}, false},
 		{"m/versions/2/", v2Route{}, false},
 		{"m/versions/2/infer/x", v2Route{}, false},
-		{"m/stats", v2Route{}, false},
+		{"m/stats", v2Route{model: "m", action: "stats"}, true},
+		{"m/versions/2/config", v2Route{model: "m", version: "2", action: "config"}, true},
+		{"m/trace", v2Route{}, false},
 	}
 	for _, tt := range tests {
 		got, ok := parseModelPath(tt.rest)

@@ -366,10 +366,13 @@ func TestV2ModelRoutesRefuse(t *testing.T) {
 		{"POST metadata", h, "POST", "/v2/models/m", 405, []string{"GET"}, "GET, HEAD"},
 		{"POST ready", h, "POST", "/v2/models/m/ready", 405, []string{"GET"}, "GET, HEAD"},
 		{"POST server metadata", h, "POST", "/v2", 405, []string{"GET"}, "GET, HEAD"},
-		{"unknown model route", h, "GET", "/v2/models/m/config", 404, []string{"no route", "/v2/models/{model}"}, ""},
+		{"unknown model route", h, "GET", "/v2/models/m/trace", 404, []string{"no route", "/v2/models/{model}", "/config"}, ""},
 		{"empty model name", h, "GET", "/v2/models/", 404, []string{"no route"}, ""},
 		{"empty version", h, "GET", "/v2/models/m/versions/", 404, []string{"no route"}, ""},
-		{"unknown v2 route", h, "GET", "/v2/repository/index", 404, []string{"no route", "/v2/health/live"}, ""},
+		{"unknown v2 route", h, "GET", "/v2/trace/setting", 404, []string{"no route", "/v2/health/live", "/v2/repository/index"}, ""},
+		{"GET repository index", h, "GET", "/v2/repository/index", 405, []string{"POST"}, "POST"},
+		{"config of an unknown model", h, "GET", "/v2/models/other/config", 404, []string{`"other"`, `"m"`}, ""},
+		{"POST config", h, "POST", "/v2/models/m/config", 405, []string{"GET"}, "GET, HEAD"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
