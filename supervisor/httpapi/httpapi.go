@@ -62,6 +62,14 @@
 // priorities; other parameters are ignored. The classification extension is
 // not served: an output asked for with a classification is refused.
 //
+// An answer given before a body is read to its end (a body over the limit,
+// a full queue, a content type not read, a route that takes no body) is
+// sent at once when the body is larger than net/http reads by itself, and
+// the rest of the body is then read and thrown away, within the server's
+// read deadline (http.Server.ReadTimeout) and up to four times the body
+// limit, so that clients which send their whole body before they read
+// get their answer and not a reset connection (see discardUnread).
+//
 // Errors are always JSON, {"error": "..."}, with a status that says whose
 // fault it is: 4xx for the request, 429/503 for load and availability, 504 for
 // a deadline, 422 for an item the model refused or that crashes it, 500 for
@@ -175,11 +183,12 @@ type handler struct {
 	serverMetadata serverMetadataBody // the GET /v2 answer
 
 	writeTimeout time.Duration
-	origins      map[string]bool
+	discardLimit int64           // the most read of a body answered unread (see discardUnread)
+	origins      map[string]bool // allowed Origin values; "*" for any
 
 	maxBatchSize  int           // the v2 configuration's max_batch_size (0: none)
 	maxQueueDelay time.Duration // its dynamic batching's queue delay
-	maxRows       int           // the most rows of a v2 request // allowed Origin values; "*" for any
+	maxRows       int           // the most rows of a v2 request
 
 	bufs        sync.Pool // *bytes.Buffer: request bodies and responses
 	inferStates sync.Pool // *inferState: the v2 inference requests' memory
@@ -237,6 +246,7 @@ func New(cfg Config) http.Handler {
 	if cfg.MaxItems > 0 {
 		h.maxRows = min(cfg.MaxItems, maxRows)
 	}
+	h.discardLimit = discardLimit(h.maxBody)
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -271,6 +281,14 @@ func (h *handler) putBuffer(b *bytes.Buffer) {
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.route(w, r)
+	if r.ContentLength > smallBody || r.ContentLength < 0 {
+		h.discardUnread(w, r)
+	}
+}
+
+// route answers r.
+func (h *handler) route(w http.ResponseWriter, r *http.Request) {
 	if origin, ok := r.Header["Origin"]; ok && !h.crossOrigin(w, r, origin) {
 		return
 	}

@@ -1,0 +1,86 @@
+package httpapi
+
+import (
+	"io"
+	"math"
+	"net/http"
+	"strings"
+)
+
+// This file reads, and throws away, what is left of a request body that
+// the handler answered without reading to its end: a body announced or
+// found over the limit, one refused for a full queue before it was read, a
+// content type the handler cannot read, a route that takes no body.
+
+// smallBody is the most of an unread body that net/http reads, and throws
+// away, by itself before it sends the answer (its maxPostHandlerReadBytes).
+// Past it, net/http sends the answer and closes the connection with the
+// body unread, which has the kernel reset it: a client that writes its
+// whole body before it reads anything (Python's http.client, requests,
+// tritonclient) is reset while it sends and never reads the answer.
+const smallBody = 256 << 10
+
+// maxDiscardOver bounds how far past the body limit a body answered
+// unread is read (see discardLimit).
+const maxDiscardOver = 64 << 20
+
+// discardLimit is the most of a body answered unread that is read: the
+// whole of any body within maxBody (one refused for a full queue is likely
+// sent again), and past it up to three times maxBody more, maxDiscardOver
+// at most, so that a body somewhat over the limit gets its 413 and not a
+// reset. A client sending more than that is cut off, as before.
+func discardLimit(maxBody int64) int64 {
+	over := min(maxBody, maxDiscardOver/3) * 3
+	if maxBody > math.MaxInt64-over {
+		return math.MaxInt64
+	}
+	return maxBody + over
+}
+
+// fullDuplexer is net/http's HTTP/1 ResponseWriter as
+// http.ResponseController.EnableFullDuplex uses it; asserting it directly
+// costs no allocation.
+type fullDuplexer interface{ EnableFullDuplex() error }
+
+// discardUnread follows the answer to a request whose body is larger than
+// net/http reads by itself (smallBody), or of unknown length: it sends the
+// answer at once and then reads what is left of the body, throwing it
+// away, so that a client still sending gets to the end of its body and
+// reads the answer, and so that the connection, its body read through,
+// serves the client's next request. The server's read deadline bounds the
+// reading (the handler lifts it only once it has read a body whole, as a
+// served request's is, which reads as ended at once): a client that stops
+// sending holds the handler no longer than one sending slowly would, and
+// one that never stops, for no more than discardLimit bytes. Past either,
+// net/http closes the connection, as it did without this.
+//
+// A body announced longer than discardLimit is not read at all: the client
+// would be reset all the same, after the server had read megabytes for
+// nothing. Nor is the body of a client waiting for 100 Continue: it was
+// answered instead, and does not send its body. Nor an HTTP/2 body: a
+// stream left unread costs its connection nothing.
+func (h *handler) discardUnread(w http.ResponseWriter, r *http.Request) {
+	if r.ProtoMajor != 1 || r.ContentLength > h.discardLimit || expectsContinue(r.Header) {
+		return
+	}
+	// Without full duplex, net/http would read at most smallBody of the
+	// body before it sends the answer, and close the connection after.
+	if d, ok := w.(fullDuplexer); ok {
+		_ = d.EnableFullDuplex()
+	}
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush() // the answer goes before the rest of the body is read
+	}
+	if r.ContentLength > 0 {
+		_, _ = io.Copy(io.Discard, r.Body) // net/http ends it at its length
+		return
+	}
+	_, _ = io.CopyN(io.Discard, r.Body, h.discardLimit)
+}
+
+// expectsContinue reports whether the request's client waits for 100
+// Continue before it sends its body.
+func expectsContinue(header http.Header) bool {
+	v := header["Expect"]
+	return len(v) > 0 && strings.EqualFold(strings.TrimSpace(v[0]), "100-continue")
+}

@@ -1,0 +1,225 @@
+package httpapi
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// This file holds the answers given before a body is read, or all of it,
+// to clients that send the whole body before they read anything (Python's
+// http.client, requests, tritonclient): over a real loopback connection,
+// since what goes wrong is the connection's, not the handler's.
+
+// unreadTimeout bounds every wait of these tests: far longer than anything
+// they wait for takes, so that it only ever ends a broken run.
+const unreadTimeout = 20 * time.Second
+
+// serveLoopback serves h on a loopback port with readTimeout as the
+// server's ReadTimeout, and returns its address and a channel that gets a
+// value each time h returns.
+func serveLoopback(t *testing.T, h http.Handler, readTimeout time.Duration) (addr string, returned <-chan struct{}) {
+	t.Helper()
+	done := make(chan struct{}, 16)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r)
+		done <- struct{}{}
+	}))
+	srv.Config.ReadTimeout = readTimeout
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().String(), done
+}
+
+// rawPost is a request written by hand: head is everything before the
+// body, "Host" and the blank line left out.
+func rawPost(path, head string) string {
+	return "POST " + path + " HTTP/1.1\r\nHost: streamer\r\n" + head + "\r\n"
+}
+
+// sendWholeThenRead writes request and body whole before it reads
+// anything, as the clients above do, then reads the answer.
+func sendWholeThenRead(t *testing.T, addr, request string, body []byte) (*http.Response, []byte, error) {
+	t.Helper()
+	conn := dialSmallBuffer(t, addr)
+	if _, err := io.WriteString(conn, request); err != nil {
+		return nil, nil, fmt.Errorf("write the headers: %w", err)
+	}
+	if _, err := conn.Write(body); err != nil {
+		return nil, nil, fmt.Errorf("write the body: %w", err)
+	}
+	return readAnswer(conn)
+}
+
+// dialSmallBuffer connects to addr with a send buffer far smaller than the
+// bodies sent: the kernel's, grown to its bound, would take in megabytes
+// of a body the server does not read, and a client that has written its
+// body whole reads its answer before the server closes the connection.
+// Over a network, a body far larger than the buffers does the same.
+func dialSmallBuffer(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, unreadTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if err := conn.(*net.TCPConn).SetWriteBuffer(32 << 10); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetDeadline(time.Now().Add(unreadTimeout))
+	return conn
+}
+
+func readAnswer(conn net.Conn) (*http.Response, []byte, error) {
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the answer: %w", err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	return resp, data, err
+}
+
+// chunked encodes body as one chunk and the last.
+func chunked(body []byte) []byte {
+	return append(fmt.Appendf(nil, "%x\r\n%s\r\n", len(body), body), "0\r\n\r\n"...)
+}
+
+// TestAnAnswerGivenUnreadReachesAClientSendingItsWholeBody: every answer
+// the handler gives without reading the body to its end (a body announced
+// or found over --max-body, a full queue, a content type it cannot read, a
+// route that takes no body) reaches a client that writes megabytes of
+// body before it reads, where net/http alone would close the connection
+// with the body unread and the client would be reset mid-send.
+func TestAnAnswerGivenUnreadReachesAClientSendingItsWholeBody(t *testing.T) {
+	const maxBody = 1 << 20
+	over := bytes.Repeat([]byte("x"), 3*maxBody)
+	within := bytes.Repeat([]byte("y"), maxBody-1000)
+	open := New(Config{Backend: &fakeBackend{ready: true}, MaxBody: maxBody, Tensors: oneInput("INT8")})
+	full := New(Config{Backend: &fullBackend{fakeBackend{ready: true}}, MaxBody: maxBody, Tensors: oneInput("INT8")})
+	for _, tc := range []struct {
+		name    string
+		handler http.Handler
+		request string
+		body    []byte
+		want    int
+		says    string
+	}{
+		{"/predict, a body announced over --max-body", open,
+			rawPost("/predict", fmt.Sprintf("Content-Type: application/json\r\nContent-Length: %d\r\n", len(over))), over,
+			http.StatusRequestEntityTooLarge, "limit of 1048576 bytes"},
+		{"/predict, a chunked body found over --max-body", open,
+			rawPost("/predict", "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n"), chunked(over),
+			http.StatusRequestEntityTooLarge, "limit of 1048576 bytes"},
+		{"v2 infer, a body announced over --max-body", open,
+			rawPost("/v2/models/m/infer", fmt.Sprintf("Content-Type: application/json\r\nContent-Length: %d\r\n", len(over))), over,
+			http.StatusRequestEntityTooLarge, "limit of 1048576 bytes"},
+		{"/predict, the queue full", full,
+			rawPost("/predict", fmt.Sprintf("Content-Type: application/json\r\nContent-Length: %d\r\n", len(within))), within,
+			http.StatusTooManyRequests, "unread"},
+		{"v2 infer, the queue full", full,
+			rawPost("/v2/models/m/infer", fmt.Sprintf("Content-Type: application/json\r\nContent-Length: %d\r\n", len(within))), within,
+			http.StatusTooManyRequests, "unread"},
+		{"/predict, a content type it cannot read", open,
+			rawPost("/predict", fmt.Sprintf("Content-Type: text/plain\r\nContent-Length: %d\r\n", len(within))), within,
+			http.StatusUnsupportedMediaType, "text/plain"},
+		{"a route that takes no body", open,
+			rawPost("/nowhere", fmt.Sprintf("Content-Type: application/json\r\nContent-Length: %d\r\n", len(within))), within,
+			http.StatusNotFound, "/nowhere"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr, _ := serveLoopback(t, tc.handler, unreadTimeout)
+			resp, data, err := sendWholeThenRead(t, addr, tc.request, tc.body)
+			if err != nil {
+				t.Fatalf("want %d: %v", tc.want, err)
+			}
+			var e errorBody
+			if resp.StatusCode != tc.want || json.Unmarshal(data, &e) != nil || !strings.Contains(e.Error, tc.says) {
+				t.Fatalf("%d %s; want %d with an error saying %q", resp.StatusCode, data, tc.want, tc.says)
+			}
+			if tc.want == http.StatusTooManyRequests && resp.Header.Get("Retry-After") == "" {
+				t.Errorf("429 without Retry-After")
+			}
+		})
+	}
+}
+
+// TestAConnectionWhoseBodyWasReadThroughServesTheNext: once an answer
+// given unread is followed by the rest of its body, read and thrown away,
+// the connection serves the client's next request.
+func TestAConnectionWhoseBodyWasReadThroughServesTheNext(t *testing.T) {
+	addr, _ := serveLoopback(t, New(Config{Backend: &fakeBackend{ready: true}, MaxBody: 1 << 20}), unreadTimeout)
+	over := bytes.Repeat([]byte("x"), 2<<20)
+	conn := dialSmallBuffer(t, addr)
+	small := `{"inputs": ["after"]}`
+	fmt.Fprintf(conn, "%s%s", rawPost("/predict", fmt.Sprintf("Content-Length: %d\r\n", len(over))), over)
+	fmt.Fprintf(conn, "%s%s", rawPost("/predict", fmt.Sprintf("Content-Length: %d\r\n", len(small))), small)
+	reader := bufio.NewReader(conn)
+	for i, want := range []int{http.StatusRequestEntityTooLarge, http.StatusOK} {
+		resp, err := http.ReadResponse(reader, nil)
+		if err != nil {
+			t.Fatalf("answer %d: %v; want %d", i, err, want)
+		}
+		data, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != want {
+			t.Fatalf("answer %d: %d %s (%v); want %d", i, resp.StatusCode, data, err, want)
+		}
+	}
+}
+
+// TestAnUnreadBodyHoldsItsHandlerNoLonger: what is left of a body
+// answered unread is read no longer than the server's read timeout, and
+// no further than a few times --max-body: a client that stops sending, or
+// never stops, does not hold the handler, and reads its answer all the
+// same.
+func TestAnUnreadBodyHoldsItsHandlerNoLonger(t *testing.T) {
+	const maxBody = 1 << 20
+	h := New(Config{Backend: &fullBackend{fakeBackend{ready: true}}, MaxBody: maxBody})
+	for _, tc := range []struct {
+		name        string
+		readTimeout time.Duration
+		request     string
+		send        func(conn net.Conn)
+	}{
+		{"a client that stops sending", 300 * time.Millisecond,
+			rawPost("/predict", fmt.Sprintf("Content-Length: %d\r\n", maxBody)),
+			func(conn net.Conn) { _, _ = conn.Write([]byte("{")) }},
+		{"a client that never stops", unreadTimeout,
+			rawPost("/predict", "Transfer-Encoding: chunked\r\n"),
+			func(conn net.Conn) {
+				chunk := chunked(bytes.Repeat([]byte(" "), 32<<10))
+				chunk = chunk[:len(chunk)-len("0\r\n\r\n")]
+				for {
+					if _, err := conn.Write(chunk); err != nil {
+						return
+					}
+				}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr, returned := serveLoopback(t, h, tc.readTimeout)
+			conn := dialSmallBuffer(t, addr)
+			if _, err := io.WriteString(conn, tc.request); err != nil {
+				t.Fatal(err)
+			}
+			go tc.send(conn)
+			resp, data, err := readAnswer(conn)
+			if err != nil || resp.StatusCode != http.StatusTooManyRequests {
+				t.Fatalf("answer: %v %s; want 429", err, data)
+			}
+			select {
+			case <-returned:
+			case <-time.After(unreadTimeout):
+				t.Fatalf("the handler still reads the body %s after the answer", unreadTimeout)
+			}
+		})
+	}
+}
