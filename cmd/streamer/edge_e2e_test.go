@@ -554,6 +554,38 @@ func TestErrorsAtTheProtocolEdge(t *testing.T) {
 	}
 }
 
+// TestABodyOverTheLimitSentWholeGetsItsAnswer: a client that writes its
+// whole body before it reads anything, as Python's http.client, requests
+// and tritonclient do, reads the 413 of a body over --max-body, rather
+// than being reset while it sends; and the server keeps serving.
+func TestABodyOverTheLimitSentWholeGetsItsAnswer(t *testing.T) {
+	s := startServer(t, "--model", "echo", "--max-body", "1000000")
+	body := bytes.Repeat([]byte("x"), 3_000_000)
+	conn := dialRaw(t, s.addr)
+	// A send buffer far smaller than the body, as a network's would be:
+	// the kernel's own, grown to its bound, would take in a few megabytes
+	// the server never reads, and the client would read its answer before
+	// the reset.
+	if err := conn.(*net.TCPConn).SetWriteBuffer(32 << 10); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetWriteDeadline(time.Now().Add(requestTimeout))
+	fmt.Fprintf(conn, "POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(body))
+	if _, err := conn.Write(body); err != nil {
+		t.Fatalf("the server stopped the body of a request over --max-body: %v; want its 413 once sent", err)
+	}
+	resp, answer, err := readRawResponse(conn)
+	if err != nil {
+		t.Fatalf("no answer to a body over --max-body sent whole: %v", err)
+	}
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !isJSONError(answer) || !strings.Contains(string(answer), "1000000 bytes") {
+		t.Fatalf("%d %s; want 413 with a JSON error naming the limit", resp.StatusCode, answer)
+	}
+	if p := s.predictJSON(t, "after"); p.Status != http.StatusOK {
+		t.Fatalf("the server keeps serving: %s", p)
+	}
+}
+
 // rssBytes is a process's resident memory.
 func rssBytes(t *testing.T, pid int) int64 {
 	t.Helper()
