@@ -17,6 +17,9 @@ const StatusClientClosedRequest = 499
 type requestError struct {
 	status int
 	msg    string
+	// acceptEncoding says the request's content coding is refused: the
+	// answer names those accepted in its Accept-Encoding header.
+	acceptEncoding bool
 }
 
 func (e *requestError) Error() string { return e.msg }
@@ -66,6 +69,9 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		msg = ShuttingDown
 	}
 	h.requests.count(status, err)
+	if e, ok := err.(*requestError); ok && e.acceptEncoding {
+		w.Header()["Accept-Encoding"] = h.codings
+	}
 	switch status {
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
 		// A full queue, no worker able to run, Redis down, a server

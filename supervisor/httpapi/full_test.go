@@ -44,10 +44,10 @@ func TestWhatTheHeadersSayIsAnsweredBeforeAFullQueue(t *testing.T) {
 		want                    int
 	}{
 		{"a content type it cannot read", "/predict", "text/plain", `{"inputs": ["a"]}`, nil, http.StatusUnsupportedMediaType},
-		{"a compressed body", "/predict", "application/json", `{"inputs": ["a"]}`, http.Header{"Content-Encoding": {"gzip"}}, http.StatusUnsupportedMediaType},
+		{"a body in a coding it does not read", "/predict", "application/json", `{"inputs": ["a"]}`, http.Header{"Content-Encoding": {"br"}}, http.StatusUnsupportedMediaType},
 		{"a body over --max-body", "/predict", "application/json", `{"inputs": ["a", "b", "c"]}`, nil, http.StatusRequestEntityTooLarge},
 		{"a v2 body over --max-body", "/v2/models/m/infer", "application/json", `{"inputs": [{"name": "x"}]}`, nil, http.StatusRequestEntityTooLarge},
-		{"a compressed v2 body", "/v2/models/m/infer", "application/json", `{}`, http.Header{"Content-Encoding": {"gzip"}}, http.StatusUnsupportedMediaType},
+		{"a v2 body in a coding it does not read", "/v2/models/m/infer", "application/json", `{}`, http.Header{"Content-Encoding": {"br"}}, http.StatusUnsupportedMediaType},
 	} {
 		req := httptest.NewRequest(http.MethodPost, c.path, strings.NewReader(c.body))
 		req.Header.Set("Content-Type", c.contentType)

@@ -62,6 +62,15 @@
 // priorities; other parameters are ignored. The classification extension is
 // not served: an output asked for with a classification is refused.
 //
+// A body on either route may be compressed (Content-Encoding gzip, or
+// deflate: zlib-wrapped as HTTP has it, or raw deflate, which some clients
+// send under that name and which never starts as zlib data does); the
+// body limit bounds it both as sent and decompressed, and the
+// Inference-Header-Content-Length of a v2 request counts the decompressed
+// body's JSON, as Triton reads it. A body that is not what its coding says
+// is 400, one decompressed past the limit 413, and another coding, or two
+// at once, 415 with Accept-Encoding: gzip, deflate.
+//
 // An answer given before a body is read to its end (a body over the limit,
 // a full queue, a content type not read, a route that takes no body) is
 // sent at once when the body is larger than net/http reads by itself, and
@@ -192,6 +201,7 @@ type handler struct {
 
 	bufs        sync.Pool // *bytes.Buffer: request bodies and responses
 	inferStates sync.Pool // *inferState: the v2 inference requests' memory
+	inflaters   sync.Pool // *inflater: decompressors of compressed bodies
 
 	requests requestCounts
 	metrics  http.Handler
@@ -202,7 +212,8 @@ type handler struct {
 	msgpackType []string
 	octetType   []string
 	retryAfter  []string
-	fullBody    []byte // the JSON answer to a request refused for a full queue
+	codings     []string // the Accept-Encoding of a 415 for a content coding
+	fullBody    []byte   // the JSON answer to a request refused for a full queue
 
 	// bodyMean is the mean length of the bodies read of late, in bytes
 	// (see refusedFull).
@@ -231,6 +242,7 @@ func New(cfg Config) http.Handler {
 		msgpackType:   []string{"application/msgpack"},
 		octetType:     []string{"application/octet-stream"},
 		retryAfter:    []string{"1"},
+		codings:       []string{acceptedCodings},
 		serverMetadata: serverMetadataBody{
 			Name:       cmp.Or(cfg.ServerName, DefaultServerName),
 			Version:    cmp.Or(cfg.ServerVersion, defaultServerVersion()),
@@ -259,6 +271,7 @@ func New(cfg Config) http.Handler {
 	}
 	h.bufs.New = func() any { return new(bytes.Buffer) }
 	h.inferStates.New = func() any { return new(inferState) }
+	h.inflaters.New = func() any { return new(inflater) }
 	h.metrics = metricsHandler(h.backend, &h.requests)
 	h.fullBody, _ = json.Marshal(errorBody{Error: fullMessage})
 	h.fullBody = append(h.fullBody, '\n')

@@ -247,7 +247,7 @@ func TestPredictRefusesBadInput(t *testing.T) {
 		{name: "unsupported content type", contentType: "text/plain; charset=utf-8", body: []byte("hi"), wantStatus: 415, wantMsg: []string{`"text/plain; charset=utf-8"`, "application/json", "application/msgpack", "application/x-www-form-urlencoded"}},
 		{name: "timeout header with a sign", header: []string{"X-Timeout-Ms", "+5"}, body: []byte(`{"inputs": [1]}`), wantStatus: 400, wantMsg: []string{"written in digits", `"+5"`}},
 		{name: "timeout header twice", header: []string{"X-Timeout-Ms", "500", "X-Timeout-Ms", "0"}, body: []byte(`{"inputs": [1]}`), wantStatus: 400, wantMsg: []string{"X-Timeout-Ms is given 2 times"}},
-		{name: "compressed body", body: []byte(`{"inputs": [1]}`), header: []string{"Content-Encoding", "gzip"}, wantStatus: 415, wantMsg: []string{`Content-Encoding "gzip" is not supported`, "uncompressed"}},
+		{name: "body in a coding it does not read", body: []byte(`{"inputs": [1]}`), header: []string{"Content-Encoding", "br"}, wantStatus: 415, wantMsg: []string{`Content-Encoding "br" is not supported`, "gzip or deflate", "uncompressed"}},
 		{name: "GET predict", method: http.MethodGet, wantStatus: 405, wantMsg: []string{"method not allowed", "POST"}},
 		{name: "POST healthz", method: http.MethodPost, path: "/healthz", wantStatus: 405, wantMsg: []string{"method not allowed", "GET"}},
 		{name: "unknown path", method: http.MethodGet, path: "/nope", wantStatus: 404, wantMsg: []string{`"/nope"`, "/predict"}},

@@ -94,7 +94,7 @@ const largeBody = 2
 
 // refusedFull answers 429, and says so, when the backend would refuse any
 // request now, before the body is read (see fullMessage). What the headers alone say is
-// wrong with a request is answered before (headerError): its answer does
+// wrong with a request is answered before (checkHeaders): its answer does
 // not change with room, and a 429 would have the client retry in vain. A
 // request that announces a body far larger than most is read all the
 // same: likely a request of many items, it has room kept for it once its
@@ -118,22 +118,25 @@ func (h *handler) refusedFull(w http.ResponseWriter, r *http.Request) (refused, 
 	return true, true
 }
 
-// headerError is what a request's headers say is wrong with it, before
-// its body: compressed, or announced larger than the limit.
-func (h *handler) headerError(r *http.Request) error {
-	if err := uncompressed(r); err != nil {
-		return err
+// checkHeaders returns the content coding of a request's body, or what its
+// headers say is wrong with it, before its body: a coding not read, or a
+// body announced larger than the limit.
+func (h *handler) checkHeaders(r *http.Request) (contentCoding, error) {
+	coding, err := codingOf(r.Header)
+	if err != nil {
+		return 0, err
 	}
 	if r.ContentLength > h.maxBody {
-		return h.tooLarge()
+		return 0, h.tooLarge()
 	}
-	return nil
+	return coding, nil
 }
 
 func (h *handler) predict(w http.ResponseWriter, r *http.Request) {
 	format, err := formatOf(r.Header.Get("Content-Type"))
+	var coding contentCoding
 	if err == nil {
-		err = h.headerError(r)
+		coding, err = h.checkHeaders(r)
 	}
 	if err != nil {
 		h.fail(w, r, err)
@@ -145,7 +148,7 @@ func (h *handler) predict(w http.ResponseWriter, r *http.Request) {
 	}
 	body := h.getBuffer()
 	defer h.putBuffer(body)
-	if err := h.readBody(w, r, body, full); err != nil {
+	if err := h.readBody(w, r, body, coding, full); err != nil {
 		h.fail(w, r, err)
 		return
 	}
@@ -223,10 +226,26 @@ type (
 // bytes arrive.
 const initialBodyBuffer = 64 << 10
 
-// readBody reads the whole body into buf, refusing more than maxBody bytes.
-// One read while the queue has no room (full) does not count in the mean
-// (see refusedFull).
-func (h *handler) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer, full bool) error {
+// readBody reads the whole body into buf, decompressed from coding,
+// refusing more than maxBody bytes as sent or decompressed. One read while
+// the queue has no room (full) does not count in the mean (see
+// refusedFull).
+func (h *handler) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer, coding contentCoding, full bool) error {
+	if coding == identity {
+		return h.readSent(w, r, buf, full)
+	}
+	sent := h.getBuffer()
+	defer h.putBuffer(sent)
+	if err := h.readSent(w, r, sent, full); err != nil {
+		return err
+	}
+	return h.decompress(coding, sent.Bytes(), buf)
+}
+
+// readSent reads the whole body as sent into buf, refusing more than
+// maxBody bytes, and counts it in the mean of the bodies sent unless the
+// queue had no room as it came (full).
+func (h *handler) readSent(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer, full bool) error {
 	if r.ContentLength > h.maxBody {
 		return h.tooLarge()
 	}
@@ -689,17 +708,6 @@ func appendMsgpackOutputs(out *bytes.Buffer, outputs [][]byte) error {
 	}
 	for _, o := range outputs {
 		out.Write(o)
-	}
-	return nil
-}
-
-// uncompressed refuses a request whose body is compressed (Content-Encoding
-// other than identity): read as it is, its bytes would be taken for the
-// items, or fail to decode with a message that misleads.
-func uncompressed(r *http.Request) error {
-	if enc := r.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
-		return &requestError{status: http.StatusUnsupportedMediaType,
-			msg: "Content-Encoding " + strconv.Quote(enc) + " is not supported; send the body uncompressed"}
 	}
 	return nil
 }

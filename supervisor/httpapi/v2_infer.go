@@ -78,7 +78,8 @@ func (h *handler) putInferState(st *inferState) {
 // infer serves POST /v2/models/{model}[/versions/{v}]/infer for the model
 // whose metadata is meta.
 func (h *handler) infer(w http.ResponseWriter, r *http.Request, meta ModelMetadata, version string) {
-	if err := h.headerError(r); err != nil {
+	coding, err := h.checkHeaders(r)
+	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
@@ -87,7 +88,7 @@ func (h *handler) infer(w http.ResponseWriter, r *http.Request, meta ModelMetada
 		return
 	}
 	st := h.getInferState()
-	inUse, err := h.inferWith(st, w, r, meta, version, full)
+	inUse, err := h.inferWith(st, w, r, meta, version, coding, full)
 	if err != nil {
 		h.fail(w, r, err)
 	}
@@ -97,12 +98,13 @@ func (h *handler) infer(w http.ResponseWriter, r *http.Request, meta ModelMetada
 }
 
 // inferWith runs the request and writes its answer, or returns why not;
-// full says the queue had no room as it came (see refusedFull).
+// coding is the body's content coding, and full says the queue had no
+// room as it came (see refusedFull).
 // inUse says the supervisor may still read the request's items: it failed
 // after they were submitted (a deadline, a canceled client) while some of
 // them may be queued or running.
-func (h *handler) inferWith(st *inferState, w http.ResponseWriter, r *http.Request, meta ModelMetadata, version string, full bool) (inUse bool, err error) {
-	if err := h.readBody(w, r, &st.body, full); err != nil {
+func (h *handler) inferWith(st *inferState, w http.ResponseWriter, r *http.Request, meta ModelMetadata, version string, coding contentCoding, full bool) (inUse bool, err error) {
+	if err := h.readBody(w, r, &st.body, coding, full); err != nil {
 		return false, err
 	}
 	if err := st.read(r.Header, meta, h.tensors); err != nil {

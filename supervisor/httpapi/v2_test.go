@@ -862,10 +862,3 @@ func TestV2InferThroughSupervisor(t *testing.T) {
 		t.Errorf("stats %+v: the rows did not go through the batcher", s)
 	}
 }
-
-func TestV2InferRefusesCompressedBodies(t *testing.T) {
-	rec := postV2(t, newV2(oneInput("INT8"), nil), "/v2/models/m/infer", valuesBody("INT8", `[1]`), "Content-Encoding", "gzip")
-	if rec.Code != http.StatusUnsupportedMediaType || !strings.Contains(errorOf(t, rec), `Content-Encoding "gzip" is not supported`) {
-		t.Errorf("status %d (%s), want 415 naming the encoding", rec.Code, rec.Body)
-	}
-}
