@@ -50,6 +50,27 @@ func BenchmarkPredictMsgpack(b *testing.B) {
 	}
 }
 
+// BenchmarkPredictCompressed is BenchmarkPredictJSON with the body
+// compressed: what decompressing costs on top, its decompressors pooled.
+func BenchmarkPredictCompressed(b *testing.B) {
+	h := New(Config{Backend: &fakeBackend{}})
+	for _, c := range compressions {
+		body := compress(b, c.name, []byte(benchBody))
+		b.Run(strings.ReplaceAll(c.name, " ", "-"), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				req := httptest.NewRequest(http.MethodPost, "/predict", bytes.NewReader(body))
+				req.Header.Set("Content-Encoding", c.header)
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				if rec.Code != 200 {
+					b.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+				}
+			}
+		})
+	}
+}
+
 // benchServer measures h behind a real loopback HTTP server with parallel
 // keep-alive clients, the way a load test sees it.
 func benchServer(b *testing.B, h http.Handler) {
