@@ -9,7 +9,10 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
+	"compress/zlib"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -617,6 +620,51 @@ func TestV2ModelNameFlag(t *testing.T) {
 	a := s.infer(t, "/v2/models/parrot/infer", v2Request{Inputs: []v2Input{bytesElements("hi").flat()}})
 	if a.Status != http.StatusOK || a.ModelName != "parrot" || string(elements(t, a.output(t, "output").bytes(t))[0]) != "hi" {
 		t.Errorf("infer: %s", a)
+	}
+}
+
+// TestCompressedBodies: bodies compressed as tritonclient compresses them
+// (gzip, and deflate as zlib.compress writes it) are read on /predict and
+// the v2 inference route, a binary request's Inference-Header-Content-Length
+// counting the decompressed body's JSON; another coding is 415 naming
+// those read.
+func TestCompressedBodies(t *testing.T) {
+	s := startServer(t, "--model", "echo")
+	compress := func(coding string, body []byte) []byte {
+		var buf bytes.Buffer
+		var w io.WriteCloser = zlib.NewWriter(&buf)
+		if coding == "gzip" {
+			w = gzip.NewWriter(&buf)
+		}
+		if _, err := w.Write(body); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes()
+	}
+	in := bytesElements("héllo", []byte{0xff, 0}, strings.Repeat("long ", 100))
+	for _, coding := range []string{"gzip", "deflate"} {
+		status, data, _ := s.post(t, "application/json", compress(coding, []byte(`{"inputs": ["a", "b"]}`)), "Content-Encoding", coding)
+		if status != http.StatusOK || strings.TrimSpace(string(data)) != `{"outputs":["a","b"]}` {
+			t.Errorf("/predict, %s: %d %s", coding, status, data)
+		}
+		body, header, err := encodeV2(v2Request{Inputs: []v2Input{in.binaryInput()}, Parameters: map[string]any{"binary_data_output": true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := s.v2(http.MethodPost, "/v2/models/echo/infer", compress(coding, body), append(header, "Content-Encoding", coding)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Status != http.StatusOK || !bytes.Equal(a.output(t, "output").bytes(t), in.bytes()) {
+			t.Errorf("v2 binary, %s: %s", coding, a)
+		}
+	}
+	status, data, hdr := s.post(t, "application/json", []byte(`{"inputs": ["a"]}`), "Content-Encoding", "br")
+	if status != http.StatusUnsupportedMediaType || hdr.Get("Accept-Encoding") != "gzip, deflate" || !strings.Contains(string(data), "gzip or deflate") {
+		t.Errorf("/predict, br: %d, Accept-Encoding %q, %s; want 415 naming gzip and deflate", status, hdr.Get("Accept-Encoding"), data)
 	}
 }
 
