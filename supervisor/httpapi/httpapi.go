@@ -246,7 +246,7 @@ func New(cfg Config) http.Handler {
 		serverMetadata: serverMetadataBody{
 			Name:       cmp.Or(cfg.ServerName, DefaultServerName),
 			Version:    cmp.Or(cfg.ServerVersion, defaultServerVersion()),
-			Extensions: []string{"binary_tensor_data"}, // the protocol extensions served
+			Extensions: []string{"binary_tensor_data", "model_configuration", "statistics"}, // the protocol extensions served
 		},
 	}
 	if h.codec == nil {

@@ -299,7 +299,7 @@ func TestV2ServerMetadata(t *testing.T) {
 	}
 	h := New(Config{Backend: &fakeBackend{}, ServerName: "edge", ServerVersion: "1.2.3"})
 	rec = do(t, h, http.MethodGet, "/v2", "", nil)
-	if want := `{"name":"edge","version":"1.2.3","extensions":["binary_tensor_data"]}`; strings.TrimSpace(rec.Body.String()) != want {
+	if want := `{"name":"edge","version":"1.2.3","extensions":["binary_tensor_data","model_configuration","statistics"]}`; strings.TrimSpace(rec.Body.String()) != want {
 		t.Errorf("GET /v2 = %s, want %s", rec.Body, want)
 	}
 }
