@@ -242,6 +242,25 @@ func (d tensorData) nested() v2Input {
 	return v2Input{Name: d.name, Shape: d.shape, Datatype: d.datatype, Data: nest(d.shape, values)}
 }
 
+// rowLists is the input with its data as one flat JSON array per row, as
+// numpy's reshape(n, -1).tolist() gives it, and a scalar's as its element
+// alone, not in an array: forms Triton takes beside flat and nested data.
+func (d tensorData) rowLists() v2Input {
+	values := d.jsonValues()
+	in := v2Input{Name: d.name, Shape: d.shape, Datatype: d.datatype}
+	if len(d.shape) == 0 {
+		in.Data = values[0]
+		return in
+	}
+	rows := make([]any, d.shape[0])
+	for i := range rows {
+		step := len(values) / len(rows)
+		rows[i] = values[i*step : (i+1)*step]
+	}
+	in.Data = rows
+	return in
+}
+
 // binaryInput is the input sent as binary data.
 func (d tensorData) binaryInput() v2Input {
 	return v2Input{Name: d.name, Shape: d.shape, Datatype: d.datatype, binary: d.bytes()}

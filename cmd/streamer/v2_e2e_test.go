@@ -186,7 +186,7 @@ func TestV2DemoRefusals(t *testing.T) {
 		{"a fixed axis of another length", v2Request{Inputs: []v2Input{{Name: "features", Datatype: "FP32", Shape: []int64{2, 3}, Data: []float32{1, 2, 3, 4, 5, 6}}}}, []string{"features", "4", "3"}},
 		{"another rank", v2Request{Inputs: []v2Input{{Name: "features", Datatype: "FP32", Shape: []int64{8}, Data: good.jsonValues()}}}, []string{"features"}},
 		{"fewer values than the shape", with(func(in *v2Input) { in.Data = good.jsonValues()[:7] }), []string{"features", "8", "7"}},
-		{"nested data of another shape", with(func(in *v2Input) { in.Data = [][]float32{{1, 2}, {3, 4}, {5, 6}, {7, 8}} }), []string{"features"}},
+		{"nested data short of the shape", with(func(in *v2Input) { in.Data = [][]float32{{1, 2, 3}, {4, 5, 6}} }), []string{"features", "6 elements", "8"}},
 		{"a string for FP32", with(func(in *v2Input) { in.Data = []any{"a", 2, 3, 4, 5, 6, 7, 8} }), []string{"features"}},
 		{"binary of another size", v2Request{Inputs: []v2Input{{Name: "features", Datatype: "FP32", Shape: []int64{2, 4}, binary: good.bytes()[:28]}}}, []string{"features", "32", "28"}},
 		{"an unknown output", v2Request{Inputs: []v2Input{good.flat()}, Outputs: []v2RequestOutput{{Name: "logits"}}}, []string{"logits"}},
@@ -256,6 +256,7 @@ func TestV2SeveralInputsOfDifferentDatatypes(t *testing.T) {
 	}{
 		{"flat JSON", func(_ int, d tensorData) v2Input { return d.flat() }},
 		{"nested JSON", func(_ int, d tensorData) v2Input { return d.nested() }},
+		{"JSON a list per row, the scalar bare", func(_ int, d tensorData) v2Input { return d.rowLists() }},
 		{"binary", func(_ int, d tensorData) v2Input { return d.binaryInput() }},
 		{"mixed", func(i int, d tensorData) v2Input { return []func() v2Input{d.binaryInput, d.flat, d.nested}[i%3]() }},
 	}
@@ -362,7 +363,7 @@ func TestV2MultiRefusals(t *testing.T) {
 			ins[2] = v2Input{Name: "scale", Datatype: "FP64", Shape: []int64{2}, Data: []float64{1, 2}}
 			return ins
 		}), []string{"scale"}},
-		{"a scalar's data not an array", request(func(ins []v2Input) []v2Input { ins[2].Data = 1.5; return ins }), []string{"scale", "array"}},
+		{"a string for the scalar", request(func(ins []v2Input) []v2Input { ins[2].Data = "1.5"; return ins }), []string{"scale", "not a number"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -399,8 +400,8 @@ func TestV2BatchAxisFixedAtOne(t *testing.T) {
 }
 
 // TestV2NestedDataOfThreeAxes: rows of a sequence model ([batch, seq, 3])
-// sent as JSON nested to the shape are read as sent flat, and answered as
-// /predict answers the same rows.
+// sent as JSON nested to the shape, or as one flat list per row, are read
+// as sent flat, and answered as /predict answers the same rows.
 func TestV2NestedDataOfThreeAxes(t *testing.T) {
 	s, _ := startONNX(t, onnxtest.Seq)
 	rng := rand.New(rand.NewPCG(5, 5))
@@ -409,7 +410,7 @@ func TestV2NestedDataOfThreeAxes(t *testing.T) {
 		in.values = append(in.values, float32(rng.NormFloat64()))
 	}
 	predicted := s.predictRows(t, 3, []tensorData{in})
-	for _, input := range []v2Input{in.nested(), in.flat()} {
+	for _, input := range []v2Input{in.nested(), in.flat(), in.rowLists()} {
 		a := s.infer(t, "/v2/models/seq/infer", v2Request{Inputs: []v2Input{input}, Parameters: map[string]any{"binary_data_output": true}})
 		if a.Status != http.StatusOK {
 			t.Fatalf("data %v: %s", input.Data, a)

@@ -54,6 +54,11 @@ func v2BenchCases() []v2BenchCase {
 	sentence := "The quick brown fox jumps over the [MASK] dog."
 	fpModel, bytesModel := newPassModel("FP32", width), newPassModel("BYTES")
 	jsonFP32 := `{"id":"b1","inputs":[{"name":"x","shape":[8,16],"datatype":"FP32","data":[` + strings.Join(values, ",") + `]}]}`
+	var nestedRows []string
+	for r := range rows {
+		nestedRows = append(nestedRows, "["+strings.Join(values[r*width:(r+1)*width], ",")+"]")
+	}
+	jsonFP32Nested := `{"id":"b1","inputs":[{"name":"x","shape":[8,16],"datatype":"FP32","data":[` + strings.Join(nestedRows, ",") + `]}]}`
 	jsonBytes := `{"inputs":[{"name":"x","shape":[1],"datatype":"BYTES","data":["` + sentence + `"]}]}`
 	binFP32, hlFP32 := binaryRequest(`{"id":"b1","parameters":{"binary_data_output":true},"inputs":[{"name":"x","shape":[8,16],"datatype":"FP32",`+
 		`"parameters":{"binary_data_size":512}}]}`, f32s(fp32...))
@@ -62,6 +67,7 @@ func v2BenchCases() []v2BenchCase {
 		`"parameters":{"binary_data_size":`+strconv.Itoa(len(bs))+`}}]}`, bs)
 	return []v2BenchCase{
 		{"json/fp32-8x16", fpModel, []byte(jsonFP32), ""},
+		{"json/fp32-8x16-nested", fpModel, []byte(jsonFP32Nested), ""},
 		{"json/bytes-1", bytesModel, []byte(jsonBytes), ""},
 		{"binary/fp32-8x16", fpModel, binFP32, hlFP32},
 		{"binary/bytes-1", bytesModel, binBytes, hlBytes},
@@ -70,9 +76,9 @@ func v2BenchCases() []v2BenchCase {
 
 // BenchmarkV2Infer measures POST /v2/models/m/infer in process, with an
 // echoing Backend and a model that costs nothing: JSON bodies (the data
-// parsed into the binary layout and written back as JSON) and binary ones
-// (binary in, binary out), for a batch of 8 rows of 16 FP32 and for one
-// sentence as BYTES.
+// parsed into the binary layout and written back as JSON; flat, and nested
+// one array per row) and binary ones (binary in, binary out), for a batch
+// of 8 rows of 16 FP32 and for one sentence as BYTES.
 func BenchmarkV2Infer(b *testing.B) {
 	for _, bc := range v2BenchCases() {
 		b.Run(bc.name, func(b *testing.B) {

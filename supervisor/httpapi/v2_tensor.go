@@ -70,8 +70,8 @@ func dtypeOf(name []byte) (dtype, bool) {
 // datatypeNames is named when a request gives a datatype the protocol lacks.
 const datatypeNames = "BOOL, UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64, FP16, FP32, FP64 or BYTES"
 
-// maxRank bounds the axes of a tensor: no framework goes past 64 (NumPy's
-// limit), and the bound keeps the nested-data walk's recursion shallow.
+// maxRank bounds the axes of a tensor, and the arrays nested in its JSON
+// data: no framework goes past 64 (NumPy's limit).
 const maxRank = 64
 
 // elementCount is the number of elements of shape, false when an axis is
@@ -171,158 +171,88 @@ func (r tensorRef) String() string {
 	return r.what + "s[" + strconv.Itoa(r.index) + "]"
 }
 
-// jsonDataReader converts a "data" array of JSON values into the binary
-// layout, appending to dst: flat row-major, or nested to agree with shape.
+// jsonDataReader converts the value of "data" into the binary layout,
+// appending to dst. The elements are read in the order they come, as
+// Triton reads them: inside arrays nested in any way (flat, one array per
+// row, nested to the shape), or alone, for a tensor of one element. Only
+// their count is checked against the shape.
 type jsonDataReader struct {
 	// s is a copy of the caller's scanner, put back when done: a pointer
 	// here would send the caller's scanner to the heap, as escape analysis
 	// sees dst, which does escape, and s as one.
 	s     wire.JSONScanner
 	dt    dtype
-	shape []int64
 	ref   tensorRef
 	dst   []byte
 	count int64 // elements read so far
 }
 
-// appendJSONData reads the data array at s for the tensor ref of type dt
-// and shape, and appends its elements in the binary layout to dst.
+// appendJSONData reads the data at s for the tensor ref of type dt and
+// shape, and appends its elements in the binary layout to dst.
 func appendJSONData(dst []byte, s *wire.JSONScanner, dt dtype, shape []int64, ref tensorRef) ([]byte, error) {
 	want, ok := elementCount(shape)
 	if !ok {
 		return dst, badRequest(ref.String() + ": shape " + formatShape(shape) + " has a negative axis or too many elements")
 	}
-	c, ok := s.Peek()
-	if !ok || c != '[' {
-		value, err := s.Skip(1)
-		if err != nil {
-			return dst, malformedJSON(err)
-		}
-		return dst, badRequest(ref.String() + `: "data" must be an array, not ` + jsonKind(value))
-	}
-	d := jsonDataReader{s: *s, dt: dt, shape: shape, ref: ref, dst: dst}
-	var err error
-	if d.nested() {
-		err = d.nestedData()
-	} else {
-		err = d.flat()
-	}
+	d := jsonDataReader{s: *s, dt: dt, ref: ref, dst: dst}
+	err := d.read()
 	*s = d.s
 	if err != nil {
 		return d.dst, err
 	}
 	if d.count != want {
-		return d.dst, badRequest(ref.String() + `: "data" has ` + strconv.FormatInt(d.count, 10) + " elements, shape " +
+		return d.dst, badRequest(ref.String() + `: "data" has ` + countElements(d.count) + ", shape " +
 			formatShape(shape) + " has " + strconv.FormatInt(want, 10))
 	}
 	return d.dst, nil
 }
 
-// nested reports whether the array at the scanner holds arrays: data
-// nested to the shape rather than flat.
-func (d *jsonDataReader) nested() bool {
-	probe := d.s // a copy: peeking past '[' must not move the scanner
-	probe.Consume('[')
-	c, ok := probe.Peek()
-	return ok && c == '['
-}
-
-// flat reads a flat array of elements.
-func (d *jsonDataReader) flat() error {
-	d.s.Consume('[')
-	_, err := d.elements(1)
-	return err
-}
-
-// elements reads the elements of an array whose '[' has been read, up to
-// its ']', and returns how many there were.
-func (d *jsonDataReader) elements(depth int) (int64, error) {
-	n := int64(0)
-	if d.s.Consume(']') {
-		return 0, nil
+// countElements says "1 element" or "n elements".
+func countElements(n int64) string {
+	if n == 1 {
+		return "1 element"
 	}
+	return strconv.FormatInt(n, 10) + " elements"
+}
+
+// read reads the value at the scanner: an element, or an array of
+// elements and arrays, nested up to maxRank deep. It walks the nesting
+// with a loop rather than by recursion, which would make the scanner
+// escape to the heap.
+func (d *jsonDataReader) read() error {
+	depth := 0 // the arrays open around the scanner
 	for {
-		if err := d.element(depth); err != nil {
-			return n, err
-		}
-		n++
-		if d.s.Consume(',') {
-			continue
-		}
-		if d.s.Consume(']') {
-			return n, nil
-		}
-		return n, malformedJSON(d.s.Unexpected("after an array element"))
-	}
-}
-
-// nestedData reads data nested to the shape: on each axis but the last,
-// shape[axis] arrays of the next axis; on the last, the elements. It walks
-// the nesting with a loop rather than by recursion, which would make the
-// scanner escape to the heap.
-func (d *jsonDataReader) nestedData() error {
-	last := len(d.shape) - 1
-	if last < 0 {
-		return badRequest(d.ref.String() + `: "data" nests deeper than shape ` + formatShape(d.shape))
-	}
-	var entries [maxRank]int64 // per axis, the entries read of its current array
-	axis := 0
-	for {
-		if err := d.openArray(axis); err != nil {
+		if d.s.Consume('[') {
+			if depth++; depth > maxRank {
+				return badRequest(d.ref.String() + `: "data" nests arrays more than ` + strconv.Itoa(maxRank) +
+					" deep, deeper than a tensor has axes")
+			}
+			if !d.s.Consume(']') {
+				continue // on to the array's first entry
+			}
+			depth-- // an empty array: a value like any other
+		} else if err := d.element(depth); err != nil {
 			return err
 		}
-		if axis < last {
-			entries[axis] = 0 // a new array: its own entries, not its sibling's
-			if !d.s.Consume(']') {
-				axis++ // the array's first entry: an array of the next axis
-				continue
-			}
-		} else {
-			n, err := d.elements(axis + 2)
-			if err != nil {
-				return err
-			}
-			entries[axis] = n
-		}
-		// The array of axis has ended: count it in its parent, and climb
-		// while the parent ends too.
+		// After a value: close the arrays that end here, then go on to the
+		// next entry of the innermost one still open.
 		for {
-			if entries[axis] != d.shape[axis] {
-				return badRequest(d.ref.String() + `: "data" has ` + strconv.FormatInt(entries[axis], 10) + " entries on axis " +
-					strconv.Itoa(axis) + ", shape " + formatShape(d.shape) + " has " + strconv.FormatInt(d.shape[axis], 10))
-			}
-			if axis == 0 {
+			if depth == 0 {
 				return nil
 			}
-			axis--
-			entries[axis]++
 			if d.s.Consume(',') {
-				axis++ // the parent's next entry
 				break
 			}
 			if !d.s.Consume(']') {
 				return malformedJSON(d.s.Unexpected("after an array element"))
 			}
+			depth--
 		}
 	}
 }
 
-// openArray reads the '[' of an array for axis, or says why the value
-// there is not one.
-func (d *jsonDataReader) openArray(axis int) error {
-	if c, ok := d.s.Peek(); ok && c == '[' {
-		d.s.Consume('[')
-		return nil
-	}
-	value, err := d.s.Skip(axis + 1)
-	if err != nil {
-		return malformedJSON(err)
-	}
-	return badRequest(d.ref.String() + `: "data" holds ` + jsonKind(value) + " where shape " + formatShape(d.shape) +
-		" needs an array for axis " + strconv.Itoa(axis) + "; send data flat or nested to the shape")
-}
-
-// element reads one element and appends it in the binary layout.
+// element reads one element, inside depth arrays, and appends it in the
+// binary layout.
 func (d *jsonDataReader) element(depth int) error {
 	text, err := d.s.Skip(depth)
 	if err != nil {
@@ -338,6 +268,9 @@ func (d *jsonDataReader) element(depth int) error {
 		problem = d.appendFloat(text)
 	case kindBytes:
 		problem = d.appendBytes(text)
+	}
+	if problem != "" && depth == 0 {
+		return badRequest(d.ref.String() + `: "data" ` + problem)
 	}
 	if problem != "" {
 		return badRequest(d.ref.String() + ": element " + strconv.FormatInt(d.count, 10) + " " + problem)

@@ -516,6 +516,71 @@ func TestV2InferNestedAndFlatData(t *testing.T) {
 	}
 }
 
+// TestV2InferDataNestedAnyWay: data is read as its elements in the order
+// they come, whatever arrays hold them, as Triton reads it: one flat list
+// per row (what numpy's reshape(n, -1).tolist() gives) is as good as data
+// nested to the shape.
+func TestV2InferDataNestedAnyWay(t *testing.T) {
+	for _, data := range []string{
+		`[1,2,3,4,5,6]`,                      // flat
+		`[[[1,2,3]],[[4,5,6]]]`,              // nested to the shape
+		`[[1,2,3],[4,5,6]]`,                  // one flat list per row
+		`[[1,2,3],4,5,6]`,                    // nested, then flat
+		`[[[[1],[2],[3]]],[[[4,5,6]]]]`,      // deeper than the shape
+		`[[],[1,[2]],[[3,4],5],6,[[[]]]]`,    // ragged, with empty arrays
+		` [ [ 1 , 2 ] ,[ 3 ], [4,5 ,6 ]  ] `, // white space
+	} {
+		model := echoModel(spec("x", "INT32", true, -1, 1, 3))
+		rec := postV2(t, newV2(model, nil), "/v2/models/m/infer", `{"inputs":[{"name":"x","shape":[2,1,3],"datatype":"INT32","data":`+data+`}]}`)
+		if rec.Code != http.StatusOK {
+			t.Errorf("data %s: %d %s, want 200", data, rec.Code, rec.Body)
+			continue
+		}
+		rows := model.itemRows()
+		if len(rows) != 2 || !bytes.Equal(rows[0][0].Data, le32(1, 2, 3)) || !bytes.Equal(rows[1][0].Data, le32(4, 5, 6)) ||
+			!slices.Equal(rows[1][0].Shape, []int64{1, 3}) {
+			t.Errorf("data %s: rows %v, want [1 2 3] and [4 5 6] of shape [1,3]", data, rows)
+		}
+	}
+	// A batch of one row of [5,3], sent as one flat list per row.
+	model := echoModel(spec("x", "FP32", true, -1, 5, 3))
+	rec := postV2(t, newV2(model, nil), "/v2/models/m/infer",
+		`{"inputs":[{"name":"x","shape":[1,5,3],"datatype":"FP32","data":[[0.5,1,1.5,2,2.5,3,3.5,4,4.5,5,5.5,6,6.5,7,7.5]]}]}`)
+	if rows := model.itemRows(); rec.Code != http.StatusOK || len(rows) != 1 ||
+		!bytes.Equal(rows[0][0].Data, f32s(0.5, 1, 1.5, 2, 2.5, 3, 3.5, 4, 4.5, 5, 5.5, 6, 6.5, 7, 7.5)) {
+		t.Errorf("a row of [5,3] as one list: %d %s, rows %v", rec.Code, rec.Body, rows)
+	}
+}
+
+// TestV2InferScalarData: a tensor of one element may give its data as the
+// element alone, not in an array, as recent Triton takes it.
+func TestV2InferScalarData(t *testing.T) {
+	tests := []struct {
+		datatype, shape, data string
+		want                  []byte
+	}{
+		{"FP64", `[]`, `2.0`, f64s(2)},
+		{"FP32", `[1]`, `-0.5`, f32s(-0.5)},
+		{"INT8", `[1,1]`, `-3`, []byte{0xfd}},
+		{"BOOL", `[]`, `true`, []byte{1}},
+		{"BYTES", `[]`, `"hi"`, bytesElements("hi")},
+		{"BYTES", `[1]`, `""`, bytesElements("")},
+		{"FP16", `[]`, `1`, le16(0x3c00)},
+	}
+	for _, tt := range tests {
+		var shape []int64
+		if err := json.Unmarshal([]byte(tt.shape), &shape); err != nil {
+			t.Fatal(err)
+		}
+		model := echoModel(spec("s", tt.datatype, false, shape...))
+		rec := postV2(t, newV2(model, nil), "/v2/models/m/infer",
+			`{"inputs":[{"name":"s","shape":`+tt.shape+`,"datatype":"`+tt.datatype+`","data":`+tt.data+`}]}`)
+		if rows := model.itemRows(); rec.Code != http.StatusOK || len(rows) != 1 || !bytes.Equal(rows[0][0].Data, tt.want) {
+			t.Errorf("%s %s data %s: %d %s, rows %v; want one of % x", tt.datatype, tt.shape, tt.data, rec.Code, rec.Body, rows, tt.want)
+		}
+	}
+}
+
 // TestV2InferNestedDataOfThreeAxes: each array counts its own entries,
 // not those of the arrays before it on its axis (a request of two rows of
 // [2,3] was refused as having 4 entries on axis 1).
@@ -547,12 +612,13 @@ func TestV2InferNestedDataOfThreeAxes(t *testing.T) {
 			}
 		}
 	}
-	// Still refused: a later array short or long on a middle axis.
-	for _, data := range []string{`[[[1,2,3],[4,5,6]],[[7,8,9]]]`, `[[[1,2,3],[4,5,6]],[[7,8,9],[1,2,3],[4,5,6]]]`} {
+	// Still refused: a later array short or long on a middle axis, which
+	// makes too few or too many elements.
+	for data, count := range map[string]string{`[[[1,2,3],[4,5,6]],[[7,8,9]]]`: "9", `[[[1,2,3],[4,5,6]],[[7,8,9],[1,2,3],[4,5,6]]]`: "15"} {
 		h := newV2(echoModel(spec("x", "INT32", true, -1, -1, 3)), &fakeBackend{})
 		rec := postV2(t, h, "/v2/models/m/infer", `{"inputs":[{"name":"x","shape":[2,2,3],"datatype":"INT32","data":`+data+`}]}`)
-		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "entries on axis 1") {
-			t.Errorf("data %s: %d %s, want 400 naming axis 1", data, rec.Code, rec.Body)
+		if want := `"data\" has ` + count + ` elements, shape [2,2,3] has 12`; rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("data %s: %d %s, want 400 saying %s", data, rec.Code, rec.Body, want)
 		}
 	}
 }
