@@ -52,8 +52,8 @@ func (st *inferState) binaryWithoutHeader() error {
 }
 
 // attachBinary gives the inputs that carry binary_data_size their data from
-// rest, the body after the JSON header, and checks it against their
-// datatype and shape.
+// rest, the body after the JSON header. The data is checked against the
+// datatype and shape later, with the JSON data (see v2Input.checkData).
 func (st *inferState) attachBinary(rest []byte, binary bool) error {
 	offset := 0
 	last := -1
@@ -74,9 +74,6 @@ func (st *inferState) attachBinary(rest []byte, binary bool) error {
 		end := offset + int(in.binarySize)
 		in.data = rest[offset:end:end]
 		offset, last = end, i
-		if problem := checkData(in.dtype, in.shape, in.data); problem != "" {
-			return badRequest(ref.String() + ": binary data: " + problem)
-		}
 	}
 	if offset == len(rest) {
 		return nil

@@ -201,7 +201,8 @@ func (st *inferState) match(meta ModelMetadata) error {
 	return st.batchSize(meta)
 }
 
-// checkInput checks an input's datatype and shape against its spec.
+// checkInput checks an input's datatype and shape against its spec, then
+// its data against its shape.
 func checkInput(in *v2Input, spec TensorSpec) error {
 	if string(in.datatype) != spec.Datatype {
 		return badRequest("input " + strconv.Quote(spec.Name) + ": datatype " + string(in.datatype) + " was sent, the model takes " + spec.Datatype)
@@ -216,7 +217,7 @@ func checkInput(in *v2Input, spec TensorSpec) error {
 				" on axis " + strconv.Itoa(a) + ", the model takes " + strconv.FormatInt(want, 10) + " (shape " + formatShape(spec.Shape) + ")")
 		}
 	}
-	return nil
+	return in.checkData()
 }
 
 // matchOutputs finds each requested output among the model's.

@@ -27,11 +27,13 @@ type v2Input struct {
 	shape    []int64 // into inferState.dims once the request is read
 	shapeAt  int     // where shape starts in dims; -1 while missing
 	rank     int
-	// raw is the text of "data" when it came before "datatype" or "shape"
-	// and could not be converted as it was read.
+	// raw is the text of "data" when it came before "datatype" and could
+	// not be converted as it was read.
 	raw []byte
-	// dataAt and dataEnd locate the converted "data" in inferState.arena.
+	// dataAt and dataEnd locate the converted "data" in inferState.arena;
+	// elements counts its elements.
 	dataAt, dataEnd int
+	elements        int64
 	hasData         bool
 	binarySize      int64 // -1 without binary_data_size
 	// data is the tensor in the binary layout: a slice of the arena or of
@@ -419,11 +421,11 @@ func (st *inferState) parseShape(s *wire.JSONScanner, in *v2Input, ref tensorRef
 	})
 }
 
-// parseData reads an input's data: converted at once when its datatype and
-// shape are known (clients send them first), else kept to convert later.
+// parseData reads an input's data: converted at once when its datatype is
+// known (clients send it first), else kept to convert later.
 func (st *inferState) parseData(s *wire.JSONScanner, in *v2Input, ref tensorRef) error {
 	in.hasData = true
-	if in.dtype.name == "" || in.shapeAt < 0 {
+	if in.dtype.name == "" {
 		var err error
 		in.raw, err = s.Skip(3)
 		if err != nil {
@@ -437,7 +439,7 @@ func (st *inferState) parseData(s *wire.JSONScanner, in *v2Input, ref tensorRef)
 func (st *inferState) convert(s *wire.JSONScanner, in *v2Input, ref tensorRef) error {
 	in.dataAt = len(st.arena)
 	var err error
-	st.arena, err = appendJSONData(st.arena, s, in.dtype, st.dims[in.shapeAt:in.shapeAt+in.rank], ref)
+	st.arena, in.elements, err = appendJSONData(st.arena, s, in.dtype, ref)
 	in.dataEnd = len(st.arena)
 	return err
 }
@@ -460,6 +462,29 @@ func (st *inferState) finishInputs() error {
 		if in.hasData {
 			in.data = st.arena[in.dataAt:in.dataEnd:in.dataEnd]
 		}
+	}
+	return nil
+}
+
+// checkData checks the input's data, JSON or binary, against its shape.
+// It runs once the shape has been checked against the model's, so that an
+// input of the wrong rank is told that rather than that its data does not
+// fill the shape it was sent with.
+func (in *v2Input) checkData() error {
+	ref := tensorRef{what: "input", name: in.name}
+	if in.binarySize >= 0 {
+		if problem := checkData(in.dtype, in.shape, in.data); problem != "" {
+			return badRequest(ref.String() + ": binary data: " + problem)
+		}
+		return nil
+	}
+	want, ok := elementCount(in.shape)
+	if !ok {
+		return badRequest(ref.String() + ": shape " + formatShape(in.shape) + " has too many elements")
+	}
+	if in.elements != want {
+		return badRequest(ref.String() + `: "data" has ` + countElements(in.elements) + ", shape " +
+			formatShape(in.shape) + " has " + strconv.FormatInt(want, 10))
 	}
 	return nil
 }

@@ -175,7 +175,8 @@ func (r tensorRef) String() string {
 // appending to dst. The elements are read in the order they come, as
 // Triton reads them: inside arrays nested in any way (flat, one array per
 // row, nested to the shape), or alone, for a tensor of one element. Only
-// their count is checked against the shape.
+// their count is checked against the shape, once the shape has been
+// checked against the model's (see v2Input.checkData).
 type jsonDataReader struct {
 	// s is a copy of the caller's scanner, put back when done: a pointer
 	// here would send the caller's scanner to the heap, as escape analysis
@@ -187,24 +188,13 @@ type jsonDataReader struct {
 	count int64 // elements read so far
 }
 
-// appendJSONData reads the data at s for the tensor ref of type dt and
-// shape, and appends its elements in the binary layout to dst.
-func appendJSONData(dst []byte, s *wire.JSONScanner, dt dtype, shape []int64, ref tensorRef) ([]byte, error) {
-	want, ok := elementCount(shape)
-	if !ok {
-		return dst, badRequest(ref.String() + ": shape " + formatShape(shape) + " has a negative axis or too many elements")
-	}
+// appendJSONData reads the data at s for the tensor ref of type dt,
+// appends its elements in the binary layout to dst, and counts them.
+func appendJSONData(dst []byte, s *wire.JSONScanner, dt dtype, ref tensorRef) ([]byte, int64, error) {
 	d := jsonDataReader{s: *s, dt: dt, ref: ref, dst: dst}
 	err := d.read()
 	*s = d.s
-	if err != nil {
-		return d.dst, err
-	}
-	if d.count != want {
-		return d.dst, badRequest(ref.String() + `: "data" has ` + countElements(d.count) + ", shape " +
-			formatShape(shape) + " has " + strconv.FormatInt(want, 10))
-	}
-	return d.dst, nil
+	return d.dst, d.count, err
 }
 
 // countElements says "1 element" or "n elements".
