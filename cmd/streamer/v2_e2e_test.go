@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"compress/zlib"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -161,6 +162,22 @@ func TestV2DemoJSONBinaryAndReference(t *testing.T) {
 			checkDemoReference(t, ref, in, probs)
 		})
 	}
+	t.Run("null for what a Pydantic client leaves unset", func(t *testing.T) {
+		data, err := json.Marshal(in.jsonValues())
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := `{"id":null,"parameters":null,"inputs":[{"name":"features","shape":[5,4],"datatype":"FP32","parameters":null,"data":` +
+			string(data) + `}],"outputs":[{"name":"probs","parameters":{"binary_data":null}}]}`
+		a, err := s.v2(http.MethodPost, "/v2/models/demo/infer", []byte(body), "Content-Type", "application/json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Status != http.StatusOK || len(a.Outputs) != 1 || a.ID != "" || bytes.Contains(a.Body, []byte(`"id"`)) {
+			t.Fatalf("%s; want 200 with probs and no id", a)
+		}
+		checkSameAsPredict(t, a.output(t, "probs"), predicted, "")
+	})
 }
 
 // TestV2DemoRefusals: each bad request is 400 (404 for the model), naming

@@ -81,12 +81,16 @@ func (f field) String() string {
 func topField(name string) field { return field{name: name} }
 
 // eachMember walks the object at s, calling member with each key; member
-// reads the value. what names the object in errors.
+// reads the value. what names the object in errors. null is an object
+// without members (see skipNull).
 func eachMember(s *wire.JSONScanner, what field, depth int, member func(key []byte) error) error {
 	if c, ok := s.Peek(); ok && c != '{' {
 		value, err := s.Skip(depth)
 		if err != nil {
 			return malformedJSON(err)
+		}
+		if string(value) == "null" {
+			return nil
 		}
 		return badRequest(what.String() + " must be a JSON object, not " + jsonKind(value))
 	}
@@ -145,6 +149,19 @@ func eachElement(s *wire.JSONScanner, what field, depth int, element func(i int)
 		}
 		return malformedJSON(s.Unexpected("after an array element"))
 	}
+}
+
+// skipNull moves past the value at s if it is null, and reports whether
+// it was. Every optional member is read as absent when null, as clients
+// built on Pydantic models send the optional fields they leave unset.
+func skipNull(s *wire.JSONScanner, depth int) (bool, error) {
+	if c, ok := s.Peek(); !ok || c != 'n' {
+		return false, nil
+	}
+	if _, err := s.Skip(depth); err != nil {
+		return false, malformedJSON(err)
+	}
+	return true, nil
 }
 
 // stringValue reads a string and returns its text, a slice of the body
@@ -219,6 +236,9 @@ func (st *inferState) parse(body []byte, binary bool) error {
 	err := eachMember(&s, topField("the request"), 0, func(key []byte) error {
 		switch string(key) {
 		case "id":
+			if null, err := skipNull(&s, 1); null || err != nil {
+				return err
+			}
 			text, err := s.Skip(1)
 			if err != nil {
 				return malformedJSON(err)
@@ -293,8 +313,12 @@ func timeoutParameter(s *wire.JSONScanner) (time.Duration, error) {
 // ignored, since the batcher has no priorities. A request of a sequence
 // (a sequence_id but 0 or "", or sequence_start or sequence_end true) is
 // refused: a stateful model's client would take answers served without
-// its sequence's state for right ones. Others are ignored.
+// its sequence's state for right ones. Others, and any that is null, are
+// ignored.
 func (st *inferState) requestParameter(s *wire.JSONScanner, key []byte) error {
+	if null, err := skipNull(s, 2); null || err != nil {
+		return err
+	}
 	switch string(key) {
 	case "sequence_id", "sequence_start", "sequence_end":
 		text, err := s.Skip(2)
@@ -356,6 +380,9 @@ func (st *inferState) parseInput(s *wire.JSONScanner, i int) error {
 			err = st.parseData(s, in, ref)
 		case "parameters":
 			err = eachMember(s, field{ref, `"parameters"`}, 3, func(key []byte) error {
+				if null, err := skipNull(s, 4); null || err != nil {
+					return err
+				}
 				if sharedMemoryParameter(key) {
 					return refuseSharedMemory(s, ref)
 				}
@@ -422,8 +449,12 @@ func (st *inferState) parseShape(s *wire.JSONScanner, in *v2Input, ref tensorRef
 }
 
 // parseData reads an input's data: converted at once when its datatype is
-// known (clients send it first), else kept to convert later.
+// known (clients send it first), else kept to convert later. A null is no
+// data (the input's data may come binary).
 func (st *inferState) parseData(s *wire.JSONScanner, in *v2Input, ref tensorRef) error {
+	if null, err := skipNull(s, 3); null || err != nil {
+		return err
+	}
 	in.hasData = true
 	if in.dtype.name == "" {
 		var err error
@@ -516,9 +547,12 @@ func (st *inferState) parseOutput(s *wire.JSONScanner, i int) error {
 // parameter reads one of an output's parameters: binary_data, and
 // classification, which is refused unless 0, since the classification
 // extension is not served: answering the raw output instead would mislead.
-// So is a shared-memory region to write the output to. Others are
-// ignored.
+// So is a shared-memory region to write the output to. Others, and any
+// that is null, are ignored.
 func (out *v2Output) parameter(s *wire.JSONScanner, key []byte, ref tensorRef) error {
+	if null, err := skipNull(s, 4); null || err != nil {
+		return err
+	}
 	if sharedMemoryParameter(key) {
 		return refuseSharedMemory(s, ref)
 	}

@@ -781,6 +781,45 @@ func TestV2InferEchoesIDAndVersion(t *testing.T) {
 	}
 }
 
+// TestV2InferNullIsAbsent: an optional member sent as null, as clients
+// built on Pydantic models send the ones they leave unset, is read as
+// absent: the request is answered as it would be without it.
+func TestV2InferNullIsAbsent(t *testing.T) {
+	input := `{"name":"x","shape":[2],"datatype":"INT8","data":[1,2]}`
+	answer := `{"model_name":"m","outputs":[{"name":"x","datatype":"INT8","shape":[2],"data":[1,2]}]}`
+	tests := []struct {
+		name, body string
+		binary     []byte // after the JSON, when the body is binary
+	}{
+		{"as a Pydantic model dumps it", `{"id":null,"parameters":null,"inputs":[{"name":"x","shape":[2],"datatype":"INT8","parameters":null,"data":[1,2]}],"outputs":null}`, nil},
+		{"an output's parameters", `{"inputs":[` + input + `],"outputs":[{"name":"x","parameters":null}]}`, nil},
+		{"the request's parameters' values", `{"parameters":{"timeout":null,"priority":null,"binary_data_output":null,"sequence_id":null,"sequence_start":null,"sequence_end":null},"inputs":[` + input + `]}`, nil},
+		{"an output's parameters' values", `{"inputs":[` + input + `],"outputs":[{"name":"x","parameters":{"binary_data":null,"classification":null,"shared_memory_region":null}}]}`, nil},
+		{"an input's parameters' values", `{"inputs":[{"name":"x","shape":[2],"datatype":"INT8","parameters":{"binary_data_size":null,"shared_memory_region":null,"shared_memory_byte_size":null},"data":[1,2]}]}`, nil},
+		{"data of a binary input", `{"inputs":[{"name":"x","shape":[2],"datatype":"INT8","data":null,"parameters":{"binary_data_size":2}}]}`, []byte{1, 2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			backend := &fakeBackend{}
+			h := newV2(echoModel(spec("x", "INT8", true, -1)), backend)
+			var header []string
+			body := []byte(tt.body)
+			if tt.binary != nil {
+				var hl string
+				body, hl = binaryRequest(tt.body, tt.binary)
+				header = []string{InferenceHeaderLength, hl}
+			}
+			rec := postV2(t, h, "/v2/models/m/infer", string(body), header...)
+			if got := strings.TrimSpace(rec.Body.String()); rec.Code != http.StatusOK || got != answer {
+				t.Fatalf("%d %s, want 200 %s", rec.Code, got, answer)
+			}
+			if req, _, _ := backend.lastRequest(); !req.Deadline.IsZero() {
+				t.Errorf("deadline %v, want none", req.Deadline)
+			}
+		})
+	}
+}
+
 func ptr(s string) *string { return &s }
 
 func deref(s *string) string {
