@@ -691,7 +691,8 @@ func TestCompressedBodies(t *testing.T) {
 }
 
 // TestV2TimeoutParameter: a deadline the sleep model cannot meet is 504,
-// at the deadline rather than after the batch; one it can meet is 200.
+// at the deadline rather than after the batch; one it can meet is 200, and
+// so is a timeout of 0, which is none.
 func TestV2TimeoutParameter(t *testing.T) {
 	s := startServer(t, "--model", "sleep:2s,0s")
 	in := bytesElements("slow").flat()
@@ -703,6 +704,10 @@ func TestV2TimeoutParameter(t *testing.T) {
 	a = s.infer(t, "/v2/models/sleep/infer", v2Request{Inputs: []v2Input{in}, Parameters: map[string]any{"timeout": 60_000_000}})
 	if a.Status != http.StatusOK {
 		t.Errorf("a generous timeout: %s", a)
+	}
+	a = s.infer(t, "/v2/models/sleep/infer", v2Request{Inputs: []v2Input{in}, Parameters: map[string]any{"timeout": 0}})
+	if a.Status != http.StatusOK {
+		t.Errorf("timeout 0, which is none: %s", a)
 	}
 	wantError(t, "a timeout that is no number", s.infer(t, "/v2/models/sleep/infer", v2Request{Inputs: []v2Input{in}, Parameters: map[string]any{"timeout": "soon"}}), http.StatusBadRequest, "timeout")
 }

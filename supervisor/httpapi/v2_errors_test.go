@@ -300,6 +300,7 @@ func TestV2InferTimeoutParameter(t *testing.T) {
 		{name: "shorter header wins", params: `{"timeout":5000000}`, header: []string{TimeoutHeader, "70"}, want: 70 * time.Millisecond},
 		{name: "shorter timeout wins", params: `{"timeout":50000,"priority":3,"other":{"a":[1]}}`, header: []string{TimeoutHeader, "5000"}, want: 50 * time.Millisecond},
 		{name: "header alone", params: `{"priority":1}`, header: []string{TimeoutHeader, "60"}, want: 60 * time.Millisecond},
+		{name: "header and a timeout of none", params: `{"timeout":0}`, header: []string{TimeoutHeader, "60"}, want: 60 * time.Millisecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -319,17 +320,18 @@ func TestV2InferTimeoutParameter(t *testing.T) {
 			}
 		})
 	}
-	backend := &fakeBackend{}
-	rec := postV2(t, newV2(echoModel(spec("x", "INT8", true, -1)), backend), "/v2/models/m/infer", `{"parameters":{"priority":2,"x":null},`+input+`}`)
-	if req, _, _ := backend.lastRequest(); rec.Code != 200 || !req.Deadline.IsZero() {
-		t.Errorf("without a timeout: status %d, deadline %v; want 200 and none", rec.Code, req.Deadline)
+	// A timeout of 0 is none, as Triton reads it.
+	for _, params := range []string{`{"priority":2,"x":null}`, `{"timeout":0}`, `{"timeout":-0}`} {
+		backend := &fakeBackend{}
+		rec := postV2(t, newV2(echoModel(spec("x", "INT8", true, -1)), backend), "/v2/models/m/infer", `{"parameters":`+params+`,`+input+`}`)
+		if req, _, _ := backend.lastRequest(); rec.Code != 200 || !req.Deadline.IsZero() {
+			t.Errorf("parameters %s: status %d, deadline %v; want 200 and none", params, rec.Code, req.Deadline)
+		}
 	}
 	xModel := echoModel(spec("x", "INT8", true, -1))
 	runV2ErrorCases(t, []v2ErrorCase{
-		{name: "zero timeout", body: `{"parameters":{"timeout":0},` + input + `}`, model: xModel, want: 400,
-			wantMsg: []string{`parameter "timeout" must be a positive number of microseconds, not 0`}},
 		{name: "negative timeout", body: `{"parameters":{"timeout":-5},` + input + `}`, model: xModel, want: 400,
-			wantMsg: []string{`parameter "timeout" must be a positive`}},
+			wantMsg: []string{`parameter "timeout" must be 0 (none) or a positive number of microseconds, not -5`}},
 		{name: "fractional timeout", body: `{"parameters":{"timeout":1.5},` + input + `}`, model: xModel, want: 400,
 			wantMsg: []string{`parameter "timeout" (microseconds) must be a whole number, not 1.5`}},
 		{name: "timeout as a string", body: `{"parameters":{"timeout":"soon"},` + input + `}`, model: xModel, want: 400,
@@ -343,7 +345,7 @@ func TestV2InferTimeoutParameter(t *testing.T) {
 		{name: "timeout of 26 digits", body: `{"parameters":{"timeout":10000000000000000000000000},` + input + `}`, model: xModel, want: 400,
 			wantMsg: []string{`parameter "timeout" 10000000000000000000000000 is out of range: at most 9223372036854775 microseconds`}},
 		{name: "timeout far below zero", body: `{"parameters":{"timeout":-9223372036854775809},` + input + `}`, model: xModel, want: 400,
-			wantMsg: []string{`parameter "timeout" must be a positive number of microseconds, not -9223372036854775809`}},
+			wantMsg: []string{`parameter "timeout" must be 0 (none) or a positive number of microseconds, not -9223372036854775809`}},
 		{name: "timeout with an exponent", body: `{"parameters":{"timeout":1e25},` + input + `}`, model: xModel, want: 400,
 			wantMsg: []string{`parameter "timeout" (microseconds) must be a whole number, not 1e25`}},
 		{name: "priority not an integer", body: `{"parameters":{"priority":"high"},` + input + `}`, model: xModel, want: 400,

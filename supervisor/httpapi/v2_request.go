@@ -286,8 +286,8 @@ func (st *inferState) parse(body []byte, binary bool) error {
 const maxTimeoutMicros = math.MaxInt64 / int64(time.Microsecond)
 
 // timeoutParameter reads the request's "timeout": a whole number of
-// microseconds, positive, at most maxTimeoutMicros; the message says which
-// rule the value breaks.
+// microseconds, at most maxTimeoutMicros, 0 for none (as Triton reads it);
+// the message says which rule the value breaks.
 func timeoutParameter(s *wire.JSONScanner) (time.Duration, error) {
 	const what = `parameter "timeout"`
 	text, err := s.Skip(2)
@@ -300,8 +300,8 @@ func timeoutParameter(s *wire.JSONScanner) (time.Duration, error) {
 	// The text is a JSON integer, so the only error is one of range.
 	us, err := strconv.ParseInt(string(text), 10, 64)
 	switch {
-	case text[0] == '-' || us == 0:
-		return 0, badRequest(what + " must be a positive number of microseconds, not " + describeValue(text))
+	case us < 0:
+		return 0, badRequest(what + " must be 0 (none) or a positive number of microseconds, not " + describeValue(text))
 	case err != nil || us > maxTimeoutMicros:
 		return 0, badRequest(what + " " + describeValue(text) + " is out of range: at most " + strconv.FormatInt(maxTimeoutMicros, 10) + " microseconds")
 	}
