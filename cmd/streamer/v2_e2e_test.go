@@ -628,6 +628,20 @@ func TestV2EchoBytes(t *testing.T) {
 	}
 }
 
+// TestV2RowRefusedByTheModel: an item the model refuses is 422 naming its
+// row, in the v2 answer's words, where /predict names the same item.
+func TestV2RowRefusedByTheModel(t *testing.T) {
+	s := startServer(t, "--model", "chaos:reject=bad")
+	a := s.infer(t, "/v2/models/chaos/infer", v2Request{Inputs: []v2Input{bytesElements("a", "bad", "c").flat()}})
+	wantError(t, "a bad row", a, http.StatusUnprocessableEntity, "row 1: ", `item "bad" rejected`)
+	if strings.Contains(a.Error, "item 1") {
+		t.Errorf("the v2 answer names the item, not the row: %s", a.Error)
+	}
+	if p := s.predictJSON(t, "a", "bad", "c"); p.Status != http.StatusUnprocessableEntity || !strings.Contains(p.Error, "item 1: ") {
+		t.Errorf("/predict: %s, want 422 naming item 1", p)
+	}
+}
+
 // TestV2ModelNameFlag: --model-name renames the model on the v2 routes;
 // its old name is then unknown.
 func TestV2ModelNameFlag(t *testing.T) {

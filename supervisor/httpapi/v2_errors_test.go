@@ -375,8 +375,13 @@ func TestV2InferMapsBackendErrors(t *testing.T) {
 		{name: "unavailable", submitErr: supervisor.ErrUnavailable, wantStatus: 503, wantMsg: "unavailable"},
 		{name: "too large", submitErr: fmt.Errorf("%w: 3 items", supervisor.ErrTooLarge), wantStatus: 413, wantMsg: "too large"},
 		{name: "other submit error", submitErr: errors.New("disk on fire"), wantStatus: 500, wantMsg: "disk on fire"},
-		{name: "model rejects a row", itemErr: fmt.Errorf("%w: shape mismatch", supervisor.ErrModel), wantStatus: 422, wantMsg: "item 2: model error: shape mismatch"},
-		{name: "poison row", itemErr: fmt.Errorf("%w: worker exited", supervisor.ErrPoison), wantStatus: 422, wantMsg: "item 2: item crashes the model"},
+		// An item is a row: the answer names it so, where /predict says "item".
+		{name: "model rejects a row", itemErr: fmt.Errorf("%w: shape mismatch", supervisor.ErrModel), wantStatus: 422, wantMsg: "row 2: model error: shape mismatch"},
+		{name: "poison row", itemErr: fmt.Errorf("%w: worker exited", supervisor.ErrPoison), wantStatus: 422, wantMsg: "row 2: item crashes the model"},
+		{name: "every row", submitErr: &supervisor.ItemError{Err: fmt.Errorf("%w: batch refused", supervisor.ErrModel), Every: true},
+			wantStatus: 422, wantMsg: "every row: model error: batch refused"},
+		{name: "a row too large", submitErr: &supervisor.ItemError{Index: 1, Err: fmt.Errorf("%w: the item is 9 bytes", supervisor.ErrTooLarge)},
+			wantStatus: 413, wantMsg: "row 1: request too large: the item is 9 bytes"},
 		{name: "row deadline", itemErr: supervisor.ErrDeadline, wantStatus: 504, wantMsg: "deadline passed"},
 		{name: "model failed", itemErr: fmt.Errorf("%w: 2 outputs for 3 items", supervisor.ErrModelFailed), wantStatus: 500, wantMsg: "model failed"},
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+
+	"github.com/streamer-dev/streamer/supervisor"
 )
 
 // inferState is the working memory of one v2 inference request, pooled
@@ -112,7 +114,7 @@ func (h *handler) inferWith(st *inferState, w http.ResponseWriter, r *http.Reque
 	}
 	answers, err := h.run(r.Context(), &st.items)
 	if err != nil {
-		return true, err
+		return true, byRow(err)
 	}
 	jsonLen, err := st.writeAnswer(h.tensors, meta, version, answers)
 	if err != nil {
@@ -127,6 +129,31 @@ func (h *handler) inferWith(st *inferState, w http.ResponseWriter, r *http.Reque
 	h.writeBody(w, http.StatusOK, h.octetType, st.out)
 	return false, nil
 }
+
+// rowError is an item's error as a v2 answer words it: by the row, which
+// the item is (encodeItems makes one item of each row, in order), where
+// /predict says "item". It unwraps to the item's error, whose status it
+// keeps.
+type rowError struct{ item *supervisor.ItemError }
+
+// byRow words err by the row when it is an item's. The backends return an
+// item's error as a bare *supervisor.ItemError; anything wrapped around
+// one is left as it is, rather than lose what it says.
+func byRow(err error) error {
+	if item, ok := err.(*supervisor.ItemError); ok {
+		return &rowError{item}
+	}
+	return err
+}
+
+func (e *rowError) Error() string {
+	if e.item.Every {
+		return "every row: " + e.item.Err.Error()
+	}
+	return "row " + strconv.Itoa(e.item.Index) + ": " + e.item.Err.Error()
+}
+
+func (e *rowError) Unwrap() error { return e.item }
 
 // read turns the body in st.body into st.items: it reads the JSON and the
 // binary data, checks them against the model's metadata, has the model
