@@ -49,16 +49,18 @@
 // their first axis into rows, each row made into one item with the
 // unbatched inputs whole, and the items submitted as one request; the
 // answer stacks the rows of every output on a new first axis. Its data is
-// JSON (flat or nested to the shape) or, with the binary tensor data
+// JSON (its elements in row-major order, in arrays nested any way, or the
+// one element alone when there is one) or, with the binary tensor data
 // extension, raw bytes after a JSON header of Inference-Header-Content-Length
 // bytes; outputs asked for with "binary_data": true (or all, with the
 // request parameter "binary_data_output": true) come back the same way.
 // In JSON, FP16 data is read and written as numbers, NaN and ±Inf are
-// written as null (and null is read as NaN), and BYTES elements are
+// written as null (and null in an array of data is read as NaN; null for
+// any optional member is the member left out), and BYTES elements are
 // strings: bytes of an output that are not UTF-8 are written as U+FFFD, so
 // clients that need them exact ask for binary data. The request parameter
 // "timeout", in microseconds, sets the deadline as timeout_ms does for
-// /predict; "priority" is accepted and ignored, since the batcher has no
+// /predict (0 is none); "priority" is accepted and ignored, since the batcher has no
 // priorities; other parameters are ignored. The classification extension is
 // not served: an output asked for with a classification is refused.
 //
@@ -81,7 +83,8 @@
 //
 // Errors are always JSON, {"error": "..."}, with a status that says whose
 // fault it is: 4xx for the request, 429/503 for load and availability, 504 for
-// a deadline, 422 for an item the model refused or that crashes it, 500 for
+// a deadline, 422 for an item the model refused or that crashes it (named
+// by its row on the v2 route), 500 for
 // the rest.
 package httpapi
 
