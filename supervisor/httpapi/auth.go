@@ -57,16 +57,24 @@ func (g *tokenGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	token, ok := bearerToken(r.Header.Get("Authorization"))
 	if !ok {
-		unauthorized(w, challenge, missingToken)
+		unauthorized(w, r, challenge, missingToken)
 		return
 	}
 	got := sha256.Sum256([]byte(token))
 	if subtle.ConstantTimeCompare(got[:], g.want[:]) != 1 {
-		unauthorized(w, invalidChallenge, wrongToken)
+		unauthorized(w, r, invalidChallenge, wrongToken)
 		return
 	}
 	g.next.ServeHTTP(w, r)
 }
+
+// unauthorizedDiscard bounds what is read, and thrown away, of the body of
+// a request refused for its token, so that a client that sends its whole
+// body before it reads gets its 401 rather than a reset connection (see
+// discardUnread): the default body limit, since the guard does not know
+// the handler's. Reading it costs the server no more than a client with
+// the token may make it read.
+const unauthorizedDiscard = DefaultMaxBody
 
 // exemptFromToken reports whether r may pass without a token.
 func exemptFromToken(r *http.Request) bool {
@@ -95,8 +103,8 @@ func bearerToken(header string) (string, bool) {
 	return token, token != ""
 }
 
-// unauthorized answers 401 with the server's usual JSON error body.
-func unauthorized(w http.ResponseWriter, challenge, msg string) {
+// unauthorized answers r with 401 and the server's usual JSON error body.
+func unauthorized(w http.ResponseWriter, r *http.Request, challenge, msg string) {
 	body, _ := json.Marshal(errorBody{Error: msg})
 	hdr := w.Header()
 	hdr.Set("WWW-Authenticate", challenge)
@@ -104,4 +112,7 @@ func unauthorized(w http.ResponseWriter, challenge, msg string) {
 	hdr.Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusUnauthorized)
 	_, _ = w.Write(append(body, '\n'))
+	if r.ContentLength > smallBody || r.ContentLength < 0 {
+		discardUnread(w, r, unauthorizedDiscard)
+	}
 }

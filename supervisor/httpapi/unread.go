@@ -60,7 +60,12 @@ type fullDuplexer interface{ EnableFullDuplex() error }
 // answered instead, and does not send its body. Nor an HTTP/2 body: a
 // stream left unread costs its connection nothing.
 func (h *handler) discardUnread(w http.ResponseWriter, r *http.Request) {
-	if r.ProtoMajor != 1 || r.ContentLength > h.discardLimit || expectsContinue(r.Header) {
+	discardUnread(w, r, h.discardLimit)
+}
+
+// discardUnread is the handler's discardUnread with the bound limit.
+func discardUnread(w http.ResponseWriter, r *http.Request, limit int64) {
+	if r.ProtoMajor != 1 || r.ContentLength > limit || expectsContinue(r.Header) {
 		return
 	}
 	// Without full duplex, net/http would read at most smallBody of the
@@ -75,7 +80,7 @@ func (h *handler) discardUnread(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body) // net/http ends it at its length
 		return
 	}
-	_, _ = io.CopyN(io.Discard, r.Body, h.discardLimit)
+	_, _ = io.CopyN(io.Discard, r.Body, limit)
 }
 
 // expectsContinue reports whether the request's client waits for 100

@@ -105,6 +105,7 @@ func TestAnAnswerGivenUnreadReachesAClientSendingItsWholeBody(t *testing.T) {
 	within := bytes.Repeat([]byte("y"), maxBody-1000)
 	open := New(Config{Backend: &fakeBackend{ready: true}, MaxBody: maxBody, Tensors: oneInput("INT8")})
 	full := New(Config{Backend: &fullBackend{fakeBackend{ready: true}}, MaxBody: maxBody, Tensors: oneInput("INT8")})
+	guarded := RequireToken("s3cret", open)
 	for _, tc := range []struct {
 		name    string
 		handler http.Handler
@@ -131,6 +132,12 @@ func TestAnAnswerGivenUnreadReachesAClientSendingItsWholeBody(t *testing.T) {
 		{"/predict, a content type it cannot read", open,
 			rawPost("/predict", fmt.Sprintf("Content-Type: text/plain\r\nContent-Length: %d\r\n", len(within))), within,
 			http.StatusUnsupportedMediaType, "text/plain"},
+		{"/predict without the token", guarded,
+			rawPost("/predict", fmt.Sprintf("Content-Type: application/json\r\nContent-Length: %d\r\n", len(within))), within,
+			http.StatusUnauthorized, "requires a token"},
+		{"v2 infer with a wrong token", guarded,
+			rawPost("/v2/models/m/infer", fmt.Sprintf("Authorization: Bearer s3cre\r\nContent-Length: %d\r\n", len(within))), within,
+			http.StatusUnauthorized, "not valid"},
 		{"a route that takes no body", open,
 			rawPost("/nowhere", fmt.Sprintf("Content-Type: application/json\r\nContent-Length: %d\r\n", len(within))), within,
 			http.StatusNotFound, "/nowhere"},
