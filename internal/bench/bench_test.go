@@ -91,7 +91,7 @@ func TestNewReport(t *testing.T) {
 	if r.Requests != 100 || r.RequestsPerS != 50 || r.ItemsPerS != 150 {
 		t.Errorf("requests %d, %v/s, items %v/s; want 100, 50, 150", r.Requests, r.RequestsPerS, r.ItemsPerS)
 	}
-	if want := (Latencies{P50: 51, P90: 91, P99: 100, Max: 100}); r.LatencyMS != want {
+	if want := (Latencies{P50: 50, P90: 90, P99: 99, Max: 100}); r.LatencyMS != want {
 		t.Errorf("latencies %+v; want %+v", r.LatencyMS, want)
 	}
 	if want := map[int]uint64{1: 10, 3: 10, 4: 4}; !mapsEqual(r.BatchSizes, want) {
@@ -106,6 +106,29 @@ func TestNewReport(t *testing.T) {
 	r.setLimit(300)
 	if r.LimitItemsPerS != 300 || r.OfLimit != 0.5 {
 		t.Errorf("limit %v, of limit %v; want 300, 0.5", r.LimitItemsPerS, r.OfLimit)
+	}
+}
+
+// The nearest rank: the pth percentile of n sorted values is the
+// ⌈p/100·n⌉th, whether p/100·n is whole or not.
+func TestNearestRank(t *testing.T) {
+	for _, tc := range []struct {
+		perTenThousand, n, want int
+	}{
+		{9900, 100, 98}, // p99 of 100 is the 99th, not the slowest
+		{9000, 100, 89},
+		{5000, 100, 49},
+		{10000, 100, 99},
+		{9900, 101, 99}, // 99.99 rounds up to the 100th
+		{5000, 1, 0},
+		{5000, 3, 1},
+		{9000, 10, 8},
+		{9900, 1000, 989},
+		{0, 10, 0}, // the least, never index -1
+	} {
+		if got := nearestRank(tc.perTenThousand, tc.n); got != tc.want {
+			t.Errorf("nearestRank(%d, %d) = %d; want %d", tc.perTenThousand, tc.n, got, tc.want)
+		}
 	}
 }
 

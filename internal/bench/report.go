@@ -51,7 +51,9 @@ type Report struct {
 	FrontEnd bool `json:"front_end,omitempty"`
 }
 
-// Latencies are latency percentiles in milliseconds.
+// Latencies are latency percentiles in milliseconds, by the nearest rank:
+// the pth percentile of n values is the ⌈p/100·n⌉th smallest, so that p99 of
+// 100 requests is the 99th, not the slowest.
 type Latencies struct {
 	// P50 is the median.
 	P50 float64 `json:"p50"`
@@ -79,18 +81,28 @@ func newReport(samples []sample, kinds *errorKinds, elapsed time.Duration, items
 	r.RequestsPerS = float64(len(ok)) / elapsed.Seconds()
 	r.ItemsPerS = r.RequestsPerS * float64(itemsPerRequest)
 	slices.Sort(ok)
-	ms := func(q float64) float64 {
+	ms := func(perTenThousand int) float64 {
 		if len(ok) == 0 {
 			return 0
 		}
-		return float64(ok[min(int(q*float64(len(ok))), len(ok)-1)]) / float64(time.Millisecond)
+		return float64(ok[nearestRank(perTenThousand, len(ok))]) / float64(time.Millisecond)
 	}
-	r.LatencyMS = Latencies{P50: ms(0.50), P90: ms(0.90), P99: ms(0.99), Max: ms(1)}
+	r.LatencyMS = Latencies{P50: ms(5000), P90: ms(9000), P99: ms(9900), Max: ms(10000)}
 	r.BatchSizes, r.MeanBatchSize = batchesBetween(before.Stats, after.Stats)
 	r.Dispatch = dispatchBetween(before.Dispatch, after.Dispatch)
 	r.Cost = after.Cost
 	r.Returns = after.Returns
 	return r
+}
+
+// nearestRank is the index, in n sorted values, of the percentile given in
+// hundredths of a percent: the smallest value with at least that share of
+// the values at or below it, index ⌈q·n⌉-1. Integers keep q·n exact: in
+// floating point 0.9 × 100 is a hair above 90, and its ceiling one rank
+// too high.
+func nearestRank(perTenThousand, n int) int {
+	rank := (perTenThousand*n + 9999) / 10000
+	return min(max(rank, 1), n) - 1
 }
 
 // dispatchBetween counts the dispatches between two reads of the counters.
