@@ -15,7 +15,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/url"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/streamer-dev/streamer/supervisor"
@@ -112,6 +115,20 @@ type Result struct {
 // took memory by the hundred megabytes a second before a request went.
 const MaxConcurrency = 1 << 16
 
+// MaxRate bounds --rate, in requests per second: a send every microsecond
+// is beyond what one process's timers keep to, and past it the open loop
+// only spins.
+const MaxRate = 1e6
+
+// MaxItemsPerRequest bounds the items of one request, as a server's
+// --max-items would; a billion copies of the input ran out of memory
+// building the body.
+const MaxItemsPerRequest = 1 << 16
+
+// maxBodyBytes bounds the body bench builds: ItemsPerRequest copies of
+// Input, held once and sent by every client.
+const maxBodyBytes = 256 << 20
+
 // check validates cfg before anything is started, so that a typo fails at
 // once rather than after a server start, and returns the decoded Input.
 func (cfg *Config) check() (item any, err error) {
@@ -125,16 +142,24 @@ func (cfg *Config) check() (item any, err error) {
 		return nil, fmt.Errorf("--concurrency %d: want at most %d (each client holds a connection of its own)", cfg.Concurrency, MaxConcurrency)
 	case cfg.ItemsPerRequest < 1:
 		return nil, fmt.Errorf("--items-per-request %d: want at least 1", cfg.ItemsPerRequest)
+	case cfg.ItemsPerRequest > MaxItemsPerRequest:
+		return nil, fmt.Errorf("--items-per-request %d: want at most %d", cfg.ItemsPerRequest, MaxItemsPerRequest)
+	case (len(cfg.Input)+1)*cfg.ItemsPerRequest > maxBodyBytes:
+		return nil, fmt.Errorf("--items-per-request %d of an --input of %d bytes: requests of about %d MiB; want at most %d MiB",
+			cfg.ItemsPerRequest, len(cfg.Input), (len(cfg.Input)+1)*cfg.ItemsPerRequest>>20, maxBodyBytes>>20)
 	case cfg.Duration <= 0:
 		return nil, fmt.Errorf("--duration %s: must be positive", cfg.Duration)
 	case cfg.Warmup < 0:
 		return nil, fmt.Errorf("--warmup %s: must not be negative", cfg.Warmup)
-	case cfg.Rate < 0:
-		return nil, fmt.Errorf("--rate %g: must not be negative (0 is closed loop)", cfg.Rate)
+	case cfg.Duration > math.MaxInt64-cfg.Warmup:
+		return nil, fmt.Errorf("--duration %s with --warmup %s: together they overflow a duration (about 292 years)", cfg.Duration, cfg.Warmup)
 	case cfg.API != APIHTTP && cfg.API != APIGo:
 		return nil, fmt.Errorf("--api %q: want http or go", cfg.API)
 	case cfg.API == APIGo && cfg.Target != "":
 		return nil, errors.New("--api go runs its own supervisor; it cannot drive --target")
+	}
+	if err := cfg.checkRate(); err != nil {
+		return nil, err
 	}
 	if err := cfg.checkProtocol(); err != nil {
 		return nil, err
@@ -150,7 +175,30 @@ func (cfg *Config) check() (item any, err error) {
 	return item, nil
 }
 
-// parseTarget checks that target is an http or https URL with a host.
+// checkRate checks Rate: 0 (a closed loop), or a finite rate up to MaxRate
+// that schedules at least one send in the load. NaN compares false with
+// everything and would run a closed loop; a rate so low that its interval
+// overflows a duration would schedule its sends in the past.
+func (cfg *Config) checkRate() error {
+	load := (cfg.Warmup + cfg.Duration).Seconds()
+	switch {
+	case cfg.Rate == 0:
+		return nil
+	case math.IsNaN(cfg.Rate) || cfg.Rate < 0:
+		return fmt.Errorf("--rate %g: want a positive number of requests per second (0 is closed loop)", cfg.Rate)
+	case cfg.Rate > MaxRate:
+		return fmt.Errorf("--rate %g: want at most %g requests per second", cfg.Rate, MaxRate)
+	case cfg.Rate*load < 1:
+		return fmt.Errorf("--rate %g: less than one request in the %s of --warmup and --duration", cfg.Rate, cfg.Warmup+cfg.Duration)
+	}
+	return nil
+}
+
+// parseTarget checks that target is an http or https URL with a host, a
+// port that can be dialled, and nothing that bench could not pass on: the
+// paths it asks for are appended to the target's, so a query or a fragment
+// would end up in the middle of them, and the load client sends no user
+// and password.
 func parseTarget(target string) (*url.URL, error) {
 	u, err := url.Parse(target)
 	if err != nil {
@@ -158,6 +206,17 @@ func parseTarget(target string) (*url.URL, error) {
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("--target %q: want an http:// or https:// URL such as http://127.0.0.1:5005", target)
+	}
+	if port := u.Port(); port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("--target %q: port %s: want 1 to 65535", target, port)
+		}
+	}
+	switch {
+	case u.RawQuery != "" || u.ForceQuery || strings.Contains(target, "#"):
+		return nil, fmt.Errorf("--target %q: want no query or fragment: bench appends the paths it asks for (/predict, /v1/stats) to the target's", target)
+	case u.User != nil:
+		return nil, fmt.Errorf("--target %q: want no user or password in the URL: give the server's token with --auth-token", target)
 	}
 	return u, nil
 }

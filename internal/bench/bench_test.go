@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -33,7 +34,22 @@ func TestCheck(t *testing.T) {
 		{"no items", func(c *Config) { c.ItemsPerRequest = 0 }, "--items-per-request 0: want at least 1"},
 		{"zero duration", func(c *Config) { c.Duration = 0 }, "--duration 0s: must be positive"},
 		{"negative warm-up", func(c *Config) { c.Warmup = -time.Second }, "--warmup -1s: must not be negative"},
-		{"negative rate", func(c *Config) { c.Rate = -5 }, "--rate -5: must not be negative"},
+		{"negative rate", func(c *Config) { c.Rate = -5 }, "--rate -5: want a positive number"},
+		{"rate not a number", func(c *Config) { c.Rate = math.NaN() }, "--rate NaN: want a positive number"},
+		{"infinite rate", func(c *Config) { c.Rate = math.Inf(1) }, "--rate +Inf: want at most 1e+06"},
+		{"rate too high", func(c *Config) { c.Rate = 1e9 }, "--rate 1e+09: want at most 1e+06"},
+		{"rate below one request", func(c *Config) { c.Rate = 1e-10 }, "--rate 1e-10: less than one request in the 1s"},
+		{"rate of one in the load", func(c *Config) { c.Rate, c.Warmup, c.Duration = 0.5, time.Second, time.Second }, ""},
+		{"too many items", func(c *Config) { c.ItemsPerRequest = 1e9 }, "--items-per-request 1000000000: want at most 65536"},
+		{"a body too large", func(c *Config) { c.ItemsPerRequest, c.Input = 65536, `"`+strings.Repeat("x", 8190)+`"` }, "requests of about 512 MiB; want at most 256 MiB"},
+		{"duration overflows", func(c *Config) { c.Duration, c.Warmup = 2562047*time.Hour, time.Hour }, "--duration 2562047h0m0s with --warmup 1h0m0s: together they overflow"},
+		{"target port too high", func(c *Config) { c.Target = "http://127.0.0.1:99999" }, `port 99999: want 1 to 65535`},
+		{"target port zero", func(c *Config) { c.Target = "http://127.0.0.1:0" }, `port 0: want 1 to 65535`},
+		{"target with a query", func(c *Config) { c.Target = "http://127.0.0.1:22001?x=1" }, "want no query or fragment"},
+		{"target with an empty query", func(c *Config) { c.Target = "http://127.0.0.1:22001/?" }, "want no query or fragment"},
+		{"target with a fragment", func(c *Config) { c.Target = "http://127.0.0.1:22001/#top" }, "want no query or fragment"},
+		{"target with a user", func(c *Config) { c.Target = "http://u:p@127.0.0.1:22001" }, "want no user or password"},
+		{"target with a path", func(c *Config) { c.Target = "http://127.0.0.1:22001/models/a/" }, ""},
 		{"unknown api", func(c *Config) { c.API = "grpc" }, `--api "grpc": want http or go`},
 		{"go api with target", func(c *Config) { c.API, c.Target = APIGo, "http://127.0.0.1:1" }, "--api go runs its own supervisor"},
 		{"target not http", func(c *Config) { c.Target = "ftp://h:21" }, "want an http:// or https:// URL"},
@@ -214,7 +230,7 @@ func TestLoops(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		run := loadRun{send: send, kinds: kinds, start: time.Now()}
 		done := make(chan []sample)
-		go func() { done <- openLoop(ctx, run, 1000, 1) }()
+		go func() { done <- openLoop(ctx, run, 1000, 1, time.Minute) }()
 		time.AfterFunc(100*time.Millisecond, cancel)
 		samples := <-done
 		close(release)
@@ -228,6 +244,23 @@ func TestLoops(t *testing.T) {
 			t.Errorf("%d refusals in 100ms at 1000/s; want most of 100", len(samples))
 		}
 	})
+}
+
+// A schedule whose next send lies past the end of the load sends nothing
+// more: at 1e-12 requests a second the second send's time does not fit a
+// duration, and converted it comes out in the past.
+func TestOpenLoopSchedulesNothingPastTheEnd(t *testing.T) {
+	var sent atomic.Int32
+	send := func(context.Context) uint16 {
+		sent.Add(1)
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	samples := openLoop(ctx, loadRun{send: send, kinds: newErrorKinds(), start: time.Now()}, 1e-12, 4, 10*time.Millisecond)
+	if sent.Load() != 1 || len(samples) != 1 || samples[0].at != 0 {
+		t.Errorf("%d sent, samples %+v; want the one send at 0", sent.Load(), samples)
+	}
 }
 
 func TestTailBuffer(t *testing.T) {

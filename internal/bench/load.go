@@ -86,7 +86,7 @@ func (cfg *Config) load(ctx context.Context, send sender) ([]sample, *errorKinds
 	}
 	var samples []sample
 	if cfg.Rate > 0 {
-		samples = openLoop(ctx, run, cfg.Rate, cfg.Concurrency)
+		samples = openLoop(ctx, run, cfg.Rate, cfg.Concurrency, d)
 	} else {
 		samples = closedLoop(ctx, run, cfg.Concurrency)
 	}
@@ -133,7 +133,9 @@ func client(ctx context.Context, run loadRun) []sample {
 // from the scheduled time, so a sender that falls behind shows as latency
 // rather than as a lower rate. At most maxInFlight are outstanding: beyond
 // that a request is counted as a client-side overload instead of being sent.
-func openLoop(ctx context.Context, run loadRun, rate float64, maxInFlight int) []sample {
+// No send is scheduled at or past end, the end of the load, so that the
+// schedule never overflows a duration.
+func openLoop(ctx context.Context, run loadRun, rate float64, maxInFlight int, end time.Duration) []sample {
 	var mu sync.Mutex
 	var samples []sample
 	record := func(s sample) {
@@ -151,6 +153,10 @@ func openLoop(ctx context.Context, run loadRun, rate float64, maxInFlight int) [
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for i := 0; ; i++ {
+		if float64(i)*interval >= float64(end) {
+			<-ctx.Done()
+			break
+		}
 		at := time.Duration(float64(i) * interval)
 		if wait := time.Until(run.start.Add(at)); wait > 0 {
 			timer.Reset(wait)
