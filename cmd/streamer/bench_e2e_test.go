@@ -209,7 +209,11 @@ func TestBenchPlotWithoutPlotter(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(filepath.Dir(streamerBin), bench.PlotterName)); err == nil {
 		t.Skipf("%s lies next to the binary under test: bench would find it", bench.PlotterName)
 	}
+	// A plot of an earlier run is at the path: it must survive.
 	path := filepath.Join(t.TempDir(), "bench.png")
+	if err := os.WriteFile(path, []byte("an earlier plot"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	began := time.Now()
 	res := runBenchCmdWithPath(t, t.TempDir(), "--model", "echo", "--duration", "1s", "--plot", path)
 	if res.code == 0 {
@@ -223,8 +227,11 @@ func TestBenchPlotWithoutPlotter(t *testing.T) {
 	if res.stdout != "" {
 		t.Errorf("stdout %q: a failed run must not print a report", res.stdout)
 	}
-	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the plot file was left behind (stat: %v)", err)
+	if got, err := os.ReadFile(path); err != nil || string(got) != "an earlier plot" {
+		t.Errorf("the earlier plot holds %q (%v) after a run without a plotter; want it untouched", got, err)
+	}
+	if entries, _ := os.ReadDir(filepath.Dir(path)); len(entries) != 1 {
+		t.Errorf("the plot's folder holds %v; want the earlier plot alone", entries)
 	}
 	if d := time.Since(began); d > 5*time.Second {
 		t.Errorf("took %s to find the plotter missing; it must fail before the load", d)

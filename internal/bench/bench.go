@@ -72,7 +72,8 @@ type Config struct {
 	// Stderr receives progress and notes; nil discards them.
 	Stderr io.Writer
 	// PlotFile, when set, receives a PNG of the run drawn by the
-	// streamer-bench binary; see Plotter.
+	// streamer-bench binary; see Plotter. A file already there is replaced
+	// only once the new plot is drawn.
 	PlotFile string
 	// Plotter is the streamer-bench binary; empty, it is looked up next to
 	// Server.Binary, then on PATH.
@@ -234,8 +235,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.Stderr == nil {
 		cfg.Stderr = io.Discard
 	}
-	// The plot file and the plotter are found first: a path that cannot
-	// be written fails now, not after the whole run.
+	// The plotter and the plot's folder are checked first: a missing
+	// plotter or a folder that cannot be written fails now, not after the
+	// whole run.
 	plot, err := cfg.openPlot()
 	if err != nil {
 		return Result{}, err

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -412,5 +413,69 @@ func TestRunPlotFailsBeforeTheLoad(t *testing.T) {
 	}
 	if _, statErr := os.Stat(cfg.PlotFile); !os.IsNotExist(statErr) {
 		t.Errorf("plot file left behind: %v", statErr)
+	}
+}
+
+// A plot file already at --plot's path stays as it was until the new plot
+// is drawn: not when there is no plotter, nor when the run is interrupted
+// in the warm-up, nor when the plotter fails. Nothing else is left beside it.
+func TestRunPlotKeepsAnExistingFileUntilDrawn(t *testing.T) {
+	target := fakeServer(t).URL
+	cat, err := exec.LookPath("cat") // before PATH is emptied
+	if err != nil {
+		t.Skip("no cat to read the plot data with")
+	}
+	plotter := func(t *testing.T, script string) string {
+		script = strings.ReplaceAll(script, "cat", cat)
+		path := filepath.Join(t.TempDir(), PlotterName)
+		if err := os.WriteFile(path, []byte("#!/bin/sh\n"+script+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	for _, tc := range []struct {
+		name      string
+		plotter   string // a script; empty: none on PATH
+		warmup    time.Duration
+		interrupt time.Duration
+		want      string // the file's content afterwards
+		wantErr   string
+	}{
+		{"no plotter", "", 0, 0, "old", "--plot:"},
+		{"interrupted in the warm-up", "cat >/dev/null; printf drawn", time.Minute, 100 * time.Millisecond, "old", "during the warm-up"},
+		{"the plotter fails", "cat >/dev/null; printf partial; exit 1", 0, 0, "old", "plot: exit status 1"},
+		{"drawn", "cat >/dev/null; printf drawn", 0, 0, "drawn", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("PATH", t.TempDir())
+			dir := t.TempDir()
+			cfg := validConfig()
+			cfg.Target, cfg.Duration, cfg.Warmup = target, 200*time.Millisecond, tc.warmup
+			cfg.PlotFile = filepath.Join(dir, "bench.png")
+			cfg.Server.Binary = filepath.Join(t.TempDir(), "streamer")
+			if tc.plotter != "" {
+				cfg.Plotter = plotter(t, tc.plotter)
+			}
+			if err := os.WriteFile(cfg.PlotFile, []byte("old"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			if tc.interrupt > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tc.interrupt)
+				defer cancel()
+			}
+			_, err := Run(ctx, cfg)
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Errorf("Run = %v; want an error saying %q", err, tc.wantErr)
+			}
+			if got, err := os.ReadFile(cfg.PlotFile); err != nil || string(got) != tc.want {
+				t.Errorf("the plot file holds %q (%v); want %q", got, err, tc.want)
+			}
+			entries, _ := os.ReadDir(dir)
+			if len(entries) != 1 {
+				t.Errorf("the plot's folder holds %v; want the plot alone", entries)
+			}
+		})
 	}
 }

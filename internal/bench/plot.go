@@ -21,30 +21,43 @@ const PlotterName = "streamer-bench"
 // that wraps it says where it was looked for and how to build it.
 var ErrNoPlotter = errors.New(PlotterName + " not found")
 
-// plotJob is the plot a run writes: its file, created before the load, and
-// the plotter that draws it. The zero plotJob writes nothing.
+// plotJob is the plot a run writes: the plotter that draws it, and a
+// temporary file beside the plot's path that receives it and is renamed
+// over the path once the plot is drawn, so that a run that fails, is
+// interrupted or finds no plotter leaves a file already at the path as it
+// was. The zero plotJob writes nothing.
 type plotJob struct {
 	path    string
-	file    *os.File // nil once written, or when no plot is asked for
+	tmp     *os.File // nil once renamed, or when no plot is asked for
 	plotter string
 }
 
-// openPlot creates the plot file and finds the plotter, so that either
-// failing ends the run before it starts.
+// openPlot finds the plotter and creates the temporary file, so that
+// either failing ends the run before it starts.
 func (cfg *Config) openPlot() (*plotJob, error) {
 	if cfg.PlotFile == "" {
 		return &plotJob{}, nil
 	}
-	f, err := os.Create(cfg.PlotFile)
+	plotter, err := findPlotter(cfg.Plotter, cfg.Server.Binary)
 	if err != nil {
 		return nil, fmt.Errorf("--plot: %w", err)
 	}
-	job := &plotJob{path: cfg.PlotFile, file: f}
-	if job.plotter, err = findPlotter(cfg.Plotter, cfg.Server.Binary); err != nil {
-		job.abandon()
+	if info, err := os.Stat(cfg.PlotFile); err == nil && !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("--plot %s: not a regular file", cfg.PlotFile)
+	}
+	dir, name := filepath.Split(cfg.PlotFile)
+	tmp, err := os.CreateTemp(dir, "."+name+".*.tmp")
+	if err != nil {
 		return nil, fmt.Errorf("--plot: %w", err)
 	}
-	return job, nil
+	// CreateTemp makes the file private; a plot is as readable as any file
+	// the user's umask leaves alone.
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return nil, fmt.Errorf("--plot: %w", err)
+	}
+	return &plotJob{path: cfg.PlotFile, tmp: tmp, plotter: plotter}, nil
 }
 
 // findPlotter returns given when set, else the streamer-bench binary next
@@ -69,14 +82,14 @@ func findPlotter(given, nextTo string) (string, error) {
 }
 
 // draw runs `streamer-bench plot` with the samples on its stdin and its
-// stdout on the plot file.
+// stdout on the temporary file, then renames that over the plot's path.
 func (p *plotJob) draw(samples []sample, batchSizes map[int]uint64) error {
-	if p.file == nil {
+	if p.tmp == nil {
 		return nil
 	}
 	var stderr bytes.Buffer
 	cmd := exec.Command(p.plotter, "plot")
-	cmd.Stdout, cmd.Stderr = p.file, &stderr
+	cmd.Stdout, cmd.Stderr = p.tmp, &stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return fmt.Errorf("--plot %s: %w", p.path, err)
@@ -96,20 +109,23 @@ func (p *plotJob) draw(samples []sample, batchSizes map[int]uint64) error {
 	if writeErr != nil {
 		return fmt.Errorf("--plot %s: %w", p.path, writeErr)
 	}
-	err = p.file.Close()
-	p.file = nil
-	if err != nil {
+	if err := p.tmp.Close(); err != nil {
 		return fmt.Errorf("--plot %s: %w", p.path, err)
 	}
+	if err := os.Rename(p.tmp.Name(), p.path); err != nil {
+		return fmt.Errorf("--plot %s: %w", p.path, err)
+	}
+	p.tmp = nil
 	return nil
 }
 
-// abandon removes a plot file that was not written: a failed or interrupted
-// run leaves no empty or partial file behind.
+// abandon removes the temporary file of a plot that was not drawn; the
+// plot's path is left as it was.
 func (p *plotJob) abandon() {
-	if p.file != nil {
-		p.file.Close()
-		os.Remove(p.path)
+	if p.tmp != nil {
+		p.tmp.Close()
+		os.Remove(p.tmp.Name())
+		p.tmp = nil
 	}
 }
 
