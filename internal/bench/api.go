@@ -88,26 +88,26 @@ func (cfg *Config) requestFor(client *http.Client, base string, item any) (strin
 // leanSender sends with c. A request cut short by the end of the load is
 // no error.
 func leanSender(c *httpclient.Client) sender {
-	return func(ctx context.Context) string {
+	return func(ctx context.Context) (string, error) {
 		status, err := c.Post(ctx)
 		switch {
 		case err != nil && ctx.Err() != nil:
-			return ""
+			return "", nil
 		case err != nil:
-			return "connection"
+			return kindConnection, err
 		case status != http.StatusOK:
-			return "http " + strconv.Itoa(status)
+			return "http " + strconv.Itoa(status), nil
 		}
-		return ""
+		return "", nil
 	}
 }
 
 // httpSender posts body with Go's standard client (used for https).
 func httpSender(client *http.Client, url string, body []byte, headers []string) sender {
-	return func(ctx context.Context) string {
+	return func(ctx context.Context) (string, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 		if err != nil {
-			return "client"
+			return "client", err
 		}
 		req.Header.Set("Content-Type", "application/json")
 		for _, h := range headers {
@@ -117,16 +117,16 @@ func httpSender(client *http.Client, url string, body []byte, headers []string) 
 		resp, err := client.Do(req)
 		if err != nil {
 			if ctx.Err() != nil {
-				return ""
+				return "", nil
 			}
-			return "connection"
+			return kindConnection, err
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
-			return fmt.Sprintf("http %d", resp.StatusCode)
+			return fmt.Sprintf("http %d", resp.StatusCode), nil
 		}
-		return ""
+		return "", nil
 	}
 }
 
@@ -208,14 +208,14 @@ func (cfg *Config) goAPI(ctx context.Context, item any) (sender, statsSource, fu
 	for i := range items {
 		items[i] = encoded
 	}
-	send := func(ctx context.Context) string {
+	send := func(ctx context.Context) (string, error) {
 		if _, err := st.Predict(ctx, items); err != nil {
 			if ctx.Err() != nil {
-				return ""
+				return "", nil
 			}
-			return errorKind(err)
+			return errorKind(err), err
 		}
-		return ""
+		return "", nil
 	}
 	stats := func(context.Context) (serverStats, error) { return serverStats{Stats: st.Stats()}, nil }
 	return send, stats, stop, nil

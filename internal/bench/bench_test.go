@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -80,7 +83,7 @@ func TestInWindow(t *testing.T) {
 		{at: 10 * time.Millisecond, latency: 20 * time.Millisecond}, // answered in the warm-up
 		{at: 90 * time.Millisecond, latency: 20 * time.Millisecond}, // sent in the warm-up, answered after
 		{at: 150 * time.Millisecond, latency: 1 * time.Millisecond}, // inside
-		{at: 100 * time.Millisecond, latency: 0, errKind: 1},        // at the edge
+		{at: 100 * time.Millisecond, latency: 0},                    // at the edge
 	}
 	got := inWindow(samples, warmup)
 	want := []time.Duration{-10 * time.Millisecond, 50 * time.Millisecond, 0}
@@ -96,15 +99,16 @@ func TestInWindow(t *testing.T) {
 
 func TestNewReport(t *testing.T) {
 	kinds := newErrorKinds()
-	refused := kinds.id("http 429")
+	refused := kinds.id("http 429", nil)
+	refusedConn := kinds.id(kindConnection, errors.New("dial tcp 127.0.0.1:1: connect: connection refused"))
 	var samples []sample
 	for i := 1; i <= 100; i++ {
 		samples = append(samples, sample{latency: time.Duration(i) * time.Millisecond})
 	}
-	samples = append(samples, sample{errKind: refused}, sample{errKind: refused})
+	failures := map[uint16]uint64{refused: 2, refusedConn: 7}
 	before := supervisor.Stats{BatchSizes: []uint64{0, 5, 0, 1}}
 	after := supervisor.Stats{BatchSizes: []uint64{0, 15, 0, 11, 4}}
-	r := newReport(samples, kinds, 2*time.Second, 3, serverStats{Stats: before}, serverStats{Stats: after})
+	r := newReport(samples, failures, kinds, 2*time.Second, 3, serverStats{Stats: before}, serverStats{Stats: after})
 	if r.Requests != 100 || r.RequestsPerS != 50 || r.ItemsPerS != 150 {
 		t.Errorf("requests %d, %v/s, items %v/s; want 100, 50, 150", r.Requests, r.RequestsPerS, r.ItemsPerS)
 	}
@@ -117,8 +121,11 @@ func TestNewReport(t *testing.T) {
 	if want := (10.0 + 30 + 16) / 24; r.MeanBatchSize != want {
 		t.Errorf("mean batch %v; want %v", r.MeanBatchSize, want)
 	}
-	if r.Errors["http 429"] != 2 || len(r.Errors) != 1 {
-		t.Errorf("errors %v; want 2 of http 429", r.Errors)
+	if r.Errors["http 429"] != 2 || r.Errors[kindConnection] != 7 || len(r.Errors) != 2 {
+		t.Errorf("errors %v; want 2 of http 429 and 7 of connection", r.Errors)
+	}
+	if want := map[string]string{kindConnection: "dial tcp 127.0.0.1:1: connect: connection refused"}; !maps.Equal(r.FirstErrors, want) {
+		t.Errorf("first errors %v; want %v, and nothing for the kind that says it all", r.FirstErrors, want)
 	}
 	r.setLimit(300)
 	if r.LimitItemsPerS != 300 || r.OfLimit != 0.5 {
@@ -191,12 +198,21 @@ func TestSleepLimit(t *testing.T) {
 
 func TestErrorKinds(t *testing.T) {
 	k := newErrorKinds()
-	if k.id("") != 0 || k.name(0) != "" {
+	if k.id("", nil) != 0 || k.kind(0).name != "" {
 		t.Error("success is not kind 0")
 	}
-	a, b := k.id("a"), k.id("b")
-	if a == b || k.id("a") != a || k.name(a) != "a" || k.name(b) != "b" {
+	a, b := k.id("a", nil), k.id("b", nil)
+	if a == b || k.id("a", nil) != a || k.kind(a).name != "a" || k.kind(b).name != "b" {
 		t.Errorf("ids a=%d b=%d do not name their kinds", a, b)
+	}
+	// The first failure that says something is kept, not the later ones.
+	k.id("a", errors.New("first"))
+	k.id("a", errors.New("second"))
+	if got := k.kind(a).first; got != "first" {
+		t.Errorf("kind a's first text %q; want %q", got, "first")
+	}
+	if got := k.kind(b).first; got != "" {
+		t.Errorf("kind b's first text %q; want none", got)
 	}
 }
 
@@ -213,14 +229,13 @@ func TestLoops(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
-		samples := closedLoop(ctx, loadRun{send: send, kinds: newErrorKinds(), start: time.Now()}, 3)
-		if len(samples) < 10 || most.Load() > 3 {
-			t.Errorf("%d samples, at most %d in flight; want many, and never more than 3 clients", len(samples), most.Load())
+		counted := closedLoop(ctx, loadRun{send: send, start: time.Now()}, 3)
+		if len(counted.samples) < 10 || most.Load() > 3 {
+			t.Errorf("%d samples, at most %d in flight; want many, and never more than 3 clients", len(counted.samples), most.Load())
 		}
 	})
 	t.Run("open, in-flight limit", func(t *testing.T) {
 		release := make(chan struct{})
-		kinds := newErrorKinds()
 		send := func(ctx context.Context) uint16 {
 			select {
 			case <-release:
@@ -229,20 +244,18 @@ func TestLoops(t *testing.T) {
 			return 0
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		run := loadRun{send: send, kinds: kinds, start: time.Now()}
-		done := make(chan []sample)
+		const refused = 7
+		run := loadRun{send: send, start: time.Now(), inFlightLimit: refused}
+		done := make(chan tally)
 		go func() { done <- openLoop(ctx, run, 1000, 1, time.Minute) }()
 		time.AfterFunc(100*time.Millisecond, cancel)
-		samples := <-done
+		counted := <-done
 		close(release)
-		refused := kinds.id("client in-flight limit")
-		for _, s := range samples {
-			if s.errKind != refused {
-				t.Fatalf("sample %+v: the one request in flight never returned before the end, so every sample must be a refusal", s)
-			}
+		if len(counted.samples) != 0 || len(counted.failures) != 1 {
+			t.Fatalf("samples %v, failures %v: the one request in flight never returned before the end, so every send must be a refusal", counted.samples, counted.failures)
 		}
-		if len(samples) < 50 {
-			t.Errorf("%d refusals in 100ms at 1000/s; want most of 100", len(samples))
+		if n := counted.failures[refused]; n < 50 {
+			t.Errorf("%d refusals in 100ms at 1000/s; want most of 100", n)
 		}
 	})
 }
@@ -258,9 +271,86 @@ func TestOpenLoopSchedulesNothingPastTheEnd(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	samples := openLoop(ctx, loadRun{send: send, kinds: newErrorKinds(), start: time.Now()}, 1e-12, 4, 10*time.Millisecond)
-	if sent.Load() != 1 || len(samples) != 1 || samples[0].at != 0 {
-		t.Errorf("%d sent, samples %+v; want the one send at 0", sent.Load(), samples)
+	counted := openLoop(ctx, loadRun{send: send, start: time.Now()}, 1e-12, 4, 10*time.Millisecond)
+	if sent.Load() != 1 || len(counted.samples) != 1 || counted.samples[0].at != 0 {
+		t.Errorf("%d sent, samples %+v; want the one send at 0", sent.Load(), counted.samples)
+	}
+}
+
+// A closed-loop client that meets connection errors pauses after each,
+// longer each time up to maxBackoff, and counts every failure rather than
+// keeping a sample of it: against a port nobody listens on, a few clients
+// without the pause sent a million requests in three seconds.
+func TestClosedLoopBacksOffAfterConnectionErrors(t *testing.T) {
+	const connection = 1
+	var sent atomic.Int64
+	send := func(context.Context) uint16 {
+		sent.Add(1)
+		return connection
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	counted := closedLoop(ctx, loadRun{send: send, start: time.Now(), backOffAfter: connection}, 4)
+	// 1+2+4+8+16+32+64+100 ms: at most nine sends of each client in 300ms.
+	if n := sent.Load(); n < 4 || n > 4*10 {
+		t.Errorf("%d sends of 4 clients in 300ms against connection errors; want at most 40", n)
+	}
+	// A send the end of the load cut short is not counted: one per client.
+	if f, n := counted.failures[connection], uint64(sent.Load()); len(counted.samples) != 0 || f > n || f+4 < n {
+		t.Errorf("samples %v, failures %v; want the %d failures counted, but for the last of each client, and no sample kept", counted.samples, counted.failures, n)
+	}
+}
+
+func TestBackoffDoublesToItsBoundAndResets(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // each wait returns at once: only the pauses are looked at
+	var b backoff
+	defer b.stop()
+	var got []time.Duration
+	for range 9 {
+		b.wait(ctx)
+		got = append(got, b.pause)
+	}
+	want := []time.Duration{1, 2, 4, 8, 16, 32, 64, 100, 100}
+	for i := range want {
+		want[i] *= time.Millisecond
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("pauses %v; want %v", got, want)
+	}
+	b.reset()
+	if b.wait(ctx); b.pause != minBackoff {
+		t.Errorf("pause after a reset %s; want %s", b.pause, minBackoff)
+	}
+}
+
+// Against a port nobody listens on, the report counts the refusals, a few
+// of them, and says what they were.
+func TestRunAgainstAClosedPortSaysWhy(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cfg := validConfig()
+	cfg.Target = "http://" + addr
+	cfg.Duration, cfg.Warmup = 300*time.Millisecond, 0
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := res.Report.Errors[kindConnection]
+	if res.Report.Requests != 0 || n == 0 || n > 100 || len(res.Report.Errors) != 1 {
+		t.Errorf("%d requests, errors %v; want a few dozen connection errors at most, from 4 clients pausing after each", res.Report.Requests, res.Report.Errors)
+	}
+	if first := res.Report.FirstErrors[kindConnection]; !strings.Contains(first, "connection refused") || !strings.Contains(first, addr) {
+		t.Errorf("first connection error %q; want the refusal, naming %s", first, addr)
+	}
+	var out strings.Builder
+	res.Report.Print(&out)
+	if !strings.Contains(out.String(), "first: dial tcp "+addr) {
+		t.Errorf("the table does not give the first error's text:\n%s", out.String())
 	}
 }
 

@@ -3,34 +3,45 @@ package bench
 import (
 	"context"
 	"math"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// sample is one request's outcome. It holds no pointers, so that the
+// sample is one successful request. It holds no pointers, so that the
 // garbage collector need not scan the millions of them a long run keeps.
 type sample struct {
 	at      time.Duration // since the measurement started, at send (open loop: scheduled send)
 	latency time.Duration
-	errKind uint16 // an errorKinds number; 0 for success
 }
 
-// errorKinds numbers the kinds of failure the samples record.
+// kindConnection is the failure of a request that got no answer: the
+// connection was refused, reset or closed, or its TLS handshake failed.
+const kindConnection = "connection"
+
+// errorKinds numbers the kinds of failure the loads count, and keeps the
+// text of the first failure of each.
 type errorKinds struct {
 	mu    sync.Mutex
-	names []string // names[0] is "", success
+	kinds []failureKind // kinds[0] is "", success
 	ids   map[string]uint16
 }
 
-func newErrorKinds() *errorKinds {
-	return &errorKinds{names: []string{""}, ids: map[string]uint16{"": 0}}
+// failureKind is one kind of failure: its name ("connection", "http 429") and
+// the text of its first failure that said more than the name.
+type failureKind struct {
+	name  string
+	first string
 }
 
-// id numbers kind, "" being 0; past 65535 distinct kinds, the rest share
-// the last number.
-func (k *errorKinds) id(kind string) uint16 {
+func newErrorKinds() *errorKinds {
+	return &errorKinds{kinds: []failureKind{{}}, ids: map[string]uint16{"": 0}}
+}
+
+// id numbers kind, "" being 0, and keeps err's text if it is the first of
+// its kind to bring one; past 65535 distinct kinds, the rest share the last
+// number.
+func (k *errorKinds) id(kind string, err error) uint16 {
 	if kind == "" {
 		return 0
 	}
@@ -38,34 +49,82 @@ func (k *errorKinds) id(kind string) uint16 {
 	defer k.mu.Unlock()
 	id, ok := k.ids[kind]
 	if !ok {
-		if len(k.names) > math.MaxUint16 {
+		if len(k.kinds) > math.MaxUint16 {
 			return math.MaxUint16
 		}
-		id = uint16(len(k.names))
-		k.names = append(k.names, kind)
+		id = uint16(len(k.kinds))
+		k.kinds = append(k.kinds, failureKind{name: kind})
 		k.ids[kind] = id
+	}
+	if err != nil && k.kinds[id].first == "" {
+		k.kinds[id].first = err.Error()
 	}
 	return id
 }
 
-// name is the kind numbered id.
-func (k *errorKinds) name(id uint16) string {
+// kind is the kind numbered id.
+func (k *errorKinds) kind(id uint16) failureKind {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.names[id]
+	return k.kinds[id]
 }
 
 // loadRun is what the load loops share.
 type loadRun struct {
 	send  func(context.Context) uint16 // the sender, its outcome numbered
-	kinds *errorKinds
 	start time.Time
-	done  *atomic.Int64 // counts answers for the progress bar; nil without one
+	// warmup is when the window opens, from start: failures answered
+	// before it are not counted.
+	warmup time.Duration
+	// backOffAfter is the kind of failure after which a closed-loop client
+	// pauses (see backoff).
+	backOffAfter uint16
+	// inFlightLimit is the kind of an open loop's send skipped because
+	// too many requests were out.
+	inFlightLimit uint16
+	done          *atomic.Int64 // counts answers for the progress bar; nil without one
 }
 
-// load sends requests for the warm-up and the measured window and returns
-// what happened to each.
-func (cfg *Config) load(ctx context.Context, send sender) ([]sample, *errorKinds) {
+// tally is what a load counted: the successful requests, and the failures
+// answered inside the window by kind. One failure is a count, not a sample:
+// a server that refuses connections fails requests by the million.
+type tally struct {
+	samples  []sample
+	failures map[uint16]uint64
+}
+
+// record counts a request sent and answered at these times since the start.
+func (t *tally) record(run loadRun, sent, answered time.Duration, kind uint16) {
+	if run.done != nil {
+		run.done.Add(1)
+	}
+	if kind == 0 {
+		t.samples = append(t.samples, sample{at: sent, latency: answered - sent})
+		return
+	}
+	if answered < run.warmup {
+		return
+	}
+	if t.failures == nil {
+		t.failures = map[uint16]uint64{}
+	}
+	t.failures[kind]++
+}
+
+// add adds o's counts to t's.
+func (t *tally) add(o tally) {
+	t.samples = append(t.samples, o.samples...)
+	for kind, n := range o.failures {
+		if t.failures == nil {
+			t.failures = map[uint16]uint64{}
+		}
+		t.failures[kind] += n
+	}
+}
+
+// load sends requests for the warm-up and the measured window and counts
+// what happened to them.
+func (cfg *Config) load(ctx context.Context, send sender) (tally, *errorKinds) {
 	d := cfg.Warmup + cfg.Duration
 	// The end of the load cancels the requests still out; it is not their
 	// deadline, which the supervisor would enforce on its own clock and count
@@ -79,41 +138,52 @@ func (cfg *Config) load(ctx context.Context, send sender) ([]sample, *errorKinds
 	done, stopBar := cfg.startProgress(d)
 	kinds := newErrorKinds()
 	run := loadRun{
-		send:  func(ctx context.Context) uint16 { return kinds.id(send(ctx)) },
-		kinds: kinds,
-		start: time.Now(),
-		done:  done,
+		send: func(ctx context.Context) uint16 {
+			kind, err := send(ctx)
+			return kinds.id(kind, err)
+		},
+		start:         time.Now(),
+		warmup:        cfg.Warmup,
+		backOffAfter:  kinds.id(kindConnection, nil),
+		inFlightLimit: kinds.id("client in-flight limit", nil),
+		done:          done,
 	}
-	var samples []sample
+	var t tally
 	if cfg.Rate > 0 {
-		samples = openLoop(ctx, run, cfg.Rate, cfg.Concurrency, d)
+		t = openLoop(ctx, run, cfg.Rate, cfg.Concurrency, d)
 	} else {
-		samples = closedLoop(ctx, run, cfg.Concurrency)
+		t = closedLoop(ctx, run, cfg.Concurrency)
 	}
 	stopBar()
-	return samples, kinds
+	return t, kinds
 }
 
 // closedLoop runs clients that each send their next request when the last
 // one is answered. Requests cut short by the end of the load are not counted.
-func closedLoop(ctx context.Context, run loadRun, clients int) []sample {
-	results := make([][]sample, clients)
+func closedLoop(ctx context.Context, run loadRun, clients int) tally {
+	results := make([]tally, clients)
 	var wg sync.WaitGroup
 	for c := range clients {
 		wg.Go(func() { results[c] = client(ctx, run) })
 	}
 	wg.Wait()
-	return slices.Concat(results...)
+	var t tally
+	for _, r := range results {
+		t.add(r)
+	}
+	return t
 }
 
-// client is one closed-loop client. It keeps its samples to itself until
+// client is one closed-loop client. It keeps its counts to itself until
 // the end, and sends under a context of its own: what each request does
 // with its context then stays off the one context all clients share, whose
 // cache line would otherwise bounce between the cores at every request.
-func client(ctx context.Context, run loadRun) []sample {
+func client(ctx context.Context, run loadRun) tally {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var samples []sample
+	var t tally
+	var pause backoff
+	defer pause.stop()
 	for ctx.Err() == nil {
 		// time.Since reads only the monotonic clock; time.Now reads both.
 		sent := time.Since(run.start)
@@ -121,12 +191,55 @@ func client(ctx context.Context, run loadRun) []sample {
 		if ctx.Err() != nil {
 			break
 		}
-		samples = append(samples, sample{at: sent, latency: time.Since(run.start) - sent, errKind: kind})
-		if run.done != nil {
-			run.done.Add(1)
+		t.record(run, sent, time.Since(run.start), kind)
+		if kind == run.backOffAfter {
+			pause.wait(ctx)
+		} else {
+			pause.reset()
 		}
 	}
-	return samples
+	return t
+}
+
+// Bounds of a closed-loop client's pause after a connection error.
+const (
+	minBackoff = time.Millisecond
+	maxBackoff = 100 * time.Millisecond
+)
+
+// backoff is a closed-loop client's pause after a connection error: from
+// minBackoff, doubling at each error in a row up to maxBackoff, and none
+// again once a request is answered. A server that is down fails each
+// request at once: without the pause a few clients sent it a million
+// requests in three seconds, and the pause costs a server that closed one
+// connection a millisecond of one client.
+type backoff struct {
+	pause time.Duration
+	timer *time.Timer
+}
+
+// wait pauses for the next pause, or until ctx ends.
+func (b *backoff) wait(ctx context.Context) {
+	b.pause = min(max(2*b.pause, minBackoff), maxBackoff)
+	if b.timer == nil {
+		b.timer = time.NewTimer(b.pause)
+	} else {
+		b.timer.Reset(b.pause)
+	}
+	select {
+	case <-b.timer.C:
+	case <-ctx.Done():
+	}
+}
+
+// reset makes the next pause the shortest.
+func (b *backoff) reset() { b.pause = 0 }
+
+// stop releases the timer.
+func (b *backoff) stop() {
+	if b.timer != nil {
+		b.timer.Stop()
+	}
 }
 
 // openLoop sends rate requests per second on a fixed schedule; latency counts
@@ -135,18 +248,9 @@ func client(ctx context.Context, run loadRun) []sample {
 // that a request is counted as a client-side overload instead of being sent.
 // No send is scheduled at or past end, the end of the load, so that the
 // schedule never overflows a duration.
-func openLoop(ctx context.Context, run loadRun, rate float64, maxInFlight int, end time.Duration) []sample {
+func openLoop(ctx context.Context, run loadRun, rate float64, maxInFlight int, end time.Duration) tally {
 	var mu sync.Mutex
-	var samples []sample
-	record := func(s sample) {
-		mu.Lock()
-		samples = append(samples, s)
-		mu.Unlock()
-		if run.done != nil {
-			run.done.Add(1)
-		}
-	}
-	refused := run.kinds.id("client in-flight limit")
+	var t tally
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, maxInFlight)
 	interval := float64(time.Second) / rate
@@ -171,7 +275,9 @@ func openLoop(ctx context.Context, run loadRun, rate float64, maxInFlight int, e
 		select {
 		case slots <- struct{}{}:
 		default:
-			record(sample{at: at, errKind: refused})
+			mu.Lock()
+			t.record(run, at, at, run.inFlightLimit)
+			mu.Unlock()
 			continue
 		}
 		wg.Go(func() {
@@ -180,9 +286,12 @@ func openLoop(ctx context.Context, run loadRun, rate float64, maxInFlight int, e
 			if ctx.Err() != nil {
 				return
 			}
-			record(sample{at: at, latency: time.Since(run.start.Add(at)), errKind: kind})
+			answered := time.Since(run.start)
+			mu.Lock()
+			defer mu.Unlock()
+			t.record(run, at, answered, kind)
 		})
 	}
 	wg.Wait()
-	return samples
+	return t
 }

@@ -11,8 +11,10 @@ import (
 )
 
 // sender sends one request and says how it went: "" for success, or the
-// kind of failure. It is called from many goroutines at once.
-type sender func(ctx context.Context) (errKind string)
+// kind of failure and, when it says more than the kind, the failure itself
+// ("connection" and "dial tcp 127.0.0.1:1: connect: connection refused").
+// It is called from many goroutines at once.
+type sender func(ctx context.Context) (errKind string, err error)
 
 // statsSource reads the server's counters.
 type statsSource func(ctx context.Context) (serverStats, error)
@@ -52,7 +54,7 @@ func (cfg *Config) measure(ctx context.Context, send sender, stats statsSource) 
 	} else {
 		window = time.AfterFunc(cfg.Warmup, openWindow)
 	}
-	samples, kinds := cfg.load(ctx, send)
+	counted, kinds := cfg.load(ctx, send)
 	loadEnded := time.Now()
 	if window != nil && window.Stop() {
 		return Report{}, nil, errors.New("interrupted during the warm-up; nothing was measured")
@@ -66,8 +68,8 @@ func (cfg *Config) measure(ctx context.Context, send sender, stats statsSource) 
 	if ctx.Err() != nil { // interrupted: the window ended early
 		elapsed = min(loadEnded.Sub(before.at), cfg.Duration)
 	}
-	samples = inWindow(samples, cfg.Warmup)
-	rep := newReport(samples, kinds, elapsed, cfg.ItemsPerRequest, before.stats, after)
+	samples := inWindow(counted.samples, cfg.Warmup)
+	rep := newReport(samples, counted.failures, kinds, elapsed, cfg.ItemsPerRequest, before.stats, after)
 	if cfg.Target == "" {
 		rep.setLimit(cfg.LimitItemsPerS)
 	}

@@ -129,13 +129,11 @@ func (p *plotJob) abandon() {
 	}
 }
 
-// plotInput is the plot's view of the samples: the successful ones.
+// plotInput is the plot's view of the samples, the successful requests.
 func plotInput(samples []sample, batchSizes map[int]uint64) plotdata.Data {
-	points := make([]plotdata.Point, 0, len(samples))
-	for _, s := range samples {
-		if s.errKind == 0 {
-			points = append(points, plotdata.Point{At: s.at, Latency: s.latency})
-		}
+	points := make([]plotdata.Point, len(samples))
+	for i, s := range samples {
+		points[i] = plotdata.Point{At: s.at, Latency: s.latency}
 	}
 	return plotdata.Data{Points: points, BatchSizes: batchSizes}
 }

@@ -32,6 +32,11 @@ type Report struct {
 	// Errors counts the failed requests by kind: "http 429", "connection",
 	// "overloaded", "client in-flight limit" and the like.
 	Errors map[string]uint64 `json:"errors"`
+	// FirstErrors is the text of the first failure of each kind of Errors
+	// that said more than its kind: "dial tcp 127.0.0.1:1: connect:
+	// connection refused" of a "connection", so that a refused connection,
+	// a TLS failure and the like tell themselves apart.
+	FirstErrors map[string]string `json:"first_errors,omitempty"`
 	// LimitItemsPerS is the physical limit workers × batch / cost(batch),
 	// when the model's cost is known.
 	LimitItemsPerS float64 `json:"limit_items_per_s,omitempty"`
@@ -65,17 +70,24 @@ type Latencies struct {
 	Max float64 `json:"max"`
 }
 
-// newReport counts the samples of the window and the batches the server
-// formed between the before and after counters.
-func newReport(samples []sample, kinds *errorKinds, elapsed time.Duration, itemsPerRequest int, before, after serverStats) Report {
+// newReport counts the successful requests of the window, its failures
+// by kind, and the batches the server formed between the before and after
+// counters.
+func newReport(samples []sample, failures map[uint16]uint64, kinds *errorKinds, elapsed time.Duration, itemsPerRequest int, before, after serverStats) Report {
 	r := Report{Seconds: elapsed.Seconds(), Errors: map[string]uint64{}, BatchSizes: map[int]uint64{}, FrontEnd: after.frontEnd}
-	var ok []time.Duration
-	for _, s := range samples {
-		if s.errKind != 0 {
-			r.Errors[kinds.name(s.errKind)]++
-			continue
+	for id, n := range failures {
+		kind := kinds.kind(id)
+		r.Errors[kind.name] += n
+		if kind.first != "" {
+			if r.FirstErrors == nil {
+				r.FirstErrors = map[string]string{}
+			}
+			r.FirstErrors[kind.name] = kind.first
 		}
-		ok = append(ok, s.latency)
+	}
+	ok := make([]time.Duration, len(samples))
+	for i, s := range samples {
+		ok[i] = s.latency
 	}
 	r.Requests = len(ok)
 	r.RequestsPerS = float64(len(ok)) / elapsed.Seconds()
@@ -214,6 +226,10 @@ func (r Report) printErrors(w io.Writer) {
 	}
 	slices.Sort(kinds)
 	for _, kind := range kinds {
-		fmt.Fprintf(w, "  %-24s %d\n", kind, r.Errors[kind])
+		if first := r.FirstErrors[kind]; first != "" {
+			fmt.Fprintf(w, "  %-24s %8d  first: %s\n", kind, r.Errors[kind], first)
+			continue
+		}
+		fmt.Fprintf(w, "  %-24s %8d\n", kind, r.Errors[kind])
 	}
 }
