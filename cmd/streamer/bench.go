@@ -137,7 +137,7 @@ func runBench(ctx context.Context, flags *pflag.FlagSet, o benchOptions) error {
 	if err := printReport(res.Report, o.jsonOut); err != nil {
 		return err
 	}
-	if res.Interrupted {
+	if res.Report.Interrupted {
 		return fmt.Errorf("interrupted after %.1fs of load; the figures above cover that part", res.Report.Seconds)
 	}
 	if res.Report.Requests == 0 {
@@ -190,7 +190,7 @@ func runSweep(ctx context.Context, cfg bench.Config, o benchOptions) error {
 			if !o.jsonOut {
 				fmt.Fprintf(os.Stderr, "streamer bench: %d clients, %s: %.0f items/s, p50 %.2f ms\n", clients, policy, res.Report.ItemsPerS, res.Report.LatencyMS.P50)
 			}
-			if res.Interrupted {
+			if res.Report.Interrupted {
 				return errors.New("interrupted")
 			}
 		}

@@ -107,10 +107,13 @@ func TestBenchJSONSleepModel(t *testing.T) {
 	)
 	rep, keys := benchJSON(t, "--model", "sleep:2ms,10us", "--workers", strconv.Itoa(workers),
 		"--batch-size", strconv.Itoa(batch), "--concurrency", strconv.Itoa(concurrency), "--duration", "1500ms")
-	for _, key := range []string{"requests_per_s", "items_per_s", "latency_ms", "mean_batch_size", "batch_sizes", "errors", "limit_items_per_s"} {
+	for _, key := range []string{"requests_per_s", "items_per_s", "latency_ms", "mean_batch_size", "batch_sizes", "errors", "limit_items_per_s", "interrupted"} {
 		if _, ok := keys[key]; !ok {
 			t.Errorf("--json output lacks %q: %s", key, keys)
 		}
+	}
+	if string(keys["interrupted"]) != "false" {
+		t.Errorf("interrupted = %s for a run that was not", keys["interrupted"])
 	}
 	var lat map[string]float64
 	if err := json.Unmarshal(keys["latency_ms"], &lat); err != nil {

@@ -104,11 +104,10 @@ type Server struct {
 
 // Result is what Run measured.
 type Result struct {
-	// Report is the figures of the measured window.
+	// Report is the figures of the measured window; its Interrupted says
+	// that ctx ended before the window did, and that it covers the part
+	// that was measured.
 	Report Report
-	// Interrupted says that ctx ended before the window did: Report covers
-	// the part that was measured.
-	Interrupted bool
 }
 
 // MaxConcurrency bounds the clients of a run: each holds a connection, and
@@ -224,7 +223,7 @@ func parseTarget(target string) (*url.URL, error) {
 
 // Run sends the load cfg describes and reports on it. When ctx ends, the
 // load stops, the server Run started is stopped, and what was measured is
-// still returned, with Interrupted set; an end during the warm-up is an
+// still returned, with Report.Interrupted set; an end during the warm-up is an
 // error, as nothing was measured. The plot, when asked for, is written
 // before Run returns.
 func Run(ctx context.Context, cfg Config) (Result, error) {
@@ -255,5 +254,6 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := plot.draw(samples, rep.BatchSizes); err != nil {
 		return Result{}, err
 	}
-	return Result{Report: rep, Interrupted: ctx.Err() != nil}, nil
+	rep.Interrupted = ctx.Err() != nil
+	return Result{Report: rep}, nil
 }

@@ -415,8 +415,8 @@ func TestRunAgainstTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep := res.Report
-	if res.Interrupted || rep.Requests == 0 || rep.Seconds != 0.3 {
-		t.Fatalf("report %+v, interrupted %v; want requests over 0.3s", rep, res.Interrupted)
+	if res.Report.Interrupted || rep.Requests == 0 || rep.Seconds != 0.3 {
+		t.Fatalf("report %+v, interrupted %v; want requests over 0.3s", rep, res.Report.Interrupted)
 	}
 	if rep.Errors["http 429"] == 0 || len(rep.Errors) != 1 {
 		t.Errorf("errors %v; want http 429 only", rep.Errors)
@@ -480,8 +480,12 @@ func TestRunInterrupted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.Interrupted || res.Report.Requests == 0 || res.Report.Seconds >= 10 {
-		t.Errorf("interrupted %v after %.1fs with %d requests; want the part measured, marked interrupted", res.Interrupted, res.Report.Seconds, res.Report.Requests)
+	if !res.Report.Interrupted || res.Report.Requests == 0 || res.Report.Seconds >= 10 {
+		t.Errorf("interrupted %v after %.1fs with %d requests; want the part measured, marked interrupted", res.Report.Interrupted, res.Report.Seconds, res.Report.Requests)
+	}
+	encoded, err := json.Marshal(res.Report)
+	if err != nil || !strings.Contains(string(encoded), `"interrupted":true`) {
+		t.Errorf("the JSON report %s (%v) does not say it was interrupted", encoded, err)
 	}
 	cfg.Warmup = time.Minute
 	ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)

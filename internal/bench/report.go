@@ -54,6 +54,9 @@ type Report struct {
 	// nodes form the batches, so MeanBatchSize, BatchSizes, Dispatch,
 	// Cost and Returns are empty here, and each node's /v1/stats has them.
 	FrontEnd bool `json:"front_end,omitempty"`
+	// Interrupted says that the run was interrupted before the window
+	// ended: the figures cover the part measured, in Seconds.
+	Interrupted bool `json:"interrupted"`
 }
 
 // Latencies are latency percentiles in milliseconds, by the nearest rank:
