@@ -12,7 +12,10 @@ import (
 	"encoding/json"
 	"errors"
 	"image/png"
+	"io"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -362,6 +365,8 @@ func TestBenchBadFlags(t *testing.T) {
 		{"go api with target", []string{"--api", "go", "--target", "http://127.0.0.1:1"}, "--api go runs its own supervisor"},
 		{"plot not writable", []string{"--plot", filepath.Join(t.TempDir(), "missing", "x.png")}, "--plot:"},
 		{"unknown flag", []string{"--concurency", "8"}, "unknown flag: --concurency"},
+		{"no request timeout", []string{"--request-timeout", "0s"}, "--request-timeout 0s: must be positive"},
+		{"request timeout with the go api", []string{"--api", "go", "--request-timeout", "1s"}, "--request-timeout bounds the requests of an http run"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			began := time.Now()
@@ -541,5 +546,49 @@ func TestBenchSendsTheAuthToken(t *testing.T) {
 	rep, _ = benchJSONExiting(t, 1, "--target", s.URL(), "--concurrency", "4", "--duration", "300ms")
 	if rep.Requests != 0 || rep.Errors["http 401"] == 0 {
 		t.Errorf("bench of a target without its token: %d requests, errors %v; want only 401s", rep.Requests, rep.Errors)
+	}
+}
+
+// hangingServer answers /v1/stats but takes every /predict and never
+// answers it, until the test ends.
+func hangingServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	release := make(chan struct{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /predict", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // so that the server notices the client leave
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
+	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"batch_sizes": []}`))
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	return srv
+}
+
+// A server that never answers is no run: its requests time out, are
+// counted as such, and the ones still out at the end are reported; the
+// exit status says so. Without a timeout short enough to see, the report
+// says how many requests were waiting, and for how long.
+func TestBenchAgainstAServerThatDoesNotAnswer(t *testing.T) {
+	srv := hangingServer(t)
+	rep, keys := benchJSONExiting(t, 1, "--target", srv.URL, "--concurrency", "4", "--duration", "1s", "--request-timeout", "300ms")
+	if rep.Requests != 0 || rep.Errors["timeout"] < 4 || !strings.Contains(rep.FirstErrors["timeout"], "timed out after 300ms") {
+		t.Errorf("%d requests, errors %v, first %v; want timeouts alone, saying after how long", rep.Requests, rep.Errors, rep.FirstErrors)
+	}
+	if rep.InFlightAtEnd != 4 || string(keys["in_flight_at_end"]) != "4" {
+		t.Errorf("in_flight_at_end %s; want the 4 clients' last requests", keys["in_flight_at_end"])
+	}
+	res := runBenchCmd(t, "--target", srv.URL, "--concurrency", "4", "--duration", "1s", "--warmup", "0")
+	if res.code != 1 || !strings.Contains(res.stderr, "none was answered in the window, and 4 were still waiting for an answer at its end") {
+		t.Errorf("exit %d, stderr:\n%s\nwant 1, saying that 4 requests were still waiting", res.code, res.stderr)
+	}
+	if !strings.Contains(res.stdout, "in flight     4 at the end") || !strings.Contains(res.stdout, "errors        none") {
+		t.Errorf("the table does not say what was in flight at the end:\n%s", res.stdout)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -48,7 +49,7 @@ func (cfg *Config) httpAPI(target string, item any) (sender, statsSource, func()
 		return nil, nil, nil, err
 	}
 	base := strings.TrimSuffix(u.String(), "/")
-	plain := &http.Client{Timeout: 30 * time.Second, Transport: withToken(http.DefaultTransport, cfg.Token)}
+	plain := &http.Client{Timeout: cfg.RequestTimeout, Transport: withToken(http.DefaultTransport, cfg.Token)}
 	stats := httpStats(plain, base+"/v1/stats")
 	path, body, headers, err := cfg.requestFor(plain, base, item)
 	if err != nil {
@@ -59,9 +60,10 @@ func (cfg *Config) httpAPI(target string, item any) (sender, statsSource, func()
 			headers = append(headers, "Authorization: Bearer "+cfg.Token)
 		}
 		c := httpclient.New(u, path, body, cfg.Concurrency, headers...)
+		c.Timeout = cfg.RequestTimeout
 		return leanSender(c), stats, c.CloseIdle, nil
 	}
-	client := &http.Client{Transport: withToken(&http.Transport{
+	client := &http.Client{Timeout: cfg.RequestTimeout, Transport: withToken(&http.Transport{
 		MaxIdleConns:        cfg.Concurrency * 2,
 		MaxIdleConnsPerHost: cfg.Concurrency * 2,
 		IdleConnTimeout:     time.Minute,
@@ -93,6 +95,8 @@ func leanSender(c *httpclient.Client) sender {
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return "", nil
+		case errors.Is(err, httpclient.ErrTimeout):
+			return kindTimeout, err
 		case err != nil:
 			return kindConnection, err
 		case status != http.StatusOK:
@@ -118,6 +122,9 @@ func httpSender(client *http.Client, url string, body []byte, headers []string) 
 		if err != nil {
 			if ctx.Err() != nil {
 				return "", nil
+			}
+			if netErr, ok := errors.AsType[net.Error](err); ok && netErr.Timeout() {
+				return kindTimeout, err
 			}
 			return kindConnection, err
 		}

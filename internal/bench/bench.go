@@ -47,6 +47,12 @@ type Config struct {
 	// Rate, when above 0, makes the loop open: requests per second on a
 	// fixed schedule, latency counted from the scheduled send.
 	Rate float64
+	// RequestTimeout bounds each request of an http run, from its send to
+	// the end of its answer: a request that takes longer counts as a
+	// failure of the kind "timeout". It bounds the reads of the server's
+	// /v1/stats too. Positive for an http run; the Go API's requests are
+	// bounded by the supervisor's worker timeout.
+	RequestTimeout time.Duration
 	// Target is the http or https URL of a running server to load; empty,
 	// Run starts one with Server.
 	Target string
@@ -108,7 +114,15 @@ type Result struct {
 	// that ctx ended before the window did, and that it covers the part
 	// that was measured.
 	Report Report
+	// Err, when not nil, says why Report does not stand as a measurement
+	// of the load asked for: the run was interrupted (ErrInterrupted), or
+	// no request succeeded. The report is still worth reading, and a
+	// command that prints it must not then exit 0.
+	Err error
 }
+
+// ErrInterrupted is in a Result's Err when the run was interrupted.
+var ErrInterrupted = errors.New("interrupted")
 
 // MaxConcurrency bounds the clients of a run: each holds a connection, and
 // one machine has about that many ports to open them from. Ten million
@@ -153,6 +167,8 @@ func (cfg *Config) check() (item any, err error) {
 		return nil, fmt.Errorf("--warmup %s: must not be negative", cfg.Warmup)
 	case cfg.Duration > math.MaxInt64-cfg.Warmup:
 		return nil, fmt.Errorf("--duration %s with --warmup %s: together they overflow a duration (about 292 years)", cfg.Duration, cfg.Warmup)
+	case cfg.API == APIHTTP && cfg.RequestTimeout <= 0:
+		return nil, fmt.Errorf("--request-timeout %s: must be positive", cfg.RequestTimeout)
 	case cfg.API != APIHTTP && cfg.API != APIGo:
 		return nil, fmt.Errorf("--api %q: want http or go", cfg.API)
 	case cfg.API == APIGo && cfg.Target != "":
@@ -255,5 +271,33 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	rep.Interrupted = ctx.Err() != nil
-	return Result{Report: rep}, nil
+	return Result{Report: rep, Err: cfg.verdict(rep)}, nil
+}
+
+// verdict says why rep does not stand as a measurement, if it does not.
+func (cfg *Config) verdict(rep Report) error {
+	var errs []error
+	if rep.Interrupted {
+		errs = append(errs, fmt.Errorf("%w after %.1fs of load; the figures above cover that part", ErrInterrupted, rep.Seconds))
+	}
+	if rep.Requests == 0 {
+		errs = append(errs, cfg.noSuccess(rep))
+	}
+	return errors.Join(errs...)
+}
+
+// noSuccess says that no request succeeded, and where to look for why.
+func (cfg *Config) noSuccess(rep Report) error {
+	var failed uint64
+	for _, n := range rep.Errors {
+		failed += n
+	}
+	switch {
+	case failed > 0:
+		return fmt.Errorf("no request succeeded: %d failed, see the errors above", failed)
+	case rep.InFlightAtEnd > 0:
+		return fmt.Errorf("no request succeeded: none was answered in the window, and %d were still waiting for an answer at its end, the oldest for %.1fs (a server that does not answer? --request-timeout counts a request that waits longer as a failure)",
+			rep.InFlightAtEnd, rep.OldestInFlightMS/1000)
+	}
+	return errors.New("no request succeeded: none was answered in the window")
 }

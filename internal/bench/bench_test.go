@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"maps"
 	"math"
 	"net"
@@ -23,7 +24,7 @@ import (
 
 // validConfig is a config that check accepts.
 func validConfig() Config {
-	return Config{Concurrency: 4, Duration: time.Second, Input: `"x"`, ItemsPerRequest: 1}
+	return Config{Concurrency: 4, Duration: time.Second, Input: `"x"`, ItemsPerRequest: 1, RequestTimeout: 30 * time.Second}
 }
 
 func TestCheck(t *testing.T) {
@@ -55,6 +56,7 @@ func TestCheck(t *testing.T) {
 		{"target with a user", func(c *Config) { c.Target = "http://u:p@127.0.0.1:22001" }, "want no user or password"},
 		{"target with a path", func(c *Config) { c.Target = "http://127.0.0.1:22001/models/a/" }, ""},
 		{"unknown api", func(c *Config) { c.API = "grpc" }, `--api "grpc": want http or go`},
+		{"no request timeout", func(c *Config) { c.RequestTimeout = 0 }, "--request-timeout 0s: must be positive"},
 		{"go api with target", func(c *Config) { c.API, c.Target = APIGo, "http://127.0.0.1:1" }, "--api go runs its own supervisor"},
 		{"target not http", func(c *Config) { c.Target = "ftp://h:21" }, "want an http:// or https:// URL"},
 		{"target without host", func(c *Config) { c.Target = "http://" }, "want an http:// or https:// URL"},
@@ -105,10 +107,10 @@ func TestNewReport(t *testing.T) {
 	for i := 1; i <= 100; i++ {
 		samples = append(samples, sample{latency: time.Duration(i) * time.Millisecond})
 	}
-	failures := map[uint16]uint64{refused: 2, refusedConn: 7}
+	counted := tally{failures: map[uint16]uint64{refused: 2, refusedConn: 7}, cutShort: 3, oldest: 1500 * time.Microsecond}
 	before := supervisor.Stats{BatchSizes: []uint64{0, 5, 0, 1}}
 	after := supervisor.Stats{BatchSizes: []uint64{0, 15, 0, 11, 4}}
-	r := newReport(samples, failures, kinds, 2*time.Second, 3, serverStats{Stats: before}, serverStats{Stats: after})
+	r := newReport(samples, counted, kinds, 2*time.Second, 3, serverStats{Stats: before}, serverStats{Stats: after})
 	if r.Requests != 100 || r.RequestsPerS != 50 || r.ItemsPerS != 150 {
 		t.Errorf("requests %d, %v/s, items %v/s; want 100, 50, 150", r.Requests, r.RequestsPerS, r.ItemsPerS)
 	}
@@ -120,6 +122,9 @@ func TestNewReport(t *testing.T) {
 	}
 	if want := (10.0 + 30 + 16) / 24; r.MeanBatchSize != want {
 		t.Errorf("mean batch %v; want %v", r.MeanBatchSize, want)
+	}
+	if r.InFlightAtEnd != 3 || r.OldestInFlightMS != 1.5 {
+		t.Errorf("in flight at the end %d, the oldest %v ms; want 3 and 1.5", r.InFlightAtEnd, r.OldestInFlightMS)
 	}
 	if r.Errors["http 429"] != 2 || r.Errors[kindConnection] != 7 || len(r.Errors) != 2 {
 		t.Errorf("errors %v; want 2 of http 429 and 7 of connection", r.Errors)
@@ -351,6 +356,70 @@ func TestRunAgainstAClosedPortSaysWhy(t *testing.T) {
 	res.Report.Print(&out)
 	if !strings.Contains(out.String(), "first: dial tcp "+addr) {
 		t.Errorf("the table does not give the first error's text:\n%s", out.String())
+	}
+}
+
+// A server that takes the requests and never answers them: with a request
+// timeout shorter than the run, the requests fail as timeouts; with a
+// longer one, none is answered, and the report says how many were still
+// waiting at the end and for how long. Either way the run is no
+// measurement, and says where to look.
+func TestRunAgainstAServerThatDoesNotAnswer(t *testing.T) {
+	release := make(chan struct{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /predict", func(w http.ResponseWriter, r *http.Request) {
+		// Read to the end, so that the server notices the client leave.
+		_, _ = io.Copy(io.Discard, r.Body)
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
+	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"batch_sizes": []}`))
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	defer close(release)
+	for _, tc := range []struct {
+		name       string
+		timeout    time.Duration
+		wantErrors bool
+		wantErr    string
+	}{
+		{"timed out", 100 * time.Millisecond, true, "no request succeeded: "},
+		{"still waiting", time.Minute, false, "none was answered in the window, and 4 were still waiting for an answer at its end"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := validConfig()
+			cfg.Target, cfg.RequestTimeout = srv.URL, tc.timeout
+			cfg.Duration, cfg.Warmup = 400*time.Millisecond, 0
+			res, err := Run(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep := res.Report
+			if rep.Requests != 0 || (rep.Errors[kindTimeout] > 0) != tc.wantErrors || len(rep.Errors) > 1 {
+				t.Errorf("%d requests, errors %v; want none answered, and timeouts: %v", rep.Requests, rep.Errors, tc.wantErrors)
+			}
+			if tc.wantErrors && !strings.Contains(rep.FirstErrors[kindTimeout], "timed out after 100ms") {
+				t.Errorf("first timeout %q; want it to say after how long", rep.FirstErrors[kindTimeout])
+			}
+			// Each of the 4 clients has a request out at the end; without a
+			// timeout, it has waited the whole load.
+			if rep.InFlightAtEnd != 4 || rep.OldestInFlightMS > 1.5*ms(max(min(tc.timeout, cfg.Duration), 0)) ||
+				!tc.wantErrors && rep.OldestInFlightMS < 0.9*ms(cfg.Duration) {
+				t.Errorf("%d in flight at the end, the oldest for %.1f ms; want 4, none older than the timeout or the load", rep.InFlightAtEnd, rep.OldestInFlightMS)
+			}
+			if res.Err == nil || !strings.Contains(res.Err.Error(), tc.wantErr) {
+				t.Errorf("Err = %v; want one that says %q", res.Err, tc.wantErr)
+			}
+			var out strings.Builder
+			rep.Print(&out)
+			if !strings.Contains(out.String(), "in flight     4 at the end") {
+				t.Errorf("the table does not say what was in flight at the end:\n%s", out.String())
+			}
+		})
 	}
 }
 

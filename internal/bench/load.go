@@ -15,9 +15,14 @@ type sample struct {
 	latency time.Duration
 }
 
-// kindConnection is the failure of a request that got no answer: the
-// connection was refused, reset or closed, or its TLS handshake failed.
-const kindConnection = "connection"
+// The kinds of failure of a request that got no answer.
+const (
+	// kindConnection: the connection was refused, reset or closed, or its
+	// TLS handshake failed.
+	kindConnection = "connection"
+	// kindTimeout: no answer came within Config.RequestTimeout.
+	kindTimeout = "timeout"
+)
 
 // errorKinds numbers the kinds of failure the loads count, and keeps the
 // text of the first failure of each.
@@ -85,12 +90,22 @@ type loadRun struct {
 	done          *atomic.Int64 // counts answers for the progress bar; nil without one
 }
 
-// tally is what a load counted: the successful requests, and the failures
-// answered inside the window by kind. One failure is a count, not a sample:
-// a server that refuses connections fails requests by the million.
+// tally is what a load counted: the successful requests, the failures
+// answered inside the window by kind, and the requests that the end of the
+// load cut short. One failure is a count, not a sample: a server that
+// refuses connections fails requests by the million.
 type tally struct {
 	samples  []sample
 	failures map[uint16]uint64
+	cutShort int
+	// oldest is the longest that a request cut short had waited.
+	oldest time.Duration
+}
+
+// cut counts a request sent at sent and cut short at end.
+func (t *tally) cut(sent, end time.Duration) {
+	t.cutShort++
+	t.oldest = max(t.oldest, end-sent)
 }
 
 // record counts a request sent and answered at these times since the start.
@@ -114,6 +129,8 @@ func (t *tally) record(run loadRun, sent, answered time.Duration, kind uint16) {
 // add adds o's counts to t's.
 func (t *tally) add(o tally) {
 	t.samples = append(t.samples, o.samples...)
+	t.cutShort += o.cutShort
+	t.oldest = max(t.oldest, o.oldest)
 	for kind, n := range o.failures {
 		if t.failures == nil {
 			t.failures = map[uint16]uint64{}
@@ -159,7 +176,8 @@ func (cfg *Config) load(ctx context.Context, send sender) (tally, *errorKinds) {
 }
 
 // closedLoop runs clients that each send their next request when the last
-// one is answered. Requests cut short by the end of the load are not counted.
+// one is answered. Requests cut short by the end of the load are counted
+// apart.
 func closedLoop(ctx context.Context, run loadRun, clients int) tally {
 	results := make([]tally, clients)
 	var wg sync.WaitGroup
@@ -189,6 +207,7 @@ func client(ctx context.Context, run loadRun) tally {
 		sent := time.Since(run.start)
 		kind := run.send(ctx)
 		if ctx.Err() != nil {
+			t.cut(sent, time.Since(run.start))
 			break
 		}
 		t.record(run, sent, time.Since(run.start), kind)
@@ -283,12 +302,13 @@ func openLoop(ctx context.Context, run loadRun, rate float64, maxInFlight int, e
 		wg.Go(func() {
 			defer func() { <-slots }()
 			kind := run.send(ctx)
-			if ctx.Err() != nil {
-				return
-			}
 			answered := time.Since(run.start)
 			mu.Lock()
 			defer mu.Unlock()
+			if ctx.Err() != nil {
+				t.cut(at, answered)
+				return
+			}
 			t.record(run, at, answered, kind)
 		})
 	}

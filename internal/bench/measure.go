@@ -69,7 +69,7 @@ func (cfg *Config) measure(ctx context.Context, send sender, stats statsSource) 
 		elapsed = min(loadEnded.Sub(before.at), cfg.Duration)
 	}
 	samples := inWindow(counted.samples, cfg.Warmup)
-	rep := newReport(samples, counted.failures, kinds, elapsed, cfg.ItemsPerRequest, before.stats, after)
+	rep := newReport(samples, counted, kinds, elapsed, cfg.ItemsPerRequest, before.stats, after)
 	if cfg.Target == "" {
 		rep.setLimit(cfg.LimitItemsPerS)
 	}

@@ -32,6 +32,12 @@ type Report struct {
 	// Errors counts the failed requests by kind: "http 429", "connection",
 	// "overloaded", "client in-flight limit" and the like.
 	Errors map[string]uint64 `json:"errors"`
+	// InFlightAtEnd is the requests still waiting for their answer when
+	// the load ended, left out of every figure above; OldestInFlightMS is
+	// how long the oldest of them had waited. A closed loop ends with about
+	// one a client; a server that does not answer shows here.
+	InFlightAtEnd    int     `json:"in_flight_at_end"`
+	OldestInFlightMS float64 `json:"oldest_in_flight_ms"`
 	// FirstErrors is the text of the first failure of each kind of Errors
 	// that said more than its kind: "dial tcp 127.0.0.1:1: connect:
 	// connection refused" of a "connection", so that a refused connection,
@@ -76,9 +82,10 @@ type Latencies struct {
 // newReport counts the successful requests of the window, its failures
 // by kind, and the batches the server formed between the before and after
 // counters.
-func newReport(samples []sample, failures map[uint16]uint64, kinds *errorKinds, elapsed time.Duration, itemsPerRequest int, before, after serverStats) Report {
+func newReport(samples []sample, counted tally, kinds *errorKinds, elapsed time.Duration, itemsPerRequest int, before, after serverStats) Report {
 	r := Report{Seconds: elapsed.Seconds(), Errors: map[string]uint64{}, BatchSizes: map[int]uint64{}, FrontEnd: after.frontEnd}
-	for id, n := range failures {
+	r.InFlightAtEnd, r.OldestInFlightMS = counted.cutShort, ms(counted.oldest)
+	for id, n := range counted.failures {
 		kind := kinds.kind(id)
 		r.Errors[kind.name] += n
 		if kind.first != "" {
@@ -96,19 +103,22 @@ func newReport(samples []sample, failures map[uint16]uint64, kinds *errorKinds, 
 	r.RequestsPerS = float64(len(ok)) / elapsed.Seconds()
 	r.ItemsPerS = r.RequestsPerS * float64(itemsPerRequest)
 	slices.Sort(ok)
-	ms := func(perTenThousand int) float64 {
+	percentile := func(perTenThousand int) float64 {
 		if len(ok) == 0 {
 			return 0
 		}
-		return float64(ok[nearestRank(perTenThousand, len(ok))]) / float64(time.Millisecond)
+		return ms(ok[nearestRank(perTenThousand, len(ok))])
 	}
-	r.LatencyMS = Latencies{P50: ms(5000), P90: ms(9000), P99: ms(9900), Max: ms(10000)}
+	r.LatencyMS = Latencies{P50: percentile(5000), P90: percentile(9000), P99: percentile(9900), Max: percentile(10000)}
 	r.BatchSizes, r.MeanBatchSize = batchesBetween(before.Stats, after.Stats)
 	r.Dispatch = dispatchBetween(before.Dispatch, after.Dispatch)
 	r.Cost = after.Cost
 	r.Returns = after.Returns
 	return r
 }
+
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // nearestRank is the index, in n sorted values, of the percentile given in
 // hundredths of a percent: the smallest value with at least that share of
@@ -184,6 +194,9 @@ func (r Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "limit items/s %.0f (workers × batch / cost(batch)); reached %.3f of it\n", r.LimitItemsPerS, r.OfLimit)
 	}
 	fmt.Fprintf(w, "latency ms    p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n", r.LatencyMS.P50, r.LatencyMS.P90, r.LatencyMS.P99, r.LatencyMS.Max)
+	if r.InFlightAtEnd > 0 {
+		fmt.Fprintf(w, "in flight     %d at the end, waiting up to %.2f ms: not counted above\n", r.InFlightAtEnd, r.OldestInFlightMS)
+	}
 	if r.FrontEnd {
 		fmt.Fprintln(w, "batches       formed by the nodes behind this front end: see each node's /v1/stats (or streamer status)")
 		r.printErrors(w)

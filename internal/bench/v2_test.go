@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // metadataServer serves the v2 metadata of a model named demo.
@@ -119,7 +120,7 @@ func TestV2RequestErrors(t *testing.T) {
 			t.Errorf("%s: error %v; want one containing %q", tc.name, err, tc.want)
 		}
 	}
-	bad := Config{Protocol: "grpc", Concurrency: 1, ItemsPerRequest: 1, Duration: 1, Input: "1"}
+	bad := Config{Protocol: "grpc", Concurrency: 1, ItemsPerRequest: 1, Duration: 1, Input: "1", RequestTimeout: time.Second}
 	if _, err := bad.check(); err == nil || !strings.Contains(err.Error(), `--protocol "grpc"`) {
 		t.Errorf("protocol grpc: error %v; want it named", err)
 	}

@@ -24,6 +24,10 @@ import (
 // Client posts one prepared request, from many goroutines at once. Its zero
 // value is not usable: make one with New.
 type Client struct {
+	// Timeout bounds each Post: the dial, the request's write and the
+	// answer's read together. 0 means none. Set it before the first Post.
+	Timeout time.Duration
+
 	addr    string // host:port to dial
 	request []byte // the whole request: head and body
 	idle    chan *conn
@@ -39,6 +43,9 @@ type conn struct {
 // errNoAnswer means the connection closed before a byte of the answer came:
 // on a reused connection, the server closed it while it was idle.
 var errNoAnswer = errors.New("connection closed before the answer")
+
+// ErrTimeout means that a Post took longer than the client's Timeout.
+var ErrTimeout = errors.New("timed out")
 
 // aLongTimeAgo is a deadline in the past: setting it wakes a blocked read.
 var aLongTimeAgo = time.Unix(1, 0)
@@ -67,21 +74,26 @@ func New(target *url.URL, path string, body []byte, maxIdle int, headers ...stri
 
 // Post sends the request and returns the answer's status. A request that
 // fails on a reused connection before any answer is sent again once on a
-// new one, as browsers do. When ctx ends first, the error is ctx's.
+// new one, as browsers do, within the same Timeout. When ctx ends first,
+// the error is ctx's; when the Timeout passes first, it wraps ErrTimeout.
 func (c *Client) Post(ctx context.Context) (status int, err error) {
+	var deadline time.Time // zero: none
+	if c.Timeout > 0 {
+		deadline = time.Now().Add(c.Timeout)
+	}
 	for attempt := 0; ; attempt++ {
-		cn, reused, err := c.get(ctx)
+		cn, reused, err := c.get(ctx, deadline)
 		if err != nil {
-			return 0, contextFirst(ctx, err)
+			return 0, c.failure(ctx, err)
 		}
-		status, keepAlive, err := cn.roundTrip(ctx, c.request)
+		status, keepAlive, err := cn.roundTrip(ctx, c.request, deadline)
 		switch {
 		case err != nil:
 			cn.conn.Close()
 			if reused && attempt == 0 && ctx.Err() == nil && errors.Is(err, errNoAnswer) {
 				continue
 			}
-			return 0, contextFirst(ctx, err)
+			return 0, c.failure(ctx, err)
 		case keepAlive:
 			c.put(cn)
 		default:
@@ -91,23 +103,30 @@ func (c *Client) Post(ctx context.Context) (status int, err error) {
 	}
 }
 
-// contextFirst returns ctx's error when ctx has ended, err otherwise: a
-// read woken by the end of ctx fails with a timeout that ctx caused.
-func contextFirst(ctx context.Context, err error) error {
+// failure is err as Post returns it: ctx's error when ctx has ended, as a
+// read woken by the end of ctx fails with a timeout that ctx caused; then
+// ErrTimeout around a timeout, which can only be the client's own; err
+// otherwise.
+func (c *Client) failure(ctx context.Context, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return ctxErr
+	}
+	if netErr, ok := errors.AsType[net.Error](err); ok && netErr.Timeout() {
+		return fmt.Errorf("%w after %s: %w", ErrTimeout, c.Timeout, err)
 	}
 	return err
 }
 
-// get takes an idle connection or dials a new one.
-func (c *Client) get(ctx context.Context) (cn *conn, reused bool, err error) {
+// get takes an idle connection or dials a new one by deadline.
+func (c *Client) get(ctx context.Context, deadline time.Time) (cn *conn, reused bool, err error) {
 	select {
 	case cn := <-c.idle:
 		return cn, true, nil
 	default:
 	}
-	nc, err := c.dialer.DialContext(ctx, "tcp", c.addr)
+	dialer := c.dialer
+	dialer.Deadline = deadline
+	nc, err := dialer.DialContext(ctx, "tcp", c.addr)
 	if err != nil {
 		return nil, false, err
 	}
@@ -135,10 +154,17 @@ func (c *Client) CloseIdle() {
 	}
 }
 
-// roundTrip writes request and reads the answer. When ctx ends first, the
-// blocked read is woken and the connection is unusable: the caller closes
-// it on the error.
-func (w *conn) roundTrip(ctx context.Context, request []byte) (status int, keepAlive bool, err error) {
+// roundTrip writes request and reads the answer by deadline (none when
+// zero). When ctx ends first, the blocked read is woken and the connection
+// is unusable: the caller closes it on the error.
+func (w *conn) roundTrip(ctx context.Context, request []byte, deadline time.Time) (status int, keepAlive bool, err error) {
+	// Set before the wake-up below is armed, so as not to undo it; and on
+	// every request, as a kept connection holds the last one's.
+	if !deadline.IsZero() {
+		if err := w.conn.SetDeadline(deadline); err != nil {
+			return 0, false, err
+		}
+	}
 	stop := context.AfterFunc(ctx, func() { _ = w.conn.SetDeadline(aLongTimeAgo) })
 	defer func() {
 		if !stop() && err == nil {

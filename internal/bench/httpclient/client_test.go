@@ -170,3 +170,38 @@ func TestWireClientCanceledMidRequest(t *testing.T) {
 		t.Errorf("%d connections kept after a canceled request; its connection is unusable", n)
 	}
 }
+
+// A server that takes the request and never answers: Post gives up after
+// the client's Timeout with ErrTimeout, and the connection is not kept.
+func TestWireClientTimeout(t *testing.T) {
+	release := make(chan struct{})
+	var served atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if served.Add(1) == 2 {
+			<-release // the second request hangs
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	u, _ := url.Parse(srv.URL)
+	c := New(u, "/predict", []byte(`{}`), 1)
+	c.Timeout = 200 * time.Millisecond
+	defer c.CloseIdle()
+	if status, err := c.Post(context.Background()); status != http.StatusOK || err != nil {
+		t.Fatalf("first Post = %d, %v; want 200", status, err)
+	}
+	began := time.Now()
+	_, err := c.Post(context.Background())
+	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "timed out after 200ms") {
+		t.Errorf("a request never answered returns %v; want ErrTimeout saying after how long", err)
+	}
+	if d := time.Since(began); d < 200*time.Millisecond || d > 5*time.Second {
+		t.Errorf("gave up after %s; want about the 200ms timeout", d)
+	}
+	if n := len(c.idle); n != 0 {
+		t.Errorf("%d connections kept after a request timed out", n)
+	}
+	if status, err := c.Post(context.Background()); status != http.StatusOK || err != nil {
+		t.Errorf("third Post, on a new connection = %d, %v; want 200", status, err)
+	}
+}
