@@ -91,7 +91,7 @@ func (cfg *Config) requestFor(client *http.Client, base string, item any) (strin
 // no error.
 func leanSender(c *httpclient.Client) sender {
 	return func(ctx context.Context) (string, error) {
-		status, err := c.Post(ctx)
+		status, excerpt, err := c.Post(ctx)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return "", nil
@@ -100,10 +100,19 @@ func leanSender(c *httpclient.Client) sender {
 		case err != nil:
 			return kindConnection, err
 		case status != http.StatusOK:
-			return "http " + strconv.Itoa(status), nil
+			return "http " + strconv.Itoa(status), serverSaid(excerpt)
 		}
 		return "", nil
 	}
+}
+
+// serverSaid is the failure an answer's body describes, nil when empty.
+func serverSaid(body []byte) error {
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 {
+		return nil
+	}
+	return errors.New(string(body))
 }
 
 // httpSender posts body with Go's standard client (used for https).
@@ -128,11 +137,13 @@ func httpSender(client *http.Client, url string, body []byte, headers []string) 
 			}
 			return kindConnection, err
 		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		defer resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
-			return fmt.Sprintf("http %d", resp.StatusCode), nil
+			excerpt, _ := io.ReadAll(io.LimitReader(resp.Body, httpclient.ExcerptBytes))
+			_, _ = io.Copy(io.Discard, resp.Body)
+			return fmt.Sprintf("http %d", resp.StatusCode), serverSaid(excerpt)
 		}
+		_, _ = io.Copy(io.Discard, resp.Body)
 		return "", nil
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log"
 	"maps"
 	"math"
 	"net"
@@ -418,6 +419,51 @@ func TestRunAgainstAServerThatDoesNotAnswer(t *testing.T) {
 			rep.Print(&out)
 			if !strings.Contains(out.String(), "in flight     4 at the end") {
 				t.Errorf("the table does not say what was in flight at the end:\n%s", out.String())
+			}
+		})
+	}
+}
+
+// The first failure of each kind says what went wrong, so that a refused
+// connection, a certificate not trusted, https spoken to an http server and
+// http spoken to an https one tell themselves apart, and the server's own
+// words on a refused request show.
+func TestRunSaysWhyRequestsFail(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /predict", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "5000 items: more than --max-items 4096", http.StatusRequestEntityTooLarge)
+	})
+	quiet := func(tls bool) *httptest.Server {
+		srv := httptest.NewUnstartedServer(mux)
+		srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the handshakes that fail on purpose
+		if tls {
+			srv.StartTLS()
+		} else {
+			srv.Start()
+		}
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	plain, tlsSrv := quiet(false), quiet(true)
+	for _, tc := range []struct {
+		name, target, kind, want string
+	}{
+		{"refused by the server", plain.URL, "http 413", "5000 items: more than --max-items 4096"},
+		{"certificate not trusted", tlsSrv.URL, kindConnection, "certificate"},
+		{"https to an http server", "https://" + plain.Listener.Addr().String(), kindConnection, "server gave HTTP response to HTTPS client"},
+		{"http to an https server", "http://" + tlsSrv.Listener.Addr().String(), "http 400", "Client sent an HTTP request to an HTTPS server."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := validConfig()
+			cfg.Target = tc.target
+			cfg.Duration, cfg.Warmup = 200*time.Millisecond, 0
+			res, err := Run(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep := res.Report
+			if rep.Errors[tc.kind] == 0 || len(rep.Errors) != 1 || !strings.Contains(rep.FirstErrors[tc.kind], tc.want) {
+				t.Errorf("errors %v, first %q; want %s alone, the first saying %q", rep.Errors, rep.FirstErrors, tc.kind, tc.want)
 			}
 		})
 	}

@@ -72,11 +72,13 @@ func New(target *url.URL, path string, body []byte, maxIdle int, headers ...stri
 	}
 }
 
-// Post sends the request and returns the answer's status. A request that
-// fails on a reused connection before any answer is sent again once on a
-// new one, as browsers do, within the same Timeout. When ctx ends first,
-// the error is ctx's; when the Timeout passes first, it wraps ErrTimeout.
-func (c *Client) Post(ctx context.Context) (status int, err error) {
+// Post sends the request and returns the answer's status and, when that
+// is not 2xx, the first ExcerptBytes of its body: the server's word on why.
+// A request that fails on a reused connection before any answer is sent
+// again once on a new one, as browsers do, within the same Timeout. When
+// ctx ends first, the error is ctx's; when the Timeout passes first, it
+// wraps ErrTimeout.
+func (c *Client) Post(ctx context.Context) (status int, excerpt []byte, err error) {
 	var deadline time.Time // zero: none
 	if c.Timeout > 0 {
 		deadline = time.Now().Add(c.Timeout)
@@ -84,22 +86,22 @@ func (c *Client) Post(ctx context.Context) (status int, err error) {
 	for attempt := 0; ; attempt++ {
 		cn, reused, err := c.get(ctx, deadline)
 		if err != nil {
-			return 0, c.failure(ctx, err)
+			return 0, nil, c.failure(ctx, err)
 		}
-		status, keepAlive, err := cn.roundTrip(ctx, c.request, deadline)
+		status, keepAlive, excerpt, err := cn.roundTrip(ctx, c.request, deadline)
 		switch {
 		case err != nil:
 			cn.conn.Close()
 			if reused && attempt == 0 && ctx.Err() == nil && errors.Is(err, errNoAnswer) {
 				continue
 			}
-			return 0, c.failure(ctx, err)
+			return 0, nil, c.failure(ctx, err)
 		case keepAlive:
 			c.put(cn)
 		default:
 			cn.conn.Close()
 		}
-		return status, nil
+		return status, excerpt, nil
 	}
 }
 
@@ -157,12 +159,12 @@ func (c *Client) CloseIdle() {
 // roundTrip writes request and reads the answer by deadline (none when
 // zero). When ctx ends first, the blocked read is woken and the connection
 // is unusable: the caller closes it on the error.
-func (w *conn) roundTrip(ctx context.Context, request []byte, deadline time.Time) (status int, keepAlive bool, err error) {
+func (w *conn) roundTrip(ctx context.Context, request []byte, deadline time.Time) (status int, keepAlive bool, excerpt []byte, err error) {
 	// Set before the wake-up below is armed, so as not to undo it; and on
 	// every request, as a kept connection holds the last one's.
 	if !deadline.IsZero() {
 		if err := w.conn.SetDeadline(deadline); err != nil {
-			return 0, false, err
+			return 0, false, nil, err
 		}
 	}
 	stop := context.AfterFunc(ctx, func() { _ = w.conn.SetDeadline(aLongTimeAgo) })
@@ -172,7 +174,7 @@ func (w *conn) roundTrip(ctx context.Context, request []byte, deadline time.Time
 		}
 	}()
 	if _, err := w.conn.Write(request); err != nil {
-		return 0, false, fmt.Errorf("%w: write: %w", errNoAnswer, err)
+		return 0, false, nil, fmt.Errorf("%w: write: %w", errNoAnswer, err)
 	}
 	return readResponse(w.r)
 }

@@ -11,30 +11,39 @@ import (
 	"syscall"
 )
 
+// ExcerptBytes bounds the excerpt Post keeps of an answer that is not 2xx.
+const ExcerptBytes = 256
+
 // readResponse reads one HTTP/1.x answer: its status, whether the
-// connection stays open, and the body, which is discarded. Interim 1xx
-// answers are skipped.
-func readResponse(r *bufio.Reader) (status int, keepAlive bool, err error) {
+// connection stays open, and the body, which is discarded but for the
+// first ExcerptBytes of an answer that is not 2xx. Interim 1xx answers are
+// skipped.
+func readResponse(r *bufio.Reader) (status int, keepAlive bool, excerpt []byte, err error) {
 	for first := true; ; first = false {
 		line, err := r.ReadSlice('\n')
 		if err != nil {
 			if first && len(line) == 0 && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
-				return 0, false, errNoAnswer
+				return 0, false, nil, errNoAnswer
 			}
-			return 0, false, fmt.Errorf("read status line: %w", err)
+			return 0, false, nil, fmt.Errorf("read status line: %w", err)
 		}
 		status, http10, err := parseStatusLine(line)
 		if err != nil {
-			return 0, false, err
+			return 0, false, nil, err
 		}
 		h, err := readHeader(r, http10)
 		if err != nil {
-			return 0, false, err
+			return 0, false, nil, err
 		}
 		if status >= 100 && status < 200 && status != http.StatusSwitchingProtocols {
 			continue
 		}
-		return status, h.keepAlive, h.discardBody(r, status)
+		keep := 0
+		if status < 200 || status > 299 {
+			keep = ExcerptBytes
+		}
+		excerpt, err := h.discardBody(r, status, keep)
+		return status, h.keepAlive, excerpt, err
 	}
 }
 
@@ -112,56 +121,72 @@ func parseDecimal(b []byte) (int64, bool) {
 	return n, true
 }
 
-// discardBody reads past the body. An answer with neither a length nor
-// chunks ends when the server closes the connection.
-func (h *answerHeader) discardBody(r *bufio.Reader, status int) error {
+// discardBody reads past the body, and returns a copy of its first keep
+// bytes (nil when keep is 0). An answer with neither a length nor chunks
+// ends when the server closes the connection.
+func (h *answerHeader) discardBody(r *bufio.Reader, status, keep int) ([]byte, error) {
 	switch {
 	case status == http.StatusNoContent || status == http.StatusNotModified:
-		return nil
+		return nil, nil
 	case h.chunked:
-		return discardChunked(r)
+		return discardChunked(r, keep)
 	case h.contentLength >= 0:
+		excerpt := peek(r, int(min(h.contentLength, int64(keep))), nil)
 		if _, err := r.Discard(int(h.contentLength)); err != nil {
-			return fmt.Errorf("read body: %w", err)
+			return nil, fmt.Errorf("read body: %w", err)
 		}
-		return nil
+		return excerpt, nil
 	}
 	h.keepAlive = false
+	excerpt := peek(r, keep, nil)
 	if _, err := io.Copy(io.Discard, r); err != nil {
-		return fmt.Errorf("read body: %w", err)
+		return nil, fmt.Errorf("read body: %w", err)
 	}
-	return nil
+	return excerpt, nil
 }
 
-// discardChunked reads past a chunked body and its trailer.
-func discardChunked(r *bufio.Reader) error {
+// peek appends to excerpt up to n of the bytes r holds next, without
+// reading past them; fewer when the stream ends first.
+func peek(r *bufio.Reader, n int, excerpt []byte) []byte {
+	if n <= 0 {
+		return excerpt
+	}
+	p, _ := r.Peek(n)
+	return append(excerpt, p...)
+}
+
+// discardChunked reads past a chunked body and its trailer, and returns a
+// copy of the body's first keep bytes.
+func discardChunked(r *bufio.Reader, keep int) ([]byte, error) {
+	var excerpt []byte
 	for {
 		line, err := r.ReadSlice('\n')
 		if err != nil {
-			return fmt.Errorf("read chunk size: %w", err)
+			return nil, fmt.Errorf("read chunk size: %w", err)
 		}
 		sizeText, _, _ := bytes.Cut(bytes.TrimRight(line, "\r\n"), []byte(";"))
 		size, err := strconv.ParseInt(string(bytes.TrimSpace(sizeText)), 16, 32)
 		if err != nil || size < 0 {
-			return fmt.Errorf("malformed chunk size %q", line)
+			return nil, fmt.Errorf("malformed chunk size %q", line)
 		}
 		if size == 0 {
 			break
 		}
+		excerpt = peek(r, min(int(size), keep-len(excerpt)), excerpt)
 		if _, err := r.Discard(int(size)); err != nil {
-			return fmt.Errorf("read chunk: %w", err)
+			return nil, fmt.Errorf("read chunk: %w", err)
 		}
 		if line, err = r.ReadSlice('\n'); err != nil || len(bytes.TrimRight(line, "\r\n")) != 0 {
-			return fmt.Errorf("malformed chunk end %q: %v", line, err)
+			return nil, fmt.Errorf("malformed chunk end %q: %v", line, err)
 		}
 	}
 	for { // the trailer, up to its empty line
 		line, err := r.ReadSlice('\n')
 		if err != nil {
-			return fmt.Errorf("read trailer: %w", err)
+			return nil, fmt.Errorf("read trailer: %w", err)
 		}
 		if len(bytes.TrimRight(line, "\r\n")) == 0 {
-			return nil
+			return excerpt, nil
 		}
 	}
 }
