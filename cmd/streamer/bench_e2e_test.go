@@ -313,13 +313,19 @@ func TestBenchOpenLoop(t *testing.T) {
 	})
 	t.Run("in-flight limit", func(t *testing.T) {
 		// One request in flight at most, each taking 20ms, at 200/s: most
-		// scheduled sends find no room and are counted, not silently skipped.
-		rep, _ := benchJSON(t, "--model", "sleep:20ms,0s", "--batch-size", "1", "--rate", "200", "--concurrency", "1", "--duration", "1s")
-		if rep.Errors["client in-flight limit"] < 100 {
-			t.Errorf("errors %v: want most of 200 sends refused by the in-flight limit", rep.Errors)
+		// scheduled sends find no room and are counted, not silently
+		// skipped; the run is no measurement of 200/s, and exits 1.
+		args := []string{"--model", "sleep:20ms,0s", "--batch-size", "1", "--rate", "200", "--concurrency", "1", "--duration", "1s", "--warmup", "0"}
+		rep, keys := benchJSONExiting(t, 1, args...)
+		if rep.Skipped < 100 || rep.SkippedFraction < 0.5 || len(rep.Errors) != 0 {
+			t.Errorf("skipped %d (%s of the schedule), errors %v: want most of 200 sends skipped by the in-flight limit, and no error", rep.Skipped, keys["skipped_fraction"], rep.Errors)
 		}
 		if rep.Requests < 10 || rep.Requests > 60 {
 			t.Errorf("%d requests answered; one at a time at 20ms each for 1s is about 50", rep.Requests)
+		}
+		res := runBenchCmd(t, args...)
+		if res.code != 1 || !strings.Contains(res.stderr, "the server did not keep up with --rate 200") || !strings.Contains(res.stdout, "!! the server did not keep up") {
+			t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s\nwant 1, the table and the error saying the sends were skipped", res.code, res.stdout, res.stderr)
 		}
 	})
 }

@@ -115,14 +115,21 @@ type Result struct {
 	// that was measured.
 	Report Report
 	// Err, when not nil, says why Report does not stand as a measurement
-	// of the load asked for: the run was interrupted (ErrInterrupted), or
-	// no request succeeded. The report is still worth reading, and a
+	// of the load asked for: the run was interrupted (ErrInterrupted), no
+	// request succeeded, or an open loop skipped more than 1% of its
+	// sends. The report is still worth reading, and a
 	// command that prints it must not then exit 0.
 	Err error
 }
 
 // ErrInterrupted is in a Result's Err when the run was interrupted.
 var ErrInterrupted = errors.New("interrupted")
+
+// maxSkippedFraction is the share of an open loop's sends that may be
+// skipped for the in-flight limit before the run is no measurement of the
+// rate asked for: the server was loaded at a lower one, and the latency of
+// the sends skipped, which would have waited longest, is in no figure.
+const maxSkippedFraction = 0.01
 
 // MaxConcurrency bounds the clients of a run: each holds a connection, and
 // one machine has about that many ports to open them from. Ten million
@@ -282,6 +289,10 @@ func (cfg *Config) verdict(rep Report) error {
 	}
 	if rep.Requests == 0 {
 		errs = append(errs, cfg.noSuccess(rep))
+	}
+	if rep.SkippedFraction > maxSkippedFraction {
+		errs = append(errs, fmt.Errorf("open loop: %.1f%% of the sends scheduled in the window were skipped, --concurrency %d requests being out already; the server did not keep up with --rate %g, and the figures above leave those sends out: raise --concurrency, or lower --rate",
+			100*rep.SkippedFraction, cfg.Concurrency, cfg.Rate))
 	}
 	return errors.Join(errs...)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"maps"
@@ -250,18 +251,17 @@ func TestLoops(t *testing.T) {
 			return 0
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		const refused = 7
-		run := loadRun{send: send, start: time.Now(), inFlightLimit: refused}
+		run := loadRun{send: send, start: time.Now()}
 		done := make(chan tally)
 		go func() { done <- openLoop(ctx, run, 1000, 1, time.Minute) }()
 		time.AfterFunc(100*time.Millisecond, cancel)
 		counted := <-done
 		close(release)
-		if len(counted.samples) != 0 || len(counted.failures) != 1 {
-			t.Fatalf("samples %v, failures %v: the one request in flight never returned before the end, so every send must be a refusal", counted.samples, counted.failures)
+		if len(counted.samples) != 0 || len(counted.failures) != 0 || counted.cutShort != 1 {
+			t.Fatalf("samples %v, failures %v, %d cut short: the one request in flight never returned before the end, so every other send must be skipped", counted.samples, counted.failures, counted.cutShort)
 		}
-		if n := counted.failures[refused]; n < 50 {
-			t.Errorf("%d refusals in 100ms at 1000/s; want most of 100", n)
+		if counted.skipped < 50 || counted.scheduled != counted.skipped+1 {
+			t.Errorf("%d of %d scheduled sends skipped in 100ms at 1000/s; want most of 100, all but the first", counted.skipped, counted.scheduled)
 		}
 	})
 }
@@ -466,6 +466,54 @@ func TestRunSaysWhyRequestsFail(t *testing.T) {
 				t.Errorf("errors %v, first %q; want %s alone, the first saying %q", rep.Errors, rep.FirstErrors, tc.kind, tc.want)
 			}
 		})
+	}
+}
+
+// An open loop that the server does not keep up with skips sends; the
+// report says how many and what share of the schedule, and past 1% the run
+// is no measurement of the rate asked for.
+func TestRunOpenLoopSaysWhatItSkipped(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /predict", func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(20 * time.Millisecond) // a request's cost, not a wait for a state
+	})
+	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"batch_sizes": []}`))
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	cfg := validConfig()
+	cfg.Target, cfg.Rate, cfg.Concurrency = srv.URL, 200, 1
+	cfg.Duration, cfg.Warmup = 500*time.Millisecond, 0
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := res.Report
+	// One at a time at 20ms each, for 100 sends: about 25 sent.
+	if rep.Requests < 5 || rep.Skipped < 50 || rep.SkippedFraction < 0.5 || rep.SkippedFraction > 1 || len(rep.Errors) != 0 {
+		t.Errorf("%d requests, %d skipped (%.2f of the schedule), errors %v; want most of 100 sends skipped, and no error", rep.Requests, rep.Skipped, rep.SkippedFraction, rep.Errors)
+	}
+	if res.Err == nil || !strings.Contains(res.Err.Error(), "were skipped, --concurrency 1 requests being out already") {
+		t.Errorf("Err = %v; want one that says the sends were skipped", res.Err)
+	}
+	var out strings.Builder
+	rep.Print(&out)
+	if !strings.Contains(out.String(), fmt.Sprintf("skipped       %d sends (", rep.Skipped)) || !strings.Contains(out.String(), "!! the server did not keep up") {
+		t.Errorf("the table does not say loudly what was skipped:\n%s", out.String())
+	}
+}
+
+func TestVerdictOnSkippedSends(t *testing.T) {
+	cfg := validConfig()
+	for _, tc := range []struct {
+		fraction float64
+		fails    bool
+	}{{0, false}, {0.01, false}, {0.0101, true}, {0.5, true}} {
+		err := cfg.verdict(Report{Requests: 1, Skipped: 1, SkippedFraction: tc.fraction})
+		if (err != nil) != tc.fails {
+			t.Errorf("%.4f of the sends skipped: verdict %v; want a failure: %v", tc.fraction, err, tc.fails)
+		}
 	}
 }
 

@@ -84,10 +84,7 @@ type loadRun struct {
 	// backOffAfter is the kind of failure after which a closed-loop client
 	// pauses (see backoff).
 	backOffAfter uint16
-	// inFlightLimit is the kind of an open loop's send skipped because
-	// too many requests were out.
-	inFlightLimit uint16
-	done          *atomic.Int64 // counts answers for the progress bar; nil without one
+	done         *atomic.Int64 // counts answers for the progress bar; nil without one
 }
 
 // tally is what a load counted: the successful requests, the failures
@@ -100,6 +97,9 @@ type tally struct {
 	cutShort int
 	// oldest is the longest that a request cut short had waited.
 	oldest time.Duration
+	// scheduled counts an open loop's sends scheduled in the window, and
+	// skipped those it did not send as too many requests were out.
+	scheduled, skipped int
 }
 
 // cut counts a request sent at sent and cut short at end.
@@ -159,11 +159,10 @@ func (cfg *Config) load(ctx context.Context, send sender) (tally, *errorKinds) {
 			kind, err := send(ctx)
 			return kinds.id(kind, err)
 		},
-		start:         time.Now(),
-		warmup:        cfg.Warmup,
-		backOffAfter:  kinds.id(kindConnection, nil),
-		inFlightLimit: kinds.id("client in-flight limit", nil),
-		done:          done,
+		start:        time.Now(),
+		warmup:       cfg.Warmup,
+		backOffAfter: kinds.id(kindConnection, nil),
+		done:         done,
 	}
 	var t tally
 	if cfg.Rate > 0 {
@@ -264,12 +263,13 @@ func (b *backoff) stop() {
 // openLoop sends rate requests per second on a fixed schedule; latency counts
 // from the scheduled time, so a sender that falls behind shows as latency
 // rather than as a lower rate. At most maxInFlight are outstanding: beyond
-// that a request is counted as a client-side overload instead of being sent.
+// that a send is skipped, and counted as such.
 // No send is scheduled at or past end, the end of the load, so that the
 // schedule never overflows a duration.
 func openLoop(ctx context.Context, run loadRun, rate float64, maxInFlight int, end time.Duration) tally {
 	var mu sync.Mutex
 	var t tally
+	scheduled, skipped := 0, 0
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, maxInFlight)
 	interval := float64(time.Second) / rate
@@ -291,12 +291,16 @@ func openLoop(ctx context.Context, run loadRun, rate float64, maxInFlight int, e
 		if ctx.Err() != nil {
 			break
 		}
+		inWindow := at >= run.warmup
+		if inWindow {
+			scheduled++
+		}
 		select {
 		case slots <- struct{}{}:
 		default:
-			mu.Lock()
-			t.record(run, at, at, run.inFlightLimit)
-			mu.Unlock()
+			if inWindow {
+				skipped++
+			}
 			continue
 		}
 		wg.Go(func() {
@@ -313,5 +317,6 @@ func openLoop(ctx context.Context, run loadRun, rate float64, maxInFlight int, e
 		})
 	}
 	wg.Wait()
+	t.scheduled, t.skipped = scheduled, skipped
 	return t
 }

@@ -30,7 +30,7 @@ type Report struct {
 	// their number of items, from its /v1/stats (or Stats).
 	BatchSizes map[int]uint64 `json:"batch_sizes"`
 	// Errors counts the failed requests by kind: "http 429", "connection",
-	// "overloaded", "client in-flight limit" and the like.
+	// "timeout", "overloaded" and the like.
 	Errors map[string]uint64 `json:"errors"`
 	// InFlightAtEnd is the requests still waiting for their answer when
 	// the load ended, left out of every figure above; OldestInFlightMS is
@@ -38,6 +38,12 @@ type Report struct {
 	// one a client; a server that does not answer shows here.
 	InFlightAtEnd    int     `json:"in_flight_at_end"`
 	OldestInFlightMS float64 `json:"oldest_in_flight_ms"`
+	// Skipped counts the sends of an open loop (Rate > 0) scheduled in the
+	// window but not sent, as Concurrency requests were already out; they
+	// are in no other figure. SkippedFraction is their share of the sends
+	// scheduled in the window. Both are 0 for a closed loop.
+	Skipped         int     `json:"skipped"`
+	SkippedFraction float64 `json:"skipped_fraction"`
 	// FirstErrors is the text of the first failure of each kind of Errors
 	// that said more than its kind: "dial tcp 127.0.0.1:1: connect:
 	// connection refused" of a "connection", so that a refused connection,
@@ -85,6 +91,9 @@ type Latencies struct {
 func newReport(samples []sample, counted tally, kinds *errorKinds, elapsed time.Duration, itemsPerRequest int, before, after serverStats) Report {
 	r := Report{Seconds: elapsed.Seconds(), Errors: map[string]uint64{}, BatchSizes: map[int]uint64{}, FrontEnd: after.frontEnd}
 	r.InFlightAtEnd, r.OldestInFlightMS = counted.cutShort, ms(counted.oldest)
+	if counted.scheduled > 0 {
+		r.Skipped, r.SkippedFraction = counted.skipped, float64(counted.skipped)/float64(counted.scheduled)
+	}
 	for id, n := range counted.failures {
 		kind := kinds.kind(id)
 		r.Errors[kind.name] += n
@@ -196,6 +205,14 @@ func (r Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "latency ms    p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n", r.LatencyMS.P50, r.LatencyMS.P90, r.LatencyMS.P99, r.LatencyMS.Max)
 	if r.InFlightAtEnd > 0 {
 		fmt.Fprintf(w, "in flight     %d at the end, waiting up to %.2f ms: not counted above\n", r.InFlightAtEnd, r.OldestInFlightMS)
+	}
+	if r.Skipped > 0 {
+		warning := ""
+		if r.SkippedFraction > maxSkippedFraction {
+			warning = "  !! the server did not keep up with the rate"
+		}
+		fmt.Fprintf(w, "skipped       %d sends (%.1f%% of the schedule) with --concurrency requests out: not counted above%s\n",
+			r.Skipped, 100*r.SkippedFraction, warning)
 	}
 	if r.FrontEnd {
 		fmt.Fprintln(w, "batches       formed by the nodes behind this front end: see each node's /v1/stats (or streamer status)")
