@@ -598,3 +598,48 @@ func TestBenchAgainstAServerThatDoesNotAnswer(t *testing.T) {
 		t.Errorf("the table does not say what was in flight at the end:\n%s", res.stdout)
 	}
 }
+
+// A server killed in the middle of the window: the report still comes,
+// with what the clients measured and the batch figures said to be missing
+// rather than printed as zeros, and the exit status says the run failed.
+func TestBenchServerDiesMidRun(t *testing.T) {
+	s := startServer(t, "--model", "echo", "--workers", "1")
+	cmd := exec.Command(streamerBin, "bench", "--target", s.URL(), "--concurrency", "4", "--duration", "3s", "--warmup", "0")
+	stdout, stderr := &syncbuf.Buffer{}, &syncbuf.Buffer{}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	// The window's first read of the stats comes before this line.
+	waitFor(t, "the load to run", readyTimeout, func() bool { return strings.Contains(stderr.String(), "loading for") })
+	if err := s.signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(benchTimeout):
+		t.Fatalf("bench still running %s after its server died\nstderr:\n%s", benchTimeout, stderr.String())
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(stderr.String(), "the server stopped answering") {
+		t.Errorf("exit %d, stderr:\n%s\nwant 1, saying the server stopped answering", code, stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{"requests/s", "batch figures unavailable: read the server's stats at the window's end", "connection"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the report lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "mean batch") || strings.Contains(out, "dispatched") {
+		t.Errorf("the report prints batch figures it does not have:\n%s", out)
+	}
+}

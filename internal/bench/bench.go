@@ -116,8 +116,8 @@ type Result struct {
 	Report Report
 	// Err, when not nil, says why Report does not stand as a measurement
 	// of the load asked for: the run was interrupted (ErrInterrupted), no
-	// request succeeded, or an open loop skipped more than 1% of its
-	// sends. The report is still worth reading, and a
+	// request succeeded, an open loop skipped more than 1% of its sends,
+	// or the server stopped answering its stats. The report is still worth reading, and a
 	// command that prints it must not then exit 0.
 	Err error
 }
@@ -270,15 +270,18 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	defer stop()
-	rep, samples, err := cfg.measure(ctx, send, stats)
+	res, samples, err := cfg.measure(ctx, send, stats)
 	if err != nil {
 		return Result{}, err
 	}
-	if err := plot.draw(samples, rep.BatchSizes); err != nil {
+	var batchSizes map[int]uint64
+	if res.Report.BatchFigures != nil {
+		batchSizes = res.Report.BatchSizes
+	}
+	if err := plot.draw(samples, batchSizes); err != nil {
 		return Result{}, err
 	}
-	rep.Interrupted = ctx.Err() != nil
-	return Result{Report: rep, Err: cfg.verdict(rep)}, nil
+	return res, nil
 }
 
 // verdict says why rep does not stand as a measurement, if it does not.

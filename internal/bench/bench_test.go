@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -112,7 +113,8 @@ func TestNewReport(t *testing.T) {
 	counted := tally{failures: map[uint16]uint64{refused: 2, refusedConn: 7}, cutShort: 3, oldest: 1500 * time.Microsecond}
 	before := supervisor.Stats{BatchSizes: []uint64{0, 5, 0, 1}}
 	after := supervisor.Stats{BatchSizes: []uint64{0, 15, 0, 11, 4}}
-	r := newReport(samples, counted, kinds, 2*time.Second, 3, serverStats{Stats: before}, serverStats{Stats: after})
+	r := newReport(samples, counted, kinds, 2*time.Second, 3)
+	r.BatchFigures = batchFigures(serverStats{Stats: before}, serverStats{Stats: after})
 	if r.Requests != 100 || r.RequestsPerS != 50 || r.ItemsPerS != 150 {
 		t.Errorf("requests %d, %v/s, items %v/s; want 100, 50, 150", r.Requests, r.RequestsPerS, r.ItemsPerS)
 	}
@@ -177,7 +179,7 @@ func mapsEqual(a, b map[int]uint64) bool {
 
 func TestReportPrint(t *testing.T) {
 	var out strings.Builder
-	Report{Requests: 3, Seconds: 1, BatchSizes: map[int]uint64{2: 1, 8: 4}, Errors: map[string]uint64{"connection": 1}}.Print(&out)
+	Report{Requests: 3, Seconds: 1, BatchFigures: &BatchFigures{BatchSizes: map[int]uint64{2: 1, 8: 4}}, Errors: map[string]uint64{"connection": 1}}.Print(&out)
 	for _, want := range []string{"requests      3 in 1.0s", "batch sizes", "     2         1  " + strings.Repeat("#", 10) + "\n", "     8         4  " + strings.Repeat("#", 40), "connection"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
@@ -514,6 +516,87 @@ func TestVerdictOnSkippedSends(t *testing.T) {
 		if (err != nil) != tc.fails {
 			t.Errorf("%.4f of the sends skipped: verdict %v; want a failure: %v", tc.fraction, err, tc.fails)
 		}
+	}
+}
+
+// A server that dies during the window loses only its batch figures: the
+// report keeps what the clients measured, says why the batch figures are
+// missing rather than print them as zeros, and the run is no measurement.
+// A --target without /v1/stats at all misses only its batch figures.
+func TestRunWhenTheServerStatsCannotBeRead(t *testing.T) {
+	const answersBeforeDeath = 50
+	statsRead := make(chan struct{})
+	var readOnce sync.Once
+	var answered atomic.Int64
+	dying := make(chan struct{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /predict", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-statsRead:
+			if answered.Add(1) == answersBeforeDeath {
+				close(dying)
+			}
+		default:
+		}
+		_, _ = w.Write([]byte(`{"outputs":["x"]}`))
+	})
+	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"batch_sizes": [0, 3]}`))
+		readOnce.Do(func() { close(statsRead) })
+	})
+	dies := httptest.NewServer(mux)
+	defer dies.Close()
+	go func() {
+		<-dying
+		dies.Close()
+	}()
+	lacksStats := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/predict" {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write([]byte(`{"outputs":["x"]}`))
+	}))
+	defer lacksStats.Close()
+	for _, tc := range []struct {
+		name, target, why, wantErr string
+	}{
+		{"dies in the window", dies.URL, "read the server's stats at the window's end", "the server stopped answering"},
+		{"has no stats", lacksStats.URL, "read the server's stats at the window's start", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := validConfig()
+			cfg.Target, cfg.Duration, cfg.Warmup = tc.target, 300*time.Millisecond, 0
+			res, err := Run(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep := res.Report
+			if rep.Requests == 0 || rep.BatchFigures != nil || !strings.Contains(rep.BatchesUnavailable, tc.why) {
+				t.Errorf("%d requests, batch figures %+v, unavailable %q; want the requests answered, and no batch figures because of %q", rep.Requests, rep.BatchFigures, rep.BatchesUnavailable, tc.why)
+			}
+			if (res.Err != nil) != (tc.wantErr != "") || res.Err != nil && !strings.Contains(res.Err.Error(), tc.wantErr) {
+				t.Errorf("Err = %v; want %q", res.Err, tc.wantErr)
+			}
+			encoded, _ := json.Marshal(rep)
+			var keys map[string]json.RawMessage
+			if err := json.Unmarshal(encoded, &keys); err != nil {
+				t.Fatal(err)
+			}
+			for _, key := range []string{"mean_batch_size", "batch_sizes", "dispatch", "cost", "returns"} {
+				if v, ok := keys[key]; ok {
+					t.Errorf("the JSON report has %s: %s; want it absent, as it is not known", key, v)
+				}
+			}
+			if _, ok := keys["batches_unavailable"]; !ok {
+				t.Errorf("the JSON report does not say why the batch figures are missing: %s", encoded)
+			}
+			var out strings.Builder
+			rep.Print(&out)
+			if !strings.Contains(out.String(), "batch figures unavailable: "+tc.why) || strings.Contains(out.String(), "mean batch") || strings.Contains(out.String(), "dispatched") {
+				t.Errorf("the table shows batch figures it does not have, or not why:\n%s", out.String())
+			}
+		})
 	}
 }
 

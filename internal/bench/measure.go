@@ -39,7 +39,7 @@ type statsSnapshot struct {
 // and the server's counters at its start and end. The load does not stop
 // between the two: a pause would let the queue and the workers' pipelines
 // drain, and the window would start from an idle server and read low.
-func (cfg *Config) measure(ctx context.Context, send sender, stats statsSource) (Report, []sample, error) {
+func (cfg *Config) measure(ctx context.Context, send sender, stats statsSource) (Result, []sample, error) {
 	// The run may be interrupted: the stats reads must not be.
 	statsCtx := context.WithoutCancel(ctx)
 	opened := make(chan statsSnapshot, 1)
@@ -57,41 +57,52 @@ func (cfg *Config) measure(ctx context.Context, send sender, stats statsSource) 
 	counted, kinds := cfg.load(ctx, send)
 	loadEnded := time.Now()
 	if window != nil && window.Stop() {
-		return Report{}, nil, errors.New("interrupted during the warm-up; nothing was measured")
+		return Result{}, nil, errors.New("interrupted during the warm-up; nothing was measured")
 	}
 	before := <-opened
-	after, err := cfg.statsAfter(statsCtx, stats, before)
-	if err != nil {
-		return Report{}, nil, err
-	}
+	after, unavailable, lost := cfg.statsAfter(statsCtx, stats, before)
 	elapsed := cfg.Duration
 	if ctx.Err() != nil { // interrupted: the window ended early
 		elapsed = min(loadEnded.Sub(before.at), cfg.Duration)
 	}
 	samples := inWindow(counted.samples, cfg.Warmup)
-	rep := newReport(samples, counted, kinds, elapsed, cfg.ItemsPerRequest, before.stats, after)
+	rep := newReport(samples, counted, kinds, elapsed, cfg.ItemsPerRequest)
+	switch {
+	case unavailable != "":
+		rep.BatchesUnavailable = unavailable
+	case after.frontEnd:
+		rep.FrontEnd = true
+	default:
+		rep.BatchFigures = batchFigures(before.stats, after)
+	}
 	if cfg.Target == "" {
 		rep.setLimit(cfg.LimitItemsPerS)
 	}
-	return rep, samples, nil
+	rep.Interrupted = ctx.Err() != nil
+	return Result{Report: rep, Err: errors.Join(cfg.verdict(rep), lost)}, samples, nil
 }
 
-// statsAfter reads the counters at the end of the window. Without a read at
-// its start there is nothing to subtract: a server behind --target that
-// lacks the endpoint still gets its client-side figures, with a note.
-func (cfg *Config) statsAfter(ctx context.Context, stats statsSource, before statsSnapshot) (serverStats, error) {
+// statsAfter reads the counters at the end of the window. When either read
+// failed it says why the batch figures are unavailable, and whether that
+// makes the run no measurement (lost): a server that answered at the
+// window's start and not at its end, or a server of Run's own, stopped
+// answering. A --target that did not answer at the start may merely lack
+// the endpoint: its client-side figures stand, with a note.
+func (cfg *Config) statsAfter(ctx context.Context, stats statsSource, before statsSnapshot) (after serverStats, unavailable string, lost error) {
 	if before.err != nil {
+		unavailable = fmt.Sprintf("read the server's stats at the window's start: %v", before.err)
 		if cfg.Target == "" {
-			return serverStats{}, fmt.Errorf("read server stats: %w", before.err)
+			return serverStats{}, unavailable, fmt.Errorf("the server did not answer its stats at the window's start (%w): its batch figures are missing", before.err)
 		}
 		fmt.Fprintf(cfg.Stderr, "streamer bench: no batch figures: read %s/v1/stats: %v\n", strings.TrimSuffix(cfg.Target, "/"), before.err)
-		return before.stats, nil
+		return serverStats{}, unavailable, nil
 	}
 	after, err := stats(ctx)
 	if err != nil {
-		return serverStats{}, fmt.Errorf("read server stats: %w", err)
+		return serverStats{}, fmt.Sprintf("read the server's stats at the window's end: %v", err),
+			fmt.Errorf("the server stopped answering: its stats could not be read at the window's end (%w), and its batch figures are missing", err)
 	}
-	return after, nil
+	return after, "", nil
 }
 
 // inWindow keeps the samples answered after the warm-up, with their send

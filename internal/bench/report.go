@@ -24,14 +24,6 @@ type Report struct {
 	ItemsPerS float64 `json:"items_per_s"`
 	// LatencyMS is the percentiles of the successful requests' latency.
 	LatencyMS Latencies `json:"latency_ms"`
-	// MeanBatchSize is the mean of BatchSizes.
-	MeanBatchSize float64 `json:"mean_batch_size"`
-	// BatchSizes counts the batches the server formed in the window by
-	// their number of items, from its /v1/stats (or Stats).
-	BatchSizes map[int]uint64 `json:"batch_sizes"`
-	// Errors counts the failed requests by kind: "http 429", "connection",
-	// "timeout", "overloaded" and the like.
-	Errors map[string]uint64 `json:"errors"`
 	// InFlightAtEnd is the requests still waiting for their answer when
 	// the load ended, left out of every figure above; OldestInFlightMS is
 	// how long the oldest of them had waited. A closed loop ends with about
@@ -44,6 +36,9 @@ type Report struct {
 	// scheduled in the window. Both are 0 for a closed loop.
 	Skipped         int     `json:"skipped"`
 	SkippedFraction float64 `json:"skipped_fraction"`
+	// Errors counts the failed requests by kind: "http 429", "connection",
+	// "timeout", "overloaded" and the like.
+	Errors map[string]uint64 `json:"errors"`
 	// FirstErrors is the text of the first failure of each kind of Errors
 	// that said more than its kind: "dial tcp 127.0.0.1:1: connect:
 	// connection refused" of a "connection", so that a refused connection,
@@ -54,21 +49,39 @@ type Report struct {
 	LimitItemsPerS float64 `json:"limit_items_per_s,omitempty"`
 	// OfLimit is ItemsPerS over LimitItemsPerS.
 	OfLimit float64 `json:"of_limit,omitempty"`
-	// Dispatch counts the batches formed in the window by why they were
-	// sent, and the wait for arrivals that the server added.
+	// BatchFigures are the batches the server formed in the window. They
+	// are nil, and their keys absent from the JSON, when the server's
+	// counters could not be read (BatchesUnavailable says why), and for a
+	// front end behind Redis (FrontEnd).
+	*BatchFigures
+	// BatchesUnavailable says why BatchFigures is nil, when it is for want
+	// of the server's counters.
+	BatchesUnavailable string `json:"batches_unavailable,omitempty"`
+	// FrontEnd says that the target is a front end behind Redis: its
+	// nodes form the batches, so BatchFigures is nil here, and each node's
+	// /v1/stats has them.
+	FrontEnd bool `json:"front_end,omitempty"`
+	// Interrupted says that the run was interrupted before the window
+	// ended: the figures cover the part measured, in Seconds.
+	Interrupted bool `json:"interrupted"`
+}
+
+// BatchFigures are the batches a server formed in a window, from its
+// counters (its /v1/stats, or the supervisor's Stats) at the window's
+// start and end.
+type BatchFigures struct {
+	// MeanBatchSize is the mean of BatchSizes.
+	MeanBatchSize float64 `json:"mean_batch_size"`
+	// BatchSizes counts the batches by their number of items.
+	BatchSizes map[int]uint64 `json:"batch_sizes"`
+	// Dispatch counts the batches by why they were sent, and the wait for
+	// arrivals that the server added.
 	Dispatch supervisor.DispatchStats `json:"dispatch"`
 	// Cost is the batch cost the server measured, at the window's end.
 	Cost supervisor.CostStats `json:"cost"`
 	// Returns is how the callers came back once answered, as the server
 	// measured it at the window's end.
 	Returns supervisor.ReturnStats `json:"returns"`
-	// FrontEnd says that the target is a front end behind Redis: its
-	// nodes form the batches, so MeanBatchSize, BatchSizes, Dispatch,
-	// Cost and Returns are empty here, and each node's /v1/stats has them.
-	FrontEnd bool `json:"front_end,omitempty"`
-	// Interrupted says that the run was interrupted before the window
-	// ended: the figures cover the part measured, in Seconds.
-	Interrupted bool `json:"interrupted"`
 }
 
 // Latencies are latency percentiles in milliseconds, by the nearest rank:
@@ -85,11 +98,10 @@ type Latencies struct {
 	Max float64 `json:"max"`
 }
 
-// newReport counts the successful requests of the window, its failures
-// by kind, and the batches the server formed between the before and after
-// counters.
-func newReport(samples []sample, counted tally, kinds *errorKinds, elapsed time.Duration, itemsPerRequest int, before, after serverStats) Report {
-	r := Report{Seconds: elapsed.Seconds(), Errors: map[string]uint64{}, BatchSizes: map[int]uint64{}, FrontEnd: after.frontEnd}
+// newReport counts the successful requests of the window and its failures
+// by kind; the server's figures are added apart.
+func newReport(samples []sample, counted tally, kinds *errorKinds, elapsed time.Duration, itemsPerRequest int) Report {
+	r := Report{Seconds: elapsed.Seconds(), Errors: map[string]uint64{}}
 	r.InFlightAtEnd, r.OldestInFlightMS = counted.cutShort, ms(counted.oldest)
 	if counted.scheduled > 0 {
 		r.Skipped, r.SkippedFraction = counted.skipped, float64(counted.skipped)/float64(counted.scheduled)
@@ -119,11 +131,18 @@ func newReport(samples []sample, counted tally, kinds *errorKinds, elapsed time.
 		return ms(ok[nearestRank(perTenThousand, len(ok))])
 	}
 	r.LatencyMS = Latencies{P50: percentile(5000), P90: percentile(9000), P99: percentile(9900), Max: percentile(10000)}
-	r.BatchSizes, r.MeanBatchSize = batchesBetween(before.Stats, after.Stats)
-	r.Dispatch = dispatchBetween(before.Dispatch, after.Dispatch)
-	r.Cost = after.Cost
-	r.Returns = after.Returns
 	return r
+}
+
+// batchFigures are the batches formed between the before and after counters.
+func batchFigures(before, after serverStats) *BatchFigures {
+	b := &BatchFigures{
+		Dispatch: dispatchBetween(before.Dispatch, after.Dispatch),
+		Cost:     after.Cost,
+		Returns:  after.Returns,
+	}
+	b.BatchSizes, b.MeanBatchSize = batchesBetween(before.Stats, after.Stats)
+	return b
 }
 
 // ms is d in milliseconds.
@@ -214,34 +233,41 @@ func (r Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "skipped       %d sends (%.1f%% of the schedule) with --concurrency requests out: not counted above%s\n",
 			r.Skipped, 100*r.SkippedFraction, warning)
 	}
-	if r.FrontEnd {
+	switch {
+	case r.FrontEnd:
 		fmt.Fprintln(w, "batches       formed by the nodes behind this front end: see each node's /v1/stats (or streamer status)")
-		r.printErrors(w)
-		return
+	case r.BatchFigures == nil:
+		fmt.Fprintf(w, "batch figures unavailable: %s\n", r.BatchesUnavailable)
+	default:
+		r.BatchFigures.print(w)
 	}
-	fmt.Fprintf(w, "mean batch    %.2f\n", r.MeanBatchSize)
-	d := r.Dispatch
-	fmt.Fprintf(w, "dispatched    full %d  idle %d  waited %d (%.2f ms each)  max-latency %d  deadline %d  retry %d\n",
-		d.Full, d.Idle, d.Waited, d.WaitAddedMs/float64(max(d.Waited, 1)), d.MaxLatency, d.Deadline, d.Retry)
-	if r.Cost.Fitted {
-		fmt.Fprintf(w, "batch cost    %.3f ms + %.4f ms per item (fitted on the server)\n", r.Cost.FixedMs, r.Cost.PerItemMs)
-	}
-	r.printBatchSizes(w)
 	r.printErrors(w)
 }
 
+// print writes the batch figures as rows of the report's table.
+func (b *BatchFigures) print(w io.Writer) {
+	fmt.Fprintf(w, "mean batch    %.2f\n", b.MeanBatchSize)
+	d := b.Dispatch
+	fmt.Fprintf(w, "dispatched    full %d  idle %d  waited %d (%.2f ms each)  max-latency %d  deadline %d  retry %d\n",
+		d.Full, d.Idle, d.Waited, d.WaitAddedMs/float64(max(d.Waited, 1)), d.MaxLatency, d.Deadline, d.Retry)
+	if b.Cost.Fitted {
+		fmt.Fprintf(w, "batch cost    %.3f ms + %.4f ms per item (fitted on the server)\n", b.Cost.FixedMs, b.Cost.PerItemMs)
+	}
+	b.printBatchSizes(w)
+}
+
 // printBatchSizes draws the histogram of batch sizes with #s.
-func (r Report) printBatchSizes(w io.Writer) {
+func (b *BatchFigures) printBatchSizes(w io.Writer) {
 	fmt.Fprintln(w, "batch sizes")
-	sizes := make([]int, 0, len(r.BatchSizes))
+	sizes := make([]int, 0, len(b.BatchSizes))
 	var most uint64
-	for n, c := range r.BatchSizes {
+	for n, c := range b.BatchSizes {
 		sizes = append(sizes, n)
 		most = max(most, c)
 	}
 	slices.Sort(sizes)
 	for _, n := range sizes {
-		c := r.BatchSizes[n]
+		c := b.BatchSizes[n]
 		fmt.Fprintf(w, "  %4d  %8d  %s\n", n, c, strings.Repeat("#", int(1+39*c/max(most, 1))))
 	}
 }

@@ -35,7 +35,7 @@ type SweepRow struct {
 // a batch of answers into new requests takes milliseconds, which a closed
 // loop cannot avoid.
 func (r *SweepRow) WithReturn(workers int) {
-	if r.BestP50MS <= 0 || r.BestItemsPerS <= 0 || r.Report.Returns.Share == 0 {
+	if r.BestP50MS <= 0 || r.BestItemsPerS <= 0 || r.Report.BatchFigures == nil || r.Report.Returns.Share == 0 {
 		return // nothing measured: greedy batching does not follow the returns
 	}
 	perWorker := math.Ceil(float64(r.Clients) / float64(workers))
@@ -82,6 +82,10 @@ func PrintSweep(w io.Writer, workers int, rows []SweepRow) {
 		fraction, overBest := "—", "—"
 		best, bestP50 := "—", "—"
 		ret, ofReturn := "—", "—"
+		batch, waited := "—", "—"
+		if b := r.Report.BatchFigures; b != nil {
+			batch, waited = fmt.Sprintf("%.1f", b.MeanBatchSize), fmt.Sprintf("%d", b.Dispatch.Waited)
+		}
 		if r.BestItemsPerS > 0 {
 			best = fmt.Sprintf("%.0f", r.BestItemsPerS)
 			fraction = fmt.Sprintf("%.3f", r.Report.ItemsPerS/r.BestItemsPerS)
@@ -94,8 +98,8 @@ func PrintSweep(w io.Writer, workers int, rows []SweepRow) {
 			bestP50 = fmt.Sprintf("%.2f", r.BestP50MS)
 			overBest = fmt.Sprintf("%.2f", r.Report.LatencyMS.P50/r.BestP50MS)
 		}
-		fmt.Fprintf(w, "%7d %8d %9s %10.0f %10s %8s %6.1f %9.2f %9s %7s %9.2f %8d %9s %9s\n",
-			workers, r.Clients, r.Batching, r.Report.ItemsPerS, best, fraction, r.Report.MeanBatchSize,
-			r.Report.LatencyMS.P50, bestP50, overBest, r.Report.LatencyMS.P99, r.Report.Dispatch.Waited, ret, ofReturn)
+		fmt.Fprintf(w, "%7d %8d %9s %10.0f %10s %8s %6s %9.2f %9s %7s %9.2f %8s %9s %9s\n",
+			workers, r.Clients, r.Batching, r.Report.ItemsPerS, best, fraction, batch,
+			r.Report.LatencyMS.P50, bestP50, overBest, r.Report.LatencyMS.P99, waited, ret, ofReturn)
 	}
 }

@@ -30,7 +30,7 @@ func TestWithReturn(t *testing.T) {
 	// 8 clients on 2 workers: rounds of 4, 10.4 ms each; the callers of a
 	// round are back 0.5 + 3 × 0.1 ms after their answer.
 	best, p50 := SleepBest("sleep:10ms,100us", 2, 64, 8)
-	r := SweepRow{Clients: 8, BestItemsPerS: best, BestP50MS: p50}
+	r := SweepRow{Clients: 8, BestItemsPerS: best, BestP50MS: p50, Report: Report{BatchFigures: &BatchFigures{}}}
 	r.Report.Returns.Share, r.Report.Returns.FirstMs, r.Report.Returns.GapMs = 1, 0.5, 0.1
 	r.WithReturn(2)
 	if diff := r.ReturnMS - 0.8; diff > 1e-9 || diff < -1e-9 {
@@ -41,15 +41,20 @@ func TestWithReturn(t *testing.T) {
 	}
 	// Beyond a batch per worker the limit holds whatever the return.
 	best, p50 = SleepBest("sleep:10ms,100us", 1, 64, 512)
-	r = SweepRow{Clients: 512, BestItemsPerS: best, BestP50MS: p50}
+	r = SweepRow{Clients: 512, BestItemsPerS: best, BestP50MS: p50, Report: Report{BatchFigures: &BatchFigures{}}}
 	r.Report.Returns.Share, r.Report.Returns.FirstMs = 1, 3
 	if r.WithReturn(1); r.BestWithReturnItemsPerS != 0 {
 		t.Errorf("at saturation: best with return %.1f, want none", r.BestWithReturnItemsPerS)
 	}
 	// Greedy batching measures no returns.
 	best, p50 = SleepBest("sleep:10ms,100us", 1, 64, 8)
-	r = SweepRow{Clients: 8, BestItemsPerS: best, BestP50MS: p50}
+	r = SweepRow{Clients: 8, BestItemsPerS: best, BestP50MS: p50, Report: Report{BatchFigures: &BatchFigures{}}}
 	if r.WithReturn(1); r.BestWithReturnItemsPerS != 0 || r.ReturnMS != 0 {
 		t.Errorf("nothing measured: return %.2f ms, best with return %.1f, want none", r.ReturnMS, r.BestWithReturnItemsPerS)
+	}
+	// Nor does a server whose stats could not be read.
+	r = SweepRow{Clients: 8, BestItemsPerS: best, BestP50MS: p50}
+	if r.WithReturn(1); r.BestWithReturnItemsPerS != 0 || r.ReturnMS != 0 {
+		t.Errorf("no batch figures: return %.2f ms, best with return %.1f, want none", r.ReturnMS, r.BestWithReturnItemsPerS)
 	}
 }
