@@ -95,6 +95,7 @@ func runBench(ctx context.Context, flags *pflag.FlagSet, o benchOptions) error {
 	if flags.Changed("request-timeout") && o.cfg.API == bench.APIGo {
 		return errors.New("--request-timeout bounds the requests of an http run; with --api go the supervisor's --worker-timeout bounds them")
 	}
+
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("find own binary to start the server: %w", err)
@@ -126,6 +127,7 @@ func runBench(ctx context.Context, flags *pflag.FlagSet, o benchOptions) error {
 		}
 		return o.serve.supervisorConfig(spec, slog.New(slog.DiscardHandler))
 	}
+	cfg.MaxItems = o.serve.maxItems
 	if o.serve.plugin == "" {
 		cfg.LimitItemsPerS = bench.SleepLimit(o.serve.model, o.serve.workers, o.serve.batchSize)
 	}

@@ -363,6 +363,8 @@ func TestBenchBadFlags(t *testing.T) {
 		{"infinite rate", []string{"--rate", "Inf"}, "--rate +Inf: want at most"},
 		{"rate below one request", []string{"--rate", "1e-10"}, "--rate 1e-10: less than one request"},
 		{"too many items", []string{"--items-per-request", "1000000000"}, "--items-per-request 1000000000: want at most 65536"},
+		{"more items than its server takes", []string{"--items-per-request", "5000"}, "--items-per-request 5000: more than the server's --max-items 4096"},
+		{"more items than its supervisor takes", []string{"--api", "go", "--max-items", "1", "--items-per-request", "2"}, "--items-per-request 2: more than the server's --max-items 1"},
 		{"duration overflows", []string{"--duration", "2562047h", "--warmup", "1h"}, "together they overflow"},
 		{"target port out of range", []string{"--target", "http://127.0.0.1:99999"}, "port 99999: want 1 to 65535"},
 		{"target with a query", []string{"--target", "http://127.0.0.1:26001?x=1"}, "want no query or fragment"},
@@ -398,13 +400,31 @@ func TestBenchBadFlags(t *testing.T) {
 // failed prints its report, errors and all, and exits 1, so that a script
 // does not take it for a measurement.
 func TestBenchWithNoRequestAnsweredFails(t *testing.T) {
-	res := runBenchCmd(t, "--api", "go", "--model", "echo", "--max-items", "1", "--items-per-request", "2",
+	res := runBenchCmd(t, "--api", "go", "--model", "chaos:reject=x", "--input", `"x"`,
 		"--duration", "500ms", "--warmup", "0", "--concurrency", "2")
 	if res.code != 1 || !strings.Contains(res.stderr, "no request succeeded") {
 		t.Fatalf("exit code %d, stderr:\n%s\nwant 1 saying no request succeeded", res.code, res.stderr)
 	}
-	if !strings.Contains(res.stdout, "requests      0") {
-		t.Errorf("stdout does not report the run:\n%s", res.stdout)
+	if !strings.Contains(res.stdout, "requests      0") || !strings.Contains(res.stdout, `first: item 0: model error: chaos: item "x" rejected`) {
+		t.Errorf("stdout does not report the run and its errors:\n%s", res.stdout)
+	}
+}
+
+// A --target that refuses every request alike, here for more items than
+// its --max-items, stops the load early rather than fail it for the whole
+// --duration, and the error gives the server's words.
+func TestBenchStopsWhenTheTargetRefusesEveryRequest(t *testing.T) {
+	s := startServer(t, "--model", "echo", "--workers", "1", "--max-items", "4")
+	began := time.Now()
+	res := runBenchCmd(t, "--target", s.URL(), "--items-per-request", "8", "--duration", "10m", "--warmup", "0", "--concurrency", "4")
+	if d := time.Since(began); d > benchTimeout/2 {
+		t.Errorf("ran %s of its 10 minutes against a server refusing every request", d)
+	}
+	if res.code != 1 || !strings.Contains(res.stderr, "the first 100 requests were all answered http 413, the server saying") || !strings.Contains(res.stderr, "the limit per request is 4") {
+		t.Errorf("exit %d, stderr:\n%s\nwant 1, saying every request was refused, and why", res.code, res.stderr)
+	}
+	if !strings.Contains(res.stdout, "http 413") {
+		t.Errorf("the report does not count the refusals:\n%s", res.stdout)
 	}
 }
 

@@ -70,8 +70,12 @@ type Config struct {
 	// Input is one item, as JSON.
 	Input string
 	// ItemsPerRequest is how many copies of Input each request carries. At
-	// least 1.
+	// least 1, at most MaxItemsPerRequest, and at most MaxItems.
 	ItemsPerRequest int
+	// MaxItems is the most items in one request that the server Run starts
+	// (or the in-process supervisor) takes: its --max-items. 0 when not
+	// known; not looked at for a Target, which says so itself (413).
+	MaxItems int
 	// Progress shows a progress bar on Stderr when it is a terminal, or
 	// one line when the load starts when it is not.
 	Progress bool
@@ -165,6 +169,9 @@ func (cfg *Config) check() (item any, err error) {
 		return nil, fmt.Errorf("--items-per-request %d: want at least 1", cfg.ItemsPerRequest)
 	case cfg.ItemsPerRequest > MaxItemsPerRequest:
 		return nil, fmt.Errorf("--items-per-request %d: want at most %d", cfg.ItemsPerRequest, MaxItemsPerRequest)
+	case cfg.Target == "" && cfg.MaxItems > 0 && cfg.ItemsPerRequest > cfg.MaxItems:
+		return nil, fmt.Errorf("--items-per-request %d: more than the server's --max-items %d, which refuses such a request whole (413); raise --max-items",
+			cfg.ItemsPerRequest, cfg.MaxItems)
 	case (len(cfg.Input)+1)*cfg.ItemsPerRequest > maxBodyBytes:
 		return nil, fmt.Errorf("--items-per-request %d of an --input of %d bytes: requests of about %d MiB; want at most %d MiB",
 			cfg.ItemsPerRequest, len(cfg.Input), (len(cfg.Input)+1)*cfg.ItemsPerRequest>>20, maxBodyBytes>>20)

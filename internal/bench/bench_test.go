@@ -49,6 +49,8 @@ func TestCheck(t *testing.T) {
 		{"rate below one request", func(c *Config) { c.Rate = 1e-10 }, "--rate 1e-10: less than one request in the 1s"},
 		{"rate of one in the load", func(c *Config) { c.Rate, c.Warmup, c.Duration = 0.5, time.Second, time.Second }, ""},
 		{"too many items", func(c *Config) { c.ItemsPerRequest = 1e9 }, "--items-per-request 1000000000: want at most 65536"},
+		{"more items than its server takes", func(c *Config) { c.ItemsPerRequest, c.MaxItems = 5, 4 }, "--items-per-request 5: more than the server's --max-items 4"},
+		{"more items than a target takes", func(c *Config) { c.ItemsPerRequest, c.MaxItems, c.Target = 5, 4, "http://127.0.0.1:26001" }, ""},
 		{"a body too large", func(c *Config) { c.ItemsPerRequest, c.Input = 65536, `"`+strings.Repeat("x", 8190)+`"` }, "requests of about 512 MiB; want at most 256 MiB"},
 		{"duration overflows", func(c *Config) { c.Duration, c.Warmup = 2562047*time.Hour, time.Hour }, "--duration 2562047h0m0s with --warmup 1h0m0s: together they overflow"},
 		{"target port too high", func(c *Config) { c.Target = "http://127.0.0.1:99999" }, `port 99999: want 1 to 65535`},
@@ -597,6 +599,82 @@ func TestRunWhenTheServerStatsCannotBeRead(t *testing.T) {
 				t.Errorf("the table shows batch figures it does not have, or not why:\n%s", out.String())
 			}
 		})
+	}
+}
+
+func TestRefusalWatch(t *testing.T) {
+	repeat := func(kind string, n int) []string { return slices.Repeat([]string{kind}, n) }
+	for _, tc := range []struct {
+		name     string
+		outcomes []string
+		stopAt   int // the outcome that stops the load, counted from 1; 0: none
+	}{
+		{"every request refused alike", repeat("http 413", 150), maxRefusals},
+		{"refused, as 401", repeat("http 401", maxRefusals), maxRefusals},
+		{"a success first", append([]string{""}, repeat("http 413", 150)...), 0},
+		{"a success among them", append(append(repeat("http 413", 50), ""), repeat("http 413", 100)...), 0},
+		{"two refusals", append(repeat("http 413", 50), repeat("http 400", 100)...), 0},
+		{"too many requests passes", repeat("http 429", 150), 0},
+		{"a timeout on the server passes", repeat("http 408", 150), 0},
+		{"server errors pass", repeat("http 503", 150), 0},
+		{"connection errors pass", repeat(kindConnection, 150), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kinds := newErrorKinds()
+			var w refusalWatch
+			stoppedAt := 0
+			for i, kind := range tc.outcomes {
+				if w.refused(kind, kinds.id(kind, nil)) {
+					if stoppedAt != 0 {
+						t.Fatalf("stopped twice, at %d and %d", stoppedAt, i+1)
+					}
+					stoppedAt = i + 1
+				}
+			}
+			if stoppedAt != tc.stopAt {
+				t.Errorf("stopped at outcome %d; want %d", stoppedAt, tc.stopAt)
+			}
+		})
+	}
+}
+
+// A server that refuses every request alike, as a --target does an
+// --items-per-request above its --max-items, stops the load long before
+// its --duration: in the window, with a report and an error that says
+// what the server said; in the warm-up, with an error alone.
+func TestRunStopsWhenEveryRequestIsRefused(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/stats" {
+			_, _ = w.Write([]byte(`{"batch_sizes": []}`))
+			return
+		}
+		http.Error(w, "8 items: more than --max-items 4", http.StatusRequestEntityTooLarge)
+	}))
+	defer srv.Close()
+	cfg := validConfig()
+	cfg.Target, cfg.Duration, cfg.Warmup = srv.URL, time.Minute, 0
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ctx.Err() != nil || res.Report.Interrupted || res.Report.Seconds >= 30 {
+		t.Fatalf("the load ran %.1fs of its minute; want it stopped at the %dth refusal", res.Report.Seconds, maxRefusals)
+	}
+	// The requests answered as the load stopped count as in flight.
+	if n := res.Report.Errors["http 413"]; n < maxRefusals-uint64(cfg.Concurrency) || res.Report.Requests != 0 {
+		t.Errorf("%d requests, %d refused; want none and about %d", res.Report.Requests, n, maxRefusals)
+	}
+	if res.Err == nil || !errors.Is(res.Err, errRefused) || !strings.Contains(res.Err.Error(), "answered http 413, the server saying 8 items: more than --max-items 4") {
+		t.Errorf("Err = %v; want one that says what the server answered", res.Err)
+	}
+	cfg.Warmup = time.Minute
+	if _, err := Run(ctx, cfg); err == nil || !errors.Is(err, errRefused) || !strings.Contains(err.Error(), "in the warm-up, nothing measured") {
+		t.Errorf("refused in the warm-up: Run = %v; want the refusal, and that nothing was measured", err)
+	}
+	if ctx.Err() != nil {
+		t.Errorf("the two runs took more than 30s of their two minutes")
 	}
 }
 

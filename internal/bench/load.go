@@ -2,7 +2,10 @@ package bench
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -140,38 +143,93 @@ func (t *tally) add(o tally) {
 }
 
 // load sends requests for the warm-up and the measured window and counts
-// what happened to them.
-func (cfg *Config) load(ctx context.Context, send sender) (tally, *errorKinds) {
+// what happened to them. It stops early, with the reason as refused, when
+// the server refuses every request alike (see refusalWatch).
+func (cfg *Config) load(ctx context.Context, send sender) (counted tally, kinds *errorKinds, refused error) {
 	d := cfg.Warmup + cfg.Duration
 	// The end of the load cancels the requests still out; it is not their
 	// deadline, which the supervisor would enforce on its own clock and count
 	// as a failure.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stopLoad := time.AfterFunc(d, cancel)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopLoad := time.AfterFunc(d, func() { cancel(nil) })
 	defer stopLoad.Stop()
 	// Answers are counted only for the bar: a counter that every client
 	// bumps costs a contended cache line per request.
 	done, stopBar := cfg.startProgress(d)
-	kinds := newErrorKinds()
+	kinds = newErrorKinds()
+	var watch refusalWatch
 	run := loadRun{
 		send: func(ctx context.Context) uint16 {
 			kind, err := send(ctx)
-			return kinds.id(kind, err)
+			id := kinds.id(kind, err)
+			if watch.refused(kind, id) {
+				cancel(refusal(kinds.kind(id)))
+			}
+			return id
 		},
 		start:        time.Now(),
 		warmup:       cfg.Warmup,
 		backOffAfter: kinds.id(kindConnection, nil),
 		done:         done,
 	}
-	var t tally
 	if cfg.Rate > 0 {
-		t = openLoop(ctx, run, cfg.Rate, cfg.Concurrency, d)
+		counted = openLoop(ctx, run, cfg.Rate, cfg.Concurrency, d)
 	} else {
-		t = closedLoop(ctx, run, cfg.Concurrency)
+		counted = closedLoop(ctx, run, cfg.Concurrency)
 	}
 	stopBar()
-	return t, kinds
+	if cause := context.Cause(ctx); errors.Is(cause, errRefused) {
+		refused = cause
+	}
+	return counted, kinds, refused
+}
+
+// errRefused means that the server refused every request alike.
+var errRefused = errors.New("the server refuses the requests as they are")
+
+// maxRefusals is how many refusals in a row, and no success, stop a load.
+const maxRefusals = 100
+
+// refusal is the error of a load stopped by maxRefusals of kind.
+func refusal(kind failureKind) error {
+	said := ""
+	if kind.first != "" {
+		said = ", the server saying " + kind.first
+	}
+	return fmt.Errorf("%w: the first %d requests were all answered %s%s, and none succeeded; stopped early rather than load for the whole --duration",
+		errRefused, maxRefusals, kind.name, said)
+}
+
+// refusalWatch watches a load for a server that refuses every request
+// alike: an --items-per-request above its --max-items (413), a missing
+// token (401), an --input it cannot read (400). While no request has
+// succeeded, maxRefusals answers in a row of one client error stop the
+// load: it can only fail, for as long as it is asked to run. 408 and 429,
+// which a busy server gives, are not refusals, and nor is any other
+// failure; once a request gets anything but the first refusal's answer,
+// the watch is over, and costs a load of a flag per request.
+type refusalWatch struct {
+	over  atomic.Bool
+	first atomic.Uint32 // the kind of the first refusal; 0 before it
+	count atomic.Int64
+}
+
+// refused counts a request's outcome, of this kind numbered id, and says
+// whether it is the refusal that ends the load.
+func (w *refusalWatch) refused(kind string, id uint16) bool {
+	if w.over.Load() {
+		return false
+	}
+	if !strings.HasPrefix(kind, "http 4") || kind == "http 408" || kind == "http 429" {
+		w.over.Store(true)
+		return false
+	}
+	if w.first.CompareAndSwap(0, uint32(id)); w.first.Load() != uint32(id) {
+		w.over.Store(true)
+		return false
+	}
+	return w.count.Add(1) == maxRefusals
 }
 
 // closedLoop runs clients that each send their next request when the last

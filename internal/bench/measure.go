@@ -54,15 +54,18 @@ func (cfg *Config) measure(ctx context.Context, send sender, stats statsSource) 
 	} else {
 		window = time.AfterFunc(cfg.Warmup, openWindow)
 	}
-	counted, kinds := cfg.load(ctx, send)
+	counted, kinds, refused := cfg.load(ctx, send)
 	loadEnded := time.Now()
 	if window != nil && window.Stop() {
+		if refused != nil {
+			return Result{}, nil, fmt.Errorf("in the warm-up, nothing measured: %w", refused)
+		}
 		return Result{}, nil, errors.New("interrupted during the warm-up; nothing was measured")
 	}
 	before := <-opened
 	after, unavailable, lost := cfg.statsAfter(statsCtx, stats, before)
 	elapsed := cfg.Duration
-	if ctx.Err() != nil { // interrupted: the window ended early
+	if ctx.Err() != nil || refused != nil { // the window ended early
 		elapsed = min(loadEnded.Sub(before.at), cfg.Duration)
 	}
 	samples := inWindow(counted.samples, cfg.Warmup)
@@ -79,7 +82,7 @@ func (cfg *Config) measure(ctx context.Context, send sender, stats statsSource) 
 		rep.setLimit(cfg.LimitItemsPerS)
 	}
 	rep.Interrupted = ctx.Err() != nil
-	return Result{Report: rep, Err: errors.Join(cfg.verdict(rep), lost)}, samples, nil
+	return Result{Report: rep, Err: errors.Join(cfg.verdict(rep), refused, lost)}, samples, nil
 }
 
 // statsAfter reads the counters at the end of the window. When either read
