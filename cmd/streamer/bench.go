@@ -92,6 +92,9 @@ func runBench(ctx context.Context, flags *pflag.FlagSet, o benchOptions) error {
 	if flags.Changed("listen") {
 		return errors.New("--listen: bench starts its server on a free loopback port of its own, or drives --target")
 	}
+	if err := checkSweep(flags, o); err != nil {
+		return err
+	}
 	if flags.Changed("request-timeout") && o.cfg.API == bench.APIGo {
 		return errors.New("--request-timeout bounds the requests of an http run; with --api go the supervisor's --worker-timeout bounds them")
 	}
@@ -147,39 +150,51 @@ func runBench(ctx context.Context, flags *pflag.FlagSet, o benchOptions) error {
 	return res.Err
 }
 
-// runSweep runs the closed loop at each number of clients under each
-// batching policy, each run against a server of its own, and prints one
-// table (or one JSON array).
-func runSweep(ctx context.Context, cfg bench.Config, o benchOptions) error {
-	if cfg.Rate > 0 || cfg.Target != "" || cfg.PlotFile != "" {
+// checkSweep checks the sweep flags before anything starts, so that a
+// typo late in a list fails at once rather than after the runs before it.
+func checkSweep(flags *pflag.FlagSet, o benchOptions) error {
+	if len(o.sweepClients) == 0 {
+		if flags.Changed("sweep-batching") {
+			return errors.New("--sweep-batching goes with --sweep-concurrency; a single run takes --batching")
+		}
+		return nil
+	}
+	if o.cfg.Rate != 0 || o.cfg.Target != "" || o.cfg.PlotFile != "" {
 		return errors.New("--sweep-concurrency runs closed loops against servers it starts: it takes no --rate, --target or --plot")
 	}
+	for _, clients := range o.sweepClients {
+		if clients < 1 || clients > bench.MaxConcurrency {
+			return fmt.Errorf("--sweep-concurrency %d: want 1 to %d clients", clients, bench.MaxConcurrency)
+		}
+	}
+	for _, policy := range o.sweepBatching {
+		if policy != string(supervisor.BatchingAdaptive) && policy != string(supervisor.BatchingGreedy) {
+			return fmt.Errorf("--sweep-batching %q: want adaptive or greedy", policy)
+		}
+	}
+	return nil
+}
+
+// runSweep runs the closed loop at each number of clients under each
+// batching policy, each run against a server of its own, and prints one
+// table (or one JSON array). A run that fails, or is no measurement (no
+// request succeeded, say), fails the sweep once the table is printed; an
+// interrupt ends it, and the table holds the runs that completed.
+func runSweep(ctx context.Context, cfg bench.Config, o benchOptions) error {
 	policies := o.sweepBatching
 	if len(policies) == 0 {
 		policies = []string{string(o.serve.policy())}
 	}
 	var rows []bench.SweepRow
+	var failed []error
 	for _, clients := range o.sweepClients {
 		for _, policy := range policies {
-			if policy != string(supervisor.BatchingAdaptive) && policy != string(supervisor.BatchingGreedy) {
-				return fmt.Errorf("--sweep-batching %q: want adaptive or greedy", policy)
+			res, err := bench.Run(ctx, sweepRun(cfg, o, clients, policy))
+			if ctx.Err() != nil {
+				return errors.Join(printSweep(rows, o), fmt.Errorf("interrupted in the run of %d clients, %s; the table holds the runs that completed before it", clients, policy))
 			}
-			run := cfg
-			run.Concurrency = clients
-			run.Progress = false
-			run.Server.Args = append(slices.Clone(cfg.Server.Args), "--batching="+policy)
-			serve := o.serve
-			serve.batching = policy
-			run.Supervisor = func() (supervisor.Config, error) {
-				spec, err := serve.spec("")
-				if err != nil {
-					return supervisor.Config{}, err
-				}
-				return serve.supervisorConfig(spec, slog.New(slog.DiscardHandler))
-			}
-			res, err := bench.Run(ctx, run)
 			if err != nil {
-				return fmt.Errorf("%d clients, %s: %w", clients, policy, err)
+				return errors.Join(printSweep(rows, o), fmt.Errorf("%d clients, %s: %w", clients, policy, err))
 			}
 			row := bench.SweepRow{Batching: policy, Clients: clients, Report: res.Report}
 			if o.serve.plugin == "" {
@@ -190,12 +205,39 @@ func runSweep(ctx context.Context, cfg bench.Config, o benchOptions) error {
 			if !o.jsonOut {
 				fmt.Fprintf(os.Stderr, "streamer bench: %d clients, %s: %.0f items/s, p50 %.2f ms\n", clients, policy, res.Report.ItemsPerS, res.Report.LatencyMS.P50)
 			}
-			if res.Report.Interrupted {
-				return errors.New("interrupted")
+			if res.Err != nil {
+				failed = append(failed, fmt.Errorf("%d clients, %s: %w", clients, policy, res.Err))
 			}
 		}
 	}
-	if o.jsonOut {
+	return errors.Join(printSweep(rows, o), errors.Join(failed...))
+}
+
+// sweepRun is the run of a sweep at clients under policy.
+func sweepRun(cfg bench.Config, o benchOptions, clients int, policy string) bench.Config {
+	run := cfg
+	run.Concurrency = clients
+	run.Progress = false
+	run.Server.Args = append(slices.Clone(cfg.Server.Args), "--batching="+policy)
+	serve := o.serve
+	serve.batching = policy
+	run.Supervisor = func() (supervisor.Config, error) {
+		spec, err := serve.spec("")
+		if err != nil {
+			return supervisor.Config{}, err
+		}
+		return serve.supervisorConfig(spec, slog.New(slog.DiscardHandler))
+	}
+	return run
+}
+
+// printSweep writes the rows as a table, or a JSON array with --json, to
+// stdout; nothing when there are none.
+func printSweep(rows []bench.SweepRow, o benchOptions) error {
+	switch {
+	case len(rows) == 0:
+		return nil
+	case o.jsonOut:
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rows)

@@ -374,6 +374,11 @@ func TestBenchBadFlags(t *testing.T) {
 		{"plot not writable", []string{"--plot", filepath.Join(t.TempDir(), "missing", "x.png")}, "--plot:"},
 		{"unknown flag", []string{"--concurency", "8"}, "unknown flag: --concurency"},
 		{"no request timeout", []string{"--request-timeout", "0s"}, "--request-timeout 0s: must be positive"},
+		{"a sweep with no clients", []string{"--sweep-concurrency", "2,0"}, "--sweep-concurrency 0: want 1 to 65536 clients"},
+		{"a sweep with too many clients", []string{"--sweep-concurrency", "1,70000"}, "--sweep-concurrency 70000: want 1 to 65536 clients"},
+		{"a sweep of an unknown policy", []string{"--sweep-concurrency", "2", "--sweep-batching", "greedy,bogus"}, `--sweep-batching "bogus": want adaptive or greedy`},
+		{"policies without a sweep", []string{"--sweep-batching", "greedy"}, "--sweep-batching goes with --sweep-concurrency"},
+		{"a sweep of a target", []string{"--sweep-concurrency", "2", "--target", "http://127.0.0.1:26001"}, "it takes no --rate, --target or --plot"},
 		{"request timeout with the go api", []string{"--api", "go", "--request-timeout", "1s"}, "--request-timeout bounds the requests of an http run"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -661,5 +666,63 @@ func TestBenchServerDiesMidRun(t *testing.T) {
 	}
 	if strings.Contains(out, "mean batch") || strings.Contains(out, "dispatched") {
 		t.Errorf("the report prints batch figures it does not have:\n%s", out)
+	}
+}
+
+// A sweep in which every request of a run failed says so: an errors column,
+// the errors by kind below the table, and exit status 1, as a single run.
+func TestBenchSweepWithFailedRuns(t *testing.T) {
+	res := runBenchCmd(t, "--sweep-concurrency", "1,2", "--model", "chaos:reject=x", "--input", `"x"`, "--duration", "500ms", "--warmup", "0")
+	if res.code != 1 || !strings.Contains(res.stderr, "1 clients, adaptive: no request succeeded") || !strings.Contains(res.stderr, "2 clients, adaptive: no request succeeded") {
+		t.Errorf("exit %d, stderr:\n%s\nwant 1, naming each run that failed", res.code, res.stderr)
+	}
+	lines := strings.Split(res.stdout, "\n")
+	if len(lines) < 3 || !strings.HasSuffix(lines[0], "errors") {
+		t.Fatalf("stdout:\n%s\nwant the table with an errors column", res.stdout)
+	}
+	for _, row := range lines[1:3] {
+		if f := strings.Fields(row); len(f) == 0 || f[len(f)-1] == "0" {
+			t.Errorf("row %q counts no errors", row)
+		}
+	}
+	if !strings.Contains(res.stdout, "errors of 1 clients, adaptive:") || !strings.Contains(res.stdout, `chaos: item \"x\" rejected`) {
+		t.Errorf("the errors are not listed by kind below the table:\n%s", res.stdout)
+	}
+}
+
+// An interrupted sweep prints the runs that completed before the
+// interrupt, and exits non-zero.
+func TestBenchSweepInterrupted(t *testing.T) {
+	cmd := exec.Command(streamerBin, "bench", "--model", "echo", "--workers", "1", "--sweep-concurrency", "1,2,4", "--duration", "1s", "--warmup", "0")
+	stdout, stderr := &syncbuf.Buffer{}, &syncbuf.Buffer{}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	waitFor(t, "the first run to end", readyTimeout, func() bool { return strings.Contains(stderr.String(), "streamer bench: 1 clients, adaptive:") })
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(stopTimeout):
+		t.Fatalf("bench still running %s after SIGINT\nstderr:\n%s", stopTimeout, stderr.String())
+	}
+	if cmd.ProcessState.ExitCode() == 0 || !strings.Contains(stderr.String(), "interrupted in the run of 2 clients, adaptive") {
+		t.Errorf("exit %d, stderr:\n%s\nwant an error saying where the sweep was interrupted", cmd.ProcessState.ExitCode(), stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(strings.TrimSpace(lines[1]), "1        1  adaptive") {
+		t.Errorf("stdout:\n%s\nwant the table of the one run that completed", stdout.String())
 	}
 }

@@ -309,10 +309,7 @@ func (cfg *Config) verdict(rep Report) error {
 
 // noSuccess says that no request succeeded, and where to look for why.
 func (cfg *Config) noSuccess(rep Report) error {
-	var failed uint64
-	for _, n := range rep.Errors {
-		failed += n
-	}
+	failed := rep.failed()
 	switch {
 	case failed > 0:
 		return fmt.Errorf("no request succeeded: %d failed, see the errors above", failed)

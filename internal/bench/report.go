@@ -272,6 +272,15 @@ func (b *BatchFigures) printBatchSizes(w io.Writer) {
 	}
 }
 
+// failed counts the failed requests.
+func (r Report) failed() uint64 {
+	var n uint64
+	for _, c := range r.Errors {
+		n += c
+	}
+	return n
+}
+
 // printErrors lists the failed requests by kind.
 func (r Report) printErrors(w io.Writer) {
 	if len(r.Errors) == 0 {
@@ -279,6 +288,11 @@ func (r Report) printErrors(w io.Writer) {
 		return
 	}
 	fmt.Fprintln(w, "errors")
+	r.printErrorKinds(w)
+}
+
+// printErrorKinds writes a line for each kind of failed request.
+func (r Report) printErrorKinds(w io.Writer) {
 	kinds := make([]string, 0, len(r.Errors))
 	for kind := range r.Errors {
 		kinds = append(kinds, kind)

@@ -73,11 +73,13 @@ func SleepBest(spec string, workers, batchSize, clients int) (itemsPerS, p50ms f
 }
 
 // PrintSweep writes the rows as one table, each figure beside the best
-// possible: items/s as a fraction of it, p50 as a multiple of it.
+// possible: items/s as a fraction of it, p50 as a multiple of it; the last
+// column counts the failed requests of each run, listed by kind below the
+// table.
 func PrintSweep(w io.Writer, workers int, rows []SweepRow) {
-	fmt.Fprintf(w, "%7s %8s %9s %10s %10s %8s %6s %9s %9s %7s %9s %8s %9s %9s\n",
+	fmt.Fprintf(w, "%7s %8s %9s %10s %10s %8s %6s %9s %9s %7s %9s %8s %9s %9s %8s\n",
 		"workers", "clients", "batching", "items/s", "best", "fraction", "batch", "p50 ms", "best p50", "× best", "p99 ms", "waited",
-		"return ms", "of best+r")
+		"return ms", "of best+r", "errors")
 	for _, r := range rows {
 		fraction, overBest := "—", "—"
 		best, bestP50 := "—", "—"
@@ -98,8 +100,14 @@ func PrintSweep(w io.Writer, workers int, rows []SweepRow) {
 			bestP50 = fmt.Sprintf("%.2f", r.BestP50MS)
 			overBest = fmt.Sprintf("%.2f", r.Report.LatencyMS.P50/r.BestP50MS)
 		}
-		fmt.Fprintf(w, "%7d %8d %9s %10.0f %10s %8s %6s %9.2f %9s %7s %9.2f %8s %9s %9s\n",
+		fmt.Fprintf(w, "%7d %8d %9s %10.0f %10s %8s %6s %9.2f %9s %7s %9.2f %8s %9s %9s %8d\n",
 			workers, r.Clients, r.Batching, r.Report.ItemsPerS, best, fraction, batch,
-			r.Report.LatencyMS.P50, bestP50, overBest, r.Report.LatencyMS.P99, waited, ret, ofReturn)
+			r.Report.LatencyMS.P50, bestP50, overBest, r.Report.LatencyMS.P99, waited, ret, ofReturn, r.Report.failed())
+	}
+	for _, r := range rows {
+		if len(r.Report.Errors) > 0 {
+			fmt.Fprintf(w, "errors of %d clients, %s:\n", r.Clients, r.Batching)
+			r.Report.printErrorKinds(w)
+		}
 	}
 }

@@ -1,6 +1,9 @@
 package bench
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestSleepBest(t *testing.T) {
 	tests := []struct {
@@ -56,5 +59,30 @@ func TestWithReturn(t *testing.T) {
 	r = SweepRow{Clients: 8, BestItemsPerS: best, BestP50MS: p50}
 	if r.WithReturn(1); r.BestWithReturnItemsPerS != 0 || r.ReturnMS != 0 {
 		t.Errorf("no batch figures: return %.2f ms, best with return %.1f, want none", r.ReturnMS, r.BestWithReturnItemsPerS)
+	}
+}
+
+// A row without batch figures shows dashes rather than zeros, and a row
+// whose requests failed shows how many, and of which kinds, below.
+func TestPrintSweep(t *testing.T) {
+	rows := []SweepRow{
+		{Batching: "greedy", Clients: 4, Report: Report{ItemsPerS: 100, BatchFigures: &BatchFigures{MeanBatchSize: 3.5}}},
+		{Batching: "adaptive", Clients: 8, Report: Report{BatchesUnavailable: "gone", Errors: map[string]uint64{"connection": 7}, FirstErrors: map[string]string{"connection": "refused"}}},
+	}
+	var out strings.Builder
+	PrintSweep(&out, 1, rows)
+	lines := strings.Split(out.String(), "\n")
+	if len(lines) < 5 || !strings.HasSuffix(lines[0], "errors") {
+		t.Fatalf("table:\n%s\nwant a header ending in errors, two rows and the errors below", out.String())
+	}
+	first, second := strings.Fields(lines[1]), strings.Fields(lines[2])
+	if first[6] != "3.5" || first[len(first)-1] != "0" {
+		t.Errorf("row %q: want mean batch 3.5 and no errors", lines[1])
+	}
+	if second[6] != "—" || second[11] != "—" || second[len(second)-1] != "7" {
+		t.Errorf("row %q: want no batch figures shown as dashes, and 7 errors", lines[2])
+	}
+	if !strings.Contains(out.String(), "errors of 8 clients, adaptive:\n  connection") || !strings.Contains(out.String(), "first: refused") {
+		t.Errorf("table:\n%s\nwant the failed row's errors listed by kind", out.String())
 	}
 }
