@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -95,6 +96,9 @@ func runBench(ctx context.Context, flags *pflag.FlagSet, o benchOptions) error {
 	if err := checkSweep(flags, o); err != nil {
 		return err
 	}
+	if err := checkTargetFlags(flags, o); err != nil {
+		return err
+	}
 	if flags.Changed("request-timeout") && o.cfg.API == bench.APIGo {
 		return errors.New("--request-timeout bounds the requests of an http run; with --api go the supervisor's --worker-timeout bounds them")
 	}
@@ -148,6 +152,32 @@ func runBench(ctx context.Context, flags *pflag.FlagSet, o benchOptions) error {
 	}
 	// A script reading the exit status must not take it for a measurement.
 	return res.Err
+}
+
+// checkTargetFlags refuses the serve flags that a --target run would not
+// use: they describe a server bench starts, and the target was started with
+// its own. What bench does take from them is the token it sends and, to ask
+// a v2 target for its model by name, what names the model.
+func checkTargetFlags(flags *pflag.FlagSet, o benchOptions) error {
+	if o.cfg.Target == "" {
+		return nil
+	}
+	used := map[string]bool{"auth-token": true, "auth-token-file": true}
+	if o.cfg.Protocol != bench.ProtocolPredict {
+		used["model"], used["model-name"], used["plugin"] = true, true, true
+	}
+	serveFlags := newServeCommand().Flags()
+	var unused []string
+	flags.Visit(func(f *pflag.Flag) {
+		if serveFlags.Lookup(f.Name) != nil && !used[f.Name] {
+			unused = append(unused, "--"+f.Name)
+		}
+	})
+	if len(unused) > 0 {
+		return fmt.Errorf("%s: --target drives a server started with flags of its own, and bench would ignore these; it takes only --auth-token (or --auth-token-file) and, with --protocol v2 or v2-binary, --model, --model-name or --plugin to name the model",
+			strings.Join(unused, ", "))
+	}
+	return nil
 }
 
 // checkSweep checks the sweep flags before anything starts, so that a
