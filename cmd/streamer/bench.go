@@ -52,7 +52,14 @@ can; https targets get Go's standard client.
 
 --plot is drawn by the streamer-bench binary (make build builds it), looked
 for next to this binary and then on PATH: the plotting code stays out of the
-streamer binary, which every worker process runs.`,
+streamer binary, which every worker process runs.
+
+The report is printed, and bench then exits 1, when its figures do not
+stand as a measurement of the load asked for: the run was interrupted, no
+request succeeded, an open loop skipped more than 1% of its sends for
+--concurrency, the server stopped answering its stats, or every request was
+refused alike (the load then stops early). BENCHMARKS.md, "What streamer
+bench reports", has the figures and the JSON keys.`,
 		Example: `  streamer bench --model sleep:10ms,100us --workers 4 --concurrency 512 --duration 10s
   streamer bench --api go --model echo --workers 2 --concurrency 512
   streamer bench --target http://127.0.0.1:5005 --rate 2000 --duration 30s --json`,
@@ -73,13 +80,13 @@ func addBenchFlags(f *pflag.FlagSet, o *benchOptions) {
 	f.IntVar(&o.cfg.Concurrency, "concurrency", 64, "closed loop: number of clients; open loop: most requests in flight")
 	f.DurationVar(&o.cfg.Duration, "duration", 10*time.Second, "how long to send load")
 	f.DurationVar(&o.cfg.Warmup, "warmup", time.Second, "load sent before measuring starts")
-	f.Float64Var(&o.cfg.Rate, "rate", 0, "open loop: requests per second on a fixed schedule (0: closed loop)")
+	f.Float64Var(&o.cfg.Rate, "rate", 0, "open loop: requests per second on a fixed schedule, up to 1e6 (0: closed loop)")
 	f.DurationVar(&o.cfg.RequestTimeout, "request-timeout", 30*time.Second, "longest one request may wait for its answer; a slower one counts as an error of the kind timeout (http only: the Go API's requests are bounded by --worker-timeout)")
-	f.StringVar(&o.cfg.Target, "target", "", "drive a running server at this URL instead of starting one")
+	f.StringVar(&o.cfg.Target, "target", "", "drive a running server at this URL instead of starting one (it was started with serve flags of its own: bench refuses them here, but for the token's and a v2 model's name)")
 	f.StringVar(&o.cfg.API, "api", bench.APIHTTP, "http, or go to drive the supervisor's Go API in this process")
 	f.StringVar(&o.cfg.Protocol, "protocol", bench.ProtocolPredict, "what the load speaks over http: predict (POST /predict), v2 (the Open Inference Protocol, JSON data) or v2-binary (its binary tensor data extension, for inputs and outputs)")
 	f.StringVar(&o.cfg.Input, "input", `"hello, streamer"`, "one item, as JSON")
-	f.IntVar(&o.cfg.ItemsPerRequest, "items-per-request", 1, "items in each request")
+	f.IntVar(&o.cfg.ItemsPerRequest, "items-per-request", 1, "items in each request (at most 65536, and the --max-items of the server bench starts)")
 	f.BoolVar(&o.jsonOut, "json", false, "print one JSON object instead of the table")
 	f.IntSliceVar(&o.sweepClients, "sweep-concurrency", nil, "run a closed loop at each of these numbers of clients (e.g. 1,2,8,32,64,128,256,512) and print one table, each figure beside the best possible for the sleep model")
 	f.StringSliceVar(&o.sweepBatching, "sweep-batching", nil, "with --sweep-concurrency: the batching policies to run side by side at each number of clients (e.g. greedy,adaptive; default: --batching)")
