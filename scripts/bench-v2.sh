@@ -53,12 +53,26 @@ curl -sf "$target/readyz" >/dev/null || { log "the server never became ready; se
   echo "started: $(date -u +%FT%TZ)"
 } >"$OUT/machine.txt"
 
+# What names the model among the server's flags: bench asks a v2 target
+# for the model by that name, and takes no other serve flag with --target.
+naming=()
+# shellcheck disable=SC2086
+set -- $SERVE
+while [ $# -gt 0 ]; do
+  case $1 in
+    --model | --model-name | --plugin) naming+=("$1" "$2"); shift 2 ;;
+    --model=* | --model-name=* | --plugin=*) naming+=("$1"); shift ;;
+    *) shift ;;
+  esac
+done
+
 for row in $ROWS; do
   c=${row%%:*} n=${row##*:}
   for protocol in predict v2 v2-binary; do
     log "$c clients, $n items per request, $protocol"
-    # shellcheck disable=SC2086
-    "$STREAMER" bench --target "$target" $SERVE --protocol "$protocol" --input "$INPUT" \
+    names=()
+    [ "$protocol" = predict ] || names=("${naming[@]}")
+    "$STREAMER" bench --target "$target" "${names[@]}" --protocol "$protocol" --input "$INPUT" \
       --concurrency "$c" --items-per-request "$n" --duration "$DURATION" --warmup "$WARMUP" --json >"$OUT/${protocol}_${c}_${n}.json"
   done
 done
