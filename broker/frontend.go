@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -139,6 +140,7 @@ type FrontEnd struct {
 	admitProbedAt time.Time    // when the last probe ran, under checkMu
 	eviction      evictionLook // under checkMu
 	stalls        stallWatch   // the front end's own stalls, from Start until Close
+	repeats       repeats      // the warnings that repeat, held back (see repeats)
 	// mismatch says why the front end takes no requests: the nodes serve a
 	// model that reads items otherwise than it writes them; nil while
 	// they agree (see noteModel). modelErr is that, as the last check
@@ -2280,7 +2282,7 @@ func (fe *FrontEnd) deliver(msgs []redis.XMessage) {
 			seq, err1 := strconv.ParseUint(a.seq, 10, 64)
 			idx, err2 := strconv.ParseUint(a.index, 10, 64)
 			if err1 != nil || err2 != nil {
-				fe.cfg.Logger.Warn("malformed answer on the reply stream", "id", m.ID, "err", errors.Join(err1, err2))
+				fe.repeats.log(fe.cfg.Logger, slog.LevelWarn, "malformed answer", "malformed answer on the reply stream", "id", m.ID, "err", errors.Join(err1, err2))
 				return
 			}
 			c := fe.calls[seq]
@@ -2319,7 +2321,7 @@ func (fe *FrontEnd) deliver(msgs []redis.XMessage) {
 			}
 		})
 		if err != nil {
-			fe.cfg.Logger.Warn("malformed answers on the reply stream", "id", m.ID, "err", err)
+			fe.repeats.log(fe.cfg.Logger, slog.LevelWarn, "malformed answer", "malformed answers on the reply stream", "id", m.ID, "err", err)
 		}
 	}
 	for from, by := range closed {
@@ -2449,7 +2451,7 @@ func (fe *FrontEnd) failUntaken(up bool, since, began time.Time) time.Time {
 	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
 	defer cancel()
 	if err := fe.lookForUntaken(ctx, cause); err != nil {
-		fe.cfg.Logger.Warn("look for the items no node takes", "redis", fe.where, "err", err)
+		fe.repeats.log(fe.cfg.Logger, slog.LevelWarn, repeatKind("look for untaken", err), "look for the items no node takes", "redis", fe.where, "err", err)
 	}
 	return since
 }
@@ -2562,7 +2564,7 @@ func (l *lostLooks) maybeStart(fe *FrontEnd) {
 		if err := fe.lookForLost(ctx, minAge); err != nil {
 			l.all.CompareAndSwap(false, all) // look again
 			if l.ctx.Err() == nil {
-				fe.cfg.Logger.Warn("look for items redis lost", "redis", fe.where, "err", err)
+				fe.repeats.log(fe.cfg.Logger, slog.LevelWarn, repeatKind("look for lost", err), "look for items redis lost", "redis", fe.where, "err", err)
 			}
 		} else if all {
 			// Every call sent before the span's end was looked at.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -142,6 +143,7 @@ type Node struct {
 	// refusedOnce holds what the node did that Redis refused for want of
 	// a permission, logged once (see warn).
 	refusedOnce sync.Map
+	repeats     repeats    // the warnings that repeat, held back (see warn)
 	stalls      stallWatch // the node's own stalls, from Start until Shutdown is done
 
 	stopOnce sync.Once
@@ -581,11 +583,20 @@ func (n *Node) read(want int, block bool) (streams []redis.XStream, poison map[s
 		// others' items are looked for (see recoverLost).
 		streams = readWhole(streams)
 	}
-	if hashes, err := quarantine.Result(); err == nil && len(hashes) < quarantineRead {
+	hashes, qerr := quarantine.Result()
+	switch {
+	case qerr == nil && len(hashes) < quarantineRead:
 		poison = make(map[string]bool, len(hashes))
 		for _, h := range hashes {
 			poison[h] = true
 		}
+	case qerr != nil && errors.As(qerr, new(redis.Error)):
+		// Redis refused it (the key holds another type, or the user may
+		// not read it): asked again for the items read, it would refuse
+		// that too, at every read. The items are checked against the
+		// node's copy of the quarantine (see quarantined).
+		poison = map[string]bool{}
+		n.warn("read the quarantine", qerr)
 	}
 	return streams, poison, err
 }
@@ -866,7 +877,7 @@ func (n *Node) takeChecked(stream string, msgs []redis.XMessage, quarantine map[
 		a := answerEntry{entry: entry{stream, m.ID}, front: hd.front, seq: hd.seq, index: hd.index, ttl: hd.ttl}
 		value, hasValue := m.Values[fieldValue].(string)
 		if !ok || !hasValue {
-			n.cfg.Logger.Warn("malformed item on the stream; dropped", "id", m.ID, "stream", stream)
+			n.repeats.log(n.cfg.Logger, slog.LevelWarn, "malformed item", "malformed item on the stream; dropped", "id", m.ID, "stream", stream)
 			a.err = fmt.Errorf("%w: malformed item %s on the stream", supervisor.ErrBadRequest, m.ID)
 			n.answer(a)
 			continue
@@ -1286,7 +1297,10 @@ func (n *Node) dropUnwanted(batch []answerEntry) []answerEntry {
 // is a Redis out of memory,
 // until it takes a write again. A permission the node's user lacks
 // (NOPERM) is logged once for each thing the node did, as it does not
-// mend by itself. Another error Redis answered is logged each time.
+// mend by itself. Another error Redis answered (a key of the wrong type)
+// is logged at once, and then at most once every repeatEvery for each
+// thing the node did and kind of error, with the count of those held back
+// (see repeats): a read fails so hundreds of times a second.
 func (n *Node) warn(what string, err error) {
 	if permissionRefused(err) {
 		if _, seen := n.refusedOnce.LoadOrStore(what, true); seen {
@@ -1309,7 +1323,7 @@ func (n *Node) warn(what string, err error) {
 	// outage does, until it is mended.
 	authRefused := redis.HasErrorPrefix(err, "WRONGPASS") || redis.HasErrorPrefix(err, "NOAUTH")
 	if errors.As(err, &reply) && !notServing(err) && !authRefused {
-		n.cfg.Logger.Warn(what, "redis", n.where, "err", err)
+		n.repeats.log(n.cfg.Logger, slog.LevelWarn, repeatKind(what, err), what, "redis", n.where, "err", err)
 		return
 	}
 	if brokenConn(err) && !n.broken.Swap(true) {
@@ -1666,7 +1680,7 @@ func (n *Node) beat(ctx context.Context) error {
 	pipe.ZRem(ctx, out, n.cfg.Name)
 	pipe.ZRemRangeByScore(ctx, n.k.nodes, "-inf", unixMs(now.Add(-time.Hour)))
 	pipe.ZRemRangeByScore(ctx, n.k.leaving, "-inf", unixMs(now.Add(-time.Hour)))
-	pipe.ZRemRangeByScore(ctx, n.k.poison, "-inf", unixMs(now))
+	prune := pipe.ZRemRangeByScore(ctx, n.k.poison, "-inf", unixMs(now))
 	// The keys only running nodes prune go by themselves once no node
 	// runs: the lists of nodes and streams an hour after the last beat,
 	// the quarantine once its last entry could have expired.
@@ -1676,6 +1690,16 @@ func (n *Node) beat(ctx context.Context) error {
 	pipe.Expire(ctx, n.k.poison, n.cfg.PoisonTTL+heartbeat)
 	poison := pipe.ZRangeWithScores(ctx, n.k.poison, 0, -1)
 	cmds, err := pipe.Exec(ctx)
+	if qerr := cmp.Or(prune.Err(), poison.Err()); qerr != nil && errors.As(qerr, new(redis.Error)) {
+		// The quarantine refused (its key of another type, or a
+		// permission): the node is alive all the same, and its copy of
+		// the quarantine stays as it was.
+		n.warn("read the quarantine", qerr)
+		cmds = slices.DeleteFunc(cmds, func(c redis.Cmder) bool { return c == redis.Cmder(prune) || c == redis.Cmder(poison) })
+		if !slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Err() != nil }) {
+			err = nil
+		}
+	}
 	if err = n.clock.pipelineError(cmds, timeCmd, err); err != nil {
 		return fmt.Errorf("redis at %s: %w", n.where, err)
 	}
