@@ -2698,6 +2698,11 @@ func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time, final bool) 
 			err = fmt.Errorf("no answer within %s%s: %w", checkTimeout, connHint(fe.rdb, err), err)
 		case brokenConn(err):
 			err = fmt.Errorf("the connection closed at once (%w)%s", err, connHint(fe.rdb, err))
+		case redis.HasErrorPrefix(err, "WRONGTYPE"):
+			// Written by hand, or by another program: Redis names no key.
+			if which := wrongTypes(ctx, fe.rdb, fe.checkedKeys()...); which != "" {
+				err = fmt.Errorf("%s (delete it, or give streamer a --stream-prefix of its own): %w", which, err)
+			}
 		}
 		if _, stalled := fe.stalls.through(err, began); !stalled && (final || !timedOut(err) || ended(parent)) {
 			fe.markDown(err)
@@ -2722,6 +2727,15 @@ func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time, final bool) 
 	}
 	fe.room.Store(kept)
 	return nil
+}
+
+// checkedKeys are the keys a check reads, with the types streamer keeps
+// there.
+func (fe *FrontEnd) checkedKeys() []keyType {
+	return []keyType{
+		{fe.k.items, typeStream}, {fe.k.nodes, typeZSet}, {fe.k.leaving, typeZSet},
+		{fe.k.model, typeHash}, {fe.k.epoch, typeString}, {fe.replyKey, typeStream},
+	}
 }
 
 // admitProbeEvery is how often a front end that admits makes sure it

@@ -83,9 +83,14 @@ type Node struct {
 	// of a permission; nil while it takes them (see refuse).
 	refused atomic.Pointer[string]
 	// readRefused says why Redis refuses the node's reads of items: its
-	// user lacks XREADGROUP, or Redis had it renamed away since the start;
-	// nil while it reads (see refuseReads).
+	// user lacks XREADGROUP, or Redis had it renamed away since the start,
+	// or the shared stream's key holds another type; nil while it reads
+	// (see refuseReads).
 	readRefused atomic.Pointer[string]
+	// ownBroken is set while the node's own stream's key holds another
+	// type than a stream, and Redis refused to replace it: the node reads
+	// the shared stream alone, its own unlisted (see mendStreams).
+	ownBroken atomic.Bool
 	// mismatch says why the node takes no items: the nodes under its
 	// prefix serve another model; nil while they serve its own (see
 	// checkModel).
@@ -202,7 +207,8 @@ type NodeStats struct {
 	// Refused says why Redis refuses the node's answers: its user lacks a
 	// permission. The node then takes no items and beats no more, and
 	// leaves those it holds to other nodes, until a write goes through.
-	// Or why it refuses the node's reads of items: the node then takes no
+	// Or why it refuses the node's reads of items, or why they fail (the
+	// shared stream's key holds another type): the node then takes no
 	// items, and is listed as no node, alive or leaving, until a read goes
 	// through. Or why the node takes no items, keeping those it holds:
 	// the nodes under its prefix serve another model or version (see
@@ -276,6 +282,15 @@ func (n *Node) Stats() NodeStats {
 		Held:    held,
 		Refused: cmp.Or(n.refusal(), n.readsRefused()),
 	}
+}
+
+// NotReady says why the node takes no items now (see NodeStats.Refused),
+// as a supervisor.ErrUnavailable, or nil while it may take them.
+func (n *Node) NotReady() error {
+	if why := cmp.Or(n.refusal(), n.readsRefused()); why != "" {
+		return unavailablef("this node takes no items: %s", why)
+	}
+	return nil
 }
 
 // Start joins the consumer group (making it when missing), within ctx,
@@ -384,6 +399,9 @@ const startTimeout = readTimeout
 // are served too, and lists its own stream for the front ends to route to.
 func (n *Node) join(ctx context.Context) error {
 	for _, key := range []string{n.k.items, n.own} {
+		if key == n.own && n.ownBroken.Load() {
+			return nil // neither made nor listed: see mendStreams
+		}
 		err := n.rdb.XGroupCreateMkStream(ctx, key, nodeGroup, "0").Err()
 		if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
 			return fmt.Errorf("broker: join group %s of %s on redis at %s: %w", nodeGroup, key, n.where, err)
@@ -513,6 +531,17 @@ func (n *Node) readLoop() {
 				retry.wait(n.stop)
 				continue
 			}
+			if redis.HasErrorPrefix(err, "WRONGTYPE") {
+				// A key of the streams holds another type: the node's
+				// own is replaced, the shared one reported.
+				if mended, err := n.mendStreams(ctx); err != nil && ctx.Err() == nil {
+					n.warn("look at the types of the streams of items", err)
+				} else if mended {
+					continue
+				}
+				retry.wait(n.stop)
+				continue
+			}
 			n.readFailed(err, began)
 			retry.wait(n.stop)
 			continue
@@ -563,6 +592,9 @@ func (n *Node) read(want int, block bool) (streams []redis.XStream, poison map[s
 	args := &redis.XReadGroupArgs{
 		Group: nodeGroup, Consumer: n.cfg.Name, Streams: []string{n.own, n.k.items, ">", ">"},
 		Count: int64(want), Block: -1,
+	}
+	if n.ownBroken.Load() {
+		args.Streams = []string{n.k.items, ">"} // see mendStreams
 	}
 	if block {
 		args.Block = blockFor
@@ -1407,19 +1439,95 @@ func (n *Node) beatNow() {
 // that no node reads). It answers what it holds, claims nothing, and
 // retries its reads, with a backoff, until one goes through.
 func (n *Node) refuseReads(err error) {
-	msg := err.Error()
+	n.stopReads(err.Error(), "redis refuses this node's reads of items (the README's \"Many machines\" lists what its user needs); it takes no items, and front ends count it as no node, until a read goes through",
+		"redis", n.where, "err", err)
+}
+
+// stopReads has the node take no items, for why, as refuseReads says,
+// and logs msg with args as an error, once until a read goes through.
+func (n *Node) stopReads(why, msg string, args ...any) {
 	n.claimDue.Store(0)
-	if n.readRefused.Swap(&msg) == nil {
-		n.cfg.Logger.Error("redis refuses this node's reads of items (the README's \"Many machines\" lists what its user needs); it takes no items, and front ends count it as no node, until a read goes through",
-			"redis", n.where, "err", err)
+	if n.readRefused.Swap(&why) == nil {
+		n.cfg.Logger.Error(msg, args...)
 		n.beatNow()
 	}
+}
+
+// mendStreams looks, after a read refused for WRONGTYPE, at which of the
+// node's two streams holds another type than a stream (written by hand,
+// or by another program sharing the Redis), and says whether it mended
+// what it found. Before, the node's read, which reads both in one
+// command, failed for ever, while the node beat as alive: callers routed
+// to it, or with it the only node, waited for their deadlines, and the
+// node's log said only that a read failed.
+//
+// Its own stream, which only it reads and which holds only the callers
+// it just answered, it replaces with a new stream and group, logging
+// what the key held, which is lost, as are the items that were on the
+// stream (their front ends find them gone, and fail their calls). Should
+// Redis refuse that, it takes its stream off the list front ends route
+// by, reads the shared stream alone, and tries again at its upkeep's
+// ticks. The shared stream it leaves to an operator (front ends write
+// it, and refuse requests meanwhile, naming it): it takes no items,
+// beats as neither alive nor leaving, so that front ends count it as no
+// node and fail its callers at once, and reads again, with a backoff,
+// until a read goes through.
+func (n *Node) mendStreams(ctx context.Context) (mended bool, err error) {
+	pipe := n.rdb.Pipeline()
+	own := pipe.Type(ctx, n.own)
+	shared := pipe.Type(ctx, n.k.items)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return false, err
+	}
+	if t := own.Val(); t != typeStream && t != "none" {
+		mended = n.mendOwn(ctx)
+	} else if n.ownBroken.Swap(false) {
+		n.cfg.Logger.Info("the node's own stream is a stream again; front ends route callers to it again", "stream", n.own, "node", n.cfg.Name)
+		n.joined.Store(false) // listed again by the next join
+	}
+	if t := shared.Val(); t != typeStream && t != "none" {
+		why := fmt.Sprintf("%s holds %s, where streamer keeps the stream of items", n.k.items, article(t))
+		n.stopReads(why, "the shared stream of items holds another type: this node takes no items, and front ends count it as no node, until it is a stream again (delete the key; front ends refuse requests meanwhile)",
+			"key", n.k.items, "type", t, "redis", n.where, "node", n.cfg.Name)
+	}
+	return mended, nil
+}
+
+// mendOwn replaces the node's own stream, whose key holds another type,
+// with a new stream and group (see mendStreams), and says whether it did.
+func (n *Node) mendOwn(ctx context.Context) bool {
+	m, err := mend(ctx, n.rdb, n.own, typeStream, nodeGroup)
+	if err == nil && !m.replaced(typeStream) {
+		// Of another type no more (deleted by hand meanwhile).
+		if n.ownBroken.Swap(false) {
+			n.joined.Store(false)
+		}
+		return true
+	}
+	if err != nil {
+		if !n.ownBroken.Swap(true) {
+			n.cfg.Logger.Error("the node's own stream holds another type than a stream, and redis refuses to replace it: the node reads the shared stream alone, and front ends route it no callers, until it is mended (delete the key)",
+				"stream", n.own, "redis", n.where, "node", n.cfg.Name, "err", err)
+		}
+		// Front ends route by the list: off it, callers go to the shared
+		// stream. Best effort, at each try.
+		if err := n.rdb.SRem(ctx, n.k.streams, n.own).Err(); err != nil {
+			n.warn("take the node's own stream off the list", err)
+		}
+		return false
+	}
+	n.cfg.Logger.Error("the node's own stream held another type than a stream: replaced by a new stream; what the key held is lost, and so are the items that were on the stream, whose front ends fail their callers",
+		"stream", n.own, "held", m.String(), "redis", n.where, "node", n.cfg.Name)
+	if n.ownBroken.Swap(false) {
+		n.joined.Store(false) // listed again by the next join
+	}
+	return true
 }
 
 // readsAllowed notes that a read of items went through.
 func (n *Node) readsAllowed() {
 	if n.readRefused.Load() != nil && n.readRefused.Swap(nil) != nil {
-		n.cfg.Logger.Info("redis lets this node read items again; it takes items", "redis", n.where)
+		n.cfg.Logger.Info("this node reads items again; it takes items", "redis", n.where)
 		n.beatNow()
 	}
 }
@@ -1588,6 +1696,11 @@ func (n *Node) upkeepLoop() {
 		}
 		if n.refusal() != "" {
 			continue // see refuse, fit, and checkModel
+		}
+		if n.ownBroken.Load() {
+			if _, err := n.mendStreams(ctx); err != nil && ctx.Err() == nil {
+				n.warn("look at the types of the streams of items", err)
+			}
 		}
 		// Beats are a heartbeat apart by the ticker's clock, whatever
 		// this loop's round trips took (half a tick of slack for its
@@ -1846,7 +1959,15 @@ func (n *Node) claim(ctx context.Context) error {
 		return err
 	}
 	for _, key := range append([]string{n.k.items}, streams...) {
-		if err := n.claimFrom(ctx, key); err != nil || n.claimsHeldOff() {
+		err := n.claimFrom(ctx, key)
+		if key != n.k.items && redis.HasErrorPrefix(err, "WRONGTYPE") {
+			// A node's own of another type: its node replaces it (see
+			// mendStreams), or, gone, adopt deletes it. The others are
+			// claimed meanwhile.
+			n.warn("claim items of "+key, err)
+			continue
+		}
+		if err != nil || n.claimsHeldOff() {
 			return err
 		}
 	}
@@ -2177,8 +2298,9 @@ func (n *Node) forgetGone(ctx context.Context) error {
 	}
 	for _, key := range append([]string{n.k.items}, streams...) {
 		err := forgetScript.Run(ctx, n.rdb, []string{key}, nodeGroup, goneAfter.Milliseconds()).Err()
-		// A stream deleted, or its group, meanwhile: nothing to forget.
-		if err != nil && !redis.HasErrorPrefix(err, "NOGROUP") && !redis.HasErrorPrefix(err, "no such key") {
+		// A stream deleted, or its group, meanwhile, or a key of another
+		// type in its place (see mendStreams): nothing to forget.
+		if err != nil && !redis.HasErrorPrefix(err, "NOGROUP") && !redis.HasErrorPrefix(err, "no such key") && !redis.HasErrorPrefix(err, "WRONGTYPE") {
 			return err
 		}
 	}
@@ -2318,12 +2440,16 @@ func (n *Node) adopt(ctx context.Context, streams []string) error {
 		if silent := now.Sub(time.UnixMilli(int64(beats[i]))); beats[i] != 0 && silent < goneAfter {
 			continue
 		}
-		if err := n.readFrom(ctx, key); err != nil {
+		if err := n.readFrom(ctx, key); err != nil && !redis.HasErrorPrefix(err, "WRONGTYPE") {
 			return err
 		}
 		cutoff := unixMs(now.Add(-2 * goneAfter))
-		if err := dropScript.Run(ctx, n.rdb, []string{key, n.k.nodes, n.k.streams}, names[i], cutoff).Err(); err != nil && !errors.Is(err, redis.Nil) {
+		dropped, err := dropScript.Run(ctx, n.rdb, []string{key, n.k.nodes, n.k.streams}, names[i], cutoff).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
 			return err
+		}
+		if found, ok := dropped.(string); ok {
+			n.cfg.Logger.Error("the own stream of a node gone held another type than a stream: deleted it, and what it held", "stream", key, "type", found, "node", n.cfg.Name)
 		}
 	}
 	return nil
@@ -2397,15 +2523,22 @@ func (n *Node) unread(ctx context.Context, stream string) (bool, error) {
 // dropScript deletes a node's own stream once it is empty and the node has
 // not been heard from since the cutoff, and takes it off the list front
 // ends route by, in one step: no request is routed to a stream that is
-// gone.
+// gone. A key of another type in its place, which holds no item and
+// which its node, gone, does not replace (see mendStreams), goes alike:
+// the others' reads of the nodes' streams, which read several in one
+// command, would fail for it for ever. It answers 1 when it deleted the
+// stream, the type found when it deleted a key of another type, and 0
+// when it deleted nothing.
 //
 //	KEYS[1] the node's stream, KEYS[2] the live nodes, KEYS[3] the list
 //	ARGV    the node's name, the cutoff (unix ms)
 var dropScript = redis.NewScript(`
-if redis.call('XLEN', KEYS[1]) > 0 then return 0 end
+local found = redis.call('TYPE', KEYS[1])['ok']
+if found == 'stream' and redis.call('XLEN', KEYS[1]) > 0 then return 0 end
 local beat = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if beat and tonumber(beat) >= tonumber(ARGV[2]) then return 0 end
 redis.call('DEL', KEYS[1])
 redis.call('SREM', KEYS[3], KEYS[1])
+if found ~= 'stream' and found ~= 'none' then return found end
 return 1
 `)

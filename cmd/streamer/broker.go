@@ -242,13 +242,18 @@ func (b nodeBackend) PredictRequest(ctx context.Context, req supervisor.Request)
 // go through Redis, to other nodes, but it runs nothing.
 var errNodeWorkersDown = fmt.Errorf("%w: no worker of this node is ready, so it runs no items (its own requests go through redis to other nodes meanwhile)", supervisor.ErrUnavailable)
 
-// NotReady says why the node is not ready: it is starting, its front end
-// says why the fleet takes no request, or none of its own workers is
-// ready, as a local server would say: a readiness probe of a GPU node
-// asks about its GPUs, not its neighbours'.
+// NotReady says why the node is not ready: it is starting, it takes no
+// items (Redis refuses its reads or answers, or the shared stream's key
+// holds another type), its front end says why the fleet takes no
+// request, or none of its own workers is ready, as a local server would
+// say: a readiness probe of a GPU node asks about its GPUs, not its
+// neighbours'.
 func (b nodeBackend) NotReady() error {
 	if !b.frontStarted.Load() {
 		return errNodeStarting
+	}
+	if err := b.node.NotReady(); err != nil {
+		return err
 	}
 	if err := b.FrontEnd.NotReady(); err != nil {
 		return err
