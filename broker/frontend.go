@@ -135,7 +135,12 @@ type FrontEnd struct {
 	// keys it reads and writes), or nil while they may go through;
 	// admitProbed, under checkMu, that a check has tried one since the
 	// start (see probeAdmission).
-	admitRefused  atomic.Pointer[string]
+	admitRefused atomic.Pointer[string]
+	// admitFailing says why Redis fails the front end's admissions
+	// otherwise (an error it answered that is neither a refusal nor an
+	// outage: a key the admission reads holds another type), or nil
+	// while they may go through (see failAdmissions).
+	admitFailing  atomic.Pointer[admitFault]
 	admitProbed   bool
 	admitProbedAt time.Time    // when the last probe ran, under checkMu
 	eviction      evictionLook // under checkMu
@@ -593,12 +598,13 @@ func (fe *FrontEnd) Start(ctx context.Context) error {
 }
 
 // Ready reports whether a request can be served now: Redis answers, lets
-// the front end read its answers, has not refused one of its writes for
-// want of memory within the last Outage, and some node has been heard
-// from.
+// the front end read its answers and admit requests, has not refused one
+// of its writes for want of memory within the last Outage, nor failed
+// its admissions since they last went through, and some node has been
+// heard from.
 func (fe *FrontEnd) Ready() bool {
 	return fe.up.Load() && fe.nodes.Load() > 0 && fe.mismatch.Load() == nil && fe.readRefused.Load() == nil &&
-		fe.admitRefused.Load() == nil && fe.fullError() == nil && !fe.closed.Load()
+		fe.admitRefused.Load() == nil && fe.admitFailing.Load() == nil && fe.fullError() == nil && !fe.closed.Load()
 }
 
 // Full reports whether the shared backlog was at its bound at the last
@@ -896,7 +902,16 @@ func (fe *FrontEnd) NotReady() error {
 	if fe.Ready() {
 		return nil
 	}
-	return fe.unavailable()
+	if err := fe.unavailable(); err != nil {
+		return err
+	}
+	if fault := fe.admitFailing.Load(); fault != nil {
+		// New requests are sent all the same: those whose admission
+		// does not meet the fault (a request not routed to a node, when
+		// the list of the nodes' streams is of another type) go through.
+		return admissionFailing(fe.where, fault.msg)
+	}
+	return nil
 }
 
 // unavailable says why a request cannot be served now, or nil.
@@ -1778,8 +1793,74 @@ func (fe *FrontEnd) admissionFailed(err error, began time.Time) error {
 	case permissionRefused(err):
 		fe.refuseAdmissions(err)
 		return admissionRefused(fe.where, err.Error())
+	case failing(err):
+		ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+		defer cancel()
+		return admissionFailing(fe.where, fe.failAdmissions(ctx, err))
 	}
 	return unavailablef("redis at %s: %v", fe.where, err)
+}
+
+// failing says whether err, an admission's failure, is an error Redis
+// answered that says neither that it refuses the front end (a permission,
+// the password) nor that it does not serve for now (down, loading, a
+// replica, out of memory), nor one the admission mends by itself (a
+// script missing, an epoch past): a key the admission reads that holds
+// another type, a Redis that refuses writes as its disk fails
+// (MISCONF), and the like.
+func failing(err error) bool {
+	if !errors.As(err, new(redis.Error)) || notServing(err) || outOfMemory(err) || permissionRefused(err) {
+		return false
+	}
+	for _, prefix := range []string{"NOAUTH", "WRONGPASS", "NOSCRIPT", "EPOCH"} {
+		if redis.HasErrorPrefix(err, prefix) {
+			return false
+		}
+	}
+	return true
+}
+
+// failAdmissions notes err, Redis's failure of an admission (see
+// failing): the front end is not ready until a probe of the admission
+// goes through (see probeAdmission), which its checks try meanwhile. It
+// logs it as an error, at once and then at most every repeatEvery (see
+// repeats), and returns what to tell the callers: Redis's error, and,
+// for a WRONGTYPE, which key holds another type (Redis names none). Before,
+// such failures were logged nowhere, and the front end stayed ready while
+// every request got 503.
+func (fe *FrontEnd) failAdmissions(ctx context.Context, err error) string {
+	kind := repeatKind("admit", err)
+	log, held := fe.repeats.note(kind, time.Now())
+	fault := &admitFault{kind: kind, msg: err.Error()}
+	if prev := fe.admitFailing.Load(); !log && prev != nil && prev.kind == kind {
+		fault = prev // the key named already: no look at the keys' types for each admission
+	} else if redis.HasErrorPrefix(err, "WRONGTYPE") {
+		if which := wrongTypes(ctx, fe.rdb, fe.admitKeyTypes()...); which != "" {
+			fault.msg = which + ": " + fault.msg
+		}
+	}
+	fe.admitFailing.Store(fault)
+	msg := fault.msg
+	args := []any{"redis", fe.where, "err", msg}
+	if !log {
+		fe.cfg.Logger.Debug("redis fails an admission", args...)
+		return msg
+	}
+	if held > 0 {
+		args = append(args, "repeated", held)
+	}
+	fe.cfg.Logger.Error("redis fails this front end's admissions of requests: it is not ready, and the requests whose admission meets the fault get 503, until an admission goes through", args...)
+	return msg
+}
+
+// admitFault is why Redis fails admissions (see failAdmissions): its
+// kind, for repeats, and what to tell the callers.
+type admitFault struct{ kind, msg string }
+
+// admissionFailing is the error of a request whose admission Redis at
+// where failed for msg (see failing).
+func admissionFailing(where, msg string) error {
+	return unavailablef("redis at %s fails this front end's admissions of requests: %s", where, msg)
 }
 
 // noteAdmitted notes that a request of n items was admitted, for the mean
@@ -1873,6 +1954,14 @@ func (fe *FrontEnd) releaseRoom(c *call) {
 // admitKeys are the keys admitScript touches.
 func (fe *FrontEnd) admitKeys() []string {
 	return []string{fe.k.items, fe.k.nodes, fe.k.streams, fe.k.epoch, fe.k.room}
+}
+
+// admitKeyTypes are admitKeys with the types streamer keeps there.
+func (fe *FrontEnd) admitKeyTypes() []keyType {
+	return []keyType{
+		{fe.k.items, typeStream}, {fe.k.nodes, typeZSet}, {fe.k.streams, typeSet},
+		{fe.k.epoch, typeString}, {fe.k.room, typeString},
+	}
 }
 
 // takeVerdict takes in the admission script's verdict v on c, run in epoch:
@@ -2714,7 +2803,7 @@ func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time, final bool) 
 	// Before the check's results are taken in: a front end is found
 	// ready once it has looked at what these look at (and warned).
 	fe.lookAtEviction(ctx)
-	if !fe.admitProbed || fe.admitRefused.Load() != nil || time.Since(fe.admitProbedAt) >= admitProbeEvery {
+	if !fe.admitProbed || fe.admitRefused.Load() != nil || fe.admitFailing.Load() != nil || time.Since(fe.admitProbedAt) >= admitProbeEvery {
 		fe.probeAdmission(ctx)
 	}
 	fe.noteCheck(model, nodes.Val(), leaving.Val(), backlog.Val(), epoch.Val())
@@ -2748,9 +2837,10 @@ const admitProbeEvery = 5 * time.Second
 // admit requests (a script run in an epoch past, refused as such, was let
 // run): at the first check, so that a front end whose user lacks a
 // permission is not ready before any request is refused; then every
-// admitProbeEvery; and at every check while it is refused, so that it is
-// ready again once an operator has mended it. It requires that checkMu is
-// held.
+// admitProbeEvery; and at every check while it is refused, or fails
+// (see failing), so that it is ready again once an operator has mended
+// it. The room kept in the backlog, of another type, it mends itself
+// (see mendRoom). It requires that checkMu is held.
 func (fe *FrontEnd) probeAdmission(ctx context.Context) {
 	fe.admitProbedAt = time.Now()
 	fe.mu.Lock()
@@ -2768,9 +2858,16 @@ func (fe *FrontEnd) probeAdmission(ctx context.Context) {
 		})
 		return cmd.Err()
 	}
-	err := run(func(pipe redis.Pipeliner) *redis.Cmd { return admitScript.EvalSha(ctx, pipe, keys, args...) })
-	if redis.HasErrorPrefix(err, "NOSCRIPT") {
-		err = run(func(pipe redis.Pipeliner) *redis.Cmd { return admitScript.Eval(ctx, pipe, keys, args...) })
+	probe := func() error {
+		err := run(func(pipe redis.Pipeliner) *redis.Cmd { return admitScript.EvalSha(ctx, pipe, keys, args...) })
+		if redis.HasErrorPrefix(err, "NOSCRIPT") {
+			err = run(func(pipe redis.Pipeliner) *redis.Cmd { return admitScript.Eval(ctx, pipe, keys, args...) })
+		}
+		return err
+	}
+	err := probe()
+	if redis.HasErrorPrefix(err, "WRONGTYPE") && fe.mendRoom(ctx) {
+		err = probe()
 	}
 	switch {
 	case err == nil:
@@ -2778,14 +2875,40 @@ func (fe *FrontEnd) probeAdmission(ctx context.Context) {
 		if fe.admitRefused.Swap(nil) != nil {
 			fe.cfg.Logger.Info("redis lets this front end admit requests again", "redis", fe.where)
 		}
+		if fe.admitFailing.Swap(nil) != nil {
+			fe.cfg.Logger.Info("redis admits this front end's requests again", "redis", fe.where)
+		}
 	case permissionRefused(err):
 		fe.admitProbed = true
 		fe.refuseAdmissions(err)
+	case failing(err):
+		fe.admitProbed = true
+		if fe.admitFailing.Load() == nil {
+			// Once: the probes, four a second while it lasts, are not
+			// counted with the admissions that fail.
+			fe.failAdmissions(ctx, err)
+		}
 	case errors.As(err, new(redis.Error)):
-		fe.admitProbed = true // another matter, which requests will meet
+		fe.admitProbed = true // an outage, which the check notes
 	}
 	// No answer says nothing of the permissions: the next check tries
 	// again.
+}
+
+// mendRoom replaces the key of the room kept in the backlog when it
+// holds another type than streamer's (a string, "N TOKEN", which expires
+// within roomKeep): every admission, which reads it, failed. Deleting it
+// loses at most the room kept for one large request, which that request
+// keeps again at its next try. It logs what the key held, and says
+// whether it replaced it.
+func (fe *FrontEnd) mendRoom(ctx context.Context) bool {
+	m, err := mend(ctx, fe.rdb, fe.k.room, typeString, "")
+	if err != nil || !m.replaced(typeString) {
+		return false
+	}
+	fe.cfg.Logger.Error("the key of the room kept in the backlog held another type: deleted it, and what it held (room is kept again for the next request larger than most that finds none)",
+		"key", fe.k.room, "held", m.String(), "redis", fe.where)
+	return true
 }
 
 // permissionRefused says whether err is Redis's refusal of a command, or

@@ -1802,7 +1802,21 @@ func (n *Node) beat(ctx context.Context) error {
 	}
 	pipe.Expire(ctx, n.k.poison, n.cfg.PoisonTTL+heartbeat)
 	poison := pipe.ZRangeWithScores(ctx, n.k.poison, 0, -1)
+	var listed *redis.IntCmd
+	if n.joined.Load() && !n.ownBroken.Load() {
+		// Listed again should the list have gone (deleted by hand, as a
+		// key of another type): front ends route only to listed streams.
+		listed = pipe.SAdd(ctx, n.k.streams, n.own)
+	}
 	cmds, err := pipe.Exec(ctx)
+	if listed != nil && errors.As(listed.Err(), new(redis.Error)) {
+		// Of another type, or refused: the node is alive all the same.
+		n.warn("list the node's own stream", listed.Err())
+		cmds = slices.DeleteFunc(cmds, func(c redis.Cmder) bool { return c == redis.Cmder(listed) })
+		if !slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Err() != nil }) {
+			err = nil
+		}
+	}
 	if qerr := cmp.Or(prune.Err(), poison.Err()); qerr != nil && errors.As(qerr, new(redis.Error)) {
 		// The quarantine refused (its key of another type, or a
 		// permission): the node is alive all the same, and its copy of

@@ -204,3 +204,89 @@ func TestAGoneNodesStreamOfAnotherTypeIsDropped(t *testing.T) {
 		t.Errorf("%d errors say the key was deleted; want one:\n%s", got, logs.String())
 	}
 }
+
+// TestAdmissionsRedisFailsAreLoggedAndNotReady: the list of the nodes'
+// streams, which an admission routed to a node reads, of another type
+// failed those admissions (a third of the requests, under load) while the
+// front end logged nothing and stayed ready. It now logs the failure, at
+// once and then now and then, naming the key, and is not ready until an
+// admission goes through; then it is ready by itself, and the node lists
+// its stream again.
+func TestAdmissionsRedisFailsAreLoggedAndNotReady(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	n := startNode(t, rs, newRecorder(), 4, nil)
+	var logs syncbuf.Buffer
+	fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	eventually(t, "front end ready", fe.Ready)
+	answersEventually(t, fe, "before", "a first answer")
+	rs.Do(t, "EVAL", "redis.call('DEL', KEYS[1]); return redis.call('HSET', KEYS[1], 'zz', 'b')", "1", "streamer:streams")
+	const why = "streamer:streams holds a hash, where streamer keeps a set"
+	failed := 0
+	for i := range 50 {
+		// Each comes back to the node that answered the last: routed.
+		_, err := predict(t, fe, "item"+strconv.Itoa(i))
+		if err != nil {
+			failed++
+			if !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), why) {
+				t.Fatalf("request %d: %v; want ErrUnavailable naming the key", i, err)
+			}
+		}
+	}
+	if failed == 0 {
+		t.Fatal("no request failed while the list of the nodes' streams was a hash; want those routed to fail")
+	}
+	if err := fe.NotReady(); err == nil || !strings.Contains(err.Error(), why) {
+		t.Errorf("the front end's readiness: %v; want not ready, naming the key", err)
+	}
+	const msg = "redis fails this front end's admissions of requests: it is not ready, and the requests whose admission meets the fault get 503, until an admission goes through"
+	if got := logLines(logs.String(), "ERROR", msg); got < 1 || got > 2 {
+		t.Errorf("%d errors logged for %d failed admissions; want one (two on a slow machine: one every 5 s):\n%s", got, failed, logs.String())
+	}
+	if !strings.Contains(logs.String(), why) {
+		t.Errorf("the log does not name the key:\n%s", logs.String())
+	}
+	rs.Do(t, "DEL", "streamer:streams")
+	eventually(t, "the front end ready once the key is deleted", fe.Ready)
+	eventually(t, "the node's own stream listed again", func() bool {
+		return rs.Do(t, "SISMEMBER", "streamer:streams", "streamer:items:"+n.Name()) == "1"
+	})
+	for i := range 10 {
+		if _, err := predict(t, fe, "after"+strconv.Itoa(i)); err != nil {
+			t.Fatalf("request %d once the key is deleted: %v", i, err)
+		}
+	}
+}
+
+// TestTheRoomKeptOfAnotherTypeIsReplaced: every admission reads the room
+// kept in the backlog; the key of another type failed them all. The
+// front end's key to keep (it expires within a second, and the room is
+// kept again at the next try of a large request), it is deleted, saying
+// what it held, and requests are served again at once.
+func TestTheRoomKeptOfAnotherTypeIsReplaced(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	startNode(t, rs, newRecorder(), 4, nil)
+	var logs syncbuf.Buffer
+	fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	eventually(t, "front end ready", fe.Ready)
+	rs.Do(t, "SADD", "streamer:room", "x")
+	// The first admission that fails has the front end's next check
+	// look, within a quarter second.
+	began := time.Now()
+	answersEventually(t, fe, "after", "an answer once the key is deleted")
+	if took := time.Since(began); took > 2*time.Second {
+		t.Errorf("requests were served again %s after the key was made a set; want within a check or two", took.Round(time.Millisecond))
+	}
+	if typ := rs.Do(t, "TYPE", "streamer:room"); typ == "set" {
+		t.Errorf("the room's key is a %s once requests are served", typ)
+	}
+	eventually(t, "the front end ready", fe.Ready)
+	var line string
+	for l := range strings.Lines(logs.String()) {
+		if strings.Contains(l, "the key of the room kept in the backlog held another type") {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "level=ERROR") || !strings.Contains(line, `held="a set of 1 member: \"x\""`) {
+		t.Errorf("the log's line of the room's key: %q; want an error saying what the key held:\n%s", line, logs.String())
+	}
+}
