@@ -411,21 +411,32 @@ func unavailablef(format string, args ...any) error {
 	return &unavailableError{msg: fmt.Sprintf(format, args...)}
 }
 
+// permissionf is unavailablef for a permission Redis refuses: it is
+// ErrPermission too.
+func permissionf(format string, args ...any) error {
+	return &unavailableError{msg: fmt.Sprintf(format, args...), cause: ErrPermission}
+}
+
 // startError is err, what the Start of a front end or a node met, as
 // Start returns it: as it is when no retry mends it (an unsupported Redis,
 // another model under the prefix); as Refusal words it when Redis refuses
-// the client; and otherwise as supervisor.ErrUnavailable, an outage the
+// the client; as ErrPermission, and supervisor.ErrUnavailable, when it
+// refuses the client's user a permission; and otherwise as
+// supervisor.ErrUnavailable, an outage the
 // front end or node rides out by itself, wrapping err (a connection
 // refused, Redis loading its data) but for a time that ran out: that one
 // wraps the caller's context.DeadlineExceeded only when ctx's deadline
 // passed, as a check's own time running out is not the caller's.
 func startError(ctx context.Context, err error) error {
 	switch {
-	case err == nil, errors.Is(err, ErrUnsupportedRedis), errors.Is(err, ErrModelMismatch):
+	case err == nil, errors.Is(err, ErrUnsupportedRedis), errors.Is(err, ErrModelMismatch), errors.Is(err, ErrPermission):
 		return err
 	}
 	if refused := Refusal(err); refused != nil {
 		return refused
+	}
+	if permissionRefused(err) {
+		return &unavailableError{msg: err.Error(), cause: ErrPermission}
 	}
 	cause := err
 	if timedOut(err) {

@@ -563,6 +563,9 @@ func (fe *FrontEnd) ID() string { return fe.id }
 //   - ErrRefused or ErrUntrusted (see Refusal): Redis refused the client,
 //     which its owner may take for a mistake in the URL, as streamer serve
 //     does, and Close it.
+//   - ErrPermission, with supervisor.ErrUnavailable: Redis refuses the
+//     client's user a command or key of the check or of the admissions;
+//     the front end serves once an operator grants it.
 //   - ErrUnsupportedRedis, or ErrModelMismatch: the nodes under the prefix
 //     serve another model, or run another version of streamer (then it is
 //     ErrVersionMismatch too; until they agree, calls fail with an error that
@@ -585,6 +588,9 @@ func (fe *FrontEnd) Start(ctx context.Context) error {
 	err := fe.check(ctx)
 	if err == nil {
 		err = fe.modelErr // no other check has run yet
+	}
+	if why := fe.admitRefused.Load(); err == nil && why != nil {
+		err = admissionRefused(fe.where, *why) // logged by the check
 	}
 	close(fe.firstLook)
 	fe.done.Add(2)
@@ -914,8 +920,20 @@ func (fe *FrontEnd) NotReady() error {
 	return nil
 }
 
-// unavailable says why a request cannot be served now, or nil.
-func (fe *FrontEnd) unavailable() error {
+// unavailable says why a request cannot be served now, or nil: the front
+// end's own refusals by Redis (of its reads of answers, of its
+// admissions) before the want of a node, as no node would serve it either
+// (while the front end may not admit, the nodes' heartbeats are most
+// often refused too: "no node is alive" hid the cause).
+func (fe *FrontEnd) unavailable() error { return fe.unavailableFor(false) }
+
+// waitingFailure is why the calls waiting for answers fail, when they do
+// (see failWhenGone): a refusal of the front end's admissions, which they
+// passed, comes after the want of a node.
+func (fe *FrontEnd) waitingFailure() error { return fe.unavailableFor(true) }
+
+// unavailableFor is unavailable, or waitingFailure when waiting.
+func (fe *FrontEnd) unavailableFor(waiting bool) error {
 	// The nodes before the model, the reverse of the check's writes: a
 	// node that has come is seen with its model (see checkOnce).
 	nodes, leaving := fe.nodes.Load(), fe.leaving.Load()
@@ -940,21 +958,43 @@ func (fe *FrontEnd) unavailable() error {
 	case mismatch != nil:
 		return &unavailableError{msg: (*mismatch).Error(), cause: *mismatch}
 	case refused != nil:
-		hint := ""
-		if strings.HasPrefix(*refused, "NOPERM") {
-			hint = " (its user lacks a permission)"
-		}
-		return unavailablef("redis at %s refuses this front end's reads of its answers on %s, so no request could be answered: %s%s", fe.where, fe.replyKey, *refused, hint)
+		return readsRefused(fe.where, fe.replyKey, *refused)
+	case admitRefused != nil && !waiting:
+		return admissionRefused(fe.where, *admitRefused)
 	case nodes == 0 && leaving > 0:
 		return unavailablef("no node takes requests on redis at %s, under the key prefix %q: the %d heard from are leaving, or none of their workers can run (their logs say which)", fe.where, fe.cfg.Prefix, leaving)
 	case nodes == 0:
 		return unavailablef("no node is alive on redis at %s, under the key prefix %q: none has beaten within %s, or the last one left (does a node run on this redis and database, under this prefix? its log says why it cannot say it is alive)", fe.where, fe.cfg.Prefix, nodeSilence)
 	case admitRefused != nil:
-		// After the nodes: the calls admitted before, failed once no
-		// node is left, are told that.
+		// After the nodes for the calls admitted before, failed once no
+		// node is left: they are told that.
 		return admissionRefused(fe.where, *admitRefused)
 	}
 	return nil
+}
+
+// readsRefused is the error of a request while Redis at where refuses the
+// front end's reads of its answers on key for msg, worded by its cause
+// (see refusal).
+func readsRefused(where, key, msg string) error {
+	switch {
+	case authRefusal(msg):
+		return unavailablef("redis at %s refuses this front end's authentication, so no request could be answered: %s (the password or user changed on Redis, or the user is gone?)", where, msg)
+	case strings.HasPrefix(msg, "NOPERM"):
+		return permissionf("redis at %s refuses this front end's reads of its answers on %s, so no request could be answered: %s (its user lacks a permission)", where, key, msg)
+	}
+	return unavailablef("redis at %s fails this front end's reads of its answers on %s, so no request could be answered: %s", where, key, msg)
+}
+
+// authRefusal says whether msg, an error Redis answered, refuses the
+// client's authentication: its password or user changed, or is gone.
+func authRefusal(msg string) bool {
+	for _, prefix := range []string{"NOAUTH", "WRONGPASS", "ERR AUTH"} {
+		if strings.HasPrefix(msg, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // await waits for c's answers, until timeout fires or ctx ends.
@@ -2293,21 +2333,30 @@ func (fe *FrontEnd) readLoop() {
 
 // refusal says whether err, the failure of a read, is an error Redis
 // answered that a quick retry does not mend (NOPERM: the user may not
-// read the stream), rather than a Redis that does not serve for now.
+// read the stream; NOAUTH or WRONGPASS: its password changed), rather
+// than a Redis that does not serve for now (loading, a replica, a
+// blocked read ended as Redis became one: UNBLOCKED).
 func refusal(err error) bool {
 	return errors.As(err, new(redis.Error)) && !notServing(err)
 }
 
 // refuseReads notes that Redis refuses the reader's reads for err, and
-// logs it once: until a read goes through, no caller could be answered,
-// so the front end is not ready, takes no request, and fails those
-// waiting once it lasts past Outage (see checkLoop).
+// logs it once, by its cause: until a read goes through, no caller could
+// be answered, so the front end is not ready, takes no request, and fails
+// those waiting once it lasts past Outage (see checkLoop).
 func (fe *FrontEnd) refuseReads(err error) {
 	msg := err.Error()
-	if fe.readRefused.Swap(&msg) == nil {
-		fe.cfg.Logger.Error("redis refuses this front end's reads of its answers: it takes no requests until a read goes through",
-			"redis", fe.where, "stream", fe.replyKey, "err", err)
+	if fe.readRefused.Swap(&msg) != nil {
+		return
 	}
+	what := "redis fails this front end's reads of its answers: it takes no requests until a read goes through"
+	switch {
+	case authRefusal(msg):
+		what = "redis refuses this front end's authentication (the password or user changed on Redis?): it takes no requests until a read goes through"
+	case permissionRefused(err):
+		what = "redis refuses this front end's reads of its answers: its user lacks a permission; it takes no requests until a read goes through"
+	}
+	fe.cfg.Logger.Error(what, "redis", fe.where, "stream", fe.replyKey, "err", err)
 }
 
 // trim deletes the answers read, up to last and with it, from the reply
@@ -2492,7 +2541,7 @@ func (fe *FrontEnd) failWhenGone(up bool, goneSince, began time.Time) time.Time 
 	if time.Since(goneSince) < fe.cfg.Outage {
 		return goneSince
 	}
-	cause := fe.unavailable()
+	cause := fe.waitingFailure()
 	if cause == nil {
 		return goneSince
 	}
@@ -2533,7 +2582,7 @@ func (fe *FrontEnd) failUntaken(up bool, since, began time.Time) time.Time {
 	if time.Since(since) < fe.cfg.Outage || fe.leaving.Load() == 0 {
 		return since
 	}
-	cause := fe.unavailable()
+	cause := fe.waitingFailure()
 	if cause == nil {
 		return since
 	}
@@ -2787,6 +2836,11 @@ func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time, final bool) 
 			err = fmt.Errorf("no answer within %s%s: %w", checkTimeout, connHint(fe.rdb, err), err)
 		case brokenConn(err):
 			err = fmt.Errorf("the connection closed at once (%w)%s", err, connHint(fe.rdb, err))
+		case redis.HasErrorPrefix(err, "NOAUTH"), redis.HasErrorPrefix(err, "WRONGPASS"):
+			// Once serving, an outage that an operator mends (see Refusal).
+			err = fmt.Errorf("it refuses this front end's authentication (the password or user changed on Redis, or the user is gone?): %w", err)
+		case permissionRefused(err):
+			err = fmt.Errorf("it refuses this front end a permission its checks need (the README's \"Many machines\" lists what the user needs): %w", err)
 		case redis.HasErrorPrefix(err, "WRONGTYPE"):
 			// Written by hand, or by another program: Redis names no key.
 			if which := wrongTypes(ctx, fe.rdb, fe.checkedKeys()...); which != "" {
@@ -2940,7 +2994,7 @@ func (fe *FrontEnd) refuseAdmissions(err error) {
 // admissionRefused is the error of a request that Redis at where refuses
 // to admit for msg, a refused permission.
 func admissionRefused(where, msg string) error {
-	return unavailablef("redis at %s refuses this front end's admissions of requests: %s (its user lacks a permission: it needs the commands and keys the README's \"Many machines\" lists)", where, msg)
+	return permissionf("redis at %s refuses this front end's admissions of requests: %s (its user lacks a permission: it needs the commands and keys the README's \"Many machines\" lists)", where, msg)
 }
 
 // noteCheck takes in what a check read: the prefix's model, the nodes

@@ -102,20 +102,28 @@ func TestAFrontEndRedisWillNotLetAdmitIsNotReady(t *testing.T) {
 			rs := redistest.Start(t, redistest.Options{})
 			fakeGroup(t, rs)
 			var logs syncbuf.Buffer
-			fe := startFront(t, rs, func(c *broker.FrontEndConfig) {
-				c.URL = limitedUser(t, rs, "front", tc.less)
-				c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-			})
+			fe, err := broker.NewFrontEnd(broker.FrontEndConfig{Config: broker.Config{
+				URL: limitedUser(t, rs, "front", tc.less), Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = fe.Close(context.Background()) })
 			refused := func(err error) bool {
 				return err != nil && strings.Contains(err.Error(), "refuses this front end's admissions") && strings.Contains(err.Error(), tc.says)
+			}
+			// Its start says so, as a permission refused, which an
+			// operator may grant: the front end runs on.
+			if err := fe.Start(context.Background()); !refused(err) || !errors.Is(err, broker.ErrPermission) || !errors.Is(err, supervisor.ErrUnavailable) {
+				t.Errorf("the start of a front end whose admissions Redis refuses: %v; want ErrPermission and ErrUnavailable, naming the refusal", err)
 			}
 			eventually(t, "the front end says Redis refuses its admissions", func() bool { return refused(fe.NotReady()) })
 			if !fe.FrontEndStats().RedisUp {
 				t.Error("redis is taken for down; it serves, and refuses a permission")
 			}
 			for range 2 {
-				if _, err := predict(t, fe, "refused"); !errors.Is(err, supervisor.ErrUnavailable) || !refused(err) {
-					t.Errorf("a request while admissions are refused: %v; want ErrUnavailable naming the refusal", err)
+				if _, err := predict(t, fe, "refused"); !errors.Is(err, supervisor.ErrUnavailable) || !errors.Is(err, broker.ErrPermission) || !refused(err) {
+					t.Errorf("a request while admissions are refused: %v; want ErrUnavailable and ErrPermission, naming the refusal", err)
 				}
 			}
 			if got := strings.Count(logs.String(), "redis refuses this front end's admissions"); got != 1 {

@@ -302,6 +302,9 @@ func (n *Node) NotReady() error {
 //   - ErrRefused or ErrUntrusted (see Refusal): Redis refused the client;
 //     the node runs on and retries too, but its owner may take it for a
 //     mistake in the URL, as streamer serve does, and shut it down.
+//   - ErrPermission, with supervisor.ErrUnavailable: Redis refuses the
+//     client's user a command or key of the start; the node runs on, and
+//     serves once an operator grants it.
 //   - ErrUnsupportedRedis, or ErrModelMismatch (the prefix serves another
 //     model, or another version of streamer: then it is ErrVersionMismatch
 //     too): no retry mends it, and the node takes no items (found before
@@ -1369,6 +1372,10 @@ func (n *Node) warn(what string, err error) {
 		n.cfg.Logger.Debug(what, "redis", n.where, "err", err)
 		return
 	}
+	if authRefused {
+		n.cfg.Logger.Error("redis refuses this node's authentication (the password or user changed on Redis, or the user is gone?); it keeps its items and retries", "while", what, "redis", n.where, "err", err)
+		return
+	}
 	n.cfg.Logger.Error("redis does not serve this node; it keeps its items and retries", "while", what, "redis", n.where, "err", err)
 }
 
@@ -1385,10 +1392,10 @@ func (n *Node) warnSince(what string, err error, began time.Time) {
 
 // notServing says whether err, an error Redis answered, means it does not
 // serve for now: it loads its data, or it is a replica (a failover under
-// way; a script learns it from its first write), or its master is gone,
-// or a script runs too long.
+// way; a script learns it from its first write, a blocked read is ended
+// with UNBLOCKED), or its master is gone, or a script runs too long.
 func notServing(err error) bool {
-	for _, prefix := range []string{"LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "BUSY "} {
+	for _, prefix := range []string{"LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "BUSY ", "UNBLOCKED"} {
 		if redis.HasErrorPrefix(err, prefix) {
 			return true
 		}

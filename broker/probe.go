@@ -133,6 +133,14 @@ func olderThan(version string, major, minor int) bool {
 // mend it: the URL, or Redis's configuration, must change.
 var ErrRefused = errors.New("broker: redis refuses this client")
 
+// ErrPermission says that Redis refuses the client's user a command or a
+// key that streamer needs (NOPERM): its ACL lacks part of what the
+// README's "Many machines" lists. Unlike ErrRefused, it is not taken for
+// a mistake in the URL: the front end or node runs on, and serves once an
+// operator grants it. It comes with supervisor.ErrUnavailable, from
+// Start and from the requests refused for it.
+var ErrPermission = errors.New("broker: redis refuses this client's user a permission")
+
 // ErrUntrusted says that the client refuses Redis's TLS certificate: no
 // CA it trusts signed it, or it does not name the host dialled.
 var ErrUntrusted = errors.New("broker: redis's certificate is not trusted")

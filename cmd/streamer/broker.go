@@ -163,25 +163,30 @@ func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
 // URL is wrong, and no retry mends it.
 func (p *brokerParts) start(ctx context.Context, log *slog.Logger) error {
 	if p.node != nil {
-		if err := p.started(p.node.Start(ctx), log.With("node", p.node.Name()), "node started without redis; retrying", "node serving items from redis"); err != nil {
+		if err := p.started(p.node.Start(ctx), log.With("node", p.node.Name()), "node", "node serving items from redis"); err != nil {
 			return err
 		}
 	}
 	err := p.front.Start(ctx)
 	p.frontStarted.Store(true)
-	return p.started(err, log.With("front", p.front.ID()), "front end started without redis; retrying", "front end sending requests through redis")
+	return p.started(err, log.With("front", p.front.ID()), "front end", "front end sending requests through redis")
 }
 
-// started judges err, what a start of the node or the front end returned:
-// fatal (see fatalAtStart), or logged as a start without Redis (retrying)
-// or with it.
-func (p *brokerParts) started(err error, log *slog.Logger, without, with string) error {
+// started judges err, what a start of the node or the front end (who)
+// returned: fatal (see fatalAtStart), or logged as a start that Redis
+// refuses a permission, or without Redis (retrying either way), or with
+// it.
+func (p *brokerParts) started(err error, log *slog.Logger, who, with string) error {
 	if fatal := fatalAtStart(err); fatal != nil {
 		return p.opts.wrap(fatal)
 	}
-	if err != nil {
-		log.Warn(without, "err", err)
-	} else {
+	switch {
+	case errors.Is(err, broker.ErrPermission):
+		// Not a mistake in the URL: an operator may grant it.
+		log.Error(who+" started, but redis refuses its user a permission; retrying until it is granted (the README's \"Many machines\" lists what the user needs)", "err", err)
+	case err != nil:
+		log.Warn(who+" started without redis; retrying", "err", err)
+	default:
 		log.Info(with)
 	}
 	return nil

@@ -1111,6 +1111,27 @@ func TestBrokerRefusedAtStartExits(t *testing.T) {
 	})
 }
 
+// TestBrokerAPermissionRefusedAtStartIsSaidSo: a front end or a node whose
+// user Redis refuses a permission at start runs on, retrying, as an
+// operator may grant it, and says that Redis refuses it a permission
+// rather than that it started without Redis.
+func TestBrokerAPermissionRefusedAtStartIsSaidSo(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	// The front end's checks refresh its reply stream's time to live; a
+	// node's join lists its stream.
+	for _, tc := range []struct{ less, workers, who string }{{"-expire", "0", "front end"}, {"-sadd", "1", "node"}} {
+		rs.Do(t, "ACL", "SETUSER", "limited", "reset", "on", ">pw", "~*", "&*", "+@all", tc.less)
+		s := launchBroker(t, "redis://limited:pw@"+rs.Addr()+"/0", "--workers", tc.workers, "--model", "echo")
+		msg := tc.who + " started, but redis refuses its user a permission; retrying until it is granted (the README's \"Many machines\" lists what the user needs)"
+		if err := brokerLogField(t, s, msg, "err"); !strings.Contains(err, "NOPERM") {
+			t.Errorf("%s, its user %s: the start's refusal says %q; want Redis's NOPERM", tc.who, tc.less, err)
+		}
+		if strings.Contains(s.logs(), tc.who+" started without redis") || s.exited() {
+			t.Errorf("%s, its user %s: it says it started without redis, or exited:\n%s", tc.who, tc.less, s.logs())
+		}
+	}
+}
+
 // TestBrokerPasswordChangedWhileServing: a front end whose password Redis
 // stops taking once it serves answers 503, naming WRONGPASS, rather than
 // exiting: the password may be set back, or the server restarted with the
@@ -1134,7 +1155,7 @@ func TestBrokerPasswordChangedWhileServing(t *testing.T) {
 	// The node's loops, refused several times a second, log the outage
 	// once, as an outage (an error), and not a warning at every refusal.
 	waitFor(t, "the node's heartbeats refused for a while", brokerWait, func() bool {
-		return strings.Count(node.logs(), "WRONGPASS") > 0 && strings.Contains(node.logs(), "redis does not serve this node")
+		return strings.Count(node.logs(), "WRONGPASS") > 0 && strings.Contains(node.logs(), "redis refuses this node's authentication")
 	})
 	rs.Do(t, "ACL", "SETUSER", "alice", ">pw")
 	waitReadyz(t, front, http.StatusOK)

@@ -43,22 +43,27 @@ const (
 const brokerWait = 15 * time.Second
 
 // launchBroker runs `streamer serve --broker url --log-format json args...`
-// and waits until its front end has started, with Redis or without (it
-// then retries), without waiting for /readyz: a front end is ready only
-// once some node is alive.
+// and waits until its front end has started, with Redis or without, or
+// refused a permission (it then retries), without waiting for /readyz: a
+// front end is ready only once some node is alive.
 func launchBroker(t *testing.T, url string, args ...string) *server {
 	t.Helper()
 	s := launchServer(t, append([]string{"--broker", url, "--log-format", "json"}, args...)...)
 	waitFor(t, "the front end to start", brokerWait, func() bool {
 		_, up := jsonLogAttr(s.logs(), "front end sending requests through redis", "front")
 		_, down := jsonLogAttr(s.logs(), "front end started without redis; retrying", "front")
-		if !up && !down && s.exited() {
+		_, refused := jsonLogAttr(s.logs(), frontStartedRefused, "front")
+		if !up && !down && !refused && s.exited() {
 			t.Fatalf("the server exited before its front end started:\n%s", s.logs())
 		}
-		return up || down
+		return up || down || refused
 	})
 	return s
 }
+
+// frontStartedRefused is the log line of a front end whose start Redis
+// refuses a permission.
+const frontStartedRefused = "front end started, but redis refuses its user a permission; retrying until it is granted (the README's \"Many machines\" lists what the user needs)"
 
 // startBrokerNode runs a GPU node (the caller's args name the model and
 // workers) and waits until it is ready: its workers are up and it has said
