@@ -159,27 +159,63 @@ func FuzzEachAnswer(f *testing.F) {
 	})
 }
 
+// TestItemHeadersRead: a header reads as a front end writes it; one
+// whose front end's id, request number or place is not of the form front
+// ends write names no front end, so that no reply stream is made for it;
+// and a TTL is bounded by MaxReplyTTL.
 func TestItemHeadersRead(t *testing.T) {
+	const f = "0123456789abcdef" // a front end's id
 	for _, tt := range []struct {
 		header string
 		want   itemHeader
 	}{
-		{"0123abcd 42 7 1764000000000000 60000", itemHeader{"0123abcd", "42", "7", 1764000000000000, time.Minute}},
-		{"f 1 0 0", itemHeader{"f", "1", "0", 0, 0}},             // no TTL: the node's own
-		{"f 1 0 -5 -5", itemHeader{"f", "1", "0", -5, 0}},        // a deadline of 0 or less is none
-		{"f 1 0 0 60000 extra", itemHeader{"f", "1", "0", 0, 0}}, // a TTL that does not read
+		{f + " 42 7 1764000000000000 60000", itemHeader{f, "42", "7", 1764000000000000, time.Minute}},
+		{f + " 1 0 0", itemHeader{f, "1", "0", 0, 0}},             // no TTL: the node's own
+		{f + " 1 0 -5 -5", itemHeader{f, "1", "0", -5, 0}},        // a deadline of 0 or less is none
+		{f + " 1 0 0 60000 extra", itemHeader{f, "1", "0", 0, 0}}, // a TTL that does not read
+		{f + " 1 0 0 86400000", itemHeader{f, "1", "0", 0, MaxReplyTTL}},
+		{f + " 1 0 0 999999999999999", itemHeader{f, "1", "0", 0, MaxReplyTTL}}, // years: bounded
+		{f + " 1 0 0 9223372036854775807", itemHeader{f, "1", "0", 0, MaxReplyTTL}},
 	} {
 		if hd, ok := parseHeader(tt.header); !ok || hd != tt.want {
 			t.Errorf("parseHeader(%q) = %+v, %v; want %+v", tt.header, hd, ok, tt.want)
 		}
 	}
 	for _, tt := range []struct{ header, front string }{
-		{"", ""}, {"front", "front"}, {"front 1 0", "front"}, {"front 1 0 x 60000", "front"},
-		{" 1 0 0 60000", ""}, {"front  0 0 60000", "front"},
+		{"", ""}, {f, ""}, {f + " 1 0", f}, {f + " 1 0 x 60000", f}, // told: the deadline does not read
+		{" 1 0 0 60000", ""}, {f + "  0 0 60000", ""},
+		{"garbage", ""}, {"garbage 1 0 0 60000", ""}, {"deadbeef2 1 0 0 999999999999999", ""},
+		{"0123456789ABCDEF 1 0 0 60000", ""}, {f + "0 1 0 0 60000", ""}, {"../x/0123456789a 1 0 0 60000", ""},
+		{f + " -1 0 0 60000", ""}, {f + " 1 x 0 60000", ""}, {f + " 1 +0 0 60000", ""},
 	} {
 		hd, ok := parseHeader(tt.header)
 		if ok || hd.front != tt.front {
 			t.Errorf("parseHeader(%q) = %+v, %v; want it refused, with the front end %q", tt.header, hd, ok, tt.front)
 		}
 	}
+	if id := randomHex(frontIDBytes); !frontID(id) {
+		t.Errorf("a front end's id, %q, is not of the form parseHeader takes", id)
+	}
+}
+
+// FuzzItemHeaders: whatever a header holds, one that reads names a front
+// end of the form front ends write, a request number and place in
+// decimal, and a TTL within MaxReplyTTL; and a header as a front end
+// writes it reads back as written.
+func FuzzItemHeaders(f *testing.F) {
+	f.Add("0123456789abcdef 42 7 1764000000000000 60000")
+	f.Add("garbage 1 0 0 999999999999999")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, h string) {
+		hd, ok := parseHeader(h)
+		if hd.front != "" && (!frontID(hd.front) || !decimal(hd.seq) || !decimal(hd.index)) {
+			t.Fatalf("parseHeader(%q) names %+v", h, hd)
+		}
+		if ok && hd.front == "" {
+			t.Fatalf("parseHeader(%q) reads, naming no front end", h)
+		}
+		if hd.ttl < 0 || hd.ttl > MaxReplyTTL {
+			t.Fatalf("parseHeader(%q): TTL %s", h, hd.ttl)
+		}
+	})
 }

@@ -94,7 +94,8 @@ type Config struct {
 	// ReplyTTL is how long a front end's reply stream outlives the last
 	// answer written to it (or the front end's last sign of life). It is
 	// the front end's: its items carry it to the nodes, which use it for
-	// their answers. Zero means 1 minute.
+	// their answers, and bound it by MaxReplyTTL. Zero means 1 minute;
+	// more than MaxReplyTTL is refused.
 	ReplyTTL time.Duration
 	// Model names the model served, checked against the one the nodes
 	// under Prefix serve (see ModelID): a node of another refuses to
@@ -119,6 +120,12 @@ const (
 	DefaultClaimIdle = 5 * time.Second
 	DefaultReplyTTL  = time.Minute
 )
+
+// MaxReplyTTL bounds Config.ReplyTTL, and the time to live a node gives a
+// reply stream, whatever the item it answers asks for: an item written by
+// hand, or by a program that shares the Redis, may ask for years, and a
+// front end's answers would then outlive it for as long.
+const MaxReplyTTL = 24 * time.Hour
 
 // nodeGroup is the consumer group every node reads the items through.
 const nodeGroup = "nodes"
@@ -181,8 +188,8 @@ func (c *Config) withDefaults() (Config, error) {
 	if cfg.ReplyTTL == 0 {
 		cfg.ReplyTTL = DefaultReplyTTL
 	}
-	if cfg.ClaimIdle < 100*time.Millisecond || cfg.ReplyTTL < time.Second {
-		return cfg, fmt.Errorf("broker: claim idle %s must be at least 100ms and reply TTL %s at least 1s", cfg.ClaimIdle, cfg.ReplyTTL)
+	if cfg.ClaimIdle < 100*time.Millisecond || cfg.ReplyTTL < time.Second || cfg.ReplyTTL > MaxReplyTTL {
+		return cfg, fmt.Errorf("broker: claim idle %s must be at least 100ms and reply TTL %s from 1s to %s", cfg.ClaimIdle, cfg.ReplyTTL, MaxReplyTTL)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -570,21 +577,60 @@ type itemHeader struct {
 }
 
 // parseHeader reads an item's header. ok is false when it is malformed: a
-// field missing, or a deadline that is not a number; whatever fields did
-// read are returned anyway, so that the item's front end can be told. A
-// TTL that is not a positive number leaves the node's own.
+// field missing, a front end's id not of the form front ends write (see
+// frontID), a request number or place that is not a decimal number, or a
+// deadline that is not a number. The item's front end is returned when
+// its id and the request number and place read, so that it can be told;
+// otherwise none, so that no reply stream is written for an id that no
+// front end has (an item written by hand named "garbage", and its answer
+// made the key PREFIX:reply:garbage). A TTL that is not a positive number
+// leaves the node's own, and one past MaxReplyTTL is MaxReplyTTL.
 func parseHeader(h string) (hd itemHeader, ok bool) {
 	var deadline, ttl string
 	hd.front, h, _ = strings.Cut(h, " ")
 	hd.seq, h, _ = strings.Cut(h, " ")
 	hd.index, h, _ = strings.Cut(h, " ")
 	deadline, ttl, _ = strings.Cut(h, " ")
+	if !frontID(hd.front) || !decimal(hd.seq) || !decimal(hd.index) {
+		hd.front = ""
+	}
 	d, err := strconv.ParseInt(deadline, 10, 64)
 	if t, err := strconv.ParseInt(ttl, 10, 64); err == nil && t > 0 {
-		hd.ttl = time.Duration(t) * time.Millisecond
+		hd.ttl = time.Duration(min(t, MaxReplyTTL.Milliseconds())) * time.Millisecond
 	}
 	hd.deadline = d
-	return hd, hd.front != "" && hd.seq != "" && hd.index != "" && err == nil
+	return hd, hd.front != "" && err == nil
+}
+
+// frontIDBytes is the length of a front end's id, in random bytes: it is
+// written in lower-case hexadecimal, twice as many characters.
+const frontIDBytes = 8
+
+// frontID says whether s is of the form of a front end's id.
+func frontID(s string) bool {
+	if len(s) != 2*frontIDBytes {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// decimal says whether s is a number in decimal, as a front end writes a
+// request's number and an item's place: digits alone.
+func decimal(s string) bool {
+	if s == "" || len(s) > 20 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // The fields of an entry on a reply stream: the answering node, and its

@@ -530,7 +530,7 @@ func NewFrontEnd(cfg FrontEndConfig) (*FrontEnd, error) {
 	if err != nil {
 		return nil, err
 	}
-	id := randomHex(8)
+	id := randomHex(frontIDBytes) // see frontID
 	k := newKeys(cfg.Prefix)
 	return &FrontEnd{
 		cfg: cfg, rdb: rdb, where: where, k: k, id: id, replyKey: k.replyPrefix + id,

@@ -49,7 +49,7 @@ func TestAFullBacklogIsNotFullWhileTheFrontEndCannotServe(t *testing.T) {
 			heardFrom(t, rs, time.Now().Add(tc.heard))
 			// The backlog's two items, of another front end.
 			for i := range 2 {
-				rs.Do(t, "XADD", "streamer:items", "*", "h", "elsewhere 1 "+strconv.Itoa(i)+" 0 60000", "v", "x")
+				rs.Do(t, "XADD", "streamer:items", "*", "h", nobody+" 1 "+strconv.Itoa(i)+" 0 60000", "v", "x")
 			}
 			fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.MaxBacklog = 2 })
 			eventually(t, "the front end ready, with its backlog full", func() bool { return fe.Ready() && fe.Full() })

@@ -272,13 +272,13 @@ func TestAnItemTakenFromALiveNodesStreamIsClaimedWhenItsTakerDies(t *testing.T) 
 	// A taker that dies as soon as it has read: a consumer that never
 	// comes back. The item's header names a front end nobody reads for.
 	pipe := rdb.TxPipeline()
-	pipe.XAdd(ctx, &redis.XAddArgs{Stream: own, Values: []any{"h", "nobody 1 0 0 0", "v", "taken"}})
+	pipe.XAdd(ctx, &redis.XAddArgs{Stream: own, Values: []any{"h", nobody + " 1 0 0 0", "v", "taken"}})
 	pipe.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "nodes", Consumer: "taker", Streams: []string{own, ">"}, Count: 1, Block: -1})
 	if _, err := pipe.Exec(ctx); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the item claimed and answered", func() bool {
-		return rs.Do(t, "XLEN", own) == "0" && rs.Do(t, "XLEN", "streamer:reply:nobody") == "1"
+		return rs.Do(t, "XLEN", own) == "0" && rs.Do(t, "XLEN", "streamer:reply:"+nobody) == "1"
 	})
 }
 

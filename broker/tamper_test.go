@@ -290,3 +290,30 @@ func TestTheRoomKeptOfAnotherTypeIsReplaced(t *testing.T) {
 		t.Errorf("the log's line of the room's key: %q; want an error saying what the key held:\n%s", line, logs.String())
 	}
 }
+
+// TestItemsWrittenByHandMakeNoReplyStreamsOfTheirOwn: an item's header
+// names where its answer goes, and for how long it stays: one written by
+// hand made a reply stream of any name (PREFIX:reply:garbage), kept as
+// long as it asked (years). A node now answers only front ends' ids of
+// the form front ends write, and keeps an answer at most MaxReplyTTL.
+func TestItemsWrittenByHandMakeNoReplyStreamsOfTheirOwn(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	rec := newRecorder()
+	startNode(t, rs, rec, 4, nil)
+	for _, h := range []string{"garbage", "deadbeef2 1 0 0 999999999999999", nobody + " 1 0 0 999999999999999"} {
+		rs.Do(t, "XADD", "streamer:items", "*", "h", h, "v", "x")
+	}
+	eventually(t, "the items taken", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "0" })
+	for _, key := range []string{"streamer:reply:garbage", "streamer:reply:deadbeef2"} {
+		if rs.Do(t, "EXISTS", key) != "0" {
+			t.Errorf("%s exists; want no reply stream for an id no front end has", key)
+		}
+	}
+	ttl, err := strconv.ParseInt(rs.Do(t, "PTTL", "streamer:reply:"+nobody), 10, 64)
+	if err != nil || ttl <= 0 || ttl > broker.MaxReplyTTL.Milliseconds() {
+		t.Errorf("the reply stream of an item asking to be kept for years lives %d ms, %v; want at most %s", ttl, err, broker.MaxReplyTTL)
+	}
+	if got := rec.runs("x"); got != 1 {
+		t.Errorf("the model ran %d of the items; want the one whose header reads", got)
+	}
+}

@@ -80,8 +80,8 @@ func (o brokerOptions) check() error {
 		// run: only a dead node's items wait this long.
 		return fmt.Errorf("--claim-idle %s: want 100ms to 1h (the wait before a dead node's items are claimed)", o.claimIdle)
 	}
-	if o.replyTTL < time.Second {
-		return fmt.Errorf("--reply-ttl %s: want at least 1s", o.replyTTL)
+	if o.replyTTL < time.Second || o.replyTTL > broker.MaxReplyTTL {
+		return fmt.Errorf("--reply-ttl %s: want 1s to %s (how long a dead front end's answers stay in Redis)", o.replyTTL, broker.MaxReplyTTL)
 	}
 	if o.caFile != "" && !strings.HasPrefix(o.url, "rediss://") {
 		return fmt.Errorf("--broker-ca needs a rediss:// URL in %s: the CA checks a TLS connection, and this one has no TLS", o.from)

@@ -917,6 +917,7 @@ func TestBrokerFlagsAndConnections(t *testing.T) {
 		{"negative workers", "", []string{"--broker", "redis://127.0.0.1:1/0", "--workers", "-1"}, []string{"--workers -1: want at least 1, or 0 for a front end alone"}},
 		{"claim idle of zero", "", []string{"--broker", "redis://127.0.0.1:1/0", "--claim-idle", "0s"}, []string{"--claim-idle 0s: want 100ms to 1h"}},
 		{"claim idle of a typo", "", []string{"--broker", "redis://127.0.0.1:1/0", "--claim-idle", "1000h"}, []string{"--claim-idle 1000h0m0s: want 100ms to 1h"}},
+		{"reply ttl past its bound", "", []string{"--broker", "redis://127.0.0.1:1/0", "--reply-ttl", "48h"}, []string{"--reply-ttl 48h0m0s: want 1s to 24h0m0s"}},
 		{"CA without TLS", "", []string{"--broker", "redis://127.0.0.1:1/0", "--broker-ca", "ca.pem"}, []string{"--broker-ca needs a rediss:// URL in --broker"}},
 		{"bad URL from the environment", "redis://u:s3cret@127.0.0.1:abc/0", nil, []string{"$STREAMER_BROKER", "redis://…", "is the port a number"}},
 		{"no scheme", "", []string{"--broker", "127.0.0.1:6379"}, []string{"--broker", "the scheme must be redis://"}},
