@@ -424,9 +424,11 @@ func permissionf(format string, args ...any) error {
 	return &unavailableError{msg: fmt.Sprintf(format, args...), cause: ErrPermission}
 }
 
-// startError is err, what the Start of a front end or a node met, as
-// Start returns it: as it is when no retry mends it (an unsupported Redis,
-// another model under the prefix); as Refusal words it when Redis refuses
+// startError is err, what the Start of a front end or a node of the
+// Redis at where met, as Start returns it: as it is when no retry mends
+// it (an unsupported Redis, another model under the prefix); as an
+// ErrUnsupportedRedis when the server there does not speak the Redis
+// protocol (see notRedis); as Refusal words it when Redis refuses
 // the client; as ErrPermission, and supervisor.ErrUnavailable, when it
 // refuses the client's user a permission; and otherwise as
 // supervisor.ErrUnavailable, an outage the
@@ -434,10 +436,15 @@ func permissionf(format string, args ...any) error {
 // refused, Redis loading its data) but for a time that ran out: that one
 // wraps the caller's context.DeadlineExceeded only when ctx's deadline
 // passed, as a check's own time running out is not the caller's.
-func startError(ctx context.Context, err error) error {
+func startError(ctx context.Context, err error, where string) error {
 	switch {
 	case err == nil, errors.Is(err, ErrUnsupportedRedis), errors.Is(err, ErrModelMismatch), errors.Is(err, ErrPermission):
 		return err
+	}
+	if wrong := notRedis(err); wrong != nil {
+		// A mistake in the URL (another service's port), as a wrong
+		// password is: the server answers, and no retry mends it.
+		return fmt.Errorf("%w: the server at %s %s", ErrUnsupportedRedis, where, wrong)
 	}
 	if refused := Refusal(err); refused != nil {
 		return refused
@@ -454,6 +461,51 @@ func startError(ctx context.Context, err error) error {
 	}
 	return &unavailableError{msg: err.Error(), cause: cause}
 }
+
+// notRedis is err, a command's failure, worded as the answer of a server
+// that does not speak the Redis protocol when it is one: the client
+// library could not parse its reply (an HTTP server's "HTTP/1.1 400 Bad
+// Request", an SSH banner), as opposed to no answer or a connection
+// refused; nil otherwise. Such a server answers every command so: before,
+// a front end or node pointed at one served for ever as not ready.
+func notRedis(err error) *notRedisError {
+	var worded *notRedisError
+	switch {
+	case err == nil, errors.As(err, new(redis.Error)):
+		return nil
+	case errors.As(err, &worded):
+		return worded
+	}
+	msg := err.Error()
+	for _, words := range []string{"redis: can't parse", "redis: invalid reply", "redis: can't read raw reply", "redis: can't peek push notification"} {
+		i := strings.Index(msg, words)
+		if i < 0 {
+			continue
+		}
+		answered := "something else"
+		if q := strings.IndexByte(msg[i:], '"'); q >= 0 {
+			if quoted, err := strconv.QuotedPrefix(msg[i+q:]); err == nil {
+				answered, _ = strconv.Unquote(quoted)
+				answered = strconv.Quote(answered)
+			}
+		}
+		return &notRedisError{answered: answered, err: err}
+	}
+	return nil
+}
+
+// notRedisError is a failure that says the server does not speak the
+// Redis protocol (see notRedis).
+type notRedisError struct {
+	answered string // what it answered, quoted
+	err      error
+}
+
+func (e *notRedisError) Error() string {
+	return "does not speak the Redis protocol: it answered " + e.answered + " (is that the address of a Redis server?)"
+}
+
+func (e *notRedisError) Unwrap() error { return e.err }
 
 // ended says whether ctx is done, or its deadline has passed: the client
 // library sets a connection's deadline from ctx's, so a command may fail

@@ -3,8 +3,13 @@ package broker_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -179,4 +184,93 @@ func TestANodesMetricsAloneCanBeScraped(t *testing.T) {
 	if !strings.Contains(joined, "streamer_broker_node_items_total") || strings.Contains(joined, "streamer_broker_backlog_items") {
 		t.Errorf("a node's metrics alone: %s; want the node's, and none of a front end's", joined)
 	}
+}
+
+// fakeServer listens on loopback and has serve talk on each connection
+// accepted, until the test ends; it returns the server's redis:// URL.
+func fakeServer(t *testing.T, serve func(net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns sync.WaitGroup
+	t.Cleanup(func() {
+		_ = ln.Close()
+		conns.Wait()
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Go(func() {
+				defer c.Close()
+				serve(c)
+			})
+		}
+	}()
+	return "redis://" + ln.Addr().String() + "/0"
+}
+
+// TestAServerThatIsNotRedisIsRefusedAtStart: a URL that names a server
+// of another protocol served for ever as not ready. A reply that is not
+// Redis's makes the start of a front end or a node an ErrUnsupportedRedis
+// that says what the server answered, and the node runs nothing; a server
+// that accepts and says nothing (a Redis that hangs looks the same) is an
+// outage, retried, whose error says what it waits for.
+func TestAServerThatIsNotRedisIsRefusedAtStart(t *testing.T) {
+	web := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(web.Close)
+	for _, tc := range []struct {
+		name, url, answered string
+	}{
+		{"an HTTP server", "redis://" + web.Listener.Addr().String() + "/0", `"HTTP/1.1 400 Bad Request"`},
+		{"an SSH banner", fakeServer(t, func(c net.Conn) {
+			_, _ = c.Write([]byte("SSH-2.0-OpenSSH_8.9\r\n"))
+			_, _ = io.Copy(io.Discard, c)
+		}), `"SSH-2.0-OpenSSH_8.9"`},
+		{"a server that says +OK to all", fakeServer(t, func(c net.Conn) {
+			buf := make([]byte, 4096)
+			for {
+				if _, err := c.Read(buf); err != nil {
+					return
+				}
+				_, _ = c.Write([]byte("+OK\r\n"))
+			}
+		}), `"+OK"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := "does not speak the Redis protocol: it answered " + tc.answered
+			check := func(who string, err error) {
+				t.Helper()
+				if !errors.Is(err, broker.ErrUnsupportedRedis) || errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), want) {
+					t.Errorf("%s's start: %v; want ErrUnsupportedRedis saying %q", who, err, want)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			fe, err := broker.NewFrontEnd(broker.FrontEndConfig{Config: broker.Config{URL: tc.url}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = fe.Close(context.Background()) })
+			check("a front end", fe.Start(ctx))
+			st := startStreamer(t, supervisor.Config{InProcess: echoItems, Workers: 1, BatchSize: 4})
+			check("a node", newNode(t, tc.url, st).Start(ctx))
+		})
+	}
+	t.Run("a server that says nothing", func(t *testing.T) {
+		url := fakeServer(t, func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
+		fe, err := broker.NewFrontEnd(broker.FrontEndConfig{Config: broker.Config{URL: url}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = fe.Close(context.Background()) })
+		const waits = "the connection was accepted, and nothing answered: a Redis that hangs, or a server that is not Redis, waiting for more; retrying until it answers as Redis"
+		if err := fe.Start(context.Background()); !errors.Is(err, supervisor.ErrUnavailable) || errors.Is(err, broker.ErrUnsupportedRedis) || !strings.Contains(err.Error(), waits) {
+			t.Errorf("a front end's start: %v; want ErrUnavailable saying what it waits for", err)
+		}
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -600,7 +601,7 @@ func (fe *FrontEnd) Start(ctx context.Context) error {
 	go fe.readLoop()
 	fe.withdrawing.Add(1)
 	go fe.withdrawLoop()
-	return startError(ctx, err)
+	return startError(ctx, err, fe.where)
 }
 
 // Ready reports whether a request can be served now: Redis answers, lets
@@ -2836,6 +2837,8 @@ func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time, final bool) 
 			err = fmt.Errorf("no answer within %s%s: %w", checkTimeout, connHint(fe.rdb, err), err)
 		case brokenConn(err):
 			err = fmt.Errorf("the connection closed at once (%w)%s", err, connHint(fe.rdb, err))
+		case notRedis(err) != nil:
+			err = fmt.Errorf("the server there %w", notRedis(err))
 		case redis.HasErrorPrefix(err, "NOAUTH"), redis.HasErrorPrefix(err, "WRONGPASS"):
 			// Once serving, an outage that an operator mends (see Refusal).
 			err = fmt.Errorf("it refuses this front end's authentication (the password or user changed on Redis, or the user is gone?): %w", err)
@@ -3069,9 +3072,17 @@ const noNodeLogAfter = 3 * time.Second
 // and a node's start say alike. (Not a node's outage once it served: a
 // connection closed then is most often Redis restarting.)
 func connHint(rdb *redis.Client, err error) string {
+	var dial *net.OpError
 	switch {
 	case timedOut(err) && rdb.Options().TLSConfig != nil:
 		return " (over TLS: does Redis speak TLS at that address?)"
+	case timedOut(err) && errors.As(err, &dial) && dial.Op == "dial":
+		return " (nothing accepted the connection: is the host up, and its port open to this machine?)"
+	case timedOut(err):
+		// A port that accepts and says nothing: a Redis frozen, or a
+		// server of another protocol waiting for more of what it takes
+		// for a request of its own. Retried: a Redis resumes.
+		return " (the connection was accepted, and nothing answered: a Redis that hangs, or a server that is not Redis, waiting for more; retrying until it answers as Redis)"
 	case brokenConn(err):
 		return ": is redis at its maxclients, a proxy before it without its backend, or a TLS port reached without rediss://?"
 	}

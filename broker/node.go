@@ -360,8 +360,9 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	if err == nil {
 		err = step(n.checkModel)
-		if errors.Is(err, ErrModelMismatch) {
-			return err
+		if errors.Is(err, ErrModelMismatch) || notRedis(err) != nil {
+			// Nothing started: no retry mends either.
+			return startError(ctx, err, n.where)
 		}
 	}
 	if err == nil {
@@ -390,7 +391,7 @@ func (n *Node) Start(ctx context.Context) error {
 	if err != nil {
 		err = fmt.Errorf("%w%s", err, connHint(n.rdb, err))
 	}
-	return startError(ctx, err)
+	return startError(ctx, err, n.where)
 }
 
 // startTimeout bounds each step of a node's Start: a check of Redis, of

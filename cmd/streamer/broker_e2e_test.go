@@ -10,8 +10,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"regexp"
@@ -1110,6 +1113,45 @@ func TestBrokerRefusedAtStartExits(t *testing.T) {
 			t.Errorf("a front end with Redis down exited; want it retrying:\n%s", front.logs())
 		}
 	})
+}
+
+// TestBrokerAServerThatIsNotRedisEndsTheStart: a --broker that names a
+// server of another protocol (here an HTTP server) ends streamer serve at
+// start, exit 1, saying what the server answered, as a wrong password
+// does: it served for ever as not ready. A port that accepts and answers
+// nothing is retried, as a Redis that hangs looks the same, saying what
+// the front end waits for.
+func TestBrokerAServerThatIsNotRedisEndsTheStart(t *testing.T) {
+	web := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(web.Close)
+	for _, workers := range []string{"0", "1"} {
+		last := refusedAtStart(t, []string{"--broker", "redis://" + web.Listener.Addr().String() + "/0", "--workers", workers, "--model", "echo"})
+		want := "--broker: unsupported redis: the server at " + web.Listener.Addr().String() + ` does not speak the Redis protocol: it answered \"HTTP/1.1 400 Bad Request\"`
+		if !strings.Contains(last, want) && !strings.Contains(last, strings.ReplaceAll(want, `\"`, `"`)) {
+			t.Errorf("--workers %s: the error %q; want it saying what the server answered", workers, last)
+		}
+	}
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = silent.Close() })
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(io.Discard, c) }()
+		}
+	}()
+	front := launchBroker(t, "redis://"+silent.Addr().String()+"/0", "--workers", "0")
+	if err, _ := jsonLogAttr(front.logs(), "front end started without redis; retrying", "err"); !strings.Contains(err, "the connection was accepted, and nothing answered") {
+		t.Errorf("a front end whose broker accepts and answers nothing: its start says %q; want what it waits for", err)
+	}
+	if front.exited() {
+		t.Errorf("a front end whose broker accepts and answers nothing exited; want it retrying:\n%s", front.logs())
+	}
 }
 
 // TestBrokerAPermissionRefusedAtStartIsSaidSo: a front end or a node whose
