@@ -535,9 +535,10 @@ func (n *Node) readLoop() {
 				retry.wait(n.stop)
 				continue
 			}
-			if redis.HasErrorPrefix(err, "WRONGTYPE") {
+			if redis.HasErrorPrefix(err, "WRONGTYPE") || keyWent(err) {
 				// A key of the streams holds another type: the node's
-				// own is replaced, the shared one reported.
+				// own is replaced, the shared one reported. (Or it went,
+				// deleted: the next read rejoins.)
 				if mended, err := n.mendStreams(ctx); err != nil && ctx.Err() == nil {
 					n.warn("look at the types of the streams of items", err)
 				} else if mended {
@@ -635,6 +636,13 @@ func (n *Node) read(want int, block bool) (streams []redis.XStream, poison map[s
 		n.warn("read the quarantine", qerr)
 	}
 	return streams, poison, err
+}
+
+// keyWent says whether err ended a blocked read as its stream's key was
+// deleted (or replaced by another type): Redis 7 answers UNBLOCKED, as
+// it does to a Redis turned replica, but Redis serves.
+func keyWent(err error) bool {
+	return redis.HasErrorPrefix(err, "UNBLOCKED") && strings.Contains(err.Error(), "no longer exists")
 }
 
 // readFailed logs err, the failure of a read of items begun at began: as

@@ -147,6 +147,11 @@ func TestANodesOwnStreamOfAnotherTypeIsReplaced(t *testing.T) {
 			if !strings.Contains(replaced, `held="a hash of 1 field: \"zz\" \"b\""`) {
 				t.Errorf("the log's line of the replacement: %q; want it saying what the key held:\n%s", replaced, logs.String())
 			}
+			// The read blocked on the stream as it went was ended with
+			// UNBLOCKED: the key's doing, not an outage of Redis.
+			if strings.Contains(logs.String(), "redis does not serve this node") {
+				t.Errorf("the node took its stream's replacement for an outage:\n%s", logs.String())
+			}
 		})
 	}
 }
