@@ -988,14 +988,23 @@ func readsRefused(where, key, msg string) error {
 }
 
 // authRefusal says whether msg, an error Redis answered, refuses the
-// client's authentication: its password or user changed, or is gone.
+// client's authentication: its password or user changed, or is gone. A
+// connection not authenticated that sends a long command (an admission)
+// is told of a protocol error instead of NOAUTH.
 func authRefusal(msg string) bool {
-	for _, prefix := range []string{"NOAUTH", "WRONGPASS", "ERR AUTH"} {
+	for _, prefix := range []string{"NOAUTH", "WRONGPASS", "ERR AUTH", "ERR Protocol error: unauthenticated"} {
 		if strings.HasPrefix(msg, prefix) {
 			return true
 		}
 	}
 	return false
+}
+
+// authError says whether err is Redis's refusal of the client's
+// authentication (see authRefusal).
+func authError(err error) bool {
+	var answered redis.Error
+	return errors.As(err, &answered) && authRefusal(answered.Error())
 }
 
 // await waits for c's answers, until timeout fires or ctx ends.
@@ -1834,6 +1843,9 @@ func (fe *FrontEnd) admissionFailed(err error, began time.Time) error {
 	case permissionRefused(err):
 		fe.refuseAdmissions(err)
 		return admissionRefused(fe.where, err.Error())
+	case authError(err):
+		// The check that follows says so too, and takes Redis for down.
+		return unavailablef("redis at %s refuses this front end's authentication (the password or user changed on Redis, or the user is gone?): %v", fe.where, err)
 	case failing(err):
 		ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
 		defer cancel()
@@ -1853,12 +1865,12 @@ func failing(err error) bool {
 	if !errors.As(err, new(redis.Error)) || notServing(err) || outOfMemory(err) || permissionRefused(err) {
 		return false
 	}
-	for _, prefix := range []string{"NOAUTH", "WRONGPASS", "NOSCRIPT", "EPOCH"} {
+	for _, prefix := range []string{"NOSCRIPT", "EPOCH"} {
 		if redis.HasErrorPrefix(err, prefix) {
 			return false
 		}
 	}
-	return true
+	return !authError(err)
 }
 
 // failAdmissions notes err, Redis's failure of an admission (see
@@ -2839,7 +2851,7 @@ func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time, final bool) 
 			err = fmt.Errorf("the connection closed at once (%w)%s", err, connHint(fe.rdb, err))
 		case notRedis(err) != nil:
 			err = fmt.Errorf("the server there %w", notRedis(err))
-		case redis.HasErrorPrefix(err, "NOAUTH"), redis.HasErrorPrefix(err, "WRONGPASS"):
+		case authError(err):
 			// Once serving, an outage that an operator mends (see Refusal).
 			err = fmt.Errorf("it refuses this front end's authentication (the password or user changed on Redis, or the user is gone?): %w", err)
 		case permissionRefused(err):

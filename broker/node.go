@@ -1365,7 +1365,7 @@ func (n *Node) warn(what string, err error) {
 	var reply redis.Error
 	// A password changed on Redis refuses every command alike, as an
 	// outage does, until it is mended.
-	authRefused := redis.HasErrorPrefix(err, "WRONGPASS") || redis.HasErrorPrefix(err, "NOAUTH")
+	authRefused := authError(err)
 	if errors.As(err, &reply) && !notServing(err) && !authRefused {
 		n.repeats.log(n.cfg.Logger, slog.LevelWarn, repeatKind(what, err), what, "redis", n.where, "err", err)
 		return
