@@ -466,30 +466,57 @@ func childPIDs(pid int) []int {
 	return pids
 }
 
+// benchRun is a streamer bench run in the background, with its output.
+type benchRun struct {
+	cmd            *exec.Cmd
+	stdout, stderr *syncbuf.Buffer
+	exited         chan struct{} // closed once it has exited
+}
+
+// startBench starts streamer bench with args; the test's end kills it if
+// it still runs.
+func startBench(t *testing.T, args ...string) *benchRun {
+	t.Helper()
+	b := &benchRun{cmd: exec.Command(streamerBin, append([]string{"bench"}, args...)...),
+		stdout: &syncbuf.Buffer{}, stderr: &syncbuf.Buffer{}, exited: make(chan struct{})}
+	b.cmd.Stdout, b.cmd.Stderr = b.stdout, b.stderr
+	b.cmd.WaitDelay = 5 * time.Second
+	if err := b.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = b.cmd.Wait()
+		close(b.exited)
+	}()
+	t.Cleanup(func() {
+		_ = b.cmd.Process.Kill()
+		<-b.exited
+	})
+	return b
+}
+
+// waitExit waits up to timeout for the run to end, after what.
+func (b *benchRun) waitExit(t *testing.T, timeout time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-b.exited:
+	case <-time.After(timeout):
+		t.Fatalf("bench still running %s after %s\nstderr:\n%s", timeout, what, b.stderr.String())
+	}
+}
+
 func TestBenchInterruptStopsItsServer(t *testing.T) {
 	if _, err := os.Stat("/proc/self/task"); err != nil {
 		t.Skip("needs /proc to find the server bench starts")
 	}
-	cmd := exec.Command(streamerBin, "bench", "--model", "echo", "--workers", "1", "--concurrency", "4", "--duration", "10m", "--warmup", "0")
-	stdout, stderr := &syncbuf.Buffer{}, &syncbuf.Buffer{}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
 	var serverPID int
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
+	t.Cleanup(func() { // after the run's own, which kills bench
 		if serverPID > 0 && t.Failed() {
 			_ = syscall.Kill(serverPID, syscall.SIGKILL) // do not leave it behind
 		}
 	})
+	run := startBench(t, "--model", "echo", "--workers", "1", "--concurrency", "4", "--duration", "10m", "--warmup", "0")
+	cmd, stdout, stderr := run.cmd, run.stdout, run.stderr
 	// Without a terminal, bench says in one line when the load starts.
 	waitFor(t, "the load to run", readyTimeout, func() bool { return strings.Contains(stderr.String(), "loading for") })
 	children := childPIDs(cmd.Process.Pid)
@@ -500,11 +527,7 @@ func TestBenchInterruptStopsItsServer(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-exited:
-	case <-time.After(stopTimeout):
-		t.Fatalf("bench still running %s after SIGINT\nstderr:\n%s", stopTimeout, stderr.String())
-	}
+	run.waitExit(t, stopTimeout, "SIGINT")
 	if cmd.ProcessState.ExitCode() == 0 {
 		t.Errorf("an interrupted run exited 0")
 	}
@@ -632,32 +655,14 @@ func TestBenchAgainstAServerThatDoesNotAnswer(t *testing.T) {
 // rather than printed as zeros, and the exit status says the run failed.
 func TestBenchServerDiesMidRun(t *testing.T) {
 	s := startServer(t, "--model", "echo", "--workers", "1")
-	cmd := exec.Command(streamerBin, "bench", "--target", s.URL(), "--concurrency", "4", "--duration", "3s", "--warmup", "0")
-	stdout, stderr := &syncbuf.Buffer{}, &syncbuf.Buffer{}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
+	run := startBench(t, "--target", s.URL(), "--concurrency", "4", "--duration", "3s", "--warmup", "0")
+	cmd, stdout, stderr := run.cmd, run.stdout, run.stderr
 	// The window's first read of the stats comes before this line.
 	waitFor(t, "the load to run", readyTimeout, func() bool { return strings.Contains(stderr.String(), "loading for") })
 	if err := s.signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-exited:
-	case <-time.After(benchTimeout):
-		t.Fatalf("bench still running %s after its server died\nstderr:\n%s", benchTimeout, stderr.String())
-	}
+	run.waitExit(t, benchTimeout, "its server died")
 	if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(stderr.String(), "the server stopped answering") {
 		t.Errorf("exit %d, stderr:\n%s\nwant 1, saying the server stopped answering", code, stderr.String())
 	}
@@ -696,31 +701,13 @@ func TestBenchSweepWithFailedRuns(t *testing.T) {
 // An interrupted sweep prints the runs that completed before the
 // interrupt, and exits non-zero.
 func TestBenchSweepInterrupted(t *testing.T) {
-	cmd := exec.Command(streamerBin, "bench", "--model", "echo", "--workers", "1", "--sweep-concurrency", "1,2,4", "--duration", "1s", "--warmup", "0")
-	stdout, stderr := &syncbuf.Buffer{}, &syncbuf.Buffer{}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
+	run := startBench(t, "--model", "echo", "--workers", "1", "--sweep-concurrency", "1,2,4", "--duration", "1s", "--warmup", "0")
+	cmd, stdout, stderr := run.cmd, run.stdout, run.stderr
 	waitFor(t, "the first run to end", readyTimeout, func() bool { return strings.Contains(stderr.String(), "streamer bench: 1 clients, adaptive:") })
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-exited:
-	case <-time.After(stopTimeout):
-		t.Fatalf("bench still running %s after SIGINT\nstderr:\n%s", stopTimeout, stderr.String())
-	}
+	run.waitExit(t, stopTimeout, "SIGINT")
 	if cmd.ProcessState.ExitCode() == 0 || !strings.Contains(stderr.String(), "interrupted in the run of 2 clients, adaptive") {
 		t.Errorf("exit %d, stderr:\n%s\nwant an error saying where the sweep was interrupted", cmd.ProcessState.ExitCode(), stderr.String())
 	}
