@@ -91,15 +91,8 @@ func TestCompressedPredictBodiesAreRead(t *testing.T) {
 // Inference-Header-Content-Length counts the JSON of the decompressed body,
 // as tritonclient sends it and Triton reads it.
 func TestCompressedV2BinaryBodyIsRead(t *testing.T) {
-	model := echoModel(spec("a", "FP32", true, -1, 2), spec("b", "BYTES", true, -1), spec("c", "INT64", false, 1))
-	h := newV2(model, nil)
-	bData, cData := bytesElements("xyz", "\xff\x00"), le64(42)
-	header := `{"inputs":[
-		{"name":"c","shape":[1],"datatype":"INT64","parameters":{"binary_data_size":8}},
-		{"name":"a","shape":[2,2],"datatype":"FP32","data":[1,2,3,4]},
-		{"name":"b","shape":[2],"datatype":"BYTES","parameters":{"binary_data_size":` + strconv.Itoa(len(bData)) + `}}],
-		"outputs":[{"name":"b","parameters":{"binary_data":true}},{"name":"c"},{"name":"a","parameters":{"binary_data":true}}]}`
-	body, hl := binaryRequest(header, cData, bData)
+	m := mixedRequest()
+	h, body, hl := m.h, m.body, m.headerLength
 	want := do(t, h, http.MethodPost, "/v2/models/m/infer", "application/octet-stream", body, InferenceHeaderLength, hl)
 	if want.Code != http.StatusOK {
 		t.Fatalf("plain: %d %s", want.Code, want.Body)

@@ -829,19 +829,37 @@ func deref(s *string) string {
 	return strconv.Quote(*s)
 }
 
-// TestV2InferMixedBody sends one input as JSON and two as binary data,
-// the binary ones in the order of "inputs".
-func TestV2InferMixedBody(t *testing.T) {
-	model := echoModel(spec("a", "FP32", true, -1, 2), spec("b", "BYTES", true, -1), spec("c", "INT64", false, 1))
-	h := newV2(model, nil)
-	bData, cData := bytesElements("xyz", "\xff\x00"), le64(42)
+// mixed is a model of three inputs, its handler, and a request to it with
+// one input as JSON and two as binary data, the binary ones in the order
+// of "inputs": its body and Inference-Header-Content-Length, and the data
+// of the binary inputs.
+type mixed struct {
+	model        *tensorEcho
+	h            http.Handler
+	body         []byte
+	headerLength string
+	bData, cData []byte
+}
+
+func mixedRequest() mixed {
+	m := mixed{model: echoModel(spec("a", "FP32", true, -1, 2), spec("b", "BYTES", true, -1), spec("c", "INT64", false, 1))}
+	m.h = newV2(m.model, nil)
+	m.bData, m.cData = bytesElements("xyz", "\xff\x00"), le64(42)
 	header := `{"inputs":[
 		{"name":"c","shape":[1],"datatype":"INT64","parameters":{"binary_data_size":8}},
 		{"name":"a","shape":[2,2],"datatype":"FP32","data":[1,2,3,4]},
-		{"name":"b","shape":[2],"datatype":"BYTES","parameters":{"binary_data_size":` + strconv.Itoa(len(bData)) + `}}],
+		{"name":"b","shape":[2],"datatype":"BYTES","parameters":{"binary_data_size":` + strconv.Itoa(len(m.bData)) + `}}],
 		"outputs":[{"name":"b","parameters":{"binary_data":true}},{"name":"c"},{"name":"a","parameters":{"binary_data":true}}]}`
-	body, hl := binaryRequest(header, cData, bData)
-	rec := do(t, h, http.MethodPost, "/v2/models/m/infer", "", body, InferenceHeaderLength, hl)
+	m.body, m.headerLength = binaryRequest(header, m.cData, m.bData)
+	return m
+}
+
+// TestV2InferMixedBody sends one input as JSON and two as binary data,
+// the binary ones in the order of "inputs".
+func TestV2InferMixedBody(t *testing.T) {
+	m := mixedRequest()
+	model, bData, cData := m.model, m.bData, m.cData
+	rec := do(t, m.h, http.MethodPost, "/v2/models/m/infer", "", m.body, InferenceHeaderLength, m.headerLength)
 	answer, bins := answerOf(t, rec)
 	if !bytes.Equal(bins["b"], bData) || !bytes.Equal(bins["a"], f32s(1, 2, 3, 4)) {
 		t.Errorf("binary outputs b % x, a % x; want % x and % x", bins["b"], bins["a"], bData, f32s(1, 2, 3, 4))
