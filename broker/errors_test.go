@@ -50,15 +50,7 @@ func TestStartErrorsAreToldApartWithErrorsIs(t *testing.T) {
 					t.Errorf("%s's start: %v; want it to be %v alone", who, err, tc.want)
 				}
 			}
-			fe, err := broker.NewFrontEnd(broker.FrontEndConfig{Config: broker.Config{URL: tc.url}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = fe.Close(context.Background()) })
-			check("a front end", fe.Start(ctx))
-
-			st := startStreamer(t, supervisor.Config{InProcess: echoItems, Workers: 1, BatchSize: 4})
-			check("a node", newNode(t, tc.url, st).Start(ctx))
+			startEach(ctx, t, tc.url, check)
 		})
 	}
 	// Each start is bounded by its own time, not the caller's 30 s: a
@@ -251,14 +243,7 @@ func TestAServerThatIsNotRedisIsRefusedAtStart(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			fe, err := broker.NewFrontEnd(broker.FrontEndConfig{Config: broker.Config{URL: tc.url}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = fe.Close(context.Background()) })
-			check("a front end", fe.Start(ctx))
-			st := startStreamer(t, supervisor.Config{InProcess: echoItems, Workers: 1, BatchSize: 4})
-			check("a node", newNode(t, tc.url, st).Start(ctx))
+			startEach(ctx, t, tc.url, check)
 		})
 	}
 	t.Run("a server that says nothing", func(t *testing.T) {
@@ -273,4 +258,18 @@ func TestAServerThatIsNotRedisIsRefusedAtStart(t *testing.T) {
 			t.Errorf("a front end's start: %v; want ErrUnavailable saying what it waits for", err)
 		}
 	})
+}
+
+// startEach starts a front end and a node of one worker on url within
+// ctx, and gives check what each start returned.
+func startEach(ctx context.Context, t *testing.T, url string, check func(who string, err error)) {
+	t.Helper()
+	fe, err := broker.NewFrontEnd(broker.FrontEndConfig{Config: broker.Config{URL: url}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fe.Close(context.Background()) })
+	check("a front end", fe.Start(ctx))
+	st := startStreamer(t, supervisor.Config{InProcess: echoItems, Workers: 1, BatchSize: 4})
+	check("a node", newNode(t, url, st).Start(ctx))
 }
