@@ -59,6 +59,9 @@ func parseStatusLine(line []byte) (status int, http10 bool, err error) {
 		}
 		status = status*10 + int(c-'0')
 	}
+	if status < 100 {
+		return 0, false, fmt.Errorf("malformed status line %q: no status is below 100", line)
+	}
 	return status, line[7] == '0', nil
 }
 
