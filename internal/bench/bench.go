@@ -255,7 +255,8 @@ func parseTarget(target string) (*url.URL, error) {
 // load stops, the server Run started is stopped, and what was measured is
 // still returned, with Report.Interrupted set; an end during the warm-up is an
 // error, as nothing was measured. The plot, when asked for, is written
-// before Run returns.
+// before Run returns; a plot that could not be drawn leaves the report,
+// with the failure in Result.Err.
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	item, err := cfg.check()
 	if err != nil {
@@ -286,7 +287,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		batchSizes = res.Report.BatchSizes
 	}
 	if err := plot.draw(samples, batchSizes); err != nil {
-		return Result{}, err
+		// The load is measured: its report stands, and the failure is
+		// the run's verdict, as a measurement that does not stand is.
+		res.Err = errors.Join(res.Err, err)
 	}
 	return res, nil
 }
