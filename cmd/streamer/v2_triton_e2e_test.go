@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"testing"
 
 	"github.com/streamer-dev/streamer/model/onnx/onnxtest"
@@ -39,8 +40,8 @@ func TestV2TritonRoutesOfTheDemo(t *testing.T) {
 		t.Fatalf("GET config: %d %s", status, msg)
 	}
 	if cfg.Name != "demo" || cfg.Platform != "onnxruntime_onnx" || cfg.MaxBatchSize != 16 || cfg.DynamicBatching.MaxQueueDelayMicroseconds != 3000 ||
-		len(cfg.Input) != 1 || cfg.Input[0].Name != "features" || cfg.Input[0].DataType != "TYPE_FP32" || !equalInts(cfg.Input[0].Dims, 4) ||
-		len(cfg.Output) != 1 || cfg.Output[0].Name != "probs" || !equalInts(cfg.Output[0].Dims, 3) {
+		len(cfg.Input) != 1 || cfg.Input[0].Name != "features" || cfg.Input[0].DataType != "TYPE_FP32" || !slices.Equal(cfg.Input[0].Dims, []int64{4}) ||
+		len(cfg.Output) != 1 || cfg.Output[0].Name != "probs" || !slices.Equal(cfg.Output[0].Dims, []int64{3}) {
 		t.Errorf("config %+v; want demo, onnxruntime_onnx, max_batch_size 16, 3000 µs, features TYPE_FP32 [4], probs [3]", cfg)
 	}
 
@@ -80,16 +81,4 @@ func TestV2TritonRoutesOfTheDemo(t *testing.T) {
 		index[0].Name != "demo" || index[0].Version != "1" || index[0].State != "READY" {
 		t.Errorf("POST /v2/repository/index: %d %s (%v); want demo version 1 READY", status, body, err)
 	}
-}
-
-func equalInts(got []int64, want ...int64) bool {
-	if len(got) != len(want) {
-		return false
-	}
-	for i := range got {
-		if got[i] != want[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -48,21 +49,9 @@ func TestV2ConfigOfAModelWithAnUnbatchedInput(t *testing.T) {
 	if cfg.MaxBatchSize != 0 {
 		t.Errorf("max_batch_size %d, want 0 for a model with an unbatched input", cfg.MaxBatchSize)
 	}
-	if got := cfg.Input; len(got) != 2 || !equalDims(got[0].Dims, -1, 4) || !equalDims(got[1].Dims, 2) || got[1].DataType != "TYPE_FP16" {
+	if got := cfg.Input; len(got) != 2 || !slices.Equal(got[0].Dims, []int64{-1, 4}) || !slices.Equal(got[1].Dims, []int64{2}) || got[1].DataType != "TYPE_FP16" {
 		t.Errorf("inputs %+v, want x [-1 4] and scale TYPE_FP16 [2]", got)
 	}
-}
-
-func equalDims(got []int64, want ...int64) bool {
-	if len(got) != len(want) {
-		return false
-	}
-	for i := range got {
-		if got[i] != want[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestV2ConfigWithoutABatchSize(t *testing.T) {
