@@ -257,8 +257,8 @@ type call struct {
 // waits unread on the shared stream (it passes nobody), and while none
 // waits unread on the node's own as this run begins (the node keeps up:
 // requests do not pile up behind a busy node while others could run
-// them). It answers,
-// per request, the stream its items went to and their ids there, or when
+// them); the list of streams or the node's stream of another type only
+// closes the route. It answers, per request, the stream its items went to and their ids there, or when
 // it refused them -1 (the backlog is full), -2 (room is kept for it: come
 // back), -3 (it fits: send the items), or the room kept for another
 // request. It admits nothing, answering an EPOCH error, when
@@ -380,7 +380,14 @@ while j <= #ARGV do
       local key = prefix .. route
       if open[key] == nil then
         local beat = redis.call('ZSCORE', KEYS[2], route)
-        open[key] = (beat and tonumber(beat) > now - silence and redis.call('SISMEMBER', KEYS[3], key) == 1 and not unread(key)) == true
+        open[key] = false
+        if beat and tonumber(beat) > now - silence then
+          -- The list of streams, or the node's stream, of another type
+          -- closes the route rather than failing the request: the front
+          -- end's check mends the one, the node the other.
+          local fine, keeps = pcall(function() return redis.call('SISMEMBER', KEYS[3], key) == 1 and not unread(key) end)
+          open[key] = fine and keeps
+        end
       end
       if open[key] then stream = key end
     end
@@ -2908,8 +2915,8 @@ const admitProbeEvery = 5 * time.Second
 // permission is not ready before any request is refused; then every
 // admitProbeEvery; and at every check while it is refused, or fails
 // (see failing), so that it is ready again once an operator has mended
-// it. The room kept in the backlog, of another type, it mends itself
-// (see mendRoom). It requires that checkMu is held.
+// it. The keys it may replace, of another type, it mends itself (see
+// mendKeys). It requires that checkMu is held.
 func (fe *FrontEnd) probeAdmission(ctx context.Context) {
 	fe.admitProbedAt = time.Now()
 	fe.mu.Lock()
@@ -2935,7 +2942,7 @@ func (fe *FrontEnd) probeAdmission(ctx context.Context) {
 		return err
 	}
 	err := probe()
-	if redis.HasErrorPrefix(err, "WRONGTYPE") && fe.mendRoom(ctx) {
+	if redis.HasErrorPrefix(err, "WRONGTYPE") && fe.mendKeys(ctx) {
 		err = probe()
 	}
 	switch {
@@ -2964,20 +2971,32 @@ func (fe *FrontEnd) probeAdmission(ctx context.Context) {
 	// again.
 }
 
-// mendRoom replaces the key of the room kept in the backlog when it
-// holds another type than streamer's (a string, "N TOKEN", which expires
-// within roomKeep): every admission, which reads it, failed. Deleting it
-// loses at most the room kept for one large request, which that request
-// keeps again at its next try. It logs what the key held, and says
-// whether it replaced it.
-func (fe *FrontEnd) mendRoom(ctx context.Context) bool {
-	m, err := mend(ctx, fe.rdb, fe.k.room, typeString, "")
-	if err != nil || !m.replaced(typeString) {
-		return false
+// mendKeys replaces those of the keys an admission reads that the front
+// end may replace, when they hold another type than streamer keeps there,
+// and says whether it replaced one; it logs what each held, which is lost.
+// Every admission, or every one routed to a node, failed or passed over
+// them:
+//   - the room kept in the backlog (a string, "N TOKEN", which expires
+//     within roomKeep): deleting it loses at most the room kept for one
+//     large request, which that request keeps again at its next try;
+//   - the list of the nodes' own streams: each node lists its stream
+//     again at its next heartbeat, and requests go to the shared stream
+//     meanwhile.
+func (fe *FrontEnd) mendKeys(ctx context.Context) bool {
+	keys := []struct{ key, typ, msg string }{
+		{fe.k.room, typeString, "the key of the room kept in the backlog held another type: deleted it, and what it held (room is kept again for the next request larger than most that finds none)"},
+		{fe.k.streams, typeSet, "the list of the nodes' own streams held another type: deleted it, and what it held (each node lists its stream again within a heartbeat; no caller is routed back to a node meanwhile)"},
 	}
-	fe.cfg.Logger.Error("the key of the room kept in the backlog held another type: deleted it, and what it held (room is kept again for the next request larger than most that finds none)",
-		"key", fe.k.room, "held", m.String(), "redis", fe.where)
-	return true
+	replaced := false
+	for _, k := range keys {
+		m, err := mend(ctx, fe.rdb, k.key, k.typ, "")
+		if err != nil || !m.replaced(k.typ) {
+			continue
+		}
+		fe.cfg.Logger.Error(k.msg, "key", k.key, "held", m.String(), "redis", fe.where)
+		replaced = true
+	}
+	return replaced
 }
 
 // permissionRefused says whether err is Redis's refusal of a command, or
