@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Func is a Model made of a function: Predict calls it and Close does
@@ -33,13 +34,18 @@ func (f Func) Close() error { return nil }
 //   - otherwise every item succeeded and outputs has one entry per item.
 //
 // An *ItemErrors whose Errs does not have one entry per item cannot say
-// which item failed, so it fails the whole batch.
+// which item failed, so it fails the whole batch. One that fails every
+// item needs no outputs: each caller gets its item's own error, rather
+// than all of them one about the missing outputs.
 func Call(ctx context.Context, m Model, items [][]byte) (outputs [][]byte, itemErrs []error, err error) {
 	outputs, err = m.Predict(ctx, items)
 	var some *ItemErrors
 	switch {
 	case errors.As(err, &some) && len(some.Errs) == len(items):
 		itemErrs = some.Errs
+		if len(outputs) == 0 && !slices.Contains(itemErrs, nil) {
+			outputs = make([][]byte, len(items))
+		}
 	case err != nil:
 		return nil, nil, err
 	}

@@ -61,6 +61,21 @@ func TestCall(t *testing.T) {
 			wantErr: "item 0: wrong shape",
 		},
 		{
+			name: "every item fails, with no outputs",
+			fn: func(context.Context, [][]byte) ([][]byte, error) {
+				return nil, &model.ItemErrors{Errs: []error{errShape, errShape}}
+			},
+			wantOutputs: [][]byte{nil, nil},
+			wantItemErr: []error{errShape, errShape},
+		},
+		{
+			name: "no outputs while an item succeeds",
+			fn: func(context.Context, [][]byte) ([][]byte, error) {
+				return nil, &model.ItemErrors{Errs: []error{errShape, nil}}
+			},
+			wantErr: "model returned 0 outputs for a batch of 2 items",
+		},
+		{
 			name:    "too few outputs",
 			fn:      func(context.Context, [][]byte) ([][]byte, error) { return outputs[:1], nil },
 			wantErr: "model returned 1 outputs for a batch of 2 items",
