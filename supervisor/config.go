@@ -16,7 +16,8 @@ import (
 // (InProcess or Process) works: zero means the default each field names.
 // New refuses a negative value.
 type Config struct {
-	// BatchSize is the most items in one batch. Default 64.
+	// BatchSize is the most items in one batch: 1 to MaxBatchSize.
+	// Default 64.
 	BatchSize int
 	// MaxLatency bounds how long an item waits for batch-mates: while every
 	// worker is busy, or while an idle one waits for arrivals (Batching). A
@@ -40,7 +41,7 @@ type Config struct {
 	// ErrTooLarge. Default 64 MiB, or less if Process.MaxFrame is smaller;
 	// New refuses a value whose batch would not fit in a frame.
 	MaxBatchBytes int
-	// Workers is the number of slots. Default 1.
+	// Workers is the number of slots: 1 to MaxWorkers. Default 1.
 	Workers int
 	// Batching decides when an idle worker starts a batch that is not full:
 	// BatchingAdaptive (the default) or BatchingGreedy.
@@ -123,7 +124,9 @@ type ProcessConfig struct {
 	// which proves it is a worker; the model's initialisation comes after,
 	// bounded by Config.InitTimeout. Default 10s.
 	HandshakeTimeout time.Duration
-	// HeartbeatTimeout: a worker silent for this long is killed. Default 10s.
+	// HeartbeatTimeout: a worker silent for this long is killed. Default
+	// 10s; at least MinHeartbeatTimeout, as a worker beats every second
+	// (workerproc.Config.HeartbeatInterval) even while it runs a batch.
 	HeartbeatTimeout time.Duration
 	// StopTimeout bounds a worker's clean exit after Stop; then it is killed.
 	// Default 5s.
@@ -131,6 +134,20 @@ type ProcessConfig struct {
 	// MaxFrame bounds pipe frames both ways; default ipc.DefaultMaxFrame.
 	MaxFrame int
 }
+
+// The bounds of Config's fields that have one beyond being positive.
+const (
+	// MaxBatchSize is the largest Config.BatchSize: each worker's batches
+	// and the batch-size figures are sized by it, so a value with no
+	// bound could take all memory at the first batch.
+	MaxBatchSize = 1 << 16
+	// MaxWorkers is the most slots, in Config.Workers and SetWorkers.
+	MaxWorkers = 1024
+	// MinHeartbeatTimeout is the shortest ProcessConfig.HeartbeatTimeout:
+	// three of a worker's beats, one a second, so that one late beat does
+	// not kill a worker that is well.
+	MinHeartbeatTimeout = 3 * time.Second
+)
 
 func (c *Config) setDefaults() error {
 	if err := c.checkNegatives(); err != nil {
@@ -149,6 +166,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Workers == 0 {
 		c.Workers = 1
+	}
+	if c.BatchSize > MaxBatchSize {
+		return fmt.Errorf("supervisor: BatchSize %d: want at most %d", c.BatchSize, MaxBatchSize)
+	}
+	if c.Workers > MaxWorkers {
+		return fmt.Errorf("supervisor: Workers %d: want at most %d", c.Workers, MaxWorkers)
 	}
 	switch c.Batching {
 	case "":
@@ -185,6 +208,9 @@ func (c *Config) setDefaults() error {
 	def(&c.PoisonTTL, 10*time.Minute)
 	def(&c.Process.HandshakeTimeout, 10*time.Second)
 	def(&c.Process.HeartbeatTimeout, 10*time.Second)
+	if c.InProcess == nil && c.Process.HeartbeatTimeout < MinHeartbeatTimeout {
+		return fmt.Errorf("supervisor: Process.HeartbeatTimeout %s: want at least %s (three of a worker's beats, one a second), or zero for the default", c.Process.HeartbeatTimeout, MinHeartbeatTimeout)
+	}
 	def(&c.Process.StopTimeout, 5*time.Second)
 	if c.MaxRestarts <= 0 {
 		c.MaxRestarts = 10

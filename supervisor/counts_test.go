@@ -103,7 +103,10 @@ func TestRequestsRefusedBeforeTheyAreQueued(t *testing.T) {
 }
 
 // New refuses a field set below zero, naming it, rather than take it for
-// the default; and a nil model.Func, which no item could run.
+// the default; one past its bound (a BatchSize of 1<<30 took all memory
+// at the first batch, and a HeartbeatTimeout under a worker's beat had
+// every worker killed as silent); and a nil model.Func, which no item
+// could run.
 func TestNewRefusesNegativesAndANilFunc(t *testing.T) {
 	echo := model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) { return items, nil })
 	for _, tt := range []struct {
@@ -115,6 +118,10 @@ func TestNewRefusesNegativesAndANilFunc(t *testing.T) {
 		{"PipelineDepth and MaxRestarts", supervisor.Config{InProcess: echo, PipelineDepth: -1, MaxRestarts: -1}, "PipelineDepth, MaxRestarts must not be negative"},
 		{"WorkerTimeout", supervisor.Config{InProcess: echo, WorkerTimeout: -time.Second}, "WorkerTimeout must not be negative"},
 		{"a nil model.Func", supervisor.Config{InProcess: model.Func(nil)}, "nil model.Func"},
+		{"BatchSize", supervisor.Config{InProcess: echo, BatchSize: 1 << 30}, "BatchSize 1073741824: want at most 65536"},
+		{"Workers", supervisor.Config{InProcess: echo, Workers: 1 << 20}, "Workers 1048576: want at most 1024"},
+		{"HeartbeatTimeout", supervisor.Config{Process: supervisor.ProcessConfig{Path: "streamer", Model: model.Spec{Runner: "builtin"}, HeartbeatTimeout: 200 * time.Millisecond}},
+			"Process.HeartbeatTimeout 200ms: want at least 3s"},
 	} {
 		if _, err := supervisor.New(tt.cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: New: %v; want an error saying %q", tt.name, err, tt.want)

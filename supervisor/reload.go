@@ -141,8 +141,8 @@ func (s *Streamer) reloadSlot(ctx context.Context, i int) error {
 // same errors as Reload's; when ctx ends, SetWorkers returns ctx's error,
 // and the slots it was draining finish their drain on their own.
 func (s *Streamer) SetWorkers(ctx context.Context, n int) error {
-	if n < 1 {
-		return fmt.Errorf("%w: %d workers: want at least 1", ErrBadRequest, n)
+	if n < 1 || n > MaxWorkers {
+		return fmt.Errorf("%w: %d workers: want 1 to %d", ErrBadRequest, n, MaxWorkers)
 	}
 	release, err := s.beginChange()
 	if err != nil {

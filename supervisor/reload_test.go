@@ -343,6 +343,9 @@ func TestReloadAndSetWorkersRefusals(t *testing.T) {
 		{"SetWorkers(0)", func(t *testing.T) *supervisor.Streamer {
 			return start(t, supervisor.Config{InProcess: model.Func(newHolder().fn)})
 		}, func(s *supervisor.Streamer) error { return s.SetWorkers(context.Background(), 0) }, supervisor.ErrBadRequest},
+		{"SetWorkers past MaxWorkers", func(t *testing.T) *supervisor.Streamer {
+			return start(t, supervisor.Config{InProcess: model.Func(newHolder().fn)})
+		}, func(s *supervisor.Streamer) error { return s.SetWorkers(context.Background(), supervisor.MaxWorkers+1) }, supervisor.ErrBadRequest},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1021,6 +1021,7 @@ func TestBrokerFrontEndChecksItsFlagsAsALocalServerDoes(t *testing.T) {
 		{[]string{"--max-batch-bytes", "0"}, "--max-batch-bytes"},
 		{[]string{"--max-batch-bytes", "300000000"}, "--max-batch-bytes"},
 		{[]string{"--batch-size", "20000000"}, "--batch-size"},
+		{[]string{"--batch-size", "65537"}, "--batch-size"},
 		{[]string{"--batching", "bogus"}, "--batching"},
 		{[]string{"--cuda", "0,,1"}, "--cuda"},
 	} {

@@ -251,8 +251,8 @@ func (o serveOptions) policy() supervisor.Batching {
 // does: some mean nothing to it, but a value it takes must not be one a
 // local server refuses.
 func (o serveOptions) checkQueueFlags() error {
-	if o.batchSize < 1 {
-		return fmt.Errorf("--batch-size %d: want at least 1", o.batchSize)
+	if o.batchSize < 1 || o.batchSize > supervisor.MaxBatchSize {
+		return fmt.Errorf("--batch-size %d: want 1 to %d", o.batchSize, supervisor.MaxBatchSize)
 	}
 	if o.maxQueue < 0 {
 		return fmt.Errorf("--max-queue %d: must not be negative", o.maxQueue)

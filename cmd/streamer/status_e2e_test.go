@@ -283,7 +283,7 @@ func TestStatusPageInBrowserWithALargeBatchSize(t *testing.T) {
 	if err != nil {
 		t.Fatalf("chromium is not installed (%v); run make install-tools", err)
 	}
-	s := startServer(t, "--workers", "1", "--model", "echo", "--batch-size", "300000")
+	s := startServer(t, "--workers", "1", "--model", "echo", "--batch-size", strconv.Itoa(supervisor.MaxBatchSize))
 	slots := s.waitAllReady(t, 1)
 	s.predictJSON(t, "a", "b")
 	var dom string

@@ -28,7 +28,7 @@ type Admin interface {
 }
 
 // MaxAdminWorkers is the most workers POST /admin/workers may ask for.
-const MaxAdminWorkers = 1024
+const MaxAdminWorkers = supervisor.MaxWorkers
 
 // maxAdminBody bounds an admin request's body.
 const maxAdminBody = 4 << 10
