@@ -82,3 +82,38 @@ func TestV2TritonRoutesOfTheDemo(t *testing.T) {
 		t.Errorf("POST /v2/repository/index: %d %s (%v); want demo version 1 READY", status, body, err)
 	}
 }
+
+// TestV2TritonStatsCountALateRowAsFailedOnly: a row that ran but whose
+// deadline passed while it ran is answered 504; the statistics count it in
+// fail and not in success, so that the two add up to the rows answered.
+func TestV2TritonStatsCountALateRowAsFailedOnly(t *testing.T) {
+	s := startServer(t, "--model", "sleep:300ms,0s", "--workers", "1")
+	status, body, _, err := s.do(context.Background(), http.MethodPost, "/predict", "application/json", []byte(`{"inputs": ["late"], "timeout_ms": 100}`))
+	if err != nil || status != http.StatusGatewayTimeout {
+		t.Fatalf("a 100 ms deadline on a 300 ms model: %d %s (%v), want 504", status, body, err)
+	}
+	if p := s.predictJSON(t, "on time"); p.Status != http.StatusOK {
+		t.Fatalf("a request with no deadline: %s", p)
+	}
+	s.waitFor(t, "both rows answered", readyTimeout, func() bool { return s.stats(t).Answered == 2 })
+	var stats struct {
+		ModelStats []struct {
+			InferenceCount uint64 `json:"inference_count"`
+			InferenceStats struct {
+				Success struct {
+					Count uint64 `json:"count"`
+				} `json:"success"`
+				Fail struct {
+					Count uint64 `json:"count"`
+				} `json:"fail"`
+			} `json:"inference_stats"`
+		} `json:"model_stats"`
+	}
+	if status, msg := s.getV2(t, "/v2/models/sleep/stats", &stats); status != http.StatusOK || len(stats.ModelStats) != 1 {
+		t.Fatalf("GET stats: %d %s %+v", status, msg, stats)
+	}
+	m := stats.ModelStats[0]
+	if m.InferenceCount != 1 || m.InferenceStats.Success.Count != 1 || m.InferenceStats.Fail.Count != 1 {
+		t.Errorf("stats %+v; want 1 success (the inference count) and 1 fail", m)
+	}
+}

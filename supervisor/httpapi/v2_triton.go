@@ -131,22 +131,33 @@ type tritonBatchStats struct {
 }
 
 // modelStats is the backend's counters in Triton's statistics. They count
-// items (rows), not requests: success is the items that ran and were
-// answered, with their time from submission to answer; queue and
-// compute_infer split it, compute_infer being the whole batch's run on its
-// worker (encoding, inference and decoding), so that compute_input and
-// compute_output count the same items in no time. fail counts the items
-// answered with an error, their time unmeasured; batch_stats count the
-// batches of each size, their time unmeasured too.
+// items (rows), not requests. success is the items answered with an
+// output and fail those answered with an error, so that the two add up to
+// the items answered, as in Triton; inference_count is success's count.
+// The times come from the latency histograms, which count every item its
+// worker ran, however it was answered: success's time (from submission
+// to answer) and its parts, queue and compute_infer (the whole batch's run
+// on its worker: encoding, inference and decoding), include the items that
+// ran and were then answered with an error (the model failed them, or
+// their deadline passed while they ran), and count those items too, as the
+// histograms do not tell them apart. compute_input and compute_output
+// count the items compute_infer does, in no time. fail's time is
+// unmeasured; batch_stats count the batches of each size, their time
+// unmeasured too.
 func (h *handler) modelStats(meta ModelMetadata) tritonStats {
 	s := h.backend.Stats()
 	m := tritonModelStats{Name: meta.Name, Version: firstVersion(meta), LastInference: h.requests.lastOK.Load()}
 	lat := s.Latency
-	ran := lat.EndToEnd.Count()
-	m.InferenceCount = ran
+	// Answered counts Failed, in one snapshot; a Backend that counts
+	// otherwise gets no successes rather than a wrapped-around count.
+	var ok uint64
+	if s.Answered > s.Failed {
+		ok = s.Answered - s.Failed
+	}
+	m.InferenceCount = ok
 	m.ExecutionCount = s.Batches
 	is := &m.InferenceStats
-	is.Success = tritonDuration{Count: ran, NS: seconds(lat.EndToEnd.SumSeconds)}
+	is.Success = tritonDuration{Count: ok, NS: seconds(lat.EndToEnd.SumSeconds)}
 	is.Fail = tritonDuration{Count: s.Failed}
 	is.Queue = tritonDuration{Count: lat.QueueWait.Count(), NS: seconds(lat.QueueWait.SumSeconds)}
 	is.ComputeInfer = tritonDuration{Count: lat.Compute.Count(), NS: seconds(lat.Compute.SumSeconds)}

@@ -63,8 +63,13 @@ func TestV2ConfigWithoutABatchSize(t *testing.T) {
 	}
 }
 
+// TestV2StatsInTritonsForm: of the 8 rows answered, 1 expired before it
+// ran, and of the 7 run 1 was answered with an error as its deadline
+// passed while it ran, so success counts 6 and fail 2, adding up to the
+// rows answered, while the times and queue and compute_infer are of the 7
+// rows run.
 func TestV2StatsInTritonsForm(t *testing.T) {
-	stats := supervisor.Stats{Batches: 3, Failed: 2, BatchSizes: []uint64{0, 1, 0, 2}}
+	stats := supervisor.Stats{Answered: 8, Failed: 2, Expired: 2, Batches: 3, BatchSizes: []uint64{0, 1, 0, 2}}
 	stats.Latency.EndToEnd = supervisor.Histogram{Counts: []uint64{5, 2}, SumSeconds: 0.5}
 	stats.Latency.QueueWait = supervisor.Histogram{Counts: []uint64{7}, SumSeconds: 0.125}
 	stats.Latency.Compute = supervisor.Histogram{Counts: []uint64{6, 1}, SumSeconds: 0.375}
@@ -84,14 +89,14 @@ func TestV2StatsInTritonsForm(t *testing.T) {
 		switch {
 		case m.Name != "m" || m.Version != "1":
 			t.Errorf("%s: model %q version %q", path, m.Name, m.Version)
-		case m.InferenceCount != 7 || m.ExecutionCount != 3:
-			t.Errorf("%s: inference_count %d, execution_count %d, want 7 and 3", path, m.InferenceCount, m.ExecutionCount)
-		case is.Success != tritonDuration{Count: 7, NS: 500_000_000}:
-			t.Errorf("%s: success %+v", path, is.Success)
+		case m.InferenceCount != 6 || m.ExecutionCount != 3:
+			t.Errorf("%s: inference_count %d, execution_count %d, want 6 and 3", path, m.InferenceCount, m.ExecutionCount)
+		case is.Success != tritonDuration{Count: 6, NS: 500_000_000}:
+			t.Errorf("%s: success %+v, want 6 rows and the time of the 7 run", path, is.Success)
 		case is.Queue != tritonDuration{Count: 7, NS: 125_000_000} || is.ComputeInfer != tritonDuration{Count: 7, NS: 375_000_000}:
 			t.Errorf("%s: queue %+v, compute_infer %+v", path, is.Queue, is.ComputeInfer)
-		case is.Fail.Count != 2:
-			t.Errorf("%s: fail %+v, want 2 items", path, is.Fail)
+		case is.Fail.Count != 2 || is.Success.Count+is.Fail.Count != stats.Answered:
+			t.Errorf("%s: fail %+v, want 2 items, and with success's the %d answered", path, is.Fail, stats.Answered)
 		case len(m.BatchStats) != 2 || m.BatchStats[0].BatchSize != 1 || m.BatchStats[1].BatchSize != 3 || m.BatchStats[1].ComputeInfer.Count != 2:
 			t.Errorf("%s: batch_stats %+v, want sizes 1 (once) and 3 (twice)", path, m.BatchStats)
 		case m.LastInference < before || m.LastInference > time.Now().UnixMilli():
