@@ -748,6 +748,24 @@ func TestBrokerPoisonRefusedAfterAGracefulStop(t *testing.T) {
 	}
 }
 
+// TestBrokerReadyzKeepsRedisFromProbes: with --auth-token, a front end
+// whose Redis is down answers /readyz, open to probes, 503 without naming
+// Redis's address, and tells a caller with the token why.
+func TestBrokerReadyzKeepsRedisFromProbes(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	rs.Kill()
+	front := startBrokerFront(t, rs, "--auth-token", "tok")
+	waitReadyz(t, front, http.StatusServiceUnavailable)
+	status, body, _, err := front.do(context.Background(), http.MethodGet, "/readyz", "", nil)
+	if err != nil || status != http.StatusServiceUnavailable || strings.Contains(string(body), rs.Addr()) || !strings.Contains(string(body), "not ready") {
+		t.Errorf("GET /readyz without the token: %d %s, %v; want 503 saying not ready, without %s", status, body, err, rs.Addr())
+	}
+	status, body, _, err = front.do(context.Background(), http.MethodGet, "/readyz", "", nil, "Authorization", "Bearer tok")
+	if err != nil || status != http.StatusServiceUnavailable || !strings.Contains(string(body), rs.Addr()) {
+		t.Errorf("GET /readyz with the token: %d %s, %v; want 503 naming Redis at %s", status, body, err, rs.Addr())
+	}
+}
+
 // TestBrokerStartsBeforeRedis: a node and a front end started while Redis
 // is down keep trying rather than exit, are not ready meanwhile, and serve
 // once Redis is up, without a restart.

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -16,12 +17,15 @@ import (
 // /healthz, /readyz and the v2 protocol's /v2/health/live and
 // /v2/health/ready, so that load balancers and orchestrators can probe the
 // server without holding the secret (they say whether it lives and is
-// ready, and nothing of its model); GET / itself, the status page, a static file that
-// holds no data and asks for the token to fetch what it shows (a browser
-// cannot send one for a page it is told to open); and CORS preflights
-// (OPTIONS with Origin and Access-Control-Request-Method), which browsers
-// send without credentials and which New's handler answers without running
-// anything.
+// ready, and nothing of its model, nor why it is not ready: that is told
+// only to a caller with the token); GET / itself, the status page, a
+// static file that holds no data and asks for the token to fetch what it
+// shows (a browser cannot send one for a page it is told to open); and
+// CORS preflights (OPTIONS with Origin and Access-Control-Request-Method),
+// which browsers send without credentials and which New's handler answers
+// without running anything. Such a request that lacks the token is marked
+// in its context, so that New's handler tells it nothing the token
+// guards.
 //
 // The token is compared through its SHA-256 digest in constant time, so the
 // time an answer takes tells neither how much of a guess was right nor how
@@ -51,21 +55,43 @@ const (
 )
 
 func (g *tokenGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if exemptFromToken(r) {
+	refusal, msg := g.check(r)
+	switch {
+	case refusal == "":
 		g.next.ServeHTTP(w, r)
-		return
+	case exemptFromToken(r):
+		g.next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), anonymousKey{}, true)))
+	default:
+		unauthorized(w, r, refusal, msg)
 	}
+}
+
+// check vets r's token: it returns the WWW-Authenticate challenge and the
+// message of the 401 that refuses it, or "" for a request that carries the
+// token.
+func (g *tokenGuard) check(r *http.Request) (refusal, msg string) {
 	token, ok := bearerToken(r.Header.Get("Authorization"))
 	if !ok {
-		unauthorized(w, r, challenge, missingToken)
-		return
+		return challenge, missingToken
 	}
 	got := sha256.Sum256([]byte(token))
 	if subtle.ConstantTimeCompare(got[:], g.want[:]) != 1 {
-		unauthorized(w, r, invalidChallenge, wrongToken)
-		return
+		return invalidChallenge, wrongToken
 	}
-	g.next.ServeHTTP(w, r)
+	return "", ""
+}
+
+// anonymousKey marks, in its context, a request that RequireToken let
+// through without the token (see exemptFromToken): its answer says nothing
+// that the token guards.
+type anonymousKey struct{}
+
+// anonymous reports whether r came through RequireToken without the token.
+// A request served with no token required is not anonymous: the server
+// keeps nothing from anyone.
+func anonymous(r *http.Request) bool {
+	marked, _ := r.Context().Value(anonymousKey{}).(bool)
+	return marked
 }
 
 // unauthorizedDiscard bounds what is read, and thrown away, of the body of

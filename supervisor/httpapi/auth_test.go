@@ -1,9 +1,12 @@
 package httpapi
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/streamer-dev/streamer/supervisor"
 )
 
 func TestRequireToken(t *testing.T) {
@@ -51,6 +54,53 @@ func TestRequireToken(t *testing.T) {
 				if msg := errorOf(t, rec); !strings.Contains(msg, "token") {
 					t.Errorf("refusal %q does not mention the token", msg)
 				}
+			}
+		})
+	}
+}
+
+// unreadyBackend is a backend that is not ready, and says why.
+type unreadyBackend struct {
+	fakeBackend
+	why error
+}
+
+func (b *unreadyBackend) NotReady() error { return b.why }
+
+// TestReadyzTellsWhyOnlyWithTheToken: a /readyz that needs no token says
+// why the server is not ready only to a caller with the token, for the
+// reason may name the infrastructure behind it; without the token, or with
+// a wrong one, it is the same 503, saying only whether the server shuts
+// down. With no token required, anyone is told.
+func TestReadyzTellsWhyOnlyWithTheToken(t *testing.T) {
+	outage := fmt.Errorf("%w: redis at 127.0.0.1:22990 does not serve: dial tcp: connection refused", supervisor.ErrUnavailable)
+	draining := fmt.Errorf("broker: front end closing: %w", supervisor.ErrShuttingDown)
+	tests := []struct {
+		name   string
+		why    error
+		token  bool     // the server requires one
+		header []string // the probe's
+		want   string
+	}{
+		{"no token required", outage, false, nil, outage.Error()},
+		{"without the token", outage, true, nil, notReadyWithheld},
+		{"with a wrong token", outage, true, []string{"Authorization", "Bearer guess"}, notReadyWithheld},
+		{"with the token", outage, true, []string{"Authorization", "Bearer s3cret"}, outage.Error()},
+		{"shutting down, without the token", draining, true, nil, ShuttingDown},
+		{"shutting down, with the token", draining, true, []string{"Authorization", "Bearer s3cret"}, draining.Error()},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := New(Config{Backend: &unreadyBackend{why: tc.why}})
+			if tc.token {
+				h = RequireToken("s3cret", h)
+			}
+			rec := do(t, h, http.MethodGet, "/readyz", "", nil, tc.header...)
+			if rec.Code != http.StatusServiceUnavailable {
+				t.Fatalf("status %d (%s), want 503", rec.Code, rec.Body)
+			}
+			if msg := errorOf(t, rec); msg != tc.want {
+				t.Errorf("says %q, want %q", msg, tc.want)
 			}
 		})
 	}

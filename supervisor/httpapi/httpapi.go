@@ -93,6 +93,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -318,7 +319,7 @@ func (h *handler) route(w http.ResponseWriter, r *http.Request) {
 	case "/healthz":
 		h.get(w, r, func() (int, any) { return http.StatusOK, map[string]string{"status": "ok"} })
 	case "/readyz":
-		h.get(w, r, h.readiness)
+		h.get(w, r, func() (int, any) { return h.readiness(anonymous(r)) })
 	case "/v1/models":
 		h.get(w, r, func() (int, any) { return http.StatusOK, h.model })
 	case "/v1/stats":
@@ -374,25 +375,42 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request, body func() (int, 
 	h.writeJSON(w, status, v)
 }
 
-func (h *handler) readiness() (int, any) {
+// readiness is the /readyz answer. Its 503 says why the server is not
+// ready, except to an anonymous caller (a probe let through without the
+// token; see RequireToken): the reason may name what lies behind the
+// server (a front end's Redis, its address and its error), so such a
+// caller is told only whether the server shuts down. A caller with the
+// token is told the reason, and so is any caller when no token is
+// required.
+func (h *handler) readiness(anonymous bool) (int, any) {
 	if h.backend.Ready() {
 		return http.StatusOK, map[string]string{"status": "ready"}
 	}
-	return http.StatusServiceUnavailable, map[string]string{"status": "not ready", "error": h.notReadyReason()}
+	return http.StatusServiceUnavailable, map[string]string{"status": "not ready", "error": h.notReadyReason(anonymous)}
 }
 
-// notReadyReason says why the backend is not ready.
-func (h *handler) notReadyReason() string {
-	why := "no worker is ready"
+// notReadyWithheld is the reason an anonymous caller is told (see
+// readiness) unless the server shuts down.
+const notReadyWithheld = "not ready: the reason is told to requests that carry the token"
+
+// notReadyReason says why the backend is not ready; to an anonymous
+// caller, only whether it shuts down.
+func (h *handler) notReadyReason(anonymous bool) string {
+	var err error
 	if b, ok := h.backend.(unreadier); ok {
-		switch err := b.NotReady(); {
-		case err == supervisor.ErrShuttingDown: // bare: says no more than its name
-			why = ShuttingDown
-		case err != nil:
-			why = err.Error()
-		}
+		err = b.NotReady()
 	}
-	return why
+	switch {
+	case err == supervisor.ErrShuttingDown: // bare: says no more than its name
+		return ShuttingDown
+	case anonymous && errors.Is(err, supervisor.ErrShuttingDown):
+		return ShuttingDown
+	case anonymous:
+		return notReadyWithheld
+	case err != nil:
+		return err.Error()
+	}
+	return "no worker is ready"
 }
 
 // unreadier is a Backend that says why it is not ready: a local streamer

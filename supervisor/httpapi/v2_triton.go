@@ -227,7 +227,7 @@ func (h *handler) repositoryIndex(w http.ResponseWriter, r *http.Request) {
 		meta := h.tensors.Metadata()
 		entry := repositoryEntry{Name: meta.Name, Version: firstVersion(meta), State: "READY"}
 		if !h.backend.Ready() {
-			entry.State, entry.Reason = "UNAVAILABLE", h.notReadyReason()
+			entry.State, entry.Reason = "UNAVAILABLE", h.notReadyReason(anonymous(r))
 		}
 		if req.Ready == nil || !*req.Ready || entry.State == "READY" {
 			index = append(index, entry)
