@@ -103,6 +103,25 @@ func TestSecurityAuthTokenGuardsEndpoints(t *testing.T) {
 	}
 }
 
+// TestSecurityUnauthorizedReadableByAllowedOrigin: a request without the
+// token from a page of an --allow-origin gets its 401 with the CORS headers
+// that let the page read it and its challenge; a page of another origin
+// gets none.
+func TestSecurityUnauthorizedReadableByAllowedOrigin(t *testing.T) {
+	s := startServer(t, "--workers", "1", "--auth-token", "tok", "--allow-origin", "https://app.example")
+	for origin, want := range map[string]string{"https://app.example": "https://app.example", "https://evil.example": ""} {
+		status, body, hdr, err := s.do(context.Background(), http.MethodPost, "/predict", "application/json", []byte(`{"inputs": ["x"]}`), "Origin", origin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if status != http.StatusUnauthorized || hdr.Get("Access-Control-Allow-Origin") != want ||
+			strings.Contains(hdr.Get("Access-Control-Expose-Headers"), "WWW-Authenticate") != (want != "") {
+			t.Errorf("from %s without the token: %d %s, Access-Control-Allow-Origin %q, Access-Control-Expose-Headers %q; want 401 allowing %q and exposing WWW-Authenticate to it",
+				origin, status, bytes.TrimSpace(body), hdr.Get("Access-Control-Allow-Origin"), hdr.Get("Access-Control-Expose-Headers"), want)
+		}
+	}
+}
+
 func TestSecurityAuthTokenPreflightPassesWithoutToken(t *testing.T) {
 	s := startServer(t, "--workers", "1", "--auth-token", "tok", "--allow-origin", "https://app.example")
 	status, body, hdr, err := s.do(context.Background(), http.MethodOptions, "/predict", "", nil,

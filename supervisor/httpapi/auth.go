@@ -12,6 +12,9 @@ import (
 // RequireToken returns a handler that passes a request on to next only when
 // it carries the header "Authorization: Bearer <token>". Others get 401 with
 // a WWW-Authenticate challenge and a JSON error, before next sees them.
+// When next is New's handler, the 401 to a request from a browser page of
+// an allowed origin (Config.AllowedOrigins) carries the CORS headers that
+// let the page read it and its challenge.
 //
 // Four kinds of request pass without the token: the health routes,
 // /healthz, /readyz and the v2 protocol's /v2/health/live and
@@ -62,8 +65,18 @@ func (g *tokenGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case exemptFromToken(r):
 		g.next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), anonymousKey{}, true)))
 	default:
+		if o, ok := g.next.(refusalOriginer); ok {
+			o.refusalOrigin(w, r)
+		}
 		unauthorized(w, r, refusal, msg)
 	}
+}
+
+// refusalOriginer is New's handler, which knows the origins allowed: it
+// lets the page of an allowed origin read the 401 the guard answers for it,
+// rather than see a CORS failure.
+type refusalOriginer interface {
+	refusalOrigin(w http.ResponseWriter, r *http.Request)
 }
 
 // check vets r's token: it returns the WWW-Authenticate challenge and the

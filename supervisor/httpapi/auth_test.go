@@ -3,6 +3,7 @@ package httpapi
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -115,6 +116,48 @@ func TestPreflightAllowsAuthorization(t *testing.T) {
 	}
 	if got := rec.Header().Get("Access-Control-Allow-Headers"); !strings.Contains(got, "Authorization") {
 		t.Errorf("preflight allows headers %q; a page could not send its token", got)
+	}
+}
+
+// TestUnauthorizedReadableByAllowedOrigin: the 401 to a page of an allowed
+// origin carries Access-Control-Allow-Origin, and exposes its challenge,
+// so that the page sees the refusal rather than a CORS failure; one to a
+// page of any other origin, or to a request with no Origin, lets no page
+// read it.
+func TestUnauthorizedReadableByAllowedOrigin(t *testing.T) {
+	h := RequireToken("s3cret", New(Config{Backend: &fakeBackend{ready: true}, AllowedOrigins: []string{"https://app.example"}}))
+	open := RequireToken("s3cret", New(Config{Backend: &fakeBackend{ready: true}, AllowedOrigins: []string{"*"}}))
+	tests := []struct {
+		name        string
+		handler     http.Handler
+		header      []string
+		allowOrigin string
+	}{
+		{"allowed origin", h, []string{"Origin", "https://app.example"}, "https://app.example"},
+		{"allowed origin, wrong token", h, []string{"Origin", "https://app.example", "Authorization", "Bearer guess"}, "https://app.example"},
+		{"any origin with *", open, []string{"Origin", "https://elsewhere.example"}, "https://elsewhere.example"},
+		{"another origin", h, []string{"Origin", "https://evil.example"}, ""},
+		{"two origins", h, []string{"Origin", "https://app.example", "Origin", "https://evil.example"}, ""},
+		{"no origin", h, nil, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := do(t, tc.handler, http.MethodPost, "/predict", "application/json", []byte(`{"inputs": ["x"]}`), tc.header...)
+			if rec.Code != http.StatusUnauthorized {
+				t.Fatalf("status %d (%s), want 401", rec.Code, rec.Body)
+			}
+			hdr := rec.Header()
+			if got := hdr.Get("Access-Control-Allow-Origin"); got != tc.allowOrigin {
+				t.Errorf("Access-Control-Allow-Origin %q, want %q", got, tc.allowOrigin)
+			}
+			exposed := strings.Contains(hdr.Get("Access-Control-Expose-Headers"), "WWW-Authenticate")
+			if want := tc.allowOrigin != ""; exposed != want {
+				t.Errorf("Access-Control-Expose-Headers %q; WWW-Authenticate exposed %v, want %v", hdr.Get("Access-Control-Expose-Headers"), exposed, want)
+			}
+			if tc.allowOrigin != "" && !slices.Contains(hdr.Values("Vary"), "Origin") {
+				t.Errorf("Vary %q, want Origin among them", hdr.Values("Vary"))
+			}
+		})
 	}
 }
 

@@ -346,7 +346,7 @@ func (h *handler) route(w http.ResponseWriter, r *http.Request) {
 // answers the request itself, and returns false, when the origin is not
 // allowed or the request is a CORS preflight.
 func (h *handler) crossOrigin(w http.ResponseWriter, r *http.Request, origin []string) bool {
-	if len(origin) != 1 || !(h.origins["*"] || h.origins[origin[0]]) {
+	if !h.originAllowed(origin) {
 		name := strings.Join(origin, ", ")
 		h.writeError(w, http.StatusForbidden, "requests from the web page origin "+strconv.Quote(name)+
 			" are not allowed; to let pages from it call this API, add it to the server's allowed origins (streamer serve --allow-origin)")
@@ -363,6 +363,28 @@ func (h *handler) crossOrigin(w http.ResponseWriter, r *http.Request, origin []s
 	hdr.Set("Access-Control-Max-Age", "600")
 	w.WriteHeader(http.StatusNoContent)
 	return false
+}
+
+// originAllowed reports whether a request whose Origin header values are
+// origin comes from a page allowed to call the API.
+func (h *handler) originAllowed(origin []string) bool {
+	return len(origin) == 1 && (h.origins["*"] || h.origins[origin[0]])
+}
+
+// refusalOrigin lets a page of r's origin, when it is allowed, read an
+// answer that refuses r before the handler sees it: RequireToken's 401,
+// and its WWW-Authenticate challenge, which a browser hides from the page
+// unless told to expose it. It sets nothing for any other origin, whose
+// page is told nothing, as it would have been refused anyway.
+func (h *handler) refusalOrigin(w http.ResponseWriter, r *http.Request) {
+	origin, ok := r.Header["Origin"]
+	if !ok || !h.originAllowed(origin) {
+		return
+	}
+	hdr := w.Header()
+	hdr.Set("Access-Control-Allow-Origin", origin[0])
+	hdr.Set("Access-Control-Expose-Headers", "WWW-Authenticate")
+	hdr.Add("Vary", "Origin")
 }
 
 // get serves a read-only route: GET or HEAD, answered with body's JSON.
