@@ -3,10 +3,12 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -60,6 +62,48 @@ func TestEmbeddedServerWithItsOwnWorkers(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the server did not exit within 30s of SIGTERM")
+	}
+}
+
+// echoPredictor answers each item with itself, counting the calls.
+type echoPredictor struct{ calls int }
+
+func (p *echoPredictor) Predict(_ context.Context, items [][]byte) ([][]byte, error) {
+	p.calls++
+	return items, nil
+}
+
+// TestShoutBodyRefusals: a body over the limit gets 413, one that is not
+// the JSON asked for 400, and neither reaches the model; one at the limit
+// is read.
+func TestShoutBodyRefusals(t *testing.T) {
+	sized := func(n int) string { // a request of n bytes
+		const frame = `{"texts":[""]}`
+		return `{"texts":["` + strings.Repeat("a", n-len(frame)) + `"]}`
+	}
+	tests := []struct {
+		name  string
+		body  string
+		want  int
+		calls int
+	}{
+		{"at the limit", sized(maxShoutBody), http.StatusOK, 1},
+		{"over the limit", sized(maxShoutBody + 1), http.StatusRequestEntityTooLarge, 0},
+		{"not JSON", `{"texts":`, http.StatusBadRequest, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			model := &echoPredictor{}
+			rec := httptest.NewRecorder()
+			shoutHandler(model).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/shout", strings.NewReader(tc.body)))
+			var a shoutAnswer
+			if err := json.Unmarshal(rec.Body.Bytes(), &a); err != nil || rec.Code != tc.want || model.calls != tc.calls {
+				t.Errorf("a body of %d bytes: %d %q (%v), the model called %d times; want %d and %d calls", len(tc.body), rec.Code, a.Error, err, model.calls, tc.want, tc.calls)
+			}
+			if tc.want != http.StatusOK && !strings.HasPrefix(a.Error, "body: ") {
+				t.Errorf("refusal %q does not say the body is at fault", a.Error)
+			}
+		})
 	}
 }
 

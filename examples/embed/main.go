@@ -174,13 +174,22 @@ type shoutAnswer struct {
 	Error string   `json:"error,omitempty"`
 }
 
+// maxShoutBody is the largest request body read, in bytes.
+const maxShoutBody = 1 << 20
+
 // shoutHandler encodes each text as one item, lets the streamer batch them
-// with other requests' items, and answers with the model's outputs.
+// with other requests' items, and answers with the model's outputs. A body
+// over maxShoutBody gets 413, as retrying it unchanged cannot succeed; any
+// other that does not decode gets 400.
 func shoutHandler(st predictor) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var req shoutRequest
-		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil {
-			answer(w, http.StatusBadRequest, shoutAnswer{Error: "body: " + err.Error()})
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxShoutBody)).Decode(&req); err != nil {
+			status := http.StatusBadRequest
+			if errors.As(err, new(*http.MaxBytesError)) {
+				status = http.StatusRequestEntityTooLarge
+			}
+			answer(w, status, shoutAnswer{Error: "body: " + err.Error()})
 			return
 		}
 		items := make([][]byte, len(req.Texts))
