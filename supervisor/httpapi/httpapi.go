@@ -356,6 +356,10 @@ func (h *handler) crossOrigin(w http.ResponseWriter, r *http.Request, origin []s
 	hdr.Set("Access-Control-Allow-Origin", origin[0])
 	hdr.Add("Vary", "Origin")
 	if r.Method != http.MethodOptions || r.Header.Get("Access-Control-Request-Method") == "" {
+		// The headers of ours a page needs, which a browser hides unless
+		// told: when to come back after a 429 or 503, and where a v2
+		// answer's JSON header ends and its binary tensors begin.
+		hdr.Set("Access-Control-Expose-Headers", "Retry-After, "+InferenceHeaderLength)
 		return true
 	}
 	hdr.Set("Access-Control-Allow-Methods", "GET, HEAD, POST")

@@ -35,6 +35,9 @@ func TestOriginIsVetted(t *testing.T) {
 			if got := rec.Header().Get("Access-Control-Allow-Origin"); got != tc.allowOrigin {
 				t.Errorf("Access-Control-Allow-Origin %q, want %q", got, tc.allowOrigin)
 			}
+			if exposed := rec.Header().Get("Access-Control-Expose-Headers"); (tc.allowOrigin != "" && rec.Code == http.StatusOK) != (exposed == "Retry-After, "+InferenceHeaderLength) {
+				t.Errorf("Access-Control-Expose-Headers %q on a %d; want Retry-After and %s exposed to an allowed page's request, and nothing else", exposed, rec.Code, InferenceHeaderLength)
+			}
 			if rec.Code == http.StatusForbidden {
 				if msg := errorOf(t, rec); !strings.Contains(msg, "allowed origins") {
 					t.Errorf("refusal %q does not say how to allow the origin", msg)
