@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -29,52 +30,131 @@ func adminFor(on bool, st *supervisor.Streamer) httpapi.Admin {
 	return st
 }
 
-// reloadOnHangup reloads st's workers on every SIGHUP until ctx ends. Its
-// own channel: whoever else listens to SIGHUP gets the signal too. A
-// reload that fails is logged and the server keeps serving on the workers
-// it has. A SIGHUP during a reload or scaling (which refuses another
-// change as busy) reloads once that change is done: an operator who swaps
-// the model and signals while the workers scale must not keep the old one
-// without a word. SIGHUPs that come while a reload waits or runs make one
-// reload more, not one each. A front end (st nil) has no workers to
-// reload: it logs so and serves on, rather than let SIGHUP's default end
-// it, so that the README's `kill -HUP $(pidof streamer)` on a machine that
-// also runs a front end does not stop it.
-func reloadOnHangup(ctx context.Context, st *supervisor.Streamer, log *slog.Logger) {
-	hangups := make(chan os.Signal, 1)
-	signal.Notify(hangups, syscall.SIGHUP)
-	wanted := make(chan struct{}, 1) // a reload asked and not begun yet
+// hangups is what SIGHUP does to streamer serve, from the first moment of
+// runServe to its return. SIGHUP's default would end the process, and with
+// it every request admitted, and a SIGHUP may come at any time: an
+// operator's reload racing the start, or the drain. Every SIGHUP reads the
+// TLS certificate again, once there is one (see certificate). The workers
+// are reloaded by a SIGHUP while the server serves (see serve); one that
+// comes before is held, and reloads them once the server serves, since the
+// first workers may have opened the model before it changed on disk; one
+// that comes once the drain has begun is logged and ignored, since the
+// workers are stopping.
+type hangups struct {
+	signals chan os.Signal
+	stopped chan struct{}
+	log     *slog.Logger
+
+	mu       sync.Mutex
+	cert     *certificate // read again on every SIGHUP; nil: none
+	reload   func()       // what a SIGHUP does to the workers; nil before serving
+	held     bool         // a SIGHUP came before serving
+	draining bool         // the drain has begun
+}
+
+// catchHangups takes SIGHUP from now until stop is called. Its own
+// channel: whoever else listens to SIGHUP gets the signal too.
+func catchHangups(log *slog.Logger) *hangups {
+	h := &hangups{signals: make(chan os.Signal, 1), stopped: make(chan struct{}), log: log}
+	signal.Notify(h.signals, syscall.SIGHUP)
 	go func() {
-		defer signal.Stop(hangups)
 		for {
 			select {
-			case <-ctx.Done():
+			case <-h.stopped:
 				return
-			case <-hangups:
-				if st == nil {
-					log.Info("SIGHUP: a front end has no workers to reload; serving on (its nodes reload their own)")
-					continue
-				}
-				select {
-				case wanted <- struct{}{}:
-				default: // one is asked already
-				}
+			case <-h.signals:
+				h.handle()
 			}
 		}
 	}()
-	if st == nil {
-		return
+	return h
+}
+
+// stop ends the catching of SIGHUP, as runServe returns: the process is
+// about to end, and SIGHUP may have its default again.
+func (h *hangups) stop() {
+	signal.Stop(h.signals)
+	close(h.stopped)
+}
+
+// handle does what one SIGHUP does now.
+func (h *hangups) handle() {
+	h.mu.Lock()
+	cert, reload, draining := h.cert, h.reload, h.draining
+	if reload == nil && !draining {
+		h.held = true
 	}
-	go func() {
-		for {
+	h.mu.Unlock()
+	if cert != nil {
+		cert.reload()
+	}
+	switch {
+	case draining:
+		h.log.Info("SIGHUP while draining: the workers are stopping, not reloaded")
+	case reload == nil:
+		h.log.Info("SIGHUP before the server serves: the workers are reloaded once it does")
+	default:
+		reload()
+	}
+}
+
+// reloadCertificate makes every SIGHUP from now on read c's files again.
+func (h *hangups) reloadCertificate(c *certificate) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cert = c
+}
+
+// drain makes the SIGHUPs from now on leave the workers alone: they are
+// stopping.
+func (h *hangups) drain() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.draining = true
+}
+
+// serve makes SIGHUP reload st's workers from now until ctx ends or the
+// drain begins, and reloads them now if a SIGHUP was held. A reload that
+// fails is logged and the server keeps serving on the workers it has. A
+// SIGHUP during a reload or scaling (which refuses another change as busy)
+// reloads once that change is done: an operator who swaps the model and
+// signals while the workers scale must not keep the old one without a
+// word. SIGHUPs that come while a reload waits or runs make one reload
+// more, not one each. A front end (st nil) has no workers to reload: it
+// logs so and serves on.
+func (h *hangups) serve(ctx context.Context, st *supervisor.Streamer) {
+	reload := func() {
+		h.log.Info("SIGHUP: a front end has no workers to reload; serving on (its nodes reload their own)")
+	}
+	if st != nil {
+		wanted := make(chan struct{}, 1) // a reload asked and not begun yet
+		reload = func() {
 			select {
-			case <-ctx.Done():
-				return
-			case <-wanted:
+			case wanted <- struct{}{}:
+			default: // one is asked already
 			}
-			reloadWhenFree(ctx, st, wanted, log)
 		}
-	}()
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-wanted:
+				}
+				if ctx.Err() != nil {
+					return // asked as the signal to stop came
+				}
+				reloadWhenFree(ctx, st, wanted, h.log)
+			}
+		}()
+	}
+	h.mu.Lock()
+	h.reload = reload
+	held := h.held && !h.draining
+	h.mu.Unlock()
+	if held {
+		reload()
+	}
 }
 
 // busyRecheck is how often a reload asked by SIGHUP during another change

@@ -314,3 +314,62 @@ func TestAdminNeedsAToken(t *testing.T) {
 		}
 	}
 }
+
+// TestSIGHUPWhileDrainingEndsNothing: a SIGHUP that comes once SIGTERM's
+// drain has begun is logged and ignored: the request admitted before is
+// answered, and the server exits 0. (Before, the drain stopped the
+// catching of SIGHUP, whose default then ended the process with every
+// admitted request unanswered.)
+func TestSIGHUPWhileDrainingEndsNothing(t *testing.T) {
+	s := startServer(t, "--model", "sleep:2s,0", "--grace", "10s")
+	answered := make(chan prediction, 1)
+	go func() {
+		p, err := s.tryPredictJSON(map[string]any{"inputs": []any{"held"}})
+		if err != nil {
+			p.Status = 0
+		}
+		answered <- p
+	}()
+	s.waitFor(t, "the request to be admitted", readyTimeout, func() bool { return s.stats(t).Submitted >= 1 })
+	if err := s.signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor(t, "the drain to begin", stopTimeout, func() bool { return strings.Contains(s.logs(), "signal received: draining") })
+	if err := s.signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if p := <-answered; p.Status != http.StatusOK {
+		t.Errorf("the request admitted before SIGTERM: %s; want 200", p)
+	}
+	if code, err := s.wait(stopTimeout); err != nil || code != 0 {
+		t.Errorf("exit code %d (%v) after SIGTERM and SIGHUP, want 0", code, err)
+	}
+	if logs := s.logs(); !strings.Contains(logs, "SIGHUP while draining") || strings.Contains(logs, "reload begun") {
+		t.Errorf("the log does not say the SIGHUP was ignored while draining, or says a reload began:\n%s", logs)
+	}
+}
+
+// TestSIGHUPBeforeServingIsHeld: a SIGHUP as soon as the server writes
+// its first line (it checks the model, then listens, then starts the
+// workers) does not end it: it serves, and reloads its workers once it
+// does, since they may have opened the model before it changed. (Before,
+// SIGHUP was caught only once the server listened.)
+func TestSIGHUPBeforeServingIsHeld(t *testing.T) {
+	s := launchServer(t, "--model", "echo")
+	s.waitFor(t, "the server's first line", readyTimeout, func() bool { return s.logs() != "" })
+	if err := s.signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor(t, "the server to serve and reload its workers", readyTimeout, func() bool {
+		if s.exited() {
+			t.Fatalf("the server exited on a SIGHUP before it served:\n%s", s.logs())
+		}
+		return strings.Contains(s.logs(), "reload done")
+	})
+	if !strings.Contains(s.logs(), "SIGHUP before the server serves") {
+		t.Errorf("the log does not say the SIGHUP was held:\n%s", s.logs())
+	}
+	if p := s.predictJSON(t, "after"); p.Status != http.StatusOK {
+		t.Errorf("a request after the reload: %s", p)
+	}
+}

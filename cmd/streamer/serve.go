@@ -337,9 +337,15 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
+	// Before anything slow: a SIGHUP from here on must not end the server.
+	hangups := catchHangups(log)
+	defer hangups.stop()
 	guard, err := o.security.prepare(os.LookupEnv, log)
 	if err != nil {
 		return err
+	}
+	if guard.cert != nil {
+		hangups.reloadCertificate(guard.cert)
 	}
 	if err := o.checkRoles(guard); err != nil {
 		return err
@@ -376,7 +382,6 @@ func runServe(ctx context.Context, o serveOptions) error {
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	reloadOnHangup(ctx, st, log)
 
 	// Serve from the start: while the workers initialise, /readyz says 503
 	// and requests get a quick 503 instead of waiting on a silent socket.
@@ -386,7 +391,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		Admin: adminFor(o.admin, st), Tensors: m.tensors,
 		MaxBatchSize: o.batchSize, MaxQueueDelay: o.maxLatency, MaxItems: o.maxItems,
 	})
-	stopping := &drainer{listener: listener, grace: o.grace, log: log, stops: stopsOf(st, remote)}
+	stopping := &drainer{listener: listener, grace: o.grace, log: log, stops: stopsOf(st, remote), hangups: hangups}
 	server := o.httpServer(stopping.wrap(guard.protect(api)), log)
 	server.ConnState = listener.track
 	serveErr := make(chan error, 1)
@@ -412,6 +417,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 			return errors.Join(err, stopping.drain(server))
 		}
 	}
+	hangups.serve(ctx, st)
 	log.Info("serving")
 	var work statser = backend
 	if remote != nil && st != nil {
@@ -592,6 +598,7 @@ func stopsOf(st *supervisor.Streamer, remote *brokerParts) []func(context.Contex
 type drainer struct {
 	// stops run in order: the front end, the node, the local supervisor.
 	stops    []func(context.Context) error
+	hangups  *hangups // told first that the drain has begun
 	listener *cappedListener
 	grace    time.Duration
 	log      *slog.Logger
@@ -623,7 +630,10 @@ const (
 // the connections left idle, and the process waits for the refusals under
 // way. Idle connections are not closed at the start:
 // a request racing the close of its connection would get no answer at all.
+// A SIGHUP from the start of the drain on reloads no worker (see hangups),
+// and ends nothing.
 func (d *drainer) drain(server *http.Server) error {
+	d.hangups.drain()
 	d.draining.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), d.grace)
 	defer cancel()

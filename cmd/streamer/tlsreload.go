@@ -6,15 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
-	"os/signal"
-	"sync"
 	"sync/atomic"
-	"syscall"
 )
 
 // certificate is the server's TLS certificate, read from its files at start
-// and again on every SIGHUP. Connections already open keep the certificate
+// and again on every SIGHUP (see hangups). Connections already open keep the certificate
 // they were made with; new ones get the latest that loaded.
 type certificate struct {
 	certFile, keyFile string
@@ -73,9 +69,9 @@ func describeLeaf(leaf *x509.Certificate) []any {
 	return []any{"serial", leaf.SerialNumber.String(), "not_after", leaf.NotAfter}
 }
 
-// listen serves TLS on l with the current certificate, reloading it on
-// SIGHUP until the returned listener is closed. Other handlers of SIGHUP in
-// the process get the signal too: Go hands it to every channel registered.
+// listen serves TLS on l with the current certificate: the one a
+// connection's handshake finds, so that a reload (on SIGHUP, see hangups)
+// takes effect for the connections made after it.
 func (c *certificate) listen(l net.Listener) net.Listener {
 	config := &tls.Config{
 		MinVersion: tls.VersionTLS12,
@@ -83,34 +79,6 @@ func (c *certificate) listen(l net.Listener) net.Listener {
 			return c.current.Load(), nil
 		},
 	}
-	hangups := make(chan os.Signal, 1)
-	signal.Notify(hangups, syscall.SIGHUP)
-	done := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case <-hangups:
-				c.reload()
-			case <-done:
-				return
-			}
-		}
-	}()
 	c.log.Info("serving HTTPS", append([]any{"cert", c.certFile}, describeLeaf(c.current.Load().Leaf)...)...)
-	return &reloadingListener{Listener: tls.NewListener(l, config), stop: func() {
-		signal.Stop(hangups)
-		close(done)
-	}}
-}
-
-// reloadingListener stops the reloading of its certificate when closed.
-type reloadingListener struct {
-	net.Listener
-	stop     func()
-	stopOnce sync.Once
-}
-
-func (l *reloadingListener) Close() error {
-	l.stopOnce.Do(l.stop)
-	return l.Listener.Close()
+	return tls.NewListener(l, config)
 }
