@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"syscall"
 
 	"github.com/streamer-dev/streamer/ipc"
@@ -42,7 +43,8 @@ func Main(open OpenFunc) {
 
 // Serve is Main without the exit: it checks that a supervisor started this
 // process (ErrNotStarted if not), takes the protocol's file descriptors, and
-// returns what Run returns.
+// returns what Run returns. Until then it logs and ignores SIGHUP, which is
+// the supervisor's (see ignoreHangups).
 func Serve(ctx context.Context, open OpenFunc) error {
 	if !Started() {
 		return ErrNotStarted
@@ -57,13 +59,42 @@ func Serve(ctx context.Context, open OpenFunc) error {
 	if in == nil || out == nil {
 		return fmt.Errorf("workerproc: file descriptors %d and %d must be the supervisor's pipes", ipc.WorkerInFD, ipc.WorkerOutFD)
 	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	defer ignoreHangups(log)()
 	return Run(ctx, Config{
 		Open:   open,
 		In:     in,
 		Out:    out,
 		Device: visibleDevices(),
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
+		Logger: log,
 	})
+}
+
+// ignoreHangups logs and ignores SIGHUP until the returned stop is called.
+// SIGHUP is the supervisor's: it reloads the workers, and a worker that it
+// ended would die as a crash, one restart of --max-restarts spent, with
+// its batch lost; a command that signals every process of the binary, or
+// a terminal that hangs up, reaches workers too. The signal is caught
+// rather than set to be ignored, which a model's own processes (a plugin)
+// would inherit.
+func ignoreHangups(log *slog.Logger) (stop func()) {
+	hangups := make(chan os.Signal, 1)
+	signal.Notify(hangups, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-hangups:
+				log.Info("SIGHUP ignored: a worker is reloaded by its supervisor, which is the process to signal")
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(hangups)
+		close(done)
+	}
 }
 
 // visibleDevices says which GPUs the supervisor gave this worker; where

@@ -3,12 +3,18 @@ package main
 import (
 	"context"
 	"errors"
+	"net/http"
+	"os"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/streamer-dev/streamer/ipc"
+	"github.com/streamer-dev/streamer/supervisor"
 )
 
 // `streamer worker` run by hand, or by anything but a supervisor, says what
@@ -29,4 +35,57 @@ func TestWorkerCommandOutsideASupervisor(t *testing.T) {
 			t.Errorf("output %q does not say %q", out, want)
 		}
 	}
+}
+
+// TestWorkerServesOnThroughSIGHUP: a SIGHUP sent to a worker process (as
+// a command that signals every process of the binary does) is logged and
+// ignored: the worker keeps serving, and no crash is counted. (Before, it
+// died of the signal, a crash that spent one of --max-restarts.)
+func TestWorkerServesOnThroughSIGHUP(t *testing.T) {
+	s := startServer(t, "--model", "echo", "--workers", "1")
+	pid := s.waitAllReady(t, 1)[0].PID
+	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
+		t.Fatalf("kill -HUP worker %d: %v", pid, err)
+	}
+	s.waitFor(t, "the worker to log the SIGHUP, or to die of it", readyTimeout, func() bool {
+		return strings.Contains(s.logs(), "SIGHUP ignored") || strings.Contains(s.logs(), "worker died")
+	})
+	if p := s.predictJSON(t, "after"); p.Status != http.StatusOK {
+		t.Errorf("a request after the worker's SIGHUP: %s; want 200", p)
+	}
+	w := s.workers(t)
+	if len(w) != 1 || w[0].PID != pid || w[0].State != supervisor.SlotReady || w[0].Crashes != 0 || w[0].Restarts != 0 {
+		t.Errorf("workers after the SIGHUP: %+v; want worker %d ready as before, with no crash or restart", w, pid)
+	}
+	if st := s.stats(t); st.Crashes != 0 {
+		t.Errorf("after a worker's SIGHUP: %d crashes; want none", st.Crashes)
+	}
+}
+
+// readmeHangup is the pattern the README's `pkill -HUP -f` gives to
+// signal the server only.
+var readmeHangup = regexp.MustCompile(`^[^ ]*streamer serve`)
+
+// TestReadmeHangupPatternMatchesTheServerOnly: the README's command to
+// reload matches the server's command line, as pkill -f reads it (the
+// arguments joined by spaces), and not its workers'.
+func TestReadmeHangupPatternMatchesTheServerOnly(t *testing.T) {
+	s := startServer(t, "--model", "echo", "--workers", "1")
+	worker := s.waitAllReady(t, 1)[0].PID
+	if line := commandLine(t, s.cmd.Process.Pid); !readmeHangup.MatchString(line) {
+		t.Errorf("the README's pattern %q does not match the server's command line %q", readmeHangup, line)
+	}
+	if line := commandLine(t, worker); readmeHangup.MatchString(line) {
+		t.Errorf("the README's pattern %q matches the worker's command line %q", readmeHangup, line)
+	}
+}
+
+// commandLine is the command line of process pid as pkill -f matches it.
+func commandLine(t *testing.T, pid int) string {
+	t.Helper()
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		t.Skipf("no command line of process %d to read: %v", pid, err)
+	}
+	return strings.ReplaceAll(strings.TrimSuffix(string(data), "\x00"), "\x00", " ")
 }
