@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/streamer-dev/streamer/internal/repeats"
 	"github.com/streamer-dev/streamer/supervisor"
 )
 
@@ -143,10 +144,10 @@ type FrontEnd struct {
 	// while they may go through (see failAdmissions).
 	admitFailing  atomic.Pointer[admitFault]
 	admitProbed   bool
-	admitProbedAt time.Time    // when the last probe ran, under checkMu
-	eviction      evictionLook // under checkMu
-	stalls        stallWatch   // the front end's own stalls, from Start until Close
-	repeats       repeats      // the warnings that repeat, held back (see repeats)
+	admitProbedAt time.Time     // when the last probe ran, under checkMu
+	eviction      evictionLook  // under checkMu
+	stalls        stallWatch    // the front end's own stalls, from Start until Close
+	repeats       repeats.Lines // the warnings that repeat, held back (see repeats.Lines)
 	// mismatch says why the front end takes no requests: the nodes serve a
 	// model that reads items otherwise than it writes them; nil while
 	// they agree (see noteModel). modelErr is that, as the last check
@@ -1883,14 +1884,14 @@ func failing(err error) bool {
 // failAdmissions notes err, Redis's failure of an admission (see
 // failing): the front end is not ready until a probe of the admission
 // goes through (see probeAdmission), which its checks try meanwhile. It
-// logs it as an error, at once and then at most every repeatEvery (see
-// repeats), and returns what to tell the callers: Redis's error, and,
+// logs it as an error, at once and then at most every repeats.Every (see
+// repeats.Lines), and returns what to tell the callers: Redis's error, and,
 // for a WRONGTYPE, which key holds another type (Redis names none). Before,
 // such failures were logged nowhere, and the front end stayed ready while
 // every request got 503.
 func (fe *FrontEnd) failAdmissions(ctx context.Context, err error) string {
 	kind := repeatKind("admit", err)
-	log, held := fe.repeats.note(kind, time.Now())
+	log, held := fe.repeats.Note(kind, time.Now())
 	fault := &admitFault{kind: kind, msg: err.Error()}
 	if prev := fe.admitFailing.Load(); !log && prev != nil && prev.kind == kind {
 		fault = prev // the key named already: no look at the keys' types for each admission
@@ -2440,7 +2441,7 @@ func (fe *FrontEnd) deliver(msgs []redis.XMessage) {
 			seq, err1 := strconv.ParseUint(a.seq, 10, 64)
 			idx, err2 := strconv.ParseUint(a.index, 10, 64)
 			if err1 != nil || err2 != nil {
-				fe.repeats.log(fe.cfg.Logger, slog.LevelWarn, "malformed answer", "malformed answer on the reply stream", "id", m.ID, "err", errors.Join(err1, err2))
+				fe.repeats.Log(fe.cfg.Logger, slog.LevelWarn, "malformed answer", "malformed answer on the reply stream", "id", m.ID, "err", errors.Join(err1, err2))
 				return
 			}
 			c := fe.calls[seq]
@@ -2479,7 +2480,7 @@ func (fe *FrontEnd) deliver(msgs []redis.XMessage) {
 			}
 		})
 		if err != nil {
-			fe.repeats.log(fe.cfg.Logger, slog.LevelWarn, "malformed answer", "malformed answers on the reply stream", "id", m.ID, "err", err)
+			fe.repeats.Log(fe.cfg.Logger, slog.LevelWarn, "malformed answer", "malformed answers on the reply stream", "id", m.ID, "err", err)
 		}
 	}
 	for from, by := range closed {
@@ -2609,7 +2610,7 @@ func (fe *FrontEnd) failUntaken(up bool, since, began time.Time) time.Time {
 	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
 	defer cancel()
 	if err := fe.lookForUntaken(ctx, cause); err != nil {
-		fe.repeats.log(fe.cfg.Logger, slog.LevelWarn, repeatKind("look for untaken", err), "look for the items no node takes", "redis", fe.where, "err", err)
+		fe.repeats.Log(fe.cfg.Logger, slog.LevelWarn, repeatKind("look for untaken", err), "look for the items no node takes", "redis", fe.where, "err", err)
 	}
 	return since
 }
@@ -2722,7 +2723,7 @@ func (l *lostLooks) maybeStart(fe *FrontEnd) {
 		if err := fe.lookForLost(ctx, minAge); err != nil {
 			l.all.CompareAndSwap(false, all) // look again
 			if l.ctx.Err() == nil {
-				fe.repeats.log(fe.cfg.Logger, slog.LevelWarn, repeatKind("look for lost", err), "look for items redis lost", "redis", fe.where, "err", err)
+				fe.repeats.Log(fe.cfg.Logger, slog.LevelWarn, repeatKind("look for lost", err), "look for items redis lost", "redis", fe.where, "err", err)
 			}
 		} else if all {
 			// Every call sent before the span's end was looked at.

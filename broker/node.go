@@ -18,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/streamer-dev/streamer/internal/repeats"
 	"github.com/streamer-dev/streamer/supervisor"
 )
 
@@ -148,8 +149,8 @@ type Node struct {
 	// refusedOnce holds what the node did that Redis refused for want of
 	// a permission, logged once (see warn).
 	refusedOnce sync.Map
-	repeats     repeats    // the warnings that repeat, held back (see warn)
-	stalls      stallWatch // the node's own stalls, from Start until Shutdown is done
+	repeats     repeats.Lines // the warnings that repeat, held back (see warn)
+	stalls      stallWatch    // the node's own stalls, from Start until Shutdown is done
 
 	stopOnce sync.Once
 	started  atomic.Bool   // Start was called
@@ -921,7 +922,7 @@ func (n *Node) takeChecked(stream string, msgs []redis.XMessage, quarantine map[
 		a := answerEntry{entry: entry{stream, m.ID}, front: hd.front, seq: hd.seq, index: hd.index, ttl: hd.ttl}
 		value, hasValue := m.Values[fieldValue].(string)
 		if !ok || !hasValue {
-			n.repeats.log(n.cfg.Logger, slog.LevelWarn, "malformed item", "malformed item on the stream; dropped", "id", m.ID, "stream", stream)
+			n.repeats.Log(n.cfg.Logger, slog.LevelWarn, "malformed item", "malformed item on the stream; dropped", "id", m.ID, "stream", stream)
 			a.err = fmt.Errorf("%w: malformed item %s on the stream", supervisor.ErrBadRequest, m.ID)
 			n.answer(a)
 			continue
@@ -1342,9 +1343,9 @@ func (n *Node) dropUnwanted(batch []answerEntry) []answerEntry {
 // until it takes a write again. A permission the node's user lacks
 // (NOPERM) is logged once for each thing the node did, as it does not
 // mend by itself. Another error Redis answered (a key of the wrong type)
-// is logged at once, and then at most once every repeatEvery for each
+// is logged at once, and then at most once every repeats.Every for each
 // thing the node did and kind of error, with the count of those held back
-// (see repeats): a read fails so hundreds of times a second.
+// (see repeats.Lines): a read fails so hundreds of times a second.
 func (n *Node) warn(what string, err error) {
 	if permissionRefused(err) {
 		if _, seen := n.refusedOnce.LoadOrStore(what, true); seen {
@@ -1367,7 +1368,7 @@ func (n *Node) warn(what string, err error) {
 	// outage does, until it is mended.
 	authRefused := authError(err)
 	if errors.As(err, &reply) && !notServing(err) && !authRefused {
-		n.repeats.log(n.cfg.Logger, slog.LevelWarn, repeatKind(what, err), what, "redis", n.where, "err", err)
+		n.repeats.Log(n.cfg.Logger, slog.LevelWarn, repeatKind(what, err), what, "redis", n.where, "err", err)
 		return
 	}
 	if brokenConn(err) && !n.broken.Swap(true) {
