@@ -696,3 +696,63 @@ func TestMemoryIsGivenBackAfterABurst(t *testing.T) {
 		return given
 	})
 }
+
+// TestConnectionsTurnedAwayAreCountedAndLogged: connections turned away
+// at --max-connections never reach the API, so its count of requests
+// misses them: /metrics counts them in streamer_connections_refused_total,
+// one for each, and the log warns of them once, holding back the lines
+// that repeat. (Before, a server refusing every new client showed it in
+// no metric and no line.)
+func TestConnectionsTurnedAwayAreCountedAndLogged(t *testing.T) {
+	s := startServer(t, "--model", "sleep:2s,0", "--max-connections", "1")
+	held := holdConnections(t, s, 1)[0]
+	before := refusedOverCap(t, held)
+	// The only connection is busy with a slow request: none is idle to
+	// give its place.
+	fmt.Fprintf(held, "POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 18\r\n\r\n{\"inputs\": [\"a\"]}\n")
+	const turnedAway = 5
+	fresh := &http.Client{Timeout: requestTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
+	for i := range turnedAway {
+		resp, err := fresh.Get(s.URL() + "/healthz")
+		if err != nil {
+			t.Fatalf("request %d over the cap: %v; want a 503 answer", i, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("request %d over the cap: %d; want 503", i, resp.StatusCode)
+		}
+	}
+	if resp, body, err := readRawResponse(held); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("the slow request: %v %v %s; want 200", resp, err, body)
+	}
+	if got := refusedOverCap(t, held) - before; got != turnedAway {
+		t.Errorf("streamer_connections_refused_total{reason=\"over_cap\"} grew by %d; want %d, one for each connection turned away", got, turnedAway)
+	}
+	const line = `level=WARN msg="connection refused: --max-connections are open`
+	if n := strings.Count(s.logs(), line); n != 1 {
+		t.Errorf("%d lines %q for %d connections turned away at once; want 1, the others held back:\n%s", n, line, turnedAway, s.logs())
+	}
+}
+
+// refusedOverCap scrapes GET /metrics on conn, an open connection to the
+// server, and returns its count of connections turned away over the cap.
+func refusedOverCap(t *testing.T, conn net.Conn) int {
+	t.Helper()
+	fmt.Fprintf(conn, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, body, err := readRawResponse(conn)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %v %v", resp, err)
+	}
+	const series = `streamer_connections_refused_total{reason="over_cap"} `
+	for line := range strings.Lines(string(body)) {
+		if value, ok := strings.CutPrefix(strings.TrimSpace(line), series); ok {
+			n, err := strconv.Atoi(value)
+			if err != nil {
+				t.Fatalf("GET /metrics: %q: %v", line, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("GET /metrics has no %s:\n%s", strings.TrimSpace(series), body)
+	return 0
+}

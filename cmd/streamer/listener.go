@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"container/list"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -10,6 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/streamer-dev/streamer/internal/repeats"
 	"github.com/streamer-dev/streamer/supervisor/httpapi"
 )
 
@@ -61,9 +65,15 @@ const reclaimAfter = time.Second
 // Before the server closes, quiesce turns every new connection away with a
 // 503 until connections stop coming, so that a client that connects in the
 // last moments gets an answer rather than a reset.
+//
+// The connections turned away never reach the API, which counts requests:
+// the listener counts them itself, for /metrics (see Collect), and logs
+// them, held back as they repeat.
 type cappedListener struct {
 	net.Listener
 	max      int64
+	log      *slog.Logger // nil: no lines
+	warnings repeats.Lines
 	open     atomic.Int64
 	closing  atomic.Bool
 	lastSeen atomic.Int64 // when the last connection came, in Unix nanoseconds
@@ -79,6 +89,10 @@ type cappedListener struct {
 	idleMu sync.Mutex
 	idle   list.List // of idleConn
 	idleAt map[net.Conn]*list.Element
+
+	// The connections turned away over the cap and while draining, and
+	// those closed for a new one to take their place.
+	refusedOverCap, refusedDraining, reclaimed atomic.Uint64
 }
 
 // idleConn is a connection idle between requests since a time.
@@ -96,15 +110,53 @@ func (l *cappedListener) Accept() (net.Conn, error) {
 		l.lastSeen.Store(time.Now().UnixNano())
 		switch {
 		case l.closing.Load():
+			l.refusedDraining.Add(1)
+			l.note(slog.LevelInfo, "draining", "connection refused: the server is draining", conn)
 			l.turnAway(conn, shutdownRefusal)
 			continue
 		case l.open.Add(1) > l.max && !l.reclaim():
 			l.open.Add(-1)
+			l.refusedOverCap.Add(1)
+			l.note(slog.LevelWarn, "over cap", "connection refused: --max-connections are open, none idle long enough to give its place", conn, "max_connections", l.max)
 			l.turnAway(conn, overCapRefusal)
 			continue
 		}
 		return &countedConn{Conn: conn, open: &l.open}, nil
 	}
+}
+
+// note logs that conn was turned away, at once and then at most once every
+// repeats.Every for each kind: a server at its cap turns away connections
+// by the thousand.
+func (l *cappedListener) note(level slog.Level, kind, msg string, conn net.Conn, args ...any) {
+	if l.log == nil {
+		return
+	}
+	args = append(args, "remote", conn.RemoteAddr().String())
+	l.warnings.Log(l.log, level, kind, msg, args...)
+}
+
+// The metrics of the listener, served on /metrics beside the API's.
+var (
+	connectionsRefusedDesc = prometheus.NewDesc("streamer_connections_refused_total",
+		"Connections answered 503 and closed before any request was read (or closed unanswered, past 1024 such at once), by reason: over_cap (--max-connections open, none idle for a second) or draining (after SIGTERM). The requests on them are counted in no other metric.",
+		[]string{"reason"}, nil)
+	connectionsReclaimedDesc = prometheus.NewDesc("streamer_connections_reclaimed_total",
+		"Connections idle for a second at least, closed for a new one at --max-connections to take their place.",
+		nil, nil)
+)
+
+// Describe sends the descriptions of the listener's metrics.
+func (l *cappedListener) Describe(ch chan<- *prometheus.Desc) {
+	ch <- connectionsRefusedDesc
+	ch <- connectionsReclaimedDesc
+}
+
+// Collect sends the listener's counts, read when /metrics is scraped.
+func (l *cappedListener) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(connectionsRefusedDesc, prometheus.CounterValue, float64(l.refusedOverCap.Load()), "over_cap")
+	ch <- prometheus.MustNewConstMetric(connectionsRefusedDesc, prometheus.CounterValue, float64(l.refusedDraining.Load()), "draining")
+	ch <- prometheus.MustNewConstMetric(connectionsReclaimedDesc, prometheus.CounterValue, float64(l.reclaimed.Load()))
 }
 
 // track is the HTTP server's ConnState hook: it keeps the list of the
@@ -149,6 +201,7 @@ func (l *cappedListener) reclaim() bool {
 		// over TLS it writes an alert, which a client that reads nothing
 		// could hold up, and Accept must not wait.
 		go func() { _ = conn.Close() }()
+		l.reclaimed.Add(1)
 		return true
 	}
 }

@@ -367,7 +367,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if remote != nil {
 		backend = remote.backend()
 	}
-	listener, err := o.openListener(guard)
+	listener, err := o.openListener(guard, log)
 	if err != nil {
 		return err
 	}
@@ -390,6 +390,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		WriteTimeout: o.writeTimeout, AllowedOrigins: o.allowOrigins,
 		Admin: adminFor(o.admin, st), Tensors: m.tensors,
 		MaxBatchSize: o.batchSize, MaxQueueDelay: o.maxLatency, MaxItems: o.maxItems,
+		Metrics: listener,
 	})
 	stopping := &drainer{listener: listener, grace: o.grace, log: log, stops: stopsOf(st, remote), hangups: hangups}
 	server := o.httpServer(stopping.wrap(guard.protect(api)), log)
@@ -553,7 +554,7 @@ func (o serveOptions) backends(m servedModel, log *slog.Logger) (*supervisor.Str
 
 // openListener checks the HTTP limits, sets the memory limit, and listens
 // on --listen, capped at --max-connections, through TLS when asked.
-func (o serveOptions) openListener(guard *security) (*cappedListener, error) {
+func (o serveOptions) openListener(guard *security, log *slog.Logger) (*cappedListener, error) {
 	if err := o.checkHTTPLimits(); err != nil {
 		return nil, err
 	}
@@ -568,7 +569,7 @@ func (o serveOptions) openListener(guard *security) (*cappedListener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--listen %s: %w", o.listen, err)
 	}
-	return &cappedListener{Listener: guard.listener(tcpListener), max: int64(o.maxConnections)}, nil
+	return &cappedListener{Listener: guard.listener(tcpListener), max: int64(o.maxConnections), log: log}, nil
 }
 
 // stopsOf are the shutdowns of a drain in order: the broker's parts (see

@@ -102,6 +102,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/streamer-dev/streamer/supervisor"
 )
 
@@ -180,6 +182,11 @@ type Config struct {
 	// MaxItems): a v2 request of more rows is refused with 413 before its
 	// rows are encoded. Zero means 65536.
 	MaxItems int
+	// Metrics are served on GET /metrics beside the API's own: those of
+	// what stands before the API, such as a listener that turns
+	// connections away before any request reaches the handler. Nil adds
+	// none.
+	Metrics prometheus.Collector
 }
 
 // handler serves every route. It holds no per-request state: buffers come
@@ -276,7 +283,7 @@ func New(cfg Config) http.Handler {
 	h.bufs.New = func() any { return new(bytes.Buffer) }
 	h.inferStates.New = func() any { return new(inferState) }
 	h.inflaters.New = func() any { return new(inflater) }
-	h.metrics = metricsHandler(h.backend, &h.requests)
+	h.metrics = metricsHandler(h.backend, &h.requests, cfg.Metrics)
 	h.fullBody, _ = json.Marshal(errorBody{Error: fullMessage})
 	h.fullBody = append(h.fullBody, '\n')
 	return h

@@ -57,8 +57,9 @@ func (c *requestCounts) count(status int, err error) {
 }
 
 // metricsHandler serves GET /metrics: the collector's metrics, Go's runtime
-// metrics and the process's, in Prometheus's text format.
-func metricsHandler(backend Backend, requests *requestCounts) http.Handler {
+// metrics and the process's, and more's (nil: none), in Prometheus's text
+// format.
+func metricsHandler(backend Backend, requests *requestCounts, more prometheus.Collector) http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		newCollector(backend, requests),
@@ -67,6 +68,9 @@ func metricsHandler(backend Backend, requests *requestCounts) http.Handler {
 	)
 	if m, ok := backend.(metricser); ok {
 		reg.MustRegister(m.Metrics())
+	}
+	if more != nil {
+		reg.MustRegister(more)
 	}
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 }
