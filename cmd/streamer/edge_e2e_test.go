@@ -254,7 +254,7 @@ func TestConnectionsBeyondTheCapAreRefused(t *testing.T) {
 	if n, err := extra.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("connection over the cap, before its request: read %d bytes, %v; want nothing until the request", n, err)
 	}
-	fmt.Fprintf(extra, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	fmt.Fprintf(extra, "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
 	resp, body, err := readRawResponse(extra)
 	if err != nil {
 		t.Fatalf("connection over the cap: %v; want a 503 answer", err)
@@ -264,6 +264,24 @@ func TestConnectionsBeyondTheCapAreRefused(t *testing.T) {
 	}
 	// Go's client, on new connections, is told as much each time.
 	fresh := &http.Client{Timeout: requestTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
+	// But for a liveness probe, which a full server passes: refused, it
+	// had an orchestrator kill a server for being busy.
+	for path, want := range map[string]string{"/healthz": `{"status":"ok"}`, "/v2/health/live": `{"live":true}`} {
+		resp, err := fresh.Get(s.URL() + path)
+		if err != nil {
+			t.Fatalf("GET %s over the cap: %v", path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != want {
+			t.Errorf("GET %s over the cap: %d %s; want 200 %s, as the API answers it", path, resp.StatusCode, body, want)
+		}
+	}
+	if resp, err := fresh.Get(s.URL() + "/readyz"); err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("GET /readyz over the cap: %v %v; want 503: not ready to take more", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	for i := range 50 {
 		resp, err := fresh.Post(s.URL()+"/predict", "application/json", strings.NewReader(`{"inputs": ["x"]}`))
 		if err != nil {
@@ -713,7 +731,7 @@ func TestConnectionsTurnedAwayAreCountedAndLogged(t *testing.T) {
 	const turnedAway = 5
 	fresh := &http.Client{Timeout: requestTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
 	for i := range turnedAway {
-		resp, err := fresh.Get(s.URL() + "/healthz")
+		resp, err := fresh.Get(s.URL() + "/v1/models")
 		if err != nil {
 			t.Fatalf("request %d over the cap: %v; want a 503 answer", i, err)
 		}

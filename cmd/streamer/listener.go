@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"container/list"
 	"log/slog"
@@ -267,8 +268,11 @@ func refuse(conn net.Conn, answer []byte) {
 	// Over TLS, the read also runs the handshake.
 	_ = conn.SetDeadline(time.Now().Add(refusalTimeout))
 	var first [512]byte
-	_, _ = conn.Read(first[:])
+	n, _ := conn.Read(first[:])
 	_ = conn.SetDeadline(time.Now().Add(refusalTimeout))
+	if alive := livenessAnswer(first[:n]); alive != nil {
+		answer = alive
+	}
 	_, _ = conn.Write(answer)
 	if half, ok := conn.(interface{ CloseWrite() error }); ok {
 		// Closing with the request unread would reset the connection and
@@ -284,6 +288,44 @@ func refuse(conn net.Conn, answer []byte) {
 		}
 	}
 	_ = conn.Close()
+}
+
+// The answers of the API's liveness routes, for a probe turned away (see
+// livenessAnswer).
+var (
+	healthzAnswer = okAnswer(`{"status":"ok"}`)
+	liveAnswer    = okAnswer(`{"live":true}`)
+)
+
+// okAnswer is a whole 200 answer with body, JSON, closing the connection.
+func okAnswer(body string) []byte {
+	body += "\n"
+	return []byte("HTTP/1.1 200 OK\r\n" +
+		"Content-Type: application/json\r\n" +
+		"Connection: close\r\n" +
+		"Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" +
+		body)
+}
+
+// livenessAnswer is the answer to a request that begins with first when
+// it is a liveness probe (GET /healthz or /v2/health/live), or nil. A
+// server at its cap, or draining, is alive all the same: a probe refused
+// 503 there had an orchestrator kill a busy server, and with it every
+// request it held. Readiness probes are refused as any request is: not
+// ready to take more is what the 503 says.
+func livenessAnswer(first []byte) []byte {
+	line, _, whole := bytes.Cut(first, []byte("\r\n"))
+	fields := bytes.Fields(line)
+	if !whole || len(fields) != 3 || string(fields[0]) != http.MethodGet {
+		return nil // not a whole request line of a GET
+	}
+	switch string(fields[1]) {
+	case "/healthz":
+		return healthzAnswer
+	case "/v2/health/live":
+		return liveAnswer
+	}
+	return nil
 }
 
 // countedConn gives its place back under the cap when it is closed.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"net"
 	"net/http"
@@ -54,7 +55,7 @@ func dialRefused(t *testing.T, l *cappedListener) net.Conn {
 // askHealth sends a request on conn and reads the answer.
 func askHealth(t *testing.T, conn net.Conn) *http.Response {
 	t.Helper()
-	if _, err := conn.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+	if _, err := conn.Write([]byte("GET /v1/stats HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
 		t.Fatal(err)
 	}
 	_ = conn.SetReadDeadline(time.Now().Add(requestTimeout))
@@ -112,6 +113,27 @@ func TestRefusalsUnderWayAreBounded(t *testing.T) {
 	for i, conn := range []net.Conn{first, second} {
 		if resp := askHealth(t, conn); resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(resp.Header.Get("Content-Type"), "json") {
 			t.Errorf("refusal %d: %d %s; want a JSON 503", i, resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+	}
+}
+
+// A connection turned away is answered as the API would only for a whole
+// request line of a liveness probe; anything else, or a line cut short,
+// gets the refusal.
+func TestLivenessAnswer(t *testing.T) {
+	for first, want := range map[string][]byte{
+		"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n":        healthzAnswer,
+		"GET /v2/health/live HTTP/1.1\r\n":                liveAnswer,
+		"GET /healthz HTTP/1.1":                           nil, // the line not whole yet
+		"GET /healthz?verbose HTTP/1.1\r\n":               nil,
+		"POST /healthz HTTP/1.1\r\nContent-Length: 0\r\n": nil,
+		"HEAD /healthz HTTP/1.1\r\n":                      nil,
+		"GET /readyz HTTP/1.1\r\n":                        nil,
+		"GET  /healthz HTTP/1.1 extra\r\n":                nil,
+		"":                                                nil,
+	} {
+		if got := livenessAnswer([]byte(first)); !bytes.Equal(got, want) {
+			t.Errorf("livenessAnswer(%q) = %q; want %q", first, got, want)
 		}
 	}
 }
