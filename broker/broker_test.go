@@ -320,6 +320,19 @@ func predict(t *testing.T, fe *broker.FrontEnd, items ...string) ([][]byte, erro
 	return fe.Predict(ctx, raw)
 }
 
+// seenWorking has the nodes behind fe answer 30 requests of one good item
+// each, so that an item that then crashes their workers alone is told from
+// a model that crashes whatever it runs: a model seen answering 30 batches
+// convicts a bad item in two runs alone.
+func seenWorking(t *testing.T, fe *broker.FrontEnd) {
+	t.Helper()
+	for i := range 30 {
+		if _, err := predict(t, fe, fmt.Sprint("warm", i)); err != nil {
+			t.Fatalf("warming up, request %d: %v", i, err)
+		}
+	}
+}
+
 // TestNoItemIsCountedAnsweredBeforeSubmitted: a node may answer a request
 // before the front end's writer reads Redis's verdict on it; the items
 // count as submitted then, not after their answers (a run saw 6 answered
@@ -714,6 +727,7 @@ func TestAPoisonItemIsRefusedByEveryNode(t *testing.T) {
 	a := startNode(t, rs, first, 4, nil)
 	fe := startFront(t, rs, nil)
 	eventually(t, "front end ready", fe.Ready)
+	seenWorking(t, fe)
 	if _, err := predict(t, fe, "panic"); !errors.Is(err, supervisor.ErrPoison) {
 		t.Fatalf("error %v; want ErrPoison from the first node", err)
 	}
@@ -749,6 +763,7 @@ func TestTheQuarantineEndsAfterItsTime(t *testing.T) {
 		func(c *broker.NodeConfig) { c.PoisonTTL = ttl })
 	fe := startFront(t, rs, nil)
 	eventually(t, "front end ready", fe.Ready)
+	seenWorking(t, fe)
 	if _, err := predict(t, fe, "panic"); !errors.Is(err, supervisor.ErrPoison) {
 		t.Fatalf("error %v; want ErrPoison", err)
 	}

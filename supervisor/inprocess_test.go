@@ -97,6 +97,7 @@ func TestInProcessPanicLogsItsStack(t *testing.T) {
 		BackoffMin: time.Millisecond,
 		Logger:     slog.New(slog.NewJSONHandler(&logs, nil)),
 	})
+	seenWorking(t, s)
 	_, err := s.Predict(context.Background(), items("boom"))
 	if !errors.Is(err, supervisor.ErrPoison) || !strings.Contains(err.Error(), "panic in the model: boom item") {
 		t.Fatalf("got %v, want ErrPoison naming the panic", err)
@@ -201,6 +202,7 @@ func TestInProcessGoexitIsADeath(t *testing.T) {
 		return items, nil
 	}
 	s := start(t, supervisor.Config{InProcess: model.Func(fn), BackoffMin: time.Millisecond, WorkerTimeout: time.Hour})
+	seenWorking(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	out, err := s.Predict(ctx, items("fine", "exit"))
@@ -224,6 +226,7 @@ func TestReloadForgetsThePoison(t *testing.T) {
 		return items, nil
 	}
 	s := start(t, supervisor.Config{InProcess: model.Func(fn), BackoffMin: time.Millisecond})
+	seenWorking(t, s)
 	if _, err := s.Predict(context.Background(), items("boom")); !errors.Is(err, supervisor.ErrPoison) {
 		t.Fatalf("boom while broken: %v; want ErrPoison", err)
 	}

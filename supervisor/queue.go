@@ -17,6 +17,9 @@ type item struct {
 	// aloneCrashes those in which it was the only item.
 	crashes      uint8
 	aloneCrashes uint8
+	// deferred says that its hunt once sent it behind the batches waiting,
+	// for want of batches the model answered (see verdictWait).
+	deferred bool
 }
 
 // batch is a group of items sent to one worker as one message.
@@ -33,14 +36,22 @@ type batch struct {
 }
 
 // firstCrash is a worker's death running a batch that had not killed one
-// before: the one death of the hunt that counts towards MaxRestarts (see
-// noteCrash), unless the hunt finds a bad item in the batch while the
-// model answers others (see forgiveLocked).
+// before, and the hunt for a bad item it begins. The first death counts
+// towards MaxRestarts at once (see noteCrash), unless the hunt finds a bad
+// item in the batch while the model answers others (see forgiveLocked);
+// the deaths of the hunt after it wait for its verdict (see
+// huntOverLocked). Guarded by Streamer.mu.
 type firstCrash struct {
 	slot     *slot
 	at       time.Time // its entry in the slot's recent restarts; zero until counted
 	returned uint64    // batches returned by workers (Streamer.returned) as it died
 	forgiven bool
+	// pending are the hunt's later deaths, not counted yet.
+	pending []pendingDeath
+	// explained: the hunt found poison, which its deaths are put down to.
+	explained bool
+	// blamed: the hunt put a death down to the model; its deaths count.
+	blamed bool
 }
 
 // fifo holds the items of one batch key in arrival order. It belongs to
@@ -126,6 +137,14 @@ func (q *queue) requeue(batches []*batch) {
 		q.readyN += len(b.items)
 	}
 	q.ready = append(batches, q.ready...)
+	q.resize()
+}
+
+// requeueLast puts b back behind the formed batches waiting, but before
+// the items not yet in a batch. It requires that the Streamer's mu is held.
+func (q *queue) requeueLast(b *batch) {
+	q.readyN += len(b.items)
+	q.ready = append(q.ready, b)
 	q.resize()
 }
 

@@ -322,6 +322,7 @@ func (sl *slot) onResult(w worker, r result) {
 	started := sl.headStart
 	if len(b.items) > len(r.expired) {
 		sl.tally.batches++ // as stats.batches: only batches that reached the model
+		s.record.add(runRecord{})
 	}
 	s.returned++
 	sl.headStart, sl.headStalled = now, stalled
@@ -417,8 +418,9 @@ func checkResult(r result, n int) error {
 }
 
 // onExit deals with a worker that has exited: its batches are run again
-// elsewhere, except for an item that was alone in a batch that killed a
-// worker twice, which is poison.
+// elsewhere, except for an item that was alone in a batch that killed
+// workers, whose hunt is over: poison, or a model that crashes on
+// everything (see judgeLocked).
 func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 	s := sl.s
 	s.mu.Lock()
@@ -432,8 +434,8 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 	} else {
 		sl.state = SlotBackoff
 	}
-	var poisoned []item
-	var first *firstCrash
+	var settled []settledItem
+	var hunt *firstCrash
 	cause := crashUnexplained
 	inFlight := len(batches)
 	if !stopping && !(retired && inFlight == 0) {
@@ -444,10 +446,11 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 		if batches[0].suspect {
 			cause = crashHunting
 		} else {
-			first = &firstCrash{slot: sl, returned: s.returned}
-			batches[0].crash = first
+			batches[0].crash = &firstCrash{slot: sl, returned: s.returned}
 		}
-		poisoned = sl.requeueLocked(batches)
+		hunt = batches[0].crash
+		s.record.add(runRecord{died: true, hunt: hunt})
+		settled = sl.requeueLocked(batches)
 		batches = nil
 	}
 	s.mu.Unlock()
@@ -471,21 +474,34 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 		sl.setFailures(0)
 	}
 	s.log.Error("worker died", sl.logAttrs(w, "err", exitErr, "batches_in_flight", inFlight)...)
-	sl.noteCrash(exitErr, cause, first)
-	for _, it := range poisoned {
-		s.poison.add(it.key, it.data)
-		s.log.Error("poison item isolated", "slot", sl.id, "crashes", it.crashes, "err", exitErr)
-		s.complete(it, nil, fmt.Errorf("%w: it killed the worker %d times (last: %v)", ErrPoison, it.crashes, exitErr))
+	sl.noteCrash(exitErr, cause, hunt)
+	for _, st := range settled {
+		if st.poison {
+			s.poison.add(st.it.key, st.it.data)
+			s.log.Error("poison item isolated", "slot", sl.id, "crashes", st.it.crashes, "alone", st.it.aloneCrashes, "err", exitErr)
+		} else {
+			s.log.Error("the model crashes whatever it runs; failing the item rather than blaming it", "slot", sl.id, "crashes", st.it.crashes, "alone", st.it.aloneCrashes, "err", exitErr)
+		}
+		s.complete(st.it, nil, fmt.Errorf("%w (last: %v)", st.err, exitErr))
 	}
 	s.signal()
 }
 
+// settledItem is an item whose hunt is over: poison, or failed as the
+// model's fault, with the error that says which.
+type settledItem struct {
+	it     item
+	err    error
+	poison bool
+}
+
 // requeueLocked puts the batches of a dead worker back in front of the
 // queue. The first was running when the worker died: it is split in halves,
-// each run alone, so that the item that kills workers is narrowed down. The
-// others never started and go back as they were. It requires that s.mu is
-// held.
-func (sl *slot) requeueLocked(batches []*batch) (poisoned []item) {
+// each run alone, so that the item that kills workers is narrowed down; a
+// lone item is judged (see judgeLocked), and run alone again, or settled.
+// The others never started and go back as they were. It requires that s.mu
+// is held.
+func (sl *slot) requeueLocked(batches []*batch) (settled []settledItem) {
 	s := sl.s
 	head := batches[0]
 	for i := range head.items {
@@ -495,14 +511,21 @@ func (sl *slot) requeueLocked(batches []*batch) (poisoned []item) {
 		}
 	}
 	var again []*batch
-	switch {
-	case len(head.items) == 1 && head.items[0].aloneCrashes >= 2:
-		poisoned = head.items
-		s.forgiveLocked(head.crash)
-	case len(head.items) == 1:
-		head.suspect = true
-		again = append(again, head)
-	default:
+	if len(head.items) == 1 {
+		v, err := s.judgeLocked(head.items[0], head.crash, len(batches) > 1 || len(s.queue.ready) > 0)
+		switch v {
+		case verdictUnsure:
+			head.suspect = true
+			again = append(again, head)
+		case verdictWait:
+			head.suspect = true
+			head.items[0].deferred = true
+			s.queue.requeueLast(head)
+		default:
+			settled = append(settled, settledItem{it: head.items[0], err: err, poison: v == verdictPoison})
+			s.huntOverLocked(head.crash, v == verdictModel)
+		}
+	} else {
 		half := len(head.items) / 2
 		again = append(again,
 			s.newBatch(head.items[:half], true),
@@ -511,7 +534,7 @@ func (sl *slot) requeueLocked(batches []*batch) (poisoned []item) {
 	}
 	again = append(again, batches[1:]...)
 	s.queue.requeue(again)
-	return poisoned
+	return settled
 }
 
 func (sl *slot) setFailures(n int) {
@@ -533,7 +556,9 @@ const (
 	crashFirstOfBatch
 	// crashHunting: it died running a piece of a batch that already killed
 	// a worker. The hunt for the bad item is bounded (about log2 of the
-	// batch size), so it neither slows the restart nor counts again.
+	// batch size, and maxAloneCrashes runs alone), so it does not slow the
+	// restart; the death counts towards MaxRestarts only if the hunt ends
+	// blaming the model (see huntOverLocked).
 	crashHunting
 )
 
@@ -556,9 +581,11 @@ func (s *Streamer) forgiveLocked(c *firstCrash) {
 }
 
 // noteCrash records a failed start or a death, for back-off and for the
-// restart budget; first, when the death is the first of a batch's, gets
-// its place in the budget (see forgiveLocked).
-func (sl *slot) noteCrash(err error, cause crashCause, first *firstCrash) {
+// restart budget. hunt is the hunt the death was part of, if any: its
+// first death gets its place in the budget (see forgiveLocked), and a
+// later one waits for the hunt's verdict (see huntOverLocked), counting
+// at once only if the model was blamed already.
+func (sl *slot) noteCrash(err error, cause crashCause, hunt *firstCrash) {
 	s := sl.s
 	now := time.Now()
 	s.mu.Lock()
@@ -570,7 +597,13 @@ func (sl *slot) noteCrash(err error, cause crashCause, first *firstCrash) {
 		sl.lastErr = err.Error()
 	}
 	if cause == crashHunting {
-		return
+		switch {
+		case hunt.explained:
+			return
+		case !hunt.blamed:
+			hunt.pending = append(hunt.pending, pendingDeath{slot: sl, at: now})
+			return
+		}
 	}
 	kept := sl.recent[:0]
 	for _, t := range sl.recent {
@@ -579,8 +612,8 @@ func (sl *slot) noteCrash(err error, cause crashCause, first *firstCrash) {
 		}
 	}
 	sl.recent = append(kept, now)
-	if first != nil {
-		first.at = now
+	if cause == crashFirstOfBatch {
+		hunt.at = now
 	}
 }
 

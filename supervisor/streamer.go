@@ -39,6 +39,7 @@ type Streamer struct {
 	holdStart   time.Time     // when an idle slot began waiting for arrivals; zero if none
 	explore     int           // holds considered while the cost fit was not ready
 	returned    uint64        // batches workers returned, under mu (see firstCrash)
+	record      crashRecord   // the recent batches' outcomes, under mu (see judgeLocked)
 	answering   atomic.Int32  // slots completing a batch's Futures now (see Answering)
 	answered    atomic.Uint64 // batches whose Futures have all been completed
 	wake        chan struct{}

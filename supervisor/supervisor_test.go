@@ -108,6 +108,22 @@ func items(names ...string) [][]byte {
 	return out
 }
 
+// wellSeen is how many batches a model must have answered for an item
+// that then crashes two workers alone to be taken for poison: with fewer,
+// the item might be innocent and the model one that crashes at random.
+const wellSeen = 30
+
+// seenWorking has s answer wellSeen batches, each of one item, so that a
+// bad item is told from a model that crashes whatever it runs.
+func seenWorking(t *testing.T, s *supervisor.Streamer) {
+	t.Helper()
+	for i := range wellSeen {
+		if _, err := s.Predict(context.Background(), items(fmt.Sprint("warm", i))); err != nil {
+			t.Fatalf("warming up, batch %d: %v", i, err)
+		}
+	}
+}
+
 // waitFor polls cond until it holds, failing the test after a deadline.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -696,6 +712,86 @@ func TestPoisonFirstInAFullBatchWithOneWorker(t *testing.T) {
 	}
 	if st := s.Slots()[0]; st.State == supervisor.SlotFailed {
 		t.Fatalf("the hunt for one bad item gave up the slot: %+v", st)
+	}
+}
+
+// TestAModelCrashingOnEveryBatchIsNotBlamedOnItems: a model that panics
+// whatever it runs fails each caller with ErrModelFailed, quarantines
+// nothing, and its deaths count towards MaxRestarts, so that the server
+// gives up. (Before, each lone item crashed two workers and was refused as
+// poison, then on sight, and the hunt's second death was not counted.)
+func TestAModelCrashingOnEveryBatchIsNotBlamedOnItems(t *testing.T) {
+	fn := func(context.Context, [][]byte) ([][]byte, error) { panic("crashes on everything") }
+	s := start(t, supervisor.Config{InProcess: model.Func(fn), Workers: 1, MaxRestarts: 5, BackoffMin: time.Millisecond})
+	for i := 0; ; i++ {
+		select {
+		case <-s.Fatal():
+			if i > 3 {
+				t.Fatalf("the server gave up after %d requests; want each to use up two restarts of 5", i)
+			}
+			return
+		default:
+		}
+		_, err := s.Predict(context.Background(), items(fmt.Sprint("innocent", i)))
+		switch {
+		case errors.Is(err, supervisor.ErrPoison):
+			t.Fatalf("request %d: %v; want the model, not the item, blamed", i, err)
+		case errors.Is(err, supervisor.ErrModelFailed) && !strings.Contains(err.Error(), "crashes on every batch"):
+			t.Fatalf("request %d: %v; want it to say the model crashes on every batch", i, err)
+		case err != nil && !errors.Is(err, supervisor.ErrModelFailed) && !errors.Is(err, supervisor.ErrUnavailable):
+			t.Fatalf("request %d: %v; want ErrModelFailed", i, err)
+		case i > 10:
+			t.Fatalf("no fatal error after %d requests that crashed the model; slots %+v", i, s.Slots())
+		}
+		if errors.Is(err, supervisor.ErrUnavailable) {
+			waitFor(t, "the server to give up", func() bool { return len(s.Fatal()) > 0 })
+		}
+	}
+}
+
+// TestAModelCrashingAtRandomIsNotBlamedOnItems: a model that crashes on
+// two batches of three whatever they hold, among callers sending items
+// at once, fails some of them with ErrModelFailed and answers the others,
+// but refuses none as poison: two deaths alone are what such a model does
+// to any item. (Before, an item alone in the batches that crashed twice
+// was quarantined.)
+func TestAModelCrashingAtRandomIsNotBlamedOnItems(t *testing.T) {
+	var calls atomic.Int64
+	fn := func(_ context.Context, batch [][]byte) ([][]byte, error) {
+		if calls.Add(1)%3 != 0 {
+			panic("crashes at random")
+		}
+		return batch, nil
+	}
+	s := start(t, supervisor.Config{InProcess: model.Func(fn), Workers: 2, BatchSize: 4, MaxRestarts: 1000, BackoffMin: time.Millisecond})
+	var futures []*supervisor.Future
+	for i := range 40 {
+		f, err := s.Submit(context.Background(), items(fmt.Sprint("innocent", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		futures = append(futures, f)
+	}
+	failed := 0
+	for i, f := range futures {
+		out, err := f.Result(context.Background())
+		switch {
+		case errors.Is(err, supervisor.ErrModelFailed):
+			failed++
+		case err != nil:
+			t.Errorf("item %d: %v; want its output or ErrModelFailed", i, err)
+		case string(out[0]) != fmt.Sprint("innocent", i):
+			t.Errorf("item %d answered %q", i, out[0])
+		}
+	}
+	if failed == 0 {
+		t.Errorf("no item failed although the model crashed on two batches of three")
+	}
+	if st := s.Stats(); st.Poisoned != 0 {
+		t.Errorf("%d items taken for poison", st.Poisoned)
+	}
+	if _, err := s.Submit(context.Background(), items("innocent0")); errors.Is(err, supervisor.ErrPoison) {
+		t.Errorf("an innocent item is refused on sight: %v", err)
 	}
 }
 

@@ -688,6 +688,9 @@ func TestBrokerPoisonFoundByOneNodeIsRefusedByTheOther(t *testing.T) {
 	nodes := []*server{startBrokerNode(t, rs, node...), startBrokerNode(t, rs, node...)}
 	front := startBrokerFront(t, rs)
 	waitReadyz(t, front, http.StatusOK)
+	for _, n := range nodes {
+		n.seenWorking(t)
+	}
 
 	if p, err := predictWithin(front, requestTimeout, 0, "boom"); err != nil || p.Status != http.StatusUnprocessableEntity {
 		t.Fatalf("the poison item: %s, %v; want 422", p, err)
@@ -701,11 +704,12 @@ func TestBrokerPoisonFoundByOneNodeIsRefusedByTheOther(t *testing.T) {
 	}
 	// The finder goes, so that the item lands on the other node.
 	sigkillGroup(t, finder)
+	batchesBefore := other.stats(t).Batches
 	if p, err := predictWithin(front, requestTimeout, 0, "boom"); err != nil || p.Status != http.StatusUnprocessableEntity {
 		t.Errorf("the poison item again: %s, %v; want 422", p, err)
 	}
-	if st := other.stats(t); st.Crashes != 0 || st.Batches != 0 {
-		t.Errorf("the other node ran the known poison item: %d crashes, %d poisoned, %d batches; want none", st.Crashes, st.Poisoned, st.Batches)
+	if st := other.stats(t); st.Crashes != 0 || st.Batches != batchesBefore {
+		t.Errorf("the other node ran the known poison item: %d crashes, %d poisoned, %d batches after %d; want none", st.Crashes, st.Poisoned, st.Batches, batchesBefore)
 	}
 	if p, err := predictWithin(front, requestTimeout, 0, "fine"); err != nil || p.Status != http.StatusOK {
 		t.Errorf("after the poison item: %s, %v", p, err)
@@ -730,6 +734,7 @@ func TestBrokerPoisonRefusedAfterAGracefulStop(t *testing.T) {
 	finder := startBrokerNode(t, rs, "--workers", "2", "--model", "chaos:crash=boom")
 	front := startBrokerFront(t, rs)
 	waitReadyz(t, front, http.StatusOK)
+	finder.seenWorking(t)
 	if p, err := predictWithin(front, requestTimeout, 0, "boom"); err != nil || p.Status != http.StatusUnprocessableEntity {
 		t.Fatalf("the poison item: %s, %v; want 422", p, err)
 	}

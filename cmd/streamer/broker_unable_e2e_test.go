@@ -22,6 +22,7 @@ func TestBrokerANodeWhoseWorkersCannotRunAdmitsNothing(t *testing.T) {
 	node := startBrokerNode(t, rs, "--workers", "1", "--model", "chaos:crash=boom,init-delay=3s", "--unavailable-after", "200ms")
 	front := startBrokerFront(t, rs)
 	waitReadyz(t, front, http.StatusOK)
+	node.seenWorking(t)
 
 	boom := predictLater(front, requestTimeout, "boom")
 	waitReadyz(t, front, 0)

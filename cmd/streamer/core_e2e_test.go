@@ -240,6 +240,7 @@ func TestBadItemsAmongGoodOnesDoNotTakeTheServerDown(t *testing.T) {
 func TestHangingBatchKillsWorker(t *testing.T) {
 	s := startServer(t, "--workers", "2", "--model", "chaos:hang=zzz", "--worker-timeout", "500ms")
 	before := s.waitAllReady(t, 2)
+	s.seenWorking(t)
 
 	start := time.Now()
 	// The request's own deadline is far beyond the worker timeout: it must

@@ -314,6 +314,20 @@ func (p prediction) String() string {
 
 // predictJSON posts {"inputs": inputs} as JSON, failing the test on a
 // transport error or an answer that is not the documented JSON.
+// seenWorking has s answer 30 requests of one good item each, through its
+// own port, so that an item that then crashes workers alone is told from a
+// model that crashes whatever it runs: seen answering 30 batches or more,
+// the model convicts a bad item in two runs alone (see the README's
+// poison isolation).
+func (s *server) seenWorking(t *testing.T) {
+	t.Helper()
+	for i := range 30 {
+		if p := s.predictJSON(t, fmt.Sprint("warm", i)); p.Status != http.StatusOK {
+			t.Fatalf("warming up, request %d: %s", i, p)
+		}
+	}
+}
+
 func (s *server) predictJSON(t *testing.T, inputs ...any) prediction {
 	t.Helper()
 	p, err := s.tryPredictJSON(map[string]any{"inputs": inputs})

@@ -225,6 +225,7 @@ func testPluginHang(t *testing.T, bins map[string]string) {
 	s := startPluginServer(t, "--plugin", bins["chaos"], "--workers", "2", "--worker-timeout", "500ms")
 	before := s.waitAllReady(t, 2)
 	plugins := []int{pluginOf(t, before[0].PID), pluginOf(t, before[1].PID)}
+	s.seenWorking(t)
 
 	start := time.Now()
 	const requestTimeout = 8 * time.Second

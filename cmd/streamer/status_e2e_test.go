@@ -464,6 +464,7 @@ func TestStatusPageInBrowserOnAFrontEnd(t *testing.T) {
 func TestACrashSaysThePanic(t *testing.T) {
 	s := startServer(t, "--workers", "1", "--model", "chaos:panic=pan")
 	s.waitAllReady(t, 1)
+	s.seenWorking(t)
 	p := s.predictJSON(t, "pan")
 	if p.Status != http.StatusUnprocessableEntity || !strings.Contains(p.Error, "its last words: panic: chaos: panic on a trigger item") {
 		t.Errorf("the panicking item: %s; want 422 quoting the panic", p)

@@ -1,0 +1,138 @@
+package supervisor
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// An item that crashed a worker alone may be poison, or the model may
+// crash on batches whatever they hold (it panics on everything, or at
+// random). The hunt tells the two apart with the model's recent record:
+// if the model crashes on a share r of the other batches it runs, an
+// innocent item crashes n workers alone in a row with the chance r^n, and
+// the item is poison only once that chance is below blameLevel. r is
+// estimated with one crash and one answer added to what was seen (the
+// rule of succession), so that a model seen on few batches is not taken
+// for sound: a healthy model seen on a few batches convicts in three or
+// four runs alone, one seen on thirty or more in two. When even
+// maxAloneCrashes runs could not convict, the item is not to blame: it
+// fails with ErrModelFailed, is not remembered, and its hunt's deaths
+// count towards MaxRestarts.
+const (
+	// blameLevel is the highest chance, under the model's crash rate, that
+	// an innocent item crashed every worker it ran on alone.
+	blameLevel = 1e-3
+	// maxAloneCrashes bounds the runs alone of one item, and so what a
+	// model that crashes at random costs in restarts per item.
+	maxAloneCrashes = 5
+	// recordSize is how many recent batches the crash rate is taken over.
+	recordSize = 64
+)
+
+// verdict is what a lone item's crashes say of it.
+type verdict int
+
+const (
+	// verdictUnsure: run it alone again.
+	verdictUnsure verdict = iota
+	// verdictPoison: the item crashes the model, which answers others.
+	verdictPoison
+	// verdictWait: the model answered too little lately to tell; run the
+	// batches waiting first, and the item after them.
+	verdictWait
+	// verdictModel: the model crashes too often to blame the item.
+	verdictModel
+)
+
+// runRecord is the outcome of one recent batch that reached the model.
+type runRecord struct {
+	died bool
+	hunt *firstCrash // the hunt a death was part of; nil for an answer
+}
+
+// crashRecord holds the outcomes of the last recordSize batches. Guarded
+// by Streamer.mu.
+type crashRecord struct {
+	runs [recordSize]runRecord
+	next int
+	n    int
+}
+
+func (r *crashRecord) add(rec runRecord) {
+	r.runs[r.next] = rec
+	r.next = (r.next + 1) % recordSize
+	r.n = min(r.n+1, recordSize)
+}
+
+// others counts the recent batches and the deaths among them, leaving out
+// the deaths of hunt, which are the suspect's own, and those of hunts that
+// found poison, which the poison explains.
+func (r *crashRecord) others(hunt *firstCrash) (deaths, runs int) {
+	for _, rec := range r.runs[:r.n] {
+		if rec.died && (rec.hunt == hunt || rec.hunt != nil && rec.hunt.explained) {
+			continue
+		}
+		runs++
+		if rec.died {
+			deaths++
+		}
+	}
+	return deaths, runs
+}
+
+// judgeLocked says what it means that it, alone in its batch, crashed a
+// worker again: it has now done so it.aloneCrashes times, in hunt.
+// waiting says that other batches wait to run. It requires that s.mu is
+// held.
+func (s *Streamer) judgeLocked(it item, hunt *firstCrash, waiting bool) (verdict, error) {
+	deaths, runs := s.record.others(hunt)
+	rate := float64(deaths+1) / float64(runs+2)
+	n := int(it.aloneCrashes)
+	switch {
+	case n < 2:
+		// Once proves nothing: an operator's kill -9 looks the same.
+		return verdictUnsure, nil
+	case math.Pow(rate, float64(n)) <= blameLevel:
+		return verdictPoison, fmt.Errorf("%w: it crashed the worker alone %d times, while the model answered %d of its last %d other batches",
+			ErrPoison, n, runs-deaths, runs)
+	case n < maxAloneCrashes && math.Pow(rate, maxAloneCrashes) <= blameLevel:
+		return verdictUnsure, nil
+	case !it.deferred && waiting:
+		return verdictWait, nil
+	case runs == deaths:
+		return verdictModel, fmt.Errorf("%w: the model crashes on every batch (this item crashed the worker alone %d times, and no other batch was answered lately); the item is not to blame",
+			ErrModelFailed, n)
+	}
+	return verdictModel, fmt.Errorf("%w: this item crashed the worker alone %d times, but the model crashed on %d of its last %d other batches too: too often, or seen on too few, to blame the item",
+		ErrModelFailed, n, deaths, runs)
+}
+
+// pendingDeath is a death in a hunt, counted towards its slot's
+// MaxRestarts only if the hunt blames the model (see huntOverLocked).
+type pendingDeath struct {
+	slot *slot
+	at   time.Time
+}
+
+// huntOverLocked settles the deaths of hunt once it has found poison
+// (blameModel false): the item explains them, and none counts, the first
+// included when the model answered batches since (see forgiveLocked); or
+// once it blamed the model: every one counts. It requires that s.mu is
+// held.
+func (s *Streamer) huntOverLocked(hunt *firstCrash, blameModel bool) {
+	if hunt == nil {
+		return
+	}
+	if !blameModel {
+		hunt.explained = true
+		hunt.pending = nil
+		s.forgiveLocked(hunt)
+		return
+	}
+	hunt.blamed = true
+	for _, d := range hunt.pending {
+		d.slot.recent = append(d.slot.recent, d.at)
+	}
+	hunt.pending = nil
+}
