@@ -2,6 +2,7 @@ package supervisor_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -18,6 +19,11 @@ import (
 	"github.com/streamer-dev/streamer/workerproc"
 )
 
+// failOpenEnv, in a worker's environment, names a file whose presence
+// makes the worker fail to open its model, as a model whose weights are
+// gone does: a test has a worker start well, then its restarts fail.
+const failOpenEnv = "SUPERVISOR_TEST_FAIL_OPEN_IF"
+
 // TestMain makes this test binary a worker process when a supervisor
 // starts it, serving the built-in models, so the benchmarks and process
 // tests exercise real children and real pipes without building the
@@ -25,6 +31,11 @@ import (
 func TestMain(m *testing.M) {
 	if workerproc.Started() {
 		workerproc.Main(func(_ context.Context, spec model.Spec) (model.Model, error) {
+			if path := os.Getenv(failOpenEnv); path != "" {
+				if _, err := os.Stat(path); err == nil {
+					return nil, errors.New("init: cannot load weights")
+				}
+			}
 			return builtin.Open(spec)
 		})
 	}

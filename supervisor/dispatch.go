@@ -288,7 +288,7 @@ func (s *Streamer) checkAvailable(now time.Time, earlier func(time.Time)) {
 			return
 		}
 	}
-	err := fmt.Errorf("%w for %s", ErrUnavailable, now.Sub(s.downSince).Round(time.Millisecond))
+	err := fmt.Errorf("%w for %s%s", ErrUnavailable, now.Sub(s.downSince).Round(time.Millisecond), s.startFailureLocked())
 	for _, it := range s.queue.drain() {
 		s.complete(it, nil, err)
 	}

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/streamer-dev/streamer/model"
 	"github.com/streamer-dev/streamer/supervisor"
@@ -134,6 +137,62 @@ func TestStartReportsAModelTheWorkerCannotOpen(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// While the restarts of the only slot's worker fail, the callers' 503 and
+// NotReady (the /readyz reason) say why, not only that no worker is able
+// to run: before, only the slot's status had the cause.
+func TestUnavailableSaysWhyWorkersFailToStart(t *testing.T) {
+	weightsGone := filepath.Join(t.TempDir(), "weights-gone")
+	cfg := processConfig("chaos:crash=die", 1, 8)
+	cfg.Process.Env = []string{failOpenEnv + "=" + weightsGone}
+	cfg.UnavailableAfter = 50 * time.Millisecond
+	cfg.BackoffMin, cfg.BackoffMax = time.Millisecond, 20*time.Millisecond
+	cfg.MaxRestarts = 1000
+	s, err := supervisor.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer shutdown(t, s)
+	if err := s.NotReady(); err != nil {
+		t.Fatalf("NotReady with a worker ready: %v", err)
+	}
+	if err := os.WriteFile(weightsGone, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The item that ends the worker waits for a worker to run it again
+	// until its deadline, while the restarts fail.
+	die, _ := msgpack.Marshal("die")
+	dying, err := s.SubmitRequest(ctx, supervisor.Request{Items: [][]byte{die}, Deadline: time.Now().Add(2 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a restart failed, and requests refused as no worker can run", func() bool {
+		return !s.Available() && strings.Contains(s.Slots()[0].LastErr, "cannot load weights")
+	})
+	ok, _ := msgpack.Marshal("ok")
+	_, err = s.Predict(ctx, [][]byte{ok})
+	if !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), "cannot load weights") {
+		t.Errorf("Predict while the restarts fail: %v; want ErrUnavailable saying why", err)
+	}
+	if err := s.NotReady(); err == nil || !strings.Contains(err.Error(), "no worker is ready") || !strings.Contains(err.Error(), "cannot load weights") {
+		t.Errorf("NotReady while the restarts fail: %v; want it to say why", err)
+	}
+	if _, err := dying.Result(ctx); err == nil {
+		t.Fatal("the item that ends the worker was answered")
+	}
+	if err := os.Remove(weightsGone); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a worker ready again", func() bool { return s.NotReady() == nil })
+	if _, err := s.Predict(ctx, [][]byte{ok}); err != nil {
+		t.Fatalf("Predict once a worker started again: %v", err)
 	}
 }
 

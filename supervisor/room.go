@@ -202,9 +202,10 @@ func (s *Streamer) waitRoom(ctx context.Context, req Request, f *Future, n int) 
 			return ErrShuttingDown
 		case s.unavail.Load():
 			s.room.leave(f)
+			why := s.startFailureLocked()
 			s.mu.Unlock()
 			s.stats.rejected.Add(uint64(n))
-			return fmt.Errorf("%w for %s or more", ErrUnavailable, s.cfg.UnavailableAfter)
+			return fmt.Errorf("%w for %s or more%s", ErrUnavailable, s.cfg.UnavailableAfter, why)
 		case s.room.owner != f:
 			s.mu.Unlock()
 			s.stats.rejected.Add(uint64(n))

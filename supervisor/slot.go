@@ -81,8 +81,10 @@ type slot struct {
 	recent      []time.Time // restarts within RestartWindow
 	failures    int         // crashes since the last answered batch
 	lastErr     string
-	tally       *slotTally    // the counts of every slot of its number
-	initTime    time.Duration // how long the current worker took to be ready
+	// startErr is why its last worker failed to start, until one is ready.
+	startErr string
+	tally    *slotTally    // the counts of every slot of its number
+	initTime time.Duration // how long the current worker took to be ready
 	// startBegan is when the start of the slot's next worker began; only
 	// the goroutine starting it writes it (see startWorker).
 	startBegan time.Time
@@ -181,6 +183,9 @@ func (sl *slot) start() (worker, error) {
 	default:
 		err = fmt.Errorf("slot %d: %w", sl.id, err)
 		sl.s.log.Error("worker failed to start", "slot", sl.id, "device", sl.cuda, "err", err)
+		sl.s.mu.Lock()
+		sl.startErr = err.Error()
+		sl.s.mu.Unlock()
 	}
 	return w, err
 }
@@ -231,6 +236,7 @@ func (sl *slot) setReady(w worker) {
 func (sl *slot) readyLocked(w worker) {
 	s := sl.s
 	sl.w = w
+	sl.startErr = ""
 	sl.initTime = time.Since(sl.startBegan)
 	if !isClosed(sl.quit) {
 		sl.state = SlotReady

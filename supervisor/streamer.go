@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 )
 
 // Streamer queues items, forms batches and runs them on its worker slots.
@@ -451,7 +452,10 @@ func (s *Streamer) admit(req Request) error {
 	case !s.everReady.Load():
 		return fmt.Errorf("%w: the workers are still starting", ErrUnavailable)
 	case s.unavail.Load():
-		return fmt.Errorf("%w for %s or more", ErrUnavailable, s.cfg.UnavailableAfter)
+		s.mu.Lock()
+		why := s.startFailureLocked()
+		s.mu.Unlock()
+		return fmt.Errorf("%w for %s or more%s", ErrUnavailable, s.cfg.UnavailableAfter, why)
 	}
 	if s.poison.active() {
 		for i, data := range req.Items {
@@ -616,7 +620,9 @@ func (s *Streamer) Ready() bool {
 
 // NotReady says why the streamer is not Ready, or returns nil when it is:
 // ErrShuttingDown while it drains or once stopped (its workers may still
-// be answering what was admitted), else that no worker is ready.
+// be answering what was admitted), else that no worker is ready, with why
+// the last start of a slot's worker failed, if one did since the slot's
+// last ready worker.
 func (s *Streamer) NotReady() error {
 	switch {
 	case s.draining.Load():
@@ -624,10 +630,52 @@ func (s *Streamer) NotReady() error {
 	case s.Ready():
 		return nil
 	}
+	s.mu.Lock()
+	why := s.startFailureLocked()
+	s.mu.Unlock()
+	if why != "" {
+		return fmt.Errorf("%w%s", errNoWorkerReady, why)
+	}
 	return errNoWorkerReady
 }
 
 var errNoWorkerReady = errors.New("no worker is ready")
+
+// maxStartErrText bounds the start error said to callers and probes: the
+// log and /v1/workers have it whole.
+const maxStartErrText = 300
+
+// startFailureLocked says why the slots' workers fail to start, as a
+// clause to append to an error: the last start error of the first slot
+// whose worker failed to start since it was last ready, cut short, and
+// how many other slots fail so; "" when none does. It requires that s.mu
+// is held.
+func (s *Streamer) startFailureLocked() string {
+	first, others := "", 0
+	for _, sl := range s.slots {
+		switch {
+		case sl.startErr == "":
+		case first == "":
+			first = sl.startErr
+		default:
+			others++
+		}
+	}
+	if first == "" {
+		return ""
+	}
+	if len(first) > maxStartErrText {
+		cut := maxStartErrText
+		for cut > 0 && !utf8.RuneStart(first[cut]) {
+			cut--
+		}
+		first = first[:cut] + "…"
+	}
+	if others > 0 {
+		return fmt.Sprintf("; workers fail to start: %s (and %d other slots)", first, others)
+	}
+	return "; workers fail to start: " + first
+}
 
 // Fatal delivers an error when every slot has failed past MaxRestarts: the
 // streamer can no longer run anything, and its owner should exit.
