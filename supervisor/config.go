@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -106,6 +107,17 @@ type ProcessConfig struct {
 	// Init message. The supervisor does not read it; a worker that cannot
 	// open it says why and the slot fails. Required.
 	Model model.Spec
+	// Refresh, when not nil, is called by Reload before it starts any
+	// worker, with the spec the newest workers open; the spec it returns is
+	// the one the reload's workers open, and the slots added after it. A
+	// runner that pins its model file's content in the spec (an ONNX file's
+	// SHA-256) reads the file again here: the reload takes the file as it
+	// is now, while a worker restarted after a crash in a slot the reload
+	// has not reached opens the spec its slot began with, and refuses a
+	// file replaced since, rather than serve other weights than the other
+	// workers without a word. An error ends the Reload before any worker
+	// is replaced. Nil: every worker opens Model.
+	Refresh func(ctx context.Context, spec model.Spec) (model.Spec, error)
 	// Path is the worker binary; default: this program, which must then
 	// call workerproc.Main when workerproc.Started says so. A binary that
 	// does not answer the handshake fails Start with ErrNotWorker.

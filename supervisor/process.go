@@ -237,7 +237,7 @@ func (p *process) greet(msg ipc.Message) error {
 	case msg.Ready.Version != ipc.Version:
 		return fmt.Errorf("worker speaks protocol version %d, want %d: is %s the same build as this supervisor?", msg.Ready.Version, ipc.Version, path)
 	}
-	spec, err := json.Marshal(p.sl.s.cfg.Process.Model)
+	spec, err := json.Marshal(p.sl.spec)
 	if err != nil {
 		return fmt.Errorf("encode the model spec: %w", err)
 	}

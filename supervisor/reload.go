@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/streamer-dev/streamer/model"
 )
 
 // Errors of Reload and SetWorkers.
@@ -31,6 +33,16 @@ func (s *Streamer) Workers() int {
 	return len(s.slots)
 }
 
+// Model is the model spec the newest workers open: ProcessConfig.Model, or
+// what ProcessConfig.Refresh made of it for the last Reload that replaced
+// a worker. A Reload that failed part of the way leaves the slots it did
+// not reach on the spec they had.
+func (s *Streamer) Model() model.Spec {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.spec
+}
+
 // Reload replaces every slot's worker by a freshly started one, a slot at
 // a time, so that the workers open their model again (after the model
 // file or the plugin binary changed on disk) while the others keep
@@ -45,6 +57,12 @@ func (s *Streamer) Workers() int {
 // yet reached keep their old workers, those done keep their new ones, and
 // Reload returns an error naming the slot, wrapping ErrStartFailed and
 // the worker's own error.
+//
+// Before the first new worker starts, ProcessConfig.Refresh, when set,
+// makes the spec the new workers open (a model file's checksum read
+// again); the slots not yet replaced, and their workers restarted after a
+// crash meanwhile, keep the spec they had. A Refresh that fails ends the
+// Reload before any worker is replaced, with its error.
 //
 // A Reload that replaced every worker forgets the items found to be poison
 // (see ErrPoison): the model they crashed may be mended.
@@ -70,12 +88,14 @@ func (s *Streamer) Reload(ctx context.Context) error {
 	n := s.Workers()
 	began := time.Now()
 	s.log.Info("reload begun", "workers", n)
+	spec, err := s.refreshSpec(ctx)
+	if err != nil {
+		s.reloadFailed(err, "err", err)
+		return err
+	}
 	for i := range n {
-		if err := s.reloadSlot(ctx, i); err != nil {
-			s.log.Error("reload failed", "slot", i, "err", err)
-			s.stats.reloadFailures.Add(1)
-			msg := err.Error()
-			s.stats.lastReloadError.Store(&msg)
+		if err := s.reloadSlot(ctx, i, spec); err != nil {
+			s.reloadFailed(err, "slot", i, "err", err)
 			return err
 		}
 	}
@@ -86,11 +106,38 @@ func (s *Streamer) Reload(ctx context.Context) error {
 	return nil
 }
 
-// freshSlotLocking starts a slot numbered i with a worker of its own,
-// ready, and returns with s.mu held, unless the streamer refuses changes by
-// then (the worker is discarded and s.mu not held) or the start failed.
-func (s *Streamer) freshSlotLocking(ctx context.Context, i int) (*slot, worker, error) {
+// refreshSpec is the spec a Reload's workers open: what
+// ProcessConfig.Refresh makes of the newest one, or the newest one itself.
+func (s *Streamer) refreshSpec(ctx context.Context) (model.Spec, error) {
+	spec := s.Model()
+	if s.cfg.InProcess != nil || s.cfg.Process.Refresh == nil {
+		return spec, nil
+	}
+	fresh, err := s.cfg.Process.Refresh(ctx, spec)
+	if err != nil {
+		return model.Spec{}, fmt.Errorf("reload: read the model %s again: %w", spec.Runner, err)
+	}
+	if err := checkSpec(fresh); err != nil {
+		return model.Spec{}, fmt.Errorf("reload: the refreshed model spec: %w", err)
+	}
+	return fresh, nil
+}
+
+// reloadFailed logs and counts a Reload that failed with err.
+func (s *Streamer) reloadFailed(err error, attrs ...any) {
+	s.log.Error("reload failed", attrs...)
+	s.stats.reloadFailures.Add(1)
+	msg := err.Error()
+	s.stats.lastReloadError.Store(&msg)
+}
+
+// freshSlotLocking starts a slot numbered i whose workers open spec, with
+// a worker of its own, ready, and returns with s.mu held, unless the
+// streamer refuses changes by then (the worker is discarded and s.mu not
+// held) or the start failed.
+func (s *Streamer) freshSlotLocking(ctx context.Context, i int, spec model.Spec) (*slot, worker, error) {
 	fresh := newSlot(s, i)
+	fresh.spec = spec
 	w, err := s.startSpare(ctx, fresh)
 	if err != nil {
 		return nil, nil, err
@@ -104,16 +151,17 @@ func (s *Streamer) freshSlotLocking(ctx context.Context, i int) (*slot, worker, 
 	return fresh, w, nil
 }
 
-// reloadSlot gives slot i a new worker, drains the old one and waits for
-// it to exit.
-func (s *Streamer) reloadSlot(ctx context.Context, i int) error {
-	fresh, w, err := s.freshSlotLocking(ctx, i)
+// reloadSlot gives slot i a new worker opening spec, drains the old one
+// and waits for it to exit.
+func (s *Streamer) reloadSlot(ctx context.Context, i int, spec model.Spec) error {
+	fresh, w, err := s.freshSlotLocking(ctx, i, spec)
 	if err != nil {
 		return err
 	}
 	old := s.slots[i]
 	oldPID := pidOf(old.w)
 	s.slots[i] = fresh
+	s.spec = spec
 	fresh.readyLocked(w)
 	stop := s.retireLocked(old)
 	s.mu.Unlock()
@@ -127,8 +175,8 @@ func (s *Streamer) reloadSlot(ctx context.Context, i int) error {
 }
 
 // SetWorkers changes the number of slots to n, at least 1. New slots are
-// numbered on from the last, and slot i's workers run on
-// ProcessConfig.CUDADevices[i % len], as at Start; SetWorkers starts
+// numbered on from the last, open the spec Model returns, and slot i's
+// workers run on ProcessConfig.CUDADevices[i % len], as at Start; SetWorkers starts
 // their workers one at a time and waits until each is ready. Slots beyond
 // n, the last ones, are drained: they take no new batches, their workers
 // answer the batches they hold, then stop; SetWorkers waits until they
@@ -172,7 +220,7 @@ func (s *Streamer) SetWorkers(ctx context.Context, n int) error {
 // addSlot starts slot i, the next one, and lets it take batches once its
 // worker is ready.
 func (s *Streamer) addSlot(ctx context.Context, i int) error {
-	fresh, w, err := s.freshSlotLocking(ctx, i)
+	fresh, w, err := s.freshSlotLocking(ctx, i, s.Model())
 	if err != nil {
 		return err
 	}

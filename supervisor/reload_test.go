@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/streamer-dev/streamer/model"
+	"github.com/streamer-dev/streamer/model/builtin"
 	"github.com/streamer-dev/streamer/supervisor"
 )
 
@@ -396,4 +398,80 @@ func TestReloadWhoseContextEndsStopsTheWorkerItStarts(t *testing.T) {
 	if _, err := s.Predict(context.Background(), [][]byte{{0xa1, 'x'}}); err != nil {
 		t.Fatalf("Predict after the abandoned Reload: %v", err)
 	}
+}
+
+// ProcessConfig.Refresh makes the spec a Reload's workers open: Model
+// says it, the new workers open it, and so does a worker restarted after
+// a crash in a reloaded slot, rather than the spec the streamer began
+// with. A Refresh that fails ends the Reload before any worker is
+// replaced.
+func TestReloadOpensTheModelRefreshMakes(t *testing.T) {
+	cfg := processConfig("chaos:reject=old", 2, 8)
+	newSpec, _, err := builtin.Parse("chaos:reject=new")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refreshes atomic.Int32
+	cfg.Process.Refresh = func(_ context.Context, spec model.Spec) (model.Spec, error) {
+		if refreshes.Add(1) == 1 {
+			return model.Spec{}, errors.New("the model file cannot be read")
+		}
+		if !reflect.DeepEqual(spec, cfg.Process.Model) {
+			return model.Spec{}, fmt.Errorf("refresh of %v, want the spec the workers open, %v", spec, cfg.Process.Model)
+		}
+		return newSpec, nil
+	}
+	s := start(t, cfg)
+	waitFor(t, "two ready workers", func() bool { return readyCount(s) == 2 })
+	before := s.Slots()
+	// Each answer comes from whichever worker is free: several show them all.
+	rejectsOnly := func(rejected, accepted string) {
+		t.Helper()
+		for range 8 {
+			for _, text := range []string{rejected, accepted} {
+				_, err := s.Predict(context.Background(), [][]byte{append([]byte{0xa0 | byte(len(text))}, text...)})
+				if text == rejected && !errors.Is(err, supervisor.ErrModel) || text == accepted && err != nil {
+					t.Fatalf("Predict %q: %v; want the workers to reject %q alone", text, err, rejected)
+				}
+			}
+		}
+	}
+	rejectsOnly("old", "new")
+
+	err = s.Reload(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "the model file cannot be read") {
+		t.Fatalf("Reload with a failing Refresh: %v, want its error", err)
+	}
+	if after := s.Slots(); !slices.Equal(pids(after), pids(before)) {
+		t.Fatalf("a Reload whose Refresh failed replaced workers: pids %v, were %v", pids(after), pids(before))
+	}
+	if st := s.Stats(); st.ReloadFailures != 1 || !strings.Contains(st.LastReloadError, "cannot be read") {
+		t.Errorf("stats after a Reload whose Refresh failed: %d failures, last %q", st.ReloadFailures, st.LastReloadError)
+	}
+	if got := s.Model(); !reflect.DeepEqual(got, cfg.Process.Model) {
+		t.Errorf("Model after a failed Reload: %v, want %v", got, cfg.Process.Model)
+	}
+	rejectsOnly("old", "new")
+
+	if err := s.Reload(context.Background()); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	if got := s.Model(); !reflect.DeepEqual(got, newSpec) {
+		t.Errorf("Model after the Reload: %v, want %v", got, newSpec)
+	}
+	rejectsOnly("new", "old")
+
+	reloaded := s.Slots()
+	crashed, err := os.FindProcess(reloaded[1].PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := crashed.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the killed worker's restart", func() bool {
+		st := s.Slots()
+		return readyCount(s) == 2 && st[1].PID != reloaded[1].PID && st[1].PID != 0
+	})
+	rejectsOnly("new", "old")
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/streamer-dev/streamer/model"
 )
 
 // worker is one running worker behind a slot: a child process, or a
@@ -63,6 +65,10 @@ type slot struct {
 	s    *Streamer
 	id   int
 	cuda string // CUDA_VISIBLE_DEVICES for this slot's workers; "" leaves it alone
+	// spec is the model this slot's workers open, restarted ones included,
+	// set before its first worker starts and never changed: a slot takes a
+	// new spec only by being replaced, by a Reload.
+	spec model.Spec
 
 	runDone chan struct{}
 	// quit is closed, under s.mu, when the slot is retired (by Reload or
@@ -109,6 +115,7 @@ func newSlot(s *Streamer, id int) *slot {
 		s.tallies = append(s.tallies, &slotTally{})
 	}
 	sl.tally = s.tallies[id]
+	sl.spec = s.spec
 	s.mu.Unlock()
 	if devs := s.cfg.Process.CUDADevices; len(devs) > 0 {
 		sl.cuda = devs[id%len(devs)]

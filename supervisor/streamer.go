@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"github.com/streamer-dev/streamer/model"
 )
 
 // Streamer queues items, forms batches and runs them on its worker slots.
@@ -21,11 +23,12 @@ type Streamer struct {
 
 	epoch time.Time // the origin of clock
 
-	// mu guards queue, slots, retiring, tallies, downSince, lastSweep, nextSlot and
+	// mu guards queue, slots, retiring, tallies, downSince, lastSweep, nextSlot, spec and
 	// the slots' fields marked as guarded by it. Functions that need it say
 	// so.
 	mu          sync.Mutex
 	queue       *queue
+	spec        model.Spec    // what new slots' workers open: Process.Model, or Refresh's at the last Reload
 	slots       []*slot       // the slots taking batches; slot i is slots[i]
 	retiring    []*slot       // slots retired by Reload or SetWorkers, until their run ends
 	tallies     []*slotTally  // the slots' counts by slot number, kept across reloads and scaling
@@ -117,6 +120,7 @@ func New(cfg Config) (*Streamer, error) {
 	s := &Streamer{
 		cfg:      cfg,
 		log:      cfg.Logger,
+		spec:     cfg.Process.Model,
 		epoch:    time.Now(),
 		queue:    newQueue(),
 		wake:     make(chan struct{}, 1),

@@ -10,6 +10,7 @@ import (
 
 	"github.com/streamer-dev/streamer/model"
 	"github.com/streamer-dev/streamer/model/onnx"
+	"github.com/streamer-dev/streamer/supervisor"
 	"github.com/streamer-dev/streamer/supervisor/httpapi"
 )
 
@@ -32,6 +33,35 @@ func codecFor(spec model.Spec, name string) (httpapi.Codec, any, error) {
 		return codec, desc, nil
 	}
 	return httpapi.Generic{}, map[string]any{"model": name, "runner": spec.Runner, "settings": spec.PublicSettings()}, nil
+}
+
+// servedDescription is what GET /v1/models serves about the model info
+// describes (see codecFor): info itself, or, for an ONNX file served by
+// workers of st, info with the SHA-256 of the file st's newest workers
+// open, which a reload that took a new file changes.
+func servedDescription(info any, st *supervisor.Streamer) any {
+	desc, ok := info.(*onnx.Description)
+	if !ok || st == nil {
+		return info
+	}
+	return reloadedDescription{desc: desc, st: st}
+}
+
+// reloadedDescription is an ONNX model's description whose checksum is
+// read from the supervisor each time it is served.
+type reloadedDescription struct {
+	desc *onnx.Description
+	st   *supervisor.Streamer
+}
+
+// MarshalJSON writes the description with the checksum of the file the
+// newest workers open.
+func (d reloadedDescription) MarshalJSON() ([]byte, error) {
+	desc := *d.desc
+	if settings, err := onnx.SettingsOf(d.st.Model()); err == nil && settings.SHA256 != "" {
+		desc.SHA256 = settings.SHA256
+	}
+	return json.Marshal(desc)
 }
 
 // announceModel completes the model description with the server's batching

@@ -1,14 +1,38 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/streamer-dev/streamer/model/onnx/onnxtest"
+	"github.com/streamer-dev/streamer/supervisor"
 )
+
+// installModel writes the test model name at path, as an operator
+// replaces a served file, and returns its bytes.
+func installModel(t *testing.T, path, name string) []byte {
+	t.Helper()
+	data, err := onnxtest.Build(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Write beside it and rename: a worker never reads half a file.
+	if err := os.WriteFile(path+".new", data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".new", path); err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
 
 // TestONNXReloadRefusesAModelWithOtherInputs replaces the served model file
 // by one with other inputs and outputs: the reload fails, saying to restart
@@ -18,20 +42,7 @@ import (
 func TestONNXReloadRefusesAModelWithOtherInputs(t *testing.T) {
 	_, ref := onnxModel(t, onnxtest.MLP)
 	path := filepath.Join(t.TempDir(), "model.onnx")
-	install := func(name string) {
-		t.Helper()
-		data, err := onnxtest.Build(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Write beside it and rename: a worker never reads half a file.
-		if err := os.WriteFile(path+".new", data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(path+".new", path); err != nil {
-			t.Fatal(err)
-		}
-	}
+	install := func(name string) { installModel(t, path, name) }
 	install(onnxtest.MLP)
 	s := startAdminServer(t, "--model", path, "--intra-op-threads", "1", "--workers", "2")
 	before := s.waitAllReady(t, 2)
@@ -82,4 +93,119 @@ func TestONNXReloadRefusesAModelWithOtherInputs(t *testing.T) {
 		t.Fatal(err)
 	}
 	answers(demoRef.Demo(x))
+}
+
+// TestONNXFileReplacedWithoutAReloadIsNotServed replaces the served file by
+// one with the same inputs and outputs and other weights, without a
+// reload, and kills a worker: the restarted worker refuses the file,
+// saying that it changed and that a reload serves it, in the log and in
+// its slot's last_error, and every answer still comes from the weights the
+// server loaded, whose SHA-256 /v1/models names. A reload then serves the
+// new file on every worker, and /v1/models names its checksum.
+func TestONNXFileReplacedWithoutAReloadIsNotServed(t *testing.T) {
+	onnxModel(t, onnxtest.MLP) // fails the test at once, with the fix, when the runtime library is missing
+	path := filepath.Join(t.TempDir(), "model.onnx")
+	loaded := installModel(t, path, onnxtest.MLP)
+	s := startAdminServer(t, "--model", path, "--intra-op-threads", "1", "--workers", "2")
+	before := s.waitAllReady(t, 2)
+	x := []float32{0.5, -1, 2, 0.25}
+	oldWeights, oldSum := weightsOf(t, loaded)
+	s.answersAll(t, x, oldWeights.MLP(x))
+	s.servesChecksum(t, oldSum)
+
+	replaced := installModel(t, path, onnxtest.Demo)
+	newWeights, newSum := weightsOf(t, replaced)
+	if newSum == oldSum || slices.Equal(newWeights.Demo(x), oldWeights.MLP(x)) {
+		t.Fatal("the replacing model is the same as the one served")
+	}
+	killed := before[1]
+	killWorker(t, killed.PID)
+	var slot supervisor.SlotStatus
+	s.waitFor(t, "the killed worker's restart to open the replaced file or refuse it", readyTimeout, func() bool {
+		slot = s.slot(t, killed.Slot)
+		return slot.State == supervisor.SlotReady && slot.PID != killed.PID || strings.Contains(slot.LastErr, "changed since it was loaded")
+	})
+	if slot.State == supervisor.SlotReady {
+		t.Fatalf("the worker restarted after the file was replaced without a reload opened it: %+v", slot)
+	}
+	why := fmt.Sprintf("the model file changed since it was loaded (sha256 %s, now %s): reload to serve the new one", oldSum, newSum)
+	if !strings.Contains(slot.LastErr, why) {
+		t.Errorf("slot %d's last error %q does not say %q", slot.Slot, slot.LastErr, why)
+	}
+	if !strings.Contains(s.logs(), why) {
+		t.Errorf("the log does not say %q", why)
+	}
+	s.answersAll(t, x, oldWeights.MLP(x))
+	s.servesChecksum(t, oldSum)
+
+	if status, answer := s.admin(t, "/admin/reload", "{}"); status != http.StatusOK {
+		t.Fatalf("POST /admin/reload: %d %v", status, answer)
+	}
+	s.waitAllReady(t, 2)
+	s.answersAll(t, x, newWeights.Demo(x))
+	s.servesChecksum(t, newSum)
+}
+
+// weightsOf is the reference computation of the model file data, and the
+// file's SHA-256 in hex.
+func weightsOf(t *testing.T, data []byte) (*onnxtest.Reference, string) {
+	t.Helper()
+	ref, err := onnxtest.LoadBytes(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	return ref, hex.EncodeToString(sum[:])
+}
+
+// answersAll sends eight requests for x at once, as many as keep every
+// ready worker busy, and checks that each answer is want.
+func (s *server) answersAll(t *testing.T, x []float32, want []float64) {
+	t.Helper()
+	answers := make([]prediction, 8)
+	errs := make([]error, len(answers))
+	var wg sync.WaitGroup
+	for i := range answers {
+		wg.Go(func() { answers[i], errs[i] = s.tryPredictJSON(map[string]any{"inputs": []any{x}}) })
+	}
+	wg.Wait()
+	for i, p := range answers {
+		if errs[i] == nil && p.Status != http.StatusOK {
+			errs[i] = fmt.Errorf("%s", p)
+		}
+		if errs[i] == nil {
+			errs[i] = nearJSON(p.Outputs[0], want)
+		}
+		if errs[i] != nil {
+			t.Errorf("request %d of %d: %v", i+1, len(answers), errs[i])
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+}
+
+// servesChecksum checks that GET /v1/models names the model file whose
+// SHA-256 is sum.
+func (s *server) servesChecksum(t *testing.T, sum string) {
+	t.Helper()
+	var desc struct {
+		SHA256 string `json:"sha256"`
+	}
+	s.getJSON(t, "/v1/models", &desc)
+	if desc.SHA256 != sum {
+		t.Fatalf("GET /v1/models: sha256 %q, want %s", desc.SHA256, sum)
+	}
+}
+
+// slot returns slot n of GET /v1/workers.
+func (s *server) slot(t *testing.T, n int) supervisor.SlotStatus {
+	t.Helper()
+	for _, w := range s.workers(t) {
+		if w.Slot == n {
+			return w
+		}
+	}
+	t.Fatalf("GET /v1/workers lists no slot %d", n)
+	return supervisor.SlotStatus{}
 }

@@ -324,6 +324,7 @@ func (o serveOptions) supervisorConfig(spec model.Spec, log *slog.Logger) (super
 			Path:        self,
 			Args:        []string{"worker"},
 			Model:       spec,
+			Refresh:     load.Refresh,
 			CUDADevices: cuda,
 		},
 	}, nil
@@ -386,7 +387,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 	// Serve from the start: while the workers initialise, /readyz says 503
 	// and requests get a quick 503 instead of waiting on a silent socket.
 	api := httpapi.New(httpapi.Config{
-		Backend: backend, Codec: m.codec, MaxBody: o.maxBody, Logger: log, Model: m.info,
+		Backend: backend, Codec: m.codec, MaxBody: o.maxBody, Logger: log, Model: servedDescription(m.info, st),
 		WriteTimeout: o.writeTimeout, AllowedOrigins: o.allowOrigins,
 		Admin: adminFor(o.admin, st), Tensors: m.tensors,
 		MaxBatchSize: o.batchSize, MaxQueueDelay: o.maxLatency, MaxItems: o.maxItems,

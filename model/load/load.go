@@ -46,6 +46,21 @@ func Check(spec model.Spec) error {
 	return unknown(spec)
 }
 
+// Refresh returns the spec that workers started by a reload open: for an
+// ONNX file, spec with the file's SHA-256 read again, so that the new
+// workers take the file as it is now while a worker restarted from the old
+// spec refuses it (see onnx.ErrModelChanged); for the other runners, spec
+// as it is. It runs in the supervisor process, once per reload.
+func Refresh(ctx context.Context, spec model.Spec) (model.Spec, error) {
+	if err := ctx.Err(); err != nil {
+		return model.Spec{}, err
+	}
+	if spec.Runner == onnx.SpecRunner {
+		return onnx.Refresh(spec)
+	}
+	return spec, nil
+}
+
 // Parse reads a model name as streamer serve's model flag takes it: a
 // built-in with its arguments ("echo", "sleep:10ms,100us", "chaos:OPTS") or
 // an ONNX file (or "demo"), whose other settings onnx carries. A plugin is

@@ -2,6 +2,8 @@ package onnx_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/streamer-dev/streamer/model/onnx"
+	"github.com/streamer-dev/streamer/model/onnx/demo"
 	"github.com/streamer-dev/streamer/model/onnx/onnxpb"
 	"github.com/streamer-dev/streamer/model/onnx/onnxtest"
 )
@@ -179,8 +182,9 @@ func TestFloat16OutputsBeyondAnAnswerAreNotAllocated(t *testing.T) {
 }
 
 // A spec records the model's inputs and outputs; once the file on disk has
-// others, a worker refuses to open it, saying how to serve it, while a new
-// file with the same inputs and outputs (new weights) opens.
+// others, a worker refuses to open it, saying how to serve it, even with
+// the spec refreshed as a reload does, while a new file with the same
+// inputs and outputs (new weights) opens with the refreshed spec.
 func TestWorkersRefuseAModelWhoseInterfaceChanged(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "model.onnx")
 	build := func(name string) {
@@ -214,14 +218,94 @@ func TestWorkersRefuseAModelWhoseInterfaceChanged(t *testing.T) {
 	if _, _, err := onnx.Codec(settings); !errors.Is(err, onnx.ErrSignatureChanged) {
 		t.Fatalf("codec after the inputs changed: %v", err)
 	}
+	refreshed, err := onnx.Refresh(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := onnx.OpenSpec(context.Background(), refreshed); !errors.Is(err, onnx.ErrSignatureChanged) {
+		t.Fatalf("open after the inputs changed, the spec refreshed: %v", err)
+	}
 
 	build(onnxtest.Demo)
-	m, err := onnx.OpenSpec(context.Background(), spec)
+	if refreshed, err = onnx.Refresh(spec); err != nil {
+		t.Fatal(err)
+	}
+	m, err := onnx.OpenSpec(context.Background(), refreshed)
 	if err != nil {
 		t.Fatalf("open a model of the same inputs and outputs: %v", err)
 	}
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A spec records the SHA-256 of the model file it was made from. A worker
+// handed it refuses the file once it holds other weights (a worker
+// restarted after the file was replaced without a reload must not serve
+// them beside the others' old ones), saying both checksums and that a
+// reload serves the new file; the spec Refresh makes, as a reload does,
+// opens it. The embedded demo, which cannot change, records none.
+func TestWorkersRefuseAModelFileReplacedWithoutAReload(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "model.onnx")
+	build := func(name string) string {
+		t.Helper()
+		data, err := onnxtest.Build(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(data)
+		return hex.EncodeToString(sum[:])
+	}
+	mlpSum := build(onnxtest.MLP)
+	spec, err := onnx.Settings{Path: path, IntraOpThreads: 1}.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings, err := onnx.SettingsOf(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if settings.SHA256 != mlpSum {
+		t.Fatalf("the spec records sha256 %q, want the file's %s", settings.SHA256, mlpSum)
+	}
+	if _, desc, err := onnx.Codec(settings); err != nil || desc.SHA256 != mlpSum {
+		t.Fatalf("description of the file as loaded: %+v, %v; want sha256 %s", desc, err, mlpSum)
+	}
+
+	demoSum := build(onnxtest.Demo) // the same inputs and outputs, other weights
+	_, err = onnx.OpenSpec(context.Background(), spec)
+	if !errors.Is(err, onnx.ErrModelChanged) ||
+		!strings.Contains(err.Error(), "sha256 "+mlpSum+", now "+demoSum) || !strings.Contains(err.Error(), "reload to serve the new one") {
+		t.Fatalf("open after the file was replaced: %v; want %v naming both checksums and the reload", err, onnx.ErrModelChanged)
+	}
+	if _, _, err := onnx.Codec(settings); !errors.Is(err, onnx.ErrModelChanged) {
+		t.Fatalf("codec after the file was replaced: %v", err)
+	}
+
+	refreshed, err := onnx.Refresh(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after, err := onnx.SettingsOf(refreshed); err != nil || after.SHA256 != demoSum || after.Signature != settings.Signature {
+		t.Fatalf("refreshed settings %+v, %v: want sha256 %s and the signature kept", after, err, demoSum)
+	}
+	m, err := onnx.OpenSpec(context.Background(), refreshed)
+	if err != nil {
+		t.Fatalf("open the replaced file with the refreshed spec: %v", err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	demoSpec, err := onnx.Settings{Path: demo.Name}.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := onnx.SettingsOf(demoSpec); err != nil || s.SHA256 != "" {
+		t.Fatalf("the embedded demo's settings %+v, %v: want no checksum", s, err)
 	}
 }
 

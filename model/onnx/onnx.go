@@ -11,6 +11,8 @@ package onnx
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,6 +52,13 @@ type Settings struct {
 	// read at start, and would serve a changed model wrongly. Empty: no
 	// check.
 	Signature string `json:"signature,omitempty"`
+	// SHA256 is the model file's SHA-256 in hex as the server read it;
+	// Spec fills it in, and Refresh at each reload. A worker refuses to
+	// open a file whose content is no longer this: a worker restarted
+	// after a crash must serve the weights the other workers serve, not a
+	// file replaced on disk without a reload. Empty (and for the embedded
+	// demo): no check.
+	SHA256 string `json:"sha256,omitempty"`
 }
 
 // Pads maps input names to padding values. In JSON a finite value is a
@@ -103,32 +112,65 @@ func (p *Pads) UnmarshalJSON(data []byte) error {
 }
 
 // Spec is the Spec that opens this model in a worker. It reads the model's
-// inputs and outputs as they are now into Signature (unless it is set), so
-// that a worker started later, by a reload or after a crash, refuses a file
-// that changed them; a file it cannot read is left to Check to report.
+// inputs and outputs as they are now into Signature (unless it is set),
+// and the file's SHA-256 into SHA256 (unless it is set), so that a worker
+// started later, by a reload or after a crash, refuses a file that changed
+// them; a file it cannot read is left to Check to report.
 func (s Settings) Spec() (model.Spec, error) {
 	if s.Path == "" {
 		return model.Spec{}, errors.New("onnx: the model's path is required")
 	}
-	if s.Signature == "" {
-		if _, sig, err := signatureOf(s.Path); err == nil {
-			s.Signature = sig.Interface()
+	if s.Signature == "" || s.SHA256 == "" {
+		if src, sig, err := signatureOf(s.Path); err == nil {
+			if s.Signature == "" {
+				s.Signature = sig.Interface()
+			}
+			if s.SHA256 == "" {
+				s.SHA256 = src.sha256()
+			}
 		}
 	}
 	return model.NewSpec(SpecRunner, s)
+}
+
+// Refresh returns spec with the model file's SHA-256 read again: the spec
+// of the workers a reload starts, which take the file as it is now. The
+// inputs and outputs recorded at start stay: a file that changed them is
+// still refused (see ErrSignatureChanged). It reads the file once, in the
+// supervisor, so that each worker only compares.
+func Refresh(spec model.Spec) (model.Spec, error) {
+	settings, err := SettingsOf(spec)
+	if err != nil {
+		return model.Spec{}, err
+	}
+	src, err := readSource(settings.Path)
+	if err != nil {
+		return model.Spec{}, err
+	}
+	settings.SHA256 = src.sha256()
+	return model.NewSpec(SpecRunner, settings)
 }
 
 // ErrSignatureChanged is returned by Open and Codec when the model file's
 // inputs or outputs are no longer those Settings.Signature records.
 var ErrSignatureChanged = errors.New("the model's inputs or outputs changed since the server started")
 
-// checkSignature refuses a model whose inputs or outputs differ from those
-// the settings record.
-func checkSignature(spec Settings, sig *onnxio.Signature) error {
-	if spec.Signature == "" || sig.Interface() == spec.Signature {
-		return nil
+// ErrModelChanged is returned by Open and Codec when the model file's
+// content is no longer that whose SHA-256 Settings.SHA256 records: the file
+// was replaced on disk since the server loaded it, without a reload.
+var ErrModelChanged = errors.New("the model file changed since it was loaded")
+
+// checkModel refuses a model whose inputs or outputs differ from those the
+// settings record, or whose file's content does. The inputs and outputs
+// come first: a reload cannot serve those, and their error says so.
+func checkModel(spec Settings, src source, sig *onnxio.Signature) error {
+	if spec.Signature != "" && sig.Interface() != spec.Signature {
+		return fmt.Errorf("model %s: %w: it now has %s; the server serves %s; restart the server to serve a model with other inputs or outputs", spec.Path, ErrSignatureChanged, sig.Interface(), spec.Signature)
 	}
-	return fmt.Errorf("model %s: %w: it now has %s; the server serves %s; restart the server to serve a model with other inputs or outputs", spec.Path, ErrSignatureChanged, sig.Interface(), spec.Signature)
+	if got := src.sha256(); spec.SHA256 != "" && got != spec.SHA256 {
+		return fmt.Errorf("model %s: %w (sha256 %s, now %s): reload to serve the new one", spec.Path, ErrModelChanged, spec.SHA256, got)
+	}
+	return nil
 }
 
 // SettingsOf reads an ONNX model's settings from spec.
@@ -184,6 +226,16 @@ func readSource(name string) (source, error) {
 	return source{name: name, path: name, data: data}, nil
 }
 
+// sha256 is the hex SHA-256 of a file's content, or "" for the embedded
+// demo, which cannot change under a running server.
+func (src source) sha256() string {
+	if src.path == "" {
+		return ""
+	}
+	sum := sha256.Sum256(src.data)
+	return hex.EncodeToString(sum[:])
+}
+
 // Codec reads the model the settings name and returns the codec that checks its
 // items at the edge, with the description GET /v1/models serves. It reads
 // the model file only; it does not need the ONNX Runtime library.
@@ -192,14 +244,16 @@ func Codec(spec Settings) (*onnxio.Codec, *Description, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := checkSignature(spec, sig); err != nil {
+	if err := checkModel(spec, src, sig); err != nil {
 		return nil, nil, err
 	}
 	codec, err := onnxio.NewCodec(sig, spec.Pad)
 	if err != nil {
 		return nil, nil, err
 	}
-	return codec, describe(src.name, spec, codec), nil
+	d := describe(src.name, spec, codec)
+	d.SHA256 = src.sha256()
+	return codec, d, nil
 }
 
 func signatureOf(name string) (source, *onnxio.Signature, error) {
@@ -265,6 +319,10 @@ type Description struct {
 	Producer  string `json:"producer,omitempty"`
 	IRVersion int64  `json:"ir_version"`
 	Opset     int64  `json:"opset"`
+	// SHA256 is the SHA-256 (hex) of the model file the workers open:
+	// which weights are served. A reload that takes a new file changes it;
+	// empty for the embedded demo.
+	SHA256 string `json:"sha256,omitempty"`
 }
 
 // Batching describes how the items of an ONNX model share runs.

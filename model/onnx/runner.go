@@ -38,9 +38,10 @@ var (
 // Open loads the ONNX Runtime library (see FindLibrary) and the model the
 // settings name, on the CPU or, with Device "cuda", on CUDA device 0 of the
 // process's CUDA_VISIBLE_DEVICES. It fails, rather than falling back to the
-// CPU, when the library has no usable CUDA execution provider, and with
+// CPU, when the library has no usable CUDA execution provider; with
 // ErrSignatureChanged when the model's inputs or outputs are not those
-// Settings.Signature records.
+// Settings.Signature records; and with ErrModelChanged when the file's
+// SHA-256 is not the one Settings.SHA256 records.
 func Open(ctx context.Context, spec Settings) (*Runner, error) {
 	if binary.NativeEndian.Uint16([]byte{1, 0}) != 1 {
 		return nil, errors.New("onnx: streamer's tensors are little-endian; this machine is not")
@@ -52,7 +53,7 @@ func Open(ctx context.Context, spec Settings) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkSignature(spec, sig); err != nil {
+	if err := checkModel(spec, src, sig); err != nil {
 		return nil, err
 	}
 	codec, err := onnxio.NewCodec(sig, spec.Pad)
