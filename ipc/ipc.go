@@ -15,7 +15,7 @@ import (
 
 // Version is the protocol version. A worker reports it in its Hello and
 // Ready messages and the supervisor refuses a worker that speaks another one.
-const Version = 3
+const Version = 4
 
 // The worker contract: how a supervisor starts a worker process and how the
 // worker knows it was started by one. The supervisor sets WorkerEnv to
@@ -73,6 +73,15 @@ const (
 	// KindInit (supervisor → worker): the answer to Hello; Spec is the model
 	// to open. The worker answers Ready once the model is open, or Fatal.
 	KindInit Kind = 8
+	// KindResultPart (worker → supervisor): a leading part of the answer to
+	// batch BatchID, sent when the whole answer does not fit in one frame
+	// (see ResultParts). Items holds the outputs of the next items of the
+	// batch, in order; ItemErrors, when not nil, one error text for each
+	// of them; and Expired those of them the worker did not run, counted
+	// from the part's first item. The KindResult that follows, with the
+	// same BatchID, carries the items after the parts, in the same way, and
+	// ends the answer.
+	KindResultPart Kind = 9
 )
 
 func (k Kind) String() string {
@@ -93,6 +102,8 @@ func (k Kind) String() string {
 		return "hello"
 	case KindInit:
 		return "init"
+	case KindResultPart:
+		return "result part"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }

@@ -331,7 +331,7 @@ func TestDecodeCorrupt(t *testing.T) {
 		{"too few fields", fields(t, 2, 1, nil, nil, "")},
 		{"too many fields", fields(t, 2, 1, nil, nil, "", nil, nil)},
 		{"kind zero", fields(t, 0, 1, nil, nil, "", nil)},
-		{"kind past the last", fields(t, 9, 1, nil, nil, "", nil)},
+		{"kind past the last", fields(t, 10, 1, nil, nil, "", nil)},
 		{"spec longer than the payload", []byte{0x99, 0x08, 0x00, 0xc0, 0xc0, 0xa0, 0xc0, 0xc0, 0xc0, 0xc4, 0x09, 'x'}},
 		{"kind wraps to a valid one", fields(t, 258, 1, nil, nil, "", nil)},
 		{"kind is negative", fields(t, -254, 1, nil, nil, "", nil)},
@@ -505,6 +505,7 @@ func TestKindString(t *testing.T) {
 		{ipc.KindFatal, "fatal"},
 		{ipc.KindHello, "hello"},
 		{ipc.KindInit, "init"},
+		{ipc.KindResultPart, "result part"},
 		{0, "kind(0)"},
 		{200, "kind(200)"},
 	}
@@ -545,5 +546,91 @@ func TestDecodeReadsOlderVersions(t *testing.T) {
 			t.Fatalf("Decode: %v", err)
 		}
 		assertSame(t, m, ipc.Message{Kind: ipc.KindReady, Ready: &ipc.Ready{Version: 2, PID: 5, Device: "cpu", Model: "echo"}})
+	}
+}
+
+// TestResultPartsFitTheLimit: a result too large for one frame is cut into
+// parts that each go through a Writer and a Reader of that limit, whose
+// outputs, item errors, Expired list and Error together are the result's;
+// an output too large for any frame becomes its item's error, naming the
+// limit, and leaves the other items alone.
+func TestResultPartsFitTheLimit(t *testing.T) {
+	const limit = 1 << 10
+	for _, tc := range []struct {
+		name     string
+		sizes    []int
+		itemErrs bool
+	}{
+		{"outputs", []int{400, 400, 400, 400, 10, limit - 200}, false},
+		{"outputs and item errors", []int{400, 0, 400, 400, 400}, true},
+		{"one too large", []int{300, 2 * limit, 300, 300, 300}, false},
+		{"each nearly the limit", []int{limit - 100, limit - 100, limit - 100}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := &ipc.Message{Kind: ipc.KindResult, BatchID: 7, Expired: []int{0, len(tc.sizes) - 1}}
+			for i, n := range tc.sizes {
+				res.Items = append(res.Items, bytes.Repeat([]byte{byte('a' + i)}, n))
+				if tc.itemErrs {
+					res.ItemErrors = append(res.ItemErrors, strings.Repeat("e", i))
+				}
+			}
+			var buf bytes.Buffer
+			w := ipc.NewWriter(&buf, limit)
+			if err := w.Write(res); !errors.Is(err, ipc.ErrFrameTooLarge) {
+				t.Fatalf("the whole result written with %v; want it too large", err)
+			}
+			parts := ipc.ResultParts(res, limit)
+			for _, part := range parts {
+				if err := w.Write(part); err != nil {
+					t.Fatalf("write a part: %v", err)
+				}
+			}
+			r := ipc.NewReader(&buf, limit)
+			var joined ipc.Message
+			for i := range parts {
+				m, err := r.Read()
+				if err != nil {
+					t.Fatalf("read part %d: %v", i, err)
+				}
+				want := ipc.KindResultPart
+				if i == len(parts)-1 {
+					want = ipc.KindResult
+				}
+				for _, e := range m.Expired {
+					joined.Expired = append(joined.Expired, len(joined.Items)+e)
+				}
+				if m.Kind != want || m.BatchID != res.BatchID {
+					t.Fatalf("part %d is a %s of batch %d, want a %s of batch %d", i, m.Kind, m.BatchID, want, res.BatchID)
+				}
+				if m.ItemErrors == nil {
+					m.ItemErrors = make([]string, len(m.Items))
+				}
+				joined.Items = append(joined.Items, m.Items...)
+				joined.ItemErrors = append(joined.ItemErrors, m.ItemErrors...)
+			}
+			if len(parts) < 2 {
+				t.Errorf("%d parts, want several", len(parts))
+			}
+			if len(joined.Items) != len(tc.sizes) || !slices.Equal(joined.Expired, res.Expired) {
+				t.Fatalf("joined %d outputs, expired %v; want %d, expired %v", len(joined.Items), joined.Expired, len(tc.sizes), res.Expired)
+			}
+			for i, n := range tc.sizes {
+				wantErr := ""
+				if tc.itemErrs {
+					wantErr = res.ItemErrors[i]
+				}
+				switch {
+				case n > limit:
+					if joined.Items[i] != nil || !strings.Contains(joined.ItemErrors[i], "1024") {
+						t.Errorf("item %d of %d bytes: output of %d bytes, error %q; want none, and an error naming the limit", i, n, len(joined.Items[i]), joined.ItemErrors[i])
+					}
+				case !bytes.Equal(joined.Items[i], res.Items[i]) || joined.ItemErrors[i] != wantErr:
+					t.Errorf("item %d: %d bytes, error %q; want its %d bytes and error %q", i, len(joined.Items[i]), joined.ItemErrors[i], n, wantErr)
+				}
+			}
+			if tc.sizes[1] > limit && (res.Items[1] == nil || res.ItemErrors != nil) {
+				t.Error("ResultParts changed the result it was given")
+			}
+		})
 	}
 }

@@ -186,6 +186,7 @@ func (p *process) readLoop(r *ipc.Reader, first chan<- error) {
 		<-p.waited
 	}()
 	helloed, isReady := false, false
+	var parts resultParts
 	for {
 		msg, err := r.Read()
 		if err != nil {
@@ -216,12 +217,91 @@ func (p *process) readLoop(r *ipc.Reader, first chan<- error) {
 		case msg.Kind == ipc.KindFatal:
 			p.kill(fmt.Errorf("worker gave up: %s", msg.Error))
 		case msg.Kind == ipc.KindHeartbeat:
+		case msg.Kind == ipc.KindResultPart && isReady:
+			if err := parts.add(&msg, p.sl.s.cfg.BatchSize); err != nil {
+				p.kill(err)
+			}
 		case msg.Kind == ipc.KindResult && isReady:
+			if err := parts.end(&msg); err != nil {
+				p.kill(err)
+				continue
+			}
 			p.sl.onResult(p, result{id: msg.BatchID, outputs: msg.Items, itemErrs: pipeErrors(msg.ItemErrors), expired: msg.Expired, err: pipeError(msg.Error)})
 		default:
 			p.kill(fmt.Errorf("unexpected %s message from worker", msg.Kind))
 		}
 	}
+}
+
+// resultParts gathers the parts of a batch's answer that a worker sent in
+// several frames (ipc.KindResultPart) because together its outputs would
+// not fit in one, until the KindResult that ends the answer.
+type resultParts struct {
+	started  bool
+	id       uint64
+	items    [][]byte
+	itemErrs []string // nil while no part had any
+	expired  []int    // counted from the answer's first item
+}
+
+// add keeps a part. A part of another batch's answer than the one begun,
+// one whose item errors do not match its items, or parts holding more
+// outputs than a batch of maxItems has items, break the protocol.
+func (rp *resultParts) add(msg *ipc.Message, maxItems int) error {
+	switch {
+	case rp.started && msg.BatchID != rp.id:
+		return fmt.Errorf("worker sent a part of the answer to batch %d while answering batch %d", msg.BatchID, rp.id)
+	case msg.ItemErrors != nil && len(msg.ItemErrors) != len(msg.Items):
+		return fmt.Errorf("worker sent a part of the answer to batch %d with %d item errors for %d outputs", msg.BatchID, len(msg.ItemErrors), len(msg.Items))
+	case len(rp.items)+len(msg.Items) > maxItems:
+		return fmt.Errorf("worker sent parts of the answer to batch %d with more outputs than a batch has items (%d)", msg.BatchID, maxItems)
+	}
+	rp.started, rp.id = true, msg.BatchID
+	rp.join(msg)
+	return nil
+}
+
+// join appends a part's items, item errors and expired items to those kept.
+func (rp *resultParts) join(msg *ipc.Message) {
+	for _, i := range msg.Expired {
+		// Each part counts its expired items from its own first item.
+		rp.expired = append(rp.expired, len(rp.items)+i)
+	}
+	rp.itemErrs = joinTexts(rp.itemErrs, len(rp.items), msg.ItemErrors, len(msg.Items))
+	rp.items = append(rp.items, msg.Items...)
+}
+
+// end puts the parts kept, if any, in front of msg, the result that ends
+// their answer, and starts afresh for the next answer.
+func (rp *resultParts) end(msg *ipc.Message) error {
+	if !rp.started {
+		return nil
+	}
+	defer func() { *rp = resultParts{} }()
+	switch {
+	case msg.BatchID != rp.id:
+		return fmt.Errorf("worker ended the answer to batch %d with a result of batch %d", rp.id, msg.BatchID)
+	case msg.ItemErrors != nil && len(msg.ItemErrors) != len(msg.Items):
+		return fmt.Errorf("worker ended the answer to batch %d with %d item errors for %d outputs", msg.BatchID, len(msg.ItemErrors), len(msg.Items))
+	}
+	rp.join(msg)
+	msg.Items, msg.ItemErrors, msg.Expired = rp.items, rp.itemErrs, rp.expired
+	return nil
+}
+
+// joinTexts joins the item error texts of two runs of na and nb items,
+// either of which may have none (nil): nil when neither has any.
+func joinTexts(a []string, na int, b []string, nb int) []string {
+	switch {
+	case a == nil && b == nil:
+		return nil
+	case a == nil:
+		a = make([]string, na, na+nb)
+	}
+	if b == nil {
+		return append(a, make([]string, nb)...)
+	}
+	return append(a, b...)
 }
 
 // greet checks the child's first message, which must be a Hello of this

@@ -171,7 +171,7 @@ func serve(ctx context.Context, cfg Config, m model.Model, in *ipc.Reader, out *
 		if !more {
 			return readErr
 		}
-		if err := sendResult(out, runArrival(ctx, m, next, time.Now())); err != nil {
+		if err := sendResult(out, runArrival(ctx, m, next, time.Now()), cfg.MaxFrame); err != nil {
 			return fmt.Errorf("send result of batch %d: %w", next.msg.BatchID, err)
 		}
 	}
@@ -248,15 +248,23 @@ func spread(res *ipc.Message, dead []bool) *ipc.Message {
 	return res
 }
 
-// sendResult writes res. A result too large for a frame fails its batch
-// instead: the Writer sent nothing, so the stream is still in step, and
-// the worker need not die for one oversized answer.
-func sendResult(out *ipc.Writer, res *ipc.Message) error {
+// sendResult writes res. A result too large for a frame goes in several
+// (see ipc.ResultParts), so that the outputs of a batch may together exceed
+// the limit as long as each fits alone: the Writer sent nothing of the
+// whole, so the stream is still in step. Only an output too large for any
+// frame fails, its item's alone. The common, small result costs nothing
+// more: it is split only once the Writer has refused it.
+func sendResult(out *ipc.Writer, res *ipc.Message, maxFrame int) error {
 	err := out.Write(res)
-	if errors.Is(err, ipc.ErrFrameTooLarge) {
-		err = out.Write(&ipc.Message{Kind: ipc.KindResult, BatchID: res.BatchID, Error: err.Error()})
+	if !errors.Is(err, ipc.ErrFrameTooLarge) {
+		return err
 	}
-	return err
+	for _, part := range ipc.ResultParts(res, maxFrame) {
+		if err := out.Write(part); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // readBatches decodes frames ahead of the model so that the next batch is

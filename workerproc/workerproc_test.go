@@ -1,6 +1,7 @@
 package workerproc_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -568,27 +570,76 @@ func TestBadFramesFromSupervisor(t *testing.T) {
 	}
 }
 
-// TestOversizedResultFailsTheBatch has the model answer with more than a
-// frame can carry: that batch fails with an error saying so, and the worker
-// keeps serving instead of dying with the whole batch.
-func TestOversizedResultFailsTheBatch(t *testing.T) {
+// TestLargeResultGoesInParts has the model answer a batch whose outputs
+// together exceed a frame, though each fits alone: the answer comes in
+// several frames, parts then a result, which together hold every output
+// intact. An output too large for any frame fails its item alone, with an
+// error naming the limit, and the worker keeps serving.
+func TestLargeResultGoesInParts(t *testing.T) {
 	const limit = 64 << 10
-	inflate := &fake{predict: func(_ context.Context, items [][]byte) ([][]byte, error) {
+	sized := &fake{predict: func(_ context.Context, items [][]byte) ([][]byte, error) {
 		out := make([][]byte, len(items))
 		for i, it := range items {
-			out[i] = make([]byte, len(it)*limit)
+			n, err := strconv.Atoi(string(it))
+			if err != nil {
+				return nil, err
+			}
+			out[i] = bytes.Repeat([]byte{byte('a' + i)}, n)
 		}
 		return out, nil
 	}}
-	w := startWorker(t, fakeSpec, workerproc.Config{Open: opens(inflate), MaxFrame: limit})
+	w := startWorker(t, fakeSpec, workerproc.Config{Open: opens(sized), MaxFrame: limit})
 	w.ready()
-	w.batch(1, []byte("xx"))
-	if res := w.result(1); !strings.Contains(res.Error, "too large") || res.Items != nil {
-		t.Fatalf("oversized result: error %q with %d items, want a batch error saying it is too large", res.Error, len(res.Items))
+	sizes := []int{40 << 10, 40 << 10, 2 * limit, 40 << 10, 10, 40 << 10}
+	items := make([][]byte, len(sizes))
+	for i, n := range sizes {
+		items[i] = []byte(strconv.Itoa(n))
 	}
-	w.batch(2, []byte{})
-	if res := w.result(2); res.Error != "" || len(res.Items) != 1 {
-		t.Fatalf("the batch after: error %q, %d items", res.Error, len(res.Items))
+	w.batch(1, items...)
+	res, parts := w.answer(1)
+	if parts < 2 {
+		t.Errorf("the answer came in %d parts, want at least 2 for %d bytes of outputs under a limit of %d", parts, 160<<10, limit)
+	}
+	if res.Error != "" || len(res.Items) != len(sizes) || len(res.ItemErrors) != len(sizes) {
+		t.Fatalf("joined answer: error %q, %d outputs, %d item errors; want %d of each", res.Error, len(res.Items), len(res.ItemErrors), len(sizes))
+	}
+	for i, n := range sizes {
+		want := bytes.Repeat([]byte{byte('a' + i)}, n)
+		switch {
+		case n > limit && (res.Items[i] != nil || !strings.Contains(res.ItemErrors[i], strconv.Itoa(limit))):
+			t.Errorf("item %d of %d bytes: output of %d bytes, error %q; want no output and an error naming the limit", i, n, len(res.Items[i]), res.ItemErrors[i])
+		case n <= limit && (!bytes.Equal(res.Items[i], want) || res.ItemErrors[i] != ""):
+			t.Errorf("item %d: %d bytes, error %q; want its own %d bytes", i, len(res.Items[i]), res.ItemErrors[i], n)
+		}
+	}
+	w.batch(2, []byte("3"))
+	if res := w.result(2); res.Error != "" || len(res.Items) != 1 || string(res.Items[0]) != "aaa" {
+		t.Fatalf("the batch after: error %q, outputs %q", res.Error, res.Items)
+	}
+}
+
+// answer reads the answer to batch id, in as many parts as it comes, and
+// returns it joined, with the number of frames it took.
+func (w *worker) answer(id uint64) (ipc.Message, int) {
+	w.t.Helper()
+	var joined ipc.Message
+	for frames := 1; ; frames++ {
+		m := w.next()
+		if (m.Kind != ipc.KindResult && m.Kind != ipc.KindResultPart) || m.BatchID != id {
+			w.t.Fatalf("got %s for batch %d (error %q), want the answer to batch %d", m.Kind, m.BatchID, m.Error, id)
+		}
+		if m.ItemErrors == nil {
+			m.ItemErrors = make([]string, len(m.Items))
+		}
+		for _, e := range m.Expired {
+			joined.Expired = append(joined.Expired, len(joined.Items)+e)
+		}
+		joined.Items = append(joined.Items, m.Items...)
+		joined.ItemErrors = append(joined.ItemErrors, m.ItemErrors...)
+		if m.Kind == ipc.KindResult {
+			joined.Kind, joined.BatchID, joined.Error = m.Kind, m.BatchID, m.Error
+			return joined, frames
+		}
 	}
 }
 

@@ -16,6 +16,7 @@
 //	say:TEXT       write TEXT on stderr, then echo
 //	print:TEXT     write TEXT on stdout, then echo
 //	pid            answer with the plugin's process id
+//	big:N          answer with a string of N MiB
 //	env:NAME       answer with the value of environment variable NAME
 //	config         answer with the Init config: {"args": {...}, "device": "..."}
 //	fork           start "sleep 60" and answer with its pid
@@ -109,6 +110,9 @@ func (c *chaos) Predict(_ context.Context, items []sdk.Item) ([]sdk.Result, erro
 			results[i] = sdk.Result{Output: item}
 		case "pid":
 			results[i] = sdk.OK(os.Getpid())
+		case "big":
+			mib, _ := strconv.Atoi(arg)
+			results[i] = sdk.OK(strings.Repeat("b", mib<<20))
 		case "env":
 			results[i] = sdk.OK(os.Getenv(arg))
 		case "config":

@@ -1,0 +1,69 @@
+package supervisor
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/streamer-dev/streamer/ipc"
+)
+
+// TestResultPartsJoin: the parts of an answer sent in several frames are
+// joined into one result, item errors filled in where a part had none and
+// expired items counted from the answer's first item; a part of another
+// batch, or too many outputs, break the protocol.
+func TestResultPartsJoin(t *testing.T) {
+	var rp resultParts
+	parts := []ipc.Message{
+		{Kind: ipc.KindResultPart, BatchID: 3, Items: [][]byte{[]byte("a"), nil}, Expired: []int{1}},
+		{Kind: ipc.KindResultPart, BatchID: 3, Items: [][]byte{nil, []byte("d")}, ItemErrors: []string{"too large", ""}},
+	}
+	for i := range parts {
+		if err := rp.add(&parts[i], 6); err != nil {
+			t.Fatalf("part %d: %v", i, err)
+		}
+	}
+	last := ipc.Message{Kind: ipc.KindResult, BatchID: 3, Items: [][]byte{nil, []byte("f")}, Expired: []int{0}}
+	if err := rp.end(&last); err != nil {
+		t.Fatal(err)
+	}
+	want := ipc.Message{Kind: ipc.KindResult, BatchID: 3,
+		Items:      [][]byte{[]byte("a"), nil, nil, []byte("d"), nil, []byte("f")},
+		ItemErrors: []string{"", "", "too large", "", "", ""},
+		Expired:    []int{1, 4},
+	}
+	if !reflect.DeepEqual(last, want) {
+		t.Errorf("joined %+v\nwant %+v", last, want)
+	}
+	next := ipc.Message{Kind: ipc.KindResult, BatchID: 4, Items: [][]byte{[]byte("g")}}
+	if err := rp.end(&next); err != nil || len(next.Items) != 1 {
+		t.Errorf("the next answer, in one frame: %v, %d outputs; want it as it came", err, len(next.Items))
+	}
+
+	for _, tc := range []struct {
+		name string
+		msgs []ipc.Message
+		want string
+	}{
+		{"another batch's part", []ipc.Message{{Kind: ipc.KindResultPart, BatchID: 1, Items: [][]byte{nil}}, {Kind: ipc.KindResultPart, BatchID: 2, Items: [][]byte{nil}}}, "while answering batch 1"},
+		{"another batch's end", []ipc.Message{{Kind: ipc.KindResultPart, BatchID: 1, Items: [][]byte{nil}}, {Kind: ipc.KindResult, BatchID: 2, Items: [][]byte{nil}}}, "with a result of batch 2"},
+		{"too many outputs", []ipc.Message{{Kind: ipc.KindResultPart, BatchID: 1, Items: make([][]byte, 4)}, {Kind: ipc.KindResultPart, BatchID: 1, Items: make([][]byte, 3)}}, "more outputs than a batch has items (6)"},
+		{"item errors unmatched", []ipc.Message{{Kind: ipc.KindResultPart, BatchID: 1, Items: make([][]byte, 2), ItemErrors: []string{""}}}, "1 item errors for 2 outputs"},
+	} {
+		var rp resultParts
+		var err error
+		for i := range tc.msgs {
+			if tc.msgs[i].Kind == ipc.KindResultPart {
+				err = rp.add(&tc.msgs[i], 6)
+			} else {
+				err = rp.end(&tc.msgs[i])
+			}
+			if err != nil {
+				break
+			}
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error saying %q", tc.name, err, tc.want)
+		}
+	}
+}
