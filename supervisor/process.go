@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/streamer-dev/streamer/ipc"
 )
@@ -215,7 +216,7 @@ func (p *process) readLoop(r *ipc.Reader, first chan<- error) {
 			isReady = true
 			first <- nil
 		case msg.Kind == ipc.KindFatal:
-			p.kill(fmt.Errorf("worker gave up: %s", msg.Error))
+			p.kill(fmt.Errorf("worker gave up: %s", cutText(msg.Error, maxLastWords)))
 		case msg.Kind == ipc.KindHeartbeat:
 		case msg.Kind == ipc.KindResultPart && isReady:
 			if err := parts.add(&msg, p.sl.s.cfg.BatchSize); err != nil {
@@ -302,6 +303,24 @@ func joinTexts(a []string, na int, b []string, nb int) []string {
 		return append(a, make([]string, nb)...)
 	}
 	return append(a, b...)
+}
+
+// maxLastWords bounds the text of a worker's Fatal message that becomes
+// the cause of its death: it goes to the callers of its batch, the log and
+// the slot's status, where megabytes help no one.
+const maxLastWords = 4 << 10
+
+// cutText cuts text to at most limit bytes, at a character's start, saying
+// how much was cut.
+func cutText(text string, limit int) string {
+	if len(text) <= limit {
+		return text
+	}
+	cut := limit
+	for cut > 0 && !utf8.RuneStart(text[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d more bytes cut)", text[:cut], len(text)-cut)
 }
 
 // greet checks the child's first message, which must be a Hello of this

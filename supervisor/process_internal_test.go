@@ -67,3 +67,15 @@ func TestResultPartsJoin(t *testing.T) {
 		}
 	}
 }
+
+// TestCutText: a worker's last words are cut to the limit at a character's
+// start, saying how much was cut; shorter ones pass whole.
+func TestCutText(t *testing.T) {
+	if got := cutText("short", 10); got != "short" {
+		t.Errorf("cutText(short) = %q", got)
+	}
+	long := strings.Repeat("é", 10) // two bytes each
+	if got, want := cutText(long, 5), "éé… (16 more bytes cut)"; got != want {
+		t.Errorf("cutText = %q, want %q", got, want)
+	}
+}

@@ -80,7 +80,7 @@ func Run(ctx context.Context, cfg Config) error {
 		_ = out.Write(&ipc.Message{Kind: ipc.KindFatal, Error: err.Error()})
 		return err
 	}
-	m, err := cfg.Open(ctx, spec)
+	m, err := cfg.Open(model.WithLastWords(ctx, lastWords(out)), spec)
 	if err != nil {
 		err = fmt.Errorf("open model %s: %w", spec, err)
 		_ = out.Write(&ipc.Message{Kind: ipc.KindFatal, Error: err.Error()})
@@ -100,6 +100,27 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("send ready: %w", err)
 	}
 	return serve(ctx, cfg, m, in, out)
+}
+
+// lastWordsWait bounds how long a model's last words wait for the pipe: a
+// supervisor that reads nothing must not keep a dying worker alive.
+const lastWordsWait = time.Second
+
+// lastWords is how a model that ends the worker process on its own says
+// why (see model.WithLastWords): a Fatal message, which the supervisor
+// takes as the cause of the worker's death.
+func lastWords(out *ipc.Writer) func(reason string) {
+	return func(reason string) {
+		sent := make(chan struct{})
+		go func() {
+			_ = out.Write(&ipc.Message{Kind: ipc.KindFatal, Error: reason})
+			close(sent)
+		}()
+		select {
+		case <-sent:
+		case <-time.After(lastWordsWait):
+		}
+	}
 }
 
 // awaitInit waits for the supervisor's Init, or for ctx: a read cannot be

@@ -790,3 +790,20 @@ func ExampleMain() {
 	// … the program proper: a supervisor.Streamer whose ProcessConfig.Path
 	// is empty starts this same binary as its workers.
 }
+
+// TestModelsLastWordsReachTheSupervisor: a model that ends the worker on
+// its own (a plugin that died) says why through the last words its Open
+// was given, and the supervisor reads them as a Fatal message.
+func TestModelsLastWordsReachTheSupervisor(t *testing.T) {
+	var say func(string)
+	open := func(ctx context.Context, _ model.Spec) (model.Model, error) {
+		say = model.LastWords(ctx)
+		return upper(), nil
+	}
+	w := startWorker(t, fakeSpec, workerproc.Config{Open: open})
+	w.ready()
+	say("plugin x (pid 7): plugin process exited: exit status 2")
+	if m := w.next(); m.Kind != ipc.KindFatal || m.Error != "plugin x (pid 7): plugin process exited: exit status 2" {
+		t.Fatalf("got %s %q, want a Fatal message with the model's last words", m.Kind, m.Error)
+	}
+}

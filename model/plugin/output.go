@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"sync"
+	"sync/atomic"
 )
 
 // maxLine bounds how much of a line without an end is held before it is
@@ -18,6 +19,9 @@ type lineWriter struct {
 	out    io.Writer   // nil discards
 	prefix string
 	buf    []byte
+	// dying, when not nil, keeps the first line that says why a Go
+	// program dies (its panic's message), for the crash's error.
+	dying *atomic.Pointer[string]
 }
 
 // Write buffers p and writes out every line it completes.
@@ -58,6 +62,10 @@ func (w *lineWriter) Flush() {
 
 func (w *lineWriter) writeLine(line []byte) {
 	line = bytes.TrimSuffix(line, []byte{'\r'})
+	if w.dying != nil && w.dying.Load() == nil && (bytes.HasPrefix(line, []byte("panic: ")) || bytes.HasPrefix(line, []byte("fatal error: "))) {
+		text := capText(string(line))
+		w.dying.CompareAndSwap(nil, &text)
+	}
 	out := make([]byte, 0, len(w.prefix)+len(line)+1)
 	out = append(out, w.prefix...)
 	out = append(out, line...)

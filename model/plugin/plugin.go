@@ -137,6 +137,9 @@ type Model struct {
 	ending    atomic.Bool // the plugin is being killed as crashed or in breach
 	crashOnce sync.Once
 	crashErr  error
+	// lastWords is the first line of the plugin's output that says why it
+	// dies (a Go panic's message), if any.
+	lastWords atomic.Pointer[string]
 }
 
 // Open starts the plugin, checks its handshake and calls its Init with
@@ -182,7 +185,7 @@ func (m *Model) start(path string) error {
 	prefix := "[plugin " + m.name + "] "
 	var mu sync.Mutex
 	newOutput := func() io.Writer {
-		w := &lineWriter{mu: &mu, out: m.cfg.Output, prefix: prefix}
+		w := &lineWriter{mu: &mu, out: m.cfg.Output, prefix: prefix, dying: &m.lastWords}
 		m.outputs = append(m.outputs, w)
 		return w
 	}
@@ -480,6 +483,10 @@ func (m *Model) end(cause error, broke bool) error {
 			m.crashErr = fmt.Errorf("plugin %s (pid %d): %w: %s", m.cmd.Path, m.pid(), ErrExited, how)
 			if cause != nil && status.Code(cause) != codes.Unavailable {
 				m.crashErr = fmt.Errorf("%w (%s)", m.crashErr, capText(status.Convert(cause).Message()))
+			}
+			// Its output is read to its end by now (see procRunner.wait).
+			if last := m.lastWords.Load(); last != nil {
+				m.crashErr = fmt.Errorf("%w; its last words: %s", m.crashErr, *last)
 			}
 		}
 		if m.cfg.Crashed != nil && m.serving.Load() {

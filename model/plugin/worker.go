@@ -60,7 +60,10 @@ func SettingsOf(spec model.Spec) (Settings, error) {
 // plugin's output and go-plugin's log lines go to the worker's stderr, which
 // the supervisor logs tagged with the slot, and the plugin's death ends the
 // worker process with CrashExitStatus, so that the supervisor treats it as
-// the worker's crash (restart, retry elsewhere, poison isolation).
+// the worker's crash (restart, retry elsewhere, poison isolation). Before
+// it exits, the worker tells why through the last words ctx carries (see
+// model.WithLastWords): the plugin's exit status, its panic, or how it
+// broke the protocol, which the worker's own exit status cannot say.
 //
 // A worker whose model is a plugin only relays bytes, so OpenSpec also runs
 // it on one thread at a time (GOMAXPROCS=1, unless the environment sets
@@ -75,6 +78,7 @@ func OpenSpec(ctx context.Context, spec model.Spec) (model.Model, error) {
 		runtime.GOMAXPROCS(1)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	lastWords := model.LastWords(ctx)
 	m, err := Open(ctx, Config{
 		Path:      settings.Path,
 		Args:      settings.Args,
@@ -85,6 +89,7 @@ func OpenSpec(ctx context.Context, spec model.Spec) (model.Model, error) {
 		Logger:    log,
 		Crashed: func(err error) {
 			fmt.Fprintf(os.Stderr, "worker: %v; exiting so that the supervisor restarts this worker\n", err)
+			lastWords(err.Error())
 			os.Exit(CrashExitStatus)
 		},
 	})
