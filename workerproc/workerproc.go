@@ -16,8 +16,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
+	"github.com/streamer-dev/streamer/internal/idlemem"
 	"github.com/streamer-dev/streamer/ipc"
 	"github.com/streamer-dev/streamer/model"
 )
@@ -170,10 +172,18 @@ func readInit(in *ipc.Reader) (model.Spec, error) {
 }
 
 // serve runs batches from in until Stop, the supervisor's going, or ctx.
+// Once idle after batches that left the heap far larger than what it
+// uses (large items or outputs), it gives the memory back to the system
+// (see idlemem.Release), rather than hold it for minutes.
 func serve(ctx context.Context, cfg Config, m model.Model, in *ipc.Reader, out *ipc.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go heartbeat(ctx, out, cfg.HeartbeatInterval)
+	var (
+		answered atomic.Uint64
+		running  atomic.Bool
+	)
+	go idlemem.Release(ctx, func() (uint64, bool) { return answered.Load(), running.Load() }, cfg.Logger)
 
 	batches := make(chan arrival, 1)
 	var readErr error
@@ -192,7 +202,11 @@ func serve(ctx context.Context, cfg Config, m model.Model, in *ipc.Reader, out *
 		if !more {
 			return readErr
 		}
-		if err := sendResult(out, runArrival(ctx, m, next, time.Now()), cfg.MaxFrame); err != nil {
+		running.Store(true)
+		err := sendResult(out, runArrival(ctx, m, next, time.Now()), cfg.MaxFrame)
+		running.Store(false)
+		answered.Add(1)
+		if err != nil {
 			return fmt.Errorf("send result of batch %d: %w", next.msg.BatchID, err)
 		}
 	}

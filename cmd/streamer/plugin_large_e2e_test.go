@@ -1,7 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -50,4 +53,58 @@ func TestLargeOutputsTogetherOverTheFrameLimit(t *testing.T) {
 	if st.Crashes != 0 {
 		t.Errorf("%d crashes, want none", st.Crashes)
 	}
+}
+
+// TestWorkerAndPluginGiveBackMemoryWhenIdle: after a batch with a large
+// output, a worker and its plugin, once idle, return what the batch left
+// in their heaps to the system, as the server does, rather than hold it
+// (hundreds of megabytes each) until the runtime's collection minutes
+// later.
+func TestWorkerAndPluginGiveBackMemoryWhenIdle(t *testing.T) {
+	const mib = 100
+	const idleRSS = 80 << 20 // well above either process at rest, well below what the batch left
+	s := startPluginServer(t, "--plugin", pluginBins(t)["chaos"], "--workers", "1", "--worker-timeout", "2m")
+	worker := s.waitAllReady(t, 1)[0].PID
+	plugin := pluginOf(t, worker)
+	s.client.Timeout = 3 * time.Minute
+	body, err := msgpack.Marshal(map[string]any{"inputs": []string{fmt.Sprintf("big:%d", mib)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, data, _ := s.post(t, "application/msgpack", body); status != http.StatusOK || len(data) < mib<<20 {
+		t.Fatalf("an output of %d MiB: status %d, %d bytes", mib, status, len(data))
+	}
+	for _, proc := range []struct {
+		name string
+		pid  int
+	}{{"worker", worker}, {"plugin", plugin}} {
+		var rss int
+		deadline := time.Now().Add(readyTimeout)
+		for rss = residentBytes(t, proc.pid); rss >= idleRSS && time.Now().Before(deadline); rss = residentBytes(t, proc.pid) {
+			time.Sleep(pollInterval)
+		}
+		if rss >= idleRSS {
+			t.Errorf("the %s holds %d MiB %s after a batch of %d MiB; want under %d MiB once idle", proc.name, rss>>20, readyTimeout, mib, idleRSS>>20)
+		}
+	}
+}
+
+// residentBytes reads the resident set size of process pid.
+func residentBytes(t *testing.T, pid int) int {
+	t.Helper()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(status)) {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kib, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")))
+			if err != nil {
+				t.Fatalf("VmRSS of %d: %q", pid, rest)
+			}
+			return kib << 10
+		}
+	}
+	t.Fatalf("no VmRSS for process %d", pid)
+	return 0
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/streamer-dev/streamer/internal/idlemem"
 	"github.com/streamer-dev/streamer/ipc"
 	"github.com/streamer-dev/streamer/model"
 	"github.com/streamer-dev/streamer/model/load"
@@ -425,7 +426,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if remote != nil && st != nil {
 		work = nodeWork{callers: backend, workers: st}
 	}
-	go releaseMemoryWhenIdle(ctx, work, log)
+	go idlemem.Release(ctx, serverProgress(work), log)
 	runErr := o.awaitEnd(ctx, stop, fatal, serveErr, log)
 	return errors.Join(runErr, stopping.drain(server))
 }

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/streamer-dev/streamer/internal/idlemem"
 	"github.com/streamer-dev/streamer/model/plugin/pluginpb"
 )
 
@@ -28,6 +30,9 @@ func Serve(m Model) {
 		os.Exit(1)
 	}
 	srv := &server{model: m, logs: os.Stderr}
+	// After a batch of large items or outputs the plugin would hold its
+	// garbage for minutes, as its worker would: give it back once idle.
+	go idlemem.Release(context.Background(), srv.progress, nil)
 	goplugin.Serve(&goplugin.ServeConfig{
 		HandshakeConfig: goplugin.HandshakeConfig{
 			ProtocolVersion:  pluginpb.ProtocolVersion,
@@ -84,7 +89,15 @@ type server struct {
 
 	mu     sync.Mutex
 	inited bool
+
+	// answered counts the batches answered and running says whether one
+	// runs now, for the memory watch (see progress).
+	answered atomic.Uint64
+	running  atomic.Bool
 }
+
+// progress is the plugin's work as idlemem.Release reads it.
+func (s *server) progress() (uint64, bool) { return s.answered.Load(), s.running.Load() }
 
 // Init points stdout at stderr, then initialises the model once.
 func (s *server) Init(ctx context.Context, req *pluginpb.InitRequest) (*pluginpb.InitResponse, error) {
@@ -112,9 +125,13 @@ func (s *server) Predict(stream pluginpb.Model_PredictServer) error {
 		if err != nil {
 			return err
 		}
+		s.running.Store(true)
 		resp := s.predict(stream.Context(), req.GetItems())
 		resp.Id = req.GetId() // the worker checks that each answer is its batch's
-		if err := stream.Send(resp); err != nil {
+		err = stream.Send(resp)
+		s.running.Store(false)
+		s.answered.Add(1)
+		if err != nil {
 			return err
 		}
 	}
