@@ -1582,6 +1582,27 @@ func TestCloseWaitsForTheAnswersThenRefuses(t *testing.T) {
 	}
 }
 
+// A call failed by an outage while Close waits for the answers is told
+// the outage's cause, as it would be without Close: ErrShuttingDown is for
+// what Close itself fails or refuses. Before, every node gone while Close
+// drained read as "shutting down", hiding that no node was alive.
+func TestAnOutageWhileClosingFailsCallsWithItsCause(t *testing.T) {
+	rs, fe := frontWithoutNodes(t, func(c *broker.FrontEndConfig) { c.Outage = 300 * time.Millisecond })
+	later := predictLater(t, fe, "x")
+	onStream(t, rs, 1, "the item on the stream")
+	closed := make(chan error, 1)
+	go func() { closed <- fe.Close(context.Background()) }()
+	eventually(t, "the front end closing", func() bool { return !fe.Ready() })
+	rs.Do(t, "ZREM", "streamer:nodes", "fake") // the only node goes
+	a := answerWithin(t, later, 10*time.Second, "the call still waits 10s after its only node went")
+	if !errors.Is(a.err, supervisor.ErrUnavailable) || errors.Is(a.err, supervisor.ErrShuttingDown) || !strings.Contains(a.err.Error(), "no node is alive") {
+		t.Errorf("the call waiting as its only node went, during Close: %v; want ErrUnavailable saying no node is alive", a.err)
+	}
+	if err := <-closed; err != nil {
+		t.Errorf("Close, its one call failed by the outage: %v", err)
+	}
+}
+
 // A Close made while another drains waits for that one to end, bounded by
 // its own context, and returns nil; one after it has ended returns nil at
 // once. Before, a second Close returned nil at once, the first still

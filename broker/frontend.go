@@ -938,7 +938,9 @@ func (fe *FrontEnd) unavailable() error { return fe.unavailableFor(false) }
 
 // waitingFailure is why the calls waiting for answers fail, when they do
 // (see failWhenGone): a refusal of the front end's admissions, which they
-// passed, comes after the want of a node.
+// passed, comes after the want of a node. A Close under way is no cause:
+// the calls it waits for that an outage fails are told the outage, as
+// they would be without it, and those it fails itself ErrShuttingDown.
 func (fe *FrontEnd) waitingFailure() error { return fe.unavailableFor(true) }
 
 // unavailableFor is unavailable, or waitingFailure when waiting.
@@ -951,7 +953,7 @@ func (fe *FrontEnd) unavailableFor(waiting bool) error {
 	admitRefused := fe.admitRefused.Load()
 	full := fe.fullError()
 	switch {
-	case fe.closed.Load():
+	case fe.closed.Load() && !waiting:
 		return supervisor.ErrShuttingDown
 	case full != nil:
 		// Before the rest: its checks fail and pass by turns as its
@@ -3237,7 +3239,9 @@ func (fe *FrontEnd) markDown(err error) {
 }
 
 // Close stops admitting requests, waits for those admitted to be answered
-// until ctx ends, then fails the rest with ErrShuttingDown and stops.
+// until ctx ends, then fails the rest with ErrShuttingDown and stops. A
+// call that an outage fails while Close waits (Redis or every node gone
+// for Outage) is told the outage's cause, as it would be without Close.
 // While Redis hangs, it returns up to about 4 s after ctx ends: it waits
 // for its commands under way, each bounded by its own timeout.
 //
