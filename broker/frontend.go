@@ -914,8 +914,11 @@ const firstLookWait = 3 * checkTimeout
 
 // NotReady says why the front end is not ready (see Ready), or nil.
 func (fe *FrontEnd) NotReady() error {
-	if fe.Ready() {
+	switch {
+	case fe.Ready():
 		return nil
+	case !fe.started.Load() && !fe.closed.Load():
+		return unavailablef("the front end is not started")
 	}
 	if err := fe.unavailable(); err != nil {
 		return err

@@ -339,6 +339,73 @@ func TestCallersOfItemsNoNodeWillTakeFailWhenNoWorkerCanRun(t *testing.T) {
 	eventually(t, "the stream empty: the failed call's item withdrawn", func() bool { return rs.Do(t, "XLEN", "streamer:items") == "0" })
 }
 
+// A node whose Streamer is shut down before it (the wrong order) says so,
+// and is listed as no node, alive or leaving, once it holds nothing: it
+// will never run an item again. Before, it beat as leaving for ever, and
+// NotReady said nothing: front ends kept their callers waiting for it, up
+// to ClaimIdle for the items it read and let go; and it said so only at
+// its next heartbeat, up to a second later, admitting requests meanwhile.
+// NotReady also says when a node or a front end is not started, or the
+// node shut down.
+func TestANodeWhoseStreamerIsShutDownSaysSoAndCountsAsNoNode(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	st := startStreamer(t, supervisor.Config{InProcess: newRecorder(), Workers: 1, BatchSize: 1, MaxLatency: time.Millisecond})
+	cfg := broker.NodeConfig{Config: broker.Config{URL: rs.URL(), ClaimIdle: 400 * time.Millisecond}, Streamer: st, Capacity: 1}
+	// Its beats come from its start and its events alone: the Streamer's
+	// shutdown must be one, not wait for the next heartbeat.
+	broker.SlowBeats(&cfg, time.Hour)
+	n, err := broker.NewNode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Shutdown(context.Background()) })
+	fe, err := broker.NewFrontEnd(broker.FrontEndConfig{Config: broker.Config{URL: rs.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fe.Close(context.Background()) })
+	for name, err := range map[string]error{"node": n.NotReady(), "front end": fe.NotReady()} {
+		if !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), "not started") {
+			t.Errorf("the %s's NotReady before Start: %v; want ErrUnavailable saying it is not started", name, err)
+		}
+	}
+	if err := n.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := fe.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "front end ready", fe.Ready)
+	if err := n.NotReady(); err != nil {
+		t.Fatalf("the node's NotReady, started: %v", err)
+	}
+
+	if err := st.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the node to say its Streamer is shut down", func() bool {
+		err := n.NotReady()
+		return errors.Is(err, supervisor.ErrUnavailable) && strings.Contains(err.Error(), "Streamer is shut down")
+	})
+	eventually(t, "the node listed neither alive nor leaving", func() bool {
+		return rs.Do(t, "ZCARD", "streamer:nodes") == "0" && rs.Do(t, "ZCARD", "streamer:leaving") == "0"
+	})
+	eventually(t, "the front end to find no node alive", func() bool {
+		err := fe.NotReady()
+		return err != nil && strings.Contains(err.Error(), "no node is alive")
+	})
+	if _, err := predict(t, fe, "x"); !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), "no node is alive") {
+		t.Errorf("a request with the only node's Streamer shut down: %v; want ErrUnavailable saying no node is alive", err)
+	}
+
+	if err := n.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.NotReady(); !errors.Is(err, supervisor.ErrShuttingDown) {
+		t.Errorf("the node's NotReady after Shutdown: %v; want ErrShuttingDown", err)
+	}
+}
+
 // With only nodes that take no requests, a front end fails the calls whose
 // items none holds: those left unread, and those a node took and let go
 // (idle for ClaimIdle, as a node that cannot run them leaves them for

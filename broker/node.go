@@ -133,8 +133,12 @@ type Node struct {
 	// want of memory, and cleared by the next that went through.
 	down, broken, full atomic.Bool
 	// unable is set while the node beats as leaving for want of a
-	// worker that can run (see beat).
-	unable atomic.Bool
+	// worker that can run (see beat); unlisted, while it beats as neither
+	// alive nor leaving, its Streamer shut down (see streamerGone).
+	unable, unlisted atomic.Bool
+	// streamerSeen is the Streamer's state as the read loop last saw it
+	// (see noteStreamer).
+	streamerSeen atomic.Int32
 	// beatSoon has a token when the node should beat at once: Redis
 	// serves it again after an outage (see reachable).
 	beatSoon chan struct{}
@@ -285,11 +289,29 @@ func (n *Node) Stats() NodeStats {
 	}
 }
 
-// NotReady says why the node takes no items now (see NodeStats.Refused),
-// as a supervisor.ErrUnavailable, or nil while it may take them.
+// NotReady says why the node takes no items now, or nil while it may take
+// them: supervisor.ErrShuttingDown once Shutdown was called, and else a
+// supervisor.ErrUnavailable saying that it is not started, that its
+// Streamer is shut down (shut down in the wrong order: the node first),
+// that Redis or the prefix refuses it (see NodeStats.Refused), or that no
+// worker of its Streamer can run (see supervisor.Streamer.Available).
 func (n *Node) NotReady() error {
+	select {
+	case <-n.stop:
+		return supervisor.ErrShuttingDown
+	default:
+	}
+	switch {
+	case !n.started.Load():
+		return unavailablef("this node is not started")
+	case !n.s.Started():
+		return unavailablef("this node takes no items: its Streamer is shut down (shut the node down before its Streamer)")
+	}
 	if why := cmp.Or(n.refusal(), n.readsRefused()); why != "" {
 		return unavailablef("this node takes no items: %s", why)
+	}
+	if !n.s.Available() {
+		return unavailablef("this node takes no items: no worker of this node is ready, nor has one been able to run within its Streamer's UnavailableAfter (front ends count it as leaving until one can)")
 	}
 	return nil
 }
@@ -439,6 +461,7 @@ func (n *Node) readLoop() {
 			return
 		default:
 		}
+		n.noteStreamer()
 		// None is read before the node knows that the Redis can serve,
 		// and its clock, on which the items' deadlines are (after a start
 		// while Redis was down).
@@ -1435,6 +1458,39 @@ func (n *Node) reachable() {
 	}
 }
 
+// noteStreamer has the upkeep beat at once when the Streamer can take
+// less than when the read loop last looked (no worker can run, or it was
+// shut down), so that front ends learn it within a look rather than a
+// heartbeat: until then they admit requests for the node, which it cannot
+// run, and which it leaves for a claim. A worker that can run again waits
+// for the next heartbeat, as before: one that crashes as it comes up (on
+// an item it retries) would otherwise have front ends admit requests for
+// it at once, and fail them.
+func (n *Node) noteStreamer() {
+	var state int32
+	switch {
+	case !n.s.Started():
+		state = 2
+	case !n.s.Available():
+		state = 1
+	}
+	if n.streamerSeen.Swap(state) < state {
+		n.beatNow()
+	}
+}
+
+// streamerGone says whether the node's Streamer is shut down and the node
+// holds no item: it will run nothing again (a Streamer does not start
+// after Shutdown), nor has anything left to finish.
+func (n *Node) streamerGone() bool {
+	if n.s.Started() {
+		return false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.held) == 0
+}
+
 // beatNow has the upkeep beat at once.
 func (n *Node) beatNow() {
 	select {
@@ -1781,7 +1837,10 @@ func (n *Node) upkeepLoop() {
 // route none to it, and do not fail the callers whose items it holds;
 // other nodes adopt its own stream. It beats as a live node again once a
 // worker runs. A node whose reads Redis refuses is listed as neither (see
-// refuseReads), until one goes through.
+// refuseReads), until one goes through; so is a node whose Streamer was
+// shut down before it, once it holds nothing (see streamerGone): it will
+// never run an item again, and beating as leaving would keep its front
+// ends' callers waiting for it, for the items it let go, ClaimIdle long.
 func (n *Node) beat(ctx context.Context) error {
 	if err := n.checkFit(ctx); err != nil {
 		return err
@@ -1801,8 +1860,9 @@ func (n *Node) beat(ctx context.Context) error {
 	if !workers {
 		alive, out = out, alive
 	}
-	if n.readRefused.Load() != nil {
-		// Listed as neither: see refuseReads.
+	gone := n.streamerGone()
+	if n.readRefused.Load() != nil || gone {
+		// Listed as neither: see refuseReads, and streamerGone.
 		pipe.ZRem(ctx, alive, n.cfg.Name)
 	} else {
 		pipe.ZAdd(ctx, alive, redis.Z{Score: float64(now.UnixMilli()), Member: n.cfg.Name})
@@ -1848,7 +1908,12 @@ func (n *Node) beat(ctx context.Context) error {
 		return fmt.Errorf("redis at %s: %w", n.where, err)
 	}
 	n.clock.observe(timeCmd, sent)
-	if n.unable.Swap(!workers) != !workers {
+	if !n.unlisted.Swap(gone) && gone {
+		n.cfg.Logger.Error("this node's Streamer is shut down: the node takes no items, and front ends count it as no node (shut the node down before its Streamer)", "node", n.cfg.Name)
+	}
+	// A Streamer shut down is logged as such, above, rather than as
+	// workers that cannot run.
+	if n.unable.Swap(!workers) != !workers && n.s.Started() {
 		if workers {
 			n.cfg.Logger.Info("a worker runs again: the node takes items", "node", n.cfg.Name)
 		} else {
