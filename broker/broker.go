@@ -744,6 +744,30 @@ func errorOf(code, msg string) error {
 	return &remoteError{msg: msg, is: supervisor.ErrModelFailed}
 }
 
+// alike returns errs with the failures that nodes reported alike, of one
+// kind and text, made the one error value: a batch that failed as a whole
+// gives each of its items the same error, which crosses Redis as a copy
+// for each, and supervisor.FirstItemError then tells every item's failure
+// from that of one, as for a local Streamer.
+func alike(errs []error) []error {
+	if len(errs) < 2 {
+		return errs
+	}
+	first := map[remoteError]error{}
+	out := make([]error, len(errs))
+	for i, err := range errs {
+		out[i] = err
+		if r, ok := err.(*remoteError); ok {
+			if e, seen := first[*r]; seen {
+				out[i] = e
+			} else {
+				first[*r] = err
+			}
+		}
+	}
+	return out
+}
+
 // itemError strips the *ItemError of a one-item request: the front end
 // wraps the cause again with the item's place in its own request.
 func itemError(err error) error {

@@ -390,6 +390,39 @@ func TestAnswersComeBackInOrderWithTheirErrors(t *testing.T) {
 	}
 }
 
+// failing is a model whose every batch fails as a whole.
+type failing struct{}
+
+func (failing) Predict(context.Context, [][]byte) ([][]byte, error) {
+	return nil, errors.New("the model is down")
+}
+
+func (failing) Close() error { return nil }
+
+// A request whose every item failed with the one error (their batch
+// failed as a whole) gets, through Redis, the error a local Streamer
+// gives: an ItemError with Every set. Before, the front end said "item 0"
+// with Every false, though its items had failed alike.
+func TestAWholeBatchsFailureIsEveryItemsAsOnALocalServer(t *testing.T) {
+	cfg := supervisor.Config{InProcess: failing{}, Workers: 1, BatchSize: 4, MaxLatency: 50 * time.Millisecond}
+	rs := redistest.Start(t, redistest.Options{})
+	startNodeOn(t, rs, cfg, nil)
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	items := [][]byte{[]byte("a"), []byte("b"), []byte("c")}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, local := startStreamer(t, cfg).Predict(ctx, items)
+	_, remote := fe.Predict(ctx, items)
+	var want, got *supervisor.ItemError
+	if !errors.As(local, &want) || !want.Every {
+		t.Fatalf("the local Streamer's error: %v; want an ItemError of every item", local)
+	}
+	if !errors.As(remote, &got) || !got.Every || got.Index != 0 || remote.Error() != local.Error() || !errors.Is(remote, supervisor.ErrModelFailed) {
+		t.Errorf("the front end's error: %v (%+v); want %v, Every set, as the local Streamer's", remote, got, local)
+	}
+}
+
 // TestLargeAnswersComeBackWhole: a batch's answers, packed into reply
 // entries of a bounded size, reach their callers whole and in place.
 func TestLargeAnswersComeBackWhole(t *testing.T) {

@@ -738,7 +738,9 @@ func (fe *FrontEnd) Predict(ctx context.Context, items [][]byte) ([][]byte, erro
 // and with ErrDeadline (or ErrCanceled) when the request's deadline passes
 // (or ctx ends) first, also while Redis is slow to admit it. An
 // item's failure comes back as an *supervisor.ItemError for the lowest
-// failed index, with the other outputs.
+// failed index, with the other outputs; when every item of the request
+// failed with one error, of one kind and text (their batch failed as a
+// whole), its Every is set, as a Streamer's is.
 func (fe *FrontEnd) PredictRequest(ctx context.Context, req supervisor.Request) ([][]byte, error) {
 	n := len(req.Items)
 	switch {
@@ -1047,10 +1049,8 @@ func (fe *FrontEnd) await(ctx context.Context, c *call, timeout <-chan time.Time
 	if c.failure != nil {
 		return nil, c.failure
 	}
-	for i, e := range c.errs {
-		if e != nil {
-			return c.outputs, &supervisor.ItemError{Index: i, Err: e}
-		}
+	if err := supervisor.FirstItemError(alike(c.errs)); err != nil {
+		return c.outputs, err
 	}
 	return c.outputs, nil
 }

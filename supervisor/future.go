@@ -195,13 +195,24 @@ func (f *Future) await(ctx context.Context, ready <-chan struct{}) error {
 
 func (f *Future) result() ([][]byte, error) {
 	if errs := f.errs.Load(); errs != nil {
-		for i, err := range *errs {
-			if err != nil {
-				return f.outputs, &ItemError{Index: i, Err: err, Every: i == 0 && len(*errs) > 1 && sameError(*errs)}
-			}
-		}
+		return f.outputs, FirstItemError(*errs)
 	}
 	return f.outputs, nil
+}
+
+// FirstItemError is the error of a request whose items failed with errs,
+// one per item, nil for those that did not: an *ItemError for the first
+// that failed, with Every set when every item of a request of several
+// failed with the one error value, or nil when none failed. It is what a
+// Future's Result returns, for a backend that answers the items of a
+// request itself (package broker) to return the same.
+func FirstItemError(errs []error) error {
+	for i, err := range errs {
+		if err != nil {
+			return &ItemError{Index: i, Err: err, Every: i == 0 && len(errs) > 1 && sameError(errs)}
+		}
+	}
+	return nil
 }
 
 // sameError reports whether every error of errs is the one error value: a
