@@ -89,13 +89,15 @@ type Config struct {
 	// Empty means "streamer".
 	Prefix string
 	// ClaimIdle is how long an item may stay with a node that shows no sign
-	// of life before another node claims it. Zero means 5s.
+	// of life before another node claims it: from MinClaimIdle (100ms) to
+	// MaxClaimIdle (1h), as a live node keeps its items from claims however
+	// long they run, and only a dead node's wait this long. Zero means 5s.
 	ClaimIdle time.Duration
 	// ReplyTTL is how long a front end's reply stream outlives the last
-	// answer written to it (or the front end's last sign of life). It is
-	// the front end's: its items carry it to the nodes, which use it for
-	// their answers, and bound it by MaxReplyTTL. Zero means 1 minute;
-	// more than MaxReplyTTL is refused.
+	// answer written to it (or the front end's last sign of life), from
+	// MinReplyTTL (1s) to MaxReplyTTL (24h). It is the front end's: its
+	// items carry it to the nodes, which use it for their answers, and
+	// bound it by MaxReplyTTL. Zero means 1 minute.
 	ReplyTTL time.Duration
 	// Model names the model served, checked against the one the nodes
 	// under Prefix serve (see ModelID): a node of another refuses to
@@ -126,6 +128,17 @@ const (
 // hand, or by a program that shares the Redis, may ask for years, and a
 // front end's answers would then outlive it for as long.
 const MaxReplyTTL = 24 * time.Hour
+
+// The other bounds of Config's times, which NewFrontEnd and NewNode
+// enforce: ReplyTTL from MinReplyTTL, and ClaimIdle from MinClaimIdle to
+// MaxClaimIdle (a live node keeps its items from claims however long they
+// run, so only a dead node's items wait ClaimIdle, and an hour is far past
+// what a caller waits).
+const (
+	MinReplyTTL  = time.Second
+	MinClaimIdle = 100 * time.Millisecond
+	MaxClaimIdle = time.Hour
+)
 
 // nodeGroup is the consumer group every node reads the items through.
 const nodeGroup = "nodes"
@@ -188,13 +201,47 @@ func (c *Config) withDefaults() (Config, error) {
 	if cfg.ReplyTTL == 0 {
 		cfg.ReplyTTL = DefaultReplyTTL
 	}
-	if cfg.ClaimIdle < 100*time.Millisecond || cfg.ReplyTTL < time.Second || cfg.ReplyTTL > MaxReplyTTL {
-		return cfg, fmt.Errorf("broker: claim idle %s must be at least 100ms and reply TTL %s from 1s to %s", cfg.ClaimIdle, cfg.ReplyTTL, MaxReplyTTL)
+	if cfg.ClaimIdle < MinClaimIdle || cfg.ClaimIdle > MaxClaimIdle {
+		return cfg, fmt.Errorf("broker: ClaimIdle %s: want %s to %s (the wait before a dead node's items are claimed; zero means %s)", cfg.ClaimIdle, MinClaimIdle, MaxClaimIdle, DefaultClaimIdle)
+	}
+	if cfg.ReplyTTL < MinReplyTTL || cfg.ReplyTTL > MaxReplyTTL {
+		return cfg, fmt.Errorf("broker: ReplyTTL %s: want %s to %s (how long a dead front end's answers stay in Redis; zero means %s)", cfg.ReplyTTL, MinReplyTTL, MaxReplyTTL, DefaultReplyTTL)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return cfg, nil
+}
+
+// setting is a number of a config, named, for checkNegatives.
+type setting struct {
+	name  string
+	value int64
+	text  string // the value as the caller wrote it: 1s for a duration
+}
+
+// intSetting is the setting name of a count v.
+func intSetting(name string, v int) setting { return setting{name, int64(v), strconv.Itoa(v)} }
+
+// durationSetting is the setting name of a time d.
+func durationSetting(name string, d time.Duration) setting {
+	return setting{name, int64(d), d.String()}
+}
+
+// checkNegatives refuses the settings below zero, naming each with its
+// value, as supervisor's Config does: zero means the default, and below
+// it none has a meaning.
+func checkNegatives(settings ...setting) error {
+	var bad []string
+	for _, s := range settings {
+		if s.value < 0 {
+			bad = append(bad, s.name+" "+s.text)
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("broker: %s must not be negative (zero means the default)", strings.Join(bad, ", "))
+	}
+	return nil
 }
 
 // readTimeout bounds the wait for a reply of Redis, but for a blocking

@@ -273,3 +273,52 @@ func startEach(ctx context.Context, t *testing.T, url string, check func(who str
 	st := startStreamer(t, supervisor.Config{InProcess: echoItems, Workers: 1, BatchSize: 4})
 	check("a node", newNode(t, url, st).Start(ctx))
 }
+
+// A config that NewFrontEnd or NewNode refuses is refused naming the
+// field at fault, with its value, and what it may be: not the others it
+// was checked with (before, "MaxBacklog, MaxItems, MaxItemBytes and Outage
+// must not be negative" for one of them). ClaimIdle past an hour is
+// refused by the broker itself, not only by streamer serve's flags.
+func TestABadConfigIsRefusedNamingItsField(t *testing.T) {
+	st, err := supervisor.New(supervisor.Config{InProcess: echoItems, Workers: 1, BatchSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := broker.Config{URL: "redis://127.0.0.1:1"}
+	with := func(tweak func(*broker.Config)) broker.Config {
+		c := base
+		tweak(&c)
+		return c
+	}
+	for _, tc := range []struct {
+		name   string
+		front  *broker.FrontEndConfig
+		node   *broker.NodeConfig
+		want   string
+		others []string // named by the error of another field
+	}{
+		{name: "MaxBacklog", front: &broker.FrontEndConfig{Config: base, MaxBacklog: -1}, want: "broker: MaxBacklog -1 must not be negative (zero means the default)", others: []string{"MaxItems", "Outage"}},
+		{name: "Outage", front: &broker.FrontEndConfig{Config: base, Outage: -time.Second}, want: "broker: Outage -1s must not be negative", others: []string{"MaxBacklog"}},
+		{name: "Capacity", node: &broker.NodeConfig{Config: base, Streamer: st, Capacity: -1}, want: "broker: Capacity -1 must not be negative", others: []string{"PoisonTTL"}},
+		{name: "ClaimIdle below", front: &broker.FrontEndConfig{Config: with(func(c *broker.Config) { c.ClaimIdle = -1 })}, want: "broker: ClaimIdle -1ns: want 100ms to 1h0m0s", others: []string{"ReplyTTL"}},
+		{name: "ClaimIdle above", node: &broker.NodeConfig{Config: with(func(c *broker.Config) { c.ClaimIdle = 2 * time.Hour }), Streamer: st}, want: "broker: ClaimIdle 2h0m0s: want 100ms to 1h0m0s", others: []string{"ReplyTTL"}},
+		{name: "ReplyTTL", front: &broker.FrontEndConfig{Config: with(func(c *broker.Config) { c.ReplyTTL = 25 * time.Hour })}, want: "broker: ReplyTTL 25h0m0s: want 1s to 24h0m0s", others: []string{"ClaimIdle"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var err error
+			if tc.front != nil {
+				_, err = broker.NewFrontEnd(*tc.front)
+			} else {
+				_, err = broker.NewNode(*tc.node)
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v; want %q", err, tc.want)
+			}
+			for _, other := range tc.others {
+				if strings.Contains(err.Error(), other) {
+					t.Errorf("error %q names %s, which is not at fault", err, other)
+				}
+			}
+		})
+	}
+}

@@ -37,8 +37,10 @@ type FrontEndConfig struct {
 	// MaxItemBytes is the largest item, in bytes, a request may carry (a
 	// node's workers take batches of at most their MaxBatchBytes): a
 	// request with a larger one is refused whole, with an ItemError of
-	// ErrTooLarge naming it, before any of its items enters Redis. Zero
-	// means 64 MiB.
+	// ErrTooLarge naming it, before any of its items enters Redis. Set it
+	// to the nodes' MaxBatchBytes, as streamer serve does: the refusal
+	// speaks of a batch's bound, in the words of a local Streamer's, so
+	// that a caller gets the same answer from either. Zero means 64 MiB.
 	MaxItemBytes int
 	// Outage is how long Redis may be unreachable, every node silent, or
 	// the front end's reads of its answers refused, before the requests
@@ -532,8 +534,8 @@ func NewFrontEnd(cfg FrontEndConfig) (*FrontEnd, error) {
 	if cfg.Outage == 0 {
 		cfg.Outage = time.Second
 	}
-	if cfg.MaxBacklog < 0 || cfg.MaxItems < 0 || cfg.MaxItemBytes < 0 || cfg.Outage < 0 {
-		return nil, errors.New("broker: MaxBacklog, MaxItems, MaxItemBytes and Outage must not be negative")
+	if err := checkNegatives(intSetting("MaxBacklog", cfg.MaxBacklog), intSetting("MaxItems", cfg.MaxItems), intSetting("MaxItemBytes", cfg.MaxItemBytes), durationSetting("Outage", cfg.Outage)); err != nil {
+		return nil, err
 	}
 	rdb, where, err := connect(cfg.Config, 32)
 	if err != nil {

@@ -242,8 +242,8 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	if cfg.beatEvery == 0 {
 		cfg.beatEvery = heartbeat
 	}
-	if cfg.Capacity < 0 || cfg.PoisonTTL < 0 {
-		return nil, errors.New("broker: Capacity and PoisonTTL must not be negative")
+	if err := checkNegatives(intSetting("Capacity", cfg.Capacity), durationSetting("PoisonTTL", cfg.PoisonTTL)); err != nil {
+		return nil, err
 	}
 	if cfg.Name == "" {
 		host, _ := os.Hostname()

@@ -75,13 +75,13 @@ func (o brokerOptions) check() error {
 	if o.prefix == "" {
 		return errors.New("--stream-prefix is empty: give every key a prefix, such as the model's name (default " + broker.DefaultPrefix + ")")
 	}
-	if o.claimIdle < 100*time.Millisecond || o.claimIdle > time.Hour {
-		// A node keeps the items it holds from claims however long they
-		// run: only a dead node's items wait this long.
-		return fmt.Errorf("--claim-idle %s: want 100ms to 1h (the wait before a dead node's items are claimed)", o.claimIdle)
+	// The broker's bounds, which it enforces too: the flags are named
+	// here, before anything is made.
+	if o.claimIdle < broker.MinClaimIdle || o.claimIdle > broker.MaxClaimIdle {
+		return fmt.Errorf("--claim-idle %s: want %s to %s (the wait before a dead node's items are claimed)", o.claimIdle, broker.MinClaimIdle, broker.MaxClaimIdle)
 	}
-	if o.replyTTL < time.Second || o.replyTTL > broker.MaxReplyTTL {
-		return fmt.Errorf("--reply-ttl %s: want 1s to %s (how long a dead front end's answers stay in Redis)", o.replyTTL, broker.MaxReplyTTL)
+	if o.replyTTL < broker.MinReplyTTL || o.replyTTL > broker.MaxReplyTTL {
+		return fmt.Errorf("--reply-ttl %s: want %s to %s (how long a dead front end's answers stay in Redis)", o.replyTTL, broker.MinReplyTTL, broker.MaxReplyTTL)
 	}
 	if o.caFile != "" && !strings.HasPrefix(o.url, "rediss://") {
 		return fmt.Errorf("--broker-ca needs a rediss:// URL in %s: the CA checks a TLS connection, and this one has no TLS", o.from)
