@@ -49,6 +49,7 @@ func TestPluginCrashSaysWhy(t *testing.T) {
 		t.Run(tc.plugin+"-"+tc.trigger, func(t *testing.T) {
 			s := startPluginServer(t, "--plugin", bins[tc.plugin], "--workers", "1")
 			s.waitAllReady(t, 1)
+			s.seenWorking(t)
 			p := s.predictJSON(t, tc.trigger)
 			if p.Status != http.StatusUnprocessableEntity || !strings.Contains(p.Error, tc.want) {
 				t.Errorf("the item that killed the plugin: %s; want 422 saying %q", p, tc.want)

@@ -351,11 +351,11 @@ func TestSIGHUPWhileDrainingEndsNothing(t *testing.T) {
 
 // TestSIGHUPBeforeServingIsHeld: a SIGHUP as soon as the server writes
 // its first line (it checks the model, then listens, then starts the
-// workers) does not end it: it serves, and reloads its workers once it
-// does, since they may have opened the model before it changed. (Before,
-// SIGHUP was caught only once the server listened.)
+// workers, here for two seconds) does not end it: it serves, and reloads
+// its workers once it does, since they may have opened the model before
+// it changed. (Before, SIGHUP was caught only once the server listened.)
 func TestSIGHUPBeforeServingIsHeld(t *testing.T) {
-	s := launchServer(t, "--model", "echo")
+	s := launchServer(t, "--model", "chaos:init-delay=2s")
 	s.waitFor(t, "the server's first line", readyTimeout, func() bool { return s.logs() != "" })
 	if err := s.signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
