@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/streamer-dev/streamer/internal/repeats"
 	"github.com/streamer-dev/streamer/ipc"
 )
 
@@ -80,6 +81,7 @@ func Serve(ctx context.Context, open OpenFunc) error {
 func ignoreHangups(log *slog.Logger) (stop func()) {
 	hangups := make(chan os.Signal, 1)
 	signal.Notify(hangups, syscall.SIGHUP)
+	var lines repeats.Lines // a storm of them logs a line now and then
 	done := make(chan struct{})
 	go func() {
 		for {
@@ -87,7 +89,7 @@ func ignoreHangups(log *slog.Logger) (stop func()) {
 			case <-done:
 				return
 			case <-hangups:
-				log.Info("SIGHUP ignored: a worker is reloaded by its supervisor, which is the process to signal")
+				lines.Log(log, slog.LevelInfo, "SIGHUP", "SIGHUP ignored: a worker is reloaded by its supervisor, which is the process to signal")
 			}
 		}
 	}()

@@ -12,6 +12,8 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/streamer-dev/streamer/internal/repeats"
+
 	"github.com/streamer-dev/streamer/supervisor"
 	"github.com/streamer-dev/streamer/supervisor/httpapi"
 )
@@ -42,8 +44,8 @@ func adminFor(on bool, st *supervisor.Streamer) httpapi.Admin {
 // workers are stopping.
 type hangups struct {
 	signals chan os.Signal
-	stopped chan struct{}
 	log     *slog.Logger
+	lines   repeats.Lines // a storm of SIGHUPs logs a line now and then
 
 	mu       sync.Mutex
 	cert     *certificate // read again on every SIGHUP; nil: none
@@ -52,30 +54,24 @@ type hangups struct {
 	draining bool         // the drain has begun
 }
 
-// catchHangups takes SIGHUP from now until stop is called. Its own
+// catchHangups takes SIGHUP from now until the process ends. Its own
 // channel: whoever else listens to SIGHUP gets the signal too.
 func catchHangups(log *slog.Logger) *hangups {
-	h := &hangups{signals: make(chan os.Signal, 1), stopped: make(chan struct{}), log: log}
+	h := &hangups{signals: make(chan os.Signal, 1), log: log}
 	signal.Notify(h.signals, syscall.SIGHUP)
 	go func() {
-		for {
-			select {
-			case <-h.stopped:
-				return
-			case <-h.signals:
-				h.handle()
-			}
+		for range h.signals {
+			h.handle()
 		}
 	}()
 	return h
 }
 
-// stop ends the catching of SIGHUP, as runServe returns: the process is
-// about to end, and SIGHUP may have its default again.
-func (h *hangups) stop() {
-	signal.Stop(h.signals)
-	close(h.stopped)
-}
+// stop is called as runServe returns: the SIGHUPs that come from then on
+// are logged and ignored, as in the drain. They are still caught: with its
+// default back, a SIGHUP in the last moments would end a process that
+// finishes cleanly with the status of one killed.
+func (h *hangups) stop() { h.drain() }
 
 // handle does what one SIGHUP does now.
 func (h *hangups) handle() {
@@ -90,9 +86,9 @@ func (h *hangups) handle() {
 	}
 	switch {
 	case draining:
-		h.log.Info("SIGHUP while draining: the workers are stopping, not reloaded")
+		h.lines.Log(h.log, slog.LevelInfo, "draining", "SIGHUP while draining: the workers are stopping, not reloaded")
 	case reload == nil:
-		h.log.Info("SIGHUP before the server serves: the workers are reloaded once it does")
+		h.lines.Log(h.log, slog.LevelInfo, "held", "SIGHUP before the server serves: the workers are reloaded once it does")
 	default:
 		reload()
 	}
@@ -124,7 +120,7 @@ func (h *hangups) drain() {
 // logs so and serves on.
 func (h *hangups) serve(ctx context.Context, st *supervisor.Streamer) {
 	reload := func() {
-		h.log.Info("SIGHUP: a front end has no workers to reload; serving on (its nodes reload their own)")
+		h.lines.Log(h.log, slog.LevelInfo, "front end", "SIGHUP: a front end has no workers to reload; serving on (its nodes reload their own)")
 	}
 	if st != nil {
 		wanted := make(chan struct{}, 1) // a reload asked and not begun yet
