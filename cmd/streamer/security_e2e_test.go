@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -202,6 +203,16 @@ func TestSecurityRefusesBadSettings(t *testing.T) {
 	}
 	pair := writeCertPair(t, dir, newTestCA(t, "refusals"), 1)
 	missing := filepath.Join(dir, "missing.pem")
+	// A chain whose second certificate is cut short, as a file still being
+	// written is: read as it is, it would serve the leaf alone.
+	whole, err := os.ReadFile(pair.cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := filepath.Join(dir, "cut.pem")
+	if err := os.WriteFile(cut, append(slices.Clone(whole), whole[:len(whole)/2]...), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		env  []string
@@ -220,6 +231,7 @@ func TestSecurityRefusesBadSettings(t *testing.T) {
 		{"missing cert", nil, []string{"--tls-cert", missing, "--tls-key", pair.key}, []string{"--tls-cert", missing}},
 		{"missing key", nil, []string{"--tls-cert", pair.cert, "--tls-key", missing}, []string{"--tls-key", missing}},
 		{"garbage cert", nil, []string{"--tls-cert", garbage, "--tls-key", pair.key}, []string{"--tls-cert " + garbage}},
+		{"chain cut short", nil, []string{"--tls-cert", cut, "--tls-key", pair.key}, []string{"--tls-cert " + cut, "cut short"}},
 		{"bad log level", nil, []string{"--log-level", "loud"}, []string{"--log-level", "loud", "debug, info, warn or error"}},
 	}
 	for _, tc := range tests {

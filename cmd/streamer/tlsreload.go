@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -41,11 +44,34 @@ func (c *certificate) load() (*tls.Certificate, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := wholePEM(certPEM); err != nil {
+		return nil, fmt.Errorf("--tls-cert %s: %w", c.certFile, err)
+	}
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		return nil, fmt.Errorf("--tls-cert %s, --tls-key %s: %w", c.certFile, c.keyFile, err)
 	}
 	return &cert, nil
+}
+
+// wholePEM checks that data holds no PEM block cut short or malformed
+// after its last whole one. tls.X509KeyPair stops at the first block it
+// cannot read: a chain file still being written when a SIGHUP came would
+// load as its leaf alone, which clients that need the intermediate
+// refuse, while the log said the certificate was reloaded.
+func wholePEM(data []byte) error {
+	rest := data
+	for {
+		block, next := pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		rest = next
+	}
+	if bytes.Contains(rest, []byte("-----BEGIN")) {
+		return errors.New("a PEM block in it is cut short or malformed (a file still being written? write it whole, then rename it into place)")
+	}
+	return nil
 }
 
 // reload swaps in the certificate the files hold now. On failure the one
