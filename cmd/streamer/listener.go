@@ -111,15 +111,17 @@ func (l *cappedListener) Accept() (net.Conn, error) {
 		l.lastSeen.Store(time.Now().UnixNano())
 		switch {
 		case l.closing.Load():
-			l.refusedDraining.Add(1)
-			l.note(slog.LevelInfo, "draining", "connection refused: the server is draining", conn)
-			l.turnAway(conn, shutdownRefusal)
+			l.turnAway(conn, shutdownRefusal, func() {
+				l.refusedDraining.Add(1)
+				l.note(slog.LevelInfo, "draining", "connection refused: the server is draining", conn)
+			})
 			continue
 		case l.open.Add(1) > l.max && !l.reclaim():
 			l.open.Add(-1)
-			l.refusedOverCap.Add(1)
-			l.note(slog.LevelWarn, "over cap", "connection refused: --max-connections are open, none idle long enough to give its place", conn, "max_connections", l.max)
-			l.turnAway(conn, overCapRefusal)
+			l.turnAway(conn, overCapRefusal, func() {
+				l.refusedOverCap.Add(1)
+				l.note(slog.LevelWarn, "over cap", "connection refused: --max-connections are open, none idle long enough to give its place", conn, "max_connections", l.max)
+			})
 			continue
 		}
 		return &countedConn{Conn: conn, open: &l.open}, nil
@@ -140,7 +142,7 @@ func (l *cappedListener) note(level slog.Level, kind, msg string, conn net.Conn,
 // The metrics of the listener, served on /metrics beside the API's.
 var (
 	connectionsRefusedDesc = prometheus.NewDesc("streamer_connections_refused_total",
-		"Connections answered 503 and closed before any request was read (or closed unanswered, past 1024 such at once), by reason: over_cap (--max-connections open, none idle for a second) or draining (after SIGTERM). The requests on them are counted in no other metric.",
+		"Connections answered 503 and closed before any request was read (or closed unanswered, past 1024 such at once), by reason: over_cap (--max-connections open, none idle for a second) or draining (after SIGTERM). The requests on them are counted in no other metric. Liveness probes so turned away are answered 200 and not counted.",
 		[]string{"reason"}, nil)
 	connectionsReclaimedDesc = prometheus.NewDesc("streamer_connections_reclaimed_total",
 		"Connections idle for a second at least, closed for a new one at --max-connections to take their place.",
@@ -230,16 +232,19 @@ func (l *cappedListener) quiesce(quiet, limit time.Duration) {
 // turnAway refuses conn with answer in a goroutine of its own, unless the
 // refusals are over (the listener closed under the Accept that took it) or
 // too many are under way: then it closes conn without an answer.
-func (l *cappedListener) turnAway(conn net.Conn, answer []byte) {
+func (l *cappedListener) turnAway(conn net.Conn, answer []byte, refused func()) {
 	l.refusalsMu.Lock()
 	defer l.refusalsMu.Unlock()
 	if l.refusalsOver || l.refusals >= cmp.Or(l.maxRefusals, maxRefusals) {
 		_ = conn.Close()
+		refused()
 		return
 	}
 	l.refusals++
 	l.refusing.Go(func() {
-		refuse(conn, answer)
+		if !refuse(conn, answer) {
+			refused()
+		}
 		l.refusalsMu.Lock()
 		l.refusals--
 		l.refusalsMu.Unlock()
@@ -257,21 +262,23 @@ func (l *cappedListener) awaitRefusals() {
 	l.refusing.Wait()
 }
 
-// refuse answers a connection with answer and closes it.
+// refuse answers a connection with answer and closes it; or, when it
+// carries a liveness probe, with the probe's answer, and then says so
+// (alive): it refused nothing.
 //
 // It answers once the request has begun to arrive, or a client that sends
 // none has had refusalTimeout to: an answer that comes before the client
 // has sent its request is, to Go's net/http client and others, a response
 // to no request, dropped with the connection, and the request fails
 // without the 503 and its Retry-After.
-func refuse(conn net.Conn, answer []byte) {
+func refuse(conn net.Conn, answer []byte) (alive bool) {
 	// Over TLS, the read also runs the handshake.
 	_ = conn.SetDeadline(time.Now().Add(refusalTimeout))
 	var first [512]byte
 	n, _ := conn.Read(first[:])
 	_ = conn.SetDeadline(time.Now().Add(refusalTimeout))
-	if alive := livenessAnswer(first[:n]); alive != nil {
-		answer = alive
+	if probe := livenessAnswer(first[:n]); probe != nil {
+		answer, alive = probe, true
 	}
 	_, _ = conn.Write(answer)
 	if half, ok := conn.(interface{ CloseWrite() error }); ok {
@@ -288,6 +295,7 @@ func refuse(conn net.Conn, answer []byte) {
 		}
 	}
 	_ = conn.Close()
+	return alive
 }
 
 // The answers of the API's liveness routes, for a probe turned away (see
@@ -308,7 +316,7 @@ func okAnswer(body string) []byte {
 }
 
 // livenessAnswer is the answer to a request that begins with first when
-// it is a liveness probe (GET /healthz or /v2/health/live), or nil. A
+// it is a liveness probe (GET or HEAD /healthz or /v2/health/live), or nil. A
 // server at its cap, or draining, is alive all the same: a probe refused
 // 503 there had an orchestrator kill a busy server, and with it every
 // request it held. Readiness probes are refused as any request is: not
@@ -316,14 +324,24 @@ func okAnswer(body string) []byte {
 func livenessAnswer(first []byte) []byte {
 	line, _, whole := bytes.Cut(first, []byte("\r\n"))
 	fields := bytes.Fields(line)
-	if !whole || len(fields) != 3 || string(fields[0]) != http.MethodGet {
-		return nil // not a whole request line of a GET
+	if !whole || len(fields) != 3 {
+		return nil // not a whole request line
 	}
+	var answer []byte
 	switch string(fields[1]) {
 	case "/healthz":
-		return healthzAnswer
+		answer = healthzAnswer
 	case "/v2/health/live":
-		return liveAnswer
+		answer = liveAnswer
+	default:
+		return nil
+	}
+	switch string(fields[0]) {
+	case http.MethodGet:
+		return answer
+	case http.MethodHead: // the same answer without its body
+		head, _, _ := bytes.Cut(answer, []byte("\r\n\r\n"))
+		return append(head[:len(head):len(head)], "\r\n\r\n"...)
 	}
 	return nil
 }

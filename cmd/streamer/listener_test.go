@@ -93,7 +93,7 @@ func TestADrainWaitsForItsRefusals(t *testing.T) {
 	}
 	late, server := net.Pipe()
 	defer late.Close()
-	l.turnAway(server, shutdownRefusal)
+	l.turnAway(server, shutdownRefusal, func() {})
 	if n, err := late.Read(make([]byte, 1)); n != 0 || err == nil {
 		t.Errorf("a connection turned away after the wait began: read %d bytes, %v; want it closed unanswered", n, err)
 	}
@@ -127,7 +127,6 @@ func TestLivenessAnswer(t *testing.T) {
 		"GET /healthz HTTP/1.1":                           nil, // the line not whole yet
 		"GET /healthz?verbose HTTP/1.1\r\n":               nil,
 		"POST /healthz HTTP/1.1\r\nContent-Length: 0\r\n": nil,
-		"HEAD /healthz HTTP/1.1\r\n":                      nil,
 		"GET /readyz HTTP/1.1\r\n":                        nil,
 		"GET  /healthz HTTP/1.1 extra\r\n":                nil,
 		"":                                                nil,
@@ -135,5 +134,10 @@ func TestLivenessAnswer(t *testing.T) {
 		if got := livenessAnswer([]byte(first)); !bytes.Equal(got, want) {
 			t.Errorf("livenessAnswer(%q) = %q; want %q", first, got, want)
 		}
+	}
+	// HEAD gets the head of the same answer, Content-Length and all.
+	head := livenessAnswer([]byte("HEAD /healthz HTTP/1.1\r\n"))
+	if !bytes.HasSuffix(head, []byte("\r\n\r\n")) || !bytes.HasPrefix(healthzAnswer, head) || !bytes.Contains(head, []byte("Content-Length: 16\r\n")) {
+		t.Errorf("livenessAnswer of HEAD /healthz = %q; want the head of %q", head, healthzAnswer)
 	}
 }
