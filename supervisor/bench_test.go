@@ -29,6 +29,9 @@ const failOpenEnv = "SUPERVISOR_TEST_FAIL_OPEN_IF"
 // tests exercise real children and real pipes without building the
 // streamer binary.
 func TestMain(m *testing.M) {
+	if how := os.Getenv(hostilePartsEnv); how != "" && workerproc.Started() {
+		hostileParts(how)
+	}
 	if workerproc.Started() {
 		workerproc.Main(func(_ context.Context, spec model.Spec) (model.Model, error) {
 			if path := os.Getenv(failOpenEnv); path != "" {

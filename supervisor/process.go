@@ -219,7 +219,7 @@ func (p *process) readLoop(r *ipc.Reader, first chan<- error) {
 			p.kill(fmt.Errorf("worker gave up: %s", cutText(msg.Error, maxLastWords)))
 		case msg.Kind == ipc.KindHeartbeat:
 		case msg.Kind == ipc.KindResultPart && isReady:
-			if err := parts.add(&msg, p.sl.s.cfg.BatchSize); err != nil {
+			if err := parts.add(&msg, func(id uint64) (int, bool) { return p.sl.runningItems(p, id) }); err != nil {
 				p.kill(err)
 			}
 		case msg.Kind == ipc.KindResult && isReady:
@@ -237,27 +237,43 @@ func (p *process) readLoop(r *ipc.Reader, first chan<- error) {
 // resultParts gathers the parts of a batch's answer that a worker sent in
 // several frames (ipc.KindResultPart) because together its outputs would
 // not fit in one, until the KindResult that ends the answer.
+//
+// What it holds is bounded by the batch it answers: no more outputs than
+// the batch has items, each in a frame of its own at most, so at most the
+// batch's items times the frame limit, which is what a legitimate answer
+// of outputs that each fit a frame may need. A worker that sends more, or
+// parts of a batch it does not run, is killed at the first part that
+// breaks the rule rather than at the end of the answer.
 type resultParts struct {
 	started  bool
 	id       uint64
+	maxItems int // the items of the batch answered
 	items    [][]byte
 	itemErrs []string // nil while no part had any
 	expired  []int    // counted from the answer's first item
 }
 
-// add keeps a part. A part of another batch's answer than the one begun,
-// one whose item errors do not match its items, or parts holding more
-// outputs than a batch of maxItems has items, break the protocol.
-func (rp *resultParts) add(msg *ipc.Message, maxItems int) error {
+// add keeps a part. running tells, for the first part of an answer, the
+// items of the batch if it is the one the worker runs, or false if it is
+// not. A part of another batch than the one running or than the one
+// begun, one whose item errors do not match its items, or parts holding
+// more outputs than the batch has items, break the protocol.
+func (rp *resultParts) add(msg *ipc.Message, running func(id uint64) (items int, ok bool)) error {
+	if !rp.started {
+		items, ok := running(msg.BatchID)
+		if !ok {
+			return fmt.Errorf("worker sent a part of the answer to batch %d, which is not the one it runs", msg.BatchID)
+		}
+		rp.started, rp.id, rp.maxItems = true, msg.BatchID, items
+	}
 	switch {
-	case rp.started && msg.BatchID != rp.id:
+	case msg.BatchID != rp.id:
 		return fmt.Errorf("worker sent a part of the answer to batch %d while answering batch %d", msg.BatchID, rp.id)
 	case msg.ItemErrors != nil && len(msg.ItemErrors) != len(msg.Items):
 		return fmt.Errorf("worker sent a part of the answer to batch %d with %d item errors for %d outputs", msg.BatchID, len(msg.ItemErrors), len(msg.Items))
-	case len(rp.items)+len(msg.Items) > maxItems:
-		return fmt.Errorf("worker sent parts of the answer to batch %d with more outputs than a batch has items (%d)", msg.BatchID, maxItems)
+	case len(rp.items)+len(msg.Items) > rp.maxItems:
+		return fmt.Errorf("worker sent parts of the answer to batch %d with more outputs than the batch has items (%d)", msg.BatchID, rp.maxItems)
 	}
-	rp.started, rp.id = true, msg.BatchID
 	rp.join(msg)
 	return nil
 }

@@ -11,15 +11,18 @@ import (
 // TestResultPartsJoin: the parts of an answer sent in several frames are
 // joined into one result, item errors filled in where a part had none and
 // expired items counted from the answer's first item; a part of another
-// batch, or too many outputs, break the protocol.
+// batch than the one running or the one begun, or more outputs than the
+// running batch has items, break the protocol at that part.
 func TestResultPartsJoin(t *testing.T) {
+	// running is the slot's answer when batch 1 or 3 runs, with 6 items.
+	running := func(id uint64) (int, bool) { return 6, id == 1 || id == 3 }
 	var rp resultParts
 	parts := []ipc.Message{
 		{Kind: ipc.KindResultPart, BatchID: 3, Items: [][]byte{[]byte("a"), nil}, Expired: []int{1}},
 		{Kind: ipc.KindResultPart, BatchID: 3, Items: [][]byte{nil, []byte("d")}, ItemErrors: []string{"too large", ""}},
 	}
 	for i := range parts {
-		if err := rp.add(&parts[i], 6); err != nil {
+		if err := rp.add(&parts[i], running); err != nil {
 			t.Fatalf("part %d: %v", i, err)
 		}
 	}
@@ -40,21 +43,25 @@ func TestResultPartsJoin(t *testing.T) {
 		t.Errorf("the next answer, in one frame: %v, %d outputs; want it as it came", err, len(next.Items))
 	}
 
+	oneItem := func(id uint64) (int, bool) { return 1, id == 1 }
 	for _, tc := range []struct {
-		name string
-		msgs []ipc.Message
-		want string
+		name    string
+		running func(id uint64) (int, bool)
+		msgs    []ipc.Message
+		want    string
 	}{
-		{"another batch's part", []ipc.Message{{Kind: ipc.KindResultPart, BatchID: 1, Items: [][]byte{nil}}, {Kind: ipc.KindResultPart, BatchID: 2, Items: [][]byte{nil}}}, "while answering batch 1"},
-		{"another batch's end", []ipc.Message{{Kind: ipc.KindResultPart, BatchID: 1, Items: [][]byte{nil}}, {Kind: ipc.KindResult, BatchID: 2, Items: [][]byte{nil}}}, "with a result of batch 2"},
-		{"too many outputs", []ipc.Message{{Kind: ipc.KindResultPart, BatchID: 1, Items: make([][]byte, 4)}, {Kind: ipc.KindResultPart, BatchID: 1, Items: make([][]byte, 3)}}, "more outputs than a batch has items (6)"},
-		{"item errors unmatched", []ipc.Message{{Kind: ipc.KindResultPart, BatchID: 1, Items: make([][]byte, 2), ItemErrors: []string{""}}}, "1 item errors for 2 outputs"},
+		{"another batch's part", running, []ipc.Message{{Kind: ipc.KindResultPart, BatchID: 1, Items: [][]byte{nil}}, {Kind: ipc.KindResultPart, BatchID: 3, Items: [][]byte{nil}}}, "while answering batch 1"},
+		{"another batch's end", running, []ipc.Message{{Kind: ipc.KindResultPart, BatchID: 1, Items: [][]byte{nil}}, {Kind: ipc.KindResult, BatchID: 2, Items: [][]byte{nil}}}, "with a result of batch 2"},
+		{"a batch not running", running, []ipc.Message{{Kind: ipc.KindResultPart, BatchID: 2, Items: [][]byte{nil}}}, "batch 2, which is not the one it runs"},
+		{"too many outputs", running, []ipc.Message{{Kind: ipc.KindResultPart, BatchID: 1, Items: make([][]byte, 4)}, {Kind: ipc.KindResultPart, BatchID: 1, Items: make([][]byte, 3)}}, "more outputs than the batch has items (6)"},
+		{"more outputs than a small batch's items", oneItem, []ipc.Message{{Kind: ipc.KindResultPart, BatchID: 1, Items: [][]byte{nil}}, {Kind: ipc.KindResultPart, BatchID: 1, Items: [][]byte{nil}}}, "more outputs than the batch has items (1)"},
+		{"item errors unmatched", running, []ipc.Message{{Kind: ipc.KindResultPart, BatchID: 1, Items: make([][]byte, 2), ItemErrors: []string{""}}}, "1 item errors for 2 outputs"},
 	} {
 		var rp resultParts
 		var err error
 		for i := range tc.msgs {
 			if tc.msgs[i].Kind == ipc.KindResultPart {
-				err = rp.add(&tc.msgs[i], 6)
+				err = rp.add(&tc.msgs[i], tc.running)
 			} else {
 				err = rp.end(&tc.msgs[i])
 			}

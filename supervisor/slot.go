@@ -308,6 +308,20 @@ func (sl *slot) killLocked(reason error) {
 	}
 }
 
+// runningItems is the number of items of batch id if it is the batch w
+// runs, the oldest in flight on the slot, or false if it is not: the
+// parts of an answer are checked against it as they come, so that a
+// worker cannot make the supervisor hold the parts of a batch it does not
+// run, or more outputs than the batch has items.
+func (sl *slot) runningItems(w worker, id uint64) (int, bool) {
+	sl.s.mu.Lock()
+	defer sl.s.mu.Unlock()
+	if sl.w != w || len(sl.inflight) == 0 || sl.inflight[0].id != id {
+		return 0, false
+	}
+	return len(sl.inflight[0].items), true
+}
+
 // onResult settles the items of the batch w answered.
 func (sl *slot) onResult(w worker, r result) {
 	s := sl.s
