@@ -65,6 +65,13 @@ func (r *crashRecord) add(rec runRecord) {
 	r.n = min(r.n+1, recordSize)
 }
 
+// reset forgets every batch recorded: they tell of a model no longer
+// served.
+func (r *crashRecord) reset() {
+	clear(r.runs[:])
+	r.next, r.n = 0, 0
+}
+
 // others counts the recent batches and the deaths among them, leaving out
 // the deaths of hunt, which are the suspect's own, and those of hunts that
 // found poison, which the poison explains.

@@ -241,3 +241,36 @@ func TestReloadForgetsThePoison(t *testing.T) {
 		t.Fatalf("boom after the reload: %q, %v; want it answered", out, err)
 	}
 }
+
+// A Reload forgets the old model's record: new weights that crash on every
+// batch fail each item as the model's fault, rather than have the items
+// convicted on the record of the weights that answered. (Before, every
+// item was taken for poison after two runs alone.)
+func TestReloadForgetsTheCrashRecord(t *testing.T) {
+	var broken atomic.Bool
+	fn := func(_ context.Context, items [][]byte) ([][]byte, error) {
+		if broken.Load() {
+			panic("the new weights crash on everything")
+		}
+		return items, nil
+	}
+	s := start(t, supervisor.Config{InProcess: model.Func(fn), MaxRestarts: 1000, BackoffMin: time.Millisecond})
+	for i := range 64 {
+		if _, err := s.Predict(context.Background(), items(fmt.Sprint("fine", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	broken.Store(true)
+	for i := range 5 {
+		_, err := s.Predict(context.Background(), items(fmt.Sprint("innocent", i)))
+		if !errors.Is(err, supervisor.ErrModelFailed) {
+			t.Fatalf("request %d after the reload: %v; want ErrModelFailed", i, err)
+		}
+	}
+	if n := s.Stats().Poisoned; n != 0 {
+		t.Errorf("%d innocent items taken for poison", n)
+	}
+}

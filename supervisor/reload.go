@@ -65,7 +65,11 @@ func (s *Streamer) Model() model.Spec {
 // Reload before any worker is replaced, with its error.
 //
 // A Reload that replaced every worker forgets the items found to be poison
-// (see ErrPoison): the model they crashed may be mended.
+// (see ErrPoison): the model they crashed may be mended. Each slot it
+// replaces forgets the batches the model answered and crashed on lately,
+// by which an item crashing workers alone is judged: new weights that
+// crash on every batch are not to have innocent items convicted on the
+// old weights' answers.
 //
 // Only one Reload or SetWorkers runs at a time: another call fails at once
 // with ErrBusy. Reload before Start, or before any worker was ever
@@ -162,6 +166,10 @@ func (s *Streamer) reloadSlot(ctx context.Context, i int, spec model.Spec) error
 	oldPID := pidOf(old.w)
 	s.slots[i] = fresh
 	s.spec = spec
+	// The crash rate the hunts judge by was the old model's: the new one
+	// may crash on everything the old one answered, and would have its
+	// deaths put down to innocent items.
+	s.record.reset()
 	fresh.readyLocked(w)
 	stop := s.retireLocked(old)
 	s.mu.Unlock()
