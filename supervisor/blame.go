@@ -57,12 +57,32 @@ type crashRecord struct {
 	runs [recordSize]runRecord
 	next int
 	n    int
+	// answers counts the answers ever recorded, so that a conviction can
+	// tell whether the model answered since (see convicted).
+	answers uint64
+	// doubted: an item was convicted and the model has answered no batch
+	// since, as a model that turned to crash on everything would not.
+	doubted bool
 }
 
 func (r *crashRecord) add(rec runRecord) {
 	r.runs[r.next] = rec
 	r.next = (r.next + 1) % recordSize
 	r.n = min(r.n+1, recordSize)
+	if !rec.died {
+		r.answers++
+		r.doubted = false
+	}
+}
+
+// convicted notes that hunt found poison. Its deaths are put down to the
+// item only once the model has answered a batch since: until then, the
+// model may have turned to crash on everything, and a verdict that hid its
+// own evidence would let the next innocent item be convicted too.
+func (r *crashRecord) convicted(hunt *firstCrash) {
+	hunt.explained = true
+	hunt.explainedAt = r.answers
+	r.doubted = true
 }
 
 // reset forgets every batch recorded: they tell of a model no longer
@@ -70,14 +90,16 @@ func (r *crashRecord) add(rec runRecord) {
 func (r *crashRecord) reset() {
 	clear(r.runs[:])
 	r.next, r.n = 0, 0
+	r.doubted = false
 }
 
 // others counts the recent batches and the deaths among them, leaving out
 // the deaths of hunt, which are the suspect's own, and those of hunts that
-// found poison, which the poison explains.
+// found poison, which the poison explains once the model answered a batch
+// after the verdict (see convicted).
 func (r *crashRecord) others(hunt *firstCrash) (deaths, runs int) {
 	for _, rec := range r.runs[:r.n] {
-		if rec.died && (rec.hunt == hunt || rec.hunt != nil && rec.hunt.explained) {
+		if rec.died && (rec.hunt == hunt || rec.hunt != nil && rec.hunt.explained && r.answers > rec.hunt.explainedAt) {
 			continue
 		}
 		runs++
@@ -90,25 +112,32 @@ func (r *crashRecord) others(hunt *firstCrash) (deaths, runs int) {
 
 // judgeLocked says what it means that it, alone in its batch, crashed a
 // worker again: it has now done so it.aloneCrashes times, in hunt.
-// waiting says that other batches wait to run. It requires that s.mu is
+// waiting says that other batches wait to run. While the last item
+// convicted has not been followed by an answer, none is convicted: two
+// items in a row that crash every worker they run on, with nothing
+// answered between them, tell of the model. It requires that s.mu is
 // held.
 func (s *Streamer) judgeLocked(it item, hunt *firstCrash, waiting bool) (verdict, error) {
 	deaths, runs := s.record.others(hunt)
 	rate := float64(deaths+1) / float64(runs+2)
 	n := int(it.aloneCrashes)
+	doubted := s.record.doubted
 	switch {
 	case n < 2:
 		// Once proves nothing: an operator's kill -9 looks the same.
 		return verdictUnsure, nil
-	case math.Pow(rate, float64(n)) <= blameLevel:
+	case !doubted && math.Pow(rate, float64(n)) <= blameLevel:
 		return verdictPoison, fmt.Errorf("%w: it crashed the worker alone %d times, while the model answered %d of its last %d other batches",
 			ErrPoison, n, runs-deaths, runs)
-	case n < maxAloneCrashes && math.Pow(rate, maxAloneCrashes) <= blameLevel:
+	case !doubted && n < maxAloneCrashes && math.Pow(rate, maxAloneCrashes) <= blameLevel:
 		return verdictUnsure, nil
 	case !it.deferred && waiting:
 		return verdictWait, nil
 	case runs == deaths:
 		return verdictModel, fmt.Errorf("%w: the model crashes on every batch (this item crashed the worker alone %d times, and no other batch was answered lately); the item is not to blame",
+			ErrModelFailed, n)
+	case doubted:
+		return verdictModel, fmt.Errorf("%w: this item crashed the worker alone %d times, as did the item taken for poison before it, and the model answered no batch between them; the item is not to blame",
 			ErrModelFailed, n)
 	}
 	return verdictModel, fmt.Errorf("%w: this item crashed the worker alone %d times, but the model crashed on %d of its last %d other batches too: too often, or seen on too few, to blame the item",
@@ -132,7 +161,7 @@ func (s *Streamer) huntOverLocked(hunt *firstCrash, blameModel bool) {
 		return
 	}
 	if !blameModel {
-		hunt.explained = true
+		s.record.convicted(hunt)
 		hunt.pending = nil
 		s.forgiveLocked(hunt)
 		return

@@ -50,6 +50,8 @@ type firstCrash struct {
 	pending []pendingDeath
 	// explained: the hunt found poison, which its deaths are put down to.
 	explained bool
+	// explainedAt is crashRecord.answers at the verdict.
+	explainedAt uint64
 	// blamed: the hunt put a death down to the model; its deaths count.
 	blamed bool
 }

@@ -749,6 +749,39 @@ func TestAModelCrashingOnEveryBatchIsNotBlamedOnItems(t *testing.T) {
 	}
 }
 
+// TestAModelTurningToCrashOnEveryBatchIsBlamed: a model seen answering
+// that then crashes on every batch (its device went bad) may have the
+// first item it crashed on taken for poison, but no other: with no batch
+// answered since that verdict, its deaths are not put down to the item,
+// and the next lone item to crash is the model's fault. (Before, each
+// conviction hid its own deaths from the next verdict, and every innocent
+// item was taken for poison.)
+func TestAModelTurningToCrashOnEveryBatchIsBlamed(t *testing.T) {
+	var broken atomic.Bool
+	fn := func(_ context.Context, batch [][]byte) ([][]byte, error) {
+		if broken.Load() {
+			panic("the device went bad")
+		}
+		return batch, nil
+	}
+	s := start(t, supervisor.Config{InProcess: model.Func(fn), Workers: 1, MaxRestarts: 1000, BackoffMin: time.Millisecond})
+	for i := range 64 {
+		if _, err := s.Predict(context.Background(), items(fmt.Sprint("fine", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	broken.Store(true)
+	for i := range 10 {
+		_, err := s.Predict(context.Background(), items(fmt.Sprint("innocent", i)))
+		if i > 0 && !errors.Is(err, supervisor.ErrModelFailed) {
+			t.Errorf("request %d after the model turned bad: %v; want ErrModelFailed", i, err)
+		}
+	}
+	if n := s.Stats().Poisoned; n > 1 {
+		t.Errorf("%d innocent items taken for poison; want at most the first", n)
+	}
+}
+
 // TestAModelCrashingAtRandomIsNotBlamedOnItems: a model that crashes on
 // two batches of three whatever they hold, among callers sending items
 // at once, fails some of them with ErrModelFailed and answers the others,
