@@ -42,6 +42,13 @@ const DefaultMaxFrame = 256 << 20
 // frameHeader is the size of the length prefix in front of every frame.
 const frameHeader = 4
 
+// FatalStale begins the Error of a KindFatal message from a worker that
+// refused its Init's spec because the model the spec names changed since the
+// spec was made (model.ErrStale): the text after it says why. Another start
+// of the same spec fails alike until the model is reloaded or put back, so
+// the supervisor retries without counting it as the worker's crash.
+const FatalStale = "stale model: "
+
 // Kind tells what a message is for.
 type Kind uint8
 

@@ -61,6 +61,24 @@ func (e *ItemErrors) Error() string {
 // a file a runner knows, and for a Spec whose Runner no opener knows.
 var ErrUnknownModel = errors.New("unknown model")
 
+// ErrStale is what an opener's error also is when it refuses a Spec because
+// the model the Spec names changed since the Spec was made: a file replaced
+// on disk without a reload. Opening the same Spec again fails alike until
+// the model is reloaded or put back, so the worker tells the supervisor, which
+// keeps retrying instead of counting it as a crash. See Stale.
+var ErrStale = errors.New("the model changed since its spec was made")
+
+// Stale marks err as ErrStale, keeping its text and what it wraps.
+func Stale(err error) error { return staleError{err} }
+
+// staleError is an error that is ErrStale without saying so in its text,
+// which already says what changed.
+type staleError struct{ err error }
+
+func (e staleError) Error() string        { return e.err.Error() }
+func (e staleError) Unwrap() error        { return e.err }
+func (e staleError) Is(target error) bool { return target == ErrStale }
+
 // ErrBadSettings is returned when a Spec's settings are not what its runner
 // reads: malformed, or with a field the runner does not know.
 var ErrBadSettings = errors.New("bad model settings")

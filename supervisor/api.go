@@ -59,6 +59,12 @@ var (
 	// worker handshake: it exited or stayed silent instead of proving it is
 	// a streamer worker (its main calls workerproc.Main).
 	ErrNotWorker = errors.New("not a streamer worker")
+	// ErrModelChanged: a worker refused to start because the model its
+	// spec names changed since the spec was made (a model file replaced on
+	// disk without a Reload). Its slot keeps retrying, with back-off, and
+	// the refusals do not count towards MaxRestarts: a Reload, or putting
+	// the old model back, lets it start again.
+	ErrModelChanged = errors.New("the model changed since it was loaded")
 	// ErrStarted: Start was called on a Streamer already started.
 	ErrStarted = errors.New("supervisor: already started")
 )

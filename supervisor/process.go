@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -216,7 +217,7 @@ func (p *process) readLoop(r *ipc.Reader, first chan<- error) {
 			isReady = true
 			first <- nil
 		case msg.Kind == ipc.KindFatal:
-			p.kill(fmt.Errorf("worker gave up: %s", cutText(msg.Error, maxLastWords)))
+			p.kill(fatalError(msg.Error))
 		case msg.Kind == ipc.KindHeartbeat:
 		case msg.Kind == ipc.KindResultPart && isReady:
 			if err := parts.add(&msg, func(id uint64) (int, bool) { return p.sl.runningItems(p, id) }); err != nil {
@@ -320,6 +321,23 @@ func joinTexts(a []string, na int, b []string, nb int) []string {
 	}
 	return append(a, b...)
 }
+
+// fatalError is the cause of death a worker's Fatal message gives: one
+// that is ErrModelChanged when the worker marked it with ipc.FatalStale.
+func fatalError(text string) error {
+	if why, ok := strings.CutPrefix(text, ipc.FatalStale); ok {
+		return modelChangedError{why: cutText(why, maxLastWords)}
+	}
+	return fmt.Errorf("worker gave up: %s", cutText(text, maxLastWords))
+}
+
+// modelChangedError is a worker's refusal of a model changed since the
+// spec was made. It is ErrModelChanged, but its text is the worker's own,
+// which says what changed and what to do.
+type modelChangedError struct{ why string }
+
+func (e modelChangedError) Error() string        { return "worker refused its model: " + e.why }
+func (e modelChangedError) Is(target error) bool { return target == ErrModelChanged }
 
 // maxLastWords bounds the text of a worker's Fatal message that becomes
 // the cause of its death: it goes to the callers of its batch, the log and

@@ -160,7 +160,7 @@ func (sl *slot) run(w worker, firstTry chan<- error) {
 			var err error
 			if w, err = sl.start(); err != nil {
 				report(err)
-				sl.noteCrash(err, crashUnexplained, nil)
+				sl.noteCrash(err, startFailure(err), nil)
 			} else {
 				sl.setReady(w)
 				report(nil)
@@ -587,7 +587,21 @@ const (
 	// restart; the death counts towards MaxRestarts only if the hunt ends
 	// blaming the model (see huntOverLocked).
 	crashHunting
+	// crashModelChanged: it refused to start because the model changed
+	// since the slot's spec was made (ErrModelChanged). The back-off grows,
+	// but it never counts towards MaxRestarts: the slot must keep trying
+	// until a Reload or the old file put back, not give up and, with every
+	// slot alike, end the server in the middle of an ordinary deploy.
+	crashModelChanged
 )
+
+// startFailure is the cause of a worker's failure to start.
+func startFailure(err error) crashCause {
+	if errors.Is(err, ErrModelChanged) {
+		return crashModelChanged
+	}
+	return crashUnexplained
+}
 
 // forgiveLocked takes the first death of a hunt that found a bad item
 // out of the slot's restarts, if workers have returned batches since it:
@@ -617,11 +631,14 @@ func (sl *slot) noteCrash(err error, cause crashCause, hunt *firstCrash) {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if cause == crashUnexplained {
+	if cause == crashUnexplained || cause == crashModelChanged {
 		sl.failures++
 	}
 	if err != nil {
 		sl.lastErr = err.Error()
+	}
+	if cause == crashModelChanged {
+		return
 	}
 	if cause == crashHunting {
 		switch {

@@ -84,9 +84,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	m, err := cfg.Open(model.WithLastWords(ctx, lastWords(out)), spec)
 	if err != nil {
-		err = fmt.Errorf("open model %s: %w", spec, err)
-		_ = out.Write(&ipc.Message{Kind: ipc.KindFatal, Error: err.Error()})
-		return err
+		_ = out.Write(&ipc.Message{Kind: ipc.KindFatal, Error: fatalText(spec, err)})
+		return fmt.Errorf("open model %s: %w", spec, err)
 	}
 	defer func() {
 		if err := m.Close(); err != nil {
@@ -102,6 +101,18 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("send ready: %w", err)
 	}
 	return serve(ctx, cfg, m, in, out)
+}
+
+// fatalText is the Error of the Fatal message that says why the model spec
+// names did not open. When the model changed since spec was made, it is
+// marked with ipc.FatalStale, so that the supervisor can tell it from a
+// crash, and it leaves out the spec: the opener's error names the model,
+// and the refusal, cut short for /readyz and 503s, must still say why.
+func fatalText(spec model.Spec, err error) string {
+	if errors.Is(err, model.ErrStale) {
+		return ipc.FatalStale + err.Error()
+	}
+	return fmt.Sprintf("open model %s: %v", spec, err)
 }
 
 // lastWordsWait bounds how long a model's last words wait for the pipe: a

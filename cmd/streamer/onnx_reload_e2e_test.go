@@ -146,6 +146,52 @@ func TestONNXFileReplacedWithoutAReloadIsNotServed(t *testing.T) {
 	s.servesChecksum(t, newSum)
 }
 
+// TestONNXFileReplacedKeepsTheLastSlotRetrying replaces the file of a
+// server with one worker, kills the worker, and lets its restarts refuse
+// the file well past --max-restarts: the refusals are not crashes, so the
+// slot keeps retrying, not ready, saying why in its last_error and in
+// GET /readyz, and the server does not exit. A reload then serves the new
+// file.
+func TestONNXFileReplacedKeepsTheLastSlotRetrying(t *testing.T) {
+	onnxModel(t, onnxtest.MLP) // fails the test at once, with the fix, when the runtime library is missing
+	path := filepath.Join(t.TempDir(), "model.onnx")
+	installModel(t, path, onnxtest.MLP)
+	const maxRestarts = 2
+	s := startAdminServer(t, "--model", path, "--intra-op-threads", "1", "--workers", "1", "--max-restarts", fmt.Sprint(maxRestarts))
+	before := s.waitAllReady(t, 1)
+	replaced := installModel(t, path, onnxtest.Demo)
+	newWeights, newSum := weightsOf(t, replaced)
+	killWorker(t, before[0].PID)
+
+	const refusal = "changed since it was loaded"
+	var slot supervisor.SlotStatus
+	s.waitFor(t, "the slot to refuse the file more times than --max-restarts allows, or the server to exit", readyTimeout, func() bool {
+		if s.exited() {
+			t.Fatalf("the server exited after its one worker refused the replaced file; log:\n%s", s.logs())
+		}
+		slot = s.slot(t, before[0].Slot)
+		return slot.Restarts > before[0].Restarts+maxRestarts+2 && strings.Contains(slot.LastErr, refusal)
+	})
+	if slot.State == supervisor.SlotFailed || slot.State == supervisor.SlotReady {
+		t.Fatalf("slot after refusing the replaced file: %+v, want it retrying", slot)
+	}
+	if n := strings.Count(s.logs(), "reload to serve the new one"); n <= maxRestarts {
+		t.Errorf("the log says %d refusals of the file, want more than --max-restarts %d", n, maxRestarts)
+	}
+	status, body, _, err := s.do(t.Context(), http.MethodGet, "/readyz", "", nil)
+	if err != nil || status != http.StatusServiceUnavailable || !strings.Contains(string(body), refusal) {
+		t.Errorf("GET /readyz: %d %s, %v; want 503 saying the file %s", status, body, err, refusal)
+	}
+
+	if status, answer := s.admin(t, "/admin/reload", "{}"); status != http.StatusOK {
+		t.Fatalf("POST /admin/reload: %d %v", status, answer)
+	}
+	s.waitAllReady(t, 1)
+	x := []float32{0.5, -1, 2, 0.25}
+	s.answersAll(t, x, newWeights.Demo(x))
+	s.servesChecksum(t, newSum)
+}
+
 // weightsOf is the reference computation of the model file data, and the
 // file's SHA-256 in hex.
 func weightsOf(t *testing.T, data []byte) (*onnxtest.Reference, string) {

@@ -157,7 +157,8 @@ var ErrSignatureChanged = errors.New("the model's inputs or outputs changed sinc
 
 // ErrModelChanged is returned by Open and Codec when the model file's
 // content is no longer that whose SHA-256 Settings.SHA256 records: the file
-// was replaced on disk since the server loaded it, without a reload.
+// was replaced on disk since the server loaded it, without a reload. The
+// error that wraps it is model.ErrStale too.
 var ErrModelChanged = errors.New("the model file changed since it was loaded")
 
 // checkModel refuses a model whose inputs or outputs differ from those the
@@ -168,7 +169,7 @@ func checkModel(spec Settings, src source, sig *onnxio.Signature) error {
 		return fmt.Errorf("model %s: %w: it now has %s; the server serves %s; restart the server to serve a model with other inputs or outputs", spec.Path, ErrSignatureChanged, sig.Interface(), spec.Signature)
 	}
 	if got := src.sha256(); spec.SHA256 != "" && got != spec.SHA256 {
-		return fmt.Errorf("model %s: %w (sha256 %s, now %s): reload to serve the new one", spec.Path, ErrModelChanged, spec.SHA256, got)
+		return model.Stale(fmt.Errorf("model %s: %w (sha256 %s, now %s): reload to serve the new one", spec.Path, ErrModelChanged, spec.SHA256, got))
 	}
 	return nil
 }
