@@ -63,6 +63,10 @@ type crashRecord struct {
 	// doubted: an item was convicted and the model has answered no batch
 	// since, as a model that turned to crash on everything would not.
 	doubted bool
+	// last is the hash of the item convicted last (see poisonList.hash):
+	// that item convicted again, once its quarantine is over, is no
+	// reason for doubt.
+	last uint64
 }
 
 func (r *crashRecord) add(rec runRecord) {
@@ -113,20 +117,22 @@ func (r *crashRecord) others(hunt *firstCrash) (deaths, runs int) {
 // judgeLocked says what it means that it, alone in its batch, crashed a
 // worker again: it has now done so it.aloneCrashes times, in hunt.
 // waiting says that other batches wait to run. While the last item
-// convicted has not been followed by an answer, none is convicted: two
-// items in a row that crash every worker they run on, with nothing
-// answered between them, tell of the model. It requires that s.mu is
-// held.
+// convicted has not been followed by an answer, no other is convicted:
+// two items in a row that crash every worker they run on, with nothing
+// answered between them, tell of the model (the same item again, its
+// quarantine over, tells of the item). It requires that s.mu is held.
 func (s *Streamer) judgeLocked(it item, hunt *firstCrash, waiting bool) (verdict, error) {
 	deaths, runs := s.record.others(hunt)
 	rate := float64(deaths+1) / float64(runs+2)
 	n := int(it.aloneCrashes)
-	doubted := s.record.doubted
+	h := s.poison.hash(it.key, it.data)
+	doubted := s.record.doubted && h != s.record.last
 	switch {
 	case n < 2:
 		// Once proves nothing: an operator's kill -9 looks the same.
 		return verdictUnsure, nil
 	case !doubted && math.Pow(rate, float64(n)) <= blameLevel:
+		s.record.last = h
 		return verdictPoison, fmt.Errorf("%w: it crashed the worker alone %d times, while the model answered %d of its last %d other batches",
 			ErrPoison, n, runs-deaths, runs)
 	case !doubted && n < maxAloneCrashes && math.Pow(rate, maxAloneCrashes) <= blameLevel:
