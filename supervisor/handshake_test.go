@@ -150,16 +150,9 @@ func TestUnavailableSaysWhyWorkersFailToStart(t *testing.T) {
 	cfg.UnavailableAfter = 50 * time.Millisecond
 	cfg.BackoffMin, cfg.BackoffMax = time.Millisecond, 20*time.Millisecond
 	cfg.MaxRestarts = 1000
-	s, err := supervisor.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := start(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer shutdown(t, s)
 	if err := s.NotReady(); err != nil {
 		t.Fatalf("NotReady with a worker ready: %v", err)
 	}

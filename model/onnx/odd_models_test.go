@@ -187,16 +187,7 @@ func TestFloat16OutputsBeyondAnAnswerAreNotAllocated(t *testing.T) {
 // inputs and outputs (new weights) opens with the refreshed spec.
 func TestWorkersRefuseAModelWhoseInterfaceChanged(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "model.onnx")
-	build := func(name string) {
-		t.Helper()
-		data, err := onnxtest.Build(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	build := func(name string) { writeBuilt(t, path, name) }
 	build(onnxtest.MLP)
 	spec, err := onnx.Settings{Path: path, IntraOpThreads: 1}.Spec()
 	if err != nil {
@@ -248,15 +239,7 @@ func TestWorkersRefuseAModelWhoseInterfaceChanged(t *testing.T) {
 func TestWorkersRefuseAModelFileReplacedWithoutAReload(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "model.onnx")
 	build := func(name string) string {
-		t.Helper()
-		data, err := onnxtest.Build(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		sum := sha256.Sum256(data)
+		sum := sha256.Sum256(writeBuilt(t, path, name))
 		return hex.EncodeToString(sum[:])
 	}
 	mlpSum := build(onnxtest.MLP)
@@ -355,4 +338,18 @@ func TestNonFinitePaddingTravelsInTheSpec(t *testing.T) {
 			t.Errorf("pad %g: description %s (%v), want %s", pad, text, err, want)
 		}
 	}
+}
+
+// writeBuilt writes the test model name, built, to path, and returns its
+// bytes.
+func writeBuilt(t *testing.T, path, name string) []byte {
+	t.Helper()
+	data, err := onnxtest.Build(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return data
 }
