@@ -206,12 +206,7 @@ func TestAFrontEndOfAnotherModelNameSaysSo(t *testing.T) {
 	eventually(t, "the front end to say the names differ", func() bool {
 		return strings.Contains(logs.String(), "another name than this front end's")
 	})
-	var line string
-	for l := range strings.Lines(logs.String()) {
-		if strings.Contains(l, "another name than this front end's") {
-			line = l
-		}
-	}
+	line := lastLogLine(logs.String(), "another name than this front end's")
 	if !strings.Contains(line, "level=WARN") || !strings.Contains(line, `sleep:5ms,0s`) || !strings.Contains(line, `echo`) || !strings.Contains(line, "--model") {
 		t.Errorf("the warning %q; want both models named, and --model", line)
 	}

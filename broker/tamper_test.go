@@ -34,6 +34,17 @@ func logLines(logs, level, msg string) int {
 	return n
 }
 
+// lastLogLine is the last line of logs that contains text, or "".
+func lastLogLine(logs, text string) string {
+	var last string
+	for line := range strings.Lines(logs) {
+		if strings.Contains(line, text) {
+			last = line
+		}
+	}
+	return last
+}
+
 // commandCalls is how many times Redis ran the command name since its
 // statistics were last reset.
 func commandCalls(t *testing.T, rs *redistest.Server, name string) int {
@@ -142,13 +153,8 @@ func TestANodesOwnStreamOfAnotherTypeIsReplaced(t *testing.T) {
 				eventually(t, "the node's own stream listed again", func() bool { return rs.Do(t, "SISMEMBER", "streamer:streams", own) == "1" })
 				answersEventually(t, fe, "after", "an answer once the stream is mended")
 			}
-			replaced := ""
-			for line := range strings.Lines(logs.String()) {
-				if strings.Contains(line, "level=ERROR") && strings.Contains(line, "the node's own stream held another type than a stream: replaced by a new stream") {
-					replaced = line
-				}
-			}
-			if !strings.Contains(replaced, `held="a hash of 1 field: \"zz\" \"b\""`) {
+			replaced := lastLogLine(logs.String(), "the node's own stream held another type than a stream: replaced by a new stream")
+			if !strings.Contains(replaced, "level=ERROR") || !strings.Contains(replaced, `held="a hash of 1 field: \"zz\" \"b\""`) {
 				t.Errorf("the log's line of the replacement: %q; want it saying what the key held:\n%s", replaced, logs.String())
 			}
 			// The read blocked on the stream as it went was ended with
@@ -278,12 +284,7 @@ func TestTheListOfNodeStreamsOfAnotherTypeIsReplaced(t *testing.T) {
 	eventually(t, "the list replaced, with the node's own stream on it", func() bool {
 		return rs.Do(t, "TYPE", "streamer:streams") == "set" && rs.Do(t, "SISMEMBER", "streamer:streams", own) == "1"
 	})
-	var line string
-	for l := range strings.Lines(logs.String()) {
-		if strings.Contains(l, "the list of the nodes' own streams held another type") {
-			line = l
-		}
-	}
+	line := lastLogLine(logs.String(), "the list of the nodes' own streams held another type")
 	if !strings.Contains(line, "level=ERROR") || !strings.Contains(line, `held="a hash of 1 field: \"zz\" \"b\""`) {
 		t.Errorf("the log's line of the list's key: %q; want an error saying what the key held:\n%s", line, logs.String())
 	}
@@ -315,12 +316,7 @@ func TestTheRoomKeptOfAnotherTypeIsReplaced(t *testing.T) {
 		t.Errorf("the room's key is a %s once requests are served", typ)
 	}
 	eventually(t, "the front end ready", fe.Ready)
-	var line string
-	for l := range strings.Lines(logs.String()) {
-		if strings.Contains(l, "the key of the room kept in the backlog held another type") {
-			line = l
-		}
-	}
+	line := lastLogLine(logs.String(), "the key of the room kept in the backlog held another type")
 	if !strings.Contains(line, "level=ERROR") || !strings.Contains(line, `held="a set of 1 member: \"x\""`) {
 		t.Errorf("the log's line of the room's key: %q; want an error saying what the key held:\n%s", line, logs.String())
 	}
