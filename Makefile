@@ -71,7 +71,7 @@ onnxruntime:
 	@if [ -f scripts/fetch-onnxruntime.sh ]; then bash scripts/fetch-onnxruntime.sh; \
 	else echo "scripts/fetch-onnxruntime.sh is not there yet"; exit 1; fi
 
-## proto: regenerate the plugin contract's Go code from its .proto
+## proto: regenerate the Go code of the plugin contract and of the v2 gRPC service from their .proto files
 proto:
 	@if [ -f scripts/gen-proto.sh ]; then bash scripts/gen-proto.sh; \
 	else echo "scripts/gen-proto.sh is not there yet"; exit 1; fi

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates the Go code of the model plugin contract
-# (model/plugin/pluginpb/model.proto). Run it through `make proto`.
+# (model/plugin/pluginpb/model.proto) and of the Open Inference Protocol's
+# gRPC service (supervisor/httpapi/inferencepb/inference.proto). Run it
+# through `make proto`.
 #
 # Needs protoc (Debian: apt-get install -y protobuf-compiler). The Go code
 # generators are installed into bin/ at the versions this module uses:
@@ -27,9 +29,14 @@ if [ "$("$gobin/protoc-gen-go-grpc" --version 2>/dev/null)" != "protoc-gen-go-gr
   GOBIN=$gobin go install "google.golang.org/grpc/cmd/protoc-gen-go-grpc@$grpc_gen_version"
 fi
 
-PATH=$gobin:$PATH protoc \
-  --proto_path=model/plugin/pluginpb \
-  --go_out=model/plugin/pluginpb --go_opt=paths=source_relative \
-  --go-grpc_out=model/plugin/pluginpb --go-grpc_opt=paths=source_relative \
-  model/plugin/pluginpb/model.proto
-echo "gen-proto: regenerated model/plugin/pluginpb from model.proto (protoc $(protoc --version | cut -d' ' -f2), protoc-gen-go $protobuf_version, protoc-gen-go-grpc $grpc_gen_version)"
+# gen DIR FILE: the Go code of DIR/FILE, beside it.
+gen() {
+  PATH=$gobin:$PATH protoc \
+    --proto_path="$1" \
+    --go_out="$1" --go_opt=paths=source_relative \
+    --go-grpc_out="$1" --go-grpc_opt=paths=source_relative \
+    "$1/$2"
+}
+gen model/plugin/pluginpb model.proto
+gen supervisor/httpapi/inferencepb inference.proto
+echo "gen-proto: regenerated model/plugin/pluginpb from model.proto and supervisor/httpapi/inferencepb from inference.proto (protoc $(protoc --version | cut -d' ' -f2), protoc-gen-go $protobuf_version, protoc-gen-go-grpc $grpc_gen_version)"

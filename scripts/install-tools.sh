@@ -13,6 +13,9 @@ gobin=$root/bin
 
 # staticcheck 2026.2.2, the first line of releases built for Go 1.26.
 staticcheck_version=v0.8.2
+# grpcurl: a gRPC client the project did not write, for the tests of the
+# Open Inference Protocol's gRPC service.
+grpcurl_version=v1.9.4
 
 log() { echo "install-tools: $*"; }
 
@@ -53,10 +56,11 @@ install_apt_packages() {
 }
 
 # install_go_tool NAME PACKAGE VERSION installs a Go command into ./bin unless
-# the one there already reports VERSION in its -version output.
+# the one there was built from its module at VERSION (as go version -m
+# reads it from the binary).
 install_go_tool() {
   local name=$1 pkg=$2 version=$3
-  if "$gobin/$name" -version 2>/dev/null | grep -qF "(${version#v})"; then
+  if [ "$(go version -m "$gobin/$name" 2>/dev/null | awk '$1 == "mod" { print $3; exit }')" = "$version" ]; then
     return
   fi
   log "installing $name $version into bin/"
@@ -66,6 +70,7 @@ install_go_tool() {
 
 install_go_tools() {
   install_go_tool staticcheck honnef.co/go/tools/cmd/staticcheck "$staticcheck_version"
+  install_go_tool grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl "$grpcurl_version"
   # ── Add Go tools here. ──
 }
 

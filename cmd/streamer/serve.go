@@ -58,6 +58,7 @@ type serveOptions struct {
 	logFormat        string
 	logLevel         string
 	pprof            string
+	grpcListen       string
 	admin            bool
 
 	model          string
@@ -101,6 +102,7 @@ CUDA_VISIBLE_DEVICES set to the (i mod n)-th entry of --cuda.`,
 func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f := cmd.Flags()
 	f.StringVar(&o.listen, "listen", "127.0.0.1:5005", "address the HTTP API listens on")
+	f.StringVar(&o.grpcListen, "grpc-listen", "", "also serve the Open Inference Protocol (KServe v2) over gRPC on this address, as Triton's and KServe's gRPC clients call it (off when empty); the same model, token, certificate and limits as the HTTP API")
 	f.IntVar(&o.workers, "workers", 1, "number of worker processes (0: a front end only, with --broker)")
 	f.StringVar(&o.cuda, "cuda", "", "comma-separated GPU ids handed round-robin to the workers as CUDA_VISIBLE_DEVICES (unset: the variable passes through)")
 	f.IntVar(&o.batchSize, "batch-size", 64, "most items in one batch")
@@ -394,7 +396,11 @@ func runServe(ctx context.Context, o serveOptions) error {
 		MaxBatchSize: o.batchSize, MaxQueueDelay: o.maxLatency, MaxItems: o.maxItems,
 		Metrics: listener,
 	})
-	stopping := &drainer{listener: listener, grace: o.grace, log: log, stops: stopsOf(st, remote), hangups: hangups}
+	grpcAPI, err := o.openGRPC(api, guard, log)
+	if err != nil {
+		return err
+	}
+	stopping := &drainer{listener: listener, grpc: grpcAPI, grace: o.grace, log: log, stops: stopsOf(st, remote), hangups: hangups}
 	server := o.httpServer(stopping.wrap(guard.protect(api)), log)
 	server.ConnState = listener.track
 	serveErr := make(chan error, 1)
@@ -427,7 +433,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		work = nodeWork{callers: backend, workers: st}
 	}
 	go idlemem.Release(ctx, serverProgress(work), log)
-	runErr := o.awaitEnd(ctx, stop, fatal, serveErr, log)
+	runErr := o.awaitEnd(ctx, stop, fatal, serveErr, grpcAPI.failed(), log)
 	return errors.Join(runErr, stopping.drain(server))
 }
 
@@ -447,7 +453,7 @@ func (o serveOptions) httpServer(handler http.Handler, log *slog.Logger) *http.S
 // awaitEnd serves until a signal (ctx ends: then stop lets a second one
 // end the process at once), every worker slot failing (fatal), or the
 // HTTP server failing; it returns the error of the last two.
-func (o serveOptions) awaitEnd(ctx context.Context, stop context.CancelFunc, fatal <-chan error, serveErr <-chan error, log *slog.Logger) error {
+func (o serveOptions) awaitEnd(ctx context.Context, stop context.CancelFunc, fatal, serveErr, grpcErr <-chan error, log *slog.Logger) error {
 	select {
 	case <-ctx.Done():
 		stop()
@@ -458,6 +464,8 @@ func (o serveOptions) awaitEnd(ctx context.Context, stop context.CancelFunc, fat
 		return err
 	case err := <-serveErr:
 		return fmt.Errorf("http server: %w", err)
+	case err := <-grpcErr:
+		return fmt.Errorf("gRPC server: %w", err)
 	}
 }
 
@@ -603,6 +611,7 @@ type drainer struct {
 	stops    []func(context.Context) error
 	hangups  *hangups // told first that the drain has begun
 	listener *cappedListener
+	grpc     *grpcServer // nil without --grpc-listen
 	grace    time.Duration
 	log      *slog.Logger
 	draining atomic.Bool
@@ -657,6 +666,7 @@ func (d *drainer) drain(server *http.Server) error {
 	if err := server.Shutdown(httpCtx); err != nil {
 		_ = server.Close()
 	}
+	d.grpc.stop(time.Second)
 	d.listener.awaitRefusals()
 	d.log.Info("stopped")
 	return nil

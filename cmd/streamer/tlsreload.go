@@ -99,12 +99,17 @@ func describeLeaf(leaf *x509.Certificate) []any {
 // connection's handshake finds, so that a reload (on SIGHUP, see hangups)
 // takes effect for the connections made after it.
 func (c *certificate) listen(l net.Listener) net.Listener {
-	config := &tls.Config{
+	c.log.Info("serving HTTPS", append([]any{"cert", c.certFile}, describeLeaf(c.current.Load().Leaf)...)...)
+	return tls.NewListener(l, c.config())
+}
+
+// config is the TLS configuration of a server of the current certificate:
+// the one a connection's handshake finds.
+func (c *certificate) config() *tls.Config {
+	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 			return c.current.Load(), nil
 		},
 	}
-	c.log.Info("serving HTTPS", append([]any{"cert", c.certFile}, describeLeaf(c.current.Load().Leaf)...)...)
-	return tls.NewListener(l, config)
 }

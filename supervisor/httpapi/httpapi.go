@@ -35,7 +35,8 @@
 //	POST /v2/repository/index         the served model and its state
 //
 // (the model routes also as /v2/models/{model}/versions/{v}/...; a version
-// must be one of the model's when it lists any).
+// must be one of the model's when it lists any). The same protocol's gRPC
+// service is GRPC (see v2_grpc.go), served from New's handler.
 //
 // A /predict body is JSON (also when Content-Type is missing), msgpack
 // (application/msgpack or application/x-msgpack, the same map; the answer is

@@ -382,12 +382,8 @@ func resize[T any](s []T, n int) []T {
 // data, else -1. A model answer that cannot be stacked is the model's
 // fault, a 500.
 func (st *inferState) writeAnswer(model TensorModel, meta ModelMetadata, version string, answers [][]byte) (int, error) {
-	for i, a := range answers {
-		tensors, err := model.Outputs(a)
-		if err != nil {
-			return 0, fmt.Errorf("row %d: decode the model's answer: %w", i, err)
-		}
-		st.answers = append(st.answers, tensors)
+	if err := st.decodeAnswers(model, answers); err != nil {
+		return 0, err
 	}
 	if err := st.selectOutputs(meta); err != nil {
 		return 0, err
@@ -432,6 +428,18 @@ func (st *inferState) writeAnswer(model TensorModel, meta ModelMetadata, version
 	}
 	st.out = dst
 	return jsonLen, nil
+}
+
+// decodeAnswers decodes every item's answer into tensors, in st.answers.
+func (st *inferState) decodeAnswers(model TensorModel, answers [][]byte) error {
+	for i, a := range answers {
+		tensors, err := model.Outputs(a)
+		if err != nil {
+			return fmt.Errorf("row %d: decode the model's answer: %w", i, err)
+		}
+		st.answers = append(st.answers, tensors)
+	}
+	return nil
 }
 
 // selectOutputs lists the outputs the answer carries (those requested, in

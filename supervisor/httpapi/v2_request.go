@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"cmp"
 	"math"
 	"strconv"
 	"time"
@@ -36,6 +37,9 @@ type v2Input struct {
 	elements        int64
 	hasData         bool
 	binarySize      int64 // -1 without binary_data_size
+	// dataName names where the data came from in the refusals of
+	// checkData, when not "data" or binary data: the gRPC fields.
+	dataName string
 	// data is the tensor in the binary layout: a slice of the arena or of
 	// the body's binary part.
 	data []byte
@@ -505,7 +509,7 @@ func (in *v2Input) checkData() error {
 	ref := tensorRef{what: "input", name: in.name}
 	if in.binarySize >= 0 {
 		if problem := checkData(in.dtype, in.shape, in.data); problem != "" {
-			return badRequest(ref.String() + ": binary data: " + problem)
+			return badRequest(ref.String() + ": " + cmp.Or(in.dataName, "binary data") + ": " + problem)
 		}
 		return nil
 	}
@@ -514,7 +518,7 @@ func (in *v2Input) checkData() error {
 		return badRequest(ref.String() + ": shape " + formatShape(in.shape) + " has too many elements")
 	}
 	if in.elements != want {
-		return badRequest(ref.String() + `: "data" has ` + countElements(in.elements) + ", shape " +
+		return badRequest(ref.String() + ": " + cmp.Or(in.dataName, `"data"`) + " has " + countElements(in.elements) + ", shape " +
 			formatShape(in.shape) + " has " + strconv.FormatInt(want, 10))
 	}
 	return nil

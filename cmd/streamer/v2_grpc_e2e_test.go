@@ -1,0 +1,478 @@
+package main
+
+// End-to-end tests of the Open Inference Protocol's gRPC service
+// (--grpc-listen) through the real binary: every call, raw and typed
+// contents against the REST route's answer, the refusals with their
+// codes, deadlines, the token, TLS, the counts and a drain.
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/streamer-dev/streamer/model/onnx/onnxtest"
+	pb "github.com/streamer-dev/streamer/supervisor/httpapi/inferencepb"
+)
+
+// grpcClient dials the gRPC service at addr, with TLS when roots is set.
+func grpcClient(t *testing.T, addr string, roots *x509.CertPool) pb.GRPCInferenceServiceClient {
+	t.Helper()
+	creds := insecure.NewCredentials()
+	if roots != nil {
+		creds = credentials.NewTLS(&tls.Config{RootCAs: roots})
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return pb.NewGRPCInferenceServiceClient(conn)
+}
+
+// startGRPC serves args with the gRPC service on a port of its own, and
+// returns the server and a client of the service.
+func startGRPC(t *testing.T, args ...string) (*server, pb.GRPCInferenceServiceClient) {
+	t.Helper()
+	addr := freePort(t)
+	s := startServer(t, append([]string{"--grpc-listen", addr}, args...)...)
+	return s, grpcClient(t, addr, nil)
+}
+
+func callCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// wantCode checks that err is a gRPC status of code whose message holds
+// every one of want.
+func wantCode(t *testing.T, what string, err error, code codes.Code, want ...string) {
+	t.Helper()
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != code {
+		t.Errorf("%s: %v, want code %s", what, err, code)
+		return
+	}
+	for _, w := range want {
+		if !strings.Contains(st.Message(), w) {
+			t.Errorf("%s: message %q does not say %q", what, st.Message(), w)
+		}
+	}
+}
+
+// demoRequest is a ModelInfer request of the demo's rows, as raw bytes.
+func demoRequest(in tensorData) *pb.ModelInferRequest {
+	return &pb.ModelInferRequest{
+		ModelName:        "demo",
+		Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: in.name, Datatype: in.datatype, Shape: in.shape}},
+		RawInputContents: [][]byte{in.bytes()},
+	}
+}
+
+// TestGRPCDemo calls every service call on the demo, and runs the same
+// rows as raw and as typed contents: both give the bytes of the REST
+// route's binary answer, which match the reference.
+func TestGRPCDemo(t *testing.T) {
+	path, ref := onnxModel(t, onnxtest.Demo)
+	s, c := startGRPC(t, "--model", path, "--intra-op-threads", "1")
+	ctx := callCtx(t)
+
+	if live, err := c.ServerLive(ctx, &pb.ServerLiveRequest{}); err != nil || !live.Live {
+		t.Errorf("ServerLive: %v %v", live, err)
+	}
+	if ready, err := c.ServerReady(ctx, &pb.ServerReadyRequest{}); err != nil || !ready.Ready {
+		t.Errorf("ServerReady: %v %v", ready, err)
+	}
+	if meta, err := c.ServerMetadata(ctx, &pb.ServerMetadataRequest{}); err != nil || meta.Name == "" || meta.Version == "" {
+		t.Errorf("ServerMetadata: %v %v; want a name and a version", meta, err)
+	}
+	for _, version := range []string{"", "1"} {
+		if ready, err := c.ModelReady(ctx, &pb.ModelReadyRequest{Name: "demo", Version: version}); err != nil || !ready.Ready {
+			t.Errorf("ModelReady version %q: %v %v", version, ready, err)
+		}
+		meta, err := c.ModelMetadata(ctx, &pb.ModelMetadataRequest{Name: "demo", Version: version})
+		if err != nil {
+			t.Fatalf("ModelMetadata: %v", err)
+		}
+		if meta.Name != "demo" || meta.Platform != "onnxruntime_onnx" || len(meta.Versions) != 1 || meta.Versions[0] != "1" ||
+			len(meta.Inputs) != 1 || meta.Inputs[0].Name != "features" || meta.Inputs[0].Datatype != "FP32" || !equalShape(meta.Inputs[0].Shape, -1, 4) ||
+			len(meta.Outputs) != 1 || meta.Outputs[0].Name != "probs" || !equalShape(meta.Outputs[0].Shape, -1, 3) {
+			t.Errorf("ModelMetadata: %v", meta)
+		}
+	}
+	_, err := c.ModelMetadata(ctx, &pb.ModelMetadataRequest{Name: "iris"})
+	wantCode(t, "ModelMetadata of another model", err, codes.NotFound, `"iris"`, `"demo"`)
+	_, err = c.ModelReady(ctx, &pb.ModelReadyRequest{Name: "demo", Version: "2"})
+	wantCode(t, "ModelReady of another version", err, codes.NotFound, `"2"`)
+
+	in := demoRows(rand.New(rand.NewPCG(3, 5)), 5)
+	rest := s.infer(t, "/v2/models/demo/infer", v2Request{Inputs: []v2Input{in.binaryInput()}, Parameters: map[string]any{"binary_data_output": true}})
+	if rest.Status != http.StatusOK {
+		t.Fatalf("REST: %s", rest)
+	}
+	want := rest.output(t, "probs").bytes(t)
+
+	typed := demoRequest(in)
+	typed.RawInputContents = nil
+	for _, v := range floats(in.bytes()) {
+		if typed.Inputs[0].Contents == nil {
+			typed.Inputs[0].Contents = &pb.InferTensorContents{}
+		}
+		typed.Inputs[0].Contents.Fp32Contents = append(typed.Inputs[0].Contents.Fp32Contents, float32(v))
+	}
+	for name, req := range map[string]*pb.ModelInferRequest{"raw": demoRequest(in), "typed": typed} {
+		req.Id = "call-" + name
+		resp, err := c.ModelInfer(ctx, req)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if resp.ModelName != "demo" || resp.ModelVersion != "1" || resp.Id != req.Id || len(resp.Outputs) != 1 || len(resp.RawOutputContents) != 1 {
+			t.Fatalf("%s: %v", name, resp)
+		}
+		out := resp.Outputs[0]
+		if out.Name != "probs" || out.Datatype != "FP32" || !equalShape(out.Shape, 5, 3) {
+			t.Errorf("%s: output %v, want probs FP32 [5 3]", name, out)
+		}
+		if got := resp.RawOutputContents[0]; string(got) != string(want) {
+			t.Errorf("%s: raw output % x, want the REST route's % x", name, got, want)
+		}
+		checkDemoReference(t, ref, in, v2Output{Name: "probs", Datatype: "FP32", binary: resp.RawOutputContents[0]})
+	}
+
+	// Requested outputs, and the rows of one call batched with others'.
+	req := demoRequest(in)
+	req.Outputs = []*pb.ModelInferRequest_InferRequestedOutputTensor{{Name: "probs"}}
+	if resp, err := c.ModelInfer(ctx, req); err != nil || len(resp.Outputs) != 1 || string(resp.RawOutputContents[0]) != string(want) {
+		t.Errorf("with probs requested: %v %v", resp, err)
+	}
+}
+
+func equalShape(shape []int64, want ...int64) bool {
+	if len(shape) != len(want) {
+		return false
+	}
+	for i := range shape {
+		if shape[i] != want[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestGRPCRefusals: each bad call gets the code of its fault and a
+// message naming the input or output, what the model takes and what was
+// sent, and the server keeps serving.
+func TestGRPCRefusals(t *testing.T) {
+	path, _ := onnxModel(t, onnxtest.Demo)
+	_, c := startGRPC(t, "--model", path, "--intra-op-threads", "1", "--max-body", "4096")
+	ctx := callCtx(t)
+	in := demoRows(rand.New(rand.NewPCG(1, 1)), 2)
+	edit := func(f func(r *pb.ModelInferRequest)) *pb.ModelInferRequest {
+		r := demoRequest(in)
+		f(r)
+		return r
+	}
+	tests := []struct {
+		name string
+		req  *pb.ModelInferRequest
+		code codes.Code
+		want []string
+	}{
+		{"another model", edit(func(r *pb.ModelInferRequest) { r.ModelName = "iris" }), codes.NotFound, []string{`"iris"`}},
+		{"wrong datatype", edit(func(r *pb.ModelInferRequest) { r.Inputs[0].Datatype = "FP64" }), codes.InvalidArgument, []string{`"features"`, "FP64", "FP32"}},
+		{"unknown datatype", edit(func(r *pb.ModelInferRequest) { r.Inputs[0].Datatype = "FLOAT" }), codes.InvalidArgument, []string{`"FLOAT"`}},
+		{"wrong rank", edit(func(r *pb.ModelInferRequest) { r.Inputs[0].Shape = []int64{8} }), codes.InvalidArgument, []string{"[8]", "1 axes", "takes 2"}},
+		{"wrong axis", edit(func(r *pb.ModelInferRequest) { r.Inputs[0].Shape = []int64{1, 8} }), codes.InvalidArgument, []string{"axis 1", "takes 4"}},
+		{"raw of the wrong size", edit(func(r *pb.ModelInferRequest) { r.Inputs[0].Shape = []int64{3, 4} }), codes.InvalidArgument, []string{"raw_input_contents", "32 bytes", "[3,4]"}},
+		{"unknown input", edit(func(r *pb.ModelInferRequest) { r.Inputs[0].Name = "x" }), codes.InvalidArgument, []string{`"x"`, "features"}},
+		{"no input", edit(func(r *pb.ModelInferRequest) { r.Inputs, r.RawInputContents = nil, nil }), codes.InvalidArgument, []string{`missing input "features"`}},
+		{"raw for some inputs", edit(func(r *pb.ModelInferRequest) { r.RawInputContents = append(r.RawInputContents, []byte{1}) }), codes.InvalidArgument, []string{"2 entries for 1 inputs"}},
+		{"data twice", edit(func(r *pb.ModelInferRequest) {
+			r.Inputs[0].Contents = &pb.InferTensorContents{Fp32Contents: []float32{1}}
+		}), codes.InvalidArgument, []string{"given twice"}},
+		{"no data", edit(func(r *pb.ModelInferRequest) { r.RawInputContents = nil }), codes.InvalidArgument, []string{"no data", "fp32_contents"}},
+		{"contents of another type", edit(func(r *pb.ModelInferRequest) {
+			r.RawInputContents = nil
+			r.Inputs[0].Contents = &pb.InferTensorContents{IntContents: make([]int32, 8)}
+		}), codes.InvalidArgument, []string{"fp32_contents", "8 came in contents.int_contents"}},
+		{"too few typed elements", edit(func(r *pb.ModelInferRequest) {
+			r.RawInputContents = nil
+			r.Inputs[0].Contents = &pb.InferTensorContents{Fp32Contents: make([]float32, 7)}
+		}), codes.InvalidArgument, []string{"contents.fp32_contents has 7 elements", "has 8"}},
+		{"unknown output", edit(func(r *pb.ModelInferRequest) {
+			r.Outputs = []*pb.ModelInferRequest_InferRequestedOutputTensor{{Name: "logits"}}
+		}), codes.InvalidArgument, []string{`"logits"`, "probs"}},
+		{"classification", edit(func(r *pb.ModelInferRequest) {
+			r.Outputs = []*pb.ModelInferRequest_InferRequestedOutputTensor{{Name: "probs", Parameters: map[string]*pb.InferParameter{
+				"classification": {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: 2}}}}}
+		}), codes.InvalidArgument, []string{"classification is not served"}},
+		{"shared memory", edit(func(r *pb.ModelInferRequest) {
+			r.Inputs[0].Parameters = map[string]*pb.InferParameter{"shared_memory_region": {ParameterChoice: &pb.InferParameter_StringParam{StringParam: "r"}}}
+		}), codes.InvalidArgument, []string{"shared memory is not served"}},
+		{"a sequence", edit(func(r *pb.ModelInferRequest) {
+			r.Parameters = map[string]*pb.InferParameter{"sequence_id": {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: 7}}}
+		}), codes.InvalidArgument, []string{"sequences are not served"}},
+		{"timeout of another type", edit(func(r *pb.ModelInferRequest) {
+			r.Parameters = map[string]*pb.InferParameter{"timeout": {ParameterChoice: &pb.InferParameter_StringParam{StringParam: "1s"}}}
+		}), codes.InvalidArgument, []string{`"timeout"`, "int64_param"}},
+		{"a message over --max-body", edit(func(r *pb.ModelInferRequest) {
+			r.Inputs[0].Shape = []int64{1024, 4}
+			r.RawInputContents = [][]byte{make([]byte, 1024*16)}
+		}), codes.ResourceExhausted, []string{"larger than max"}},
+	}
+	for _, tt := range tests {
+		_, err := c.ModelInfer(ctx, tt.req)
+		wantCode(t, tt.name, err, tt.code, tt.want...)
+	}
+	resp, err := c.ModelInfer(ctx, demoRequest(in))
+	if err != nil || len(resp.RawOutputContents) != 1 || len(resp.RawOutputContents[0]) != 2*3*4 {
+		t.Fatalf("a good call after the refusals: %v %v", resp, err)
+	}
+}
+
+// TestGRPCTypedContentsAndDeadlines: the built-in sleep model takes BYTES,
+// in bytes_contents or raw; its answer comes back raw, one element per
+// row; a "timeout" parameter shorter than the model, or a call deadline,
+// is DEADLINE_EXCEEDED and counted as timed out.
+func TestGRPCTypedContentsAndDeadlines(t *testing.T) {
+	s, c := startGRPC(t, "--model", "sleep:300ms,0", "--max-latency", "1ms")
+	ctx := callCtx(t)
+	typed := &pb.ModelInferRequest{ModelName: "sleep", Inputs: []*pb.ModelInferRequest_InferInputTensor{{
+		Name: "input", Datatype: "BYTES", Shape: []int64{2},
+		Contents: &pb.InferTensorContents{BytesContents: [][]byte{[]byte("a"), []byte("bc")}},
+	}}}
+	resp, err := c.ModelInfer(ctx, typed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Outputs) != 1 || resp.Outputs[0].Datatype != "BYTES" || !equalShape(resp.Outputs[0].Shape, 2) {
+		t.Fatalf("answer %v, want one BYTES output of shape [2]", resp)
+	}
+	if got := bytesElementsOf(t, resp.RawOutputContents[0]); len(got) != 2 || got[0] != "a" || got[1] != "bc" {
+		t.Errorf("the sleep model echoes its items: got %q", got)
+	}
+
+	withTimeout := &pb.ModelInferRequest{ModelName: "sleep", Inputs: typed.Inputs,
+		Parameters: map[string]*pb.InferParameter{"timeout": {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: 20_000}}}}
+	_, err = c.ModelInfer(ctx, withTimeout)
+	wantCode(t, "a 20ms timeout parameter", err, codes.DeadlineExceeded)
+
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_, err = c.ModelInfer(short, typed)
+	wantCode(t, "a 50ms call deadline", err, codes.DeadlineExceeded)
+
+	// The first call is counted as answered, the timeout parameter's as
+	// timed out. The call whose client gave up at its deadline is timed
+	// out too, unless the client's cancel reached the server before the
+	// server saw the deadline pass: then it is canceled.
+	waitFor(t, "the calls counted", 5*time.Second, func() bool {
+		timedOut := metricValue(t, s, `streamer_requests_total{outcome="timed_out"}`)
+		return metricValue(t, s, `streamer_requests_total{outcome="ok"}`) == 1 && timedOut >= 1 &&
+			timedOut+metricValue(t, s, `streamer_requests_total{outcome="canceled"}`) == 2
+	})
+}
+
+// bytesElementsOf splits raw BYTES data into its elements.
+func bytesElementsOf(t *testing.T, data []byte) []string {
+	t.Helper()
+	var out []string
+	for len(data) > 0 {
+		if len(data) < 4 {
+			t.Fatalf("BYTES data cut short: % x", data)
+		}
+		n := binary.LittleEndian.Uint32(data)
+		if int(n) > len(data)-4 {
+			t.Fatalf("BYTES element of %d bytes, %d left", n, len(data)-4)
+		}
+		out = append(out, string(data[4:4+n]))
+		data = data[4+n:]
+	}
+	return out
+}
+
+// metricValue reads one sample of /metrics; NaN when it is not there.
+func metricValue(t *testing.T, s *server, sample string) float64 {
+	t.Helper()
+	_, body, err := s.get("/metrics")
+	if err != nil {
+		return math.NaN()
+	}
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(sample) + ` (\S+)$`).FindSubmatch(body)
+	if m == nil {
+		return math.NaN()
+	}
+	v, err := strconv.ParseFloat(string(m[1]), 64)
+	if err != nil {
+		return math.NaN()
+	}
+	return v
+}
+
+// TestGRPCTokenAndTLS: with --auth-token every call but the health calls
+// needs "authorization: Bearer TOKEN"; with --tls-cert the service is
+// served over TLS with the same certificate.
+func TestGRPCTokenAndTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t, "grpc")
+	pair := writeCertPair(t, dir, ca, 7)
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.cert)
+	addr := freePort(t)
+	launchServer(t, "--model", "echo", "--grpc-listen", addr, "--auth-token", "s3cret", "--tls-cert", pair.cert, "--tls-key", pair.key)
+	c := grpcClient(t, addr, roots)
+	ctx := callCtx(t)
+	waitFor(t, "the gRPC service to be ready", readyTimeout, func() bool {
+		r, err := c.ServerReady(ctx, &pb.ServerReadyRequest{})
+		return err == nil && r.Ready
+	})
+	if live, err := c.ServerLive(ctx, &pb.ServerLiveRequest{}); err != nil || !live.Live {
+		t.Errorf("ServerLive without the token: %v %v", live, err)
+	}
+	req := &pb.ModelInferRequest{ModelName: "echo", Inputs: []*pb.ModelInferRequest_InferInputTensor{{
+		Name: "input", Datatype: "BYTES", Shape: []int64{1}, Contents: &pb.InferTensorContents{BytesContents: [][]byte{[]byte("x")}},
+	}}}
+	_, err := c.ModelInfer(ctx, req)
+	wantCode(t, "ModelInfer without the token", err, codes.Unauthenticated, "authorization")
+	_, err = c.ModelMetadata(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer wrong"), &pb.ModelMetadataRequest{Name: "echo"})
+	wantCode(t, "ModelMetadata with another token", err, codes.Unauthenticated)
+	resp, err := c.ModelInfer(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer s3cret"), req)
+	if err != nil || len(resp.RawOutputContents) != 1 {
+		t.Fatalf("ModelInfer with the token: %v %v", resp, err)
+	}
+	if got := bytesElementsOf(t, resp.RawOutputContents[0]); len(got) != 1 || got[0] != "x" {
+		t.Errorf("echo answered %q", got)
+	}
+	// Plain text to the TLS port fails.
+	plain := grpcClient(t, addr, nil)
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := plain.ServerLive(short, &pb.ServerLiveRequest{}); err == nil {
+		t.Error("a plain-text call to the TLS port was answered")
+	}
+}
+
+// TestGRPCCallsFinishThroughADrain: a call under way when SIGTERM comes is
+// answered, later calls are told UNAVAILABLE (or cannot connect), and the
+// server exits 0.
+func TestGRPCCallsFinishThroughADrain(t *testing.T) {
+	s, c := startGRPC(t, "--model", "sleep:500ms,0", "--max-latency", "1ms")
+	ctx := callCtx(t)
+	req := &pb.ModelInferRequest{ModelName: "sleep", Inputs: []*pb.ModelInferRequest_InferInputTensor{{
+		Name: "input", Datatype: "BYTES", Shape: []int64{1}, Contents: &pb.InferTensorContents{BytesContents: [][]byte{[]byte("slow")}},
+	}}}
+	type result struct {
+		resp *pb.ModelInferResponse
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := c.ModelInfer(ctx, req)
+		done <- result{resp, err}
+	}()
+	waitFor(t, "the call to be admitted", 5*time.Second, func() bool { return s.stats(t).Submitted > 0 })
+	if err := s.signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || len(r.resp.RawOutputContents) != 1 {
+		t.Fatalf("the call under way at SIGTERM: %v %v", r.resp, r.err)
+	}
+	code, err := s.wait(15 * time.Second)
+	if err != nil || code != 0 {
+		t.Fatalf("exit %d %v, want 0", code, err)
+	}
+	late, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err = c.ModelInfer(late, req)
+	if st, _ := status.FromError(err); err == nil || st.Code() != codes.Unavailable && !errors.Is(err, context.DeadlineExceeded) && st.Code() != codes.DeadlineExceeded {
+		t.Errorf("a call after the drain: %v, want UNAVAILABLE", err)
+	}
+}
+
+// grpcurlPath finds grpcurl, which `make install-tools` puts in the
+// repository's bin/, or skips the test, saying how to get it.
+func grpcurlPath(t *testing.T) string {
+	t.Helper()
+	if p, err := filepath.Abs(filepath.Join("..", "..", "bin", "grpcurl")); err == nil {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if p, err := exec.LookPath("grpcurl"); err == nil {
+		return p
+	}
+	t.Skip("the test with a gRPC client the project did not write needs grpcurl: make install-tools puts it in bin/")
+	return ""
+}
+
+// TestGRPCWithGrpcurl drives the service with grpcurl, a generic gRPC
+// client, given the service's .proto file: the demo's answer matches the
+// reference, and a refusal comes back with its code and message.
+func TestGRPCWithGrpcurl(t *testing.T) {
+	grpcurl := grpcurlPath(t)
+	path, ref := onnxModel(t, onnxtest.Demo)
+	addr := freePort(t)
+	startServer(t, "--model", path, "--intra-op-threads", "1", "--grpc-listen", addr)
+	call := func(method, body string) (string, error) {
+		cmd := exec.Command(grpcurl, "-plaintext", "-max-time", "20", "-import-path", filepath.Join("..", "..", "supervisor", "httpapi", "inferencepb"),
+			"-proto", "inference.proto", "-d", body, addr, "inference.GRPCInferenceService/"+method)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := call("ModelInfer", `{"model_name":"demo","id":"g1","inputs":[{"name":"features","datatype":"FP32","shape":[2,4],
+		"contents":{"fp32_contents":[5.1,3.5,1.4,0.2,6.7,3.0,5.2,2.3]}}]}`)
+	if err != nil {
+		t.Fatalf("grpcurl ModelInfer: %v\n%s", err, out)
+	}
+	var resp struct {
+		ModelName string `json:"modelName"`
+		ID        string `json:"id"`
+		Outputs   []struct {
+			Name     string   `json:"name"`
+			Datatype string   `json:"datatype"`
+			Shape    []string `json:"shape"`
+		} `json:"outputs"`
+		RawOutputContents [][]byte `json:"rawOutputContents"`
+	}
+	if err := json.Unmarshal([]byte(out), &resp); err != nil {
+		t.Fatalf("grpcurl's answer: %v\n%s", err, out)
+	}
+	if resp.ModelName != "demo" || resp.ID != "g1" || len(resp.Outputs) != 1 || resp.Outputs[0].Name != "probs" ||
+		strings.Join(resp.Outputs[0].Shape, ",") != "2,3" || len(resp.RawOutputContents) != 1 {
+		t.Fatalf("grpcurl's answer: %s", out)
+	}
+	in := tensorData{name: "features", datatype: "FP32", shape: []int64{2, 4}, values: []any{5.1, 3.5, 1.4, 0.2, 6.7, 3.0, 5.2, 2.3}}
+	checkDemoReference(t, ref, in, v2Output{Name: "probs", Datatype: "FP32", binary: resp.RawOutputContents[0]})
+
+	out, err = call("ModelInfer", `{"model_name":"demo","inputs":[{"name":"features","datatype":"FP64","shape":[1,4],"contents":{"fp64_contents":[1,2,3,4]}}]}`)
+	if err == nil || !strings.Contains(out, "Code: InvalidArgument") || !strings.Contains(out, "datatype FP64 was sent, the model takes FP32") {
+		t.Errorf("grpcurl with FP64 for FP32: %v\n%s; want InvalidArgument naming both", err, out)
+	}
+	out, err = call("ModelMetadata", `{"name":"demo"}`)
+	if err != nil || !strings.Contains(out, `"platform": "onnxruntime_onnx"`) || !strings.Contains(out, `"name": "features"`) {
+		t.Errorf("grpcurl ModelMetadata: %v\n%s", err, out)
+	}
+}

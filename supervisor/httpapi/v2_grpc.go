@@ -1,0 +1,531 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/streamer-dev/streamer/supervisor"
+	"github.com/streamer-dev/streamer/supervisor/httpapi/inferencepb"
+)
+
+// GRPC serves the Open Inference Protocol's gRPC service
+// (inference.GRPCInferenceService) for the handler New returned: the same
+// model, backend, checks and counts as its v2 REST routes, so that a
+// client built for Triton's or KServe's gRPC endpoint calls streamer
+// unchanged. A request's inputs come as typed contents or as raw
+// little-endian bytes (raw_input_contents, which tritonclient sends); the
+// answer's outputs always come as raw bytes (raw_output_contents), as
+// Triton answers. Errors carry the REST route's message with the gRPC code
+// of its status (see grpcCode).
+type GRPC struct {
+	inferencepb.UnimplementedGRPCInferenceServiceServer
+	h *handler
+}
+
+// NewGRPC returns the gRPC service of api, which must be a handler New
+// returned; it panics otherwise, since nothing could be served.
+func NewGRPC(api http.Handler) *GRPC {
+	h, ok := api.(*handler)
+	if !ok {
+		panic("httpapi: NewGRPC needs the handler New returned")
+	}
+	return &GRPC{h: h}
+}
+
+// grpcCode is the gRPC code of an HTTP status the REST routes answer: the
+// same fault, in the words gRPC clients act on (UNAVAILABLE is the one
+// they retry).
+func grpcCode(httpStatus int) codes.Code {
+	switch httpStatus {
+	case http.StatusBadRequest, http.StatusUnprocessableEntity:
+		return codes.InvalidArgument
+	case http.StatusUnauthorized:
+		return codes.Unauthenticated
+	case http.StatusForbidden:
+		return codes.PermissionDenied
+	case http.StatusNotFound:
+		return codes.NotFound
+	case http.StatusRequestEntityTooLarge, http.StatusTooManyRequests:
+		return codes.ResourceExhausted
+	case http.StatusServiceUnavailable:
+		return codes.Unavailable
+	case http.StatusGatewayTimeout:
+		return codes.DeadlineExceeded
+	case StatusClientClosedRequest:
+		return codes.Canceled
+	}
+	return codes.Internal
+}
+
+// grpcError is err as a gRPC status, with the message the REST route
+// would give.
+func grpcError(err error) error {
+	var reqErr *requestError
+	if errors.As(err, &reqErr) {
+		return status.Error(grpcCode(reqErr.status), reqErr.msg)
+	}
+	return status.Error(grpcCode(StatusOf(err)), err.Error())
+}
+
+// ServerLive answers while the process runs.
+func (g *GRPC) ServerLive(context.Context, *inferencepb.ServerLiveRequest) (*inferencepb.ServerLiveResponse, error) {
+	return &inferencepb.ServerLiveResponse{Live: true}, nil
+}
+
+// ServerReady says whether some worker can take work now.
+func (g *GRPC) ServerReady(context.Context, *inferencepb.ServerReadyRequest) (*inferencepb.ServerReadyResponse, error) {
+	return &inferencepb.ServerReadyResponse{Ready: g.h.backend.Ready()}, nil
+}
+
+// ServerMetadata names the server and its version. It lists no
+// extension: those the REST routes serve (binary data, the model's
+// configuration and statistics) are theirs alone.
+func (g *GRPC) ServerMetadata(context.Context, *inferencepb.ServerMetadataRequest) (*inferencepb.ServerMetadataResponse, error) {
+	return &inferencepb.ServerMetadataResponse{
+		Name: g.h.serverMetadata.Name, Version: g.h.serverMetadata.Version, Extensions: []string{},
+	}, nil
+}
+
+// model returns the served model's metadata if it is called name and has
+// version (empty: any).
+func (g *GRPC) model(name, version string) (ModelMetadata, error) {
+	if err := g.h.noV2Model(); err != nil {
+		return ModelMetadata{}, grpcError(err)
+	}
+	meta := g.h.tensors.Metadata()
+	if err := checkModelRoute(meta, v2Route{model: name, version: version}); err != nil {
+		return ModelMetadata{}, grpcError(err)
+	}
+	return meta, nil
+}
+
+// ModelReady says whether the model can run now.
+func (g *GRPC) ModelReady(_ context.Context, req *inferencepb.ModelReadyRequest) (*inferencepb.ModelReadyResponse, error) {
+	if _, err := g.model(req.GetName(), req.GetVersion()); err != nil {
+		return nil, err
+	}
+	return &inferencepb.ModelReadyResponse{Ready: g.h.backend.Ready()}, nil
+}
+
+// ModelMetadata describes the model's inputs and outputs.
+func (g *GRPC) ModelMetadata(_ context.Context, req *inferencepb.ModelMetadataRequest) (*inferencepb.ModelMetadataResponse, error) {
+	meta, err := g.model(req.GetName(), req.GetVersion())
+	if err != nil {
+		return nil, err
+	}
+	return &inferencepb.ModelMetadataResponse{
+		Name: meta.Name, Versions: meta.Versions, Platform: meta.Platform,
+		Inputs: tensorMetadata(meta.Inputs), Outputs: tensorMetadata(meta.Outputs),
+	}, nil
+}
+
+func tensorMetadata(specs []TensorSpec) []*inferencepb.ModelMetadataResponse_TensorMetadata {
+	out := make([]*inferencepb.ModelMetadataResponse_TensorMetadata, len(specs))
+	for i, s := range specs {
+		out[i] = &inferencepb.ModelMetadataResponse_TensorMetadata{Name: s.Name, Datatype: s.Datatype, Shape: s.Shape}
+	}
+	return out
+}
+
+// ModelInfer runs one inference request: its batched inputs are cut into
+// rows, each one item, as on the REST route. The call's deadline, when it
+// has one, is the request's deadline, as is the "timeout" parameter; the
+// sooner of the two wins.
+func (g *GRPC) ModelInfer(ctx context.Context, req *inferencepb.ModelInferRequest) (*inferencepb.ModelInferResponse, error) {
+	h := g.h
+	meta, err := g.model(req.GetModelName(), req.GetModelVersion())
+	if err != nil {
+		h.requests.count(http.StatusNotFound, nil)
+		return nil, err
+	}
+	st := h.getInferState()
+	resp, inUse, err := g.infer(ctx, st, req, meta)
+	if !inUse {
+		h.putInferState(st)
+	}
+	if err != nil {
+		status := StatusOf(err)
+		h.requests.count(status, err)
+		if status == http.StatusInternalServerError {
+			h.log.Error("predict failed", "path", "gRPC ModelInfer", "err", err)
+		}
+		return nil, grpcError(err)
+	}
+	h.requests.count(http.StatusOK, nil)
+	return resp, nil
+}
+
+// infer reads, runs and answers req; inUse says the supervisor may still
+// read the request's items (see inferWith).
+func (g *GRPC) infer(ctx context.Context, st *inferState, req *inferencepb.ModelInferRequest, meta ModelMetadata) (*inferencepb.ModelInferResponse, bool, error) {
+	if err := st.readGRPC(req, meta, g.h.tensors); err != nil {
+		return nil, false, err
+	}
+	deadline, hasDeadline := ctx.Deadline()
+	if hasDeadline {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, false, &requestError{status: http.StatusGatewayTimeout, msg: "the call's deadline passed before it was read"}
+		}
+		if st.items.timeout == 0 || left < st.items.timeout {
+			st.items.timeout = left
+		}
+	}
+	answers, err := g.h.run(ctx, &st.items)
+	if err != nil {
+		if hasDeadline && errors.Is(err, supervisor.ErrCanceled) && !time.Now().Before(deadline) {
+			// The client ends the call at its deadline, which may cancel
+			// it before the request's own deadline is seen to pass.
+			err = fmt.Errorf("%w: the call's deadline passed before its answer", supervisor.ErrDeadline)
+		}
+		return nil, true, byRow(err)
+	}
+	resp, err := st.grpcAnswer(g.h.tensors, meta, req, answers)
+	return resp, false, err
+}
+
+// readGRPC reads a gRPC inference request into st, as read does a REST
+// one: each input's data goes into the binary layout (typed contents are
+// converted into st.arena; raw contents are used as they are), then the
+// inputs are matched with the model's, checked and encoded into items.
+func (st *inferState) readGRPC(req *inferencepb.ModelInferRequest, meta ModelMetadata, model TensorModel) error {
+	for key, p := range req.GetParameters() {
+		if err := st.grpcParameter(key, p); err != nil {
+			return err
+		}
+	}
+	raw := req.GetRawInputContents()
+	inputs := req.GetInputs()
+	if len(raw) > 0 && len(raw) != len(inputs) {
+		return badRequest("raw_input_contents has " + strconv.Itoa(len(raw)) + " entries for " + strconv.Itoa(len(inputs)) +
+			" inputs: give the raw data of every input, in the order of inputs, or of none")
+	}
+	ats := make([][2]int, len(inputs)) // each input's converted data in the arena
+	for i, in := range inputs {
+		ref := tensorRef{what: "input", index: i}
+		if in.GetName() == "" {
+			return badRequest(ref.String() + ": no name")
+		}
+		ref.name = []byte(in.GetName())
+		dt, ok := dtypeOf([]byte(in.GetDatatype()))
+		if !ok {
+			return badRequest(ref.String() + ": unknown datatype " + strconv.Quote(in.GetDatatype()) + "; the protocol's are " + datatypeNames)
+		}
+		if len(in.GetShape()) > maxRank {
+			return badRequest(ref.String() + ": shape has " + strconv.Itoa(len(in.GetShape())) + " axes, over the " + strconv.Itoa(maxRank) + " any model takes")
+		}
+		for key := range in.GetParameters() {
+			if sharedMemoryParameter([]byte(key)) {
+				return badRequest(ref.String() + ": shared memory is not served (the server does not implement the shared-memory extensions); " +
+					"send the data in the request and take it from the answer")
+			}
+		}
+		v := v2Input{name: ref.name, datatype: []byte(dt.name), dtype: dt, shape: in.GetShape(), rank: len(in.GetShape()), binarySize: -1}
+		contents := in.GetContents()
+		switch {
+		case len(raw) > 0 && hasContents(contents):
+			return badRequest(ref.String() + ": its data is given twice, in contents and in raw_input_contents: give it once")
+		case len(raw) > 0:
+			v.data, v.binarySize, v.dataName = raw[i], int64(len(raw[i])), "raw_input_contents"
+		case hasContents(contents):
+			start := len(st.arena)
+			var err error
+			if st.arena, v.elements, err = appendContents(st.arena, dt, contents, ref); err != nil {
+				return err
+			}
+			v.dataName = "contents." + contentsField(dt)
+			ats[i] = [2]int{start, len(st.arena)}
+		case !emptyShape(v.shape):
+			if field := contentsField(dt); field != "" {
+				return badRequest(ref.String() + ": no data: give it in contents." + field + " or in raw_input_contents")
+			}
+			return badRequest(ref.String() + ": no data: give it in raw_input_contents (" + dt.name + " has no field in contents)")
+		}
+		st.req.inputs = append(st.req.inputs, v)
+	}
+	for i := range st.req.inputs {
+		if in := &st.req.inputs[i]; in.binarySize < 0 {
+			in.data = st.arena[ats[i][0]:ats[i][1]:ats[i][1]]
+		}
+	}
+	for i, out := range req.GetOutputs() {
+		ref := tensorRef{what: "output", index: i, name: []byte(out.GetName())}
+		if out.GetName() == "" {
+			ref.name = nil
+			return badRequest(ref.String() + ": no name")
+		}
+		for key, p := range out.GetParameters() {
+			if sharedMemoryParameter([]byte(key)) {
+				return badRequest(ref.String() + ": shared memory is not served (the server does not implement the shared-memory extensions); " +
+					"send the data in the request and take it from the answer")
+			}
+			if key == "classification" && !zeroParameter(p) {
+				return badRequest(ref.String() + ": classification is not served (the server does not implement the classification extension); " +
+					"ask for the output without it")
+			}
+		}
+		st.req.outputs = append(st.req.outputs, v2Output{name: ref.name})
+	}
+	if err := st.match(meta); err != nil {
+		return err
+	}
+	if err := st.checkCopies(meta); err != nil {
+		return err
+	}
+	if err := st.encodeItems(model, meta); err != nil {
+		return err
+	}
+	st.items.timeout = st.req.timeout
+	return nil
+}
+
+// grpcParameter reads one of the request's parameters, as
+// requestParameter does in JSON: timeout in microseconds, priority
+// (checked, and ignored), and a sequence's, refused.
+func (st *inferState) grpcParameter(key string, p *inferencepb.InferParameter) error {
+	switch key {
+	case "sequence_id", "sequence_start", "sequence_end":
+		if zeroParameter(p) {
+			return nil
+		}
+		return badRequest(`parameter "` + key + `": sequences are not served (the server keeps no state from one request to the next, ` +
+			"as a stateful model's sequence batcher would); send each request whole, without sequence parameters")
+	case "timeout":
+		us, ok := intParameter(p)
+		switch {
+		case !ok:
+			return badRequest(`parameter "timeout" (microseconds) must be an int64_param or uint64_param`)
+		case us < 0:
+			return badRequest(`parameter "timeout" must be 0 (none) or a positive number of microseconds, not ` + strconv.FormatInt(us, 10))
+		case us > maxTimeoutMicros:
+			return badRequest(`parameter "timeout" ` + strconv.FormatInt(us, 10) + " is out of range: at most " + strconv.FormatInt(maxTimeoutMicros, 10) + " microseconds")
+		}
+		st.req.timeout = time.Duration(us) * time.Microsecond
+	case "priority":
+		if _, ok := intParameter(p); !ok {
+			return badRequest(`parameter "priority" must be an int64_param or uint64_param`)
+		}
+	}
+	return nil
+}
+
+// intParameter is p's whole number, false when p holds another type (or
+// a uint64 past int64's range).
+func intParameter(p *inferencepb.InferParameter) (int64, bool) {
+	switch v := p.GetParameterChoice().(type) {
+	case *inferencepb.InferParameter_Int64Param:
+		return v.Int64Param, true
+	case *inferencepb.InferParameter_Uint64Param:
+		if v.Uint64Param > math.MaxInt64 {
+			return math.MaxInt64, true
+		}
+		return int64(v.Uint64Param), true
+	}
+	return 0, false
+}
+
+// zeroParameter says whether p holds its type's zero (or nothing).
+func zeroParameter(p *inferencepb.InferParameter) bool {
+	switch v := p.GetParameterChoice().(type) {
+	case *inferencepb.InferParameter_BoolParam:
+		return !v.BoolParam
+	case *inferencepb.InferParameter_Int64Param:
+		return v.Int64Param == 0
+	case *inferencepb.InferParameter_Uint64Param:
+		return v.Uint64Param == 0
+	case *inferencepb.InferParameter_StringParam:
+		return v.StringParam == ""
+	case *inferencepb.InferParameter_DoubleParam:
+		return v.DoubleParam == 0
+	}
+	return true
+}
+
+// emptyShape says whether shape holds no element, so that no data is
+// data enough.
+func emptyShape(shape []int64) bool {
+	n, ok := elementCount(shape)
+	return ok && n == 0
+}
+
+// hasContents says whether c holds any element.
+func hasContents(c *inferencepb.InferTensorContents) bool {
+	return c != nil && len(c.BoolContents)+len(c.IntContents)+len(c.Int64Contents)+len(c.UintContents)+
+		len(c.Uint64Contents)+len(c.Fp32Contents)+len(c.Fp64Contents)+len(c.BytesContents) > 0
+}
+
+// contentsField names the field of InferTensorContents that holds dt's
+// elements.
+func contentsField(dt dtype) string {
+	switch dt.name {
+	case "BOOL":
+		return "bool_contents"
+	case "INT8", "INT16", "INT32":
+		return "int_contents"
+	case "INT64":
+		return "int64_contents"
+	case "UINT8", "UINT16", "UINT32":
+		return "uint_contents"
+	case "UINT64":
+		return "uint64_contents"
+	case "FP32":
+		return "fp32_contents"
+	case "FP64":
+		return "fp64_contents"
+	case "BYTES":
+		return "bytes_contents"
+	}
+	return "" // FP16: raw only
+}
+
+// appendContents appends the elements of c, which must be in dt's field
+// alone and in its range, to dst in the binary layout, and counts them.
+func appendContents(dst []byte, dt dtype, c *inferencepb.InferTensorContents, ref tensorRef) ([]byte, int64, error) {
+	want := contentsField(dt)
+	if want == "" {
+		return dst, 0, badRequest(ref.String() + ": " + dt.name + " has no field in contents: send its data in raw_input_contents")
+	}
+	var count int
+	fields := []struct {
+		name string
+		n    int
+	}{
+		{"bool_contents", len(c.GetBoolContents())}, {"int_contents", len(c.GetIntContents())},
+		{"int64_contents", len(c.GetInt64Contents())}, {"uint_contents", len(c.GetUintContents())},
+		{"uint64_contents", len(c.GetUint64Contents())}, {"fp32_contents", len(c.GetFp32Contents())},
+		{"fp64_contents", len(c.GetFp64Contents())}, {"bytes_contents", len(c.GetBytesContents())},
+	}
+	for _, f := range fields {
+		if f.n > 0 && f.name == want {
+			count = f.n
+		}
+		if f.n > 0 && f.name != want {
+			return dst, 0, badRequest(ref.String() + ": datatype " + dt.name + " takes its elements in contents." + want + ", but " +
+				strconv.Itoa(f.n) + " came in contents." + f.name)
+		}
+	}
+	outOfRange := func(i int, v string) error {
+		return badRequest(ref.String() + ": element " + strconv.Itoa(i) + " (" + v + ") is out of the range of " + dt.name)
+	}
+	switch want {
+	case "bool_contents":
+		for _, v := range c.BoolContents {
+			b := byte(0)
+			if v {
+				b = 1
+			}
+			dst = append(dst, b)
+		}
+	case "int_contents":
+		lo, hi := int32(math.MinInt32), int32(math.MaxInt32)
+		switch dt.size {
+		case 1:
+			lo, hi = math.MinInt8, math.MaxInt8
+		case 2:
+			lo, hi = math.MinInt16, math.MaxInt16
+		}
+		for i, v := range c.IntContents {
+			if v < lo || v > hi {
+				return dst, 0, outOfRange(i, strconv.FormatInt(int64(v), 10))
+			}
+			switch dt.size {
+			case 1:
+				dst = append(dst, byte(v))
+			case 2:
+				dst = binary.LittleEndian.AppendUint16(dst, uint16(v))
+			default:
+				dst = binary.LittleEndian.AppendUint32(dst, uint32(v))
+			}
+		}
+	case "int64_contents":
+		for _, v := range c.Int64Contents {
+			dst = binary.LittleEndian.AppendUint64(dst, uint64(v))
+		}
+	case "uint_contents":
+		hi := uint32(math.MaxUint32)
+		switch dt.size {
+		case 1:
+			hi = math.MaxUint8
+		case 2:
+			hi = math.MaxUint16
+		}
+		for i, v := range c.UintContents {
+			if v > hi {
+				return dst, 0, outOfRange(i, strconv.FormatUint(uint64(v), 10))
+			}
+			switch dt.size {
+			case 1:
+				dst = append(dst, byte(v))
+			case 2:
+				dst = binary.LittleEndian.AppendUint16(dst, uint16(v))
+			default:
+				dst = binary.LittleEndian.AppendUint32(dst, v)
+			}
+		}
+	case "uint64_contents":
+		for _, v := range c.Uint64Contents {
+			dst = binary.LittleEndian.AppendUint64(dst, v)
+		}
+	case "fp32_contents":
+		for _, v := range c.Fp32Contents {
+			dst = binary.LittleEndian.AppendUint32(dst, math.Float32bits(v))
+		}
+	case "fp64_contents":
+		for _, v := range c.Fp64Contents {
+			dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(v))
+		}
+	case "bytes_contents":
+		for i, v := range c.BytesContents {
+			if uint64(len(v)) > math.MaxUint32 {
+				return dst, 0, outOfRange(i, strconv.Itoa(len(v))+" bytes")
+			}
+			dst = binary.LittleEndian.AppendUint32(dst, uint32(len(v)))
+			dst = append(dst, v...)
+		}
+	}
+	return dst, int64(count), nil
+}
+
+// grpcAnswer stacks the rows of each output the answer carries (those
+// requested, in their order, else all the model's) into the answer's raw
+// contents. A model answer that cannot be stacked is the model's fault.
+func (st *inferState) grpcAnswer(model TensorModel, meta ModelMetadata, req *inferencepb.ModelInferRequest, answers [][]byte) (*inferencepb.ModelInferResponse, error) {
+	if err := st.decodeAnswers(model, answers); err != nil {
+		return nil, err
+	}
+	if err := st.selectOutputs(meta); err != nil {
+		return nil, err
+	}
+	version := req.GetModelVersion()
+	if version == "" && len(meta.Versions) > 0 {
+		version = meta.Versions[0]
+	}
+	resp := &inferencepb.ModelInferResponse{
+		ModelName: meta.Name, ModelVersion: version, Id: req.GetId(),
+		Outputs:           make([]*inferencepb.ModelInferResponse_InferOutputTensor, len(st.selected)),
+		RawOutputContents: make([][]byte, len(st.selected)),
+	}
+	for i, sel := range st.selected {
+		name := meta.Outputs[sel.spec].Name
+		shape := sel.shape
+		if sel.batched {
+			shape = append([]int64{int64(st.rows)}, sel.shape...)
+		}
+		resp.Outputs[i] = &inferencepb.ModelInferResponse_InferOutputTensor{Name: name, Datatype: sel.dt.name, Shape: shape}
+		data := make([]byte, 0, sel.size)
+		for _, tensors := range st.answers {
+			data = append(data, findTensor(tensors, name, sel.spec).Data...)
+		}
+		resp.RawOutputContents[i] = data
+	}
+	return resp, nil
+}
