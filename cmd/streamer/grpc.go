@@ -2,21 +2,25 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	_ "google.golang.org/grpc/encoding/gzip" // calls compressed with gzip, as REST bodies may be
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	"github.com/streamer-dev/streamer/internal/repeats"
 	"github.com/streamer-dev/streamer/supervisor/httpapi"
@@ -57,30 +61,24 @@ func (o serveOptions) openGRPC(api http.Handler, guard *security, log *slog.Logg
 	if ip, ok := tcp.Addr().(*net.TCPAddr); ok && !ip.IP.IsLoopback() && guard.token == "" {
 		log.Warn("the gRPC API listens beyond this machine with no token: anyone who can reach it can run the model; give --auth-token", "grpc_listen", tcp.Addr().String())
 	}
+	service := httpapi.NewGRPC(api)
+	calls := &grpcCalls{token: tokenCheck(guard.token), readTimeout: o.readTimeout, log: log}
 	options := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(min(o.maxBody+grpcHeaderSlack, 1<<31-1))),
 		grpc.MaxConcurrentStreams(grpcMaxStreams),
 		grpc.ConnectionTimeout(min(10*time.Second, o.readTimeout)),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: o.idleTimeout}),
-	}
-	if guard.token != "" {
-		check := tokenCheck(guard.token)
-		options = append(options, grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-			if !grpcHealthCall(info.FullMethod) {
-				if err := check(ctx); err != nil {
-					return nil, err
-				}
-			}
-			return handler(ctx, req)
-		}))
+		grpc.ForceServerCodecV2(service.Codec()),
+		grpc.InTapHandle(calls.begin),
+		grpc.UnaryInterceptor(calls.read),
 	}
 	if guard.cert != nil {
 		options = append(options, grpc.Creds(credentials.NewTLS(guard.cert.config())))
 		log.Info("serving gRPC over TLS", "cert", guard.cert.certFile)
 	}
 	server := grpc.NewServer(options...)
-	inferencepb.RegisterGRPCInferenceServiceServer(server, httpapi.NewGRPC(api))
-	listener := &grpcListener{Listener: tcp, max: int64(o.maxConnections), log: log}
+	inferencepb.RegisterGRPCInferenceServiceServer(server, service)
+	listener := &grpcListener{Listener: tcp, max: int64(o.maxConnections), log: log, conns: map[*grpcConn]struct{}{}}
 	g := &grpcServer{server: server, listener: listener, served: make(chan error, 1)}
 	go func() { g.served <- server.Serve(listener) }()
 	log.Info("serving the Open Inference Protocol over gRPC", "grpc_listen", tcp.Addr().String())
@@ -100,22 +98,73 @@ func grpcHealthCall(method string) bool {
 
 // tokenCheck returns the check of a call's "authorization" metadata
 // against token, as RequireToken checks the HTTP header: "Bearer TOKEN",
-// compared in constant time.
-func tokenCheck(token string) func(context.Context) error {
-	want := []byte(token)
-	return func(ctx context.Context) error {
-		md, _ := metadata.FromIncomingContext(ctx)
+// compared through their SHA-256 digests in constant time, which tells
+// nothing of the token's length either. With no token, it checks nothing.
+func tokenCheck(token string) func(metadata.MD) error {
+	if token == "" {
+		return func(metadata.MD) error { return nil }
+	}
+	want := sha256.Sum256([]byte(token))
+	return func(md metadata.MD) error {
 		values := md.Get("authorization")
 		if len(values) == 0 {
 			return status.Error(codes.Unauthenticated, `missing "authorization" metadata: send "Bearer TOKEN" with the server's --auth-token`)
 		}
 		scheme, got, ok := strings.Cut(values[0], " ")
-		if len(values) > 1 || !ok || !strings.EqualFold(scheme, "Bearer") ||
-			subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), want) != 1 {
+		digest := sha256.Sum256([]byte(strings.TrimSpace(got)))
+		if len(values) > 1 || !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(digest[:], want[:]) != 1 {
 			return status.Error(codes.Unauthenticated, `the "authorization" metadata is not "Bearer" with the server's token`)
 		}
 		return nil
 	}
+}
+
+// grpcCalls vets each call as it begins, before its message is read: the
+// token, which a call without it is refused for before it costs the server
+// the decoding of its message, and the time its message may take to
+// arrive, --read-timeout as on the HTTP API, after which the call is
+// ended: a client that opens calls and sends their messages slowly, or
+// not at all, would otherwise hold them, and their connections, for ever.
+type grpcCalls struct {
+	token       func(metadata.MD) error
+	readTimeout time.Duration
+	log         *slog.Logger
+	warnings    repeats.Lines
+}
+
+// readTimerKey keys the timer of a call's message in its context.
+type readTimerKey struct{}
+
+// begin is the server's tap: it runs as a call's headers arrive.
+func (c *grpcCalls) begin(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if !grpcHealthCall(info.FullMethodName) {
+		if err := c.token(info.Header); err != nil {
+			return ctx, err
+		}
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	method := info.FullMethodName
+	timer := time.AfterFunc(c.readTimeout, func() {
+		if ctx.Err() != nil {
+			return // the call ended before its message was read: refused, or its client left
+		}
+		c.warnings.Log(c.log, slog.LevelWarn, "read timeout", "gRPC call ended: its message did not arrive within --read-timeout",
+			"method", method, "read_timeout", c.readTimeout)
+		cancel(errReadTimeout)
+	})
+	return context.WithValue(ctx, readTimerKey{}, timer), nil
+}
+
+// errReadTimeout ends a call whose message came too slowly.
+var errReadTimeout = errors.New("the call's message did not arrive within --read-timeout")
+
+// read is the server's interceptor: it runs once the call's message is in,
+// and stops its timer.
+func (c *grpcCalls) read(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if timer, ok := ctx.Value(readTimerKey{}).(*time.Timer); ok && !timer.Stop() {
+		return nil, status.Error(codes.DeadlineExceeded, errReadTimeout.Error())
+	}
+	return handler(ctx, req)
 }
 
 // stop ends the gRPC service once the drain has answered every admitted
@@ -135,6 +184,10 @@ func (g *grpcServer) stop(within time.Duration) {
 	select {
 	case <-done:
 	case <-t.C:
+		// The server's Stop also waits for connections still in their
+		// handshake, which a client that sends nothing holds up to the
+		// connection timeout: close them all first.
+		g.listener.closeAll()
 		g.server.Stop()
 		<-done
 	}
@@ -156,9 +209,11 @@ func (g *grpcServer) failed() <-chan error {
 type grpcListener struct {
 	net.Listener
 	max      int64
-	open     atomic.Int64
 	log      *slog.Logger
 	warnings repeats.Lines
+
+	mu    sync.Mutex
+	conns map[*grpcConn]struct{} // those open
 }
 
 func (l *grpcListener) Accept() (net.Conn, error) {
@@ -167,13 +222,46 @@ func (l *grpcListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if l.open.Add(1) > l.max {
-			l.open.Add(-1)
+		l.mu.Lock()
+		over := int64(len(l.conns)) >= l.max
+		c := &grpcConn{Conn: conn, l: l}
+		if !over {
+			l.conns[c] = struct{}{}
+		}
+		l.mu.Unlock()
+		if over {
 			l.warnings.Log(l.log, slog.LevelWarn, "over cap", "gRPC connection refused: --max-connections are open",
 				"max_connections", l.max, "remote", conn.RemoteAddr().String())
 			_ = conn.Close()
 			continue
 		}
-		return &countedConn{Conn: conn, open: &l.open}, nil
+		return c, nil
 	}
+}
+
+// closeAll closes every connection open.
+func (l *grpcListener) closeAll() {
+	l.mu.Lock()
+	conns := make([]*grpcConn, 0, len(l.conns))
+	for c := range l.conns {
+		conns = append(conns, c)
+	}
+	l.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+}
+
+// grpcConn is a connection of grpcListener, which counts it until it is
+// closed.
+type grpcConn struct {
+	net.Conn
+	l *grpcListener
+}
+
+func (c *grpcConn) Close() error {
+	c.l.mu.Lock()
+	delete(c.l.conns, c)
+	c.l.mu.Unlock()
+	return c.Conn.Close()
 }

@@ -6,6 +6,7 @@ package main
 // codes, deadlines, the token, TLS, the counts and a drain.
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -14,6 +15,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,10 +27,14 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding/gzip"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -161,7 +167,12 @@ func TestGRPCDemo(t *testing.T) {
 		checkDemoReference(t, ref, in, v2Output{Name: "probs", Datatype: "FP32", binary: resp.RawOutputContents[0]})
 	}
 
-	// Requested outputs, and the rows of one call batched with others'.
+	// A call compressed with gzip.
+	if resp, err := c.ModelInfer(ctx, demoRequest(in), grpc.UseCompressor(gzip.Name)); err != nil || string(resp.RawOutputContents[0]) != string(want) {
+		t.Errorf("a call compressed with gzip: %v %v", resp, err)
+	}
+
+	// Requested outputs.
 	req := demoRequest(in)
 	req.Outputs = []*pb.ModelInferRequest_InferRequestedOutputTensor{{Name: "probs"}}
 	if resp, err := c.ModelInfer(ctx, req); err != nil || len(resp.Outputs) != 1 || string(resp.RawOutputContents[0]) != string(want) {
@@ -474,5 +485,170 @@ func TestGRPCWithGrpcurl(t *testing.T) {
 	out, err = call("ModelMetadata", `{"name":"demo"}`)
 	if err != nil || !strings.Contains(out, `"platform": "onnxruntime_onnx"`) || !strings.Contains(out, `"name": "features"`) {
 		t.Errorf("grpcurl ModelMetadata: %v\n%s", err, out)
+	}
+}
+
+// rawCodec sends a message's bytes as they are, to send what no client
+// library would.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	return mem.BufferSlice{mem.SliceBuffer(*v.(*[]byte))}, nil
+}
+
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	*v.(*[]byte) = data.Materialize()
+	return nil
+}
+
+func (rawCodec) Name() string { return "proto" }
+
+// TestGRPCTokenBeforeTheMessage: with --auth-token, a call without the
+// token is refused before its message is decoded: a message that is not
+// protobuf at all gets UNAUTHENTICATED, not a decoding error.
+func TestGRPCTokenBeforeTheMessage(t *testing.T) {
+	addr := freePort(t)
+	s := startServer(t, "--model", "echo", "--grpc-listen", addr, "--auth-token", "s3cret")
+	s.token = "s3cret"
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := callCtx(t)
+	garbage, out := []byte{0xff, 0xff, 0xff}, []byte(nil)
+	err = conn.Invoke(ctx, pb.GRPCInferenceService_ModelInfer_FullMethodName, &garbage, &out, grpc.ForceCodecV2(rawCodec{}))
+	wantCode(t, "garbage without the token", err, codes.Unauthenticated, "authorization")
+	err = conn.Invoke(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer s3cret"), pb.GRPCInferenceService_ModelInfer_FullMethodName,
+		&garbage, &out, grpc.ForceCodecV2(rawCodec{}))
+	if st, _ := status.FromError(err); st.Code() == codes.Unauthenticated || st.Code() == codes.OK {
+		t.Errorf("garbage with the token: %v, want a decoding error", err)
+	}
+}
+
+// stalledCall opens a connection to addr and begins a ModelInfer call
+// whose message never arrives whole: its first 10 of 1000 bytes. It
+// returns the connection and a channel that says how the call ended (its
+// grpc-status, or "reset"), if it does.
+func stalledCall(t *testing.T, addr string) (net.Conn, <-chan string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	if _, err := conn.Write([]byte(http2.ClientPreface)); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(conn, conn)
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", pb.GRPCInferenceService_ModelInfer_FullMethodName},
+		{":authority", addr}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	prefix := []byte{0, 0, 0, 0x03, 0xe8} // not compressed, 1000 bytes
+	if err := fr.WriteData(1, false, append(prefix, make([]byte, 10)...)); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan string, 1)
+	go func() {
+		dec := hpack.NewDecoder(4096, nil)
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			switch f := f.(type) {
+			case *http2.RSTStreamFrame:
+				ended <- "reset"
+				return
+			case *http2.HeadersFrame:
+				fields, _ := dec.DecodeFull(f.HeaderBlockFragment())
+				for _, field := range fields {
+					if field.Name == "grpc-status" {
+						ended <- field.Value
+						return
+					}
+				}
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					_ = fr.WriteSettingsAck()
+				}
+			}
+		}
+	}()
+	return conn, ended
+}
+
+// TestGRPCStalledCallsEnd: a call whose message does not arrive within
+// --read-timeout is ended, and its connection, idle then, is closed at
+// --idle-timeout, so that calls that stall cannot hold every connection
+// the cap allows.
+func TestGRPCStalledCallsEnd(t *testing.T) {
+	addr := freePort(t)
+	startServer(t, "--model", "echo", "--grpc-listen", addr, "--read-timeout", "1s", "--idle-timeout", "2s", "--max-connections", "2")
+	var ends []<-chan string
+	for range 2 {
+		_, ended := stalledCall(t, addr)
+		ends = append(ends, ended)
+	}
+	for i, ended := range ends {
+		select {
+		case how := <-ended:
+			if how == "0" {
+				t.Errorf("stalled call %d ended with grpc-status 0", i)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("stalled call %d was not ended within 15s of a 1s --read-timeout", i)
+		}
+	}
+	req := &pb.ModelInferRequest{ModelName: "echo", Inputs: []*pb.ModelInferRequest_InferInputTensor{{
+		Name: "input", Datatype: "BYTES", Shape: []int64{1}, Contents: &pb.InferTensorContents{BytesContents: [][]byte{[]byte("x")}},
+	}}}
+	waitFor(t, "a call to get through once the stalled connections are closed", 15*time.Second, func() bool {
+		// A client of its own each time: one refused backs off before it
+		// connects again.
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err = pb.NewGRPCInferenceServiceClient(conn).ModelInfer(ctx, req)
+		return err == nil
+	})
+}
+
+// TestGRPCDrainNotHeldBySilentConnections: a connection that never sends
+// the HTTP/2 preface does not hold the exit after SIGTERM for the
+// handshake's timeout.
+func TestGRPCDrainNotHeldBySilentConnections(t *testing.T) {
+	addr := freePort(t)
+	s := startServer(t, "--model", "echo", "--grpc-listen", addr, "--read-timeout", "60s")
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := grpcClient(t, addr, nil)
+	if _, err := c.ServerLive(callCtx(t), &pb.ServerLiveRequest{}); err != nil {
+		t.Fatal(err) // the service is up, and the silent connection accepted
+	}
+	if err := s.signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// The handshake's timeout is 10s here: the drain's 1s bound on the
+	// gRPC server, and the workers' stop, end well within 8s.
+	code, err := s.wait(8 * time.Second)
+	if err != nil || code != 0 {
+		t.Fatalf("exit %d %v, want 0 within 8s", code, err)
 	}
 }

@@ -11,7 +11,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/streamer-dev/streamer/supervisor"
 	"github.com/streamer-dev/streamer/supervisor/httpapi/inferencepb"
@@ -70,8 +75,11 @@ func grpcCode(httpStatus int) codes.Code {
 // would give.
 func grpcError(err error) error {
 	var reqErr *requestError
-	if errors.As(err, &reqErr) {
+	switch {
+	case errors.As(err, &reqErr):
 		return status.Error(grpcCode(reqErr.status), reqErr.msg)
+	case err == supervisor.ErrShuttingDown: // bare: says no more than its name
+		return status.Error(codes.Unavailable, ShuttingDown)
 	}
 	return status.Error(grpcCode(StatusOf(err)), err.Error())
 }
@@ -156,7 +164,11 @@ func (g *GRPC) ModelInfer(ctx context.Context, req *inferencepb.ModelInferReques
 		status := StatusOf(err)
 		h.requests.count(status, err)
 		if status == http.StatusInternalServerError {
-			h.log.Error("predict failed", "path", "gRPC ModelInfer", "err", err)
+			remote := ""
+			if p, ok := peer.FromContext(ctx); ok {
+				remote = p.Addr.String()
+			}
+			h.log.Error("predict failed", "path", "gRPC ModelInfer", "remote", remote, "err", err)
 		}
 		return nil, grpcError(err)
 	}
@@ -218,10 +230,16 @@ func (st *inferState) readGRPC(req *inferencepb.ModelInferRequest, meta ModelMet
 		ref.name = []byte(in.GetName())
 		dt, ok := dtypeOf([]byte(in.GetDatatype()))
 		if !ok {
-			return badRequest(ref.String() + ": unknown datatype " + strconv.Quote(in.GetDatatype()) + "; the protocol's are " + datatypeNames)
+			return badRequest(ref.String() + ": unknown datatype " + strconv.Quote(in.GetDatatype()) + "; the datatypes are " + datatypeNames)
 		}
 		if len(in.GetShape()) > maxRank {
-			return badRequest(ref.String() + ": shape has " + strconv.Itoa(len(in.GetShape())) + " axes, over the " + strconv.Itoa(maxRank) + " any model takes")
+			return badRequest(ref.String() + `: "shape" has more than ` + strconv.Itoa(maxRank) + " axes")
+		}
+		for a, d := range in.GetShape() {
+			if d < 0 {
+				return badRequest(ref.String() + `: "shape" axis ` + strconv.Itoa(a) + " is " + strconv.FormatInt(d, 10) +
+					"; a request's shape has no variable axes")
+			}
 		}
 		for key := range in.GetParameters() {
 			if sharedMemoryParameter([]byte(key)) {
@@ -307,7 +325,7 @@ func (st *inferState) grpcParameter(key string, p *inferencepb.InferParameter) e
 		case us < 0:
 			return badRequest(`parameter "timeout" must be 0 (none) or a positive number of microseconds, not ` + strconv.FormatInt(us, 10))
 		case us > maxTimeoutMicros:
-			return badRequest(`parameter "timeout" ` + strconv.FormatInt(us, 10) + " is out of range: at most " + strconv.FormatInt(maxTimeoutMicros, 10) + " microseconds")
+			return badRequest(`parameter "timeout" ` + parameterText(p) + " is out of range: at most " + strconv.FormatInt(maxTimeoutMicros, 10) + " microseconds")
 		}
 		st.req.timeout = time.Duration(us) * time.Microsecond
 	case "priority":
@@ -331,6 +349,14 @@ func intParameter(p *inferencepb.InferParameter) (int64, bool) {
 		return int64(v.Uint64Param), true
 	}
 	return 0, false
+}
+
+// parameterText is p's number as it was sent.
+func parameterText(p *inferencepb.InferParameter) string {
+	if v, ok := p.GetParameterChoice().(*inferencepb.InferParameter_Uint64Param); ok {
+		return strconv.FormatUint(v.Uint64Param, 10)
+	}
+	return strconv.FormatInt(p.GetInt64Param(), 10)
 }
 
 // zeroParameter says whether p holds its type's zero (or nothing).
@@ -528,4 +554,95 @@ func (st *inferState) grpcAnswer(model TensorModel, meta ModelMetadata, req *inf
 		resp.RawOutputContents[i] = data
 	}
 	return resp, nil
+}
+
+// Codec is the codec the service's server must use (grpc.ForceServerCodecV2):
+// protobuf, as gRPC's default, but a ModelInfer call whose contents hold
+// more BYTES elements than its size can pay for is refused before it is
+// decoded. A BYTES element decodes to a slice of its own, 24 bytes and its
+// data, from as little as 2 bytes on the wire: 8 MiB of empty elements
+// would take some 100 MiB, and a few such calls a server's memory. Up to
+// the body limit / 12 elements a call are taken (699 050 under the default
+// 8 MiB), which bounds the slices to twice the limit; a client with more
+// sends them as raw_input_contents, which decodes to one slice an input.
+func (g *GRPC) Codec() encoding.CodecV2 {
+	return &inferCodec{base: encoding.GetCodecV2("proto"), maxElements: int(min(g.h.maxBody/12, math.MaxInt32))}
+}
+
+type inferCodec struct {
+	base        encoding.CodecV2
+	maxElements int
+}
+
+func (c *inferCodec) Name() string { return c.base.Name() }
+
+func (c *inferCodec) Marshal(v any) (mem.BufferSlice, error) { return c.base.Marshal(v) }
+
+func (c *inferCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	req, ok := v.(*inferencepb.ModelInferRequest)
+	if !ok {
+		return c.base.Unmarshal(data, v)
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	wire := buf.ReadOnlyData()
+	// A message that is not well formed is left to Unmarshal to refuse.
+	if n := countBytesElements(wire); n > c.maxElements {
+		return status.Error(codes.ResourceExhausted, "the request's contents hold "+strconv.Itoa(n)+" BYTES elements, over the "+
+			strconv.Itoa(c.maxElements)+" one call may carry (the body limit, --max-body, / 12); send them in raw_input_contents")
+	}
+	return proto.Unmarshal(wire, req)
+}
+
+// The field numbers countBytesElements follows: ModelInferRequest.inputs,
+// InferInputTensor.contents and InferTensorContents.bytes_contents.
+const (
+	fieldInputs        = 5
+	fieldContents      = 5
+	fieldBytesContents = 8
+)
+
+// countBytesElements counts the bytes_contents elements of the inputs of
+// a ModelInferRequest in its wire form, as far as it is well formed.
+func countBytesElements(b []byte) int {
+	n := 0
+	eachField(b, func(num protowire.Number, typ protowire.Type, v []byte) {
+		if num != fieldInputs || typ != protowire.BytesType {
+			return
+		}
+		eachField(v, func(num protowire.Number, typ protowire.Type, v []byte) {
+			if num != fieldContents || typ != protowire.BytesType {
+				return
+			}
+			eachField(v, func(num protowire.Number, typ protowire.Type, _ []byte) {
+				if num == fieldBytesContents && typ == protowire.BytesType {
+					n++
+				}
+			})
+		})
+	})
+	return n
+}
+
+// eachField calls f with each field of the message b, and the value of
+// those of the bytes type; it stops at the first that is not well formed.
+func eachField(b []byte, f func(num protowire.Number, typ protowire.Type, v []byte)) {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return
+		}
+		b = b[n:]
+		var v []byte
+		if typ == protowire.BytesType {
+			v, n = protowire.ConsumeBytes(b)
+		} else {
+			n = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if n < 0 {
+			return
+		}
+		f(num, typ, v)
+		b = b[n:]
+	}
 }

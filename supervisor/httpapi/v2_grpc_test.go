@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -280,5 +281,56 @@ func BenchmarkGRPCInfer(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestGRPCCodecBoundsBytesElements: a call whose contents hold more BYTES
+// elements than the body limit / 12 is refused before it is decoded; one
+// at the bound is decoded whole.
+func TestGRPCCodecBoundsBytesElements(t *testing.T) {
+	codec := NewGRPC(New(Config{Backend: &fakeBackend{}, MaxBody: 1200})).Codec()
+	request := func(n int) []byte {
+		req := &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{input("a", "BYTES", 1), input("b", "BYTES", int64(n-1))}}
+		req.Inputs[0].Contents = &pb.InferTensorContents{BytesContents: [][]byte{{}}}
+		req.Inputs[1].Contents = &pb.InferTensorContents{BytesContents: make([][]byte, n-1)}
+		wire, err := proto.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return wire
+	}
+	got := new(pb.ModelInferRequest)
+	if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(request(100))}, got); err != nil || len(got.Inputs[1].Contents.BytesContents) != 99 {
+		t.Fatalf("100 elements, the bound: %v, %d decoded", err, len(got.GetInputs()[1].GetContents().GetBytesContents()))
+	}
+	err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(request(101))}, new(pb.ModelInferRequest))
+	if st, _ := status.FromError(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "101 BYTES elements, over the 100") {
+		t.Errorf("101 elements: %v, want RESOURCE_EXHAUSTED naming both counts", err)
+	}
+	if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer([]byte{0xff, 0xff})}, new(pb.ModelInferRequest)); err == nil {
+		t.Error("a message that is not protobuf was decoded")
+	}
+}
+
+// TestGRPCRefusesNegativeAxesAsREST: a negative axis is refused in the
+// REST route's words, whichever form the data takes.
+func TestGRPCRefusesNegativeAxesAsREST(t *testing.T) {
+	for _, typed := range []bool{false, true} {
+		req := &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{input("t", "INT8", -1, 2)}}
+		if typed {
+			req.Inputs[0].Contents = &pb.InferTensorContents{IntContents: []int32{1, 2}}
+		} else {
+			req.RawInputContents = [][]byte{{1, 2}}
+		}
+		_, err := grpcCall(t, echoModel(spec("t", "INT8", true, -1, 2)), nil, req)
+		if st, _ := status.FromError(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), `input "t": "shape" axis 0 is -1; a request's shape has no variable axes`) {
+			t.Errorf("typed %v: %v", typed, err)
+		}
+	}
+	backend := &fakeBackend{ready: true, submit: func(context.Context, supervisor.Request) (*answer, error) { return nil, supervisor.ErrShuttingDown }}
+	req := &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{input("t", "INT8", 1)}, RawInputContents: [][]byte{{1}}}
+	_, err := grpcCall(t, echoModel(spec("t", "INT8", true, -1)), backend, req)
+	if st, _ := status.FromError(err); st.Code() != codes.Unavailable || st.Message() != ShuttingDown {
+		t.Errorf("draining: %v, want UNAVAILABLE %q", err, ShuttingDown)
 	}
 }
