@@ -10,7 +10,8 @@ import (
 )
 
 // benchBatches are the batches the benchmarks move: many small items (text
-// requests) and fewer large ones (image tiles, tensors).
+// requests), fewer large ones (image tiles, tensors), and a batch of
+// nearly the most the encoder keeps between frames (4 MiB).
 var benchBatches = []struct {
 	name     string
 	items    int
@@ -18,6 +19,7 @@ var benchBatches = []struct {
 }{
 	{"64x16B", 64, 16},
 	{"64x4KiB", 64, 4 << 10},
+	{"64x60KB", 64, 60000},
 }
 
 // benchItems returns n msgpack strings of size bytes each (header included).

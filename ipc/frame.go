@@ -8,11 +8,24 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"time"
 )
 
 // keepEncodeBuffer is the largest encode buffer a Writer keeps between
 // messages; after one large batch it starts afresh instead of pinning it.
 const keepEncodeBuffer = 4 << 20
+
+// keepIdleBuffer is the largest encode buffer a Writer keeps once idle
+// (see Writer.trimIdle): as much as a Reader's own read buffer, so that a
+// worker costs the supervisor no more at rest for having run large batches.
+const keepIdleBuffer = 64 << 10
+
+// idleAfter is how long a Writer keeps a buffer over keepIdleBuffer after
+// the last frame that used it. It is shorter than idlemem.CheckEvery: the
+// collection that gives a burst's memory back comes a whole check interval
+// after the last answer at the soonest, and by then the buffer it should
+// free is garbage.
+const idleAfter = time.Second
 
 // readAhead is the most a Reader allocates for a frame beyond the bytes that
 // have arrived: a large frame's buffer grows as its bytes come in, so a
@@ -29,12 +42,21 @@ func frameLimit(maxFrame int) int {
 }
 
 // Writer writes messages as frames. It is safe for concurrent use: each
-// message goes out whole.
+// message goes out whole. It keeps the buffer it encodes in from frame to
+// frame, and gives a large one up a second after the last frame that
+// needed it, so that a process at rest does not hold its largest batch.
 type Writer struct {
 	mu       sync.Mutex
 	w        io.Writer
 	enc      *encoder
 	maxFrame int
+
+	// usedAt is when a frame last used the encode buffer while it was
+	// over keepIdleBuffer (see trimBuffer); idle, made at the first such
+	// frame, runs trimIdle, and idleArmed says whether it is due to.
+	usedAt    time.Time
+	idle      *time.Timer
+	idleArmed bool
 }
 
 // NewWriter returns a Writer on w that refuses to send frames over maxFrame
@@ -66,10 +88,64 @@ func (w *Writer) Write(m *Message) error {
 	return nil
 }
 
+// trimBuffer starts afresh after a frame too large to keep the buffer of,
+// and otherwise sees to it that a buffer over keepIdleBuffer is given up
+// once no frame has used it for idleAfter. A frame uses the buffer when it
+// fills more than a quarter of it: the buffer grows by doubling, so frames
+// of a steady size fill half of it or more and keep it, while the
+// heartbeats and small answers that follow a burst of large batches do
+// not. It requires that w.mu is locked.
+//
+// The Writer times this itself, as its callers cannot tell idle from busy
+// any better: the supervisor's queue of batches for a worker is empty
+// after most writes even under steady load (each batch is sent the moment
+// it is formed), so that giving the buffer up there would allocate it
+// afresh for each frame; and the idle memory release
+// (idlemem.Release) neither reaches each Writer nor sees these buffers as
+// waste, since they are live.
 func (w *Writer) trimBuffer() {
-	if w.enc.buf.Cap() > keepEncodeBuffer {
+	size := w.enc.buf.Cap()
+	if size > keepEncodeBuffer {
 		w.enc = newEncoder()
+		return
 	}
+	if size <= keepIdleBuffer {
+		return
+	}
+	if 4*w.enc.buf.Len() > size {
+		w.usedAt = time.Now()
+	}
+	if !w.idleArmed {
+		w.armIdle(idleAfter)
+	}
+}
+
+// armIdle has trimIdle run after d. It requires that w.mu is locked.
+func (w *Writer) armIdle(d time.Duration) {
+	w.idleArmed = true
+	if w.idle == nil {
+		w.idle = time.AfterFunc(d, w.trimIdle)
+		return
+	}
+	w.idle.Reset(d)
+}
+
+// trimIdle gives up an encode buffer over keepIdleBuffer that no frame has
+// used for idleAfter, and otherwise looks again when that will be so.
+// While frames keep using it, this runs once every idleAfter, not once a
+// frame, and allocates nothing.
+func (w *Writer) trimIdle() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.idleArmed = false
+	if w.enc.buf.Cap() <= keepIdleBuffer {
+		return
+	}
+	if unused := time.Since(w.usedAt); unused < idleAfter {
+		w.armIdle(idleAfter - unused)
+		return
+	}
+	w.enc = newEncoder()
 }
 
 // contentSize is a lower bound of m's encoded size: the bytes of its items

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -713,6 +714,64 @@ func TestMemoryIsGivenBackAfterABurst(t *testing.T) {
 		}
 		return given
 	})
+}
+
+// TestIdleServerKeepsNoBatchBuffers: after a burst of batches of nearly
+// 4 MiB, an idle server's heap in use is back within seconds to what it
+// was before, with no collection forced from outside. (Before, the encoder
+// of each worker's pipe kept a buffer as large as the largest batch sent
+// to it, up to 4 MiB, for the server's life: 32 MiB for 8 workers.)
+func TestIdleServerKeepsNoBatchBuffers(t *testing.T) {
+	const workers = 2
+	s := startServer(t, "--model", "echo", "--workers", strconv.Itoa(workers))
+	s.waitAllReady(t, workers)
+	before := heapInUse(t, s)
+	// A batch of 64 items of 60 kB is a frame of 3.8 MB.
+	body, err := json.Marshal(map[string]any{"inputs": slices.Repeat([]string{strings.Repeat("a", 60000)}, 64)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Timeout: requestTimeout}
+	var wg sync.WaitGroup
+	for range 4 * workers {
+		wg.Go(func() {
+			for range 2 {
+				if n, err := postDiscarding(s, client, body); err != nil || n < 64*60000 {
+					t.Errorf("burst request: %d bytes of answer, %v", n, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var heap float64
+	defer func() {
+		t.Logf("heap in use before the burst %.1f MiB, at the end of the wait %.1f MiB", before/(1<<20), heap/(1<<20))
+	}()
+	s.waitFor(t, "the heap in use to be back to its size before the burst", 20*time.Second, func() bool {
+		heap = heapInUse(t, s)
+		return heap < before+3<<20
+	})
+}
+
+// heapInUse is the server's heap in use, as its /metrics says, in bytes.
+func heapInUse(t *testing.T, s *server) float64 {
+	t.Helper()
+	const series = "go_memstats_heap_inuse_bytes "
+	status, body, err := s.get("/metrics")
+	if err != nil || status != http.StatusOK {
+		t.Fatalf("GET /metrics: %d, %v", status, err)
+	}
+	for line := range strings.Lines(string(body)) {
+		if rest, ok := strings.CutPrefix(line, series); ok {
+			n, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			if err != nil {
+				t.Fatalf("/metrics: %q: %v", line, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("/metrics has no %s", series)
+	return 0
 }
 
 // TestConnectionsTurnedAwayAreCountedAndLogged: connections turned away
