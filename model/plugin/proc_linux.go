@@ -1,6 +1,8 @@
 package plugin
 
 import (
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"sync"
@@ -35,32 +37,72 @@ const guardName = "streamer-plugin-guard"
 // holds open: when the worker is gone, however it went, the pipe ends and
 // the shell kills the group, itself included. Being in the group, it also
 // keeps the group's id from being reused while the group lives.
+//
+// A guard that dies before stop (killed by hand, or by the OOM killer)
+// would leave the group unguarded for the rest of the worker's life, and a
+// zombie. So the guard holds the write end of a second pipe, its stdout,
+// which ends when it does, and watch then kills the group as the guard
+// would have: the plugin's death is the worker's crash (see Config.Crashed),
+// and the worker that takes its place starts the plugin with a new guard.
+// The guard is reaped by stop alone, as before: until then its zombie keeps
+// the group's id, which watch and the worker's killGroup use, from being
+// reused.
 type groupGuard struct {
 	cmd  *exec.Cmd
 	pipe *os.File // the write end: closing it ends the group
 	once sync.Once
+
+	mu      sync.Mutex
+	stopped bool // stop has begun: the guard's death is its doing
 }
 
 // startGroupGuard starts the guard; the plugin then joins its group.
-func startGroupGuard() (*groupGuard, error) {
+// output is told when the guard dies before stop.
+func startGroupGuard(output io.Writer) (*groupGuard, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
+	goneR, goneW, err := os.Pipe()
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	defer goneW.Close()
 	cmd := &exec.Cmd{
-		Path:  "/bin/sh",
-		Args:  []string{guardName, "-c", "read line; kill -KILL 0"},
-		Stdin: r,
+		Path:   "/bin/sh",
+		Args:   []string{guardName, "-c", "read line; kill -KILL 0"},
+		Stdin:  r,
+		Stdout: goneW,
 		// A group of its own, and no parent death signal: it must outlive
 		// the worker to do its job.
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 	}
 	if err := cmd.Start(); err != nil {
 		w.Close()
+		goneR.Close()
 		return nil, err
 	}
-	return &groupGuard{cmd: cmd, pipe: w}, nil
+	g := &groupGuard{cmd: cmd, pipe: w}
+	go g.watch(goneR, output)
+	return g, nil
+}
+
+// watch waits for the guard's stdout to end, which it does when the guard
+// dies, and kills the group if stop did not end it.
+func (g *groupGuard) watch(gone *os.File, output io.Writer) {
+	defer gone.Close()
+	_, _ = io.Copy(io.Discard, gone) // the guard writes nothing
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stopped {
+		return
+	}
+	fmt.Fprintf(output, "the guard of the plugin's process group (pid %d) died: killing the group, plugin included, as the guard would have\n", g.pgid())
+	// Its zombie holds the group's id until stop reaps it, which waits
+	// for this.
+	killGroup(g.pgid())
 }
 
 // pgid is the process group the plugin joins; 0 without a guard.
@@ -77,6 +119,9 @@ func (g *groupGuard) stop() {
 		return
 	}
 	g.once.Do(func() {
+		g.mu.Lock()
+		g.stopped = true
+		g.mu.Unlock()
 		g.pipe.Close()
 		_ = g.cmd.Wait()
 	})

@@ -2,7 +2,10 @@
 
 package plugin
 
-import "os/exec"
+import (
+	"io"
+	"os/exec"
+)
 
 // setProcAttr does nothing where the kernel has no parent death signal: there
 // a plugin whose worker is killed outright is left running.
@@ -14,7 +17,7 @@ func killGroup(int) {}
 // groupGuard is Linux's: elsewhere there is none.
 type groupGuard struct{}
 
-func startGroupGuard() (*groupGuard, error) { return nil, nil }
+func startGroupGuard(io.Writer) (*groupGuard, error) { return nil, nil }
 
 func (g *groupGuard) pgid() int { return 0 }
 

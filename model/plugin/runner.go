@@ -74,7 +74,7 @@ func (r *procRunner) Start(context.Context) error {
 	// Without a guard (no /bin/sh) the plugin leads a group of its own,
 	// and what it started dies with it, but not with a worker killed outright.
 	var err error
-	if r.guard, err = startGroupGuard(); err != nil {
+	if r.guard, err = startGroupGuard(r.output); err != nil {
 		fmt.Fprintf(r.output, "no guard for the plugin's process group (%v): what it starts may outlive a worker killed outright\n", err)
 	}
 	setProcAttr(r.cmd, r.guard.pgid())

@@ -1,0 +1,56 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/streamer-dev/streamer/internal/syncbuf"
+)
+
+// TestAGuardsDeathEndsThePlugin: when the guard of the plugin's process
+// group dies (kill -9), the worker does not serve on with its plugin
+// unguarded: the group is killed, plugin and child alike, which is the
+// plugin's crash, said in its output; and the guard is reaped, not left a
+// zombie.
+func TestAGuardsDeathEndsThePlugin(t *testing.T) {
+	var out syncbuf.Buffer
+	crashed := make(chan error, 1)
+	m := openChaos(t, Config{Output: &out, Crashed: func(err error) { crashed <- err }})
+	outs, err := m.Predict(context.Background(), pack(t, "fork"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var child int
+	if err := msgpack.Unmarshal(outs[0], &child); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(child, syscall.SIGKILL)
+	guard := m.runner.guard.pgid()
+	if err := syscall.Kill(guard, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-crashed:
+		if !errors.Is(err, ErrExited) || !strings.Contains(err.Error(), "signal: killed") {
+			t.Errorf("Crashed got %v, want ErrExited saying the plugin was killed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the guard (pid %d) was killed and the plugin still serves:\n%s", guard, out.String())
+	}
+	if want := fmt.Sprintf("[plugin chaos] the guard of the plugin's process group (pid %d) died", guard); !strings.Contains(out.String(), want) {
+		t.Errorf("the output does not say why the plugin was killed; want %q in:\n%s", want, out.String())
+	}
+	waitFor(t, 5*time.Second, fmt.Sprintf("the plugin's child %d to die with its group", child), func() bool { return processGone(child) })
+	m.Close()
+	var status syscall.WaitStatus
+	if pid, err := syscall.Wait4(guard, &status, syscall.WNOHANG, nil); !errors.Is(err, syscall.ECHILD) {
+		t.Errorf("after Close, waiting for the guard (pid %d) gives pid %d, %v; want ECHILD: it is reaped", guard, pid, err)
+	}
+}
