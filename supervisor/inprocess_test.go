@@ -274,3 +274,41 @@ func TestReloadForgetsTheCrashRecord(t *testing.T) {
 		t.Errorf("%d innocent items taken for poison", n)
 	}
 }
+
+// A worker killed for running past WorkerTimeout, its call stuck in the
+// model for good, lets go of its batch: the batch is answered by the
+// worker that replaces it and reused, while the dead goroutine reads
+// nothing of it. Before, the goroutine read the batch's id and items
+// after taking it, unlocked, when a kill could give the batch away
+// meanwhile; the race detector saw those reads race with its reuse, in
+// most rounds, so a few rounds, each with a streamer of its own, make it
+// all but certain.
+func TestAKilledInProcessWorkerLetsGoOfItsBatch(t *testing.T) {
+	for round := range 3 {
+		// A fresh channel, and streamer, each round: a channel touched
+		// again would order the dead goroutine's reads before the reuse.
+		hang, stuck := make(chan struct{}, 1), make(chan struct{})
+		defer close(stuck)
+		hang <- struct{}{}
+		fn := func(_ context.Context, items [][]byte) ([][]byte, error) {
+			select {
+			case <-hang: // the first call never returns while the test runs
+				<-stuck
+			default:
+			}
+			return items, nil
+		}
+		s := start(t, supervisor.Config{InProcess: model.Func(fn), WorkerTimeout: 50 * time.Millisecond, BackoffMin: time.Millisecond})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for i := range 2 {
+			out, err := s.Predict(ctx, items("x"))
+			if err != nil || string(out[0]) != "x" {
+				t.Fatalf("round %d, request %d: %q, %v; want x answered by the worker that replaced the stuck one", round, i, out, err)
+			}
+		}
+		if n := s.Stats().Crashes; n != 1 {
+			t.Errorf("round %d: %d crashes; want the one worker killed", round, n)
+		}
+	}
+}

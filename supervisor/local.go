@@ -22,6 +22,12 @@ type local struct {
 	cancel  context.CancelFunc
 	batches chan *batch // nil batch: stop
 	exited  chan struct{}
+	// handling is held while the goroutine reads a batch that the slot
+	// shares with it, never across the model's call: wait takes it, so that
+	// once the slot hears of the death and gives the batches to other
+	// workers, a killed goroutine whose call may never return touches none
+	// of them again.
+	handling sync.Mutex
 
 	once   sync.Once
 	reason error
@@ -51,10 +57,11 @@ func (l *local) loop() {
 				l.die(errors.New("stopped"))
 				return
 			}
-			if _, ok := l.sl.pruneForRun(l, b, nil); !ok {
-				return // abandoned: its batches are back in the queue
+			id, data, ok := l.take(b)
+			if !ok {
+				return // dead: its batches are back in the queue, or soon will be
 			}
-			r, err := l.run(b)
+			r, err := l.run(id, data)
 			if err != nil {
 				l.die(err)
 				return
@@ -69,23 +76,40 @@ func (l *local) loop() {
 	}
 }
 
-// run calls the model for one batch. A panic comes back as a short error,
-// its stack logged, as a crashed child's stderr would be.
-func (l *local) run(b *batch) (r result, err error) {
+// take readies b to run and returns its id and its own list of the
+// items' bytes, or false when the worker is dead: the select in loop may
+// pick a batch though exited is closed too, and a dead worker's batches go
+// back to the queue, to be run and reused elsewhere.
+func (l *local) take(b *batch) (id uint64, data [][]byte, ok bool) {
+	l.handling.Lock()
+	defer l.handling.Unlock()
+	if isClosed(l.exited) {
+		return 0, nil, false
+	}
+	if _, ok := l.sl.pruneForRun(l, b, nil); !ok {
+		return 0, nil, false
+	}
+	return b.id, slices.Clone(b.data), true
+}
+
+// run calls the model for batch id, whose items' bytes are data. A panic
+// comes back as a short error, its stack logged, as a crashed child's
+// stderr would be.
+func (l *local) run(id uint64, data [][]byte) (r result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			l.sl.s.log.Error("panic in the in-process model", "slot", l.sl.id, "batch", r.id, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			err = fmt.Errorf("panic in the model: %v", p)
 		}
 	}()
-	r.id = b.id
-	if len(b.data) == 0 {
+	r.id = id
+	if len(data) == 0 {
 		return r, nil // everything in it expired on the way
 	}
-	// The model gets its own list of the items, and b is not read after
-	// it returns: a call that outlives its worker (abandoned on a timeout)
-	// returns when b may have been answered elsewhere and reused.
-	r.outputs, r.itemErrs, r.err = model.Call(l.ctx, l.model, slices.Clone(b.data))
+	// The model gets its own list of the items (see take): a call that
+	// outlives its worker (abandoned on a timeout) may still be running
+	// when its batch has been answered elsewhere and reused.
+	r.outputs, r.itemErrs, r.err = model.Call(l.ctx, l.model, data)
 	return r, nil
 }
 
@@ -117,8 +141,13 @@ func (l *local) kill(reason error) {
 	l.die(reason)
 }
 
+// wait returns once the worker is dead and its goroutine has let go of
+// the batch it was taking (see handling); not once the goroutine has
+// ended, which a call stuck in the model may never let it do.
 func (l *local) wait() error {
 	<-l.exited
+	l.handling.Lock()
+	defer l.handling.Unlock()
 	return l.reason
 }
 
