@@ -23,10 +23,11 @@ type local struct {
 	batches chan *batch // nil batch: stop
 	exited  chan struct{}
 	// handling is held while the goroutine reads a batch that the slot
-	// shares with it, never across the model's call: wait takes it, so that
-	// once the slot hears of the death and gives the batches to other
-	// workers, a killed goroutine whose call may never return touches none
-	// of them again.
+	// shares with it or answers one, never across the model's call: wait
+	// takes it, so that once the slot hears of the death and gives the
+	// batches to other workers, a killed goroutine whose call may never
+	// return touches none of them again, and no answer is still being
+	// delivered.
 	handling sync.Mutex
 
 	once   sync.Once
@@ -66,10 +67,9 @@ func (l *local) loop() {
 				l.die(err)
 				return
 			}
-			if isClosed(l.exited) {
+			if !l.settle(r) {
 				return
 			}
-			l.sl.onResult(l, r)
 		case <-l.exited:
 			return
 		}
@@ -90,6 +90,21 @@ func (l *local) take(b *batch) (id uint64, data [][]byte, ok bool) {
 		return 0, nil, false
 	}
 	return b.id, slices.Clone(b.data), true
+}
+
+// settle has the slot answer the batch with r, completing its Futures in
+// this goroutine, or reports false when the worker is dead: the batch is
+// back in the queue then, or soon will be. It holds handling meanwhile, so
+// that a Shutdown that kills the worker in the middle of the answer, and
+// waits for it, returns only once every Future of the batch is completed.
+func (l *local) settle(r result) bool {
+	l.handling.Lock()
+	defer l.handling.Unlock()
+	if isClosed(l.exited) {
+		return false
+	}
+	l.sl.onResult(l, r)
+	return true
 }
 
 // run calls the model for batch id, whose items' bytes are data. A panic
@@ -142,8 +157,8 @@ func (l *local) kill(reason error) {
 }
 
 // wait returns once the worker is dead and its goroutine has let go of
-// the batch it was taking (see handling); not once the goroutine has
-// ended, which a call stuck in the model may never let it do.
+// the batch it was taking or answering (see handling); not once the
+// goroutine has ended, which a call stuck in the model may never let it do.
 func (l *local) wait() error {
 	<-l.exited
 	l.handling.Lock()

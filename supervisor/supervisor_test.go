@@ -604,6 +604,62 @@ func TestShutdownPastGraceAnswersEverything(t *testing.T) {
 	g.release()
 }
 
+// TestShutdownPastGraceWaitsForTheAnswerUnderWay: a Shutdown whose context
+// has ended kills an in-process worker that is completing the Futures of
+// the batch it answered; it returns only once they are all completed, as
+// it promises. (Before, the worker's death was heard at once, and
+// Shutdown returned while the worker went on completing them.) The first
+// Future's OnDone holds the worker in the middle of the answer, for a
+// while, or until Shutdown returned.
+func TestShutdownPastGraceWaitsForTheAnswerUnderWay(t *testing.T) {
+	g := newGate(false)
+	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), Workers: 2, Batching: supervisor.BatchingGreedy})
+	// A batch that runs until its worker is killed keeps the drain from
+	// ending: Shutdown kills the workers for its ended context.
+	if _, err := s.Submit(context.Background(), items("hang")); err != nil {
+		t.Fatal(err)
+	}
+	<-g.started
+	futs, errs := s.SubmitRequests(context.Background(), []supervisor.Request{{Items: items("a")}, {Items: items("b")}})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if n := <-g.started; n != 2 {
+		t.Fatalf("a batch of %d items; want a and b together", n)
+	}
+	delivering, returned := make(chan struct{}), make(chan struct{})
+	futs[0].OnDone(func() {
+		close(delivering)
+		select {
+		case <-returned:
+		case <-time.After(500 * time.Millisecond):
+		}
+	})
+	g.release()
+	<-delivering
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := s.Shutdown(ended)
+	var answered bool
+	select {
+	case <-futs[1].Done():
+		answered = true
+	default:
+	}
+	close(returned)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Shutdown: %v; want its context's error", err)
+	}
+	if !answered {
+		t.Fatal("Shutdown returned before the second item of the batch under way was answered")
+	}
+	for i, want := range []string{"out:a", "out:b"} {
+		if out, err := futs[i].Result(context.Background()); err != nil || string(out[0]) != want {
+			t.Errorf("request %d answered %q, %v; want %s", i, out, err, want)
+		}
+	}
+}
+
 func TestNoWorkerMeansQuickUnavailable(t *testing.T) {
 	g := newGate(true)
 	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), BackoffMin: time.Hour, BackoffMax: time.Hour, UnavailableAfter: 50 * time.Millisecond})
