@@ -134,6 +134,38 @@ func TestConcurrentShutdownWaitsForTheFirst(t *testing.T) {
 	}
 }
 
+// TestShutdownWhileStartRunsWaitsForAllItStarted: a Shutdown made while
+// Start runs stops all that Start started and waits for it, the
+// dispatcher included. Before, Start counted the dispatcher for
+// Shutdown's wait only after letting go of its lock, so that a Shutdown
+// could wait before the count and return with the dispatcher running: the
+// race detector saw the count made concurrently with the wait within a
+// few dozen rounds.
+func TestShutdownWhileStartRunsWaitsForAllItStarted(t *testing.T) {
+	echo := model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) { return items, nil })
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	for round := range 200 {
+		s, err := supervisor.New(supervisor.Config{InProcess: echo, Workers: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		shut := make(chan error, 1)
+		go func() { shut <- s.Shutdown(ended) }()
+		// Start returns nil when a worker was ready before the Shutdown
+		// stopped it.
+		if err := s.Start(context.Background()); err != nil && !errors.Is(err, supervisor.ErrShuttingDown) {
+			t.Fatalf("round %d: Start: %v; want nil or ErrShuttingDown", round, err)
+		}
+		if err := <-shut; err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatalf("round %d: Shutdown: %v; want nil or its context's error", round, err)
+		}
+		if _, err := s.Submit(context.Background(), items("x")); !errors.Is(err, supervisor.ErrShuttingDown) {
+			t.Fatalf("round %d: Submit once both returned: %v; want ErrShuttingDown", round, err)
+		}
+	}
+}
+
 // TestAvailableOnceAWorkerIsReady: workers slower to start than
 // UnavailableAfter leave the streamer unavailable meanwhile; once Start
 // has returned, a worker being ready, it is available at once, not only

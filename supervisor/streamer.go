@@ -147,7 +147,9 @@ func New(cfg Config) (*Streamer, error) {
 // is left running for want of a Shutdown. A ctx ended already starts
 // nothing and fails with its error, the Streamer left as it was. Start
 // after Shutdown fails with ErrShuttingDown and starts nothing; a second
-// Start fails with ErrStarted.
+// Start fails with ErrStarted. A Shutdown made while Start runs stops all
+// that Start started and waits for it, as after Start; Start may still
+// return nil then, when a worker was ready before the Shutdown stopped it.
 func (s *Streamer) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("start: %w", err)
@@ -162,8 +164,10 @@ func (s *Streamer) Start(ctx context.Context) error {
 		return ErrStarted
 	}
 	// Under the lock, so that a Shutdown either sees it started or
-	// makes this Start refuse.
+	// makes this Start refuse; and one that sees it started waits for the
+	// dispatcher and watchStalls, counted before it can look.
 	s.started.Store(true)
+	s.dispatched.Add(2)
 	s.downSince = time.Now()
 	slots := slices.Clone(s.slots)
 	s.mu.Unlock()
@@ -171,7 +175,6 @@ func (s *Streamer) Start(ctx context.Context) error {
 	for _, sl := range slots {
 		go sl.run(nil, firstTries)
 	}
-	s.dispatched.Add(2)
 	go s.dispatchLoop()
 	go s.watchStalls()
 	var errs []error
