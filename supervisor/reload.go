@@ -191,6 +191,12 @@ func (s *Streamer) reloadSlot(ctx context.Context, i int, spec model.Spec) error
 // have exited. No admitted item is lost. Config.MaxQueue stays what New
 // made of it.
 //
+// The slots drained are the last ones whatever their state: a slot given
+// up (SlotFailed) is not drained in the place of a later one, so that
+// every slot keeps its number and its device. When the slots left have
+// all been given up, nothing can run any more, and Fatal says so, as when
+// the last slot is given up.
+//
 // A new worker that fails to start ends the scaling there, with an error
 // naming the slot and wrapping ErrStartFailed; the slots started before
 // it keep running. Only one Reload or SetWorkers runs at a time, with the
@@ -241,6 +247,8 @@ func (s *Streamer) addSlot(ctx context.Context, i int) error {
 }
 
 // removeSlots drains the slots from n on and waits until they have ended.
+// When the slots left have all been given up, nothing can run any more:
+// Fatal says so, as when the last slot is given up (see slot.backoff).
 func (s *Streamer) removeSlots(ctx context.Context, n int) error {
 	s.mu.Lock()
 	gone := slices.Clone(s.slots[n:])
@@ -251,6 +259,8 @@ func (s *Streamer) removeSlots(ctx context.Context, n int) error {
 	for i, sl := range gone {
 		stops[i] = s.retireLocked(sl)
 	}
+	allFailed := s.allFailedLocked()
+	lastErr := s.slots[n-1].lastErr
 	s.mu.Unlock()
 	for i, sl := range gone {
 		s.log.Info("draining slot", sl.logAttrs(stops[i], "reason", "scaled down")...)
@@ -259,6 +269,10 @@ func (s *Streamer) removeSlots(ctx context.Context, n int) error {
 		}
 	}
 	s.signal()
+	if allFailed {
+		s.log.Error("the slots left after scaling down have all been given up; nothing can run", "workers", n)
+		s.giveUp(lastErr)
+	}
 	for _, sl := range gone {
 		if err := waitRetired(ctx, sl); err != nil {
 			return err

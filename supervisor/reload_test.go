@@ -475,3 +475,47 @@ func TestReloadOpensTheModelRefreshMakes(t *testing.T) {
 	})
 	rejectsOnly("new", "old")
 }
+
+// Scaling down to slots that have all been given up leaves the streamer
+// unable to run anything, as when its last slot is given up: Fatal says
+// so by the time SetWorkers returns. Before, SetWorkers drained the slot
+// that served, leaving the one given up, and Fatal never came: every
+// request failed with ErrUnavailable for good.
+func TestScalingDownToSlotsGivenUpIsFatal(t *testing.T) {
+	weightsGone := filepath.Join(t.TempDir(), "weights-gone")
+	cfg := processConfig("echo", 2, 8)
+	cfg.Process.Env = []string{failOpenEnv + "=" + weightsGone}
+	cfg.BackoffMin, cfg.BackoffMax = time.Millisecond, 5*time.Millisecond
+	cfg.MaxRestarts = 2
+	s := start(t, cfg)
+	waitFor(t, "both workers ready", func() bool { return readyCount(s) == 2 })
+	if err := os.WriteFile(weightsGone, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	worker, err := os.FindProcess(s.Slots()[0].PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := worker.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "slot 0 given up", func() bool { return s.Slots()[0].State == supervisor.SlotFailed })
+	select {
+	case err := <-s.Fatal():
+		t.Fatalf("Fatal while slot 1 serves: %v", err)
+	default:
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.SetWorkers(ctx, 1); err != nil {
+		t.Fatalf("SetWorkers(1): %v", err)
+	}
+	select {
+	case err := <-s.Fatal():
+		if !strings.Contains(err.Error(), "every slot") || !strings.Contains(err.Error(), "cannot load weights") {
+			t.Errorf("Fatal: %v; want it to say every slot was given up, and why", err)
+		}
+	default:
+		t.Fatalf("no Fatal once SetWorkers left only a slot given up; slots %+v", s.Slots())
+	}
+}

@@ -674,18 +674,13 @@ func (sl *slot) backoff() bool {
 	}
 	if len(sl.recent) > s.cfg.MaxRestarts {
 		sl.state = SlotFailed
-		allFailed := true
-		for _, other := range s.slots {
-			allFailed = allFailed && other.state == SlotFailed
-		}
+		allFailed := s.allFailedLocked()
 		lastErr := sl.lastErr
 		s.mu.Unlock()
 		s.log.Error("slot is crash-looping; giving up on it", sl.logAttrs(nil, "restarts", len(sl.recent), "window", s.cfg.RestartWindow, "err", lastErr)...)
 		s.signal()
 		if allFailed {
-			s.fatalOnce.Do(func() {
-				s.fatal <- fmt.Errorf("every slot restarted more than %d times within %s; last error: %s", s.cfg.MaxRestarts, s.cfg.RestartWindow, lastErr)
-			})
+			s.giveUp(lastErr)
 		}
 		return false
 	}
@@ -709,6 +704,26 @@ func (sl *slot) backoff() bool {
 		sl.setState(SlotStopped)
 		return false
 	}
+}
+
+// allFailedLocked reports whether every slot taking batches has been
+// given up (SlotFailed): none will run anything again. It requires that
+// s.mu is held.
+func (s *Streamer) allFailedLocked() bool {
+	for _, sl := range s.slots {
+		if sl.state != SlotFailed {
+			return false
+		}
+	}
+	return len(s.slots) > 0
+}
+
+// giveUp tells the owner, through Fatal, once, that every slot has been
+// given up, the last of them for lastErr.
+func (s *Streamer) giveUp(lastErr string) {
+	s.fatalOnce.Do(func() {
+		s.fatal <- fmt.Errorf("every slot restarted more than %d times within %s; last error: %s", s.cfg.MaxRestarts, s.cfg.RestartWindow, lastErr)
+	})
 }
 
 // shutdown stops the slot's worker (gently unless kill) and waits for the

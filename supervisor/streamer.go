@@ -684,8 +684,9 @@ func (s *Streamer) startFailureLocked() string {
 	return "; workers fail to start: " + first
 }
 
-// Fatal delivers an error when every slot has failed past MaxRestarts: the
-// streamer can no longer run anything, and its owner should exit.
+// Fatal delivers an error when every slot has failed past MaxRestarts,
+// or SetWorkers scaled down to slots that all had: the streamer can no
+// longer run anything, and its owner should exit.
 func (s *Streamer) Fatal() <-chan error { return s.fatal }
 
 // Slots describes every slot: those taking batches, in order, then those
