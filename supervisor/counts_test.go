@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -145,5 +146,42 @@ func TestABatchFailedWholeIsSaidOfEveryItem(t *testing.T) {
 	_, err = s.Predict(context.Background(), items("alone"))
 	if !errors.As(err, &itemErr) || itemErr.Every || !strings.HasPrefix(err.Error(), "item 0: ") {
 		t.Errorf("a request of one item: %v; want it said of item 0", err)
+	}
+}
+
+// A snapshot taken under load never has more items answered than
+// submitted. Before, Stats read Submitted before the outcomes, so that the
+// items answered in between counted in Answered alone: many with a large
+// BatchSize, whose list of batch sizes Stats makes in between. (An item
+// was also counted submitted only once the lock that queued it was let
+// go, when it could have been answered already.)
+func TestStatsNeverAnswerMoreThanSubmitted(t *testing.T) {
+	echo := model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) { return items, nil })
+	s := start(t, supervisor.Config{InProcess: echo, Workers: 2, BatchSize: 4096, Batching: supervisor.BatchingGreedy})
+	stop := make(chan struct{})
+	var clients sync.WaitGroup
+	defer func() {
+		close(stop)
+		clients.Wait()
+	}()
+	for range 4 {
+		clients.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := s.Predict(context.Background(), items("x")); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	for i := range 500 {
+		if st := s.Stats(); st.Answered > st.Submitted {
+			t.Fatalf("snapshot %d: %d items answered, %d submitted", i, st.Answered, st.Submitted)
+		}
 	}
 }

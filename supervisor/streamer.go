@@ -300,8 +300,9 @@ func (s *Streamer) SubmitRequests(ctx context.Context, reqs []Request) (futs []*
 		s.queue.resize()
 		wake = wasEmpty || s.worthWaking()
 	}
-	s.mu.Unlock()
+	// Counted before the lock is let go, as in queueLocked.
 	s.stats.submitted.Add(uint64(queued))
+	s.mu.Unlock()
 	if wake {
 		s.signal()
 	}
@@ -353,8 +354,11 @@ func (s *Streamer) queueLocked(req Request, f *Future) {
 	s.room.queued(n)
 	// The first item queued arms the dispatcher's MaxLatency timer.
 	wake := wasEmpty || s.worthWaking()
-	s.mu.Unlock()
+	// Counted before the lock is let go, which a worker needs to take the
+	// items: an item is counted submitted before it can be answered (see
+	// Stats).
 	s.stats.submitted.Add(uint64(n))
+	s.mu.Unlock()
 	if wake {
 		s.signal()
 	}
@@ -707,6 +711,10 @@ func (s *Streamer) Slots() []SlotStatus {
 
 // Stats returns a snapshot of the counters.
 func (s *Streamer) Stats() Stats {
+	// The outcomes before Submitted: every item is counted submitted before
+	// it can be answered, so that Answered never reads above Submitted,
+	// whatever is answered in between.
+	ok, failed, expired, poisoned, canceled := s.stats.ok.Load(), s.stats.failed.Load(), s.stats.expired.Load(), s.stats.poisoned.Load(), s.stats.canceled.Load()
 	st := Stats{
 		Submitted:  s.stats.submitted.Load(),
 		Rejected:   s.stats.rejected.Load(),
@@ -714,7 +722,7 @@ func (s *Streamer) Stats() Stats {
 		Crashes:    s.stats.crashes.Load(),
 		BatchSizes: make([]uint64, len(s.stats.batchSizes)),
 	}
-	st.setOutcomes(s.stats.ok.Load(), s.stats.failed.Load(), s.stats.expired.Load(), s.stats.poisoned.Load(), s.stats.canceled.Load())
+	st.setOutcomes(ok, failed, expired, poisoned, canceled)
 	for i := range s.stats.batchSizes {
 		st.BatchSizes[i] = s.stats.batchSizes[i].Load()
 	}
