@@ -530,6 +530,7 @@ func (m *Model) Close() error {
 // kill ends the plugin and what it started at once, and waits until go-plugin
 // has read the last of its output.
 func (m *Model) kill() {
+	m.runner.guard.ending()
 	killGroup(m.runner.group())
 	m.client.Kill()
 	m.runner.guard.stop()

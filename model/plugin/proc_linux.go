@@ -53,7 +53,9 @@ type groupGuard struct {
 	once sync.Once
 
 	mu      sync.Mutex
-	stopped bool // stop has begun: the guard's death is its doing
+	stopped bool // stop or ending has begun: the guard's death is their doing
+
+	watched chan struct{} // closed once watch has returned
 }
 
 // startGroupGuard starts the guard; the plugin then joins its group.
@@ -84,7 +86,7 @@ func startGroupGuard(output io.Writer) (*groupGuard, error) {
 		goneR.Close()
 		return nil, err
 	}
-	g := &groupGuard{cmd: cmd, pipe: w}
+	g := &groupGuard{cmd: cmd, pipe: w, watched: make(chan struct{})}
 	go g.watch(goneR, output)
 	return g, nil
 }
@@ -92,6 +94,7 @@ func startGroupGuard(output io.Writer) (*groupGuard, error) {
 // watch waits for the guard's stdout to end, which it does when the guard
 // dies, and kills the group if stop did not end it.
 func (g *groupGuard) watch(gone *os.File, output io.Writer) {
+	defer close(g.watched)
 	defer gone.Close()
 	_, _ = io.Copy(io.Discard, gone) // the guard writes nothing
 	g.mu.Lock()
@@ -111,6 +114,17 @@ func (g *groupGuard) pgid() int {
 		return 0
 	}
 	return g.cmd.Process.Pid
+}
+
+// ending says the group is about to be killed on purpose, the guard with
+// it: its death is then no news for watch to tell.
+func (g *groupGuard) ending() {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	g.stopped = true
+	g.mu.Unlock()
 }
 
 // stop kills the group, if it is still there, and reaps the guard.

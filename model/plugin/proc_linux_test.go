@@ -54,3 +54,27 @@ func TestAGuardsDeathEndsThePlugin(t *testing.T) {
 		t.Errorf("after Close, waiting for the guard (pid %d) gives pid %d, %v; want ECHILD: it is reaped", guard, pid, err)
 	}
 }
+
+// TestAPluginClosedSaysNothingOfItsGuard: Close kills the plugin's group,
+// the guard with it, on purpose: its output does not report the guard's
+// death as news, which it did when the watch saw the guard die before
+// stop began.
+func TestAPluginClosedSaysNothingOfItsGuard(t *testing.T) {
+	for i := range 10 {
+		var out syncbuf.Buffer
+		m := openChaos(t, Config{Output: &out})
+		if _, err := m.Predict(context.Background(), pack(t, "ok")); err != nil {
+			t.Fatal(err)
+		}
+		guard := m.runner.guard
+		m.Close()
+		select {
+		case <-guard.watched:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the guard's watch did not end after Close")
+		}
+		if strings.Contains(out.String(), "died") {
+			t.Fatalf("round %d: Close's output reports the guard's death:\n%s", i, out.String())
+		}
+	}
+}

@@ -21,4 +21,6 @@ func startGroupGuard(io.Writer) (*groupGuard, error) { return nil, nil }
 
 func (g *groupGuard) pgid() int { return 0 }
 
+func (g *groupGuard) ending() {}
+
 func (g *groupGuard) stop() {}
