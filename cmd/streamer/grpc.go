@@ -152,6 +152,10 @@ func (c *grpcCalls) begin(ctx context.Context, info *tap.Info) (context.Context,
 			"method", method, "read_timeout", c.readTimeout)
 		cancel(errReadTimeout)
 	})
+	// A call that ends before its handler runs (its client gave up, its
+	// message was refused as it was decoded) stops its timer as it ends,
+	// rather than keep the call's state for --read-timeout.
+	context.AfterFunc(ctx, func() { timer.Stop() })
 	return context.WithValue(ctx, readTimerKey{}, timer), nil
 }
 

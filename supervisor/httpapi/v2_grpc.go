@@ -557,17 +557,26 @@ func (st *inferState) grpcAnswer(model TensorModel, meta ModelMetadata, req *inf
 }
 
 // Codec is the codec the service's server must use (grpc.ForceServerCodecV2):
-// protobuf, as gRPC's default, but a ModelInfer call whose contents hold
-// more BYTES elements than its size can pay for is refused before it is
-// decoded. A BYTES element decodes to a slice of its own, 24 bytes and its
-// data, from as little as 2 bytes on the wire: 8 MiB of empty elements
-// would take some 100 MiB, and a few such calls a server's memory. Up to
-// the body limit / 12 elements a call are taken (699 050 under the default
-// 8 MiB), which bounds the slices to twice the limit; a client with more
-// sends them as raw_input_contents, which decodes to one slice an input.
+// protobuf, as gRPC's default, but a ModelInfer call is first scanned, and
+// refused before it is decoded when its repeated entries would decode to
+// far more memory than the call's size: each entry of inputs, outputs,
+// raw_input_contents and the parameter maps, and each BYTES element of
+// contents, decodes to an object or slice of its own, of 24 bytes to a few
+// hundred, from as little as 2 bytes on the wire, so that 8 MiB of empty
+// inputs would take some 500 MiB, and a few such calls a server's memory.
+// A call may carry up to maxTensorEntries tensor entries (inputs, outputs
+// and raw contents together, far more than any model has) and as many
+// parameters, and up to the body limit / 12 BYTES elements (699 050 under
+// the default 8 MiB), which bounds their slices to twice the limit; a
+// client with more elements sends them as raw_input_contents, one slice an
+// input.
 func (g *GRPC) Codec() encoding.CodecV2 {
 	return &inferCodec{base: encoding.GetCodecV2("proto"), maxElements: int(min(g.h.maxBody/12, math.MaxInt32))}
 }
+
+// maxTensorEntries bounds the inputs, outputs and raw contents of one gRPC
+// call together, and its parameters (see Codec).
+const maxTensorEntries = 4096
 
 type inferCodec struct {
 	base        encoding.CodecV2
@@ -587,39 +596,74 @@ func (c *inferCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	defer buf.Free()
 	wire := buf.ReadOnlyData()
 	// A message that is not well formed is left to Unmarshal to refuse.
-	if n := countBytesElements(wire); n > c.maxElements {
-		return status.Error(codes.ResourceExhausted, "the request's contents hold "+strconv.Itoa(n)+" BYTES elements, over the "+
-			strconv.Itoa(c.maxElements)+" one call may carry (the body limit, --max-body, / 12); send them in raw_input_contents")
+	n := countEntries(wire)
+	refuse := func(what string, got, most int, hint string) error {
+		return status.Error(codes.ResourceExhausted, "the request holds "+strconv.Itoa(got)+" "+what+", over the "+strconv.Itoa(most)+
+			" one call may carry"+hint)
+	}
+	switch {
+	case n.tensors > maxTensorEntries:
+		return refuse("entries of inputs, outputs and raw_input_contents", n.tensors, maxTensorEntries, "")
+	case n.parameters > maxTensorEntries:
+		return refuse("parameters", n.parameters, maxTensorEntries, "")
+	case n.elements > c.maxElements:
+		return refuse("BYTES elements in contents", n.elements, c.maxElements, " (the body limit, --max-body, / 12); send them in raw_input_contents")
 	}
 	return proto.Unmarshal(wire, req)
 }
 
-// The field numbers countBytesElements follows: ModelInferRequest.inputs,
-// InferInputTensor.contents and InferTensorContents.bytes_contents.
+// The field numbers countEntries follows.
 const (
-	fieldInputs        = 5
-	fieldContents      = 5
-	fieldBytesContents = 8
+	fieldRequestParameters = 4 // ModelInferRequest.parameters
+	fieldInputs            = 5 // ModelInferRequest.inputs
+	fieldOutputs           = 6 // ModelInferRequest.outputs
+	fieldRawContents       = 7 // ModelInferRequest.raw_input_contents
+	fieldInputParameters   = 4 // InferInputTensor.parameters
+	fieldContents          = 5 // InferInputTensor.contents
+	fieldOutputParameters  = 2 // InferRequestedOutputTensor.parameters
+	fieldBytesContents     = 8 // InferTensorContents.bytes_contents
 )
 
-// countBytesElements counts the bytes_contents elements of the inputs of
-// a ModelInferRequest in its wire form, as far as it is well formed.
-func countBytesElements(b []byte) int {
-	n := 0
+// entryCounts are the repeated entries of a ModelInferRequest that each
+// decode to an object or slice of their own.
+type entryCounts struct{ tensors, parameters, elements int }
+
+// countEntries counts the entries of a ModelInferRequest in its wire form,
+// as far as it is well formed.
+func countEntries(b []byte) entryCounts {
+	var n entryCounts
 	eachField(b, func(num protowire.Number, typ protowire.Type, v []byte) {
-		if num != fieldInputs || typ != protowire.BytesType {
+		if typ != protowire.BytesType {
 			return
 		}
-		eachField(v, func(num protowire.Number, typ protowire.Type, v []byte) {
-			if num != fieldContents || typ != protowire.BytesType {
-				return
-			}
+		switch num {
+		case fieldRequestParameters:
+			n.parameters++
+		case fieldRawContents:
+			n.tensors++
+		case fieldOutputs:
+			n.tensors++
 			eachField(v, func(num protowire.Number, typ protowire.Type, _ []byte) {
-				if num == fieldBytesContents && typ == protowire.BytesType {
-					n++
+				if num == fieldOutputParameters && typ == protowire.BytesType {
+					n.parameters++
 				}
 			})
-		})
+		case fieldInputs:
+			n.tensors++
+			eachField(v, func(num protowire.Number, typ protowire.Type, v []byte) {
+				switch {
+				case typ != protowire.BytesType:
+				case num == fieldInputParameters:
+					n.parameters++
+				case num == fieldContents:
+					eachField(v, func(num protowire.Number, typ protowire.Type, _ []byte) {
+						if num == fieldBytesContents && typ == protowire.BytesType {
+							n.elements++
+						}
+					})
+				}
+			})
+		}
 	})
 	return n
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -304,7 +305,7 @@ func TestGRPCCodecBoundsBytesElements(t *testing.T) {
 		t.Fatalf("100 elements, the bound: %v, %d decoded", err, len(got.GetInputs()[1].GetContents().GetBytesContents()))
 	}
 	err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(request(101))}, new(pb.ModelInferRequest))
-	if st, _ := status.FromError(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "101 BYTES elements, over the 100") {
+	if st, _ := status.FromError(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "101 BYTES elements in contents, over the 100") {
 		t.Errorf("101 elements: %v, want RESOURCE_EXHAUSTED naming both counts", err)
 	}
 	if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer([]byte{0xff, 0xff})}, new(pb.ModelInferRequest)); err == nil {
@@ -332,5 +333,64 @@ func TestGRPCRefusesNegativeAxesAsREST(t *testing.T) {
 	_, err := grpcCall(t, echoModel(spec("t", "INT8", true, -1)), backend, req)
 	if st, _ := status.FromError(err); st.Code() != codes.Unavailable || st.Message() != ShuttingDown {
 		t.Errorf("draining: %v, want UNAVAILABLE %q", err, ShuttingDown)
+	}
+}
+
+// TestGRPCCodecBoundsEntries: a call of more inputs, outputs and raw
+// contents together than maxTensorEntries, or of more parameters, is
+// refused before it is decoded: empty entries, 2 bytes each on the wire,
+// decode to an object each.
+func TestGRPCCodecBoundsEntries(t *testing.T) {
+	codec := NewGRPC(New(Config{Backend: &fakeBackend{}})).Codec()
+	many := func(f func(req *pb.ModelInferRequest)) []byte {
+		req := &pb.ModelInferRequest{ModelName: "m"}
+		f(req)
+		wire, err := proto.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return wire
+	}
+	half := maxTensorEntries / 2
+	tests := []struct {
+		name string
+		wire []byte
+		want string // "" for a call decoded
+	}{
+		{"inputs and outputs at the bound", many(func(r *pb.ModelInferRequest) {
+			r.Inputs = make([]*pb.ModelInferRequest_InferInputTensor, half)
+			for i := range r.Inputs {
+				r.Inputs[i] = &pb.ModelInferRequest_InferInputTensor{}
+			}
+			r.Outputs = make([]*pb.ModelInferRequest_InferRequestedOutputTensor, half)
+			for i := range r.Outputs {
+				r.Outputs[i] = &pb.ModelInferRequest_InferRequestedOutputTensor{}
+			}
+		}), ""},
+		{"one more raw entry", many(func(r *pb.ModelInferRequest) {
+			r.Inputs = make([]*pb.ModelInferRequest_InferInputTensor, half)
+			for i := range r.Inputs {
+				r.Inputs[i] = &pb.ModelInferRequest_InferInputTensor{}
+			}
+			r.RawInputContents = make([][]byte, half+1)
+		}), "4097 entries of inputs, outputs and raw_input_contents, over the 4096"},
+		{"parameters over the bound", many(func(r *pb.ModelInferRequest) {
+			r.Parameters = map[string]*pb.InferParameter{}
+			r.Outputs = []*pb.ModelInferRequest_InferRequestedOutputTensor{{Parameters: map[string]*pb.InferParameter{}}}
+			for i := range half + 1 {
+				r.Parameters[strconv.Itoa(i)] = &pb.InferParameter{}
+				r.Outputs[0].Parameters[strconv.Itoa(i)] = &pb.InferParameter{}
+			}
+		}), "4098 parameters, over the 4096"},
+	}
+	for _, tt := range tests {
+		err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(tt.wire)}, new(pb.ModelInferRequest))
+		st, _ := status.FromError(err)
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%s: %v, want it decoded", tt.name, err)
+		case tt.want != "" && (st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), tt.want)):
+			t.Errorf("%s: %v, want RESOURCE_EXHAUSTED saying %q", tt.name, err, tt.want)
+		}
 	}
 }
