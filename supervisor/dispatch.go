@@ -315,8 +315,10 @@ func (s *Streamer) checkDrained() {
 // every admitted item to be answered, then stops the workers and waits for
 // them to exit. If ctx ends first, the items still queued or running are
 // answered with ErrShuttingDown, the workers are killed, and Shutdown
-// returns ctx's error. Either way every admitted item has been answered when
-// Shutdown returns.
+// returns ctx's error, once the answers a worker was delivering as it was
+// killed are delivered (their OnDone callbacks run then: one that waits
+// holds Shutdown up, which is why they must not). Either way every
+// admitted item has been answered when Shutdown returns.
 //
 // Only the first call drains. Another call made while it runs waits for it
 // to end, bounded by its own ctx, and returns nil (or its ctx's error); a
