@@ -243,8 +243,7 @@ func (st *inferState) readGRPC(req *inferencepb.ModelInferRequest, meta ModelMet
 		}
 		for key := range in.GetParameters() {
 			if sharedMemoryParameter([]byte(key)) {
-				return badRequest(ref.String() + ": shared memory is not served (the server does not implement the shared-memory extensions); " +
-					"send the data in the request and take it from the answer")
+				return sharedMemoryRefusal(ref)
 			}
 		}
 		v := v2Input{name: ref.name, datatype: []byte(dt.name), dtype: dt, shape: in.GetShape(), rank: len(in.GetShape()), binarySize: -1}
@@ -283,27 +282,15 @@ func (st *inferState) readGRPC(req *inferencepb.ModelInferRequest, meta ModelMet
 		}
 		for key, p := range out.GetParameters() {
 			if sharedMemoryParameter([]byte(key)) {
-				return badRequest(ref.String() + ": shared memory is not served (the server does not implement the shared-memory extensions); " +
-					"send the data in the request and take it from the answer")
+				return sharedMemoryRefusal(ref)
 			}
 			if key == "classification" && !zeroParameter(p) {
-				return badRequest(ref.String() + ": classification is not served (the server does not implement the classification extension); " +
-					"ask for the output without it")
+				return classificationRefusal(ref)
 			}
 		}
 		st.req.outputs = append(st.req.outputs, v2Output{name: ref.name})
 	}
-	if err := st.match(meta); err != nil {
-		return err
-	}
-	if err := st.checkCopies(meta); err != nil {
-		return err
-	}
-	if err := st.encodeItems(model, meta); err != nil {
-		return err
-	}
-	st.items.timeout = st.req.timeout
-	return nil
+	return st.makeItems(meta, model)
 }
 
 // grpcParameter reads one of the request's parameters, as
@@ -315,8 +302,7 @@ func (st *inferState) grpcParameter(key string, p *inferencepb.InferParameter) e
 		if zeroParameter(p) {
 			return nil
 		}
-		return badRequest(`parameter "` + key + `": sequences are not served (the server keeps no state from one request to the next, ` +
-			"as a stateful model's sequence batcher would); send each request whole, without sequence parameters")
+		return sequenceRefusal(key)
 	case "timeout":
 		us, ok := intParameter(p)
 		switch {
@@ -463,14 +449,7 @@ func appendContents(dst []byte, dt dtype, c *inferencepb.InferTensorContents, re
 			if v < lo || v > hi {
 				return dst, 0, outOfRange(i, strconv.FormatInt(int64(v), 10))
 			}
-			switch dt.size {
-			case 1:
-				dst = append(dst, byte(v))
-			case 2:
-				dst = binary.LittleEndian.AppendUint16(dst, uint16(v))
-			default:
-				dst = binary.LittleEndian.AppendUint32(dst, uint32(v))
-			}
+			dst = appendSized(dst, dt.size, uint32(v))
 		}
 	case "int64_contents":
 		for _, v := range c.Int64Contents {
@@ -488,14 +467,7 @@ func appendContents(dst []byte, dt dtype, c *inferencepb.InferTensorContents, re
 			if v > hi {
 				return dst, 0, outOfRange(i, strconv.FormatUint(uint64(v), 10))
 			}
-			switch dt.size {
-			case 1:
-				dst = append(dst, byte(v))
-			case 2:
-				dst = binary.LittleEndian.AppendUint16(dst, uint16(v))
-			default:
-				dst = binary.LittleEndian.AppendUint32(dst, v)
-			}
+			dst = appendSized(dst, dt.size, v)
 		}
 	case "uint64_contents":
 		for _, v := range c.Uint64Contents {
@@ -519,6 +491,18 @@ func appendContents(dst []byte, dt dtype, c *inferencepb.InferTensorContents, re
 		}
 	}
 	return dst, int64(count), nil
+}
+
+// appendSized appends the low size bytes of v, little-endian: an element
+// of 1, 2 or 4 bytes, checked to fit.
+func appendSized(dst []byte, size int, v uint32) []byte {
+	switch size {
+	case 1:
+		return append(dst, byte(v))
+	case 2:
+		return binary.LittleEndian.AppendUint16(dst, uint16(v))
+	}
+	return binary.LittleEndian.AppendUint32(dst, v)
 }
 
 // grpcAnswer stacks the rows of each output the answer carries (those

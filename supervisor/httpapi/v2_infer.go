@@ -170,6 +170,16 @@ func (st *inferState) read(header http.Header, meta ModelMetadata, model TensorM
 	if err := st.attachBinary(body[headerLen:], binary); err != nil {
 		return err
 	}
+	if err := st.makeItems(meta, model); err != nil {
+		return err
+	}
+	return applyTimeoutHeader(header, &st.items)
+}
+
+// makeItems matches the request's inputs and outputs, read in whichever
+// form, with the model's, checks them, encodes every row and sets the
+// deadline.
+func (st *inferState) makeItems(meta ModelMetadata, model TensorModel) error {
 	if err := st.match(meta); err != nil {
 		return err
 	}
@@ -180,7 +190,7 @@ func (st *inferState) read(header http.Header, meta ModelMetadata, model TensorM
 		return err
 	}
 	st.items.timeout = st.req.timeout
-	return applyTimeoutHeader(header, &st.items)
+	return nil
 }
 
 // specIndex finds the spec called name.

@@ -332,8 +332,7 @@ func (st *inferState) requestParameter(s *wire.JSONScanner, key []byte) error {
 		if string(text) == "0" || string(text) == `""` || string(text) == "false" {
 			return nil // not a sequence's
 		}
-		return badRequest(`parameter "` + string(key) + `": sequences are not served (the server keeps no state from one request to the next, ` +
-			"as a stateful model's sequence batcher would); send each request whole, without sequence parameters")
+		return sequenceRefusal(string(key))
 	case "timeout":
 		var err error
 		st.req.timeout, err = timeoutParameter(s)
@@ -571,8 +570,7 @@ func (out *v2Output) parameter(s *wire.JSONScanner, key []byte, ref tensorRef) e
 	case "classification":
 		n, err := intValue(s, field{ref, "classification"}, 4)
 		if err == nil && n != 0 {
-			err = badRequest(ref.String() + ": classification is not served (the server does not implement the classification extension); " +
-				"ask for the output without it")
+			err = classificationRefusal(ref)
 		}
 		return err
 	}
@@ -598,6 +596,23 @@ func refuseSharedMemory(s *wire.JSONScanner, ref tensorRef) error {
 	if err := skipValue(s, 4); err != nil {
 		return err
 	}
+	return sharedMemoryRefusal(ref)
+}
+
+// sequenceRefusal refuses the parameter key of a sequence's request.
+func sequenceRefusal(key string) error {
+	return badRequest(`parameter "` + key + `": sequences are not served (the server keeps no state from one request to the next, ` +
+		"as a stateful model's sequence batcher would); send each request whole, without sequence parameters")
+}
+
+// classificationRefusal refuses an output asked for with a classification.
+func classificationRefusal(ref tensorRef) error {
+	return badRequest(ref.String() + ": classification is not served (the server does not implement the classification extension); " +
+		"ask for the output without it")
+}
+
+// sharedMemoryRefusal refuses a shared-memory parameter of the tensor ref.
+func sharedMemoryRefusal(ref tensorRef) error {
 	return badRequest(ref.String() + ": shared memory is not served (the server does not implement the shared-memory extensions); " +
 		"send the data in the request and take it from the answer")
 }
