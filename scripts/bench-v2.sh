@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs the protocol benchmark of BENCHMARKS.md: one server of the demo ONNX
 # model, loaded in turn over POST /predict, over the Open Inference
-# Protocol with JSON data, and over its binary tensor data extension, at
-# each concurrency and items per request, alternated row by row in one run
-# so that the three see the same machine. It prints one table.
+# Protocol with JSON data, over its binary tensor data extension, and over
+# its gRPC service, at each concurrency and items per request, alternated
+# row by row in one run so that the four see the same machine. It prints
+# one table.
 #
 #   bash scripts/bench-v2.sh
 #
@@ -37,8 +38,9 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 
 go build -o "$STREAMER" ./cmd/streamer
 port=$(free_port)
+grpc_port=$(free_port)
 # shellcheck disable=SC2086 # SERVE is a list of flags
-"$STREAMER" serve $SERVE --listen "127.0.0.1:$port" >"$OUT/server.log" 2>&1 &
+"$STREAMER" serve $SERVE --listen "127.0.0.1:$port" --grpc-listen "127.0.0.1:$grpc_port" >"$OUT/server.log" 2>&1 &
 server=$!
 target=http://127.0.0.1:$port
 for _ in $(seq 1 400); do
@@ -68,10 +70,11 @@ done
 
 for row in $ROWS; do
   c=${row%%:*} n=${row##*:}
-  for protocol in predict v2 v2-binary; do
+  for protocol in predict v2 v2-binary grpc; do
     log "$c clients, $n items per request, $protocol"
     names=()
     [ "$protocol" = predict ] || names=("${naming[@]}")
+    [ "$protocol" != grpc ] || names+=(--grpc-target "127.0.0.1:$grpc_port")
     "$STREAMER" bench --target "$target" "${names[@]}" --protocol "$protocol" --input "$INPUT" \
       --concurrency "$c" --items-per-request "$n" --duration "$DURATION" --warmup "$WARMUP" --json >"$OUT/${protocol}_${c}_${n}.json"
   done
@@ -88,7 +91,7 @@ print("|---|---|---|---|---|---|---|---|---|")
 for row in rows:
     c, n = row.split(":")
     base = None
-    for protocol in ("predict", "v2", "v2-binary"):
+    for protocol in ("predict", "v2", "v2-binary", "grpc"):
         r = json.load(open(f"{out}/{protocol}_{c}_{n}.json"))
         base = base or r["items_per_s"]
         errs = sum(r.get("errors", {}).values())

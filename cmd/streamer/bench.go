@@ -62,7 +62,8 @@ refused alike (the load then stops early). BENCHMARKS.md, "What streamer
 bench reports", has the figures and the JSON keys.`,
 		Example: `  streamer bench --model sleep:10ms,100us --workers 4 --concurrency 512 --duration 10s
   streamer bench --api go --model echo --workers 2 --concurrency 512
-  streamer bench --target http://127.0.0.1:5005 --rate 2000 --duration 30s --json`,
+  streamer bench --target http://127.0.0.1:5005 --rate 2000 --duration 30s --json
+  streamer bench --model demo --protocol grpc --concurrency 64`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runBench(cmd.Context(), cmd.Flags(), o)
@@ -84,7 +85,8 @@ func addBenchFlags(f *pflag.FlagSet, o *benchOptions) {
 	f.DurationVar(&o.cfg.RequestTimeout, "request-timeout", 30*time.Second, "longest one request may wait for its answer; a slower one counts as an error of the kind timeout (http only: the Go API's requests are bounded by --worker-timeout)")
 	f.StringVar(&o.cfg.Target, "target", "", "drive a running server at this URL instead of starting one (it was started with serve flags of its own: bench refuses them here, but for the token's and a v2 model's name)")
 	f.StringVar(&o.cfg.API, "api", bench.APIHTTP, "http, or go to drive the supervisor's Go API in this process")
-	f.StringVar(&o.cfg.Protocol, "protocol", bench.ProtocolPredict, "what the load speaks over http: predict (POST /predict), v2 (the Open Inference Protocol, JSON data) or v2-binary (its binary tensor data extension, for inputs and outputs)")
+	f.StringVar(&o.cfg.Protocol, "protocol", bench.ProtocolPredict, "what the load speaks: predict (POST /predict), v2 (the Open Inference Protocol, JSON data), v2-binary (its binary tensor data extension, for inputs and outputs) or grpc (its gRPC service, raw contents)")
+	f.StringVar(&o.cfg.GRPCTarget, "grpc-target", "", "with --target and --protocol grpc: the address of the target's gRPC service (its --grpc-listen); its stats are read from --target")
 	f.StringVar(&o.cfg.Input, "input", `"hello, streamer"`, "one item, as JSON")
 	f.IntVar(&o.cfg.ItemsPerRequest, "items-per-request", 1, "items in each request (at most 65536, and the --max-items of the server bench starts)")
 	f.BoolVar(&o.jsonOut, "json", false, "print one JSON object instead of the table")
@@ -99,6 +101,9 @@ func addBenchFlags(f *pflag.FlagSet, o *benchOptions) {
 func runBench(ctx context.Context, flags *pflag.FlagSet, o benchOptions) error {
 	if flags.Changed("listen") {
 		return errors.New("--listen: bench starts its server on a free loopback port of its own, or drives --target")
+	}
+	if flags.Changed("grpc-listen") {
+		return errors.New("--grpc-listen: with --protocol grpc, bench starts its server's gRPC service on a free loopback port of its own, or drives --grpc-target")
 	}
 	if err := checkSweep(flags, o); err != nil {
 		return err
@@ -181,7 +186,7 @@ func checkTargetFlags(flags *pflag.FlagSet, o benchOptions) error {
 		}
 	})
 	if len(unused) > 0 {
-		return fmt.Errorf("%s: --target drives a server started with flags of its own, and bench would ignore these; it takes only --auth-token (or --auth-token-file) and, with --protocol v2 or v2-binary, --model, --model-name or --plugin to name the model",
+		return fmt.Errorf("%s: --target drives a server started with flags of its own, and bench would ignore these; it takes only --auth-token (or --auth-token-file) and, with --protocol v2, v2-binary or grpc, --model, --model-name or --plugin to name the model",
 			strings.Join(unused, ", "))
 	}
 	return nil

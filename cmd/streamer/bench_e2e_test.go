@@ -383,6 +383,10 @@ func TestBenchBadFlags(t *testing.T) {
 		{"a model with a target, not v2", []string{"--target", "http://127.0.0.1:26001", "--model-name", "echo"}, "--model-name: --target drives a server"},
 		{"a sweep of a target", []string{"--sweep-concurrency", "2", "--target", "http://127.0.0.1:26001"}, "it takes no --rate, --target or --plot"},
 		{"request timeout with the go api", []string{"--api", "go", "--request-timeout", "1s"}, "--request-timeout bounds the requests of an http run"},
+		{"grpc with a target but no grpc target", []string{"--target", "http://127.0.0.1:1", "--protocol", "grpc", "--model", "echo"}, "--protocol grpc with --target: give the target's gRPC address with --grpc-target"},
+		{"a grpc target with another protocol", []string{"--target", "http://127.0.0.1:1", "--grpc-target", "127.0.0.1:2"}, "--grpc-target goes with --protocol grpc, not predict"},
+		{"a gRPC listen address", []string{"--protocol", "grpc", "--grpc-listen", "127.0.0.1:1"}, "--grpc-listen: with --protocol grpc, bench starts its server's gRPC service"},
+		{"an unknown protocol", []string{"--protocol", "soap"}, `--protocol "soap": want predict, v2, v2-binary or grpc`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			began := time.Now()
@@ -714,5 +718,34 @@ func TestBenchSweepInterrupted(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 	if len(lines) != 2 || !strings.HasPrefix(strings.TrimSpace(lines[1]), "1        1  adaptive") {
 		t.Errorf("stdout:\n%s\nwant the table of the one run that completed", stdout.String())
+	}
+}
+
+// TestBenchOverGRPC: --protocol grpc loads the gRPC service of the server
+// bench starts, and of a --target through --grpc-target, with its token;
+// the server admits what bench reports answered.
+func TestBenchOverGRPC(t *testing.T) {
+	rep, _ := benchJSON(t, "--model", "echo", "--workers", "1", "--protocol", "grpc", "--concurrency", "4", "--duration", "500ms", "--auth-token", "tok")
+	if rep.Requests == 0 || len(rep.Errors) != 0 || rep.MeanBatchSize == 0 {
+		t.Errorf("bench over gRPC of its own server: %d requests, errors %v, mean batch %.2f", rep.Requests, rep.Errors, rep.MeanBatchSize)
+	}
+	addr := freePort(t)
+	s := startServer(t, "--model", "echo", "--workers", "1", "--grpc-listen", addr, "--auth-token", "target-tok")
+	s.token = "target-tok"
+	before := s.stats(t)
+	rep, _ = benchJSON(t, "--target", s.URL(), "--grpc-target", addr, "--protocol", "grpc", "--model", "echo", "--items-per-request", "3",
+		"--concurrency", "4", "--duration", "500ms", "--auth-token", "target-tok")
+	after := s.stats(t)
+	if rep.Requests == 0 || len(rep.Errors) != 0 {
+		t.Fatalf("bench over gRPC of a target: %d requests, errors %v", rep.Requests, rep.Errors)
+	}
+	if got := after.Submitted - before.Submitted; got < 3*uint64(rep.Requests) {
+		t.Errorf("the server admitted %d items, bench reports %d answered requests of 3", got, rep.Requests)
+	}
+	// The model's metadata is read over http, with the token too.
+	res := runBenchCmd(t, "--target", s.URL(), "--grpc-target", addr, "--protocol", "grpc", "--model", "echo",
+		"--concurrency", "2", "--duration", "300ms", "--auth-token", "wrong")
+	if res.code == 0 || !strings.Contains(res.stderr, "read the model's metadata") || !strings.Contains(res.stderr, "401") {
+		t.Errorf("bench over gRPC with the wrong token: exit %d, stderr %q; want the metadata's 401", res.code, res.stderr)
 	}
 }

@@ -26,13 +26,20 @@ func (cfg *Config) setUp(ctx context.Context, item any) (sender, statsSource, fu
 		return cfg.goAPI(ctx, item)
 	}
 	target, stop := cfg.Target, func() {}
+	grpcAddr := ""
+	if cfg.Protocol == ProtocolGRPC {
+		var err error
+		if grpcAddr, err = cfg.grpcTarget(); err != nil {
+			return nil, nil, nil, err
+		}
+	}
 	if target == "" {
 		var err error
 		if target, stop, err = startServer(ctx, cfg.Server, cfg.Token); err != nil {
 			return nil, nil, nil, err
 		}
 	}
-	send, stats, closeIdle, err := cfg.httpAPI(target, item)
+	send, stats, closeIdle, err := cfg.httpAPI(target, grpcAddr, item)
 	if err != nil {
 		stop()
 		return nil, nil, nil, err
@@ -41,9 +48,10 @@ func (cfg *Config) setUp(ctx context.Context, item any) (sender, statsSource, fu
 }
 
 // httpAPI makes the sender that posts to target's /predict: the lean client
-// of package httpclient over plain http, Go's standard client over https.
-// The returned func closes the idle connections.
-func (cfg *Config) httpAPI(target string, item any) (sender, statsSource, func(), error) {
+// of package httpclient over plain http, Go's standard client over https;
+// or, for ProtocolGRPC, that calls the gRPC service at grpcAddr. The
+// returned func closes the idle connections.
+func (cfg *Config) httpAPI(target, grpcAddr string, item any) (sender, statsSource, func(), error) {
 	u, err := parseTarget(target)
 	if err != nil {
 		return nil, nil, nil, err
@@ -51,6 +59,10 @@ func (cfg *Config) httpAPI(target string, item any) (sender, statsSource, func()
 	base := strings.TrimSuffix(u.String(), "/")
 	plain := &http.Client{Timeout: cfg.RequestTimeout, Transport: withToken(http.DefaultTransport, cfg.Token)}
 	stats := httpStats(plain, base+"/v1/stats")
+	if cfg.Protocol == ProtocolGRPC {
+		send, closeAll, err := cfg.grpcSender(plain, base, grpcAddr, item)
+		return send, stats, closeAll, err
+	}
 	path, body, headers, err := cfg.requestFor(plain, base, item)
 	if err != nil {
 		return nil, nil, nil, err

@@ -62,8 +62,12 @@ type Config struct {
 	// API is APIHTTP (the default when empty) or APIGo.
 	API string
 	// Protocol is what an http run speaks: ProtocolPredict (the default
-	// when empty), ProtocolV2 or ProtocolV2Binary.
+	// when empty), ProtocolV2, ProtocolV2Binary or ProtocolGRPC.
 	Protocol string
+	// GRPCTarget is the address of the gRPC service of Target (its
+	// --grpc-listen), for ProtocolGRPC; a server Run starts is given one.
+	// The server's stats are still read from Target over http.
+	GRPCTarget string
 	// ModelName is the model's name in the v2 routes; required by the v2
 	// protocols.
 	ModelName string

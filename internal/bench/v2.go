@@ -44,13 +44,9 @@ func (cfg *Config) v2Request(ctx context.Context, client *http.Client, base stri
 		return "", nil, nil, fmt.Errorf("--protocol %s: the model's v2 name is not known", cfg.Protocol)
 	}
 	path = "/v2/models/" + url.PathEscape(cfg.ModelName)
-	var spec v2Spec
-	if err := getJSON(ctx, client, base+path, &spec); err != nil {
-		hint := ""
-		if cfg.Target != "" {
-			hint = fmt.Sprintf(" (bench asks for %q, the name --model gives; --model-name NAME asks for the target's)", cfg.ModelName)
-		}
-		return "", nil, nil, fmt.Errorf("--protocol %s: read the model's metadata%s: %w", cfg.Protocol, hint, err)
+	spec, err := cfg.v2Spec(ctx, client, base)
+	if err != nil {
+		return "", nil, nil, err
 	}
 	values, err := v2Values(spec, item)
 	if err != nil {
@@ -101,6 +97,22 @@ func (cfg *Config) v2Request(ctx context.Context, client *http.Client, base stri
 		headers = []string{"Inference-Header-Content-Length: " + strconv.Itoa(len(header))}
 	}
 	return path + "/infer", append(header, raw...), headers, nil
+}
+
+// v2Spec reads the model's v2 metadata from base.
+func (cfg *Config) v2Spec(ctx context.Context, client *http.Client, base string) (v2Spec, error) {
+	var spec v2Spec
+	if cfg.ModelName == "" {
+		return spec, fmt.Errorf("--protocol %s: the model's v2 name is not known", cfg.Protocol)
+	}
+	if err := getJSON(ctx, client, base+"/v2/models/"+url.PathEscape(cfg.ModelName), &spec); err != nil {
+		hint := ""
+		if cfg.Target != "" {
+			hint = fmt.Sprintf(" (bench asks for %q, the name --model gives; --model-name NAME asks for the target's)", cfg.ModelName)
+		}
+		return spec, fmt.Errorf("--protocol %s: read the model's metadata%s: %w", cfg.Protocol, hint, err)
+	}
+	return spec, nil
 }
 
 // v2Values pairs the model's inputs with the values of item: the item
@@ -231,11 +243,14 @@ func (cfg *Config) checkProtocol() error {
 	if cfg.Protocol == "" {
 		cfg.Protocol = ProtocolPredict
 	}
-	if !slices.Contains([]string{ProtocolPredict, ProtocolV2, ProtocolV2Binary}, cfg.Protocol) {
-		return fmt.Errorf("--protocol %q: want predict, v2 or v2-binary", cfg.Protocol)
+	if !slices.Contains([]string{ProtocolPredict, ProtocolV2, ProtocolV2Binary, ProtocolGRPC}, cfg.Protocol) {
+		return fmt.Errorf("--protocol %q: want predict, v2, v2-binary or grpc", cfg.Protocol)
 	}
 	if cfg.Protocol != ProtocolPredict && cfg.API == APIGo {
-		return fmt.Errorf("--protocol %s is spoken over HTTP; --api go calls the supervisor directly", cfg.Protocol)
+		return fmt.Errorf("--protocol %s is spoken to a server; --api go calls the supervisor directly", cfg.Protocol)
+	}
+	if cfg.GRPCTarget != "" && cfg.Protocol != ProtocolGRPC {
+		return fmt.Errorf("--grpc-target goes with --protocol grpc, not %s", cfg.Protocol)
 	}
 	return nil
 }

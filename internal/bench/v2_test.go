@@ -120,9 +120,9 @@ func TestV2RequestErrors(t *testing.T) {
 			t.Errorf("%s: error %v; want one containing %q", tc.name, err, tc.want)
 		}
 	}
-	bad := Config{Protocol: "grpc", Concurrency: 1, ItemsPerRequest: 1, Duration: 1, Input: "1", RequestTimeout: time.Second}
-	if _, err := bad.check(); err == nil || !strings.Contains(err.Error(), `--protocol "grpc"`) {
-		t.Errorf("protocol grpc: error %v; want it named", err)
+	bad := Config{Protocol: "soap", Concurrency: 1, ItemsPerRequest: 1, Duration: 1, Input: "1", RequestTimeout: time.Second}
+	if _, err := bad.check(); err == nil || !strings.Contains(err.Error(), `--protocol "soap"`) {
+		t.Errorf("protocol soap: error %v; want it named", err)
 	}
 }
 

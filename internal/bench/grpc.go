@@ -1,0 +1,142 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/streamer-dev/streamer/supervisor/httpapi/inferencepb"
+)
+
+// ProtocolGRPC calls the Open Inference Protocol's gRPC service
+// (ModelInfer), its inputs as raw contents, as tritonclient sends them.
+const ProtocolGRPC = "grpc"
+
+// grpcCallsPerConn is how many of the load's clients share one gRPC
+// connection: the server takes 256 calls at once on one, and a client
+// library's channel is commonly shared by a few dozen callers.
+const grpcCallsPerConn = 64
+
+// grpcTarget returns the address of the gRPC service to load: the one
+// given with the target, or a free loopback port the server bench starts
+// is told to serve it on.
+func (cfg *Config) grpcTarget() (string, error) {
+	if cfg.GRPCTarget != "" || cfg.Target != "" {
+		if cfg.GRPCTarget == "" {
+			return "", errors.New("--protocol grpc with --target: give the target's gRPC address with --grpc-target (its --grpc-listen)")
+		}
+		return cfg.GRPCTarget, nil
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find a free port for the server's gRPC service: %w", err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cfg.Server.Args = append(cfg.Server.Args, "--grpc-listen", addr)
+	return addr, nil
+}
+
+// grpcSender calls ModelInfer at addr with the request the model's v2
+// metadata (read from base over http) and item make, over one connection
+// for every grpcCallsPerConn clients. The returned func closes them.
+func (cfg *Config) grpcSender(client *http.Client, base, addr string, item any) (sender, func(), error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	spec, err := cfg.v2Spec(ctx, client, base)
+	if err != nil {
+		return nil, nil, err
+	}
+	values, err := v2Values(spec, item)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--input: %w", err)
+	}
+	req := &pb.ModelInferRequest{ModelName: cfg.ModelName}
+	n := cfg.ItemsPerRequest
+	for i, in := range spec.Inputs {
+		shape, flat, err := flatten(values[i], in.Datatype)
+		if err != nil {
+			return nil, nil, fmt.Errorf("input %q: %w", in.Name, err)
+		}
+		data := make([]any, 0, n*len(flat))
+		for range n {
+			data = append(data, flat...)
+		}
+		raw, err := appendBinary(nil, in.Datatype, data)
+		if err != nil {
+			return nil, nil, fmt.Errorf("input %q: %w", in.Name, err)
+		}
+		req.Inputs = append(req.Inputs, &pb.ModelInferRequest_InferInputTensor{
+			Name: in.Name, Datatype: in.Datatype, Shape: append([]int64{int64(n)}, shape...)})
+		req.RawInputContents = append(req.RawInputContents, raw)
+	}
+	conns := make([]*grpc.ClientConn, (cfg.Concurrency+grpcCallsPerConn-1)/grpcCallsPerConn)
+	clients := make([]pb.GRPCInferenceServiceClient, len(conns))
+	closeAll := func() {
+		for _, c := range conns {
+			if c != nil {
+				_ = c.Close()
+			}
+		}
+	}
+	for i := range conns {
+		if conns[i], err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("--grpc-target %s: %w", addr, err)
+		}
+		clients[i] = pb.NewGRPCInferenceServiceClient(conns[i])
+	}
+	var md metadata.MD
+	if cfg.Token != "" {
+		md = metadata.Pairs("authorization", "Bearer "+cfg.Token)
+	}
+	var next atomic.Uint64
+	timeout := cfg.RequestTimeout
+	send := func(ctx context.Context) (string, error) {
+		c := clients[next.Add(1)%uint64(len(clients))]
+		call, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		if md != nil {
+			call = metadata.NewOutgoingContext(call, md)
+		}
+		_, err := c.ModelInfer(call, req)
+		if err == nil {
+			return "", nil
+		}
+		code := status.Code(err)
+		switch {
+		case ctx.Err() != nil:
+			return "", nil // the load ended under it
+		case code == codes.DeadlineExceeded && call.Err() != nil:
+			return kindTimeout, err
+		case code == codes.Unavailable && !serverSaidUnavailable(err):
+			return kindConnection, err
+		}
+		return "grpc " + code.String(), errors.New(status.Convert(err).Message())
+	}
+	return send, closeAll, nil
+}
+
+// serverSaidUnavailable tells the server's UNAVAILABLE (no worker able to
+// run, a drain) from one the client reports for a connection it could not
+// make or lost: the server's carries its reason, which a transport's
+// failure does not start with.
+func serverSaidUnavailable(err error) bool {
+	msg := status.Convert(err).Message()
+	for _, prefix := range []string{"connection error", "error reading from server", "transport is closing", "name resolver"} {
+		if len(msg) >= len(prefix) && msg[:len(prefix)] == prefix {
+			return false
+		}
+	}
+	return true
+}
