@@ -386,6 +386,8 @@ func TestBenchBadFlags(t *testing.T) {
 		{"grpc with a target but no grpc target", []string{"--target", "http://127.0.0.1:1", "--protocol", "grpc", "--model", "echo"}, "--protocol grpc with --target: give the target's gRPC address with --grpc-target"},
 		{"a grpc target with another protocol", []string{"--target", "http://127.0.0.1:1", "--grpc-target", "127.0.0.1:2"}, "--grpc-target goes with --protocol grpc, not predict"},
 		{"a gRPC listen address", []string{"--protocol", "grpc", "--grpc-listen", "127.0.0.1:1"}, "--grpc-listen: with --protocol grpc, bench starts its server's gRPC service"},
+		{"a grpc target without a target", []string{"--protocol", "grpc", "--grpc-target", "127.0.0.1:2"}, "--grpc-target goes with --target"},
+		{"a grpc target that is a URL", []string{"--target", "http://127.0.0.1:1", "--protocol", "grpc", "--grpc-target", "http://127.0.0.1:2"}, `--grpc-target "http://127.0.0.1:2": want host:port`},
 		{"an unknown protocol", []string{"--protocol", "soap"}, `--protocol "soap": want predict, v2, v2-binary or grpc`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -742,8 +744,17 @@ func TestBenchOverGRPC(t *testing.T) {
 	if got := after.Submitted - before.Submitted; got < 3*uint64(rep.Requests) {
 		t.Errorf("the server admitted %d items, bench reports %d answered requests of 3", got, rep.Requests)
 	}
+	// A server that refuses every call alike stops the load early, as over
+	// http.
+	refuser := freePort(t)
+	r := startServer(t, "--model", "echo", "--workers", "1", "--grpc-listen", refuser, "--max-items", "2")
+	res := runBenchCmd(t, "--target", r.URL(), "--grpc-target", refuser, "--protocol", "grpc", "--model", "echo", "--items-per-request", "3",
+		"--concurrency", "2", "--duration", "20s")
+	if res.code != 1 || !strings.Contains(res.stderr, "the server refuses the requests as they are") || !strings.Contains(res.stderr, "grpc ResourceExhausted") {
+		t.Errorf("bench over gRPC of a server that refuses every call: exit %d, stderr %q; want the load stopped early", res.code, res.stderr)
+	}
 	// The model's metadata is read over http, with the token too.
-	res := runBenchCmd(t, "--target", s.URL(), "--grpc-target", addr, "--protocol", "grpc", "--model", "echo",
+	res = runBenchCmd(t, "--target", s.URL(), "--grpc-target", addr, "--protocol", "grpc", "--model", "echo",
 		"--concurrency", "2", "--duration", "300ms", "--auth-token", "wrong")
 	if res.code == 0 || !strings.Contains(res.stderr, "read the model's metadata") || !strings.Contains(res.stderr, "401") {
 		t.Errorf("bench over gRPC with the wrong token: exit %d, stderr %q; want the metadata's 401", res.code, res.stderr)

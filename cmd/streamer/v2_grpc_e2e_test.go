@@ -172,6 +172,13 @@ func TestGRPCDemo(t *testing.T) {
 		t.Errorf("a call compressed with gzip: %v %v", resp, err)
 	}
 
+	// A call of more entries than the codec decodes is refused, with its
+	// own code and words, not as a failure to decode.
+	many := demoRequest(in)
+	many.RawInputContents = make([][]byte, 4097)
+	_, err = c.ModelInfer(ctx, many)
+	wantCode(t, "too many entries", err, codes.ResourceExhausted, "4098 entries of inputs, outputs and raw_input_contents, over the 4096")
+
 	// Requested outputs.
 	req := demoRequest(in)
 	req.Outputs = []*pb.ModelInferRequest_InferRequestedOutputTensor{{Name: "probs"}}

@@ -2,15 +2,19 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -89,8 +93,19 @@ func (cfg *Config) grpcSender(client *http.Client, base, addr string, item any) 
 			}
 		}
 	}
+	creds := insecure.NewCredentials()
+	if strings.HasPrefix(base, "https://") {
+		// The gRPC service of a server that serves HTTPS is served over
+		// TLS with the same certificate, which the system's roots (or
+		// SSL_CERT_FILE) must trust, as for the http requests.
+		creds = credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12})
+	}
 	for i := range conns {
-		if conns[i], err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+		// Answers as large as the server sends: grpc-go's client takes
+		// 4 MiB by default, and a larger answer would count as the
+		// server's refusal.
+		if conns[i], err = grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32))); err != nil {
 			closeAll()
 			return nil, nil, fmt.Errorf("--grpc-target %s: %w", addr, err)
 		}
@@ -133,7 +148,7 @@ func (cfg *Config) grpcSender(client *http.Client, base, addr string, item any) 
 // failure does not start with.
 func serverSaidUnavailable(err error) bool {
 	msg := status.Convert(err).Message()
-	for _, prefix := range []string{"connection error", "error reading from server", "transport is closing", "name resolver"} {
+	for _, prefix := range []string{"connection error", "error reading from server", "transport is closing", "name resolver", "invalid target address"} {
 		if len(msg) >= len(prefix) && msg[:len(prefix)] == prefix {
 			return false
 		}

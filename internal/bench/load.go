@@ -202,8 +202,9 @@ func refusal(kind failureKind) error {
 }
 
 // refusalWatch watches a load for a server that refuses every request
-// alike: an --items-per-request above its --max-items (413), a missing
-// token (401), an --input it cannot read (400). While no request has
+// alike: an --items-per-request above its --max-items (413, or over gRPC
+// RESOURCE_EXHAUSTED), a missing token (401), an --input it cannot read
+// (400) (see clientError). While no request has
 // succeeded, maxRefusals answers in a row of one client error stop the
 // load: it can only fail, for as long as it is asked to run. 408 and 429,
 // which a busy server gives, are not refusals, and nor is any other
@@ -221,7 +222,7 @@ func (w *refusalWatch) refused(kind string, id uint16) bool {
 	if w.over.Load() {
 		return false
 	}
-	if !strings.HasPrefix(kind, "http 4") || kind == "http 408" || kind == "http 429" {
+	if !clientError(kind) {
 		w.over.Store(true)
 		return false
 	}
@@ -230,6 +231,19 @@ func (w *refusalWatch) refused(kind string, id uint16) bool {
 		return false
 	}
 	return w.count.Add(1) == maxRefusals
+}
+
+// clientError says whether a failure of kind says the request is wrong for
+// the server: an http 4xx but 408 and 429, which a busy server gives, or
+// the gRPC codes of those (see the gRPC service's codes in the README).
+func clientError(kind string) bool {
+	switch kind {
+	case "http 408", "http 429":
+		return false
+	case "grpc InvalidArgument", "grpc NotFound", "grpc ResourceExhausted", "grpc Unauthenticated", "grpc PermissionDenied", "grpc Unimplemented":
+		return true
+	}
+	return strings.HasPrefix(kind, "http 4")
 }
 
 // closedLoop runs clients that each send their next request when the last

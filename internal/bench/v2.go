@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -249,8 +251,16 @@ func (cfg *Config) checkProtocol() error {
 	if cfg.Protocol != ProtocolPredict && cfg.API == APIGo {
 		return fmt.Errorf("--protocol %s is spoken to a server; --api go calls the supervisor directly", cfg.Protocol)
 	}
-	if cfg.GRPCTarget != "" && cfg.Protocol != ProtocolGRPC {
+	switch {
+	case cfg.GRPCTarget != "" && cfg.Protocol != ProtocolGRPC:
 		return fmt.Errorf("--grpc-target goes with --protocol grpc, not %s", cfg.Protocol)
+	case cfg.GRPCTarget != "" && cfg.Target == "":
+		return errors.New("--grpc-target goes with --target, whose stats bench reads; the server bench starts gets a gRPC port of its own")
+	case cfg.GRPCTarget != "":
+		host, port, err := net.SplitHostPort(cfg.GRPCTarget)
+		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 1 || n > 65535 || host == "" {
+			return fmt.Errorf("--grpc-target %q: want host:port, the target's --grpc-listen, with a port from 1 to 65535", cfg.GRPCTarget)
+		}
 	}
 	return nil
 }

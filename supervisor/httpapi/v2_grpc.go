@@ -47,8 +47,10 @@ func NewGRPC(api http.Handler) *GRPC {
 }
 
 // grpcCode is the gRPC code of an HTTP status the REST routes answer: the
-// same fault, in the words gRPC clients act on (UNAVAILABLE is the one
-// they retry).
+// same fault, in the words gRPC clients act on. A full queue (429), as no
+// worker able to run (503), is UNAVAILABLE, the passing condition gRPC
+// clients retry with a back-off; RESOURCE_EXHAUSTED is a request too large
+// for the server (413), which no retry mends.
 func grpcCode(httpStatus int) codes.Code {
 	switch httpStatus {
 	case http.StatusBadRequest, http.StatusUnprocessableEntity:
@@ -59,9 +61,9 @@ func grpcCode(httpStatus int) codes.Code {
 		return codes.PermissionDenied
 	case http.StatusNotFound:
 		return codes.NotFound
-	case http.StatusRequestEntityTooLarge, http.StatusTooManyRequests:
+	case http.StatusRequestEntityTooLarge:
 		return codes.ResourceExhausted
-	case http.StatusServiceUnavailable:
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
 		return codes.Unavailable
 	case http.StatusGatewayTimeout:
 		return codes.DeadlineExceeded
@@ -150,6 +152,10 @@ func tensorMetadata(specs []TensorSpec) []*inferencepb.ModelMetadataResponse_Ten
 // sooner of the two wins.
 func (g *GRPC) ModelInfer(ctx context.Context, req *inferencepb.ModelInferRequest) (*inferencepb.ModelInferResponse, error) {
 	h := g.h
+	if msg, refused := codecRefusal(req); refused {
+		h.requests.count(http.StatusRequestEntityTooLarge, nil)
+		return nil, status.Error(codes.ResourceExhausted, msg)
+	}
 	meta, err := g.model(req.GetModelName(), req.GetModelVersion())
 	if err != nil {
 		h.requests.count(http.StatusNotFound, nil)
@@ -582,8 +588,11 @@ func (c *inferCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	// A message that is not well formed is left to Unmarshal to refuse.
 	n := countEntries(wire)
 	refuse := func(what string, got, most int, hint string) error {
-		return status.Error(codes.ResourceExhausted, "the request holds "+strconv.Itoa(got)+" "+what+", over the "+strconv.Itoa(most)+
-			" one call may carry"+hint)
+		// Not an error: gRPC would answer any error of the codec's as
+		// INTERNAL. The request goes on, undecoded but for the refusal,
+		// which ModelInfer answers (see codecRefusal).
+		refuseRequest(req, "the request holds "+strconv.Itoa(got)+" "+what+", over the "+strconv.Itoa(most)+" one call may carry"+hint)
+		return nil
 	}
 	switch {
 	case n.tensors > maxTensorEntries:
@@ -594,6 +603,32 @@ func (c *inferCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		return refuse("BYTES elements in contents", n.elements, c.maxElements, " (the body limit, --max-body, / 12); send them in raw_input_contents")
 	}
 	return proto.Unmarshal(wire, req)
+}
+
+// fieldRefusal is the field number under which the codec leaves its
+// refusal in a request it did not decode: the largest protobuf allows,
+// among the request's unknown fields, where no field of the protocol is.
+const fieldRefusal = protowire.MaxValidNumber
+
+// refuseRequest leaves req undecoded but for msg, the codec's refusal.
+func refuseRequest(req *inferencepb.ModelInferRequest, msg string) {
+	proto.Reset(req)
+	b := protowire.AppendTag(nil, fieldRefusal, protowire.BytesType)
+	req.ProtoReflect().SetUnknown(protowire.AppendString(b, msg))
+}
+
+// codecRefusal returns the codec's refusal of req, if it left one.
+func codecRefusal(req *inferencepb.ModelInferRequest) (msg string, refused bool) {
+	unknown := req.ProtoReflect().GetUnknown()
+	if len(unknown) == 0 {
+		return "", false
+	}
+	eachField(unknown, func(num protowire.Number, typ protowire.Type, v []byte) {
+		if num == fieldRefusal && typ == protowire.BytesType {
+			msg, refused = string(v), true
+		}
+	})
+	return msg, refused
 }
 
 // The field numbers countEntries follows.

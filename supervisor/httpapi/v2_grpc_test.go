@@ -144,7 +144,7 @@ func TestGRPCCodes(t *testing.T) {
 		code codes.Code
 		want string
 	}{
-		{supervisor.ErrOverloaded, codes.ResourceExhausted, "overloaded"},
+		{supervisor.ErrOverloaded, codes.Unavailable, "overloaded"},
 		{supervisor.ErrUnavailable, codes.Unavailable, ""},
 		{supervisor.ErrShuttingDown, codes.Unavailable, ""},
 		{supervisor.ErrDeadline, codes.DeadlineExceeded, ""},
@@ -304,9 +304,15 @@ func TestGRPCCodecBoundsBytesElements(t *testing.T) {
 	if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(request(100))}, got); err != nil || len(got.Inputs[1].Contents.BytesContents) != 99 {
 		t.Fatalf("100 elements, the bound: %v, %d decoded", err, len(got.GetInputs()[1].GetContents().GetBytesContents()))
 	}
-	err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(request(101))}, new(pb.ModelInferRequest))
-	if st, _ := status.FromError(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "101 BYTES elements in contents, over the 100") {
-		t.Errorf("101 elements: %v, want RESOURCE_EXHAUSTED naming both counts", err)
+	refused := new(pb.ModelInferRequest)
+	if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(request(101))}, refused); err != nil {
+		t.Fatalf("101 elements: %v; want the refusal left in the request, for ModelInfer to answer", err)
+	}
+	g := NewGRPC(New(Config{Backend: &fakeBackend{}, MaxBody: 1200, Tensors: echoModel(spec("b", "BYTES", true, -1))}))
+	_, err := g.ModelInfer(context.Background(), refused)
+	if st, _ := status.FromError(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "101 BYTES elements in contents, over the 100") ||
+		len(refused.Inputs) != 0 {
+		t.Errorf("101 elements: %v, %d inputs decoded; want RESOURCE_EXHAUSTED naming both counts, and nothing decoded", err, len(refused.Inputs))
 	}
 	if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer([]byte{0xff, 0xff})}, new(pb.ModelInferRequest)); err == nil {
 		t.Error("a message that is not protobuf was decoded")
@@ -384,13 +390,16 @@ func TestGRPCCodecBoundsEntries(t *testing.T) {
 		}), "4098 parameters, over the 4096"},
 	}
 	for _, tt := range tests {
-		err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(tt.wire)}, new(pb.ModelInferRequest))
-		st, _ := status.FromError(err)
+		req := new(pb.ModelInferRequest)
+		if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(tt.wire)}, req); err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		msg, refused := codecRefusal(req)
 		switch {
-		case tt.want == "" && err != nil:
-			t.Errorf("%s: %v, want it decoded", tt.name, err)
-		case tt.want != "" && (st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), tt.want)):
-			t.Errorf("%s: %v, want RESOURCE_EXHAUSTED saying %q", tt.name, err, tt.want)
+		case tt.want == "" && refused:
+			t.Errorf("%s: refused (%s), want it decoded", tt.name, msg)
+		case tt.want != "" && (!refused || !strings.Contains(msg, tt.want)):
+			t.Errorf("%s: refusal %q, want one saying %q", tt.name, msg, tt.want)
 		}
 	}
 }
