@@ -359,16 +359,18 @@ func TestAnIdleConnectionMakesRoomAtTheCap(t *testing.T) {
 	}
 }
 
-// healthyOn sends GET /healthz on conn and reads its answer: an error
-// unless it is 200.
+// healthyOn sends GET /v1/models on conn and reads its answer: an error
+// unless it is 200, which says the connection is served. Not /healthz: a
+// liveness probe is answered 200 on a connection turned away at the cap
+// too, which is then closed.
 func healthyOn(conn net.Conn) error {
-	fmt.Fprintf(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	fmt.Fprintf(conn, "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
 	resp, _, err := readRawResponse(conn)
 	switch {
 	case err != nil:
 		return err
 	case resp.StatusCode != http.StatusOK:
-		return fmt.Errorf("GET /healthz: status %d", resp.StatusCode)
+		return fmt.Errorf("GET /v1/models: status %d", resp.StatusCode)
 	}
 	return nil
 }
