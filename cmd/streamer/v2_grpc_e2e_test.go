@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -123,8 +124,8 @@ func TestGRPCDemo(t *testing.T) {
 			t.Fatalf("ModelMetadata: %v", err)
 		}
 		if meta.Name != "demo" || meta.Platform != "onnxruntime_onnx" || len(meta.Versions) != 1 || meta.Versions[0] != "1" ||
-			len(meta.Inputs) != 1 || meta.Inputs[0].Name != "features" || meta.Inputs[0].Datatype != "FP32" || !equalShape(meta.Inputs[0].Shape, -1, 4) ||
-			len(meta.Outputs) != 1 || meta.Outputs[0].Name != "probs" || !equalShape(meta.Outputs[0].Shape, -1, 3) {
+			len(meta.Inputs) != 1 || meta.Inputs[0].Name != "features" || meta.Inputs[0].Datatype != "FP32" || !slices.Equal(meta.Inputs[0].Shape, []int64{-1, 4}) ||
+			len(meta.Outputs) != 1 || meta.Outputs[0].Name != "probs" || !slices.Equal(meta.Outputs[0].Shape, []int64{-1, 3}) {
 			t.Errorf("ModelMetadata: %v", meta)
 		}
 	}
@@ -158,7 +159,7 @@ func TestGRPCDemo(t *testing.T) {
 			t.Fatalf("%s: %v", name, resp)
 		}
 		out := resp.Outputs[0]
-		if out.Name != "probs" || out.Datatype != "FP32" || !equalShape(out.Shape, 5, 3) {
+		if out.Name != "probs" || out.Datatype != "FP32" || !slices.Equal(out.Shape, []int64{5, 3}) {
 			t.Errorf("%s: output %v, want probs FP32 [5 3]", name, out)
 		}
 		if got := resp.RawOutputContents[0]; string(got) != string(want) {
@@ -185,18 +186,6 @@ func TestGRPCDemo(t *testing.T) {
 	if resp, err := c.ModelInfer(ctx, req); err != nil || len(resp.Outputs) != 1 || string(resp.RawOutputContents[0]) != string(want) {
 		t.Errorf("with probs requested: %v %v", resp, err)
 	}
-}
-
-func equalShape(shape []int64, want ...int64) bool {
-	if len(shape) != len(want) {
-		return false
-	}
-	for i := range shape {
-		if shape[i] != want[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestGRPCRefusals: each bad call gets the code of its fault and a
@@ -285,7 +274,7 @@ func TestGRPCTypedContentsAndDeadlines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(resp.Outputs) != 1 || resp.Outputs[0].Datatype != "BYTES" || !equalShape(resp.Outputs[0].Shape, 2) {
+	if len(resp.Outputs) != 1 || resp.Outputs[0].Datatype != "BYTES" || !slices.Equal(resp.Outputs[0].Shape, []int64{2}) {
 		t.Fatalf("answer %v, want one BYTES output of shape [2]", resp)
 	}
 	if got := bytesElementsOf(t, resp.RawOutputContents[0]); len(got) != 2 || got[0] != "a" || got[1] != "bc" {
