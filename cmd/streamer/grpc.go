@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -59,7 +60,7 @@ type grpcServer struct {
 // connection cap and the idle timeout its connections, and the token and
 // the certificate are the HTTP API's. It returns nil when --grpc-listen
 // is not set.
-func (o serveOptions) openGRPC(api http.Handler, guard *security, log *slog.Logger) (*grpcServer, error) {
+func (o serveOptions) openGRPC(api http.Handler, guard *security, refused *atomic.Uint64, log *slog.Logger) (*grpcServer, error) {
 	if o.grpcListen == "" {
 		return nil, nil
 	}
@@ -88,7 +89,7 @@ func (o serveOptions) openGRPC(api http.Handler, guard *security, log *slog.Logg
 	}
 	server := grpc.NewServer(options...)
 	inferencepb.RegisterGRPCInferenceServiceServer(server, service)
-	listener := &grpcListener{Listener: tcp, max: int64(o.maxConnections), log: log, conns: map[*grpcConn]struct{}{}}
+	listener := &grpcListener{Listener: tcp, max: int64(o.maxConnections), refused: refused, log: log, conns: map[*grpcConn]struct{}{}}
 	g := &grpcServer{server: server, listener: listener, served: make(chan error, 1)}
 	go func() { g.served <- server.Serve(listener) }()
 	log.Info("serving the Open Inference Protocol over gRPC", "grpc_listen", tcp.Addr().String())
@@ -223,6 +224,7 @@ func (g *grpcServer) failed() <-chan error {
 type grpcListener struct {
 	net.Listener
 	max      int64
+	refused  *atomic.Uint64 // the connections closed over the cap
 	log      *slog.Logger
 	warnings repeats.Lines
 
@@ -244,6 +246,7 @@ func (l *grpcListener) Accept() (net.Conn, error) {
 		}
 		l.mu.Unlock()
 		if over {
+			l.refused.Add(1)
 			l.warnings.Log(l.log, slog.LevelWarn, "over cap", "gRPC connection refused: --max-connections are open",
 				"max_connections", l.max, "remote", conn.RemoteAddr().String())
 			_ = conn.Close()

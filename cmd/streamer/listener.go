@@ -92,8 +92,10 @@ type cappedListener struct {
 	idleAt map[net.Conn]*list.Element
 
 	// The connections turned away over the cap and while draining, and
-	// those closed for a new one to take their place.
-	refusedOverCap, refusedDraining, reclaimed atomic.Uint64
+	// those closed for a new one to take their place; and the gRPC
+	// service's connections closed over its cap (see grpcListener), counted
+	// here so that /metrics has them beside the API's.
+	refusedOverCap, refusedDraining, reclaimed, refusedGRPCOverCap atomic.Uint64
 }
 
 // idleConn is a connection idle between requests since a time.
@@ -142,7 +144,7 @@ func (l *cappedListener) note(level slog.Level, kind, msg string, conn net.Conn,
 // The metrics of the listener, served on /metrics beside the API's.
 var (
 	connectionsRefusedDesc = prometheus.NewDesc("streamer_connections_refused_total",
-		"Connections answered 503 and closed before any request was read (or closed unanswered, past 1024 such at once), by reason: over_cap (--max-connections open, none idle for a second) or draining (after SIGTERM). The requests on them are counted in no other metric. Liveness probes so turned away are answered 200 and not counted.",
+		"Connections answered 503 and closed before any request was read (or closed unanswered, past 1024 such at once), by reason: over_cap (--max-connections open, none idle for a second) or draining (after SIGTERM); and grpc_over_cap, connections to --grpc-listen closed as they came, --max-connections of them being open. The requests on them are counted in no other metric. Liveness probes so turned away are answered 200 and not counted.",
 		[]string{"reason"}, nil)
 	connectionsReclaimedDesc = prometheus.NewDesc("streamer_connections_reclaimed_total",
 		"Connections idle for a second at least, closed for a new one at --max-connections to take their place.",
@@ -159,6 +161,7 @@ func (l *cappedListener) Describe(ch chan<- *prometheus.Desc) {
 func (l *cappedListener) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(connectionsRefusedDesc, prometheus.CounterValue, float64(l.refusedOverCap.Load()), "over_cap")
 	ch <- prometheus.MustNewConstMetric(connectionsRefusedDesc, prometheus.CounterValue, float64(l.refusedDraining.Load()), "draining")
+	ch <- prometheus.MustNewConstMetric(connectionsRefusedDesc, prometheus.CounterValue, float64(l.refusedGRPCOverCap.Load()), "grpc_over_cap")
 	ch <- prometheus.MustNewConstMetric(connectionsReclaimedDesc, prometheus.CounterValue, float64(l.reclaimed.Load()))
 }
 

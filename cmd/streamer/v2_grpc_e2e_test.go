@@ -589,12 +589,21 @@ func stalledCall(t *testing.T, addr string) (net.Conn, <-chan string) {
 // the cap allows.
 func TestGRPCStalledCallsEnd(t *testing.T) {
 	addr := freePort(t)
-	startServer(t, "--model", "echo", "--grpc-listen", addr, "--read-timeout", "1s", "--idle-timeout", "2s", "--max-connections", "2")
+	s := startServer(t, "--model", "echo", "--grpc-listen", addr, "--read-timeout", "1s", "--idle-timeout", "2s", "--max-connections", "2")
 	var ends []<-chan string
 	for range 2 {
 		_, ended := stalledCall(t, addr)
 		ends = append(ends, ended)
 	}
+	// A third connection, over the cap, is closed as it comes, and counted.
+	over, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer over.Close()
+	waitFor(t, "the connection over the cap counted", 10*time.Second, func() bool {
+		return metricValue(t, s, `streamer_connections_refused_total{reason="grpc_over_cap"}`) == 1
+	})
 	for i, ended := range ends {
 		select {
 		case how := <-ended:
