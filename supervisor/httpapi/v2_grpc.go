@@ -48,9 +48,9 @@ func NewGRPC(api http.Handler) *GRPC {
 
 // grpcCode is the gRPC code of an HTTP status the REST routes answer: the
 // same fault, in the words gRPC clients act on. A full queue (429), as no
-// worker able to run (503), is UNAVAILABLE, the passing condition gRPC
-// clients retry with a back-off; RESOURCE_EXHAUSTED is a request too large
-// for the server (413), which no retry mends.
+// worker able to run (503), is UNAVAILABLE, the passing condition that
+// gRPC retry policies retry with a back-off; RESOURCE_EXHAUSTED is a
+// request too large for the server (413), which no retry mends.
 func grpcCode(httpStatus int) codes.Code {
 	switch httpStatus {
 	case http.StatusBadRequest, http.StatusUnprocessableEntity:
