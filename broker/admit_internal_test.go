@@ -70,7 +70,7 @@ func TestRequestsAdmittedTogetherWakeABlockedReaderOnce(t *testing.T) {
 	}
 	// The third is past the bound, no larger than most: refused, and the
 	// fourth, which fits, is admitted.
-	fe.meanSize.Store(1024 * 100)
+	rs.Do(t, "SET", fe.k.sizes, "102400")
 	batch := []*call{request(1, "a", "b"), request(2, "c"), request(3, "d", "e"), request(4, "f")}
 	fe.admit(waiting(fe, batch...))
 	for i, want := range []error{nil, nil, supervisor.ErrOverloaded, nil} {
@@ -382,7 +382,7 @@ func routes(calls []*call) []string {
 func TestKeyedAndPlainRequestsShareAnAdmission(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	fe := unstartedFront(t, rs.URL(), 5)
-	fe.meanSize.Store(1024 * 100) // none is larger than most: none has room kept
+	rs.Do(t, "SET", fe.k.sizes, "102400") // none is larger than most: none has room kept
 	request := func(seq uint64, keys []string, items ...string) *call {
 		c := &call{seq: seq, keys: keys, admitted: make(chan error, 1)}
 		for _, it := range items {
@@ -886,7 +886,7 @@ func TestRoomKeptIsAskedForTakenOverAndGivenBack(t *testing.T) {
 	if err := verdict(filler); err != nil {
 		t.Fatal(err)
 	}
-	fe.meanSize.Store(1024) // requests of 2 items are twice the mean
+	rs.Do(t, "SET", fe.k.sizes, "1024") // requests of 2 items are twice the mean
 	big := request(2, 2)
 	fe.admit(waiting(fe, big))
 	if want := "2 " + fe.id + " 2"; room() != want {
@@ -924,7 +924,7 @@ func TestRoomKeptIsAskedForTakenOverAndGivenBack(t *testing.T) {
 	// The backlog is full: a larger request takes over the room of a
 	// smaller one, which is then refused for it; the larger one's caller
 	// leaves, and the room goes with it.
-	fe.meanSize.Store(1024) // as it was before the admission moved it
+	rs.Do(t, "SET", fe.k.sizes, "1024") // as it was before the admission moved it
 	two, three := request(5, 2), request(6, 3)
 	fe.admit(waiting(fe, two))
 	fe.admit(waiting(fe, three))

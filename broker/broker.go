@@ -158,7 +158,7 @@ const blockFor = 250 * time.Millisecond
 
 // keys are the Redis keys of one prefix.
 type keys struct {
-	items, nodes, leaving, poison, replyPrefix, streams, epoch, model, room, names string
+	items, nodes, leaving, poison, replyPrefix, streams, epoch, model, room, sizes, names string
 }
 
 func newKeys(prefix string) keys {
@@ -172,6 +172,7 @@ func newKeys(prefix string) keys {
 		epoch:       prefix + ":epoch",
 		model:       prefix + ":model",
 		room:        prefix + ":room",
+		sizes:       prefix + ":sizes",
 		names:       prefix + ":name:",
 	}
 }

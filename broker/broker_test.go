@@ -659,6 +659,57 @@ func TestARequestLargerThanTheBacklogIsTooLarge(t *testing.T) {
 	}
 }
 
+// Larger than most is judged by the requests every front end admitted of
+// late: a front end that carries only large requests keeps room for them,
+// rather than take their size for the common one and see them refused for
+// ever while another front end's small ones fill every place that frees.
+func TestRoomIsKeptByTheSizesOfEveryFrontEnd(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fakeNode(t, rs)
+	bound := func(c *broker.FrontEndConfig) { c.MaxBacklog = 40 }
+	smalls, larges := startFront(t, rs, bound), startFront(t, rs, bound)
+	eventually(t, "front ends ready", func() bool { return smalls.Ready() && larges.Ready() })
+
+	first := predictLater(t, larges, "1", "2", "3", "4")
+	onStream(t, rs, 4, "the first large request on the stream")
+	singles := make([]<-chan answer, 36)
+	for i := range singles {
+		singles[i] = predictLater(t, smalls, strconv.Itoa(i))
+	}
+	onStream(t, rs, 40, "the backlog full of one-item requests")
+	mean, err := strconv.Atoi(rs.Do(t, "GET", "streamer:sizes"))
+	if err != nil || mean <= 1024 || mean >= 1536 {
+		t.Fatalf("the mean size kept is %d/1024 items (%v); want between 1 and 1.5 after a request of 4 items and 36 of one", mean, err)
+	}
+
+	// The backlog is full for the front end of small requests, whose
+	// callers' requests are refused unread over HTTP, and not for the one
+	// whose requests are larger than most: they have room kept for them.
+	eventually(t, "both front ends seeing the backlog full", func() bool {
+		return smalls.FrontEndStats().Backlog == 40 && larges.FrontEndStats().Backlog == 40
+	})
+	eventually(t, "the front end of small requests full", smalls.Full)
+	if larges.Full() {
+		t.Error("the front end of large requests is full: it would refuse them unread")
+	}
+
+	// Three items, more than twice the mean: room is kept for them, though
+	// their front end has seen nothing smaller.
+	next := predictLater(t, larges, "a", "b", "c")
+	eventually(t, "room kept for the 3-item request", func() bool { return strings.HasPrefix(rs.Do(t, "GET", "streamer:room"), "3 ") })
+	startNode(t, rs, newRecorder(), 4, nil)
+	for i, c := range singles {
+		if a := <-c; a.err != nil {
+			t.Errorf("one-item request %d: %v", i, a.err)
+		}
+	}
+	for _, c := range []<-chan answer{first, next} {
+		if a := <-c; a.err != nil {
+			t.Errorf("a large request: %v", a.err)
+		}
+	}
+}
+
 // A node that read the item died with it: the front end, whose caller gave
 // up, leaves it to the node that claims it (see withdrawScript), which must
 // not run it.

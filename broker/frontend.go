@@ -123,9 +123,11 @@ type FrontEnd struct {
 	leaving atomic.Int64 // nodes leaving (finishing their items) heard from as recently
 	backlog atomic.Int64 // the stream's length at the last check
 	room    atomic.Int64 // the room kept in the backlog at the last check (see admitScript)
-	// meanSize is the mean size of the requests admitted of late, in
-	// 1/1024 items (see largeRequest).
-	meanSize atomic.Int64
+	// ownMean is the mean size of the requests this front end sent to
+	// be admitted of late, sharedMean that of those every front end had
+	// admitted, as the last check read it, both in 1/1024 items (see
+	// carriesLarge).
+	ownMean, sharedMean atomic.Int64
 	// roomLapse is how long the backlog keeps room for a request after
 	// each of its tries: roomKeep, but in tests.
 	roomLapse time.Duration
@@ -217,8 +219,9 @@ type call struct {
 	sent     time.Time  // when it was submitted
 	gaveUp   bool       // its caller left before the verdict; under FrontEnd.mu
 	// Set by the writer at the call's first admission: tried; roomToken,
-	// for a request larger than most, names it for the room it may have
-	// kept in the backlog, and roomSince is then when it was first tried;
+	// for a request of two items or more, names it for the room it may
+	// have kept in the backlog (the admission judges whether it is larger
+	// than most), and roomSince is then when it was first tried;
 	// requeued, once it has been sent back to come again for its room;
 	// asks, while it comes back without its items, to ask whether they
 	// fit (its items weigh on each try otherwise: 4 MB every 5 ms for a
@@ -247,13 +250,20 @@ type call struct {
 // command: a node blocked on the stream wakes once for them all, where a
 // command per request would wake it for the first alone. A request whose
 // items would take the backlog past its bound is refused whole. One that
-// carries a token (larger than most: see largeRequest) has room kept for
-// it, unless it is kept for another as large or larger, and is told to
+// carries a token and is larger than most (see the sizes key) has room
+// kept for it, unless it is kept for another as large or larger, and is told to
 // come back (-2): others are refused meanwhile unless they leave that room
 // free, and it takes the room when it comes back with the same token and
 // fits (see supervisor.Config.MaxQueue, for the same on a local server).
 // It comes back without its items, asking whether it fits: when it does,
 // the room is kept on for it and the answer is -3 (send them).
+// Larger than most is twice the mean size of the requests admitted of
+// late, by every front end, and two items at least: the mean is kept in
+// Redis with the room, so that a front end that carries only large
+// requests does not take them for the common size, and see them refused
+// for ever while another front end's small ones fill every place that
+// frees. Each admission moves it a sixteenth of the way to the size of
+// the request it admits.
 // A request
 // routed to a node (its caller was just answered by it) goes to that
 // node's own stream while the node is alive and lists it, while no item
@@ -270,7 +280,9 @@ type call struct {
 // before the loss, and only those, first.
 //
 //	KEYS[1] the items stream, KEYS[2] the live nodes, KEYS[3] the node
-//	        streams, KEYS[4] the epoch, KEYS[5] the room kept
+//	        streams, KEYS[4] the epoch, KEYS[5] the room kept, KEYS[6]
+//	        the mean size of the requests admitted of late (in 1/1024
+//	        items)
 //	ARGV    max backlog, now (unix ms), how long a node may be silent
 //	        (ms), the node streams' prefix, the front end's epoch, how
 //	        long room is kept for a request between its tries (ms), then
@@ -300,6 +312,8 @@ if ARGV[7] == 'probe' then
   -- a key that nobody makes deleted: no change.
   local kept = redis.call('GET', KEYS[5])
   redis.call('SET', KEYS[5], kept or '0', 'XX', 'KEEPTTL')
+  local sizes = redis.call('GET', KEYS[6])
+  redis.call('SET', KEYS[6], sizes or '0', 'XX', 'KEEPTTL')
   redis.call('DEL', KEYS[5] .. '-probe')
   return {}
 end
@@ -319,6 +333,15 @@ end
 -- Kept by a front end of a larger bound than this one's (a mismatch):
 -- this one would refuse every request for it.
 if room > bound then room = 0 end
+-- The mean size of the requests admitted of late, in 1/1024 items: a
+-- request refused has room kept for it from twice that (and two items).
+-- A value that cannot be one (written by hand) counts as none.
+local mean = tonumber(redis.call('GET', KEYS[6]) or '') or 0
+if mean < 0 or mean > 2^40 or mean ~= math.floor(mean) then mean = 0 end
+local meanBefore = mean
+local function largerThanMost(n)
+  return n >= math.max(2, math.ceil(2 * mean / 1024))
+end
 local function later(a, b)
   local am, as = string.match(a, '(%d+)-(%d+)')
   local bm, bs = string.match(b, '(%d+)-(%d+)')
@@ -357,7 +380,7 @@ while j <= #ARGV do
   if keyed then width = 3 elseif asks then width = 0 end
   local mine = token ~= '' and token == owner
   if backlog + n > bound or (room > 0 and not mine and backlog + n + room > bound) then
-    if token ~= '' and (room == 0 or mine or n > room) then
+    if mine or (token ~= '' and largerThanMost(n) and (room == 0 or n > room)) then
       -- Kept for it, or kept on: it comes back for it (-2).
       room, owner = n, token
       redis.call('SET', KEYS[5], n .. ' ' .. token, 'PX', ARGV[6])
@@ -406,7 +429,21 @@ while j <= #ARGV do
     end
     backlog = backlog + n
     verdicts[#verdicts + 1] = ids
+    -- A sixteenth of the way to n, one step at least.
+    if mean == 0 then
+      mean = 1024 * n
+    else
+      local d = 1024 * n - mean
+      local step = math.floor(math.abs(d) / 16)
+      if step == 0 and d ~= 0 then step = 1 end
+      if d < 0 then step = -step end
+      mean = mean + step
+    end
   end
+end
+-- Kept an hour after the last admission that moved it.
+if mean ~= meanBefore then
+  redis.call('SET', KEYS[6], string.format('%d', mean), 'PX', 3600000)
 end
 return verdicts
 `)
@@ -628,9 +665,41 @@ func (fe *FrontEnd) Ready() bool {
 // check, so that a request can be refused before its body is read. It is
 // false while the front end is not ready: a request is then refused for
 // that (ErrUnavailable), and the backlog seen last says nothing of when
-// to come back.
+// to come back. It is false, too, while the front end carries requests
+// larger than most, or has sent none yet (see carriesLarge).
 func (fe *FrontEnd) Full() bool {
-	return fe.Ready() && fe.backlog.Load() >= int64(fe.cfg.MaxBacklog)
+	return fe.Ready() && fe.backlog.Load() >= int64(fe.cfg.MaxBacklog) && !fe.carriesLarge()
+}
+
+// carriesLarge says whether the requests this front end sent of late are
+// larger than most of those every front end admitted (see admitScript),
+// or whether it has sent none yet: its requests would have room kept for
+// them, or their size is unknown, and the backlog is not full for them.
+// A front end that its clients send only large requests would otherwise
+// refuse them unread, by the size of its own, for as long as other front
+// ends' small ones keep the backlog full; and one started while it is
+// full, every request, never learning their size.
+func (fe *FrontEnd) carriesLarge() bool {
+	own, shared := fe.ownMean.Load(), fe.sharedMean.Load()
+	return own == 0 || shared > 0 && own >= max(2*1024, 2*shared)
+}
+
+// noteSent notes that a request of n items was sent to be admitted, for
+// the mean size of this front end's of late (see carriesLarge): as
+// admitScript moves the shared mean, a sixteenth of the way at least one
+// step. Called by the writer.
+func (fe *FrontEnd) noteSent(n int) {
+	m := fe.ownMean.Load()
+	if m == 0 {
+		fe.ownMean.Store(1024 * int64(n))
+		return
+	}
+	d := 1024*int64(n) - m
+	step := d / 16
+	if step == 0 && d != 0 {
+		step = d / max(d, -d)
+	}
+	fe.ownMean.Store(m + step)
 }
 
 // Slots is empty: a front end has no workers of its own.
@@ -1931,31 +2000,6 @@ func admissionFailing(where, msg string) error {
 	return unavailablef("redis at %s fails this front end's admissions of requests: %s", where, msg)
 }
 
-// noteAdmitted notes that a request of n items was admitted, for the mean
-// size of those of late (see largeRequest).
-func (fe *FrontEnd) noteAdmitted(n int) {
-	// In 1/1024 items, a sixteenth of the way at least one step: a race
-	// between two requests loses one of them, which matters little.
-	m := fe.meanSize.Load()
-	if m == 0 {
-		fe.meanSize.Store(1024 * int64(n))
-		return
-	}
-	d := 1024*int64(n) - m
-	step := d / 16
-	if step == 0 && d != 0 {
-		step = d / max(d, -d)
-	}
-	fe.meanSize.Store(m + step)
-}
-
-// largeRequest is the fewest items a request refused needs to have room
-// kept for it in the backlog: twice the mean of those admitted of late,
-// and two, as a local server keeps it (see supervisor.Config.MaxQueue).
-func (fe *FrontEnd) largeRequest() int64 {
-	return max(2, (2*fe.meanSize.Load()+1023)/1024)
-}
-
 // errComeBack is takeVerdict's word that a call has room kept for it in
 // the backlog, and comes back for it (see resubmit): no verdict yet.
 var errComeBack = errors.New("room is kept for the request: it comes back for it")
@@ -2021,14 +2065,14 @@ func (fe *FrontEnd) releaseRoom(c *call) {
 
 // admitKeys are the keys admitScript touches.
 func (fe *FrontEnd) admitKeys() []string {
-	return []string{fe.k.items, fe.k.nodes, fe.k.streams, fe.k.epoch, fe.k.room}
+	return []string{fe.k.items, fe.k.nodes, fe.k.streams, fe.k.epoch, fe.k.room, fe.k.sizes}
 }
 
 // admitKeyTypes are admitKeys with the types streamer keeps there.
 func (fe *FrontEnd) admitKeyTypes() []keyType {
 	return []keyType{
 		{fe.k.items, typeStream}, {fe.k.nodes, typeZSet}, {fe.k.streams, typeSet},
-		{fe.k.epoch, typeString}, {fe.k.room, typeString},
+		{fe.k.epoch, typeString}, {fe.k.room, typeString}, {fe.k.sizes, typeString},
 	}
 }
 
@@ -2081,7 +2125,6 @@ func (fe *FrontEnd) takeVerdict(c *call, v any, epoch string) error {
 	for j, id := range admitted {
 		ids[j], _ = id.(string)
 	}
-	fe.noteAdmitted(len(c.items))
 	fe.mu.Lock()
 	defer fe.mu.Unlock()
 	c.stream, c.ids, c.epoch = stream, ids, epoch
@@ -2265,7 +2308,8 @@ func (fe *FrontEnd) admitArgs(batch []*call, epoch string) []any {
 		}
 		if !c.tried {
 			c.tried = true
-			if int64(len(c.items)) >= fe.largeRequest() {
+			fe.noteSent(len(c.items))
+			if len(c.items) >= 2 { // the admission judges whether it is larger than most
 				c.roomToken, c.roomSince = fe.id+" "+strconv.FormatUint(c.seq, 10), time.Now()
 			}
 		}
@@ -2831,7 +2875,7 @@ func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time, final bool) 
 	nodes := pipe.ZCount(ctx, fe.k.nodes, since, "+inf")
 	leaving := pipe.ZCount(ctx, fe.k.leaving, since, "+inf")
 	backlog := pipe.XLen(ctx, fe.k.items)
-	room := pipe.MGet(ctx, fe.k.room) // no error when it is not there
+	room := pipe.MGet(ctx, fe.k.room, fe.k.sizes) // no error when they are not there, or of another type
 	model := pipe.HMGet(ctx, fe.k.model, modelFields...)
 	pipe.Expire(ctx, fe.replyKey, fe.cfg.ReplyTTL)
 	pipe.SetNX(ctx, fe.k.epoch, randomHex(8), 0)
@@ -2891,14 +2935,18 @@ func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time, final bool) 
 		fe.probeAdmission(ctx)
 	}
 	fe.noteCheck(model, nodes.Val(), leaving.Val(), backlog.Val(), epoch.Val())
-	kept := int64(0)
-	if v := room.Val(); len(v) == 1 {
+	kept, mean := int64(0), int64(0)
+	if v := room.Val(); len(v) == 2 {
 		if s, ok := v[0].(string); ok { // "N TOKEN"
 			n, _, _ := strings.Cut(s, " ")
 			kept, _ = strconv.ParseInt(n, 10, 64)
 		}
+		if s, ok := v[1].(string); ok {
+			mean, _ = strconv.ParseInt(s, 10, 64)
+		}
 	}
 	fe.room.Store(kept)
+	fe.sharedMean.Store(mean)
 	return nil
 }
 
@@ -2987,12 +3035,15 @@ func (fe *FrontEnd) probeAdmission(ctx context.Context) {
 //   - the room kept in the backlog (a string, "N TOKEN", which expires
 //     within roomKeep): deleting it loses at most the room kept for one
 //     large request, which that request keeps again at its next try;
+//   - the mean size of the requests admitted of late (a string): the next
+//     admission sets it again from its first request's size;
 //   - the list of the nodes' own streams: each node lists its stream
 //     again at its next heartbeat, and requests go to the shared stream
 //     meanwhile.
 func (fe *FrontEnd) mendKeys(ctx context.Context) bool {
 	keys := []struct{ key, typ, msg string }{
 		{fe.k.room, typeString, "the key of the room kept in the backlog held another type: deleted it, and what it held (room is kept again for the next request larger than most that finds none)"},
+		{fe.k.sizes, typeString, "the key of the mean size of the requests admitted of late held another type: deleted it, and what it held (the next request admitted sets it again)"},
 		{fe.k.streams, typeSet, "the list of the nodes' own streams held another type: deleted it, and what it held (each node lists its stream again within a heartbeat; no caller is routed back to a node meanwhile)"},
 	}
 	replaced := false

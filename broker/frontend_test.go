@@ -52,6 +52,13 @@ func TestAFullBacklogIsNotFullWhileTheFrontEndCannotServe(t *testing.T) {
 				rs.Do(t, "XADD", "streamer:items", "*", "h", nobody+" 1 "+strconv.Itoa(i)+" 0 60000", "v", "x")
 			}
 			fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.MaxBacklog = 2 })
+			// A request refused: the front end knows the size of those
+			// it carries, no larger than most (a front end that has sent
+			// none reads them, to learn it: see FrontEnd.Full).
+			eventually(t, "the front end ready", fe.Ready)
+			if _, err := predict(t, fe, "first"); !errors.Is(err, supervisor.ErrOverloaded) {
+				t.Fatalf("a request with the backlog full: %v; want ErrOverloaded", err)
+			}
 			eventually(t, "the front end ready, with its backlog full", func() bool { return fe.Ready() && fe.Full() })
 			tc.outage(rs)
 			eventually(t, "the front end not ready", func() bool { return !fe.Ready() })

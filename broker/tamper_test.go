@@ -294,31 +294,40 @@ func TestTheListOfNodeStreamsOfAnotherTypeIsReplaced(t *testing.T) {
 }
 
 // TestTheRoomKeptOfAnotherTypeIsReplaced: every admission reads the room
-// kept in the backlog; the key of another type failed them all. The
-// front end's key to keep (it expires within a second, and the room is
-// kept again at the next try of a large request), it is deleted, saying
-// what it held, and requests are served again at once.
+// kept in the backlog and the mean size of the requests admitted of late;
+// either key of another type failed them all. The front end's keys to
+// keep (the room expires within a second, and is kept again at the next
+// try of a large request; the mean is set again by the next admission),
+// the key is deleted, saying what it held, and requests are served again
+// at once.
 func TestTheRoomKeptOfAnotherTypeIsReplaced(t *testing.T) {
-	rs := redistest.Start(t, redistest.Options{})
-	startNode(t, rs, newRecorder(), 4, nil)
-	var logs syncbuf.Buffer
-	fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
-	eventually(t, "front end ready", fe.Ready)
-	rs.Do(t, "SADD", "streamer:room", "x")
-	// The first admission that fails has the front end's next check
-	// look, within a quarter second.
-	began := time.Now()
-	answersEventually(t, fe, "after", "an answer once the key is deleted")
-	if took := time.Since(began); took > 2*time.Second {
-		t.Errorf("requests were served again %s after the key was made a set; want within a check or two", took.Round(time.Millisecond))
-	}
-	if typ := rs.Do(t, "TYPE", "streamer:room"); typ == "set" {
-		t.Errorf("the room's key is a %s once requests are served", typ)
-	}
-	eventually(t, "the front end ready", fe.Ready)
-	line := lastLogLine(logs.String(), "the key of the room kept in the backlog held another type")
-	if !strings.Contains(line, "level=ERROR") || !strings.Contains(line, `held="a set of 1 member: \"x\""`) {
-		t.Errorf("the log's line of the room's key: %q; want an error saying what the key held:\n%s", line, logs.String())
+	for _, c := range []struct{ key, line string }{
+		{"streamer:room", "the key of the room kept in the backlog held another type"},
+		{"streamer:sizes", "the key of the mean size of the requests admitted of late held another type"},
+	} {
+		t.Run(c.key, func(t *testing.T) {
+			rs := redistest.Start(t, redistest.Options{})
+			startNode(t, rs, newRecorder(), 4, nil)
+			var logs syncbuf.Buffer
+			fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+			eventually(t, "front end ready", fe.Ready)
+			rs.Do(t, "SADD", c.key, "x")
+			// The first admission that fails has the front end's next
+			// check look, within a quarter second.
+			began := time.Now()
+			answersEventually(t, fe, "after", "an answer once the key is deleted")
+			if took := time.Since(began); took > 2*time.Second {
+				t.Errorf("requests were served again %s after the key was made a set; want within a check or two", took.Round(time.Millisecond))
+			}
+			if typ := rs.Do(t, "TYPE", c.key); typ == "set" {
+				t.Errorf("%s is a %s once requests are served", c.key, typ)
+			}
+			eventually(t, "the front end ready", fe.Ready)
+			line := lastLogLine(logs.String(), c.line)
+			if !strings.Contains(line, "level=ERROR") || !strings.Contains(line, `held="a set of 1 member: \"x\""`) {
+				t.Errorf("the log's line of %s: %q; want an error saying what the key held:\n%s", c.key, line, logs.String())
+			}
+		})
 	}
 }
 

@@ -578,6 +578,50 @@ func deadFrontEndKeysExpire(t *testing.T, nodeArgs ...string) {
 	}
 }
 
+// TestBrokerLargeRequestsOfAFrontEndOfTheirOwnAreServed: the clients of
+// one front end keep a shared backlog full of one-item requests; those of
+// another send only requests of 4 items. Larger than most is judged by what
+// every front end admits, so the second front end reads its requests
+// rather than refuse them unread, and has room kept for each in turn:
+// judged by its own, they were refused for ever.
+func TestBrokerLargeRequestsOfAFrontEndOfTheirOwnAreServed(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	startBrokerNode(t, rs, "--workers", "1", "--batch-size", "4", "--model", "sleep:20ms,0s")
+	smalls := startBrokerFront(t, rs, "--max-queue", "16")
+	larges := startBrokerFront(t, rs, "--max-queue", "16")
+	waitReadyz(t, smalls, http.StatusOK)
+	waitReadyz(t, larges, http.StatusOK)
+
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() {
+		stop()
+		wg.Wait()
+	}()
+	var smallOK atomic.Int64
+	for i := range 32 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if p, err := predictWithin(smalls, requestTimeout, 0, fmt.Sprint("small-", i)); err == nil && p.Status == http.StatusOK {
+					smallOK.Add(1)
+				}
+			}
+		})
+	}
+	waitFor(t, "the shared backlog full of one-item requests", brokerWait, func() bool { return redisItems(t, rs) >= 16 })
+
+	inputs := []any{"a", "b", "c", "d"}
+	for i := range 5 {
+		p, err := predictWithin(larges, requestTimeout, 0, inputs...)
+		if err != nil || p.Status != http.StatusOK || !slices.Equal(p.Outputs, inputs) {
+			t.Fatalf("large request %d, with the backlog kept full by another front end's small ones: %s, %v; want its 4 answers", i, p, err)
+		}
+	}
+	if smallOK.Load() == 0 {
+		t.Error("no small request was answered meanwhile")
+	}
+}
+
 // TestBrokerFullBacklogAnswers429: with a shared backlog of 4 in front of
 // one slow worker, a burst of requests gets 4 admitted and answered and the
 // rest refused with 429 and Retry-After.
