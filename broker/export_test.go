@@ -63,3 +63,12 @@ func LookAtEviction(fe *FrontEnd) {
 	fe.eviction.last = time.Time{}
 	fe.lookAtEviction(context.Background())
 }
+
+// FullWhenSeen is Full as the front end said it at the moment it last saw
+// the backlog at its bound; FullPastHold, once fullHold has passed since.
+func (fe *FrontEnd) FullWhenSeen() bool { return fe.fullBy(time.Unix(0, fe.fullSeen.Load())) }
+
+// FullPastHold: see FullWhenSeen.
+func (fe *FrontEnd) FullPastHold() bool {
+	return fe.fullBy(time.Unix(0, fe.fullSeen.Load()).Add(fullHold))
+}

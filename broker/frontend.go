@@ -122,7 +122,10 @@ type FrontEnd struct {
 	nodes   atomic.Int64 // nodes heard from within nodeSilence, at the last check
 	leaving atomic.Int64 // nodes leaving (finishing their items) heard from as recently
 	backlog atomic.Int64 // the stream's length at the last check
-	room    atomic.Int64 // the room kept in the backlog at the last check (see admitScript)
+	// fullSeen is when the backlog was last seen at its bound, by a check
+	// or an admission refused, in Unix nanoseconds (see Full).
+	fullSeen atomic.Int64
+	room     atomic.Int64 // the room kept in the backlog at the last check (see admitScript)
 	// ownMean is the mean size of the requests this front end sent to
 	// be admitted of late, sharedMean that of those every front end had
 	// admitted, as the last check read it, both in 1/1024 items (see
@@ -666,9 +669,33 @@ func (fe *FrontEnd) Ready() bool {
 // false while the front end is not ready: a request is then refused for
 // that (ErrUnavailable), and the backlog seen last says nothing of when
 // to come back. It is false, too, while the front end carries requests
-// larger than most, or has sent none yet (see carriesLarge).
-func (fe *FrontEnd) Full() bool {
-	return fe.Ready() && fe.backlog.Load() >= int64(fe.cfg.MaxBacklog) && !fe.carriesLarge()
+// larger than most, or has sent none yet (see carriesLarge); and once
+// fullHold has passed since the backlog was last seen full.
+func (fe *FrontEnd) Full() bool { return fe.fullBy(time.Now()) }
+
+// fullHold is how long a front end takes the shared backlog for full
+// after it last saw it so, by a check or an admission refused. The nodes
+// free places as they answer, and other front ends' admissions fill
+// them, all unseen: a backlog taken for full until the next check (a
+// quarter second) refused every request unread while the nodes emptied
+// it and then idled, and under a flood of retries served a tenth of what
+// they could. Past the hold, requests are read and sent again, and the
+// first refused holds it anew: a few requests read every fullHold, as a
+// probe of the room.
+const fullHold = 5 * time.Millisecond
+
+// fullBy is Full at now.
+func (fe *FrontEnd) fullBy(now time.Time) bool {
+	return fe.Ready() && fe.backlog.Load() >= int64(fe.cfg.MaxBacklog) && !fe.carriesLarge() &&
+		now.UnixNano()-fe.fullSeen.Load() < int64(fullHold)
+}
+
+// noteBacklog takes in the backlog's length n, seen at now.
+func (fe *FrontEnd) noteBacklog(n int64, now time.Time) {
+	fe.backlog.Store(n)
+	if n >= int64(fe.cfg.MaxBacklog) {
+		fe.fullSeen.Store(now.UnixNano())
+	}
 }
 
 // carriesLarge says whether the requests this front end sent of late are
@@ -2111,7 +2138,10 @@ func (fe *FrontEnd) takeVerdict(c *call, v any, epoch string) error {
 		}
 		// The backlog is past its limit less this request's items: full
 		// for all requests only when it took one item to refuse.
-		if least := int64(fe.cfg.MaxBacklog - len(c.items) + 1); fe.backlog.Load() < least {
+		switch least := int64(fe.cfg.MaxBacklog - len(c.items) + 1); {
+		case least >= int64(fe.cfg.MaxBacklog):
+			fe.noteBacklog(least, time.Now())
+		case fe.backlog.Load() < least:
 			fe.backlog.Store(least)
 		}
 		return fmt.Errorf("%w: the shared backlog is at its limit of %d items", supervisor.ErrOverloaded, fe.cfg.MaxBacklog)
@@ -3107,7 +3137,7 @@ func (fe *FrontEnd) noteCheck(model *redis.SliceCmd, nodes, leaving, backlog int
 	// nodes not heard from since) must not make it ready.
 	fe.nodes.Store(nodes)
 	fe.leaving.Store(leaving)
-	fe.backlog.Store(backlog)
+	fe.noteBacklog(backlog, time.Now())
 	fe.noteNodesTaking(nodes, leaving)
 	fe.mu.Lock()
 	if last := fe.epoch; epoch != last {

@@ -59,10 +59,10 @@ func TestAFullBacklogIsNotFullWhileTheFrontEndCannotServe(t *testing.T) {
 			if _, err := predict(t, fe, "first"); !errors.Is(err, supervisor.ErrOverloaded) {
 				t.Fatalf("a request with the backlog full: %v; want ErrOverloaded", err)
 			}
-			eventually(t, "the front end ready, with its backlog full", func() bool { return fe.Ready() && fe.Full() })
+			eventually(t, "the front end ready, with its backlog full", func() bool { return fe.Ready() && fe.FullWhenSeen() })
 			tc.outage(rs)
 			eventually(t, "the front end not ready", func() bool { return !fe.Ready() })
-			if fe.Full() {
+			if fe.FullWhenSeen() {
 				t.Error("Full while the front end cannot serve: requests are told to come back for room (429) rather than why they cannot be served")
 			}
 			if _, err := predict(t, fe, "x"); !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), tc.want(rs)) {
