@@ -1,6 +1,8 @@
 package main
 
 import (
+	"cmp"
+	"container/list"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -20,6 +22,7 @@ import (
 	_ "google.golang.org/grpc/encoding/gzip" // calls compressed with gzip, as REST bodies may be
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
@@ -58,9 +61,10 @@ type grpcServer struct {
 // openGRPC listens on --grpc-listen and serves api's gRPC service there,
 // with the flags' bounds: the body limit bounds a call's message, the
 // connection cap and the idle timeout its connections, and the token and
-// the certificate are the HTTP API's. It returns nil when --grpc-listen
-// is not set.
-func (o serveOptions) openGRPC(api http.Handler, guard *security, refused *atomic.Uint64, log *slog.Logger) (*grpcServer, error) {
+// the certificate are the HTTP API's. The connections it turns away or
+// closes at the cap are counted in counts. It returns nil when
+// --grpc-listen is not set.
+func (o serveOptions) openGRPC(api http.Handler, guard *security, counts *grpcConnCounts, log *slog.Logger) (*grpcServer, error) {
 	if o.grpcListen == "" {
 		return nil, nil
 	}
@@ -72,7 +76,8 @@ func (o serveOptions) openGRPC(api http.Handler, guard *security, refused *atomi
 		log.Warn("the gRPC API listens beyond this machine with no token: anyone who can reach it can run the model; give --auth-token", "grpc_listen", tcp.Addr().String())
 	}
 	service := httpapi.NewGRPC(api)
-	calls := &grpcCalls{token: tokenCheck(guard.token), readTimeout: o.readTimeout, log: log}
+	listener := &grpcListener{Listener: tcp, max: int64(o.maxConnections), counts: counts, log: log, conns: map[string]*grpcConn{}}
+	calls := &grpcCalls{token: tokenCheck(guard.token), readTimeout: o.readTimeout, conns: listener, log: log}
 	options := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(min(o.maxBody+grpcHeaderSlack, 1<<31-1))),
 		grpc.MaxConcurrentStreams(grpcMaxStreams),
@@ -89,7 +94,6 @@ func (o serveOptions) openGRPC(api http.Handler, guard *security, refused *atomi
 	}
 	server := grpc.NewServer(options...)
 	inferencepb.RegisterGRPCInferenceServiceServer(server, service)
-	listener := &grpcListener{Listener: tcp, max: int64(o.maxConnections), refused: refused, log: log, conns: map[*grpcConn]struct{}{}}
 	g := &grpcServer{server: server, listener: listener, served: make(chan error, 1)}
 	go func() { g.served <- server.Serve(listener) }()
 	log.Info("serving the Open Inference Protocol over gRPC", "grpc_listen", tcp.Addr().String())
@@ -136,9 +140,12 @@ func tokenCheck(token string) func(metadata.MD) error {
 // arrive, --read-timeout as on the HTTP API, after which the call is
 // ended: a client that opens calls and sends their messages slowly, or
 // not at all, would otherwise hold them, and their connections, for ever.
+// It tells conns of each call it lets through, which keeps the connection
+// from being reclaimed while the call is in progress.
 type grpcCalls struct {
 	token       func(metadata.MD) error
 	readTimeout time.Duration
+	conns       *grpcListener
 	log         *slog.Logger
 	warnings    repeats.Lines
 }
@@ -153,6 +160,10 @@ func (c *grpcCalls) begin(ctx context.Context, info *tap.Info) (context.Context,
 			return ctx, err
 		}
 	}
+	// Counted once let through: a call refused here is aborted with a
+	// context grpc-go never ends, so that a count raised for it would
+	// never fall, and it leaves its connection as idle as it was.
+	ended := c.conns.callBegun(ctx)
 	ctx, cancel := context.WithCancelCause(ctx)
 	method := info.FullMethodName
 	timer := time.AfterFunc(c.readTimeout, func() {
@@ -165,8 +176,14 @@ func (c *grpcCalls) begin(ctx context.Context, info *tap.Info) (context.Context,
 	})
 	// A call that ends before its handler runs (its client gave up, its
 	// message was refused as it was decoded) stops its timer as it ends,
-	// rather than keep the call's state for --read-timeout.
-	context.AfterFunc(ctx, func() { timer.Stop() })
+	// rather than keep the call's state for --read-timeout. grpc-go ends
+	// a call's context as the call ends, however it ends; a call ended
+	// for its read timeout is counted ended on its connection as it is
+	// told to end, a moment before it has.
+	context.AfterFunc(ctx, func() {
+		timer.Stop()
+		ended()
+	})
 	return context.WithValue(ctx, readTimerKey{}, timer), nil
 }
 
@@ -216,20 +233,39 @@ func (g *grpcServer) failed() <-chan error {
 	return g.served
 }
 
-// grpcListener holds at most max gRPC connections open at once; one more
-// is closed as it comes, which the client reports as UNAVAILABLE, the
-// code gRPC clients retry. A gRPC connection carries many calls at once,
-// so clients need few: the cap is --max-connections, counted apart from
-// the HTTP API's.
+// grpcConnCounts counts the connections grpcListener turns away over the
+// cap, and those it closes for a new one to take their place.
+type grpcConnCounts struct {
+	refusedOverCap, reclaimed atomic.Uint64
+}
+
+// grpcListener holds at most max gRPC connections open at once. A
+// connection beyond the cap takes the place of the one that has had no
+// call in progress for longest, if for reclaimAfter at least: between
+// calls, or since it opened (silent, or still in its handshake). With
+// none, it is closed as it comes, which the client reports as
+// UNAVAILABLE, the code gRPC clients retry. Without this, connections
+// held open by clients gone quiet would keep every new client out until
+// the idle timeout. A gRPC connection carries many calls at once, so
+// clients need few: the cap is --max-connections, counted apart from the
+// HTTP API's.
+//
+// The listener learns of calls from the server's tap (see callBegun),
+// which runs as a call's headers are read: sooner than a stats handler's
+// Begin, which comes once the call is handed to a goroutine, so that the
+// window in which a call can begin on a connection being reclaimed is as
+// narrow as grpc-go allows (see reclaim).
 type grpcListener struct {
 	net.Listener
-	max      int64
-	refused  *atomic.Uint64 // the connections closed over the cap
-	log      *slog.Logger
-	warnings repeats.Lines
+	max          int64
+	reclaimAfter time.Duration // tests' wait in place of reclaimAfter; 0: that
+	counts       *grpcConnCounts
+	log          *slog.Logger
+	warnings     repeats.Lines
 
 	mu    sync.Mutex
-	conns map[*grpcConn]struct{} // those open
+	conns map[string]*grpcConn // those open, by remote address, as the tap knows them
+	idle  list.List            // of *grpcConn with no call in progress, idle longest first
 }
 
 func (l *grpcListener) Accept() (net.Conn, error) {
@@ -238,16 +274,13 @@ func (l *grpcListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		l.mu.Lock()
-		over := int64(len(l.conns)) >= l.max
-		c := &grpcConn{Conn: conn, l: l}
-		if !over {
-			l.conns[c] = struct{}{}
+		c, replaced := l.admit(conn)
+		if replaced != nil {
+			l.reclaim(replaced)
 		}
-		l.mu.Unlock()
-		if over {
-			l.refused.Add(1)
-			l.warnings.Log(l.log, slog.LevelWarn, "over cap", "gRPC connection refused: --max-connections are open",
+		if c == nil {
+			l.counts.refusedOverCap.Add(1)
+			l.warnings.Log(l.log, slog.LevelWarn, "over cap", "gRPC connection refused: --max-connections are open, none idle long enough to give its place",
 				"max_connections", l.max, "remote", conn.RemoteAddr().String())
 			_ = conn.Close()
 			continue
@@ -256,11 +289,117 @@ func (l *grpcListener) Accept() (net.Conn, error) {
 	}
 }
 
+// admit counts conn among the connections open; at the cap, in the place
+// of the one idle longest, which it returns, forgotten already, for the
+// caller to close (see reclaim). It returns no connection when conn is
+// over the cap, none having been idle for reclaimAfter.
+//
+// The connection replaced is chosen and forgotten under l.mu, the lock
+// under which callBegun counts a call: it has no call in progress, and a
+// call that begins on it from now on is not counted on it.
+func (l *grpcListener) admit(conn net.Conn) (admitted, replaced *grpcConn) {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if int64(len(l.conns)) >= l.max {
+		front := l.idle.Front()
+		if front == nil {
+			return nil, nil
+		}
+		replaced = front.Value.(*grpcConn)
+		if now.Sub(replaced.idleSince) < cmp.Or(l.reclaimAfter, reclaimAfter) {
+			return nil, nil
+		}
+		l.forgetLocked(replaced)
+	}
+	admitted = &grpcConn{Conn: conn, l: l, addr: conn.RemoteAddr().String()}
+	l.conns[admitted.addr] = admitted
+	l.idleLocked(admitted, now)
+	return admitted, replaced
+}
+
+// reclaim closes c, forgotten by admit for a new connection to take its
+// place.
+//
+// grpc-go gives no way to send one connection of its server a GOAWAY (it
+// drains them only all together, in GracefulStop, or each at keepalive's
+// MaxConnectionIdle), so c is closed bare. Its client, with no call in
+// progress, connects again when it next calls. A call it began as c was
+// chosen, its headers on their way, fails with UNAVAILABLE (the connection
+// closed under it), as at any server's idle timeout, and is sent again if
+// the client retries; grpc-go clients send a call not yet written to c on
+// a new connection, transparently.
+func (l *grpcListener) reclaim(c *grpcConn) {
+	idle := time.Since(c.idleSince)
+	_ = c.Close()
+	l.counts.reclaimed.Add(1)
+	l.warnings.Log(l.log, slog.LevelInfo, "reclaimed", "gRPC connection closed for a new one to take its place: --max-connections are open",
+		"max_connections", l.max, "remote", c.addr, "idle", idle.Round(time.Millisecond))
+}
+
+// callBegun counts a call in progress on its connection, known by the
+// peer in ctx, the context the server's tap is given, and returns what
+// counts the call's end, to be called once as it ends. A call on a
+// connection no longer counted (closed, or forgotten for reclaim) is not
+// counted.
+func (l *grpcListener) callBegun(ctx context.Context) (ended func()) {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return func() {}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.conns[p.Addr.String()]
+	if c == nil {
+		return func() {}
+	}
+	c.calls++
+	if c.idleAt != nil {
+		l.idle.Remove(c.idleAt)
+		c.idleAt = nil
+	}
+	return func() { l.callEnded(c) }
+}
+
+// callEnded counts the end of a call on c: with no other in progress, c
+// is idle from now on.
+func (l *grpcListener) callEnded(c *grpcConn) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c.calls--
+	if c.calls == 0 && !c.forgotten {
+		l.idleLocked(c, time.Now())
+	}
+}
+
+// idleLocked puts c, idle since now, at the back of the idle list. It
+// requires that l.mu is held.
+func (l *grpcListener) idleLocked(c *grpcConn, now time.Time) {
+	c.idleSince = now
+	c.idleAt = l.idle.PushBack(c)
+}
+
+// forgetLocked stops counting c among the connections open, once. It
+// requires that l.mu is held.
+func (l *grpcListener) forgetLocked(c *grpcConn) {
+	if c.forgotten {
+		return
+	}
+	c.forgotten = true
+	if l.conns[c.addr] == c {
+		delete(l.conns, c.addr)
+	}
+	if c.idleAt != nil {
+		l.idle.Remove(c.idleAt)
+		c.idleAt = nil
+	}
+}
+
 // closeAll closes every connection open.
 func (l *grpcListener) closeAll() {
 	l.mu.Lock()
 	conns := make([]*grpcConn, 0, len(l.conns))
-	for c := range l.conns {
+	for _, c := range l.conns {
 		conns = append(conns, c)
 	}
 	l.mu.Unlock()
@@ -270,15 +409,22 @@ func (l *grpcListener) closeAll() {
 }
 
 // grpcConn is a connection of grpcListener, which counts it until it is
-// closed.
+// closed, with the calls in progress on it.
 type grpcConn struct {
 	net.Conn
-	l *grpcListener
+	l    *grpcListener
+	addr string // its remote address
+
+	// Under l.mu:
+	calls     int           // in progress
+	idleSince time.Time     // when the last call ended, or the connection opened; fixed once forgotten
+	idleAt    *list.Element // in l.idle while no call is in progress
+	forgotten bool          // no longer counted: closed, or being reclaimed
 }
 
 func (c *grpcConn) Close() error {
 	c.l.mu.Lock()
-	delete(c.l.conns, c)
+	c.l.forgetLocked(c)
 	c.l.mu.Unlock()
 	return c.Conn.Close()
 }

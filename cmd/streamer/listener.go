@@ -48,9 +48,10 @@ var (
 )
 
 // reclaimAfter is how long a connection must have been idle, between
-// requests or before its first, before a new connection at the cap takes
-// its place: a client in a loop sends its next request sooner, and one
-// that keeps a connection for later can open it again.
+// requests or before its first (with no call in progress, over gRPC),
+// before a new connection at the cap takes its place: a client in a loop
+// sends its next request sooner, and one that keeps a connection for
+// later can open it again.
 const reclaimAfter = time.Second
 
 // cappedListener holds at most max connections open at once. A connection
@@ -93,9 +94,10 @@ type cappedListener struct {
 
 	// The connections turned away over the cap and while draining, and
 	// those closed for a new one to take their place; and the gRPC
-	// service's connections closed over its cap (see grpcListener), counted
-	// here so that /metrics has them beside the API's.
-	refusedOverCap, refusedDraining, reclaimed, refusedGRPCOverCap atomic.Uint64
+	// service's alike (see grpcListener), counted here so that /metrics
+	// has them beside the API's.
+	refusedOverCap, refusedDraining, reclaimed atomic.Uint64
+	grpc                                       grpcConnCounts
 }
 
 // idleConn is a connection idle between requests since a time.
@@ -144,11 +146,11 @@ func (l *cappedListener) note(level slog.Level, kind, msg string, conn net.Conn,
 // The metrics of the listener, served on /metrics beside the API's.
 var (
 	connectionsRefusedDesc = prometheus.NewDesc("streamer_connections_refused_total",
-		"Connections answered 503 and closed before any request was read (or closed unanswered, past 1024 such at once), by reason: over_cap (--max-connections open, none idle for a second) or draining (after SIGTERM); and grpc_over_cap, connections to --grpc-listen closed as they came, --max-connections of them being open. The requests on them are counted in no other metric. Liveness probes so turned away are answered 200 and not counted.",
+		"Connections answered 503 and closed before any request was read (or closed unanswered, past 1024 such at once), by reason: over_cap (--max-connections open, none idle for a second) or draining (after SIGTERM); and grpc_over_cap, connections to --grpc-listen closed as they came, --max-connections of them being open, none with no call in progress for a second. The requests on them are counted in no other metric. Liveness probes so turned away are answered 200 and not counted.",
 		[]string{"reason"}, nil)
 	connectionsReclaimedDesc = prometheus.NewDesc("streamer_connections_reclaimed_total",
-		"Connections idle for a second at least, closed for a new one at --max-connections to take their place.",
-		nil, nil)
+		"Connections idle for a second at least, closed for a new one at --max-connections to take their place, by protocol: http (the API's, idle between requests or before the first) or grpc (--grpc-listen's, with no call in progress).",
+		[]string{"protocol"}, nil)
 )
 
 // Describe sends the descriptions of the listener's metrics.
@@ -161,8 +163,9 @@ func (l *cappedListener) Describe(ch chan<- *prometheus.Desc) {
 func (l *cappedListener) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(connectionsRefusedDesc, prometheus.CounterValue, float64(l.refusedOverCap.Load()), "over_cap")
 	ch <- prometheus.MustNewConstMetric(connectionsRefusedDesc, prometheus.CounterValue, float64(l.refusedDraining.Load()), "draining")
-	ch <- prometheus.MustNewConstMetric(connectionsRefusedDesc, prometheus.CounterValue, float64(l.refusedGRPCOverCap.Load()), "grpc_over_cap")
-	ch <- prometheus.MustNewConstMetric(connectionsReclaimedDesc, prometheus.CounterValue, float64(l.reclaimed.Load()))
+	ch <- prometheus.MustNewConstMetric(connectionsRefusedDesc, prometheus.CounterValue, float64(l.grpc.refusedOverCap.Load()), "grpc_over_cap")
+	ch <- prometheus.MustNewConstMetric(connectionsReclaimedDesc, prometheus.CounterValue, float64(l.reclaimed.Load()), "http")
+	ch <- prometheus.MustNewConstMetric(connectionsReclaimedDesc, prometheus.CounterValue, float64(l.grpc.reclaimed.Load()), "grpc")
 }
 
 // track is the HTTP server's ConnState hook: it keeps the list of the

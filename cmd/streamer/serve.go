@@ -396,7 +396,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		MaxBatchSize: o.batchSize, MaxQueueDelay: o.maxLatency, MaxItems: o.maxItems,
 		Metrics: listener,
 	})
-	grpcAPI, err := o.openGRPC(api, guard, &listener.refusedGRPCOverCap, log)
+	grpcAPI, err := o.openGRPC(api, guard, &listener.grpc, log)
 	if err != nil {
 		return err
 	}

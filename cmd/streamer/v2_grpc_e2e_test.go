@@ -32,6 +32,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding/gzip"
@@ -630,6 +631,47 @@ func TestGRPCStalledCallsEnd(t *testing.T) {
 		_, err = pb.NewGRPCInferenceServiceClient(conn).ModelInfer(ctx, req)
 		return err == nil
 	})
+}
+
+// TestGRPCIdleConnectionGivesItsPlace: with --max-connections gRPC
+// connections open, none with a call in progress, a new one takes the
+// place of the one idle longest once that one has been idle for a second:
+// the new client's call is served, the old client sees its connection
+// closed, and /metrics and the log count the reclaim.
+func TestGRPCIdleConnectionGivesItsPlace(t *testing.T) {
+	addr := freePort(t)
+	s := startServer(t, "--model", "echo", "--grpc-listen", addr, "--max-connections", "1")
+	first, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	if _, err := pb.NewGRPCInferenceServiceClient(first).ServerLive(callCtx(t), &pb.ServerLiveRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a second connection's call to be served in the idle first's place", 15*time.Second, func() bool {
+		// A client of its own each time: one refused backs off before it
+		// connects again.
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err = pb.NewGRPCInferenceServiceClient(conn).ServerLive(ctx, &pb.ServerLiveRequest{})
+		return err == nil
+	})
+	waitFor(t, "the first client to see its connection closed", 10*time.Second, func() bool {
+		return first.GetState() != connectivity.Ready
+	})
+	waitFor(t, "/metrics to count the reclaim", 10*time.Second, func() bool {
+		return metricValue(t, s, `streamer_connections_reclaimed_total{protocol="grpc"}`) == 1
+	})
+	const line = `level=INFO msg="gRPC connection closed for a new one to take its place`
+	if n := strings.Count(s.logs(), line); n != 1 {
+		t.Errorf("%d lines %q; want 1:\n%s", n, line, s.logs())
+	}
 }
 
 // TestGRPCDrainNotHeldBySilentConnections: a connection that never sends
