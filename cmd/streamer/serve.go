@@ -114,7 +114,7 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f.DurationVar(&o.readTimeout, "read-timeout", 30*time.Second, "longest a client may take to send a whole request, headers and body (a slower one gets 408, or is dropped while still sending headers)")
 	f.DurationVar(&o.writeTimeout, "write-timeout", 30*time.Second, "longest a client may take to read its answer once it is ready (not counting the wait for the model)")
 	f.DurationVar(&o.idleTimeout, "idle-timeout", 120*time.Second, "how long an idle keep-alive connection is kept open")
-	f.IntVar(&o.maxConnections, "max-connections", 4096, "most client connections open at once; one more takes the place of the connection idle longest (for 1s at least: between requests, or before its first), or with none is answered 503 and closed")
+	f.IntVar(&o.maxConnections, "max-connections", 4096, "most client connections open at once; one more takes the place of the connection idle longest (for 1s at least: between requests, or before its first), or with none is answered 503 and closed; as many gRPC connections on --grpc-listen, counted apart and reclaimed alike")
 	f.StringArrayVar(&o.allowOrigins, "allow-origin", nil, "a browser origin (scheme://host[:port], or * for any) whose pages may call the API (repeatable); requests with any other Origin header get 403")
 	f.StringVar(&o.memoryLimit, "memory-limit", "", "soft limit on this supervisor process's Go memory (e.g. 2GiB): the collector works harder as it nears it (unset: none; memory is given back anyway once the server is idle after a burst)")
 	f.DurationVar(&o.workerTimeout, "worker-timeout", 20*time.Second, "a batch running longer kills its worker (counted as a crash)")
