@@ -573,8 +573,8 @@ func deadFrontEndKeysExpire(t *testing.T, nodeArgs ...string) {
 	})
 	own := brokerItemsKey + ":" + brokerLogField(t, node, "node serving items from redis", "node")
 	name := "streamer:name:" + strings.TrimPrefix(own, brokerItemsKey+":")
-	if keys := redisKeys(t, rs, "*"); strings.Join(keys, " ") != strings.Join([]string{brokerEpochKey, brokerItemsKey, own, brokerModelKey, name, brokerNodesKey, brokerStreamsKey}, " ") {
-		t.Errorf("Redis holds %q; want only the epoch, the shared stream, the node's own, the model, the node's name, the live nodes and the list of node streams", keys)
+	if keys := redisKeys(t, rs, "*"); strings.Join(keys, " ") != strings.Join([]string{brokerEpochKey, brokerItemsKey, own, brokerModelKey, name, brokerNodesKey, brokerSizesKey, brokerStreamsKey}, " ") {
+		t.Errorf("Redis holds %q; want only the epoch, the shared stream, the node's own, the model, the node's name, the live nodes, the mean size of the requests and the list of node streams", keys)
 	}
 }
 
@@ -862,7 +862,7 @@ func TestBrokerStreamPrefixKeepsModelsApart(t *testing.T) {
 	}
 	nodeOne, nodeTwo := brokerLogField(t, one, "node serving items from redis", "node"), brokerLogField(t, two, "node serving items from redis", "node")
 	want := []string{"one:epoch", "one:items", "one:items:" + nodeOne, "one:model", "one:name:" + nodeOne, "one:nodes", "one:streams", "two:epoch", "two:items", "two:items:" + nodeTwo, "two:model", "two:name:" + nodeTwo, "two:nodes",
-		"two:reply:" + brokerLogField(t, front, "front end sending requests through redis", "front"), "two:streams"}
+		"two:reply:" + brokerLogField(t, front, "front end sending requests through redis", "front"), "two:sizes", "two:streams"}
 	if keys := redisKeys(t, rs, "*"); strings.Join(keys, " ") != strings.Join(want, " ") {
 		t.Errorf("Redis holds %q; want each prefix's own keys", keys)
 	}

@@ -34,6 +34,8 @@ const (
 	brokerEpochKey = "streamer:epoch"
 	// brokerModelKey holds the model the nodes serve.
 	brokerModelKey = "streamer:model"
+	// brokerSizesKey holds the mean size of the requests admitted of late.
+	brokerSizesKey = "streamer:sizes"
 	brokerGroup    = "nodes"
 )
 
