@@ -32,9 +32,10 @@ const idleAfter = time.Second
 // corrupt length under the limit costs memory only for data that exists.
 const readAhead = 1 << 20
 
-// frameLimit returns the limit to use for maxFrame: the default for zero or
-// less, and never more than the length prefix can express.
-func frameLimit(maxFrame int) int {
+// FrameLimit returns the limit a Reader or Writer made with maxFrame
+// uses: the default for zero or less, and never more than the length
+// prefix can express.
+func FrameLimit(maxFrame int) int {
 	if maxFrame <= 0 {
 		return DefaultMaxFrame
 	}
@@ -62,7 +63,7 @@ type Writer struct {
 // NewWriter returns a Writer on w that refuses to send frames over maxFrame
 // bytes (DefaultMaxFrame when maxFrame <= 0).
 func NewWriter(w io.Writer, maxFrame int) *Writer {
-	return &Writer{w: w, enc: newEncoder(), maxFrame: frameLimit(maxFrame)}
+	return &Writer{w: w, enc: newEncoder(), maxFrame: FrameLimit(maxFrame)}
 }
 
 // Write encodes m and writes it as one frame. A message too large for the
@@ -172,7 +173,7 @@ type Reader struct {
 // NewReader returns a Reader on r that rejects frames over maxFrame bytes
 // (DefaultMaxFrame when maxFrame <= 0).
 func NewReader(r io.Reader, maxFrame int) *Reader {
-	return &Reader{r: bufio.NewReaderSize(r, 64<<10), dec: newDecoder(), maxFrame: frameLimit(maxFrame)}
+	return &Reader{r: bufio.NewReaderSize(r, 64<<10), dec: newDecoder(), maxFrame: FrameLimit(maxFrame)}
 }
 
 // Read returns the next message. At a clean end of stream it returns io.EOF; a

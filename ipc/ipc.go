@@ -27,11 +27,17 @@ const Version = 4
 // Version: a program that is not a worker sends none, and the supervisor
 // refuses it by name. The supervisor then sends an Init frame with the
 // model spec; the worker opens the model and answers Ready, or Fatal.
+//
+// The supervisor sets MaxFrameEnv to the largest frame it reads, in bytes:
+// the worker writes none larger, splitting an answer into parts that fit
+// (see ResultParts), where a frame over the supervisor's limit would be
+// taken for a broken worker.
 const (
 	WorkerEnv    = "STREAMER_WORKER"
 	WorkerCookie = "a3f6c0de-streamer-worker"
 	WorkerInFD   = 3
 	WorkerOutFD  = 4
+	MaxFrameEnv  = "STREAMER_MAX_FRAME"
 	// Magic is what a worker's Hello carries in Ready.Magic.
 	Magic = "streamer-worker"
 )

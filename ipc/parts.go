@@ -26,7 +26,7 @@ const partOverhead = 64
 // with an error naming the limit, and the others are answered. res is not
 // changed.
 func ResultParts(res *Message, maxFrame int) []*Message {
-	limit := frameLimit(maxFrame)
+	limit := FrameLimit(maxFrame)
 	fixed := partOverhead + len(res.Error) + itemOverhead*(1+len(res.Expired))
 	items, itemErrs := res.Items, res.ItemErrors
 	copied := false // items and itemErrs are copies, not res's own

@@ -39,6 +39,9 @@ func TestMain(m *testing.M) {
 					return nil, errors.New("init: cannot load weights")
 				}
 			}
+			if os.Getenv(growEnv) != "" {
+				return grows{}, nil
+			}
 			return builtin.Open(spec)
 		})
 	}

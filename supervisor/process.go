@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -86,7 +87,7 @@ func startProcess(abandon <-chan struct{}, sl *slot) (*process, error) {
 	}
 	cmd := exec.Command(path, args...)
 	cmd.Env = append(os.Environ(), pc.Env...)
-	cmd.Env = append(cmd.Env, ipc.WorkerEnv+"="+ipc.WorkerCookie)
+	cmd.Env = append(cmd.Env, ipc.WorkerEnv+"="+ipc.WorkerCookie, ipc.MaxFrameEnv+"="+strconv.Itoa(ipc.FrameLimit(pc.MaxFrame)))
 	if sl.cuda != "" {
 		cmd.Env = append(cmd.Env, "CUDA_VISIBLE_DEVICES="+sl.cuda)
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"github.com/streamer-dev/streamer/internal/repeats"
@@ -50,9 +51,14 @@ func Serve(ctx context.Context, open OpenFunc) error {
 	if !Started() {
 		return ErrNotStarted
 	}
+	maxFrame, err := supervisorFrame()
+	if err != nil {
+		return err
+	}
 	// What the model starts (a plugin) is not a worker, and must not
 	// inherit our pipes, or the supervisor would not see us die.
 	_ = os.Unsetenv(ipc.WorkerEnv)
+	_ = os.Unsetenv(ipc.MaxFrameEnv)
 	syscall.CloseOnExec(ipc.WorkerInFD)
 	syscall.CloseOnExec(ipc.WorkerOutFD)
 	in := os.NewFile(ipc.WorkerInFD, "supervisor-in")
@@ -63,12 +69,28 @@ func Serve(ctx context.Context, open OpenFunc) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	defer ignoreHangups(log)()
 	return Run(ctx, Config{
-		Open:   open,
-		In:     in,
-		Out:    out,
-		Device: visibleDevices(),
-		Logger: log,
+		Open:     open,
+		In:       in,
+		Out:      out,
+		Device:   visibleDevices(),
+		Logger:   log,
+		MaxFrame: maxFrame,
 	})
+}
+
+// supervisorFrame is the largest frame the supervisor reads, as it says in
+// ipc.MaxFrameEnv, or 0 (ipc.DefaultMaxFrame) from a supervisor that does
+// not say.
+func supervisorFrame() (int, error) {
+	v, ok := os.LookupEnv(ipc.MaxFrameEnv)
+	if !ok {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("workerproc: %s=%q is not a frame size in bytes", ipc.MaxFrameEnv, v)
+	}
+	return n, nil
 }
 
 // ignoreHangups logs and ignores SIGHUP until the returned stop is called.
