@@ -151,7 +151,7 @@ func (s *Streamer) judgeLocked(it item, hunt *firstCrash, waiting bool) (verdict
 }
 
 // pendingDeath is a death in a hunt, counted towards its slot's
-// MaxRestarts only if the hunt blames the model (see huntOverLocked).
+// MaxRestarts unless the hunt finds poison (see huntOverLocked).
 type pendingDeath struct {
 	slot *slot
 	at   time.Time
@@ -160,8 +160,11 @@ type pendingDeath struct {
 // huntOverLocked settles the deaths of hunt once it has found poison
 // (blameModel false): the item explains them, and none counts, the first
 // included when the model answered batches since (see forgiveLocked); or
-// once it blamed the model: every one counts. It requires that s.mu is
-// held.
+// once it blamed the model, or ended without a verdict (see
+// pieceEndedLocked): every one counts. A slot that this puts over
+// MaxRestarts is given up at its next death (see backoff): the deaths
+// counted may be those of a slot running and answering now. It requires
+// that s.mu is held.
 func (s *Streamer) huntOverLocked(hunt *firstCrash, blameModel bool) {
 	if hunt == nil {
 		return
@@ -177,4 +180,28 @@ func (s *Streamer) huntOverLocked(hunt *firstCrash, blameModel bool) {
 		d.slot.recent = append(d.slot.recent, d.at)
 	}
 	hunt.pending = nil
+}
+
+// pieceEndedLocked notes that b will not run again as it is: it was
+// answered, its items were dropped or failed, or it was judged or split
+// after a death. When b was the last batch of its hunt, and the hunt found
+// no poison and blamed nothing (its pieces were answered, as a model that
+// crashes at random answers them, or their callers left), the hunt's
+// deaths count as a blamed hunt's do: nothing will explain them any more.
+// It requires that s.mu is held.
+func (s *Streamer) pieceEndedLocked(b *batch) {
+	hunt := b.crash
+	if hunt == nil {
+		return
+	}
+	b.crash = nil // ends once, whatever becomes of b
+	hunt.pieces--
+	if hunt.pieces > 0 || hunt.explained || hunt.blamed {
+		return
+	}
+	if len(hunt.pending) > 0 {
+		s.log.Warn("the hunt for a bad item ended without finding one; the deaths it held back count towards the restarts now",
+			"slot", hunt.slot.id, "deaths", len(hunt.pending))
+	}
+	s.huntOverLocked(hunt, true)
 }

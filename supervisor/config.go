@@ -83,8 +83,9 @@ type Config struct {
 	BackoffMin, BackoffMax, StableAfter time.Duration
 	// More than MaxRestarts restarts within RestartWindow mark a slot failed;
 	// when every slot has failed, Fatal reports it. Deaths while narrowing
-	// down a batch that already killed a worker do not count. Defaults 10
-	// and 1m.
+	// down a batch that already killed a worker count once that is over,
+	// and not at all if a bad item in the batch was found. Defaults 10 and
+	// 1m.
 	MaxRestarts   int
 	RestartWindow time.Duration
 	// UnavailableAfter: when no worker has been able to run for this long,

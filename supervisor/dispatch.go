@@ -120,6 +120,7 @@ func (s *Streamer) nextBatch(idle bool, now time.Time, earlier func(time.Time)) 
 			s.stats.reasons[reasonRetry].Add(1)
 			return b
 		}
+		s.pieceEndedLocked(b) // every item of it dropped
 		i--
 	}
 	for {
@@ -289,7 +290,7 @@ func (s *Streamer) checkAvailable(now time.Time, earlier func(time.Time)) {
 		}
 	}
 	err := fmt.Errorf("%w for %s%s", ErrUnavailable, now.Sub(s.downSince).Round(time.Millisecond), s.startFailureLocked())
-	for _, it := range s.queue.drain() {
+	for _, it := range s.drainLocked() {
 		s.complete(it, nil, err)
 	}
 }
@@ -362,7 +363,7 @@ func (s *Streamer) shutdown(ctx context.Context) error {
 	}
 	s.stopOnce.Do(func() { close(s.stopping) })
 	s.mu.Lock()
-	pending := s.queue.drain()
+	pending := s.drainLocked()
 	// A Reload or SetWorkers adds no slot once stopping is closed.
 	slots := s.allSlotsLocked()
 	s.mu.Unlock()
@@ -377,6 +378,16 @@ func (s *Streamer) shutdown(ctx context.Context) error {
 	s.closeOnce.Do(func() { close(s.stopped) })
 	s.dispatched.Wait()
 	return err
+}
+
+// drainLocked empties the queue, formed batches included, and returns
+// the items, which the caller answers: the hunts of the batches are over
+// for them (see pieceEndedLocked). It requires that s.mu is held.
+func (s *Streamer) drainLocked() []item {
+	for _, b := range s.queue.ready {
+		s.pieceEndedLocked(b)
+	}
+	return s.queue.drain()
 }
 
 // allSlotsLocked returns the slots taking batches and those draining, in a

@@ -39,8 +39,9 @@ type batch struct {
 // before, and the hunt for a bad item it begins. The first death counts
 // towards MaxRestarts at once (see noteCrash), unless the hunt finds a bad
 // item in the batch while the model answers others (see forgiveLocked);
-// the deaths of the hunt after it wait for its verdict (see
-// huntOverLocked). Guarded by Streamer.mu.
+// the deaths of the hunt after it wait for its verdict, or for its end
+// without one (see huntOverLocked and pieceEndedLocked). Guarded by
+// Streamer.mu.
 type firstCrash struct {
 	slot     *slot
 	at       time.Time // its entry in the slot's recent restarts; zero until counted
@@ -48,11 +49,17 @@ type firstCrash struct {
 	forgiven bool
 	// pending are the hunt's later deaths, not counted yet.
 	pending []pendingDeath
+	// pieces counts the hunt's batches not yet ended: the batch that died
+	// first, then the suspect ones split from it, wherever they are
+	// (queued, running, or back from a death to be judged or split again).
+	// The hunt is over when it drops to 0 (see pieceEndedLocked).
+	pieces int
 	// explained: the hunt found poison, which its deaths are put down to.
 	explained bool
 	// explainedAt is crashRecord.answers at the verdict.
 	explainedAt uint64
-	// blamed: the hunt put a death down to the model; its deaths count.
+	// blamed: the hunt put a death down to the model, or ended without a
+	// verdict; its deaths count, those after it at once (see noteCrash).
 	blamed bool
 }
 

@@ -334,6 +334,7 @@ func (sl *slot) onResult(w worker, r result) {
 	}
 	b := sl.inflight[0]
 	sl.inflight = append(sl.inflight[:0], sl.inflight[1:]...)
+	s.pieceEndedLocked(b)
 	stalled := s.stalledAt(now)
 	if ran := len(b.items) - len(r.expired); ran > 0 && r.err == nil && stalled == sl.headStalled {
 		// A batch through which the supervisor stalled took longer than
@@ -473,12 +474,15 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 		if batches[0].suspect {
 			cause = crashHunting
 		} else {
-			batches[0].crash = &firstCrash{slot: sl, returned: s.returned}
+			batches[0].crash = &firstCrash{slot: sl, returned: s.returned, pieces: 1}
 		}
 		hunt = batches[0].crash
 		s.record.add(runRecord{died: true, hunt: hunt})
 		settled = sl.requeueLocked(batches)
 		batches = nil
+	}
+	for _, b := range batches {
+		s.pieceEndedLocked(b) // answered below, with ErrShuttingDown
 	}
 	s.mu.Unlock()
 	if stopping {
@@ -551,13 +555,17 @@ func (sl *slot) requeueLocked(batches []*batch) (settled []settledItem) {
 		default:
 			settled = append(settled, settledItem{it: head.items[0], err: err, poison: v == verdictPoison})
 			s.huntOverLocked(head.crash, v == verdictModel)
+			s.pieceEndedLocked(head)
 		}
 	} else {
+		hunt := head.crash
 		half := len(head.items) / 2
 		again = append(again,
 			s.newBatch(head.items[:half], true),
 			s.newBatch(head.items[half:], true))
-		again[0].crash, again[1].crash = head.crash, head.crash
+		again[0].crash, again[1].crash = hunt, hunt
+		hunt.pieces += 2
+		s.pieceEndedLocked(head)
 	}
 	again = append(again, batches[1:]...)
 	s.queue.requeue(again)
@@ -584,8 +592,8 @@ const (
 	// crashHunting: it died running a piece of a batch that already killed
 	// a worker. The hunt for the bad item is bounded (about log2 of the
 	// batch size, and maxAloneCrashes runs alone), so it does not slow the
-	// restart; the death counts towards MaxRestarts only if the hunt ends
-	// blaming the model (see huntOverLocked).
+	// restart; the death counts towards MaxRestarts once the hunt is over,
+	// unless it found a bad item (see huntOverLocked).
 	crashHunting
 	// crashModelChanged: it refused to start because the model changed
 	// since the slot's spec was made (ErrModelChanged). The back-off grows,
@@ -625,7 +633,9 @@ func (s *Streamer) forgiveLocked(c *firstCrash) {
 // restart budget. hunt is the hunt the death was part of, if any: its
 // first death gets its place in the budget (see forgiveLocked), and a
 // later one waits for the hunt's verdict (see huntOverLocked), counting
-// at once only if the model was blamed already.
+// at once only if the hunt blamed the model already, or ended without a
+// verdict (see pieceEndedLocked): its pieces may have been answered
+// elsewhere before this death is noted.
 func (sl *slot) noteCrash(err error, cause crashCause, hunt *firstCrash) {
 	s := sl.s
 	now := time.Now()
@@ -663,11 +673,15 @@ func (sl *slot) noteCrash(err error, cause crashCause, hunt *firstCrash) {
 
 // backoff waits before the next start. It returns false when the slot must
 // not start again: the streamer is stopping, or the slot restarted more than
-// MaxRestarts times within RestartWindow.
+// MaxRestarts times within RestartWindow. That is checked here, after a
+// death or a failed start, and nowhere else: deaths that a hunt counts
+// when it ends (see huntOverLocked) give a slot up at its next one. A slot
+// whose worker stopped with the streamer is not given up, whatever its
+// count: it was not restarting.
 func (sl *slot) backoff() bool {
 	s := sl.s
 	s.mu.Lock()
-	if isClosed(sl.quit) {
+	if isClosed(sl.quit) || isClosed(s.stopping) {
 		sl.state = SlotStopped
 		s.mu.Unlock()
 		return false

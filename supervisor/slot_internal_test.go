@@ -3,6 +3,8 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,5 +47,70 @@ func TestAnItemWhoseContextRanOutIsExpired(t *testing.T) {
 	}
 	if st := s.Stats(); st.Expired != 1 || st.Canceled != 0 || st.Failed != 1 || st.Answered != 1 {
 		t.Errorf("counted answered %d, failed %d, expired %d, canceled %d; want 1, 1, 1, 0", st.Answered, st.Failed, st.Expired, st.Canceled)
+	}
+}
+
+// Every death of a model crashing on two batches of three, whatever they
+// hold, is counted towards MaxRestarts once: whether its hunt blamed the
+// model, or ended with its pieces answered and no verdict. None is left
+// out (before, the deaths of a hunt with no verdict were) and none is
+// counted twice.
+func TestEveryDeathOfAModelCrashingAtRandomCountsOnce(t *testing.T) {
+	var calls atomic.Int64
+	fn := func(_ context.Context, batch [][]byte) ([][]byte, error) {
+		if calls.Add(1)%3 != 0 {
+			panic("crashes at random")
+		}
+		return batch, nil
+	}
+	s, err := New(Config{InProcess: model.Func(fn), Workers: 2, BatchSize: 4, MaxRestarts: 1000, BackoffMin: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	var futures []*Future
+	for i := range 40 {
+		f, err := s.Submit(context.Background(), [][]byte{fmt.Appendf(nil, "innocent%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		futures = append(futures, f)
+	}
+	for i, f := range futures {
+		if _, err := f.Result(context.Background()); err != nil && !errors.Is(err, ErrModelFailed) {
+			t.Fatalf("item %d: %v; want its output or ErrModelFailed", i, err)
+		}
+	}
+	// Every item is answered, so every hunt is over; once every slot is
+	// ready again, every death has been noted too.
+	counted := func() (int, bool) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		n := 0
+		for _, sl := range s.slots {
+			if sl.state != SlotReady {
+				return 0, false
+			}
+			n += len(sl.recent)
+		}
+		return n, true
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	n, ready := counted()
+	for ; !ready; n, ready = counted() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the slots not ready again: %+v", s.Slots())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	st := s.Stats()
+	if st.Poisoned != 0 {
+		t.Fatalf("%d items taken for poison; the test wants every hunt to end blaming the model or with no verdict", st.Poisoned)
+	}
+	if uint64(n) != st.Crashes {
+		t.Errorf("%d deaths counted towards MaxRestarts, of %d", n, st.Crashes)
 	}
 }

@@ -884,6 +884,125 @@ func TestAModelCrashingAtRandomIsNotBlamedOnItems(t *testing.T) {
 	}
 }
 
+// everyOtherBatch is a model that crashes on every other batch it is given,
+// the first included, whatever the batch holds: a model that crashes at
+// random, made deterministic.
+func everyOtherBatch() model.Func {
+	var calls atomic.Int64
+	return func(_ context.Context, batch [][]byte) ([][]byte, error) {
+		if calls.Add(1)%2 == 1 {
+			panic("crashes at random")
+		}
+		return batch, nil
+	}
+}
+
+// TestAModelCrashingAtRandomUsesUpItsRestarts: a model crashing on every
+// other batch has each request of four hunted for a bad item that is not
+// there: the batch dies, one half is answered and the other dies, and of
+// its halves one is answered and the other dies once, then is answered.
+// The hunt ends with no verdict, and its three deaths count towards
+// MaxRestarts: the slot is given up at its 11th death, or at most two
+// later, as the deaths of a hunt under way count when it ends. (Before,
+// only the first death of each hunt counted, and the slot was given up at
+// its 31st.)
+func TestAModelCrashingAtRandomUsesUpItsRestarts(t *testing.T) {
+	const maxRestarts = 10
+	s := start(t, supervisor.Config{InProcess: everyOtherBatch(), Workers: 1, BatchSize: 4, MaxRestarts: maxRestarts, BackoffMin: time.Millisecond})
+	for round := 0; round < 3*maxRestarts; round++ {
+		f, err := s.Submit(context.Background(), items("a", "b", "c", "d"))
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		select {
+		case <-f.Done():
+			if out, err := f.Result(context.Background()); err != nil || string(out[3]) != "d" {
+				t.Fatalf("round %d: %q, %v; want every item answered, by the model that answers every other batch", round, out, err)
+			}
+		case <-s.Fatal():
+			deaths := s.Stats().Crashes
+			if deaths <= maxRestarts || deaths > maxRestarts+3 {
+				t.Fatalf("the slot was given up at its death %d, in round %d; want it given up at a death from %d to %d, with MaxRestarts %d",
+					deaths, round, maxRestarts+1, maxRestarts+3, maxRestarts)
+			}
+			return
+		}
+	}
+	t.Fatalf("the slot was not given up after %d deaths, with MaxRestarts %d; slots %+v", s.Stats().Crashes, maxRestarts, s.Slots())
+}
+
+// TestAHuntWhosePiecesAreDroppedCountsItsDeaths: a hunt whose pieces
+// never run again, as their caller left, is over with no verdict, and the
+// death it held back counts towards MaxRestarts: with 2, the next death
+// gives the slot up. (Before, that death was never counted, and the slot
+// restarted.)
+func TestAHuntWhosePiecesAreDroppedCountsItsDeaths(t *testing.T) {
+	var calls atomic.Int64
+	release := make(chan struct{})
+	fn := func(ctx context.Context, batch [][]byte) ([][]byte, error) {
+		switch calls.Add(1) {
+		case 1, 3:
+			panic("crashes at random")
+		case 2:
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			panic("crashes at random, once its caller has left")
+		}
+		return batch, nil
+	}
+	s := start(t, supervisor.Config{InProcess: model.Func(fn), Workers: 1, BatchSize: 2, MaxRestarts: 2, BackoffMin: time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := s.Submit(ctx, items("a", "b")); err != nil {
+		t.Fatal(err)
+	}
+	// The batch died (counted), and one of its halves runs and dies too
+	// (held back until the hunt is over), once its caller has left.
+	waitFor(t, "a half of the batch running", func() bool { return calls.Load() == 2 })
+	cancel()
+	close(release)
+	waitFor(t, "both halves dropped", func() bool { return s.Stats().Canceled == 2 })
+	next, err := s.Submit(context.Background(), items("c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.Fatal():
+	case <-next.Done():
+		_, err := next.Result(context.Background())
+		t.Fatalf("the item after the hunt: %v; want the slot given up at its death, the third counted, with MaxRestarts 2", err)
+	}
+}
+
+// TestASlotOverItsRestartsIsNotGivenUpAtShutdown: a slot that a hunt
+// ended without a verdict puts over MaxRestarts, while its worker
+// answers, is given up at its next death, not when its worker stops with
+// the streamer: Shutdown is no crash loop.
+func TestASlotOverItsRestartsIsNotGivenUpAtShutdown(t *testing.T) {
+	s := start(t, supervisor.Config{InProcess: everyOtherBatch(), Workers: 1, BatchSize: 4, MaxRestarts: 2, BackoffMin: time.Millisecond})
+	// Three deaths, the last two counted as the hunt ends with the answer.
+	if _, err := s.Predict(context.Background(), items("a", "b", "c", "d")); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Crashes != 3 {
+		t.Fatalf("%d deaths; the test wants the request to cost three", st.Crashes)
+	}
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-s.Fatal():
+		t.Fatalf("Shutdown gave the slot up: %v", err)
+	default:
+	}
+	if st := s.Slots()[0].State; st != supervisor.SlotStopped {
+		t.Fatalf("slot %s after Shutdown; want %s", st, supervisor.SlotStopped)
+	}
+}
+
 // echoProcess is a worker configuration that New accepts.
 var echoProcess = supervisor.ProcessConfig{Model: model.Spec{Runner: "echo"}}
 
