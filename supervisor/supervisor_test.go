@@ -802,6 +802,11 @@ func TestAModelCrashingOnEveryBatchIsNotBlamedOnItems(t *testing.T) {
 		if errors.Is(err, supervisor.ErrUnavailable) {
 			waitFor(t, "the server to give up", func() bool { return len(s.Fatal()) > 0 })
 		}
+		// The item is answered before its slot's restarts are looked at:
+		// the next request is sent once the slot is restarted or given up.
+		waitFor(t, "the slot restarted or given up", func() bool {
+			return len(s.Fatal()) > 0 || s.Slots()[0].State == supervisor.SlotReady
+		})
 	}
 }
 
