@@ -189,6 +189,90 @@ func TestGRPCDemo(t *testing.T) {
 	}
 }
 
+// restStats are the facts of GET /v2/models/demo/stats that
+// TestGRPCConfigAndStatisticsOfTheDemo compares.
+type restStats struct {
+	ModelStats []struct {
+		Name           string `json:"name"`
+		Version        string `json:"version"`
+		LastInference  uint64 `json:"last_inference"`
+		InferenceCount uint64 `json:"inference_count"`
+		ExecutionCount uint64 `json:"execution_count"`
+		InferenceStats struct {
+			Success      restDuration `json:"success"`
+			Fail         restDuration `json:"fail"`
+			Queue        restDuration `json:"queue"`
+			ComputeInfer restDuration `json:"compute_infer"`
+		} `json:"inference_stats"`
+	} `json:"model_stats"`
+}
+
+type restDuration struct {
+	Count uint64 `json:"count"`
+	NS    uint64 `json:"ns"`
+}
+
+// TestGRPCConfigAndStatisticsOfTheDemo: Triton's two calls around
+// inference, through the binary: ModelConfig carries the serve flags'
+// batch size and queue delay and the demo's tensors, their dims without
+// the batch axis, and ModelStatistics counts the rows of the calls run,
+// as GET /v2/models/demo/stats does.
+func TestGRPCConfigAndStatisticsOfTheDemo(t *testing.T) {
+	path, _ := onnxModel(t, onnxtest.Demo)
+	s, c := startGRPC(t, "--model", path, "--intra-op-threads", "1", "--batch-size", "16", "--max-latency", "3ms", "--workers", "1")
+	ctx := callCtx(t)
+
+	for _, version := range []string{"", "1"} {
+		resp, err := c.ModelConfig(ctx, &pb.ModelConfigRequest{Name: "demo", Version: version})
+		if err != nil {
+			t.Fatalf("ModelConfig version %q: %v", version, err)
+		}
+		cfg := resp.GetConfig()
+		in, out := cfg.GetInput(), cfg.GetOutput()
+		if cfg.GetName() != "demo" || cfg.GetPlatform() != "onnxruntime_onnx" || cfg.GetMaxBatchSize() != 16 ||
+			cfg.GetDynamicBatching().GetMaxQueueDelayMicroseconds() != 3000 || cfg.GetVersionPolicy().GetLatest().GetNumVersions() != 1 ||
+			len(in) != 1 || in[0].Name != "features" || in[0].DataType != pb.DataType_TYPE_FP32 || !slices.Equal(in[0].Dims, []int64{4}) ||
+			len(out) != 1 || out[0].Name != "probs" || out[0].DataType != pb.DataType_TYPE_FP32 || !slices.Equal(out[0].Dims, []int64{3}) {
+			t.Errorf("ModelConfig version %q: %v; want demo, onnxruntime_onnx, max_batch_size 16, 3000 µs, features TYPE_FP32 [4], probs TYPE_FP32 [3]", version, cfg)
+		}
+	}
+	_, err := c.ModelConfig(ctx, &pb.ModelConfigRequest{Name: "iris"})
+	wantCode(t, "ModelConfig of another model", err, codes.NotFound, `unknown model "iris"`, `"demo"`)
+	_, err = c.ModelStatistics(ctx, &pb.ModelStatisticsRequest{Name: "demo", Version: "2"})
+	wantCode(t, "ModelStatistics of another version", err, codes.NotFound, `"2"`)
+
+	rng := rand.New(rand.NewPCG(7, 9))
+	for _, rows := range []int{5, 2} {
+		if _, err := c.ModelInfer(ctx, demoRequest(demoRows(rng, rows))); err != nil {
+			t.Fatalf("ModelInfer of %d rows: %v", rows, err)
+		}
+	}
+	var rest restStats
+	s.waitFor(t, "the 7 rows counted", readyTimeout, func() bool {
+		status, _ := s.getV2(t, "/v2/models/demo/stats", &rest)
+		return status == http.StatusOK && len(rest.ModelStats) == 1 && rest.ModelStats[0].InferenceCount == 7
+	})
+	want := rest.ModelStats[0]
+	for _, req := range []*pb.ModelStatisticsRequest{{Name: "demo"}, {}} {
+		resp, err := c.ModelStatistics(ctx, req)
+		if err != nil || len(resp.ModelStats) != 1 {
+			t.Fatalf("ModelStatistics %v: %v %v", req, resp, err)
+		}
+		m := resp.ModelStats[0]
+		is := m.GetInferenceStats()
+		if m.Name != "demo" || m.Version != "1" || m.InferenceCount != 7 || is.GetSuccess().GetCount() != 7 || is.GetSuccess().GetNs() == 0 ||
+			is.GetFail().GetCount() != 0 || m.ExecutionCount < 2 || m.ExecutionCount > 7 || m.LastInference == 0 {
+			t.Errorf("ModelStatistics %v: %v; want demo version 1, 7 rows answered in 2 to 7 batches, their time, none failed", req, m)
+		}
+		if m.InferenceCount != want.InferenceCount || m.ExecutionCount != want.ExecutionCount || m.LastInference != want.LastInference ||
+			is.GetSuccess().GetCount() != want.InferenceStats.Success.Count || is.GetFail().GetCount() != want.InferenceStats.Fail.Count ||
+			is.GetQueue().GetCount() != want.InferenceStats.Queue.Count ||
+			is.GetComputeInfer().GetCount() != want.InferenceStats.ComputeInfer.Count {
+			t.Errorf("ModelStatistics %v: %v; GET stats says %+v", req, m, want)
+		}
+	}
+}
+
 // TestGRPCRefusals: each bad call gets the code of its fault and a
 // message naming the input or output, what the model takes and what was
 // sent, and the server keeps serving.
@@ -366,6 +450,10 @@ func TestGRPCTokenAndTLS(t *testing.T) {
 	wantCode(t, "ModelInfer without the token", err, codes.Unauthenticated, "authorization")
 	_, err = c.ModelMetadata(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer wrong"), &pb.ModelMetadataRequest{Name: "echo"})
 	wantCode(t, "ModelMetadata with another token", err, codes.Unauthenticated)
+	_, err = c.ModelConfig(ctx, &pb.ModelConfigRequest{Name: "echo"})
+	wantCode(t, "ModelConfig without the token", err, codes.Unauthenticated, "authorization")
+	_, err = c.ModelStatistics(ctx, &pb.ModelStatisticsRequest{})
+	wantCode(t, "ModelStatistics without the token", err, codes.Unauthenticated, "authorization")
 	resp, err := c.ModelInfer(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer s3cret"), req)
 	if err != nil || len(resp.RawOutputContents) != 1 {
 		t.Fatalf("ModelInfer with the token: %v %v", resp, err)
@@ -482,6 +570,10 @@ func TestGRPCWithGrpcurl(t *testing.T) {
 	out, err = call("ModelMetadata", `{"name":"demo"}`)
 	if err != nil || !strings.Contains(out, `"platform": "onnxruntime_onnx"`) || !strings.Contains(out, `"name": "features"`) {
 		t.Errorf("grpcurl ModelMetadata: %v\n%s", err, out)
+	}
+	out, err = call("ModelConfig", `{"name":"demo"}`)
+	if err != nil || !strings.Contains(out, `"name": "features"`) || !strings.Contains(out, `"dataType": "TYPE_FP32"`) {
+		t.Errorf("grpcurl ModelConfig: %v\n%s; want features, TYPE_FP32", err, out)
 	}
 }
 

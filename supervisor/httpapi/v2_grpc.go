@@ -29,8 +29,10 @@ import (
 // unchanged. A request's inputs come as typed contents or as raw
 // little-endian bytes (raw_input_contents, which tritonclient sends); the
 // answer's outputs always come as raw bytes (raw_output_contents), as
-// Triton answers. Errors carry the REST route's message with the gRPC code
-// of its status (see grpcCode).
+// Triton answers. Of the calls Triton adds to the service it serves the two
+// its clients make around inference, ModelConfig and ModelStatistics,
+// with the facts of the REST routes /config and /stats. Errors carry the
+// REST route's message with the gRPC code of its status (see grpcCode).
 type GRPC struct {
 	inferencepb.UnimplementedGRPCInferenceServiceServer
 	h *handler
@@ -96,12 +98,13 @@ func (g *GRPC) ServerReady(context.Context, *inferencepb.ServerReadyRequest) (*i
 	return &inferencepb.ServerReadyResponse{Ready: g.h.backend.Ready()}, nil
 }
 
-// ServerMetadata names the server and its version. It lists no
-// extension: those the REST routes serve (binary data, the model's
-// configuration and statistics) are theirs alone.
+// ServerMetadata names the server, its version and the extensions the
+// service serves: the model's configuration and statistics, as the REST
+// routes do. binary_tensor_data is the REST routes' alone; gRPC carries
+// raw data in fields of its own.
 func (g *GRPC) ServerMetadata(context.Context, *inferencepb.ServerMetadataRequest) (*inferencepb.ServerMetadataResponse, error) {
 	return &inferencepb.ServerMetadataResponse{
-		Name: g.h.serverMetadata.Name, Version: g.h.serverMetadata.Version, Extensions: []string{},
+		Name: g.h.serverMetadata.Name, Version: g.h.serverMetadata.Version, Extensions: []string{"model_configuration", "statistics"},
 	}, nil
 }
 
@@ -144,6 +147,98 @@ func tensorMetadata(specs []TensorSpec) []*inferencepb.ModelMetadataResponse_Ten
 		out[i] = &inferencepb.ModelMetadataResponse_TensorMetadata{Name: s.Name, Datatype: s.Datatype, Shape: s.Shape}
 	}
 	return out
+}
+
+// ModelConfig gives the model's configuration in Triton's terms, as
+// GET /v2/models/{model}/config does: perf_analyzer reads max_batch_size
+// and the inputs from it before it measures.
+func (g *GRPC) ModelConfig(_ context.Context, req *inferencepb.ModelConfigRequest) (*inferencepb.ModelConfigResponse, error) {
+	meta, err := g.model(req.GetName(), req.GetVersion())
+	if err != nil {
+		return nil, err
+	}
+	return &inferencepb.ModelConfigResponse{Config: grpcConfig(g.h.modelConfig(meta))}, nil
+}
+
+// grpcConfig is the REST route's configuration as its message.
+func grpcConfig(cfg tritonConfig) *inferencepb.ModelConfig {
+	latest := &inferencepb.ModelVersionPolicy_Latest{NumVersions: uint32(cfg.VersionPolicy.Latest.NumVersions)}
+	out := &inferencepb.ModelConfig{
+		Name: cfg.Name, Platform: cfg.Platform, MaxBatchSize: int32(min(cfg.MaxBatchSize, math.MaxInt32)),
+		VersionPolicy: &inferencepb.ModelVersionPolicy{PolicyChoice: &inferencepb.ModelVersionPolicy_Latest_{Latest: latest}},
+		Input:         make([]*inferencepb.ModelInput, len(cfg.Input)),
+		Output:        make([]*inferencepb.ModelOutput, len(cfg.Output)),
+		Parameters:    make(map[string]*inferencepb.ModelParameter, len(cfg.Parameters)),
+	}
+	for i, t := range cfg.Input {
+		out.Input[i] = &inferencepb.ModelInput{Name: t.Name, DataType: grpcDataType(t.DataType), Dims: t.Dims}
+	}
+	for i, t := range cfg.Output {
+		out.Output[i] = &inferencepb.ModelOutput{Name: t.Name, DataType: grpcDataType(t.DataType), Dims: t.Dims}
+	}
+	if b := cfg.DynamicBatching; b != nil {
+		out.SchedulingChoice = &inferencepb.ModelConfig_DynamicBatching{DynamicBatching: &inferencepb.ModelDynamicBatching{
+			MaxQueueDelayMicroseconds: uint64(max(b.MaxQueueDelayMicroseconds, 0)),
+		}}
+	}
+	for key, p := range cfg.Parameters {
+		out.Parameters[key] = &inferencepb.ModelParameter{StringValue: p.StringValue}
+	}
+	return out
+}
+
+// grpcDataType is the enum value of a datatype named as in Triton's
+// configuration (tritonType); TYPE_INVALID for a name it lacks, which no
+// datatype served has.
+func grpcDataType(name string) inferencepb.DataType {
+	return inferencepb.DataType(inferencepb.DataType_value[name])
+}
+
+// ModelStatistics gives the model's counts and times in Triton's terms,
+// as GET /v2/models/{model}/stats does; with no name, every model's, as
+// GET /v2/models/stats does: the model served, or none.
+func (g *GRPC) ModelStatistics(_ context.Context, req *inferencepb.ModelStatisticsRequest) (*inferencepb.ModelStatisticsResponse, error) {
+	if req.GetName() == "" {
+		if g.h.tensors == nil {
+			return &inferencepb.ModelStatisticsResponse{ModelStats: []*inferencepb.ModelStatistics{}}, nil
+		}
+		return grpcStats(g.h.modelStats(g.h.tensors.Metadata())), nil
+	}
+	meta, err := g.model(req.GetName(), req.GetVersion())
+	if err != nil {
+		return nil, err
+	}
+	return grpcStats(g.h.modelStats(meta)), nil
+}
+
+// grpcStats is the REST route's statistics as their message.
+func grpcStats(stats tritonStats) *inferencepb.ModelStatisticsResponse {
+	resp := &inferencepb.ModelStatisticsResponse{ModelStats: make([]*inferencepb.ModelStatistics, len(stats.ModelStats))}
+	for i, m := range stats.ModelStats {
+		is := m.InferenceStats
+		out := &inferencepb.ModelStatistics{
+			Name: m.Name, Version: m.Version, LastInference: uint64(max(m.LastInference, 0)),
+			InferenceCount: m.InferenceCount, ExecutionCount: m.ExecutionCount,
+			InferenceStats: &inferencepb.InferStatistics{
+				Success: grpcDuration(is.Success), Fail: grpcDuration(is.Fail), Queue: grpcDuration(is.Queue),
+				ComputeInput: grpcDuration(is.ComputeInput), ComputeInfer: grpcDuration(is.ComputeInfer), ComputeOutput: grpcDuration(is.ComputeOutput),
+				CacheHit: grpcDuration(is.CacheHit), CacheMiss: grpcDuration(is.CacheMiss),
+			},
+			BatchStats: make([]*inferencepb.InferBatchStatistics, len(m.BatchStats)),
+		}
+		for j, b := range m.BatchStats {
+			out.BatchStats[j] = &inferencepb.InferBatchStatistics{
+				BatchSize:    uint64(max(b.BatchSize, 0)),
+				ComputeInput: grpcDuration(b.ComputeInput), ComputeInfer: grpcDuration(b.ComputeInfer), ComputeOutput: grpcDuration(b.ComputeOutput),
+			}
+		}
+		resp.ModelStats[i] = out
+	}
+	return resp
+}
+
+func grpcDuration(d tritonDuration) *inferencepb.StatisticDuration {
+	return &inferencepb.StatisticDuration{Count: d.Count, Ns: d.NS}
 }
 
 // ModelInfer runs one inference request: its batched inputs are cut into

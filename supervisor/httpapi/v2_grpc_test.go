@@ -3,7 +3,10 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"math"
+	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -217,6 +220,52 @@ func TestGRPCProtocolNumbers(t *testing.T) {
 		"inference.ModelMetadataResponse.inputs":                      4,
 		"inference.ModelMetadataResponse.TensorMetadata.shape":        3,
 		"inference.ServerMetadataResponse.extensions":                 3,
+		// Triton's calls (its grpc_service.proto and model_config.proto).
+		"inference.ModelConfigRequest.name":                           1,
+		"inference.ModelConfigRequest.version":                        2,
+		"inference.ModelConfigResponse.config":                        1,
+		"inference.ModelConfig.name":                                  1,
+		"inference.ModelConfig.platform":                              2,
+		"inference.ModelConfig.version_policy":                        3,
+		"inference.ModelConfig.max_batch_size":                        4,
+		"inference.ModelConfig.input":                                 5,
+		"inference.ModelConfig.output":                                6,
+		"inference.ModelConfig.dynamic_batching":                      11,
+		"inference.ModelConfig.parameters":                            14,
+		"inference.ModelVersionPolicy.latest":                         1,
+		"inference.ModelVersionPolicy.Latest.num_versions":            1,
+		"inference.ModelInput.name":                                   1,
+		"inference.ModelInput.data_type":                              2,
+		"inference.ModelInput.dims":                                   4,
+		"inference.ModelOutput.name":                                  1,
+		"inference.ModelOutput.data_type":                             2,
+		"inference.ModelOutput.dims":                                  3,
+		"inference.ModelDynamicBatching.max_queue_delay_microseconds": 2,
+		"inference.ModelParameter.string_value":                       1,
+		"inference.ModelStatisticsRequest.name":                       1,
+		"inference.ModelStatisticsRequest.version":                    2,
+		"inference.ModelStatisticsResponse.model_stats":               1,
+		"inference.ModelStatistics.name":                              1,
+		"inference.ModelStatistics.version":                           2,
+		"inference.ModelStatistics.last_inference":                    3,
+		"inference.ModelStatistics.inference_count":                   4,
+		"inference.ModelStatistics.execution_count":                   5,
+		"inference.ModelStatistics.inference_stats":                   6,
+		"inference.ModelStatistics.batch_stats":                       7,
+		"inference.InferStatistics.success":                           1,
+		"inference.InferStatistics.fail":                              2,
+		"inference.InferStatistics.queue":                             3,
+		"inference.InferStatistics.compute_input":                     4,
+		"inference.InferStatistics.compute_infer":                     5,
+		"inference.InferStatistics.compute_output":                    6,
+		"inference.InferStatistics.cache_hit":                         7,
+		"inference.InferStatistics.cache_miss":                        8,
+		"inference.InferBatchStatistics.batch_size":                   1,
+		"inference.InferBatchStatistics.compute_input":                2,
+		"inference.InferBatchStatistics.compute_infer":                3,
+		"inference.InferBatchStatistics.compute_output":               4,
+		"inference.StatisticDuration.count":                           1,
+		"inference.StatisticDuration.ns":                              2,
 	}
 	for name, number := range want {
 		d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(name))
@@ -228,8 +277,198 @@ func TestGRPCProtocolNumbers(t *testing.T) {
 			t.Errorf("%s is field %d, the protocol's is %d", name, got, number)
 		}
 	}
-	if sd, err := protoregistry.GlobalFiles.FindDescriptorByName("inference.GRPCInferenceService"); err != nil || sd.(protoreflect.ServiceDescriptor).Methods().ByName("ModelInfer") == nil {
-		t.Errorf("no inference.GRPCInferenceService with ModelInfer: %v", err)
+	dataTypes := []string{"TYPE_INVALID", "TYPE_BOOL", "TYPE_UINT8", "TYPE_UINT16", "TYPE_UINT32", "TYPE_UINT64", "TYPE_INT8", "TYPE_INT16",
+		"TYPE_INT32", "TYPE_INT64", "TYPE_FP16", "TYPE_FP32", "TYPE_FP64", "TYPE_STRING", "TYPE_BF16"}
+	for number, name := range dataTypes {
+		d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName("inference." + name))
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if got := d.(protoreflect.EnumValueDescriptor).Number(); int(got) != number {
+			t.Errorf("DataType %s is %d, Triton's is %d", name, got, number)
+		}
+	}
+	sd, err := protoregistry.GlobalFiles.FindDescriptorByName("inference.GRPCInferenceService")
+	if err != nil {
+		t.Fatalf("no inference.GRPCInferenceService: %v", err)
+	}
+	for _, method := range []protoreflect.Name{"ModelInfer", "ModelConfig", "ModelStatistics"} {
+		if sd.(protoreflect.ServiceDescriptor).Methods().ByName(method) == nil {
+			t.Errorf("inference.GRPCInferenceService has no %s", method)
+		}
+	}
+}
+
+// configOf is a ModelConfig answer read back into the REST route's
+// answer, so that the two can be compared whole.
+func configOf(c *pb.ModelConfig) tritonConfig {
+	cfg := tritonConfig{Name: c.Name, Platform: c.Platform, MaxBatchSize: int(c.MaxBatchSize), Parameters: map[string]tritonArg{}}
+	cfg.VersionPolicy.Latest.NumVersions = int(c.GetVersionPolicy().GetLatest().GetNumVersions())
+	for _, in := range c.Input {
+		cfg.Input = append(cfg.Input, tritonTensor{Name: in.Name, DataType: in.DataType.String(), Dims: in.Dims})
+	}
+	for _, out := range c.Output {
+		cfg.Output = append(cfg.Output, tritonTensor{Name: out.Name, DataType: out.DataType.String(), Dims: out.Dims})
+	}
+	if b := c.GetDynamicBatching(); b != nil {
+		cfg.DynamicBatching = &tritonBatching{MaxQueueDelayMicroseconds: int64(b.MaxQueueDelayMicroseconds)}
+	}
+	for key, p := range c.Parameters {
+		cfg.Parameters[key] = tritonArg{StringValue: p.StringValue}
+	}
+	return cfg
+}
+
+// statsOf is a ModelStatistics answer read back into the REST route's
+// answer, as configOf.
+func statsOf(r *pb.ModelStatisticsResponse) tritonStats {
+	duration := func(d *pb.StatisticDuration) tritonDuration {
+		return tritonDuration{Count: d.GetCount(), NS: d.GetNs()}
+	}
+	stats := tritonStats{ModelStats: []tritonModelStats{}}
+	for _, m := range r.ModelStats {
+		out := tritonModelStats{Name: m.Name, Version: m.Version, LastInference: int64(m.LastInference),
+			InferenceCount: m.InferenceCount, ExecutionCount: m.ExecutionCount, BatchStats: []tritonBatchStats{}, MemoryUsage: []struct{}{}}
+		is, got := &out.InferenceStats, m.GetInferenceStats()
+		is.Success, is.Fail, is.Queue = duration(got.GetSuccess()), duration(got.GetFail()), duration(got.GetQueue())
+		is.ComputeInput, is.ComputeInfer, is.ComputeOutput = duration(got.GetComputeInput()), duration(got.GetComputeInfer()), duration(got.GetComputeOutput())
+		is.CacheHit, is.CacheMiss = duration(got.GetCacheHit()), duration(got.GetCacheMiss())
+		for _, b := range m.BatchStats {
+			out.BatchStats = append(out.BatchStats, tritonBatchStats{BatchSize: int(b.BatchSize),
+				ComputeInput: duration(b.ComputeInput), ComputeInfer: duration(b.ComputeInfer), ComputeOutput: duration(b.ComputeOutput)})
+		}
+		stats.ModelStats = append(stats.ModelStats, out)
+	}
+	return stats
+}
+
+// restAnswer is the JSON answer of GET path, decoded into v.
+func restAnswer[T any](t *testing.T, h http.Handler, path string) T {
+	t.Helper()
+	rec := do(t, h, http.MethodGet, path, "", nil)
+	var v T
+	if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil || rec.Code != http.StatusOK {
+		t.Fatalf("GET %s = %d %s (%v)", path, rec.Code, rec.Body, err)
+	}
+	return v
+}
+
+// TestGRPCConfigAndStatisticsAsREST: ModelConfig and ModelStatistics
+// carry every fact of the REST routes' answers, for a batching model with
+// a BYTES input, one with an unbatched input and one with no batch size;
+// the statistics with no name are every model's, as GET
+// /v2/models/stats's.
+func TestGRPCConfigAndStatisticsAsREST(t *testing.T) {
+	stats := supervisor.Stats{Answered: 8, Failed: 2, Expired: 2, Batches: 3, BatchSizes: []uint64{0, 1, 0, 2}}
+	stats.Latency.EndToEnd = supervisor.Histogram{Counts: []uint64{5, 2}, SumSeconds: 0.5}
+	stats.Latency.QueueWait = supervisor.Histogram{Counts: []uint64{7}, SumSeconds: 0.125}
+	stats.Latency.Compute = supervisor.Histogram{Counts: []uint64{6, 1}, SumSeconds: 0.375}
+	tests := []struct {
+		name  string
+		api   http.Handler
+		infer bool // one inference first, which sets last_inference
+	}{
+		{"batching", newTriton(echoModel(spec("x", "FP32", true, -1, 3, -1), spec("s", "BYTES", true, -1)), &fakeBackend{ready: true, stats: stats}), false},
+		{"after an inference", newTriton(echoModel(spec("v", "FP32", true, -1)), &fakeBackend{ready: true, stats: stats}), true},
+		{"unbatched input", newTriton(echoModel(spec("x", "INT64", true, -1, 4), spec("scale", "FP16", false, 2)), nil), false},
+		{"no batch size", newV2(echoModel(spec("x", "FP32", true, -1)), nil), false},
+	}
+	ctx := context.Background()
+	for _, tt := range tests {
+		g := NewGRPC(tt.api)
+		if tt.infer {
+			if rec := postV2(t, tt.api, "/v2/models/m/infer", valuesBody("FP32", `[1]`)); rec.Code != http.StatusOK {
+				t.Fatalf("%s: infer = %d %s", tt.name, rec.Code, rec.Body)
+			}
+		}
+		cfg, err := g.ModelConfig(ctx, &pb.ModelConfigRequest{Name: "m", Version: "1"})
+		if err != nil {
+			t.Fatalf("%s: ModelConfig: %v", tt.name, err)
+		}
+		if got, want := configOf(cfg.Config), restAnswer[tritonConfig](t, tt.api, "/v2/models/m/config"); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: ModelConfig says %+v\nGET config says %+v", tt.name, got, want)
+		}
+		want := restAnswer[tritonStats](t, tt.api, "/v2/models/m/stats")
+		if tt.infer && want.ModelStats[0].LastInference == 0 {
+			t.Errorf("%s: no last_inference after an inference", tt.name)
+		}
+		for _, req := range []*pb.ModelStatisticsRequest{{Name: "m"}, {Name: "m", Version: "1"}, {}} {
+			resp, err := g.ModelStatistics(ctx, req)
+			if err != nil {
+				t.Fatalf("%s: ModelStatistics %v: %v", tt.name, req, err)
+			}
+			if got := statsOf(resp); !reflect.DeepEqual(got, want) {
+				t.Errorf("%s: ModelStatistics %v says %+v\nGET stats says %+v", tt.name, req, got, want)
+			}
+		}
+	}
+}
+
+// TestGRPCConfigDataTypes: every datatype has its value in Triton's enum,
+// which names it as the REST configuration does.
+func TestGRPCConfigDataTypes(t *testing.T) {
+	for _, tc := range v2DatatypeCases {
+		name := tritonType(tc.datatype)
+		if got := grpcDataType(name); got == pb.DataType_TYPE_INVALID || got.String() != name {
+			t.Errorf("%s: %s in the enum, want %s", tc.datatype, got, name)
+		}
+	}
+}
+
+// TestGRPCConfigAndStatisticsNotFound: another model or version, or no
+// model served, is NOT_FOUND in the REST route's words; the statistics of
+// every model, with none served, are an empty list.
+func TestGRPCConfigAndStatisticsNotFound(t *testing.T) {
+	versioned := &tensorEcho{meta: ModelMetadata{Name: "m", Versions: []string{"1"}, Inputs: []TensorSpec{spec("x", "FP32", true, -1)}}}
+	withModel, without := newV2(versioned, nil), New(Config{Backend: &fakeBackend{ready: true}})
+	ctx := context.Background()
+	tests := []struct {
+		api           http.Handler
+		model, path   string
+		version, want string
+	}{
+		{withModel, "other", "/v2/models/other", "", `unknown model "other"`},
+		{withModel, "m", "/v2/models/m/versions/2", "2", `has no version "2"`},
+		{without, "m", "/v2/models/m", "", "no model is served"},
+	}
+	for _, tt := range tests {
+		g := NewGRPC(tt.api)
+		for _, call := range []struct {
+			route string
+			err   error
+		}{
+			{"/config", second(g.ModelConfig(ctx, &pb.ModelConfigRequest{Name: tt.model, Version: tt.version}))},
+			{"/stats", second(g.ModelStatistics(ctx, &pb.ModelStatisticsRequest{Name: tt.model, Version: tt.version}))},
+		} {
+			rec := do(t, tt.api, http.MethodGet, tt.path+call.route, "", nil)
+			st, _ := status.FromError(call.err)
+			if rec.Code != http.StatusNotFound || st.Code() != codes.NotFound || st.Message() != errorOf(t, rec) || !strings.Contains(st.Message(), tt.want) {
+				t.Errorf("%s%s: %v; GET answers %d %s; want NOT_FOUND saying %q in the REST route's words", tt.path, call.route, call.err, rec.Code, rec.Body, tt.want)
+			}
+		}
+	}
+	resp, err := NewGRPC(without).ModelStatistics(ctx, &pb.ModelStatisticsRequest{})
+	if err != nil || len(resp.ModelStats) != 0 {
+		t.Errorf("every model's statistics with none served: %v %v, want none", resp, err)
+	}
+}
+
+// second is the error of a call's two results.
+func second[T any](_ T, err error) error { return err }
+
+// TestGRPCServerMetadataExtensions: the service lists the extensions it
+// serves, those of the REST routes but binary data, which is theirs.
+func TestGRPCServerMetadataExtensions(t *testing.T) {
+	api := newV2(echoModel(spec("x", "FP32", true, -1)), nil)
+	resp, err := NewGRPC(api).ServerMetadata(context.Background(), &pb.ServerMetadataRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest := restAnswer[serverMetadataBody](t, api, "/v2")
+	want := slices.DeleteFunc(slices.Clone(rest.Extensions), func(e string) bool { return e == "binary_tensor_data" })
+	if !slices.Equal(resp.Extensions, want) || !slices.Contains(want, "model_configuration") || !slices.Contains(want, "statistics") {
+		t.Errorf("extensions %q, want %q: the REST routes' %q but binary_tensor_data", resp.Extensions, want, rest.Extensions)
 	}
 }
 

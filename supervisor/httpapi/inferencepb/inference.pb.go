@@ -2,10 +2,14 @@
 // KServe, MLServer and Seldon serve it: the package, service, message and
 // field names and numbers are the protocol's, so that clients built for
 // those servers (tritonclient.grpc, KServe's InferenceGRPCClient) call
-// streamer unchanged. streamer serves the protocol's six calls; the
-// extensions some servers add to the service (Triton's model
-// configuration, statistics, repository and shared-memory calls) are not
-// part of it and are answered UNIMPLEMENTED.
+// streamer unchanged. streamer serves the protocol's six calls and two of
+// the calls Triton adds to the service, ModelConfig and ModelStatistics,
+// which Triton's clients and perf_analyzer make around inference; their
+// messages are Triton's (its grpc_service.proto and model_config.proto,
+// both of package inference), cut down to the fields streamer fills. The
+// other calls Triton adds (repository, shared memory, streaming
+// inference, trace and log settings) are not declared here and are
+// answered UNIMPLEMENTED.
 //
 // Regenerate the Go code with `make proto` (scripts/gen-proto.sh).
 
@@ -31,6 +35,94 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// DataType is a tensor's element type as Triton's configuration names it:
+// the protocol's datatype with TYPE_ before it, but for BYTES, which is
+// TYPE_STRING.
+type DataType int32
+
+const (
+	DataType_TYPE_INVALID DataType = 0
+	DataType_TYPE_BOOL    DataType = 1
+	DataType_TYPE_UINT8   DataType = 2
+	DataType_TYPE_UINT16  DataType = 3
+	DataType_TYPE_UINT32  DataType = 4
+	DataType_TYPE_UINT64  DataType = 5
+	DataType_TYPE_INT8    DataType = 6
+	DataType_TYPE_INT16   DataType = 7
+	DataType_TYPE_INT32   DataType = 8
+	DataType_TYPE_INT64   DataType = 9
+	DataType_TYPE_FP16    DataType = 10
+	DataType_TYPE_FP32    DataType = 11
+	DataType_TYPE_FP64    DataType = 12
+	DataType_TYPE_STRING  DataType = 13
+	DataType_TYPE_BF16    DataType = 14
+)
+
+// Enum value maps for DataType.
+var (
+	DataType_name = map[int32]string{
+		0:  "TYPE_INVALID",
+		1:  "TYPE_BOOL",
+		2:  "TYPE_UINT8",
+		3:  "TYPE_UINT16",
+		4:  "TYPE_UINT32",
+		5:  "TYPE_UINT64",
+		6:  "TYPE_INT8",
+		7:  "TYPE_INT16",
+		8:  "TYPE_INT32",
+		9:  "TYPE_INT64",
+		10: "TYPE_FP16",
+		11: "TYPE_FP32",
+		12: "TYPE_FP64",
+		13: "TYPE_STRING",
+		14: "TYPE_BF16",
+	}
+	DataType_value = map[string]int32{
+		"TYPE_INVALID": 0,
+		"TYPE_BOOL":    1,
+		"TYPE_UINT8":   2,
+		"TYPE_UINT16":  3,
+		"TYPE_UINT32":  4,
+		"TYPE_UINT64":  5,
+		"TYPE_INT8":    6,
+		"TYPE_INT16":   7,
+		"TYPE_INT32":   8,
+		"TYPE_INT64":   9,
+		"TYPE_FP16":    10,
+		"TYPE_FP32":    11,
+		"TYPE_FP64":    12,
+		"TYPE_STRING":  13,
+		"TYPE_BF16":    14,
+	}
+)
+
+func (x DataType) Enum() *DataType {
+	p := new(DataType)
+	*p = x
+	return p
+}
+
+func (x DataType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DataType) Descriptor() protoreflect.EnumDescriptor {
+	return file_inference_proto_enumTypes[0].Descriptor()
+}
+
+func (DataType) Type() protoreflect.EnumType {
+	return &file_inference_proto_enumTypes[0]
+}
+
+func (x DataType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DataType.Descriptor instead.
+func (DataType) EnumDescriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{0}
+}
 
 type ServerLiveRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -930,6 +1022,928 @@ func (x *ModelInferResponse) GetRawOutputContents() [][]byte {
 	return nil
 }
 
+type ModelConfigRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Empty: the server's choice of version.
+	Version       string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelConfigRequest) Reset() {
+	*x = ModelConfigRequest{}
+	mi := &file_inference_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelConfigRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelConfigRequest) ProtoMessage() {}
+
+func (x *ModelConfigRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelConfigRequest.ProtoReflect.Descriptor instead.
+func (*ModelConfigRequest) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ModelConfigRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ModelConfigRequest) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+type ModelConfigResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Config        *ModelConfig           `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelConfigResponse) Reset() {
+	*x = ModelConfigResponse{}
+	mi := &file_inference_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelConfigResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelConfigResponse) ProtoMessage() {}
+
+func (x *ModelConfigResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelConfigResponse.ProtoReflect.Descriptor instead.
+func (*ModelConfigResponse) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ModelConfigResponse) GetConfig() *ModelConfig {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+// ModelInput is one of a model's inputs; dims leave the batch axis out
+// when max_batch_size is over 0, and -1 is an axis of any length.
+type ModelInput struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	DataType      DataType               `protobuf:"varint,2,opt,name=data_type,json=dataType,proto3,enum=inference.DataType" json:"data_type,omitempty"`
+	Dims          []int64                `protobuf:"varint,4,rep,packed,name=dims,proto3" json:"dims,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelInput) Reset() {
+	*x = ModelInput{}
+	mi := &file_inference_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelInput) ProtoMessage() {}
+
+func (x *ModelInput) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelInput.ProtoReflect.Descriptor instead.
+func (*ModelInput) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ModelInput) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ModelInput) GetDataType() DataType {
+	if x != nil {
+		return x.DataType
+	}
+	return DataType_TYPE_INVALID
+}
+
+func (x *ModelInput) GetDims() []int64 {
+	if x != nil {
+		return x.Dims
+	}
+	return nil
+}
+
+// ModelOutput is one of a model's outputs, its dims as an input's.
+type ModelOutput struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	DataType      DataType               `protobuf:"varint,2,opt,name=data_type,json=dataType,proto3,enum=inference.DataType" json:"data_type,omitempty"`
+	Dims          []int64                `protobuf:"varint,3,rep,packed,name=dims,proto3" json:"dims,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelOutput) Reset() {
+	*x = ModelOutput{}
+	mi := &file_inference_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelOutput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelOutput) ProtoMessage() {}
+
+func (x *ModelOutput) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelOutput.ProtoReflect.Descriptor instead.
+func (*ModelOutput) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ModelOutput) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ModelOutput) GetDataType() DataType {
+	if x != nil {
+		return x.DataType
+	}
+	return DataType_TYPE_INVALID
+}
+
+func (x *ModelOutput) GetDims() []int64 {
+	if x != nil {
+		return x.Dims
+	}
+	return nil
+}
+
+// ModelVersionPolicy says which of a model's versions are served; streamer
+// serves one, the latest.
+type ModelVersionPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to PolicyChoice:
+	//
+	//	*ModelVersionPolicy_Latest_
+	PolicyChoice  isModelVersionPolicy_PolicyChoice `protobuf_oneof:"policy_choice"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelVersionPolicy) Reset() {
+	*x = ModelVersionPolicy{}
+	mi := &file_inference_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelVersionPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelVersionPolicy) ProtoMessage() {}
+
+func (x *ModelVersionPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelVersionPolicy.ProtoReflect.Descriptor instead.
+func (*ModelVersionPolicy) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ModelVersionPolicy) GetPolicyChoice() isModelVersionPolicy_PolicyChoice {
+	if x != nil {
+		return x.PolicyChoice
+	}
+	return nil
+}
+
+func (x *ModelVersionPolicy) GetLatest() *ModelVersionPolicy_Latest {
+	if x != nil {
+		if x, ok := x.PolicyChoice.(*ModelVersionPolicy_Latest_); ok {
+			return x.Latest
+		}
+	}
+	return nil
+}
+
+type isModelVersionPolicy_PolicyChoice interface {
+	isModelVersionPolicy_PolicyChoice()
+}
+
+type ModelVersionPolicy_Latest_ struct {
+	Latest *ModelVersionPolicy_Latest `protobuf:"bytes,1,opt,name=latest,proto3,oneof"`
+}
+
+func (*ModelVersionPolicy_Latest_) isModelVersionPolicy_PolicyChoice() {}
+
+// ModelDynamicBatching is present when the server batches requests
+// together: max_queue_delay_microseconds is the longest a request waits
+// for others to join its batch.
+type ModelDynamicBatching struct {
+	state                     protoimpl.MessageState `protogen:"open.v1"`
+	MaxQueueDelayMicroseconds uint64                 `protobuf:"varint,2,opt,name=max_queue_delay_microseconds,json=maxQueueDelayMicroseconds,proto3" json:"max_queue_delay_microseconds,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
+}
+
+func (x *ModelDynamicBatching) Reset() {
+	*x = ModelDynamicBatching{}
+	mi := &file_inference_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelDynamicBatching) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelDynamicBatching) ProtoMessage() {}
+
+func (x *ModelDynamicBatching) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelDynamicBatching.ProtoReflect.Descriptor instead.
+func (*ModelDynamicBatching) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ModelDynamicBatching) GetMaxQueueDelayMicroseconds() uint64 {
+	if x != nil {
+		return x.MaxQueueDelayMicroseconds
+	}
+	return 0
+}
+
+type ModelParameter struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	StringValue   string                 `protobuf:"bytes,1,opt,name=string_value,json=stringValue,proto3" json:"string_value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelParameter) Reset() {
+	*x = ModelParameter{}
+	mi := &file_inference_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelParameter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelParameter) ProtoMessage() {}
+
+func (x *ModelParameter) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelParameter.ProtoReflect.Descriptor instead.
+func (*ModelParameter) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ModelParameter) GetStringValue() string {
+	if x != nil {
+		return x.StringValue
+	}
+	return ""
+}
+
+// ModelConfig is the part of Triton's model configuration that describes
+// a model served by streamer: max_batch_size is the largest batch when
+// every input has a batch axis, else 0.
+type ModelConfig struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Platform      string                 `protobuf:"bytes,2,opt,name=platform,proto3" json:"platform,omitempty"`
+	VersionPolicy *ModelVersionPolicy    `protobuf:"bytes,3,opt,name=version_policy,json=versionPolicy,proto3" json:"version_policy,omitempty"`
+	MaxBatchSize  int32                  `protobuf:"varint,4,opt,name=max_batch_size,json=maxBatchSize,proto3" json:"max_batch_size,omitempty"`
+	Input         []*ModelInput          `protobuf:"bytes,5,rep,name=input,proto3" json:"input,omitempty"`
+	Output        []*ModelOutput         `protobuf:"bytes,6,rep,name=output,proto3" json:"output,omitempty"`
+	// Types that are valid to be assigned to SchedulingChoice:
+	//
+	//	*ModelConfig_DynamicBatching
+	SchedulingChoice isModelConfig_SchedulingChoice `protobuf_oneof:"scheduling_choice"`
+	Parameters       map[string]*ModelParameter     `protobuf:"bytes,14,rep,name=parameters,proto3" json:"parameters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ModelConfig) Reset() {
+	*x = ModelConfig{}
+	mi := &file_inference_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelConfig) ProtoMessage() {}
+
+func (x *ModelConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelConfig.ProtoReflect.Descriptor instead.
+func (*ModelConfig) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ModelConfig) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ModelConfig) GetPlatform() string {
+	if x != nil {
+		return x.Platform
+	}
+	return ""
+}
+
+func (x *ModelConfig) GetVersionPolicy() *ModelVersionPolicy {
+	if x != nil {
+		return x.VersionPolicy
+	}
+	return nil
+}
+
+func (x *ModelConfig) GetMaxBatchSize() int32 {
+	if x != nil {
+		return x.MaxBatchSize
+	}
+	return 0
+}
+
+func (x *ModelConfig) GetInput() []*ModelInput {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *ModelConfig) GetOutput() []*ModelOutput {
+	if x != nil {
+		return x.Output
+	}
+	return nil
+}
+
+func (x *ModelConfig) GetSchedulingChoice() isModelConfig_SchedulingChoice {
+	if x != nil {
+		return x.SchedulingChoice
+	}
+	return nil
+}
+
+func (x *ModelConfig) GetDynamicBatching() *ModelDynamicBatching {
+	if x != nil {
+		if x, ok := x.SchedulingChoice.(*ModelConfig_DynamicBatching); ok {
+			return x.DynamicBatching
+		}
+	}
+	return nil
+}
+
+func (x *ModelConfig) GetParameters() map[string]*ModelParameter {
+	if x != nil {
+		return x.Parameters
+	}
+	return nil
+}
+
+type isModelConfig_SchedulingChoice interface {
+	isModelConfig_SchedulingChoice()
+}
+
+type ModelConfig_DynamicBatching struct {
+	DynamicBatching *ModelDynamicBatching `protobuf:"bytes,11,opt,name=dynamic_batching,json=dynamicBatching,proto3,oneof"`
+}
+
+func (*ModelConfig_DynamicBatching) isModelConfig_SchedulingChoice() {}
+
+type ModelStatisticsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty: every model's statistics.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Empty: every version's.
+	Version       string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelStatisticsRequest) Reset() {
+	*x = ModelStatisticsRequest{}
+	mi := &file_inference_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelStatisticsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelStatisticsRequest) ProtoMessage() {}
+
+func (x *ModelStatisticsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelStatisticsRequest.ProtoReflect.Descriptor instead.
+func (*ModelStatisticsRequest) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ModelStatisticsRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ModelStatisticsRequest) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+// StatisticDuration is how many times a thing happened and the time it
+// took in all, in nanoseconds.
+type StatisticDuration struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Count         uint64                 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	Ns            uint64                 `protobuf:"varint,2,opt,name=ns,proto3" json:"ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatisticDuration) Reset() {
+	*x = StatisticDuration{}
+	mi := &file_inference_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatisticDuration) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatisticDuration) ProtoMessage() {}
+
+func (x *StatisticDuration) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatisticDuration.ProtoReflect.Descriptor instead.
+func (*StatisticDuration) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *StatisticDuration) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *StatisticDuration) GetNs() uint64 {
+	if x != nil {
+		return x.Ns
+	}
+	return 0
+}
+
+// InferStatistics are a model's counts and times, in inference items
+// (rows), not requests.
+type InferStatistics struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Success       *StatisticDuration     `protobuf:"bytes,1,opt,name=success,proto3" json:"success,omitempty"`
+	Fail          *StatisticDuration     `protobuf:"bytes,2,opt,name=fail,proto3" json:"fail,omitempty"`
+	Queue         *StatisticDuration     `protobuf:"bytes,3,opt,name=queue,proto3" json:"queue,omitempty"`
+	ComputeInput  *StatisticDuration     `protobuf:"bytes,4,opt,name=compute_input,json=computeInput,proto3" json:"compute_input,omitempty"`
+	ComputeInfer  *StatisticDuration     `protobuf:"bytes,5,opt,name=compute_infer,json=computeInfer,proto3" json:"compute_infer,omitempty"`
+	ComputeOutput *StatisticDuration     `protobuf:"bytes,6,opt,name=compute_output,json=computeOutput,proto3" json:"compute_output,omitempty"`
+	CacheHit      *StatisticDuration     `protobuf:"bytes,7,opt,name=cache_hit,json=cacheHit,proto3" json:"cache_hit,omitempty"`
+	CacheMiss     *StatisticDuration     `protobuf:"bytes,8,opt,name=cache_miss,json=cacheMiss,proto3" json:"cache_miss,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InferStatistics) Reset() {
+	*x = InferStatistics{}
+	mi := &file_inference_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InferStatistics) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InferStatistics) ProtoMessage() {}
+
+func (x *InferStatistics) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InferStatistics.ProtoReflect.Descriptor instead.
+func (*InferStatistics) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *InferStatistics) GetSuccess() *StatisticDuration {
+	if x != nil {
+		return x.Success
+	}
+	return nil
+}
+
+func (x *InferStatistics) GetFail() *StatisticDuration {
+	if x != nil {
+		return x.Fail
+	}
+	return nil
+}
+
+func (x *InferStatistics) GetQueue() *StatisticDuration {
+	if x != nil {
+		return x.Queue
+	}
+	return nil
+}
+
+func (x *InferStatistics) GetComputeInput() *StatisticDuration {
+	if x != nil {
+		return x.ComputeInput
+	}
+	return nil
+}
+
+func (x *InferStatistics) GetComputeInfer() *StatisticDuration {
+	if x != nil {
+		return x.ComputeInfer
+	}
+	return nil
+}
+
+func (x *InferStatistics) GetComputeOutput() *StatisticDuration {
+	if x != nil {
+		return x.ComputeOutput
+	}
+	return nil
+}
+
+func (x *InferStatistics) GetCacheHit() *StatisticDuration {
+	if x != nil {
+		return x.CacheHit
+	}
+	return nil
+}
+
+func (x *InferStatistics) GetCacheMiss() *StatisticDuration {
+	if x != nil {
+		return x.CacheMiss
+	}
+	return nil
+}
+
+// InferBatchStatistics are the runs of batches of one size.
+type InferBatchStatistics struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BatchSize     uint64                 `protobuf:"varint,1,opt,name=batch_size,json=batchSize,proto3" json:"batch_size,omitempty"`
+	ComputeInput  *StatisticDuration     `protobuf:"bytes,2,opt,name=compute_input,json=computeInput,proto3" json:"compute_input,omitempty"`
+	ComputeInfer  *StatisticDuration     `protobuf:"bytes,3,opt,name=compute_infer,json=computeInfer,proto3" json:"compute_infer,omitempty"`
+	ComputeOutput *StatisticDuration     `protobuf:"bytes,4,opt,name=compute_output,json=computeOutput,proto3" json:"compute_output,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InferBatchStatistics) Reset() {
+	*x = InferBatchStatistics{}
+	mi := &file_inference_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InferBatchStatistics) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InferBatchStatistics) ProtoMessage() {}
+
+func (x *InferBatchStatistics) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InferBatchStatistics.ProtoReflect.Descriptor instead.
+func (*InferBatchStatistics) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *InferBatchStatistics) GetBatchSize() uint64 {
+	if x != nil {
+		return x.BatchSize
+	}
+	return 0
+}
+
+func (x *InferBatchStatistics) GetComputeInput() *StatisticDuration {
+	if x != nil {
+		return x.ComputeInput
+	}
+	return nil
+}
+
+func (x *InferBatchStatistics) GetComputeInfer() *StatisticDuration {
+	if x != nil {
+		return x.ComputeInfer
+	}
+	return nil
+}
+
+func (x *InferBatchStatistics) GetComputeOutput() *StatisticDuration {
+	if x != nil {
+		return x.ComputeOutput
+	}
+	return nil
+}
+
+// ModelStatistics are one model version's statistics; last_inference is
+// the time of the last inference answered, in Unix milliseconds (0 before
+// the first).
+type ModelStatistics struct {
+	state          protoimpl.MessageState  `protogen:"open.v1"`
+	Name           string                  `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Version        string                  `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	LastInference  uint64                  `protobuf:"varint,3,opt,name=last_inference,json=lastInference,proto3" json:"last_inference,omitempty"`
+	InferenceCount uint64                  `protobuf:"varint,4,opt,name=inference_count,json=inferenceCount,proto3" json:"inference_count,omitempty"`
+	ExecutionCount uint64                  `protobuf:"varint,5,opt,name=execution_count,json=executionCount,proto3" json:"execution_count,omitempty"`
+	InferenceStats *InferStatistics        `protobuf:"bytes,6,opt,name=inference_stats,json=inferenceStats,proto3" json:"inference_stats,omitempty"`
+	BatchStats     []*InferBatchStatistics `protobuf:"bytes,7,rep,name=batch_stats,json=batchStats,proto3" json:"batch_stats,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ModelStatistics) Reset() {
+	*x = ModelStatistics{}
+	mi := &file_inference_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelStatistics) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelStatistics) ProtoMessage() {}
+
+func (x *ModelStatistics) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelStatistics.ProtoReflect.Descriptor instead.
+func (*ModelStatistics) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ModelStatistics) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ModelStatistics) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *ModelStatistics) GetLastInference() uint64 {
+	if x != nil {
+		return x.LastInference
+	}
+	return 0
+}
+
+func (x *ModelStatistics) GetInferenceCount() uint64 {
+	if x != nil {
+		return x.InferenceCount
+	}
+	return 0
+}
+
+func (x *ModelStatistics) GetExecutionCount() uint64 {
+	if x != nil {
+		return x.ExecutionCount
+	}
+	return 0
+}
+
+func (x *ModelStatistics) GetInferenceStats() *InferStatistics {
+	if x != nil {
+		return x.InferenceStats
+	}
+	return nil
+}
+
+func (x *ModelStatistics) GetBatchStats() []*InferBatchStatistics {
+	if x != nil {
+		return x.BatchStats
+	}
+	return nil
+}
+
+type ModelStatisticsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ModelStats    []*ModelStatistics     `protobuf:"bytes,1,rep,name=model_stats,json=modelStats,proto3" json:"model_stats,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelStatisticsResponse) Reset() {
+	*x = ModelStatisticsResponse{}
+	mi := &file_inference_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelStatisticsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelStatisticsResponse) ProtoMessage() {}
+
+func (x *ModelStatisticsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelStatisticsResponse.ProtoReflect.Descriptor instead.
+func (*ModelStatisticsResponse) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ModelStatisticsResponse) GetModelStats() []*ModelStatistics {
+	if x != nil {
+		return x.ModelStats
+	}
+	return nil
+}
+
 // TensorMetadata is one input or output: -1 in shape is an axis of any
 // length.
 type ModelMetadataResponse_TensorMetadata struct {
@@ -943,7 +1957,7 @@ type ModelMetadataResponse_TensorMetadata struct {
 
 func (x *ModelMetadataResponse_TensorMetadata) Reset() {
 	*x = ModelMetadataResponse_TensorMetadata{}
-	mi := &file_inference_proto_msgTypes[14]
+	mi := &file_inference_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -955,7 +1969,7 @@ func (x *ModelMetadataResponse_TensorMetadata) String() string {
 func (*ModelMetadataResponse_TensorMetadata) ProtoMessage() {}
 
 func (x *ModelMetadataResponse_TensorMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[14]
+	mi := &file_inference_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1007,7 +2021,7 @@ type ModelInferRequest_InferInputTensor struct {
 
 func (x *ModelInferRequest_InferInputTensor) Reset() {
 	*x = ModelInferRequest_InferInputTensor{}
-	mi := &file_inference_proto_msgTypes[15]
+	mi := &file_inference_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1019,7 +2033,7 @@ func (x *ModelInferRequest_InferInputTensor) String() string {
 func (*ModelInferRequest_InferInputTensor) ProtoMessage() {}
 
 func (x *ModelInferRequest_InferInputTensor) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[15]
+	mi := &file_inference_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1081,7 +2095,7 @@ type ModelInferRequest_InferRequestedOutputTensor struct {
 
 func (x *ModelInferRequest_InferRequestedOutputTensor) Reset() {
 	*x = ModelInferRequest_InferRequestedOutputTensor{}
-	mi := &file_inference_proto_msgTypes[16]
+	mi := &file_inference_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1093,7 +2107,7 @@ func (x *ModelInferRequest_InferRequestedOutputTensor) String() string {
 func (*ModelInferRequest_InferRequestedOutputTensor) ProtoMessage() {}
 
 func (x *ModelInferRequest_InferRequestedOutputTensor) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[16]
+	mi := &file_inference_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1138,7 +2152,7 @@ type ModelInferResponse_InferOutputTensor struct {
 
 func (x *ModelInferResponse_InferOutputTensor) Reset() {
 	*x = ModelInferResponse_InferOutputTensor{}
-	mi := &file_inference_proto_msgTypes[20]
+	mi := &file_inference_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1150,7 +2164,7 @@ func (x *ModelInferResponse_InferOutputTensor) String() string {
 func (*ModelInferResponse_InferOutputTensor) ProtoMessage() {}
 
 func (x *ModelInferResponse_InferOutputTensor) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[20]
+	mi := &file_inference_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1199,6 +2213,50 @@ func (x *ModelInferResponse_InferOutputTensor) GetContents() *InferTensorContent
 		return x.Contents
 	}
 	return nil
+}
+
+type ModelVersionPolicy_Latest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NumVersions   uint32                 `protobuf:"varint,1,opt,name=num_versions,json=numVersions,proto3" json:"num_versions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelVersionPolicy_Latest) Reset() {
+	*x = ModelVersionPolicy_Latest{}
+	mi := &file_inference_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelVersionPolicy_Latest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelVersionPolicy_Latest) ProtoMessage() {}
+
+func (x *ModelVersionPolicy_Latest) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelVersionPolicy_Latest.ProtoReflect.Descriptor instead.
+func (*ModelVersionPolicy_Latest) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{18, 0}
+}
+
+func (x *ModelVersionPolicy_Latest) GetNumVersions() uint32 {
+	if x != nil {
+		return x.NumVersions
+	}
+	return 0
 }
 
 var File_inference_proto protoreflect.FileDescriptor
@@ -1311,7 +2369,100 @@ const file_inference_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2\x19.inference.InferParameterR\x05value:\x028\x01\x1aX\n" +
 	"\x0fParametersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12/\n" +
-	"\x05value\x18\x02 \x01(\v2\x19.inference.InferParameterR\x05value:\x028\x012\xfc\x03\n" +
+	"\x05value\x18\x02 \x01(\v2\x19.inference.InferParameterR\x05value:\x028\x01\"B\n" +
+	"\x12ModelConfigRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\"E\n" +
+	"\x13ModelConfigResponse\x12.\n" +
+	"\x06config\x18\x01 \x01(\v2\x16.inference.ModelConfigR\x06config\"f\n" +
+	"\n" +
+	"ModelInput\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
+	"\tdata_type\x18\x02 \x01(\x0e2\x13.inference.DataTypeR\bdataType\x12\x12\n" +
+	"\x04dims\x18\x04 \x03(\x03R\x04dims\"g\n" +
+	"\vModelOutput\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
+	"\tdata_type\x18\x02 \x01(\x0e2\x13.inference.DataTypeR\bdataType\x12\x12\n" +
+	"\x04dims\x18\x03 \x03(\x03R\x04dims\"\x92\x01\n" +
+	"\x12ModelVersionPolicy\x12>\n" +
+	"\x06latest\x18\x01 \x01(\v2$.inference.ModelVersionPolicy.LatestH\x00R\x06latest\x1a+\n" +
+	"\x06Latest\x12!\n" +
+	"\fnum_versions\x18\x01 \x01(\rR\vnumVersionsB\x0f\n" +
+	"\rpolicy_choice\"W\n" +
+	"\x14ModelDynamicBatching\x12?\n" +
+	"\x1cmax_queue_delay_microseconds\x18\x02 \x01(\x04R\x19maxQueueDelayMicroseconds\"3\n" +
+	"\x0eModelParameter\x12!\n" +
+	"\fstring_value\x18\x01 \x01(\tR\vstringValue\"\x8b\x04\n" +
+	"\vModelConfig\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\bplatform\x18\x02 \x01(\tR\bplatform\x12D\n" +
+	"\x0eversion_policy\x18\x03 \x01(\v2\x1d.inference.ModelVersionPolicyR\rversionPolicy\x12$\n" +
+	"\x0emax_batch_size\x18\x04 \x01(\x05R\fmaxBatchSize\x12+\n" +
+	"\x05input\x18\x05 \x03(\v2\x15.inference.ModelInputR\x05input\x12.\n" +
+	"\x06output\x18\x06 \x03(\v2\x16.inference.ModelOutputR\x06output\x12L\n" +
+	"\x10dynamic_batching\x18\v \x01(\v2\x1f.inference.ModelDynamicBatchingH\x00R\x0fdynamicBatching\x12F\n" +
+	"\n" +
+	"parameters\x18\x0e \x03(\v2&.inference.ModelConfig.ParametersEntryR\n" +
+	"parameters\x1aX\n" +
+	"\x0fParametersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12/\n" +
+	"\x05value\x18\x02 \x01(\v2\x19.inference.ModelParameterR\x05value:\x028\x01B\x13\n" +
+	"\x11scheduling_choice\"F\n" +
+	"\x16ModelStatisticsRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\"9\n" +
+	"\x11StatisticDuration\x12\x14\n" +
+	"\x05count\x18\x01 \x01(\x04R\x05count\x12\x0e\n" +
+	"\x02ns\x18\x02 \x01(\x04R\x02ns\"\xf2\x03\n" +
+	"\x0fInferStatistics\x126\n" +
+	"\asuccess\x18\x01 \x01(\v2\x1c.inference.StatisticDurationR\asuccess\x120\n" +
+	"\x04fail\x18\x02 \x01(\v2\x1c.inference.StatisticDurationR\x04fail\x122\n" +
+	"\x05queue\x18\x03 \x01(\v2\x1c.inference.StatisticDurationR\x05queue\x12A\n" +
+	"\rcompute_input\x18\x04 \x01(\v2\x1c.inference.StatisticDurationR\fcomputeInput\x12A\n" +
+	"\rcompute_infer\x18\x05 \x01(\v2\x1c.inference.StatisticDurationR\fcomputeInfer\x12C\n" +
+	"\x0ecompute_output\x18\x06 \x01(\v2\x1c.inference.StatisticDurationR\rcomputeOutput\x129\n" +
+	"\tcache_hit\x18\a \x01(\v2\x1c.inference.StatisticDurationR\bcacheHit\x12;\n" +
+	"\n" +
+	"cache_miss\x18\b \x01(\v2\x1c.inference.StatisticDurationR\tcacheMiss\"\x80\x02\n" +
+	"\x14InferBatchStatistics\x12\x1d\n" +
+	"\n" +
+	"batch_size\x18\x01 \x01(\x04R\tbatchSize\x12A\n" +
+	"\rcompute_input\x18\x02 \x01(\v2\x1c.inference.StatisticDurationR\fcomputeInput\x12A\n" +
+	"\rcompute_infer\x18\x03 \x01(\v2\x1c.inference.StatisticDurationR\fcomputeInfer\x12C\n" +
+	"\x0ecompute_output\x18\x04 \x01(\v2\x1c.inference.StatisticDurationR\rcomputeOutput\"\xbf\x02\n" +
+	"\x0fModelStatistics\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12%\n" +
+	"\x0elast_inference\x18\x03 \x01(\x04R\rlastInference\x12'\n" +
+	"\x0finference_count\x18\x04 \x01(\x04R\x0einferenceCount\x12'\n" +
+	"\x0fexecution_count\x18\x05 \x01(\x04R\x0eexecutionCount\x12C\n" +
+	"\x0finference_stats\x18\x06 \x01(\v2\x1a.inference.InferStatisticsR\x0einferenceStats\x12@\n" +
+	"\vbatch_stats\x18\a \x03(\v2\x1f.inference.InferBatchStatisticsR\n" +
+	"batchStats\"V\n" +
+	"\x17ModelStatisticsResponse\x12;\n" +
+	"\vmodel_stats\x18\x01 \x03(\v2\x1a.inference.ModelStatisticsR\n" +
+	"modelStats*\xfa\x01\n" +
+	"\bDataType\x12\x10\n" +
+	"\fTYPE_INVALID\x10\x00\x12\r\n" +
+	"\tTYPE_BOOL\x10\x01\x12\x0e\n" +
+	"\n" +
+	"TYPE_UINT8\x10\x02\x12\x0f\n" +
+	"\vTYPE_UINT16\x10\x03\x12\x0f\n" +
+	"\vTYPE_UINT32\x10\x04\x12\x0f\n" +
+	"\vTYPE_UINT64\x10\x05\x12\r\n" +
+	"\tTYPE_INT8\x10\x06\x12\x0e\n" +
+	"\n" +
+	"TYPE_INT16\x10\a\x12\x0e\n" +
+	"\n" +
+	"TYPE_INT32\x10\b\x12\x0e\n" +
+	"\n" +
+	"TYPE_INT64\x10\t\x12\r\n" +
+	"\tTYPE_FP16\x10\n" +
+	"\x12\r\n" +
+	"\tTYPE_FP32\x10\v\x12\r\n" +
+	"\tTYPE_FP64\x10\f\x12\x0f\n" +
+	"\vTYPE_STRING\x10\r\x12\r\n" +
+	"\tTYPE_BF16\x10\x0e2\xa8\x05\n" +
 	"\x14GRPCInferenceService\x12K\n" +
 	"\n" +
 	"ServerLive\x12\x1c.inference.ServerLiveRequest\x1a\x1d.inference.ServerLiveResponse\"\x00\x12N\n" +
@@ -1321,7 +2472,9 @@ const file_inference_proto_rawDesc = "" +
 	"\x0eServerMetadata\x12 .inference.ServerMetadataRequest\x1a!.inference.ServerMetadataResponse\"\x00\x12T\n" +
 	"\rModelMetadata\x12\x1f.inference.ModelMetadataRequest\x1a .inference.ModelMetadataResponse\"\x00\x12K\n" +
 	"\n" +
-	"ModelInfer\x12\x1c.inference.ModelInferRequest\x1a\x1d.inference.ModelInferResponse\"\x00BAZ?github.com/streamer-dev/streamer/supervisor/httpapi/inferencepbb\x06proto3"
+	"ModelInfer\x12\x1c.inference.ModelInferRequest\x1a\x1d.inference.ModelInferResponse\"\x00\x12N\n" +
+	"\vModelConfig\x12\x1d.inference.ModelConfigRequest\x1a\x1e.inference.ModelConfigResponse\"\x00\x12Z\n" +
+	"\x0fModelStatistics\x12!.inference.ModelStatisticsRequest\x1a\".inference.ModelStatisticsResponse\"\x00BAZ?github.com/streamer-dev/streamer/supervisor/httpapi/inferencepbb\x06proto3"
 
 var (
 	file_inference_proto_rawDescOnce sync.Once
@@ -1335,67 +2488,113 @@ func file_inference_proto_rawDescGZIP() []byte {
 	return file_inference_proto_rawDescData
 }
 
-var file_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_inference_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_inference_proto_goTypes = []any{
-	(*ServerLiveRequest)(nil),                            // 0: inference.ServerLiveRequest
-	(*ServerLiveResponse)(nil),                           // 1: inference.ServerLiveResponse
-	(*ServerReadyRequest)(nil),                           // 2: inference.ServerReadyRequest
-	(*ServerReadyResponse)(nil),                          // 3: inference.ServerReadyResponse
-	(*ModelReadyRequest)(nil),                            // 4: inference.ModelReadyRequest
-	(*ModelReadyResponse)(nil),                           // 5: inference.ModelReadyResponse
-	(*ServerMetadataRequest)(nil),                        // 6: inference.ServerMetadataRequest
-	(*ServerMetadataResponse)(nil),                       // 7: inference.ServerMetadataResponse
-	(*ModelMetadataRequest)(nil),                         // 8: inference.ModelMetadataRequest
-	(*ModelMetadataResponse)(nil),                        // 9: inference.ModelMetadataResponse
-	(*InferParameter)(nil),                               // 10: inference.InferParameter
-	(*InferTensorContents)(nil),                          // 11: inference.InferTensorContents
-	(*ModelInferRequest)(nil),                            // 12: inference.ModelInferRequest
-	(*ModelInferResponse)(nil),                           // 13: inference.ModelInferResponse
-	(*ModelMetadataResponse_TensorMetadata)(nil),         // 14: inference.ModelMetadataResponse.TensorMetadata
-	(*ModelInferRequest_InferInputTensor)(nil),           // 15: inference.ModelInferRequest.InferInputTensor
-	(*ModelInferRequest_InferRequestedOutputTensor)(nil), // 16: inference.ModelInferRequest.InferRequestedOutputTensor
-	nil, // 17: inference.ModelInferRequest.ParametersEntry
-	nil, // 18: inference.ModelInferRequest.InferInputTensor.ParametersEntry
-	nil, // 19: inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry
-	(*ModelInferResponse_InferOutputTensor)(nil), // 20: inference.ModelInferResponse.InferOutputTensor
-	nil, // 21: inference.ModelInferResponse.ParametersEntry
-	nil, // 22: inference.ModelInferResponse.InferOutputTensor.ParametersEntry
+	(DataType)(0),                                        // 0: inference.DataType
+	(*ServerLiveRequest)(nil),                            // 1: inference.ServerLiveRequest
+	(*ServerLiveResponse)(nil),                           // 2: inference.ServerLiveResponse
+	(*ServerReadyRequest)(nil),                           // 3: inference.ServerReadyRequest
+	(*ServerReadyResponse)(nil),                          // 4: inference.ServerReadyResponse
+	(*ModelReadyRequest)(nil),                            // 5: inference.ModelReadyRequest
+	(*ModelReadyResponse)(nil),                           // 6: inference.ModelReadyResponse
+	(*ServerMetadataRequest)(nil),                        // 7: inference.ServerMetadataRequest
+	(*ServerMetadataResponse)(nil),                       // 8: inference.ServerMetadataResponse
+	(*ModelMetadataRequest)(nil),                         // 9: inference.ModelMetadataRequest
+	(*ModelMetadataResponse)(nil),                        // 10: inference.ModelMetadataResponse
+	(*InferParameter)(nil),                               // 11: inference.InferParameter
+	(*InferTensorContents)(nil),                          // 12: inference.InferTensorContents
+	(*ModelInferRequest)(nil),                            // 13: inference.ModelInferRequest
+	(*ModelInferResponse)(nil),                           // 14: inference.ModelInferResponse
+	(*ModelConfigRequest)(nil),                           // 15: inference.ModelConfigRequest
+	(*ModelConfigResponse)(nil),                          // 16: inference.ModelConfigResponse
+	(*ModelInput)(nil),                                   // 17: inference.ModelInput
+	(*ModelOutput)(nil),                                  // 18: inference.ModelOutput
+	(*ModelVersionPolicy)(nil),                           // 19: inference.ModelVersionPolicy
+	(*ModelDynamicBatching)(nil),                         // 20: inference.ModelDynamicBatching
+	(*ModelParameter)(nil),                               // 21: inference.ModelParameter
+	(*ModelConfig)(nil),                                  // 22: inference.ModelConfig
+	(*ModelStatisticsRequest)(nil),                       // 23: inference.ModelStatisticsRequest
+	(*StatisticDuration)(nil),                            // 24: inference.StatisticDuration
+	(*InferStatistics)(nil),                              // 25: inference.InferStatistics
+	(*InferBatchStatistics)(nil),                         // 26: inference.InferBatchStatistics
+	(*ModelStatistics)(nil),                              // 27: inference.ModelStatistics
+	(*ModelStatisticsResponse)(nil),                      // 28: inference.ModelStatisticsResponse
+	(*ModelMetadataResponse_TensorMetadata)(nil),         // 29: inference.ModelMetadataResponse.TensorMetadata
+	(*ModelInferRequest_InferInputTensor)(nil),           // 30: inference.ModelInferRequest.InferInputTensor
+	(*ModelInferRequest_InferRequestedOutputTensor)(nil), // 31: inference.ModelInferRequest.InferRequestedOutputTensor
+	nil, // 32: inference.ModelInferRequest.ParametersEntry
+	nil, // 33: inference.ModelInferRequest.InferInputTensor.ParametersEntry
+	nil, // 34: inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry
+	(*ModelInferResponse_InferOutputTensor)(nil), // 35: inference.ModelInferResponse.InferOutputTensor
+	nil,                               // 36: inference.ModelInferResponse.ParametersEntry
+	nil,                               // 37: inference.ModelInferResponse.InferOutputTensor.ParametersEntry
+	(*ModelVersionPolicy_Latest)(nil), // 38: inference.ModelVersionPolicy.Latest
+	nil,                               // 39: inference.ModelConfig.ParametersEntry
 }
 var file_inference_proto_depIdxs = []int32{
-	14, // 0: inference.ModelMetadataResponse.inputs:type_name -> inference.ModelMetadataResponse.TensorMetadata
-	14, // 1: inference.ModelMetadataResponse.outputs:type_name -> inference.ModelMetadataResponse.TensorMetadata
-	17, // 2: inference.ModelInferRequest.parameters:type_name -> inference.ModelInferRequest.ParametersEntry
-	15, // 3: inference.ModelInferRequest.inputs:type_name -> inference.ModelInferRequest.InferInputTensor
-	16, // 4: inference.ModelInferRequest.outputs:type_name -> inference.ModelInferRequest.InferRequestedOutputTensor
-	21, // 5: inference.ModelInferResponse.parameters:type_name -> inference.ModelInferResponse.ParametersEntry
-	20, // 6: inference.ModelInferResponse.outputs:type_name -> inference.ModelInferResponse.InferOutputTensor
-	18, // 7: inference.ModelInferRequest.InferInputTensor.parameters:type_name -> inference.ModelInferRequest.InferInputTensor.ParametersEntry
-	11, // 8: inference.ModelInferRequest.InferInputTensor.contents:type_name -> inference.InferTensorContents
-	19, // 9: inference.ModelInferRequest.InferRequestedOutputTensor.parameters:type_name -> inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry
-	10, // 10: inference.ModelInferRequest.ParametersEntry.value:type_name -> inference.InferParameter
-	10, // 11: inference.ModelInferRequest.InferInputTensor.ParametersEntry.value:type_name -> inference.InferParameter
-	10, // 12: inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry.value:type_name -> inference.InferParameter
-	22, // 13: inference.ModelInferResponse.InferOutputTensor.parameters:type_name -> inference.ModelInferResponse.InferOutputTensor.ParametersEntry
-	11, // 14: inference.ModelInferResponse.InferOutputTensor.contents:type_name -> inference.InferTensorContents
-	10, // 15: inference.ModelInferResponse.ParametersEntry.value:type_name -> inference.InferParameter
-	10, // 16: inference.ModelInferResponse.InferOutputTensor.ParametersEntry.value:type_name -> inference.InferParameter
-	0,  // 17: inference.GRPCInferenceService.ServerLive:input_type -> inference.ServerLiveRequest
-	2,  // 18: inference.GRPCInferenceService.ServerReady:input_type -> inference.ServerReadyRequest
-	4,  // 19: inference.GRPCInferenceService.ModelReady:input_type -> inference.ModelReadyRequest
-	6,  // 20: inference.GRPCInferenceService.ServerMetadata:input_type -> inference.ServerMetadataRequest
-	8,  // 21: inference.GRPCInferenceService.ModelMetadata:input_type -> inference.ModelMetadataRequest
-	12, // 22: inference.GRPCInferenceService.ModelInfer:input_type -> inference.ModelInferRequest
-	1,  // 23: inference.GRPCInferenceService.ServerLive:output_type -> inference.ServerLiveResponse
-	3,  // 24: inference.GRPCInferenceService.ServerReady:output_type -> inference.ServerReadyResponse
-	5,  // 25: inference.GRPCInferenceService.ModelReady:output_type -> inference.ModelReadyResponse
-	7,  // 26: inference.GRPCInferenceService.ServerMetadata:output_type -> inference.ServerMetadataResponse
-	9,  // 27: inference.GRPCInferenceService.ModelMetadata:output_type -> inference.ModelMetadataResponse
-	13, // 28: inference.GRPCInferenceService.ModelInfer:output_type -> inference.ModelInferResponse
-	23, // [23:29] is the sub-list for method output_type
-	17, // [17:23] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	29, // 0: inference.ModelMetadataResponse.inputs:type_name -> inference.ModelMetadataResponse.TensorMetadata
+	29, // 1: inference.ModelMetadataResponse.outputs:type_name -> inference.ModelMetadataResponse.TensorMetadata
+	32, // 2: inference.ModelInferRequest.parameters:type_name -> inference.ModelInferRequest.ParametersEntry
+	30, // 3: inference.ModelInferRequest.inputs:type_name -> inference.ModelInferRequest.InferInputTensor
+	31, // 4: inference.ModelInferRequest.outputs:type_name -> inference.ModelInferRequest.InferRequestedOutputTensor
+	36, // 5: inference.ModelInferResponse.parameters:type_name -> inference.ModelInferResponse.ParametersEntry
+	35, // 6: inference.ModelInferResponse.outputs:type_name -> inference.ModelInferResponse.InferOutputTensor
+	22, // 7: inference.ModelConfigResponse.config:type_name -> inference.ModelConfig
+	0,  // 8: inference.ModelInput.data_type:type_name -> inference.DataType
+	0,  // 9: inference.ModelOutput.data_type:type_name -> inference.DataType
+	38, // 10: inference.ModelVersionPolicy.latest:type_name -> inference.ModelVersionPolicy.Latest
+	19, // 11: inference.ModelConfig.version_policy:type_name -> inference.ModelVersionPolicy
+	17, // 12: inference.ModelConfig.input:type_name -> inference.ModelInput
+	18, // 13: inference.ModelConfig.output:type_name -> inference.ModelOutput
+	20, // 14: inference.ModelConfig.dynamic_batching:type_name -> inference.ModelDynamicBatching
+	39, // 15: inference.ModelConfig.parameters:type_name -> inference.ModelConfig.ParametersEntry
+	24, // 16: inference.InferStatistics.success:type_name -> inference.StatisticDuration
+	24, // 17: inference.InferStatistics.fail:type_name -> inference.StatisticDuration
+	24, // 18: inference.InferStatistics.queue:type_name -> inference.StatisticDuration
+	24, // 19: inference.InferStatistics.compute_input:type_name -> inference.StatisticDuration
+	24, // 20: inference.InferStatistics.compute_infer:type_name -> inference.StatisticDuration
+	24, // 21: inference.InferStatistics.compute_output:type_name -> inference.StatisticDuration
+	24, // 22: inference.InferStatistics.cache_hit:type_name -> inference.StatisticDuration
+	24, // 23: inference.InferStatistics.cache_miss:type_name -> inference.StatisticDuration
+	24, // 24: inference.InferBatchStatistics.compute_input:type_name -> inference.StatisticDuration
+	24, // 25: inference.InferBatchStatistics.compute_infer:type_name -> inference.StatisticDuration
+	24, // 26: inference.InferBatchStatistics.compute_output:type_name -> inference.StatisticDuration
+	25, // 27: inference.ModelStatistics.inference_stats:type_name -> inference.InferStatistics
+	26, // 28: inference.ModelStatistics.batch_stats:type_name -> inference.InferBatchStatistics
+	27, // 29: inference.ModelStatisticsResponse.model_stats:type_name -> inference.ModelStatistics
+	33, // 30: inference.ModelInferRequest.InferInputTensor.parameters:type_name -> inference.ModelInferRequest.InferInputTensor.ParametersEntry
+	12, // 31: inference.ModelInferRequest.InferInputTensor.contents:type_name -> inference.InferTensorContents
+	34, // 32: inference.ModelInferRequest.InferRequestedOutputTensor.parameters:type_name -> inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry
+	11, // 33: inference.ModelInferRequest.ParametersEntry.value:type_name -> inference.InferParameter
+	11, // 34: inference.ModelInferRequest.InferInputTensor.ParametersEntry.value:type_name -> inference.InferParameter
+	11, // 35: inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry.value:type_name -> inference.InferParameter
+	37, // 36: inference.ModelInferResponse.InferOutputTensor.parameters:type_name -> inference.ModelInferResponse.InferOutputTensor.ParametersEntry
+	12, // 37: inference.ModelInferResponse.InferOutputTensor.contents:type_name -> inference.InferTensorContents
+	11, // 38: inference.ModelInferResponse.ParametersEntry.value:type_name -> inference.InferParameter
+	11, // 39: inference.ModelInferResponse.InferOutputTensor.ParametersEntry.value:type_name -> inference.InferParameter
+	21, // 40: inference.ModelConfig.ParametersEntry.value:type_name -> inference.ModelParameter
+	1,  // 41: inference.GRPCInferenceService.ServerLive:input_type -> inference.ServerLiveRequest
+	3,  // 42: inference.GRPCInferenceService.ServerReady:input_type -> inference.ServerReadyRequest
+	5,  // 43: inference.GRPCInferenceService.ModelReady:input_type -> inference.ModelReadyRequest
+	7,  // 44: inference.GRPCInferenceService.ServerMetadata:input_type -> inference.ServerMetadataRequest
+	9,  // 45: inference.GRPCInferenceService.ModelMetadata:input_type -> inference.ModelMetadataRequest
+	13, // 46: inference.GRPCInferenceService.ModelInfer:input_type -> inference.ModelInferRequest
+	15, // 47: inference.GRPCInferenceService.ModelConfig:input_type -> inference.ModelConfigRequest
+	23, // 48: inference.GRPCInferenceService.ModelStatistics:input_type -> inference.ModelStatisticsRequest
+	2,  // 49: inference.GRPCInferenceService.ServerLive:output_type -> inference.ServerLiveResponse
+	4,  // 50: inference.GRPCInferenceService.ServerReady:output_type -> inference.ServerReadyResponse
+	6,  // 51: inference.GRPCInferenceService.ModelReady:output_type -> inference.ModelReadyResponse
+	8,  // 52: inference.GRPCInferenceService.ServerMetadata:output_type -> inference.ServerMetadataResponse
+	10, // 53: inference.GRPCInferenceService.ModelMetadata:output_type -> inference.ModelMetadataResponse
+	14, // 54: inference.GRPCInferenceService.ModelInfer:output_type -> inference.ModelInferResponse
+	16, // 55: inference.GRPCInferenceService.ModelConfig:output_type -> inference.ModelConfigResponse
+	28, // 56: inference.GRPCInferenceService.ModelStatistics:output_type -> inference.ModelStatisticsResponse
+	49, // [49:57] is the sub-list for method output_type
+	41, // [41:49] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_inference_proto_init() }
@@ -1410,18 +2609,25 @@ func file_inference_proto_init() {
 		(*InferParameter_DoubleParam)(nil),
 		(*InferParameter_Uint64Param)(nil),
 	}
+	file_inference_proto_msgTypes[18].OneofWrappers = []any{
+		(*ModelVersionPolicy_Latest_)(nil),
+	}
+	file_inference_proto_msgTypes[21].OneofWrappers = []any{
+		(*ModelConfig_DynamicBatching)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_inference_proto_rawDesc), len(file_inference_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   23,
+			NumEnums:      1,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_inference_proto_goTypes,
 		DependencyIndexes: file_inference_proto_depIdxs,
+		EnumInfos:         file_inference_proto_enumTypes,
 		MessageInfos:      file_inference_proto_msgTypes,
 	}.Build()
 	File_inference_proto = out.File
