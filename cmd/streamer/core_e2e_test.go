@@ -237,6 +237,33 @@ func TestBadItemsAmongGoodOnesDoNotTakeTheServerDown(t *testing.T) {
 	}
 }
 
+// TestAModelCrashingAtRandomIsGivenUp: a model that kills its worker on
+// every other batch, whatever the items, is given up after about
+// --max-restarts deaths. Each crash begins a hunt for a bad item, whose
+// pieces are then answered (the next batch of a new worker runs), and the
+// deaths the hunt held back count once it ends without a verdict; they
+// did not, and the server took three times as many deaths to give up.
+func TestAModelCrashingAtRandomIsGivenUp(t *testing.T) {
+	const maxRestarts = 3
+	s := startServer(t, "--workers", "1", "--model", "chaos:crash-every=2", "--max-restarts", fmt.Sprint(maxRestarts), "--batch-size", "4")
+	for i := 0; i < 30 && !s.exited(); i++ {
+		// Answered or failed: the server gives up at some point of these.
+		if _, err := s.tryPredictJSON(map[string]any{"inputs": []any{"a", "b", "c", "d"}}); err != nil && !s.exited() {
+			t.Logf("request %d: %v", i, err)
+		}
+	}
+	code, err := s.wait(stopTimeout)
+	if err != nil || code == 0 {
+		t.Fatalf("the server of a model crashing on every other batch: exit code %d (%v); want it to give up and exit non-zero:\n%s", code, err, s.logs())
+	}
+	// A hunt costs three deaths: the batch's, one half's, one item's.
+	deaths := strings.Count(s.logs(), "chaos: crashing on batch")
+	t.Logf("the worker died %d times before the server gave up", deaths)
+	if deaths <= maxRestarts || deaths > 2*maxRestarts {
+		t.Errorf("the worker died %d times before the server gave up; want more than --max-restarts %d, and no more than twice that:\n%s", deaths, maxRestarts, s.logs())
+	}
+}
+
 func TestHangingBatchKillsWorker(t *testing.T) {
 	s := startServer(t, "--workers", "2", "--model", "chaos:hang=zzz", "--worker-timeout", "500ms")
 	before := s.waitAllReady(t, 2)

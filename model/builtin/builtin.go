@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -249,12 +250,18 @@ type Chaos struct {
 	InitDelay time.Duration `json:"init_delay,omitempty"` // take this long to initialise
 	Delay     time.Duration `json:"delay,omitempty"`      // take this long for every batch
 	Stdout    bool          `json:"stdout,omitempty"`     // print noise on stdout for every batch
+	// CrashEvery exits the process with status 3 on every CrashEvery-th
+	// batch it runs, whatever the items: a model that crashes at random,
+	// which no item explains.
+	CrashEvery int `json:"crash_every,omitempty"`
 
 	triggers map[string]string // encoded trigger → action
+	batches  *atomic.Int64     // run by this process; set by init
 }
 
 // ParseChaos reads comma-separated options: crash=S, panic=S, hang=S,
-// reject=S, init-exit, init-fail, init-delay=D, delay=D, stdout.
+// reject=S, init-exit, init-fail, init-delay=D, delay=D, stdout,
+// crash-every=N.
 func ParseChaos(args string) (*Chaos, error) {
 	c := &Chaos{}
 	for opt := range strings.SplitSeq(args, ",") {
@@ -282,6 +289,11 @@ func ParseChaos(args string) (*Chaos, error) {
 			c.Delay, err = time.ParseDuration(val)
 		case "stdout":
 			c.Stdout = true
+		case "crash-every":
+			c.CrashEvery, err = strconv.Atoi(val)
+			if err == nil && c.CrashEvery < 1 {
+				err = fmt.Errorf("%q is not a count of batches", val)
+			}
 		default:
 			return nil, fmt.Errorf("chaos: unknown option %q", key)
 		}
@@ -295,7 +307,7 @@ func ParseChaos(args string) (*Chaos, error) {
 // Spec is the Spec that opens this model in a worker.
 func (c *Chaos) Spec() model.Spec {
 	settings := *c
-	settings.triggers = nil
+	settings.triggers, settings.batches = nil, nil
 	return specOf(RunnerChaos, &settings)
 }
 
@@ -309,6 +321,7 @@ func (c *Chaos) init() error {
 		return errors.New("chaos: init failed as asked")
 	}
 	c.triggers = map[string]string{}
+	c.batches = new(atomic.Int64)
 	for action, trigger := range map[string]string{"crash": c.Crash, "panic": c.Panic, "hang": c.Hang, "reject": c.Reject} {
 		if trigger == "" {
 			continue
@@ -329,6 +342,10 @@ func (c *Chaos) Predict(ctx context.Context, items [][]byte) ([][]byte, error) {
 	}
 	if c.Delay > 0 {
 		time.Sleep(c.Delay)
+	}
+	if n := c.batches.Add(1); c.CrashEvery > 0 && n%int64(c.CrashEvery) == 0 {
+		fmt.Fprintf(os.Stderr, "chaos: crashing on batch %d, as on every %d-th\n", n, c.CrashEvery)
+		os.Exit(3)
 	}
 	var errs []error
 	for i, it := range items {

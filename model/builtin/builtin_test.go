@@ -30,6 +30,9 @@ func TestParseBuiltin(t *testing.T) {
 		{"chaos:crash=boom,hang=zz,init-delay=1ms", true, ""},
 		{"chaos:explode=1", true, `unknown option "explode"`},
 		{"chaos:delay=soon", true, "option delay"},
+		{"chaos:crash-every=2", true, ""},
+		{"chaos:crash-every=0", true, `option crash-every: "0" is not a count of batches`},
+		{"chaos:crash-every=x", true, "option crash-every"},
 		{"model.onnx", false, ""},
 	}
 	for _, tt := range tests {
