@@ -429,6 +429,52 @@ func TestKeyedAndPlainRequestsShareAnAdmission(t *testing.T) {
 
 // unstartedFront makes a front end on url with the backlog bound maxBacklog
 // (0: the default), not started, closed when the test ends.
+// A refusal tells the front end that the backlog is full for requests
+// like the one refused, and it refuses them unread for a while (see
+// Full): one of a single item, or no larger than most, marks it full; one
+// larger than most does not, as smaller requests may fit.
+func TestARefusalOfASmallRequestMarksTheBacklogFull(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fe := unstartedFront(t, rs.URL(), 3)
+	request := func(seq uint64, n int) *call {
+		c := &call{seq: seq, admitted: make(chan error, 1), items: make([][]byte, n)}
+		for i := range c.items {
+			c.items[i] = []byte(fmt.Sprint(seq, ":", i))
+		}
+		return c
+	}
+	fillers := []*call{request(1, 1), request(2, 1)}
+	fe.admit(waiting(fe, fillers...))
+	for _, c := range fillers {
+		if err := <-c.admitted; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Room kept for another front end's request of 3 items; requests of
+	// 2 items are larger than most.
+	rs.Do(t, "SET", fe.k.room, "3 elsewhere 9", "PX", "60000")
+	rs.Do(t, "SET", fe.k.sizes, "1024")
+	fe.sharedMean.Store(1024)
+	fe.fullSeen.Store(0)
+
+	large := request(3, 2)
+	fe.admit(waiting(fe, large))
+	if err := <-large.admitted; !errors.Is(err, supervisor.ErrOverloaded) {
+		t.Fatalf("a 2-item request with room kept for 3: %v; want ErrOverloaded", err)
+	}
+	if seen := fe.fullSeen.Load(); seen != 0 {
+		t.Error("a request larger than most, refused, marked the backlog full for every request")
+	}
+	small := request(4, 1)
+	fe.admit(waiting(fe, small))
+	if err := <-small.admitted; !errors.Is(err, supervisor.ErrOverloaded) {
+		t.Fatalf("a 1-item request with room kept for 3 on a backlog of 2, limit 3: %v; want ErrOverloaded", err)
+	}
+	if seen := fe.fullSeen.Load(); seen == 0 {
+		t.Error("a one-item request refused did not mark the backlog full")
+	}
+}
+
 func unstartedFront(t *testing.T, url string, maxBacklog int) *FrontEnd {
 	t.Helper()
 	fe, err := NewFrontEnd(FrontEndConfig{Config: Config{URL: url}, MaxBacklog: maxBacklog})
@@ -895,13 +941,23 @@ func TestRoomKeptIsAskedForTakenOverAndGivenBack(t *testing.T) {
 	if c := back(2); !c.asks || len(fe.admitArgs([]*call{c}, "e")) != 6+4 {
 		t.Fatalf("the large request comes back with its items (asks %v, %d arguments)", c.asks, len(fe.admitArgs([]*call{c}, "e")))
 	}
+	// The mean rises past it meanwhile: the room stays its own.
+	rs.Do(t, "SET", fe.k.sizes, "102400")
 	small, same := request(3, 1), request(4, 2)
 	fe.admit(waiting(fe, big, small, same))
 	refusedFor(small, 2)
 	refusedFor(same, 2)
 	if want := "2 " + fe.id + " 2"; room() != want {
-		t.Fatalf("room kept %q after another request as large; want it kept for the first: %q", room(), want)
+		t.Fatalf("room kept %q after another request as large, and a mean past it; want it kept for the first: %q", room(), want)
 	}
+	// Its room lapses (Redis stalled past roomKeep): asking again, it has
+	// it kept again, as found larger than most when it first came.
+	rs.Do(t, "DEL", fe.k.room)
+	fe.admit([]*call{back(2)})
+	if want := "2 " + fe.id + " 2"; room() != want {
+		t.Fatalf("room kept %q once the request's room lapsed and it asked again; want %q", room(), want)
+	}
+	rs.Do(t, "SET", fe.k.sizes, "1024")
 
 	// A place is freed: the large request, asking, learns that it fits,
 	// and sends its items, which take the room.

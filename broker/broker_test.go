@@ -639,8 +639,8 @@ func TestTheSharedBacklogIsBounded(t *testing.T) {
 
 // A request of more items than the shared backlog may ever hold is too
 // large (413), not a reason to retry later (429); one that fits the bound
-// but not the backlog waits for its room, and that does not make the front
-// end refuse small ones before it reads them (Full).
+// but not the backlog waits for its room, and small requests are refused
+// meanwhile, unread (Full), as a local server refuses them.
 func TestARequestLargerThanTheBacklogIsTooLarge(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	fakeNode(t, rs)
@@ -653,9 +653,7 @@ func TestARequestLargerThanTheBacklogIsTooLarge(t *testing.T) {
 	onStream(t, rs, 1, "1 item on the stream")
 	four := predictLater(t, fe, "1", "2", "3", "4")
 	eventually(t, "room kept for 4 items on a backlog of 1, limit 4", func() bool { return strings.HasPrefix(rs.Do(t, "GET", "streamer:room"), "4 ") })
-	if fe.FullWhenSeen() {
-		t.Error("Full while a 4-item request waits for room with room for 3: small requests would be refused unread")
-	}
+	eventually(t, "the front end full for small requests, with room kept for 4 on a backlog of 1, limit 4", fe.FullWhenSeen)
 	startNode(t, rs, newRecorder(), 4, nil)
 	if a := <-waiting; a.err != nil {
 		t.Errorf("the waiting request: %v", a.err)

@@ -66,9 +66,17 @@ func LookAtEviction(fe *FrontEnd) {
 
 // FullWhenSeen is Full as the front end said it at the moment it last saw
 // the backlog at its bound; FullPastHold, once fullHold has passed since.
-func (fe *FrontEnd) FullWhenSeen() bool { return fe.fullBy(time.Unix(0, fe.fullSeen.Load())) }
+func (fe *FrontEnd) FullWhenSeen() bool {
+	seen := fe.fullSeen.Load()
+	return fe.fullBy(seen, seen)
+}
 
 // FullPastHold: see FullWhenSeen.
 func (fe *FrontEnd) FullPastHold() bool {
-	return fe.fullBy(time.Unix(0, fe.fullSeen.Load()).Add(fullHold))
+	seen := fe.fullSeen.Load()
+	return fe.fullBy(seen+int64(fullHold), seen)
 }
+
+// FullSeen is when the front end last saw the backlog full, on its own
+// clock; zero for never.
+func (fe *FrontEnd) FullSeen() int64 { return fe.fullSeen.Load() }

@@ -122,15 +122,20 @@ type FrontEnd struct {
 	nodes   atomic.Int64 // nodes heard from within nodeSilence, at the last check
 	leaving atomic.Int64 // nodes leaving (finishing their items) heard from as recently
 	backlog atomic.Int64 // the stream's length at the last check
-	// fullSeen is when the backlog was last seen at its bound, by a check
-	// or an admission refused, in Unix nanoseconds (see Full).
+	room    atomic.Int64 // the room kept in the backlog at the last check (see admitScript)
+	// fullSeen is when the backlog was last seen full for a request no
+	// larger than most, by a check or an admission refused: in
+	// nanoseconds since born, on the monotonic clock, plus one; zero for
+	// never (see Full).
+	born     time.Time
 	fullSeen atomic.Int64
-	room     atomic.Int64 // the room kept in the backlog at the last check (see admitScript)
-	// ownMean is the mean size of the requests this front end sent to
-	// be admitted of late, sharedMean that of those every front end had
-	// admitted, as the last check read it, both in 1/1024 items (see
-	// carriesLarge).
-	ownMean, sharedMean atomic.Int64
+	// sharedMean is the mean size of the requests every front end had
+	// admitted of late, as the last check read it, in 1/1024 items;
+	// largeShare, the share of this front end's requests of late that
+	// were larger than most by it, in 1/1024; sentAny, whether it has
+	// sent any (see carriesLarge).
+	sharedMean, largeShare atomic.Int64
+	sentAny                atomic.Bool
 	// roomLapse is how long the backlog keeps room for a request after
 	// each of its tries: roomKeep, but in tests.
 	roomLapse time.Duration
@@ -383,7 +388,9 @@ while j <= #ARGV do
   if keyed then width = 3 elseif asks then width = 0 end
   local mine = token ~= '' and token == owner
   if backlog + n > bound or (room > 0 and not mine and backlog + n + room > bound) then
-    if mine or (token ~= '' and largerThanMost(n) and (room == 0 or n > room)) then
+    -- One that asks had room kept for it: found larger than most then,
+    -- it keeps its place if its room lapsed meanwhile.
+    if mine or (token ~= '' and (asks or largerThanMost(n)) and (room == 0 or n > room)) then
       -- Kept for it, or kept on: it comes back for it (-2).
       room, owner = n, token
       redis.call('SET', KEYS[5], n .. ' ' .. token, 'PX', ARGV[6])
@@ -598,6 +605,7 @@ func NewFrontEnd(cfg FrontEndConfig) (*FrontEnd, error) {
 		withdrawQ:   map[string][]string{},
 		withdrawNow: make(chan struct{}, 1),
 		roomLapse:   roomKeep,
+		born:        time.Now(),
 	}, nil
 }
 
@@ -664,14 +672,15 @@ func (fe *FrontEnd) Ready() bool {
 		fe.admitRefused.Load() == nil && fe.admitFailing.Load() == nil && fe.fullError() == nil && !fe.closed.Load()
 }
 
-// Full reports whether the shared backlog was at its bound at the last
-// check, so that a request can be refused before its body is read. It is
+// Full reports whether the shared backlog was seen full within fullHold,
+// for a request of one item or no larger than most (the room kept for
+// a request that waits for it counted as taken, as a local server counts
+// it), so that a request can be refused before its body is read. It is
 // false while the front end is not ready: a request is then refused for
 // that (ErrUnavailable), and the backlog seen last says nothing of when
-// to come back. It is false, too, while the front end carries requests
-// larger than most, or has sent none yet (see carriesLarge); and once
-// fullHold has passed since the backlog was last seen full.
-func (fe *FrontEnd) Full() bool { return fe.fullBy(time.Now()) }
+// to come back. It is false, too, while most of the front end's requests
+// are larger than most, or it has sent none yet (see carriesLarge).
+func (fe *FrontEnd) Full() bool { return fe.fullBy(fe.sinceBorn(), fe.fullSeen.Load()) }
 
 // fullHold is how long a front end takes the shared backlog for full
 // after it last saw it so, by a check or an admission refused. The nodes
@@ -684,49 +693,59 @@ func (fe *FrontEnd) Full() bool { return fe.fullBy(time.Now()) }
 // probe of the room.
 const fullHold = 5 * time.Millisecond
 
-// fullBy is Full at now.
-func (fe *FrontEnd) fullBy(now time.Time) bool {
-	return fe.Ready() && fe.backlog.Load() >= int64(fe.cfg.MaxBacklog) && !fe.carriesLarge() &&
-		now.UnixNano()-fe.fullSeen.Load() < int64(fullHold)
+// fullBy is Full at now, the backlog seen full at seen (see fullSeen).
+func (fe *FrontEnd) fullBy(now, seen int64) bool {
+	return seen != 0 && now-seen < int64(fullHold) && fe.Ready() && !fe.carriesLarge()
 }
 
-// noteBacklog takes in the backlog's length n, seen at now.
-func (fe *FrontEnd) noteBacklog(n int64, now time.Time) {
-	fe.backlog.Store(n)
-	if n >= int64(fe.cfg.MaxBacklog) {
-		fe.fullSeen.Store(now.UnixNano())
-	}
+// sinceBorn is the time since the front end was made, in nanoseconds:
+// a clock that a step of the wall clock does not move.
+func (fe *FrontEnd) sinceBorn() int64 { return int64(time.Since(fe.born)) }
+
+// seenFull notes that the backlog was seen full now (see Full).
+func (fe *FrontEnd) seenFull() { fe.fullSeen.Store(fe.sinceBorn() + 1) }
+
+// largerThanMost says whether a request of n items is larger than most
+// of those every front end admitted of late, as the last check read
+// their mean: twice it, and two items at least (see admitScript).
+func (fe *FrontEnd) largerThanMost(n int) bool {
+	return 1024*int64(n) >= max(2*1024, 2*fe.sharedMean.Load())
 }
 
-// carriesLarge says whether the requests this front end sent of late are
-// larger than most of those every front end admitted (see admitScript),
-// or whether it has sent none yet: its requests would have room kept for
-// them, or their size is unknown, and the backlog is not full for them.
-// A front end that its clients send only large requests would otherwise
-// refuse them unread, by the size of its own, for as long as other front
-// ends' small ones keep the backlog full; and one started while it is
-// full, every request, never learning their size.
+// carriesLarge says whether most of the requests this front end sent of
+// late were larger than most of those every front end admitted (see
+// admitScript), or whether it has sent none yet: they would have room
+// kept for them, or their size is unknown, and the backlog is not full
+// for them. A front end that its clients send only large requests would
+// otherwise refuse them unread, for as long as other front ends' small
+// ones keep the backlog full; and one started while it is full, every
+// request, never learning their size. A front end whose large requests
+// are few refuses its small ones unread, and reads its large ones all
+// the same, by their announced length (see the HTTP API's refusedFull).
 func (fe *FrontEnd) carriesLarge() bool {
-	own, shared := fe.ownMean.Load(), fe.sharedMean.Load()
-	return own == 0 || shared > 0 && own >= max(2*1024, 2*shared)
+	return !fe.sentAny.Load() || fe.largeShare.Load() >= 1024/2
 }
 
 // noteSent notes that a request of n items was sent to be admitted, for
-// the mean size of this front end's of late (see carriesLarge): as
-// admitScript moves the shared mean, a sixteenth of the way at least one
-// step. Called by the writer.
+// the share of this front end's requests of late that are larger than
+// most (see carriesLarge): a sixteenth of the way to 1 or 0, one step at
+// least. Called by the writer.
 func (fe *FrontEnd) noteSent(n int) {
-	m := fe.ownMean.Load()
-	if m == 0 {
-		fe.ownMean.Store(1024 * int64(n))
+	x := int64(0)
+	if fe.largerThanMost(n) {
+		x = 1024
+	}
+	if !fe.sentAny.Swap(true) {
+		fe.largeShare.Store(x)
 		return
 	}
-	d := 1024*int64(n) - m
+	m := fe.largeShare.Load()
+	d := x - m
 	step := d / 16
 	if step == 0 && d != 0 {
 		step = d / max(d, -d)
 	}
-	fe.ownMean.Store(m + step)
+	fe.largeShare.Store(m + step)
 }
 
 // Slots is empty: a front end has no workers of its own.
@@ -2133,15 +2152,16 @@ func (fe *FrontEnd) takeVerdict(c *call, v any, epoch string) error {
 		fe.mu.Lock()
 		fe.decideLocked(c, false)
 		fe.mu.Unlock()
+		// A request no larger than most refused: those like it would be
+		// refused too (see Full).
+		if len(c.items) == 1 || !fe.largerThanMost(len(c.items)) {
+			fe.seenFull()
+		}
 		if kept, _ := v.(int64); kept > 0 {
 			return fmt.Errorf("%w: the shared backlog, limit %d items, keeps room for %d for a request that waits for it", supervisor.ErrOverloaded, fe.cfg.MaxBacklog, kept)
 		}
-		// The backlog is past its limit less this request's items: full
-		// for all requests only when it took one item to refuse.
-		switch least := int64(fe.cfg.MaxBacklog - len(c.items) + 1); {
-		case least >= int64(fe.cfg.MaxBacklog):
-			fe.noteBacklog(least, time.Now())
-		case fe.backlog.Load() < least:
+		// The backlog is past its limit less this request's items.
+		if least := int64(fe.cfg.MaxBacklog - len(c.items) + 1); fe.backlog.Load() < least {
 			fe.backlog.Store(least)
 		}
 		return fmt.Errorf("%w: the shared backlog is at its limit of %d items", supervisor.ErrOverloaded, fe.cfg.MaxBacklog)
@@ -2977,6 +2997,15 @@ func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time, final bool) 
 	}
 	fe.room.Store(kept)
 	fe.sharedMean.Store(mean)
+	// Full for a request of one item: the room kept for another counts
+	// as taken (see admitScript), unless it is kept by a front end of a
+	// larger bound than this one's.
+	if kept > int64(fe.cfg.MaxBacklog) {
+		kept = 0
+	}
+	if backlog.Val()+kept >= int64(fe.cfg.MaxBacklog) {
+		fe.seenFull()
+	}
 	return nil
 }
 
@@ -3137,7 +3166,7 @@ func (fe *FrontEnd) noteCheck(model *redis.SliceCmd, nodes, leaving, backlog int
 	// nodes not heard from since) must not make it ready.
 	fe.nodes.Store(nodes)
 	fe.leaving.Store(leaving)
-	fe.noteBacklog(backlog, time.Now())
+	fe.backlog.Store(backlog)
 	fe.noteNodesTaking(nodes, leaving)
 	fe.mu.Lock()
 	if last := fe.epoch; epoch != last {

@@ -55,7 +55,10 @@ func TestAFullBacklogIsNotFullWhileTheFrontEndCannotServe(t *testing.T) {
 			// A request refused: the front end knows the size of those
 			// it carries, no larger than most (a front end that has sent
 			// none reads them, to learn it: see FrontEnd.Full).
-			eventually(t, "the front end ready", fe.Ready)
+			eventually(t, "the front end ready, having seen the backlog full", func() bool { return fe.Ready() && fe.FullSeen() != 0 })
+			if fe.FullWhenSeen() {
+				t.Error("Full before the front end sent any request: it would refuse every request unread, never learning their size")
+			}
 			if _, err := predict(t, fe, "first"); !errors.Is(err, supervisor.ErrOverloaded) {
 				t.Fatalf("a request with the backlog full: %v; want ErrOverloaded", err)
 			}
