@@ -265,7 +265,12 @@ type grpcListener struct {
 
 	mu    sync.Mutex
 	conns map[string]*grpcConn // those open, by remote address, as the tap knows them
-	idle  list.List            // of *grpcConn with no call in progress, idle longest first
+	// byTCP holds the same by the address value their TCP connection
+	// gives, which grpc-go hands the tap in each call's peer: found by
+	// it, a call costs no address made into a string (2% of the CPU of
+	// calls on the echo model).
+	byTCP map[*net.TCPAddr]*grpcConn
+	idle  list.List // of *grpcConn with no call in progress, idle longest first
 }
 
 func (l *grpcListener) Accept() (net.Conn, error) {
@@ -312,8 +317,16 @@ func (l *grpcListener) admit(conn net.Conn) (admitted, replaced *grpcConn) {
 		}
 		l.forgetLocked(replaced)
 	}
-	admitted = &grpcConn{Conn: conn, l: l, addr: conn.RemoteAddr().String()}
+	raddr := conn.RemoteAddr()
+	admitted = &grpcConn{Conn: conn, l: l, addr: raddr.String()}
 	l.conns[admitted.addr] = admitted
+	if tcp, ok := raddr.(*net.TCPAddr); ok {
+		if l.byTCP == nil {
+			l.byTCP = map[*net.TCPAddr]*grpcConn{}
+		}
+		admitted.tcp = tcp
+		l.byTCP[tcp] = admitted
+	}
 	l.idleLocked(admitted, now)
 	return admitted, replaced
 }
@@ -349,7 +362,14 @@ func (l *grpcListener) callBegun(ctx context.Context) (ended func()) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c := l.conns[p.Addr.String()]
+	var c *grpcConn
+	if tcp, ok := p.Addr.(*net.TCPAddr); ok {
+		c = l.byTCP[tcp]
+	}
+	if c == nil {
+		// Another address value than the connection's own: by its text.
+		c = l.conns[p.Addr.String()]
+	}
 	if c == nil {
 		return func() {}
 	}
@@ -389,6 +409,9 @@ func (l *grpcListener) forgetLocked(c *grpcConn) {
 	if l.conns[c.addr] == c {
 		delete(l.conns, c.addr)
 	}
+	if c.tcp != nil && l.byTCP[c.tcp] == c {
+		delete(l.byTCP, c.tcp)
+	}
 	if c.idleAt != nil {
 		l.idle.Remove(c.idleAt)
 		c.idleAt = nil
@@ -413,7 +436,8 @@ func (l *grpcListener) closeAll() {
 type grpcConn struct {
 	net.Conn
 	l    *grpcListener
-	addr string // its remote address
+	addr string       // its remote address
+	tcp  *net.TCPAddr // the same, as its TCP connection gives it; nil for another kind
 
 	// Under l.mu:
 	calls     int           // in progress
