@@ -184,19 +184,31 @@ func (s *Streamer) huntOverLocked(hunt *firstCrash, blameModel bool) {
 
 // pieceEndedLocked notes that b will not run again as it is: it was
 // answered, its items were dropped or failed, or it was judged or split
-// after a death. When b was the last batch of its hunt, and the hunt found
-// no poison and blamed nothing (its pieces were answered, as a model that
-// crashes at random answers them, or their callers left), the hunt's
-// deaths count as a blamed hunt's do: nothing will explain them any more.
-// It requires that s.mu is held.
-func (s *Streamer) pieceEndedLocked(b *batch) {
+// after a death; ran says whether the model ran some of its items (it was
+// answered, or judged or split), rather than none (they were dropped,
+// expired, or drained at a stop). When b was the last batch of its hunt,
+// and the hunt found no poison and blamed nothing, its deaths count as a
+// blamed hunt's do if the model ran every piece and answered them, as a
+// model that crashes at random answers them: nothing will explain them
+// any more. A hunt one of whose pieces never ran may have held a bad item
+// there: its deaths but the first are forgiven, as before the hunt could
+// count them, so that clients who give up on requests that carry a bad
+// item do not use up the restarts. It requires that s.mu is held.
+func (s *Streamer) pieceEndedLocked(b *batch, ran bool) {
 	hunt := b.crash
 	if hunt == nil {
 		return
 	}
 	b.crash = nil // ends once, whatever becomes of b
 	hunt.pieces--
+	if !ran {
+		hunt.unrun = true
+	}
 	if hunt.pieces > 0 || hunt.explained || hunt.blamed {
+		return
+	}
+	if hunt.unrun {
+		hunt.pending = nil
 		return
 	}
 	if len(hunt.pending) > 0 {

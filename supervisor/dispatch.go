@@ -120,7 +120,7 @@ func (s *Streamer) nextBatch(idle bool, now time.Time, earlier func(time.Time)) 
 			s.stats.reasons[reasonRetry].Add(1)
 			return b
 		}
-		s.pieceEndedLocked(b) // every item of it dropped
+		s.pieceEndedLocked(b, false) // every item of it dropped
 		i--
 	}
 	for {
@@ -385,7 +385,7 @@ func (s *Streamer) shutdown(ctx context.Context) error {
 // for them (see pieceEndedLocked). It requires that s.mu is held.
 func (s *Streamer) drainLocked() []item {
 	for _, b := range s.queue.ready {
-		s.pieceEndedLocked(b)
+		s.pieceEndedLocked(b, false)
 	}
 	return s.queue.drain()
 }

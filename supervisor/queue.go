@@ -54,6 +54,8 @@ type firstCrash struct {
 	// (queued, running, or back from a death to be judged or split again).
 	// The hunt is over when it drops to 0 (see pieceEndedLocked).
 	pieces int
+	// unrun: a piece ended without the model running any of its items.
+	unrun bool
 	// explained: the hunt found poison, which its deaths are put down to.
 	explained bool
 	// explainedAt is crashRecord.answers at the verdict.

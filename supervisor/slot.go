@@ -334,7 +334,7 @@ func (sl *slot) onResult(w worker, r result) {
 	}
 	b := sl.inflight[0]
 	sl.inflight = append(sl.inflight[:0], sl.inflight[1:]...)
-	s.pieceEndedLocked(b)
+	s.pieceEndedLocked(b, len(b.items) > len(r.expired))
 	stalled := s.stalledAt(now)
 	if ran := len(b.items) - len(r.expired); ran > 0 && r.err == nil && stalled == sl.headStalled {
 		// A batch through which the supervisor stalled took longer than
@@ -482,7 +482,7 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 		batches = nil
 	}
 	for _, b := range batches {
-		s.pieceEndedLocked(b) // answered below, with ErrShuttingDown
+		s.pieceEndedLocked(b, false) // answered below, with ErrShuttingDown
 	}
 	s.mu.Unlock()
 	if stopping {
@@ -555,7 +555,7 @@ func (sl *slot) requeueLocked(batches []*batch) (settled []settledItem) {
 		default:
 			settled = append(settled, settledItem{it: head.items[0], err: err, poison: v == verdictPoison})
 			s.huntOverLocked(head.crash, v == verdictModel)
-			s.pieceEndedLocked(head)
+			s.pieceEndedLocked(head, true)
 		}
 	} else {
 		hunt := head.crash
@@ -565,7 +565,7 @@ func (sl *slot) requeueLocked(batches []*batch) (settled []settledItem) {
 			s.newBatch(head.items[half:], true))
 		again[0].crash, again[1].crash = hunt, hunt
 		hunt.pieces += 2
-		s.pieceEndedLocked(head)
+		s.pieceEndedLocked(head, true)
 	}
 	again = append(again, batches[1:]...)
 	s.queue.requeue(again)

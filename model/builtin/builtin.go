@@ -343,7 +343,8 @@ func (c *Chaos) Predict(ctx context.Context, items [][]byte) ([][]byte, error) {
 	if c.Delay > 0 {
 		time.Sleep(c.Delay)
 	}
-	if n := c.batches.Add(1); c.CrashEvery > 0 && n%int64(c.CrashEvery) == 0 {
+	if c.CrashEvery > 0 && c.batches != nil && c.batches.Add(1)%int64(c.CrashEvery) == 0 {
+		n := c.batches.Load()
 		fmt.Fprintf(os.Stderr, "chaos: crashing on batch %d, as on every %d-th\n", n, c.CrashEvery)
 		os.Exit(3)
 	}
