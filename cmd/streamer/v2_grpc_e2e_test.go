@@ -711,18 +711,27 @@ func TestGRPCStalledCallsEnd(t *testing.T) {
 		Name: "input", Datatype: "BYTES", Shape: []int64{1}, Contents: &pb.InferTensorContents{BytesContents: [][]byte{[]byte("x")}},
 	}}}
 	waitFor(t, "a call to get through once the stalled connections are closed", 15*time.Second, func() bool {
-		// A client of its own each time: one refused backs off before it
-		// connects again.
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_, err = pb.NewGRPCInferenceServiceClient(conn).ModelInfer(ctx, req)
-		return err == nil
+		return callsOnANewConnection(t, addr, func(ctx context.Context, c pb.GRPCInferenceServiceClient) error {
+			_, err := c.ModelInfer(ctx, req)
+			return err
+		})
 	})
+}
+
+// callsOnANewConnection says whether call, made on a client of its own
+// to addr, succeeds within 2 s: a client refused backs off before it
+// connects again, so one that waits for the server to take it tries
+// each time afresh.
+func callsOnANewConnection(t *testing.T, addr string, call func(context.Context, pb.GRPCInferenceServiceClient) error) bool {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return call(ctx, pb.NewGRPCInferenceServiceClient(conn)) == nil
 }
 
 // TestGRPCIdleConnectionGivesItsPlace: with --max-connections gRPC
@@ -742,17 +751,10 @@ func TestGRPCIdleConnectionGivesItsPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "a second connection's call to be served in the idle first's place", 15*time.Second, func() bool {
-		// A client of its own each time: one refused backs off before it
-		// connects again.
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_, err = pb.NewGRPCInferenceServiceClient(conn).ServerLive(ctx, &pb.ServerLiveRequest{})
-		return err == nil
+		return callsOnANewConnection(t, addr, func(ctx context.Context, c pb.GRPCInferenceServiceClient) error {
+			_, err := c.ServerLive(ctx, &pb.ServerLiveRequest{})
+			return err
+		})
 	})
 	waitFor(t, "the first client to see its connection closed", 10*time.Second, func() bool {
 		return first.GetState() != connectivity.Ready
