@@ -668,6 +668,13 @@ func (sl *slot) noteCrash(err error, cause crashCause, hunt *firstCrash) {
 	sl.recent = append(kept, now)
 	if cause == crashFirstOfBatch {
 		hunt.at = now
+		// The hunt may have found its bad item already, between the
+		// death's requeue and this note (the lock is let go between
+		// them): its forgiveness, which found nothing to take back
+		// then, takes this death back now.
+		if hunt.explained {
+			s.forgiveLocked(hunt)
+		}
 	}
 }
 

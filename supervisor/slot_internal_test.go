@@ -27,6 +27,30 @@ func TestPipeErrors(t *testing.T) {
 	}
 }
 
+// The first death of a batch whose hunt found its bad item before the
+// death was noted (the lock is let go between the requeue and the note,
+// and another slot may run the pieces meanwhile) is forgiven as it is
+// noted, as it would have been at the verdict: before, the verdict found
+// nothing to take back, and the death counted towards MaxRestarts.
+func TestAFirstDeathNotedAfterItsHuntFoundPoisonIsForgiven(t *testing.T) {
+	s, err := New(Config{InProcess: model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) { return items, nil }), Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl := s.slots[0]
+	s.mu.Lock()
+	hunt := &firstCrash{slot: sl, returned: s.returned, pieces: 1}
+	s.returned++ // the model answered a batch since the death
+	s.huntOverLocked(hunt, false)
+	s.mu.Unlock()
+	sl.noteCrash(errors.New("worker died"), crashFirstOfBatch, hunt)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(sl.recent) != 0 || !hunt.forgiven {
+		t.Errorf("%d deaths counted towards MaxRestarts (forgiven %v); want the death its bad item explains taken back", len(sl.recent), hunt.forgiven)
+	}
+}
+
 // An item whose caller's context ran out of time is dropped as expired,
 // even when the clock read before the drop was short of its deadline: its
 // caller got a deadline error, not a cancellation (before, it was counted
