@@ -529,9 +529,10 @@ type settledItem struct {
 // requeueLocked puts the batches of a dead worker back in front of the
 // queue. The first was running when the worker died: it is split in halves,
 // each run alone, so that the item that kills workers is narrowed down; a
-// lone item is judged (see judgeLocked), and run alone again, or settled.
-// The others never started and go back as they were. It requires that s.mu
-// is held.
+// lone item is judged (see judgeLocked), and run alone again, or settled;
+// one with no item left (they expired as it was sent) is dropped, as no
+// item can be to blame. The others never started and go back as they
+// were. It requires that s.mu is held.
 func (sl *slot) requeueLocked(batches []*batch) (settled []settledItem) {
 	s := sl.s
 	head := batches[0]
@@ -542,7 +543,10 @@ func (sl *slot) requeueLocked(batches []*batch) (settled []settledItem) {
 		}
 	}
 	var again []*batch
-	if len(head.items) == 1 {
+	switch len(head.items) {
+	case 0:
+		s.pieceEndedLocked(head, false)
+	case 1:
 		v, err := s.judgeLocked(head.items[0], head.crash, len(batches) > 1 || len(s.queue.ready) > 0)
 		switch v {
 		case verdictUnsure:
@@ -557,7 +561,7 @@ func (sl *slot) requeueLocked(batches []*batch) (settled []settledItem) {
 			s.huntOverLocked(head.crash, v == verdictModel)
 			s.pieceEndedLocked(head, true)
 		}
-	} else {
+	default:
 		hunt := head.crash
 		half := len(head.items) / 2
 		again = append(again,

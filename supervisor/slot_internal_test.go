@@ -51,6 +51,31 @@ func TestAFirstDeathNotedAfterItsHuntFoundPoisonIsForgiven(t *testing.T) {
 	}
 }
 
+// A batch whose items all expired as it was sent, at the head of a worker
+// that dies, is dropped rather than split: halves of nothing ran as two
+// empty suspect batches, each alone on a worker.
+func TestAnEmptyBatchOfADeadWorkerIsNotSplit(t *testing.T) {
+	s, err := New(Config{InProcess: model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) { return items, nil }), Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl := s.slots[0]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	head := s.newBatch(nil, false)
+	head.crash = &firstCrash{slot: sl, returned: s.returned, pieces: 1}
+	hunt := head.crash
+	if settled := sl.requeueLocked([]*batch{head}); len(settled) != 0 {
+		t.Errorf("settled %d items of an empty batch", len(settled))
+	}
+	if n := len(s.queue.ready); n != 0 {
+		t.Errorf("%d batches requeued from an empty one; want none", n)
+	}
+	if hunt.pieces != 0 {
+		t.Errorf("the hunt has %d pieces left; want it over", hunt.pieces)
+	}
+}
+
 // An item whose caller's context ran out of time is dropped as expired,
 // even when the clock read before the drop was short of its deadline: its
 // caller got a deadline error, not a cancellation (before, it was counted
