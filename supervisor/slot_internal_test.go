@@ -33,10 +33,7 @@ func TestPipeErrors(t *testing.T) {
 // noted, as it would have been at the verdict: before, the verdict found
 // nothing to take back, and the death counted towards MaxRestarts.
 func TestAFirstDeathNotedAfterItsHuntFoundPoisonIsForgiven(t *testing.T) {
-	s, err := New(Config{InProcess: model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) { return items, nil }), Workers: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := unstartedEcho(t)
 	sl := s.slots[0]
 	s.mu.Lock()
 	hunt := &firstCrash{slot: sl, returned: s.returned, pieces: 1}
@@ -55,10 +52,7 @@ func TestAFirstDeathNotedAfterItsHuntFoundPoisonIsForgiven(t *testing.T) {
 // that dies, is dropped rather than split: halves of nothing ran as two
 // empty suspect batches, each alone on a worker.
 func TestAnEmptyBatchOfADeadWorkerIsNotSplit(t *testing.T) {
-	s, err := New(Config{InProcess: model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) { return items, nil }), Workers: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := unstartedEcho(t)
 	sl := s.slots[0]
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -76,15 +70,23 @@ func TestAnEmptyBatchOfADeadWorkerIsNotSplit(t *testing.T) {
 	}
 }
 
+// unstartedEcho is a Streamer of one slot serving an echo model in
+// process, not started: its parts are there for a test to drive.
+func unstartedEcho(t *testing.T) *Streamer {
+	t.Helper()
+	s, err := New(Config{InProcess: model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) { return items, nil }), Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // An item whose caller's context ran out of time is dropped as expired,
 // even when the clock read before the drop was short of its deadline: its
 // caller got a deadline error, not a cancellation (before, it was counted
 // canceled, and its HTTP caller got 499 rather than 504).
 func TestAnItemWhoseContextRanOutIsExpired(t *testing.T) {
-	s, err := New(Config{InProcess: model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) { return items, nil })})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := unstartedEcho(t)
 	deadline := time.Now().Add(-time.Millisecond)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
