@@ -32,6 +32,9 @@ func TestMain(m *testing.M) {
 	if how := os.Getenv(hostilePartsEnv); how != "" && workerproc.Started() {
 		hostileParts(how)
 	}
+	if os.Getenv(forgetfulEnv) != "" && workerproc.Started() {
+		forgetfulMain()
+	}
 	if workerproc.Started() {
 		workerproc.Main(func(_ context.Context, spec model.Spec) (model.Model, error) {
 			if path := os.Getenv(failOpenEnv); path != "" {

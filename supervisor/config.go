@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -120,8 +121,11 @@ type ProcessConfig struct {
 	// is replaced. Nil: every worker opens Model.
 	Refresh func(ctx context.Context, spec model.Spec) (model.Spec, error)
 	// Path is the worker binary; default: this program, which must then
-	// call workerproc.Main when workerproc.Started says so. A binary that
-	// does not answer the handshake fails Start with ErrNotWorker.
+	// call workerproc.Main when workerproc.Started says so (a test
+	// binary, in TestMain): New refuses to start workers from a process
+	// started as a worker that did not, which would start copies of
+	// itself. A binary that does not answer the handshake fails Start
+	// with ErrNotWorker.
 	Path string
 	// Args are its arguments; default: ["worker"], which is what the
 	// streamer binary needs. A program that checks workerproc.Started
@@ -209,6 +213,9 @@ func (c *Config) setDefaults() error {
 		if err := checkSpec(c.Process.Model); err != nil {
 			return err
 		}
+		if err := checkNotAWorker(); err != nil {
+			return err
+		}
 	}
 	def(&c.MaxLatency, 100*time.Millisecond)
 	def(&c.WorkerTimeout, 20*time.Second)
@@ -235,6 +242,20 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("supervisor: BackoffMin %s is above BackoffMax %s", c.BackoffMin, c.BackoffMax)
 	}
 	return nil
+}
+
+// checkNotAWorker refuses to start worker processes from a process that a
+// supervisor started as its worker and that has not become one: a program
+// whose main does not call workerproc.Main before making its Streamer (a
+// test binary without it in TestMain, as a rule) would otherwise start
+// copies of itself that each start more, until the first handshake's
+// timeout. workerproc.Serve takes the cookie out of the environment, so a
+// worker whose model makes a Streamer of its own is not refused.
+func checkNotAWorker() error {
+	if os.Getenv(ipc.WorkerEnv) != ipc.WorkerCookie {
+		return nil
+	}
+	return fmt.Errorf("supervisor: this process was started as a streamer worker (%s is set) and has not become one, so it may not start workers of its own: its main must call workerproc.Main when workerproc.Started() reports true, before anything else (in a test binary, in TestMain)", ipc.WorkerEnv)
 }
 
 // checkNegatives refuses the fields set below zero: zero means the

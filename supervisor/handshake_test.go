@@ -3,6 +3,7 @@ package supervisor_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/streamer-dev/streamer/ipc"
 	"github.com/streamer-dev/streamer/model"
 	"github.com/streamer-dev/streamer/supervisor"
 )
@@ -220,5 +222,79 @@ func shutdown(t *testing.T, s *supervisor.Streamer) {
 	defer cancel()
 	if err := s.Shutdown(ctx); err != nil && !errors.Is(err, supervisor.ErrShuttingDown) {
 		t.Errorf("Shutdown: %v", err)
+	}
+}
+
+// forgetfulEnv, in a worker's environment, makes this test binary a
+// program whose main forgot workerproc.Main: it makes a Streamer of the
+// same binary (ProcessConfig.Path empty) and starts it.
+const forgetfulEnv = "SUPERVISOR_TEST_FORGETFUL"
+
+// forgetfulMain is main of a program that forgot workerproc.Main; it exits
+// 1 saying why its Streamer did not start, or 0 if it started one.
+func forgetfulMain() {
+	s, err := supervisor.New(supervisor.Config{
+		Workers: 2,
+		Process: supervisor.ProcessConfig{
+			Model:            model.Spec{Runner: "echo"},
+			Args:             []string{"-test.run=^$"},
+			HandshakeTimeout: 2 * time.Second,
+		},
+	})
+	if err == nil {
+		err = s.Start(context.Background())
+		_ = s.Shutdown(context.Background())
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// A program started as its own worker whose main does not call
+// workerproc.Main cannot start workers of its own, which would be copies of
+// it that each start more: its Streamer refuses to be made, and the
+// supervisor that started it reports it as no worker, with its reason,
+// before its handshake's time is up.
+func TestAWorkerThatForgotWorkerprocMainStartsNoWorkers(t *testing.T) {
+	s, err := supervisor.New(supervisor.Config{
+		Workers: 1,
+		Process: supervisor.ProcessConfig{
+			Model:            model.Spec{Runner: "echo"},
+			Path:             os.Args[0],
+			Args:             []string{"-test.run=^$"},
+			Env:              []string{forgetfulEnv + "=1"},
+			HandshakeTimeout: time.Minute,
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	err = s.Start(ctx)
+	defer shutdown(t, s)
+	if !errors.Is(err, supervisor.ErrNotWorker) {
+		t.Fatalf("Start: %v, want ErrNotWorker", err)
+	}
+	for _, want := range []string{"ended before the handshake", "started as a streamer worker", "workerproc.Main"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Start: %q does not say %q", err, want)
+		}
+	}
+}
+
+// A worker's own Streamer is refused only while the cookie says this
+// process was started as a worker; in-process models start nothing and
+// are not refused.
+func TestNewRefusesWorkerProcessesInAProcessStartedAsAWorker(t *testing.T) {
+	t.Setenv(ipc.WorkerEnv, ipc.WorkerCookie)
+	_, err := supervisor.New(supervisor.Config{Process: supervisor.ProcessConfig{Model: model.Spec{Runner: "echo"}}})
+	if err == nil || !strings.Contains(err.Error(), ipc.WorkerEnv+" is set") {
+		t.Fatalf("New with process workers in a process started as a worker: %v, want a refusal naming %s", err, ipc.WorkerEnv)
+	}
+	if _, err := supervisor.New(supervisor.Config{InProcess: model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) { return items, nil })}); err != nil {
+		t.Fatalf("New with an in-process model in a process started as a worker: %v", err)
 	}
 }
