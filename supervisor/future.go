@@ -19,6 +19,10 @@ type Future struct {
 	mu   sync.Mutex    // guards done, over and then
 	done chan struct{} // made by Done on demand, closed when finished
 	over bool          // every item is completed
+	// callerSet is true when deadline is the caller's context's, which
+	// came before the request's own: await's timer fires first, and its
+	// error must name the deadline that was set.
+	callerSet bool
 	then func()        // set by OnDone, run when finished
 
 	// wake, on the Futures that Predict reuses, gets one token when the
@@ -184,14 +188,19 @@ func (f *Future) await(ctx context.Context, ready <-chan struct{}) error {
 	case <-ready:
 		return nil
 	case <-timeout:
+		if f.callerSet {
+			return errCallerDeadline
+		}
 		return fmt.Errorf("%w: no answer by the request's deadline", ErrDeadline)
 	case <-ctx.Done():
 		if ctx.Err() == context.DeadlineExceeded {
-			return fmt.Errorf("%w: no answer by the caller's deadline", ErrDeadline)
+			return errCallerDeadline
 		}
 		return fmt.Errorf("%w: the caller left before the answer", ErrCanceled)
 	}
 }
+
+var errCallerDeadline = fmt.Errorf("%w: no answer by the caller's deadline", ErrDeadline)
 
 func (f *Future) result() ([][]byte, error) {
 	if errs := f.errs.Load(); errs != nil {

@@ -372,9 +372,9 @@ func (s *Streamer) prepare(ctx context.Context, req Request, f *Future) error {
 		s.stats.rejected.Add(uint64(n))
 		return err
 	}
-	deadline := req.Deadline
+	deadline, callerSet := req.Deadline, false
 	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
-		deadline = d
+		deadline, callerSet = d, true
 	}
 	if !deadline.IsZero() && !time.Now().Before(deadline) {
 		s.stats.rejected.Add(uint64(n))
@@ -386,7 +386,7 @@ func (s *Streamer) prepare(ctx context.Context, req Request, f *Future) error {
 		return fmt.Errorf("%w: before the request was queued", ErrCanceled)
 	}
 	f.enqueued = s.clock()
-	f.deadline = deadline
+	f.deadline, f.callerSet = deadline, callerSet
 	if ctx.Done() != nil {
 		f.ctx = ctx
 	}

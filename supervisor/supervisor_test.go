@@ -512,6 +512,46 @@ func TestExpiredItemsNeverReachTheModel(t *testing.T) {
 	}
 }
 
+// A request that runs out of time says whose deadline it was: the
+// request's own, or its caller's context's when that came first.
+func TestTheDeadlineThatPassedIsNamed(t *testing.T) {
+	g := newGate(false)
+	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), MaxLatency: time.Hour})
+	if _, err := s.Submit(context.Background(), items("block")); err != nil {
+		t.Fatal(err)
+	}
+	<-g.started
+	defer g.release()
+	const soon, later = 20 * time.Millisecond, time.Hour
+	tests := []struct {
+		name          string
+		ctx, deadline time.Duration // from now; zero: none
+		want          string
+	}{
+		{"the request's alone", 0, soon, "the request's deadline"},
+		{"the caller's alone", soon, 0, "the caller's deadline"},
+		{"the caller's first", soon, later, "the caller's deadline"},
+		{"the request's first", later, soon, "the request's deadline"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, req := context.Background(), supervisor.Request{Items: items("late")}
+			if tc.ctx != 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tc.ctx)
+				defer cancel()
+			}
+			if tc.deadline != 0 {
+				req.Deadline = time.Now().Add(tc.deadline)
+			}
+			_, err := s.PredictRequest(ctx, req)
+			if !errors.Is(err, supervisor.ErrDeadline) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want ErrDeadline naming %s", err, tc.want)
+			}
+		})
+	}
+}
+
 func TestItemErrorsFailOnlyTheirItem(t *testing.T) {
 	g := newGate(true)
 	s := start(t, supervisor.Config{InProcess: model.Func(g.fn)})
