@@ -63,10 +63,11 @@ type Config struct {
 	// callers' own bytes, not copies, and a batch run again after a crash
 	// is run with the same bytes.
 	// The Streamer never closes it: the caller owns it, and closes it once
-	// Shutdown has returned. A call abandoned by the Streamer (its batch ran
-	// past WorkerTimeout, or Shutdown's context ended) may still be running
-	// then, with its context canceled; a model whose Close cannot overlap
-	// Predict must wait for it. model.Func makes a Model of a plain function.
+	// Shutdown has returned and, when Close cannot overlap Predict, once
+	// WaitModel has: a call abandoned by the Streamer (its batch ran past
+	// WorkerTimeout, or Shutdown's context ended) may still be running
+	// after Shutdown, with its context canceled. model.Func makes a Model
+	// of a plain function.
 	InProcess model.Model
 	// Process, when InProcess is nil, starts one worker process per slot.
 	Process ProcessConfig

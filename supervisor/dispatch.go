@@ -326,8 +326,8 @@ func (s *Streamer) checkDrained() {
 // call after it has ended returns nil at once. A Streamer that was never
 // started is marked shut down: Start then fails.
 //
-// Shutdown does not close Config.InProcess: its owner does, once Shutdown
-// has returned.
+// Shutdown does not close Config.InProcess: its owner does, once
+// WaitModel has returned.
 func (s *Streamer) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.draining.Store(true)
@@ -349,6 +349,40 @@ func (s *Streamer) Shutdown(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("wait for the first shutdown: %w", ctx.Err())
+	}
+}
+
+// WaitModel waits until Shutdown has returned and no call of
+// Config.InProcess's Predict is running or can begin, and returns nil; or
+// until ctx ends, with ctx's error. Once it returns nil the model may be
+// closed. It matters when Shutdown abandoned calls (its ctx ended, or a
+// batch ran past WorkerTimeout): a call that ignores its canceled context
+// may still be running when Shutdown returns, and one whose goroutine had
+// taken its batch just as it was killed may only then begin. With worker
+// processes there are no such calls: WaitModel returns once Shutdown has.
+func (s *Streamer) WaitModel(ctx context.Context) error {
+	s.mu.Lock()
+	neverStarted := s.draining.Load() && !s.started.Load() // and never will be
+	s.mu.Unlock()
+	if neverStarted {
+		return nil
+	}
+	select {
+	case <-s.shutDown:
+	case <-ctx.Done():
+		return fmt.Errorf("wait for shutdown: %w", ctx.Err())
+	}
+	s.modelIdleOnce.Do(func() {
+		go func() {
+			s.modelCalls.Wait()
+			close(s.modelIdle)
+		}()
+	})
+	select {
+	case <-s.modelIdle:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("wait for the model's calls: %w", ctx.Err())
 	}
 }
 

@@ -160,6 +160,56 @@ func TestShutdownLeavesTheInProcessModelOpen(t *testing.T) {
 	}
 }
 
+// WaitModel tells an owner when the in-process model may be closed: not
+// while a call that Shutdown abandoned (its context ended; the model
+// ignores its own) is still running, and at once when it has returned or
+// none was made.
+func TestWaitModelWaitsForAbandonedCalls(t *testing.T) {
+	release, begun := make(chan struct{}), make(chan struct{}, 1)
+	m := model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) {
+		begun <- struct{}{}
+		<-release // ignoring its canceled context
+		return items, nil
+	})
+	s := start(t, supervisor.Config{InProcess: m, Workers: 1})
+	if _, err := s.Submit(context.Background(), items("stuck")); err != nil {
+		t.Fatal(err)
+	}
+	<-begun
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := s.WaitModel(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitModel before Shutdown: %v, want it to wait for Shutdown", err)
+	}
+	ended, end := context.WithCancel(context.Background())
+	end()
+	if err := s.Shutdown(ended); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Shutdown with an ended context: %v, want context.Canceled", err)
+	}
+	short, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := s.WaitModel(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitModel while the abandoned call runs: %v, want it to wait", err)
+	}
+	close(release)
+	long, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.WaitModel(long); err != nil {
+		t.Fatalf("WaitModel once the call returned: %v", err)
+	}
+
+	never, err := supervisor.New(supervisor.Config{InProcess: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := never.Shutdown(long); err != nil {
+		t.Fatal(err)
+	}
+	if err := never.WaitModel(long); err != nil {
+		t.Fatalf("WaitModel of a streamer shut down before it started: %v", err)
+	}
+}
+
 // A shutdown right after Start, which returns once one worker is ready,
 // must also stop the workers still coming up.
 func TestShutdownRightAfterStartStopsWorkersStillStarting(t *testing.T) {

@@ -62,7 +62,7 @@ func (l *local) loop() {
 			if !ok {
 				return // dead: its batches are back in the queue, or soon will be
 			}
-			r, err := l.run(id, data)
+			r, err := l.call(id, data)
 			if err != nil {
 				l.die(err)
 				return
@@ -89,7 +89,14 @@ func (l *local) take(b *batch) (id uint64, data [][]byte, ok bool) {
 	if _, ok := l.sl.pruneForRun(l, b, nil); !ok {
 		return 0, nil, false
 	}
+	l.sl.s.modelCalls.Add(1) // while the worker lives: see Streamer.modelCalls
 	return b.id, slices.Clone(b.data), true
+}
+
+// call runs a batch that take took, and counts its end.
+func (l *local) call(id uint64, data [][]byte) (result, error) {
+	defer l.sl.s.modelCalls.Done()
+	return l.run(id, data)
 }
 
 // settle has the slot answer the batch with r, completing its Futures in

@@ -63,6 +63,14 @@ type Streamer struct {
 	shutdownBegun atomic.Bool   // the first Shutdown drains; the others wait
 	shutDown      chan struct{} // closed when the first Shutdown is done
 
+	// modelCalls counts the in-process model's calls, from the moment a
+	// slot's goroutine takes a batch (under its handling lock, while it
+	// lives) until the call returns: once Shutdown has waited for every
+	// worker, none is added, and WaitModel may wait for it.
+	modelCalls    sync.WaitGroup
+	modelIdle     chan struct{} // closed once modelCalls is done after Shutdown
+	modelIdleOnce sync.Once
+
 	poison  *poisonList
 	room    room      // kept in the queue for a large request refused
 	batches sync.Pool // of *batch, answered and emptied, for reuse
@@ -118,19 +126,20 @@ func New(cfg Config) (*Streamer, error) {
 		return nil, err
 	}
 	s := &Streamer{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		spec:     cfg.Process.Model,
-		epoch:    time.Now(),
-		queue:    newQueue(),
-		wake:     make(chan struct{}, 1),
-		stopped:  make(chan struct{}),
-		drained:  make(chan struct{}),
-		stopping: make(chan struct{}),
-		shutDown: make(chan struct{}),
-		poison:   newPoisonList(cfg.PoisonTTL),
-		returns:  newReturnTracker(cfg.MaxLatency),
-		fatal:    make(chan error, 1),
+		cfg:       cfg,
+		log:       cfg.Logger,
+		spec:      cfg.Process.Model,
+		epoch:     time.Now(),
+		queue:     newQueue(),
+		wake:      make(chan struct{}, 1),
+		stopped:   make(chan struct{}),
+		drained:   make(chan struct{}),
+		stopping:  make(chan struct{}),
+		shutDown:  make(chan struct{}),
+		modelIdle: make(chan struct{}),
+		poison:    newPoisonList(cfg.PoisonTTL),
+		returns:   newReturnTracker(cfg.MaxLatency),
+		fatal:     make(chan error, 1),
 	}
 	s.stats.batchSizes = make([]atomic.Uint64, cfg.BatchSize+1)
 	for i := range cfg.Workers {
