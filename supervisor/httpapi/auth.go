@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 )
 
@@ -145,12 +146,16 @@ func bearerToken(header string) (string, bool) {
 // unauthorized answers r with 401 and the server's usual JSON error body.
 func unauthorized(w http.ResponseWriter, r *http.Request, challenge, msg string) {
 	body, _ := json.Marshal(errorBody{Error: msg})
+	body = append(body, '\n')
 	hdr := w.Header()
 	hdr.Set("WWW-Authenticate", challenge)
 	hdr.Set("Content-Type", "application/json")
 	hdr.Set("Cache-Control", "no-store")
+	// Its length, so that it is whole on the wire when discardUnread
+	// flushes it and then closes the connection.
+	hdr.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusUnauthorized)
-	_, _ = w.Write(append(body, '\n'))
+	_, _ = w.Write(body)
 	if r.ContentLength > smallBody || r.ContentLength < 0 {
 		discardUnread(w, r, unauthorizedDiscard)
 	}

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"errors"
 	"io"
 	"math"
 	"net/http"
@@ -76,11 +77,20 @@ func discardUnread(w http.ResponseWriter, r *http.Request, limit int64) {
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush() // the answer goes before the rest of the body is read
 	}
+	var err error
 	if r.ContentLength > 0 {
-		_, _ = io.Copy(io.Discard, r.Body) // net/http ends it at its length
-		return
+		_, err = io.Copy(io.Discard, r.Body) // net/http ends it at its length
+	} else if _, err = io.CopyN(io.Discard, r.Body, limit); err == io.EOF {
+		err = nil
 	}
-	_, _ = io.CopyN(io.Discard, r.Body, limit)
+	if err != nil && !errors.Is(err, http.ErrBodyReadAfterClose) {
+		// Corrupt chunking, a read timeout, a client gone: where the body
+		// ends is unknown, and what follows on the wire must not be read
+		// as the connection's next request. Full duplex skips net/http's
+		// own check, which would close the connection here; aborting does,
+		// after the answer sent whole above (it has its Content-Length).
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // expectsContinue reports whether the request's client waits for 100

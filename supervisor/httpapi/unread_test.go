@@ -30,8 +30,8 @@ func serveLoopback(t *testing.T, h http.Handler, readTimeout time.Duration) (add
 	t.Helper()
 	done := make(chan struct{}, 16)
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() { done <- struct{}{} }() // also when it aborts the connection
 		h.ServeHTTP(w, r)
-		done <- struct{}{}
 	}))
 	srv.Config.ReadTimeout = readTimeout
 	srv.Start()
@@ -226,6 +226,70 @@ func TestAnUnreadBodyHoldsItsHandlerNoLonger(t *testing.T) {
 			case <-returned:
 			case <-time.After(unreadTimeout):
 				t.Fatalf("the handler still reads the body %s after the answer", unreadTimeout)
+			}
+		})
+	}
+}
+
+// A body that cannot be read to its end (its chunked framing broken, or
+// its client silent past the read timeout) is answered and its connection
+// closed: where the body would have ended is unknown, so what follows on
+// the wire is no request, and must never reach the model as one.
+func TestABodyThatCannotBeReadEndsItsConnection(t *testing.T) {
+	const maxBody = 1 << 20
+	backend := &fakeBackend{ready: true}
+	api := New(Config{Backend: backend, MaxBody: maxBody})
+	smuggled := rawPost("/predict", "Content-Type: application/json\r\nContent-Length: 23\r\n") + `{"inputs":["SMUGGLED"]}`
+	for _, tc := range []struct {
+		name        string
+		h           http.Handler
+		readTimeout time.Duration
+		request     string
+		stall       bool // wait for the answer before sending the rest
+		want        int
+	}{
+		{"chunked, a bad chunk size", api, unreadTimeout,
+			rawPost("/predict", "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n") + "zz\r\n", false, http.StatusBadRequest},
+		{"chunked, a bad chunk size, no token", RequireToken("s3cret", api), unreadTimeout,
+			rawPost("/predict", "Transfer-Encoding: chunked\r\n") + "zz\r\n", false, http.StatusUnauthorized},
+		{"a large body that stalls past the read timeout", api, 300 * time.Millisecond,
+			rawPost("/predict", fmt.Sprintf("Content-Type: application/json\r\nContent-Length: %d\r\n", smallBody+1)) + "{", true, http.StatusRequestTimeout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr, _ := serveLoopback(t, tc.h, tc.readTimeout)
+			conn := dialSmallBuffer(t, addr)
+			_, _, callsBefore := backend.lastRequest()
+			rest := smuggled
+			if !tc.stall {
+				rest = tc.request + smuggled
+			} else if _, err := io.WriteString(conn, tc.request); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(conn)
+			if !tc.stall {
+				if _, err := io.WriteString(conn, rest); err != nil {
+					t.Fatal(err)
+				}
+			}
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("read the answer: %v", err)
+			}
+			data, err := io.ReadAll(resp.Body)
+			if err != nil || resp.StatusCode != tc.want {
+				t.Fatalf("answer: %d %s (%v); want %d whole", resp.StatusCode, data, err, tc.want)
+			}
+			if tc.stall {
+				// The rest of the body, then a request, on a connection
+				// that must be closed by now or soon.
+				_, _ = io.WriteString(conn, strings.Repeat(" ", 64)+smuggled)
+			}
+			if next, err := http.ReadResponse(br, nil); err == nil {
+				body, _ := io.ReadAll(next.Body)
+				t.Fatalf("the bytes after a broken body were served as a request: %d %s", next.StatusCode, body)
+			}
+			if _, _, calls := backend.lastRequest(); calls != callsBefore {
+				t.Fatalf("the backend ran %d requests; want none", calls-callsBefore)
 			}
 		})
 	}
