@@ -19,10 +19,6 @@ type Future struct {
 	mu   sync.Mutex    // guards done, over and then
 	done chan struct{} // made by Done on demand, closed when finished
 	over bool          // every item is completed
-	// callerSet is true when deadline is the caller's context's, which
-	// came before the request's own: await's timer fires first, and its
-	// error must name the deadline that was set.
-	callerSet bool
 	then func()        // set by OnDone, run when finished
 
 	// wake, on the Futures that Predict reuses, gets one token when the
@@ -34,6 +30,11 @@ type Future struct {
 	deadline time.Time       // zero for none
 	ctx      context.Context // the caller's; once it ends, undispatched items are dropped
 	one      [1][]byte       // outputs of a single-item request, saving an allocation
+
+	// callerSet is true when deadline is the caller's context's, which
+	// came before the request's own: await's timer fires first, and its
+	// error must name the deadline that was set.
+	callerSet bool
 }
 
 // closedChan is what Done returns for a Future that finished before anybody
