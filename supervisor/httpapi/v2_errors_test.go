@@ -219,6 +219,13 @@ func TestV2InferRefusesValuesThatDoNotFit(t *testing.T) {
 		{name: "UINT64", model: oneInput("UINT64"), body: valuesBody("UINT64", `[18446744073709551616]`), want: 400, wantMsg: []string{"does not fit UINT64"}},
 		{name: "integer with a fraction", model: oneInput("INT32"), body: valuesBody("INT32", `[1.5]`), want: 400, wantMsg: []string{"element 0 is 1.5, not a whole number (INT32)"}},
 		{name: "whole float too large", model: oneInput("UINT8"), body: valuesBody("UINT8", `[3e2]`), want: 400, wantMsg: []string{"element 0 is 3e2, which does not fit UINT8"}},
+		// A float64 would round these to whole numbers that fit.
+		{name: "a fraction past a float's digits", model: oneInput("INT64"), body: valuesBody("INT64", `[1.0000000000000000001]`), want: 400, wantMsg: []string{"element 0 is 1.0000000000000000001, not a whole number (INT64)"}},
+		{name: "a fraction past a float's digits at the top", model: oneInput("INT8"), body: valuesBody("INT8", `[127.0000000000000001]`), want: 400, wantMsg: []string{"not a whole number (INT8)"}},
+		{name: "just past INT64 with a fraction", model: oneInput("INT64"), body: valuesBody("INT64", `[9223372036854775808.0]`), want: 400, wantMsg: []string{"which does not fit INT64"}},
+		{name: "a negative UINT8 written as a float", model: oneInput("UINT8"), body: valuesBody("UINT8", `[-1.0]`), want: 400, wantMsg: []string{"element 0 is -1.0, which does not fit UINT8"}},
+		{name: "a huge exponent", model: oneInput("INT32"), body: valuesBody("INT32", `[1e99999999999999999999]`), want: 400, wantMsg: []string{"which does not fit INT32"}},
+		{name: "a tiny exponent", model: oneInput("INT32"), body: valuesBody("INT32", `[1e-99999999999999999999]`), want: 400, wantMsg: []string{"not a whole number (INT32)"}},
 		{name: "integer as a string", model: oneInput("INT32"), body: valuesBody("INT32", `["1"]`), want: 400, wantMsg: []string{`element 0 is "1", not a whole number (INT32)`}},
 		{name: "BOOL as a number", model: oneInput("BOOL"), body: valuesBody("BOOL", `[true,1]`), want: 400, wantMsg: []string{"element 1 is 1, not true or false (BOOL)"}},
 		{name: "FP16 too large", model: oneInput("FP16"), body: valuesBody("FP16", `[65520]`), want: 400, wantMsg: []string{"element 0 is 65520, which does not fit FP16"}},
@@ -235,6 +242,21 @@ func TestV2InferTakesWholeFloatsForIntegers(t *testing.T) {
 	answer, _ := answerOf(t, postV2(t, newV2(model, nil), "/v2/models/m/infer", valuesBody("INT16", `[2.0,-3e2,-0]`)))
 	if want := jsonValues(t, `[2,-300,0]`); fmt.Sprint(answer.Outputs[0].Data) != fmt.Sprint(want) {
 		t.Errorf("output %v, want %v", answer.Outputs[0].Data, want)
+	}
+}
+
+// A whole number written with a fraction or an exponent keeps every
+// digit, past what a float64 holds too.
+func TestV2InferTakesWholeFloatsForIntegersExactly(t *testing.T) {
+	for _, tc := range []struct{ datatype, data, want string }{
+		{"INT64", `[9007199254740993.0,-9223372036854775808.000,92233720368547758.07e2]`, `[9007199254740993,-9223372036854775808,9223372036854775807]`},
+		{"UINT64", `[18446744073709551615.0,1844674407370955161.5e1,-0.0]`, `[18446744073709551615,18446744073709551615,0]`},
+		{"INT8", `[127.000,-12.8e1,0.0e99999999999999999999,0.5e1]`, `[127,-128,0,5]`},
+	} {
+		answer, _ := answerOf(t, postV2(t, newV2(oneInput(tc.datatype), nil), "/v2/models/m/infer", valuesBody(tc.datatype, tc.data)))
+		if want := jsonValues(t, tc.want); fmt.Sprint(answer.Outputs[0].Data) != fmt.Sprint(want) {
+			t.Errorf("%s %s: output %v, want %v", tc.datatype, tc.data, answer.Outputs[0].Data, want)
+		}
 	}
 }
 

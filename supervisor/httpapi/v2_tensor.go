@@ -282,42 +282,40 @@ func (d *jsonDataReader) appendBool(text []byte) string {
 }
 
 // appendInteger appends an integer element, range-checked against the
-// datatype. A number written with a fraction or exponent is taken when its
-// value is a whole number that a float64 holds exactly.
+// datatype. A number written with a fraction or exponent is taken when the
+// text itself is a whole number (1.0, 2e3), judged digit by digit: no
+// float's rounding may make 1.0000000000000000001 whole or change
+// 9007199254740993.0.
 func (d *jsonDataReader) appendInteger(text []byte) string {
 	if !isNumber(text) {
 		return "is " + describeValue(text) + ", not a whole number (" + d.dt.name + ")"
 	}
+	digits := string(text)
+	if !isIntegerText(text) {
+		var whole, huge bool
+		digits, whole, huge = wholeDigits(text)
+		switch {
+		case !whole:
+			return "is " + string(text) + ", not a whole number (" + d.dt.name + ")"
+		case huge:
+			return "is " + string(text) + ", which does not fit " + d.dt.name
+		}
+	}
 	bits := d.dt.size * 8
 	var u uint64
-	if isIntegerText(text) {
-		var err error
-		if d.dt.kind == kindUint && text[0] != '-' {
-			u, err = strconv.ParseUint(string(text), 10, bits)
-		} else {
-			var v int64
-			v, err = strconv.ParseInt(string(text), 10, bits)
-			if d.dt.kind == kindUint && v != 0 { // -0 is 0; every other negative number is out of range
-				err = strconv.ErrRange
-			}
-			u = uint64(v)
-		}
-		if err != nil {
-			return "is " + string(text) + ", which does not fit " + d.dt.name
-		}
+	var err error
+	if d.dt.kind == kindUint && digits[0] != '-' {
+		u, err = strconv.ParseUint(digits, 10, bits)
 	} else {
-		f, err := strconv.ParseFloat(string(text), 64)
-		if err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
-			return "is " + string(text) + ", not a whole number (" + d.dt.name + ")"
+		var v int64
+		v, err = strconv.ParseInt(digits, 10, bits)
+		if d.dt.kind == kindUint && v != 0 { // -0 is 0; every other negative number is out of range
+			err = strconv.ErrRange
 		}
-		if !intFits(f, d.dt) {
-			return "is " + string(text) + ", which does not fit " + d.dt.name
-		}
-		if f < 0 {
-			u = uint64(int64(f))
-		} else {
-			u = uint64(f)
-		}
+		u = uint64(v)
+	}
+	if err != nil {
+		return "is " + string(text) + ", which does not fit " + d.dt.name
 	}
 	switch d.dt.size {
 	case 1:
@@ -332,14 +330,76 @@ func (d *jsonDataReader) appendInteger(text []byte) string {
 	return ""
 }
 
-// intFits reports whether the whole number f (|f| ≤ 2^53) fits dt.
-func intFits(f float64, dt dtype) bool {
-	bits := dt.size * 8
-	if dt.kind == kindUint {
-		return f >= 0 && (bits == 64 || f < float64(uint64(1)<<bits))
+// maxWholeDigits bounds the digits wholeDigits writes out: past 20, no
+// 64-bit integer holds the number.
+const maxWholeDigits = 20
+
+// wholeDigits reads the JSON number text, which has a fraction or an
+// exponent, exactly: whole reports whether it is a whole number, and then
+// digits is it written as an integer ("-" and its digits), unless huge
+// says it has more than maxWholeDigits digits.
+func wholeDigits(text []byte) (digits string, whole, huge bool) {
+	neg := text[0] == '-'
+	if neg {
+		text = text[1:]
 	}
-	limit := float64(uint64(1) << (bits - 1))
-	return f >= -limit && f < limit
+	mantissa, exponent := text, 0
+	if i := bytes.IndexAny(text, "eE"); i >= 0 {
+		mantissa, exponent = text[:i], exponentOf(text[i+1:])
+	}
+	intPart, frac := mantissa, []byte(nil)
+	if i := bytes.IndexByte(mantissa, '.'); i >= 0 {
+		intPart, frac = mantissa[:i], mantissa[i+1:]
+	}
+	// All the digits, and where the point falls among them.
+	all := append(append(make([]byte, 0, len(intPart)+len(frac)), intPart...), frac...)
+	point := len(intPart) + exponent
+	lead := 0
+	for lead < len(all) && all[lead] == '0' {
+		lead++
+	}
+	all, point = all[lead:], point-lead
+	last := len(all)
+	for last > 0 && all[last-1] == '0' {
+		last--
+	}
+	all = all[:last]
+	switch {
+	case len(all) == 0:
+		return "0", true, false
+	case point < len(all):
+		return "", false, false // a digit after the point is not zero
+	case point > maxWholeDigits:
+		return "", true, true
+	}
+	out := make([]byte, 0, point+1)
+	if neg {
+		out = append(out, '-')
+	}
+	out = append(out, all...)
+	for range point - len(all) {
+		out = append(out, '0')
+	}
+	return string(out), true, false
+}
+
+// exponentOf reads a JSON number's exponent ("+12", "-3", "7"), held
+// within ±1e6: past that, a number is huge or a fraction all the same.
+func exponentOf(text []byte) int {
+	neg := len(text) > 0 && text[0] == '-'
+	if len(text) > 0 && (text[0] == '-' || text[0] == '+') {
+		text = text[1:]
+	}
+	e := 0
+	for _, c := range text {
+		if e < 1e6 {
+			e = e*10 + int(c-'0')
+		}
+	}
+	if neg {
+		return -e
+	}
+	return e
 }
 
 // appendFloat appends a floating-point element. null stands for NaN, since

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"math/big"
 	"net/http"
 	"strconv"
 	"testing"
@@ -304,4 +305,56 @@ func FuzzV2DataReadsAsFlat(f *testing.F) {
 			t.Fatalf("nested %s: %d elements % x, %v; flat reads as %d: % x", nested, count, got, err, n, want)
 		}
 	})
+}
+
+// FuzzWholeDigits holds wholeDigits against math/big's exact reading of
+// the same number, for JSON numbers built of a sign, digits, a fraction
+// and a bounded exponent (big.Rat would spend seconds on a huge one).
+func FuzzWholeDigits(f *testing.F) {
+	f.Add(false, "1", "0", int16(0))
+	f.Add(true, "92233720368547758", "07", int16(2))
+	f.Add(false, "0", "000", int16(-5))
+	f.Add(false, "1", "0000000000000000001", int16(0))
+	f.Add(false, "12", "30", int16(-1))
+	f.Fuzz(func(t *testing.T, neg bool, intPart, frac string, exponent int16) {
+		if intPart == "" || !isDigits(intPart) || !isDigits(frac) || len(intPart) > 1 && intPart[0] == '0' {
+			return
+		}
+		text := intPart + "." + frac
+		if frac == "" {
+			text = intPart + "e" + strconv.Itoa(int(exponent))
+		} else if exponent != 0 {
+			text += "E" + strconv.Itoa(int(exponent))
+		}
+		if neg {
+			text = "-" + text
+		}
+		exact, ok := new(big.Rat).SetString(text)
+		if !ok {
+			t.Fatalf("math/big does not read %q", text)
+		}
+		digits, whole, huge := wholeDigits([]byte(text))
+		if whole != exact.IsInt() {
+			t.Fatalf("wholeDigits(%q) whole = %v, math/big says %v", text, whole, exact.IsInt())
+		}
+		if !whole {
+			return
+		}
+		num := exact.Num()
+		if tooMany := len(new(big.Int).Abs(num).String()) > maxWholeDigits; huge != tooMany {
+			t.Fatalf("wholeDigits(%q) huge = %v, math/big says %s", text, huge, num)
+		}
+		if !huge && digits != num.String() {
+			t.Fatalf("wholeDigits(%q) = %s, math/big says %s", text, digits, num)
+		}
+	})
+}
+
+func isDigits(s string) bool {
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
