@@ -46,7 +46,7 @@ func Main(open OpenFunc) {
 // Serve is Main without the exit: it checks that a supervisor started this
 // process (ErrNotStarted if not), takes the protocol's file descriptors, and
 // returns what Run returns. Until then it logs and ignores SIGHUP, which is
-// the supervisor's (see ignoreHangups).
+// the supervisor's (see ignoreSignals).
 func Serve(ctx context.Context, open OpenFunc) error {
 	if !Started() {
 		return ErrNotStarted
@@ -67,7 +67,7 @@ func Serve(ctx context.Context, open OpenFunc) error {
 		return fmt.Errorf("workerproc: file descriptors %d and %d must be the supervisor's pipes", ipc.WorkerInFD, ipc.WorkerOutFD)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	defer ignoreHangups(log)()
+	defer ignoreSignals(log)()
 	return Run(ctx, Config{
 		Open:     open,
 		In:       in,
@@ -93,16 +93,20 @@ func supervisorFrame() (int, error) {
 	return n, nil
 }
 
-// ignoreHangups logs and ignores SIGHUP until the returned stop is called.
-// SIGHUP is the supervisor's: it reloads the workers, and a worker that it
-// ended would die as a crash, one restart of --max-restarts spent, with
-// its batch lost; a command that signals every process of the binary, or
-// a terminal that hangs up, reaches workers too. The signal is caught
-// rather than set to be ignored, which a model's own processes (a plugin)
-// would inherit.
-func ignoreHangups(log *slog.Logger) (stop func()) {
-	hangups := make(chan os.Signal, 1)
-	signal.Notify(hangups, syscall.SIGHUP)
+// ignoreSignals logs and ignores SIGHUP, SIGTERM and SIGINT until the
+// returned stop is called. They are the supervisor's: SIGHUP reloads the
+// workers, SIGTERM and SIGINT drain them, and the supervisor stops each
+// worker itself, through its pipe, once its batches are answered. A
+// command that signals every process of the binary (pkill, killall), a
+// service manager that signals every process of the service, or a
+// terminal that hangs up reaches workers too; a worker that died of it
+// would die as a crash, its batches run again by a new worker that loads
+// the model anew while the server drains, or one restart of
+// --max-restarts spent. The signals are caught rather than set to be
+// ignored, which a model's own processes (a plugin) would inherit.
+func ignoreSignals(log *slog.Logger) (stop func()) {
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
 	var lines repeats.Lines // a storm of them logs a line now and then
 	done := make(chan struct{})
 	go func() {
@@ -110,15 +114,27 @@ func ignoreHangups(log *slog.Logger) (stop func()) {
 			select {
 			case <-done:
 				return
-			case <-hangups:
-				lines.Log(log, slog.LevelInfo, "SIGHUP", "SIGHUP ignored: a worker is reloaded by its supervisor, which is the process to signal")
+			case sig := <-signals:
+				logIgnored(log, &lines, sig)
 			}
 		}
 	}()
 	return func() {
-		signal.Stop(hangups)
+		signal.Stop(signals)
 		close(done)
 	}
+}
+
+func logIgnored(log *slog.Logger, lines *repeats.Lines, sig os.Signal) {
+	if sig == syscall.SIGHUP {
+		lines.Log(log, slog.LevelInfo, "SIGHUP", "SIGHUP ignored: a worker is reloaded by its supervisor, which is the process to signal")
+		return
+	}
+	name := "SIGTERM"
+	if sig == syscall.SIGINT {
+		name = "SIGINT"
+	}
+	lines.Log(log, slog.LevelInfo, name, name+" ignored: a worker is stopped by its supervisor once its batches are answered; signal the supervisor, or SIGKILL the worker", "supervisor_pid", os.Getppid())
 }
 
 // visibleDevices says which GPUs the supervisor gave this worker; where

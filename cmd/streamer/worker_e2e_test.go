@@ -62,6 +62,49 @@ func TestWorkerServesOnThroughSIGHUP(t *testing.T) {
 	}
 }
 
+// TestSIGTERMToTheServerAndItsWorkersAnswersWhatRuns: a SIGTERM or SIGINT
+// sent to the workers as well as to the server (pkill, killall, or a
+// service manager that signals every process of the service) is logged
+// and ignored by the workers, which the draining server stops itself once
+// their batches are answered: the batch running is answered by its
+// worker, not run again by a new one after a death counted as a crash.
+func TestSIGTERMToTheServerAndItsWorkersAnswersWhatRuns(t *testing.T) {
+	s := startServer(t, "--model", "sleep:1s,0", "--workers", "1")
+	pid := s.waitAllReady(t, 1)[0].PID
+	answer := make(chan prediction, 1)
+	go func() {
+		p, _ := predictWithin(s, readyTimeout, 0, "running")
+		answer <- p
+	}()
+	s.waitFor(t, "the batch to reach the worker", readyTimeout, func() bool {
+		w := s.workers(t)
+		return len(w) == 1 && w[0].InFlight == 1
+	})
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		if err := syscall.Kill(pid, sig); err != nil {
+			t.Fatalf("kill -%d worker %d: %v", sig, pid, err)
+		}
+	}
+	if err := s.signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if p := <-answer; p.Status != http.StatusOK || len(p.Outputs) != 1 || p.Outputs[0] != "running" {
+		t.Errorf("the request running as the server and its worker got SIGTERM: %s; want 200 with its input", p)
+	}
+	if code, err := s.wait(stopTimeout); err != nil || code != 0 {
+		t.Errorf("the server's exit on SIGTERM: code %d, %v; want 0", code, err)
+	}
+	logs := s.logs()
+	for _, want := range []string{"SIGINT ignored", "SIGTERM ignored"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the log does not say %q:\n%s", want, logs)
+		}
+	}
+	if strings.Contains(logs, "worker died") {
+		t.Errorf("the worker died of a signal meant for the server:\n%s", logs)
+	}
+}
+
 // readmeHangup is the pattern the README's `pkill -HUP -f` gives to
 // signal the server only.
 var readmeHangup = regexp.MustCompile(`^[^ ]*streamer serve`)
