@@ -115,6 +115,7 @@ func TestPlugin(t *testing.T) {
 	t.Run("a crashing plugin is a worker crash, its item isolated", func(t *testing.T) { testPluginCrash(t, bins) })
 	t.Run("a hanging plugin is killed with its worker", func(t *testing.T) { testPluginHang(t, bins) })
 	t.Run("a plugin dies with its worker", func(t *testing.T) { testPluginDiesWithWorker(t, bins) })
+	t.Run("a plugin serves on through SIGTERM", func(t *testing.T) { testPluginIgnoresSIGTERM(t, bins) })
 	t.Run("item errors and wrong output counts fail only their requests", func(t *testing.T) { testPluginBadAnswers(t, bins) })
 	t.Run("a bad plugin binary fails the start clearly", func(t *testing.T) { testPluginStartErrors(t, bins) })
 }
@@ -164,6 +165,27 @@ func testFillMask(t *testing.T, bins map[string]string) {
 		if !strings.Contains(s.logs(), wantLog) {
 			t.Errorf("slot %d: the plugin's stderr is not in the server log tagged with its slot; want %q", slot.Slot, wantLog)
 		}
+	}
+}
+
+// testPluginIgnoresSIGTERM: a plugin of the SDK that gets SIGTERM, as
+// every process of a service does when a service manager stops it, logs
+// it and serves on until its worker stops it; dying of it would be its
+// worker's crash.
+func testPluginIgnoresSIGTERM(t *testing.T, bins map[string]string) {
+	s := startPluginServer(t, "--plugin", bins["chaos"])
+	worker := s.waitAllReady(t, 1)[0]
+	if err := syscall.Kill(pluginOf(t, worker.PID), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor(t, "the plugin to log the SIGTERM, or its worker to die", readyTimeout, func() bool {
+		return strings.Contains(s.logs(), "SIGTERM ignored") || strings.Contains(s.logs(), "worker died")
+	})
+	if p := s.predictJSON(t, "after"); p.Status != http.StatusOK {
+		t.Errorf("a request after the plugin's SIGTERM: %s; want 200", p)
+	}
+	if w := s.workers(t); len(w) != 1 || w[0].PID != worker.PID || w[0].Crashes != 0 {
+		t.Errorf("workers after the plugin's SIGTERM: %+v; want worker %d as before, with no crash", w, worker.PID)
 	}
 }
 
@@ -425,8 +447,23 @@ func TestPythonPlugin(t *testing.T) {
 	if !strings.Contains(s.logs(), "[plugin python-plugin] python-plugin: bigram model of") {
 		t.Error("the Python plugin's stderr is not in the server log")
 	}
-	// A Python plugin dies with its worker too.
+	// It serves on through a SIGTERM meant for the server.
 	plugin := pluginOf(t, slots[0].PID)
+	if err := syscall.Kill(plugin, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor(t, "the Python plugin to log the SIGTERM, or its worker to die", readyTimeout, func() bool {
+		return strings.Contains(s.logs(), "SIGTERM ignored") || strings.Contains(s.logs(), "worker died")
+	})
+	for range 2 { // one batch on each worker, as a rule
+		if p := s.predictJSON(t, in...); p.Status != http.StatusOK {
+			t.Errorf("after the Python plugin's SIGTERM: %s", p)
+		}
+	}
+	if st := s.stats(t); st.Crashes != 0 {
+		t.Errorf("after the Python plugin's SIGTERM: %d crashes; want none", st.Crashes)
+	}
+	// A Python plugin dies with its worker too.
 	killWorker(t, slots[0].PID)
 	waitFor(t, "the Python plugin to die with its worker", 10*time.Second, func() bool { return processGone(plugin) })
 	s.waitAllReady(t, 2)

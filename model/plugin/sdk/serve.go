@@ -7,8 +7,10 @@ import (
 	"io"
 	"math"
 	"os"
+	"os/signal"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
@@ -30,6 +32,7 @@ func Serve(m Model) {
 		os.Exit(1)
 	}
 	srv := &server{model: m, logs: os.Stderr}
+	ignoreTerminate()
 	// After a batch of large items or outputs the plugin would hold its
 	// garbage for minutes, as its worker would: give it back once idle.
 	go idlemem.Release(context.Background(), srv.progress, nil)
@@ -49,6 +52,22 @@ func Serve(m Model) {
 			fmt.Fprintf(os.Stderr, "close model: %v\n", err)
 		}
 	}
+}
+
+// ignoreTerminate has SIGTERM, which is the server's, logged and ignored:
+// a plugin is stopped by its worker once its batches are answered, and one
+// that died of a SIGTERM sent to every process of the service would die
+// as a crash, its worker's batches run again. (go-plugin ignores SIGINT.)
+// It is caught rather than set to be ignored, which what the model starts
+// would inherit.
+func ignoreTerminate() {
+	terms := make(chan os.Signal, 1)
+	signal.Notify(terms, syscall.SIGTERM)
+	go func() {
+		for range terms {
+			fmt.Fprintf(os.Stderr, "SIGTERM ignored: a plugin is stopped by its worker, which the streamer server stops; signal the server (pid %d is the worker)\n", os.Getppid())
+		}
+	}()
 }
 
 // windowSize is the HTTP/2 flow control window. A fixed window also turns
