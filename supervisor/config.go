@@ -83,11 +83,11 @@ type Config struct {
 	// A worker killed by a batch restarts after BackoffMin: its batch is
 	// being dealt with. Defaults 20ms, 5s and 30s.
 	BackoffMin, BackoffMax, StableAfter time.Duration
-	// More than MaxRestarts restarts within RestartWindow mark a slot failed;
-	// when every slot has failed, Fatal reports it. Deaths while narrowing
-	// down a batch that already killed a worker count once that is over,
-	// and not at all if a bad item in the batch was found. Defaults 10 and
-	// 1m.
+	// A death after MaxRestarts restarts within RestartWindow marks a
+	// slot failed; when every slot has failed, Fatal reports it. Deaths
+	// while narrowing down a batch that already killed a worker count once
+	// that is over, and not at all if a bad item in the batch was found.
+	// Defaults 10 and 1m.
 	MaxRestarts   int
 	RestartWindow time.Duration
 	// UnavailableAfter: when no worker has been able to run for this long,
@@ -161,6 +161,10 @@ const (
 	MaxBatchSize = 1 << 16
 	// MaxWorkers is the most slots, in Config.Workers and SetWorkers.
 	MaxWorkers = 1024
+	// MaxPipelineDepth is the largest Config.PipelineDepth: each worker's
+	// queue of batches is sized by it, and no worker runs more than a few
+	// ahead usefully.
+	MaxPipelineDepth = 1024
 	// MinHeartbeatTimeout is the shortest ProcessConfig.HeartbeatTimeout:
 	// three of a worker's beats, one a second, so that one late beat does
 	// not kill a worker that is well.
@@ -200,6 +204,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.PipelineDepth <= 0 {
 		c.PipelineDepth = 2
+	}
+	if c.PipelineDepth > MaxPipelineDepth {
+		return fmt.Errorf("supervisor: PipelineDepth %d: want at most %d", c.PipelineDepth, MaxPipelineDepth)
 	}
 	if c.MaxQueue == 0 {
 		c.MaxQueue = 100 * c.BatchSize * c.Workers

@@ -119,6 +119,7 @@ func TestNewRefusesNegativesAndANilFunc(t *testing.T) {
 		{"a nil model.Func", supervisor.Config{InProcess: model.Func(nil)}, "nil model.Func"},
 		{"BatchSize", supervisor.Config{InProcess: echo, BatchSize: 1 << 30}, "BatchSize 1073741824: want at most 65536"},
 		{"Workers", supervisor.Config{InProcess: echo, Workers: 1 << 20}, "Workers 1048576: want at most 1024"},
+		{"PipelineDepth", supervisor.Config{InProcess: echo, PipelineDepth: 1 << 62}, "PipelineDepth 4611686018427387904: want at most 1024"},
 		{"HeartbeatTimeout", supervisor.Config{Process: supervisor.ProcessConfig{Path: "streamer", Model: model.Spec{Runner: "builtin"}, HeartbeatTimeout: 200 * time.Millisecond}},
 			"Process.HeartbeatTimeout 200ms: want at least 3s"},
 	} {

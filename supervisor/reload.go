@@ -163,7 +163,7 @@ func (s *Streamer) reloadSlot(ctx context.Context, i int, spec model.Spec) error
 		return err
 	}
 	old := s.slots[i]
-	oldPID := pidOf(old.w)
+	oldAttrs := oldWorkerAttrs(old.w)
 	s.slots[i] = fresh
 	s.spec = spec
 	// The crash rate the hunts judge by was the old model's: the new one
@@ -173,7 +173,7 @@ func (s *Streamer) reloadSlot(ctx context.Context, i int, spec model.Spec) error
 	fresh.readyLocked(w)
 	stop := s.retireLocked(old)
 	s.mu.Unlock()
-	s.log.Info("worker replaced", fresh.logAttrs(w, "old_pid", oldPID)...)
+	s.log.Info("worker replaced", fresh.logAttrs(w, oldAttrs...)...)
 	go fresh.run(w, nil)
 	if stop != nil {
 		old.stopRetired(stop)
@@ -260,7 +260,8 @@ func (s *Streamer) removeSlots(ctx context.Context, n int) error {
 		stops[i] = s.retireLocked(sl)
 	}
 	allFailed := s.allFailedLocked()
-	lastErr := s.slots[n-1].lastErr
+	last := s.slots[n-1]
+	lastErr, deaths := last.lastErr, len(last.recent)
 	s.mu.Unlock()
 	for i, sl := range gone {
 		s.log.Info("draining slot", sl.logAttrs(stops[i], "reason", "scaled down")...)
@@ -271,7 +272,7 @@ func (s *Streamer) removeSlots(ctx context.Context, n int) error {
 	s.signal()
 	if allFailed {
 		s.log.Error("the slots left after scaling down have all been given up; nothing can run", "workers", n)
-		s.giveUp(lastErr)
+		s.giveUp(lastErr, deaths)
 	}
 	for _, sl := range gone {
 		if err := waitRetired(ctx, sl); err != nil {
@@ -427,9 +428,12 @@ func waitRetired(ctx context.Context, sl *slot) error {
 	}
 }
 
-func pidOf(w worker) any {
+// oldWorkerAttrs are the log attributes naming the worker a reload
+// replaced: none when it had none (its slot was given up, or between
+// restarts).
+func oldWorkerAttrs(w worker) []any {
 	if w == nil {
 		return nil
 	}
-	return w.pid()
+	return []any{"old_pid", w.pid()}
 }

@@ -186,10 +186,10 @@ func (sl *slot) start() (worker, error) {
 	case isClosed(sl.s.stopping) || isClosed(sl.quit):
 		// Stopped on the way, as asked: no failure of the worker.
 		err = fmt.Errorf("slot %d: %w", sl.id, err)
-		sl.s.log.Info("worker start given up: the slot is stopping", "slot", sl.id, "device", sl.cuda, "err", err)
+		sl.s.log.Info("worker start given up: the slot is stopping", sl.logAttrs(nil, "err", err)...)
 	default:
 		err = fmt.Errorf("slot %d: %w", sl.id, err)
-		sl.s.log.Error("worker failed to start", "slot", sl.id, "device", sl.cuda, "err", err)
+		sl.s.log.Error("worker failed to start", sl.logAttrs(nil, "err", err)...)
 		sl.s.mu.Lock()
 		sl.startErr = err.Error()
 		sl.s.mu.Unlock()
@@ -683,8 +683,9 @@ func (sl *slot) noteCrash(err error, cause crashCause, hunt *firstCrash) {
 }
 
 // backoff waits before the next start. It returns false when the slot must
-// not start again: the streamer is stopping, or the slot restarted more than
-// MaxRestarts times within RestartWindow. That is checked here, after a
+// not start again: the streamer is stopping, or the slot's worker died
+// more than MaxRestarts times within RestartWindow (once more after as
+// many restarts). That is checked here, after a
 // death or a failed start, and nowhere else: deaths that a hunt counts
 // when it ends (see huntOverLocked) give a slot up at its next one. A slot
 // whose worker stopped with the streamer is not given up, whatever its
@@ -705,7 +706,7 @@ func (sl *slot) backoff() bool {
 		s.log.Error("slot is crash-looping; giving up on it", sl.logAttrs(nil, "restarts", len(sl.recent), "window", s.cfg.RestartWindow, "err", lastErr)...)
 		s.signal()
 		if allFailed {
-			s.giveUp(lastErr)
+			s.giveUp(lastErr, len(sl.recent))
 		}
 		return false
 	}
@@ -744,10 +745,10 @@ func (s *Streamer) allFailedLocked() bool {
 }
 
 // giveUp tells the owner, through Fatal, once, that every slot has been
-// given up, the last of them for lastErr.
-func (s *Streamer) giveUp(lastErr string) {
+// given up, the last of them after deaths within the window, for lastErr.
+func (s *Streamer) giveUp(lastErr string, deaths int) {
 	s.fatalOnce.Do(func() {
-		s.fatal <- fmt.Errorf("every slot restarted more than %d times within %s; last error: %s", s.cfg.MaxRestarts, s.cfg.RestartWindow, lastErr)
+		s.fatal <- fmt.Errorf("every slot given up: the last one's worker died %d times within %s, past the %d restarts allowed; last error: %s", deaths, s.cfg.RestartWindow, s.cfg.MaxRestarts, lastErr)
 	})
 }
 

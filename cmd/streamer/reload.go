@@ -20,7 +20,7 @@ import (
 
 // addAdminFlags adds the flags of the admin routes.
 func addAdminFlags(f *pflag.FlagSet, admin *bool) {
-	f.BoolVar(admin, "admin", false, "serve POST /admin/reload (replace the workers one by one, e.g. after the model changed on disk) and POST /admin/workers {\"workers\": N} (scale); off: those paths are 404. Anyone who reaches the API can then use them: protect it")
+	f.BoolVar(admin, "admin", false, "serve POST /admin/reload (replace the workers one by one, e.g. after the model changed on disk) and POST /admin/workers {\"workers\": N} (scale); off: those paths are 404. Needs --auth-token: a request without the token gets 401")
 }
 
 // adminFor is what serves the admin routes: st when they are on and there

@@ -120,7 +120,7 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f.DurationVar(&o.workerTimeout, "worker-timeout", 20*time.Second, "a batch running longer kills its worker (counted as a crash)")
 	f.DurationVar(&o.initTimeout, "init-timeout", 2*time.Minute, "longest a worker may take to start and initialise its model")
 	f.DurationVar(&o.grace, "grace", 30*time.Second, "on SIGTERM, how long admitted requests may take to finish before the rest are failed")
-	f.IntVar(&o.maxRestarts, "max-restarts", 10, "restarts of one slot within a minute after which the slot is given up (deaths a bad item explains, while the model answers other items, do not count); when every slot is given up the server exits 1")
+	f.IntVar(&o.maxRestarts, "max-restarts", 10, "restarts of one slot within a minute; a death past them gives the slot up (deaths a bad item explains, while the model answers other items, do not count); when every slot is given up the server exits 1")
 	f.DurationVar(&o.unavailableAfter, "unavailable-after", time.Second, "with no worker able to run for this long, new requests get 503 at once (and queued ones too unless a worker is starting)")
 	f.StringVar(&o.batching, "batching", "", "when an idle worker starts a batch that is not full: adaptive (waits a little for arriving items when its measured batch cost says a fuller batch pays) or greedy (at once) (default: adaptive)")
 	f.IntVar(&o.pipeline, "pipeline-depth", 2, "most batches one worker holds: the one it runs and those formed ahead (raise it for very fast models)")
@@ -699,8 +699,8 @@ func (o serveOptions) checkFlags() error {
 		return fmt.Errorf("--workers %d: want at most %d", o.workers, httpapi.MaxAdminWorkers)
 	case o.grace < 0:
 		return fmt.Errorf("--grace %s: must not be negative", o.grace)
-	case o.pipeline < 1:
-		return fmt.Errorf("--pipeline-depth %d: want at least 1", o.pipeline)
+	case o.pipeline < 1 || o.pipeline > supervisor.MaxPipelineDepth:
+		return fmt.Errorf("--pipeline-depth %d: want 1 to %d", o.pipeline, supervisor.MaxPipelineDepth)
 	case o.maxRestarts < 1:
 		return fmt.Errorf("--max-restarts %d: want at least 1", o.maxRestarts)
 	case o.maxBody < 1:
