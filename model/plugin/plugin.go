@@ -375,6 +375,10 @@ func (m *Model) roundTrip(ctx context.Context, items [][]byte) (*pluginpb.Predic
 	if err := m.checkID(got.resp.GetId(), id); err != nil {
 		return nil, m.breach(err)
 	}
+	if !m.echoesIDs {
+		s.retire()
+		m.batches = nil
+	}
 	return got.resp, nil
 }
 

@@ -66,6 +66,41 @@ func TestAnExtraAnswerGoesToNoBatch(t *testing.T) {
 	}
 }
 
+// TestALateExtraAnswerGoesToNoBatch: a plugin that answers a batch twice,
+// the second time while the next batch waits, never has that answer taken
+// for the next batch's: with ids, the id gives it away; without, each
+// batch went on a stream of its own, and the extra answer comes on the
+// first batch's. The next batch gets its own answer, or fails as the
+// plugin is killed for its breach.
+func TestALateExtraAnswerGoesToNoBatch(t *testing.T) {
+	for _, echoIDs := range []string{"yes", "no"} {
+		t.Run("echo-ids="+echoIDs, func(t *testing.T) {
+			crashed := make(chan error, 1)
+			m := openUnruly(t, echoIDs, crashed)
+			first := pack(t, "late:300ms")
+			if outs, err := m.Predict(context.Background(), first); err != nil || len(outs) != 1 || string(outs[0]) != string(first[0]) {
+				t.Fatalf("the batch answered twice: %x, %v; want its own first answer", outs, err)
+			}
+			next := pack(t, "next")
+			outs, err := m.Predict(context.Background(), next)
+			switch {
+			case err == nil && (len(outs) != 1 || string(outs[0]) != string(next[0])):
+				t.Fatalf("the next batch got %x, not its own answer", outs)
+			case err != nil && !errors.Is(err, ErrProtocol):
+				t.Errorf("the next batch failed with %v; want its answer, or the crash's error wrapping ErrProtocol", err)
+			}
+			select {
+			case err := <-crashed:
+				if !errors.Is(err, ErrProtocol) {
+					t.Errorf("Crashed got %v, want ErrProtocol", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the late extra answer was not noticed")
+			}
+		})
+	}
+}
+
 // TestAnAnswerWithAnotherBatchsIDIsRefused: the batch after one answered
 // twice gets an error, never the extra answer, even when it is sent before
 // the extra answer arrives.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/streamer-dev/streamer/model/plugin/pluginpb"
 )
@@ -78,4 +79,21 @@ func (s *batchStream) expect(id uint64) bool {
 // abandon ends the stream, whatever it still carries.
 func (s *batchStream) abandon() {
 	s.cancel()
+}
+
+// retiredLinger bounds how long a retired stream is read after its last
+// batch's answer: a plugin ends it when it sees the end of the batches,
+// and one that does not has it ended for it.
+const retiredLinger = 30 * time.Second
+
+// retire sends no more batches on the stream, whose batch has been
+// answered, and tells the plugin so; its reader goes on until the plugin
+// ends the stream (or retiredLinger has passed), and an answer it still
+// gets, which no batch waits for, is the plugin's breach as on a stream
+// in use. A plugin that does not echo ids has each batch on a stream of
+// its own: on a shared one, an answer it sent twice, late, would be taken
+// for the next batch's.
+func (s *batchStream) retire() {
+	_ = s.stream.CloseSend()
+	time.AfterFunc(retiredLinger, s.cancel)
 }

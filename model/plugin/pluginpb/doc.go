@@ -64,7 +64,10 @@
 //
 // Each PredictRequest carries an id, and its answer echoes it. A plugin that
 // echoes ids has each answer checked against its batch; one that never does
-// (built before ids were added) is answered by order. Either way, an answer
+// (built before ids were added) is answered by order, and sent each batch on
+// a Predict stream of its own, which the worker closes once the batch is
+// answered, so that an answer sent twice cannot pass for the next batch's.
+// Either way, an answer
 // that arrives when no batch waits for one, or that carries another batch's
 // id, kills the plugin as a crash of its worker: its callers must never get
 // another batch's results.

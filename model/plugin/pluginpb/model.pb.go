@@ -153,7 +153,8 @@ type PredictRequest struct {
 	Items [][]byte `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
 	// id numbers the batch, from 1 up; the answer echoes it. It was added
 	// within protocol version 1: a plugin that leaves the answer's id at 0 is
-	// still answered by order alone.
+	// still answered by order alone, and is sent each batch on a stream of
+	// its own, closed once answered.
 	Id            uint64 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

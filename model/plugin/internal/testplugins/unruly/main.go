@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	goplugin "github.com/hashicorp/go-plugin"
 	"github.com/vmihailenco/msgpack/v5"
@@ -50,7 +51,7 @@ func (s *server) Predict(stream pluginpb.Model_PredictServer) error {
 		if s.echoIDs {
 			resp.Id = req.GetId()
 		}
-		answers := 1
+		answers, late := 1, time.Duration(0)
 		for _, item := range req.GetItems() {
 			var trigger string
 			_ = msgpack.Unmarshal(item, &trigger)
@@ -67,11 +68,17 @@ func (s *server) Predict(stream pluginpb.Model_PredictServer) error {
 				resp.ItemErrors = map[uint32]string{0: ""}
 			case "double":
 				answers = 2
+			case "late": // answers, then again after the duration
+				late, _ = time.ParseDuration(arg)
+				answers = 2
 			case "wrong-id":
 				resp.Id = req.GetId() + 100
 			}
 		}
-		for range answers {
+		for i := range answers {
+			if i > 0 {
+				time.Sleep(late)
+			}
 			if err := stream.Send(resp); err != nil {
 				return err
 			}
