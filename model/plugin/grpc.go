@@ -25,12 +25,14 @@ func (grpcPlugin) GRPCServer(*goplugin.GRPCBroker, *grpc.Server) error {
 // GRPCClient returns the connection to the model service. go-plugin cancels
 // ctx when the plugin process exits.
 func (grpcPlugin) GRPCClient(ctx context.Context, _ *goplugin.GRPCBroker, cc *grpc.ClientConn) (any, error) {
-	return &conn{rpc: pluginpb.NewModelClient(cc), exited: ctx.Done()}, nil
+	return &conn{rpc: pluginpb.NewModelClient(cc), cc: cc, exited: ctx.Done()}, nil
 }
 
-// conn is what the host dispenses: the service and the process's end.
+// conn is what the host dispenses: the service, its connection and the
+// process's end.
 type conn struct {
 	rpc    pluginpb.ModelClient
+	cc     *grpc.ClientConn
 	exited <-chan struct{}
 }
 

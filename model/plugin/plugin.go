@@ -40,6 +40,7 @@ import (
 	"github.com/hashicorp/go-plugin/runner"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
 	"github.com/streamer-dev/streamer/model"
@@ -121,6 +122,7 @@ type Model struct {
 	cmd     *exec.Cmd
 	runner  *procRunner
 	rpc     pluginpb.ModelClient
+	cc      *grpc.ClientConn
 	exited  <-chan struct{} // closed when the plugin process has exited
 	release func()          // lets the thread that started the plugin go
 	outputs []*lineWriter
@@ -223,7 +225,7 @@ func (m *Model) start(path string) error {
 		m.kill()
 		return m.startError(err)
 	}
-	m.rpc, m.exited = conn.rpc, conn.exited
+	m.rpc, m.cc, m.exited = conn.rpc, conn.cc, conn.exited
 	return nil
 }
 
@@ -408,13 +410,40 @@ func (m *Model) callError(ctx context.Context, call string, err error) error {
 	case code == codes.DeadlineExceeded:
 		// The plugin's side saw ctx's deadline pass a moment before ctx did.
 		return fmt.Errorf("plugin %s: %s: %w", m.name, call, context.DeadlineExceeded)
-	case code == codes.Unavailable || m.hasExited() || m.ending.Load():
+	case m.hasExited() || m.ending.Load() || code == codes.Unavailable && m.unreachable():
 		// A call cut short as the plugin is killed (its stream's reader
 		// found it in breach) is the crash's too: the batch is retried
 		// elsewhere, as after any crash, not failed.
 		return m.crash(err)
 	}
 	return fmt.Errorf("plugin %s: %s: %s", m.name, call, capText(status.Convert(err).Message()))
+}
+
+// unavailableGrace is how long a call's UNAVAILABLE waits for the plugin's
+// end or its connection's to show before it is taken for the plugin's own
+// answer.
+const unavailableGrace = 250 * time.Millisecond
+
+// unreachable reports whether a call that failed UNAVAILABLE failed for
+// the connection: the plugin exited, or the connection left READY, within
+// unavailableGrace. A plugin that answers UNAVAILABLE itself (a backend of
+// its own busy) is alive and connected: its batch fails with its message,
+// rather than its items be taken for ones that crash the model.
+func (m *Model) unreachable() bool {
+	if m.cc == nil {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), unavailableGrace)
+	defer cancel()
+	for {
+		state := m.cc.GetState()
+		if state != connectivity.Ready || m.hasExited() {
+			return true
+		}
+		if !m.cc.WaitForStateChange(ctx, state) {
+			return m.hasExited()
+		}
+	}
 }
 
 // maxErrorText bounds the text of an error a plugin gives: it goes to every

@@ -134,3 +134,22 @@ func TestAnAnswerWithAnotherBatchsIDIsRefused(t *testing.T) {
 		}
 	})
 }
+
+// TestAPluginsOwnUnavailableFailsItsBatch: a live plugin that fails a
+// batch with UNAVAILABLE (a backend of its own busy) fails that batch with
+// its message, as with any other code; it is no crash, which would have
+// its items taken for ones that kill the model. The next batch is served.
+func TestAPluginsOwnUnavailableFailsItsBatch(t *testing.T) {
+	crashed := make(chan error, 1)
+	m := openUnruly(t, "yes", crashed)
+	_, err := m.Predict(context.Background(), pack(t, "status:14"))
+	if err == nil || errors.Is(err, ErrExited) || !strings.Contains(err.Error(), "failing the stream with code 14") {
+		t.Fatalf("a batch the plugin failed with UNAVAILABLE: %v; want its message, and no crash", err)
+	}
+	select {
+	case err := <-crashed:
+		t.Fatalf("the plugin was taken for crashed: %v", err)
+	default:
+	}
+	assertServes(t, m)
+}

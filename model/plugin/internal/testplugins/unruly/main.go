@@ -27,6 +27,8 @@ import (
 	goplugin "github.com/hashicorp/go-plugin"
 	"github.com/vmihailenco/msgpack/v5"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/streamer-dev/streamer/model/plugin/pluginpb"
 )
@@ -73,6 +75,9 @@ func (s *server) Predict(stream pluginpb.Model_PredictServer) error {
 				answers = 2
 			case "wrong-id":
 				resp.Id = req.GetId() + 100
+			case "status": // fails the stream with that gRPC code
+				code, _ := strconv.Atoi(arg)
+				return status.Errorf(codes.Code(code), "unruly: failing the stream with code %d", code)
 			}
 		}
 		for i := range answers {
