@@ -212,6 +212,10 @@ func (d *decoder) message() (Message, error) {
 		if m.TTLs, err = d.ints(); err != nil {
 			return m, fmt.Errorf("ttls: %w", err)
 		}
+		if len(m.TTLs) != 0 && len(m.TTLs) != len(m.Items) {
+			// One per item or none: a worker reads item i's by its index.
+			return m, fmt.Errorf("ttls: %d for %d items", len(m.TTLs), len(m.Items))
+		}
 		if m.Expired, err = d.indices(len(m.Items)); err != nil {
 			return m, fmt.Errorf("expired: %w", err)
 		}

@@ -532,6 +532,25 @@ func TestBadExpiredIndicesAreCorrupt(t *testing.T) {
 	}
 }
 
+// TestTTLsOtherThanOneAnItemAreCorrupt: a batch carries a time to live
+// for each item or none; a worker reads item i's by its index, and would
+// trip over one past the items.
+func TestTTLsOtherThanOneAnItemAreCorrupt(t *testing.T) {
+	for _, tc := range []struct {
+		items int
+		ttls  []int64
+	}{{1, []int64{0, 1}}, {2, []int64{5, 5, 5}}, {2, []int64{5}}} {
+		var buf bytes.Buffer
+		m := ipc.Message{Kind: ipc.KindBatch, BatchID: 1, Items: make([][]byte, tc.items), TTLs: tc.ttls}
+		if err := ipc.NewWriter(&buf, 0).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ipc.Decode(buf.Bytes()[4:]); !errors.Is(err, ipc.ErrCorruptFrame) || !strings.Contains(err.Error(), "ttls") {
+			t.Errorf("%d items, TTLs %v: decoded with %v, want ErrCorruptFrame naming the ttls", tc.items, tc.ttls, err)
+		}
+	}
+}
+
 // TestDecodeReadsOlderVersions: a worker of an older version must be told
 // apart by the Version it reports, not fail as a corrupt frame, so its
 // eight-field (version 2) and six-field (version 1) messages are read.
