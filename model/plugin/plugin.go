@@ -279,10 +279,14 @@ func (m *Model) startError(err error) error {
 	case m.runner.overlongLine() > 0:
 		did = fmt.Sprintf("it printed a line of more than %d KiB on stdout, starting %q, instead of a handshake", maxHandshakeLine>>10, strings.TrimPrefix(msg, "Unrecognized remote plugin message: "))
 	case strings.HasPrefix(msg, "Unrecognized remote plugin message: "):
-		if printed := strings.TrimPrefix(msg, "Unrecognized remote plugin message: "); printed != "" {
+		printed := strings.TrimPrefix(msg, "Unrecognized remote plugin message: ")
+		switch {
+		case printed != "":
 			did = fmt.Sprintf("it printed %q instead of a handshake", printed)
-		} else {
+		case strings.Contains(err.Error(), "Failed to read any lines"):
 			did = "it exited before the handshake, or closed its stdout"
+		default: // go-plugin trims the line it read
+			did = "it printed an empty line instead of a handshake"
 		}
 	case strings.Contains(msg, "exited before we could connect"):
 		did = "it exited before the handshake"
@@ -365,6 +369,9 @@ func (m *Model) roundTrip(ctx context.Context, items [][]byte) (*pluginpb.Predic
 	got := <-s.answers
 	if err == nil || errors.Is(err, io.EOF) {
 		err = got.err
+	}
+	if errors.Is(err, io.EOF) {
+		err = fmt.Errorf("it ended its Predict stream without answering batch %d", id)
 	}
 	if !stopWatch() {
 		err = ctx.Err()

@@ -254,6 +254,10 @@ func TestStartErrors(t *testing.T) {
 	chatty := filepath.Join(dir, "chatty")
 	writeFile(t, notExec, "#!/bin/sh\n", 0o644)
 	writeFile(t, chatty, "#!/bin/sh\necho hello, I am no plugin\nsleep 30\n", 0o755)
+	blank := filepath.Join(dir, "blank")
+	writeFile(t, blank, "#!/bin/sh\necho\nsleep 30\n", 0o755)
+	closes := filepath.Join(dir, "closes")
+	writeFile(t, closes, "#!/bin/sh\nexec >&-\nsleep 30\n", 0o755)
 	trueBin, err := exec.LookPath("true")
 	if err != nil {
 		t.Skip("no true binary")
@@ -269,6 +273,8 @@ func TestStartErrors(t *testing.T) {
 		{"not executable", notExec, nil, []string{"not-executable", "is not executable"}},
 		{"exits at once", trueBin, ErrHandshake, []string{trueBin, "exited before the handshake", "want a streamer model plugin", "STREAMER_PLUGIN"}},
 		{"prints something else", chatty, ErrHandshake, []string{chatty, `printed "hello, I am no plugin" instead of a handshake`, "want a streamer model plugin"}},
+		{"prints an empty line", blank, ErrHandshake, []string{blank, "printed an empty line instead of a handshake"}},
+		{"closes its stdout", closes, ErrHandshake, []string{closes, "exited before the handshake, or closed its stdout"}},
 		{"prints nothing", bin("silent"), ErrHandshake, []string{bin("silent"), "printed no handshake within 700ms"}},
 		{"wrong protocol version", bin("wrongversion"), ErrHandshake, []string{bin("wrongversion"), "Plugin version: 99", "want streamer plugin protocol version 1"}},
 	}

@@ -153,3 +153,16 @@ func TestAPluginsOwnUnavailableFailsItsBatch(t *testing.T) {
 	}
 	assertServes(t, m)
 }
+
+// TestAStreamEndedUnansweredSaysSo: a plugin that ends its Predict stream
+// without answering fails that batch saying so, not with a bare EOF, and
+// serves the next on a new stream.
+func TestAStreamEndedUnansweredSaysSo(t *testing.T) {
+	m := openUnruly(t, "yes", make(chan error, 1))
+	assertServes(t, m)
+	_, err := m.Predict(context.Background(), pack(t, "end"))
+	if err == nil || !strings.Contains(err.Error(), "ended its Predict stream without answering batch 2") {
+		t.Fatalf("a batch whose stream the plugin ended: %v; want an error saying so", err)
+	}
+	assertServes(t, m)
+}

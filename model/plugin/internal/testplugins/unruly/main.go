@@ -75,6 +75,8 @@ func (s *server) Predict(stream pluginpb.Model_PredictServer) error {
 				answers = 2
 			case "wrong-id":
 				resp.Id = req.GetId() + 100
+			case "end": // ends the stream without an answer
+				return nil
 			case "status": // fails the stream with that gRPC code
 				code, _ := strconv.Atoi(arg)
 				return status.Errorf(codes.Code(code), "unruly: failing the stream with code %d", code)
