@@ -298,3 +298,21 @@ func TestNewRefusesWorkerProcessesInAProcessStartedAsAWorker(t *testing.T) {
 		t.Fatalf("New with an in-process model in a process started as a worker: %v", err)
 	}
 }
+
+// A worker whose model is still opening at the init timeout fails its
+// start saying so, and naming the runner.
+func TestAWorkerPastTheInitTimeoutSaysWhy(t *testing.T) {
+	cfg := processConfig("chaos:init-delay=30s", 1, 1)
+	cfg.InitTimeout = 300 * time.Millisecond
+	s, err := supervisor.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = s.Start(ctx)
+	defer shutdown(t, s)
+	if want := "worker did not become ready within 300ms, the init timeout: its chaos model was still opening"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Start: %v; want an error saying %q", err, want)
+	}
+}

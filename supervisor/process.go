@@ -159,7 +159,7 @@ func (p *process) awaitReady(abandon <-chan struct{}, r *ipc.Reader) error {
 		case <-handshake.C:
 			err = fmt.Errorf("%w: %s said nothing on the worker pipe within %s (a worker binary's main calls workerproc.Main)", ErrNotWorker, p.cmd.Path, s.cfg.Process.HandshakeTimeout)
 		case <-timer.C:
-			err = fmt.Errorf("worker did not become ready within %s", s.cfg.InitTimeout)
+			err = fmt.Errorf("worker did not become ready within %s, the init timeout: its %s model was still opening", s.cfg.InitTimeout, p.sl.spec.Runner)
 		case <-s.stopping:
 			err = ErrShuttingDown
 		case <-abandon:
