@@ -334,6 +334,10 @@ func (s *Streamer) Shutdown(ctx context.Context) error {
 	started := s.started.Load()
 	s.mu.Unlock()
 	if !started {
+		// Start now refuses: it is shut down, for WaitModel too.
+		if s.shutdownBegun.CompareAndSwap(false, true) {
+			close(s.shutDown)
+		}
 		return nil
 	}
 	if s.shutdownBegun.CompareAndSwap(false, true) {
@@ -361,12 +365,6 @@ func (s *Streamer) Shutdown(ctx context.Context) error {
 // taken its batch just as it was killed may only then begin. With worker
 // processes there are no such calls: WaitModel returns once Shutdown has.
 func (s *Streamer) WaitModel(ctx context.Context) error {
-	s.mu.Lock()
-	neverStarted := s.draining.Load() && !s.started.Load() // and never will be
-	s.mu.Unlock()
-	if neverStarted {
-		return nil
-	}
 	select {
 	case <-s.shutDown:
 	case <-ctx.Done():

@@ -315,4 +315,18 @@ func TestAWorkerPastTheInitTimeoutSaysWhy(t *testing.T) {
 	if want := "worker did not become ready within 300ms, the init timeout: its chaos model was still opening"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("Start: %v; want an error saying %q", err, want)
 	}
+
+	// One that never said hello was never sent the model.
+	s, err = supervisor.New(supervisor.Config{
+		InitTimeout: 300 * time.Millisecond,
+		Process:     supervisor.ProcessConfig{Model: model.Spec{Runner: "echo"}, Path: "/bin/sh", Args: []string{"-c", "exec sleep 60"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Start(ctx)
+	defer shutdown(t, s)
+	if want := "said nothing on the worker pipe within 300ms, the init timeout"; !errors.Is(err, supervisor.ErrNotWorker) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Start of a binary silent past the init timeout: %v; want ErrNotWorker saying %q", err, want)
+	}
 }

@@ -198,12 +198,19 @@ func TestWaitModelWaitsForAbandonedCalls(t *testing.T) {
 		t.Fatalf("WaitModel once the call returned: %v", err)
 	}
 
+	// A streamer shut down before it started: WaitModel waiting already
+	// returns, as does one called after.
 	never, err := supervisor.New(supervisor.Config{InProcess: m})
 	if err != nil {
 		t.Fatal(err)
 	}
+	waited := make(chan error, 1)
+	go func() { waited <- never.WaitModel(long) }()
 	if err := never.Shutdown(long); err != nil {
 		t.Fatal(err)
+	}
+	if err := <-waited; err != nil {
+		t.Fatalf("WaitModel waiting as a streamer was shut down before it started: %v", err)
 	}
 	if err := never.WaitModel(long); err != nil {
 		t.Fatalf("WaitModel of a streamer shut down before it started: %v", err)

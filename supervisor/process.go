@@ -160,6 +160,9 @@ func (p *process) awaitReady(abandon <-chan struct{}, r *ipc.Reader) error {
 			err = fmt.Errorf("%w: %s said nothing on the worker pipe within %s (a worker binary's main calls workerproc.Main)", ErrNotWorker, p.cmd.Path, s.cfg.Process.HandshakeTimeout)
 		case <-timer.C:
 			err = fmt.Errorf("worker did not become ready within %s, the init timeout: its %s model was still opening", s.cfg.InitTimeout, p.sl.spec.Runner)
+			if helloed != nil { // no Hello yet: it was never sent the model
+				err = fmt.Errorf("%w: %s said nothing on the worker pipe within %s, the init timeout (a worker binary's main calls workerproc.Main)", ErrNotWorker, p.cmd.Path, s.cfg.InitTimeout)
+			}
 		case <-s.stopping:
 			err = ErrShuttingDown
 		case <-abandon:
