@@ -104,7 +104,13 @@ func supervisorFrame() (int, error) {
 // the model anew while the server drains, or one restart of
 // --max-restarts spent. The signals are caught rather than set to be
 // ignored, which a model's own processes (a plugin) would inherit.
+//
+// Once the supervisor is gone (this process has another parent: where no
+// parent-death signal killed it with the supervisor, or under a
+// supervisor of another make), nothing would stop it: SIGTERM and SIGINT
+// then end it as they would any process.
 func ignoreSignals(log *slog.Logger) (stop func()) {
+	supervisor := os.Getppid()
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
 	var lines repeats.Lines // a storm of them logs a line now and then
@@ -115,6 +121,12 @@ func ignoreSignals(log *slog.Logger) (stop func()) {
 			case <-done:
 				return
 			case sig := <-signals:
+				if sig != syscall.SIGHUP && os.Getppid() != supervisor {
+					log.Warn("the supervisor is gone: ending on the signal", "signal", sig.String(), "supervisor_pid", supervisor)
+					signal.Reset(sig)
+					_ = syscall.Kill(os.Getpid(), sig.(syscall.Signal))
+					continue
+				}
 				logIgnored(log, &lines, sig)
 			}
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -103,6 +104,59 @@ func TestSIGTERMToTheServerAndItsWorkersAnswersWhatRuns(t *testing.T) {
 	if strings.Contains(logs, "worker died") {
 		t.Errorf("the worker died of a signal meant for the server:\n%s", logs)
 	}
+}
+
+// TestAnOrphanedWorkerEndsOnSIGTERM: a worker whose supervisor is gone
+// (no parent-death signal took it along: outside Linux, or under a
+// supervisor of another make) is stopped by nobody, so SIGTERM ends it
+// as it ends any process, rather than be ignored as it is while its
+// supervisor lives.
+func TestAnOrphanedWorkerEndsOnSIGTERM(t *testing.T) {
+	toWorker, workerIn, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromWorker, workerOut, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer toWorker.Close()
+	defer workerIn.Close()
+	defer fromWorker.Close()
+	defer workerOut.Close()
+	// A shell in the supervisor's place starts the worker, says its pid,
+	// and exits when told.
+	shell := exec.Command("/bin/sh", "-c", `"$0" worker & echo $!; read gone || exit 0`, streamerBin)
+	shell.Env = append(os.Environ(), ipc.WorkerEnv+"="+ipc.WorkerCookie)
+	shell.ExtraFiles = []*os.File{toWorker, workerOut}
+	release, err := shell.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := shell.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := shell.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if _, err := fmt.Fscan(out, &pid); err != nil {
+		t.Fatalf("read the worker's pid: %v", err)
+	}
+	defer syscall.Kill(pid, syscall.SIGKILL)
+	// Its Hello: it serves, its signals caught, under the shell.
+	if msg, err := ipc.NewReader(fromWorker, 0).Read(); err != nil || msg.Kind != ipc.KindHello {
+		t.Fatalf("the worker's first frame: %v, %v; want its Hello", msg.Kind, err)
+	}
+	release.Close()
+	if err := shell.Wait(); err != nil {
+		t.Fatalf("the shell: %v", err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, fmt.Sprintf("worker %d, its supervisor gone, to end on SIGTERM", pid), 10*time.Second, func() bool { return processGone(pid) })
 }
 
 // readmeHangup is the pattern the README's `pkill -HUP -f` gives to

@@ -59,13 +59,22 @@ func Serve(m Model) {
 // that died of a SIGTERM sent to every process of the service would die
 // as a crash, its worker's batches run again. (go-plugin ignores SIGINT.)
 // It is caught rather than set to be ignored, which what the model starts
-// would inherit.
+// would inherit. Once its worker is gone (it has another parent), nothing
+// would stop it: SIGTERM then ends it.
 func ignoreTerminate() {
+	worker := os.Getppid()
 	terms := make(chan os.Signal, 1)
 	signal.Notify(terms, syscall.SIGTERM)
 	go func() {
 		for range terms {
-			fmt.Fprintf(os.Stderr, "SIGTERM ignored: a plugin is stopped by its worker, which the streamer server stops; signal the server (pid %d is the worker)\n", os.Getppid())
+			if os.Getppid() != worker {
+				signal.Reset(syscall.SIGTERM)
+				if self, err := os.FindProcess(os.Getpid()); err == nil {
+					_ = self.Signal(syscall.SIGTERM)
+				}
+				continue
+			}
+			fmt.Fprintf(os.Stderr, "SIGTERM ignored: a plugin is stopped by its worker, which the streamer server stops; signal the server (pid %d is the worker)\n", worker)
 		}
 	}()
 }
