@@ -87,10 +87,22 @@ func discardUnread(w http.ResponseWriter, r *http.Request, limit int64) {
 		// Corrupt chunking, a read timeout, a client gone: where the body
 		// ends is unknown, and what follows on the wire must not be read
 		// as the connection's next request. Full duplex skips net/http's
-		// own check, which would close the connection here; aborting does,
-		// after the answer sent whole above (it has its Content-Length).
-		panic(http.ErrAbortHandler)
+		// own check, which would close the connection here.
+		closeConnection(w)
 	}
+}
+
+// closeConnection closes the connection of w, whose answer has been sent
+// whole (flushed, with its Content-Length). It takes the connection from
+// net/http to close it; where w cannot give it up (a wrapper that hides
+// it), it aborts the handler, which has net/http close it, unless a
+// middleware swallows the panic.
+func closeConnection(w http.ResponseWriter) {
+	if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+		_ = conn.Close()
+		return
+	}
+	panic(http.ErrAbortHandler)
 }
 
 // expectsContinue reports whether the request's client waits for 100

@@ -252,6 +252,8 @@ func TestABodyThatCannotBeReadEndsItsConnection(t *testing.T) {
 			rawPost("/predict", "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n") + "zz\r\n", false, http.StatusBadRequest},
 		{"chunked, a bad chunk size, no token", RequireToken("s3cret", api), unreadTimeout,
 			rawPost("/predict", "Transfer-Encoding: chunked\r\n") + "zz\r\n", false, http.StatusUnauthorized},
+		{"chunked, a bad chunk size, behind a middleware that swallows panics", swallowPanics(api), unreadTimeout,
+			rawPost("/predict", "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n") + "zz\r\n", false, http.StatusBadRequest},
 		{"a large body that stalls past the read timeout", api, 300 * time.Millisecond,
 			rawPost("/predict", fmt.Sprintf("Content-Type: application/json\r\nContent-Length: %d\r\n", smallBody+1)) + "{", true, http.StatusRequestTimeout},
 	} {
@@ -293,4 +295,13 @@ func TestABodyThatCannotBeReadEndsItsConnection(t *testing.T) {
 			}
 		})
 	}
+}
+
+// swallowPanics is a middleware of a kind common in programs that embed
+// the handler: it recovers every panic and carries on.
+func swallowPanics(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() { _ = recover() }()
+		h.ServeHTTP(w, r)
+	})
 }
