@@ -383,8 +383,9 @@ func TestSecurityTLSServesAndReloadsOnSIGHUP(t *testing.T) {
 	if _, err := servedSerial(s.addr, x509.NewCertPool()); err == nil {
 		t.Error("a client trusting no CA completed the handshake")
 	}
-	if status, body, err := s.get("/readyz"); err == nil && status == http.StatusOK {
-		t.Errorf("plain http to the TLS port got 200 (%s)", body)
+	// Plain http to the TLS port is told so, in plain http.
+	if status, body, err := s.get("/readyz"); err != nil || status != http.StatusBadRequest || !strings.Contains(string(body), "this port serves HTTPS") {
+		t.Errorf("plain http to the TLS port: %d %q, %v; want 400 saying the port serves HTTPS", status, body, err)
 	}
 
 	writeCertPair(t, dir, secondCA, 202)

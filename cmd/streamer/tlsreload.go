@@ -7,9 +7,11 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"sync/atomic"
+	"time"
 )
 
 // certificate is the server's TLS certificate, read from its files at start
@@ -100,7 +102,51 @@ func describeLeaf(leaf *x509.Certificate) []any {
 // takes effect for the connections made after it.
 func (c *certificate) listen(l net.Listener) net.Listener {
 	c.log.Info("serving HTTPS", append([]any{"cert", c.certFile}, describeLeaf(c.current.Load().Leaf)...)...)
-	return tls.NewListener(l, c.config())
+	return httpsListener{tls.NewListener(l, c.config())}
+}
+
+// httpsListener hands out TLS connections that tell a client speaking
+// plain HTTP to them so. net/http does that only on a connection it sees
+// as a *tls.Conn, which the connection cap's wrapper hides from it.
+type httpsListener struct{ net.Listener }
+
+func (l httpsListener) Accept() (net.Conn, error) {
+	conn, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &httpsConn{Conn: conn.(*tls.Conn)}, nil
+}
+
+// httpsConn is a TLS connection whose handshake, on finding a plain HTTP
+// request where a TLS record should be, answers 400 in plain HTTP and
+// closes the connection.
+type httpsConn struct{ *tls.Conn }
+
+// plainHTTPAnswer is the answer to a plain HTTP request on the TLS port.
+const plainHTTPAnswer = "HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n" +
+	"this port serves HTTPS: send the request to https://\n"
+
+func (c *httpsConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	var header tls.RecordHeaderError
+	if err != nil && errors.As(err, &header) && header.Conn != nil && looksLikeHTTP(header.RecordHeader[:]) {
+		_ = header.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = io.WriteString(header.Conn, plainHTTPAnswer)
+		_ = header.Conn.Close()
+	}
+	return n, err
+}
+
+// looksLikeHTTP reports whether the first five bytes of a connection are
+// those of a plain HTTP request's method.
+func looksLikeHTTP(start []byte) bool {
+	for _, method := range []string{"GET /", "HEAD ", "POST ", "PUT /", "DELET", "OPTIO", "PATCH"} {
+		if string(start) == method {
+			return true
+		}
+	}
+	return false
 }
 
 // config is the TLS configuration of a server of the current certificate:
