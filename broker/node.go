@@ -32,6 +32,8 @@ type NodeConfig struct {
 	// to hold at once, running or queued on its workers: about what they
 	// can run soon (workers × batch size × pipeline depth). What waits on
 	// its own stream (the callers it just answered) may come beyond it.
+	// It is for the workers the Streamer has when the node is made, and
+	// follows their number in proportion as SetWorkers changes it.
 	// Zero means 128.
 	Capacity int
 	// Name is the node's consumer name in the group; empty means
@@ -58,8 +60,11 @@ type Node struct {
 	k     keys
 	own   string // the node's own stream
 	s     *supervisor.Streamer
-	clock *clock // Redis's, for the times front ends and nodes read (see clock)
-	probe probe  // whether the Redis can serve at all
+	// workersAtStart is the Streamer's workers when the node was made,
+	// for which cfg.Capacity is given (see capacity).
+	workersAtStart int
+	clock          *clock // Redis's, for the times front ends and nodes read (see clock)
+	probe          probe  // whether the Redis can serve at all
 
 	mu   sync.Mutex
 	held map[entry]time.Time // the items held, since when they were last claimed by us
@@ -256,16 +261,17 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	k := newKeys(cfg.Prefix)
 	n := &Node{
 		cfg: cfg, rdb: rdb, where: where, k: k, own: k.nodeItems(cfg.Name), s: cfg.Streamer, token: randomHex(8), born: time.Now(),
-		clock:    &clock{skew: cfg.skew, log: cfg.Logger},
-		held:     map[entry]time.Time{},
-		lostOn:   map[string]bool{},
-		claimAt:  map[string]string{},
-		room:     make(chan struct{}, 1),
-		beatSoon: make(chan struct{}, 1),
-		posted:   make(chan struct{}, 1),
-		stop:     make(chan struct{}),
-		stopped:  make(chan struct{}),
-		left:     make(chan struct{}),
+		workersAtStart: max(cfg.Streamer.Workers(), 1),
+		clock:          &clock{skew: cfg.skew, log: cfg.Logger},
+		held:           map[entry]time.Time{},
+		lostOn:         map[string]bool{},
+		claimAt:        map[string]string{},
+		room:           make(chan struct{}, 1),
+		beatSoon:       make(chan struct{}, 1),
+		posted:         make(chan struct{}, 1),
+		stop:           make(chan struct{}),
+		stopped:        make(chan struct{}),
+		left:           make(chan struct{}),
 	}
 	empty := map[string]time.Time{}
 	n.poison.Store(&empty)
@@ -443,9 +449,18 @@ func (n *Node) join(ctx context.Context) error {
 
 // free is how many more items the node may take now.
 func (n *Node) free() int {
+	capacity := n.capacity()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.cfg.Capacity - len(n.held)
+	return capacity - len(n.held)
+}
+
+// capacity is the most items the node holds: Capacity, for as many
+// workers as the Streamer has now. A node scaled up by SetWorkers reads
+// enough for its new workers to form whole batches; one scaled down no
+// more than its workers left can run soon.
+func (n *Node) capacity() int {
+	return max(n.cfg.Capacity*n.s.Workers()/n.workersAtStart, 1)
 }
 
 // readLoop reads new items while the node has room and its workers can run.
@@ -796,7 +811,7 @@ func (n *Node) recoverLost(ctx context.Context, want int) (more bool, err error)
 		}
 		pending, err := n.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
 			Stream: stream, Group: nodeGroup, Start: "-", End: "+",
-			Count: int64(2*n.cfg.Capacity + want), Consumer: n.cfg.Name,
+			Count: int64(2*n.capacity() + want), Consumer: n.cfg.Name,
 		}).Result()
 		switch {
 		case err != nil && redis.HasErrorPrefix(err, "NOGROUP"):

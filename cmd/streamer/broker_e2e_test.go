@@ -1576,3 +1576,50 @@ func oneItemHeld(t *testing.T, model string) (node, front *server, held <-chan p
 	waitFor(t, "the node to hold the item", brokerWait, func() bool { return len(redisPending(t, rs, name)) == 1 })
 	return node, front, held
 }
+
+// TestBrokerANodeScaledUpReadsForItsNewWorkers: a node scaled up with
+// POST /admin/workers reads as many items as its new workers can run soon,
+// not only what its workers at start could (workers × batch × pipeline,
+// 8 here): otherwise its new workers get a share of the load, in small
+// batches.
+func TestBrokerANodeScaledUpReadsForItsNewWorkers(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	node := startBrokerNode(t, rs, "--model", "sleep:1s,0s", "--workers", "1", "--batch-size", "4", "--admin", "--auth-token", adminToken)
+	node.token = adminToken
+	front := startBrokerFront(t, rs, "--model", "sleep:1s,0s", "--batch-size", "4")
+	waitReadyz(t, front, http.StatusOK)
+	if status, answer := node.admin(t, "/admin/workers", `{"workers": 4}`); status != http.StatusOK {
+		t.Fatalf("POST /admin/workers to the node: %d %v", status, answer)
+	}
+	const clients = 32
+	answers := make(chan error, clients)
+	for i := range clients {
+		go func() {
+			p, err := predictWithin(front, brokerWait, 0, fmt.Sprint("item ", i))
+			if err == nil && p.Status != http.StatusOK {
+				err = fmt.Errorf("status %d: %s", p.Status, p.Error)
+			}
+			answers <- err
+		}()
+	}
+	most := 0
+	waitFor(t, "the scaled node to hold more items than its one worker could", brokerWait, func() bool {
+		var st struct {
+			Broker struct {
+				Node struct {
+					Held int `json:"held"`
+				} `json:"node"`
+			} `json:"broker"`
+		}
+		if status, body, err := node.get("/v1/stats"); err != nil || status != http.StatusOK || json.Unmarshal(body, &st) != nil {
+			return false
+		}
+		most = max(most, st.Broker.Node.Held)
+		return most > 8
+	})
+	for range clients {
+		if err := <-answers; err != nil {
+			t.Errorf("a request through the front end: %v", err)
+		}
+	}
+}
