@@ -436,27 +436,114 @@ func TestMetricsDuringAndAfterAReload(t *testing.T) {
 
 // On a front end behind Redis, whose /v1/stats has no queue-wait or compute
 // histograms (its nodes have them), the page still shows what there is.
-// (Before, it stopped at the empty histograms and showed nothing more.)
+// (Before, it stopped at the empty histograms and showed nothing more.) It
+// shows what `streamer status` does: what the front end knows of Redis,
+// and its own counts there, and of the latencies the end-to-end one alone;
+// not the batches, dispatch reasons, batch cost and workers it does not
+// have. (Before, it showed none of Redis, and those it does not have as 0,
+// "not fitted yet", and queue wait and compute of "0.0 ms".) A node's page
+// shows its traffic through Redis beside its batches.
 func TestStatusPageInBrowserOnAFrontEnd(t *testing.T) {
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
 		t.Fatalf("chromium is not installed (%v); run make install-tools", err)
 	}
 	rs := redistest.Start(t, redistest.Options{})
-	startBrokerNode(t, rs, "--workers", "1", "--model", "echo")
-	front := startBrokerFront(t, rs)
+	node := startBrokerNode(t, rs, "--workers", "1", "--model", "echo")
+	front := startBrokerFront(t, rs, "--max-queue", "40")
 	waitReadyz(t, front, http.StatusOK)
 	front.predictJSON(t, "a")
 	var dom string
-	waitFor(t, "the page to show the request", 90*time.Second, func() bool {
+	if !holdsWithin(90*time.Second, func() bool {
 		dom = dumpDOM(t, chromium, front.URL()+"/")
-		return strings.Contains(dom, `<td id="requests">1 / 0 / 0 / 0 / 0 / 0</td>`)
-	})
-	for _, want := range []string{`<p id="error"></p>`, `<td id="slot-count">0</td>`, `<td id="reloads">0 / 0</td>`} {
+		return strings.Contains(dom, `<td id="requests">1 / 0 / 0 / 0 / 0 / 0</td>`) &&
+			strings.Contains(dom, `<td id="redis">up, nodes heard from 1, backlog 0 of 40 items</td>`)
+	}) {
+		t.Fatalf("the front end's page never showed the request, and redis up with 1 node and a backlog of 0 of 40 items:\n%s", dom)
+	}
+	for _, want := range []string{
+		`<p id="error"></p>`,
+		`<tr class="broker-front"><td>redis</td>`,
+		`<td id="front-end">answers dropped 0 (late, or second: a claim, a write retried), withdrawn 0, lost 0</td>`,
+		`<tr class="broker-node" hidden="">`,
+		`<td id="slot-count">none of its own, a front end: its nodes form the batches and run them (see each node's status page)</td>`,
+		`<td id="latency-what">mean latency: end to end (its nodes measure queue wait and compute)</td>`,
+	} {
 		if !strings.Contains(dom, want) {
-			t.Errorf("the front end's page lacks %s:\n%s", want, dom)
+			t.Errorf("the front end's page lacks %s", want)
 		}
 	}
+	if !regexp.MustCompile(`<td id="latency">\d+\.\d ms</td>`).MatchString(dom) {
+		t.Errorf("the front end's page does not show its one request's end-to-end latency alone")
+	}
+	for _, id := range []string{"batches", "mean-batch", "recent-batch", "dispatch", "cost", "reloads"} {
+		if !hiddenRow(dom, id) {
+			t.Errorf("the front end's page shows the row %s, which a front end does not have", id)
+		}
+	}
+	if !strings.Contains(dom, `<div class="own-workers" hidden="">`) {
+		t.Errorf("the front end's page shows a workers table and batch sizes, which a front end does not have")
+	}
+	if t.Failed() {
+		t.Logf("the front end's DOM:\n%s", dom)
+	}
+
+	waitFor(t, "the node's page to show its item through Redis", 90*time.Second, func() bool {
+		dom = dumpDOM(t, chromium, node.URL()+"/")
+		return strings.Contains(dom, `<td id="node">read 1, claimed 0, answered 1, expired 0, released 0, quarantined 0, withdrawn 0, write failures 0, held 0</td>`)
+	})
+	for _, want := range []string{`<tr class="broker-node"><td>`, `<tr class="broker-front"><td>redis</td>`, `<td id="slot-count">1</td>`, `<tr class="broker-refused" hidden="">`} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("the node's page lacks %s", want)
+		}
+	}
+	if hiddenRow(dom, "batches") || !regexp.MustCompile(`<td id="latency">\d+\.\d ms / \d+\.\d ms / \d+\.\d ms</td>`).MatchString(dom) {
+		t.Errorf("the node's page does not show its batches and its three latencies")
+	}
+	if t.Failed() {
+		t.Logf("the node's DOM:\n%s", dom)
+	}
+}
+
+// A server that has answered nothing yet shows its latencies as "-", as
+// `streamer status` does: "0.0 ms" would read as a time measured. It shows
+// its batches, and nothing of Redis, which it does not use.
+func TestStatusPageInBrowserBeforeAnyRequest(t *testing.T) {
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("chromium is not installed (%v); run make install-tools", err)
+	}
+	s := startServer(t, "--workers", "1", "--model", "echo")
+	slots := s.waitAllReady(t, 1)
+	var dom string
+	waitFor(t, "the page to show the worker", 90*time.Second, func() bool {
+		dom = dumpDOM(t, chromium, s.URL()+"/")
+		return workerRows(dom)["0"]["pid"] == strconv.Itoa(slots[0].PID)
+	})
+	for _, want := range []string{
+		`<td id="latency-what">mean latency: queue wait / compute / end to end</td>`,
+		`<td id="latency">- / - / -</td>`,
+		`<tr class="broker-front" hidden=""><td>redis</td>`,
+		`<tr class="broker-node" hidden="">`,
+		`<td id="batches">0</td>`,
+	} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("the page lacks %s", want)
+		}
+	}
+	if hiddenRow(dom, "batches") || hiddenRow(dom, "dispatch") {
+		t.Errorf("the page of a server with workers of its own hides its batches or dispatch reasons")
+	}
+	if t.Failed() {
+		t.Logf("DOM:\n%s", dom)
+	}
+}
+
+// hiddenRow says whether the row of the facts table that holds the cell id
+// is hidden; false when there is none.
+func hiddenRow(dom, id string) bool {
+	m := regexp.MustCompile(`<tr([^>]*)>(?:<td[^>]*>[^<]*</td>)*<td id="` + regexp.QuoteMeta(id) + `">`).FindStringSubmatch(dom)
+	return m != nil && strings.Contains(m[1], ` hidden=""`)
 }
 
 // A worker that dies of a panic is said to have, in the error its items
