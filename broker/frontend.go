@@ -784,6 +784,10 @@ func (fe *FrontEnd) Duplicates() uint64 { return fe.stats.duplicates.Load() }
 // FrontEndStats is what a front end knows of Redis, as of its last check
 // (every quarter second).
 type FrontEndStats struct {
+	// Checked says the front end has looked at Redis: false before Start
+	// has (on a node, while its workers start), when RedisUp and Nodes
+	// say nothing yet.
+	Checked bool `json:"checked"`
 	// RedisUp says Redis served the last check: it answered, and took
 	// its writes (false while it refuses them, for want of memory or of
 	// replicas).
@@ -833,9 +837,19 @@ func (fe *FrontEnd) FrontEndStats() FrontEndStats {
 		nodes = 0
 	}
 	return FrontEndStats{
-		RedisUp: up, Nodes: nodes, Backlog: fe.backlog.Load(), RoomKept: fe.room.Load(),
+		Checked: fe.looked(), RedisUp: up, Nodes: nodes, Backlog: fe.backlog.Load(), RoomKept: fe.room.Load(),
 		MaxBacklog: fe.cfg.MaxBacklog, Duplicates: fe.stats.duplicates.Load(), Withdrawn: fe.stats.withdrawn.Load(),
 		Lost: fe.stats.lost.Load(), ClockOffsetMs: time.Duration(fe.clock.offset.Load()).Milliseconds(),
+	}
+}
+
+// looked reports whether Start's look at Redis has ended.
+func (fe *FrontEnd) looked() bool {
+	select {
+	case <-fe.firstLook:
+		return true
+	default:
+		return false
 	}
 }
 

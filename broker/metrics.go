@@ -66,12 +66,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if c.fe != nil {
 		fs := c.fe.FrontEndStats()
-		up := 0.0
-		if fs.RedisUp {
-			up = 1
+		if fs.Checked { // before, absent rather than say Redis is down
+			up := 0.0
+			if fs.RedisUp {
+				up = 1
+			}
+			gauge(c.up, up)
+			gauge(c.nodes, float64(fs.Nodes))
 		}
-		gauge(c.up, up)
-		gauge(c.nodes, float64(fs.Nodes))
 		gauge(c.backlog, float64(fs.Backlog))
 		gauge(c.maxBacklog, float64(fs.MaxBacklog))
 		counter(c.duplicates, fs.Duplicates)

@@ -63,7 +63,19 @@ func TestBrokerANodeStartingSaysSo(t *testing.T) {
 	if p, err := predictWithin(node, 5*time.Second, 0, "early"); err != nil || p.Status != http.StatusServiceUnavailable || !strings.Contains(p.Error, "this node is starting") {
 		t.Errorf("a request while the workers start: %s, %v; want 503 saying the node is starting", p, err)
 	}
+	// Its front end has not looked at Redis yet: it does not say Redis is
+	// down (an alert on streamer_broker_redis_up == 0 would fire at every
+	// node's start).
+	if status, body, err := node.get("/metrics"); err != nil || status != http.StatusOK || strings.Contains(string(body), "streamer_broker_redis_up") {
+		t.Errorf("/metrics while the workers start: %d, %v; want no streamer_broker_redis_up yet:\n%s", status, err, body)
+	}
+	if status, body, err := node.get("/v1/stats"); err != nil || status != http.StatusOK || !strings.Contains(string(body), `"checked":false`) {
+		t.Errorf("/v1/stats while the workers start: %d, %v; want its front end not checked yet:\n%s", status, err, body)
+	}
 	waitReadyz(t, node, http.StatusOK)
+	if status, body, err := node.get("/metrics"); err != nil || status != http.StatusOK || !strings.Contains(string(body), "streamer_broker_redis_up 1") {
+		t.Errorf("/metrics once started: %d, %v; want streamer_broker_redis_up 1:\n%s", status, err, body)
+	}
 	if p, err := predictWithin(node, requestTimeout, 0, "later"); err != nil || p.Status != http.StatusOK {
 		t.Errorf("once started: %s, %v; want 200", p, err)
 	}

@@ -177,9 +177,12 @@ func (r statusReport) print(out io.Writer) error {
 	}
 	if b := r.broker; b != nil && b.FrontEnd != nil {
 		f := b.FrontEnd
-		if f.RedisUp {
+		switch {
+		case !f.Checked:
+			fmt.Fprintf(w, "redis\tnot looked at yet: a node's front end starts once its workers are\n")
+		case f.RedisUp:
 			fmt.Fprintf(w, "redis\tup, nodes heard from %d, backlog %d of %d items\n", f.Nodes, f.Backlog, f.MaxBacklog)
-		} else {
+		default:
 			fmt.Fprintf(w, "redis\tdown: no node heard from; backlog %d of %d items when last seen\n", f.Backlog, f.MaxBacklog)
 		}
 		fmt.Fprintf(w, "front end\tanswers dropped %d (late, or second: a claim, a write retried), withdrawn %d, lost %d\n", f.Duplicates, f.Withdrawn, f.Lost)
