@@ -250,8 +250,8 @@ func TestAnotherLayoutUnderThePrefixTakesNoPart(t *testing.T) {
 	for _, tc := range []struct {
 		name, wire, want string
 	}{
-		{"from before layouts were numbered", "generic", `their entries laid out by an older version of streamer, of no layout number, not "` + broker.EntryLayout + `"`},
-		{"of another layout", "generic @layout 0", `their entries laid out by another version of streamer, as layout "0", not "` + broker.EntryLayout + `"`},
+		{"from before layouts were numbered", "generic", `the nodes' entries are laid out by an older version of streamer, of no layout number, this `},
+		{"of another layout", "generic @layout 0", `the nodes' entries are laid out by another version of streamer, as layout "0", this `},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			keep(tc.wire)
@@ -267,7 +267,7 @@ func TestAnotherLayoutUnderThePrefixTakesNoPart(t *testing.T) {
 					t.Errorf("a node's start: %v; want it to say %q", err, want)
 				}
 			}
-			if strings.Contains(err.Error(), "the model named") || strings.Contains(err.Error(), "items written as") {
+			if strings.Contains(err.Error(), "model is named") || strings.Contains(err.Error(), "write items as") {
 				t.Errorf("a node's start: %v; want the layout alone named as differing", err)
 			}
 			fe, err := broker.NewFrontEnd(broker.FrontEndConfig{Config: broker.Config{URL: rs.URL(), Model: mine}})

@@ -165,17 +165,17 @@ func (m ModelID) describe() string {
 func differences(who string, theirs, mine ModelID, layout string) string {
 	var d []string
 	if theirs.Wire != mine.Wire {
-		d = append(d, fmt.Sprintf("items written as %s, not %s", clip(theirs.Wire), clip(mine.Wire)))
+		d = append(d, fmt.Sprintf("the nodes write items as %s, this %s as %s", clip(theirs.Wire), who, clip(mine.Wire)))
 	}
 	switch {
 	case layout == entryLayout:
 	case layout == "":
-		d = append(d, fmt.Sprintf("their entries laid out by an older version of streamer, of no layout number, not %q", entryLayout))
+		d = append(d, fmt.Sprintf("the nodes' entries are laid out by an older version of streamer, of no layout number, this %s's as %q", who, entryLayout))
 	default:
-		d = append(d, fmt.Sprintf("their entries laid out by another version of streamer, as layout %s, not %q", clip(layout), entryLayout))
+		d = append(d, fmt.Sprintf("the nodes' entries are laid out by another version of streamer, as layout %s, this %s's as %q", clip(layout), who, entryLayout))
 	}
 	if who == "node" && theirs.Name != mine.Name {
-		d = append(d, fmt.Sprintf("the model named %q, not %q", theirs.Name, mine.Name))
+		d = append(d, fmt.Sprintf("the nodes' model is named %q, this node's %q", theirs.Name, mine.Name))
 	}
 	if len(d) == 0 {
 		return ""
@@ -243,14 +243,16 @@ func (fe *FrontEnd) noteModel(fields []any) error {
 	// Another name alone does not stop it (a front end's model only says
 	// how to write items), but its clients see its name, as the v2
 	// routes' model, while the nodes run theirs: said once.
-	otherName := mine.Name != "" && held && theirs.Name != mine.Name
-	if fe.otherName.Swap(otherName) != otherName && otherName {
-		fe.cfg.Logger.Warn("the nodes under this key prefix serve a model of another name than this front end's; it serves their answers under its own name (give it the nodes' --model)",
-			"nodes", theirs.describe(), "front_end", mine.describe(), "redis", fe.where, "prefix", fe.cfg.Prefix)
-	}
+	// Said only of a front end that takes requests: one that does not
+	// says why, and that is not it.
 	if mine.Wire == "" || !held || (theirs.Wire == mine.Wire && layout == entryLayout) {
 		if fe.mismatch.Swap(nil) != nil {
 			fe.cfg.Logger.Info("this front end writes items as the nodes read them again; it takes requests", "redis", fe.where)
+		}
+		otherName := mine.Name != "" && held && theirs.Name != mine.Name
+		if fe.otherName.Swap(otherName) != otherName && otherName {
+			fe.cfg.Logger.Warn("the nodes under this key prefix serve a model of another name than this front end's; it serves their answers under its own name (give it the nodes' --model)",
+				"nodes", theirs.describe(), "front_end", mine.describe(), "redis", fe.where, "prefix", fe.cfg.Prefix)
 		}
 		return nil
 	}

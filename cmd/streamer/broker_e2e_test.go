@@ -891,12 +891,12 @@ func TestBrokerAnotherModelUnderTheSamePrefixIsRefused(t *testing.T) {
 		want []string
 	}{
 		{"a node of an ONNX model", []string{"--workers", "1", "--model", "demo"}, []string{
-			`serve "sleep:1ms,0s"; this node serves "demo" (items written as "generic", not "onnx {`,
-			`; the model named "sleep", not "onnx")`, `: give it another key prefix (--stream-prefix`}},
+			`serve "sleep:1ms,0s"; this node serves "demo" (the nodes write items as "generic", this node as "onnx {`,
+			`; the nodes' model is named "sleep", this node's "onnx")`, `: give it another key prefix (--stream-prefix`}},
 		{"a node of another generic model", []string{"--workers", "1", "--model", "echo"}, []string{
-			`this node serves "echo" (the model named "sleep", not "echo"): `}},
+			`this node serves "echo" (the nodes' model is named "sleep", this node's "echo"): `}},
 		{"a front end of an ONNX model", []string{"--workers", "0", "--model", "demo"}, []string{
-			`this front end serves "demo" (items written as "generic", not "onnx {`, `: give it the nodes' model (--model`}},
+			`this front end serves "demo" (the nodes write items as "generic", this front end as "onnx {`, `: give it the nodes' model (--model`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := refusedAtStart(t, append(slices.Clone(base), tc.args...))
@@ -947,7 +947,7 @@ func TestBrokerAnotherVersionUnderThePrefixIsRefused(t *testing.T) {
 		got := refusedAtStart(t, append(slices.Clone(base), "--workers", workers))
 		for _, want := range []string{
 			"another version of streamer serves this key prefix", `the nodes under the key prefix "old"`,
-			"this " + who + ` serves "sleep:1ms,0s" (their entries laid out by an older version of streamer, of no layout number, not "` + layout + `")`,
+			"this " + who + ` serves "sleep:1ms,0s" (the nodes' entries are laid out by an older version of streamer, of no layout number, this ` + who + `'s as "` + layout + `")`,
 			"must run one version of streamer: upgrade them together (the prefix keeps the model of the nodes there 30s after the last one has gone), or run the new version under another key prefix (--stream-prefix",
 		} {
 			if !strings.Contains(got, want) {
