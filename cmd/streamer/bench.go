@@ -105,6 +105,12 @@ func runBench(ctx context.Context, flags *pflag.FlagSet, o benchOptions) error {
 	if flags.Changed("grpc-listen") {
 		return errors.New("--grpc-listen: with --protocol grpc, bench starts its server's gRPC service on a free loopback port of its own, or drives --grpc-target")
 	}
+	if o.cfg.Target == "" && (flags.Changed("tls-cert") || flags.Changed("tls-key")) {
+		// Its server would serve HTTPS while the readiness checks and the
+		// load speak plain http: the run would wait for workers that are
+		// ready all along, and fail blaming them.
+		return errors.New("--tls-cert, --tls-key: bench speaks plain http to the server it starts; to load a server over HTTPS, start it with them and give bench --target https://host:port")
+	}
 	if err := checkSweep(flags, o); err != nil {
 		return err
 	}
