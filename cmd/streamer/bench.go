@@ -158,6 +158,10 @@ func runBench(ctx context.Context, flags *pflag.FlagSet, o benchOptions) error {
 	}
 	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stopSignals()
+	// Once interrupted, bench only winds down (the closing stats reads, the
+	// report, its server's stop): a second interrupt kills it as usual,
+	// rather than be swallowed.
+	context.AfterFunc(ctx, stopSignals)
 	if len(o.sweepClients) > 0 {
 		return runSweep(ctx, cfg, o)
 	}

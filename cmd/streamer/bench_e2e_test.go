@@ -7,6 +7,7 @@ package main
 // internal/bench/httpclient, the report's arithmetic in internal/bench.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -14,6 +15,7 @@ import (
 	"image/png"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -22,6 +24,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -657,6 +661,130 @@ func TestBenchAgainstAServerThatDoesNotAnswer(t *testing.T) {
 	if !strings.Contains(res.stdout, "in flight     4 at the end") || !strings.Contains(res.stdout, "errors        none") {
 		t.Errorf("the table does not say what was in flight at the end:\n%s", res.stdout)
 	}
+}
+
+// statsOnceTarget is a target that answers its first GET /v1/stats, then
+// takes every request and answers none: a server that hangs between the
+// window's start and its end. It sends the path of each request it leaves
+// unanswered on hung.
+func statsOnceTarget(t *testing.T) (url string, hung <-chan string) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths := make(chan string, 64)
+	var answered atomic.Bool
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	stats := `{"batch_sizes": []}`
+	serve := func(c net.Conn) {
+		r := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(r)
+			if err != nil {
+				return
+			}
+			_, _ = io.Copy(io.Discard, req.Body)
+			if req.URL.Path == "/v1/stats" && answered.CompareAndSwap(false, true) {
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(stats))+"\r\n\r\n"+stats)
+				continue
+			}
+			select {
+			case paths <- req.URL.Path:
+			default:
+			}
+			_, _ = io.Copy(io.Discard, c) // unanswered until the client leaves
+			return
+		}
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			go serve(c)
+		}
+	}()
+	return "http://" + l.Addr().String(), paths
+}
+
+// startBenchWaitingForStats starts bench against a statsOnceTarget and
+// returns once bench waits for the target's stats at the window's end.
+// --request-timeout, which bounds that read otherwise, is a minute.
+func startBenchWaitingForStats(t *testing.T) *benchRun {
+	t.Helper()
+	url, hung := statsOnceTarget(t)
+	run := startBench(t, "--target", url, "--concurrency", "2", "--duration", "300ms", "--warmup", "0", "--request-timeout", "1m")
+	deadline := time.After(benchTimeout)
+	for {
+		select {
+		case path := <-hung:
+			if path == "/v1/stats" {
+				return run
+			}
+		case <-run.exited:
+			t.Fatalf("bench exited before reading the stats at the window's end\nstderr:\n%s", run.stderr.String())
+		case <-deadline:
+			t.Fatalf("bench did not read the stats at the window's end within %s\nstderr:\n%s", benchTimeout, run.stderr.String())
+		}
+	}
+}
+
+// Ctrl-C while bench waits for a target's stats at the window's end gives
+// the read up within seconds, not --request-timeout, and the report of the
+// window still comes; a second Ctrl-C, once the first has ended the run,
+// kills bench as it would any program.
+func TestBenchInterruptedWhileTheTargetHangs(t *testing.T) {
+	t.Run("once", func(t *testing.T) {
+		run := startBenchWaitingForStats(t)
+		if err := run.cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		run.waitExit(t, 10*time.Second, "SIGINT, waiting for the stats of a target that does not answer")
+		stderr := run.stderr.String()
+		if code := run.cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(stderr, "did not answer its stats within 2s") {
+			t.Errorf("exit %d, stderr:\n%s\nwant 1, saying the stats read was given up after the interrupt", code, stderr)
+		}
+		if !strings.Contains(run.stdout.String(), "requests/s") {
+			t.Errorf("no report of the window:\n%s", run.stdout.String())
+		}
+	})
+	t.Run("twice", func(t *testing.T) {
+		run := startBenchWaitingForStats(t)
+		// Interrupts until bench ends: the first ends the run, and one
+		// after it must kill bench well before the 2s its stats read
+		// still has.
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for sent := 0; ; sent++ {
+			if err := run.cmd.Process.Signal(syscall.SIGINT); err != nil && sent == 0 {
+				t.Fatal(err)
+			}
+			select {
+			case <-run.exited:
+			case <-tick.C:
+				continue
+			}
+			break
+		}
+		ws, _ := run.cmd.ProcessState.Sys().(syscall.WaitStatus)
+		if !ws.Signaled() || ws.Signal() != syscall.SIGINT {
+			t.Errorf("bench ended with %v after repeated interrupts; want killed by SIGINT\nstderr:\n%s", run.cmd.ProcessState, run.stderr.String())
+		}
+	})
 }
 
 // A server killed in the middle of the window: the report still comes,

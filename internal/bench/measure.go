@@ -40,8 +40,9 @@ type statsSnapshot struct {
 // between the two: a pause would let the queue and the workers' pipelines
 // drain, and the window would start from an idle server and read low.
 func (cfg *Config) measure(ctx context.Context, send sender, stats statsSource) (Result, []sample, error) {
-	// The run may be interrupted: the stats reads must not be.
-	statsCtx := context.WithoutCancel(ctx)
+	statsCtx, stopStats := statsContext(ctx)
+	defer stopStats()
+	stats = statsUntilGrace(stats)
 	opened := make(chan statsSnapshot, 1)
 	openWindow := func() {
 		at := time.Now()
@@ -83,6 +84,43 @@ func (cfg *Config) measure(ctx context.Context, send sender, stats statsSource) 
 	}
 	rep.Interrupted = ctx.Err() != nil
 	return Result{Report: rep, Err: errors.Join(cfg.verdict(rep), refused, lost)}, samples, nil
+}
+
+// interruptGrace bounds the stats reads still to come once a run is
+// interrupted. They outlive the interrupt, so that what was measured is
+// reported with its batch figures; but whoever pressed Ctrl-C waits this
+// long for a server that does not answer, not the --request-timeout that
+// bounds a read otherwise.
+const interruptGrace = 2 * time.Second
+
+// errStatsGrace is the cause of a stats read that interruptGrace cut short.
+var errStatsGrace = fmt.Errorf("interrupted, and the server did not answer its stats within %s of it", interruptGrace)
+
+// statsContext is the context of the stats reads of a run under ctx: the
+// end of ctx does not end it, but ends it interruptGrace later, with the
+// cause errStatsGrace. The returned func releases it.
+func statsContext(ctx context.Context) (context.Context, func()) {
+	statsCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	stopWatch := context.AfterFunc(ctx, func() {
+		time.AfterFunc(interruptGrace, func() { cancel(errStatsGrace) })
+	})
+	return statsCtx, func() {
+		stopWatch()
+		cancel(nil)
+	}
+}
+
+// statsUntilGrace is stats, whose read cut short by the end of its context
+// fails with the context's cause: "context canceled" would not say that
+// the read was given up on after an interrupt.
+func statsUntilGrace(stats statsSource) statsSource {
+	return func(ctx context.Context) (serverStats, error) {
+		st, err := stats(ctx)
+		if err != nil && ctx.Err() != nil {
+			err = context.Cause(ctx)
+		}
+		return st, err
+	}
 }
 
 // statsAfter reads the counters at the end of the window. When either read
