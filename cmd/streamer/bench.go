@@ -248,9 +248,9 @@ func runSweep(ctx context.Context, cfg bench.Config, o benchOptions) error {
 			if err != nil {
 				return errors.Join(printSweep(rows, o), fmt.Errorf("%d clients, %s: %w", clients, policy, err))
 			}
-			row := bench.SweepRow{Batching: policy, Clients: clients, Report: res.Report}
+			row := bench.SweepRow{Batching: policy, Clients: clients, ItemsPerRequest: cfg.ItemsPerRequest, Report: res.Report}
 			if o.serve.plugin == "" {
-				row.BestItemsPerS, row.BestP50MS = bench.SleepBest(o.serve.model, o.serve.workers, o.serve.batchSize, clients)
+				row.BestItemsPerS, row.BestP50MS = bench.SleepBest(o.serve.model, o.serve.workers, o.serve.batchSize, clients, cfg.ItemsPerRequest)
 				row.WithReturn(o.serve.workers)
 			}
 			rows = append(rows, row)

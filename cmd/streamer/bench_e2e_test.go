@@ -579,7 +579,7 @@ func TestBenchSweep(t *testing.T) {
 		if r.Clients != want.clients || r.Batching != want.batching {
 			t.Errorf("row %d is %d clients %s, want %d %s", i, r.Clients, r.Batching, want.clients, want.batching)
 		}
-		best, bestP50 := bench.SleepBest("sleep:2ms,10us", 1, 64, r.Clients)
+		best, bestP50 := bench.SleepBest("sleep:2ms,10us", 1, 64, r.Clients, 1)
 		if r.BestItemsPerS != best || r.BestP50MS != bestP50 || best <= 0 {
 			t.Errorf("row %d: best %.0f items/s p50 %.2f ms, want %.0f and %.2f", i, r.BestItemsPerS, r.BestP50MS, best, bestP50)
 		}

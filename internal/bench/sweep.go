@@ -14,7 +14,10 @@ import (
 type SweepRow struct {
 	Batching string `json:"batching"`
 	Clients  int    `json:"clients"`
-	Report   Report `json:"report"`
+	// ItemsPerRequest is the items each client's request carries; 0 is
+	// taken for 1.
+	ItemsPerRequest int    `json:"items_per_request"`
+	Report          Report `json:"report"`
 	// BestItemsPerS and BestP50MS are the best possible throughput and
 	// median latency for the sleep model (see SleepBest); 0 when unknown.
 	BestItemsPerS float64 `json:"best_items_per_s,omitempty"`
@@ -38,38 +41,45 @@ func (r *SweepRow) WithReturn(workers int) {
 	if r.BestP50MS <= 0 || r.BestItemsPerS <= 0 || r.Report.BatchFigures == nil || r.Report.Returns.Share == 0 {
 		return // nothing measured: greedy batching does not follow the returns
 	}
+	// The returns are the callers', one a request; the round's items are
+	// all of theirs.
 	perWorker := math.Ceil(float64(r.Clients) / float64(workers))
 	ret := r.Report.Returns
 	r.ReturnMS = ret.FirstMs + (perWorker-1)*ret.GapMs
-	round := float64(r.Clients) / r.BestItemsPerS // seconds
-	r.BestWithReturnItemsPerS = float64(r.Clients) / (round + r.ReturnMS/1000)
+	items := float64(r.Clients * max(r.ItemsPerRequest, 1))
+	round := items / r.BestItemsPerS // seconds
+	r.BestWithReturnItemsPerS = items / (round + r.ReturnMS/1000)
 }
 
-// SleepBest is the best a batcher can do for a closed loop of clients on
-// workers running the sleep model spec names (batch cost F + p·n) with
-// batches of at most batchSize: while the clients fit in one batch per
-// worker, every round runs them all at once, c / (F + p·⌈c/w⌉) items a
-// second, each answered after F + p·⌈c/w⌉; beyond that the workers run
-// full batches back to back, w·B / (F + p·B), and the median latency is
-// not given (0). It returns zeros for a model whose cost is not known.
-func SleepBest(spec string, workers, batchSize, clients int) (itemsPerS, p50ms float64) {
+// SleepBest is the best a batcher can do for a closed loop of clients, each
+// request of itemsPerRequest items, on workers running the sleep model spec
+// names (batch cost F + p·n) with batches of at most batchSize. A round
+// carries n = clients × itemsPerRequest items, which a batcher may spread
+// over the workers as it likes (it queues items, not requests): while they
+// fit in one batch per worker, every round runs them all at once,
+// n / (F + p·⌈n/w⌉) items a second, each request answered after
+// F + p·⌈n/w⌉; beyond that the workers run full batches back to back,
+// w·B / (F + p·B), and the median latency is not given (0). It returns
+// zeros for a model whose cost is not known.
+func SleepBest(spec string, workers, batchSize, clients, itemsPerRequest int) (itemsPerS, p50ms float64) {
 	name, args, _ := strings.Cut(spec, ":")
-	if name != "sleep" || workers < 1 || clients < 1 {
+	if name != "sleep" || workers < 1 || clients < 1 || itemsPerRequest < 1 {
 		return 0, 0
 	}
 	cost, err := builtin.ParseSleep(args)
 	if err != nil {
 		return 0, 0
 	}
-	if clients > workers*batchSize {
+	items := clients * itemsPerRequest
+	if items > workers*batchSize {
 		return float64(workers*batchSize) / cost.Cost(batchSize).Seconds(), 0
 	}
-	perWorker := int(math.Ceil(float64(clients) / float64(workers)))
+	perWorker := int(math.Ceil(float64(items) / float64(workers)))
 	round := cost.Cost(perWorker)
 	if round <= 0 {
 		return 0, 0
 	}
-	return float64(clients) / round.Seconds(), float64(round.Microseconds()) / 1000
+	return float64(items) / round.Seconds(), float64(round.Microseconds()) / 1000
 }
 
 // PrintSweep writes the rows as one table, each figure beside the best
