@@ -230,13 +230,13 @@ func TestErrorKinds(t *testing.T) {
 func TestLoops(t *testing.T) {
 	t.Run("closed", func(t *testing.T) {
 		var inFlight, most atomic.Int32
-		send := func(ctx context.Context) uint16 {
+		send := func(ctx context.Context) (uint16, bool) {
 			n := inFlight.Add(1)
 			defer inFlight.Add(-1)
 			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 			}
 			time.Sleep(time.Millisecond) // a request's cost, not a wait for a state
-			return 0
+			return 0, false
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
@@ -247,12 +247,12 @@ func TestLoops(t *testing.T) {
 	})
 	t.Run("open, in-flight limit", func(t *testing.T) {
 		release := make(chan struct{})
-		send := func(ctx context.Context) uint16 {
+		send := func(ctx context.Context) (uint16, bool) {
 			select {
 			case <-release:
 			case <-ctx.Done():
 			}
-			return 0
+			return 0, false
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		run := loadRun{send: send, start: time.Now()}
@@ -275,9 +275,9 @@ func TestLoops(t *testing.T) {
 // duration, and converted it comes out in the past.
 func TestOpenLoopSchedulesNothingPastTheEnd(t *testing.T) {
 	var sent atomic.Int32
-	send := func(context.Context) uint16 {
+	send := func(context.Context) (uint16, bool) {
 		sent.Add(1)
-		return 0
+		return 0, false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
@@ -294,9 +294,9 @@ func TestOpenLoopSchedulesNothingPastTheEnd(t *testing.T) {
 func TestClosedLoopBacksOffAfterConnectionErrors(t *testing.T) {
 	const connection = 1
 	var sent atomic.Int64
-	send := func(context.Context) uint16 {
+	send := func(context.Context) (uint16, bool) {
 		sent.Add(1)
-		return connection
+		return connection, false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
@@ -638,6 +638,42 @@ func TestRefusalWatch(t *testing.T) {
 	}
 }
 
+// The refusal that stops a load was answered, and is counted so, not as a
+// request the end of the load cut short: the report then counts the
+// refusals the error speaks of. One client (or one request in flight) is
+// the whole load, so that no other request is out when it stops; the open
+// loop's schedule may yet start one as it stops, cut short at once.
+func TestLoadCountsTheRefusalThatStopsIt(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		rate         float64
+		mostCutShort int
+	}{{"closed", 0, 0}, {"open", 10_000, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{Concurrency: 1, Duration: time.Minute, Rate: tc.rate}
+			var sent atomic.Int64
+			send := func(ctx context.Context) (string, error) {
+				if ctx.Err() != nil {
+					return "", nil // cut short, as the real senders say
+				}
+				sent.Add(1)
+				return "http 401", errors.New("no token")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			counted, kinds, refused := cfg.load(ctx, send)
+			if ctx.Err() != nil || !errors.Is(refused, errRefused) {
+				t.Fatalf("load ended with %v after %d sends; want it stopped at the %dth refusal", refused, sent.Load(), maxRefusals)
+			}
+			id := kinds.id("http 401", nil)
+			if n := counted.failures[id]; n != maxRefusals || sent.Load() != maxRefusals || counted.cutShort > tc.mostCutShort {
+				t.Errorf("%d refusals, %d counted as http 401, %d cut short; want the %d the error speaks of counted, and at most %d cut short: %q",
+					sent.Load(), n, counted.cutShort, maxRefusals, tc.mostCutShort, refused)
+			}
+		})
+	}
+}
+
 // A server that refuses every request alike, as a --target does an
 // --items-per-request above its --max-items, stops the load long before
 // its --duration: in the window, with a report and an error that says
@@ -662,7 +698,8 @@ func TestRunStopsWhenEveryRequestIsRefused(t *testing.T) {
 	if ctx.Err() != nil || res.Report.Interrupted || res.Report.Seconds >= 30 {
 		t.Fatalf("the load ran %.1fs of its minute; want it stopped at the %dth refusal", res.Report.Seconds, maxRefusals)
 	}
-	// The requests answered as the load stopped count as in flight.
+	// The other clients' requests out as the load stopped count as in
+	// flight.
 	if n := res.Report.Errors["http 413"]; n < maxRefusals-uint64(cfg.Concurrency) || res.Report.Requests != 0 {
 		t.Errorf("%d requests, %d refused; want none and about %d", res.Report.Requests, n, maxRefusals)
 	}

@@ -79,7 +79,14 @@ func (k *errorKinds) kind(id uint16) failureKind {
 
 // loadRun is what the load loops share.
 type loadRun struct {
-	send  func(context.Context) uint16 // the sender, its outcome numbered
+	// send is the sender, its outcome numbered; refused says that this
+	// outcome is the refusal that ends the load (see refusalWatch).
+	send func(context.Context) (kind uint16, refused bool)
+	// stop ends the load for the refusal of kind. A loop calls it once it
+	// has counted that refusal, answered: called from send, it would end
+	// the context the request was sent under, and the loop would count
+	// the request cut short.
+	stop  func(kind uint16)
 	start time.Time
 	// warmup is when the window opens, from start: failures answered
 	// before it are not counted.
@@ -160,14 +167,12 @@ func (cfg *Config) load(ctx context.Context, send sender) (counted tally, kinds 
 	kinds = newErrorKinds()
 	var watch refusalWatch
 	run := loadRun{
-		send: func(ctx context.Context) uint16 {
+		send: func(ctx context.Context) (uint16, bool) {
 			kind, err := send(ctx)
 			id := kinds.id(kind, err)
-			if watch.refused(kind, id) {
-				cancel(refusal(kinds.kind(id)))
-			}
-			return id
+			return id, watch.refused(kind, id)
 		},
+		stop:         func(id uint16) { cancel(refusal(kinds.kind(id))) },
 		start:        time.Now(),
 		warmup:       cfg.Warmup,
 		backOffAfter: kinds.id(kindConnection, nil),
@@ -276,12 +281,16 @@ func client(ctx context.Context, run loadRun) tally {
 	for ctx.Err() == nil {
 		// time.Since reads only the monotonic clock; time.Now reads both.
 		sent := time.Since(run.start)
-		kind := run.send(ctx)
+		kind, refused := run.send(ctx)
 		if ctx.Err() != nil {
 			t.cut(sent, time.Since(run.start))
 			break
 		}
 		t.record(run, sent, time.Since(run.start), kind)
+		if refused {
+			run.stop(kind)
+			break
+		}
 		if kind == run.backOffAfter {
 			pause.wait(ctx)
 		} else {
@@ -377,7 +386,7 @@ func openLoop(ctx context.Context, run loadRun, rate float64, maxInFlight int, e
 		}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			kind := run.send(ctx)
+			kind, refused := run.send(ctx)
 			answered := time.Since(run.start)
 			mu.Lock()
 			defer mu.Unlock()
@@ -386,6 +395,9 @@ func openLoop(ctx context.Context, run loadRun, rate float64, maxInFlight int, e
 				return
 			}
 			t.record(run, at, answered, kind)
+			if refused {
+				run.stop(kind)
+			}
 		})
 	}
 	wg.Wait()
