@@ -70,7 +70,7 @@ func (cfg *Config) grpcSender(client *http.Client, base, addr string, item any) 
 	for i, in := range spec.Inputs {
 		shape, flat, err := flatten(values[i], in.Datatype)
 		if err != nil {
-			return nil, nil, fmt.Errorf("input %q: %w", in.Name, err)
+			return nil, nil, fmt.Errorf("--input: input %q: %w", in.Name, err)
 		}
 		data := make([]any, 0, n*len(flat))
 		for range n {

@@ -70,7 +70,7 @@ func (cfg *Config) v2Request(ctx context.Context, client *http.Client, base stri
 	for i, in := range spec.Inputs {
 		shape, flat, err := flatten(values[i], in.Datatype)
 		if err != nil {
-			return "", nil, nil, fmt.Errorf("input %q: %w", in.Name, err)
+			return "", nil, nil, fmt.Errorf("--input: input %q: %w", in.Name, err)
 		}
 		one := input{Name: in.Name, Datatype: in.Datatype, Shape: append([]int64{int64(n)}, shape...)}
 		data := make([]any, 0, n*len(flat))
@@ -143,7 +143,9 @@ func v2Values(spec v2Spec, item any) ([]any, error) {
 
 // flatten returns the shape of one row of value and its elements in
 // row-major order. A BYTES row is one element: a string as it is, any
-// other value as its JSON text.
+// other value as its JSON text; any other datatype's elements are numbers
+// or booleans, checked here so that every protocol refuses, before the
+// load, an --input the model cannot take.
 func flatten(value any, datatype string) ([]int64, []any, error) {
 	if datatype == "BYTES" {
 		if s, ok := value.(string); ok {
@@ -168,8 +170,13 @@ func flatten(value any, datatype string) ([]int64, []any, error) {
 	var walk func(v any, depth int) error
 	walk = func(v any, depth int) error {
 		if depth == len(shape) {
-			if _, nested := v.([]any); nested {
+			switch v.(type) {
+			case []any:
 				return fmt.Errorf("ragged array")
+			case float64, bool:
+			default:
+				text, _ := json.Marshal(v)
+				return fmt.Errorf("element %s is not a number or a boolean, as %s wants", text, datatype)
 			}
 			flat = append(flat, v)
 			return nil

@@ -113,12 +113,23 @@ func TestV2RequestErrors(t *testing.T) {
 	}{
 		{"no model name", Config{Protocol: ProtocolV2}, []any{1.0}, "v2 name is not known"},
 		{"unknown model", Config{Protocol: ProtocolV2, ModelName: "other"}, []any{1.0}, "404"},
-		{"ragged", Config{Protocol: ProtocolV2, ModelName: "demo", ItemsPerRequest: 1}, []any{[]any{1.0}, 2.0}, "ragged"},
-		{"string for a number", Config{Protocol: ProtocolV2Binary, ModelName: "demo", ItemsPerRequest: 1}, []any{"x"}, "not a number"},
+		{"ragged", Config{Protocol: ProtocolV2, ModelName: "demo", ItemsPerRequest: 1}, []any{[]any{1.0}, 2.0}, `--input: input "features": ragged array`},
+		{"string for a number", Config{Protocol: ProtocolV2Binary, ModelName: "demo", ItemsPerRequest: 1}, []any{"x"},
+			`--input: input "features": element "x" is not a number or a boolean, as FP32 wants`},
+		{"the default input for numbers, binary", Config{Protocol: ProtocolV2Binary, ModelName: "demo", ItemsPerRequest: 1}, "hello, streamer",
+			`--input: input "features": element "hello, streamer" is not a number or a boolean`},
+		{"the default input for numbers, JSON", Config{Protocol: ProtocolV2, ModelName: "demo", ItemsPerRequest: 1}, "hello, streamer",
+			`--input: input "features": element "hello, streamer" is not a number or a boolean`},
 	} {
 		if _, _, _, err := tc.cfg.v2Request(context.Background(), http.DefaultClient, base, tc.item); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v; want one containing %q", tc.name, err, tc.want)
 		}
+	}
+	// gRPC builds its request from the same metadata, and says the same.
+	grpcCfg := Config{Protocol: ProtocolGRPC, ModelName: "demo", ItemsPerRequest: 1, Concurrency: 1}
+	want := `--input: input "features": element "hello, streamer" is not a number or a boolean`
+	if _, _, err := grpcCfg.grpcSender(http.DefaultClient, base, "127.0.0.1:1", "hello, streamer"); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("grpc, the default input for numbers: error %v; want one containing %q", err, want)
 	}
 	bad := Config{Protocol: "soap", Concurrency: 1, ItemsPerRequest: 1, Duration: 1, Input: "1", RequestTimeout: time.Second}
 	if _, err := bad.check(); err == nil || !strings.Contains(err.Error(), `--protocol "soap"`) {
