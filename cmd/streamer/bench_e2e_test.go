@@ -374,6 +374,7 @@ func TestBenchBadFlags(t *testing.T) {
 		{"target with a query", []string{"--target", "http://127.0.0.1:26001?x=1"}, "want no query or fragment"},
 		{"zero duration", []string{"--duration", "0s"}, "--duration 0s: must be positive"},
 		{"target not http", []string{"--target", "ftp://127.0.0.1:21"}, "want an http:// or https:// URL"},
+		{"target without a scheme", []string{"--target", "127.0.0.1:5005"}, `--target "127.0.0.1:5005": want an http:// or https:// URL such as http://127.0.0.1:5005`},
 		{"go api with target", []string{"--api", "go", "--target", "http://127.0.0.1:1"}, "--api go runs its own supervisor"},
 		{"plot not writable", []string{"--plot", filepath.Join(t.TempDir(), "missing", "x.png")}, "--plot:"},
 		{"unknown flag", []string{"--concurency", "8"}, "unknown flag: --concurency"},

@@ -234,11 +234,11 @@ func (cfg *Config) checkRate() error {
 // would end up in the middle of them, and the load client sends no user
 // and password.
 func parseTarget(target string) (*url.URL, error) {
+	// A target without its scheme (127.0.0.1:5005) fails to parse, as a
+	// first path segment with a colon: url.Parse's words would not say
+	// what is missing.
 	u, err := url.Parse(target)
-	if err != nil {
-		return nil, fmt.Errorf("--target %q: %w", target, err)
-	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("--target %q: want an http:// or https:// URL such as http://127.0.0.1:5005", target)
 	}
 	if port := u.Port(); port != "" {

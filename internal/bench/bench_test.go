@@ -65,6 +65,7 @@ func TestCheck(t *testing.T) {
 		{"go api with target", func(c *Config) { c.API, c.Target = APIGo, "http://127.0.0.1:1" }, "--api go runs its own supervisor"},
 		{"target not http", func(c *Config) { c.Target = "ftp://h:21" }, "want an http:// or https:// URL"},
 		{"target without host", func(c *Config) { c.Target = "http://" }, "want an http:// or https:// URL"},
+		{"target without a scheme", func(c *Config) { c.Target = "127.0.0.1:5005" }, `--target "127.0.0.1:5005": want an http:// or https:// URL such as http://127.0.0.1:5005`},
 		{"input not JSON", func(c *Config) { c.Input = "hello" }, `--input "hello" is not JSON`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
