@@ -25,6 +25,7 @@ type benchOptions struct {
 	serve         serveOptions
 	cfg           bench.Config
 	jsonOut       bool
+	caFile        string
 	sweepClients  []int
 	sweepBatching []string
 }
@@ -86,6 +87,7 @@ func addBenchFlags(f *pflag.FlagSet, o *benchOptions) {
 	f.StringVar(&o.cfg.Target, "target", "", "drive a running server at this URL instead of starting one (it was started with serve flags of its own: bench refuses them here, but for the token's and a v2 model's name)")
 	f.StringVar(&o.cfg.API, "api", bench.APIHTTP, "http, or go to drive the supervisor's Go API in this process")
 	f.StringVar(&o.cfg.Protocol, "protocol", bench.ProtocolPredict, "what the load speaks: predict (POST /predict), v2 (the Open Inference Protocol, JSON data), v2-binary (its binary tensor data extension, for inputs and outputs) or grpc (its gRPC service, raw contents)")
+	f.StringVar(&o.caFile, "ca", "", "with an https --target: PEM file of the CA that signed the server's certificate (default: the system's); its gRPC service's too")
 	f.StringVar(&o.cfg.GRPCTarget, "grpc-target", "", "with --target and --protocol grpc: the address of the target's gRPC service (its --grpc-listen); its stats are read from --target")
 	f.StringVar(&o.cfg.Input, "input", `"hello, streamer"`, "one item, as JSON")
 	f.IntVar(&o.cfg.ItemsPerRequest, "items-per-request", 1, "items in each request (at most 65536, and the --max-items of the server bench starts)")
@@ -114,6 +116,9 @@ func runBench(ctx context.Context, flags *pflag.FlagSet, o benchOptions) error {
 	if err := checkSweep(flags, o); err != nil {
 		return err
 	}
+	if o.caFile != "" && !strings.HasPrefix(o.cfg.Target, "https://") {
+		return errors.New("--ca: it checks the certificate of an https --target, and there is none")
+	}
 	if err := checkTargetFlags(flags, o); err != nil {
 		return err
 	}
@@ -136,6 +141,11 @@ func runBench(ctx context.Context, flags *pflag.FlagSet, o benchOptions) error {
 			return err
 		}
 		if cfg.ModelName, err = o.serve.v2ModelName(spec); err != nil {
+			return err
+		}
+	}
+	if o.caFile != "" {
+		if cfg.RootCAs, err = readCA("--ca", o.caFile); err != nil {
 			return err
 		}
 	}

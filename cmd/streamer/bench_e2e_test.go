@@ -11,7 +11,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
+	"fmt"
 	"image/png"
 	"io"
 	"math"
@@ -376,6 +378,7 @@ func TestBenchBadFlags(t *testing.T) {
 		{"target not http", []string{"--target", "ftp://127.0.0.1:21"}, "want an http:// or https:// URL"},
 		{"target without a scheme", []string{"--target", "127.0.0.1:5005"}, `--target "127.0.0.1:5005": want an http:// or https:// URL such as http://127.0.0.1:5005`},
 		{"go api with target", []string{"--api", "go", "--target", "http://127.0.0.1:1"}, "--api go runs its own supervisor"},
+		{"a CA without an https target", []string{"--ca", "ca.pem", "--target", "http://127.0.0.1:1"}, "--ca: it checks the certificate of an https --target, and there is none"},
 		{"plot not writable", []string{"--plot", filepath.Join(t.TempDir(), "missing", "x.png")}, "--plot:"},
 		{"unknown flag", []string{"--concurency", "8"}, "unknown flag: --concurency"},
 		{"no request timeout", []string{"--request-timeout", "0s"}, "--request-timeout 0s: must be positive"},
@@ -890,5 +893,33 @@ func TestBenchOverGRPC(t *testing.T) {
 		"--concurrency", "2", "--duration", "300ms", "--auth-token", "wrong")
 	if res.code == 0 || !strings.Contains(res.stderr, "read the model's metadata") || !strings.Contains(res.stderr, "401") {
 		t.Errorf("bench over gRPC with the wrong token: exit %d, stderr %q; want the metadata's 401", res.code, res.stderr)
+	}
+}
+
+// TestBenchTrustsTheCAItIsGiven: bench loads a server whose certificate a
+// private CA signed once --ca names that CA, over http and gRPC, and
+// without it fails every request on the certificate.
+func TestBenchTrustsTheCAItIsGiven(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t, "bench")
+	pair := writeCertPair(t, dir, ca, 9)
+	caFile := filepath.Join(dir, "ca.crt")
+	writeFileWhole(t, caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.cert.Raw}))
+	grpcAddr := freePort(t)
+	s := launchServer(t, "--workers", "1", "--model", "echo", "--tls-cert", pair.cert, "--tls-key", pair.key, "--grpc-listen", grpcAddr)
+	target := "https://" + s.addr
+	s.waitFor(t, "status to answer over https", readyTimeout, func() bool {
+		_, err := runStatusWith(t, nil, "--target", target, "--ca", caFile)
+		return err == nil
+	})
+	for _, args := range [][]string{{"--protocol", "predict"}, {"--protocol", "grpc", "--grpc-target", grpcAddr, "--model", "echo"}} {
+		rep, _ := benchJSON(t, append([]string{"--target", target, "--ca", caFile, "--concurrency", "2", "--duration", "500ms"}, args...)...)
+		if rep.Requests == 0 {
+			t.Errorf("bench --ca %v: no request answered", args)
+		}
+	}
+	rep, _ := benchJSONExiting(t, 1, "--target", target, "--concurrency", "2", "--duration", "500ms")
+	if rep.Requests != 0 || !strings.Contains(fmt.Sprint(rep.FirstErrors), "certificate") {
+		t.Errorf("bench without the CA: %d answered, first errors %v; want none, refused on the certificate", rep.Requests, rep.FirstErrors)
 	}
 }

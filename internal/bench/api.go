@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,7 +58,13 @@ func (cfg *Config) httpAPI(target, grpcAddr string, item any) (sender, statsSour
 		return nil, nil, nil, err
 	}
 	base := strings.TrimSuffix(u.String(), "/")
-	plain := &http.Client{Timeout: cfg.RequestTimeout, Transport: withToken(http.DefaultTransport, cfg.Token)}
+	var transport http.RoundTripper = http.DefaultTransport
+	if cfg.RootCAs != nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = cfg.tlsConfig()
+		transport = t
+	}
+	plain := &http.Client{Timeout: cfg.RequestTimeout, Transport: withToken(transport, cfg.Token)}
 	stats := httpStats(plain, base+"/v1/stats")
 	if cfg.Protocol == ProtocolGRPC {
 		send, closeAll, err := cfg.grpcSender(plain, base, grpcAddr, item)
@@ -79,8 +86,15 @@ func (cfg *Config) httpAPI(target, grpcAddr string, item any) (sender, statsSour
 		MaxIdleConns:        cfg.Concurrency * 2,
 		MaxIdleConnsPerHost: cfg.Concurrency * 2,
 		IdleConnTimeout:     time.Minute,
+		TLSClientConfig:     cfg.tlsConfig(),
 	}, cfg.Token)}
 	return httpSender(client, base+path, body, headers), stats, client.CloseIdleConnections, nil
+}
+
+// tlsConfig is how the load's clients check an https target: against
+// RootCAs, or the system's when it is nil.
+func (cfg *Config) tlsConfig() *tls.Config {
+	return &tls.Config{RootCAs: cfg.RootCAs, MinVersion: tls.VersionTLS12}
 }
 
 // requestFor returns the path, body and extra header lines ("Name: value")

@@ -11,6 +11,7 @@ package bench
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -59,6 +60,9 @@ type Config struct {
 	// Token, when not empty, is sent as "Authorization: Bearer Token" with
 	// every request: the server's --auth-token.
 	Token string
+	// RootCAs, when not nil, are the CAs an https Target's certificate is
+	// checked against (its gRPC service's too), rather than the system's.
+	RootCAs *x509.CertPool
 	// API is APIHTTP (the default when empty) or APIGo.
 	API string
 	// Protocol is what an http run speaks: ProtocolPredict (the default

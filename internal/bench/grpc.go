@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"math"
@@ -96,9 +95,8 @@ func (cfg *Config) grpcSender(client *http.Client, base, addr string, item any) 
 	creds := insecure.NewCredentials()
 	if strings.HasPrefix(base, "https://") {
 		// The gRPC service of a server that serves HTTPS is served over
-		// TLS with the same certificate, which the system's roots (or
-		// SSL_CERT_FILE) must trust, as for the http requests.
-		creds = credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12})
+		// TLS with the same certificate, checked as for the http requests.
+		creds = credentials.NewTLS(cfg.tlsConfig())
 	}
 	for i := range conns {
 		// Answers as large as the server sends: grpc-go's client takes
