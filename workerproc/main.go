@@ -124,7 +124,9 @@ func ignoreSignals(log *slog.Logger) (stop func()) {
 				if sig != syscall.SIGHUP && os.Getppid() != supervisor {
 					log.Warn("the supervisor is gone: ending on the signal", "signal", sig.String(), "supervisor_pid", supervisor)
 					signal.Reset(sig)
-					_ = syscall.Kill(os.Getpid(), sig.(syscall.Signal))
+					if self, err := os.FindProcess(os.Getpid()); err == nil {
+						_ = self.Signal(sig)
+					}
 					continue
 				}
 				logIgnored(log, &lines, sig)
