@@ -24,7 +24,8 @@ const replaceWithHash = "redis.call('DEL', KEYS[1]); return redis.call('HSET', K
 // beat as alive, and every caller waited for its deadline; and the
 // admissions routed to the stream as it was a hash failed. The node now
 // replaces the key with a new stream, saying what it held, such an
-// admission goes to the shared stream, and every caller is answered.
+// admission goes to the shared stream, and every caller is answered (but
+// those whose items were on the stream as it went, who are told so).
 func TestBrokerANodesOwnStreamOfAnotherTypeUnderLoad(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	node := startBrokerNode(t, rs, "--workers", "1", "--model", "sleep:1ms,0s")
@@ -67,8 +68,19 @@ func TestBrokerANodesOwnStreamOfAnotherTypeUnderLoad(t *testing.T) {
 	if held != `a hash of 1 field: "zz" "b"` {
 		t.Errorf("the node's log says the key held %q; want the hash's field and value", held)
 	}
-	if len(failures) > 0 {
-		t.Errorf("%d requests failed around the stream's replacement by a hash: %q", len(failures), failures[:min(len(failures), 5)])
+	// The items on the stream as it was deleted are gone with it, and
+	// their callers told so: at most one a client. No other may fail.
+	var other []string
+	lost := 0
+	for _, f := range failures {
+		if strings.Contains(f, "lost the request's items") {
+			lost++
+		} else {
+			other = append(other, f)
+		}
+	}
+	if len(other) > 0 || lost > 8 {
+		t.Errorf("%d requests failed around the stream's replacement by a hash, %d of them lost with it: %q", len(failures), lost, failures[:min(len(failures), 5)])
 	}
 	if typ := rs.Do(t, "TYPE", brokerItemsKey+":"+name); typ != "stream" {
 		t.Errorf("the node's own stream is a %s; want a stream", typ)
