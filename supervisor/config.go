@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"reflect"
 	"strings"
 	"time"
 
@@ -177,6 +178,11 @@ func (c *Config) setDefaults() error {
 	}
 	if f, ok := c.InProcess.(model.Func); ok && f == nil {
 		return errors.New("supervisor: InProcess is a nil model.Func: no item could run")
+	}
+	if v := reflect.ValueOf(c.InProcess); v.Kind() == reflect.Pointer && v.IsNil() {
+		// Not a nil interface: its first batch would crash, as a
+		// worker, and every batch after it.
+		return fmt.Errorf("supervisor: InProcess is a nil %T: no item could run", c.InProcess)
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {

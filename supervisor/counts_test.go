@@ -117,6 +117,7 @@ func TestNewRefusesNegativesAndANilFunc(t *testing.T) {
 		{"PipelineDepth and MaxRestarts", supervisor.Config{InProcess: echo, PipelineDepth: -1, MaxRestarts: -1}, "PipelineDepth, MaxRestarts must not be negative"},
 		{"WorkerTimeout", supervisor.Config{InProcess: echo, WorkerTimeout: -time.Second}, "WorkerTimeout must not be negative"},
 		{"a nil model.Func", supervisor.Config{InProcess: model.Func(nil)}, "nil model.Func"},
+		{"a nil pointer", supervisor.Config{InProcess: (*closeCounter)(nil)}, "InProcess is a nil *supervisor_test.closeCounter"},
 		{"BatchSize", supervisor.Config{InProcess: echo, BatchSize: 1 << 30}, "BatchSize 1073741824: want at most 65536"},
 		{"Workers", supervisor.Config{InProcess: echo, Workers: 1 << 20}, "Workers 1048576: want at most 1024"},
 		{"PipelineDepth", supervisor.Config{InProcess: echo, PipelineDepth: 1 << 62}, "PipelineDepth 4611686018427387904: want at most 1024"},
