@@ -34,6 +34,18 @@
 //	                     and front ends fail the calls whose items were there;
 //	                     the admission script refuses a front end that
 //	                     passes another, until it has checked
+//	PREFIX:room          the room kept in the shared backlog for a large
+//	                     request refused, lapsing within a second unless
+//	                     its front end asks again
+//	PREFIX:sizes         the mean size of the requests admitted of late, in
+//	                     1/1024 items, for what "large" means
+//	PREFIX:model         hash: the model the nodes serve (how items are
+//	                     written, the entries' layout, its name), kept by
+//	                     their heartbeats
+//	PREFIX:name:NODE     a live node's hold on its name, kept by its
+//	                     heartbeats, so that no two live nodes share one
+//
+// The README's table of these keys says how long each lives.
 //
 // The guarantees: items are served in the order they reached Redis (a
 // request routed to a node's own stream goes there only while nothing

@@ -64,7 +64,7 @@ bench reports", has the figures and the JSON keys.`,
 		Example: `  streamer bench --model sleep:10ms,100us --workers 4 --concurrency 512 --duration 10s
   streamer bench --api go --model echo --workers 2 --concurrency 512
   streamer bench --target http://127.0.0.1:5005 --rate 2000 --duration 30s --json
-  streamer bench --model demo --protocol grpc --concurrency 64`,
+  streamer bench --model demo --protocol grpc --input '[5.1,3.5,1.4,0.2]' --concurrency 64`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runBench(cmd.Context(), cmd.Flags(), o)

@@ -51,7 +51,9 @@
 //	streamer serve --plugin bin/runecount --workers 2
 //	curl -d '{"inputs": ["héllo", 42]}' localhost:5005/predict
 //
-// The answer holds 5 for "héllo" and an error for 42, which is not a string.
+// The answer is 422, naming item 1: 42 is not a string, and a request of
+// several items fails whole when one fails. `{"inputs": ["héllo"]}` alone
+// is answered `{"outputs":[5]}`.
 //
 // What a plugin must know:
 //
