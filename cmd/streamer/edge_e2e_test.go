@@ -237,6 +237,31 @@ func TestClientThatNeverReadsIsDropped(t *testing.T) {
 	}
 }
 
+// TestAClientThatPipelinesAndNeverReadsGivesItsPlace: clients that
+// pipeline requests answered at once (the status page; a 401 without the
+// token, which asks nothing of them) and never read their answers are
+// dropped once --write-timeout has passed, and give their places at
+// --max-connections to clients that read; before, their writes waited for
+// good, and two such clients locked everyone out.
+func TestAClientThatPipelinesAndNeverReadsGivesItsPlace(t *testing.T) {
+	s := startServer(t, "--model", "echo", "--max-connections", "2", "--write-timeout", "1s", "--auth-token", "s3cret")
+	s.token = "s3cret"
+	s.client.CloseIdleConnections()
+	dialer := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	}}
+	for _, path := range []string{"/", "/v1/stats"} {
+		conn, err := dialer.Dial("tcp", s.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		requests := strings.Repeat("GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n", 20000)
+		go func() { _, _ = io.WriteString(conn, requests) }() // ends when the server drops it
+	}
+	servedAtTheCap(t, s)
+}
+
 // TestConnectionsBeyondTheCapAreRefused: with --max-connections open, none
 // of them idle, one more connection is answered 503 with a JSON error and
 // closed, once its request has begun to come (an answer before it is
@@ -401,7 +426,15 @@ func servedAtTheCap(t *testing.T, s *server) {
 	t.Helper()
 	fresh := &http.Client{Timeout: requestTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
 	s.waitFor(t, "a new client to be served at the cap", readyTimeout, func() bool {
-		resp, err := fresh.Post(s.URL()+"/predict", "application/json", strings.NewReader(`{"inputs": ["new"]}`))
+		req, err := http.NewRequest(http.MethodPost, s.URL()+"/predict", strings.NewReader(`{"inputs": ["new"]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if s.token != "" {
+			req.Header.Set("Authorization", "Bearer "+s.token)
+		}
+		resp, err := fresh.Do(req)
 		if err != nil {
 			t.Fatalf("a new client at the cap: %v; want an answer", err)
 		}

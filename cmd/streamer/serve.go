@@ -400,7 +400,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
-	stopping := &drainer{listener: listener, grpc: grpcAPI, grace: o.grace, log: log, stops: stopsOf(st, remote), hangups: hangups}
+	stopping := &drainer{listener: listener, grpc: grpcAPI, grace: o.grace, writeTimeout: o.writeTimeout, log: log, stops: stopsOf(st, remote), hangups: hangups}
 	server := o.httpServer(stopping.wrap(guard.protect(api)), log)
 	server.ConnState = listener.track
 	serveErr := make(chan error, 1)
@@ -613,16 +613,31 @@ type drainer struct {
 	listener *cappedListener
 	grpc     *grpcServer // nil without --grpc-listen
 	grace    time.Duration
-	log      *slog.Logger
-	draining atomic.Bool
+	// writeTimeout bounds the writing of every answer (see wrap).
+	writeTimeout time.Duration
+	log          *slog.Logger
+	draining     atomic.Bool
 }
 
+// writeDeadliner is net/http's HTTP/1 ResponseWriter as
+// http.ResponseController uses it; asserting it costs no allocation.
+type writeDeadliner interface{ SetWriteDeadline(time.Time) error }
+
 // wrap makes every answer given while draining close its connection, so
-// that clients move off a server that is going away.
+// that clients move off a server that is going away. And it bounds the
+// writing of every answer by --write-timeout from the request's start:
+// the API re-arms the bound as it writes an answer it waited for (the
+// model's), but the answers given at once (the status page, a 401, a
+// preflight's 204, /metrics) are written here and nowhere else, and a
+// client that pipelines requests and never reads would hold its
+// connection, and its place under --max-connections, for good.
 func (d *drainer) wrap(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if d.draining.Load() {
 			w.Header().Set("Connection", "close")
+		}
+		if wd, ok := w.(writeDeadliner); ok && d.writeTimeout > 0 {
+			_ = wd.SetWriteDeadline(time.Now().Add(d.writeTimeout))
 		}
 		h.ServeHTTP(w, r)
 	})
