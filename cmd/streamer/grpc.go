@@ -36,6 +36,11 @@ import (
 // connection could hold any number.
 const grpcMaxStreams = 256
 
+// grpcMaxHeaderList bounds the headers of a gRPC call, metadata included:
+// 64 KiB, far above what a token and a client's own metadata take, and
+// little for a client that opens thousands of connections to hold.
+const grpcMaxHeaderList = 64 << 10
+
 // grpcStreamWorkers is how many goroutines the gRPC server keeps to run
 // calls on, rather than start one a call: a call grows its goroutine's
 // stack on the way to the model, and a new goroutine a call paid for that
@@ -83,6 +88,9 @@ func (o serveOptions) openGRPC(api http.Handler, guard *security, counts *grpcCo
 		grpc.MaxConcurrentStreams(grpcMaxStreams),
 		grpc.NumStreamWorkers(grpcStreamWorkers),
 		grpc.ConnectionTimeout(min(10*time.Second, o.readTimeout)),
+		// Headers are read whole before the token is checked: grpc-go's
+		// default bound, 16 MiB, would let any client pin that much.
+		grpc.MaxHeaderListSize(grpcMaxHeaderList),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: o.idleTimeout}),
 		grpc.ForceServerCodecV2(service.Codec()),
 		grpc.InTapHandle(calls.begin),
@@ -155,23 +163,29 @@ type readTimerKey struct{}
 
 // begin is the server's tap: it runs as a call's headers arrive.
 func (c *grpcCalls) begin(ctx context.Context, info *tap.Info) (context.Context, error) {
-	if !grpcHealthCall(info.FullMethodName) {
+	readTimeout, ended := c.readTimeout, func() {}
+	if grpcHealthCall(info.FullMethodName) {
+		// Open to anyone, so it holds nothing for long: its connection
+		// stays as idle as it was, to be reclaimed at --max-connections,
+		// and its message, an empty one, has a second to come.
+		readTimeout = min(readTimeout, healthReadTimeout)
+	} else {
 		if err := c.token(info.Header); err != nil {
 			return ctx, err
 		}
+		// Counted once let through: a call refused here is aborted with a
+		// context grpc-go never ends, so that a count raised for it would
+		// never fall, and it leaves its connection as idle as it was.
+		ended = c.conns.callBegun(ctx)
 	}
-	// Counted once let through: a call refused here is aborted with a
-	// context grpc-go never ends, so that a count raised for it would
-	// never fall, and it leaves its connection as idle as it was.
-	ended := c.conns.callBegun(ctx)
 	ctx, cancel := context.WithCancelCause(ctx)
 	method := info.FullMethodName
-	timer := time.AfterFunc(c.readTimeout, func() {
+	timer := time.AfterFunc(readTimeout, func() {
 		if ctx.Err() != nil {
 			return // the call ended before its message was read: refused, or its client left
 		}
 		c.warnings.Log(c.log, slog.LevelWarn, "read timeout", "gRPC call ended: its message did not arrive within --read-timeout",
-			"method", method, "read_timeout", c.readTimeout)
+			"method", method, "read_timeout", readTimeout)
 		cancel(errReadTimeout)
 	})
 	// A call that ends before its handler runs (its client gave up, its
@@ -186,6 +200,11 @@ func (c *grpcCalls) begin(ctx context.Context, info *tap.Info) (context.Context,
 	})
 	return context.WithValue(ctx, readTimerKey{}, timer), nil
 }
+
+// healthReadTimeout bounds the wait for a health call's message, which
+// needs no token: a client holding many open costs the server a goroutine
+// each, for this long at most.
+const healthReadTimeout = time.Second
 
 // errReadTimeout ends a call whose message came too slowly.
 var errReadTimeout = errors.New("the call's message did not arrive within --read-timeout")

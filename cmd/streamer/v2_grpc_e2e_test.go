@@ -621,6 +621,12 @@ func TestGRPCTokenBeforeTheMessage(t *testing.T) {
 // grpc-status, or "reset"), if it does.
 func stalledCall(t *testing.T, addr string) (net.Conn, <-chan string) {
 	t.Helper()
+	return stalledCallOf(t, addr, pb.GRPCInferenceService_ModelInfer_FullMethodName)
+}
+
+// stalledCallOf is stalledCall of the method named.
+func stalledCallOf(t *testing.T, addr, method string) (net.Conn, <-chan string) {
+	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -632,7 +638,7 @@ func stalledCall(t *testing.T, addr string) (net.Conn, <-chan string) {
 	fr := http2.NewFramer(conn, conn)
 	var block bytes.Buffer
 	enc := hpack.NewEncoder(&block)
-	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", pb.GRPCInferenceService_ModelInfer_FullMethodName},
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", method},
 		{":authority", addr}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
 		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
 	}
@@ -674,6 +680,38 @@ func stalledCall(t *testing.T, addr string) (net.Conn, <-chan string) {
 		}
 	}()
 	return conn, ended
+}
+
+// TestGRPCHealthCallsHoldNothing: health calls, which need no token, do
+// not keep their connection from being reclaimed at --max-connections
+// while their message is awaited, nor is it awaited long; and no call's
+// headers may be larger than 64 KiB, read whole before any token is
+// checked (grpc-go's default let a client pin 16 MiB each).
+func TestGRPCHealthCallsHoldNothing(t *testing.T) {
+	addr := freePort(t)
+	startServer(t, "--model", "echo", "--grpc-listen", addr, "--max-connections", "1", "--auth-token", "s3cret")
+	_, ended := stalledCallOf(t, addr, pb.GRPCInferenceService_ServerLive_FullMethodName)
+	waitFor(t, "a new connection's call to be served in the place of one holding a health call open", 8*time.Second, func() bool {
+		return callsOnANewConnection(t, addr, func(ctx context.Context, c pb.GRPCInferenceServiceClient) error {
+			_, err := c.ServerLive(ctx, &pb.ServerLiveRequest{})
+			return err
+		})
+	})
+	select {
+	case how := <-ended:
+		if how != strconv.Itoa(int(codes.DeadlineExceeded)) && how != "reset" {
+			t.Errorf("the stalled health call ended with grpc-status %s; want DeadlineExceeded, or its connection reclaimed", how)
+		}
+	case <-time.After(2 * time.Second):
+		// Its connection was reclaimed: no word came on it.
+	}
+	big := metadata.Pairs("x-big", strings.Repeat("b", 100<<10))
+	if callsOnANewConnection(t, addr, func(ctx context.Context, c pb.GRPCInferenceServiceClient) error {
+		_, err := c.ServerLive(metadata.NewOutgoingContext(ctx, big), &pb.ServerLiveRequest{})
+		return err
+	}) {
+		t.Error("a call with 100 KiB of metadata was served; want it refused")
+	}
 }
 
 // TestGRPCStalledCallsEnd: a call whose message does not arrive within
