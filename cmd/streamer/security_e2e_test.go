@@ -162,6 +162,13 @@ func TestSecurityAuthTokenFromEnvAndFile(t *testing.T) {
 			if status, _, body := authedRequest(t, s, http.MethodPost, "/predict", "Bearer "+token); status != http.StatusOK {
 				t.Errorf("POST /predict with the token: status %d (%s), want 200", status, bytes.TrimSpace(body))
 			}
+			// The workers, and what they start, are not handed it.
+			s.token = token
+			for _, w := range s.waitAllReady(t, 1) {
+				if v, ok := workerEnv(t, w.PID, envAuthToken); ok {
+					t.Errorf("worker %d has %s=%q in its environment; want the token kept from it", w.PID, envAuthToken, v)
+				}
+			}
 		})
 	}
 }

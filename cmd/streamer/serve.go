@@ -348,6 +348,13 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
+	// Read now, and kept from the environment that workers, and their
+	// plugins, inherit: a model has no use for the API's token or Redis's
+	// password, and a plugin that logs its environment would put them in
+	// the server's log.
+	for _, secret := range []string{envAuthToken, envBroker} {
+		_ = os.Unsetenv(secret)
+	}
 	if guard.cert != nil {
 		hangups.reloadCertificate(guard.cert)
 	}
