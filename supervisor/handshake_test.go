@@ -303,7 +303,9 @@ func TestNewRefusesWorkerProcessesInAProcessStartedAsAWorker(t *testing.T) {
 // start saying so, and naming the runner.
 func TestAWorkerPastTheInitTimeoutSaysWhy(t *testing.T) {
 	cfg := processConfig("chaos:init-delay=30s", 1, 1)
-	cfg.InitTimeout = 300 * time.Millisecond
+	// Long enough for a test binary under -race on a loaded machine to
+	// say hello first; far shorter than the model's opening.
+	cfg.InitTimeout = 5 * time.Second
 	s, err := supervisor.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -312,7 +314,7 @@ func TestAWorkerPastTheInitTimeoutSaysWhy(t *testing.T) {
 	defer cancel()
 	err = s.Start(ctx)
 	defer shutdown(t, s)
-	if want := "worker did not become ready within 300ms, the init timeout: its chaos model was still opening"; err == nil || !strings.Contains(err.Error(), want) {
+	if want := "worker did not become ready within 5s, the init timeout: its chaos model was still opening"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("Start: %v; want an error saying %q", err, want)
 	}
 
