@@ -42,7 +42,7 @@ func TestStartRefusesABinaryThatIsNotAWorker(t *testing.T) {
 			if tc.name == "stays silent" {
 				handshake = 300 * time.Millisecond
 			}
-			s, err := supervisor.New(supervisor.Config{
+			s := failedStart(t, supervisor.Config{
 				Workers: 2,
 				Process: supervisor.ProcessConfig{
 					Model:            model.Spec{Runner: "echo"},
@@ -50,22 +50,9 @@ func TestStartRefusesABinaryThatIsNotAWorker(t *testing.T) {
 					Args:             []string{"-c", tc.script},
 					HandshakeTimeout: handshake,
 				},
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
+			}, supervisor.ErrNotWorker, "/bin/sh", tc.want)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			err = s.Start(ctx)
-			defer shutdown(t, s)
-			if !errors.Is(err, supervisor.ErrNotWorker) {
-				t.Fatalf("Start: %v, want ErrNotWorker", err)
-			}
-			for _, want := range []string{"/bin/sh", tc.want} {
-				if !strings.Contains(err.Error(), want) {
-					t.Errorf("Start: %q does not say %q", err, want)
-				}
-			}
 			if _, err := s.Predict(ctx, [][]byte{{0x01}}); err == nil {
 				t.Fatal("a streamer whose workers never started answered a request")
 			}
@@ -258,7 +245,7 @@ func forgetfulMain() {
 // supervisor that started it reports it as no worker, with its reason,
 // before its handshake's time is up.
 func TestAWorkerThatForgotWorkerprocMainStartsNoWorkers(t *testing.T) {
-	s, err := supervisor.New(supervisor.Config{
+	failedStart(t, supervisor.Config{
 		Workers: 1,
 		Process: supervisor.ProcessConfig{
 			Model:            model.Spec{Runner: "echo"},
@@ -267,22 +254,31 @@ func TestAWorkerThatForgotWorkerprocMainStartsNoWorkers(t *testing.T) {
 			Env:              []string{forgetfulEnv + "=1"},
 			HandshakeTimeout: time.Minute,
 		},
-	})
+	}, supervisor.ErrNotWorker, "ended before the handshake", "started as a streamer worker", "workerproc.Main")
+}
+
+// failedStart makes a Streamer of cfg and starts it, which must fail with
+// an error that wraps sentinel (nil: any) and says each of wants. It
+// returns the streamer, shut down when the test ends.
+func failedStart(t *testing.T, cfg supervisor.Config, sentinel error, wants ...string) *supervisor.Streamer {
+	t.Helper()
+	s, err := supervisor.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
 	defer cancel()
 	err = s.Start(ctx)
-	defer shutdown(t, s)
-	if !errors.Is(err, supervisor.ErrNotWorker) {
-		t.Fatalf("Start: %v, want ErrNotWorker", err)
+	t.Cleanup(func() { shutdown(t, s) })
+	if err == nil || sentinel != nil && !errors.Is(err, sentinel) {
+		t.Fatalf("Start: %v, want it to fail with %v", err, sentinel)
 	}
-	for _, want := range []string{"ended before the handshake", "started as a streamer worker", "workerproc.Main"} {
+	for _, want := range wants {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Start: %q does not say %q", err, want)
 		}
 	}
+	return s
 }
 
 // A worker's own Streamer is refused only while the cookie says this
@@ -306,29 +302,11 @@ func TestAWorkerPastTheInitTimeoutSaysWhy(t *testing.T) {
 	// Long enough for a test binary under -race on a loaded machine to
 	// say hello first; far shorter than the model's opening.
 	cfg.InitTimeout = 5 * time.Second
-	s, err := supervisor.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	err = s.Start(ctx)
-	defer shutdown(t, s)
-	if want := "worker did not become ready within 5s, the init timeout: its chaos model was still opening"; err == nil || !strings.Contains(err.Error(), want) {
-		t.Fatalf("Start: %v; want an error saying %q", err, want)
-	}
+	failedStart(t, cfg, nil, "worker did not become ready within 5s, the init timeout: its chaos model was still opening")
 
 	// One that never said hello was never sent the model.
-	s, err = supervisor.New(supervisor.Config{
+	failedStart(t, supervisor.Config{
 		InitTimeout: 300 * time.Millisecond,
 		Process:     supervisor.ProcessConfig{Model: model.Spec{Runner: "echo"}, Path: "/bin/sh", Args: []string{"-c", "exec sleep 60"}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = s.Start(ctx)
-	defer shutdown(t, s)
-	if want := "said nothing on the worker pipe within 300ms, the init timeout"; !errors.Is(err, supervisor.ErrNotWorker) || !strings.Contains(err.Error(), want) {
-		t.Fatalf("Start of a binary silent past the init timeout: %v; want ErrNotWorker saying %q", err, want)
-	}
+	}, supervisor.ErrNotWorker, "said nothing on the worker pipe within 300ms, the init timeout")
 }

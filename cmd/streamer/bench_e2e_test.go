@@ -11,7 +11,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"image/png"
@@ -906,8 +905,7 @@ func TestBenchTrustsTheCAItIsGiven(t *testing.T) {
 	dir := t.TempDir()
 	ca := newTestCA(t, "bench")
 	pair := writeCertPair(t, dir, ca, 9)
-	caFile := filepath.Join(dir, "ca.crt")
-	writeFileWhole(t, caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.cert.Raw}))
+	caFile := ca.write(t, dir)
 	grpcAddr := freePort(t)
 	s := launchServer(t, "--workers", "1", "--model", "echo", "--tls-cert", pair.cert, "--tls-key", pair.key, "--grpc-listen", grpcAddr)
 	target := "https://" + s.addr

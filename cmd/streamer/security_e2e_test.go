@@ -289,6 +289,14 @@ func newTestCA(t *testing.T, name string) testCA {
 }
 
 // certPair names a certificate file and its key file.
+// write writes the CA's certificate, PEM, into dir and returns its path.
+func (ca testCA) write(t *testing.T, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "ca.crt")
+	writeFileWhole(t, path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.cert.Raw}))
+	return path
+}
+
 type certPair struct{ cert, key string }
 
 // writeCertPair issues a server certificate for 127.0.0.1 with the given

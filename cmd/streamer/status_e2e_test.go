@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/pem"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -125,8 +123,7 @@ func TestStatusCommandTrustsTheCAGiven(t *testing.T) {
 	dir := t.TempDir()
 	ca := newTestCA(t, "status")
 	pair := writeCertPair(t, dir, ca, 7)
-	caFile := filepath.Join(dir, "ca.crt")
-	writeFileWhole(t, caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.cert.Raw}))
+	caFile := ca.write(t, dir)
 	s := launchServer(t, "--workers", "1", "--model", "echo", "--tls-cert", pair.cert, "--tls-key", pair.key)
 	target := "https://" + s.addr
 	var out string
