@@ -45,8 +45,8 @@ func Main(open OpenFunc) {
 
 // Serve is Main without the exit: it checks that a supervisor started this
 // process (ErrNotStarted if not), takes the protocol's file descriptors, and
-// returns what Run returns. Until then it logs and ignores SIGHUP, which is
-// the supervisor's (see ignoreSignals).
+// returns what Run returns. Until then it logs and ignores SIGHUP, SIGTERM
+// and SIGINT, which are the supervisor's (see ignoreSignals).
 func Serve(ctx context.Context, open OpenFunc) error {
 	if !Started() {
 		return ErrNotStarted
