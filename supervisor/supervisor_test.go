@@ -25,6 +25,21 @@ type gate struct {
 	started chan int // receives each batch's size as it starts
 }
 
+// heldBy starts a streamer of cfg whose in-process model is a closed gate,
+// and has its worker take a batch of the one item block, which holds it
+// until the gate is released.
+func heldBy(t *testing.T, cfg supervisor.Config, block string) (*gate, *supervisor.Streamer) {
+	t.Helper()
+	g := newGate(false)
+	cfg.InProcess = model.Func(g.fn)
+	s := start(t, cfg)
+	if _, err := s.Submit(context.Background(), items(block)); err != nil {
+		t.Fatal(err)
+	}
+	<-g.started
+	return g, s
+}
+
 func newGate(open bool) *gate {
 	g := &gate{open: make(chan struct{}), started: make(chan int, 1000)}
 	if open {
@@ -301,12 +316,7 @@ func TestFullBatchIsPrefetchedForABusyWorker(t *testing.T) {
 }
 
 func TestKeysNeverShareABatch(t *testing.T) {
-	g := newGate(false)
-	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), MaxLatency: time.Hour})
-	if _, err := s.Submit(context.Background(), items("x-block")); err != nil {
-		t.Fatal(err)
-	}
-	<-g.started
+	g, s := heldBy(t, supervisor.Config{MaxLatency: time.Hour}, "x-block")
 	var futures []*supervisor.Future
 	for i := range 12 {
 		key := []string{"k1", "k2", "k3"}[i%3]
@@ -336,12 +346,7 @@ func TestKeysNeverShareABatch(t *testing.T) {
 }
 
 func TestPoisonItemIsIsolatedAndRemembered(t *testing.T) {
-	g := newGate(false)
-	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), MaxLatency: time.Hour, BackoffMin: time.Millisecond})
-	if _, err := s.Submit(context.Background(), items("block")); err != nil {
-		t.Fatal(err)
-	}
-	<-g.started
+	g, s := heldBy(t, supervisor.Config{MaxLatency: time.Hour, BackoffMin: time.Millisecond}, "block")
 	var good []*supervisor.Future
 	for i := range 15 {
 		f, err := s.Submit(context.Background(), items(fmt.Sprint("good", i)))
@@ -477,12 +482,7 @@ func TestRoomHeldByExpiredItemsIsGivenBack(t *testing.T) {
 }
 
 func TestExpiredItemsNeverReachTheModel(t *testing.T) {
-	g := newGate(false)
-	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), MaxLatency: time.Hour})
-	if _, err := s.Submit(context.Background(), items("block")); err != nil {
-		t.Fatal(err)
-	}
-	<-g.started
+	g, s := heldBy(t, supervisor.Config{MaxLatency: time.Hour}, "block")
 	late, err := s.SubmitRequest(context.Background(), supervisor.Request{Items: items("late"), Deadline: time.Now().Add(20 * time.Millisecond)})
 	if err != nil {
 		t.Fatal(err)
@@ -515,12 +515,7 @@ func TestExpiredItemsNeverReachTheModel(t *testing.T) {
 // A request that runs out of time says whose deadline it was: the
 // request's own, or its caller's context's when that came first.
 func TestTheDeadlineThatPassedIsNamed(t *testing.T) {
-	g := newGate(false)
-	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), MaxLatency: time.Hour})
-	if _, err := s.Submit(context.Background(), items("block")); err != nil {
-		t.Fatal(err)
-	}
-	<-g.started
+	g, s := heldBy(t, supervisor.Config{MaxLatency: time.Hour}, "block")
 	defer g.release()
 	const soon, later = 20 * time.Millisecond, time.Hour
 	tests := []struct {

@@ -225,10 +225,7 @@ func TestMetricsEndpoint(t *testing.T) {
 // pids of /v1/workers, and a worker killed with SIGKILL shown with its new
 // pid and one restart.
 func TestStatusPageInBrowser(t *testing.T) {
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("chromium is not installed (%v); run make install-tools", err)
-	}
+	chromium := chromiumPath(t)
 	s := startServer(t, "--workers", "2", "--model", "echo")
 	before := s.waitAllReady(t, 2)
 	s.predictJSON(t, "a", "b")
@@ -276,10 +273,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 // still shows what the server says, and no error of its own. It shows the
 // requests by outcome and the items failed by kind, as /v1/stats has them.
 func TestStatusPageInBrowserWithALargeBatchSize(t *testing.T) {
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("chromium is not installed (%v); run make install-tools", err)
-	}
+	chromium := chromiumPath(t)
 	s := startServer(t, "--workers", "1", "--model", "echo", "--batch-size", strconv.Itoa(supervisor.MaxBatchSize))
 	slots := s.waitAllReady(t, 1)
 	s.predictJSON(t, "a", "b")
@@ -342,10 +336,7 @@ func workerRows(dom string) map[string]map[string]string {
 // With --auth-token the status page still opens, asks for the token while
 // it has none, and shows the server's facts once given one.
 func TestStatusPageInBrowserWithAToken(t *testing.T) {
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("chromium is not installed (%v); run make install-tools", err)
-	}
+	chromium := chromiumPath(t)
 	const token = "page-token-51"
 	s := startServer(t, "--workers", "1", "--model", "echo", "--auth-token", token)
 	s.token = token
@@ -441,10 +432,7 @@ func TestMetricsDuringAndAfterAReload(t *testing.T) {
 // "not fitted yet", and queue wait and compute of "0.0 ms".) A node's page
 // shows its traffic through Redis beside its batches.
 func TestStatusPageInBrowserOnAFrontEnd(t *testing.T) {
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("chromium is not installed (%v); run make install-tools", err)
-	}
+	chromium := chromiumPath(t)
 	rs := redistest.Start(t, redistest.Options{})
 	node := startBrokerNode(t, rs, "--workers", "1", "--model", "echo")
 	front := startBrokerFront(t, rs, "--max-queue", "40")
@@ -506,10 +494,7 @@ func TestStatusPageInBrowserOnAFrontEnd(t *testing.T) {
 // `streamer status` does: "0.0 ms" would read as a time measured. It shows
 // its batches, and nothing of Redis, which it does not use.
 func TestStatusPageInBrowserBeforeAnyRequest(t *testing.T) {
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("chromium is not installed (%v); run make install-tools", err)
-	}
+	chromium := chromiumPath(t)
 	s := startServer(t, "--workers", "1", "--model", "echo")
 	slots := s.waitAllReady(t, 1)
 	var dom string
@@ -557,4 +542,15 @@ func TestACrashSaysThePanic(t *testing.T) {
 		w := s.workers(t)
 		return len(w) == 1 && strings.Contains(w[0].LastErr, "panic: chaos: panic on a trigger item")
 	})
+}
+
+// chromiumPath is the headless browser the status page tests drive, which
+// make install-tools installs.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("chromium is not installed (%v); run make install-tools", err)
+	}
+	return chromium
 }
