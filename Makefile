@@ -9,7 +9,7 @@ BENCHPKGS ?= ./...
 # Go sources outside fetched and built folders, for the gofmt check.
 GOFILES = $(shell find . -name '*.go' -not -path './.git/*' -not -path './bin/*' -not -path './third_party/*')
 
-.PHONY: bench-all build serve test install-tools vet staticcheck fmtcheck tidycheck crosscheck unit fuzz bench onnxruntime proto
+.PHONY: bench-all build serve test install-tools vet staticcheck fmtcheck tidycheck crosscheck binarycheck unit fuzz bench onnxruntime proto
 
 ## build: compile the streamer binary and its plotter streamer-bench (for bench --plot) into bin/
 build:
@@ -23,7 +23,7 @@ serve:
 	$(BIN)/streamer serve --model demo --workers 2 --intra-op-threads 1 --listen 127.0.0.1:5005
 
 ## test: every check CI runs: vet, staticcheck, gofmt, a tidy go.mod, other platforms' builds, then the tests with -race
-test: install-tools vet staticcheck fmtcheck tidycheck crosscheck unit
+test: install-tools vet staticcheck fmtcheck tidycheck crosscheck binarycheck unit
 
 ## install-tools: install what the checks and tests need (idempotent)
 install-tools:
@@ -45,6 +45,17 @@ fmtcheck:
 crosscheck:
 	GOOS=darwin $(GO) build ./...
 	GOOS=windows $(GO) vet ./supervisor
+
+# Compiled programs are built or fetched, never committed: refuse any tracked
+# file that starts like an ELF, Windows or Mach-O executable.
+binarycheck:
+	@git rev-parse --git-dir >/dev/null 2>&1 || exit 0; \
+	git ls-files | while IFS= read -r f; do \
+	  [ -f "$$f" ] || continue; \
+	  case "$$(head -c 4 "$$f" | od -An -tx1 | tr -d ' \n')" in \
+	    7f454c46|4d5a*|cffaedfe|cefaedfe|feedfacf|feedface) echo "a compiled program is committed: $$f"; exit 1;; \
+	  esac; \
+	done
 
 tidycheck:
 	@if ! $(GO) mod tidy -diff >/dev/null; then echo "go.mod or go.sum is not tidy: run go mod tidy"; $(GO) mod tidy -diff; exit 1; fi
