@@ -26,9 +26,10 @@ func jsonHeaderLength(values []string, bodyLen int) (n int, binary bool, err err
 	if len(values) > 1 {
 		return 0, false, badRequest(InferenceHeaderLength + " is given " + strconv.Itoa(len(values)) + " times; send it once")
 	}
-	v, perr := strconv.ParseInt(strings.TrimSpace(values[0]), 10, 64)
+	text := strings.TrimSpace(values[0])
+	v, perr := strconv.ParseInt(text, 10, 64)
 	switch {
-	case perr != nil || v < 0:
+	case perr != nil || v < 0 || strings.HasPrefix(text, "+"): // digits alone, as Content-Length
 		return 0, false, badRequest(InferenceHeaderLength + " must be the JSON header's length in bytes, a whole number from 0, got " +
 			strconv.Quote(values[0]))
 	case v > int64(bodyLen):

@@ -91,6 +91,7 @@ func TestV2InferRefusesBadJSON(t *testing.T) {
 		{name: "name not a string", body: inputsBody(`{"name":1}`), want: 400, wantMsg: []string{`inputs[0]: "name" must be a string`}},
 		{name: "missing datatype", body: inputsBody(`{"name":"x","shape":[1,3],"data":[1,2,3]}`), want: 400, wantMsg: []string{`input "x": missing "datatype"`}},
 		{name: "missing shape", body: inputsBody(`{"name":"x","datatype":"FP32","data":[1,2,3]}`), want: 400, wantMsg: []string{`input "x": missing "shape"`}},
+		{name: "shape null", body: inputsBody(`{"name":"x","shape":null,"datatype":"FP32","data":[1,2,3]}`), want: 400, wantMsg: []string{`input "x": missing "shape"`}},
 		{name: "missing data", body: inputsBody(`{"name":"x","shape":[1,3],"datatype":"FP32"}`), want: 400,
 			wantMsg: []string{`input "x" has neither "data" nor a binary_data_size`}},
 		{name: "datatype null", body: inputsBody(`{"name":"x","shape":[1,3],"datatype":null,"data":[1,2,3]}`), want: 400,
@@ -123,6 +124,13 @@ func TestV2InferRefusesBadJSON(t *testing.T) {
 		{name: "outputs not an array", body: `{"inputs":[` + goodX + `,` + goodY + `],"outputs":3}`, want: 400, wantMsg: []string{`"outputs" must be an array`}},
 		{name: "output without name", body: `{"inputs":[` + goodX + `,` + goodY + `],"outputs":[{"parameters":{}}]}`, want: 400,
 			wantMsg: []string{`outputs[0]: missing "name"`}},
+		// The output's name names what is answered: a second one would
+		// answer another output than the first named, or its parameters
+		// would be those of the one given last.
+		{name: "output name twice", body: `{"inputs":[` + goodX + `,` + goodY + `],"outputs":[{"name":"x","name":"y"}]}`, want: 400,
+			wantMsg: []string{`output "x": "name" is given twice`}},
+		{name: "output parameters twice", body: `{"inputs":[` + goodX + `,` + goodY + `],"outputs":[{"name":"x","parameters":{"binary_data":true},"parameters":{}}]}`,
+			want: 400, wantMsg: []string{`output "x": "parameters" is given twice`}},
 		{name: "binary_data not a boolean", body: `{"inputs":[` + goodX + `,` + goodY + `],"outputs":[{"name":"x","parameters":{"binary_data":1}}]}`,
 			want: 400, wantMsg: []string{`output "x": binary_data must be true or false`}},
 		{name: "classification", body: `{"inputs":[` + goodX + `,` + goodY + `],"outputs":[{"name":"x","parameters":{"classification":3}}]}`,
@@ -277,6 +285,7 @@ func TestV2InferRefusesBadBinaryBodies(t *testing.T) {
 		{name: "header length not a number", body: good, header: []string{InferenceHeaderLength, "ten"}, want: 400,
 			wantMsg: []string{InferenceHeaderLength, `"ten"`}},
 		{name: "header length negative", body: good, header: []string{InferenceHeaderLength, "-1"}, want: 400, wantMsg: []string{InferenceHeaderLength, `"-1"`}},
+		{name: "header length signed", body: good, header: []string{InferenceHeaderLength, "+" + strconv.Itoa(len(good))}, want: 400, wantMsg: []string{InferenceHeaderLength, "whole number"}},
 		{name: "header length past the body", body: good, header: []string{InferenceHeaderLength, strconv.Itoa(len(good) + 1)}, want: 400,
 			wantMsg: []string{InferenceHeaderLength + " is " + strconv.Itoa(len(good)+1), "only " + strconv.Itoa(len(good)) + " bytes"}},
 		{name: "binary input without the header", body: good + string(f32s(1, 2, 3)), want: 400,

@@ -378,7 +378,11 @@ func (st *inferState) parseInput(s *wire.JSONScanner, i int) error {
 				err = in.resolveDatatype(ref)
 			}
 		case "shape":
-			err = st.parseShape(s, in, ref)
+			// A null shape is none: "missing", not the shape of a scalar.
+			var null bool
+			if null, err = skipNull(s, 3); !null && err == nil {
+				err = st.parseShape(s, in, ref)
+			}
 		case "data":
 			err = st.parseData(s, in, ref)
 		case "parameters":
@@ -528,14 +532,23 @@ func (st *inferState) parseOutput(s *wire.JSONScanner, i int) error {
 	st.req.outputs = append(st.req.outputs, v2Output{})
 	out := &st.req.outputs[len(st.req.outputs)-1]
 	ref := tensorRef{what: "output", index: i}
+	var seenName, seenParameters bool
 	err := eachMember(s, field{ref: ref}, 2, func(key []byte) error {
 		ref.name = out.name
 		switch string(key) {
 		case "name":
+			if seenName {
+				return badRequest(ref.String() + `: "name" is given twice`)
+			}
+			seenName = true
 			var err error
 			out.name, err = stringValue(s, field{ref, `"name"`}, 3)
 			return err
 		case "parameters":
+			if seenParameters {
+				return badRequest(ref.String() + `: "parameters" is given twice`)
+			}
+			seenParameters = true
 			return eachMember(s, field{ref, `"parameters"`}, 3, func(key []byte) error { return out.parameter(s, key, ref) })
 		}
 		return skipValue(s, 3)
