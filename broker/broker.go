@@ -119,8 +119,7 @@ type Config struct {
 	// Logger receives the broker's events; nil discards them. The Redis
 	// client library logs a few of its own (a pool that cannot dial)
 	// through its logger, redis.SetLogger, which is the process's and
-	// which the broker leaves as it finds it: streamer serve sends them
-	// to its log at debug level.
+	// which the broker leaves as it finds it: see SendRedisLogTo.
 	Logger *slog.Logger
 
 	// skew is added to this machine's clock, for tests of machines whose
@@ -171,6 +170,19 @@ const blockFor = 250 * time.Millisecond
 // keys are the Redis keys of one prefix.
 type keys struct {
 	items, nodes, leaving, poison, replyPrefix, streams, epoch, model, room, sizes, names string
+}
+
+// SendRedisLogTo sends the Redis client library's own messages (a pool
+// that cannot dial, and the like) to log at debug level, in place of its
+// default, plain text on stderr. The broker reports an outage once, in
+// the log's format; these would repeat it every second. The library has
+// one logger per process, so a program calls this once, as it starts.
+func SendRedisLogTo(log *slog.Logger) { redis.SetLogger(redisLog{log}) }
+
+type redisLog struct{ log *slog.Logger }
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, fmt.Sprintf(format, v...), "from", "redis client")
 }
 
 func newKeys(prefix string) keys {

@@ -176,3 +176,7 @@ func (l *local) wait() error {
 func (l *local) pid() int { return os.Getpid() }
 
 func (l *local) device() string { return "in-process" }
+
+// modelName is empty: the embedder that handed over the model knows it,
+// and Describe, the model's own code, is not called under the lock.
+func (l *local) modelName() string { return "" }

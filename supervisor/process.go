@@ -588,6 +588,8 @@ func (p *process) pid() int { return p.cmd.Process.Pid }
 
 func (p *process) device() string { return p.ready.Device }
 
+func (p *process) modelName() string { return p.ready.Model }
+
 // pipes are the four pipes between the supervisor and one child.
 type pipes struct {
 	toChild, childIn    *os.File // batches: we write toChild, the child reads childIn

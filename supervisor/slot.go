@@ -24,6 +24,9 @@ type worker interface {
 	wait() error
 	pid() int
 	device() string
+	// modelName names the model the worker serves, as its ready message
+	// does; empty where the supervisor holds the model itself.
+	modelName() string
 }
 
 // result is a worker's answer to one batch. Its errors are the model's
@@ -253,7 +256,11 @@ func (sl *slot) readyLocked(w worker) {
 		s.unavail.Store(false)
 	}
 	s.everReady.Store(true)
-	s.log.Info("worker ready", sl.logAttrs(w, "runs_on", w.device())...)
+	more := []any{"runs_on", w.device()}
+	if name := w.modelName(); name != "" {
+		more = append(more, "model", name)
+	}
+	s.log.Info("worker ready", sl.logAttrs(w, more...)...)
 }
 
 // sendLocked hands b to the slot's worker. It requires that s.mu is held.

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/pflag"
 
 	"github.com/streamer-dev/streamer/broker"
@@ -107,7 +106,7 @@ func (o serveOptions) brokerParts(st *supervisor.Streamer, id broker.ModelID, lo
 	if o.workers < 0 {
 		return nil, fmt.Errorf("--workers %d: must not be negative", o.workers)
 	}
-	redis.SetLogger(redisLog{log})
+	broker.SendRedisLogTo(log)
 	base := broker.Config{
 		URL: o.broker.url, Prefix: o.broker.prefix, ClaimIdle: o.broker.claimIdle,
 		ReplyTTL: o.broker.replyTTL, Model: id, Logger: log.With("broker", o.broker.prefix),
@@ -144,16 +143,6 @@ func (o serveOptions) brokerParts(st *supervisor.Streamer, id broker.ModelID, lo
 // wrap names where the URL came from in err, a broker's refusal of it.
 func (o brokerOptions) wrap(err error) error {
 	return fmt.Errorf("%s: %s", o.from, strings.TrimPrefix(err.Error(), "broker: "))
-}
-
-// redisLog carries the Redis client's own messages (a pool that cannot
-// dial, and the like) to the server's log at debug level: the broker
-// reports an outage once, in the log's format, and these would repeat it
-// every second, as plain text.
-type redisLog struct{ log *slog.Logger }
-
-func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
-	l.log.DebugContext(ctx, fmt.Sprintf(format, v...), "from", "redis client")
 }
 
 // start runs the node, then the front end. Redis being down is logged, not

@@ -42,14 +42,17 @@ func TestEmbeddedServerWithItsOwnWorkers(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if status, got := shoutAt(t, base, `{"texts":["fine", 42]}`); status != http.StatusUnprocessableEntity || !strings.Contains(got.Error, "item 1") || !strings.Contains(got.Error, "want a string") {
-		t.Errorf("a number among the texts: %d %+v, want 422 naming item 1", status, got)
+	for _, bad := range []string{"42", "null"} {
+		if status, got := shoutAt(t, base, `{"texts":["fine", `+bad+`]}`); status != http.StatusUnprocessableEntity || !strings.Contains(got.Error, "item 1") || !strings.Contains(got.Error, "want a string") {
+			t.Errorf("%s among the texts: %d %+v, want 422 naming item 1", bad, status, got)
+		}
 	}
 
-	// Both workers are children of the server, not the server itself.
-	pids := stderr.await(t, regexp.MustCompile(`"worker ready" slot=\d pid=(\d+)`), 2)
-	if len(pids) != 2 || pids[0][1] == pids[1][1] || pids[0][1] == fmt.Sprint(cmd.Process.Pid) {
-		t.Errorf("worker ready lines %q: want two worker processes apart from the server (pid %d)", pids, cmd.Process.Pid)
+	// Both workers are children of the server, not the server itself, and
+	// each names its model as it described itself, with its own pid.
+	pids := stderr.await(t, regexp.MustCompile(`"worker ready" slot=\d pid=(\d+) .*model="shout\\"\?!\\" in pid (\d+)"`), 2)
+	if len(pids) != 2 || pids[0][1] == pids[1][1] || pids[0][1] == fmt.Sprint(cmd.Process.Pid) || pids[0][1] != pids[0][2] || pids[1][1] != pids[1][2] {
+		t.Errorf("worker ready lines %q: want two worker processes apart from the server (pid %d), each naming its model", pids, cmd.Process.Pid)
 	}
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {

@@ -132,6 +132,9 @@ type predictor interface {
 // front end and their shutdowns, in order. The model's id says that the
 // suffix is part of the model: a copy of another refuses to start.
 func throughRedis(ctx context.Context, url string, st *supervisor.Streamer, workers int, suffix string, log *slog.Logger) (*broker.FrontEnd, []func(context.Context) error, error) {
+	// The Redis client's own complaints (each retry to dial) go to the log
+	// at debug level rather than to stderr as plain text.
+	broker.SendRedisLogTo(log)
 	cfg := broker.Config{
 		URL:    url,
 		Model:  broker.ModelID{Wire: "msgpack strings", Name: "shout" + suffix, Label: "shout with suffix " + strconv.Quote(suffix)},
@@ -266,7 +269,8 @@ func (m shout) Predict(_ context.Context, items [][]byte) ([][]byte, error) {
 	var errs []error
 	for i, item := range items {
 		var text string
-		if err := msgpack.Unmarshal(item, &text); err != nil {
+		// A null would decode as "" with no error: it is no text either.
+		if err := msgpack.Unmarshal(item, &text); err != nil || isNull(item) {
 			if errs == nil {
 				errs = make([]error, len(items))
 			}
@@ -282,6 +286,9 @@ func (m shout) Predict(_ context.Context, items [][]byte) ([][]byte, error) {
 }
 
 func (m shout) Close() error { return nil }
+
+// isNull says whether item is msgpack's nil, a JSON null.
+func isNull(item []byte) bool { return len(item) == 1 && item[0] == 0xc0 }
 
 // Describe names the model in the worker's ready message and the logs.
 func (m shout) Describe() string { return fmt.Sprintf("shout%q in pid %d", m.settings.Suffix, m.pid) }

@@ -36,8 +36,8 @@ func TestServedAsAPlugin(t *testing.T) {
 		want  []any // nil where the item must fail
 	}{
 		{"built-in corpus", nil,
-			[]any{"Happy birthday to [MASK].", "The [MASK] barked at the postman.", "The sun rises in the [MASK].", "no mask here", 42},
-			[]any{"you", "dog", "east", nil, nil}},
+			[]any{"Happy birthday to [MASK].", "The [MASK] barked at the postman.", "The sun rises in the [MASK].", "no mask here", 42, nil},
+			[]any{"you", "dog", "east", nil, nil, nil}},
 		{"another corpus", map[string]string{"corpus": corpus},
 			[]any{"Happy birthday to [MASK]."},
 			[]any{"grandma"}},
@@ -67,6 +67,8 @@ func TestServedAsAPlugin(t *testing.T) {
 				if want == nil {
 					if itemErrs == nil || itemErrs.Errs[i] == nil {
 						t.Errorf("item %v: want an error", tt.items[i])
+					} else if _, text := tt.items[i].(string); !text && !strings.Contains(itemErrs.Errs[i].Error(), "want a sentence") {
+						t.Errorf("item %v: %v, want an error saying a sentence is wanted", tt.items[i], itemErrs.Errs[i])
 					}
 					continue
 				}

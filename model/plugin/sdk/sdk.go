@@ -78,6 +78,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -127,12 +128,34 @@ type Item []byte
 
 // Decode decodes the item into v, which must be a pointer: a string item
 // decodes into a *string, a JSON object into a *map[string]any or a pointer
-// to a struct with msgpack tags, an array into a pointer to a slice.
+// to a struct with msgpack tags, an array into a pointer to a slice. A null
+// item (JSON null) decodes only into what can be nil (a pointer, map, slice
+// or interface): into a string, number, bool or struct it is an error, not
+// the zero value that msgpack would leave there.
 func (it Item) Decode(v any) error {
+	if len(it) == 1 && it[0] == msgpackNil && !nilable(v) {
+		return fmt.Errorf("item is null, which does not decode into %T", v)
+	}
 	if err := msgpack.Unmarshal(it, v); err != nil {
 		return fmt.Errorf("item does not decode into %T: %w", v, err)
 	}
 	return nil
+}
+
+// msgpackNil is the encoding of nil (JSON null).
+const msgpackNil = 0xc0
+
+// nilable says whether v points to something that can be nil.
+func nilable(v any) bool {
+	t := reflect.TypeOf(v)
+	if t == nil || t.Kind() != reflect.Pointer {
+		return true // msgpack.Unmarshal refuses it with its own error
+	}
+	switch t.Elem().Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Interface:
+		return true
+	}
+	return false
 }
 
 // Result answers one item: an encoded output, or the item's error.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"go/parser"
 	"go/token"
 	"os"
@@ -43,6 +44,25 @@ func TestItemDecode(t *testing.T) {
 	err := enc("not a number").Decode(&n)
 	if err == nil || !strings.Contains(err.Error(), "item does not decode into *int") {
 		t.Errorf("decoding a string into an int: %v, want an error naming the type", err)
+	}
+
+	// A null is no string, number or struct: msgpack alone would leave
+	// the zero value and no error, and a plugin answer "" for it.
+	for _, target := range []any{&s, &n, &point, new(bool)} {
+		if err := enc(nil).Decode(target); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("item is null, which does not decode into %T", target)) {
+			t.Errorf("decoding null into %T: %v, want an error saying the item is null", target, err)
+		}
+	}
+	// What can be nil takes it.
+	m, p := map[string]any{"k": 1}, &s
+	var a any
+	for _, target := range []any{&m, &p, &a} {
+		if err := enc(nil).Decode(target); err != nil {
+			t.Errorf("decoding null into %T: %v", target, err)
+		}
+	}
+	if m != nil || p != nil || a != nil {
+		t.Errorf("null decoded into a map, pointer and interface: %v %v %v, want nil", m, p, a)
 	}
 }
 
