@@ -353,6 +353,10 @@ func (s *Streamer) startSpare(ctx context.Context, sl *slot) (worker, error) {
 // gave up before it was ready is stopped.
 var errStartAbandoned = errors.New("the reload or scaling that started it gave up before it was ready")
 
+// errSlotRetired is why a worker restarting in a slot that a reload or a
+// scaling retires is stopped before it is ready.
+var errSlotRetired = errors.New("a reload or scaling retired its slot before it was ready")
+
 // discard kills a worker that was never given a batch and waits for it.
 func discard(w worker, reason error) {
 	w.kill(reason)

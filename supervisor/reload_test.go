@@ -8,9 +8,11 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -517,5 +519,62 @@ func TestScalingDownToSlotsGivenUpIsFatal(t *testing.T) {
 		}
 	default:
 		t.Fatalf("no Fatal once SetWorkers left only a slot given up; slots %+v", s.Slots())
+	}
+}
+
+// A reload does not wait on a slot whose worker is restarting: the new
+// worker takes the slot at once, and the restart, hung opening its model,
+// is stopped rather than waited for until the init timeout.
+func TestReloadDoesNotWaitForARestartThatHangs(t *testing.T) {
+	script := workerScript(t, `if [ -e $DIR/hang ]; then echo $$ > $DIR/hung.tmp; mv $DIR/hung.tmp $DIR/hung; exec sleep 300; fi`)
+	dir := filepath.Dir(script)
+	cfg := processConfig("echo", 2, 8)
+	cfg.Process.Path = script
+	cfg.Process.HandshakeTimeout = 5 * time.Minute
+	cfg.InitTimeout = 5 * time.Minute
+	s := start(t, cfg)
+	waitFor(t, "two ready workers", func() bool { return readyCount(s) == 2 })
+	if err := os.WriteFile(filepath.Join(dir, "hang"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	killed := s.Slots()[0].PID
+	worker, err := os.FindProcess(killed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := worker.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	var hungPID int
+	waitFor(t, "slot 0's restart hung", func() bool {
+		b, err := os.ReadFile(filepath.Join(dir, "hung"))
+		if err != nil {
+			return false
+		}
+		hungPID, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	})
+	if err := os.Remove(filepath.Join(dir, "hang")); err != nil {
+		t.Fatal(err)
+	}
+
+	// Well short of the init timeout: a reload that waited for the hung
+	// start would end with its context.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.Reload(ctx); err != nil {
+		t.Fatalf("Reload with slot 0's worker hung in its restart: %v; want the slot replaced without waiting for it", err)
+	}
+	after := s.Slots()
+	if len(after) != 2 || readyCount(s) != 2 || after[0].PID == killed || after[0].PID == hungPID {
+		t.Errorf("after the reload: slots %+v, want two ready workers, slot 0's new", after)
+	}
+	hung, err := os.FindProcess(hungPID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the hung restart stopped", func() bool { return hung.Signal(syscall.Signal(0)) != nil })
+	if _, err := s.Predict(context.Background(), [][]byte{{0xa1, 'x'}}); err != nil {
+		t.Fatalf("Predict after the reload: %v", err)
 	}
 }

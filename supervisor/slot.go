@@ -180,10 +180,15 @@ func (sl *slot) run(w worker, firstTry chan<- error) {
 	}
 }
 
-// start starts a worker in the slot and waits until it is ready.
+// start starts a worker in the slot and waits until it is ready, or until
+// the slot is retired: a reload or scaling that retires a slot whose worker
+// is restarting (its model slow to open, or hung) waits for nothing.
 func (sl *slot) start() (worker, error) {
 	sl.setState(SlotStarting)
-	w, err := sl.s.startWorker(nil, sl)
+	w, err := sl.s.startWorker(sl.quit, sl)
+	if errors.Is(err, errStartAbandoned) {
+		err = errSlotRetired
+	}
 	switch {
 	case err == nil:
 	case isClosed(sl.s.stopping) || isClosed(sl.quit):
