@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/streamer-dev/streamer/supervisor"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // pluginBins builds the example and test plugins into a temporary folder.
@@ -434,6 +435,16 @@ func TestPythonPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A corpus it cannot read fails the start, saying why, with the call
+	// named once.
+	noCorpus := launchPluginServer(t, "--plugin", wrapper, "--workers", "1", "--plugin-arg", "corpus="+filepath.Join(dir, "nope.txt"))
+	if code, err := noCorpus.wait(20 * time.Second); err != nil || code == 0 {
+		t.Fatalf("serve with a corpus that is not there: exit code %d (%v), want a failed start", code, err)
+	}
+	if want := "plugin python-plugin: init: [Errno 2] No such file or directory"; !strings.Contains(noCorpus.logs(), want) {
+		t.Errorf("serve with a corpus that is not there: output does not contain %q:\n%s", want, noCorpus.logs())
+	}
+
 	s := startPluginServer(t, "--plugin", wrapper, "--workers", "2",
 		"--plugin-arg", "corpus="+filepath.Join(root, "examples/fillmask/corpus.txt"))
 	slots := s.waitAllReady(t, 2)
@@ -444,6 +455,7 @@ func TestPythonPlugin(t *testing.T) {
 	if p := s.predictJSON(t, 42); p.Status != http.StatusUnprocessableEntity || !strings.Contains(p.Error, "want a string, got int") {
 		t.Errorf("a number for the python plugin: %s, want 422 saying it wants a string", p)
 	}
+	testPythonBadItems(t, s)
 	if !strings.Contains(s.logs(), "[plugin python-plugin] python-plugin: bigram model of") {
 		t.Error("the Python plugin's stderr is not in the server log")
 	}
@@ -492,6 +504,47 @@ func TestPythonPlugin(t *testing.T) {
 	defer syscall.Kill(pythons[0], syscall.SIGKILL)
 	killWorker(t, worker)
 	waitFor(t, fmt.Sprintf("python %d, behind a wrapper without exec, to die with its worker", pythons[0]), 10*time.Second, func() bool { return processGone(pythons[0]) })
+}
+
+// testPythonBadItems: an item the Python plugin cannot take, sent in one
+// msgpack request after a good one, fails alone, saying why, and the good
+// one is answered. The plugin used to fail its whole batch on an item it
+// could not decode ("every item: model failed", 500).
+func testPythonBadItems(t *testing.T, s *server) {
+	t.Helper()
+	tests := []struct {
+		name    string
+		bad     any
+		wantErr string // the plugin's message, after the item's index
+	}{
+		{"a map keyed by a number", map[int]string{1: "x"}, "want a string, got dict"},
+		{"a string that is not UTF-8", "\xff\xfe", "item is not valid msgpack: 'utf-8' codec can't decode byte 0xff"},
+	}
+	for _, tt := range tests {
+		body, err := msgpack.Marshal(map[string]any{"inputs": []any{"Happy birthday to [MASK].", tt.bad}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := s.stats(t)
+		p, err := decodePrediction(s.post(t, "application/msgpack", body))
+		if err != nil {
+			t.Fatalf("%s after a good item: %v", tt.name, err)
+		}
+		if p.Status != http.StatusUnprocessableEntity || !strings.HasPrefix(p.Error, "item 1: ") || !strings.Contains(p.Error, tt.wantErr) {
+			t.Errorf("%s after a good item: %s; want 422 naming item 1 with %q", tt.name, p, tt.wantErr)
+			continue
+		}
+		// The request fails as one of its items did: the other was
+		// answered with its output.
+		var after supervisor.Stats
+		s.waitFor(t, "both items counted as answered", readyTimeout, func() bool {
+			after = s.stats(t)
+			return after.Answered-before.Answered >= 2
+		})
+		if answered, failed := after.Answered-before.Answered, after.Failed-before.Failed; answered != 2 || failed != 1 {
+			t.Errorf("%s after a good item: %d items answered, %d of them failed; want 2 answered, 1 failed", tt.name, answered, failed)
+		}
+	}
 }
 
 // pythonWithGRPC finds a python3 that can import grpc, protobuf and msgpack,

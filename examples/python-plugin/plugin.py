@@ -5,8 +5,8 @@ It implements the plugin contract (model/plugin/pluginpb/model.proto and the
 handshake documented in model/plugin/pluginpb/doc.go) with grpcio and the
 message classes protoc generates from model.proto (model_pb2.py). The model is
 a small bigram language model trained on a text corpus at Init; replace
-BigramFillMask with your own class that has the same predict_batch method to
-serve anything else (see README.md for a PyTorch model).
+BigramFillMask with your own class that has the same check and predict_batch
+methods to serve anything else (see README.md for a PyTorch model).
 
 Settings (--plugin-arg key=value):
     corpus=PATH   the text to train on (default: ../fillmask/corpus.txt)
@@ -83,6 +83,17 @@ class BigramFillMask:
         return max(self.vocabulary,
                    key=lambda w: (self._log_prob(left, w) + self._log_prob(w, right), w))
 
+    def check(self, value):
+        """Why value cannot be an input of predict_batch, or None if it can.
+
+        The server asks it of every item before the batch runs and leaves out
+        the items it refuses, each failing alone with this message: one
+        caller's wrong item must not fail its batch-mates' predict_batch.
+        """
+        if not isinstance(value, str):
+            return f"want a string, got {type(value).__name__}"
+        return None
+
     def predict_batch(self, texts):
         """One answer per text, or an exception for a text that fails alone.
 
@@ -112,7 +123,8 @@ class Plugin:
         try:
             self.model = BigramFillMask(args.get("corpus", default))
         except (OSError, ValueError) as err:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"init: {err}")
+            # No "init:" of its own: the worker names the call that failed.
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
         print(f"python-plugin: bigram model of {len(self.model.vocabulary)} words ready", file=sys.stderr, flush=True)
         return model_pb2.InitResponse(name="python fillmask", device="cpu")
 
@@ -131,30 +143,60 @@ class Plugin:
     def answer(self, request):
         if self.model is None:
             return model_pb2.PredictResponse(error="Predict before Init")
+        response = model_pb2.PredictResponse(outputs=[b""] * len(request.items))
         with self.lock:
-            texts, errors = [], {}
+            accepted = {}  # the values the model takes, by index in the batch
             for i, raw in enumerate(request.items):
-                value = msgpack.unpackb(raw, raw=False)
-                if not isinstance(value, str):
-                    errors[i] = f"want a string, got {type(value).__name__}"
-                    value = ""
-                texts.append(value)
+                value, error = self.read(raw)
+                if error is None:
+                    accepted[i] = value
+                else:
+                    response.item_errors[i] = error
+            if not accepted:
+                return response
             try:
-                results = self.model.predict_batch(texts)
+                results = list(self.model.predict_batch(list(accepted.values())))
             except Exception as err:  # the whole batch failed
                 return model_pb2.PredictResponse(error=f"{type(err).__name__}: {err}")
-        response = model_pb2.PredictResponse()
-        for i, result in enumerate(results):
-            if i in errors or isinstance(result, Exception):
-                response.outputs.append(b"")
-                response.item_errors[i] = errors.get(i) or str(result)
+        if len(results) != len(accepted):
+            return model_pb2.PredictResponse(
+                error=f"the model answered {len(results)} results for {len(accepted)} inputs")
+        for i, result in zip(accepted, results):
+            output, error = encode(result)
+            if error is None:
+                response.outputs[i] = output
             else:
-                response.outputs.append(msgpack.packb(result, use_bin_type=True))
+                response.item_errors[i] = error
         return response
+
+    def read(self, raw):
+        """An item's value and None, or None and why the item fails alone."""
+        try:
+            # A map keyed by numbers is msgpack too: whether the model takes
+            # one is for its check to say.
+            value = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+        except ValueError as err:  # not msgpack, or a string that is not UTF-8
+            return None, f"item is not valid msgpack: {str(err) or type(err).__name__}"
+        except TypeError as err:  # a map keyed by a list or a map
+            return None, f"item has a map key Python cannot hold: {err}"
+        try:
+            return value, self.model.check(value)
+        except Exception as err:  # a check that trips on a value refuses it
+            return None, f"{type(err).__name__}: {err}"
 
     def shutdown(self, request, context):
         threading.Thread(target=self.server.stop, args=(0,)).start()
         return b""  # google.protobuf.Empty, encoded
+
+
+def encode(result):
+    """A result's msgpack bytes and None, or None and why the item fails alone."""
+    if isinstance(result, Exception):
+        return None, str(result)
+    try:
+        return msgpack.packb(result, use_bin_type=True), None
+    except (TypeError, ValueError, OverflowError) as err:
+        return None, f"the model's result for this item cannot be sent as msgpack: {err}"
 
 
 def handlers(plugin):
