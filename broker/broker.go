@@ -843,6 +843,9 @@ func alike(errs []error) []error {
 // itemError strips the *ItemError of a one-item request: the front end
 // wraps the cause again with the item's place in its own request.
 func itemError(err error) error {
+	if err == nil {
+		return nil // most items: no errors.As, whose target escapes
+	}
 	var ie *supervisor.ItemError
 	if errors.As(err, &ie) {
 		return ie.Err

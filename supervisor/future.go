@@ -180,7 +180,10 @@ func (f *Future) await(ctx context.Context, ready <-chan struct{}) error {
 		return nil
 	}
 	var timeout <-chan time.Time
-	if !f.deadline.IsZero() {
+	// A deadline that is the context's own ends the wait through
+	// ctx.Done, whose timer is running already: no second one for it. A
+	// wait under another context (Result's may be any) times it itself.
+	if !f.deadline.IsZero() && !(f.callerSet && f.ctx != nil && ctx.Done() == f.ctx.Done()) {
 		t := time.NewTimer(time.Until(f.deadline))
 		defer t.Stop()
 		timeout = t.C

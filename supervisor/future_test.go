@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 )
 
 // A request answered just as its caller's context ended is answered: the
@@ -69,4 +70,35 @@ func TestOnDoneRunsOnceWhenTheLastItemIsCompleted(t *testing.T) {
 		}
 	}()
 	h.OnDone(func() {})
+}
+
+// A wait whose deadline is its context's own starts no timer of its own
+// (the context's ends it), and one under another context keeps the
+// request's deadline.
+func TestAFuturesWaitTimesOnlyWhatItsContextDoesNot(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	answered := make(chan struct{})
+	close(answered)
+	f := newFuture(1)
+	f.deadline, f.callerSet, f.ctx = deadline, true, ctx
+	if allocs := testing.AllocsPerRun(100, func() {
+		if err := f.await(ctx, answered); err != nil {
+			t.Fatal(err)
+		}
+	}); allocs != 0 {
+		t.Errorf("a wait under the context whose deadline it has: %v allocations, want none (no timer)", allocs)
+	}
+
+	// Submitted under a context that has gone (as a handler's may), waited
+	// for under another: the deadline still ends the wait.
+	short, cancelShort := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancelShort()
+	deadline, _ = short.Deadline()
+	g := newFuture(1)
+	g.deadline, g.callerSet, g.ctx = deadline, true, short
+	if err := g.await(context.Background(), make(chan struct{})); !errors.Is(err, ErrDeadline) {
+		t.Errorf("a wait under another context past the caller's deadline: %v, want ErrDeadline", err)
+	}
 }
