@@ -99,6 +99,12 @@ func (s *Streamer) Reload(ctx context.Context) error {
 	}
 	for i := range n {
 		if err := s.reloadSlot(ctx, i, spec); err != nil {
+			if errors.Is(err, ErrShuttingDown) {
+				// Cut short, as the shutdown must: not a failure of the
+				// model, to count or to report as the last reload error.
+				s.log.Info("reload stopped: shutting down", "slot", i)
+				return fmt.Errorf("reload: %w", err)
+			}
 			s.reloadFailed(err, "slot", i, "err", err)
 			return err
 		}
@@ -256,7 +262,11 @@ func (s *Streamer) removeSlots(ctx context.Context, n int) error {
 	s.slots = s.slots[:n]
 	s.nextSlot = 0
 	stops := make([]worker, len(gone))
+	// The workers to name in the log: a slot with batches in flight is
+	// stopped once they are answered, not now, and has one all the same.
+	workers := make([]worker, len(gone))
 	for i, sl := range gone {
+		workers[i] = sl.w
 		stops[i] = s.retireLocked(sl)
 	}
 	allFailed := s.allFailedLocked()
@@ -264,7 +274,7 @@ func (s *Streamer) removeSlots(ctx context.Context, n int) error {
 	lastErr, deaths := last.lastErr, len(last.recent)
 	s.mu.Unlock()
 	for i, sl := range gone {
-		s.log.Info("draining slot", sl.logAttrs(stops[i], "reason", "scaled down")...)
+		s.log.Info("draining slot", sl.logAttrs(workers[i], "reason", "scaled down")...)
 		if stops[i] != nil {
 			sl.stopRetired(stops[i])
 		}
@@ -335,7 +345,11 @@ func (s *Streamer) startSpare(ctx context.Context, sl *slot) (worker, error) {
 	}()
 	select {
 	case r := <-done:
-		if r.err != nil {
+		switch {
+		case errors.Is(r.err, ErrShuttingDown):
+			// Stopped by the shutdown, not a worker that failed.
+			return nil, fmt.Errorf("slot %d: %w", sl.id, r.err)
+		case r.err != nil:
 			return nil, fmt.Errorf("slot %d: %w: %w", sl.id, ErrStartFailed, r.err)
 		}
 		return r.w, nil

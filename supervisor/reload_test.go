@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamer-dev/streamer/internal/syncbuf"
 	"github.com/streamer-dev/streamer/model"
 	"github.com/streamer-dev/streamer/model/builtin"
 	"github.com/streamer-dev/streamer/supervisor"
@@ -576,5 +579,84 @@ func TestReloadDoesNotWaitForARestartThatHangs(t *testing.T) {
 	waitFor(t, "the hung restart stopped", func() bool { return hung.Signal(syscall.Signal(0)) != nil })
 	if _, err := s.Predict(context.Background(), [][]byte{{0xa1, 'x'}}); err != nil {
 		t.Fatalf("Predict after the reload: %v", err)
+	}
+}
+
+// A slot scaled away while its worker answers a batch is logged with that
+// worker's pid, as every lifecycle line names the worker it is about.
+func TestScalingDownLogsTheDrainingWorker(t *testing.T) {
+	h := newHolder()
+	var logs syncbuf.Buffer
+	s := start(t, supervisor.Config{
+		InProcess: model.Func(h.fn), Workers: 2, BatchSize: 1, PipelineDepth: 1,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	answers := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := s.Predict(context.Background(), items("hold"))
+			answers <- err
+		}()
+	}
+	<-h.held
+	<-h.held // one batch on each slot: the pipeline holds one per worker
+	scaled := make(chan error, 1)
+	go func() { scaled <- s.SetWorkers(context.Background(), 1) }()
+	line := regexp.MustCompile(`msg="draining slot" slot=1 (pid=\d+ )?reason="scaled down"`)
+	var m []string
+	waitFor(t, "the draining slot's log line", func() bool {
+		m = line.FindStringSubmatch(logs.String())
+		return m != nil
+	})
+	if m[1] != fmt.Sprintf("pid=%d ", os.Getpid()) {
+		t.Errorf("the draining slot's line %q names no worker, want pid=%d (in process)", m[0], os.Getpid())
+	}
+	close(h.release)
+	for range 2 {
+		if err := <-answers; err != nil {
+			t.Errorf("a held request: %v", err)
+		}
+	}
+	if err := <-scaled; err != nil {
+		t.Fatalf("SetWorkers: %v", err)
+	}
+}
+
+// A reload that a shutdown cuts short says so, and is no failed reload:
+// not counted, and not the last reload error.
+func TestAReloadCutShortByShutdownIsNoFailure(t *testing.T) {
+	script := workerScript(t, `if [ -e $DIR/hang ]; then touch $DIR/hung; exec sleep 300; fi`)
+	dir := filepath.Dir(script)
+	cfg := processConfig("echo", 1, 8)
+	cfg.Process.Path = script
+	cfg.Process.HandshakeTimeout = 5 * time.Minute
+	cfg.InitTimeout = 5 * time.Minute
+	s, err := supervisor.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "hang"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reloaded := make(chan error, 1)
+	go func() { reloaded <- s.Reload(context.Background()) }()
+	waitFor(t, "the reload's new worker to hang starting", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "hung"))
+		return err == nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	err = <-reloaded
+	if !errors.Is(err, supervisor.ErrShuttingDown) || errors.Is(err, supervisor.ErrStartFailed) || strings.Contains(err.Error(), "failed") {
+		t.Errorf("Reload cut short by Shutdown: %v, want ErrShuttingDown and no word of a failed start", err)
+	}
+	if st := s.Stats(); st.ReloadFailures != 0 || st.LastReloadError != "" {
+		t.Errorf("stats: %d reload failures, last error %q; want none", st.ReloadFailures, st.LastReloadError)
 	}
 }

@@ -170,7 +170,10 @@ func reloadWhenFree(ctx context.Context, st *supervisor.Streamer, wanted <-chan 
 		}
 		err := st.Reload(ctx)
 		if !errors.Is(err, supervisor.ErrBusy) {
-			if err != nil {
+			switch {
+			case errors.Is(err, supervisor.ErrShuttingDown):
+				log.Info("SIGHUP: reload stopped by the shutdown")
+			case err != nil:
 				log.Error("SIGHUP: reload failed; serving on", "err", err)
 			}
 			return

@@ -63,7 +63,7 @@ func (h *handler) adminPost(w http.ResponseWriter, r *http.Request, change func(
 	body, err := change(context.WithoutCancel(r.Context()), w, r)
 	if err != nil {
 		status := adminStatus(err)
-		if status >= 500 {
+		if status >= 500 && !errors.Is(err, supervisor.ErrShuttingDown) {
 			h.log.Error("admin request failed", "path", r.URL.Path, "remote", r.RemoteAddr, "err", err)
 		}
 		h.writeError(w, status, err.Error())
