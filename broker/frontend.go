@@ -317,12 +317,13 @@ if ARGV[7] == 'probe' then
   redis.call('SISMEMBER', KEYS[3], '')
   redis.call('XADD', ARGV[4] .. '-probe', 'NOMKSTREAM', '*', 'p', '1')
   -- The room's value written again as it is, if it is there at all, and
-  -- a key that nobody makes deleted: no change.
+  -- a node stream that no node has deleted: no change, and on keys the
+  -- README lists (a user's ACL may name them alone).
   local kept = redis.call('GET', KEYS[5])
   redis.call('SET', KEYS[5], kept or '0', 'XX', 'KEEPTTL')
+  redis.call('DEL', ARGV[4] .. '-probe')
   local sizes = redis.call('GET', KEYS[6])
   redis.call('SET', KEYS[6], sizes or '0', 'XX', 'KEEPTTL')
-  redis.call('DEL', KEYS[5] .. '-probe')
   return {}
 end
 if redis.call('GET', KEYS[4]) ~= ARGV[5] then

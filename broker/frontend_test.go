@@ -162,11 +162,23 @@ func TestAFrontEndRedisWillNotLetAdmitIsNotReady(t *testing.T) {
 // A user with the permissions the README lists (and no more: no other
 // keys, no dangerous commands) runs a front end and a node: requests are
 // answered, and the model check is on.
+//
+// So does one whose ACL names the keys of the README's table one by one
+// rather than PREFIX:*: no check touches a key the table leaves out.
 func TestTheREADMEsRedisUserServes(t *testing.T) {
+	t.Run("the prefix", func(t *testing.T) { readmeUserServes(t, "~streamer:*") })
+	t.Run("the keys of the table", func(t *testing.T) {
+		readmeUserServes(t, "~streamer:items", "~streamer:items:*", "~streamer:streams", "~streamer:reply:*",
+			"~streamer:nodes", "~streamer:leaving", "~streamer:poison", "~streamer:epoch", "~streamer:room",
+			"~streamer:sizes", "~streamer:model", "~streamer:name:*")
+	})
+}
+
+func readmeUserServes(t *testing.T, keys ...string) {
 	rs := redistest.Start(t, redistest.Options{})
-	rs.Do(t, "ACL", "SETUSER", "streamer", "on", ">pw", "~streamer:*",
+	rs.Do(t, append(append([]string{"ACL", "SETUSER", "streamer", "on", ">pw"}, keys...),
 		"+@stream", "+@sortedset", "+@set", "+@hash", "+@string", "+@keyspace", "+@scripting",
-		"+@connection", "+@transaction", "-@dangerous", "+time", "+info")
+		"+@connection", "+@transaction", "-@dangerous", "+time", "+info")...)
 	u, err := url.Parse(rs.URL())
 	if err != nil {
 		t.Fatal(err)
