@@ -408,6 +408,7 @@ func connectFailover(cfg Config, poolSize int) (*redis.Client, string, error) {
 // query: it may be a piece of the password, cut off by an unencoded &.
 func checkQuery(u *url.URL) error {
 	afterPassword := false
+	seen := map[string]bool{}
 	for pair := range strings.SplitSeq(u.RawQuery, "&") {
 		key, value, _ := strings.Cut(pair, "=")
 		name, err := url.QueryUnescape(key)
@@ -420,7 +421,14 @@ func checkQuery(u *url.URL) error {
 			return fmt.Errorf("query option %s does not parse: %% must be followed by two hexadecimal digits, and ; be percent-encoded", name)
 		case bad:
 			return errors.New("a query option's name does not parse: % must be followed by two hexadecimal digits, and ; be percent-encoded")
+		case seen[name] && name != "addr" && afterPassword:
+			return errors.New("a query option is given twice (not named, as it may be a piece of a password there: is & in it percent-encoded?)")
+		case seen[name] && name != "addr":
+			// The client library takes one (db=, master_name=: the last),
+			// and checks would judge another.
+			return fmt.Errorf("query option %s is given twice; give it once (addr= alone may name several Sentinels)", name)
 		}
+		seen[name] = true
 		// Past a password, every pair may be a piece of it.
 		afterPassword = afterPassword || strings.HasSuffix(name, "password")
 	}
@@ -428,6 +436,19 @@ func checkQuery(u *url.URL) error {
 	for name := range q {
 		if setByStreamer(name) {
 			return fmt.Errorf("query option %s: streamer sets it itself (its timeouts, retries and connection pool), and would override it: leave it out", name)
+		}
+	}
+	if !q.Has("master_name") {
+		for _, name := range []string{"sentinel_username", "sentinel_password", "addr"} {
+			if q.Has(name) {
+				return fmt.Errorf("query option %s is for Sentinels: it goes with ?master_name=NAME, the master they name", name)
+			}
+		}
+	}
+	for _, addr := range q["addr"] {
+		_, port, err := net.SplitHostPort(addr)
+		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("query option addr=%s: not a Sentinel's host:port with a port from 1 to 65535", addr)
 		}
 	}
 	if q.Has("skip_verify") {

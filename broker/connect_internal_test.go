@@ -115,6 +115,16 @@ func TestConnectRefusesQueryOptionsItWouldLose(t *testing.T) {
 		{"rediss://10.0.0.1:6379/0?skip_verify=true", "query option skip_verify: streamer does not turn off the check"},
 		{"rediss://10.0.0.1:26379/0?master_name=main&skip_verify=true", "query option skip_verify"},
 		{"redis://10.0.0.1:26379/0?master_name=main&sentinel_username=svc@corp", "holds an @ past its host: in a password, and in the query"},
+		// Given twice: the client takes the last, the checks the first.
+		{"redis://10.0.0.1:6379/1?db=1&db=2", "query option db is given twice"},
+		{"redis://10.0.0.1:26379/0?master_name=a&master_name=b", "query option master_name is given twice"},
+		{"redis://10.0.0.1:26379/0?master_name=main&sentinel_password=se&cret&cret", "a query option is given twice (not named"},
+		// Sentinels' options without a master to name.
+		{"redis://10.0.0.1:6379/0?sentinel_password=secret", "query option sentinel_password is for Sentinels: it goes with ?master_name=NAME"},
+		{"redis://10.0.0.1:6379/0?sentinel_username=svc", "query option sentinel_username is for Sentinels"},
+		{"redis://10.0.0.1:6379/0?addr=10.0.0.2:26379", "query option addr is for Sentinels"},
+		{"redis://10.0.0.1:26379/0?master_name=main&addr=10.0.0.2:99999", "query option addr=10.0.0.2:99999: not a Sentinel's host:port"},
+		{"redis://10.0.0.1:26379/0?master_name=main&addr=10.0.0.2", "query option addr=10.0.0.2: not a Sentinel's host:port"},
 	} {
 		_, _, err := connect(Config{URL: tc.url}, 1)
 		if err == nil || !strings.Contains(err.Error(), tc.why) {
