@@ -101,6 +101,27 @@ func TestAnItemWhoseContextRanOutIsExpired(t *testing.T) {
 	}
 }
 
+// So is one whose request's own deadline (timeout_ms) ended its caller's
+// wait, whose handler then canceled its context on the way out: the
+// caller got a deadline error, and left for no other reason.
+func TestAnItemPastItsRequestsDeadlineIsExpired(t *testing.T) {
+	s := unstartedEcho(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	f := newFuture(1)
+	stale := time.Now() // read before the deadline, as a dispatcher may
+	f.ctx, f.deadline = ctx, stale.Add(time.Microsecond)
+	for time.Now().Before(f.deadline) { // a microsecond: spun, not slept
+	}
+	s.drop(item{fut: f}, stale)
+	if _, err := f.Result(context.Background()); !errors.Is(err, ErrDeadline) {
+		t.Errorf("the item was answered %v; want ErrDeadline", err)
+	}
+	if st := s.Stats(); st.Expired != 1 || st.Canceled != 0 {
+		t.Errorf("counted expired %d, canceled %d; want 1, 0", st.Expired, st.Canceled)
+	}
+}
+
 // Every death of a model crashing on two batches of three, whatever they
 // hold, is counted towards MaxRestarts once: whether its hunt blamed the
 // model, or ended with its pieces answered and no verdict. None is left

@@ -515,11 +515,12 @@ func (s *Streamer) complete(it item, output []byte, err error) {
 }
 
 // drop answers an item that will not run: its deadline passed or its
-// caller left. A caller whose context's deadline is the one that passed
-// left for that reason: its item expired, though the clock read before the
-// lock may not be past the deadline yet.
+// caller left. A caller whose deadline passed left for that reason, though
+// the clock read before the lock may not be past it yet: its context's
+// deadline, or the request's own, after which its handler cancels the
+// context as it returns. Its item expired.
 func (s *Streamer) drop(it item, now time.Time) {
-	if it.fut.expired(now) || it.fut.ctx != nil && errors.Is(it.fut.ctx.Err(), context.DeadlineExceeded) {
+	if it.fut.expired(now) || it.fut.ctx != nil && errors.Is(it.fut.ctx.Err(), context.DeadlineExceeded) || it.fut.expired(time.Now()) {
 		s.complete(it, nil, fmt.Errorf("%w: expired after %s in the queue", ErrDeadline, now.Sub(s.at(it.fut.enqueued)).Round(time.Millisecond)))
 		return
 	}
