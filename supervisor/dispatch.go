@@ -37,7 +37,8 @@ func (s *Streamer) dispatchLoop() {
 // holdLocked). A slot with
 // one batch running gets its next batch early, so it never idles between
 // batches, but only once that batch is full or its oldest item has waited
-// MaxLatency. No slot holds more than PipelineDepth batches.
+// MaxLatency; not while a piece of a hunt waits for an idle slot (see
+// nextBatch). No slot holds more than PipelineDepth batches.
 //
 // It requires that s.mu is held.
 func (s *Streamer) dispatchLocked(now time.Time) time.Time {
@@ -109,12 +110,19 @@ func (s *Streamer) pickSlot() *slot {
 }
 
 // nextBatch takes the batch a slot should run next, or nil if it should wait.
-// idle says the slot has nothing in flight. It requires that s.mu is held.
+// idle says the slot has nothing in flight.
+//
+// A piece of a hunt (a suspect batch) runs alone, on an idle slot. While
+// one waits, a busy slot is given nothing more: the first to finish what it
+// holds is then idle, and takes it. Were busy slots given their next batch
+// early, as they are otherwise, under a steady load none would ever be idle,
+// and the piece would wait until the load dropped or its items' deadlines
+// passed. It requires that s.mu is held.
 func (s *Streamer) nextBatch(idle bool, now time.Time, earlier func(time.Time)) *batch {
+	if !idle && s.suspectWaits() {
+		return nil
+	}
 	for i := 0; i < len(s.queue.ready); i++ {
-		if s.queue.ready[i].suspect && !idle {
-			continue
-		}
 		b := s.queue.takeReady(i)
 		if s.pruneLocked(b, now) {
 			s.stats.reasons[reasonRetry].Add(1)
@@ -156,6 +164,17 @@ func (s *Streamer) nextBatch(idle bool, now time.Time, earlier func(time.Time)) 
 		}
 		s.recycle(b)
 	}
+}
+
+// suspectWaits reports whether a piece of a hunt waits for an idle slot.
+// It requires that s.mu is held.
+func (s *Streamer) suspectWaits() bool {
+	for _, b := range s.queue.ready {
+		if b.suspect {
+			return true
+		}
+	}
+	return false
 }
 
 // counted counts a batch formed for reason why, and ends a wait for
