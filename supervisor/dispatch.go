@@ -38,7 +38,8 @@ func (s *Streamer) dispatchLoop() {
 // one batch running gets its next batch early, so it never idles between
 // batches, but only once that batch is full or its oldest item has waited
 // MaxLatency; not while a piece of a hunt waits for an idle slot (see
-// nextBatch). No slot holds more than PipelineDepth batches.
+// nextBatch), nor while its batch runs late and another slot is on time
+// (see pickSlot). No slot holds more than PipelineDepth batches.
 //
 // It requires that s.mu is held.
 func (s *Streamer) dispatchLocked(now time.Time) time.Time {
@@ -51,7 +52,7 @@ func (s *Streamer) dispatchLocked(now time.Time) time.Time {
 	s.checkAvailable(now, earlier)
 	s.sweepLocked(now, earlier)
 	for {
-		sl := s.pickSlot()
+		sl := s.pickSlot(now)
 		if sl == nil {
 			break
 		}
@@ -90,23 +91,81 @@ func (s *Streamer) sweepLocked(now time.Time, earlier func(time.Time)) {
 }
 
 // pickSlot returns the ready slot with the fewest batches in flight (below
-// PipelineDepth), taking turns among equals. It requires that s.mu is held.
-func (s *Streamer) pickSlot() *slot {
-	var best *slot
+// PipelineDepth), taking turns among equals. A slot whose batch runs late
+// (see lateLocked) is left out while another ready slot is on time: a batch
+// sent ahead to it would wait behind one that may run on for as long as
+// WorkerTimeout, while the other, free sooner, could run it. Once every
+// ready slot runs late (the model as a whole got slower than its measured
+// cost) they take batches ahead as before. A batch sent ahead before the
+// one it follows ran late waits behind it all the same: a worker does not
+// give back a batch it holds. It requires that s.mu is held.
+func (s *Streamer) pickSlot(now time.Time) *slot {
+	var best, late *slot
 	n := len(s.slots)
 	for i := range n {
 		sl := s.slots[(s.nextSlot+i)%n]
 		if sl.state != SlotReady || len(sl.inflight) >= s.cfg.PipelineDepth {
 			continue
 		}
-		if best == nil || len(sl.inflight) < len(best.inflight) {
-			best = sl
+		if best != nil && len(sl.inflight) >= len(best.inflight) {
+			continue
 		}
+		if s.lateLocked(sl, now) {
+			if late == nil || len(sl.inflight) < len(late.inflight) {
+				late = sl
+			}
+			continue
+		}
+		best = sl
+	}
+	if best == nil && late != nil && !s.someSlotOnTime(now) {
+		best = late
 	}
 	if best != nil {
 		s.nextSlot = (best.id + 1) % n
 	}
 	return best
+}
+
+// lateMargin is how far past twice its expected run time a batch runs
+// before its slot counts as late (see lateLocked). Twice, and this on top:
+// neither the noise of a loaded machine on a model of a few milliseconds,
+// nor a worker on a card slower than its peers (the cost is measured over
+// them all), should make a slot late; a stuck batch is late all the same,
+// long before WorkerTimeout.
+const lateMargin = 20 * time.Millisecond
+
+// lateLocked reports whether the batch sl runs has run more than twice
+// its expected time and lateMargin, not counting the time the
+// supervisor stalled (see stallClock): it is stuck, or much slower than
+// the batches measured so far, and no one can tell when it will end. A
+// slot with nothing in flight, or before any batch has told the cost, is
+// never late. It requires that s.mu is held.
+func (s *Streamer) lateLocked(sl *slot, now time.Time) bool {
+	if len(sl.inflight) == 0 {
+		return false
+	}
+	run := s.expectedRun(len(sl.inflight[0].items))
+	if run <= 0 {
+		return false
+	}
+	limit := 2*run + lateMargin
+	ran := now.Sub(sl.headStart)
+	if ran <= limit {
+		return false // the stall clock, which takes a lock, is looked at only past it
+	}
+	return ran-(s.stalledAt(now)-sl.headStalled) > limit
+}
+
+// someSlotOnTime reports whether a ready slot is idle or runs a batch that
+// is not late (see lateLocked). It requires that s.mu is held.
+func (s *Streamer) someSlotOnTime(now time.Time) bool {
+	for _, sl := range s.slots {
+		if sl.state == SlotReady && !s.lateLocked(sl, now) {
+			return true
+		}
+	}
+	return false
 }
 
 // nextBatch takes the batch a slot should run next, or nil if it should wait.
@@ -449,27 +508,39 @@ func (s *Streamer) allSlotsLocked() []*slot {
 
 // worthWaking reports whether the dispatcher could send something now that
 // queued items have arrived: some slot is idle, or one has room for a batch
-// ahead and a full batch is waiting. It saves a wake-up per item under load.
-// It requires that s.mu is held.
+// ahead, is not late while another is on time (see pickSlot), and a full
+// batch is waiting. It saves a wake-up per item under load. It requires
+// that s.mu is held.
 func (s *Streamer) worthWaking() bool {
 	full := s.queue.n >= s.cfg.BatchSize
+	var now time.Time
+	lateWithRoom := false
 	for _, sl := range s.slots {
 		if sl.state != SlotReady {
 			continue
 		}
-		if len(sl.inflight) == 0 || (full && len(sl.inflight) < s.cfg.PipelineDepth) {
+		if len(sl.inflight) == 0 {
 			return true
 		}
+		if full && len(sl.inflight) < s.cfg.PipelineDepth {
+			if now.IsZero() {
+				now = time.Now()
+			}
+			if !s.lateLocked(sl, now) {
+				return true
+			}
+			lateWithRoom = true
+		}
 	}
-	return false
+	return lateWithRoom && !s.someSlotOnTime(now)
 }
 
 // otherSlotHasRoom reports whether a ready slot other than sl holds fewer
-// batches than sl: the work should go there, through the dispatcher.
-// It requires that s.mu is held.
-func (s *Streamer) otherSlotHasRoom(sl *slot) bool {
+// batches than sl, and is not late (see pickSlot): the work should go
+// there, through the dispatcher. It requires that s.mu is held.
+func (s *Streamer) otherSlotHasRoom(sl *slot, now time.Time) bool {
 	for _, other := range s.slots {
-		if other != sl && other.state == SlotReady && len(other.inflight) < len(sl.inflight) {
+		if other != sl && other.state == SlotReady && len(other.inflight) < len(sl.inflight) && !s.lateLocked(other, now) {
 			return true
 		}
 	}

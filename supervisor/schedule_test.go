@@ -3,6 +3,7 @@ package supervisor_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -68,6 +69,93 @@ func TestAPieceOfAHuntRunsPromptlyUnderASteadyLoad(t *testing.T) {
 		}
 		if limit := 500 * time.Millisecond; worst > limit {
 			t.Errorf("a caller waited %s; want less than %s: the halves of the dead worker's batch should run one after the other, not wait for the load to stop", worst, limit)
+		}
+	})
+}
+
+// One of two workers takes a batch that runs 4s, where batches were
+// measured at about 10ms. Under a steady load that keeps the other busy,
+// no batch is sent ahead to the slow worker, to wait behind its batch:
+// the other, on time, takes them all. Before, every full batch that found
+// the other worker's pipeline full went to the slow one, and its callers
+// waited until its batch ended.
+func TestNoBatchGoesAheadToAWorkerRunningLate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) {
+			cost := 10*time.Millisecond + time.Duration(len(items))*100*time.Microsecond
+			if slices.ContainsFunc(items, func(it []byte) bool { return string(it) == "slow" }) {
+				cost = 4 * time.Second
+			}
+			time.Sleep(cost)
+			return items, nil
+		})
+		s := start(t, supervisor.Config{InProcess: m, Workers: 2, BatchSize: 8})
+		// Start returns once one worker is ready; the test wants both, and
+		// the cost of a batch learnt.
+		synctest.Wait()
+		for i := range 8 {
+			if _, err := s.Predict(context.Background(), items(fmt.Sprint("warm", i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		slow, err := s.Submit(context.Background(), items("slow"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		// 32 callers on one worker, batches of 8 that take 10.8ms: about
+		// 43ms each.
+		worst := callersInALoop(t, s, 32, time.Second)
+		if limit := 500 * time.Millisecond; worst > limit {
+			t.Errorf("a caller waited %s; want less than %s: a batch went ahead to the worker stuck on its 4s batch", worst, limit)
+		}
+		if out, err := slow.Result(context.Background()); err != nil || string(out[0]) != "slow" {
+			t.Fatalf("the slow item: %q, %v", out, err)
+		}
+	})
+}
+
+// A feeder (a broker node) is told of no room ahead for a worker running
+// late while another is on time: the items it took would wait for the
+// other anyway, where a peer might have run them.
+func TestRoomCountsNothingAheadOfAWorkerRunningLate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) {
+			cost := 10 * time.Millisecond
+			if string(items[0]) == "slow" {
+				cost = 4 * time.Second
+			}
+			time.Sleep(cost)
+			return items, nil
+		})
+		s := start(t, supervisor.Config{InProcess: m, Workers: 2, BatchSize: 8, Batching: supervisor.BatchingGreedy})
+		synctest.Wait()
+		for range 8 {
+			if _, err := s.Predict(context.Background(), items("warm")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		slow, err := s.Submit(context.Background(), items("slow"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if now, ahead := s.Room(); now != 8 || ahead != 16 {
+			t.Fatalf("one worker starting a batch: Room() = %d, %d; want 8 now and 16 ahead", now, ahead)
+		}
+		time.Sleep(100 * time.Millisecond)
+		fast, err := s.Submit(context.Background(), items("fast"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if now, ahead := s.Room(); now != 0 || ahead != 8 {
+			t.Errorf("one worker 100ms into a batch measured at 10ms, the other starting one: Room() = %d, %d; want 0 now and 8 ahead, for the second", now, ahead)
+		}
+		for _, f := range []*supervisor.Future{fast, slow} {
+			if _, err := f.Result(context.Background()); err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
 }

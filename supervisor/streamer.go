@@ -536,7 +536,9 @@ func (s *Streamer) drop(it item, now time.Time) {
 // while it has room, and ahead only while items wait upstream, so that it
 // never holds what an idle peer could run; and a worker slower than its
 // peers does not hold, for most of its long batch, items that a faster
-// one, free sooner, could have run.
+// one, free sooner, could have run. A worker whose batch runs late, past
+// its expected end by far (see pickSlot), counts no room ahead while
+// another is on time: the items would wait for the other.
 func (s *Streamer) Room() (now, ahead int) {
 	if s.draining.Load() {
 		return 0, 0
@@ -552,9 +554,15 @@ func (s *Streamer) Room() (now, ahead int) {
 		if len(sl.inflight) == 0 {
 			now += b
 			ahead += (s.cfg.PipelineDepth - 1) * b
-		} else if s.aheadIn(sl, clock) == 0 {
-			ahead += max(s.cfg.PipelineDepth-len(sl.inflight), 0) * b
+			continue
 		}
+		if s.aheadIn(sl, clock) > 0 || len(sl.inflight) >= s.cfg.PipelineDepth {
+			continue
+		}
+		if s.lateLocked(sl, clock) && s.someSlotOnTime(clock) {
+			continue
+		}
+		ahead += (s.cfg.PipelineDepth - len(sl.inflight)) * b
 	}
 	queued := s.queue.items()
 	if queued >= now {
@@ -586,15 +594,22 @@ func (s *Streamer) RoomAheadIn() time.Duration {
 // end for its room ahead to count (see Room): 0 when it is, or when no
 // batch has run yet to tell its cost. It requires that s.mu is held.
 func (s *Streamer) aheadIn(sl *slot, now time.Time) time.Duration {
-	var run time.Duration
-	if fixed, perItem, ok := s.cost.line(); ok {
-		run = fixed + time.Duration(len(sl.inflight[0].items))*perItem
-	} else if _, took := s.cost.mean(); took > 0 {
-		run = took
-	} else {
+	run := s.expectedRun(len(sl.inflight[0].items))
+	if run <= 0 {
 		return 0
 	}
 	return max(sl.headStart.Add(run-aheadHorizon).Sub(now), 0)
+}
+
+// expectedRun is how long a batch of n items is expected to run, by the
+// measured cost; 0 before any batch has told it. It requires that s.mu is
+// held.
+func (s *Streamer) expectedRun(n int) time.Duration {
+	if fixed, perItem, ok := s.cost.line(); ok {
+		return fixed + time.Duration(n)*perItem
+	}
+	_, took := s.cost.mean()
+	return took
 }
 
 // aheadHorizon is how long before a batch's expected end its worker's next
