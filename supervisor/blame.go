@@ -3,6 +3,7 @@ package supervisor
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -98,12 +99,18 @@ func (r *crashRecord) reset() {
 }
 
 // others counts the recent batches and the deaths among them, leaving out
-// the deaths of hunt, which are the suspect's own, and those of hunts that
-// found poison, which the poison explains once the model answered a batch
-// after the verdict (see convicted).
-func (r *crashRecord) others(hunt *firstCrash) (deaths, runs int) {
+// those the suspect, of hash h, may explain: the deaths of hunt, its own,
+// and of the other hunts whose batch held a copy of it (a burst of one bad
+// item sent many times begins as many hunts at once, each of which would
+// take the others' deaths for the model's, and blame it); and those of
+// hunts that found poison, which the poison explains once the model
+// answered a batch after the verdict (see convicted). Leaving out the
+// deaths of batches that held a copy, and not the answers, can only
+// mislead where a copy was answered, which a poison item never is: a
+// model crashing at random on an item sent again and again.
+func (r *crashRecord) others(hunt *firstCrash, h uint64) (deaths, runs int) {
 	for _, rec := range r.runs[:r.n] {
-		if rec.died && (rec.hunt == hunt || rec.hunt != nil && rec.hunt.explained && r.answers > rec.hunt.explainedAt) {
+		if rec.died && (rec.hunt == hunt || rec.hunt != nil && (rec.hunt.held(h) || rec.hunt.explained && r.answers > rec.hunt.explainedAt)) {
 			continue
 		}
 		runs++
@@ -114,6 +121,19 @@ func (r *crashRecord) others(hunt *firstCrash) (deaths, runs int) {
 	return deaths, runs
 }
 
+// newHuntLocked begins the hunt for a bad item in b, whose worker in sl
+// died running it. It requires that s.mu is held.
+func (s *Streamer) newHuntLocked(sl *slot, b *batch) *firstCrash {
+	hunt := &firstCrash{slot: sl, returned: s.returned, pieces: 1, hashes: make([]uint64, len(b.items))}
+	for i := range b.items {
+		hunt.hashes[i] = s.hashOf(&b.items[i])
+	}
+	return hunt
+}
+
+// held reports whether the batch that began the hunt held an item of hash h.
+func (c *firstCrash) held(h uint64) bool { return slices.Contains(c.hashes, h) }
+
 // judgeLocked says what it means that it, alone in its batch, crashed a
 // worker again: it has now done so it.aloneCrashes times, in hunt.
 // waiting says that other batches wait to run. While the last item
@@ -121,11 +141,11 @@ func (r *crashRecord) others(hunt *firstCrash) (deaths, runs int) {
 // two items in a row that crash every worker they run on, with nothing
 // answered between them, tell of the model (the same item again, its
 // quarantine over, tells of the item). It requires that s.mu is held.
-func (s *Streamer) judgeLocked(it item, hunt *firstCrash, waiting bool) (verdict, error) {
-	deaths, runs := s.record.others(hunt)
+func (s *Streamer) judgeLocked(it *item, hunt *firstCrash, waiting bool) (verdict, error) {
+	h := s.hashOf(it)
+	deaths, runs := s.record.others(hunt, h)
 	rate := float64(deaths+1) / float64(runs+2)
 	n := int(it.aloneCrashes)
-	h := s.poison.hash(it.key, it.data)
 	doubted := s.record.doubted && h != s.record.last
 	switch {
 	case n < 2:
@@ -216,4 +236,89 @@ func (s *Streamer) pieceEndedLocked(b *batch, ran bool) {
 			"slot", hunt.slot.id, "deaths", len(hunt.pending))
 	}
 	s.huntOverLocked(hunt, true)
+}
+
+// convictLocked puts the item of hash h on the poison list, and fails every
+// copy of it admitted already, wherever it waits (see purgeLocked), saying
+// how many: each would crash a worker in turn and begin a hunt of its own,
+// whose deaths would cloud the judgement of the others and use up the
+// restarts. It requires that s.mu is held.
+func (s *Streamer) convictLocked(h uint64) (copies int) {
+	s.poison.add(h)
+	return s.purgeLocked()
+}
+
+// purgeLocked fails, with errKnownPoison, the items on the poison list
+// that wait in the queue, formed batches and the pieces of hunts included
+// (see cleanLocked), and reports how many. The copies of an item convicted
+// are found in one walk of the queue as they are convicted, or as they
+// are queued when their request was let in as the item was convicted (see
+// pushLocked): the queue holds none of the items on the list, so that a
+// batch formed of its items need not be looked at before it runs. It
+// requires that s.mu is held.
+func (s *Streamer) purgeLocked() int {
+	n := 0
+	s.queue.remove(func(it *item) bool { return s.poison.hasHash(s.hashOf(it)) }, func(it item) {
+		s.complete(it, nil, errKnownPoison)
+		n++
+	})
+	s.queue.trimReady(func(b *batch) { n += s.cleanLocked(b) })
+	return n
+}
+
+// cleanLocked fails, with errKnownPoison, the items of b on the poison
+// list, unless b was looked at since the last conviction, and reports how
+// many there were. A hunt whose piece held one is over: the item explains
+// its deaths (see explainLocked), and what is left of the piece runs as any
+// other batch. It requires that s.mu is held.
+func (s *Streamer) cleanLocked(b *batch) int {
+	gen := s.poison.gen.Load()
+	if b.cleanGen == gen {
+		return 0
+	}
+	b.cleanGen = gen
+	kept := b.items[:0]
+	for i := range b.items {
+		it := &b.items[i]
+		if s.poison.hasHash(s.hashOf(it)) {
+			s.complete(*it, nil, errKnownPoison)
+			continue
+		}
+		kept = append(kept, *it)
+	}
+	copies := len(b.items) - len(kept)
+	if copies == 0 {
+		return 0
+	}
+	clear(b.items[len(kept):])
+	b.items = kept
+	b.data = b.data[:len(kept)]
+	for i := range kept {
+		b.data[i] = kept[i].data
+	}
+	if hunt := b.crash; hunt != nil {
+		s.explainLocked(hunt)
+		s.pieceEndedLocked(b, false)
+		b.suspect = false
+	}
+	return copies
+}
+
+// explainLocked puts the deaths of hunt down to an item convicted
+// already, a copy of which its batch held: none of them counts towards
+// MaxRestarts, the first included, whatever the workers returned since
+// (its conviction asked of the model that it answer other batches), and
+// none counts against the model once it has answered a batch since (see
+// crashRecord.others). It leaves the record's doubt alone: the item was
+// convicted once, and a copy of it found is no new verdict. A hunt that
+// blamed the model already has counted its deaths. It requires that s.mu
+// is held.
+func (s *Streamer) explainLocked(hunt *firstCrash) {
+	if hunt.explained || hunt.blamed {
+		return
+	}
+	hunt.explained, hunt.explainedAt = true, s.record.answers
+	hunt.byCopy = true
+	hunt.pending = nil
+	s.forgiveLocked(hunt)
 }

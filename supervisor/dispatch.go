@@ -265,9 +265,12 @@ func (s *Streamer) spareBatch() *batch {
 	return &batch{items: make([]item, 0, s.cfg.BatchSize), data: make([][]byte, 0, s.cfg.BatchSize)}
 }
 
-// sealBatch numbers b and lists its items' bytes for the wire.
+// sealBatch numbers b and lists its items' bytes for the wire. Its items
+// come from the queue, or from a batch looked at since the last conviction:
+// none is on the poison list (see purgeLocked).
 func (s *Streamer) sealBatch(b *batch) *batch {
 	b.id = s.batchID.Add(1)
+	b.cleanGen = s.poison.gen.Load()
 	b.data = b.data[:0]
 	for i := range b.items {
 		b.data = append(b.data, b.items[i].data)

@@ -35,6 +35,9 @@ type Future struct {
 	// came before the request's own: await's timer fires first, and its
 	// error must name the deadline that was set.
 	callerSet bool
+	// poisonGen is the poison list's generation before admission looked
+	// at it for the request's items (see Streamer.pushLocked).
+	poisonGen uint64
 }
 
 // closedChan is what Done returns for a Future that finished before anybody
@@ -131,8 +134,9 @@ func (f *Future) Done() <-chan struct{} {
 // requests one after another (see Answering): an embedder that writes the
 // answers on, as a broker node does, sees a whole batch's together, without
 // a goroutine per request to wake. An item dropped while queued (its
-// deadline passed, its caller left, no worker could take it) is completed
-// while the Streamer holds its own lock. So fn must only hand the answer on
+// deadline passed, its caller left, no worker could take it, it is a copy
+// of an item convicted as poison meanwhile) is completed while the
+// Streamer holds its own lock. So fn must only hand the answer on
 // (to a channel with room, or a list under a lock of its own) and never
 // wait, nor call the Streamer. At most one fn per Future; Result reads the
 // answer without waiting once fn runs.

@@ -20,6 +20,11 @@ type item struct {
 	// deferred says that its hunt once sent it behind the batches waiting,
 	// for want of batches the model answered (see verdictWait).
 	deferred bool
+	// hashed says that hash is its hash on the poison list (see
+	// Streamer.hashOf): an item is hashed only where the list is looked at,
+	// and once.
+	hashed bool
+	hash   uint64
 }
 
 // batch is a group of items sent to one worker as one message.
@@ -33,6 +38,11 @@ type batch struct {
 	// crash is the first death of the batch that a suspect one was split
 	// from (nil for others), which a bad item found in it may explain.
 	crash *firstCrash
+	// cleanGen is the poison list's generation (poisonList.gen) when the
+	// batch was formed or last looked at: it holds no item convicted by
+	// then, and is looked at again only once another item is (see
+	// Streamer.cleanLocked).
+	cleanGen uint64
 }
 
 // firstCrash is a worker's death running a batch that had not killed one
@@ -60,9 +70,16 @@ type firstCrash struct {
 	explained bool
 	// explainedAt is crashRecord.answers at the verdict.
 	explainedAt uint64
+	// byCopy: what explains it is a copy of an item convicted already (see
+	// explainLocked).
+	byCopy bool
 	// blamed: the hunt put a death down to the model, or ended without a
 	// verdict; its deaths count, those after it at once (see noteCrash).
 	blamed bool
+	// hashes are those of the items of the batch that died first (see
+	// Streamer.hashOf), hashed as it died: which items its deaths may be
+	// put down to (see crashRecord.others).
+	hashes []uint64
 }
 
 // fifo holds the items of one batch key in arrival order. It belongs to
@@ -258,16 +275,25 @@ func (q *queue) removeKey(f *fifo) {
 // never once per request.
 // It requires that the Streamer's mu is held.
 func (q *queue) sweep(now time.Time, drop func(item, time.Time)) {
+	q.remove(func(it *item) bool { return it.fut.gone() || it.fut.expired(now) }, func(it item) { drop(it, now) })
+}
+
+// remove takes every item that bad picks out of the fifos, in one walk of
+// them all, and hands each to out. bad may change the item (to cache what
+// it learns of it).
+// It requires that the Streamer's mu is held.
+func (q *queue) remove(bad func(*item) bool, out func(item)) {
 	for _, k := range append([]string(nil), q.keys...) {
 		f := q.byKey[k]
 		kept := f.items[:0]
-		for _, it := range f.items[f.head:] {
-			if it.fut.gone() || it.fut.expired(now) {
-				drop(it, now)
+		for i := f.head; i < len(f.items); i++ {
+			it := &f.items[i]
+			if bad(it) {
+				out(*it)
 				q.n--
 				continue
 			}
-			kept = append(kept, it)
+			kept = append(kept, *it)
 		}
 		clear(f.items[len(kept):])
 		f.items, f.head = kept, 0
@@ -275,6 +301,24 @@ func (q *queue) sweep(now time.Time, drop func(item, time.Time)) {
 			q.removeKey(f)
 		}
 	}
+	q.resize()
+}
+
+// trimReady has trim take items out of every formed batch, and forgets
+// the batches it leaves empty.
+// It requires that the Streamer's mu is held.
+func (q *queue) trimReady(trim func(*batch)) {
+	kept := q.ready[:0]
+	for _, b := range q.ready {
+		n := len(b.items)
+		trim(b)
+		q.readyN -= n - len(b.items)
+		if len(b.items) > 0 {
+			kept = append(kept, b)
+		}
+	}
+	clear(q.ready[len(kept):])
+	q.ready = kept
 	q.resize()
 }
 

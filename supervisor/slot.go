@@ -291,6 +291,8 @@ func (sl *slot) pruneForRun(w worker, b *batch, ttls []int64) ([]int64, bool) {
 		return nil, false
 	}
 	now := time.Now()
+	// Formed before the last conviction, it may hold a copy of the item.
+	s.cleanLocked(b)
 	s.pruneLocked(b, now)
 	ttls = ttls[:0]
 	timed := false
@@ -478,19 +480,32 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 	var hunt *firstCrash
 	cause := crashUnexplained
 	inFlight := len(batches)
+	copies := 0
 	if !stopping && !(retired && inFlight == 0) {
 		sl.tally.crashes++ // not a drained worker leaving as asked (see below)
 	}
 	if !stopping && len(batches) > 0 {
-		cause = crashFirstOfBatch
-		if batches[0].suspect {
-			cause = crashHunting
-		} else {
-			batches[0].crash = &firstCrash{slot: sl, returned: s.returned, pieces: 1}
+		copies = s.cleanLocked(batches[0])
+		for _, b := range batches[1:] {
+			s.cleanLocked(b)
 		}
-		hunt = batches[0].crash
-		s.record.add(runRecord{died: true, hunt: hunt})
-		settled = sl.requeueLocked(batches)
+		switch {
+		case copies > 0:
+			// An item convicted already explains the death: its copies
+			// failed, its batch-mates run again, and nothing counts.
+			cause = crashPoisonKnown
+			s.queue.requeue(slices.DeleteFunc(batches, func(b *batch) bool { return len(b.items) == 0 }))
+		default:
+			cause = crashFirstOfBatch
+			if batches[0].suspect {
+				cause = crashHunting
+			} else {
+				batches[0].crash = s.newHuntLocked(sl, batches[0])
+			}
+			hunt = batches[0].crash
+			s.record.add(runRecord{died: true, hunt: hunt})
+			settled = sl.requeueLocked(batches)
+		}
 		batches = nil
 	}
 	for _, b := range batches {
@@ -517,11 +532,13 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 		sl.setFailures(0)
 	}
 	s.log.Error("worker died", sl.logAttrs(w, "err", exitErr, "batches_in_flight", inFlight)...)
+	if copies > 0 {
+		s.log.Warn("the worker ran a copy of an item convicted as poison; its death is not counted", "slot", sl.id, "copies", copies)
+	}
 	sl.noteCrash(exitErr, cause, hunt)
 	for _, st := range settled {
 		if st.poison {
-			s.poison.add(st.it.key, st.it.data)
-			s.log.Error("poison item isolated", "slot", sl.id, "crashes", st.it.crashes, "alone", st.it.aloneCrashes, "err", exitErr)
+			s.log.Error("poison item isolated", "slot", sl.id, "crashes", st.it.crashes, "alone", st.it.aloneCrashes, "copies_failed", st.copies, "err", exitErr)
 		} else {
 			s.log.Error("the model crashes whatever it runs; failing the item rather than blaming it", "slot", sl.id, "crashes", st.it.crashes, "alone", st.it.aloneCrashes, "err", exitErr)
 		}
@@ -536,15 +553,17 @@ type settledItem struct {
 	it     item
 	err    error
 	poison bool
+	copies int // the item's copies that its conviction failed (see convictLocked)
 }
 
 // requeueLocked puts the batches of a dead worker back in front of the
 // queue. The first was running when the worker died: it is split in halves,
 // each run alone, so that the item that kills workers is narrowed down; a
-// lone item is judged (see judgeLocked), and run alone again, or settled;
-// one with no item left (they expired as it was sent) is dropped, as no
-// item can be to blame. The others never started and go back as they
-// were. It requires that s.mu is held.
+// lone item is judged (see judgeLocked), and run alone again, or settled,
+// its copies failed with it when it is convicted; one with no item left
+// (they expired as it was sent) is dropped, as no item can be to blame.
+// The others never started and go back as they were. It requires that
+// s.mu is held.
 func (sl *slot) requeueLocked(batches []*batch) (settled []settledItem) {
 	s := sl.s
 	head := batches[0]
@@ -555,11 +574,12 @@ func (sl *slot) requeueLocked(batches []*batch) (settled []settledItem) {
 		}
 	}
 	var again []*batch
+	convicted := false
 	switch len(head.items) {
 	case 0:
 		s.pieceEndedLocked(head, false)
 	case 1:
-		v, err := s.judgeLocked(head.items[0], head.crash, len(batches) > 1 || len(s.queue.ready) > 0)
+		v, err := s.judgeLocked(&head.items[0], head.crash, len(batches) > 1 || len(s.queue.ready) > 0)
 		switch v {
 		case verdictUnsure:
 			head.suspect = true
@@ -572,6 +592,7 @@ func (sl *slot) requeueLocked(batches []*batch) (settled []settledItem) {
 			settled = append(settled, settledItem{it: head.items[0], err: err, poison: v == verdictPoison})
 			s.huntOverLocked(head.crash, v == verdictModel)
 			s.pieceEndedLocked(head, true)
+			convicted = v == verdictPoison
 		}
 	default:
 		hunt := head.crash
@@ -585,6 +606,11 @@ func (sl *slot) requeueLocked(batches []*batch) (settled []settledItem) {
 	}
 	again = append(again, batches[1:]...)
 	s.queue.requeue(again)
+	if convicted {
+		// Once the batches are back, so that copies in them fail too.
+		st := &settled[len(settled)-1]
+		st.copies = s.convictLocked(s.hashOf(&st.it))
+	}
 	return settled
 }
 
@@ -617,6 +643,11 @@ const (
 	// until a Reload or the old file put back, not give up and, with every
 	// slot alike, end the server in the middle of an ordinary deploy.
 	crashModelChanged
+	// crashPoisonKnown: it died running a batch that held a copy of an item
+	// convicted as poison, admitted before the conviction and sent before
+	// it could be taken out. The item explains the death: the worker
+	// restarts at once, and the death never counts towards MaxRestarts.
+	crashPoisonKnown
 )
 
 // startFailure is the cause of a worker's failure to start.
@@ -629,13 +660,15 @@ func startFailure(err error) crashCause {
 
 // forgiveLocked takes the first death of a hunt that found a bad item
 // out of the slot's restarts, if workers have returned batches since it:
-// the item explains the death, and the model answers other items. Without
+// the item explains the death, and the model answers other items; or if
+// the item found is a copy of one convicted before (see explainLocked),
+// whose conviction asked that of the model already. Without
 // it, a client sending a few items that crash the model, in batches of
 // other callers' items, had the server give up every slot and exit. A model
 // that crashes on every item returns no batch, and its deaths still count.
 // It requires that s.mu is held.
 func (s *Streamer) forgiveLocked(c *firstCrash) {
-	if c == nil || c.forgiven || c.at.IsZero() || s.returned == c.returned {
+	if c == nil || c.forgiven || c.at.IsZero() || s.returned == c.returned && !c.byCopy {
 		return
 	}
 	c.forgiven = true
@@ -663,7 +696,7 @@ func (sl *slot) noteCrash(err error, cause crashCause, hunt *firstCrash) {
 	if err != nil {
 		sl.lastErr = err.Error()
 	}
-	if cause == crashModelChanged {
+	if cause == crashModelChanged || cause == crashPoisonKnown {
 		return
 	}
 	if cause == crashHunting {

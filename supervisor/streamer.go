@@ -289,6 +289,7 @@ func (s *Streamer) SubmitRequests(ctx context.Context, reqs []Request) (futs []*
 	}
 	wasEmpty := s.queue.n == 0
 	queued := 0
+	stale := false
 	for i, f := range futs {
 		if f == nil {
 			continue
@@ -297,7 +298,7 @@ func (s *Streamer) SubmitRequests(ctx context.Context, reqs []Request) (futs []*
 			futs[i], errs[i] = nil, s.refuseFull(waiting, len(reqs[i].Items))
 			continue
 		}
-		s.pushLocked(reqs[i], f)
+		stale = s.pushLocked(reqs[i], f) || stale
 		queued += len(reqs[i].Items)
 	}
 	wake := false
@@ -311,6 +312,9 @@ func (s *Streamer) SubmitRequests(ctx context.Context, reqs []Request) (futs []*
 	}
 	// Counted before the lock is let go, as in queueLocked.
 	s.stats.submitted.Add(uint64(queued))
+	if stale {
+		s.purgeLocked()
+	}
 	s.mu.Unlock()
 	if wake {
 		s.signal()
@@ -358,7 +362,7 @@ func (s *Streamer) queueLocked(req Request, f *Future) {
 		s.returns.arrived(time.Now(), n)
 		s.arrivals.add(time.Now(), n)
 	}
-	s.pushLocked(req, f)
+	stale := s.pushLocked(req, f)
 	s.queue.resize()
 	s.room.queued(n)
 	// The first item queued arms the dispatcher's MaxLatency timer.
@@ -367,6 +371,9 @@ func (s *Streamer) queueLocked(req Request, f *Future) {
 	// items: an item is counted submitted before it can be answered (see
 	// Stats).
 	s.stats.submitted.Add(uint64(n))
+	if stale {
+		s.purgeLocked()
+	}
 	s.mu.Unlock()
 	if wake {
 		s.signal()
@@ -377,6 +384,9 @@ func (s *Streamer) queueLocked(req Request, f *Future) {
 // deadline, the earlier of the request's and ctx's, and ctx itself.
 func (s *Streamer) prepare(ctx context.Context, req Request, f *Future) error {
 	n := len(req.Items)
+	// Read before admit looks at the list, so that an item convicted
+	// after that look moves it (see pushLocked).
+	poisonGen := s.poison.gen.Load()
 	if err := s.admit(req); err != nil {
 		s.stats.rejected.Add(uint64(n))
 		return err
@@ -396,15 +406,19 @@ func (s *Streamer) prepare(ctx context.Context, req Request, f *Future) error {
 	}
 	f.enqueued = s.clock()
 	f.deadline, f.callerSet = deadline, callerSet
+	f.poisonGen = poisonGen
 	if ctx.Done() != nil {
 		f.ctx = ctx
 	}
 	return nil
 }
 
-// pushLocked queues req's items, answered through f. It requires that s.mu
-// is held.
-func (s *Streamer) pushLocked(req Request, f *Future) {
+// pushLocked queues req's items, answered through f. It reports whether
+// an item was convicted since admit looked at the list for them: they may
+// be copies of it, which the caller fails (see purgeLocked) once they are
+// counted submitted, before it lets the lock go. It requires that s.mu is
+// held.
+func (s *Streamer) pushLocked(req Request, f *Future) (stale bool) {
 	for i, data := range req.Items {
 		it := item{fut: f, index: int32(i), data: data}
 		if req.Keys != nil {
@@ -412,6 +426,7 @@ func (s *Streamer) pushLocked(req Request, f *Future) {
 		}
 		s.queue.push(it)
 	}
+	return f.poisonGen != s.poison.gen.Load()
 }
 
 // Full reports whether the queue has no room for even one more item, the
@@ -484,11 +499,26 @@ func (s *Streamer) admit(req Request) error {
 				key = req.Keys[i]
 			}
 			if s.poison.has(key, data) {
-				return &ItemError{Index: i, Err: fmt.Errorf("%w: refused on sight, it crashed workers earlier", ErrPoison)}
+				return &ItemError{Index: i, Err: errKnownPoison}
 			}
 		}
 	}
 	return nil
+}
+
+// errKnownPoison fails an item on the poison list without running it: one
+// refused as it comes, or a copy of it admitted before it was convicted.
+var errKnownPoison = fmt.Errorf("%w: refused on sight, it crashed workers earlier", ErrPoison)
+
+// hashOf returns the hash of it on the poison list, hashing it the first
+// time: items are hashed where the list is looked at (a death, a
+// conviction), never on their way to a worker. It requires that s.mu is
+// held, or that it is the caller's own.
+func (s *Streamer) hashOf(it *item) uint64 {
+	if !it.hashed {
+		it.hash, it.hashed = s.poison.hash(it.key, it.data), true
+	}
+	return it.hash
 }
 
 // clock reads the streamer's monotonic clock, in nanoseconds since New. It
@@ -785,6 +815,10 @@ type poisonList struct {
 	ttl   time.Duration
 	until map[uint64]time.Time
 	count atomic.Int32
+	// gen counts the items added, each after it is in until: what was
+	// looked at against the list at one gen needs no second look until it
+	// moves (see batch.cleanGen and Future.poisonGen).
+	gen atomic.Uint64
 }
 
 func newPoisonList(ttl time.Duration) *poisonList {
@@ -803,19 +837,21 @@ func (p *poisonList) hash(key string, data []byte) uint64 {
 // active is a cheap check for the common case of an empty list.
 func (p *poisonList) active() bool { return p.count.Load() > 0 }
 
-func (p *poisonList) add(key string, data []byte) {
+// add remembers the item of hash h (see hash).
+func (p *poisonList) add(h uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
-	for h, until := range p.until {
+	for old, until := range p.until {
 		if now.After(until) {
-			delete(p.until, h)
+			delete(p.until, old)
 		}
 	}
 	if len(p.until) < 10000 {
-		p.until[p.hash(key, data)] = now.Add(p.ttl)
+		p.until[h] = now.Add(p.ttl)
 	}
 	p.count.Store(int32(len(p.until)))
+	p.gen.Add(1)
 }
 
 // clear forgets every item: the model they crashed is gone.
@@ -827,7 +863,11 @@ func (p *poisonList) clear() {
 }
 
 func (p *poisonList) has(key string, data []byte) bool {
-	h := p.hash(key, data)
+	return p.hasHash(p.hash(key, data))
+}
+
+// hasHash reports whether the item of hash h is remembered.
+func (p *poisonList) hasHash(h uint64) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	until, ok := p.until[h]

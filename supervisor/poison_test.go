@@ -1,0 +1,143 @@
+package supervisor_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/bits"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// TestABurstOfOneBadItemIsConvictedOnce: many copies of an item that
+// crashes its worker, sent at once among good traffic, are answered as
+// the item is convicted, each with ErrPoison, without a hunt of their own.
+// The server keeps its slots, answers every good item, and its workers
+// die a few times for the one bad item, not a few times for each copy.
+// (Before, the copies admitted ahead of the conviction ran, each began a
+// hunt, and their deaths, taken for the model's, had later copies failed
+// with ErrModelFailed, and every slot given up.)
+func TestABurstOfOneBadItemIsConvictedOnce(t *testing.T) {
+	for _, workers := range []int{1, 2} {
+		t.Run(fmt.Sprint(workers, " workers"), func(t *testing.T) { burstOfOneBadItem(t, workers) })
+	}
+}
+
+func burstOfOneBadItem(t *testing.T, workers int) {
+	const (
+		batchSize = 8
+		depth     = 2
+		copies    = 40
+		goodPer   = 3 // good requests sent after each copy
+	)
+	cfg := processConfig("chaos:crash=BAD,delay=1ms", workers, batchSize)
+	cfg.PipelineDepth = depth
+	cfg.BackoffMin = time.Millisecond
+	// A worker slow to start on a loaded machine must not have the queued
+	// items failed as unavailable: this test is about blame.
+	cfg.UnavailableAfter = time.Minute
+	s := start(t, cfg)
+	seenWorking(t, s)
+	bad, err := msgpack.Marshal("BAD")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// A server that gives up ends the test at once, rather than leave the
+	// items queued until ctx ends.
+	fatal := make(chan error, 1)
+	go func() {
+		select {
+		case err := <-s.Fatal():
+			fatal <- err
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		badErrs []error
+	)
+	for i := range copies {
+		f, err := s.Submit(ctx, [][]byte{bad})
+		switch {
+		case errors.Is(err, supervisor.ErrPoison):
+			badErrs = append(badErrs, err) // refused on sight: convicted already
+		case err != nil:
+			t.Fatalf("copy %d refused: %v", i, err)
+		default:
+			wg.Go(func() {
+				_, err := f.Result(ctx)
+				mu.Lock()
+				badErrs = append(badErrs, err)
+				mu.Unlock()
+			})
+		}
+		for j := range goodPer {
+			name := fmt.Sprint("good", i, "-", j)
+			wg.Go(func() {
+				out, err := s.Predict(ctx, items(name))
+				if err != nil || len(out) != 1 || string(out[0]) != name {
+					t.Errorf("good request %s: %q, %v; want it answered", name, out, err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	cancel()
+
+	select {
+	case err := <-fatal:
+		t.Fatalf("the server gave up: %v", err)
+	default:
+	}
+	poisoned, blamed, unavailable := 0, 0, 0
+	for _, err := range badErrs {
+		switch {
+		case errors.Is(err, supervisor.ErrPoison):
+			poisoned++
+			continue
+		case errors.Is(err, supervisor.ErrModelFailed):
+			blamed++
+		case errors.Is(err, supervisor.ErrUnavailable):
+			unavailable++
+		}
+		t.Errorf("a copy answered %v; want ErrPoison", err)
+	}
+	if poisoned != copies {
+		t.Errorf("of %d copies, %d failed with ErrPoison, %d with ErrModelFailed, %d with ErrUnavailable", copies, poisoned, blamed, unavailable)
+	}
+	st := s.Stats()
+	// The hunt that convicts dies log2(batchSize)+2 times: the whole batch,
+	// the halves holding the item down to it alone, and once more alone.
+	// Until then every other slot may die about as often, on batches that
+	// hold other copies, or on pieces of the hunts they begin; a hunt's
+	// worth more is room for restarts that do not keep pace. After the
+	// verdict, each batch sent may still hold a copy. Before, each copy
+	// that ran cost two deaths or more.
+	hunt := bits.Len(batchSize-1) + 2
+	bound := uint64((workers+1)*hunt + workers*depth)
+	if st.Crashes > bound {
+		t.Errorf("%d deaths for one bad item sent %d times among good ones; want at most %d", st.Crashes, copies, bound)
+	}
+	if st.Poisoned != copies {
+		t.Errorf("%d items counted poisoned; want the %d copies", st.Poisoned, copies)
+	}
+	if st.Answered != st.Submitted {
+		t.Errorf("%d items answered of %d submitted", st.Answered, st.Submitted)
+	}
+	for _, sl := range s.Slots() {
+		if sl.State == supervisor.SlotFailed {
+			t.Errorf("slot %d given up: %+v", sl.Slot, sl)
+		}
+	}
+	t.Logf("%d deaths (at most %d), %d copies poisoned, %d items answered", st.Crashes, bound, st.Poisoned, st.Answered)
+}
