@@ -410,6 +410,9 @@ func checkQuery(u *url.URL) error {
 	afterPassword := false
 	seen := map[string]bool{}
 	for pair := range strings.SplitSeq(u.RawQuery, "&") {
+		if pair == "" {
+			continue // a stray &, which the client library skips too
+		}
 		key, value, _ := strings.Cut(pair, "=")
 		name, err := url.QueryUnescape(key)
 		_, valueErr := url.QueryUnescape(value)

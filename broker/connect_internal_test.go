@@ -140,6 +140,7 @@ func TestConnectRefusesQueryOptionsItWouldLose(t *testing.T) {
 		"redis://10.0.0.1:6379/5?db=5":                    5,
 		"redis://10.0.0.1:26379?master_name=main&db=3":    3,
 		"redis://10.0.0.1:6379/2?client_name=streamer-a1": 2,
+		"redis://10.0.0.1:6379/4?&&":                      4, // stray &s: no option given twice
 	} {
 		rdb, _, err := connect(Config{URL: url}, 1)
 		if err != nil {
