@@ -826,6 +826,9 @@ func TestAPoisonItemIsRefusedByEveryNode(t *testing.T) {
 	}
 	second := newRecorder()
 	b := startNode(t, rs, second, 4, nil)
+	// The front end hears of the new node at its next check: until then
+	// it says no node is alive, the first having left.
+	eventually(t, "front end ready: the second node heard from", fe.Ready)
 	if _, err := predict(t, fe, "panic"); !errors.Is(err, supervisor.ErrPoison) {
 		t.Fatalf("error %v; want ErrPoison from the second node", err)
 	}
