@@ -89,19 +89,27 @@ func TestAConvictionFailsTheCopiesWaiting(t *testing.T) {
 	}
 }
 
-// A batch formed before a conviction, sent after it, goes to its worker
-// without the copies of the item it held: they are answered at once.
-func TestACopySentAfterItsConvictionDoesNotRun(t *testing.T) {
-	s := unstartedEcho(t)
-	sl := s.slots[0]
+// sentThenConvicted sends a batch of "good" and "bad" to an unstarted
+// streamer's slot, whose Future is f, then convicts "bad".
+func sentThenConvicted(t *testing.T) (s *Streamer, sl *slot, b *batch, f *Future) {
+	t.Helper()
+	s = unstartedEcho(t)
+	sl = s.slots[0]
 	its, f := queuedItems("good", "bad")
 	s.mu.Lock()
-	b := s.newBatch(its, false)
+	b = s.newBatch(its, false)
 	sl.w = idleWorker{}
 	sl.sendLocked(b, time.Now())
 	lone := item{data: []byte("bad")}
 	s.convictLocked(s.hashOf(&lone))
 	s.mu.Unlock()
+	return s, sl, b, f
+}
+
+// A batch formed before a conviction, sent after it, goes to its worker
+// without the copies of the item it held: they are answered at once.
+func TestACopySentAfterItsConvictionDoesNotRun(t *testing.T) {
+	_, sl, b, f := sentThenConvicted(t)
 	if _, ok := sl.pruneForRun(idleWorker{}, b, nil); !ok {
 		t.Fatal("the batch was not the worker's to run")
 	}
@@ -118,16 +126,7 @@ func TestACopySentAfterItsConvictionDoesNotRun(t *testing.T) {
 // run as any batch, and the death counts neither towards MaxRestarts nor
 // against the model.
 func TestADeathOnACopyOfAConvictedItemIsNotCounted(t *testing.T) {
-	s := unstartedEcho(t)
-	sl := s.slots[0]
-	its, f := queuedItems("good", "bad")
-	s.mu.Lock()
-	b := s.newBatch(its, false)
-	sl.w = idleWorker{}
-	sl.sendLocked(b, time.Now())
-	lone := item{data: []byte("bad")}
-	s.convictLocked(s.hashOf(&lone))
-	s.mu.Unlock()
+	s, sl, _, f := sentThenConvicted(t)
 
 	sl.onExit(idleWorker{}, errors.New("exit status 3"), time.Now())
 	if ok, err := answerOf(f, 1); !ok || !errors.Is(err, ErrPoison) {
