@@ -29,6 +29,11 @@ const (
 	maxAloneCrashes = 5
 	// recordSize is how many recent batches the crash rate is taken over.
 	recordSize = 64
+	// deferAnswers is how many answers of other batches a lone item
+	// judged too early (verdictWait) waits for while items are queued:
+	// after as many, an item that crashes its worker alone three to five
+	// times more is convicted.
+	deferAnswers = 4
 )
 
 // verdict is what a lone item's crashes say of it.
@@ -40,7 +45,9 @@ const (
 	// verdictPoison: the item crashes the model, which answers others.
 	verdictPoison
 	// verdictWait: the model answered too little lately to tell; run the
-	// batches waiting first, and the item after them.
+	// batches waiting first, and the item after them: those formed, and
+	// the items queued until deferAnswers more are answered (see
+	// Streamer.deferredLocked).
 	verdictWait
 	// verdictModel: the model crashes too often to blame the item.
 	verdictModel

@@ -182,6 +182,9 @@ func (s *Streamer) nextBatch(idle bool, now time.Time, earlier func(time.Time)) 
 		return nil
 	}
 	for i := 0; i < len(s.queue.ready); i++ {
+		if s.deferredLocked(s.queue.ready[i]) {
+			continue
+		}
 		b := s.queue.takeReady(i)
 		if s.pruneLocked(b, now) {
 			s.stats.reasons[reasonRetry].Add(1)
@@ -223,6 +226,16 @@ func (s *Streamer) nextBatch(idle bool, now time.Time, earlier func(time.Time)) 
 		}
 		s.recycle(b)
 	}
+}
+
+// deferredLocked reports whether b is a lone item judged too early to tell
+// whether to blame it (see verdictWait) that waits behind the items queued
+// for deferAnswers answers: on a server that has answered nothing yet, or
+// since a reload, those answers are what lets it be judged. It requires
+// that s.mu is held.
+func (s *Streamer) deferredLocked(b *batch) bool {
+	return b.suspect && len(b.items) == 1 && b.items[0].deferred &&
+		s.queue.n > 0 && s.record.answers < b.deferredAt+deferAnswers
 }
 
 // suspectWaits reports whether a piece of a hunt waits for an idle slot.

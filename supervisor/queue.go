@@ -35,6 +35,9 @@ type batch struct {
 	// suspect batches were formed by splitting a batch whose worker died:
 	// they run as they are, alone on an idle worker.
 	suspect bool
+	// deferredAt is the crash record's answers when its lone item was
+	// judged too early and sent behind the other work (see verdictWait).
+	deferredAt uint64
 	// crash is the first death of the batch that a suspect one was split
 	// from (nil for others), which a bad item found in it may explain.
 	crash *firstCrash

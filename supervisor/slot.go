@@ -579,7 +579,9 @@ func (sl *slot) requeueLocked(batches []*batch) (settled []settledItem) {
 	case 0:
 		s.pieceEndedLocked(head, false)
 	case 1:
-		v, err := s.judgeLocked(&head.items[0], head.crash, len(batches) > 1 || len(s.queue.ready) > 0)
+		// Items queued count as waiting work: while no worker runs, none
+		// is formed into a batch.
+		v, err := s.judgeLocked(&head.items[0], head.crash, len(batches) > 1 || len(s.queue.ready) > 0 || s.queue.n > 0)
 		switch v {
 		case verdictUnsure:
 			head.suspect = true
@@ -587,6 +589,7 @@ func (sl *slot) requeueLocked(batches []*batch) (settled []settledItem) {
 		case verdictWait:
 			head.suspect = true
 			head.items[0].deferred = true
+			head.deferredAt = s.record.answers
 			s.queue.requeueLast(head)
 		default:
 			settled = append(settled, settledItem{it: head.items[0], err: err, poison: v == verdictPoison})
