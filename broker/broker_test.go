@@ -160,13 +160,16 @@ func startFront(t *testing.T, rs *redistest.Server, tweak func(*broker.FrontEndC
 	return fe
 }
 
-// eventually polls cond until it holds, failing the test after 10s.
+// eventually polls cond until it holds, failing the test after 30s: a
+// whole race-detector run of every package loads a small machine enough
+// that a node's start and four requests through Redis once took more than
+// 10s. A wait that holds returns as soon as it does.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("after 10s: %s", what)
+			t.Fatalf("after 30s: %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
