@@ -189,7 +189,7 @@ func (d *decoder) message() (Message, error) {
 	if err != nil {
 		return m, fmt.Errorf("kind: %w", err)
 	}
-	if kind < uint64(KindReady) || kind > uint64(KindResultPart) {
+	if kind < uint64(KindReady) || kind > uint64(KindRecalled) {
 		return m, fmt.Errorf("unknown message kind %d", kind)
 	}
 	m.Kind = Kind(kind)

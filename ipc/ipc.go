@@ -15,7 +15,7 @@ import (
 
 // Version is the protocol version. A worker reports it in its Hello and
 // Ready messages and the supervisor refuses a worker that speaks another one.
-const Version = 4
+const Version = 5
 
 // The worker contract: how a supervisor starts a worker process and how the
 // worker knows it was started by one. The supervisor sets WorkerEnv to
@@ -95,6 +95,16 @@ const (
 	// same BatchID, carries the items after the parts, in the same way, and
 	// ends the answer.
 	KindResultPart Kind = 9
+	// KindRecall (supervisor → worker): give back batch BatchID if the
+	// model has not taken it yet. The supervisor sends it for a batch it
+	// sent ahead to a worker whose running batch runs far past its
+	// expected time, while another worker could run it sooner. The
+	// worker answers KindRecalled if it gave the batch back, and nothing
+	// if the model took it already: its KindResult follows as usual.
+	KindRecall Kind = 10
+	// KindRecalled (worker → supervisor): batch BatchID, asked back by a
+	// KindRecall, was given back unrun; no KindResult will answer it.
+	KindRecalled Kind = 11
 )
 
 func (k Kind) String() string {
@@ -117,6 +127,10 @@ func (k Kind) String() string {
 		return "init"
 	case KindResultPart:
 		return "result part"
+	case KindRecall:
+		return "recall"
+	case KindRecalled:
+		return "recalled"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }

@@ -51,6 +51,8 @@ func sampleMessages(tb testing.TB) []struct {
 		{"stop", ipc.Message{Kind: ipc.KindStop}},
 		{"fatal", ipc.Message{Kind: ipc.KindFatal, Error: "open model chaos:init-fail: chaos: init failed as asked"}},
 		{"hello", ipc.Message{Kind: ipc.KindHello, Ready: &ipc.Ready{Version: ipc.Version, PID: 77, Magic: ipc.Magic}}},
+		{"recall", ipc.Message{Kind: ipc.KindRecall, BatchID: 13}},
+		{"recalled", ipc.Message{Kind: ipc.KindRecalled, BatchID: 13}},
 		{"init", ipc.Message{Kind: ipc.KindInit, Spec: []byte(`{"runner":"sleep","settings":{"fixed":1000000,"per_item":0}}`)}},
 	}
 }
@@ -331,7 +333,7 @@ func TestDecodeCorrupt(t *testing.T) {
 		{"too few fields", fields(t, 2, 1, nil, nil, "")},
 		{"too many fields", fields(t, 2, 1, nil, nil, "", nil, nil)},
 		{"kind zero", fields(t, 0, 1, nil, nil, "", nil)},
-		{"kind past the last", fields(t, 10, 1, nil, nil, "", nil)},
+		{"kind past the last", fields(t, int(ipc.KindRecalled)+1, 1, nil, nil, "", nil)},
 		{"spec longer than the payload", []byte{0x99, 0x08, 0x00, 0xc0, 0xc0, 0xa0, 0xc0, 0xc0, 0xc0, 0xc4, 0x09, 'x'}},
 		{"kind wraps to a valid one", fields(t, 258, 1, nil, nil, "", nil)},
 		{"kind is negative", fields(t, -254, 1, nil, nil, "", nil)},
@@ -506,6 +508,8 @@ func TestKindString(t *testing.T) {
 		{ipc.KindHello, "hello"},
 		{ipc.KindInit, "init"},
 		{ipc.KindResultPart, "result part"},
+		{ipc.KindRecall, "recall"},
+		{ipc.KindRecalled, "recalled"},
 		{0, "kind(0)"},
 		{200, "kind(200)"},
 	}

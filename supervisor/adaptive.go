@@ -30,6 +30,7 @@ const (
 	reasonMaxLatency        // its oldest item had waited MaxLatency
 	reasonDeadline          // a wait ended early for an item's deadline
 	reasonRetry             // it was formed before: a retry or a split
+	reasonRecalled          // it was given back by a worker running late
 	numReasons
 )
 

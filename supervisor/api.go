@@ -175,6 +175,10 @@ type DispatchStats struct {
 	Deadline uint64 `json:"deadline"`
 	// Retry batches were formed before: retried after a crash, or split.
 	Retry uint64 `json:"retry"`
+	// Recalled batches had been sent ahead to a worker whose running batch
+	// then ran far past its expected time, were given back unrun, and sent
+	// again, to a worker on time.
+	Recalled uint64 `json:"recalled"`
 	// WaitAddedMs is the time idle workers spent waiting for arrivals, in
 	// milliseconds, summed over the waits.
 	WaitAddedMs float64 `json:"wait_added_ms"`

@@ -51,6 +51,7 @@ func (s *Streamer) dispatchLocked(now time.Time) time.Time {
 	}
 	s.checkAvailable(now, earlier)
 	s.sweepLocked(now, earlier)
+	s.recallLate(now, earlier)
 	for {
 		sl := s.pickSlot(now)
 		if sl == nil {
@@ -97,8 +98,8 @@ func (s *Streamer) sweepLocked(now time.Time, earlier func(time.Time)) {
 // WorkerTimeout, while the other, free sooner, could run it. Once every
 // ready slot runs late (the model as a whole got slower than its measured
 // cost) they take batches ahead as before. A batch sent ahead before the
-// one it follows ran late waits behind it all the same: a worker does not
-// give back a batch it holds. It requires that s.mu is held.
+// one it follows ran late is given back, unless it began (see
+// recallLate). It requires that s.mu is held.
 func (s *Streamer) pickSlot(now time.Time) *slot {
 	var best, late *slot
 	n := len(s.slots)
@@ -142,19 +143,31 @@ const lateMargin = 20 * time.Millisecond
 // slot with nothing in flight, or before any batch has told the cost, is
 // never late. It requires that s.mu is held.
 func (s *Streamer) lateLocked(sl *slot, now time.Time) bool {
+	_, late := s.lateAt(sl, now)
+	return late
+}
+
+// lateAt reports whether sl runs late at now (see lateLocked), and if not,
+// the first moment it will, as far as now tells: zero if it never will
+// (nothing in flight, or no cost measured yet). It requires that s.mu is
+// held.
+func (s *Streamer) lateAt(sl *slot, now time.Time) (time.Time, bool) {
 	if len(sl.inflight) == 0 {
-		return false
+		return time.Time{}, false
 	}
 	run := s.expectedRun(len(sl.inflight[0].items))
 	if run <= 0 {
-		return false
+		return time.Time{}, false
 	}
 	limit := 2*run + lateMargin
-	ran := now.Sub(sl.headStart)
-	if ran <= limit {
-		return false // the stall clock, which takes a lock, is looked at only past it
+	// Late once it ran more than limit: from a nanosecond past it.
+	at := sl.headStart.Add(limit + time.Nanosecond)
+	if now.Before(at) {
+		return at, false // the stall clock, which takes a lock, is looked at only past it
 	}
-	return ran-(s.stalledAt(now)-sl.headStalled) > limit
+	// The time the supervisor stalled is no time the batch ran.
+	at = at.Add(s.stalledAt(now) - sl.headStalled)
+	return at, !now.Before(at)
 }
 
 // someSlotOnTime reports whether a ready slot is idle or runs a batch that
@@ -166,6 +179,36 @@ func (s *Streamer) someSlotOnTime(now time.Time) bool {
 		}
 	}
 	return false
+}
+
+// recallLate takes back the batches sent ahead to a worker whose running
+// batch runs late (see lateLocked) while another ready slot is on time: they
+// would wait behind a batch that may run on for as long as WorkerTimeout,
+// where the other could run them when it ends its own. Those the worker
+// has not started are given back (see slot.recallLocked), and sent again
+// to the first worker with room. It requires that s.mu is held.
+func (s *Streamer) recallLate(now time.Time, earlier func(time.Time)) {
+	onTime := -1 // not looked at yet
+	for _, sl := range s.slots {
+		if sl.state != SlotReady || len(sl.inflight) < 2 {
+			continue
+		}
+		if at, late := s.lateAt(sl, now); !late {
+			if !at.IsZero() {
+				earlier(at)
+			}
+			continue
+		}
+		if onTime < 0 {
+			onTime = 0
+			if s.someSlotOnTime(now) {
+				onTime = 1
+			}
+		}
+		if onTime == 1 {
+			sl.recallLocked()
+		}
+	}
 }
 
 // nextBatch takes the batch a slot should run next, or nil if it should wait.
@@ -187,7 +230,11 @@ func (s *Streamer) nextBatch(idle bool, now time.Time, earlier func(time.Time)) 
 		}
 		b := s.queue.takeReady(i)
 		if s.pruneLocked(b, now) {
-			s.stats.reasons[reasonRetry].Add(1)
+			why := reasonRetry
+			if b.recalled {
+				why, b.recalled = reasonRecalled, false
+			}
+			s.stats.reasons[why].Add(1)
 			return b
 		}
 		s.pieceEndedLocked(b, false) // every item of it dropped

@@ -16,12 +16,12 @@ import (
 // A panic in Predict is that worker's death, handled like a crashed child:
 // the goroutine is replaced and its batch retried or isolated.
 type local struct {
-	sl      *slot
-	model   model.Model
-	ctx     context.Context
-	cancel  context.CancelFunc
-	batches chan *batch // nil batch: stop
-	exited  chan struct{}
+	sl     *slot
+	model  model.Model
+	ctx    context.Context
+	cancel context.CancelFunc
+	exited chan struct{}
+	orders *orders
 	// handling is held while the goroutine reads a batch that the slot
 	// shares with it or answers one, never across the model's call: wait
 	// takes it, so that once the slot hears of the death and gives the
@@ -36,7 +36,7 @@ type local struct {
 
 func startLocal(sl *slot, m model.Model) *local {
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &local{sl: sl, model: m, ctx: ctx, cancel: cancel, batches: make(chan *batch, sl.s.cfg.PipelineDepth+1), exited: make(chan struct{})}
+	l := &local{sl: sl, model: m, ctx: ctx, cancel: cancel, orders: newOrders(), exited: make(chan struct{})}
 	go func() {
 		// Every way out of loop has the worker dead already, but one: a
 		// model that ended the goroutine with runtime.Goexit (as t.Fatal
@@ -52,45 +52,48 @@ var errGoexit = errors.New("the model ended its goroutine (runtime.Goexit, as t.
 
 func (l *local) loop() {
 	for {
-		select {
-		case b := <-l.batches:
-			if b == nil {
-				l.die(errors.New("stopped"))
-				return
-			}
-			id, data, ok := l.take(b)
-			if !ok {
-				return // dead: its batches are back in the queue, or soon will be
-			}
-			r, err := l.call(id, data)
-			if err != nil {
-				l.die(err)
-				return
-			}
-			if !l.settle(r) {
-				return
-			}
-		case <-l.exited:
+		o, ok := l.orders.take(l.exited)
+		if !ok || isClosed(l.exited) {
+			return
+		}
+		if o.b == nil {
+			l.die(errors.New("stopped"))
+			return
+		}
+		id, data, check := l.take(o.b, o.seq)
+		switch check {
+		case takeDead:
+			return // dead: its batches are back in the queue, or soon will be
+		case takeStale:
+			continue // given back before it was taken
+		}
+		r, err := l.call(id, data)
+		if err != nil {
+			l.die(err)
+			return
+		}
+		if !l.settle(r) {
 			return
 		}
 	}
 }
 
-// take readies b to run and returns its id and its own list of the
-// items' bytes, or false when the worker is dead: the select in loop may
-// pick a batch though exited is closed too, and a dead worker's batches go
-// back to the queue, to be run and reused elsewhere.
-func (l *local) take(b *batch) (id uint64, data [][]byte, ok bool) {
+// take readies b, sent as send seq, to run and returns its id and its own
+// list of the items' bytes; or takeDead when the worker is dead: the select
+// in loop may pick a batch though exited is closed too, and a dead worker's
+// batches go back to the queue, to be run and reused elsewhere; or
+// takeStale when b was given back since that send (see slot.recallLocked).
+func (l *local) take(b *batch, seq uint64) (id uint64, data [][]byte, check takeCheck) {
 	l.handling.Lock()
 	defer l.handling.Unlock()
 	if isClosed(l.exited) {
-		return 0, nil, false
+		return 0, nil, takeDead
 	}
-	if _, ok := l.sl.pruneForRun(l, b, nil); !ok {
-		return 0, nil, false
+	if _, check := l.sl.pruneForRun(l, b, seq, nil); check != takeIt {
+		return 0, nil, check
 	}
 	l.sl.s.modelCalls.Add(1) // while the worker lives: see Streamer.modelCalls
-	return b.id, slices.Clone(b.data), true
+	return b.id, slices.Clone(b.data), takeIt
 }
 
 // call runs a batch that take took, and counts its end.
@@ -145,14 +148,15 @@ func (l *local) die(reason error) {
 	})
 }
 
-func (l *local) send(b *batch) { l.batches <- b }
+func (l *local) send(b *batch) { l.orders.put(order{b: b, seq: b.sendSeq}) }
 
-func (l *local) stop() {
-	select {
-	case l.batches <- nil:
-	case <-l.exited:
-	}
-}
+// recall does nothing: the goroutine takes a batch only to run it, and one
+// not taken yet is given back without its word (see slot.recallLocked).
+func (l *local) recall(uint64) {}
+
+func (l *local) forget(b *batch) { l.orders.forget(b) }
+
+func (l *local) stop() { l.orders.put(order{}) }
 
 // kill abandons the goroutine: a Predict stuck in a batch cannot be
 // interrupted, only told through its context and no longer listened to.

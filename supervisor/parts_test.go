@@ -13,7 +13,8 @@ import (
 // hostilePartsEnv, in a worker's environment, makes the worker one that
 // answers each batch with parts that break the protocol, then waits
 // without ending the answer: "other" sends parts of a batch it does not
-// run, "more" more outputs than the batch has items.
+// run, "more" more outputs than the batch has items; "recalled" gives the
+// batch back, unasked.
 const hostilePartsEnv = "SUPERVISOR_TEST_HOSTILE_PARTS"
 
 // hostileParts runs this process as the worker hostilePartsEnv asks for,
@@ -37,6 +38,12 @@ func hostileParts(how string) {
 			os.Exit(0)
 		}
 		id := m.BatchID
+		if how == "recalled" {
+			if out.Write(&ipc.Message{Kind: ipc.KindRecalled, BatchID: id}) != nil {
+				os.Exit(0)
+			}
+			continue
+		}
 		if how == "other" {
 			id += 1000
 		}
@@ -52,14 +59,16 @@ func hostileParts(how string) {
 
 // TestResultPartsBreachKillsWorker: a worker that sends parts of the
 // answer to a batch it does not run, or more outputs than the batch has
-// items (though fewer than BatchSize), is killed at the part that breaks
-// the protocol, and the batch's callers are told why, rather than the
+// items (though fewer than BatchSize), or that gives back a batch it was
+// not asked for, is killed at the part that breaks the protocol, and the
+// batch's callers are told why, rather than the
 // supervisor holding the parts until the answer ends or the worker times
 // out.
 func TestResultPartsBreachKillsWorker(t *testing.T) {
 	for _, tc := range []struct{ how, want string }{
 		{"other", "which is not the one it runs"},
 		{"more", "more outputs than the batch has items (1)"},
+		{"recalled", "which it was not asked to give back"},
 	} {
 		t.Run(tc.how, func(t *testing.T) {
 			cfg := processConfig("echo", 1, 64)

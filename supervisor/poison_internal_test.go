@@ -11,6 +11,8 @@ import (
 type idleWorker struct{}
 
 func (idleWorker) send(*batch)       {}
+func (idleWorker) recall(uint64)     {}
+func (idleWorker) forget(*batch)     {}
 func (idleWorker) stop()             {}
 func (idleWorker) kill(error)        {}
 func (idleWorker) wait() error       { return nil }
@@ -110,7 +112,7 @@ func sentThenConvicted(t *testing.T) (s *Streamer, sl *slot, b *batch, f *Future
 // without the copies of the item it held: they are answered at once.
 func TestACopySentAfterItsConvictionDoesNotRun(t *testing.T) {
 	_, sl, b, f := sentThenConvicted(t)
-	if _, ok := sl.pruneForRun(idleWorker{}, b, nil); !ok {
+	if _, check := sl.pruneForRun(idleWorker{}, b, b.sendSeq, nil); check != takeIt {
 		t.Fatal("the batch was not the worker's to run")
 	}
 	if len(b.items) != 1 || len(b.data) != 1 || string(b.data[0]) != "good" {

@@ -42,7 +42,7 @@ type process struct {
 	toChild *os.File
 	ready   ipc.Ready
 
-	batches chan *batch // nil batch: send Stop
+	orders *orders
 	// hello is closed when the child has proved it is a worker.
 	hello  chan struct{}
 	waited chan struct{}
@@ -111,7 +111,7 @@ func startProcess(abandon <-chan struct{}, sl *slot) (*process, error) {
 		out:     ipc.NewWriter(pipes.toChild, pc.MaxFrame),
 		in:      pipes.fromChild,
 		toChild: pipes.toChild,
-		batches: make(chan *batch, s.cfg.PipelineDepth+1),
+		orders:  newOrders(),
 		hello:   make(chan struct{}),
 		waited:  make(chan struct{}),
 		exited:  make(chan struct{}),
@@ -225,6 +225,10 @@ func (p *process) readLoop(r *ipc.Reader, first chan<- error) {
 		case msg.Kind == ipc.KindHeartbeat:
 		case msg.Kind == ipc.KindResultPart && isReady:
 			if err := parts.add(&msg, func(id uint64) (int, bool) { return p.sl.runningItems(p, id) }); err != nil {
+				p.kill(err)
+			}
+		case msg.Kind == ipc.KindRecalled && isReady:
+			if err := p.sl.onRecalled(p, msg.BatchID); err != nil {
 				p.kill(err)
 			}
 		case msg.Kind == ipc.KindResult && isReady:
@@ -415,21 +419,26 @@ func (p *process) writeLoop() {
 	defer close(p.written)
 	var ttls []int64 // reused from batch to batch
 	for {
-		select {
-		case b := <-p.batches:
-			msg := &ipc.Message{Kind: ipc.KindStop}
-			if b != nil {
-				var ok bool
-				if ttls, ok = p.sl.pruneForRun(p, b, ttls); !ok {
-					return // it is dying: its batches are back in the queue
-				}
-				msg = &ipc.Message{Kind: ipc.KindBatch, BatchID: b.id, Items: b.data, TTLs: ttls}
+		o, ok := p.orders.take(p.exited)
+		if !ok {
+			return
+		}
+		msg := &ipc.Message{Kind: ipc.KindStop}
+		switch {
+		case o.b != nil:
+			var check takeCheck
+			switch ttls, check = p.sl.pruneForRun(p, o.b, o.seq, ttls); check {
+			case takeDead:
+				return // it is dying: its batches are back in the queue
+			case takeStale:
+				continue
 			}
-			if err := p.out.Write(msg); err != nil {
-				p.kill(fmt.Errorf("send %s to worker: %w", msg.Kind, err))
-				return
-			}
-		case <-p.exited:
+			msg = &ipc.Message{Kind: ipc.KindBatch, BatchID: o.b.id, Items: o.b.data, TTLs: ttls}
+		case o.recall != 0:
+			msg = &ipc.Message{Kind: ipc.KindRecall, BatchID: o.recall}
+		}
+		if err := p.out.Write(msg); err != nil {
+			p.kill(fmt.Errorf("send %s to worker: %w", msg.Kind, err))
 			return
 		}
 	}
@@ -525,14 +534,13 @@ func trimNewline(b []byte) []byte {
 	return b
 }
 
-func (p *process) send(b *batch) { p.batches <- b }
+func (p *process) send(b *batch) { p.orders.put(order{b: b, seq: b.sendSeq}) }
 
-func (p *process) stop() {
-	select {
-	case p.batches <- nil:
-	case <-p.exited:
-	}
-}
+func (p *process) recall(id uint64) { p.orders.put(order{recall: id}) }
+
+func (p *process) forget(b *batch) { p.orders.forget(b) }
+
+func (p *process) stop() { p.orders.put(order{}) }
 
 // kill ends the child and everything in its process group. The first
 // non-nil reason is kept as the cause of death.

@@ -46,6 +46,17 @@ type batch struct {
 	// then, and is looked at again only once another item is (see
 	// Streamer.cleanLocked).
 	cleanGen uint64
+	// sendSeq numbers the batch's latest send to a worker (Streamer.sends),
+	// so that a worker's goroutine that finds it given back since (see
+	// recallLocked) passes it by: 0 while it is sent to none.
+	sendSeq uint64
+	// onWire: its worker took it, written to the worker process or taken
+	// by the in-process model, since its latest send.
+	onWire bool
+	// recalling: its worker was asked to give it back since its latest send.
+	recalling bool
+	// recalled: it was given back unrun, and waits to be sent again.
+	recalled bool
 }
 
 // firstCrash is a worker's death running a batch that had not killed one

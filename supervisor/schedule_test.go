@@ -115,6 +115,75 @@ func TestNoBatchGoesAheadToAWorkerRunningLate(t *testing.T) {
 	})
 }
 
+// Under a steady load that keeps both workers' pipelines full, one batch
+// runs 4s where batches were measured at about 10ms. The batch sent ahead
+// to its worker before it ran late is given back and run by the other
+// worker, rather than wait 4s behind it: no caller but those of the slow
+// batch waits long.
+func TestABatchSentAheadToAWorkerThatRunsLateIsGivenBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var (
+			slow     atomic.Bool
+			mu       sync.Mutex
+			slowOnes = map[string]bool{} // the items of the slow batch
+		)
+		m := model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) {
+			cost := 10*time.Millisecond + time.Duration(len(items))*100*time.Microsecond
+			if slow.CompareAndSwap(true, false) {
+				cost = 4 * time.Second
+				mu.Lock()
+				for _, it := range items {
+					slowOnes[string(it)] = true
+				}
+				mu.Unlock()
+			}
+			time.Sleep(cost)
+			return items, nil
+		})
+		s := start(t, supervisor.Config{InProcess: m, Workers: 2, BatchSize: 8})
+		synctest.Wait()
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			slow.Store(true)
+		}()
+		// 32 callers on batches of 8 that take 10.8ms: both workers hold a
+		// batch ahead all along.
+		waits := map[string]time.Duration{}
+		var wg sync.WaitGroup
+		begin := time.Now()
+		for c := range 32 {
+			wg.Go(func() {
+				for i := 0; time.Since(begin) < time.Second; i++ {
+					name, sent := fmt.Sprintf("c%d-%d", c, i), time.Now()
+					if _, err := s.Predict(context.Background(), items(name)); err != nil {
+						t.Errorf("%s: %v", name, err)
+						return
+					}
+					mu.Lock()
+					waits[name] = time.Since(sent)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		if len(slowOnes) == 0 {
+			t.Fatal("no batch ran slow: the test tested nothing")
+		}
+		var worst time.Duration
+		for name, d := range waits {
+			if !slowOnes[name] {
+				worst = max(worst, d)
+			}
+		}
+		if limit := 500 * time.Millisecond; worst > limit {
+			t.Errorf("a caller whose item was not in the slow batch waited %s; want less than %s: the batch sent ahead to the worker stuck on its 4s batch should have been given back", worst, limit)
+		}
+		if st := s.Stats(); st.Dispatch.Recalled == 0 {
+			t.Errorf("no batch recalled (dispatch %+v)", st.Dispatch)
+		}
+	})
+}
+
 // A feeder (a broker node) is told of no room ahead for a worker running
 // late while another is on time: the items it took would wait for the
 // other anyway, where a peer might have run them.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/streamer-dev/streamer/model"
@@ -13,9 +14,20 @@ import (
 // goroutine in the in-process mode. Its results and its death reach the
 // slot through slot.onResult and wait.
 type worker interface {
-	// send hands a batch over; it never blocks for long: a slot holds at
-	// most PipelineDepth batches, and a worker has room for them and a stop.
+	// send hands a batch over, as its send number b.sendSeq; it never
+	// blocks for long: a slot holds at most PipelineDepth batches, and a
+	// worker has room for them, a recall of each, and a stop. It requires
+	// that s.mu is held.
 	send(b *batch)
+	// recall asks the worker to give back batch id, which it took (see
+	// batch.onWire) but may not have started: it answers through
+	// slot.onRecalled if it gave it back, and with its result otherwise.
+	// A worker that takes a batch only to run it does nothing. It requires
+	// that s.mu is held.
+	recall(id uint64)
+	// forget drops the order to run b, which the worker has not taken
+	// (see batch.onWire) and was given back. It requires that s.mu is held.
+	forget(b *batch)
 	// stop asks the worker to exit once the batches it has are answered.
 	stop()
 	// kill ends the worker now; reason becomes the error wait returns.
@@ -27,6 +39,65 @@ type worker interface {
 	// modelName names the model the worker serves, as its ready message
 	// does; empty where the supervisor holds the model itself.
 	modelName() string
+}
+
+// order is what a slot tells its worker, in turn: run batch b, sent as
+// send seq (see batch.sendSeq); give back batch recall; or, when neither is
+// set, stop.
+type order struct {
+	b      *batch
+	seq    uint64
+	recall uint64
+}
+
+// orders are what a slot told its worker and the worker's goroutine has not
+// taken yet, oldest first. Putting one never blocks, as the slot puts them
+// under the streamer's lock; and they never pile up: a slot holds at most
+// PipelineDepth batches, each recalled at most once, and a batch given back
+// before it was taken leaves them (see forget).
+type orders struct {
+	mu   sync.Mutex
+	list []order
+	more chan struct{} // holds a token once an order came
+}
+
+func newOrders() *orders { return &orders{more: make(chan struct{}, 1)} }
+
+func (q *orders) put(o order) {
+	q.mu.Lock()
+	q.list = append(q.list, o)
+	q.mu.Unlock()
+	select {
+	case q.more <- struct{}{}:
+	default:
+	}
+}
+
+// take waits for the oldest order and returns it, or false once done is
+// closed.
+func (q *orders) take(done <-chan struct{}) (order, bool) {
+	for {
+		q.mu.Lock()
+		if len(q.list) > 0 {
+			o := q.list[0]
+			q.list = slices.Delete(q.list, 0, 1)
+			q.mu.Unlock()
+			return o, true
+		}
+		q.mu.Unlock()
+		select {
+		case <-q.more:
+		case <-done:
+			return order{}, false
+		}
+	}
+}
+
+// forget drops the order to run b, given back before it was taken.
+func (q *orders) forget(b *batch) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.list = slices.DeleteFunc(q.list, func(o order) bool { return o.b == b })
 }
 
 // result is a worker's answer to one batch. Its errors are the model's
@@ -274,22 +345,39 @@ func (sl *slot) sendLocked(b *batch, now time.Time) {
 		sl.headStart, sl.headStalled = now, sl.s.stalledAt(now)
 	}
 	sl.inflight = append(sl.inflight, b)
+	sl.s.sends++
+	b.sendSeq, b.onWire, b.recalling = sl.s.sends, false, false
 	sl.w.send(b)
 }
+
+// takeCheck is what pruneForRun found of a batch a worker is about to take.
+type takeCheck int
+
+const (
+	takeIt    takeCheck = iota // it is the worker's to run
+	takeStale                  // it was given back since this send: pass it by
+	takeDead                   // the worker no longer holds the slot
+)
 
 // pruneForRun answers the items of b that must not run any more, at the
 // moment b goes to worker w rather than when it was formed: a batch formed
 // ahead for a busy worker may wait a whole batch's time. It fills ttls with
 // the time left of the items that remain, or returns nil ttls when none has
-// a deadline. It reports false, touching nothing, when w no longer holds the
-// slot: b has been given back to the queue then, and is not w's to change.
-func (sl *slot) pruneForRun(w worker, b *batch, ttls []int64) ([]int64, bool) {
+// a deadline. seq is the send it comes from. It reports takeDead, touching
+// nothing, when w no longer holds the slot: b has been given back to the
+// queue then, and is not w's to change; and takeStale when b was given back
+// since (see recallLocked).
+func (sl *slot) pruneForRun(w worker, b *batch, seq uint64, ttls []int64) ([]int64, takeCheck) {
 	s := sl.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if sl.w != w {
-		return nil, false
+		return nil, takeDead
 	}
+	if b.sendSeq != seq {
+		return nil, takeStale
+	}
+	b.onWire = true
 	now := time.Now()
 	// Formed before the last conviction, it may hold a copy of the item.
 	s.cleanLocked(b)
@@ -304,9 +392,67 @@ func (sl *slot) pruneForRun(w worker, b *batch, ttls []int64) ([]int64, bool) {
 		ttls = append(ttls, ttl)
 	}
 	if !timed {
-		return nil, true
+		return nil, takeIt
 	}
-	return ttls, true
+	return ttls, takeIt
+}
+
+// recallLocked takes back the batches sent ahead to the slot's worker,
+// behind the one it runs: those it has not taken yet at once, and asks the
+// worker for the others (see worker.recall). A batch given back goes to
+// the front of the queue, for a worker on time. It requires that s.mu is
+// held.
+func (sl *slot) recallLocked() {
+	for i := 1; i < len(sl.inflight); {
+		b := sl.inflight[i]
+		switch {
+		case b.recalling:
+			i++
+		case b.onWire:
+			b.recalling = true
+			sl.w.recall(b.id)
+			i++
+		default:
+			sl.giveBackLocked(i)
+		}
+	}
+}
+
+// giveBackLocked takes the batch at inflight[i] from the slot, unrun, and
+// queues it ahead of every other. It requires that s.mu is held.
+func (sl *slot) giveBackLocked(i int) {
+	s := sl.s
+	b := sl.inflight[i]
+	sl.inflight = slices.Delete(sl.inflight, i, i+1)
+	if !b.onWire {
+		sl.w.forget(b)
+	}
+	b.sendSeq, b.onWire, b.recalling, b.recalled = 0, false, false, true
+	s.queue.requeue([]*batch{b})
+}
+
+// onRecalled takes back batch id, which w gave back unrun as asked. A
+// worker that gives back a batch it was not asked for, or holds not,
+// breaks the protocol.
+func (sl *slot) onRecalled(w worker, id uint64) error {
+	s := sl.s
+	s.mu.Lock()
+	i := slices.IndexFunc(sl.inflight, func(b *batch) bool { return b.id == id })
+	if sl.w != w || i < 0 || !sl.inflight[i].recalling {
+		s.mu.Unlock()
+		return fmt.Errorf("worker gave back batch %d, which it was not asked to give back", id)
+	}
+	// Were it first in flight, the batch behind it, if any, began as it
+	// would have, when the last answer came: headStart stays.
+	sl.giveBackLocked(i)
+	// Retired since it was asked, it may hold nothing now.
+	drained := isClosed(sl.quit) && len(sl.inflight) == 0 && sl.askStopLocked()
+	s.mu.Unlock()
+	s.signal()
+	if drained {
+		sl.stopRetired(w)
+	}
+	return nil
 }
 
 // killLocked kills the slot's worker, if it has one, and takes no more

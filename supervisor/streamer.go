@@ -43,6 +43,7 @@ type Streamer struct {
 	holdStart   time.Time     // when an idle slot began waiting for arrivals; zero if none
 	explore     int           // holds considered while the cost fit was not ready
 	returned    uint64        // batches workers returned, under mu (see firstCrash)
+	sends       uint64        // batches sent to workers, under mu (see batch.sendSeq)
 	record      crashRecord   // the recent batches' outcomes, under mu (see judgeLocked)
 	answering   atomic.Int32  // slots completing a batch's Futures now (see Answering)
 	answered    atomic.Uint64 // batches whose Futures have all been completed
@@ -794,7 +795,7 @@ func (s *Streamer) Stats() Stats {
 	st.Dispatch = DispatchStats{
 		Full: r[reasonFull].Load(), Idle: r[reasonIdle].Load(), Waited: r[reasonWaited].Load(),
 		MaxLatency: r[reasonMaxLatency].Load(), Deadline: r[reasonDeadline].Load(), Retry: r[reasonRetry].Load(),
-		WaitAddedMs: float64(s.stats.waitAdded.Load()) / 1e6,
+		Recalled: r[reasonRecalled].Load(), WaitAddedMs: float64(s.stats.waitAdded.Load()) / 1e6,
 	}
 	s.mu.Lock()
 	st.Queued = s.queue.items()

@@ -16,6 +16,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -196,29 +198,97 @@ func serve(ctx context.Context, cfg Config, m model.Model, in *ipc.Reader, out *
 	)
 	go idlemem.Release(ctx, func() (uint64, bool) { return answered.Load(), running.Load() }, cfg.Logger)
 
-	batches := make(chan arrival, 1)
-	var readErr error
-	go func() {
-		readErr = readBatches(ctx, in, batches)
-		close(batches)
-	}()
+	waiting := newAhead()
+	go func() { waiting.end(readBatches(ctx, in, out, waiting)) }()
 	for {
-		var next arrival
-		var more bool
-		select {
-		case next, more = <-batches:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		if !more {
-			return readErr
+		next, ok, err := waiting.take(ctx)
+		if !ok {
+			return err
 		}
 		running.Store(true)
-		err := sendResult(out, runArrival(ctx, m, next, time.Now()), cfg.MaxFrame)
+		err = sendResult(out, runArrival(ctx, m, next, time.Now()), cfg.MaxFrame)
 		running.Store(false)
 		answered.Add(1)
 		if err != nil {
 			return fmt.Errorf("send result of batch %d: %w", next.msg.BatchID, err)
+		}
+	}
+}
+
+// ahead holds the batches read ahead of the model, oldest first, until the
+// model takes them, or the supervisor asks one back (ipc.KindRecall). It is
+// bounded by the supervisor, which sends a worker no more than its
+// pipeline's depth of batches unanswered.
+type ahead struct {
+	mu     sync.Mutex
+	queue  []arrival
+	ended  bool
+	err    error         // why reading ended: nil for a Stop
+	signal chan struct{} // holds a token once a batch came or reading ended
+}
+
+func newAhead() *ahead { return &ahead{signal: make(chan struct{}, 1)} }
+
+func (a *ahead) wake() {
+	select {
+	case a.signal <- struct{}{}:
+	default:
+	}
+}
+
+// add puts a batch read last behind the others.
+func (a *ahead) add(x arrival) {
+	a.mu.Lock()
+	a.queue = append(a.queue, x)
+	a.mu.Unlock()
+	a.wake()
+}
+
+// end says no more batches will come, and why (nil: the supervisor said
+// Stop). The batches read before it are still taken, as Stop asks.
+func (a *ahead) end(err error) {
+	a.mu.Lock()
+	a.ended, a.err = true, err
+	a.mu.Unlock()
+	a.wake()
+}
+
+// giveBack takes batch id out of those waiting, and reports whether it was
+// there: false when the model took it already.
+func (a *ahead) giveBack(id uint64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i, x := range a.queue {
+		if x.msg.BatchID == id {
+			a.queue = slices.Delete(a.queue, i, i+1)
+			return true
+		}
+	}
+	return false
+}
+
+// take waits for the oldest batch waiting and hands it over. Once reading
+// ended and none is left, it reports false and why reading ended; ctx's
+// end, false and its error.
+func (a *ahead) take(ctx context.Context) (arrival, bool, error) {
+	for {
+		a.mu.Lock()
+		if len(a.queue) > 0 {
+			x := a.queue[0]
+			a.queue[0] = arrival{}
+			a.queue = a.queue[1:]
+			a.mu.Unlock()
+			return x, true, nil
+		}
+		ended, err := a.ended, a.err
+		a.mu.Unlock()
+		if ended {
+			return arrival{}, false, err
+		}
+		select {
+		case <-a.signal:
+		case <-ctx.Done():
+			return arrival{}, false, ctx.Err()
 		}
 	}
 }
@@ -314,8 +384,10 @@ func sendResult(out *ipc.Writer, res *ipc.Message, maxFrame int) error {
 }
 
 // readBatches decodes frames ahead of the model so that the next batch is
-// ready the moment the current one is done. It returns nil on Stop.
-func readBatches(ctx context.Context, in *ipc.Reader, batches chan<- arrival) error {
+// ready the moment the current one is done, and gives back a batch not yet
+// taken that the supervisor asks for (ipc.KindRecall), saying so with
+// ipc.KindRecalled. It returns nil on Stop.
+func readBatches(ctx context.Context, in *ipc.Reader, out *ipc.Writer, waiting *ahead) error {
 	for {
 		msg, err := in.Read()
 		switch {
@@ -326,15 +398,21 @@ func readBatches(ctx context.Context, in *ipc.Reader, batches chan<- arrival) er
 		}
 		switch msg.Kind {
 		case ipc.KindBatch:
-			select {
-			case batches <- arrival{msg: msg, read: time.Now()}:
-			case <-ctx.Done():
-				return ctx.Err()
+			waiting.add(arrival{msg: msg, read: time.Now()})
+		case ipc.KindRecall:
+			if !waiting.giveBack(msg.BatchID) {
+				continue // the model took it: its result answers it
+			}
+			if err := out.Write(&ipc.Message{Kind: ipc.KindRecalled, BatchID: msg.BatchID}); err != nil {
+				return fmt.Errorf("send recalled of batch %d: %w", msg.BatchID, err)
 			}
 		case ipc.KindStop:
 			return nil
 		default:
 			return fmt.Errorf("unexpected %s message from supervisor", msg.Kind)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
 	}
 }

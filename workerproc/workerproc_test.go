@@ -431,6 +431,60 @@ func TestStopFinishesSentBatches(t *testing.T) {
 	}
 }
 
+// A batch the supervisor asks back before the model took it is given back
+// unrun, which the worker says; one asked back once the model took it is
+// answered as usual, with no word of the recall. The batches behind a
+// recalled one run in order.
+func TestARecalledBatchIsGivenBackUnlessRunning(t *testing.T) {
+	started := make(chan string, 4)
+	release := make(chan struct{}, 4)
+	gated := &fake{predict: func(ctx context.Context, items [][]byte) ([][]byte, error) {
+		started <- string(items[0])
+		select {
+		case <-release:
+			return items, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}}
+	w := startWorker(t, fakeSpec, workerproc.Config{Open: opens(gated)})
+	w.ready()
+	w.batch(1, []byte("one"))
+	w.batch(2, []byte("two"))
+	w.batch(3, []byte("three"))
+	if got := <-started; got != "one" {
+		t.Fatalf("the model took %q first, want one", got)
+	}
+	w.write(ipc.Message{Kind: ipc.KindRecall, BatchID: 2})
+	if m := w.next(); m.Kind != ipc.KindRecalled || m.BatchID != 2 {
+		t.Fatalf("after a recall of batch 2, waiting behind the one running: %s of batch %d, want recalled of 2", m.Kind, m.BatchID)
+	}
+	// The running batch cannot be given back: the recall goes unanswered.
+	w.write(ipc.Message{Kind: ipc.KindRecall, BatchID: 1})
+	release <- struct{}{}
+	if res := w.result(1); string(res.Items[0]) != "one" {
+		t.Fatalf("batch 1 answered %q", res.Items)
+	}
+	if got := <-started; got != "three" {
+		t.Fatalf("after batch 1 the model took %q, want three: two was given back", got)
+	}
+	release <- struct{}{}
+	if res := w.result(3); string(res.Items[0]) != "three" {
+		t.Fatalf("batch 3 answered %q", res.Items)
+	}
+	// A recall of a batch already answered, or never sent, is no error.
+	w.write(ipc.Message{Kind: ipc.KindRecall, BatchID: 3})
+	w.write(ipc.Message{Kind: ipc.KindRecall, BatchID: 99})
+	w.batch(4, []byte("four"))
+	release <- struct{}{}
+	if res := w.result(4); string(res.Items[0]) != "four" {
+		t.Fatalf("batch 4 answered %q", res.Items)
+	}
+	if got := <-started; got != "four" {
+		t.Fatalf("the model took %q, want four", got)
+	}
+}
+
 func TestSupervisorGoneStopsRun(t *testing.T) {
 	m := upper()
 	w := startWorker(t, fakeSpec, workerproc.Config{Open: opens(m)})

@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -298,6 +299,57 @@ func TestHangingBatchKillsWorker(t *testing.T) {
 	}
 	if p := s.predictJSON(t, "after", "hang"); p.Status != http.StatusOK || !reflect.DeepEqual(p.Outputs, []any{"after", "hang"}) {
 		t.Errorf("after the hang: %s", p)
+	}
+}
+
+// A worker whose batch hangs gives back the batch sent ahead to it before
+// it was late: that batch runs on the other worker within a few batches'
+// time, rather than wait for --worker-timeout to kill the hung worker.
+func TestABatchSentAheadToAHungWorkerRunsOnTheOther(t *testing.T) {
+	const workerTimeout = 5 * time.Second
+	s := startServer(t, "--workers", "2", "--model", "chaos:hang=zzz,delay=300ms", "--batch-size", "4", "--worker-timeout", workerTimeout.String())
+	s.waitAllReady(t, 2)
+	// Batches of 300ms, measured: a worker runs late 620ms into a batch.
+	var warm sync.WaitGroup
+	for i := range 8 {
+		warm.Go(func() {
+			if p := s.predictJSON(t, fmt.Sprint("warm", i)); p.Status != http.StatusOK {
+				t.Errorf("warming up: %s", p)
+			}
+		})
+	}
+	warm.Wait()
+	hung := make(chan prediction, 1)
+	go func() {
+		p, err := s.tryPredictJSON(map[string]any{"inputs": []any{"zzz"}, "timeout_ms": 1000})
+		if err != nil {
+			p = prediction{Body: []byte(err.Error())}
+		}
+		hung <- p
+	}()
+	s.waitFor(t, "the hanging batch sent", readyTimeout, func() bool {
+		return slices.ContainsFunc(s.workers(t), func(w supervisor.SlotStatus) bool { return w.InFlight == 1 })
+	})
+	// Four batches: one for the idle worker, then one ahead for each.
+	start := time.Now()
+	var load sync.WaitGroup
+	for i := range 16 {
+		load.Go(func() {
+			if p := s.predictJSON(t, fmt.Sprint("load", i)); p.Status != http.StatusOK || len(p.Outputs) != 1 || p.Outputs[0] != fmt.Sprint("load", i) {
+				t.Errorf("request %d under load: %s", i, p)
+			}
+		})
+	}
+	load.Wait()
+	took := time.Since(start)
+	if limit := workerTimeout * 3 / 4; took > limit {
+		t.Errorf("16 requests beside a hung worker took %s; want under %s: the batch sent ahead to it should run on the other worker, not wait for the worker timeout (%s)", took, limit, workerTimeout)
+	}
+	if st := s.stats(t); st.Dispatch.Recalled == 0 {
+		t.Errorf("no batch recalled (dispatch %+v): none was sent ahead to the hung worker, so the test tested nothing", st.Dispatch)
+	}
+	if p := <-hung; p.Status != http.StatusGatewayTimeout {
+		t.Errorf("the hanging request: %s; want 504 at its deadline", p)
 	}
 }
 

@@ -217,8 +217,8 @@ func (r statusReport) print(out io.Writer) error {
 	}
 	fmt.Fprintf(w, "batches\t%d, mean batch size %.2f\n", st.Batches, st.MeanBatchSize())
 	d := st.Dispatch
-	fmt.Fprintf(w, "dispatch reasons\tfull %d, idle %d, waited %d, max_latency %d, deadline %d, retry %d\n",
-		d.Full, d.Idle, d.Waited, d.MaxLatency, d.Deadline, d.Retry)
+	fmt.Fprintf(w, "dispatch reasons\tfull %d, idle %d, waited %d, max_latency %d, deadline %d, retry %d, recalled %d\n",
+		d.Full, d.Idle, d.Waited, d.MaxLatency, d.Deadline, d.Retry, d.Recalled)
 	if st.Reloads+st.ReloadFailures > 0 {
 		line := fmt.Sprintf("ok %d, failed %d", st.Reloads, st.ReloadFailures)
 		if st.LastReloadError != "" {

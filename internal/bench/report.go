@@ -163,7 +163,7 @@ func dispatchBetween(before, after supervisor.DispatchStats) supervisor.Dispatch
 	return supervisor.DispatchStats{
 		Full: after.Full - before.Full, Idle: after.Idle - before.Idle, Waited: after.Waited - before.Waited,
 		MaxLatency: after.MaxLatency - before.MaxLatency, Deadline: after.Deadline - before.Deadline,
-		Retry: after.Retry - before.Retry, WaitAddedMs: after.WaitAddedMs - before.WaitAddedMs,
+		Retry: after.Retry - before.Retry, Recalled: after.Recalled - before.Recalled, WaitAddedMs: after.WaitAddedMs - before.WaitAddedMs,
 	}
 }
 
@@ -248,8 +248,8 @@ func (r Report) Print(w io.Writer) {
 func (b *BatchFigures) print(w io.Writer) {
 	fmt.Fprintf(w, "mean batch    %.2f\n", b.MeanBatchSize)
 	d := b.Dispatch
-	fmt.Fprintf(w, "dispatched    full %d  idle %d  waited %d (%.2f ms each)  max-latency %d  deadline %d  retry %d\n",
-		d.Full, d.Idle, d.Waited, d.WaitAddedMs/float64(max(d.Waited, 1)), d.MaxLatency, d.Deadline, d.Retry)
+	fmt.Fprintf(w, "dispatched    full %d  idle %d  waited %d (%.2f ms each)  max-latency %d  deadline %d  retry %d  recalled %d\n",
+		d.Full, d.Idle, d.Waited, d.WaitAddedMs/float64(max(d.Waited, 1)), d.MaxLatency, d.Deadline, d.Retry, d.Recalled)
 	if b.Cost.Fitted {
 		fmt.Fprintf(w, "batch cost    %.3f ms + %.4f ms per item (fitted on the server)\n", b.Cost.FixedMs, b.Cost.PerItemMs)
 	}

@@ -305,6 +305,7 @@ func (c *collector) collectDispatch(ch chan<- prometheus.Metric, st supervisor.S
 	d := st.Dispatch
 	for reason, n := range map[string]uint64{
 		"full": d.Full, "idle": d.Idle, "waited": d.Waited, "max_latency": d.MaxLatency, "deadline": d.Deadline, "retry": d.Retry,
+		"recalled": d.Recalled,
 	} {
 		ch <- prometheus.MustNewConstMetric(c.dispatches, prometheus.CounterValue, float64(n), reason)
 	}
