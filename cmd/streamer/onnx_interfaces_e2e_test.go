@@ -121,17 +121,30 @@ func TestONNXHugeFixedOutputRefusedAtStart(t *testing.T) {
 	}, `output "y" (float16 [1099511627776]): one item's answer would take 2.2e+12 bytes, beyond the 256 MiB a worker sends back in one answer`)
 }
 
-// modelRefusedAtStart serves model and checks that serve exits 1 at start,
-// its last line saying want.
-func modelRefusedAtStart(t *testing.T, model onnxtest.Custom, want string) {
+// modelRefusedAtStart serves model, with args, and checks that serve exits
+// 1 at start, its last line saying want.
+func modelRefusedAtStart(t *testing.T, model onnxtest.Custom, want string, args ...string) {
 	t.Helper()
 	path, err := model.Write(t.TempDir(), "refused")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if line := refusedAtStart(t, []string{"--model", path}); !strings.Contains(line, want) {
+	if line := refusedAtStart(t, append([]string{"--model", path}, args...)); !strings.Contains(line, want) {
 		t.Errorf("want the last line to say %q, got %s", want, line)
 	}
+}
+
+// TestONNXPadRefusedForAnOutputItCannotCrop: padded items of several
+// lengths would share a run whose output axis, named by no input (here as
+// TensorFlow names what it was not told of), keeps the longest item's
+// length: each item's answer would depend on its batch-mates. serve
+// refuses to pad that model at start, naming the output.
+func TestONNXPadRefusedForAnOutputItCannotCrop(t *testing.T) {
+	modelRefusedAtStart(t, onnxtest.Custom{
+		Inputs:  []onnxtest.Value{{Name: "x", DType: f32, Dims: []any{"batch", "seq", 2}}},
+		Outputs: []onnxtest.Value{{Name: "y", DType: f32, Dims: []any{"batch", "unk__7", 2}}},
+		Nodes:   []onnxtest.Node{{Op: "Relu", Inputs: []string{"x"}, Output: "y"}},
+	}, `output "y" (float32 [unk__7, 2]): its axis 1, the dynamic axis "unk__7", is shared by no input axis`, "--pad", "x=0")
 }
 
 // TestONNXPadWithNegativeInfinity serves the sequence model padded with

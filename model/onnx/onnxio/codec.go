@@ -59,7 +59,10 @@ func NewCodec(sig *Signature, pad map[string]float64) (*Codec, error) {
 			return nil, fmt.Errorf("pad %s=%g: %w", name, pad[name], err)
 		}
 	}
-	return c, c.checkPadPartners()
+	if err := c.checkPadPartners(); err != nil {
+		return nil, err
+	}
+	return c, c.checkPaddedOutputs()
 }
 
 func (c *Codec) addPad(name string, value float64) error {
@@ -111,6 +114,44 @@ func (c *Codec) checkPadPartners() error {
 					}
 				}
 			}
+		}
+	}
+	return nil
+}
+
+// checkPaddedOutputs refuses padding where an output's item could not be
+// cut back to its own length: an output that declares no shape, or one
+// with a dynamic axis besides the batch axis whose name no input axis
+// shares. An axis named like a padded input axis is cropped to the item's
+// length of it; one named like an unpadded input axis has one length in a
+// run (items of other lengths never share it); any other would keep the
+// length of the longest item the run held, and the item's answer would
+// depend on its batch-mates.
+func (c *Codec) checkPaddedOutputs() error {
+	if !slices.ContainsFunc(c.pads, func(pd *padding) bool { return pd != nil }) {
+		return nil
+	}
+	named := map[string]bool{}
+	for _, in := range c.sig.Inputs {
+		for _, d := range in.ItemShape {
+			if d.Dynamic() && d.Param != "" {
+				named[d.Param] = true
+			}
+		}
+	}
+	for _, o := range c.sig.Outputs {
+		if o.Shape == nil {
+			return fmt.Errorf("output %q declares no shape, so an item's part of it could not be cut back to the item's own length from that of the longest item it ran with; pad only models whose outputs declare their shapes", o.Name)
+		}
+		for a, d := range o.ItemShape {
+			if !d.Dynamic() || named[d.Param] {
+				continue
+			}
+			axis := "an unnamed dynamic axis"
+			if d.Param != "" {
+				axis = fmt.Sprintf("the dynamic axis %q", d.Param)
+			}
+			return fmt.Errorf("output %q (%s): its axis %d, %s, is shared by no input axis, so an item's part of it could not be cut back to the item's own length from that of the longest item it ran with; name that axis of the output like the input axis whose length it follows (when exporting from PyTorch, in dynamic_axes), or serve the model without padding", o.Name, o.describe(), a+1, axis)
 		}
 	}
 	return nil

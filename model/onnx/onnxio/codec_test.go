@@ -368,6 +368,75 @@ func TestNewCodecChecksPadding(t *testing.T) {
 	}
 }
 
+// With padding, every output axis but the batch axis is fixed or shares
+// its name with an input axis: one named like a padded input axis is cut
+// back to the item's length, one named like an unpadded one has one length
+// in a run. Any other would keep the length of the longest item of the run,
+// so that an item's answer would depend on its batch-mates: refused.
+func TestPaddingRefusesOutputsThatCannotBeCutBack(t *testing.T) {
+	f32 := onnxpb.TensorProto_FLOAT
+	i64 := onnxpb.TensorProto_INT64
+	relu := func(out onnxtest.Value, in ...onnxtest.Value) onnxtest.Custom {
+		return onnxtest.Custom{Inputs: in, Outputs: []onnxtest.Value{out}, Nodes: []onnxtest.Node{{Op: "Relu", Inputs: []string{in[0].Name}, Output: out.Name}}}
+	}
+	x := onnxtest.Value{Name: "x", DType: f32, Dims: []any{"batch", "seq", 2}}
+	tests := []struct {
+		name  string
+		model onnxtest.Custom
+		pad   map[string]float64
+		want  string // "" when accepted
+	}{
+		{"an output axis named like the padded one", relu(onnxtest.Value{Name: "y", DType: f32, Dims: []any{"batch", "seq", 2}}, x), map[string]float64{"x": 0}, ""},
+		{"no dynamic axis past the batch axis", relu(onnxtest.Value{Name: "y", DType: f32, Dims: []any{"batch", 4}}, x), map[string]float64{"x": 0}, ""},
+		{"an output axis named like an unpadded input's",
+			relu(onnxtest.Value{Name: "y", DType: f32, Dims: []any{"batch", "k"}}, onnxtest.Value{Name: "k", DType: f32, Dims: []any{"batch", "k"}}, onnxtest.Value{Name: "x2", DType: f32, Dims: []any{"batch", "seq"}}),
+			map[string]float64{"x2": 0}, ""},
+		{"a name an exporter made up", relu(onnxtest.Value{Name: "y", DType: f32, Dims: []any{"batch", "unk__7", 2}}, x), map[string]float64{"x": 0},
+			`output "y" (float32 [unk__7, 2]): its axis 1, the dynamic axis "unk__7", is shared by no input axis`},
+		{"an unnamed axis", relu(onnxtest.Value{Name: "y", DType: f32, Dims: []any{"batch", "", 2}}, x), map[string]float64{"x": 0},
+			`output "y" (float32 [?, 2]): its axis 1, an unnamed dynamic axis, is shared by no input axis`},
+		{"no shape", relu(onnxtest.Value{Name: "y", DType: f32, NoShape: true}, x), map[string]float64{"x": 0},
+			`output "y" declares no shape`},
+		{"as PyTorch exports two padded inputs",
+			onnxtest.Custom{
+				Inputs: []onnxtest.Value{
+					{Name: "input_ids", DType: i64, Dims: []any{"batch", "seq"}},
+					{Name: "attention_mask", DType: i64, Dims: []any{"batch", "seq"}},
+				},
+				Outputs: []onnxtest.Value{{Name: "output", DType: i64, Dims: []any{"batch", "Muloutput_dim_1"}}},
+				Nodes:   []onnxtest.Node{{Op: "Mul", Inputs: []string{"input_ids", "attention_mask"}, Output: "output"}},
+			},
+			map[string]float64{"input_ids": 0, "attention_mask": 0},
+			`output "output" (int64 [Muloutput_dim_1]): its axis 1, the dynamic axis "Muloutput_dim_1", is shared by no input axis`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			data, err := tt.model.Build()
+			if err != nil {
+				t.Fatal(err)
+			}
+			sig, err := onnxio.Parse(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sig.Mode != onnxio.Stacked {
+				t.Fatalf("the model runs %s (%s); the test wants one that stacks", sig.Mode, sig.Why)
+			}
+			_, err = onnxio.NewCodec(sig, tt.pad)
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("error %v, want one containing %q", err, tt.want)
+			}
+			// Without padding, nothing is cut back: every model is served.
+			if _, err := onnxio.NewCodec(sig, nil); err != nil {
+				t.Fatalf("without padding: %v", err)
+			}
+		})
+	}
+}
+
 func TestAppendJSONRendersOutputs(t *testing.T) {
 	mlp := codec(t, onnxtest.MLP, nil)
 	out, err := onnxio.EncodeOutput(mlp.Signature(), []onnxio.Tensor{{DType: onnxio.Float32, Shape: []int64{3}, Data: f32bytes(0.25, float32(math.NaN()), 1e-7)}})
