@@ -779,16 +779,25 @@ func giveUp(ctx context.Context) func(*FrontEnd, *call) {
 }
 
 // A request that comes as the front end starts waits for its first look at
-// Redis, rather than be refused blaming a Redis never asked; one that
-// comes before Start is told the front end is not started.
+// Redis, rather than be refused blaming a Redis never asked: from before
+// Start is called (a server listens first), and during Start's look.
 func TestARequestAsTheFrontEndStartsWaitsForItsFirstLook(t *testing.T) {
 	fe := unstartedFront(t, "redis://127.0.0.1:1/0", 100)
-	if err := fe.awaitFirstLook(context.Background()); !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), "not started") {
-		t.Errorf("before Start: %v; want ErrUnavailable saying the front end is not started", err)
-	}
-	fe.started.Store(true) // as Start does before its look
 	looked := make(chan error, 1)
 	go func() { looked <- fe.awaitFirstLook(context.Background()) }()
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	go func() { gaveUp <- fe.awaitFirstLook(ctx) }()
+	select {
+	case err := <-looked:
+		t.Fatalf("before Start: %v; want a wait for its first look", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	cancel()
+	if err := <-gaveUp; !errors.Is(err, supervisor.ErrCanceled) {
+		t.Errorf("a caller that left before Start: %v; want ErrCanceled", err)
+	}
+	fe.started.Store(true) // as Start does before its look
 	select {
 	case err := <-looked:
 		t.Fatalf("during the first look: %v; want a wait for its end", err)

@@ -1015,20 +1015,18 @@ func givenUp(ctx context.Context, when string) error {
 }
 
 // awaitFirstLook waits, for a request that comes as the front end starts
-// (a server listens before it has looked at Redis), until Start's look at
-// Redis has ended: a few milliseconds, a second at most. Without it, the
-// request would be refused, blaming Redis, which was never asked.
+// (a server listens before it calls Start, which looks at Redis), until
+// Start's look at Redis has ended: a few milliseconds, a second at most.
+// Without it, the request would be refused, blaming Redis, which was never
+// asked, or the front end, about to start.
 func (fe *FrontEnd) awaitFirstLook(ctx context.Context) error {
 	select {
 	case <-fe.firstLook:
 		return nil
 	default:
 	}
-	switch {
-	case fe.closed.Load():
+	if fe.closed.Load() {
 		return supervisor.ErrShuttingDown
-	case !fe.started.Load():
-		return unavailablef("the front end is not started")
 	}
 	t := time.NewTimer(firstLookWait)
 	defer t.Stop()
@@ -1036,6 +1034,9 @@ func (fe *FrontEnd) awaitFirstLook(ctx context.Context) error {
 	case <-fe.firstLook:
 		return nil
 	case <-t.C:
+		if !fe.started.Load() {
+			return unavailablef("the front end is not started")
+		}
 		return unavailablef("the front end is starting: its first look at redis at %s has taken over %s", fe.where, firstLookWait)
 	case <-ctx.Done():
 		return givenUp(ctx, "while the front end started")
@@ -3248,7 +3249,7 @@ func connHint(rdb *redis.Client, err error) string {
 		// for a request of its own. Retried: a Redis resumes.
 		return " (the connection was accepted, and nothing answered: a Redis that hangs, or a server that is not Redis, waiting for more; retrying until it answers as Redis)"
 	case brokenConn(err):
-		return ": is redis at its maxclients, a proxy before it without its backend, or a TLS port reached without rediss://?"
+		return ": is redis shutting down or restarting, at its maxclients, a proxy before it without its backend, or a TLS port reached without rediss://?"
 	}
 	return ""
 }
