@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"os"
 	"runtime"
 	"slices"
@@ -137,6 +138,10 @@ type Node struct {
 	// closed under a command since; full, by a write Redis refused for
 	// want of memory, and cleared by the next that went through.
 	down, broken, full atomic.Bool
+	// back is when Redis answered the node again after it was down, in
+	// unix ns (see reachable): a dial refused soon after is the client
+	// library's, not Redis's (see dialGrace).
+	back atomic.Int64
 	// unable is set while the node beats as leaving for want of a
 	// worker that can run (see beat); unlisted, while it beats as neither
 	// alive nor leaving, its Streamer shut down (see streamerGone).
@@ -1416,6 +1421,13 @@ func (n *Node) warn(what string, err error) {
 		n.cfg.Logger.Warn(what+": a connection to redis closed; going on over a new one", "redis", n.where, "err", err)
 		return
 	}
+	if dialFailed(err) && time.Since(time.Unix(0, n.back.Load())) < dialGrace {
+		// The client library hands the failure of its last dial to the
+		// commands of a pool it has not dialled again since, for up to a
+		// second after Redis came back: no news of Redis.
+		n.cfg.Logger.Debug(what, "redis", n.where, "err", err)
+		return
+	}
 	if n.down.Swap(true) {
 		n.cfg.Logger.Debug(what, "redis", n.where, "err", err)
 		return
@@ -1462,10 +1474,23 @@ func outOfMemory(err error) bool {
 	return errors.As(err, new(redis.Error)) && strings.Contains(err.Error(), "-OOM command not allowed")
 }
 
+// dialGrace is how long after Redis answered the node again a connection
+// refused is not taken for Redis down again: the Redis client redials a
+// pool whose dials failed once a second, and until then its commands fail
+// with the last dial's error, though Redis answers.
+const dialGrace = 1500 * time.Millisecond
+
+// dialFailed says whether err is the failure to open a connection.
+func dialFailed(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
 // reachable notes that Redis answered the node.
 func (n *Node) reachable() {
 	n.broken.Store(false)
 	if n.down.Swap(false) {
+		n.back.Store(time.Now().UnixNano())
 		n.cfg.Logger.Info("redis serves this node again", "redis", n.where)
 		// Front ends count it again once it beats; a Redis restarted
 		// without its data has no list of nodes until then.
