@@ -217,10 +217,10 @@ func (s *Streamer) huntOverLocked(hunt *firstCrash, blameModel bool) {
 // and the hunt found no poison and blamed nothing, its deaths count as a
 // blamed hunt's do if the model ran every piece and answered them, as a
 // model that crashes at random answers them: nothing will explain them
-// any more. A hunt one of whose pieces never ran may have held a bad item
-// there: its deaths but the first are forgiven, as before the hunt could
-// count them, so that clients who give up on requests that carry a bad
-// item do not use up the restarts. It requires that s.mu is held.
+// any more. A hunt one of whose pieces never ran (its worker stopped with
+// the streamer; pieces run though their callers left, see pruneLocked)
+// may have held a bad item there: its deaths but the first are forgiven,
+// as before the hunt could count them. It requires that s.mu is held.
 func (s *Streamer) pieceEndedLocked(b *batch, ran bool) {
 	hunt := b.crash
 	if hunt == nil {

@@ -348,8 +348,17 @@ func (s *Streamer) recycle(b *batch) {
 }
 
 // pruneLocked answers the items of a formed batch that must not run any
-// more and reports whether any are left. It requires that s.mu is held.
+// more and reports whether any are left. A piece of a hunt for a bad item
+// (a suspect batch) keeps them all and runs whole, its callers gone or
+// late: were it cut short, the hunt would find nothing, and a client whose
+// bad items come with deadlines too short for their hunts would have the
+// deaths they cause counted against the model until every slot was given
+// up. Their answers are dropped as those of any item answered late (see
+// onResult). It requires that s.mu is held.
 func (s *Streamer) pruneLocked(b *batch, now time.Time) bool {
+	if b.suspect {
+		return len(b.items) > 0
+	}
 	kept := b.items[:0]
 	for _, it := range b.items {
 		if it.fut.gone() || it.fut.expired(now) {

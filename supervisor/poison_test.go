@@ -170,3 +170,59 @@ func burstOfOneBadItem(t *testing.T, workers, copies, goodPer int, fresh bool) {
 	}
 	t.Logf("%d deaths (at most %d unless fresh), %d copies poisoned, %d items answered", st.Crashes, bound, st.Poisoned, st.Answered)
 }
+
+// A client that sends an item that crashes its worker with a deadline too
+// short for the hunt (each copy's caller gone before the pieces of its
+// batch run) has it found out as any other: the pieces of a hunt run
+// whatever became of their callers, so that the item is convicted and
+// then refused on sight, and the deaths it caused, forgiven. (Before,
+// every such hunt was cut short, counted its first death, and found
+// nothing: the restarts of every slot were used up among good traffic,
+// and the server gave up.)
+func TestABadItemWithAShortDeadlineIsConvicted(t *testing.T) {
+	cfg := processConfig("chaos:crash=BAD,delay=3ms", 3, 8)
+	cfg.MaxRestarts = 3
+	cfg.BackoffMin = time.Millisecond
+	cfg.UnavailableAfter = time.Minute
+	s := start(t, cfg)
+	seenWorking(t, s)
+	bad, err := msgpack.Marshal("BAD")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var good sync.WaitGroup
+	for c := range 4 {
+		good.Go(func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				name := fmt.Sprint("good", c, "-", i)
+				out, err := s.Predict(ctx, items(name))
+				if ctx.Err() == nil && (err != nil || len(out) != 1 || string(out[0]) != name) {
+					t.Errorf("good request %s: %q, %v; want it answered", name, out, err)
+				}
+			}
+		})
+	}
+	defer good.Wait()
+	defer cancel()
+	const tries = 40
+	for i := range tries {
+		select {
+		case err := <-s.Fatal():
+			t.Fatalf("the server gave up after %d copies: %v", i, err)
+		default:
+		}
+		short, stop := context.WithTimeout(ctx, 5*time.Millisecond)
+		_, err := s.Predict(short, [][]byte{bad})
+		stop()
+		if errors.Is(err, supervisor.ErrPoison) && i > 0 {
+			if st := s.Stats(); st.Poisoned == 0 {
+				t.Errorf("refused as poison, yet none counted: %+v", st)
+			}
+			return
+		}
+		<-time.After(50 * time.Millisecond) // the client's pace
+	}
+	t.Fatalf("after %d copies with a deadline of 5ms, the item is not refused on sight: stats %+v", tries, s.Stats())
+}

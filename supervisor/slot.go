@@ -382,6 +382,9 @@ func (sl *slot) pruneForRun(w worker, b *batch, seq uint64, ttls []int64) ([]int
 	// Formed before the last conviction, it may hold a copy of the item.
 	s.cleanLocked(b)
 	s.pruneLocked(b, now)
+	if b.suspect {
+		return nil, takeIt // it runs whole (see pruneLocked): no deadline goes with it
+	}
 	ttls = ttls[:0]
 	timed := false
 	for i := range b.items {

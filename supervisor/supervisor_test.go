@@ -974,47 +974,46 @@ func TestAModelCrashingAtRandomUsesUpItsRestarts(t *testing.T) {
 	t.Fatalf("the slot was not given up after %d deaths, with MaxRestarts %d; slots %+v", s.Stats().Crashes, maxRestarts, s.Slots())
 }
 
-// TestAHuntWhosePiecesAreDroppedForgivesTheDeathsItHeld: a hunt whose
-// pieces never run again, as their caller left, is over with no verdict,
-// and might have found a bad item there: the death it held back does not
-// count towards MaxRestarts, only its first, as before hunts counted
-// theirs. With 2, the slot restarts after the next death and answers.
-// (Counted, clients giving up on requests that carry a bad item used up
-// the restarts in two or three requests, and a server of one worker
-// exited.)
-func TestAHuntWhosePiecesAreDroppedForgivesTheDeathsItHeld(t *testing.T) {
-	var calls atomic.Int64
+// TestAHuntGoesOnWhenItsCallerLeaves: the pieces of a hunt run though the
+// caller of their items has left, so that the bad item is found: it is
+// convicted, refused on sight afterwards, and the deaths it caused do not
+// count towards MaxRestarts. (Before, the pieces were dropped with their
+// caller, the hunt ended with no verdict, and a client giving up on
+// requests that carry a bad item had its first deaths counted until the
+// slots were given up.)
+func TestAHuntGoesOnWhenItsCallerLeaves(t *testing.T) {
 	release := make(chan struct{})
+	var runs atomic.Int64
 	fn := func(ctx context.Context, batch [][]byte) ([][]byte, error) {
-		switch calls.Add(1) {
-		case 1, 3:
-			panic("crashes on a bad item, or at random")
-		case 2:
-			select {
-			case <-release:
-			case <-ctx.Done():
-				return nil, ctx.Err()
+		runs.Add(1)
+		for _, it := range batch {
+			if string(it) != "bad" {
+				continue
 			}
-			panic("crashes on a bad item, or at random, once its caller has left")
+			if len(batch) == 1 {
+				<-release // its caller leaves meanwhile
+			}
+			panic("crashes on a bad item")
 		}
 		return batch, nil
 	}
-	s := start(t, supervisor.Config{InProcess: model.Func(fn), Workers: 1, BatchSize: 2, MaxRestarts: 2, BackoffMin: time.Millisecond})
+	s := start(t, supervisor.Config{InProcess: model.Func(fn), Workers: 1, BatchSize: 2, MaxRestarts: 1, BackoffMin: time.Millisecond})
+	seenWorking(t, s)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if _, err := s.Submit(ctx, items("a", "b")); err != nil {
+	if _, err := s.Submit(ctx, items("bad", "good")); err != nil {
 		t.Fatal(err)
 	}
-	// The batch died (counted), and one of its halves runs and dies too
-	// (held back until the hunt is over), once its caller has left.
-	waitFor(t, "a half of the batch running", func() bool { return calls.Load() == 2 })
+	// The batch died, and its half holding the bad item runs alone.
+	waitFor(t, "the bad item running alone", func() bool { return s.Stats().Crashes == 1 && s.Slots()[0].InFlight == 1 })
 	cancel()
 	close(release)
-	waitFor(t, "both halves dropped", func() bool { return s.Stats().Canceled == 2 })
-	// The next dies once (the second death counted), and runs again.
-	out, err := s.Predict(context.Background(), items("c"))
-	if err != nil || len(out) != 1 || string(out[0]) != "c" {
-		t.Fatalf("the item after the hunt: %q, %v; want it answered, the slot restarted with two deaths counted of MaxRestarts 2", out, err)
+	waitFor(t, "the bad item convicted", func() bool { return s.Stats().Poisoned == 1 })
+	if _, err := s.Submit(context.Background(), items("bad")); !errors.Is(err, supervisor.ErrPoison) {
+		t.Errorf("the bad item sent again: %v; want it refused on sight with ErrPoison", err)
+	}
+	if out, err := s.Predict(context.Background(), items("after")); err != nil || len(out) != 1 || string(out[0]) != "after" {
+		t.Fatalf("the item after the hunt: %q, %v; want it answered, the deaths of the hunt forgiven", out, err)
 	}
 	select {
 	case err := <-s.Fatal():
