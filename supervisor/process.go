@@ -410,9 +410,25 @@ func (p *process) startError(helloed bool) error {
 		err = fmt.Errorf("%w; its last words: %s", err, *last)
 	}
 	if !helloed && !killed {
+		if sig, ok := p.signaled(); ok {
+			// Killed from outside (the OOM killer, an operator): no news
+			// of what the binary is.
+			return fmt.Errorf("%s was ended by a signal (%s) before its handshake, not sent by this server (%v)", p.cmd.Path, sig, err)
+		}
 		return fmt.Errorf("%w: %s ended before the handshake (%v)", ErrNotWorker, p.cmd.Path, err)
 	}
 	return err
+}
+
+// signaled reports the signal that ended the child, if one did.
+func (p *process) signaled() (string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var exit *exec.ExitError
+	if !errors.As(p.exitErr, &exit) {
+		return "", false
+	}
+	return exitSignal(exit.ProcessState)
 }
 
 func (p *process) writeLoop() {
