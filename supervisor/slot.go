@@ -168,8 +168,9 @@ type slot struct {
 	// startBegan is when the start of the slot's next worker began; only
 	// the goroutine starting it writes it (see startWorker).
 	startBegan time.Time
-	stopAsked  bool // its retired worker was told to stop
-	ended      bool // its run has returned
+	stopAsked  bool   // its retired worker was told to stop
+	killed     worker // the worker killLocked killed, while it dies
+	ended      bool   // its run has returned
 }
 
 // slotTally counts what the slots numbered alike did: the one a Reload
@@ -461,7 +462,10 @@ func (sl *slot) onRecalled(w worker, id uint64) error {
 // killLocked kills the slot's worker, if it has one, and takes no more
 // batches for it. It requires that s.mu is held.
 func (sl *slot) killLocked(reason error) {
-	if sl.w != nil {
+	if sl.w != nil && sl.killed != sl.w {
+		// Once: a retired slot stays draining while its worker dies,
+		// and the dispatcher looks at it meanwhile.
+		sl.killed = sl.w
 		// No more batches for it while it dies.
 		if !isClosed(sl.quit) {
 			sl.state = SlotBackoff

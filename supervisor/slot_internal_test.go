@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/streamer-dev/streamer/internal/syncbuf"
 	"github.com/streamer-dev/streamer/model"
 )
 
@@ -184,5 +187,42 @@ func TestEveryDeathOfAModelCrashingAtRandomCountsOnce(t *testing.T) {
 	}
 	if uint64(n) != st.Crashes {
 		t.Errorf("%d deaths counted towards MaxRestarts, of %d", n, st.Crashes)
+	}
+}
+
+// killCounter is a worker that counts the kills it is sent.
+type killCounter struct {
+	idleWorker
+	kills *int
+}
+
+func (k killCounter) kill(error) { *k.kills++ }
+
+// A retired slot stays draining while the worker killed for running past
+// the worker timeout dies, and the dispatcher looks at it in the meantime:
+// the worker is killed, and the kill logged, once. (Before, once per look
+// of the dispatcher until the worker was gone: three lines in a few
+// milliseconds for one stopped worker.)
+func TestAWorkerPastItsTimeoutIsKilledOnce(t *testing.T) {
+	var logs syncbuf.Buffer
+	s, err := New(Config{InProcess: model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) { return items, nil }), Workers: 1,
+		WorkerTimeout: time.Second, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl := s.slots[0]
+	kills := 0
+	its, _ := queuedItems("a")
+	s.mu.Lock()
+	sl.w = killCounter{kills: &kills}
+	sl.state = SlotReady
+	sl.sendLocked(s.newBatch(its, false), time.Now().Add(-time.Minute))
+	s.retireLocked(sl)
+	for range 3 {
+		s.checkTimeouts(time.Now(), func(time.Time) {})
+	}
+	s.mu.Unlock()
+	if n := strings.Count(logs.String(), "killing worker"); kills != 1 || n != 1 {
+		t.Errorf("a draining worker past its timeout, looked at three times: killed %d times, logged %d times; want once each", kills, n)
 	}
 }
