@@ -188,6 +188,9 @@ func (s *Streamer) someSlotOnTime(now time.Time) bool {
 // has not started are given back (see slot.recallLocked), and sent again
 // to the first worker with room. It requires that s.mu is held.
 func (s *Streamer) recallLate(now time.Time, earlier func(time.Time)) {
+	if isClosed(s.stopping) {
+		return // the queue is drained, and the workers stop
+	}
 	onTime := -1 // not looked at yet
 	for _, sl := range s.slots {
 		if sl.state != SlotReady || len(sl.inflight) < 2 {
@@ -557,6 +560,14 @@ func (s *Streamer) shutdown(ctx context.Context) error {
 		wg.Go(func() { sl.shutdown(err != nil) })
 	}
 	wg.Wait()
+	// A batch given back by a worker as it was stopped (see onRecalled)
+	// went back to the queue after the drain above.
+	s.mu.Lock()
+	pending = s.drainLocked()
+	s.mu.Unlock()
+	for _, it := range pending {
+		s.complete(it, nil, ErrShuttingDown)
+	}
 	s.closeOnce.Do(func() { close(s.stopped) })
 	s.dispatched.Wait()
 	return err

@@ -423,13 +423,22 @@ func (sl *slot) recallLocked() {
 }
 
 // giveBackLocked takes the batch at inflight[i] from the slot, unrun, and
-// queues it ahead of every other. It requires that s.mu is held.
+// queues it ahead of every other; or, once the streamer stops, answers its
+// items with ErrShuttingDown. It requires that s.mu is held.
 func (sl *slot) giveBackLocked(i int) {
 	s := sl.s
 	b := sl.inflight[i]
 	sl.inflight = slices.Delete(sl.inflight, i, i+1)
 	if !b.onWire {
 		sl.w.forget(b)
+	}
+	if isClosed(s.stopping) {
+		// The queue was drained for the stop: nothing would run it.
+		s.pieceEndedLocked(b, false)
+		for _, it := range b.items {
+			s.complete(it, nil, ErrShuttingDown)
+		}
+		return
 	}
 	b.sendSeq, b.onWire, b.recalling, b.recalled = 0, false, false, true
 	s.queue.requeue([]*batch{b})
@@ -549,14 +558,19 @@ func (sl *slot) onResult(w worker, r result) {
 	// counters are shared by every core. And counted first, as complete
 	// does, so that a caller woken by its answer finds it counted.
 	batchErr := checkResult(r, len(b.items))
-	var ok, failed, late int
+	var ok, failed, late, left int
 	expired := r.expired
+	// A piece of a hunt ran though its callers may have left (see
+	// pruneLocked): those are counted canceled, as they would have been.
+	suspect := b.suspect
 	for i, it := range b.items {
 		switch {
 		case len(expired) > 0 && expired[0] == i:
 			expired = expired[1:]
 		case it.fut.expired(now):
 			late++ // its caller had its ErrDeadline by now
+		case suspect && it.fut.gone():
+			left++
 		case batchErr != nil || r.itemErrs != nil && r.itemErrs[i] != nil:
 			failed++
 		default:
@@ -573,6 +587,9 @@ func (sl *slot) onResult(w worker, r result) {
 	if n := len(r.expired) + late; n > 0 {
 		s.stats.expired.Add(uint64(n))
 	}
+	if left > 0 {
+		s.stats.canceled.Add(uint64(left))
+	}
 	expired = r.expired
 	s.answering.Add(1)
 	defer func() {
@@ -588,6 +605,8 @@ func (sl *slot) onResult(w worker, r result) {
 			// Counted as expired above: its caller's wait ends at the
 			// deadline, and the answer says so whenever it is read.
 			it.fut.complete(int(it.index), nil, fmt.Errorf("%w: answered %s after it", ErrDeadline, now.Sub(it.fut.deadline).Round(time.Millisecond)))
+		case suspect && it.fut.gone():
+			it.fut.complete(int(it.index), nil, ErrCanceled)
 		case batchErr != nil:
 			it.fut.complete(int(it.index), nil, batchErr)
 		case r.itemErrs != nil && r.itemErrs[i] != nil:

@@ -1009,6 +1009,11 @@ func TestAHuntGoesOnWhenItsCallerLeaves(t *testing.T) {
 	cancel()
 	close(release)
 	waitFor(t, "the bad item convicted", func() bool { return s.Stats().Poisoned == 1 })
+	// Its batch-mate ran in the other half, its caller gone.
+	waitFor(t, "the good item answered", func() bool { return s.Stats().Answered == s.Stats().Submitted })
+	if st := s.Stats(); st.Canceled != 1 {
+		t.Errorf("%d items counted canceled; want the good one, whose caller left before it ran", st.Canceled)
+	}
 	if _, err := s.Submit(context.Background(), items("bad")); !errors.Is(err, supervisor.ErrPoison) {
 		t.Errorf("the bad item sent again: %v; want it refused on sight with ErrPoison", err)
 	}
