@@ -70,24 +70,14 @@ func TestStartRefusesABinaryThatIsNotAWorker(t *testing.T) {
 // operator) before its handshake is said to be so, not taken for a binary
 // that is no worker: the binary is fine, and the start fails for now.
 func TestAWorkerKilledBeforeItsHandshakeIsNotCalledNoWorker(t *testing.T) {
-	s, err := supervisor.New(supervisor.Config{
+	failedStart(t, supervisor.Config{
 		Workers: 1,
 		Process: supervisor.ProcessConfig{
 			Model: model.Spec{Runner: "echo"},
 			Path:  "/bin/sh",
 			Args:  []string{"-c", "kill -KILL $$"},
 		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
-	defer cancel()
-	err = s.Start(ctx)
-	t.Cleanup(func() { shutdown(t, s) })
-	if err == nil || errors.Is(err, supervisor.ErrNotWorker) || !strings.Contains(err.Error(), "was ended by a signal (killed) before its handshake, not sent by this server") {
-		t.Fatalf("Start: %v; want it to say the worker was ended by a signal, not that it is no worker", err)
-	}
+	}, nil, "/bin/sh was ended by a signal (killed) before its handshake, not sent by this server")
 }
 
 // Start with a context that has ended already starts nothing and says so;

@@ -383,13 +383,12 @@ func TestBatchErrors(t *testing.T) {
 	}
 }
 
-// TestStopFinishesSentBatches sends two batches and Stop while the first is
-// still running: both are answered, then Run returns nil and closes the model.
-func TestStopFinishesSentBatches(t *testing.T) {
-	started := make(chan struct{}, 2)
-	release := make(chan struct{})
-	gated := &fake{predict: func(ctx context.Context, items [][]byte) ([][]byte, error) {
-		started <- struct{}{}
+// gatedModel is a model that says which batch it took, by its first item,
+// on started, and answers it once release lets it, or fails it as its
+// context ends.
+func gatedModel(started chan<- string, release <-chan struct{}) *fake {
+	return &fake{predict: func(ctx context.Context, items [][]byte) ([][]byte, error) {
+		started <- string(items[0])
 		select {
 		case <-release:
 			return items, nil
@@ -397,6 +396,14 @@ func TestStopFinishesSentBatches(t *testing.T) {
 			return nil, ctx.Err()
 		}
 	}}
+}
+
+// TestStopFinishesSentBatches sends two batches and Stop while the first is
+// still running: both are answered, then Run returns nil and closes the model.
+func TestStopFinishesSentBatches(t *testing.T) {
+	started := make(chan string, 2)
+	release := make(chan struct{})
+	gated := gatedModel(started, release)
 	w := startWorker(t, fakeSpec, workerproc.Config{Open: opens(gated)})
 	w.ready()
 	w.batch(1, []byte("one"))
@@ -438,15 +445,7 @@ func TestStopFinishesSentBatches(t *testing.T) {
 func TestARecalledBatchIsGivenBackUnlessRunning(t *testing.T) {
 	started := make(chan string, 4)
 	release := make(chan struct{}, 4)
-	gated := &fake{predict: func(ctx context.Context, items [][]byte) ([][]byte, error) {
-		started <- string(items[0])
-		select {
-		case <-release:
-			return items, nil
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}}
+	gated := gatedModel(started, release)
 	w := startWorker(t, fakeSpec, workerproc.Config{Open: opens(gated)})
 	w.ready()
 	w.batch(1, []byte("one"))
