@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -66,6 +67,7 @@ func (s *Streamer) dispatchLocked(now time.Time) time.Time {
 	// After the sends, so that the batches just sent are timed too.
 	s.checkTimeouts(now, earlier)
 	if s.draining.Load() {
+		s.abandonHuntsLocked(now, earlier)
 		s.checkDrained()
 	}
 	return next
@@ -357,9 +359,11 @@ func (s *Streamer) recycle(b *batch) {
 // bad items come with deadlines too short for their hunts would have the
 // deaths they cause counted against the model until every slot was given
 // up. Their answers are dropped as those of any item answered late (see
-// onResult). It requires that s.mu is held.
+// onResult). But not once the streamer drains: its verdict would go with
+// the process, and the drain would wait for it (see abandonHuntsLocked).
+// It requires that s.mu is held.
 func (s *Streamer) pruneLocked(b *batch, now time.Time) bool {
-	if b.suspect {
+	if b.suspect && !s.draining.Load() {
 		return len(b.items) > 0
 	}
 	kept := b.items[:0]
@@ -450,6 +454,50 @@ func (s *Streamer) checkAvailable(now time.Time, earlier func(time.Time)) {
 
 // checkDrained reports, while draining, that nothing is queued or in flight.
 // It requires that s.mu is held.
+// abandonHuntsLocked kills, as the streamer drains, the workers that run
+// a piece of a hunt for a bad item whose callers are all gone or late: no
+// one waits for its answer, its verdict would go with the process, and a
+// model hung on the item would hold the drain up to the worker timeout.
+// The hunt ends there: its pieces queued are dropped, those of their
+// items whose callers are gone or late (see pruneLocked), and its deaths
+// but the first are forgiven (see pieceEndedLocked). One whose callers wait is looked at again once their
+// deadlines have passed. It requires that s.mu is held.
+func (s *Streamer) abandonHuntsLocked(now time.Time, earlier func(time.Time)) {
+	// Those queued go now, not once a worker is there to take them: one
+	// may be starting after the piece's death.
+	s.queue.trimReady(func(b *batch) {
+		if b.suspect && !s.pruneLocked(b, now) {
+			s.pieceEndedLocked(b, false)
+		}
+	})
+	for _, slots := range [...][]*slot{s.slots, s.retiring} {
+		for _, sl := range slots {
+			if len(sl.inflight) == 0 || !sl.inflight[0].suspect {
+				continue
+			}
+			var last time.Time // the last deadline of a caller waiting; zero: one has none
+			waited, timed := false, true
+			for _, it := range sl.inflight[0].items {
+				if it.fut.gone() || it.fut.expired(now) {
+					continue
+				}
+				waited = true
+				if d := it.fut.deadline; d.IsZero() {
+					timed = false
+				} else if d.After(last) {
+					last = d
+				}
+			}
+			switch {
+			case !waited:
+				sl.killLocked(errors.New("it runs a piece of a hunt for a bad item that no caller waits for any more, and the server drains"))
+			case timed:
+				earlier(last)
+			}
+		}
+	}
+}
+
 func (s *Streamer) checkDrained() {
 	if s.queue.items() > 0 {
 		return

@@ -226,3 +226,37 @@ func TestABadItemWithAShortDeadlineIsConvicted(t *testing.T) {
 	}
 	t.Fatalf("after %d copies with a deadline of 5ms, the item is not refused on sight: stats %+v", tries, s.Stats())
 }
+
+// A Shutdown begun while a hunt for an item that hangs the model goes on
+// for callers who all had their answer already does not wait for the
+// hunt: its piece running is abandoned (its worker killed) and the pieces
+// queued are dropped, so that the drain ends at once rather than after a
+// worker timeout for each piece. (Before, it waited, up to its grace.)
+func TestADrainDoesNotWaitForAHuntNobodyWaitsFor(t *testing.T) {
+	const workerTimeout = 2 * time.Second
+	cfg := processConfig("chaos:hang=HANG", 1, 8)
+	cfg.WorkerTimeout = workerTimeout
+	cfg.BackoffMin = time.Millisecond
+	s := start(t, cfg)
+	seenWorking(t, s)
+	hang, err := msgpack.Marshal("HANG")
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := s.Predict(short, [][]byte{[]byte("a"), hang, []byte("b")}); !errors.Is(err, supervisor.ErrDeadline) {
+		t.Fatalf("the request that hangs the model: %v; want ErrDeadline", err)
+	}
+	// Its batch was killed at the worker timeout, and the hunt began.
+	waitFor(t, "the hanging batch killed", func() bool { return s.Stats().Crashes >= 1 })
+	ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stop()
+	began := time.Now()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v; want the drain done", err)
+	}
+	if took := time.Since(began); took > workerTimeout {
+		t.Errorf("Shutdown took %s; want it to end at once, not wait for the pieces of a hunt nobody waits for (%s each)", took, workerTimeout)
+	}
+}
