@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/streamer-dev/streamer/internal/waitq"
 	"github.com/streamer-dev/streamer/model"
 )
 
@@ -36,7 +37,7 @@ type local struct {
 
 func startLocal(sl *slot, m model.Model) *local {
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &local{sl: sl, model: m, ctx: ctx, cancel: cancel, orders: newOrders(), exited: make(chan struct{})}
+	l := &local{sl: sl, model: m, ctx: ctx, cancel: cancel, orders: waitq.New[order](), exited: make(chan struct{})}
 	go func() {
 		// Every way out of loop has the worker dead already, but one: a
 		// model that ended the goroutine with runtime.Goexit (as t.Fatal
@@ -52,7 +53,7 @@ var errGoexit = errors.New("the model ended its goroutine (runtime.Goexit, as t.
 
 func (l *local) loop() {
 	for {
-		o, ok := l.orders.take(l.exited)
+		o, ok, _ := l.orders.Take(l.exited)
 		if !ok || isClosed(l.exited) {
 			return
 		}
@@ -148,15 +149,15 @@ func (l *local) die(reason error) {
 	})
 }
 
-func (l *local) send(b *batch) { l.orders.put(order{b: b, seq: b.sendSeq}) }
+func (l *local) send(b *batch) { l.orders.Put(order{b: b, seq: b.sendSeq}) }
 
 // recall does nothing: the goroutine takes a batch only to run it, and one
 // not taken yet is given back without its word (see slot.recallLocked).
 func (l *local) recall(uint64) {}
 
-func (l *local) forget(b *batch) { l.orders.forget(b) }
+func (l *local) forget(b *batch) { forgetOrder(l.orders, b) }
 
-func (l *local) stop() { l.orders.put(order{}) }
+func (l *local) stop() { l.orders.Put(order{}) }
 
 // kill abandons the goroutine: a Predict stuck in a batch cannot be
 // interrupted, only told through its context and no longer listened to.

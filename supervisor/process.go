@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/streamer-dev/streamer/internal/waitq"
 	"github.com/streamer-dev/streamer/ipc"
 )
 
@@ -111,7 +112,7 @@ func startProcess(abandon <-chan struct{}, sl *slot) (*process, error) {
 		out:     ipc.NewWriter(pipes.toChild, pc.MaxFrame),
 		in:      pipes.fromChild,
 		toChild: pipes.toChild,
-		orders:  newOrders(),
+		orders:  waitq.New[order](),
 		hello:   make(chan struct{}),
 		waited:  make(chan struct{}),
 		exited:  make(chan struct{}),
@@ -435,7 +436,7 @@ func (p *process) writeLoop() {
 	defer close(p.written)
 	var ttls []int64 // reused from batch to batch
 	for {
-		o, ok := p.orders.take(p.exited)
+		o, ok, _ := p.orders.Take(p.exited)
 		if !ok {
 			return
 		}
@@ -550,13 +551,13 @@ func trimNewline(b []byte) []byte {
 	return b
 }
 
-func (p *process) send(b *batch) { p.orders.put(order{b: b, seq: b.sendSeq}) }
+func (p *process) send(b *batch) { p.orders.Put(order{b: b, seq: b.sendSeq}) }
 
-func (p *process) recall(id uint64) { p.orders.put(order{recall: id}) }
+func (p *process) recall(id uint64) { p.orders.Put(order{recall: id}) }
 
-func (p *process) forget(b *batch) { p.orders.forget(b) }
+func (p *process) forget(b *batch) { forgetOrder(p.orders, b) }
 
-func (p *process) stop() { p.orders.put(order{}) }
+func (p *process) stop() { p.orders.Put(order{}) }
 
 // kill ends the child and everything in its process group. The first
 // non-nil reason is kept as the cause of death.

@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
+	"github.com/streamer-dev/streamer/internal/waitq"
 	"github.com/streamer-dev/streamer/model"
 )
 
@@ -54,51 +54,12 @@ type order struct {
 // taken yet, oldest first. Putting one never blocks, as the slot puts them
 // under the streamer's lock; and they never pile up: a slot holds at most
 // PipelineDepth batches, each recalled at most once, and a batch given back
-// before it was taken leaves them (see forget).
-type orders struct {
-	mu   sync.Mutex
-	list []order
-	more chan struct{} // holds a token once an order came
-}
+// before it was taken leaves them (see forgetOrder).
+type orders = waitq.Queue[order]
 
-func newOrders() *orders { return &orders{more: make(chan struct{}, 1)} }
-
-func (q *orders) put(o order) {
-	q.mu.Lock()
-	q.list = append(q.list, o)
-	q.mu.Unlock()
-	select {
-	case q.more <- struct{}{}:
-	default:
-	}
-}
-
-// take waits for the oldest order and returns it, or false once done is
-// closed.
-func (q *orders) take(done <-chan struct{}) (order, bool) {
-	for {
-		q.mu.Lock()
-		if len(q.list) > 0 {
-			o := q.list[0]
-			q.list = slices.Delete(q.list, 0, 1)
-			q.mu.Unlock()
-			return o, true
-		}
-		q.mu.Unlock()
-		select {
-		case <-q.more:
-		case <-done:
-			return order{}, false
-		}
-	}
-}
-
-// forget drops the order to run b, given back before it was taken.
-func (q *orders) forget(b *batch) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.list = slices.DeleteFunc(q.list, func(o order) bool { return o.b == b })
-}
+// forgetOrder drops from q the order to run b, given back before it was
+// taken.
+func forgetOrder(q *orders, b *batch) { q.Remove(func(o order) bool { return o.b == b }) }
 
 // result is a worker's answer to one batch. Its errors are the model's
 // own in the in-process mode, so that callers can match them with

@@ -16,12 +16,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/streamer-dev/streamer/internal/idlemem"
+	"github.com/streamer-dev/streamer/internal/waitq"
 	"github.com/streamer-dev/streamer/ipc"
 	"github.com/streamer-dev/streamer/model"
 )
@@ -198,11 +197,16 @@ func serve(ctx context.Context, cfg Config, m model.Model, in *ipc.Reader, out *
 	)
 	go idlemem.Release(ctx, func() (uint64, bool) { return answered.Load(), running.Load() }, cfg.Logger)
 
-	waiting := newAhead()
-	go func() { waiting.end(readBatches(ctx, in, out, waiting)) }()
+	// The batches read ahead of the model, until it takes them or the
+	// supervisor asks one back.
+	waiting := waitq.New[arrival]()
+	go func() { waiting.End(readBatches(ctx, in, out, waiting)) }()
 	for {
-		next, ok, err := waiting.take(ctx)
-		if !ok {
+		next, ok, err := waiting.Take(ctx.Done())
+		switch {
+		case !ok && ctx.Err() != nil:
+			return ctx.Err()
+		case !ok:
 			return err
 		}
 		running.Store(true)
@@ -211,84 +215,6 @@ func serve(ctx context.Context, cfg Config, m model.Model, in *ipc.Reader, out *
 		answered.Add(1)
 		if err != nil {
 			return fmt.Errorf("send result of batch %d: %w", next.msg.BatchID, err)
-		}
-	}
-}
-
-// ahead holds the batches read ahead of the model, oldest first, until the
-// model takes them, or the supervisor asks one back (ipc.KindRecall). It is
-// bounded by the supervisor, which sends a worker no more than its
-// pipeline's depth of batches unanswered.
-type ahead struct {
-	mu     sync.Mutex
-	queue  []arrival
-	ended  bool
-	err    error         // why reading ended: nil for a Stop
-	signal chan struct{} // holds a token once a batch came or reading ended
-}
-
-func newAhead() *ahead { return &ahead{signal: make(chan struct{}, 1)} }
-
-func (a *ahead) wake() {
-	select {
-	case a.signal <- struct{}{}:
-	default:
-	}
-}
-
-// add puts a batch read last behind the others.
-func (a *ahead) add(x arrival) {
-	a.mu.Lock()
-	a.queue = append(a.queue, x)
-	a.mu.Unlock()
-	a.wake()
-}
-
-// end says no more batches will come, and why (nil: the supervisor said
-// Stop). The batches read before it are still taken, as Stop asks.
-func (a *ahead) end(err error) {
-	a.mu.Lock()
-	a.ended, a.err = true, err
-	a.mu.Unlock()
-	a.wake()
-}
-
-// giveBack takes batch id out of those waiting, and reports whether it was
-// there: false when the model took it already.
-func (a *ahead) giveBack(id uint64) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for i, x := range a.queue {
-		if x.msg.BatchID == id {
-			a.queue = slices.Delete(a.queue, i, i+1)
-			return true
-		}
-	}
-	return false
-}
-
-// take waits for the oldest batch waiting and hands it over. Once reading
-// ended and none is left, it reports false and why reading ended; ctx's
-// end, false and its error.
-func (a *ahead) take(ctx context.Context) (arrival, bool, error) {
-	for {
-		a.mu.Lock()
-		if len(a.queue) > 0 {
-			x := a.queue[0]
-			a.queue[0] = arrival{}
-			a.queue = a.queue[1:]
-			a.mu.Unlock()
-			return x, true, nil
-		}
-		ended, err := a.ended, a.err
-		a.mu.Unlock()
-		if ended {
-			return arrival{}, false, err
-		}
-		select {
-		case <-a.signal:
-		case <-ctx.Done():
-			return arrival{}, false, ctx.Err()
 		}
 	}
 }
@@ -387,7 +313,7 @@ func sendResult(out *ipc.Writer, res *ipc.Message, maxFrame int) error {
 // ready the moment the current one is done, and gives back a batch not yet
 // taken that the supervisor asks for (ipc.KindRecall), saying so with
 // ipc.KindRecalled. It returns nil on Stop.
-func readBatches(ctx context.Context, in *ipc.Reader, out *ipc.Writer, waiting *ahead) error {
+func readBatches(ctx context.Context, in *ipc.Reader, out *ipc.Writer, waiting *waitq.Queue[arrival]) error {
 	for {
 		msg, err := in.Read()
 		switch {
@@ -398,9 +324,9 @@ func readBatches(ctx context.Context, in *ipc.Reader, out *ipc.Writer, waiting *
 		}
 		switch msg.Kind {
 		case ipc.KindBatch:
-			waiting.add(arrival{msg: msg, read: time.Now()})
+			waiting.Put(arrival{msg: msg, read: time.Now()})
 		case ipc.KindRecall:
-			if !waiting.giveBack(msg.BatchID) {
+			if !waiting.Remove(func(a arrival) bool { return a.msg.BatchID == msg.BatchID }) {
 				continue // the model took it: its result answers it
 			}
 			if err := out.Write(&ipc.Message{Kind: ipc.KindRecalled, BatchID: msg.BatchID}); err != nil {
