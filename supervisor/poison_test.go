@@ -57,10 +57,7 @@ func burstOfOneBadItem(t *testing.T, workers, copies, goodPer int, fresh bool) {
 	if !fresh {
 		seenWorking(t, s)
 	}
-	bad, err := msgpack.Marshal("BAD")
-	if err != nil {
-		t.Fatal(err)
-	}
+	bad := chaosItem(t, "BAD")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	// A server that gives up ends the test at once, rather than leave the
@@ -186,10 +183,7 @@ func TestABadItemWithAShortDeadlineIsConvicted(t *testing.T) {
 	cfg.UnavailableAfter = time.Minute
 	s := start(t, cfg)
 	seenWorking(t, s)
-	bad, err := msgpack.Marshal("BAD")
-	if err != nil {
-		t.Fatal(err)
-	}
+	bad := chaosItem(t, "BAD")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var good sync.WaitGroup
@@ -239,10 +233,7 @@ func TestADrainDoesNotWaitForAHuntNobodyWaitsFor(t *testing.T) {
 	cfg.BackoffMin = time.Millisecond
 	s := start(t, cfg)
 	seenWorking(t, s)
-	hang, err := msgpack.Marshal("HANG")
-	if err != nil {
-		t.Fatal(err)
-	}
+	hang := chaosItem(t, "HANG")
 	short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	if _, err := s.Predict(short, [][]byte{[]byte("a"), hang, []byte("b")}); !errors.Is(err, supervisor.ErrDeadline) {
@@ -259,4 +250,14 @@ func TestADrainDoesNotWaitForAHuntNobodyWaitsFor(t *testing.T) {
 	if took := time.Since(began); took > workerTimeout {
 		t.Errorf("Shutdown took %s; want it to end at once, not wait for the pieces of a hunt nobody waits for (%s each)", took, workerTimeout)
 	}
+}
+
+// chaosItem is item as the chaos model reads its triggers: msgpack.
+func chaosItem(t *testing.T, item string) []byte {
+	t.Helper()
+	b, err := msgpack.Marshal(item)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
