@@ -188,30 +188,35 @@ func (s *Streamer) someSlotOnTime(now time.Time) bool {
 // would wait behind a batch that may run on for as long as WorkerTimeout,
 // where the other could run them when it ends its own. Those the worker
 // has not started are given back (see slot.recallLocked), and sent again
-// to the first worker with room. It requires that s.mu is held.
+// to the first worker with room. A worker that a reload or a scaling
+// retired, which answers what it holds before it stops, gives them back
+// alike: the reload or scaling would wait for them too. It requires that
+// s.mu is held.
 func (s *Streamer) recallLate(now time.Time, earlier func(time.Time)) {
 	if isClosed(s.stopping) {
 		return // the queue is drained, and the workers stop
 	}
 	onTime := -1 // not looked at yet
-	for _, sl := range s.slots {
-		if sl.state != SlotReady || len(sl.inflight) < 2 {
-			continue
-		}
-		if at, late := s.lateAt(sl, now); !late {
-			if !at.IsZero() {
-				earlier(at)
+	for _, slots := range [...][]*slot{s.slots, s.retiring} {
+		for _, sl := range slots {
+			if (sl.state != SlotReady && sl.state != SlotDraining) || len(sl.inflight) < 2 {
+				continue
 			}
-			continue
-		}
-		if onTime < 0 {
-			onTime = 0
-			if s.someSlotOnTime(now) {
-				onTime = 1
+			if at, late := s.lateAt(sl, now); !late {
+				if !at.IsZero() {
+					earlier(at)
+				}
+				continue
 			}
-		}
-		if onTime == 1 {
-			sl.recallLocked()
+			if onTime < 0 {
+				onTime = 0
+				if s.someSlotOnTime(now) {
+					onTime = 1
+				}
+			}
+			if onTime == 1 {
+				sl.recallLocked()
+			}
 		}
 	}
 }
@@ -452,16 +457,15 @@ func (s *Streamer) checkAvailable(now time.Time, earlier func(time.Time)) {
 	}
 }
 
-// checkDrained reports, while draining, that nothing is queued or in flight.
-// It requires that s.mu is held.
 // abandonHuntsLocked kills, as the streamer drains, the workers that run
 // a piece of a hunt for a bad item whose callers are all gone or late: no
 // one waits for its answer, its verdict would go with the process, and a
 // model hung on the item would hold the drain up to the worker timeout.
 // The hunt ends there: its pieces queued are dropped, those of their
 // items whose callers are gone or late (see pruneLocked), and its deaths
-// but the first are forgiven (see pieceEndedLocked). One whose callers wait is looked at again once their
-// deadlines have passed. It requires that s.mu is held.
+// but the first are forgiven (see pieceEndedLocked). One whose callers
+// wait is looked at again once their deadlines have passed. It requires
+// that s.mu is held.
 func (s *Streamer) abandonHuntsLocked(now time.Time, earlier func(time.Time)) {
 	// Those queued go now, not once a worker is there to take them: one
 	// may be starting after the piece's death.
@@ -498,6 +502,8 @@ func (s *Streamer) abandonHuntsLocked(now time.Time, earlier func(time.Time)) {
 	}
 }
 
+// checkDrained reports, while draining, that nothing is queued or in
+// flight, by closing s.drained once. It requires that s.mu is held.
 func (s *Streamer) checkDrained() {
 	if s.queue.items() > 0 {
 		return

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/streamer-dev/streamer/internal/syncbuf"
@@ -659,4 +660,81 @@ func TestAReloadCutShortByShutdownIsNoFailure(t *testing.T) {
 	if st := s.Stats(); st.ReloadFailures != 0 || st.LastReloadError != "" {
 		t.Errorf("stats: %d reload failures, last error %q; want none", st.ReloadFailures, st.LastReloadError)
 	}
+}
+
+// A worker that a scaling retired, holding a batch sent ahead behind one
+// that runs late, gives the batch back to a worker on time, as a ready
+// one would: the scaling waits for the late batch, the caller of the one
+// ahead does not.
+func TestARetiredWorkerRunningLateGivesBackTheBatchAhead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// The first two items wait to be told their cost, once the test
+		// has seen which slot runs each.
+		costs := map[string]chan time.Duration{"p": make(chan time.Duration, 1), "q": make(chan time.Duration, 1)}
+		m := model.Func(func(_ context.Context, items [][]byte) ([][]byte, error) {
+			cost := 10 * time.Millisecond
+			if c, ok := costs[string(items[0])]; ok {
+				cost = <-c
+			}
+			time.Sleep(cost)
+			return items, nil
+		})
+		s := start(t, supervisor.Config{InProcess: m, Workers: 2, BatchSize: 1, Batching: supervisor.BatchingGreedy})
+		for range 8 {
+			if _, err := s.Predict(context.Background(), items("warm")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		synctest.Wait()
+		// p and q start on one slot each; a and b are sent ahead, one to each.
+		names := []string{"p", "q", "a", "b"}
+		futs := make([]*supervisor.Future, len(names))
+		onSlot1 := ""
+		for i, name := range names {
+			f, err := s.Submit(context.Background(), items(name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			futs[i] = f
+			synctest.Wait()
+			if i == 0 {
+				onSlot1 = "q"
+				if s.Slots()[1].InFlight == 1 {
+					onSlot1 = "p"
+				}
+			}
+		}
+		if st := s.Slots(); st[0].InFlight != 2 || st[1].InFlight != 2 {
+			t.Fatalf("slots hold %d and %d batches; want 2 each, one running and one ahead", st[0].InFlight, st[1].InFlight)
+		}
+		// Slot 1, which the scaling retires, runs late; slot 0 on time
+		// (30ms: under twice the 10ms measured and the margin).
+		for name, c := range costs {
+			if name == onSlot1 {
+				c <- 4 * time.Second
+			} else {
+				c <- 30 * time.Millisecond
+			}
+		}
+		begin := time.Now()
+		scaled := make(chan error, 1)
+		go func() { scaled <- s.SetWorkers(context.Background(), 1) }()
+		for i, name := range names {
+			if name == onSlot1 {
+				continue
+			}
+			if _, err := futs[i].Result(context.Background()); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if d := time.Since(begin); d > time.Second {
+				t.Errorf("%s answered after %s; want well under the slow batch's 4s: the batch ahead on the retired worker should have been given back", name, d)
+			}
+		}
+		if err := <-scaled; err != nil {
+			t.Fatalf("SetWorkers: %v", err)
+		}
+		if st := s.Stats(); st.Dispatch.Recalled != 1 {
+			t.Errorf("%d batches recalled (dispatch %+v); want 1, the one ahead on the retired worker", st.Dispatch.Recalled, st.Dispatch)
+		}
+	})
 }
