@@ -57,14 +57,19 @@ const (
 type runRecord struct {
 	died bool
 	hunt *firstCrash // the hunt a death was part of; nil for an answer
+	// hashes are those of the items an answer ran (see Streamer.hashOf),
+	// when the record held a death as it came; empty otherwise: the items
+	// of a model that does not crash are not hashed. See cleared.
+	hashes []uint64
 }
 
 // crashRecord holds the outcomes of the last recordSize batches. Guarded
 // by Streamer.mu.
 type crashRecord struct {
-	runs [recordSize]runRecord
-	next int
-	n    int
+	runs   [recordSize]runRecord
+	next   int
+	n      int
+	deaths int // of the runs held
 	// answers counts the answers ever recorded, so that a conviction can
 	// tell whether the model answered since (see convicted).
 	answers uint64
@@ -78,13 +83,60 @@ type crashRecord struct {
 }
 
 func (r *crashRecord) add(rec runRecord) {
+	old := &r.runs[r.next]
+	if r.n == recordSize && old.died {
+		r.deaths--
+	}
+	if rec.hashes == nil {
+		rec.hashes = old.hashes[:0] // kept for the answer that takes its place
+	}
 	r.runs[r.next] = rec
 	r.next = (r.next + 1) % recordSize
 	r.n = min(r.n+1, recordSize)
-	if !rec.died {
+	if rec.died {
+		r.deaths++
+	} else {
 		r.answers++
 		r.doubted = false
 	}
+}
+
+// addAnswer records that the model answered b, but for the items at the
+// indices expired (ascending), which it did not run. While the record
+// holds a death, the items answered are hashed, so that an item a hunt
+// suspects is known to have been answered (see cleared). It requires that
+// s.mu is held.
+func (s *Streamer) addAnswerLocked(b *batch, expired []int) {
+	r := &s.record
+	var rec runRecord
+	if r.deaths > 0 {
+		hashes := r.runs[r.next].hashes[:0]
+		for i := range b.items {
+			if len(expired) > 0 && expired[0] == i {
+				expired = expired[1:]
+				continue
+			}
+			hashes = append(hashes, s.hashOf(&b.items[i]))
+		}
+		rec.hashes = hashes
+	}
+	r.add(rec)
+}
+
+// cleared says whether the model answered an item of hash h among the
+// batches held: an item answered is none that crashes every worker it
+// runs on, whatever its runs alone say. Without it, an item sent again and
+// again (the same request from many clients) to a model that crashes at
+// random was convicted: every batch that died held a copy of it, their
+// deaths were all left out of the model's record as the item's (see
+// others), and the model seemed to answer everything else.
+func (r *crashRecord) cleared(h uint64) bool {
+	for _, rec := range r.runs[:r.n] {
+		if !rec.died && slices.Contains(rec.hashes, h) {
+			return true
+		}
+	}
+	return false
 }
 
 // convicted notes that hunt found poison. Its deaths are put down to the
@@ -101,7 +153,7 @@ func (r *crashRecord) convicted(hunt *firstCrash) {
 // served.
 func (r *crashRecord) reset() {
 	clear(r.runs[:])
-	r.next, r.n = 0, 0
+	r.next, r.n, r.deaths = 0, 0, 0
 	r.doubted = false
 }
 
@@ -114,7 +166,8 @@ func (r *crashRecord) reset() {
 // answered a batch after the verdict (see convicted). Leaving out the
 // deaths of batches that held a copy, and not the answers, can only
 // mislead where a copy was answered, which a poison item never is: a
-// model crashing at random on an item sent again and again.
+// model crashing at random on an item sent again and again. Such an item
+// is not judged by this count (see cleared).
 func (r *crashRecord) others(hunt *firstCrash, h uint64) (deaths, runs int) {
 	for _, rec := range r.runs[:r.n] {
 		if rec.died && (rec.hunt == hunt || rec.hunt != nil && (rec.hunt.held(h) || rec.hunt.explained && r.answers > rec.hunt.explainedAt)) {
@@ -158,6 +211,13 @@ func (s *Streamer) judgeLocked(it *item, hunt *firstCrash, waiting bool) (verdic
 	case n < 2:
 		// Once proves nothing: an operator's kill -9 looks the same.
 		return verdictUnsure, nil
+	case s.record.cleared(h) && n < maxAloneCrashes:
+		// The model answered it, or a copy: it crashes at random, and
+		// the item runs alone again, to be answered in its turn.
+		return verdictUnsure, nil
+	case s.record.cleared(h):
+		return verdictModel, fmt.Errorf("%w: this item crashed the worker alone %d times, but the model answered a copy of it lately: it crashes at random, not on this item",
+			ErrModelFailed, n)
 	case !doubted && math.Pow(rate, float64(n)) <= blameLevel:
 		s.record.last = h
 		return verdictPoison, fmt.Errorf("%w: it crashed the worker alone %d times, while the model answered %d of its last %d other batches",

@@ -487,7 +487,7 @@ func (sl *slot) onResult(w worker, r result) {
 	started := sl.headStart
 	if len(b.items) > len(r.expired) {
 		sl.tally.batches++ // as stats.batches: only batches that reached the model
-		s.record.add(runRecord{})
+		s.addAnswerLocked(b, r.expired)
 	}
 	s.returned++
 	sl.headStart, sl.headStalled = now, stalled
