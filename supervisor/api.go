@@ -133,7 +133,8 @@ type Stats struct {
 	// in items: 0 when none. Behind a broker, the room kept in the shared
 	// backlog, as the front end's last check found it.
 	RoomKept int `json:"room_kept"`
-	// Crashes counts workers that died or were killed.
+	// Crashes counts workers that died or were killed, as they ran or as
+	// they started (a start that failed).
 	Crashes uint64 `json:"crashes"`
 	// Poisoned counts items found to crash the model.
 	Poisoned uint64 `json:"poisoned"`
@@ -253,7 +254,8 @@ type SlotStatus struct {
 	// Batches counts the batches the slot's workers answered, of those that
 	// reached the model (Stats.Batches counts the same).
 	Batches uint64 `json:"batches"`
-	// Crashes counts the slot's workers that died or were killed.
+	// Crashes counts the slot's workers that died or were killed, as
+	// they ran or as they started (a start that failed).
 	Crashes int `json:"crashes"`
 	// InitSeconds is how long the slot's current worker took to start and
 	// open its model; zero while none is ready.

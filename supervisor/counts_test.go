@@ -3,6 +3,8 @@ package supervisor_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -185,5 +187,36 @@ func TestStatsNeverAnswerMoreThanSubmitted(t *testing.T) {
 		if st := s.Stats(); st.Answered > st.Submitted {
 			t.Fatalf("snapshot %d: %d items answered, %d submitted", i, st.Answered, st.Submitted)
 		}
+	}
+}
+
+// A worker that dies as it starts counts as a crash, as one that dies
+// running does: a slot whose model crashes as it loads shows in the
+// crashes, not only in the restarts (before, only deaths of ready workers
+// counted, and an alert on crashes never saw a slot failing to start).
+func TestAWorkerThatDiesStartingCountsAsACrash(t *testing.T) {
+	// With the file fail there, the next start fails once, as a model
+	// that crashes as it loads.
+	script := workerScript(t, `if rm $DIR/fail 2>/dev/null; then echo "the model crashed as it loaded" >&2; exit 3; fi`)
+	cfg := processConfig("echo", 1, 8)
+	cfg.Process.Path = script
+	cfg.BackoffMin = time.Millisecond
+	s := start(t, cfg)
+	pid := s.Slots()[0].PID
+	if err := os.WriteFile(filepath.Join(filepath.Dir(script), "fail"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := os.FindProcess(pid); err != nil {
+		t.Fatal(err)
+	} else if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a new worker ready", func() bool {
+		sl := s.Slots()[0]
+		return sl.State == supervisor.SlotReady && sl.PID != pid && sl.PID != 0
+	})
+	sl, st := s.Slots()[0], s.Stats()
+	if sl.Restarts != 2 || sl.Crashes != 2 || st.Crashes != 2 {
+		t.Errorf("after a worker killed and a start that failed: slot %d restarts, %d crashes, %d crashes in all; want 2, 2, 2", sl.Restarts, sl.Crashes, st.Crashes)
 	}
 }

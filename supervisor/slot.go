@@ -233,7 +233,11 @@ func (sl *slot) start() (worker, error) {
 		sl.s.log.Error("worker failed to start", sl.logAttrs(nil, "err", err)...)
 		sl.s.mu.Lock()
 		sl.startErr = err.Error()
+		// A worker that dies as it starts died all the same: a slot
+		// whose model crashes as it loads shows in the crashes.
+		sl.tally.crashes++
 		sl.s.mu.Unlock()
+		sl.s.stats.crashes.Add(1)
 	}
 	return w, err
 }

@@ -132,7 +132,7 @@ func newCollector(backend Backend, requests *requestCounts) *collector {
 		inFlight:      desc("batches_in_flight", "Batches handed to workers and not yet answered."),
 		ready:         desc("ready", "1 when GET /readyz would answer 200: some worker can take work (on a front end behind Redis, some node can), and the server is not draining."),
 		restarts:      desc("worker_restarts_total", "Worker restarts, by slot.", "slot"),
-		crashes:       desc("worker_crashes_total", "Workers that died or were killed, by slot.", "slot"),
+		crashes:       desc("worker_crashes_total", "Workers that died or were killed, as they ran or as they started, by slot.", "slot"),
 		slotBatches:   desc("worker_batches_total", "Batches answered, by slot.", "slot"),
 		workerState:   desc("worker_state", "How many slots of the number are in each state: 1 for the state a slot is in, 0 for the others; while a reload or scaling drains a slot, its draining series is 1 beside the state of the one that took its place.", "slot", "device", "state"),
 		initS:         desc("worker_init_seconds", "How long the slot's current worker took to start and open its model.", "slot"),
