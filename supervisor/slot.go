@@ -525,6 +525,11 @@ func (sl *slot) onResult(w worker, r result) {
 	batchErr := checkResult(r, len(b.items))
 	var ok, failed, late, left int
 	expired := r.expired
+	// Whether an item is late is read now, as its caller is woken, not
+	// as the answer came: a caller whose deadline passed meanwhile (the
+	// next batch sent, the latencies noted) had its ErrDeadline, and its
+	// item must count expired, not answered well.
+	now = time.Now()
 	// A piece of a hunt ran though its callers may have left (see
 	// pruneLocked): those are counted canceled, as they would have been.
 	suspect := b.suspect
