@@ -956,8 +956,8 @@ func (n *Node) takeChecked(stream string, msgs []redis.XMessage, quarantine map[
 	}
 	n.mu.Unlock()
 	poison := n.quarantined(msgs, quarantine)
-	var run []answerEntry
-	var reqs []supervisor.Request
+	run := make([]answerEntry, 0, len(msgs))
+	reqs := make([]supervisor.Request, 0, len(msgs))
 	for _, m := range msgs {
 		// A malformed item is answered with an error when its header
 		// names a front end, and only acknowledged when it names none.

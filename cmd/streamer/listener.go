@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"cmp"
-	"container/list"
 	"log/slog"
 	"net"
 	"net/http"
@@ -87,10 +86,10 @@ type cappedListener struct {
 	maxRefusals  int  // tests' bound in place of maxRefusals; 0: that
 
 	// The connections idle between requests or before their first, the
-	// longest idle first.
-	idleMu sync.Mutex
-	idle   list.List // of idleConn
-	idleAt map[net.Conn]*list.Element
+	// longest idle first: a list linked through the connections
+	// themselves, so that track, called twice a request, allocates nothing.
+	idleMu             sync.Mutex
+	idleHead, idleTail *countedConn
 
 	// The connections turned away over the cap and while draining, and
 	// those closed for a new one to take their place; and the gRPC
@@ -98,12 +97,6 @@ type cappedListener struct {
 	// has them beside the API's.
 	refusedOverCap, refusedDraining, reclaimed atomic.Uint64
 	grpc                                       grpcConnCounts
-}
-
-// idleConn is a connection idle between requests since a time.
-type idleConn struct {
-	conn  net.Conn
-	since time.Time
 }
 
 func (l *cappedListener) Accept() (net.Conn, error) {
@@ -170,19 +163,51 @@ func (l *cappedListener) Collect(ch chan<- prometheus.Metric) {
 
 // track is the HTTP server's ConnState hook: it keeps the list of the
 // connections idle between requests, or new (no request read yet).
+//
+// Only the connections Accept returned are listed: no other could be
+// reclaimed.
 func (l *cappedListener) track(conn net.Conn, state http.ConnState) {
+	c, ok := conn.(*countedConn)
+	if !ok {
+		return
+	}
+	idle := state == http.StateIdle || state == http.StateNew
+	var now time.Time
+	if idle {
+		now = time.Now()
+	}
 	l.idleMu.Lock()
-	defer l.idleMu.Unlock()
-	if e, ok := l.idleAt[conn]; ok {
-		l.idle.Remove(e)
-		delete(l.idleAt, conn)
+	if c.listed {
+		l.unlinkIdle(c)
 	}
-	if state == http.StateIdle || state == http.StateNew {
-		if l.idleAt == nil {
-			l.idleAt = map[net.Conn]*list.Element{}
+	if idle {
+		c.idleSince = now
+		c.listed = true
+		c.idlePrev, c.idleNext = l.idleTail, nil
+		if l.idleTail != nil {
+			l.idleTail.idleNext = c
+		} else {
+			l.idleHead = c
 		}
-		l.idleAt[conn] = l.idle.PushBack(idleConn{conn, time.Now()})
+		l.idleTail = c
 	}
+	l.idleMu.Unlock()
+}
+
+// unlinkIdle takes c, listed, off the list of idle connections. It
+// requires l.idleMu.
+func (l *cappedListener) unlinkIdle(c *countedConn) {
+	if c.idlePrev != nil {
+		c.idlePrev.idleNext = c.idleNext
+	} else {
+		l.idleHead = c.idleNext
+	}
+	if c.idleNext != nil {
+		c.idleNext.idlePrev = c.idlePrev
+	} else {
+		l.idleTail = c.idlePrev
+	}
+	c.idlePrev, c.idleNext, c.listed = nil, nil, false
 }
 
 // reclaim closes the connection idle longest, if it has been for
@@ -194,15 +219,12 @@ func (l *cappedListener) reclaim() bool {
 	l.idleMu.Lock()
 	defer l.idleMu.Unlock()
 	for {
-		e := l.idle.Front()
-		if e == nil || time.Since(e.Value.(idleConn).since) < reclaimAfter {
+		conn := l.idleHead
+		if conn == nil || time.Since(conn.idleSince) < reclaimAfter {
 			return false
 		}
-		conn := e.Value.(idleConn).conn
-		l.idle.Remove(e)
-		delete(l.idleAt, conn)
-		counted, ok := conn.(*countedConn)
-		if !ok || !counted.release() {
+		l.unlinkIdle(conn)
+		if !conn.release() {
 			continue
 		}
 		// Its server goroutine, waiting for a request, ends on the closed
@@ -357,6 +379,12 @@ type countedConn struct {
 	net.Conn
 	open     *atomic.Int64
 	released atomic.Bool
+
+	// Its place in the listener's list of idle connections, under the
+	// listener's idleMu (see track).
+	listed             bool
+	idleSince          time.Time
+	idlePrev, idleNext *countedConn
 }
 
 func (c *countedConn) Close() error {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -140,4 +141,28 @@ func TestLivenessAnswer(t *testing.T) {
 	if !bytes.HasSuffix(head, []byte("\r\n\r\n")) || !bytes.HasPrefix(healthzAnswer, head) || !bytes.Contains(head, []byte("Content-Length: 16\r\n")) {
 		t.Errorf("livenessAnswer of HEAD /healthz = %q; want the head of %q", head, healthzAnswer)
 	}
+}
+
+// BenchmarkTrack is what the HTTP server does to the listener's ConnState
+// hook for each request on a keep-alive connection: StateActive as the
+// request is read, StateIdle once it is answered. 128 connections, as many
+// goroutines as GOMAXPROCS driving them.
+func BenchmarkTrack(b *testing.B) {
+	l := &cappedListener{max: 4096}
+	var open atomic.Int64
+	conns := make([]net.Conn, 128)
+	for i := range conns {
+		a, _ := net.Pipe()
+		conns[i] = &countedConn{Conn: a, open: &open}
+		l.track(conns[i], http.StateNew)
+	}
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		c := conns[int(next.Add(1))%len(conns)]
+		for pb.Next() {
+			l.track(c, http.StateActive)
+			l.track(c, http.StateIdle)
+		}
+	})
 }

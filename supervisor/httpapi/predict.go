@@ -255,7 +255,14 @@ func (h *handler) readSent(w http.ResponseWriter, r *http.Request, buf *bytes.Bu
 		// sends one byte holds no more than initialBodyBuffer.
 		buf.Grow(int(min(r.ContentLength, initialBodyBuffer)) + bytes.MinRead)
 	}
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, h.maxBody))
+	// A body of announced length is cut there by net/http already, and
+	// that length is within maxBody (checked above): only a chunked one
+	// needs the limit's reader, an allocation a request.
+	body := r.Body
+	if r.ContentLength < 0 {
+		body = http.MaxBytesReader(w, r.Body, h.maxBody)
+	}
+	_, err := buf.ReadFrom(body)
 	if err != nil {
 		return h.bodyError(err)
 	}
