@@ -218,6 +218,17 @@ func (s *Streamer) judgeLocked(it *item, hunt *firstCrash, waiting bool) (verdic
 	case s.record.cleared(h):
 		return verdictModel, fmt.Errorf("%w: this item crashed the worker alone %d times, but the model answered a copy of it lately: it crashes at random, not on this item",
 			ErrModelFailed, n)
+	case !it.crashedFresh && n < maxAloneCrashes:
+		// Every worker it crashed alone had run other batches first:
+		// workers that come to fail as they age (a leak, a count of
+		// batches, kill -9 of the old ones) would look the same. A bad
+		// item crashes a fresh one too, and it runs alone again until
+		// it meets one: the worker it killed last, restarted, if no
+		// other is idle first.
+		return verdictUnsure, nil
+	case !it.crashedFresh:
+		return verdictModel, fmt.Errorf("%w: this item crashed the worker alone %d times, but never on a worker's first batch: the workers fail as they age, not on this item",
+			ErrModelFailed, n)
 	case !doubted && math.Pow(rate, float64(n)) <= blameLevel:
 		s.record.last = h
 		return verdictPoison, fmt.Errorf("%w: it crashed the worker alone %d times, while the model answered %d of its last %d other batches",

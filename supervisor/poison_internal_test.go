@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -195,12 +196,57 @@ func TestTheDeathsOfCopiesDoNotCloudTheVerdict(t *testing.T) {
 				other := item{data: []byte(tc.others)}
 				s.record.add(runRecord{died: true, hunt: &firstCrash{hashes: []uint64{s.hashOf(&other)}}})
 			}
-			suspect := item{data: []byte("bad"), aloneCrashes: 2}
+			suspect := item{data: []byte("bad"), aloneCrashes: 2, crashedFresh: true}
 			own := &firstCrash{hashes: []uint64{s.hashOf(&suspect)}}
 			s.record.add(runRecord{died: true, hunt: own})
 			suspect.deferred = true // no waiting for other batches
 			if got, err := s.judgeLocked(&suspect, own, false); got != tc.want {
 				t.Errorf("verdict %d (%v); want %d", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// An item that crashed workers alone, the model answering every other
+// batch, is convicted only once one of those workers was fresh (the batch
+// was its first), and never once the model answered a copy of it lately:
+// workers failing as they age, or a model crashing at random on an item
+// sent again and again, look alike otherwise.
+func TestAnItemIsConvictedOnlyByAFreshWorkerAndNoAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		alone    uint8
+		fresh    bool
+		answered bool // a copy among the answers since the record held a death
+		want     verdict
+	}{
+		{"twice, once on a fresh worker", 2, true, false, verdictPoison},
+		{"twice, on workers that had run batches", 2, false, false, verdictUnsure},
+		{"five times, never on a fresh worker", maxAloneCrashes, false, false, verdictModel},
+		{"twice, a copy answered lately", 2, true, true, verdictUnsure},
+		{"five times, a copy answered lately", maxAloneCrashes, true, true, verdictModel},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := unstartedEcho(t)
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			suspect := item{data: []byte("bad"), aloneCrashes: tc.alone, crashedFresh: tc.fresh}
+			own := &firstCrash{hashes: []uint64{s.hashOf(&suspect)}}
+			s.record.add(runRecord{died: true, hunt: own})
+			for i := range 40 {
+				b := s.newBatch([]item{{data: fmt.Appendf(nil, "good%d", i)}}, false)
+				if tc.answered && i == 20 {
+					b.items = append(b.items, item{data: []byte("bad")})
+				}
+				s.addAnswerLocked(b, nil)
+			}
+			suspect.deferred = true // no waiting for other batches
+			got, err := s.judgeLocked(&suspect, own, false)
+			if got != tc.want {
+				t.Errorf("verdict %d (%v); want %d", got, err, tc.want)
+			}
+			if got == verdictModel && !errors.Is(err, ErrModelFailed) {
+				t.Errorf("blamed on the model with %v; want ErrModelFailed", err)
 			}
 		})
 	}

@@ -17,6 +17,9 @@ type item struct {
 	// aloneCrashes those in which it was the only item.
 	crashes      uint8
 	aloneCrashes uint8
+	// crashedFresh says that one of its crashes alone was of a worker's
+	// first batch (see judgeLocked).
+	crashedFresh bool
 	// deferred says that its hunt once sent it behind the batches waiting,
 	// for want of batches the model answered (see verdictWait).
 	deferred bool

@@ -121,7 +121,10 @@ type slot struct {
 	headStalled time.Duration
 	recent      []time.Time // restarts within RestartWindow
 	failures    int         // crashes since the last answered batch
-	lastErr     string
+	// ran counts the batches its current worker answered: none, and the
+	// batch it dies on was its first (see requeueLocked).
+	ran     int
+	lastErr string
 	// startErr is why its last worker failed to start, until one is ready.
 	startErr string
 	tally    *slotTally    // the counts of every slot of its number
@@ -288,6 +291,7 @@ func (sl *slot) setReady(w worker) {
 func (sl *slot) readyLocked(w worker) {
 	s := sl.s
 	sl.w = w
+	sl.ran = 0
 	sl.startErr = ""
 	sl.initTime = time.Since(sl.startBegan)
 	if !isClosed(sl.quit) {
@@ -496,6 +500,7 @@ func (sl *slot) onResult(w worker, r result) {
 	s.returned++
 	sl.headStart, sl.headStalled = now, stalled
 	sl.failures = 0
+	sl.ran++
 	retired := isClosed(sl.quit)
 	// Refill this worker's pipeline here rather than wait for the dispatcher
 	// goroutine to be scheduled: for a fast model that wait is the bottleneck.
@@ -646,7 +651,7 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 			}
 			hunt = batches[0].crash
 			s.record.add(runRecord{died: true, hunt: hunt})
-			settled = sl.requeueLocked(batches)
+			settled = sl.requeueLocked(batches, sl.ran == 0)
 		}
 		batches = nil
 	}
@@ -704,15 +709,17 @@ type settledItem struct {
 // lone item is judged (see judgeLocked), and run alone again, or settled,
 // its copies failed with it when it is convicted; one with no item left
 // (they expired as it was sent) is dropped, as no item can be to blame.
-// The others never started and go back as they were. It requires that
+// The others never started and go back as they were. first says that the
+// first was the first batch of the worker that died. It requires that
 // s.mu is held.
-func (sl *slot) requeueLocked(batches []*batch) (settled []settledItem) {
+func (sl *slot) requeueLocked(batches []*batch, first bool) (settled []settledItem) {
 	s := sl.s
 	head := batches[0]
 	for i := range head.items {
 		head.items[i].crashes++
 		if len(head.items) == 1 {
 			head.items[i].aloneCrashes++
+			head.items[i].crashedFresh = head.items[i].crashedFresh || first
 		}
 	}
 	var again []*batch

@@ -62,7 +62,7 @@ func TestAnEmptyBatchOfADeadWorkerIsNotSplit(t *testing.T) {
 	head := s.newBatch(nil, false)
 	head.crash = &firstCrash{slot: sl, returned: s.returned, pieces: 1}
 	hunt := head.crash
-	if settled := sl.requeueLocked([]*batch{head}); len(settled) != 0 {
+	if settled := sl.requeueLocked([]*batch{head}, false); len(settled) != 0 {
 		t.Errorf("settled %d items of an empty batch", len(settled))
 	}
 	if n := len(s.queue.ready); n != 0 {

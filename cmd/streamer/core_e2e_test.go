@@ -265,6 +265,36 @@ func TestAModelCrashingAtRandomIsGivenUp(t *testing.T) {
 	}
 }
 
+// TestWorkersFailingAsTheyAgeDoNotConvictAnItem: two workers that die at
+// the same age (here their 20th batch: a leak, a count of batches) kill
+// the one item a client sends again and again twice in a row, alone, on a
+// model that answered every other batch. The item is not taken for
+// poison: neither worker was fresh, and it runs on a restarted one,
+// which answers it. (Before, it was convicted at the first two deaths and
+// refused on sight, 422, for ten minutes.)
+func TestWorkersFailingAsTheyAgeDoNotConvictAnItem(t *testing.T) {
+	s := startServer(t, "--workers", "2", "--model", "chaos:crash-every=20,delay=1ms", "--max-restarts", "1000")
+	s.waitAllReady(t, 2)
+	codes := map[int]int{}
+	for i := 0; i < 150 && !s.exited(); i++ {
+		p, err := s.tryPredictJSON(map[string]any{"inputs": []any{"a"}})
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		codes[p.Status]++
+		if p.Status != http.StatusOK {
+			t.Errorf("request %d: %s; want it answered", i, p)
+		}
+	}
+	st := s.stats(t)
+	if st.Crashes < 4 || st.Poisoned != 0 {
+		t.Errorf("%d deaths, %d items poisoned (answers by code %v); want 4 deaths or more, and none poisoned", st.Crashes, st.Poisoned, codes)
+	}
+	if strings.Contains(s.logs(), "poison item isolated") {
+		t.Errorf("an item was taken for poison:\n%s", s.logs())
+	}
+}
+
 func TestHangingBatchKillsWorker(t *testing.T) {
 	s := startServer(t, "--workers", "2", "--model", "chaos:hang=zzz", "--worker-timeout", "500ms")
 	before := s.waitAllReady(t, 2)
