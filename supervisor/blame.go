@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"slices"
@@ -51,6 +52,11 @@ const (
 	verdictWait
 	// verdictModel: the model crashes too often to blame the item.
 	verdictModel
+	// verdictProbe: the model answered nothing since the last item was
+	// convicted, and no other work waits that would tell whether it
+	// still answers: an item it answered before (the canary) runs
+	// first, then the item after it (see Streamer.probeLocked).
+	verdictProbe
 )
 
 // runRecord is the outcome of one recent batch that reached the model.
@@ -76,6 +82,9 @@ type crashRecord struct {
 	// doubted: an item was convicted and the model has answered no batch
 	// since, as a model that turned to crash on everything would not.
 	doubted bool
+	// probed: a probe was sent since the doubt began (see
+	// Streamer.probeLocked).
+	probed bool
 	// last is the hash of the item convicted last (see poisonList.hash):
 	// that item convicted again, once its quarantine is over, is no
 	// reason for doubt.
@@ -101,26 +110,79 @@ func (r *crashRecord) add(rec runRecord) {
 	}
 }
 
-// addAnswer records that the model answered b, but for the items at the
-// indices expired (ascending), which it did not run. While the record
+// addAnswerLocked records that the model answered b, but for the items at
+// the indices expired (ascending), which it did not run. While the record
 // holds a death, the items answered are hashed, so that an item a hunt
-// suspects is known to have been answered (see cleared). It requires that
-// s.mu is held.
+// suspects is known to have been answered (see cleared), and the canary
+// is taken afresh from them (see canary). It requires that s.mu is held.
 func (s *Streamer) addAnswerLocked(b *batch, expired []int) {
 	r := &s.record
 	var rec runRecord
-	if r.deaths > 0 {
+	if r.deaths > 0 || s.canary.data == nil {
 		hashes := r.runs[r.next].hashes[:0]
+		fresh := false
 		for i := range b.items {
 			if len(expired) > 0 && expired[0] == i {
 				expired = expired[1:]
 				continue
 			}
-			hashes = append(hashes, s.hashOf(&b.items[i]))
+			it := &b.items[i]
+			if r.deaths > 0 {
+				hashes = append(hashes, s.hashOf(it))
+			}
+			if !fresh && len(it.data) <= canaryMax {
+				s.canary.data = append(s.canary.data[:0], it.data...)
+				s.canary.key, fresh = it.key, true
+			}
 		}
 		rec.hashes = hashes
 	}
 	r.add(rec)
+}
+
+// canaryMax is the largest item kept as the canary.
+const canaryMax = 64 << 10
+
+// canary is an item the model answered lately, kept to ask the model
+// whether it still answers (see probeLocked): the first answered, then,
+// while the record holds a death, one of each batch answered. Guarded by
+// Streamer.mu.
+type canary struct {
+	data  []byte // nil: none
+	key   string
+	probe *batch // the probe queued or running; nil while none is
+}
+
+// probeLocked queues, ahead of every other batch, a batch of a copy of the
+// canary, whose answer nobody waits for: when
+// the record doubts the model (an item was convicted, and the model has
+// answered nothing since) and no other work waits, a second bad item
+// could not be told from a model that turned to crash on everything, and
+// was blamed on the model, its deaths counted (a client sending two
+// different bad items to a quiet server of one worker had it give up and
+// exit). The probe's answer lifts the doubt; its death counts, as the
+// model's. The items deferred behind it wait for its end (see
+// deferredLocked). Once a doubt at most. It requires that s.mu is held.
+func (s *Streamer) probeLocked() {
+	c := &s.canary
+	if s.record.probed {
+		return
+	}
+	s.record.probed = true // tried, whatever comes of it
+	if c.data == nil || c.probe != nil || s.poison.has(c.key, c.data) {
+		return
+	}
+	c.probe = s.newBatch([]item{{fut: newFuture(1), data: bytes.Clone(c.data), key: c.key, probe: true}}, false)
+	s.queue.requeue([]*batch{c.probe})
+	s.log.Info("asking the model to answer an item it answered before: an item crashed workers alone after another was convicted, and nothing else runs to tell a second bad item from a model that crashes on everything")
+}
+
+// probeEndedLocked notes that b, if it is the probe, ended: answered,
+// dropped, or its worker died. It requires that s.mu is held.
+func (s *Streamer) probeEndedLocked(b *batch) {
+	if b == s.canary.probe {
+		s.canary.probe = nil
+	}
 }
 
 // cleared says whether the model answered an item of hash h among the
@@ -146,7 +208,7 @@ func (r *crashRecord) cleared(h uint64) bool {
 func (r *crashRecord) convicted(hunt *firstCrash) {
 	hunt.explained = true
 	hunt.explainedAt = r.answers
-	r.doubted = true
+	r.doubted, r.probed = true, false
 }
 
 // reset forgets every batch recorded: they tell of a model no longer
@@ -237,6 +299,8 @@ func (s *Streamer) judgeLocked(it *item, hunt *firstCrash, waiting bool) (verdic
 		return verdictUnsure, nil
 	case !it.deferred && waiting:
 		return verdictWait, nil
+	case doubted && !s.record.probed && s.canary.data != nil:
+		return verdictProbe, nil
 	case runs == deaths:
 		return verdictModel, fmt.Errorf("%w: the model crashes on every batch (this item crashed the worker alone %d times, and no other batch was answered lately); the item is not to blame",
 			ErrModelFailed, n)

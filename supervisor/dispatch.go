@@ -248,6 +248,7 @@ func (s *Streamer) nextBatch(idle bool, now time.Time, earlier func(time.Time)) 
 			return b
 		}
 		s.pieceEndedLocked(b, false) // every item of it dropped
+		s.probeEndedLocked(b)
 		i--
 	}
 	for {
@@ -288,11 +289,12 @@ func (s *Streamer) nextBatch(idle bool, now time.Time, earlier func(time.Time)) 
 // deferredLocked reports whether b is a lone item judged too early to tell
 // whether to blame it (see verdictWait) that waits behind the items queued
 // for deferAnswers answers: on a server that has answered nothing yet, or
-// since a reload, those answers are what lets it be judged. It requires
-// that s.mu is held.
+// since a reload, those answers are what lets it be judged; or behind the
+// probe of the model, until it ends (see probeLocked). It requires that
+// s.mu is held.
 func (s *Streamer) deferredLocked(b *batch) bool {
 	return b.suspect && len(b.items) == 1 && b.items[0].deferred &&
-		s.queue.n > 0 && s.record.answers < b.deferredAt+deferAnswers
+		(s.canary.probe != nil || s.queue.n > 0 && s.record.answers < b.deferredAt+deferAnswers)
 }
 
 // suspectWaits reports whether a piece of a hunt waits for an idle slot.

@@ -261,3 +261,59 @@ func chaosItem(t *testing.T, item string) []byte {
 	}
 	return b
 }
+
+// TestTwoBadItemsOnAQuietServerAreBothConvicted: two different bad items
+// sent together to a server of one worker that nothing else keeps busy
+// are both convicted. After the first, the model answers nothing (nothing
+// else runs), so the second could not be told from a model that turned
+// to crash on everything; an item the model answered before is run to
+// ask it, and its answer lets the second be convicted. (Before, the
+// second's copies failed with ErrModelFailed, their deaths counted, and a
+// client sending the two again and again had the server give up.)
+func TestTwoBadItemsOnAQuietServerAreBothConvicted(t *testing.T) {
+	cfg := processConfig("chaos:crash=X,panic=Y,delay=1ms", 1, 8)
+	cfg.BackoffMin = time.Millisecond
+	cfg.UnavailableAfter = time.Minute // this test is about blame, not a slow start
+	s := start(t, cfg)
+	seenWorking(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs = map[string][]error{}
+	)
+	for round := range 3 {
+		for _, name := range []string{"X", "Y"} {
+			f, err := s.Submit(ctx, [][]byte{chaosItem(t, name)})
+			if err != nil && !errors.Is(err, supervisor.ErrPoison) {
+				t.Fatalf("round %d, %s refused: %v", round, name, err)
+			}
+			wg.Go(func() {
+				if err == nil {
+					_, err = f.Result(ctx)
+				}
+				mu.Lock()
+				errs[name] = append(errs[name], err)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+	}
+	select {
+	case err := <-s.Fatal():
+		t.Fatalf("the server gave up: %v", err)
+	default:
+	}
+	for name, got := range errs {
+		for i, err := range got {
+			if !errors.Is(err, supervisor.ErrPoison) {
+				t.Errorf("%s, copy %d: %v; want ErrPoison", name, i, err)
+			}
+		}
+	}
+	if _, err := s.Predict(ctx, items("good")); err != nil {
+		t.Errorf("a good item after them: %v", err)
+	}
+	t.Logf("%d deaths", s.Stats().Crashes)
+}

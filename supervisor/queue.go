@@ -20,6 +20,9 @@ type item struct {
 	// crashedFresh says that one of its crashes alone was of a worker's
 	// first batch (see judgeLocked).
 	crashedFresh bool
+	// probe: it is a copy of the canary, whose answer nobody waits for
+	// and no count tells (see Streamer.probeLocked).
+	probe bool
 	// deferred says that its hunt once sent it behind the batches waiting,
 	// for want of batches the model answered (see verdictWait).
 	deferred bool

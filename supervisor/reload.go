@@ -176,6 +176,7 @@ func (s *Streamer) reloadSlot(ctx context.Context, i int, spec model.Spec) error
 	// may crash on everything the old one answered, and would have its
 	// deaths put down to innocent items.
 	s.record.reset()
+	s.canary.data = nil // the new model may not answer it
 	fresh.readyLocked(w)
 	stop := s.retireLocked(old)
 	s.mu.Unlock()

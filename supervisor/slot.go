@@ -480,13 +480,15 @@ func (sl *slot) onResult(w worker, r result) {
 	b := sl.inflight[0]
 	sl.inflight = append(sl.inflight[:0], sl.inflight[1:]...)
 	s.pieceEndedLocked(b, len(b.items) > len(r.expired))
+	s.probeEndedLocked(b)
+	probe := len(b.items) == 1 && b.items[0].probe
 	stalled := s.stalledAt(now)
 	if ran := len(b.items) - len(r.expired); ran > 0 && r.err == nil && stalled == sl.headStalled {
 		// A batch through which the supervisor stalled took longer than
 		// it ran: its time says nothing of the model's cost.
 		s.cost.observe(ran, now.Sub(sl.headStart))
 	}
-	if s.cfg.Batching == BatchingAdaptive {
+	if s.cfg.Batching == BatchingAdaptive && !probe { // no caller comes back from a probe
 		if fixed, _, ok := s.cost.line(); ok {
 			s.returns.reach = fixed / 2
 		}
@@ -516,6 +518,17 @@ func (sl *slot) onResult(w worker, r result) {
 		sl.stopRetired(w)
 	}
 
+	if probe {
+		// Its answer only lifted the doubt (see probeLocked): no caller
+		// waits for it, and no count tells of it but the batch's.
+		s.stats.batches.Add(1)
+		if len(s.stats.batchSizes) > 1 {
+			s.stats.batchSizes[1].Add(1)
+		}
+		b.items[0].fut.complete(0, nil, nil)
+		s.recycle(b)
+		return
+	}
 	s.observeLatency(b, r.expired, started, now)
 	if n := len(b.items) - len(r.expired); n > 0 {
 		// Only batches that reached the model count.
@@ -642,6 +655,14 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 			// failed, its batch-mates run again, and nothing counts.
 			cause = crashPoisonKnown
 			s.queue.requeue(slices.DeleteFunc(batches, func(b *batch) bool { return len(b.items) == 0 }))
+		case len(batches[0].items) == 1 && batches[0].items[0].probe:
+			// The model crashed on an item it answered before (see
+			// probeLocked): the death is the model's.
+			cause = crashProbe
+			s.probeEndedLocked(batches[0])
+			s.record.add(runRecord{died: true})
+			s.complete(batches[0].items[0], nil, ErrModelFailed)
+			s.queue.requeue(batches[1:])
 		default:
 			cause = crashFirstOfBatch
 			if batches[0].suspect {
@@ -679,8 +700,11 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 		sl.setFailures(0)
 	}
 	s.log.Error("worker died", sl.logAttrs(w, "err", exitErr, "batches_in_flight", inFlight)...)
-	if copies > 0 {
+	switch {
+	case copies > 0:
 		s.log.Warn("the worker ran a copy of an item convicted as poison; its death is not counted", "slot", sl.id, "copies", copies)
+	case cause == crashProbe:
+		s.log.Warn("the model crashed on an item it answered before: it crashes whatever it runs, and the item that crashed workers after the last one convicted is not to blame", "slot", sl.id)
 	}
 	sl.noteCrash(exitErr, cause, hunt)
 	for _, st := range settled {
@@ -723,7 +747,7 @@ func (sl *slot) requeueLocked(batches []*batch, first bool) (settled []settledIt
 		}
 	}
 	var again []*batch
-	convicted := false
+	convicted, probe := false, false
 	switch len(head.items) {
 	case 0:
 		s.pieceEndedLocked(head, false)
@@ -735,11 +759,12 @@ func (sl *slot) requeueLocked(batches []*batch, first bool) (settled []settledIt
 		case verdictUnsure:
 			head.suspect = true
 			again = append(again, head)
-		case verdictWait:
+		case verdictWait, verdictProbe:
 			head.suspect = true
 			head.items[0].deferred = true
 			head.deferredAt = s.record.answers
 			s.queue.requeueLast(head)
+			probe = v == verdictProbe
 		default:
 			settled = append(settled, settledItem{it: head.items[0], err: err, poison: v == verdictPoison})
 			s.huntOverLocked(head.crash, v == verdictModel)
@@ -758,6 +783,9 @@ func (sl *slot) requeueLocked(batches []*batch, first bool) (settled []settledIt
 	}
 	again = append(again, batches[1:]...)
 	s.queue.requeue(again)
+	if probe {
+		s.probeLocked()
+	}
 	if convicted {
 		// Once the batches are back, so that copies in them fail too.
 		st := &settled[len(settled)-1]
@@ -795,6 +823,11 @@ const (
 	// until a Reload or the old file put back, not give up and, with every
 	// slot alike, end the server in the middle of an ordinary deploy.
 	crashModelChanged
+	// crashProbe: it died running the probe of the model, an item the
+	// model answered before (see Streamer.probeLocked). The death is the
+	// model's: it counts towards MaxRestarts, and the worker restarts at
+	// once.
+	crashProbe
 	// crashPoisonKnown: it died running a batch that held a copy of an item
 	// convicted as poison, admitted before the conviction and sent before
 	// it could be taken out. The item explains the death: the worker

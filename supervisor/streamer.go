@@ -45,6 +45,7 @@ type Streamer struct {
 	returned    uint64        // batches workers returned, under mu (see firstCrash)
 	sends       uint64        // batches sent to workers, under mu (see batch.sendSeq)
 	record      crashRecord   // the recent batches' outcomes, under mu (see judgeLocked)
+	canary      canary        // an item the model answered lately, under mu (see probeLocked)
 	answering   atomic.Int32  // slots completing a batch's Futures now (see Answering)
 	answered    atomic.Uint64 // batches whose Futures have all been completed
 	wake        chan struct{}
@@ -541,7 +542,9 @@ func (s *Streamer) signal() {
 // complete answers one item and counts it: first, so that a caller woken
 // by its answer finds it counted.
 func (s *Streamer) complete(it item, output []byte, err error) {
-	s.stats.outcome(err)
+	if !it.probe {
+		s.stats.outcome(err)
+	}
 	it.fut.complete(int(it.index), output, err)
 }
 
