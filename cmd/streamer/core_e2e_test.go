@@ -295,6 +295,54 @@ func TestWorkersFailingAsTheyAgeDoNotConvictAnItem(t *testing.T) {
 	}
 }
 
+// TestTwoBadItemsSentAgainAndAgainToAQuietServer: a client that sends two
+// different bad items again and again to a server of one worker, which
+// nothing else keeps busy, has both refused (422) and the server up. The
+// second could not be told from a model turned bad (nothing was answered
+// since the first was convicted): the server asks the model with an item
+// it answered before. (Before, the second's deaths counted, and the
+// server gave up and exited 1 with requests answered 503.)
+func TestTwoBadItemsSentAgainAndAgainToAQuietServer(t *testing.T) {
+	s := startServer(t, "--workers", "1", "--model", "chaos:crash=X,panic=Y")
+	s.waitAllReady(t, 1)
+	for i := range 30 {
+		if p := s.predictJSON(t, fmt.Sprint("warm", i)); p.Status != http.StatusOK {
+			t.Fatalf("warming up: %s", p)
+		}
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		codes = map[string]int{}
+	)
+	for range 3 {
+		wg.Go(func() {
+			for range 3 {
+				for _, bad := range []string{"X", "Y"} {
+					p, err := s.tryPredictJSON(map[string]any{"inputs": []any{bad}})
+					mu.Lock()
+					if err != nil {
+						codes[bad+" "+err.Error()]++
+					} else {
+						codes[fmt.Sprint(bad, " ", p.Status)]++
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if want := map[string]int{"X 422": 9, "Y 422": 9}; !reflect.DeepEqual(codes, want) {
+		t.Errorf("answers %v; want %v", codes, want)
+	}
+	if s.exited() {
+		t.Fatalf("the server exited:\n%s", s.logs())
+	}
+	if p := s.predictJSON(t, "after"); p.Status != http.StatusOK {
+		t.Errorf("a good request after them: %s", p)
+	}
+}
+
 func TestHangingBatchKillsWorker(t *testing.T) {
 	s := startServer(t, "--workers", "2", "--model", "chaos:hang=zzz", "--worker-timeout", "500ms")
 	before := s.waitAllReady(t, 2)
