@@ -134,7 +134,8 @@ type Stats struct {
 	// backlog, as the front end's last check found it.
 	RoomKept int `json:"room_kept"`
 	// Crashes counts workers that died or were killed, as they ran or as
-	// they started (a start that failed).
+	// they started (a start that failed), but for those a drain stopped
+	// for a hunt nobody waited for.
 	Crashes uint64 `json:"crashes"`
 	// Poisoned counts items found to crash the model.
 	Poisoned uint64 `json:"poisoned"`

@@ -459,6 +459,11 @@ func (s *Streamer) checkAvailable(now time.Time, earlier func(time.Time)) {
 	}
 }
 
+// errHuntAbandoned is why a worker is killed as the streamer drains (see
+// abandonHuntsLocked). Its death is no crash of its own: not counted, and
+// logged as a stop.
+var errHuntAbandoned = errors.New("it runs a piece of a hunt for a bad item that no caller waits for any more, and the server drains")
+
 // abandonHuntsLocked kills, as the streamer drains, the workers that run
 // a piece of a hunt for a bad item whose callers are all gone or late: no
 // one waits for its answer, its verdict would go with the process, and a
@@ -496,7 +501,7 @@ func (s *Streamer) abandonHuntsLocked(now time.Time, earlier func(time.Time)) {
 			}
 			switch {
 			case !waited:
-				sl.killLocked(errors.New("it runs a piece of a hunt for a bad item that no caller waits for any more, and the server drains"))
+				sl.killLocked(errHuntAbandoned)
 			case timed:
 				earlier(last)
 			}

@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/bits"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/streamer-dev/streamer/internal/syncbuf"
 	"github.com/streamer-dev/streamer/supervisor"
 )
 
@@ -231,6 +234,8 @@ func TestADrainDoesNotWaitForAHuntNobodyWaitsFor(t *testing.T) {
 	cfg := processConfig("chaos:hang=HANG", 1, 8)
 	cfg.WorkerTimeout = workerTimeout
 	cfg.BackoffMin = time.Millisecond
+	var logs syncbuf.Buffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	s := start(t, cfg)
 	seenWorking(t, s)
 	hang := chaosItem(t, "HANG")
@@ -241,6 +246,13 @@ func TestADrainDoesNotWaitForAHuntNobodyWaitsFor(t *testing.T) {
 	}
 	// Its batch was killed at the worker timeout, and the hunt began.
 	waitFor(t, "the hanging batch killed", func() bool { return s.Stats().Crashes >= 1 })
+	// Its first half, a alone, answered, and the second, HANG and b,
+	// running: hung.
+	st := s.Stats()
+	crashes := st.Crashes
+	waitFor(t, "the piece that hangs running", func() bool {
+		return s.Stats().Batches > st.Batches && s.Slots()[0].InFlight == 1
+	})
 	ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
 	defer stop()
 	began := time.Now()
@@ -249,6 +261,16 @@ func TestADrainDoesNotWaitForAHuntNobodyWaitsFor(t *testing.T) {
 	}
 	if took := time.Since(began); took > workerTimeout {
 		t.Errorf("Shutdown took %s; want it to end at once, not wait for the pieces of a hunt nobody waits for (%s each)", took, workerTimeout)
+	}
+	// The worker the drain killed for it is no crash of its own.
+	if n := s.Stats().Crashes; n != crashes {
+		t.Errorf("%d crashes after the drain, %d before; want the worker the drain killed not counted", n, crashes)
+	}
+	drained := logs.String()
+	if i := strings.Index(drained, "no caller waits for any more"); i < 0 {
+		t.Errorf("no worker killed for the hunt as the server drained:\n%s", drained)
+	} else if strings.Contains(drained[i:], `msg="worker died"`) {
+		t.Errorf("the worker the drain killed is logged as dead of its own:\n%s", drained[i:])
 	}
 }
 

@@ -134,6 +134,7 @@ type slot struct {
 	startBegan time.Time
 	stopAsked  bool   // its retired worker was told to stop
 	killed     worker // the worker killLocked killed, while it dies
+	killedWhy  error  // why killLocked killed it
 	ended      bool   // its run has returned
 }
 
@@ -443,7 +444,7 @@ func (sl *slot) killLocked(reason error) {
 	if sl.w != nil && sl.killed != sl.w {
 		// Once: a retired slot stays draining while its worker dies,
 		// and the dispatcher looks at it meanwhile.
-		sl.killed = sl.w
+		sl.killed, sl.killedWhy = sl.w, reason
 		// No more batches for it while it dies.
 		if !isClosed(sl.quit) {
 			sl.state = SlotBackoff
@@ -641,7 +642,10 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 	cause := crashUnexplained
 	inFlight := len(batches)
 	copies := 0
-	if !stopping && !(retired && inFlight == 0) {
+	// Killed by the server as it drains, for a hunt nobody waits for (see
+	// abandonHuntsLocked): no crash of the worker's own.
+	abandoned := sl.killed == w && errors.Is(sl.killedWhy, errHuntAbandoned)
+	if !stopping && !(retired && inFlight == 0) && !abandoned {
 		sl.tally.crashes++ // not a drained worker leaving as asked (see below)
 	}
 	if !stopping && len(batches) > 0 {
@@ -695,11 +699,15 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 		s.signal()
 		return
 	}
-	s.stats.crashes.Add(1)
 	if time.Since(born) >= s.cfg.StableAfter {
 		sl.setFailures(0)
 	}
-	s.log.Error("worker died", sl.logAttrs(w, "err", exitErr, "batches_in_flight", inFlight)...)
+	if abandoned {
+		s.log.Info("worker stopped", sl.logAttrs(w, "reason", errHuntAbandoned, "err", exitErr, "batches_in_flight", inFlight)...)
+	} else {
+		s.stats.crashes.Add(1)
+		s.log.Error("worker died", sl.logAttrs(w, "err", exitErr, "batches_in_flight", inFlight)...)
+	}
 	switch {
 	case copies > 0:
 		s.log.Warn("the worker ran a copy of an item convicted as poison; its death is not counted", "slot", sl.id, "copies", copies)
