@@ -284,9 +284,8 @@ func (s *Streamer) judgeLocked(it *item, hunt *firstCrash, waiting bool) (verdic
 		// Every worker it crashed alone had run other batches first:
 		// workers that come to fail as they age (a leak, a count of
 		// batches, kill -9 of the old ones) would look the same. A bad
-		// item crashes a fresh one too, and it runs alone again until
-		// it meets one: the worker it killed last, restarted, if no
-		// other is idle first.
+		// item crashes a fresh one too, and it runs next on one (see
+		// wantsFresh): the worker it killed last, restarted.
 		return verdictUnsure, nil
 	case !it.crashedFresh:
 		return verdictModel, fmt.Errorf("%w: this item crashed the worker alone %d times, but never on a worker's first batch: the workers fail as they age, not on this item",
@@ -431,6 +430,9 @@ func (s *Streamer) cleanLocked(b *batch) int {
 	copies := len(b.items) - len(kept)
 	if copies == 0 {
 		return 0
+	}
+	if len(kept) == 0 {
+		s.probeEndedLocked(b) // the canary itself, convicted since
 	}
 	clear(b.items[len(kept):])
 	b.items = kept

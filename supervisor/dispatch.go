@@ -58,7 +58,7 @@ func (s *Streamer) dispatchLocked(now time.Time) time.Time {
 		if sl == nil {
 			break
 		}
-		b := s.nextBatch(len(sl.inflight) == 0, now, earlier)
+		b := s.nextBatch(sl, now, earlier)
 		if b == nil {
 			break
 		}
@@ -101,8 +101,12 @@ func (s *Streamer) sweepLocked(now time.Time, earlier func(time.Time)) {
 // ready slot runs late (the model as a whole got slower than its measured
 // cost) they take batches ahead as before. A batch sent ahead before the
 // one it follows ran late is given back, unless it began (see
-// recallLate). It requires that s.mu is held.
+// recallLate). While a piece of a hunt waits for a fresh worker (see
+// wantsFresh), an idle one comes first. It requires that s.mu is held.
 func (s *Streamer) pickSlot(now time.Time) *slot {
+	if sl := s.freshIdle(); sl != nil {
+		return sl
+	}
 	var best, late *slot
 	n := len(s.slots)
 	for i := range n {
@@ -221,21 +225,24 @@ func (s *Streamer) recallLate(now time.Time, earlier func(time.Time)) {
 	}
 }
 
-// nextBatch takes the batch a slot should run next, or nil if it should wait.
-// idle says the slot has nothing in flight.
+// nextBatch takes the batch sl should run next, or nil if it should wait.
 //
 // A piece of a hunt (a suspect batch) runs alone, on an idle slot. While
 // one waits, a busy slot is given nothing more: the first to finish what it
 // holds is then idle, and takes it. Were busy slots given their next batch
 // early, as they are otherwise, under a steady load none would ever be idle,
 // and the piece would wait until the load dropped or its items' deadlines
-// passed. It requires that s.mu is held.
-func (s *Streamer) nextBatch(idle bool, now time.Time, earlier func(time.Time)) *batch {
+// passed. A lone item that crashed workers alone, none of them fresh,
+// waits for a fresh one (see wantsFresh), and the others run meanwhile.
+// It requires that s.mu is held.
+func (s *Streamer) nextBatch(sl *slot, now time.Time, earlier func(time.Time)) *batch {
+	idle := len(sl.inflight) == 0
 	if !idle && s.suspectWaits() {
 		return nil
 	}
+	fresh := idle && sl.ran == 0
 	for i := 0; i < len(s.queue.ready); i++ {
-		if s.deferredLocked(s.queue.ready[i]) {
+		if b := s.queue.ready[i]; s.deferredLocked(b) || !fresh && wantsFresh(b) && s.freshComing() {
 			continue
 		}
 		b := s.queue.takeReady(i)
@@ -297,15 +304,65 @@ func (s *Streamer) deferredLocked(b *batch) bool {
 		(s.canary.probe != nil || s.queue.n > 0 && s.record.answers < b.deferredAt+deferAnswers)
 }
 
-// suspectWaits reports whether a piece of a hunt waits for an idle slot.
-// It requires that s.mu is held.
+// suspectWaits reports whether a piece of a hunt waits for an idle slot,
+// rather than for a fresh worker (see wantsFresh). It requires that s.mu
+// is held.
 func (s *Streamer) suspectWaits() bool {
 	for _, b := range s.queue.ready {
-		if b.suspect {
+		if b.suspect && !(wantsFresh(b) && s.freshComing()) {
 			return true
 		}
 	}
 	return false
+}
+
+// wantsFresh reports whether b is a lone item that crashed workers alone,
+// none of them on its first batch: only a fresh worker's crash convicts
+// it (see judgeLocked), so that it runs next on a fresh one, such as the
+// worker it killed last, restarted. Without it, the busy workers of a
+// large server, idle again in milliseconds where a killed one takes its
+// model's load time to return, took the piece every time, and a bad item
+// ran alone five times before it failed, blamed on the model.
+func wantsFresh(b *batch) bool {
+	return b.suspect && len(b.items) == 1 && b.items[0].aloneCrashes > 0 && !b.items[0].crashedFresh
+}
+
+// freshComing reports whether a fresh worker is ready and idle, or will be
+// soon: one is starting, or waits to restart. A piece that wants one (see
+// wantsFresh) runs on any worker when none is. It requires that s.mu is
+// held.
+func (s *Streamer) freshComing() bool {
+	for _, sl := range s.slots {
+		switch {
+		case sl.state == SlotStarting || sl.state == SlotBackoff:
+			return true
+		case sl.state == SlotReady && len(sl.inflight) == 0 && sl.ran == 0:
+			return true
+		}
+	}
+	return false
+}
+
+// freshIdle returns a ready, idle slot whose worker has run no batch, when
+// a piece waits for one (see wantsFresh); nil otherwise. It requires that
+// s.mu is held.
+func (s *Streamer) freshIdle() *slot {
+	waits := false
+	for _, b := range s.queue.ready {
+		if wantsFresh(b) && !s.deferredLocked(b) {
+			waits = true
+			break
+		}
+	}
+	if !waits {
+		return nil
+	}
+	for _, sl := range s.slots {
+		if sl.state == SlotReady && len(sl.inflight) == 0 && sl.ran == 0 {
+			return sl
+		}
+	}
+	return nil
 }
 
 // counted counts a batch formed for reason why, and ends a wait for

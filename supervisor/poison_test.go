@@ -339,3 +339,48 @@ func TestTwoBadItemsOnAQuietServerAreBothConvicted(t *testing.T) {
 	}
 	t.Logf("%d deaths", s.Stats().Crashes)
 }
+
+// TestABadItemOnALargeServerWaitsForAFreshWorker: a bad item among good
+// traffic on a server of eight workers, whose model takes a while to
+// load, is convicted in two runs alone, as on a small one: its second
+// run waits for the worker it killed, restarted (only a fresh worker's
+// death convicts it), while the others go on with the good items. (Before,
+// the busy workers, idle again in milliseconds, took it every time, and
+// it ran alone five times and failed with ErrModelFailed.)
+func TestABadItemOnALargeServerWaitsForAFreshWorker(t *testing.T) {
+	cfg := processConfig("chaos:crash=X,init-delay=300ms,delay=2ms", 8, 8)
+	cfg.BackoffMin = time.Millisecond
+	s := start(t, cfg)
+	seenWorking(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for c := range 16 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				name := fmt.Sprint("good", c, "-", i)
+				if out, err := s.Predict(ctx, items(name)); err != nil || string(out[0]) != name {
+					t.Errorf("%s: %q, %v", name, out, err)
+					return
+				}
+			}
+		})
+	}
+	_, err := s.Predict(ctx, [][]byte{chaosItem(t, "X")})
+	close(stop)
+	wg.Wait()
+	if !errors.Is(err, supervisor.ErrPoison) {
+		t.Fatalf("the bad item: %v; want ErrPoison", err)
+	}
+	// The batch, the halves holding it down to it alone, and once more
+	// alone; one more if the first alone was not on a fresh worker.
+	if n, most := s.Stats().Crashes, uint64(bits.Len(8-1)+3); n > most {
+		t.Errorf("%d deaths for one bad item; want at most %d", n, most)
+	}
+}

@@ -508,7 +508,7 @@ func (sl *slot) onResult(w worker, r result) {
 	// Refill this worker's pipeline here rather than wait for the dispatcher
 	// goroutine to be scheduled: for a fast model that wait is the bottleneck.
 	if !retired && !s.otherSlotHasRoom(sl, now) {
-		if next := s.nextBatch(len(sl.inflight) == 0, now, func(time.Time) {}); next != nil {
+		if next := s.nextBatch(sl, now, func(time.Time) {}); next != nil {
 			sl.sendLocked(next, now)
 		}
 	}
