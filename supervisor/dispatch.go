@@ -241,6 +241,15 @@ func (s *Streamer) nextBatch(sl *slot, now time.Time, earlier func(time.Time)) *
 		return nil
 	}
 	fresh := idle && sl.ran == 0
+	if fresh {
+		// A piece that waits for a fresh worker goes first.
+		ready := s.queue.ready
+		if k := slices.IndexFunc(ready, func(b *batch) bool { return wantsFresh(b) && !s.deferredLocked(b) }); k > 0 {
+			b := ready[k]
+			copy(ready[1:k+1], ready[:k])
+			ready[0] = b
+		}
+	}
 	for i := 0; i < len(s.queue.ready); i++ {
 		if b := s.queue.ready[i]; s.deferredLocked(b) || !fresh && wantsFresh(b) && s.freshComing() {
 			continue

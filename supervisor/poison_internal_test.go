@@ -251,3 +251,33 @@ func TestAnItemIsConvictedOnlyByAFreshWorkerAndNoAnswer(t *testing.T) {
 		})
 	}
 }
+
+// A lone item that crashed only old workers goes to a fresh one before
+// anything else, and is left to it by an old one while one is coming.
+func TestAPieceThatWantsAFreshWorkerWaitsForOne(t *testing.T) {
+	s := unstartedEcho(t)
+	sl := s.slots[0]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	other := s.newBatch([]item{{fut: newFuture(1), data: []byte("other")}}, false)
+	piece := s.newBatch([]item{{fut: newFuture(1), data: []byte("bad"), aloneCrashes: 1}}, true)
+	s.queue.requeue([]*batch{other, piece})
+	now := time.Now()
+
+	sl.state, sl.ran = SlotReady, 3 // old
+	s.slots = append(s.slots, &slot{s: s, id: 1, state: SlotBackoff, quit: make(chan struct{})})
+	if b := s.nextBatch(sl, now, func(time.Time) {}); b != other {
+		t.Fatalf("an old worker, a fresh one coming, took %v; want the other batch", b.data)
+	}
+	s.queue.requeue([]*batch{other})
+	sl.ran = 0 // fresh
+	if b := s.nextBatch(sl, now, func(time.Time) {}); b != piece {
+		t.Fatalf("a fresh worker took %v; want the piece that waits for one", b.data)
+	}
+	s.queue.requeue([]*batch{piece})
+	sl.ran = 3
+	s.slots[1].state = SlotFailed // none coming
+	if b := s.nextBatch(sl, now, func(time.Time) {}); b != piece {
+		t.Fatalf("an old worker, none fresh coming, took %v; want the piece, first in line", b.data)
+	}
+}
