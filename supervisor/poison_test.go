@@ -354,27 +354,9 @@ func TestABadItemOnALargeServerWaitsForAFreshWorker(t *testing.T) {
 	seenWorking(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for c := range 16 {
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				name := fmt.Sprint("good", c, "-", i)
-				if out, err := s.Predict(ctx, items(name)); err != nil || string(out[0]) != name {
-					t.Errorf("%s: %q, %v", name, out, err)
-					return
-				}
-			}
-		})
-	}
+	stop := load(t, s, 16)
 	_, err := s.Predict(ctx, [][]byte{chaosItem(t, "X")})
-	close(stop)
-	wg.Wait()
+	checkNoFailures(t, stop)
 	if !errors.Is(err, supervisor.ErrPoison) {
 		t.Fatalf("the bad item: %v; want ErrPoison", err)
 	}
