@@ -30,6 +30,10 @@ const (
 	maxAloneCrashes = 5
 	// recordSize is how many recent batches the crash rate is taken over.
 	recordSize = 64
+	// staleCrashes is how many workers that had run other batches an
+	// item must crash alone, none of them on its first batch, to be
+	// judged as one that crashed a fresh worker is (see judgeLocked).
+	staleCrashes = 3
 	// deferAnswers is how many answers of other batches a lone item
 	// judged too early (verdictWait) waits for while items are queued:
 	// after as many, an item that crashes its worker alone three to five
@@ -280,16 +284,13 @@ func (s *Streamer) judgeLocked(it *item, hunt *firstCrash, waiting bool) (verdic
 	case s.record.cleared(h):
 		return verdictModel, fmt.Errorf("%w: this item crashed the worker alone %d times, but the model answered a copy of it lately: it crashes at random, not on this item",
 			ErrModelFailed, n)
-	case !it.crashedFresh && n < maxAloneCrashes:
+	case !it.crashedFresh && n < staleCrashes:
 		// Every worker it crashed alone had run other batches first:
-		// workers that come to fail as they age (a leak, a count of
-		// batches, kill -9 of the old ones) would look the same. A bad
-		// item crashes a fresh one too, and it runs next on one (see
-		// wantsFresh): the worker it killed last, restarted.
+		// two workers that come to fail as they age (a leak, a count
+		// of batches, kill -9 of the old ones) would look the same. A
+		// bad item crashes a fresh one too, which takes it first when
+		// one is idle (see wantsFresh), or a third old one.
 		return verdictUnsure, nil
-	case !it.crashedFresh:
-		return verdictModel, fmt.Errorf("%w: this item crashed the worker alone %d times, but never on a worker's first batch: the workers fail as they age, not on this item",
-			ErrModelFailed, n)
 	case !doubted && math.Pow(rate, float64(n)) <= blameLevel:
 		s.record.last = h
 		return verdictPoison, fmt.Errorf("%w: it crashed the worker alone %d times, while the model answered %d of its last %d other batches",

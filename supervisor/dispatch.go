@@ -101,7 +101,7 @@ func (s *Streamer) sweepLocked(now time.Time, earlier func(time.Time)) {
 // ready slot runs late (the model as a whole got slower than its measured
 // cost) they take batches ahead as before. A batch sent ahead before the
 // one it follows ran late is given back, unless it began (see
-// recallLate). While a piece of a hunt waits for a fresh worker (see
+// recallLate). While a piece of a hunt wants a fresh worker (see
 // wantsFresh), an idle one comes first. It requires that s.mu is held.
 func (s *Streamer) pickSlot(now time.Time) *slot {
 	if sl := s.freshIdle(); sl != nil {
@@ -232,17 +232,16 @@ func (s *Streamer) recallLate(now time.Time, earlier func(time.Time)) {
 // holds is then idle, and takes it. Were busy slots given their next batch
 // early, as they are otherwise, under a steady load none would ever be idle,
 // and the piece would wait until the load dropped or its items' deadlines
-// passed. A lone item that crashed workers alone, none of them fresh,
-// waits for a fresh one (see wantsFresh), and the others run meanwhile.
-// It requires that s.mu is held.
+// passed. A fresh worker takes first a lone item that crashed workers
+// alone, none of them fresh (see wantsFresh). It requires that s.mu is
+// held.
 func (s *Streamer) nextBatch(sl *slot, now time.Time, earlier func(time.Time)) *batch {
 	idle := len(sl.inflight) == 0
 	if !idle && s.suspectWaits() {
 		return nil
 	}
-	fresh := idle && sl.ran == 0
-	if fresh {
-		// A piece that waits for a fresh worker goes first.
+	if idle && sl.ran == 0 {
+		// A piece that wants a fresh worker goes first.
 		ready := s.queue.ready
 		if k := slices.IndexFunc(ready, func(b *batch) bool { return wantsFresh(b) && !s.deferredLocked(b) }); k > 0 {
 			b := ready[k]
@@ -251,7 +250,7 @@ func (s *Streamer) nextBatch(sl *slot, now time.Time, earlier func(time.Time)) *
 		}
 	}
 	for i := 0; i < len(s.queue.ready); i++ {
-		if b := s.queue.ready[i]; s.deferredLocked(b) || !fresh && wantsFresh(b) && s.freshComing() {
+		if s.deferredLocked(s.queue.ready[i]) {
 			continue
 		}
 		b := s.queue.takeReady(i)
@@ -318,7 +317,7 @@ func (s *Streamer) deferredLocked(b *batch) bool {
 // is held.
 func (s *Streamer) suspectWaits() bool {
 	for _, b := range s.queue.ready {
-		if b.suspect && !(wantsFresh(b) && s.freshComing()) {
+		if b.suspect {
 			return true
 		}
 	}
@@ -326,35 +325,18 @@ func (s *Streamer) suspectWaits() bool {
 }
 
 // wantsFresh reports whether b is a lone item that crashed workers alone,
-// none of them on its first batch: only a fresh worker's crash convicts
-// it (see judgeLocked), so that it runs next on a fresh one, such as the
-// worker it killed last, restarted. Without it, the busy workers of a
-// large server, idle again in milliseconds where a killed one takes its
-// model's load time to return, took the piece every time, and a bad item
-// ran alone five times before it failed, blamed on the model.
+// none of them on its first batch: a fresh worker's crash convicts it
+// sooner (see judgeLocked), so that a fresh worker that is idle takes it
+// first. It never waits for one: a worker may take its model's load time
+// to come back, or never, and copies of the item sent meanwhile would
+// crash the others.
 func wantsFresh(b *batch) bool {
 	return b.suspect && len(b.items) == 1 && b.items[0].aloneCrashes > 0 && !b.items[0].crashedFresh
 }
 
-// freshComing reports whether a fresh worker is ready and idle, or will be
-// soon: one is starting, or waits to restart. A piece that wants one (see
-// wantsFresh) runs on any worker when none is. It requires that s.mu is
-// held.
-func (s *Streamer) freshComing() bool {
-	for _, sl := range s.slots {
-		switch {
-		case sl.state == SlotStarting || sl.state == SlotBackoff:
-			return true
-		case sl.state == SlotReady && len(sl.inflight) == 0 && sl.ran == 0:
-			return true
-		}
-	}
-	return false
-}
-
 // freshIdle returns a ready, idle slot whose worker has run no batch, when
-// a piece waits for one (see wantsFresh); nil otherwise. It requires that
-// s.mu is held.
+// a piece wants one (see wantsFresh); nil otherwise. It requires that s.mu
+// is held.
 func (s *Streamer) freshIdle() *slot {
 	waits := false
 	for _, b := range s.queue.ready {

@@ -208,11 +208,11 @@ func TestTheDeathsOfCopiesDoNotCloudTheVerdict(t *testing.T) {
 }
 
 // An item that crashed workers alone, the model answering every other
-// batch, is convicted only once one of those workers was fresh (the batch
-// was its first), and never once the model answered a copy of it lately:
-// workers failing as they age, or a model crashing at random on an item
-// sent again and again, look alike otherwise.
-func TestAnItemIsConvictedOnlyByAFreshWorkerAndNoAnswer(t *testing.T) {
+// batch, is convicted once one of those workers was fresh (the batch was
+// its first), or once it crashed three, and never once the model answered
+// a copy of it lately: workers failing as they age, or a model crashing at
+// random on an item sent again and again, look alike otherwise.
+func TestAnItemIsConvictedByAFreshWorkerOrThreeAndNoAnswer(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		alone    uint8
@@ -222,7 +222,7 @@ func TestAnItemIsConvictedOnlyByAFreshWorkerAndNoAnswer(t *testing.T) {
 	}{
 		{"twice, once on a fresh worker", 2, true, false, verdictPoison},
 		{"twice, on workers that had run batches", 2, false, false, verdictUnsure},
-		{"five times, never on a fresh worker", maxAloneCrashes, false, false, verdictModel},
+		{"three times, never on a fresh worker", 3, false, false, verdictPoison},
 		{"twice, a copy answered lately", 2, true, true, verdictUnsure},
 		{"five times, a copy answered lately", maxAloneCrashes, true, true, verdictModel},
 	} {
@@ -252,32 +252,33 @@ func TestAnItemIsConvictedOnlyByAFreshWorkerAndNoAnswer(t *testing.T) {
 	}
 }
 
-// A lone item that crashed only old workers goes to a fresh one before
-// anything else, and is left to it by an old one while one is coming.
-func TestAPieceThatWantsAFreshWorkerWaitsForOne(t *testing.T) {
+// A lone item that crashed only old workers goes to a fresh worker that
+// is idle before anything queued ahead of it; an old worker takes the
+// batches in their order, the piece included: nothing waits for a fresh
+// worker, which may take its model's load time to come, or never.
+func TestAFreshWorkerTakesThePieceThatWantsOneFirst(t *testing.T) {
 	s := unstartedEcho(t)
 	sl := s.slots[0]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	other := s.newBatch([]item{{fut: newFuture(1), data: []byte("other")}}, false)
 	piece := s.newBatch([]item{{fut: newFuture(1), data: []byte("bad"), aloneCrashes: 1}}, true)
-	s.queue.requeue([]*batch{other, piece})
 	now := time.Now()
-
-	sl.state, sl.ran = SlotReady, 3 // old
-	s.slots = append(s.slots, &slot{s: s, id: 1, state: SlotBackoff, quit: make(chan struct{})})
-	if b := s.nextBatch(sl, now, func(time.Time) {}); b != other {
-		t.Fatalf("an old worker, a fresh one coming, took %v; want the other batch", b.data)
-	}
-	s.queue.requeue([]*batch{other})
-	sl.ran = 0 // fresh
-	if b := s.nextBatch(sl, now, func(time.Time) {}); b != piece {
-		t.Fatalf("a fresh worker took %v; want the piece that waits for one", b.data)
-	}
-	s.queue.requeue([]*batch{piece})
-	sl.ran = 3
-	s.slots[1].state = SlotFailed // none coming
-	if b := s.nextBatch(sl, now, func(time.Time) {}); b != piece {
-		t.Fatalf("an old worker, none fresh coming, took %v; want the piece, first in line", b.data)
+	for _, tc := range []struct {
+		name string
+		ran  int
+		want *batch
+	}{
+		{"a fresh worker", 0, piece},
+		{"an old worker", 3, other},
+	} {
+		s.queue.requeue([]*batch{other, piece})
+		sl.state, sl.ran = SlotReady, tc.ran
+		if b := s.nextBatch(sl, now, func(time.Time) {}); b != tc.want {
+			t.Errorf("%s took %q; want %q", tc.name, b.data, tc.want.data)
+		}
+		for len(s.queue.ready) > 0 {
+			s.queue.takeReady(0)
+		}
 	}
 }
