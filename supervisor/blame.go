@@ -115,34 +115,38 @@ func (r *crashRecord) add(rec runRecord) {
 }
 
 // addAnswerLocked records that the model answered b, but for the items at
-// the indices expired (ascending), which it did not run. While the record
-// holds a death, the items answered are hashed, so that an item a hunt
-// suspects is known to have been answered (see cleared), and the canary
-// is taken afresh from them (see canary). It requires that s.mu is held.
+// the indices expired (ascending), which it did not run. The items
+// answered are hashed, so that an item a hunt suspects is known to have
+// been answered (see cleared): those of up to alwaysHashed bytes always
+// (workers that die together as they age die before any death is
+// recorded, and the item they all ran was answered before), larger ones
+// while the record holds a death. The canary is taken afresh from them
+// while it does (see canary). It requires that s.mu is held.
 func (s *Streamer) addAnswerLocked(b *batch, expired []int) {
 	r := &s.record
-	var rec runRecord
-	if r.deaths > 0 || s.canary.data == nil {
-		hashes := r.runs[r.next].hashes[:0]
-		fresh := false
-		for i := range b.items {
-			if len(expired) > 0 && expired[0] == i {
-				expired = expired[1:]
-				continue
-			}
-			it := &b.items[i]
-			if r.deaths > 0 {
-				hashes = append(hashes, s.hashOf(it))
-			}
-			if !fresh && len(it.data) <= canaryMax {
-				s.canary.data = append(s.canary.data[:0], it.data...)
-				s.canary.key, fresh = it.key, true
-			}
+	dying := r.deaths > 0
+	hashes := r.runs[r.next].hashes[:0]
+	fresh := !dying && s.canary.data != nil // the canary needs no refresh
+	for i := range b.items {
+		if len(expired) > 0 && expired[0] == i {
+			expired = expired[1:]
+			continue
 		}
-		rec.hashes = hashes
+		it := &b.items[i]
+		if dying || len(it.data) <= alwaysHashed {
+			hashes = append(hashes, s.hashOf(it))
+		}
+		if !fresh && len(it.data) <= canaryMax {
+			s.canary.data = append(s.canary.data[:0], it.data...)
+			s.canary.key, fresh = it.key, true
+		}
 	}
-	r.add(rec)
+	r.add(runRecord{hashes: hashes})
 }
+
+// alwaysHashed is the size of the items hashed in every answer (see
+// addAnswerLocked): a few tens of nanoseconds each.
+const alwaysHashed = 1 << 10
 
 // canaryMax is the largest item kept as the canary.
 const canaryMax = 64 << 10

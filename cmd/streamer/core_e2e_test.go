@@ -295,6 +295,29 @@ func TestWorkersFailingAsTheyAgeDoNotConvictAnItem(t *testing.T) {
 	}
 }
 
+// TestEightWorkersDyingTogetherDoNotConvictTheItemTheyRan: eight workers
+// that die at the same age (their tenth batch) can kill the item one client
+// sends again and again, alone, three times in a row before any death was
+// recorded. The model answered it before, so it is not taken for poison.
+// (Before, answers were hashed only once the record held a death, and the
+// item was convicted and refused on sight in about half the runs.)
+func TestEightWorkersDyingTogetherDoNotConvictTheItemTheyRan(t *testing.T) {
+	s := startServer(t, "--workers", "8", "--model", "chaos:crash-every=10", "--max-restarts", "1000")
+	s.waitAllReady(t, 8)
+	for i := 0; i < 300 && !s.exited(); i++ {
+		p, err := s.tryPredictJSON(map[string]any{"inputs": []any{"same"}})
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if p.Status == http.StatusUnprocessableEntity {
+			t.Fatalf("request %d: %s; want the item answered:\n%s", i, p, s.logs())
+		}
+	}
+	if st := s.stats(t); st.Poisoned != 0 || st.Crashes == 0 {
+		t.Errorf("%d deaths, %d items poisoned; want deaths, and none poisoned", st.Crashes, st.Poisoned)
+	}
+}
+
 // TestTwoBadItemsSentAgainAndAgainToAQuietServer: a client that sends two
 // different bad items again and again to a server of one worker, which
 // nothing else keeps busy, has both refused (422) and the server up. The
