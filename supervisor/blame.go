@@ -67,9 +67,9 @@ const (
 type runRecord struct {
 	died bool
 	hunt *firstCrash // the hunt a death was part of; nil for an answer
-	// hashes are those of the items an answer ran (see Streamer.hashOf),
-	// when the record held a death as it came; empty otherwise: the items
-	// of a model that does not crash are not hashed. See cleared.
+	// hashes are those of the items an answer ran (see Streamer.hashOf):
+	// the small ones always, the others while the record held a death
+	// (see Streamer.addAnswerLocked and cleared).
 	hashes []uint64
 }
 
@@ -126,7 +126,7 @@ func (s *Streamer) addAnswerLocked(b *batch, expired []int) {
 	r := &s.record
 	dying := r.deaths > 0
 	hashes := r.runs[r.next].hashes[:0]
-	fresh := !dying && s.canary.data != nil // the canary needs no refresh
+	kept := !dying && s.canary.data != nil // the canary needs no refresh
 	for i := range b.items {
 		if len(expired) > 0 && expired[0] == i {
 			expired = expired[1:]
@@ -136,9 +136,9 @@ func (s *Streamer) addAnswerLocked(b *batch, expired []int) {
 		if dying || len(it.data) <= alwaysHashed {
 			hashes = append(hashes, s.hashOf(it))
 		}
-		if !fresh && len(it.data) <= canaryMax {
+		if !kept && len(it.data) <= canaryMax {
 			s.canary.data = append(s.canary.data[:0], it.data...)
-			s.canary.key, fresh = it.key, true
+			s.canary.key, kept = it.key, true
 		}
 	}
 	r.add(runRecord{hashes: hashes})
