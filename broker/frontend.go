@@ -912,6 +912,12 @@ func (fe *FrontEnd) PredictRequest(ctx context.Context, req supervisor.Request) 
 		fe.stats.rejected.Add(uint64(n))
 		return nil, fmt.Errorf("%w: before the request was queued", supervisor.ErrDeadline)
 	}
+	if ctx.Err() != nil {
+		// Its caller has gone: nothing goes to Redis for it, as a
+		// Streamer queues nothing for it.
+		fe.stats.rejected.Add(uint64(n))
+		return nil, givenUp(ctx, "before the request was queued")
+	}
 	c := &call{
 		items: req.Items, keys: req.Keys, deadline: deadline,
 		admitted: make(chan error, 1), sent: time.Now(),

@@ -725,3 +725,28 @@ func TestAnItemTooLargeIsRefusedBeforeRedis(t *testing.T) {
 		t.Errorf("rejected %d, submitted %d; want the 3 items rejected", st.Rejected, st.Submitted)
 	}
 }
+
+// A request whose caller left before it came is refused before Redis, as
+// a Streamer refuses it: it used to reach the writer about half the time,
+// and a node ran items nobody waited for.
+func TestARequestWhoseCallerLeftIsRefusedBeforeRedis(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	heardFrom(t, rs, time.Now().Add(time.Hour))
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	const calls = 50
+	for range calls {
+		_, err := fe.Predict(ctx, [][]byte{[]byte("a")})
+		if !errors.Is(err, supervisor.ErrCanceled) || !strings.Contains(err.Error(), "the caller left before the request was queued") {
+			t.Fatalf("a request whose caller left: %v; want ErrCanceled, before the request was queued", err)
+		}
+	}
+	if n := rs.Do(t, "XLEN", "streamer:items"); n != "0" {
+		t.Errorf("%s items on the stream; want none", n)
+	}
+	if st := fe.Stats(); st.Rejected != calls || st.Submitted != 0 {
+		t.Errorf("rejected %d, submitted %d; want the %d items rejected", st.Rejected, st.Submitted, calls)
+	}
+}
