@@ -269,7 +269,12 @@ func checkNotAWorker() error {
 	if os.Getenv(ipc.WorkerEnv) != ipc.WorkerCookie {
 		return nil
 	}
-	return fmt.Errorf("supervisor: this process was started as a streamer worker (%s is set) and has not become one, so it may not start workers of its own: its main must call workerproc.Main when workerproc.Started() reports true, before anything else (in a test binary, in TestMain)", ipc.WorkerEnv)
+	err := fmt.Errorf("supervisor: this process was started as a streamer worker (%s is set) and has not become one, so it may not start workers of its own: its main must call workerproc.Main when workerproc.Started() reports true, before anything else (in a test binary, in TestMain)", ipc.WorkerEnv)
+	// Said on stderr too, which the supervisor that started this process
+	// reads for its last words: a test binary reports a failed test on
+	// stdout, and its supervisor would say only that it ended.
+	fmt.Fprintln(os.Stderr, err)
+	return err
 }
 
 // checkNegatives refuses the fields set below zero: zero means the

@@ -247,7 +247,12 @@ func forgetfulMain() {
 		_ = s.Shutdown(context.Background())
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+		// A test binary says a test's failure on stdout.
+		out := os.Stderr
+		if os.Getenv(forgetfulEnv) == "stdout" {
+			out = os.Stdout
+		}
+		fmt.Fprintln(out, err)
 		os.Exit(1)
 	}
 	os.Exit(0)
@@ -258,17 +263,23 @@ func forgetfulMain() {
 // it that each start more: its Streamer refuses to be made, and the
 // supervisor that started it reports it as no worker, with its reason,
 // before its handshake's time is up.
+// That holds for a program that says the refusal on stdout, as a test
+// binary says a failed test: the refusal is said on stderr as well.
 func TestAWorkerThatForgotWorkerprocMainStartsNoWorkers(t *testing.T) {
-	failedStart(t, supervisor.Config{
-		Workers: 1,
-		Process: supervisor.ProcessConfig{
-			Model:            model.Spec{Runner: "echo"},
-			Path:             os.Args[0],
-			Args:             []string{"-test.run=^$"},
-			Env:              []string{forgetfulEnv + "=1"},
-			HandshakeTimeout: time.Minute,
-		},
-	}, supervisor.ErrNotWorker, "ended before the handshake", "started as a streamer worker", "workerproc.Main")
+	for _, says := range []string{"stderr", "stdout"} {
+		t.Run("says it on "+says, func(t *testing.T) {
+			failedStart(t, supervisor.Config{
+				Workers: 1,
+				Process: supervisor.ProcessConfig{
+					Model:            model.Spec{Runner: "echo"},
+					Path:             os.Args[0],
+					Args:             []string{"-test.run=^$"},
+					Env:              []string{forgetfulEnv + "=" + says},
+					HandshakeTimeout: time.Minute,
+				},
+			}, supervisor.ErrNotWorker, "ended before the handshake", "its last words", "started as a streamer worker", "workerproc.Main")
+		})
+	}
 }
 
 // failedStart makes a Streamer of cfg and starts it, which must fail with
