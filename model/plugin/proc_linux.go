@@ -73,8 +73,13 @@ func startGroupGuard(output io.Writer) (*groupGuard, error) {
 	}
 	defer goneW.Close()
 	cmd := &exec.Cmd{
-		Path:   "/bin/sh",
-		Args:   []string{guardName, "-c", "read line; kill -KILL 0"},
+		Path: "/bin/sh",
+		// It ignores the signals of a stop: a service manager that
+		// signals every process of the service (systemd's default) would
+		// otherwise end it, and with it the plugin, while the worker
+		// drains. Ignored, not trapped: a trap's handler would end the
+		// read, and the group with it.
+		Args:   []string{guardName, "-c", "trap '' TERM INT HUP; read line; kill -KILL 0"},
 		Stdin:  r,
 		Stdout: goneW,
 		// A group of its own, and no parent death signal: it must outlive

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -53,6 +55,62 @@ func TestAGuardsDeathEndsThePlugin(t *testing.T) {
 	if pid, err := syscall.Wait4(guard, &status, syscall.WNOHANG, nil); !errors.Is(err, syscall.ECHILD) {
 		t.Errorf("after Close, waiting for the guard (pid %d) gives pid %d, %v; want ECHILD: it is reaped", guard, pid, err)
 	}
+}
+
+// TestAGuardOutlivesTheSignalsOfAStop: a service manager that signals
+// every process of the service as it stops it (systemd's default) signals
+// the guard too, whose death would kill the plugin while its worker
+// drains. The guard ignores those signals, and the plugin serves on.
+func TestAGuardOutlivesTheSignalsOfAStop(t *testing.T) {
+	var out syncbuf.Buffer
+	crashed := make(chan error, 1)
+	m := openChaos(t, Config{Output: &out, Crashed: func(err error) { crashed <- err }})
+	guard := m.runner.guard.pgid()
+	stops := []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP}
+	var mask uint64
+	for _, sig := range stops {
+		mask |= 1 << (sig - 1)
+	}
+	// The shell sets its signals as it starts, maybe after Open returned.
+	waitFor(t, 5*time.Second, fmt.Sprintf("the guard (pid %d) to ignore SIGTERM, SIGINT and SIGHUP", guard), func() bool {
+		return ignoredSignals(t, guard)&mask == mask
+	})
+	for _, sig := range stops {
+		if err := syscall.Kill(guard, sig); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := m.Predict(context.Background(), pack(t, "still there?")); err != nil {
+		t.Fatalf("Predict after the guard was signalled: %v\n%s", err, out.String())
+	}
+	select {
+	case err := <-crashed:
+		t.Fatalf("the plugin crashed after its guard was signalled: %v\n%s", err, out.String())
+	default:
+	}
+	if processGone(guard) {
+		t.Fatalf("the guard (pid %d) died of the signals", guard)
+	}
+}
+
+// ignoredSignals reads the mask of the signals pid ignores.
+func ignoredSignals(t *testing.T, pid int) uint64 {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(data)) {
+		if hex, ok := strings.CutPrefix(line, "SigIgn:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
+			if err != nil {
+				t.Fatalf("SigIgn of pid %d: %v", pid, err)
+			}
+			return mask
+		}
+	}
+	t.Fatalf("no SigIgn in /proc/%d/status", pid)
+	return 0
 }
 
 // TestAPluginClosedSaysNothingOfItsGuard: Close kills the plugin's group,
