@@ -158,7 +158,8 @@ func nilable(v any) bool {
 	return false
 }
 
-// Result answers one item: an encoded output, or the item's error.
+// Result answers one item: an encoded output, or the item's error. A
+// Result with neither is a bug of the plugin's, and fails its whole batch.
 type Result struct {
 	// Output is the msgpack-encoded answer; OK fills it.
 	Output []byte

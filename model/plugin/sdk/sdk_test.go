@@ -90,13 +90,22 @@ func TestResults(t *testing.T) {
 }
 
 func TestToResponse(t *testing.T) {
-	resp := toResponse([]Result{{Output: []byte{0xa1, 'x'}}, Failf("no"), {}})
-	if len(resp.Outputs) != 3 || string(resp.Outputs[0]) != "\xa1x" {
-		t.Errorf("outputs = %x, want three with the first set", resp.Outputs)
+	resp := toResponse([]Result{{Output: []byte{0xa1, 'x'}}, Failf("no"), Fail(errors.New(""))})
+	if len(resp.Outputs) != 3 || string(resp.Outputs[0]) != "\xa1x" || resp.Error != "" {
+		t.Errorf("outputs = %x, error %q; want three with the first set, and no batch error", resp.Outputs, resp.Error)
 	}
-	want := map[uint32]string{1: "no", 2: "the plugin gave no output for this item"}
+	want := map[uint32]string{1: "no", 2: "the item failed, with an empty error"}
 	if !reflect.DeepEqual(resp.ItemErrors, want) {
 		t.Errorf("item errors = %v, want %v", resp.ItemErrors, want)
+	}
+}
+
+// A result left empty is the plugin's bug: the batch fails, naming it,
+// rather than its item being refused as though the caller sent a bad one.
+func TestAnEmptyResultFailsTheBatch(t *testing.T) {
+	resp := toResponse([]Result{{Output: []byte{0xa1, 'x'}}, {}})
+	if want := "the plugin's Predict left result 1 of 2 empty"; !strings.Contains(resp.Error, want) || resp.Outputs != nil || resp.ItemErrors != nil {
+		t.Errorf("response %+v; want only a batch error saying %q", resp, want)
 	}
 }
 

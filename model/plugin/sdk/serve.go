@@ -190,7 +190,15 @@ func (s *server) predict(ctx context.Context, raw [][]byte) *pluginpb.PredictRes
 	return toResponse(results)
 }
 
+// A Result with neither an output nor an error is the plugin's bug, not
+// the item's: it fails the batch (a 500 to its callers), where an item's
+// error would tell its caller the item was refused (a 422).
 func toResponse(results []Result) *pluginpb.PredictResponse {
+	for i, r := range results {
+		if r.Output == nil && r.Err == nil {
+			return &pluginpb.PredictResponse{Error: fmt.Sprintf("the plugin's Predict left result %d of %d empty: each needs an Output (sdk.OK) or an Err (sdk.Fail)", i, len(results))}
+		}
+	}
 	resp := &pluginpb.PredictResponse{Outputs: make([][]byte, len(results))}
 	fail := func(i int, msg string) {
 		if resp.ItemErrors == nil {
@@ -204,8 +212,6 @@ func toResponse(results []Result) *pluginpb.PredictResponse {
 			fail(i, "the item failed, with an empty error")
 		case r.Err != nil:
 			fail(i, r.Err.Error())
-		case r.Output == nil:
-			fail(i, "the plugin gave no output for this item")
 		default:
 			resp.Outputs[i] = r.Output
 		}
