@@ -391,7 +391,7 @@ func testPluginStartErrors(t *testing.T, bins map[string]string) {
 		{"prints something else", []string{"--plugin", chatty}, []string{chatty + ": not a streamer plugin", `printed "hello, I am no plugin"`}},
 		{"names a socket that is not there", []string{"--plugin", noSocket}, []string{noSocket, "could not be called", "no such file or directory"}},
 		{"prints a line too long", []string{"--plugin", longLine}, []string{longLine + ": not a streamer plugin", "printed a line of more than 64 KiB on stdout"}},
-		{"prints nothing", []string{"--plugin", bins["silent"]}, []string{bins["silent"] + ": not a streamer plugin", "printed no handshake within 5s"}},
+		{"prints nothing", []string{"--plugin", bins["silent"], "--init-timeout", "5s"}, []string{bins["silent"] + ": not a streamer plugin", "printed no handshake within 4.5s"}},
 		{"wrong protocol version", []string{"--plugin", bins["wrongversion"]}, []string{bins["wrongversion"] + ": not a streamer plugin", "want streamer plugin protocol version 1"}},
 	}
 	for _, tt := range tests {

@@ -291,7 +291,7 @@ func (m *Model) startError(err error) error {
 	case strings.Contains(msg, "exited before we could connect"):
 		did = "it exited before the handshake"
 	case strings.Contains(msg, "timeout while waiting"):
-		did = fmt.Sprintf("it printed no handshake within %s", m.cfg.StartTimeout)
+		did = fmt.Sprintf("it printed no handshake within %s, its limit (a plugin that is slow to start does the slow part in Init, after the handshake)", m.cfg.StartTimeout)
 	case strings.Contains(msg, "incompatible API version"):
 		did = strings.TrimPrefix(msg, "incompatible API version with plugin. ")
 		want = fmt.Sprintf("want streamer plugin protocol version %d: rebuild the plugin against this streamer's model/plugin/sdk", pluginpb.ProtocolVersion)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"time"
 
 	"github.com/streamer-dev/streamer/model"
 )
@@ -31,6 +32,11 @@ type Settings struct {
 	// SocketDir is where the plugin's private socket directory is made (see
 	// Config.SocketDir). It says where, not what: it does not change the model.
 	SocketDir string `json:"socket_dir,omitempty"`
+	// StartTimeout bounds the wait for the plugin's handshake (see
+	// Config.StartTimeout); zero means DefaultStartTimeout. streamer serve
+	// sets it from --init-timeout, for a plugin that imports a framework
+	// before its handshake (Python's torch takes seconds).
+	StartTimeout time.Duration `json:"start_timeout,omitempty"`
 }
 
 // Spec is the Spec that opens this plugin in a worker.
@@ -80,13 +86,14 @@ func OpenSpec(ctx context.Context, spec model.Spec) (model.Model, error) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	lastWords := model.LastWords(ctx)
 	m, err := Open(ctx, Config{
-		Path:      settings.Path,
-		Args:      settings.Args,
-		Device:    settings.Device,
-		SHA256:    settings.SHA256,
-		SocketDir: settings.SocketDir,
-		Output:    os.Stderr,
-		Logger:    log,
+		Path:         settings.Path,
+		Args:         settings.Args,
+		Device:       settings.Device,
+		SHA256:       settings.SHA256,
+		SocketDir:    settings.SocketDir,
+		StartTimeout: settings.StartTimeout,
+		Output:       os.Stderr,
+		Logger:       log,
 		Crashed: func(err error) {
 			fmt.Fprintf(os.Stderr, "worker: %v; exiting so that the supervisor restarts this worker\n", err)
 			lastWords(err.Error())
