@@ -149,6 +149,9 @@ func (o serveOptions) spec(socketDir string) (model.Spec, error) {
 		return model.Spec{}, fmt.Errorf("--device %q: want cpu or cuda", o.device)
 	}
 	if o.plugin != "" {
+		if len(o.pad) > 0 {
+			return model.Spec{}, errors.New("--pad is for ONNX models: a plugin pads its own inputs")
+		}
 		return o.pluginSpec(socketDir)
 	}
 	pad, err := keyValues("--pad", "INPUT=NUMBER", o.pad, func(v string) (float64, error) {
@@ -165,6 +168,15 @@ func (o serveOptions) spec(socketDir string) (model.Spec, error) {
 	})
 	if err != nil {
 		return model.Spec{}, fmt.Errorf("--model: %w", err)
+	}
+	if spec.Runner != onnx.SpecRunner {
+		// Taken for set, these would be ignored without a word.
+		switch {
+		case len(o.pad) > 0:
+			return model.Spec{}, fmt.Errorf("--pad is for ONNX models, and --model %s is a built-in one with no inputs to pad", o.model)
+		case o.device != "cpu":
+			return model.Spec{}, fmt.Errorf("--device %s is for ONNX models and plugins, and --model %s is a built-in one that runs on the CPU", o.device, o.model)
+		}
 	}
 	return spec, nil
 }
@@ -203,6 +215,9 @@ func keyValues[V any](flag, want string, pairs []string, parse func(string) (V, 
 		value, err := parse(v)
 		if !ok || k == "" || err != nil {
 			return nil, fmt.Errorf("%s %q: want %s", flag, kv, want)
+		}
+		if _, twice := m[k]; twice {
+			return nil, fmt.Errorf("%s %q: %s is given twice", flag, kv, k)
 		}
 		if m == nil {
 			m = map[string]V{}
