@@ -9,6 +9,7 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
+	"github.com/streamer-dev/streamer/internal/numtext"
 	"github.com/streamer-dev/streamer/internal/wire"
 )
 
@@ -293,7 +294,7 @@ func (d *jsonDataReader) appendInteger(text []byte) string {
 	digits := string(text)
 	if !isIntegerText(text) {
 		var whole, huge bool
-		digits, whole, huge = wholeDigits(text)
+		digits, whole, huge = numtext.WholeDigits(digits)
 		switch {
 		case !whole:
 			return "is " + string(text) + ", not a whole number (" + d.dt.name + ")"
@@ -330,78 +331,6 @@ func (d *jsonDataReader) appendInteger(text []byte) string {
 	return ""
 }
 
-// maxWholeDigits bounds the digits wholeDigits writes out: past 20, no
-// 64-bit integer holds the number.
-const maxWholeDigits = 20
-
-// wholeDigits reads the JSON number text, which has a fraction or an
-// exponent, exactly: whole reports whether it is a whole number, and then
-// digits is it written as an integer ("-" and its digits), unless huge
-// says it has more than maxWholeDigits digits.
-func wholeDigits(text []byte) (digits string, whole, huge bool) {
-	neg := text[0] == '-'
-	if neg {
-		text = text[1:]
-	}
-	mantissa, exponent := text, 0
-	if i := bytes.IndexAny(text, "eE"); i >= 0 {
-		mantissa, exponent = text[:i], exponentOf(text[i+1:])
-	}
-	intPart, frac := mantissa, []byte(nil)
-	if i := bytes.IndexByte(mantissa, '.'); i >= 0 {
-		intPart, frac = mantissa[:i], mantissa[i+1:]
-	}
-	// All the digits, and where the point falls among them.
-	all := append(append(make([]byte, 0, len(intPart)+len(frac)), intPart...), frac...)
-	point := len(intPart) + exponent
-	lead := 0
-	for lead < len(all) && all[lead] == '0' {
-		lead++
-	}
-	all, point = all[lead:], point-lead
-	last := len(all)
-	for last > 0 && all[last-1] == '0' {
-		last--
-	}
-	all = all[:last]
-	switch {
-	case len(all) == 0:
-		return "0", true, false
-	case point < len(all):
-		return "", false, false // a digit after the point is not zero
-	case point > maxWholeDigits:
-		return "", true, true
-	}
-	out := make([]byte, 0, point+1)
-	if neg {
-		out = append(out, '-')
-	}
-	out = append(out, all...)
-	for range point - len(all) {
-		out = append(out, '0')
-	}
-	return string(out), true, false
-}
-
-// exponentOf reads a JSON number's exponent ("+12", "-3", "7"), held
-// within ±1e6: past that, a number is huge or a fraction all the same.
-func exponentOf(text []byte) int {
-	neg := len(text) > 0 && text[0] == '-'
-	if len(text) > 0 && (text[0] == '-' || text[0] == '+') {
-		text = text[1:]
-	}
-	e := 0
-	for _, c := range text {
-		if e < 1e6 {
-			e = e*10 + int(c-'0')
-		}
-	}
-	if neg {
-		return -e
-	}
-	return e
-}
-
 // appendFloat appends a floating-point element. null stands for NaN, since
 // JSON has no NaN and the answers write NaN as null; a finite number too
 // large for the datatype is refused rather than made infinite.
@@ -420,26 +349,34 @@ func (d *jsonDataReader) appendFloat(text []byte) string {
 	if !isNumber(text) {
 		return "is " + describeValue(text) + ", not a number (" + d.dt.name + ")"
 	}
-	bits := 64
-	if d.dt.kind == kindFloat && d.dt.size == 4 {
-		bits = 32 // parsed straight to float32: one rounding, not two
+	if d.dt.kind == kindHalf {
+		return d.appendHalf(text)
 	}
+	bits := d.dt.size * 8 // a float32 is parsed straight to 32 bits: one rounding, not two
 	f, err := strconv.ParseFloat(string(text), bits)
 	if err != nil {
 		return "is " + string(text) + ", which does not fit " + d.dt.name
 	}
-	switch {
-	case d.dt.kind == kindHalf:
-		h, ok := halfFromFloat64(f)
-		if !ok {
-			return "is " + string(text) + ", which does not fit " + d.dt.name + " (its largest value is 65504)"
-		}
-		d.dst = binary.LittleEndian.AppendUint16(d.dst, h)
-	case bits == 32:
+	if bits == 32 {
 		d.dst = binary.LittleEndian.AppendUint32(d.dst, math.Float32bits(float32(f)))
-	default:
+	} else {
 		d.dst = binary.LittleEndian.AppendUint64(d.dst, math.Float64bits(f))
 	}
+	return ""
+}
+
+// appendHalf appends an FP16 element, rounded once from its text: through
+// a float64, a text a hair off a midpoint between two halves would land on
+// it.
+func (d *jsonDataReader) appendHalf(text []byte) string {
+	h, finite, err := numtext.ParseFloat16(string(text))
+	switch {
+	case err != nil:
+		return "is " + string(text) + ", which does not fit " + d.dt.name
+	case !finite:
+		return "is " + string(text) + ", which does not fit " + d.dt.name + " (its largest value is 65504)"
+	}
+	d.dst = binary.LittleEndian.AppendUint16(d.dst, h)
 	return ""
 }
 
@@ -699,73 +636,9 @@ func appendJSONFloat(dst []byte, f float64, bits int) []byte {
 // halfNaN is the quiet NaN of IEEE 754 half precision.
 const halfNaN = 0x7e00
 
-// halfFromFloat64 rounds f to the nearest IEEE 754 half-precision value,
-// ties to even, and returns its bits. It reports false when a finite f is
-// too large, so that rounding would make it infinite; ±Inf and NaN convert
-// to themselves.
-func halfFromFloat64(f float64) (uint16, bool) {
-	b := math.Float64bits(f)
-	sign := uint16(b>>48) & 0x8000
-	exp := int(b>>52) & 0x7ff
-	mant := b & (1<<52 - 1)
-	switch {
-	case exp == 0x7ff && mant != 0:
-		return sign | halfNaN, true
-	case exp == 0x7ff:
-		return sign | 0x7c00, true
-	case exp == 0: // zero or a float64 subnormal: far below half's smallest
-		return sign, true
-	}
-	e := exp - 1023 // f = 1.mant × 2^e
-	if e > 15 {
-		return 0, false
-	}
-	m := mant | 1<<52
-	// A half holds 1.m × 2^e with 10 bits of m for e ≥ -14, and m × 2^-24
-	// below: shift the 53-bit significand down to those bits.
-	shift := 42
-	if e < -14 {
-		shift = 28 - e
-	}
-	if shift >= 64 {
-		return sign, true
-	}
-	r := m >> shift
-	rem := m & (1<<shift - 1)
-	if halfway := uint64(1) << (shift - 1); rem > halfway || rem == halfway && r&1 == 1 {
-		r++
-	}
-	// For a normal half r holds the implicit bit (1024), which adds one to
-	// the exponent field below; a carry out of the mantissa on rounding
-	// moves into the exponent the same way.
-	var h uint64
-	if e < -14 {
-		h = r
-	} else {
-		h = uint64(e+14)<<10 + r
-	}
-	if h >= 0x7c00 {
-		return 0, false
-	}
-	return sign | uint16(h), true
-}
-
 // halfToFloat32 widens the IEEE 754 half h exactly.
 func halfToFloat32(h uint16) float32 {
-	sign := uint32(h&0x8000) << 16
-	exp := uint32(h>>10) & 0x1f
-	mant := uint32(h & 0x3ff)
-	switch exp {
-	case 0: // zero or subnormal: mant × 2^-24, exact in a float32
-		f := float32(mant) / (1 << 24)
-		if sign != 0 {
-			f = -f
-		}
-		return f
-	case 0x1f:
-		return math.Float32frombits(sign | 0x7f800000 | mant<<13)
-	}
-	return math.Float32frombits(sign | (exp+127-15)<<23 | mant<<13)
+	return float32(numtext.Float16Frombits(h))
 }
 
 // quoteNames lists names for an error: "a", "b".

@@ -2,90 +2,49 @@ package httpapi
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"math"
-	"math/big"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/streamer-dev/streamer/internal/wire"
 )
 
-// TestHalfRoundTrip: every half-precision value widens and rounds back to
-// itself (NaNs to a NaN).
-func TestHalfRoundTrip(t *testing.T) {
-	for h := range 1 << 16 {
-		f := halfToFloat32(uint16(h))
-		back, ok := halfFromFloat64(float64(f))
-		if isNaN := h&0x7c00 == 0x7c00 && h&0x3ff != 0; isNaN {
-			if !math.IsNaN(float64(f)) || back&0x7c00 != 0x7c00 || back&0x3ff == 0 || !ok {
-				t.Fatalf("NaN %#04x became %v and %#04x", h, f, back)
-			}
-			continue
-		}
-		if !ok || back != uint16(h) {
-			t.Fatalf("%#04x → %v → %#04x (ok %v)", h, f, back, ok)
-		}
-	}
-}
-
-func TestHalfFromFloat64RoundsToNearestEven(t *testing.T) {
+// TestV2HalfDataRoundsOnceFromTheText: an FP16 element is rounded from its
+// text once. Through a float64 first, a text a hair off a midpoint between
+// two halves lands on it and goes to the even half, and one a hair below
+// 65520 (halfway to 2^16) becomes infinite and is refused.
+func TestV2HalfDataRoundsOnceFromTheText(t *testing.T) {
+	dt, _ := dtypeOf([]byte("FP16"))
 	tests := []struct {
-		f    float64
-		want uint16
-		ok   bool
+		text    string
+		want    uint16
+		problem string // in the error when the element is refused
 	}{
-		{1, 0x3c00, true},
-		{-2, 0xc000, true},
-		{0, 0, true},
-		{math.Copysign(0, -1), 0x8000, true},
-		{1 + 1.0/2048, 0x3c00, true},               // halfway between 1 and the next: to even, 1
-		{1 + 3.0/2048, 0x3c02, true},               // halfway between 0x3c01 and 0x3c02: to even
-		{1 + 1.0/2048 + 1.0/(1<<20), 0x3c01, true}, // past halfway: up
-		{65504, 0x7bff, true},                      // the largest half
-		{65519.99, 0x7bff, true},                   // below halfway to 65536: down
-		{65520, 0, false},                          // halfway to 65536, ties to even: infinite, refused
-		{-1e6, 0, false},
-		{math.Inf(1), 0x7c00, true},
-		{math.Inf(-1), 0xfc00, true},
-		{6.103515625e-05, 0x0400, true},         // the smallest normal
-		{5.960464477539063e-08, 0x0001, true},   // the smallest subnormal, 2^-24
-		{math.Ldexp(1, -25), 0, true},           // halfway between 0 and 2^-24: to even, 0
-		{math.Ldexp(3, -26), 0x0001, true},      // past halfway: up
-		{math.Ldexp(3, -25), 0x0002, true},      // halfway between 1 and 2 units: to even, 2
-		{math.Ldexp(5, -25), 0x0002, true},      // halfway between 2 and 3 units: to even, 2
-		{math.Ldexp(1023.5, -24), 0x0400, true}, // the largest subnormal rounds up into the normals
-		{1e-300, 0, true},
-		{-5e-324, 0x8000, true},
+		{text: "1.000488281250000000000001", want: 0x3c01},
+		{text: "1.00048828125", want: 0x3c00}, // the midpoint itself: to even
+		{text: "1.000488281249999999999999", want: 0x3c00},
+		{text: "65519.999999999999999", want: 0x7bff},
+		{text: "-65519.999999999999999", want: 0xfbff},
+		{text: "2.980232238769531250000001e-8", want: 0x0001},
+		{text: "0.1", want: 0x2e66},
+		{text: "65520", problem: "element 0 is 65520, which does not fit FP16 (its largest value is 65504)"},
+		{text: "1e400", problem: "element 0 is 1e400, which does not fit FP16"},
 	}
 	for _, tt := range tests {
-		got, ok := halfFromFloat64(tt.f)
-		if ok != tt.ok || ok && got != tt.want {
-			t.Errorf("halfFromFloat64(%v) = %#04x, %v; want %#04x, %v", tt.f, got, ok, tt.want, tt.ok)
-		}
-	}
-	if h, ok := halfFromFloat64(math.NaN()); !ok || h&0x7c00 != 0x7c00 || h&0x3ff == 0 {
-		t.Errorf("NaN became %#04x", h)
-	}
-}
-
-// TestHalfFromFloat64IsNearest checks the rounding against the two halves
-// around values between every pair of neighbours.
-func TestHalfFromFloat64IsNearest(t *testing.T) {
-	for h := uint16(0); h < 0x7bff; h++ {
-		lo, hi := float64(halfToFloat32(h)), float64(halfToFloat32(h+1))
-		for _, frac := range []float64{0.25, 0.4999, 0.5, 0.5001, 0.75} {
-			f := lo + (hi-lo)*frac
-			got, ok := halfFromFloat64(f)
-			want := h
-			if frac > 0.5 || frac == 0.5 && h&1 == 1 {
-				want = h + 1
+		s := wire.NewJSONScanner([]byte("[" + tt.text + "]"))
+		got, n, err := appendJSONData(nil, &s, dt, tensorRef{what: "input", name: []byte("x")})
+		switch {
+		case tt.problem != "":
+			if err == nil || !strings.Contains(err.Error(), tt.problem) {
+				t.Errorf("%s: % x, %v; want an error containing %q", tt.text, got, err, tt.problem)
 			}
-			if !ok || got != want {
-				t.Fatalf("halfFromFloat64(%v) (%v of the way from %#04x) = %#04x, want %#04x", f, frac, h, got, want)
-			}
+		case err != nil || n != 1 || !bytes.Equal(got, binary.LittleEndian.AppendUint16(nil, tt.want)):
+			t.Errorf("%s: %d elements % x, %v; want %#04x", tt.text, n, got, err, tt.want)
 		}
 	}
 }
@@ -305,56 +264,4 @@ func FuzzV2DataReadsAsFlat(f *testing.F) {
 			t.Fatalf("nested %s: %d elements % x, %v; flat reads as %d: % x", nested, count, got, err, n, want)
 		}
 	})
-}
-
-// FuzzWholeDigits holds wholeDigits against math/big's exact reading of
-// the same number, for JSON numbers built of a sign, digits, a fraction
-// and a bounded exponent (big.Rat would spend seconds on a huge one).
-func FuzzWholeDigits(f *testing.F) {
-	f.Add(false, "1", "0", int16(0))
-	f.Add(true, "92233720368547758", "07", int16(2))
-	f.Add(false, "0", "000", int16(-5))
-	f.Add(false, "1", "0000000000000000001", int16(0))
-	f.Add(false, "12", "30", int16(-1))
-	f.Fuzz(func(t *testing.T, neg bool, intPart, frac string, exponent int16) {
-		if intPart == "" || !isDigits(intPart) || !isDigits(frac) || len(intPart) > 1 && intPart[0] == '0' {
-			return
-		}
-		text := intPart + "." + frac
-		if frac == "" {
-			text = intPart + "e" + strconv.Itoa(int(exponent))
-		} else if exponent != 0 {
-			text += "E" + strconv.Itoa(int(exponent))
-		}
-		if neg {
-			text = "-" + text
-		}
-		exact, ok := new(big.Rat).SetString(text)
-		if !ok {
-			t.Fatalf("math/big does not read %q", text)
-		}
-		digits, whole, huge := wholeDigits([]byte(text))
-		if whole != exact.IsInt() {
-			t.Fatalf("wholeDigits(%q) whole = %v, math/big says %v", text, whole, exact.IsInt())
-		}
-		if !whole {
-			return
-		}
-		num := exact.Num()
-		if tooMany := len(new(big.Int).Abs(num).String()) > maxWholeDigits; huge != tooMany {
-			t.Fatalf("wholeDigits(%q) huge = %v, math/big says %s", text, huge, num)
-		}
-		if !huge && digits != num.String() {
-			t.Fatalf("wholeDigits(%q) = %s, math/big says %s", text, digits, num)
-		}
-	})
-}
-
-func isDigits(s string) bool {
-	for _, c := range []byte(s) {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
 }

@@ -175,7 +175,7 @@ func appendFloat(dst []byte, d DType, v float64) ([]byte, bool) {
 	switch d {
 	case Float16:
 		h := Float16Bits(v)
-		if h&^f16SignMask == f16Inf && !math.IsInf(v, 0) {
+		if math.IsInf(Float16Frombits(h), 0) && !math.IsInf(v, 0) {
 			return dst, false
 		}
 		return appendU16(dst, h), true

@@ -129,8 +129,14 @@ func TestFloat16SpecialValues(t *testing.T) {
 // float16 [batch, n].
 func halfModel(t testing.TB, pad map[string]float64) *onnxio.Codec {
 	t.Helper()
-	f16 := onnxpb.TensorProto_FLOAT16
-	sig, err := onnxio.Parse(handModel([]*onnxpb.ValueInfoProto{tensorValue("x", f16, "batch", "n")}, []*onnxpb.ValueInfoProto{tensorValue("y", f16, "batch", "n")}))
+	return vectorModel(t, onnxpb.TensorProto_FLOAT16, pad)
+}
+
+// vectorModel is a codec for a one-input model: x elem [batch, n] → y elem
+// [batch, n].
+func vectorModel(t testing.TB, elem onnxpb.TensorProto_DataType, pad map[string]float64) *onnxio.Codec {
+	t.Helper()
+	sig, err := onnxio.Parse(handModel([]*onnxpb.ValueInfoProto{tensorValue("x", elem, "batch", "n")}, []*onnxpb.ValueInfoProto{tensorValue("y", elem, "batch", "n")}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,6 +366,64 @@ func TestFloat16Padding(t *testing.T) {
 	}
 	if _, err := onnxio.NewCodec(c.Signature(), map[string]float64{"x": 1e6}); err == nil || !strings.Contains(err.Error(), "does not fit input \"x\"'s dtype float16") {
 		t.Fatalf("padding with 1e6: %v", err)
+	}
+}
+
+// TestIntegersFromJSONAreReadFromTheText: an integer input takes a number
+// written with a fraction or an exponent when its text is a whole number,
+// read digit by digit. Through a float64 first, 9007199254740993.0 would
+// reach the model as ...992, 1.0000000000000001 and 1e-400 would pass as
+// whole, and the largest int64 would be refused as too large.
+func TestIntegersFromJSONAreReadFromTheText(t *testing.T) {
+	var (
+		i64     = onnxpb.TensorProto_INT64
+		u64     = onnxpb.TensorProto_UINT64
+		i8      = onnxpb.TensorProto_INT8
+		boolean = onnxpb.TensorProto_BOOL
+	)
+	tests := []struct {
+		elem onnxpb.TensorProto_DataType
+		text string
+		want []byte // nil when the text is refused as not fitting
+	}{
+		{i64, "9007199254740993.0", i64bytes(9007199254740993)},
+		{i64, "9223372036854775807.0", i64bytes(math.MaxInt64)},
+		{i64, "-9223372036854775808e0", i64bytes(math.MinInt64)},
+		{i64, "922337203685477580.70E+1", i64bytes(math.MaxInt64)},
+		{i64, "1.5e1", i64bytes(15)},
+		{i64, "-0.0", i64bytes(0)},
+		{i64, "0.000e99999999999999999999", i64bytes(0)},
+		{i64, "9007199254740993.5", nil},
+		{i64, "1.0000000000000001", nil},
+		{i64, "1e-400", nil},
+		{i64, "9223372036854775808.0", nil},
+		{i64, "1e19", nil},
+		{i64, "1e400", nil},
+		{u64, "18446744073709551615.0", binary.LittleEndian.AppendUint64(nil, math.MaxUint64)},
+		{u64, "1.8446744073709551616e19", nil},
+		{u64, "-1.0", nil},
+		{i8, "-128.00", []byte{0x80}},
+		{i8, "1.28e2", nil},
+		{boolean, "1.0", []byte{1}},
+		{boolean, "0e5", []byte{0}},
+		{boolean, "2.0", nil},
+		{boolean, "0.5", nil},
+	}
+	for _, tt := range tests {
+		dtype := onnxio.DType(tt.elem)
+		item, _, err := vectorModel(t, tt.elem, nil).FromJSON([]byte("[" + tt.text + "]"))
+		switch {
+		case tt.want == nil:
+			if want := "got " + tt.text + " at [0], which does not fit " + dtype.String(); err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s %s: error %v, want one containing %q", dtype, tt.text, err, want)
+			}
+		case err != nil:
+			t.Errorf("%s %s: %v", dtype, tt.text, err)
+		default:
+			if got := decode(t, item)[0].Data; !bytes.Equal(got, tt.want) {
+				t.Errorf("%s %s: became %x, want %x", dtype, tt.text, got, tt.want)
+			}
+		}
 	}
 }
 

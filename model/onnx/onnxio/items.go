@@ -8,6 +8,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 
+	"github.com/streamer-dev/streamer/internal/numtext"
 	"github.com/streamer-dev/streamer/internal/wire"
 )
 
@@ -277,33 +278,42 @@ func (w *jsonWalker) boolean() error {
 
 // appendJSONNumber converts a JSON number's text. A float32 input parses the
 // text at 32 bits and a float16 input rounds it exactly, so that the value is
-// rounded once.
+// rounded once. An integer input takes a text with a fraction or an exponent
+// when the text itself is a whole number, read digit by digit: through a
+// float64, 9007199254740993.0 would lose its last digit and
+// 1.0000000000000001 would pass as whole.
 func appendJSONNumber(dst []byte, d DType, text string) ([]byte, bool, error) {
 	if text == "" || text[0] == '+' {
 		return dst, false, errors.New("malformed")
 	}
-	integer := !strings.ContainsAny(text, ".eE")
-	switch {
-	case d == Float16:
-		h, ok, err := parseFloat16(text)
-		if err != nil || !ok {
-			return dst, false, err
+	switch d {
+	case Float16:
+		h, finite, err := numtext.ParseFloat16(text)
+		if err != nil || !finite {
+			return dst, false, rangeOrSyntax(err)
 		}
 		return appendU16(dst, h), true, nil
-	case d == Float32:
+	case Float32:
 		f, err := strconv.ParseFloat(text, 32)
 		if err != nil {
 			return dst, false, rangeOrSyntax(err)
 		}
 		dst, ok := appendFloat32(dst, d, float32(f))
 		return dst, ok, nil
-	case d == Float64 || !integer:
+	case Float64:
 		f, err := strconv.ParseFloat(text, 64)
 		if err != nil {
 			return dst, false, rangeOrSyntax(err)
 		}
 		dst, ok := appendFloat(dst, d, f)
 		return dst, ok, nil
+	}
+	if strings.ContainsAny(text, ".eE") {
+		digits, whole, huge := numtext.WholeDigits(text)
+		if !whole || huge {
+			return dst, false, nil
+		}
+		text = digits
 	}
 	if i, err := strconv.ParseInt(text, 10, 64); err == nil {
 		dst, ok := appendInt(dst, d, i)
