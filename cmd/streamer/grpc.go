@@ -36,10 +36,13 @@ import (
 // connection could hold any number.
 const grpcMaxStreams = 256
 
-// grpcMaxHeaderList bounds the headers of a gRPC call, metadata included:
-// 64 KiB, far above what a token and a client's own metadata take, and
-// little for a client that opens thousands of connections to hold.
-const grpcMaxHeaderList = 64 << 10
+// maxHeaderBytes bounds the headers of a request, and of a gRPC call with
+// its metadata: 64 KiB, far above what a token and a client's own headers
+// take, and little for a client that opens thousands of connections to
+// hold. Headers are read whole before the token is checked, so the
+// libraries' defaults (1 MiB for net/http, 16 MiB for grpc-go) would let
+// anyone pin gigabytes through --max-connections' 4096 connections.
+const maxHeaderBytes = 64 << 10
 
 // grpcStreamWorkers is how many goroutines the gRPC server keeps to run
 // calls on, rather than start one a call: a call grows its goroutine's
@@ -88,9 +91,7 @@ func (o serveOptions) openGRPC(api http.Handler, guard *security, counts *grpcCo
 		grpc.MaxConcurrentStreams(grpcMaxStreams),
 		grpc.NumStreamWorkers(grpcStreamWorkers),
 		grpc.ConnectionTimeout(min(10*time.Second, o.readTimeout)),
-		// Headers are read whole before the token is checked: grpc-go's
-		// default bound, 16 MiB, would let any client pin that much.
-		grpc.MaxHeaderListSize(grpcMaxHeaderList),
+		grpc.MaxHeaderListSize(maxHeaderBytes),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: o.idleTimeout}),
 		grpc.ForceServerCodecV2(service.Codec()),
 		grpc.InTapHandle(calls.begin),

@@ -468,6 +468,7 @@ func (o serveOptions) httpServer(handler http.Handler, log *slog.Logger) *http.S
 	return &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: min(10*time.Second, o.readTimeout),
+		MaxHeaderBytes:    maxHeaderBytes,
 		// The handler lifts this deadline once the body is in, so that it
 		// bounds the sending of a request and not the wait for its answer.
 		ReadTimeout: o.readTimeout,
@@ -788,6 +789,25 @@ func checkOrigin(origin string) error {
 // any machine's cores only cost memory (each has its stack and buffers).
 const maxIntraOpThreads = 1024
 
+// loopbackHostOnly refuses requests to a loopback listener that name
+// another host than this one (a loopback address or localhost): a web
+// page whose name an attacker rebinds to 127.0.0.1 reaches the listener
+// from the browser of anyone on this machine, and reads what it answers,
+// the command line with its token included, as its own origin's.
+func loopbackHostOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		if ip := net.ParseIP(strings.Trim(host, "[]")); ip == nil && !strings.EqualFold(host, "localhost") || ip != nil && !ip.IsLoopback() {
+			http.Error(w, fmt.Sprintf("this server answers on loopback only: Host %q names another machine", r.Host), http.StatusMisdirectedRequest)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // checkHTTPLimits refuses limits that would make the server unusable.
 func (o serveOptions) checkHTTPLimits() error {
 	switch {
@@ -819,7 +839,11 @@ func serveProfiles(addr string, log *slog.Logger) (*http.Server, error) {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	server := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	var handler http.Handler = mux
+	if listener.Addr().(*net.TCPAddr).IP.IsLoopback() {
+		handler = loopbackHostOnly(mux)
+	}
+	server := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: maxHeaderBytes}
 	go func() { _ = server.Serve(listener) }()
 	log.Info("serving profiles", "pprof", "http://"+listener.Addr().String()+"/debug/pprof/")
 	return server, nil
