@@ -132,6 +132,7 @@ func TestServeRefusesFlagValuesNoServerCanUse(t *testing.T) {
 		{[]string{"--plugin", "/bin/true", "--plugin-arg", "k=1", "--plugin-arg", "k=2"}, `--plugin-arg "k=2": k is given twice`},
 		{[]string{"--allow-origin", "app.example.com"}, `--allow-origin "app.example.com": want scheme://host[:port]`},
 		{[]string{"--allow-origin", "https://app.example.com/page"}, `--allow-origin "https://app.example.com/page": want scheme://host[:port] alone`},
+		{[]string{"--allow-origin", "https://bücher.example"}, `--allow-origin "https://bücher.example": want the host in ASCII, as a browser sends it`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			s := launchServer(t, tc.args...) // no --model: the warning of echo would come first

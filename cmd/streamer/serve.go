@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -781,6 +782,8 @@ func checkOrigin(origin string) error {
 		return errors.New("want scheme://host[:port] (as https://app.example.com), or * for any origin")
 	case u.Path != "" || u.RawQuery != "" || u.Fragment != "" || strings.HasSuffix(origin, "?") || strings.HasSuffix(origin, "#"):
 		return errors.New("want scheme://host[:port] alone: a browser's Origin has no path, query or fragment")
+	case strings.ContainsFunc(u.Host, func(r rune) bool { return r >= utf8.RuneSelf }):
+		return errors.New("want the host in ASCII, as a browser sends it: its punycode form (xn--...)")
 	}
 	return nil
 }

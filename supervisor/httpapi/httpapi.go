@@ -154,7 +154,10 @@ type Config struct {
 	// so that a web page cannot make a browser on the server's machine run
 	// inference on a loopback API. Requests without an Origin header (curl,
 	// programs) are not affected. CORS preflight requests of allowed origins
-	// are answered. Empty allows no origin.
+	// are answered. Each is compared as a browser writes its origin: the
+	// scheme and host in lower case, and no port when it is the scheme's
+	// default (so https://App.example:443 allows https://app.example).
+	// Empty allows no origin.
 	AllowedOrigins []string
 	// Admin, when set, serves POST /admin/reload and POST /admin/workers
 	// (see admin.go); nil serves no admin route. The routes change what
@@ -279,7 +282,7 @@ func New(cfg Config) http.Handler {
 	}
 	h.origins = make(map[string]bool, len(cfg.AllowedOrigins))
 	for _, o := range cfg.AllowedOrigins {
-		h.origins[strings.TrimSuffix(o, "/")] = true
+		h.origins[browserOrigin(o)] = true
 	}
 	h.bufs.New = func() any { return new(bytes.Buffer) }
 	h.inferStates.New = func() any { return new(inferState) }
@@ -367,14 +370,34 @@ func (h *handler) crossOrigin(w http.ResponseWriter, r *http.Request, origin []s
 		// The headers of ours a page needs, which a browser hides unless
 		// told: when to come back after a 429 or 503, and where a v2
 		// answer's JSON header ends and its binary tensors begin.
-		hdr.Set("Access-Control-Expose-Headers", "Retry-After, "+InferenceHeaderLength)
+		// And, after a 415, the encodings a body may come in.
+		hdr.Set("Access-Control-Expose-Headers", "Retry-After, Accept-Encoding, "+InferenceHeaderLength)
 		return true
 	}
 	hdr.Set("Access-Control-Allow-Methods", "GET, HEAD, POST")
-	hdr.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, "+TimeoutHeader+", "+InferenceHeaderLength)
+	hdr.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Content-Encoding, "+TimeoutHeader+", "+InferenceHeaderLength)
 	hdr.Set("Access-Control-Max-Age", "600")
 	w.WriteHeader(http.StatusNoContent)
 	return false
+}
+
+// browserOrigin writes origin as a browser sends it in its Origin header:
+// scheme and host in lower case, without the scheme's default port or a
+// trailing slash. A configured origin written otherwise would never match.
+func browserOrigin(origin string) string {
+	origin = strings.TrimSuffix(origin, "/")
+	scheme, host, ok := strings.Cut(origin, "://")
+	if !ok {
+		return origin // "*", or what the caller checked no further
+	}
+	scheme, host = strings.ToLower(scheme), strings.ToLower(host)
+	switch {
+	case scheme == "https":
+		host = strings.TrimSuffix(host, ":443")
+	case scheme == "http":
+		host = strings.TrimSuffix(host, ":80")
+	}
+	return scheme + "://" + host
 }
 
 // originAllowed reports whether a request whose Origin header values are

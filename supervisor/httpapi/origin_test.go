@@ -35,8 +35,8 @@ func TestOriginIsVetted(t *testing.T) {
 			if got := rec.Header().Get("Access-Control-Allow-Origin"); got != tc.allowOrigin {
 				t.Errorf("Access-Control-Allow-Origin %q, want %q", got, tc.allowOrigin)
 			}
-			if exposed := rec.Header().Get("Access-Control-Expose-Headers"); (tc.allowOrigin != "" && rec.Code == http.StatusOK) != (exposed == "Retry-After, "+InferenceHeaderLength) {
-				t.Errorf("Access-Control-Expose-Headers %q on a %d; want Retry-After and %s exposed to an allowed page's request, and nothing else", exposed, rec.Code, InferenceHeaderLength)
+			if exposed := rec.Header().Get("Access-Control-Expose-Headers"); (tc.allowOrigin != "" && rec.Code == http.StatusOK) != (exposed == "Retry-After, Accept-Encoding, "+InferenceHeaderLength) {
+				t.Errorf("Access-Control-Expose-Headers %q on a %d; want Retry-After, Accept-Encoding and %s exposed to an allowed page's request, and nothing else", exposed, rec.Code, InferenceHeaderLength)
 			}
 			if rec.Code == http.StatusForbidden {
 				if msg := errorOf(t, rec); !strings.Contains(msg, "allowed origins") {
@@ -47,5 +47,35 @@ func TestOriginIsVetted(t *testing.T) {
 				t.Errorf("preflight allows methods %q, want POST among them", rec.Header().Get("Access-Control-Allow-Methods"))
 			}
 		})
+	}
+}
+
+// An origin configured in another case, or with its scheme's default port,
+// allows the pages whose browser writes it the one way browsers do: compared
+// as written, it never matched, and those pages got 403 without a clue.
+func TestAnOriginIsComparedAsABrowserWritesIt(t *testing.T) {
+	h := New(Config{Backend: &fakeBackend{ready: true}, AllowedOrigins: []string{"HTTPS://App.Example:443", "http://Local.Example:80/", "http://other.example:8080"}})
+	body := []byte(`{"inputs": ["x"]}`)
+	for origin, want := range map[string]int{
+		"https://app.example":       http.StatusOK,
+		"http://local.example":      http.StatusOK,
+		"http://other.example:8080": http.StatusOK,
+		"http://app.example":        http.StatusForbidden,
+		"https://app.example:8443":  http.StatusForbidden,
+		"http://other.example":      http.StatusForbidden,
+	} {
+		if rec := do(t, h, http.MethodPost, "/predict", "application/json", body, "Origin", origin); rec.Code != want {
+			t.Errorf("Origin %s: %d (%s), want %d", origin, rec.Code, rec.Body.String(), want)
+		}
+	}
+}
+
+// A page may send a compressed body, which the API takes: its preflight
+// allows Content-Encoding.
+func TestAPreflightAllowsACompressedBody(t *testing.T) {
+	h := New(Config{Backend: &fakeBackend{ready: true}, AllowedOrigins: []string{"https://app.example"}})
+	rec := do(t, h, http.MethodOptions, "/predict", "", nil, "Origin", "https://app.example", "Access-Control-Request-Method", "POST", "Access-Control-Request-Headers", "content-encoding, content-type")
+	if allowed := rec.Header().Get("Access-Control-Allow-Headers"); rec.Code != http.StatusNoContent || !strings.Contains(allowed, "Content-Encoding") {
+		t.Errorf("preflight: %d, Access-Control-Allow-Headers %q; want 204 allowing Content-Encoding", rec.Code, allowed)
 	}
 }
