@@ -18,6 +18,11 @@ const CheckEvery = 2 * time.Second
 // before an idle process gives the rest back.
 const releaseSlack = 32 << 20
 
+// maxRecheck bounds, in checks, the wait between the collections of an
+// idle process whose last one found much live (see Release): about a
+// minute.
+const maxRecheck = 32
+
 // Progress says what work a process has done: done counts the pieces of
 // work finished so far (items answered, batches run), and busy whether any
 // is under way or waiting now.
@@ -31,7 +36,11 @@ type Progress func() (done uint64, busy bool)
 // the heap holds far more than it uses, Release collects and returns the
 // free memory at once. log, when not nil, gets a line each time.
 func Release(ctx context.Context, progress Progress, log *slog.Logger) {
-	tick := time.NewTicker(CheckEvery)
+	release(ctx, progress, log, CheckEvery)
+}
+
+func release(ctx context.Context, progress Progress, log *slog.Logger, every time.Duration) {
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	samples := []metrics.Sample{
 		{Name: "/gc/heap/live:bytes"},
@@ -45,6 +54,9 @@ func Release(ctx context.Context, progress Progress, log *slog.Logger) {
 	}
 	var lastDone uint64
 	var collectedAt uint64 // the bytes allocated so far when Release last collected
+	// An idle process whose last collection found much live collects again
+	// after recheck idle checks, twice as many each time.
+	recheck, waited := 1, 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -55,20 +67,32 @@ func Release(ctx context.Context, progress Progress, log *slog.Logger) {
 		idle := !busy && done == lastDone
 		lastDone = done
 		if !idle {
+			recheck, waited = 1, 0
 			continue
 		}
 		live, held, allocs := read()
-		if allocs-collectedAt > releaseSlack && held <= 2*live+releaseSlack {
+		waited++
+		// What was live at the last collection may have died since,
+		// with nothing allocated: connections that sent only headers,
+		// which no count of work sees, held their buffers through the
+		// collection, then closed.
+		stale := live > releaseSlack && waited >= recheck
+		if (allocs-collectedAt > releaseSlack || stale) && held <= 2*live+releaseSlack {
 			// The live size is the last collection's, which may have run
 			// at the burst's peak, with all of it live (a process whose
 			// heap grew by one large batch may never have collected
 			// since); with nothing allocated while idle, no other would
-			// run for minutes. Once after each burst, collect to learn
-			// what is live now: twice, as what sync.Pools hold (gRPC
-			// keeps its message buffers in them) outlives one collection.
+			// run for minutes. Once after each burst, and again while
+			// much is live, collect to learn what is live now: twice, as
+			// what sync.Pools hold (gRPC keeps its message buffers in
+			// them) outlives one collection.
 			runtime.GC()
 			runtime.GC()
 			live, held, collectedAt = read()
+			if stale {
+				recheck = min(2*recheck, maxRecheck)
+			}
+			waited = 0
 		}
 		if held <= 2*live+releaseSlack {
 			continue
