@@ -231,7 +231,7 @@ type SlotState string
 const (
 	SlotStarting SlotState = "starting" // a worker is starting or initialising
 	SlotReady    SlotState = "ready"    // the worker takes batches
-	SlotBackoff  SlotState = "backoff"  // the worker died; waiting before restarting it
+	SlotBackoff  SlotState = "backoff"  // the worker died, or failed to start; waiting before starting another
 	SlotDraining SlotState = "draining" // retired by Reload or SetWorkers: answering what it holds, then stopping
 	SlotFailed   SlotState = "failed"   // restarted too often; given up
 	SlotStopped  SlotState = "stopped"  // shut down

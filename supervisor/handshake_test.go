@@ -192,6 +192,40 @@ func TestUnavailableSaysWhyWorkersFailToStart(t *testing.T) {
 	}
 }
 
+// Between the failed starts of its worker, a slot waits in backoff, not
+// starting: said to be starting, it kept the queue waiting for its worker
+// to come up, and an item admitted with no deadline waited as long as the
+// failures went on, where queued items get ErrUnavailable once no worker
+// has been able to run for UnavailableAfter.
+func TestAQueuedItemIsRefusedWhileTheRestartsFail(t *testing.T) {
+	weightsGone := filepath.Join(t.TempDir(), "weights-gone")
+	cfg := processConfig("chaos:crash=die", 1, 8)
+	cfg.Process.Env = []string{failOpenEnv + "=" + weightsGone}
+	// Starts fail within UnavailableAfter, and most of the time between
+	// them is spent waiting.
+	cfg.UnavailableAfter = 200 * time.Millisecond
+	cfg.BackoffMin, cfg.BackoffMax = time.Millisecond, 50*time.Millisecond
+	cfg.MaxRestarts = 1000
+	s := start(t, cfg)
+	if err := os.WriteFile(weightsGone, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	die, _ := msgpack.Marshal("die")
+	dying, err := s.SubmitRequest(context.Background(), supervisor.Request{Items: [][]byte{die}}) // no deadline
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the slot waiting in backoff after a failed start", func() bool {
+		st := s.Slots()[0]
+		return st.State == supervisor.SlotBackoff && strings.Contains(st.LastErr, "cannot load weights")
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := dying.Result(ctx); !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), "cannot load weights") {
+		t.Fatalf("the queued item while the restarts fail: %v; want ErrUnavailable saying why", err)
+	}
+}
+
 // The model a worker serves is the one ProcessConfig.Model names, carried
 // over the pipe: a chaos model that rejects one item proves the settings
 // arrived.

@@ -952,6 +952,11 @@ func (sl *slot) backoff() bool {
 	if delay > s.cfg.BackoffMax || delay <= 0 {
 		delay = s.cfg.BackoffMax
 	}
+	// After a failed start too, which left it starting: a slot said to
+	// be starting keeps the queue waiting for its worker (checkAvailable),
+	// and a request admitted with no deadline waited as long as the
+	// failures went on.
+	sl.state = SlotBackoff
 	sl.tally.restarts++
 	restarts, lastErr := sl.tally.restarts, sl.lastErr
 	s.mu.Unlock()
