@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -38,10 +39,33 @@ func parseBytes(s string) (int64, error) {
 		}
 	}
 	n, err := strconv.ParseFloat(text, 64)
-	if err != nil || n < 0 {
+	if err != nil || n < 0 || math.IsNaN(n) || math.IsInf(n, 0) {
 		return 0, fmt.Errorf("%q is not a size: want a number of bytes with an optional unit (KiB, MiB, GiB, TiB)", s)
 	}
+	if n*factor >= math.MaxInt64 {
+		return 0, fmt.Errorf("%q is more bytes than any machine has", s)
+	}
 	return int64(n * factor), nil
+}
+
+// minMemoryLimit is the least --memory-limit: below it, the collector
+// would run without rest on a server's own few megabytes, where 0 reads
+// as "no limit" to many.
+const minMemoryLimit = 16 << 20
+
+// memoryLimitBytes reads --memory-limit; 0 when it is unset.
+func (o serveOptions) memoryLimitBytes() (int64, error) {
+	if o.memoryLimit == "" {
+		return 0, nil
+	}
+	limit, err := parseBytes(o.memoryLimit)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("--memory-limit %s", err)
+	case limit < minMemoryLimit:
+		return 0, fmt.Errorf("--memory-limit %q: want at least 16MiB (leave it unset for no limit)", o.memoryLimit)
+	}
+	return limit, nil
 }
 
 // statser is what the memory watch reads the server's work from.

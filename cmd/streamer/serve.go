@@ -596,11 +596,9 @@ func (o serveOptions) openListener(guard *security, log *slog.Logger) (*cappedLi
 	if err := o.checkHTTPLimits(); err != nil {
 		return nil, err
 	}
-	if o.memoryLimit != "" {
-		limit, err := parseBytes(o.memoryLimit)
-		if err != nil {
-			return nil, fmt.Errorf("--memory-limit: %w", err)
-		}
+	if limit, err := o.memoryLimitBytes(); err != nil {
+		return nil, err
+	} else if limit > 0 {
 		debug.SetMemoryLimit(limit)
 	}
 	tcpListener, err := net.Listen("tcp", o.listen)
@@ -721,6 +719,9 @@ func (d *drainer) drain(server *http.Server) error {
 // --max-latency 0 waited 100ms and --max-restarts 0 allowed 10, and a
 // --plugin-sha256 without --plugin was ignored without a word.
 func (o serveOptions) checkFlags() error {
+	if _, err := o.memoryLimitBytes(); err != nil {
+		return err
+	}
 	positive := []struct {
 		flag  string
 		value time.Duration

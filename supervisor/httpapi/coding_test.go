@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"compress/zlib"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -206,5 +207,20 @@ func TestBodyInAnotherCodingIs415(t *testing.T) {
 	}
 	if rec := do(t, h, http.MethodPost, "/predict", "text/plain", []byte("a")); rec.Code != http.StatusUnsupportedMediaType || rec.Header().Get("Accept-Encoding") != "" {
 		t.Errorf("a content type not read: %d, Accept-Encoding %q; want 415 without it", rec.Code, rec.Header().Get("Accept-Encoding"))
+	}
+}
+
+// The largest MaxBody (what --max-body takes at most) reads compressed
+// bodies too: reading one byte past it wrapped to a negative limit, and
+// every compressed body was refused as corrupt.
+func TestCompressedBodiesAreReadUnderTheLargestMaxBody(t *testing.T) {
+	h := New(Config{Backend: &fakeBackend{ready: true}, MaxBody: math.MaxInt64})
+	plain := []byte(`{"inputs": ["a"]}`)
+	want := do(t, h, http.MethodPost, "/predict", "application/json", plain)
+	for _, c := range compressions {
+		got := do(t, h, http.MethodPost, "/predict", "application/json", compress(t, c.name, plain), "Content-Encoding", c.header)
+		if got.Code != http.StatusOK || !bytes.Equal(got.Body.Bytes(), want.Body.Bytes()) {
+			t.Errorf("%s: %d %q; want the plain body's %d %q", c.name, got.Code, got.Body, want.Code, want.Body)
+		}
 	}
 }

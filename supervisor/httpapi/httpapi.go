@@ -96,6 +96,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -270,6 +271,9 @@ func New(cfg Config) http.Handler {
 	if h.maxBody <= 0 {
 		h.maxBody = DefaultMaxBody
 	}
+	// A byte under the largest: a body is read to one byte past the
+	// limit to tell one over it, which at the largest would wrap.
+	h.maxBody = min(h.maxBody, math.MaxInt64-1)
 	if cfg.MaxItems > 0 {
 		h.maxRows = min(cfg.MaxItems, maxRows)
 	}
