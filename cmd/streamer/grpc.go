@@ -92,7 +92,17 @@ func (o serveOptions) openGRPC(api http.Handler, guard *security, counts *grpcCo
 		grpc.NumStreamWorkers(grpcStreamWorkers),
 		grpc.ConnectionTimeout(min(10*time.Second, o.readTimeout)),
 		grpc.MaxHeaderListSize(maxHeaderBytes),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: o.idleTimeout}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle: o.idleTimeout,
+			// grpc-go keeps a call's answer for its client with no
+			// deadline, and a client frozen or gone that reads nothing
+			// held its answers in this server's memory as long as its
+			// connection stayed open. Quiet for --write-timeout, a
+			// client is asked for a ping's answer, and its connection is
+			// closed if none comes within as long again.
+			Time:    o.writeTimeout,
+			Timeout: o.writeTimeout,
+		}),
 		grpc.ForceServerCodecV2(service.Codec()),
 		grpc.InTapHandle(calls.begin),
 		grpc.UnaryInterceptor(calls.read),
@@ -180,6 +190,7 @@ func (c *grpcCalls) begin(ctx context.Context, info *tap.Info) (context.Context,
 		ended = c.conns.callBegun(ctx)
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
+	ctx = readTimedContext{ctx}
 	method := info.FullMethodName
 	timer := time.AfterFunc(readTimeout, func() {
 		if ctx.Err() != nil {
@@ -200,6 +211,22 @@ func (c *grpcCalls) begin(ctx context.Context, info *tap.Info) (context.Context,
 		ended()
 	})
 	return context.WithValue(ctx, readTimerKey{}, timer), nil
+}
+
+// readTimedContext is a call's context, ended (canceled) when the call's
+// message does not arrive within its read timeout; then its Err is
+// context.DeadlineExceeded, which grpc-go answers DEADLINE_EXCEEDED, as
+// the REST route answers 408, where a canceled context's CANCELLED told
+// the client it had canceled the call itself. Its Deadline is its
+// parent's: the read timeout does not bound the call once its message is
+// in.
+type readTimedContext struct{ context.Context }
+
+func (c readTimedContext) Err() error {
+	if errors.Is(context.Cause(c.Context), errReadTimeout) {
+		return context.DeadlineExceeded
+	}
+	return c.Context.Err()
 }
 
 // healthReadTimeout bounds the wait for a health call's message, which

@@ -39,6 +39,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/streamer-dev/streamer/model/onnx/onnxtest"
 	pb "github.com/streamer-dev/streamer/supervisor/httpapi/inferencepb"
@@ -717,7 +718,9 @@ func TestGRPCHealthCallsHoldNothing(t *testing.T) {
 }
 
 // TestGRPCStalledCallsEnd: a call whose message does not arrive within
-// --read-timeout is ended, and its connection, idle then, is closed at
+// --read-timeout is ended, DEADLINE_EXCEEDED as REST's 408 (CANCELLED
+// told the client it had canceled the call itself), and its connection,
+// idle then, is closed at
 // --idle-timeout, so that calls that stall cannot hold every connection
 // the cap allows.
 func TestGRPCStalledCallsEnd(t *testing.T) {
@@ -740,8 +743,8 @@ func TestGRPCStalledCallsEnd(t *testing.T) {
 	for i, ended := range ends {
 		select {
 		case how := <-ended:
-			if how == "0" {
-				t.Errorf("stalled call %d ended with grpc-status 0", i)
+			if how != strconv.Itoa(int(codes.DeadlineExceeded)) {
+				t.Errorf("stalled call %d ended with grpc-status %s, want DEADLINE_EXCEEDED (%d)", i, how, codes.DeadlineExceeded)
 			}
 		case <-time.After(15 * time.Second):
 			t.Fatalf("stalled call %d was not ended within 15s of a 1s --read-timeout", i)
@@ -831,5 +834,72 @@ func TestGRPCDrainNotHeldBySilentConnections(t *testing.T) {
 	code, err := s.wait(8 * time.Second)
 	if err != nil || code != 0 {
 		t.Fatalf("exit %d %v, want 0 within 8s", code, err)
+	}
+}
+
+// TestGRPCAClientThatReadsNothingIsDropped: grpc-go keeps a call's answer
+// for its client with no deadline of its own, so a client frozen or gone
+// that reads nothing (its flow-control window shut) and answers no ping
+// held its answers in the server's memory for as long as its connection
+// stayed open: a call in progress kept it from counting as idle. Such a
+// client is asked for a ping's answer once quiet for --write-timeout, and
+// its connection is closed when none comes.
+func TestGRPCAClientThatReadsNothingIsDropped(t *testing.T) {
+	addr := freePort(t)
+	startServer(t, "--model", "echo", "--grpc-listen", addr, "--write-timeout", "1s", "--idle-timeout", "60s")
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	if _, err := conn.Write([]byte(http2.ClientPreface)); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(conn, conn)
+	// A window of nothing: the server can send no answer.
+	if err := fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0}); err != nil {
+		t.Fatal(err)
+	}
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", pb.GRPCInferenceService_ModelInfer_FullMethodName},
+		{":authority", addr}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := proto.Marshal(&pb.ModelInferRequest{ModelName: "echo", Inputs: []*pb.ModelInferRequest_InferInputTensor{{
+		Name: "input", Datatype: "BYTES", Shape: []int64{1}, Contents: &pb.InferTensorContents{BytesContents: [][]byte{bytes.Repeat([]byte("a"), 32<<10)}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := append(binary.BigEndian.AppendUint32([]byte{0}, uint32(len(msg))), msg...)
+	for len(data) > 0 {
+		n := min(len(data), 16<<10) // HTTP/2's default largest frame
+		if err := fr.WriteData(1, n == len(data), data[:n]); err != nil {
+			t.Fatal(err)
+		}
+		data = data[n:]
+	}
+	// Read what comes, answering no ping, until the connection closes.
+	closed := make(chan error, 1)
+	go func() {
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				closed <- err
+				return
+			}
+			if s, ok := f.(*http2.SettingsFrame); ok && !s.IsAck() {
+				_ = fr.WriteSettingsAck()
+			}
+		}
+	}()
+	select {
+	case <-closed:
+	case <-time.After(15 * time.Second):
+		t.Fatal("a client that reads nothing and answers no ping still holds its connection 15 s on, with a 1 s --write-timeout")
 	}
 }

@@ -247,9 +247,13 @@ func grpcDuration(d tritonDuration) *inferencepb.StatisticDuration {
 // sooner of the two wins.
 func (g *GRPC) ModelInfer(ctx context.Context, req *inferencepb.ModelInferRequest) (*inferencepb.ModelInferResponse, error) {
 	h := g.h
-	if msg, refused := codecRefusal(req); refused {
+	switch msg, field := codecRefusal(req); field {
+	case fieldTooLarge:
 		h.requests.count(http.StatusRequestEntityTooLarge, nil)
 		return nil, status.Error(codes.ResourceExhausted, msg)
+	case fieldMalformed:
+		h.requests.count(http.StatusBadRequest, nil)
+		return nil, status.Error(codes.InvalidArgument, msg)
 	}
 	meta, err := g.model(req.GetModelName(), req.GetModelVersion())
 	if err != nil {
@@ -527,7 +531,7 @@ func appendContents(dst []byte, dt dtype, c *inferencepb.InferTensorContents, re
 		}
 	}
 	outOfRange := func(i int, v string) error {
-		return badRequest(ref.String() + ": element " + strconv.Itoa(i) + " (" + v + ") is out of the range of " + dt.name)
+		return badRequest(ref.String() + ": element " + strconv.Itoa(i) + " is " + v + ", which does not fit " + dt.name)
 	}
 	switch want {
 	case "bool_contents":
@@ -682,11 +686,11 @@ func (c *inferCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	wire := buf.ReadOnlyData()
 	// A message that is not well formed is left to Unmarshal to refuse.
 	n := countEntries(wire)
+	// Refusals are not errors: gRPC would answer any error of the codec's
+	// as INTERNAL. The request goes on, undecoded but for the refusal,
+	// which ModelInfer answers (see codecRefusal).
 	refuse := func(what string, got, most int, hint string) error {
-		// Not an error: gRPC would answer any error of the codec's as
-		// INTERNAL. The request goes on, undecoded but for the refusal,
-		// which ModelInfer answers (see codecRefusal).
-		refuseRequest(req, "the request holds "+strconv.Itoa(got)+" "+what+", over the "+strconv.Itoa(most)+" one call may carry"+hint)
+		refuseRequest(req, fieldTooLarge, "the request holds "+strconv.Itoa(got)+" "+what+", over the "+strconv.Itoa(most)+" one call may carry"+hint)
 		return nil
 	}
 	switch {
@@ -697,33 +701,47 @@ func (c *inferCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	case n.elements > c.maxElements:
 		return refuse("BYTES elements in contents", n.elements, c.maxElements, " (the body limit, --max-body, / 12); send them in raw_input_contents")
 	}
-	return proto.Unmarshal(wire, req)
+	if err := proto.Unmarshal(wire, req); err != nil {
+		// A client's mistake, as a malformed body is over REST: 400.
+		refuseRequest(req, fieldMalformed, "the message is not a well-formed ModelInferRequest: "+err.Error())
+		return nil
+	}
+	// A client's own unknown fields mean nothing here, and may not pass
+	// for a refusal of the codec's.
+	req.ProtoReflect().SetUnknown(nil)
+	return nil
 }
 
-// fieldRefusal is the field number under which the codec leaves its
-// refusal in a request it did not decode: the largest protobuf allows,
-// among the request's unknown fields, where no field of the protocol is.
-const fieldRefusal = protowire.MaxValidNumber
+// The field numbers under which the codec leaves its refusal in a request
+// it did not decode, by kind: the largest protobuf allows, among the
+// request's unknown fields, where no field of the protocol is. Only the
+// codec leaves unknown fields in a request it hands on.
+const (
+	fieldTooLarge  = protowire.MaxValidNumber     // RESOURCE_EXHAUSTED, as a 413
+	fieldMalformed = protowire.MaxValidNumber - 1 // INVALID_ARGUMENT, as a 400
+)
 
-// refuseRequest leaves req undecoded but for msg, the codec's refusal.
-func refuseRequest(req *inferencepb.ModelInferRequest, msg string) {
+// refuseRequest leaves req undecoded but for msg, the codec's refusal,
+// under field, its kind.
+func refuseRequest(req *inferencepb.ModelInferRequest, field protowire.Number, msg string) {
 	proto.Reset(req)
-	b := protowire.AppendTag(nil, fieldRefusal, protowire.BytesType)
+	b := protowire.AppendTag(nil, field, protowire.BytesType)
 	req.ProtoReflect().SetUnknown(protowire.AppendString(b, msg))
 }
 
-// codecRefusal returns the codec's refusal of req, if it left one.
-func codecRefusal(req *inferencepb.ModelInferRequest) (msg string, refused bool) {
+// codecRefusal returns the codec's refusal of req and its kind, if it
+// left one; field is 0 when it did not.
+func codecRefusal(req *inferencepb.ModelInferRequest) (msg string, field protowire.Number) {
 	unknown := req.ProtoReflect().GetUnknown()
 	if len(unknown) == 0 {
-		return "", false
+		return "", 0
 	}
 	eachField(unknown, func(num protowire.Number, typ protowire.Type, v []byte) {
-		if num == fieldRefusal && typ == protowire.BytesType {
-			msg, refused = string(v), true
+		if (num == fieldTooLarge || num == fieldMalformed) && typ == protowire.BytesType {
+			msg, field = string(v), num
 		}
 	})
-	return msg, refused
+	return msg, field
 }
 
 // The field numbers countEntries follows.

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
@@ -120,10 +121,10 @@ func TestGRPCRefusesContents(t *testing.T) {
 		contents *pb.InferTensorContents
 		want     string
 	}{
-		{"INT8", &pb.InferTensorContents{IntContents: []int32{1, 128, 0}}, "element 1 (128) is out of the range of INT8"},
-		{"INT16", &pb.InferTensorContents{IntContents: []int32{-32769, 0, 0}}, "element 0 (-32769) is out of the range of INT16"},
-		{"UINT8", &pb.InferTensorContents{UintContents: []uint32{0, 0, 256}}, "element 2 (256) is out of the range of UINT8"},
-		{"UINT16", &pb.InferTensorContents{UintContents: []uint32{65536, 0, 0}}, "element 0 (65536) is out of the range of UINT16"},
+		{"INT8", &pb.InferTensorContents{IntContents: []int32{1, 128, 0}}, "element 1 is 128, which does not fit INT8"},
+		{"INT16", &pb.InferTensorContents{IntContents: []int32{-32769, 0, 0}}, "element 0 is -32769, which does not fit INT16"},
+		{"UINT8", &pb.InferTensorContents{UintContents: []uint32{0, 0, 256}}, "element 2 is 256, which does not fit UINT8"},
+		{"UINT16", &pb.InferTensorContents{UintContents: []uint32{65536, 0, 0}}, "element 0 is 65536, which does not fit UINT16"},
 		{"FP16", &pb.InferTensorContents{Fp32Contents: []float32{1, 2, 3}}, "FP16 has no field in contents"},
 		{"FP64", &pb.InferTensorContents{Fp32Contents: []float32{1, 2, 3}}, "takes its elements in contents.fp64_contents, but 3 came in contents.fp32_contents"},
 		{"BYTES", &pb.InferTensorContents{BytesContents: [][]byte{{1}}}, "contents.bytes_contents has 1 element, shape [3] has 3"},
@@ -553,7 +554,11 @@ func TestGRPCCodecBoundsBytesElements(t *testing.T) {
 		len(refused.Inputs) != 0 {
 		t.Errorf("101 elements: %v, %d inputs decoded; want RESOURCE_EXHAUSTED naming both counts, and nothing decoded", err, len(refused.Inputs))
 	}
-	if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer([]byte{0xff, 0xff})}, new(pb.ModelInferRequest)); err == nil {
+	garbage := new(pb.ModelInferRequest)
+	if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer([]byte{0xff, 0xff})}, garbage); err != nil {
+		t.Errorf("a message that is not protobuf: %v; want the refusal left in the request", err)
+	}
+	if _, field := codecRefusal(garbage); field != fieldMalformed {
 		t.Error("a message that is not protobuf was decoded")
 	}
 }
@@ -633,12 +638,48 @@ func TestGRPCCodecBoundsEntries(t *testing.T) {
 		if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(tt.wire)}, req); err != nil {
 			t.Fatalf("%s: %v", tt.name, err)
 		}
-		msg, refused := codecRefusal(req)
+		msg, field := codecRefusal(req)
 		switch {
-		case tt.want == "" && refused:
+		case tt.want == "" && field != 0:
 			t.Errorf("%s: refused (%s), want it decoded", tt.name, msg)
-		case tt.want != "" && (!refused || !strings.Contains(msg, tt.want)):
-			t.Errorf("%s: refusal %q, want one saying %q", tt.name, msg, tt.want)
+		case tt.want != "" && (field != fieldTooLarge || !strings.Contains(msg, tt.want)):
+			t.Errorf("%s: refusal %q (field %d), want one for a call too large saying %q", tt.name, msg, field, tt.want)
 		}
+	}
+}
+
+// A message that is not a well-formed ModelInferRequest is the client's
+// mistake: INVALID_ARGUMENT and a 400 in the counts, as a malformed body
+// is over REST, where gRPC answered the codec's error INTERNAL, as the
+// model's failure, and counted nothing. And a client cannot pass a
+// refusal of its own off as the codec's through an unknown field.
+func TestGRPCMalformedMessagesAreTheClientsMistake(t *testing.T) {
+	g := NewGRPC(New(Config{Backend: &fakeBackend{ready: true}}))
+	h, codec := g.h, g.Codec()
+	forged := protowire.AppendString(protowire.AppendTag(nil, fieldTooLarge, protowire.BytesType), "forged")
+	for name, tt := range map[string]struct {
+		wire     []byte
+		code     codes.Code
+		saying   string
+		rejected uint64
+	}{
+		"not protobuf":     {[]byte{0xff, 0xff, 0xff, 0xff}, codes.InvalidArgument, "the message is not a well-formed ModelInferRequest", 1},
+		"a name not UTF-8": {protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "\xff"), codes.InvalidArgument, "the message is not a well-formed ModelInferRequest", 1},
+		"a forged refusal": {append(protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "nope"), forged...), codes.NotFound, "no model is served", 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			before := h.requests.byOutcome[1].Load() // rejected
+			req := new(pb.ModelInferRequest)
+			if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(tt.wire)}, req); err != nil {
+				t.Fatalf("Unmarshal: %v, want the refusal left for ModelInfer", err)
+			}
+			_, err := g.ModelInfer(context.Background(), req)
+			if st, _ := status.FromError(err); st.Code() != tt.code || !strings.Contains(st.Message(), tt.saying) {
+				t.Errorf("ModelInfer: %v; want %s saying %q", err, tt.code, tt.saying)
+			}
+			if got := h.requests.byOutcome[1].Load() - before; got != tt.rejected {
+				t.Errorf("requests counted rejected: %d, want %d", got, tt.rejected)
+			}
+		})
 	}
 }
