@@ -133,6 +133,8 @@ func TestServeRefusesFlagValuesNoServerCanUse(t *testing.T) {
 		{[]string{"--model", "sleep:1ms,0s", "--device", "cuda"}, "--device cuda is for ONNX models and plugins, and --model sleep:1ms,0s is a built-in one"},
 		{[]string{"--model", "demo", "--pad", "x=0", "--pad", "x=1"}, `--pad "x=1": x is given twice`},
 		{[]string{"--plugin", "/bin/true", "--pad", "x=0"}, "--pad is for ONNX models: a plugin pads its own inputs"},
+		{[]string{"--model", "echo", "--intra-op-threads", "4"}, "--intra-op-threads is for ONNX models, and --model echo is a built-in one"},
+		{[]string{"--plugin", "/bin/true", "--intra-op-threads", "4"}, "--intra-op-threads is for ONNX models: a plugin sets its own threads"},
 		{[]string{"--plugin", "/bin/true", "--plugin-arg", "k=1", "--plugin-arg", "k=2"}, `--plugin-arg "k=2": k is given twice`},
 		{[]string{"--allow-origin", "app.example.com"}, `--allow-origin "app.example.com": want scheme://host[:port]`},
 		{[]string{"--allow-origin", "https://app.example.com/page"}, `--allow-origin "https://app.example.com/page": want scheme://host[:port] alone`},

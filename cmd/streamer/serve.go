@@ -150,8 +150,11 @@ func (o serveOptions) spec(socketDir string) (model.Spec, error) {
 		return model.Spec{}, fmt.Errorf("--device %q: want cpu or cuda", o.device)
 	}
 	if o.plugin != "" {
-		if len(o.pad) > 0 {
+		switch {
+		case len(o.pad) > 0:
 			return model.Spec{}, errors.New("--pad is for ONNX models: a plugin pads its own inputs")
+		case o.intraOpThreads != 0:
+			return model.Spec{}, errors.New("--intra-op-threads is for ONNX models: a plugin sets its own threads")
 		}
 		return o.pluginSpec(socketDir)
 	}
@@ -177,6 +180,8 @@ func (o serveOptions) spec(socketDir string) (model.Spec, error) {
 			return model.Spec{}, fmt.Errorf("--pad is for ONNX models, and --model %s is a built-in one with no inputs to pad", o.model)
 		case o.device != "cpu":
 			return model.Spec{}, fmt.Errorf("--device %s is for ONNX models and plugins, and --model %s is a built-in one that runs on the CPU", o.device, o.model)
+		case o.intraOpThreads != 0:
+			return model.Spec{}, fmt.Errorf("--intra-op-threads is for ONNX models, and --model %s is a built-in one", o.model)
 		}
 	}
 	return spec, nil
