@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -249,7 +250,7 @@ func (o serveOptions) checkModel(spec model.Spec) error {
 	return err
 }
 
-func (o serveOptions) logger() (*slog.Logger, error) {
+func (o serveOptions) logger(w io.Writer) (*slog.Logger, error) {
 	level, err := parseLogLevel(o.logLevel)
 	if err != nil {
 		return nil, err
@@ -257,9 +258,17 @@ func (o serveOptions) logger() (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: level}
 	switch o.logFormat {
 	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+		return slog.New(slog.NewTextHandler(w, opts)), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+		// Durations as Go writes them ("30s"), as the text format does,
+		// not as integer nanoseconds.
+		opts.ReplaceAttr = func(_ []string, a slog.Attr) slog.Attr {
+			if a.Value.Kind() == slog.KindDuration {
+				a.Value = slog.StringValue(a.Value.Duration().String())
+			}
+			return a
+		}
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", o.logFormat)
 }
@@ -362,7 +371,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if err := o.checkFlags(); err != nil {
 		return err
 	}
-	log, err := o.logger()
+	log, err := o.logger(os.Stderr)
 	if err != nil {
 		return err
 	}
