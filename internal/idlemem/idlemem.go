@@ -55,7 +55,10 @@ func release(ctx context.Context, progress Progress, log *slog.Logger, every tim
 	var lastDone uint64
 	var collectedAt uint64 // the bytes allocated so far when Release last collected
 	// An idle process whose last collection found much live collects again
-	// after recheck idle checks, twice as many each time.
+	// after recheck idle checks since (waited), twice as many each time
+	// but the first after a burst: a trickle of work in between leaves the
+	// count as it was, or a process whose live heap is large would collect
+	// after each piece of work.
 	recheck, waited := 1, 0
 	for {
 		select {
@@ -67,7 +70,6 @@ func release(ctx context.Context, progress Progress, log *slog.Logger, every tim
 		idle := !busy && done == lastDone
 		lastDone = done
 		if !idle {
-			recheck, waited = 1, 0
 			continue
 		}
 		live, held, allocs := read()
@@ -76,8 +78,9 @@ func release(ctx context.Context, progress Progress, log *slog.Logger, every tim
 		// with nothing allocated: connections that sent only headers,
 		// which no count of work sees, held their buffers through the
 		// collection, then closed.
+		burst := allocs-collectedAt > releaseSlack
 		stale := live > releaseSlack && waited >= recheck
-		if (allocs-collectedAt > releaseSlack || stale) && held <= 2*live+releaseSlack {
+		if (burst || stale) && held <= 2*live+releaseSlack {
 			// The live size is the last collection's, which may have run
 			// at the burst's peak, with all of it live (a process whose
 			// heap grew by one large batch may never have collected
@@ -89,7 +92,9 @@ func release(ctx context.Context, progress Progress, log *slog.Logger, every tim
 			runtime.GC()
 			runtime.GC()
 			live, held, collectedAt = read()
-			if stale {
+			if burst {
+				recheck = 1
+			} else {
 				recheck = min(2*recheck, maxRecheck)
 			}
 			waited = 0

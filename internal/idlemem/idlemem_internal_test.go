@@ -78,3 +78,41 @@ func TestMemoryLiveAtTheLastCollectionAndDeadSinceIsGivenBack(t *testing.T) {
 		t.Fatal("the burst's 128 MiB died with nothing allocated since, and was not given back within 10 s")
 	}
 }
+
+// A process whose live heap is large and that gets a little work now and
+// then collects at the pace of an idle one, not after each piece of work:
+// work between the idle checks used to restart the doubling of the wait,
+// and with it two collections of the whole heap each time.
+func TestATrickleOfWorkDoesNotCollectALargeHeapEachTime(t *testing.T) {
+	var live [][]byte
+	for range 64 {
+		live = append(live, make([]byte, 1<<20))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const checks = 200
+	var calls uint64
+	over := make(chan struct{})
+	trickle := func() (uint64, bool) {
+		calls++
+		if calls == checks {
+			close(over)
+		}
+		return calls / 2, false // a piece of work every other check
+	}
+	before := forcedCollections()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		release(ctx, trickle, nil, time.Millisecond)
+	}()
+	<-over
+	cancel()
+	<-done
+	runtime.KeepAlive(live)
+	// About half the checks are idle: the waits of 1, 2, 4, 8, 16 and 32
+	// of them, then 32 each, make 8 rounds of two collections, the first after the heap was made.
+	if n := forcedCollections() - before; n > 20 {
+		t.Errorf("%d collections in %d checks, half of them idle, of a 64 MiB live heap; want 20 at most", n, checks)
+	}
+}
