@@ -85,9 +85,9 @@ func (o serveOptions) openGRPC(api http.Handler, guard *security, counts *grpcCo
 	}
 	service := httpapi.NewGRPC(api)
 	listener := &grpcListener{Listener: tcp, max: int64(o.maxConnections), counts: counts, log: log, conns: map[string]*grpcConn{}}
-	calls := &grpcCalls{token: tokenCheck(guard.token), readTimeout: o.readTimeout, conns: listener, log: log}
+	calls := &grpcCalls{token: tokenCheck(guard.token), readTimeout: o.readTimeout, readTimedOut: service.CountReadTimeout, conns: listener, log: log}
 	options := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(int(min(o.maxBody+grpcHeaderSlack, 1<<31-1))),
+		grpc.MaxRecvMsgSize(int(min(o.maxBody, 1<<31-1-grpcHeaderSlack) + grpcHeaderSlack)),
 		grpc.MaxConcurrentStreams(grpcMaxStreams),
 		grpc.NumStreamWorkers(grpcStreamWorkers),
 		grpc.ConnectionTimeout(min(10*time.Second, o.readTimeout)),
@@ -164,9 +164,11 @@ func tokenCheck(token string) func(metadata.MD) error {
 type grpcCalls struct {
 	token       func(metadata.MD) error
 	readTimeout time.Duration
-	conns       *grpcListener
-	log         *slog.Logger
-	warnings    repeats.Lines
+	// readTimedOut counts a ModelInfer call ended for its read timeout.
+	readTimedOut func()
+	conns        *grpcListener
+	log          *slog.Logger
+	warnings     repeats.Lines
 }
 
 // readTimerKey keys the timer of a call's message in its context.
@@ -198,6 +200,9 @@ func (c *grpcCalls) begin(ctx context.Context, info *tap.Info) (context.Context,
 		}
 		c.warnings.Log(c.log, slog.LevelWarn, "read timeout", "gRPC call ended: its message did not arrive within --read-timeout",
 			"method", method, "read_timeout", readTimeout)
+		if method == inferencepb.GRPCInferenceService_ModelInfer_FullMethodName {
+			c.readTimedOut()
+		}
 		cancel(errReadTimeout)
 	})
 	// A call that ends before its handler runs (its client gave up, its

@@ -56,7 +56,7 @@ func cappedGRPC(t *testing.T, max int, token string, service pb.GRPCInferenceSer
 	}
 	log := slog.New(slog.DiscardHandler)
 	l := &grpcListener{Listener: tcp, max: int64(max), reclaimAfter: time.Nanosecond, counts: &grpcConnCounts{}, log: log, conns: map[string]*grpcConn{}}
-	calls := &grpcCalls{token: tokenCheck(token), readTimeout: requestTimeout, conns: l, log: log}
+	calls := &grpcCalls{token: tokenCheck(token), readTimeout: requestTimeout, readTimedOut: func() {}, conns: l, log: log}
 	server := grpc.NewServer(grpc.InTapHandle(calls.begin), grpc.UnaryInterceptor(calls.read))
 	pb.RegisterGRPCInferenceServiceServer(server, service)
 	go func() { _ = server.Serve(l) }()

@@ -750,6 +750,10 @@ func TestGRPCStalledCallsEnd(t *testing.T) {
 			t.Fatalf("stalled call %d was not ended within 15s of a 1s --read-timeout", i)
 		}
 	}
+	// Counted as refused, as REST counts its 408.
+	if n := metricValue(t, s, `streamer_requests_total{outcome="rejected"}`); n != 2 {
+		t.Errorf("streamer_requests_total{outcome=\"rejected\"} %v after two calls ended for their read timeout; want 2", n)
+	}
 	req := &pb.ModelInferRequest{ModelName: "echo", Inputs: []*pb.ModelInferRequest_InferInputTensor{{
 		Name: "input", Datatype: "BYTES", Shape: []int64{1}, Contents: &pb.InferTensorContents{BytesContents: [][]byte{[]byte("x")}},
 	}}}
@@ -901,5 +905,19 @@ func TestGRPCAClientThatReadsNothingIsDropped(t *testing.T) {
 	case <-closed:
 	case <-time.After(15 * time.Second):
 		t.Fatal("a client that reads nothing and answers no ping still holds its connection 15 s on, with a 1 s --write-timeout")
+	}
+}
+
+// The largest --max-body (what the flag takes at most) bounds gRPC calls
+// too: the 4 KiB added for a call's names and shapes wrapped it to a
+// negative bound, and every call was refused as too large.
+func TestGRPCTheLargestBodyLimitServes(t *testing.T) {
+	addr := freePort(t)
+	startServer(t, "--model", "echo", "--grpc-listen", addr, "--max-body", strconv.FormatInt(math.MaxInt64, 10))
+	req := &pb.ModelInferRequest{ModelName: "echo", Inputs: []*pb.ModelInferRequest_InferInputTensor{{
+		Name: "input", Datatype: "BYTES", Shape: []int64{1}, Contents: &pb.InferTensorContents{BytesContents: [][]byte{[]byte("x")}},
+	}}}
+	if _, err := grpcClient(t, addr, nil).ModelInfer(callCtx(t), req); err != nil {
+		t.Fatalf("ModelInfer under the largest --max-body: %v", err)
 	}
 }

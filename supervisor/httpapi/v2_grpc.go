@@ -241,6 +241,11 @@ func grpcDuration(d tritonDuration) *inferencepb.StatisticDuration {
 	return &inferencepb.StatisticDuration{Count: d.Count, Ns: d.NS}
 }
 
+// CountReadTimeout counts a ModelInfer call ended before its handler ran,
+// as its message did not arrive within the server's read timeout: a
+// request refused, as the REST route counts its 408.
+func (g *GRPC) CountReadTimeout() { g.h.requests.count(http.StatusRequestTimeout, nil) }
+
 // ModelInfer runs one inference request: its batched inputs are cut into
 // rows, each one item, as on the REST route. The call's deadline, when it
 // has one, is the request's deadline, as is the "timeout" parameter; the
