@@ -210,7 +210,7 @@ func (o serveOptions) pluginSpec(socketDir string) (model.Spec, error) {
 		// Nine tenths of the worker's start: the plugin's own error,
 		// which says what the binary did, comes before the worker's
 		// init timeout, which would say only that it was opening.
-		StartTimeout: o.initTimeout - o.initTimeout/10,
+		StartTimeout: plugin.Duration(o.initTimeout - o.initTimeout/10),
 	}.Spec()
 }
 

@@ -461,3 +461,24 @@ func TestEmptyItemErrorsSaySo(t *testing.T) {
 		})
 	}
 }
+
+// A plugin's handshake limit travels in its spec's settings written as
+// people read a duration, since /v1/models shows the settings, and comes
+// back as it went.
+func TestTheHandshakeLimitTravelsAsADuration(t *testing.T) {
+	spec, err := Settings{Path: "/bin/plugin", StartTimeout: Duration(108 * time.Second)}.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(spec.Settings), `"start_timeout":"1m48s"`) {
+		t.Errorf("settings %s; want start_timeout written 1m48s", spec.Settings)
+	}
+	back, err := SettingsOf(spec)
+	if err != nil || time.Duration(back.StartTimeout) != 108*time.Second {
+		t.Errorf("read back: %+v, %v; want a limit of 1m48s", back, err)
+	}
+	spec.Settings = []byte(`{"path": "/bin/plugin", "start_timeout": "soon"}`)
+	if _, err := SettingsOf(spec); !errors.Is(err, model.ErrBadSettings) {
+		t.Errorf("a limit that is no duration: %v; want ErrBadSettings", err)
+	}
+}

@@ -36,7 +36,25 @@ type Settings struct {
 	// Config.StartTimeout); zero means DefaultStartTimeout. streamer serve
 	// sets it from --init-timeout, for a plugin that imports a framework
 	// before its handshake (Python's torch takes seconds).
-	StartTimeout time.Duration `json:"start_timeout,omitempty"`
+	StartTimeout Duration `json:"start_timeout,omitempty"`
+}
+
+// Duration is a time.Duration written in the settings' JSON as Go writes
+// it ("1m48s"), where the model's settings are shown to people
+// (/v1/models), not as a count of nanoseconds.
+type Duration time.Duration
+
+// MarshalText writes d as time.Duration's String does.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// UnmarshalText reads what MarshalText writes.
+func (d *Duration) UnmarshalText(text []byte) error {
+	v, err := time.ParseDuration(string(text))
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
 }
 
 // Spec is the Spec that opens this plugin in a worker.
@@ -91,7 +109,7 @@ func OpenSpec(ctx context.Context, spec model.Spec) (model.Model, error) {
 		Device:       settings.Device,
 		SHA256:       settings.SHA256,
 		SocketDir:    settings.SocketDir,
-		StartTimeout: settings.StartTimeout,
+		StartTimeout: time.Duration(settings.StartTimeout),
 		Output:       os.Stderr,
 		Logger:       log,
 		Crashed: func(err error) {
