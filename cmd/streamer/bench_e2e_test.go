@@ -493,9 +493,15 @@ type benchRun struct {
 // it still runs.
 func startBench(t *testing.T, args ...string) *benchRun {
 	t.Helper()
+	return startBenchWith(t, nil, args...)
+}
+
+// startBenchWith is startBench with the process attributes attr.
+func startBenchWith(t *testing.T, attr *syscall.SysProcAttr, args ...string) *benchRun {
+	t.Helper()
 	b := &benchRun{cmd: exec.Command(streamerBin, append([]string{"bench"}, args...)...),
 		stdout: &syncbuf.Buffer{}, stderr: &syncbuf.Buffer{}, exited: make(chan struct{})}
-	b.cmd.Stdout, b.cmd.Stderr = b.stdout, b.stderr
+	b.cmd.Stdout, b.cmd.Stderr, b.cmd.SysProcAttr = b.stdout, b.stderr, attr
 	b.cmd.WaitDelay = 5 * time.Second
 	if err := b.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -521,17 +527,32 @@ func (b *benchRun) waitExit(t *testing.T, timeout time.Duration, what string) {
 	}
 }
 
+// An interrupt stops the load, reports what was measured with its batch
+// figures, and stops the server bench started: sent to bench alone, or to
+// its whole process group, as a terminal's Ctrl-C is. The server is in a
+// group of its own, or the Ctrl-C stopped it too, before bench read its
+// figures (reported missing, the server blamed for it) and while requests
+// were still coming (503s counted as the load's errors).
 func TestBenchInterruptStopsItsServer(t *testing.T) {
 	if _, err := os.Stat("/proc/self/task"); err != nil {
 		t.Skip("needs /proc to find the server bench starts")
 	}
+	t.Run("to bench", func(t *testing.T) { testBenchInterrupt(t, false) })
+	t.Run("to its process group", func(t *testing.T) { testBenchInterrupt(t, true) })
+}
+
+func testBenchInterrupt(t *testing.T, group bool) {
 	var serverPID int
 	t.Cleanup(func() { // after the run's own, which kills bench
 		if serverPID > 0 && t.Failed() {
 			_ = syscall.Kill(serverPID, syscall.SIGKILL) // do not leave it behind
 		}
 	})
-	run := startBench(t, "--model", "echo", "--workers", "1", "--concurrency", "4", "--duration", "10m", "--warmup", "0")
+	var attr *syscall.SysProcAttr
+	if group {
+		attr = &syscall.SysProcAttr{Setpgid: true} // a group of bench's, as a shell's job
+	}
+	run := startBenchWith(t, attr, "--model", "echo", "--workers", "1", "--concurrency", "4", "--duration", "10m", "--warmup", "0")
 	cmd, stdout, stderr := run.cmd, run.stdout, run.stderr
 	// Without a terminal, bench says in one line when the load starts.
 	waitFor(t, "the load to run", readyTimeout, func() bool { return strings.Contains(stderr.String(), "loading for") })
@@ -540,10 +561,20 @@ func TestBenchInterruptStopsItsServer(t *testing.T) {
 		t.Fatalf("bench has children %v; want its one server", children)
 	}
 	serverPID = children[0]
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+	if pgid, err := syscall.Getpgid(serverPID); err != nil || pgid == cmd.Process.Pid {
+		t.Fatalf("the server (pid %d) is in process group %d (%v); want one of its own, not bench's", serverPID, pgid, err)
+	}
+	target := cmd.Process.Pid
+	if group {
+		target = -target
+	}
+	if err := syscall.Kill(target, syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
 	run.waitExit(t, stopTimeout, "SIGINT")
+	if strings.Contains(stdout.String(), "batch figures unavailable") || !strings.Contains(stdout.String(), "mean batch") {
+		t.Errorf("the report of an interrupted run lacks its batch figures:\n%s", stdout.String())
+	}
 	if cmd.ProcessState.ExitCode() == 0 {
 		t.Errorf("an interrupted run exited 0")
 	}

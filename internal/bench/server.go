@@ -37,6 +37,7 @@ func startServer(ctx context.Context, srv Server, token string) (string, func(),
 		cmd.Env = append(os.Environ(), srv.Env...)
 	}
 	cmd.Stdout, cmd.Stderr = logs, logs
+	cmd.SysProcAttr = serverProcAttr()
 	if err := cmd.Start(); err != nil {
 		return "", nil, fmt.Errorf("start server: %w", err)
 	}
