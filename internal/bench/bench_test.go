@@ -525,7 +525,9 @@ func TestVerdictOnSkippedSends(t *testing.T) {
 // A server that dies during the window loses only its batch figures: the
 // report keeps what the clients measured, says why the batch figures are
 // missing rather than print them as zeros, and the run is no measurement.
-// A --target without /v1/stats at all misses only its batch figures.
+// A --target without /v1/stats at all misses only its batch figures, and
+// so does one whose counters went back between the reads (restarted, or
+// two servers behind one address), which wrapped to counts of 2^64.
 func TestRunWhenTheServerStatsCannotBeRead(t *testing.T) {
 	const answersBeforeDeath = 50
 	statsRead := make(chan struct{})
@@ -561,11 +563,26 @@ func TestRunWhenTheServerStatsCannotBeRead(t *testing.T) {
 		_, _ = w.Write([]byte(`{"outputs":["x"]}`))
 	}))
 	defer lacksStats.Close()
+	// Two servers behind one address, or one restarted: the second read
+	// of the counters is below the first.
+	var statsReads atomic.Int64
+	twoReplicas := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/v1/stats" && statsReads.Add(1) == 1:
+			_, _ = w.Write([]byte(`{"answered": 900, "batches": 300, "batch_sizes": [0, 100, 200]}`))
+		case r.URL.Path == "/v1/stats":
+			_, _ = w.Write([]byte(`{"answered": 40, "batches": 20, "batch_sizes": [0, 0, 20]}`))
+		default:
+			_, _ = w.Write([]byte(`{"outputs":["x"]}`))
+		}
+	}))
+	defer twoReplicas.Close()
 	for _, tc := range []struct {
 		name, target, why, wantErr string
 	}{
 		{"dies in the window", dies.URL, "read the server's stats at the window's end", "the server stopped answering"},
 		{"has no stats", lacksStats.URL, "read the server's stats at the window's start", ""},
+		{"counts back", twoReplicas.URL, "the server's counters went back", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := validConfig()

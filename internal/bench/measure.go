@@ -76,6 +76,8 @@ func (cfg *Config) measure(ctx context.Context, send sender, stats statsSource) 
 		rep.BatchesUnavailable = unavailable
 	case after.frontEnd:
 		rep.FrontEnd = true
+	case wentBack(before.stats.Stats, after.Stats):
+		rep.BatchesUnavailable = "the server's counters went back between the reads at the window's start and end: it restarted, or another server behind the same address answered one of them"
 	default:
 		rep.BatchFigures = batchFigures(before.stats, after)
 	}

@@ -158,6 +158,24 @@ func nearestRank(perTenThousand, n int) int {
 	return min(max(rank, 1), n) - 1
 }
 
+// wentBack reports whether a counter after is below its count before:
+// they were not read from one run of one server, and the differences
+// would wrap to nonsense.
+func wentBack(before, after supervisor.Stats) bool {
+	b, a := before.Dispatch, after.Dispatch
+	if after.Answered < before.Answered || after.Batches < before.Batches ||
+		a.Full < b.Full || a.Idle < b.Idle || a.Waited < b.Waited || a.MaxLatency < b.MaxLatency ||
+		a.Deadline < b.Deadline || a.Retry < b.Retry || a.Recalled < b.Recalled || a.WaitAddedMs < b.WaitAddedMs {
+		return true
+	}
+	for n, c := range before.BatchSizes {
+		if n >= len(after.BatchSizes) && c > 0 || n < len(after.BatchSizes) && after.BatchSizes[n] < c {
+			return true
+		}
+	}
+	return false
+}
+
 // dispatchBetween counts the dispatches between two reads of the counters.
 func dispatchBetween(before, after supervisor.DispatchStats) supervisor.DispatchStats {
 	return supervisor.DispatchStats{
