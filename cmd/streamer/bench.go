@@ -17,10 +17,28 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/streamer-dev/streamer/internal/bench"
+	"github.com/streamer-dev/streamer/internal/wire"
 	"github.com/streamer-dev/streamer/supervisor"
 )
 
 // benchOptions are the flags of streamer bench; the serve flags come too.
+// batchBound is the most items one batch of the server bench starts may
+// hold: --batch-size, or fewer where --max-queue or --max-batch-bytes (at
+// the encoded size of --input) allow fewer. The limits bench reports
+// against are the sleep model's at that size: at --batch-size, a server
+// whose batches could never be that large seemed to reach a fraction of
+// its best.
+func (o benchOptions) batchBound(input string) int {
+	n := o.serve.batchSize
+	if o.serve.maxQueue > 0 {
+		n = min(n, o.serve.maxQueue)
+	}
+	if item, err := wire.JSONToMsgpack(nil, []byte(input)); err == nil && len(item) > 0 && o.serve.maxBatchBytes > 0 {
+		n = min(n, max(1, o.serve.maxBatchBytes/len(item)))
+	}
+	return n
+}
+
 type benchOptions struct {
 	serve         serveOptions
 	cfg           bench.Config
@@ -164,7 +182,7 @@ func runBench(ctx context.Context, flags *pflag.FlagSet, o benchOptions) error {
 	}
 	cfg.MaxItems = o.serve.maxItems
 	if o.serve.plugin == "" {
-		cfg.LimitItemsPerS = bench.SleepLimit(o.serve.model, o.serve.workers, o.serve.batchSize)
+		cfg.LimitItemsPerS = bench.SleepLimit(o.serve.model, o.serve.workers, o.batchBound(cfg.Input))
 	}
 	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stopSignals()
@@ -260,7 +278,7 @@ func runSweep(ctx context.Context, cfg bench.Config, o benchOptions) error {
 			}
 			row := bench.SweepRow{Batching: policy, Clients: clients, ItemsPerRequest: cfg.ItemsPerRequest, Report: res.Report}
 			if o.serve.plugin == "" {
-				row.BestItemsPerS, row.BestP50MS = bench.SleepBest(o.serve.model, o.serve.workers, o.serve.batchSize, clients, cfg.ItemsPerRequest)
+				row.BestItemsPerS, row.BestP50MS = bench.SleepBest(o.serve.model, o.serve.workers, o.batchBound(cfg.Input), clients, cfg.ItemsPerRequest)
 				row.WithReturn(o.serve.workers)
 			}
 			rows = append(rows, row)

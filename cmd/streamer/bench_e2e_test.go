@@ -139,7 +139,7 @@ func TestBenchJSONSleepModel(t *testing.T) {
 	if rep.ItemsPerS <= 0 || rep.ItemsPerS > 1.02*wantLimit {
 		t.Errorf("items_per_s = %v: want above 0 and not above the physical limit %v", rep.ItemsPerS, wantLimit)
 	}
-	if math.Abs(rep.OfLimit-rep.ItemsPerS/rep.LimitItemsPerS) > 1e-9 {
+	if rep.OfLimit == nil || math.Abs(*rep.OfLimit-rep.ItemsPerS/rep.LimitItemsPerS) > 1e-9 {
 		t.Errorf("of_limit = %v, want items_per_s / limit = %v", rep.OfLimit, rep.ItemsPerS/rep.LimitItemsPerS)
 	}
 	if rep.MeanBatchSize <= 1 || rep.MeanBatchSize > batch {
@@ -953,5 +953,27 @@ func TestBenchTrustsTheCAItIsGiven(t *testing.T) {
 	rep, _ := benchJSONExiting(t, 1, "--target", target, "--concurrency", "2", "--duration", "500ms")
 	if rep.Requests != 0 || !strings.Contains(fmt.Sprint(rep.FirstErrors), "certificate") {
 		t.Errorf("bench without the CA: %d answered, first errors %v; want none, refused on the certificate", rep.Requests, rep.FirstErrors)
+	}
+}
+
+// The limit a run is measured against is the sleep model's at the largest
+// batch the server can form: fewer items than --batch-size when
+// --max-queue or --max-batch-bytes allow fewer. At --batch-size, a server
+// whose batches could never be that large seemed to reach a fifth of its
+// best.
+func TestBenchLimitIsAtTheLargestBatchTheServerCanForm(t *testing.T) {
+	const model = "sleep:2ms,10us"
+	for _, tc := range []struct {
+		args  []string
+		batch int
+	}{
+		{[]string{"--max-queue", "16"}, 16},
+		{[]string{"--max-batch-bytes", "200"}, 200 / 16}, // --input's item, 16 bytes encoded
+	} {
+		rep, _ := benchJSON(t, append([]string{"--model", model, "--workers", "1", "--batch-size", "64", "--concurrency", "4",
+			"--duration", "300ms", "--warmup", "0", "--input", `"fifteen chars.."`}, tc.args...)...)
+		if want := bench.SleepLimit(model, 1, tc.batch); rep.LimitItemsPerS != want {
+			t.Errorf("%v: limit %.0f items/s, want %.0f, at batches of %d", tc.args, rep.LimitItemsPerS, want, tc.batch)
+		}
 	}
 }

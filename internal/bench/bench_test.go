@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -140,8 +141,18 @@ func TestNewReport(t *testing.T) {
 		t.Errorf("first errors %v; want %v, and nothing for the kind that says it all", r.FirstErrors, want)
 	}
 	r.setLimit(300)
-	if r.LimitItemsPerS != 300 || r.OfLimit != 0.5 {
+	if r.LimitItemsPerS != 300 || r.OfLimit == nil || *r.OfLimit != 0.5 {
 		t.Errorf("limit %v, of limit %v; want 300, 0.5", r.LimitItemsPerS, r.OfLimit)
+	}
+	// A run that answered nothing reached 0 of its limit, and says so.
+	var none Report
+	none.setLimit(300)
+	encoded, err := json.Marshal(none)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(encoded, []byte(`"limit_items_per_s":300,"of_limit":0`)) {
+		t.Errorf("a run that answered nothing: %s; want of_limit 0 beside its limit", encoded)
 	}
 }
 

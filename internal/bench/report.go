@@ -47,8 +47,9 @@ type Report struct {
 	// LimitItemsPerS is the physical limit workers × batch / cost(batch),
 	// when the model's cost is known.
 	LimitItemsPerS float64 `json:"limit_items_per_s,omitempty"`
-	// OfLimit is ItemsPerS over LimitItemsPerS.
-	OfLimit float64 `json:"of_limit,omitempty"`
+	// OfLimit is ItemsPerS over LimitItemsPerS, set whenever that is,
+	// 0 included (a run that answered nothing).
+	OfLimit *float64 `json:"of_limit,omitempty"`
 	// BatchFigures are the batches the server formed in the window. They
 	// are nil, and their keys absent from the JSON, when the server's
 	// counters could not be read (BatchesUnavailable says why), and for a
@@ -213,7 +214,8 @@ func (r *Report) setLimit(limitItemsPerS float64) {
 		return
 	}
 	r.LimitItemsPerS = limitItemsPerS
-	r.OfLimit = r.ItemsPerS / r.LimitItemsPerS
+	of := r.ItemsPerS / r.LimitItemsPerS
+	r.OfLimit = &of
 }
 
 // SleepLimit is the physical limit workers × batch / cost(batch) in items/s
@@ -237,7 +239,7 @@ func (r Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "requests/s    %.0f\n", r.RequestsPerS)
 	fmt.Fprintf(w, "items/s       %.0f\n", r.ItemsPerS)
 	if r.LimitItemsPerS > 0 {
-		fmt.Fprintf(w, "limit items/s %.0f (workers × batch / cost(batch)); reached %.3f of it\n", r.LimitItemsPerS, r.OfLimit)
+		fmt.Fprintf(w, "limit items/s %.0f (workers × batch / cost(batch)); reached %.3f of it\n", r.LimitItemsPerS, *r.OfLimit)
 	}
 	fmt.Fprintf(w, "latency ms    p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n", r.LatencyMS.P50, r.LatencyMS.P90, r.LatencyMS.P99, r.LatencyMS.Max)
 	if r.InFlightAtEnd > 0 {
