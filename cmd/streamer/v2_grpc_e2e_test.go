@@ -625,8 +625,10 @@ func stalledCall(t *testing.T, addr string) (net.Conn, <-chan string) {
 	return stalledCallOf(t, addr, pb.GRPCInferenceService_ModelInfer_FullMethodName)
 }
 
-// stalledCallOf is stalledCall of the method named.
-func stalledCallOf(t *testing.T, addr, method string) (net.Conn, <-chan string) {
+// rawCall opens a connection to addr, with settings, and begins a call
+// of method on stream 1, its headers sent and nothing more: for tests of
+// what grpc-go's clients never do.
+func rawCall(t *testing.T, addr, method string, settings ...http2.Setting) (net.Conn, *http2.Framer) {
 	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -637,18 +639,25 @@ func stalledCallOf(t *testing.T, addr, method string) (net.Conn, <-chan string) 
 		t.Fatal(err)
 	}
 	fr := http2.NewFramer(conn, conn)
+	if err := fr.WriteSettings(settings...); err != nil {
+		t.Fatal(err)
+	}
 	var block bytes.Buffer
 	enc := hpack.NewEncoder(&block)
 	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", method},
 		{":authority", addr}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
 		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
 	}
-	if err := fr.WriteSettings(); err != nil {
-		t.Fatal(err)
-	}
 	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndHeaders: true}); err != nil {
 		t.Fatal(err)
 	}
+	return conn, fr
+}
+
+// stalledCallOf is stalledCall of the method named.
+func stalledCallOf(t *testing.T, addr, method string) (net.Conn, <-chan string) {
+	t.Helper()
+	conn, fr := rawCall(t, addr, method)
 	prefix := []byte{0, 0, 0, 0x03, 0xe8} // not compressed, 1000 bytes
 	if err := fr.WriteData(1, false, append(prefix, make([]byte, 10)...)); err != nil {
 		t.Fatal(err)
@@ -851,28 +860,8 @@ func TestGRPCDrainNotHeldBySilentConnections(t *testing.T) {
 func TestGRPCAClientThatReadsNothingIsDropped(t *testing.T) {
 	addr := freePort(t)
 	startServer(t, "--model", "echo", "--grpc-listen", addr, "--write-timeout", "1s", "--idle-timeout", "60s")
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	if _, err := conn.Write([]byte(http2.ClientPreface)); err != nil {
-		t.Fatal(err)
-	}
-	fr := http2.NewFramer(conn, conn)
 	// A window of nothing: the server can send no answer.
-	if err := fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0}); err != nil {
-		t.Fatal(err)
-	}
-	var block bytes.Buffer
-	enc := hpack.NewEncoder(&block)
-	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", pb.GRPCInferenceService_ModelInfer_FullMethodName},
-		{":authority", addr}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
-		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-	}
-	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndHeaders: true}); err != nil {
-		t.Fatal(err)
-	}
+	_, fr := rawCall(t, addr, pb.GRPCInferenceService_ModelInfer_FullMethodName, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
 	msg, err := proto.Marshal(&pb.ModelInferRequest{ModelName: "echo", Inputs: []*pb.ModelInferRequest_InferInputTensor{{
 		Name: "input", Datatype: "BYTES", Shape: []int64{1}, Contents: &pb.InferTensorContents{BytesContents: [][]byte{bytes.Repeat([]byte("a"), 32<<10)}},
 	}}})

@@ -4,17 +4,17 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
-	"math/big"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/streamer-dev/streamer/internal/numtext"
+	"github.com/streamer-dev/streamer/internal/numtext/numtexttest"
 )
 
 const (
-	halfInf = 0x7c00
-	halfMax = 0x7bff // 65504
+	halfInf = numtexttest.HalfInf
+	halfMax = numtexttest.HalfMax
 )
 
 // TestFloat16RoundTrip: every half widens exactly and rounds back to
@@ -126,7 +126,7 @@ func TestParseFloat16RoundsOnceFromTheText(t *testing.T) {
 		if err != nil || finite != tt.finite || finite && got != tt.want {
 			t.Errorf("ParseFloat16(%s) = %#04x, %v, %v; want %#04x, %v", name, got, finite, err, tt.want, tt.finite)
 		}
-		if ref, fits := nearestHalf(tt.text); fits != tt.finite || fits && ref != tt.want {
+		if ref, fits := numtexttest.NearestHalf(tt.text); fits != tt.finite || fits && ref != tt.want {
 			t.Errorf("%s: the reference rounds to %#04x (finite %v); the table says %#04x (finite %v)", name, ref, fits, tt.want, tt.finite)
 		}
 	}
@@ -152,65 +152,8 @@ func TestParseFloat16AllocatesOnlyForTies(t *testing.T) {
 	}
 }
 
-// halfValue is an independent reading of half bits: sign × 2^(e-15) × 1.f,
-// or sign × 2^-14 × 0.f for subnormals.
-func halfValue(h uint16) float64 {
-	exp, frac := int(h>>10)&0x1f, float64(h&0x3ff)
-	v := math.Ldexp(frac, -24)
-	if exp > 0 {
-		v = math.Ldexp(1024+frac, exp-25)
-	}
-	if h&0x8000 != 0 {
-		v = -v
-	}
-	return v
-}
-
-// nearestHalf rounds a decimal text to a half independently of numtext:
-// exactly, with big.Rat, by bisection over the finite halves. fits is false
-// when the value rounds to infinity.
-func nearestHalf(text string) (h uint16, fits bool) {
-	var sign uint16
-	if strings.HasPrefix(text, "-") {
-		sign = 0x8000
-	}
-	switch f, _ := strconv.ParseFloat(text, 64); {
-	case math.IsInf(f, 0):
-		return sign | halfInf, false
-	case f == 0: // below the smallest float64, far below a half's
-		return sign, true
-	}
-	exact, good := new(big.Rat).SetString(text)
-	if !good {
-		panic("not a number: " + text)
-	}
-	a := new(big.Rat).Abs(exact)
-	rat := func(f float64) *big.Rat { return new(big.Rat).SetFloat64(f) }
-	if a.Cmp(rat(65520)) >= 0 { // 65520 is halfway to 2^16, and infinity is even
-		return sign | halfInf, false
-	}
-	lo, hi := uint16(0), uint16(halfMax) // the largest half at or below a lies in [lo, hi]
-	for lo < hi {
-		m := (lo + hi + 1) / 2
-		if rat(halfValue(m)).Cmp(a) <= 0 {
-			lo = m
-		} else {
-			hi = m - 1
-		}
-	}
-	if lo == halfMax || rat(halfValue(lo)).Cmp(a) == 0 {
-		return sign | lo, true
-	}
-	mid := new(big.Rat).Add(rat(halfValue(lo)), rat(halfValue(lo+1)))
-	mid.Quo(mid, big.NewRat(2, 1))
-	if c := a.Cmp(mid); c > 0 || c == 0 && lo&1 == 1 {
-		return sign | (lo + 1), true
-	}
-	return sign | lo, true
-}
-
 // FuzzParseFloat16 holds ParseFloat16's rounding of JSON numbers against
-// nearestHalf's exact one.
+// numtexttest.NearestHalf's exact one.
 func FuzzParseFloat16(f *testing.F) {
 	for _, seed := range []string{"1", "-0", "0.1", "65504", "65519.999999999999999", "65520", "1.0004882812500001",
 		"2.98023223876953125e-8", "6.1e-5", "1e-400", "-3.5E+2", "123456789012345678901234567890e-30", "0.1e10000000", "100048828125e-11"} {
@@ -221,7 +164,7 @@ func FuzzParseFloat16(f *testing.F) {
 			return // bounded: the reference's exact arithmetic grows with the exponent
 		}
 		got, finite, err := numtext.ParseFloat16(text)
-		want, fits := nearestHalf(text)
+		want, fits := numtexttest.NearestHalf(text)
 		switch {
 		case !fits && finite:
 			t.Fatalf("%s: read as %#04x; it rounds to infinity", text, got)

@@ -6,37 +6,23 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"math/big"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/streamer-dev/streamer/internal/numtext/numtexttest"
 	"github.com/streamer-dev/streamer/model/onnx/onnxio"
 	"github.com/streamer-dev/streamer/model/onnx/onnxpb"
 	"github.com/streamer-dev/streamer/model/onnx/onnxtest"
 )
 
 const (
-	halfInf    = 0x7c00
-	halfMax    = 0x7bff // 65504
+	halfInf    = numtexttest.HalfInf
+	halfMax    = numtexttest.HalfMax
 	halfNegBit = 0x8000
 )
-
-// halfValue is an independent reading of half bits: sign × 2^(e-15) × 1.f,
-// or sign × 2^-14 × 0.f for subnormals.
-func halfValue(h uint16) float64 {
-	exp, frac := int(h>>10)&0x1f, float64(h&0x3ff)
-	v := math.Ldexp(frac, -24)
-	if exp > 0 {
-		v = math.Ldexp(1024+frac, exp-25)
-	}
-	if h&halfNegBit != 0 {
-		v = -v
-	}
-	return v
-}
 
 func TestFloat16EveryHalfRoundTrips(t *testing.T) {
 	for i := range 1 << 16 {
@@ -56,7 +42,7 @@ func TestFloat16EveryHalfRoundTrips(t *testing.T) {
 				t.Fatalf("%#04x reads as %v; want an infinity of its sign", h, f)
 			}
 		default:
-			if want := halfValue(h); f != want || math.Signbit(f) != math.Signbit(want) {
+			if want := numtexttest.HalfValue(h); f != want || math.Signbit(f) != math.Signbit(want) {
 				t.Fatalf("%#04x reads as %v; want %v", h, f, want)
 			}
 		}
@@ -74,9 +60,9 @@ func TestFloat16EveryHalfRoundTrips(t *testing.T) {
 // and from the largest half into infinity.
 func TestFloat16RoundsToNearestEven(t *testing.T) {
 	for h := uint16(0); h < halfInf; h++ {
-		lo, hi := halfValue(h), math.Ldexp(1, 16) // above 65504 the next "half" is 2^16: infinity
+		lo, hi := numtexttest.HalfValue(h), math.Ldexp(1, 16) // above 65504 the next "half" is 2^16: infinity
 		if h < halfMax {
-			hi = halfValue(h + 1)
+			hi = numtexttest.HalfValue(h + 1)
 		}
 		mid := (lo + hi) / 2 // exact: halves have 11 significant bits
 		even := h
@@ -147,50 +133,6 @@ func vectorModel(t testing.TB, elem onnxpb.TensorProto_DataType, pad map[string]
 	return c
 }
 
-// nearestHalf rounds a decimal text to a half independently of the codec:
-// exactly, with big.Rat, by bisection over the finite halves. ok is false
-// when the value rounds to infinity.
-func nearestHalf(text string) (h uint16, ok bool) {
-	var sign uint16
-	if strings.HasPrefix(text, "-") {
-		sign = halfNegBit
-	}
-	switch f, _ := strconv.ParseFloat(text, 64); {
-	case math.IsInf(f, 0):
-		return sign | halfInf, false
-	case f == 0: // below the smallest float64, far below a half's
-		return sign, true
-	}
-	exact, good := new(big.Rat).SetString(text)
-	if !good {
-		panic("not a number: " + text)
-	}
-	a := new(big.Rat).Abs(exact)
-	rat := func(f float64) *big.Rat { return new(big.Rat).SetFloat64(f) }
-	if a.Cmp(rat(65520)) >= 0 { // 65520 is halfway to 2^16, and infinity is even
-		return sign | halfInf, false
-	}
-	lo, hi := uint16(0), uint16(halfMax) // the largest half at or below a lies in [lo, hi]
-	for lo < hi {
-		m := (lo + hi + 1) / 2
-		if rat(halfValue(m)).Cmp(a) <= 0 {
-			lo = m
-		} else {
-			hi = m - 1
-		}
-	}
-	if lo == halfMax || rat(halfValue(lo)).Cmp(a) == 0 {
-		return sign | lo, true
-	}
-	mid := new(big.Rat).Add(rat(halfValue(lo)), rat(halfValue(lo+1)))
-	mid.Quo(mid, big.NewRat(2, 1))
-	switch c := a.Cmp(mid); {
-	case c > 0 || c == 0 && lo&1 == 1:
-		return sign | (lo + 1), true
-	}
-	return sign | lo, true
-}
-
 // parseHalf sends text as the one element of the half model's input.
 func parseHalf(t *testing.T, c *onnxio.Codec, text string) (uint16, error) {
 	t.Helper()
@@ -245,7 +187,7 @@ func TestFloat16FromJSONRoundsOnceFromTheText(t *testing.T) {
 		case tt.fits && (err != nil || got != tt.want):
 			t.Errorf("%s: %#04x, %v; want %#04x", name, got, err, tt.want)
 		}
-		if ref, ok := nearestHalf(tt.text); ok != tt.fits || ok && ref != tt.want {
+		if ref, ok := numtexttest.NearestHalf(tt.text); ok != tt.fits || ok && ref != tt.want {
 			t.Errorf("%s: the reference rounds to %#04x (fits %v); the table says %#04x (fits %v)", name, ref, ok, tt.want, tt.fits)
 		}
 	}
@@ -478,7 +420,7 @@ func TestDtypesCodecCarriesEveryDtype(t *testing.T) {
 }
 
 // FuzzFloat16FromJSON holds the codec's rounding of JSON numbers to halves
-// against nearestHalf's exact one.
+// against numtexttest.NearestHalf's exact one.
 func FuzzFloat16FromJSON(f *testing.F) {
 	for _, seed := range []string{"1", "-0", "0.1", "65504", "65519.999999999999999", "65520", "1.0004882812500001",
 		"2.98023223876953125e-8", "6.1e-5", "1e-400", "-3.5E+2", "123456789012345678901234567890e-30", "0.1e10000000", "100048828125e-11"} {
@@ -490,7 +432,7 @@ func FuzzFloat16FromJSON(f *testing.F) {
 			return // bounded: the reference's exact arithmetic grows with the exponent
 		}
 		got, err := parseHalf(t, c, text)
-		want, fits := nearestHalf(text)
+		want, fits := numtexttest.NearestHalf(text)
 		switch {
 		case !fits && err == nil:
 			t.Fatalf("%s: accepted as %#04x; it rounds to infinity", text, got)
