@@ -542,15 +542,21 @@ func (n *Node) readLoop() {
 			continue
 		}
 		began := time.Now()
-		streams, poison, err := n.read(want, block)
+		var wait time.Duration
+		if block {
+			wait = n.readBlock()
+		}
+		streams, poison, err := n.read(want, wait)
 		n.fetched(want, itemsIn(streams), err)
 		switch {
 		case errors.Is(err, redis.Nil):
 			n.reachable()
 			n.readsAllowed()
 			if block {
-				if err := n.steal(ctx, want); err != nil && ctx.Err() == nil {
-					n.warn("read other nodes' items", err)
+				if wait == blockFor {
+					if err := n.steal(ctx, want); err != nil && ctx.Err() == nil {
+						n.warn("read other nodes' items", err)
+					}
 				}
 				continue
 			}
@@ -612,6 +618,19 @@ func (n *Node) takeRead(streams []redis.XStream, poison map[string]bool) {
 	}
 }
 
+// readBlock is how long a read for idle workers waits for items: blockFor,
+// or less while the items read last are held for more to fill their
+// batch (see supervisor.Streamer.HoldEndsIn): once the hold ends their
+// worker runs, and what comes after is for an idle peer, which a read
+// still open here would take from it. Whole milliseconds, one at least:
+// Redis reads BLOCK 0 as for ever.
+func (n *Node) readBlock() time.Duration {
+	if hold := n.s.HoldEndsIn(); hold > 0 {
+		return min(blockFor, hold.Truncate(time.Millisecond)+time.Millisecond)
+	}
+	return blockFor
+}
+
 // waitRoom waits until a worker frees, or for d; false when the node
 // stops meanwhile.
 func (n *Node) waitRoom(d time.Duration) bool {
@@ -628,7 +647,7 @@ func (n *Node) waitRoom(d time.Duration) bool {
 
 // read reads up to want new items of the node's own stream first (the
 // callers it answered, coming back) and then of the shared one, blocking
-// for blockFor if block, with the quarantine in the same round trip, read
+// for block if it is not 0, with the quarantine in the same round trip, read
 // by Redis right after the items. poison is the quarantine as a set, or
 // nil when it was not read whole (then takeChecked asks Redis). The count
 // is each stream's, so a read may bring twice want; the own stream holds
@@ -637,7 +656,7 @@ func (n *Node) waitRoom(d time.Duration) bool {
 // The read is not cut short by a stop (blockFor bounds it): Redis may
 // hand it items as the stop comes, which would then wait pending for a
 // claim.
-func (n *Node) read(want int, block bool) (streams []redis.XStream, poison map[string]bool, err error) {
+func (n *Node) read(want int, block time.Duration) (streams []redis.XStream, poison map[string]bool, err error) {
 	args := &redis.XReadGroupArgs{
 		Group: nodeGroup, Consumer: n.cfg.Name, Streams: []string{n.own, n.k.items, ">", ">"},
 		Count: int64(want), Block: -1,
@@ -645,8 +664,8 @@ func (n *Node) read(want int, block bool) (streams []redis.XStream, poison map[s
 	if n.ownBroken.Load() {
 		args.Streams = []string{n.k.items, ">"} // see mendStreams
 	}
-	if block {
-		args.Block = blockFor
+	if block > 0 {
+		args.Block = block
 	}
 	ctx := context.Background()
 	pipe := n.rdb.Pipeline()

@@ -325,7 +325,8 @@ func (s *Streamer) returnHoldLocked(f *fifo, now time.Time, earlier func(time.Ti
 	if s.holdStart.IsZero() {
 		s.holdStart = now
 	}
-	earlier(minTime(until, due))
+	s.holdUntil = minTime(until, due)
+	earlier(s.holdUntil)
 	return true, 0
 }
 
@@ -483,6 +484,7 @@ func (s *Streamer) rateHoldLocked(f *fifo, now time.Time, earlier func(time.Time
 	if s.holdStart.IsZero() {
 		s.holdStart = now
 	}
+	s.holdUntil = until
 	earlier(until)
 	return true
 }

@@ -363,7 +363,7 @@ func (s *Streamer) counted(why int, now time.Time) {
 	s.stats.reasons[why].Add(1)
 	if !s.holdStart.IsZero() {
 		s.stats.waitAdded.Add(int64(now.Sub(s.holdStart)))
-		s.holdStart = time.Time{}
+		s.holdStart, s.holdUntil = time.Time{}, time.Time{}
 	}
 }
 

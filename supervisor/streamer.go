@@ -41,6 +41,7 @@ type Streamer struct {
 	returns     returnTracker // callers coming back after their answers
 	arrivals    rateMeter     // how fast items arrive
 	holdStart   time.Time     // when an idle slot began waiting for arrivals; zero if none
+	holdUntil   time.Time     // when that wait ends, as last judged
 	explore     int           // holds considered while the cost fit was not ready
 	returned    uint64        // batches workers returned, under mu (see firstCrash)
 	sends       uint64        // batches sent to workers, under mu (see batch.sendSeq)
@@ -599,10 +600,34 @@ func (s *Streamer) Room() (now, ahead int) {
 		ahead += (s.cfg.PipelineDepth - len(sl.inflight)) * b
 	}
 	queued := s.queue.items()
+	if queued > 0 && now > 0 && s.holdStart.IsZero() {
+		// Not held for more, they leave for idle workers at once, each
+		// batch of them taking a worker whole, the dispatcher's look at
+		// them perhaps still to come. A feeder that took an item and
+		// read again for the rest of a batch held its read open while
+		// the worker ran, and Redis handed it the next item, which an
+		// idle peer could have run at once.
+		whole := min((queued+b-1)/b*b, now)
+		now, queued = now-whole, max(queued-whole, 0)
+	}
 	if queued >= now {
 		return 0, max(ahead-(queued-now), 0)
 	}
 	return now - queued, ahead
+}
+
+// HoldEndsIn says how long until the items queued for an idle worker,
+// held for more to come and fill their batch (see BatchingAdaptive),
+// leave for it, as last judged: 0 when none are held. A feeder that
+// waits for those items (a broker node's read) waits no longer: past it,
+// the worker runs, and what comes is for an idle peer.
+func (s *Streamer) HoldEndsIn() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.holdStart.IsZero() || s.queue.items() == 0 {
+		return 0
+	}
+	return max(time.Until(s.holdUntil), 0)
 }
 
 // RoomAheadIn says how long until Room counts the room ahead of a busy
