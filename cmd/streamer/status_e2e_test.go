@@ -337,7 +337,13 @@ func workerRows(dom string) map[string]map[string]string {
 // it has none, and shows the server's facts once given one.
 func TestStatusPageInBrowserWithAToken(t *testing.T) {
 	chromium := chromiumPath(t)
-	const token = "page-token-51"
+	t.Run("plain", func(t *testing.T) { testStatusPageWithToken(t, chromium, "page-token-51") })
+	// Given in the address as written, not percent-encoded: the page's
+	// decoding of it threw, and its script stopped, showing nothing.
+	t.Run("with a bare %", func(t *testing.T) { testStatusPageWithToken(t, chromium, "a%zz-100%") })
+}
+
+func testStatusPageWithToken(t *testing.T, chromium, token string) {
 	s := startServer(t, "--workers", "1", "--model", "echo", "--auth-token", token)
 	s.token = token
 	slots := s.waitAllReady(t, 1)
