@@ -147,6 +147,9 @@ func parseHalf(t *testing.T, c *onnxio.Codec, text string) (uint16, error) {
 	return binary.LittleEndian.Uint16(in[0].Data), nil
 }
 
+// TestFloat16FromJSONRoundsOnceFromTheText: a float16 input reads its
+// JSON text through numtext, which rounds it once (numtext's own tests try
+// the rest).
 func TestFloat16FromJSONRoundsOnceFromTheText(t *testing.T) {
 	c := halfModel(t, nil)
 	tests := []struct {
@@ -154,25 +157,14 @@ func TestFloat16FromJSONRoundsOnceFromTheText(t *testing.T) {
 		want uint16 // ignored when refused
 		fits bool
 	}{
-		{"1", 0x3c00, true}, {"-2", 0xc000, true}, {"0.1", 0x2e66, true}, {"1e0", 0x3c00, true}, {"-0", 0x8000, true}, {"0.0", 0, true},
-		{"65504", halfMax, true}, {"65519", halfMax, true}, {"65519.999999999999999", halfMax, true},
-		{"65520", 0, false}, {"-65520", 0, false}, {"1e5", 0, false}, {"1e400", 0, false},
-		{"1e-30", 0, true}, {"-1e-400", 0x8000, true}, {"6e-8", 0x0001, true},
-		// Texts that float64 rounds onto a midpoint between halves: rounding
-		// twice would go to the even half; the text says otherwise.
+		// The cases of numtext's tests that show the codec reads through
+		// it: a plain number, one past the largest half, texts on either
+		// side of a midpoint, the midpoint itself, and a huge exponent.
+		{"1", 0x3c00, true}, {"-2", 0xc000, true}, {"65519.999999999999999", halfMax, true},
+		{"65520", 0, false}, {"1e400", 0, false},
 		{"1.0004882812500001", 0x3c01, true},
 		{"1.00048828124999999", 0x3c00, true},
 		{"1.00048828125", 0x3c00, true}, // the midpoint itself: to even
-		{"1.00146484375", 0x3c02, true}, // the midpoint between 0x3c01 and 0x3c02: to even, upwards
-		{"1.001464843749999999", 0x3c01, true},
-		{"2.98023223876953125e-8", 0, true}, // halfway to the smallest subnormal
-		{"2.980232238769531250000001e-8", 0x0001, true},
-		{"-2.9802322387695312e-8", 0x8000, true},
-		{"100048828125e-11", 0x3c00, true},
-		{"0.000000000000000000000000000000000000100048828125e37", 0x3c00, true},
-		{"1.00048828125" + strings.Repeat("0", 100000) + "1", 0x3c01, true}, // long texts cost linear time
-		{"-1.00048828125" + strings.Repeat("0", 100000) + "1E-0000000000000000000000", 0xbc01, true},
-		{"6550.4e1", halfMax, true},
 		{"0.1e10000000", 0, false},
 	}
 	for _, tt := range tests {
