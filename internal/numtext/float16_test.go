@@ -1,7 +1,6 @@
 package numtext_test
 
 import (
-	"encoding/json"
 	"errors"
 	"math"
 	"strconv"
@@ -160,7 +159,7 @@ func FuzzParseFloat16(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, text string) {
-		if len(text) > 64 || !isJSONNumber(text) {
+		if len(text) > 64 || !numtexttest.IsJSONNumber(text) {
 			return // bounded: the reference's exact arithmetic grows with the exponent
 		}
 		got, finite, err := numtext.ParseFloat16(text)
@@ -172,16 +171,4 @@ func FuzzParseFloat16(f *testing.F) {
 			t.Fatalf("%s: %#04x, %v, %v; want %#04x", text, got, finite, err, want)
 		}
 	})
-}
-
-// isJSONNumber reports whether text is one JSON number and nothing else.
-func isJSONNumber(text string) bool {
-	var v any
-	d := json.NewDecoder(strings.NewReader(text))
-	d.UseNumber()
-	if d.Decode(&v) != nil || d.More() {
-		return false
-	}
-	n, ok := v.(json.Number)
-	return ok && string(n) == text
 }

@@ -4,6 +4,7 @@
 package numtexttest
 
 import (
+	"encoding/json"
 	"math"
 	"math/big"
 	"strconv"
@@ -71,4 +72,18 @@ func NearestHalf(text string) (h uint16, fits bool) {
 		return sign | (lo + 1), true
 	}
 	return sign | lo, true
+}
+
+// IsJSONNumber reports whether text is one JSON number and nothing else,
+// as encoding/json reads it: what a fuzzed text must be for the readers
+// of JSON numbers to be asked about it.
+func IsJSONNumber(text string) bool {
+	var v any
+	d := json.NewDecoder(strings.NewReader(text))
+	d.UseNumber()
+	if d.Decode(&v) != nil || d.More() {
+		return false
+	}
+	n, ok := v.(json.Number)
+	return ok && string(n) == text
 }

@@ -420,7 +420,7 @@ func FuzzFloat16FromJSON(f *testing.F) {
 	}
 	c := halfModel(f, nil)
 	f.Fuzz(func(t *testing.T, text string) {
-		if len(text) > 64 || !isJSONNumber(text) {
+		if len(text) > 64 || !numtexttest.IsJSONNumber(text) {
 			return // bounded: the reference's exact arithmetic grows with the exponent
 		}
 		got, err := parseHalf(t, c, text)
@@ -432,16 +432,4 @@ func FuzzFloat16FromJSON(f *testing.F) {
 			t.Fatalf("%s: %#04x (%v), want %#04x", text, got, err, want)
 		}
 	})
-}
-
-// isJSONNumber reports whether text is one JSON number and nothing else.
-func isJSONNumber(text string) bool {
-	var v any
-	d := json.NewDecoder(strings.NewReader(text))
-	d.UseNumber()
-	if d.Decode(&v) != nil || d.More() {
-		return false
-	}
-	n, ok := v.(json.Number)
-	return ok && string(n) == text
 }
