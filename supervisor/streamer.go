@@ -618,16 +618,17 @@ func (s *Streamer) Room() (now, ahead int) {
 
 // HoldEndsIn says how long until the items queued for an idle worker,
 // held for more to come and fill their batch (see BatchingAdaptive),
-// leave for it, as last judged: 0 when none are held. A feeder that
-// waits for those items (a broker node's read) waits no longer: past it,
-// the worker runs, and what comes is for an idle peer.
+// leave for it, as last judged: 0 when none are held, and a nanosecond
+// when the hold is over and the dispatcher has yet to send them. A
+// feeder that waits for those items (a broker node's read) waits no
+// longer: past it, the worker runs, and what comes is for an idle peer.
 func (s *Streamer) HoldEndsIn() time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.holdStart.IsZero() || s.queue.items() == 0 {
 		return 0
 	}
-	return max(time.Until(s.holdUntil), 0)
+	return max(time.Until(s.holdUntil), time.Nanosecond)
 }
 
 // RoomAheadIn says how long until Room counts the room ahead of a busy
