@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"context"
 	"log/slog"
 	"strings"
 	"time"
@@ -62,7 +63,7 @@ func (o *outputLog) line(line []byte, now time.Time) string {
 	}
 	o.held = 0 // older than this line: no one's last words
 	text := plainText(string(line))
-	o.log.Info("worker output", "line", text)
+	o.log.Log(context.Background(), lineLevel(text), "worker output", "line", text)
 	return text
 }
 
@@ -82,11 +83,78 @@ func (o *outputLog) end() string {
 	last := ""
 	for i := o.held; i > 0; i-- {
 		text := plainText(string(o.tail[(o.next-i+outputTail)%outputTail]))
-		o.log.Info("worker output", "line", text, "dropped_before", true)
+		o.log.Log(context.Background(), lineLevel(text), "worker output", "line", text, "dropped_before", true)
 		last = text
 	}
 	o.held = 0
 	return last
+}
+
+// lineHead is how far into a line lineLevel looks for its level: past a
+// timestamp and a logger's name, not into the message.
+const lineHead = 80
+
+// lineLevel is the level a line of a worker's output says it has, in the
+// forms the code a worker runs writes: slog's text and JSON (the worker
+// itself, a Go plugin), hclog's "[WARN]" (go-plugin), onnxruntime's
+// "[W:onnxruntime:", Python logging's "WARNING:root:". A panic's message
+// is an error; a line that says no level (print, a stack trace) is info.
+// Without it a warning from a worker hid under --log-level warn.
+func lineLevel(line string) slog.Level {
+	if strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "fatal error: ") {
+		return slog.LevelError // deathLine's
+	}
+	head := line[:min(len(line), lineHead)]
+	if i := strings.Index(head, "level="); i == 0 || i > 0 && head[i-1] == ' ' {
+		return namedLevel(head[i+len("level="):], ' ')
+	}
+	if i := strings.Index(head, `"level":"`); i >= 0 {
+		return namedLevel(head[i+len(`"level":"`):], '"')
+	}
+	if i := strings.IndexByte(head, '['); i >= 0 && i+2 < len(head) {
+		rest := head[i+1:]
+		if j := strings.IndexByte(rest, ']'); j > 0 && j <= len("ERROR") {
+			return namedLevel(rest[:j], ']')
+		}
+		if rest[1] == ':' { // onnxruntime's [E:onnxruntime:...]
+			switch rest[0] {
+			case 'W':
+				return slog.LevelWarn
+			case 'E', 'F':
+				return slog.LevelError
+			}
+		}
+	}
+	if i := strings.IndexByte(head, ':'); i > 0 {
+		return namedLevel(head[:i], ':')
+	}
+	return slog.LevelInfo
+}
+
+// namedLevel reads a level's name (DEBUG, INFO, WARN or WARNING, ERROR,
+// CRITICAL or FATAL, TRACE; any case, with slog's "+2" offsets) at the
+// start of s, up to end; anything else is info.
+func namedLevel(s string, end byte) slog.Level {
+	if i := strings.IndexByte(s, end); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > len("CRITICAL")+3 {
+		return slog.LevelInfo // not a level, and not worth upper-casing
+	}
+	switch name := strings.ToUpper(strings.TrimSpace(s)); name {
+	case "WARNING":
+		return slog.LevelWarn
+	case "CRITICAL", "FATAL":
+		return slog.LevelError
+	case "TRACE":
+		return slog.LevelDebug - 4
+	default:
+		var level slog.Level
+		if level.UnmarshalText([]byte(name)) != nil {
+			return slog.LevelInfo
+		}
+		return level
+	}
 }
 
 // deathLine reports whether a line of output says why a Go process dies:

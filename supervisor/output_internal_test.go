@@ -63,3 +63,48 @@ func TestPlainTextDropsEscapes(t *testing.T) {
 		}
 	}
 }
+
+// A worker's line is logged at the level it says, in each form the code a
+// worker runs writes, so that a model's warning shows under --log-level
+// warn; a line that says none is info.
+func TestWorkerOutputKeepsItsLevel(t *testing.T) {
+	for line, want := range map[string]slog.Level{
+		`time=2026-12-07T02:40:00.000Z level=WARN msg="close model" err=gone`: slog.LevelWarn,
+		`time=2026-12-07T02:40:00.000Z level=ERROR+2 msg=x`:                   slog.LevelError + 2,
+		`level=DEBUG msg=x`: slog.LevelDebug,
+		`{"time":"2026-12-07T02:40:00Z","level":"ERROR","msg":"x"}`:                                  slog.LevelError,
+		`{"@level":"warn","level":"warn","@message":"x"}`:                                            slog.LevelWarn,
+		`2026-12-07T02:40:00.000Z [WARN]  plugin: slow start`:                                        slog.LevelWarn,
+		`2026-12-07T02:40:00.000Z [ERROR] plugin: failed`:                                            slog.LevelError,
+		`2026-12-07T02:40:00.000Z [DEBUG] plugin: detail`:                                            slog.LevelDebug,
+		`2026-12-07 02:40:00.1 [W:onnxruntime:, session_state.cc:1166] some nodes were not assigned`: slog.LevelWarn,
+		"\x1b[1;31m2026-12-07 02:40:00.1 [E:onnxruntime:Default, provider.cc:1] failed\x1b[m":        slog.LevelError,
+		`WARNING:root:tokenizer truncated the input`:                                                 slog.LevelWarn,
+		`CRITICAL:model:out of memory`:                                                               slog.LevelError,
+		`Error: the weights are missing`:                                                             slog.LevelError,
+		`panic: runtime error: index out of range`:                                                   slog.LevelError,
+		`fatal error: out of memory`:                                                                 slog.LevelError,
+		`goroutine 1 [running]:`:                                                                     slog.LevelInfo,
+		`python-plugin: bigram model of 12 words ready`:                                              slog.LevelInfo,
+		`loading weights: 3/12`:                                                                      slog.LevelInfo,
+		`[1/3] warming up`:                                                                           slog.LevelInfo,
+		`msg="level=WARN is what a caller asked for"`:                                                slog.LevelInfo,
+		``: slog.LevelInfo,
+	} {
+		if got := lineLevel(plainText(line)); got != want {
+			t.Errorf("lineLevel(%q) = %v; want %v", line, got, want)
+		}
+	}
+
+	// Through the log: under a warn level, the warning shows and the
+	// chatter does not.
+	var logs syncbuf.Buffer
+	out := newOutputLog(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	now := time.Now()
+	out.line([]byte("loading weights"), now)
+	out.line([]byte("WARNING:root:tokenizer truncated the input"), now)
+	text := logs.String()
+	if !strings.Contains(text, "level=WARN") || !strings.Contains(text, "tokenizer truncated") || strings.Contains(text, "loading weights") {
+		t.Errorf("under --log-level warn the log is:\n%s\nwant the warning alone, at WARN", text)
+	}
+}
