@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"regexp"
@@ -266,6 +271,68 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("DOM:\n%s", dom)
+	}
+}
+
+// The page keeps its elements through the refreshes, writing only what
+// changed, so that what an operator selects (an error in the workers
+// table, to copy) stays selected. The real page is served through a proxy
+// that adds a script of the test's: it notes the elements the first
+// refresh shows and, two refreshes later, whether they are the same.
+func TestStatusPageKeepsItsElements(t *testing.T) {
+	chromium := chromiumPath(t)
+	s := startServer(t, "--workers", "2", "--model", "echo")
+	s.waitAllReady(t, 2)
+	target, err := url.Parse(s.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const watch = `<script>
+(() => {
+  const show = showWorkers;
+  let calls = 0, row, pid, model;
+  showWorkers = (slots, front) => {
+    show(slots, front);
+    const now = document.querySelector('#workers tr[data-slot="1"]');
+    calls++;
+    if (calls === 1) {
+      [row, pid, model] = [now, now.cells[2].firstChild, document.getElementById("model").firstChild];
+    } else if (calls === 3) {
+      const order = [...document.getElementById("workers").rows].map(r => r.dataset.slot).join(",");
+      document.body.dataset.kept = [now === row, now.cells[2].firstChild === pid,
+        document.getElementById("model").firstChild === model, order].join(" ");
+    }
+  };
+})();
+</script>`
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" {
+			proxy.ServeHTTP(w, r)
+			return
+		}
+		resp, err := http.Get(s.URL() + "/")
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte("</body>")) {
+			http.Error(w, fmt.Sprintf("the page: %d %v", resp.StatusCode, err), http.StatusBadGateway)
+			return
+		}
+		for _, h := range []string{"Content-Type", "Content-Security-Policy"} {
+			w.Header().Set(h, resp.Header.Get(h))
+		}
+		_, _ = w.Write(bytes.Replace(body, []byte("</body>"), []byte(watch+"</body>"), 1))
+	}))
+	defer page.Close()
+
+	dom := dumpDOM(t, chromium, page.URL+"/")
+	if !strings.Contains(dom, `data-kept="true true true 0,1"`) {
+		t.Errorf("after two refreshes the page's elements are not those it showed first "+
+			"(want data-kept: the same row, pid and model text, rows in slot order):\n%s", dom)
 	}
 }
 
