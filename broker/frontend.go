@@ -752,6 +752,10 @@ func (fe *FrontEnd) noteSent(n int) {
 // Slots is empty: a front end has no workers of its own.
 func (fe *FrontEnd) Slots() []supervisor.SlotStatus { return []supervisor.SlotStatus{} }
 
+// CountRejected counts as rejected n items refused before they reached
+// PredictRequest (see supervisor.Streamer.CountRejected).
+func (fe *FrontEnd) CountRejected(n int) { fe.stats.rejected.Add(uint64(max(n, 0))) }
+
 // Stats counts the front end's items; Queued is those waiting for answers.
 func (fe *FrontEnd) Stats() supervisor.Stats {
 	fe.mu.Lock()

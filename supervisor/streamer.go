@@ -794,6 +794,11 @@ func (s *Streamer) Slots() []SlotStatus {
 	return out
 }
 
+// CountRejected counts as rejected n items refused before they reached
+// Submit, by an API in front of the streamer that checks a request's size
+// first (the v2 endpoints, for a request of more than MaxItems rows).
+func (s *Streamer) CountRejected(n int) { s.stats.rejected.Add(uint64(max(n, 0))) }
+
 // Stats returns a snapshot of the counters.
 func (s *Streamer) Stats() Stats {
 	// The outcomes before Submitted: every item is counted submitted before

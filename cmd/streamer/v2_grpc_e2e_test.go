@@ -345,6 +345,27 @@ func TestGRPCRefusals(t *testing.T) {
 	}
 }
 
+// TestV2RowsOverMaxItemsCountRejected: a v2 request of more rows than
+// --max-items, refused before its rows become items, is counted in the
+// items rejected as /predict counts one of more items, over REST and gRPC.
+func TestV2RowsOverMaxItemsCountRejected(t *testing.T) {
+	path, _ := onnxModel(t, onnxtest.Demo)
+	s, c := startGRPC(t, "--model", path, "--intra-op-threads", "1", "--max-items", "2")
+	in := demoRows(rand.New(rand.NewPCG(1, 1)), 3)
+	const rejected = `streamer_items_total{outcome="rejected"}`
+	if a := s.infer(t, "/v2/models/demo/infer", v2Request{Inputs: []v2Input{in.flat()}}); a.Status != http.StatusRequestEntityTooLarge || !strings.Contains(a.Error, "at most 2") {
+		t.Errorf("3 rows over REST with --max-items 2: %d %q, want 413 naming the limit", a.Status, a.Error)
+	}
+	if got := metricValue(t, s, rejected); got != 3 {
+		t.Errorf("after 3 rows refused over REST, %s = %v; want 3", rejected, got)
+	}
+	_, err := c.ModelInfer(callCtx(t), demoRequest(in))
+	wantCode(t, "3 rows over gRPC with --max-items 2", err, codes.ResourceExhausted, "at most 2")
+	if got := metricValue(t, s, rejected); got != 6 {
+		t.Errorf("after 3 more rows refused over gRPC, %s = %v; want 6", rejected, got)
+	}
+}
+
 // TestGRPCTypedContentsAndDeadlines: the built-in sleep model takes BYTES,
 // in bytes_contents or raw; its answer comes back raw, one element per
 // row; a "timeout" parameter shorter than the model, or a call deadline,

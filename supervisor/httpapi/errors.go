@@ -20,6 +20,9 @@ type requestError struct {
 	// acceptEncoding says the request's content coding is refused: the
 	// answer names those accepted in its Accept-Encoding header.
 	acceptEncoding bool
+	// items is how many items the request would have made, counted
+	// rejected by the backend (see RejectCounter); 0 when not known.
+	items int
 }
 
 func (e *requestError) Error() string { return e.msg }

@@ -129,6 +129,25 @@ type Backend interface {
 	Slots() []supervisor.SlotStatus
 }
 
+// RejectCounter is what a Backend may also do: count as rejected the
+// items of a request the handler refused before handing it over (a v2
+// request of more rows than MaxItems), so that its Stats count them as
+// they count the items of a request it refuses itself. *supervisor.Streamer
+// and the Redis front end do.
+type RejectCounter interface {
+	CountRejected(items int)
+}
+
+// countRejected has the backend count the items of a request refused with
+// err before it was handed over, when err says how many and the backend
+// counts them.
+func (h *handler) countRejected(err error) {
+	var reqErr *requestError
+	if c, ok := h.backend.(RejectCounter); ok && errors.As(err, &reqErr) && reqErr.items > 0 {
+		c.CountRejected(reqErr.items)
+	}
+}
+
 // Config sets up the handler. Only Backend is required.
 type Config struct {
 	// Backend runs the requests. Required.

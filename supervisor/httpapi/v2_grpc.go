@@ -290,6 +290,7 @@ func (g *GRPC) ModelInfer(ctx context.Context, req *inferencepb.ModelInferReques
 // read the request's items (see inferWith).
 func (g *GRPC) infer(ctx context.Context, st *inferState, req *inferencepb.ModelInferRequest, meta ModelMetadata) (*inferencepb.ModelInferResponse, bool, error) {
 	if err := st.readGRPC(req, meta, g.h.tensors); err != nil {
+		g.h.countRejected(err)
 		return nil, false, err
 	}
 	deadline, hasDeadline := ctx.Deadline()

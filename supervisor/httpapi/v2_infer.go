@@ -110,6 +110,7 @@ func (h *handler) inferWith(st *inferState, w http.ResponseWriter, r *http.Reque
 		return false, err
 	}
 	if err := st.read(r.Header, meta, h.tensors); err != nil {
+		h.countRejected(err)
 		return false, err
 	}
 	answers, err := h.run(r.Context(), &st.items)
@@ -305,8 +306,15 @@ func (st *inferState) batchSize(meta ModelMetadata) error {
 	case rows < 0:
 		rows = 1
 	case rows > int64(st.maxRows):
-		return &requestError{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf(
+		err := &requestError{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf(
 			"the request has %d rows (input %q); one request takes at most %d", rows, meta.Inputs[first].Name, st.maxRows)}
+		if rows <= maxRows {
+			// Items counted rejected, as the supervisor counts a request
+			// of more than its MaxItems; not the rows of a request past
+			// any server's bound, which may claim billions of empty rows.
+			err.items = int(rows)
+		}
+		return err
 	case rows == 0:
 		return badRequest(fmt.Sprintf("the request has no rows: input %q has shape %s; send at least one row on the first axis",
 			meta.Inputs[first].Name, formatShape(st.req.inputs[st.byModel[first]].shape)))
