@@ -386,7 +386,7 @@ func TestBenchBadFlags(t *testing.T) {
 		{"a sweep of an unknown policy", []string{"--sweep-concurrency", "2", "--sweep-batching", "greedy,bogus"}, `--sweep-batching "bogus": want adaptive or greedy`},
 		{"policies without a sweep", []string{"--sweep-batching", "greedy"}, "--sweep-batching goes with --sweep-concurrency"},
 		{"serve flags with a target", []string{"--target", "http://127.0.0.1:26001", "--model", "echo", "--workers", "2", "--batch-size", "8", "--auth-token", "t"}, "--batch-size, --model, --workers: --target drives a server started with flags of its own"},
-		{"a model named for a v2 target", []string{"--target", "http://127.0.0.1:1", "--protocol", "v2", "--model", "echo", "--auth-token", "t"}, "--protocol v2: read the model's metadata (bench asks for \"echo\""},
+		{"a model named for a v2 target", []string{"--target", "http://127.0.0.1:1", "--protocol", "v2", "--model", "echo", "--auth-token", "t"}, "--protocol v2: read the model's metadata (bench asks for model \"echo\"; --model-name NAME asks for the one the target serves)"},
 		{"a model with a target, not v2", []string{"--target", "http://127.0.0.1:26001", "--model-name", "echo"}, "--model-name: --target drives a server"},
 		{"a sweep of a target", []string{"--sweep-concurrency", "2", "--target", "http://127.0.0.1:26001"}, "it takes no --rate, --target or --plot"},
 		{"request timeout with the go api", []string{"--api", "go", "--request-timeout", "1s"}, "--request-timeout bounds the requests of an http run"},

@@ -110,7 +110,7 @@ func (cfg *Config) v2Spec(ctx context.Context, client *http.Client, base string)
 	if err := getJSON(ctx, client, base+"/v2/models/"+url.PathEscape(cfg.ModelName), &spec); err != nil {
 		hint := ""
 		if cfg.Target != "" {
-			hint = fmt.Sprintf(" (bench asks for %q, the name --model gives; --model-name NAME asks for the target's)", cfg.ModelName)
+			hint = fmt.Sprintf(" (bench asks for model %q; --model-name NAME asks for the one the target serves)", cfg.ModelName)
 		}
 		return spec, fmt.Errorf("--protocol %s: read the model's metadata%s: %w", cfg.Protocol, hint, err)
 	}

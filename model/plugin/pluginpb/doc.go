@@ -43,9 +43,10 @@
 // examples/python-plugin does all this with grpcio and cryptography.
 //
 // The worker refuses a plugin that prints anything
-// else, exits, or prints nothing within its start timeout (a few seconds),
-// with an error naming the binary and what it expected. Load the model in
-// Init, not before the handshake.
+// else, exits, or prints nothing within its start timeout (nine tenths of
+// --init-timeout under streamer serve; plugin.DefaultStartTimeout, 5 s,
+// for a Go program that sets none), with an error naming the binary and
+// what it expected. Load the model in Init, not before the handshake.
 //
 // After the handshake the worker reads whatever the plugin writes on stdout
 // and stderr, however long its lines, into the server log, tagged with the

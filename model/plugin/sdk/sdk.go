@@ -57,9 +57,10 @@
 //
 // What a plugin must know:
 //
-//   - Load the model in Init, not in main: the worker waits only a few
-//     seconds for the handshake that Serve performs, but as long as the
-//     server's --init-timeout for Init.
+//   - Load the model in Init, not in main: the worker gives the handshake
+//     that Serve performs nine tenths of the server's --init-timeout (a
+//     Go program embedding the worker may give it as little as
+//     plugin.DefaultStartTimeout, 5 s), and Init the whole of it.
 //   - Write logs to stderr (or stdout, which Serve points at stderr once Init
 //     is called): the server log shows each line tagged with the worker's
 //     slot. Print nothing on stdout before Serve.
