@@ -22,6 +22,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/streamer-dev/streamer/internal/heapfloor"
 	"github.com/streamer-dev/streamer/internal/idlemem"
 	"github.com/streamer-dev/streamer/ipc"
 	"github.com/streamer-dev/streamer/model"
@@ -375,6 +376,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
+	heapfloor.Keep()
 	// Before anything slow: a SIGHUP from here on must not end the server.
 	hangups := catchHangups(log)
 	defer hangups.stop()

@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/streamer-dev/streamer/internal/heapfloor"
 	"github.com/streamer-dev/streamer/model/load"
 	"github.com/streamer-dev/streamer/workerproc"
 )
@@ -23,6 +24,7 @@ func newWorkerCommand() *cobra.Command {
 			if ctx == nil {
 				ctx = context.Background()
 			}
+			heapfloor.Keep()
 			return workerproc.Serve(ctx, load.Open)
 		},
 	}
