@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"reflect"
 	"slices"
 	"strconv"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/streamer-dev/streamer/internal/syncbuf"
 	"github.com/streamer-dev/streamer/supervisor"
 )
 
@@ -765,6 +767,59 @@ func TestSIGTERMWhileWorkersStartIsNoError(t *testing.T) {
 	}
 	if strings.Contains(s.logs(), "level=ERROR") {
 		t.Errorf("a SIGTERM while starting logged an error:\n%s", s.logs())
+	}
+}
+
+// TestServerOutlivesItsLogReader: a server whose log reader goes away (a
+// `| tee` that died, a log shipper restarted) loses the lines it writes
+// from then on, not its life: a worker killed, which it logs, comes back,
+// requests are answered, and SIGTERM ends it with status 0.
+func TestServerOutlivesItsLogReader(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &server{
+		addr:   freePort(t),
+		out:    &syncbuf.Buffer{},
+		done:   make(chan struct{}),
+		client: &http.Client{Timeout: requestTimeout},
+	}
+	s.cmd = exec.Command(streamerBin, "serve", "--listen", s.addr, "--workers", "1", "--model", "echo")
+	s.cmd.Stdout, s.cmd.Stderr = w, w
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	go func() {
+		_ = s.cmd.Wait()
+		close(s.done)
+	}()
+	t.Cleanup(func() { s.stop(t) })
+	// The reader leaves once the server has said something.
+	if _, err := bufio.NewReader(r).ReadString('\n'); err != nil {
+		t.Fatalf("the server's first line: %v", err)
+	}
+	r.Close()
+
+	before := s.waitAllReady(t, 1)
+	killWorker(t, before[0].PID)
+	s.waitFor(t, "the killed worker to be replaced", readyTimeout, func() bool {
+		if s.exited() {
+			t.Fatalf("the server died with its log reader gone: %v", s.cmd.ProcessState)
+		}
+		after := s.readyWorkers(t)
+		return len(after) == 1 && after[0].PID != before[0].PID
+	})
+	if got := s.predictJSON(t, "still here"); got.Status != http.StatusOK {
+		t.Errorf("a request with the log reader gone: %d %s", got.Status, got.Body)
+	}
+	if err := s.signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := s.wait(stopTimeout); err != nil || code != 0 {
+		t.Errorf("exit code %d (%v) after SIGTERM with the log reader gone, want 0", code, err)
 	}
 }
 

@@ -369,6 +369,12 @@ func (o serveOptions) supervisorConfig(spec model.Spec, log *slog.Logger) (super
 }
 
 func runServe(ctx context.Context, o serveOptions) error {
+	// A reader of the log that goes away (a `| tee` that died, a log
+	// shipper restarted) must not end the server, and the requests it has
+	// taken with it: with SIGPIPE caught, a line written to a closed stdout
+	// or stderr is lost with EPIPE, where Go's default is to die of it.
+	// Caught rather than ignored, which workers would inherit.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	if err := o.checkFlags(); err != nil {
 		return err
 	}
