@@ -169,24 +169,27 @@ func testFillMask(t *testing.T, bins map[string]string) {
 	}
 }
 
-// testPluginIgnoresSIGTERM: a plugin of the SDK that gets SIGTERM, as
-// every process of a service does when a service manager stops it, logs
-// it and serves on until its worker stops it; dying of it would be its
-// worker's crash.
+// testPluginIgnoresSIGTERM: a plugin of the SDK that gets SIGTERM or
+// SIGHUP, as every process of a service does when a service manager stops
+// it (or `systemctl kill -s HUP` signals it), logs it and serves on until
+// its worker stops it; dying of it would be its worker's crash.
 func testPluginIgnoresSIGTERM(t *testing.T, bins map[string]string) {
 	s := startPluginServer(t, "--plugin", bins["chaos"])
 	worker := s.waitAllReady(t, 1)[0]
-	if err := syscall.Kill(pluginOf(t, worker.PID), syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	s.waitFor(t, "the plugin to log the SIGTERM, or its worker to die", readyTimeout, func() bool {
-		return strings.Contains(s.logs(), "SIGTERM ignored") || strings.Contains(s.logs(), "worker died")
-	})
-	if p := s.predictJSON(t, "after"); p.Status != http.StatusOK {
-		t.Errorf("a request after the plugin's SIGTERM: %s; want 200", p)
-	}
-	if w := s.workers(t); len(w) != 1 || w[0].PID != worker.PID || w[0].Crashes != 0 {
-		t.Errorf("workers after the plugin's SIGTERM: %+v; want worker %d as before, with no crash", w, worker.PID)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGHUP} {
+		name := map[syscall.Signal]string{syscall.SIGTERM: "SIGTERM", syscall.SIGHUP: "SIGHUP"}[sig]
+		if err := syscall.Kill(pluginOf(t, worker.PID), sig); err != nil {
+			t.Fatal(err)
+		}
+		s.waitFor(t, "the plugin to log the "+name+", or its worker to die", readyTimeout, func() bool {
+			return strings.Contains(s.logs(), name+" ignored: a plugin") || strings.Contains(s.logs(), "worker died")
+		})
+		if p := s.predictJSON(t, "after"); p.Status != http.StatusOK {
+			t.Errorf("a request after the plugin's %s: %s; want 200", name, p)
+		}
+		if w := s.workers(t); len(w) != 1 || w[0].PID != worker.PID || w[0].Crashes != 0 {
+			t.Errorf("workers after the plugin's %s: %+v; want worker %d as before, with no crash", name, w, worker.PID)
+		}
 	}
 }
 
@@ -459,14 +462,17 @@ func TestPythonPlugin(t *testing.T) {
 	if !strings.Contains(s.logs(), "[plugin python-plugin] python-plugin: bigram model of") {
 		t.Error("the Python plugin's stderr is not in the server log")
 	}
-	// It serves on through a SIGTERM meant for the server.
+	// It serves on through a SIGTERM or SIGHUP meant for the server.
 	plugin := pluginOf(t, slots[0].PID)
-	if err := syscall.Kill(plugin, syscall.SIGTERM); err != nil {
-		t.Fatal(err)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGHUP} {
+		name := map[syscall.Signal]string{syscall.SIGTERM: "SIGTERM", syscall.SIGHUP: "SIGHUP"}[sig]
+		if err := syscall.Kill(plugin, sig); err != nil {
+			t.Fatal(err)
+		}
+		s.waitFor(t, "the Python plugin to log the "+name+", or its worker to die", readyTimeout, func() bool {
+			return strings.Contains(s.logs(), "python-plugin: "+name+" ignored") || strings.Contains(s.logs(), "worker died")
+		})
 	}
-	s.waitFor(t, "the Python plugin to log the SIGTERM, or its worker to die", readyTimeout, func() bool {
-		return strings.Contains(s.logs(), "SIGTERM ignored") || strings.Contains(s.logs(), "worker died")
-	})
 	for range 2 { // one batch on each worker, as a rule
 		if p := s.predictJSON(t, in...); p.Status != http.StatusOK {
 			t.Errorf("after the Python plugin's SIGTERM: %s", p)

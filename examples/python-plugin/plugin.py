@@ -261,13 +261,14 @@ def main():
         print(f"python-plugin: the worker speaks plugin protocol {versions}, this plugin {PROTOCOL_VERSION}",
               file=sys.stderr)
 
-    # SIGTERM and SIGINT are the server's, and reach this process too when
+    # SIGTERM, SIGINT and SIGHUP are the server's, and reach this process too when
     # a service manager signals every process of the service: the worker
     # stops this plugin itself once its batches are answered.
     def ignored(signum, _frame):
         print(f"python-plugin: {signal.Signals(signum).name} ignored: its worker stops it", file=sys.stderr)
     signal.signal(signal.SIGTERM, ignored)
     signal.signal(signal.SIGINT, ignored)
+    signal.signal(signal.SIGHUP, ignored)
 
     # The worker names a private directory for the socket; mkdtemp makes
     # one (mode 0700) inside it, or in the system's when run by hand.

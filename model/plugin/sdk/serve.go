@@ -54,27 +54,33 @@ func Serve(m Model) {
 	}
 }
 
-// ignoreTerminate has SIGTERM, which is the server's, logged and ignored:
-// a plugin is stopped by its worker once its batches are answered, and one
-// that died of a SIGTERM sent to every process of the service would die
-// as a crash, its worker's batches run again. (go-plugin ignores SIGINT.)
-// It is caught rather than set to be ignored, which what the model starts
-// would inherit. Once its worker is gone (it has another parent), nothing
-// would stop it: SIGTERM then ends it.
+// ignoreTerminate has SIGTERM and SIGHUP, which are the server's, logged
+// and ignored: a plugin is stopped by its worker once its batches are
+// answered, and one that died of a signal sent to every process of the
+// service (systemd's stop, `systemctl kill -s HUP`, a terminal that hangs
+// up) would die as a crash, its worker's batches run again and its model
+// loaded anew. (go-plugin ignores SIGINT.) They are caught rather than set
+// to be ignored, which what the model starts would inherit. Once its
+// worker is gone (it has another parent), nothing would stop it: a signal
+// then ends it.
 func ignoreTerminate() {
 	worker := os.Getppid()
-	terms := make(chan os.Signal, 1)
-	signal.Notify(terms, syscall.SIGTERM)
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGHUP)
 	go func() {
-		for range terms {
+		for sig := range signals {
 			if os.Getppid() != worker {
-				signal.Reset(syscall.SIGTERM)
+				signal.Reset(sig)
 				if self, err := os.FindProcess(os.Getpid()); err == nil {
-					_ = self.Signal(syscall.SIGTERM)
+					_ = self.Signal(sig)
 				}
 				continue
 			}
-			fmt.Fprintf(os.Stderr, "SIGTERM ignored: a plugin is stopped by its worker, which the streamer server stops; signal the server (pid %d is the worker)\n", worker)
+			name := "SIGTERM"
+			if sig == syscall.SIGHUP {
+				name = "SIGHUP"
+			}
+			fmt.Fprintf(os.Stderr, "%s ignored: a plugin is stopped by its worker, which the streamer server stops; signal the server (pid %d is the worker)\n", name, worker)
 		}
 	}()
 }
