@@ -279,7 +279,7 @@ const readTimeout = 2 * time.Second
 // Nothing is sent yet: a Redis that is down now is retried as the front end
 // or node runs.
 func connect(cfg Config, poolSize int) (rdb *redis.Client, where string, err error) {
-	if !strings.HasPrefix(cfg.URL, "redis://") && !strings.HasPrefix(cfg.URL, "rediss://") {
+	if !hasScheme(cfg.URL, "redis://") && !TLSURL(cfg.URL) {
 		return nil, "", fmt.Errorf("broker: redis URL %q: the scheme must be redis:// (or rediss:// for TLS), as in redis://host:6379/0", redactURL(cfg.URL))
 	}
 	u, err := parseURL(cfg.URL)
@@ -457,8 +457,17 @@ func checkQuery(u *url.URL) error {
 	if q.Has("skip_verify") {
 		return errors.New("query option skip_verify: streamer does not turn off the check of Redis's certificate: trust the CA that signed it instead (--broker-ca)")
 	}
-	if path, db := strings.Trim(u.Path, "/"), q.Get("db"); path != "" && db != "" && path != db {
-		return errors.New("the database is named twice, differently: in the path and in db= in the query; name it once")
+	if path, db := strings.Trim(u.Path, "/"), q.Get("db"); path != "" && db != "" {
+		n, err := strconv.Atoi(db)
+		switch {
+		case err != nil:
+			return fmt.Errorf("query option db=%s: not a database number", db)
+		case n < 0:
+			return fmt.Errorf("query option db=%s: a database number must not be negative", db)
+		}
+		if p, err := strconv.Atoi(path); err == nil && p != n {
+			return errors.New("the database is named twice, differently: in the path and in db= in the query; name it once")
+		}
 	}
 	return nil
 }
@@ -660,6 +669,15 @@ func urlError(s string, err error) error {
 // not parse, or holds an @ past its host (see parseURL), and might hold a
 // password, it keeps the scheme alone: where the password ends is
 // anybody's guess.
+// TLSURL reports whether url is a rediss:// URL, which Redis is reached
+// over TLS by. A scheme's case does not matter (REDISS:// is one too).
+func TLSURL(url string) bool { return hasScheme(url, "rediss://") }
+
+// hasScheme reports whether url begins with scheme, in any case.
+func hasScheme(url, scheme string) bool {
+	return len(url) >= len(scheme) && strings.EqualFold(url[:len(scheme)], scheme)
+}
+
 func redactURL(s string) string {
 	u, err := url.Parse(s)
 	if err != nil || misread(s) {

@@ -106,6 +106,8 @@ func TestConnectRefusesQueryOptionsItWouldLose(t *testing.T) {
 		{"redis://10.0.0.1:26379/0?master_name=main&context_timeout_enabled=false", "query option context_timeout_enabled"},
 		{"redis://10.0.0.1:6379/0?db=5", "the database is named twice"},
 		{"redis://10.0.0.1:26379/0?master_name=main&db=5", "the database is named twice"},
+		{"redis://10.0.0.1:6379/0?db=abc", "query option db=abc: not a database number"},
+		{"redis://10.0.0.1:6379/0?db=-1", "query option db=-1: a database number must not be negative"},
 		{"redis://10.0.0.1:26379/0?master_name=main&sentinel_password=se%zzcret", "query option sentinel_password does not parse"},
 		{"redis://10.0.0.1:26379/0?master_name=main&sentinel_password=se;cret", "query option sentinel_password does not parse"},
 		{"redis://10.0.0.1:26379/0?master_name=main&sentinel_password=se&cr%zzet", "the query does not parse after a password"},
@@ -141,6 +143,9 @@ func TestConnectRefusesQueryOptionsItWouldLose(t *testing.T) {
 		"redis://10.0.0.1:26379?master_name=main&db=3":    3,
 		"redis://10.0.0.1:6379/2?client_name=streamer-a1": 2,
 		"redis://10.0.0.1:6379/4?&&":                      4, // stray &s: no option given twice
+		"redis://10.0.0.1:6379/0?db=00":                   0, // the same number, written otherwise
+		"Redis://10.0.0.1:6379/6":                         6, // a scheme's case does not matter
+		"REDIS://10.0.0.1:6379/7":                         7,
 	} {
 		rdb, _, err := connect(Config{URL: url}, 1)
 		if err != nil {
@@ -209,5 +214,23 @@ func TestAnUntrustedCertificateSaysWhy(t *testing.T) {
 		if !errors.Is(err, ErrUntrusted) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v; want ErrUntrusted saying %q", c.name, err, c.want)
 		}
+	}
+}
+
+// A rediss:// URL in any case is reached over TLS, as --broker-ca takes it.
+func TestConnectTakesTheTLSSchemeInAnyCase(t *testing.T) {
+	for _, url := range []string{"rediss://10.0.0.1:6379/0", "REDISS://10.0.0.1:6379/0", "Rediss://10.0.0.1:6379/0"} {
+		rdb, _, err := connect(Config{URL: url}, 1)
+		if err != nil {
+			t.Errorf("connect(%s): %v; want it taken", url, err)
+			continue
+		}
+		if rdb.Options().TLSConfig == nil || !TLSURL(url) {
+			t.Errorf("connect(%s) does not use TLS (TLSURL %v)", url, TLSURL(url))
+		}
+		_ = rdb.Close()
+	}
+	if TLSURL("redis://10.0.0.1:6379/0") {
+		t.Error("TLSURL takes redis:// for TLS")
 	}
 }

@@ -82,7 +82,7 @@ func (o brokerOptions) check() error {
 	if o.replyTTL < broker.MinReplyTTL || o.replyTTL > broker.MaxReplyTTL {
 		return fmt.Errorf("--reply-ttl %s: want %s to %s (how long a dead front end's answers stay in Redis)", o.replyTTL, broker.MinReplyTTL, broker.MaxReplyTTL)
 	}
-	if o.caFile != "" && !strings.HasPrefix(o.url, "rediss://") {
+	if o.caFile != "" && !broker.TLSURL(o.url) {
 		return fmt.Errorf("--broker-ca needs a rediss:// URL in %s: the CA checks a TLS connection, and this one has no TLS", o.from)
 	}
 	return nil
@@ -278,6 +278,7 @@ func (b nodeBackend) Stats() supervisor.Stats {
 	front := b.FrontEnd.Stats()
 	st.Submitted, st.Answered, st.Failed, st.Rejected = front.Submitted, front.Answered, front.Failed, front.Rejected
 	st.Expired, st.Poisoned, st.Canceled = front.Expired, front.Poisoned, front.Canceled
+	st.RoomKept = front.RoomKept // in the shared backlog, not the local queue
 	return st
 }
 

@@ -622,6 +622,26 @@ func TestBrokerLargeRequestsOfAFrontEndOfTheirOwnAreServed(t *testing.T) {
 	}
 }
 
+// TestBrokerNodeShowsTheRoomKept: a node that takes HTTP requests keeps
+// room in the shared backlog for a large one of its callers, and its
+// /v1/stats and /metrics say so, as a front end's do, rather than show
+// its local queue's, which keeps none.
+func TestBrokerNodeShowsTheRoomKept(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	node := startBrokerNode(t, rs, "--workers", "1", "--batch-size", "1", "--max-queue", "8", "--model", "sleep:20s,0s", "--grace", "1s")
+	waitReadyz(t, node, http.StatusOK)
+	// The callers are left waiting: the server's stop ends their calls.
+	// (A large request's body is read while the backlog is full only
+	// when it is twice the size of those read of late: short smalls.)
+	for range 10 {
+		go func() { _, _ = predictWithin(node, requestTimeout, 0, "s") }()
+	}
+	waitFor(t, "the shared backlog full of one-item requests", brokerWait, func() bool { return redisItems(t, rs) >= 8 })
+	go func() { _, _ = predictWithin(node, requestTimeout, 0, "a", "b", "c", "d", "e", "f") }()
+	waitFor(t, "the node to show room kept for the 6-item request", brokerWait, func() bool { return node.stats(t).RoomKept == 6 })
+	wantMetrics(t, node, "streamer_queue_room_kept_items 6")
+}
+
 // TestBrokerFullBacklogAnswers429: with a shared backlog of 4 in front of
 // one slow worker, a burst of requests gets 4 admitted and answered and the
 // rest refused with 429 and Retry-After.
