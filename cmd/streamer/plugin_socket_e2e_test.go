@@ -164,3 +164,47 @@ func TestPluginSocketDirsOfKilledWorkersAreSwept(t *testing.T) {
 		t.Errorf("socket directories after three workers were killed: %v; want the live worker's alone", names)
 	}
 }
+
+// TestALongTMPDIRPutsPluginSocketsInTmp: a plugin's socket path below a
+// TMPDIR this long would pass the longest a Unix socket takes, and the
+// plugin fail to bind it with an error that read as its own; the server
+// puts its plugins' sockets in /tmp instead, says so, and serves.
+func TestALongTMPDIRPutsPluginSocketsInTmp(t *testing.T) {
+	bin := pluginBins(t)["fillmask"]
+	long := filepath.Join(t.TempDir(), strings.Repeat("d", 60))
+	if err := os.Mkdir(long, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", long)
+	s := startPluginServer(t, "--plugin", bin)
+	if p := s.predictJSON(t, "the [MASK] sat"); p.Status != http.StatusOK {
+		t.Fatalf("fillmask with a long TMPDIR: %s", p)
+	}
+	if !strings.Contains(s.logs(), "the plugins' sockets go in /tmp") {
+		t.Errorf("the server does not say where the sockets went:\n%s", s.logs())
+	}
+	if dirs, _ := filepath.Glob(filepath.Join("/tmp", socketDirPrefix+strconv.Itoa(s.cmd.Process.Pid)+"-*")); len(dirs) != 1 {
+		t.Errorf("socket directories of the server in /tmp: %v; want one", dirs)
+	}
+}
+
+// TestAPluginStartsAfterItsSocketDirWasRemoved: the server's socket
+// directory removed under it (a cleaner of old files in /tmp) is made
+// again by the next worker that starts a plugin, rather than fail every
+// start until the slot is given up.
+func TestAPluginStartsAfterItsSocketDirWasRemoved(t *testing.T) {
+	bin := pluginBins(t)["fillmask"]
+	s := startPluginServer(t, "--plugin", bin)
+	before := s.waitAllReady(t, 1)
+	if err := os.RemoveAll(serverSocketDir(t, s.cmd.Process.Pid)); err != nil {
+		t.Fatal(err)
+	}
+	killWorker(t, before[0].PID)
+	s.waitFor(t, "a new worker with its plugin", readyTimeout, func() bool {
+		after := s.readyWorkers(t)
+		return len(after) == 1 && after[0].PID != before[0].PID
+	})
+	if p := s.predictJSON(t, "the [MASK] sat"); p.Status != http.StatusOK {
+		t.Errorf("after the socket directory was made again: %s", p)
+	}
+}

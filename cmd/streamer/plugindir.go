@@ -18,8 +18,12 @@ const socketDirPrefix = "streamer-plugins-"
 // plugins' sockets, after removing those of servers that died without
 // removing theirs (kill -9). The caller removes it on exit.
 func makeSocketDir(log *slog.Logger) (string, error) {
-	sweepSocketDirs(os.TempDir(), log)
-	dir, err := os.MkdirTemp("", socketDirPrefix+strconv.Itoa(os.Getpid())+"-")
+	base, err := socketBase(os.TempDir(), "/tmp", log)
+	if err != nil {
+		return "", err
+	}
+	sweepSocketDirs(base, log)
+	dir, err := os.MkdirTemp(base, socketDirPrefix+strconv.Itoa(os.Getpid())+"-")
 	if err == nil {
 		err = os.Chmod(dir, 0o700) // MkdirTemp's mode is 0700 less the umask
 	}
@@ -27,6 +31,24 @@ func makeSocketDir(log *slog.Logger) (string, error) {
 		return "", fmt.Errorf("make the plugin socket directory: %w", err)
 	}
 	return dir, nil
+}
+
+// socketBase is where the server's socket directory goes: tmp, the
+// temporary directory, unless its path is too long for the plugins'
+// sockets below it (a Unix socket's path takes 107 bytes at most, 103 on
+// macOS, whose own TMPDIR is about 50), then short, when it is a
+// directory.
+func socketBase(tmp, short string, log *slog.Logger) (string, error) {
+	most := plugin.MaxSocketDir() - plugin.DirRoom(socketDirPrefix)
+	if len(tmp) <= most {
+		return tmp, nil
+	}
+	if info, err := os.Stat(short); err == nil && info.IsDir() && len(short) <= most {
+		log.Info("the plugins' sockets go in "+short+": the temporary directory's path is too long for a socket's", "tmpdir", tmp, "bytes", len(tmp), "most", most)
+		return short, nil
+	}
+	return "", fmt.Errorf("the temporary directory %s (TMPDIR) is %d bytes long, and a plugin's socket below it could pass the %d bytes a Unix socket's path may take: set TMPDIR to a directory of at most %d bytes",
+		tmp, len(tmp), plugin.MaxSocketPath, most)
 }
 
 // sweepSocketDirs removes the socket directories in tmp whose server is

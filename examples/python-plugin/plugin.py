@@ -271,8 +271,10 @@ def main():
     signal.signal(signal.SIGHUP, ignored)
 
     # The worker names a private directory for the socket; mkdtemp makes
-    # one (mode 0700) inside it, or in the system's when run by hand.
-    socket_dir = tempfile.mkdtemp(prefix="python-plugin-", dir=os.environ.get("PLUGIN_UNIX_SOCKET_DIR"))
+    # one (mode 0700) inside it, or in the system's when run by hand. The
+    # names are short: a socket's path takes 107 bytes at most, and the
+    # worker leaves a plugin 24 of them.
+    socket_dir = tempfile.mkdtemp(prefix="p", dir=os.environ.get("PLUGIN_UNIX_SOCKET_DIR"))
     socket_path = os.path.join(socket_dir, "model.sock")
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=4),

@@ -71,6 +71,27 @@ const DefaultStartTimeout = 5 * time.Second
 // of the worker that started the plugin follows, then a dash.
 const socketDirPrefix = "plugin-"
 
+// SocketNameRoom is the room, in bytes, a plugin has for what it adds to
+// the path of PLUGIN_UNIX_SOCKET_DIR, the directory Open makes for it: a
+// slash, a directory of its own and its socket's name (go-plugin's
+// "/plugin1234567890" takes 17). Open refuses a Config.SocketDir that
+// would leave less within the longest path of a Unix socket.
+const SocketNameRoom = 24
+
+// DirRoom is the most a directory named prefix, a pid and MkdirTemp's
+// random part adds to the path of the directory it is made in, the slash
+// included.
+func DirRoom(prefix string) int {
+	const pidDigits, randomDigits = 7, 10 // Linux's largest pid, 4194304; a uint32
+	return len("/"+prefix) + pidDigits + len("-") + randomDigits
+}
+
+// MaxSocketDir is the longest Config.SocketDir (or temporary directory,
+// when it is empty) Open takes: the directory it makes in it for each
+// plugin leaves the plugin SocketNameRoom within a Unix socket's longest
+// path, 107 bytes on Linux and 103 elsewhere.
+func MaxSocketDir() int { return MaxSocketPath - SocketNameRoom - DirRoom(socketDirPrefix) }
+
 // windowSize is the HTTP/2 flow control window of the plugin connection. A
 // fixed window also turns off gRPC's bandwidth estimation, whose ping on
 // every response would cost a round trip of system calls per batch.
@@ -162,6 +183,9 @@ func Open(ctx context.Context, cfg Config) (*Model, error) {
 	if cfg.Device == "" {
 		cfg.Device = "cpu"
 	}
+	if err := checkSocketDir(path, cfg.SocketDir); err != nil {
+		return nil, err
+	}
 	if cfg.SocketDir != "" {
 		sweepSocketDirs(cfg.SocketDir)
 	}
@@ -179,6 +203,29 @@ func Open(ctx context.Context, cfg Config) (*Model, error) {
 	m.serving.Store(true)
 	go m.watch()
 	return m, nil
+}
+
+// checkSocketDir refuses, for the plugin at path, a socket directory dir
+// (the temporary directory when empty) whose path leaves a plugin's socket
+// too little room, which a plugin would fail to bind with an error that
+// reads as its own. It makes dir again, private, if it was removed (a
+// cleaner of old files in /tmp, another server's sweep): a worker
+// restarted then would fail every start.
+func checkSocketDir(path, dir string) error {
+	root := dir
+	if root == "" {
+		root = os.TempDir()
+	}
+	if len(root) > MaxSocketDir() {
+		return fmt.Errorf("plugin %s: its socket would be made in %s, whose path is %d bytes: with the directory made for it, a plugin's socket there could pass the %d bytes a Unix socket's path may take; use a temporary directory of at most %d bytes (TMPDIR)",
+			path, root, len(root), MaxSocketPath, MaxSocketDir())
+	}
+	if dir != "" {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("plugin %s: make the socket directory %s: %w", path, dir, err)
+		}
+	}
+	return nil
 }
 
 // start launches the process and connects to it.

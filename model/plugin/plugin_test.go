@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -305,6 +306,32 @@ func TestStartErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A socket directory too long for a plugin's socket below it is refused
+// before the plugin runs, naming the directory and the limit, rather than
+// the plugin failing to bind its socket; one that is short enough is
+// made again when it was removed.
+func TestOpenChecksTheSocketDir(t *testing.T) {
+	long := filepath.Join(t.TempDir(), strings.Repeat("d", MaxSocketDir()))
+	_, err := Open(context.Background(), Config{Path: bin("chaos"), SocketDir: long})
+	if err == nil || !strings.Contains(err.Error(), long) || !strings.Contains(err.Error(), strconv.Itoa(MaxSocketDir())+" bytes") {
+		t.Errorf("Open with a socket directory of %d bytes: %v; want it refused, naming it and the limit %d", len(long), err, MaxSocketDir())
+	}
+	short, err := os.MkdirTemp("/tmp", "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(short)
+	gone := filepath.Join(short, "gone")
+	m, err := Open(context.Background(), Config{Path: bin("chaos"), SocketDir: gone})
+	if err != nil {
+		t.Fatalf("Open with a socket directory that is gone: %v; want it made again", err)
+	}
+	m.Close()
+	if info, err := os.Stat(gone); err != nil || info.Mode().Perm() != 0o700 {
+		t.Errorf("the socket directory made again: %v, %v; want mode 0700", info, err)
 	}
 }
 

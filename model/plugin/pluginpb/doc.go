@@ -22,7 +22,9 @@
 //
 // The plugin starts a gRPC server on a Unix socket it creates in a
 // directory of its own inside PLUGIN_UNIX_SOCKET_DIR (a private directory,
-// mode 0700, that the worker made for it), serving the
+// mode 0700, that the worker made for it; what the plugin adds to its path
+// must fit in plugin.SocketNameRoom, 24 bytes, slashes included, as
+// "/p1234567/model.sock" does), serving the
 // streamer.plugin.v1.Model service over TLS with client certificates
 // required. Then it writes exactly one line to stdout and flushes it:
 //
