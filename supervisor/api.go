@@ -113,11 +113,15 @@ type Stats struct {
 	// Canceled are parts of it, and the rest failed in the model, or as
 	// no worker could run them.
 	Failed uint64 `json:"failed"`
-	// Rejected counts items refused at Submit (overloaded, unavailable, poison).
+	// Rejected counts items refused at Submit (overloaded, unavailable,
+	// poison), before they were queued: also those of a request whose
+	// deadline passed, or whose caller left, first (while it waited for
+	// room), answered with ErrDeadline or ErrCanceled. Expired and
+	// Canceled count items that were queued.
 	Rejected uint64 `json:"rejected"`
-	// Expired counts items answered with ErrDeadline: their deadline passed
-	// before they ran (in the queue, or on the way to their worker), or
-	// before their answer came.
+	// Expired counts items answered with ErrDeadline once queued: their
+	// deadline passed before they ran (in the queue, or on the way to
+	// their worker), or before their answer came.
 	Expired uint64 `json:"expired"`
 	// Canceled counts items dropped as their caller left before they ran.
 	Canceled uint64 `json:"canceled"`
