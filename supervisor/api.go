@@ -115,8 +115,8 @@ type Stats struct {
 	Failed uint64 `json:"failed"`
 	// Rejected counts items refused at Submit (overloaded, unavailable,
 	// poison), before they were queued: also those of a request whose
-	// deadline passed, or whose caller left, first (while it waited for
-	// room), answered with ErrDeadline or ErrCanceled. Expired and
+	// deadline passed, or whose caller left, first (on arrival, or while
+	// it waited for room), answered with ErrDeadline or ErrCanceled. Expired and
 	// Canceled count items that were queued.
 	Rejected uint64 `json:"rejected"`
 	// Expired counts items answered with ErrDeadline once queued: their
