@@ -666,7 +666,9 @@ func TestAnAdmissionTimedOutByAStallBlamesTheFrontEnd(t *testing.T) {
 // call ends: admitted, they count as submitted (and, left unanswered, as
 // failed, as on a local server), even when a node answered them before the
 // writer read the verdict, or the caller gave up while Redis admitted them
-// (they may well run); refused or never sent, as rejected.
+// (they may well run); refused or never sent, as rejected, unless their
+// caller had left or their deadline passed first: then as the request
+// counts, canceled or expired.
 func TestItemsAreCountedByTheirAdmissionWhenTheCallEndsBeforeIt(t *testing.T) {
 	admitted := func() *redis.Cmd {
 		cmd := redis.NewCmd(context.Background())
@@ -696,9 +698,10 @@ func TestItemsAreCountedByTheirAdmissionWhenTheCallEndsBeforeIt(t *testing.T) {
 		{"answered first", answerAll, admitted, supervisor.Stats{Submitted: 2, Answered: 2}},
 		{"given up, then admitted", giveUp(canceled), admitted, supervisor.Stats{Submitted: 2, Answered: 2, Failed: 2, Canceled: 2}},
 		{"past its deadline, then admitted", giveUp(gone), admitted, supervisor.Stats{Submitted: 2, Answered: 2, Failed: 2, Expired: 2}},
-		{"given up, then refused", giveUp(canceled), refused, supervisor.Stats{Rejected: 2}},
+		{"given up, then refused", giveUp(canceled), refused, supervisor.Stats{Submitted: 2, Answered: 2, Failed: 2, Canceled: 2}},
+		{"past its deadline, then refused", giveUp(gone), refused, supervisor.Stats{Submitted: 2, Answered: 2, Failed: 2, Expired: 2}},
 		{"answered first, its admission's reply lost", answerAll, unanswered, supervisor.Stats{Submitted: 2, Answered: 2}},
-		{"given up, its admission's reply lost", giveUp(canceled), unanswered, supervisor.Stats{Rejected: 2}},
+		{"given up, its admission's reply lost", giveUp(canceled), unanswered, supervisor.Stats{Submitted: 2, Answered: 2, Failed: 2, Canceled: 2}},
 		{"failed by an outage, then admitted", func(fe *FrontEnd, c *call) {
 			fe.mu.Lock()
 			defer fe.mu.Unlock()
@@ -724,7 +727,8 @@ func TestItemsAreCountedByTheirAdmissionWhenTheCallEndsBeforeIt(t *testing.T) {
 }
 
 // The calls a stopping writer leaves unread count as rejected: none was
-// admitted.
+// admitted. One whose caller had left counts as its request does,
+// canceled.
 func TestCallsLeftToAStoppedWriterCountAsRejected(t *testing.T) {
 	fe := unstartedFront(t, "redis://127.0.0.1:1/0", 100)
 	left, given := registeredCall(fe, 2), registeredCall(fe, 3)
@@ -738,8 +742,8 @@ func TestCallsLeftToAStoppedWriterCountAsRejected(t *testing.T) {
 	if err := fe.verdict(context.Background(), left, nil); !errors.Is(err, supervisor.ErrShuttingDown) {
 		t.Fatalf("the verdict of a call left unread: %v; want ErrShuttingDown", err)
 	}
-	if st := fe.Stats(); st.Rejected != 5 || st.Submitted != 0 || st.Failed != 0 {
-		t.Errorf("rejected %d, submitted %d, failed %d; want 5 rejected", st.Rejected, st.Submitted, st.Failed)
+	if st := fe.Stats(); st.Rejected != 2 || st.Submitted != 3 || st.Canceled != 3 || st.Failed != 3 {
+		t.Errorf("rejected %d, submitted %d, canceled %d, failed %d; want 2 rejected and 3 canceled", st.Rejected, st.Submitted, st.Canceled, st.Failed)
 	}
 }
 

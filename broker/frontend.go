@@ -901,7 +901,7 @@ func (fe *FrontEnd) PredictRequest(ctx context.Context, req supervisor.Request) 
 		}
 	}
 	if err := fe.awaitFirstLook(ctx); err != nil {
-		fe.stats.rejected.Add(uint64(n))
+		fe.countUnsent(uint64(n), err)
 		return nil, err
 	}
 	if err := fe.unavailable(); err != nil {
@@ -913,14 +913,16 @@ func (fe *FrontEnd) PredictRequest(ctx context.Context, req supervisor.Request) 
 		deadline = d
 	}
 	if !deadline.IsZero() && !time.Now().Before(deadline) {
-		fe.stats.rejected.Add(uint64(n))
-		return nil, fmt.Errorf("%w: before the request was queued", supervisor.ErrDeadline)
+		err := fmt.Errorf("%w: before the request was queued", supervisor.ErrDeadline)
+		fe.countUnsent(uint64(n), err)
+		return nil, err
 	}
 	if ctx.Err() != nil {
 		// Its caller has gone: nothing goes to Redis for it, as a
 		// Streamer queues nothing for it.
-		fe.stats.rejected.Add(uint64(n))
-		return nil, givenUp(ctx, "before the request was queued")
+		err := givenUp(ctx, "before the request was queued")
+		fe.countUnsent(uint64(n), err)
+		return nil, err
 	}
 	c := &call{
 		items: req.Items, keys: req.Keys, deadline: deadline,
@@ -1212,7 +1214,8 @@ func (fe *FrontEnd) reject(c *call) {
 
 // settleLocked counts the items of c, which ends with err without their
 // answers, as a local server counts items alike: those of a call never
-// admitted (refused, or never sent) as rejected; those admitted and left
+// admitted (refused, or never sent) as rejected, or as its deadline or its
+// caller's leaving ended it (see countUnsent); those admitted and left
 // unanswered as answered with an error: expired when the deadline ended
 // it, canceled when its caller left. Every submitted item is so counted
 // as answered once, as on a local server.
@@ -1226,10 +1229,24 @@ func (fe *FrontEnd) settleLocked(c *call, err error) {
 		return
 	}
 	if !c.counted {
-		fe.stats.rejected.Add(uint64(len(c.items)))
+		fe.countUnsent(uint64(len(c.items)), err)
 		return
 	}
 	fe.countFailed(err, uint64(c.left))
+}
+
+// countUnsent counts n items that Redis never took, their request ended
+// with err: rejected, unless its deadline passed or its caller left first,
+// when they count as the request does, expired or canceled (and submitted,
+// so that Submitted still equals Answered once all is answered), as a
+// Streamer counts them.
+func (fe *FrontEnd) countUnsent(n uint64, err error) {
+	if !errors.Is(err, supervisor.ErrDeadline) && !errors.Is(err, supervisor.ErrCanceled) {
+		fe.stats.rejected.Add(n)
+		return
+	}
+	fe.stats.submitted.Add(n) // first: Stats reads the outcomes before it
+	fe.countFailed(err, n)
 }
 
 // countFailed counts n items answered with err, by its kind.

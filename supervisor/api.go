@@ -105,7 +105,10 @@ type Request struct {
 
 // Stats is a snapshot of the streamer's counters since it started.
 type Stats struct {
-	// Submitted counts items accepted by Submit.
+	// Submitted counts items accepted by Submit, and those it turned away
+	// as their deadline had passed or their caller had left (counted
+	// Expired or Canceled), so that it equals Answered once every item
+	// is answered.
 	Submitted uint64 `json:"submitted"`
 	// Answered counts items answered, with an output or an error.
 	Answered uint64 `json:"answered"`
@@ -114,16 +117,14 @@ type Stats struct {
 	// no worker could run them.
 	Failed uint64 `json:"failed"`
 	// Rejected counts items refused at Submit (overloaded, unavailable,
-	// poison), before they were queued: also those of a request whose
-	// deadline passed, or whose caller left, first (on arrival, or while
-	// it waited for room), answered with ErrDeadline or ErrCanceled. Expired and
-	// Canceled count items that were queued.
+	// poison).
 	Rejected uint64 `json:"rejected"`
-	// Expired counts items answered with ErrDeadline once queued: their
-	// deadline passed before they ran (in the queue, or on the way to
-	// their worker), or before their answer came.
+	// Expired counts items answered with ErrDeadline: their deadline passed
+	// before they ran (before they were queued, in the queue, or on the way
+	// to their worker), or before their answer came.
 	Expired uint64 `json:"expired"`
-	// Canceled counts items dropped as their caller left before they ran.
+	// Canceled counts items dropped as their caller left before they ran,
+	// queued or not yet.
 	Canceled uint64 `json:"canceled"`
 	// Batches counts batches run to completion: those with some item that
 	// reached the model (not every item had expired on the way).

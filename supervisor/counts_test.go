@@ -80,8 +80,9 @@ func TestSlotCountsGoOnAcrossAReload(t *testing.T) {
 }
 
 // A request is refused at once, answering nothing, when its context is
-// canceled already (as when its deadline has passed), and before Start
-// with an error that says so rather than "still starting".
+// canceled already, or its deadline has passed, its items counted as the
+// request is (canceled, expired), and before Start with an error that
+// says so rather than "still starting".
 func TestRequestsRefusedBeforeTheyAreQueued(t *testing.T) {
 	g := newGate(true)
 	idle, err := supervisor.New(supervisor.Config{InProcess: model.Func(g.fn)})
@@ -98,8 +99,17 @@ func TestRequestsRefusedBeforeTheyAreQueued(t *testing.T) {
 	if f != nil || !errors.Is(err, supervisor.ErrCanceled) {
 		t.Errorf("Submit with a canceled context: %v, %v; want it refused with ErrCanceled", f, err)
 	}
-	if st := s.Stats(); st.Submitted != 0 || st.Rejected != 1 {
-		t.Errorf("counted %d submitted, %d rejected; want 0 and 1", st.Submitted, st.Rejected)
+	// Its item counts as its request does, canceled, and as answered so.
+	if st := s.Stats(); st.Submitted != 1 || st.Canceled != 1 || st.Answered != 1 || st.Rejected != 0 {
+		t.Errorf("counted %d submitted, %d canceled, %d answered, %d rejected; want 1, 1, 1 and 0", st.Submitted, st.Canceled, st.Answered, st.Rejected)
+	}
+	ctx, cancel = context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	if _, err := s.Predict(ctx, items("b", "c")); !errors.Is(err, supervisor.ErrDeadline) {
+		t.Errorf("Predict past its deadline: %v; want ErrDeadline", err)
+	}
+	if st := s.Stats(); st.Submitted != 3 || st.Expired != 2 || st.Answered != 3 || st.Rejected != 0 {
+		t.Errorf("counted %d submitted, %d expired, %d answered, %d rejected; want 3, 2, 3 and 0", st.Submitted, st.Expired, st.Answered, st.Rejected)
 	}
 }
 

@@ -164,6 +164,14 @@ func (s *Streamer) waitRoom(ctx context.Context, req Request, f *Future, n int) 
 		s.stats.rejected.Add(uint64(n))
 		return err
 	}
+	// left is refused for a request whose deadline passed or whose caller
+	// left meanwhile: its items count as its request does (see gone).
+	left := func(err error) error {
+		s.mu.Lock()
+		s.room.leave(f)
+		s.mu.Unlock()
+		return s.gone(n, err)
+	}
 	for {
 		select {
 		case now := <-poll.C:
@@ -177,12 +185,12 @@ func (s *Streamer) waitRoom(ctx context.Context, req Request, f *Future, n int) 
 				return refused(fmt.Errorf("%w: no room for %d items within %s, limit %d", ErrOverloaded, n, roomWaitMax, s.cfg.MaxQueue))
 			}
 		case <-deadline:
-			return refused(fmt.Errorf("%w: before the request was queued, waiting for room", ErrDeadline))
+			return left(fmt.Errorf("%w: before the request was queued, waiting for room", ErrDeadline))
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return refused(fmt.Errorf("%w: before the request was queued, waiting for room", ErrDeadline))
+				return left(fmt.Errorf("%w: before the request was queued, waiting for room", ErrDeadline))
 			}
-			return refused(fmt.Errorf("%w: before the request was queued, waiting for room", ErrCanceled))
+			return left(fmt.Errorf("%w: before the request was queued, waiting for room", ErrCanceled))
 		}
 		if int(s.queue.size.Load())+n > s.cfg.MaxQueue && s.room.want.Load() == int64(n) && !s.draining.Load() && !s.unavail.Load() {
 			// Not yet, as looked at without the lock; items that will

@@ -399,13 +399,11 @@ func (s *Streamer) prepare(ctx context.Context, req Request, f *Future) error {
 		deadline, callerSet = d, true
 	}
 	if !deadline.IsZero() && !time.Now().Before(deadline) {
-		s.stats.rejected.Add(uint64(n))
-		return fmt.Errorf("%w: before the request was queued", ErrDeadline)
+		return s.gone(n, fmt.Errorf("%w: before the request was queued", ErrDeadline))
 	}
 	if ctx.Err() != nil {
 		// Canceled, as the deadline case above: its caller has gone.
-		s.stats.rejected.Add(uint64(n))
-		return fmt.Errorf("%w: before the request was queued", ErrCanceled)
+		return s.gone(n, fmt.Errorf("%w: before the request was queued", ErrCanceled))
 	}
 	f.enqueued = s.clock()
 	f.deadline, f.callerSet = deadline, callerSet
@@ -792,6 +790,20 @@ func (s *Streamer) Slots() []SlotStatus {
 		out = append(out, sl.status())
 	}
 	return out
+}
+
+// gone counts the n items of a request whose deadline passed (err is
+// ErrDeadline), or whose caller left, before it was queued, and returns
+// err: expired or canceled, as the request is timed out or canceled, and
+// submitted, so that Submitted still equals Answered once all is answered.
+func (s *Streamer) gone(n int, err error) error {
+	s.stats.submitted.Add(uint64(n)) // first: Stats reads the outcomes before it
+	if errors.Is(err, ErrDeadline) {
+		s.stats.expired.Add(uint64(n))
+	} else {
+		s.stats.canceled.Add(uint64(n))
+	}
+	return err
 }
 
 // CountRejected counts as rejected n items refused before they reached

@@ -1323,6 +1323,59 @@ func TestSubmitRequestsAfterShutdown(t *testing.T) {
 	}
 }
 
+// TestARequestThatGivesUpWaitingForRoomCountsAsItEnds: a request whose
+// deadline passes, or whose caller leaves, while it waits for room counts
+// its items as the request ends, expired or canceled, not rejected: the
+// item counts and the request counts agree.
+func TestARequestThatGivesUpWaitingForRoomCountsAsItEnds(t *testing.T) {
+	step, started := make(chan struct{}), make(chan int, 100)
+	echo := func(ctx context.Context, items [][]byte) ([][]byte, error) {
+		started <- len(items)
+		select {
+		case <-step:
+			return items, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	s := start(t, supervisor.Config{InProcess: model.Func(echo), MaxQueue: 4, BatchSize: 1, MaxLatency: time.Hour, PipelineDepth: 1})
+	defer close(step)
+	var admitted []*supervisor.Future
+	for i := range 5 { // one running, four queued
+		f, err := s.Submit(context.Background(), items(fmt.Sprint("small", i)))
+		if err != nil {
+			t.Fatalf("small request %d: %v", i, err)
+		}
+		admitted = append(admitted, f)
+		if i == 0 {
+			<-started
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Predict(ctx, items("a", "b", "c"))
+		done <- err
+	}()
+	waitFor(t, "room kept for the 3 items", func() bool { return s.Stats().RoomKept == 3 })
+	cancel()
+	if err := <-done; !errors.Is(err, supervisor.ErrCanceled) {
+		t.Fatalf("the caller left while waiting for room: %v; want ErrCanceled", err)
+	}
+	if st := s.Stats(); st.Canceled != 3 || st.Rejected != 0 {
+		t.Errorf("after 3 items given up waiting for room: %d canceled, %d rejected; want 3 and 0", st.Canceled, st.Rejected)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := s.Predict(ctx, items("d", "e")); !errors.Is(err, supervisor.ErrDeadline) {
+		t.Fatalf("a deadline that passed while waiting for room: %v; want ErrDeadline", err)
+	}
+	if st := s.Stats(); st.Expired != 2 || st.Rejected != 0 || st.Submitted-st.Answered != uint64(len(admitted)) {
+		t.Errorf("after 2 items expired waiting for room: %d expired, %d rejected, %d submitted, %d answered; want 2, 0 and %d unanswered (those admitted)",
+			st.Expired, st.Rejected, st.Submitted, st.Answered, len(admitted))
+	}
+}
+
 // TestALargeRequestWaitsForTheRoomItLacks: a request that finds no room
 // in the queue has room kept for it and waits for it, admitted as soon as
 // a batch leaves enough, where before small requests, each of which would
