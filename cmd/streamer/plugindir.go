@@ -16,21 +16,28 @@ const socketDirPrefix = "streamer-plugins-"
 
 // makeSocketDir makes this server's private directory (mode 0700) for its
 // plugins' sockets, after removing those of servers that died without
-// removing theirs (kill -9). The caller removes it on exit.
-func makeSocketDir(log *slog.Logger) (string, error) {
+// removing theirs (kill -9), and locks it (see plugin.LockDir). The caller
+// removes it on exit, then calls unlock.
+func makeSocketDir(log *slog.Logger) (dir string, unlock func(), err error) {
 	base, err := socketBase(os.TempDir(), "/tmp", log)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	sweepSocketDirs(base, log)
-	dir, err := os.MkdirTemp(base, socketDirPrefix+strconv.Itoa(os.Getpid())+"-")
+	dir, err = os.MkdirTemp(base, socketDirPrefix+strconv.Itoa(os.Getpid())+"-")
 	if err == nil {
 		err = os.Chmod(dir, 0o700) // MkdirTemp's mode is 0700 less the umask
 	}
-	if err != nil {
-		return "", fmt.Errorf("make the plugin socket directory: %w", err)
+	if err == nil {
+		unlock, err = plugin.LockDir(dir)
 	}
-	return dir, nil
+	if err != nil {
+		if dir != "" {
+			_ = os.Remove(dir)
+		}
+		return "", nil, fmt.Errorf("make the plugin socket directory: %w", err)
+	}
+	return dir, unlock, nil
 }
 
 // socketBase is where the server's socket directory goes: tmp, the

@@ -407,7 +407,10 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if m.socketDir != "" {
 		// Deferred first, so it runs last: after the workers, and their
 		// plugins, have stopped.
-		defer os.RemoveAll(m.socketDir)
+		defer func() {
+			_ = os.RemoveAll(m.socketDir)
+			m.unlockSocketDir()
+		}()
 	}
 	if err != nil {
 		return err
@@ -542,6 +545,8 @@ type servedModel struct {
 	info      any
 	tensors   httpapi.TensorModel
 	socketDir string // a plugin's sockets, removed once the server stops; "" for none
+
+	unlockSocketDir func() // lets another server sweep socketDir (see plugin.LockDir)
 }
 
 // loadModel checks the model the flags name and prepares its codecs. A
@@ -558,7 +563,7 @@ func (o serveOptions) loadModel(log *slog.Logger) (servedModel, error) {
 	}
 	if o.plugin != "" && o.workers > 0 {
 		// A front end (no workers) starts no plugin: it has no sockets.
-		if m.socketDir, err = makeSocketDir(log); err != nil {
+		if m.socketDir, m.unlockSocketDir, err = makeSocketDir(log); err != nil {
 			return m, err
 		}
 		if spec, err = o.spec(m.socketDir); err != nil {

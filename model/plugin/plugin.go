@@ -151,6 +151,8 @@ type Model struct {
 
 	socketDir string // the plugin's private socket directory
 
+	unlockSocketDir func() // lets SweepDeadDirs take socketDir (see LockDir)
+
 	batches   *batchStream // the batches' stream; nil until the first, and after it failed
 	lastID    uint64       // the id of the last batch sent
 	echoesIDs bool         // the plugin echoed a batch's id: every answer must carry one
@@ -291,6 +293,9 @@ func (m *Model) runnerFunc(_ hclog.Logger, cmd *exec.Cmd, socketDir string) (run
 	if err == nil {
 		m.socketDir = dir
 		err = os.Chmod(dir, 0o700)
+	}
+	if err == nil {
+		m.unlockSocketDir, err = LockDir(dir)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("plugin %s: make its socket directory: %w", m.cmd.Path, err)
@@ -627,6 +632,9 @@ func (m *Model) kill() {
 	}
 	if m.socketDir != "" {
 		_ = os.RemoveAll(m.socketDir)
+	}
+	if m.unlockSocketDir != nil {
+		m.unlockSocketDir()
 	}
 }
 

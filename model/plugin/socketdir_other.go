@@ -9,3 +9,6 @@ func sweepSocketDirs(string) {}
 
 // SweepDeadDirs does nothing here (see sweepSocketDirs).
 func SweepDeadDirs(string, string, func(string, int, error)) {}
+
+// LockDir does nothing here, where nothing is swept (see sweepSocketDirs).
+func LockDir(string) (release func(), err error) { return func() {}, nil }

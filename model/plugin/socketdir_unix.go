@@ -4,6 +4,7 @@ package plugin
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -33,6 +34,9 @@ func SweepDeadDirs(dir, prefix string, removed func(path string, pid int, err er
 			continue
 		}
 		path := filepath.Join(dir, e.Name())
+		if locked(path) {
+			continue // its owner lives, in another PID namespace
+		}
 		info, err := os.Lstat(path)
 		if err != nil || !info.IsDir() {
 			continue
@@ -45,6 +49,34 @@ func SweepDeadDirs(dir, prefix string, removed func(path string, pid int, err er
 			removed(path, pid, err)
 		}
 	}
+}
+
+// LockDir locks dir, a directory this process made for itself, until
+// release is called or the process ends: SweepDeadDirs leaves a directory
+// so locked alone, whatever the pid in its name says. A pid means nothing
+// in another PID namespace (two containers that share a temporary
+// directory), where the lock is seen all the same.
+func LockDir(dir string) (release func(), err error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", dir, err)
+	}
+	return func() { f.Close() }, nil
+}
+
+// locked reports whether a process holds the lock of the directory at
+// path (see LockDir).
+func locked(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close() // and with it the lock, if taken
+	return errors.Is(syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB), syscall.EWOULDBLOCK)
 }
 
 // dirOwner reads the pid out of a directory's name: prefix, the pid, "-".
