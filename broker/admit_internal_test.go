@@ -507,7 +507,7 @@ func TestACallEndedBeforeItIsRoutedCountsForNoNode(t *testing.T) {
 // do not run, so that its writer's queue is full and the call waits to
 // hand itself to the writer, and returns once it waits; the call's error
 // comes on ended.
-func queuedForTheWriter(t *testing.T, n int) (fe *FrontEnd, ended <-chan error) {
+func queuedForTheWriter(t *testing.T, ctx context.Context, n int) (fe *FrontEnd, ended <-chan error) {
 	t.Helper()
 	rs := redistest.Start(t, redistest.Options{})
 	fe = unstartedFront(t, rs.URL(), 100)
@@ -524,7 +524,7 @@ func queuedForTheWriter(t *testing.T, n int) (fe *FrontEnd, ended <-chan error) 
 	}
 	errs := make(chan error, 1)
 	go func() {
-		_, err := fe.PredictRequest(context.Background(), supervisor.Request{Items: items})
+		_, err := fe.PredictRequest(ctx, supervisor.Request{Items: items})
 		errs <- err
 	}()
 	deadline := time.Now().Add(10 * time.Second)
@@ -561,7 +561,7 @@ func awaitEnd(t *testing.T, ended <-chan error, want error, after string) {
 // failure, counted once (rejected, as it was never admitted), rather than
 // when the writer is free again.
 func TestACallFailedWhileQueuedForTheWriterEnds(t *testing.T) {
-	fe, ended := queuedForTheWriter(t, 1)
+	fe, ended := queuedForTheWriter(t, context.Background(), 1)
 	outage := errors.New("the outage")
 	fe.mu.Lock()
 	fe.failAllLocked(outage)
@@ -572,10 +572,31 @@ func TestACallFailedWhileQueuedForTheWriterEnds(t *testing.T) {
 	}
 }
 
+// A call whose caller leaves, or whose deadline passes, while it waits to
+// hand itself to the writer (behind a hung admission: Redis slow) counts
+// its items as its request ends, canceled or expired, as a Streamer
+// counts them, not rejected.
+func TestACallGivenUpWhileQueuedForTheWriterCountsAsItEnds(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	fe, ended := queuedForTheWriter(t, ctx, 2)
+	cancel()
+	awaitEnd(t, ended, supervisor.ErrCanceled, "the caller left")
+	if st := fe.Stats(); st.Canceled != 2 || st.Submitted != 2 || st.Answered != 2 || st.Rejected != 0 {
+		t.Errorf("canceled %d, submitted %d, answered %d, rejected %d; want the 2 items canceled", st.Canceled, st.Submitted, st.Answered, st.Rejected)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	fe, ended = queuedForTheWriter(t, ctx, 3)
+	awaitEnd(t, ended, supervisor.ErrDeadline, "the deadline")
+	if st := fe.Stats(); st.Expired != 3 || st.Submitted != 3 || st.Answered != 3 || st.Rejected != 0 {
+		t.Errorf("expired %d, submitted %d, answered %d, rejected %d; want the 3 items expired", st.Expired, st.Submitted, st.Answered, st.Rejected)
+	}
+}
+
 // A call that the front end's close turns away while it waits to hand
 // itself to the writer counts as rejected: it was counted nowhere.
 func TestACallTurnedAwayByTheCloseCountsAsRejected(t *testing.T) {
-	fe, ended := queuedForTheWriter(t, 2)
+	fe, ended := queuedForTheWriter(t, context.Background(), 2)
 	// Close's first steps, without the failing of the calls left that
 	// follows them.
 	fe.closed.Store(true)

@@ -946,19 +946,16 @@ func (fe *FrontEnd) PredictRequest(ctx context.Context, req supervisor.Request) 
 	select {
 	case fe.submits <- c:
 	case <-fe.closing:
-		fe.reject(c)
-		return nil, supervisor.ErrShuttingDown
+		return nil, fe.reject(c, supervisor.ErrShuttingDown)
 	case <-c.over: // failed meanwhile (an outage)
 		fe.mu.Lock()
 		fe.decideLocked(c, false) // counted now: the writer never took it
 		fe.mu.Unlock()
 		return nil, c.failure
 	case <-timeout:
-		fe.reject(c)
-		return nil, fmt.Errorf("%w: before the request was queued", supervisor.ErrDeadline)
+		return nil, fe.reject(c, fmt.Errorf("%w: before the request was queued", supervisor.ErrDeadline))
 	case <-ctx.Done():
-		fe.reject(c)
-		return nil, givenUp(ctx, "before the request was queued")
+		return nil, fe.reject(c, givenUp(ctx, "before the request was queued"))
 	}
 	if err := fe.verdict(ctx, c, timeout); err != nil {
 		return nil, err
@@ -1200,16 +1197,18 @@ func (fe *FrontEnd) await(ctx context.Context, c *call, timeout <-chan time.Time
 	return c.outputs, nil
 }
 
-// reject forgets c, given up before the writer took it, and counts its
-// items as rejected, unless it failed meanwhile (counted then).
-func (fe *FrontEnd) reject(c *call) {
+// reject forgets c, given up with err before the writer took it, counts
+// its items as err says (see countUnsent), unless it failed meanwhile
+// (counted then), and returns err.
+func (fe *FrontEnd) reject(c *call, err error) error {
 	fe.mu.Lock()
 	defer fe.mu.Unlock()
 	fe.decideLocked(c, false) // the writer never took it
 	if fe.calls[c.seq] == c {
-		fe.settleLocked(c, nil)
+		fe.settleLocked(c, err)
 		fe.forgetLocked(c)
 	}
+	return err
 }
 
 // settleLocked counts the items of c, which ends with err without their

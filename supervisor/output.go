@@ -101,6 +101,12 @@ const lineHead = 80
 // is an error; a line that says no level (print, a stack trace) is info.
 // Without it a warning from a worker hid under --log-level warn.
 func lineLevel(line string) slog.Level {
+	// A plugin's lines come through its worker tagged "[plugin NAME] ".
+	if rest, ok := strings.CutPrefix(line, "[plugin "); ok {
+		if _, after, ok := strings.Cut(rest, "] "); ok {
+			line = after
+		}
+	}
 	if strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "fatal error: ") {
 		return slog.LevelError // deathLine's
 	}

@@ -84,11 +84,17 @@ func TestWorkerOutputKeepsItsLevel(t *testing.T) {
 		`Error: the weights are missing`:                                                             slog.LevelError,
 		`panic: runtime error: index out of range`:                                                   slog.LevelError,
 		`fatal error: out of memory`:                                                                 slog.LevelError,
-		`goroutine 1 [running]:`:                                                                     slog.LevelInfo,
-		`python-plugin: bigram model of 12 words ready`:                                              slog.LevelInfo,
-		`loading weights: 3/12`:                                                                      slog.LevelInfo,
-		`[1/3] warming up`:                                                                           slog.LevelInfo,
-		`msg="level=WARN is what a caller asked for"`:                                                slog.LevelInfo,
+		// A plugin's lines, as its worker tags them.
+		`[plugin fillmask] WARNING:root:tokenizer truncated the input`:         slog.LevelWarn,
+		`[plugin fillmask] 2026-12-07T02:40:00.000Z [WARN]  mylib: slow start`: slog.LevelWarn,
+		`[plugin fillmask] time=2026-12-07T02:40:00Z level=ERROR msg=x`:        slog.LevelError,
+		`[plugin fillmask] panic: runtime error: index out of range`:           slog.LevelError,
+		`[plugin fillmask] fillmask: 4-gram model of 12 words ready`:           slog.LevelInfo,
+		`goroutine 1 [running]:`:                        slog.LevelInfo,
+		`python-plugin: bigram model of 12 words ready`: slog.LevelInfo,
+		`loading weights: 3/12`:                         slog.LevelInfo,
+		`[1/3] warming up`:                              slog.LevelInfo,
+		`msg="level=WARN is what a caller asked for"`:   slog.LevelInfo,
 		``: slog.LevelInfo,
 	} {
 		if got := lineLevel(plainText(line)); got != want {

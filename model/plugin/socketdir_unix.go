@@ -34,15 +34,15 @@ func SweepDeadDirs(dir, prefix string, removed func(path string, pid int, err er
 			continue
 		}
 		path := filepath.Join(dir, e.Name())
-		if locked(path) {
-			continue // its owner lives, in another PID namespace
-		}
 		info, err := os.Lstat(path)
 		if err != nil || !info.IsDir() {
 			continue
 		}
 		if st, ok := info.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Getuid() {
 			continue
+		}
+		if inUse(path) {
+			continue // its owner lives, in another PID namespace
 		}
 		err = os.RemoveAll(path)
 		if removed != nil {
@@ -68,15 +68,36 @@ func LockDir(dir string) (release func(), err error) {
 	return func() { f.Close() }, nil
 }
 
-// locked reports whether a process holds the lock of the directory at
-// path (see LockDir).
-func locked(path string) bool {
-	f, err := os.Open(path)
+// inUse reports whether a process holds the lock of the directory at path
+// or of one in it (see LockDir): a server's directory made again by a
+// worker after something removed it is not locked by the server, whose
+// lock went with the old one, but the worker's own directory in it is.
+func inUse(path string) bool {
+	if locked(path) {
+		return true
+	}
+	entries, err := os.ReadDir(path)
 	if err != nil {
 		return false
 	}
-	defer f.Close() // and with it the lock, if taken
-	return errors.Is(syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB), syscall.EWOULDBLOCK)
+	for _, e := range entries {
+		if e.IsDir() && locked(filepath.Join(path, e.Name())) {
+			return true
+		}
+	}
+	return false
+}
+
+// locked reports whether a process holds the lock of the directory at
+// path. It opens only a directory, never through a link, and never waits
+// (a FIFO put in its place would block an open for ever).
+func locked(path string) bool {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer syscall.Close(fd) // and with it the lock, if taken
+	return errors.Is(syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB), syscall.EWOULDBLOCK)
 }
 
 // dirOwner reads the pid out of a directory's name: prefix, the pid, "-".

@@ -7,7 +7,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // A directory whose name's pid is not running here is left alone while a
@@ -36,5 +38,47 @@ func TestSweepLeavesALockedDirectory(t *testing.T) {
 	SweepDeadDirs(tmp, "owner-", nil)
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Fatalf("the directory, no longer locked, of pid %d that is gone was not swept: %v", gone.Process.Pid, err)
+	}
+}
+
+// A directory whose own lock went with an older one of its name (made
+// again by a worker after something removed it) is left alone while a
+// directory in it is locked; and an entry that is no directory, a FIFO
+// that would block an open for ever, is passed over at once.
+func TestSweepLeavesADirectoryInUseAndPassesOverAFIFO(t *testing.T) {
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	pid := strconv.Itoa(gone.Process.Pid)
+	remade := filepath.Join(tmp, "owner-"+pid+"-1")
+	inner := filepath.Join(remade, "worker-1")
+	if err := os.MkdirAll(inner, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := LockDir(inner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	fifo := filepath.Join(tmp, "owner-"+pid+"-2")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	swept := make(chan struct{})
+	go func() {
+		SweepDeadDirs(tmp, "owner-", nil)
+		close(swept)
+	}()
+	select {
+	case <-swept:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sweep still runs after 10s: it waits on the FIFO")
+	}
+	for _, path := range []string{remade, fifo} {
+		if _, err := os.Lstat(path); err != nil {
+			t.Errorf("%s was swept: %v", path, err)
+		}
 	}
 }
