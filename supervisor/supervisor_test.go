@@ -1323,13 +1323,12 @@ func TestSubmitRequestsAfterShutdown(t *testing.T) {
 	}
 }
 
-// TestARequestThatGivesUpWaitingForRoomCountsAsItEnds: a request whose
-// deadline passes, or whose caller leaves, while it waits for room counts
-// its items as the request ends, expired or canceled, not rejected: the
-// item counts and the request counts agree.
-func TestARequestThatGivesUpWaitingForRoomCountsAsItEnds(t *testing.T) {
-	step, started := make(chan struct{}), make(chan int, 100)
-	echo := func(ctx context.Context, items [][]byte) ([][]byte, error) {
+// gatedEcho is a model that says on started how many items each batch
+// has, and answers it with its items once step lets it (or fails it when
+// its context ends).
+func gatedEcho() (echo model.Func, step chan struct{}, started chan int) {
+	step, started = make(chan struct{}), make(chan int, 100)
+	echo = func(ctx context.Context, items [][]byte) ([][]byte, error) {
 		started <- len(items)
 		select {
 		case <-step:
@@ -1338,7 +1337,16 @@ func TestARequestThatGivesUpWaitingForRoomCountsAsItEnds(t *testing.T) {
 			return nil, ctx.Err()
 		}
 	}
-	s := start(t, supervisor.Config{InProcess: model.Func(echo), MaxQueue: 4, BatchSize: 1, MaxLatency: time.Hour, PipelineDepth: 1})
+	return echo, step, started
+}
+
+// TestARequestThatGivesUpWaitingForRoomCountsAsItEnds: a request whose
+// deadline passes, or whose caller leaves, while it waits for room counts
+// its items as the request ends, expired or canceled, not rejected: the
+// item counts and the request counts agree.
+func TestARequestThatGivesUpWaitingForRoomCountsAsItEnds(t *testing.T) {
+	echo, step, started := gatedEcho()
+	s := start(t, supervisor.Config{InProcess: echo, MaxQueue: 4, BatchSize: 1, MaxLatency: time.Hour, PipelineDepth: 1})
 	defer close(step)
 	var admitted []*supervisor.Future
 	for i := range 5 { // one running, four queued
@@ -1381,17 +1389,8 @@ func TestARequestThatGivesUpWaitingForRoomCountsAsItEnds(t *testing.T) {
 // a batch leaves enough, where before small requests, each of which would
 // fit, filled every gap first; the bound itself never moves.
 func TestALargeRequestWaitsForTheRoomItLacks(t *testing.T) {
-	step, started := make(chan struct{}), make(chan int, 100)
-	echo := func(ctx context.Context, items [][]byte) ([][]byte, error) {
-		started <- len(items)
-		select {
-		case <-step:
-			return items, nil
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	s := start(t, supervisor.Config{InProcess: model.Func(echo), MaxQueue: 6, BatchSize: 2, MaxLatency: time.Hour, PipelineDepth: 1})
+	echo, step, started := gatedEcho()
+	s := start(t, supervisor.Config{InProcess: echo, MaxQueue: 6, BatchSize: 2, MaxLatency: time.Hour, PipelineDepth: 1})
 	var admitted []*supervisor.Future
 	var want [][]string
 	submit := func(names ...string) error {
