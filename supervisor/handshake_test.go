@@ -143,16 +143,24 @@ func TestStartReportsAModelTheWorkerCannotOpen(t *testing.T) {
 	}
 }
 
+// failingStarts is the config of one slot whose worker fails to start
+// (its model's file gone) once the file at weightsGone exists, restarted
+// without end, UnavailableAfter and the longest back-off as given.
+func failingStarts(t *testing.T, unavailableAfter, backoffMax time.Duration) (weightsGone string, cfg supervisor.Config) {
+	weightsGone = filepath.Join(t.TempDir(), "weights-gone")
+	cfg = processConfig("chaos:crash=die", 1, 8)
+	cfg.Process.Env = []string{failOpenEnv + "=" + weightsGone}
+	cfg.UnavailableAfter = unavailableAfter
+	cfg.BackoffMin, cfg.BackoffMax = time.Millisecond, backoffMax
+	cfg.MaxRestarts = 1000
+	return weightsGone, cfg
+}
+
 // While the restarts of the only slot's worker fail, the callers' 503 and
 // NotReady (the /readyz reason) say why, not only that no worker is able
 // to run: before, only the slot's status had the cause.
 func TestUnavailableSaysWhyWorkersFailToStart(t *testing.T) {
-	weightsGone := filepath.Join(t.TempDir(), "weights-gone")
-	cfg := processConfig("chaos:crash=die", 1, 8)
-	cfg.Process.Env = []string{failOpenEnv + "=" + weightsGone}
-	cfg.UnavailableAfter = 50 * time.Millisecond
-	cfg.BackoffMin, cfg.BackoffMax = time.Millisecond, 20*time.Millisecond
-	cfg.MaxRestarts = 1000
+	weightsGone, cfg := failingStarts(t, 50*time.Millisecond, 20*time.Millisecond)
 	s := start(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -198,14 +206,9 @@ func TestUnavailableSaysWhyWorkersFailToStart(t *testing.T) {
 // failures went on, where queued items get ErrUnavailable once no worker
 // has been able to run for UnavailableAfter.
 func TestAQueuedItemIsRefusedWhileTheRestartsFail(t *testing.T) {
-	weightsGone := filepath.Join(t.TempDir(), "weights-gone")
-	cfg := processConfig("chaos:crash=die", 1, 8)
-	cfg.Process.Env = []string{failOpenEnv + "=" + weightsGone}
 	// Starts fail within UnavailableAfter, and most of the time between
 	// them is spent waiting.
-	cfg.UnavailableAfter = 200 * time.Millisecond
-	cfg.BackoffMin, cfg.BackoffMax = time.Millisecond, 50*time.Millisecond
-	cfg.MaxRestarts = 1000
+	weightsGone, cfg := failingStarts(t, 200*time.Millisecond, 50*time.Millisecond)
 	s := start(t, cfg)
 	if err := os.WriteFile(weightsGone, nil, 0o600); err != nil {
 		t.Fatal(err)
