@@ -37,6 +37,7 @@ const (
 	stopTimeout    = 15 * time.Second
 	requestTimeout = 30 * time.Second
 	pollInterval   = 10 * time.Millisecond
+	probeTimeout   = 2 * time.Second
 )
 
 // streamerBin is the binary under test, set once by TestMain before any test
@@ -98,7 +99,14 @@ func startServerOn(t *testing.T, port func(*testing.T) string, args ...string) *
 	t.Helper()
 	s := launchServerOn(t, port, args...)
 	s.waitFor(t, "the server to be ready", readyTimeout, func() bool {
-		status, _, err := s.get("/readyz")
+		if s.exited() {
+			t.Fatalf("the server exited with code %d before it was ready", s.cmd.ProcessState.ExitCode())
+		}
+		// A short limit per probe, so that an exit is seen soon even when
+		// something else holds the port and never answers.
+		ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+		defer cancel()
+		status, _, _, err := s.do(ctx, http.MethodGet, "/readyz", "", nil)
 		return err == nil && status == http.StatusOK
 	})
 	return s
@@ -155,14 +163,23 @@ func newServer(t *testing.T, addr string, args []string) *server {
 	return s
 }
 
-// lostPortRace reports whether the server exited at once because its port
-// was taken.
+// lostPortRace reports whether the server exited because its port was
+// taken. It waits until the server says it is listening or exits: the server
+// loads its model before it binds, which takes a while for an ONNX model or a
+// plugin, longer still on a busy machine.
 func (s *server) lostPortRace() bool {
-	select {
-	case <-s.done:
-		return strings.Contains(s.logs(), "address already in use")
-	case <-time.After(50 * time.Millisecond):
-		return false
+	deadline := time.Now().Add(readyTimeout)
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.done:
+			return strings.Contains(s.logs(), "address already in use")
+		case <-tick.C:
+		}
+		if strings.Contains(s.logs(), "listening") || time.Now().After(deadline) {
+			return false
+		}
 	}
 }
 
@@ -430,5 +447,29 @@ func killWorker(t *testing.T, pid int) {
 	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 		t.Fatalf("kill -9 worker %d: %v", pid, err)
+	}
+}
+
+// TestHarnessRetriesATakenPort checks the harness itself: a server whose port
+// was taken after it was chosen is started again on another. The ONNX model
+// loads before the server binds, so the server lives a while before it finds
+// the port taken.
+func TestHarnessRetriesATakenPort(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	ports := 0
+	port := func(t *testing.T) string {
+		ports++
+		if ports == 1 {
+			return taken.Addr().String()
+		}
+		return freePort(t)
+	}
+	s := startServerOn(t, port, "--model", "demo", "--workers", "1", "--intra-op-threads", "1")
+	if s.addr == taken.Addr().String() || ports != 2 {
+		t.Fatalf("the server runs on %s after %d ports were chosen; want a second port, not the taken %s", s.addr, ports, taken.Addr())
 	}
 }
