@@ -466,7 +466,7 @@ func TestV2EveryDatatype(t *testing.T) {
 		_, err = os.Stat(path)
 	}
 	if err != nil {
-		t.Skipf("no dtypes test model yet: %v", err)
+		t.Fatalf("the dtypes test model is missing: %v", err)
 	}
 	s := startServer(t, "--model", path, "--intra-op-threads", "1")
 	var meta v2Metadata

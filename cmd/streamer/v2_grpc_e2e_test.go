@@ -531,7 +531,7 @@ func TestGRPCCallsFinishThroughADrain(t *testing.T) {
 }
 
 // grpcurlPath finds grpcurl, which `make install-tools` puts in the
-// repository's bin/, or skips the test, saying how to get it.
+// repository's bin/, or fails the test, saying how to get it.
 func grpcurlPath(t *testing.T) string {
 	t.Helper()
 	if p, err := filepath.Abs(filepath.Join("..", "..", "bin", "grpcurl")); err == nil {
@@ -542,7 +542,7 @@ func grpcurlPath(t *testing.T) string {
 	if p, err := exec.LookPath("grpcurl"); err == nil {
 		return p
 	}
-	t.Skip("the test with a gRPC client the project did not write needs grpcurl: make install-tools puts it in bin/")
+	t.Fatal("the test with a gRPC client the project did not write needs grpcurl; run make install-tools, which puts it in bin/")
 	return ""
 }
 
