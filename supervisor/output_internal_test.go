@@ -51,6 +51,34 @@ func TestWorkerOutputIsRateLimited(t *testing.T) {
 	}
 }
 
+// Past its burst, a worker's output is logged at outputRate lines a second,
+// and the lines dropped are counted at most once a second.
+func TestWorkerOutputRate(t *testing.T) {
+	var logs syncbuf.Buffer
+	out := newOutputLog(slog.New(slog.NewTextHandler(&logs, nil)))
+	start := time.Now()
+	send := func(text string, n int, at time.Duration) {
+		for range n {
+			out.line([]byte(text), start.Add(at))
+		}
+	}
+	send("burst", outputBurst+50, 0)
+	send("half", 100, 500*time.Millisecond)
+	send("second", 100, 1500*time.Millisecond)
+	text := logs.String()
+	for _, c := range []struct {
+		line string
+		want int
+	}{{"burst", outputBurst}, {"half", outputRate / 2}, {"second", outputRate}} {
+		if got := strings.Count(text, "line="+c.line+"\n"); got != c.want {
+			t.Errorf("%d lines %q logged; want %d", got, c.line, c.want)
+		}
+	}
+	if got := strings.Count(text, "worker output dropped"); got != 1 || !strings.Contains(text, "lines=140 ") {
+		t.Errorf("the lines dropped were counted %d times; want once, 140 of them (50 + 90), a second after the first line:\n%s", got, text)
+	}
+}
+
 func TestPlainTextDropsEscapes(t *testing.T) {
 	for in, want := range map[string]string{
 		"plain": "plain",
