@@ -163,3 +163,22 @@ func TestPublicSettingsHideTheArgsValues(t *testing.T) {
 		t.Errorf("String() = %s; want the settings as they are", got)
 	}
 }
+
+// Nil tells a model that is there from one whose first Predict would panic.
+func TestNil(t *testing.T) {
+	var noFunc model.Func
+	var noPointer *struct{ model.Func }
+	for _, c := range []struct {
+		name string
+		m    model.Model
+		want bool
+	}{
+		{"nil", nil, true}, {"a nil Func", noFunc, true}, {"a nil pointer", noPointer, true},
+		{"a Func", model.Func(func(context.Context, [][]byte) ([][]byte, error) { return nil, nil }), false},
+		{"a pointer", &struct{ model.Func }{}, false},
+	} {
+		if got := model.Nil(c.m); got != c.want {
+			t.Errorf("Nil(%s) = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

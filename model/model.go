@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 )
 
@@ -32,6 +33,19 @@ type Model interface {
 	Predict(ctx context.Context, items [][]byte) ([][]byte, error)
 	// Close releases what the model holds. It is called once, last.
 	Close() error
+}
+
+// Nil reports whether m is no model at all: a nil interface, a nil Func,
+// or a nil pointer, whose first Predict would panic.
+func Nil(m Model) bool {
+	if m == nil {
+		return true
+	}
+	if f, ok := m.(Func); ok {
+		return f == nil
+	}
+	v := reflect.ValueOf(m)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // Describer is implemented by models that can say what they are.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"reflect"
 	"strings"
 	"time"
 
@@ -176,10 +175,7 @@ func (c *Config) setDefaults() error {
 	if err := c.checkNegatives(); err != nil {
 		return err
 	}
-	if f, ok := c.InProcess.(model.Func); ok && f == nil {
-		return errors.New("supervisor: InProcess is a nil model.Func: no item could run")
-	}
-	if v := reflect.ValueOf(c.InProcess); v.Kind() == reflect.Pointer && v.IsNil() {
+	if c.InProcess != nil && model.Nil(c.InProcess) {
 		// Not a nil interface: its first batch would crash, as a
 		// worker, and every batch after it.
 		return fmt.Errorf("supervisor: InProcess is a nil %T: no item could run", c.InProcess)

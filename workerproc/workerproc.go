@@ -84,6 +84,13 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	m, err := cfg.Open(model.WithLastWords(ctx, lastWords(out)), spec)
+	if err == nil && model.Nil(m) {
+		// Its first batch would crash the worker, and every batch after.
+		err = errors.New("the opener returned neither a model nor an error")
+		if m != nil {
+			err = fmt.Errorf("the opener returned a nil %T and no error", m)
+		}
+	}
 	if err != nil {
 		_ = out.Write(&ipc.Message{Kind: ipc.KindFatal, Error: fatalText(spec, err)})
 		return fmt.Errorf("open model %s: %w", spec, err)

@@ -536,6 +536,14 @@ func TestOpenFailureSendsFatal(t *testing.T) {
 		}, []string{"resnet.onnx", "weights.onnx: no such file"}, errNoWeights},
 		{"chaos init-fail", builtinSpec(t, "chaos:init-fail"), load.Open, []string{"chaos", "init failed"}, nil},
 		{"unknown model", model.Spec{Runner: "nope"}, load.Open, []string{"nope", "unknown model"}, model.ErrUnknownModel},
+		// An opener that returns no model, and no error: every batch
+		// would crash the worker.
+		{"no model", fakeSpec, func(context.Context, model.Spec) (model.Model, error) {
+			return nil, nil
+		}, []string{"neither a model nor an error"}, nil},
+		{"a nil pointer", fakeSpec, func(context.Context, model.Spec) (model.Model, error) {
+			return (*fake)(nil), nil
+		}, []string{"a nil *workerproc_test.fake"}, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
