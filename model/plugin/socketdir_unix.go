@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -57,15 +58,18 @@ func SweepDeadDirs(dir, prefix string, removed func(path string, pid int, err er
 // in another PID namespace (two containers that share a temporary
 // directory), where the lock is seen all the same.
 func LockDir(dir string) (release func(), err error) {
-	f, err := os.Open(dir)
+	// A descriptor of its own, not an *os.File: a file's finalizer would
+	// close it, and drop the lock, once a caller let go of release.
+	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
+	if err := syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		syscall.Close(fd)
 		return nil, fmt.Errorf("lock %s: %w", dir, err)
 	}
-	return func() { f.Close() }, nil
+	var once sync.Once
+	return func() { once.Do(func() { syscall.Close(fd) }) }, nil
 }
 
 // inUse reports whether a process holds the lock of the directory at path

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"syscall"
 	"testing"
@@ -80,5 +81,32 @@ func TestSweepLeavesADirectoryInUseAndPassesOverAFIFO(t *testing.T) {
 		if _, err := os.Lstat(path); err != nil {
 			t.Errorf("%s was swept: %v", path, err)
 		}
+	}
+}
+
+// A lock stays held while the process runs, even once the caller has let go
+// of its release: before, the lock was on an *os.File, whose finalizer
+// closed it at the next collection.
+func TestALockOutlivesItsDroppedRelease(t *testing.T) {
+	dir := t.TempDir()
+	func() {
+		if _, err := LockDir(dir); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	for range 3 {
+		// A finalizer of its own, run once the collection's queue
+		// reaches it: those queued with it have run by then too.
+		ran := make(chan struct{})
+		runtime.SetFinalizer(new([64]byte), func(*[64]byte) { close(ran) })
+		runtime.GC()
+		select {
+		case <-ran:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no finalizer ran within 10s of a collection")
+		}
+	}
+	if !locked(dir) {
+		t.Fatal("the lock went with the collection that found its release dropped")
 	}
 }
