@@ -664,11 +664,6 @@ func urlError(s string, err error) error {
 	return fmt.Errorf("broker: redis URL %s: %v", redactURL(s), err)
 }
 
-// redactURL is s, a Redis URL, with its passwords (of the user, and
-// sentinel_password) replaced by xxxxx, for messages. Of a URL that does
-// not parse, or holds an @ past its host (see parseURL), and might hold a
-// password, it keeps the scheme alone: where the password ends is
-// anybody's guess.
 // TLSURL reports whether url is a rediss:// URL, which Redis is reached
 // over TLS by. A scheme's case does not matter (REDISS:// is one too).
 func TLSURL(url string) bool { return hasScheme(url, "rediss://") }
@@ -678,6 +673,11 @@ func hasScheme(url, scheme string) bool {
 	return len(url) >= len(scheme) && strings.EqualFold(url[:len(scheme)], scheme)
 }
 
+// redactURL is s, a Redis URL, with its passwords (of the user, and
+// sentinel_password) replaced by xxxxx, for messages. Of a URL that does
+// not parse, or holds an @ past its host (see parseURL), and might hold a
+// password, it keeps the scheme alone: where the password ends is
+// anybody's guess.
 func redactURL(s string) string {
 	u, err := url.Parse(s)
 	if err != nil || misread(s) {
