@@ -62,7 +62,7 @@ func (h *handler) adminPost(w http.ResponseWriter, r *http.Request, change func(
 	}
 	body, err := change(context.WithoutCancel(r.Context()), w, r)
 	if err != nil {
-		status := adminStatus(err)
+		status := StatusOf(err)
 		if status >= 500 && !errors.Is(err, supervisor.ErrShuttingDown) {
 			h.log.Error("admin request failed", "path", r.URL.Path, "remote", r.RemoteAddr, "err", err)
 		}
@@ -70,17 +70,6 @@ func (h *handler) adminPost(w http.ResponseWriter, r *http.Request, change func(
 		return
 	}
 	h.writeJSON(w, http.StatusOK, body)
-}
-
-// adminStatus maps an admin change's error to its HTTP status.
-func adminStatus(err error) int {
-	switch {
-	case errors.Is(err, supervisor.ErrBusy):
-		return http.StatusConflict
-	case errors.Is(err, supervisor.ErrShuttingDown), errors.Is(err, supervisor.ErrNotStarted):
-		return http.StatusServiceUnavailable
-	}
-	return StatusOf(err)
 }
 
 func (h *handler) reload(ctx context.Context, w http.ResponseWriter, r *http.Request) (any, error) {

@@ -31,8 +31,9 @@ func badRequest(msg string) *requestError {
 	return &requestError{status: http.StatusBadRequest, msg: msg}
 }
 
-// StatusOf maps an error from the supervisor (or a Future) to the HTTP status
-// that tells the client what happened.
+// StatusOf maps an error from the supervisor (or a Future, or an admin
+// change: Reload, SetWorkers) to the HTTP status that tells the client what
+// happened.
 func StatusOf(err error) int {
 	var reqErr *requestError
 	switch {
@@ -42,8 +43,10 @@ func StatusOf(err error) int {
 		return reqErr.status
 	case errors.Is(err, supervisor.ErrOverloaded):
 		return http.StatusTooManyRequests
-	case errors.Is(err, supervisor.ErrUnavailable), errors.Is(err, supervisor.ErrShuttingDown):
+	case errors.Is(err, supervisor.ErrUnavailable), errors.Is(err, supervisor.ErrShuttingDown), errors.Is(err, supervisor.ErrNotStarted):
 		return http.StatusServiceUnavailable
+	case errors.Is(err, supervisor.ErrBusy):
+		return http.StatusConflict
 	case errors.Is(err, supervisor.ErrDeadline):
 		return http.StatusGatewayTimeout
 	case errors.Is(err, supervisor.ErrPoison), errors.Is(err, supervisor.ErrModel):

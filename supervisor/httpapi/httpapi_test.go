@@ -547,6 +547,8 @@ func TestStatusOf(t *testing.T) {
 		{supervisor.ErrBadRequest, 400},
 		{context.Canceled, 500},
 		{badRequest("x"), 400},
+		{fmt.Errorf("reload: %w", supervisor.ErrBusy), 409},
+		{supervisor.ErrNotStarted, 503},
 	}
 	for _, tt := range tests {
 		if got := StatusOf(tt.err); got != tt.want {
