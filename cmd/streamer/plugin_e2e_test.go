@@ -15,8 +15,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -119,6 +121,75 @@ func TestPlugin(t *testing.T) {
 	t.Run("a plugin serves on through SIGTERM", func(t *testing.T) { testPluginIgnoresSIGTERM(t, bins) })
 	t.Run("item errors and wrong output counts fail only their requests", func(t *testing.T) { testPluginBadAnswers(t, bins) })
 	t.Run("a bad plugin binary fails the start clearly", func(t *testing.T) { testPluginStartErrors(t, bins) })
+	t.Run("a binary replaced on disk is served after a reload, not a crash", func(t *testing.T) { testPluginReplacedWithoutAReload(t, bins) })
+}
+
+// testPluginReplacedWithoutAReload replaces the served plugin binary on
+// disk, without a reload, and kills a worker: the restarted worker refuses
+// the new binary, saying that it changed and that a reload serves it, and
+// every answer still comes from the binary the server started. (Before,
+// the restarted worker ran the new binary, and clients got answers from
+// two models at once.) A reload then serves the new binary on every worker.
+func testPluginReplacedWithoutAReload(t *testing.T, bins map[string]string) {
+	live := filepath.Join(t.TempDir(), "model")
+	install := func(from string) string {
+		data, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Written beside it and renamed, as an operator replaces a binary.
+		if err := os.WriteFile(live+".new", data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(live+".new", live); err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(data)
+		return hex.EncodeToString(sum[:])
+	}
+	oldSum := install(bins["chaos"]) // answers each item with itself
+	s := startPluginServer(t, "--plugin", live, "--workers", "2")
+	before := s.waitAllReady(t, 2)
+	const sentence = "Happy birthday to [MASK]."
+	answersAll := func(want string) {
+		t.Helper()
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				p, err := s.tryPredictJSON(map[string]any{"inputs": []any{sentence}})
+				if err != nil || p.Status != http.StatusOK || !reflect.DeepEqual(p.Outputs, []any{want}) {
+					t.Errorf("%q: %s, %v; want %q", sentence, p, err, want)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	answersAll(sentence)
+
+	newSum := install(bins["fillmask"]) // answers "you"
+	killWorker(t, before[1].PID)
+	var slot supervisor.SlotStatus
+	s.waitFor(t, "the killed worker's restart to run the replaced binary or refuse it", readyTimeout, func() bool {
+		slot = s.slot(t, before[1].Slot)
+		return slot.State == supervisor.SlotReady && slot.PID != before[1].PID || strings.Contains(slot.LastErr, "changed since it was loaded")
+	})
+	if slot.State == supervisor.SlotReady {
+		t.Fatalf("the worker restarted after the binary was replaced without a reload runs it: %+v", slot)
+	}
+	why := fmt.Sprintf("the plugin binary changed since it was loaded (sha256 %s, now %s): reload to serve the new one", oldSum, newSum)
+	if !strings.Contains(slot.LastErr, why) {
+		t.Errorf("slot %d's last error %q does not say %q", slot.Slot, slot.LastErr, why)
+	}
+	answersAll(sentence)
+
+	if err := s.signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor(t, "the reload to start new workers on both slots", readyTimeout, func() bool {
+		ready := s.readyWorkers(t)
+		return len(ready) == 2 && !slices.ContainsFunc(ready, func(w supervisor.SlotStatus) bool { return w.PID == before[0].PID })
+	})
+	answersAll("you")
 }
 
 func testFillMask(t *testing.T, bins map[string]string) {

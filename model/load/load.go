@@ -47,16 +47,20 @@ func Check(spec model.Spec) error {
 }
 
 // Refresh returns the spec that workers started by a reload open: for an
-// ONNX file, spec with the file's SHA-256 read again, so that the new
-// workers take the file as it is now while a worker restarted from the old
-// spec refuses it (see onnx.ErrModelChanged); for the other runners, spec
-// as it is. It runs in the supervisor process, once per reload.
+// ONNX file or a plugin binary, spec with the file's SHA-256 read again, so
+// that the new workers take the file as it is now while a worker restarted
+// from the old spec refuses it (see onnx.ErrModelChanged and
+// plugin.ErrPluginChanged); for the built-ins, spec as it is. It runs in
+// the supervisor process, once per reload.
 func Refresh(ctx context.Context, spec model.Spec) (model.Spec, error) {
 	if err := ctx.Err(); err != nil {
 		return model.Spec{}, err
 	}
-	if spec.Runner == onnx.SpecRunner {
+	switch spec.Runner {
+	case onnx.SpecRunner:
 		return onnx.Refresh(spec)
+	case plugin.Runner:
+		return plugin.Refresh(spec)
 	}
 	return spec, nil
 }

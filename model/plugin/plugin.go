@@ -51,6 +51,11 @@ import (
 var (
 	// ErrChecksum: the binary's SHA-256 is not the one asked for.
 	ErrChecksum = errors.New("plugin checksum mismatch")
+	// ErrPluginChanged: the binary's content is no longer that whose
+	// SHA-256 Settings.Loaded records: it was replaced on disk since the
+	// server read it, without a reload. The error that wraps it is
+	// model.ErrStale too.
+	ErrPluginChanged = errors.New("the plugin binary changed since it was loaded")
 	// ErrHandshake: the binary did not answer as a streamer plugin of this
 	// protocol version: it exited, printed something else, or nothing.
 	ErrHandshake = errors.New("not a streamer plugin")

@@ -509,3 +509,49 @@ func TestTheHandshakeLimitTravelsAsADuration(t *testing.T) {
 		t.Errorf("a limit that is no duration: %v; want ErrBadSettings", err)
 	}
 }
+
+// A spec records the binary's checksum when it is made, unless the
+// operator pinned one; a worker refuses the binary once it changed, as
+// model.ErrStale, until Refresh records it anew.
+func TestSpecRecordsTheBinaryLoaded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "plugin")
+	write := func(content string) {
+		if err := os.WriteFile(path, []byte(content), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("#!/bin/sh\n")
+	spec, err := Settings{Path: path}.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings, err := SettingsOf(spec)
+	if sum := sha256.Sum256([]byte("#!/bin/sh\n")); err != nil || settings.Loaded != hex.EncodeToString(sum[:]) {
+		t.Fatalf("spec's settings %+v, %v; want the binary's SHA-256 loaded", settings, err)
+	}
+	if err := checkLoaded(settings); err != nil {
+		t.Fatalf("the binary as it was loaded: %v", err)
+	}
+	write("#!/bin/sh\n# another\n")
+	if err := checkLoaded(settings); !errors.Is(err, ErrPluginChanged) || !errors.Is(err, model.ErrStale) {
+		t.Fatalf("a binary replaced: %v; want ErrPluginChanged, and model.ErrStale", err)
+	}
+	fresh, err := Refresh(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if settings, err = SettingsOf(fresh); err != nil || checkLoaded(settings) != nil {
+		t.Fatalf("the binary after a refresh: %+v, %v, %v", settings, err, checkLoaded(settings))
+	}
+
+	pinned, err := Settings{Path: path, SHA256: strings.Repeat("0", 64)}.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if settings, err = SettingsOf(pinned); err != nil || settings.Loaded != "" {
+		t.Fatalf("a pinned binary's settings %+v, %v; want no checksum loaded beside the pin", settings, err)
+	}
+	if again, err := Refresh(pinned); err != nil || string(again.Settings) != string(pinned.Settings) {
+		t.Fatalf("a pinned binary refreshed: %s, %v; want the spec as it was", again.Settings, err)
+	}
+}

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,6 +30,13 @@ type Settings struct {
 	Device string `json:"device,omitempty"`
 	// SHA256 is the binary's expected SHA-256 in hex; empty skips the check.
 	SHA256 string `json:"sha256,omitempty"`
+	// Loaded is the binary's SHA-256 in hex as the server read it, where
+	// SHA256 does not pin it; Spec fills it in, and Refresh at each
+	// reload. A worker refuses to run a binary whose content is no longer
+	// this (ErrPluginChanged, which is model.ErrStale too): a worker
+	// restarted after a crash must run the plugin the other workers run,
+	// not a binary replaced on disk without a reload. Empty: no check.
+	Loaded string `json:"loaded_sha256,omitempty"`
 	// SocketDir is where the plugin's private socket directory is made (see
 	// Config.SocketDir). It says where, not what: it does not change the model.
 	SocketDir string `json:"socket_dir,omitempty"`
@@ -57,12 +65,63 @@ func (d *Duration) UnmarshalText(text []byte) error {
 	return nil
 }
 
-// Spec is the Spec that opens this plugin in a worker.
+// Spec is the Spec that opens this plugin in a worker. Unless SHA256 pins
+// the binary, it reads the binary's SHA-256 as it is now into Loaded
+// (unless it is set), so that a worker started later, after a crash,
+// refuses a binary that changed; a binary it cannot read is left to Check
+// to report.
 func (s Settings) Spec() (model.Spec, error) {
 	if s.Path == "" {
 		return model.Spec{}, errors.New("plugin: the binary's path is required")
 	}
+	if s.SHA256 == "" && s.Loaded == "" {
+		if path, err := Check(s.Path, ""); err == nil {
+			if sum, err := fileSHA256(path); err == nil {
+				s.Loaded = hex.EncodeToString(sum)
+			}
+		}
+	}
 	return model.NewSpec(Runner, s)
+}
+
+// Refresh returns spec with the binary's SHA-256 read again: the spec of
+// the workers a reload starts, which run the binary as it is now. A binary
+// that SHA256 pins is left so: a reload runs only the binary of that
+// checksum. It reads the binary once, in the supervisor, so that each
+// worker only compares.
+func Refresh(spec model.Spec) (model.Spec, error) {
+	settings, err := SettingsOf(spec)
+	if err != nil || settings.SHA256 != "" {
+		return spec, err
+	}
+	path, err := Check(settings.Path, "")
+	if err != nil {
+		return model.Spec{}, err
+	}
+	sum, err := fileSHA256(path)
+	if err != nil {
+		return model.Spec{}, fmt.Errorf("plugin %s: checksum: %w", settings.Path, err)
+	}
+	settings.Loaded = hex.EncodeToString(sum)
+	return model.NewSpec(Runner, settings)
+}
+
+// checkLoaded refuses a binary whose content is no longer the one whose
+// SHA-256 settings.Loaded records. A binary it cannot find or read is left
+// to Open to report.
+func checkLoaded(settings Settings) error {
+	if settings.Loaded == "" {
+		return nil
+	}
+	path, err := Check(settings.Path, "")
+	if err != nil {
+		return nil
+	}
+	sum, err := fileSHA256(path)
+	if got := hex.EncodeToString(sum); err == nil && got != settings.Loaded {
+		return model.Stale(fmt.Errorf("plugin %s: %w (sha256 %s, now %s): reload to serve the new one", settings.Path, ErrPluginChanged, settings.Loaded, got))
+	}
+	return nil
 }
 
 // SettingsOf reads a plugin's settings from spec.
@@ -96,6 +155,9 @@ func SettingsOf(spec model.Spec) (Settings, error) {
 func OpenSpec(ctx context.Context, spec model.Spec) (model.Model, error) {
 	settings, err := SettingsOf(spec)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkLoaded(settings); err != nil {
 		return nil, err
 	}
 	if _, set := os.LookupEnv("GOMAXPROCS"); !set {
