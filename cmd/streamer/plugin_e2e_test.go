@@ -444,6 +444,10 @@ func testPluginStartErrors(t *testing.T, bins map[string]string) {
 	if err := os.WriteFile(noSocket, []byte("#!/bin/sh\necho '1|1|unix|/nonexistent/plugin.sock|grpc'\nsleep 30\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	short := filepath.Join(dir, "short")
+	if err := os.WriteFile(short, []byte("#!/bin/sh\necho '1|1|unix|'\nsleep 30\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	longLine := filepath.Join(dir, "longline")
 	if err := os.WriteFile(longLine, []byte("#!/bin/sh\nhead -c 200000 /dev/zero | tr '\\0' p\necho\nsleep 30\n"), 0o755); err != nil {
 		t.Fatal(err)
@@ -463,6 +467,7 @@ func testPluginStartErrors(t *testing.T, bins map[string]string) {
 			[]string{bins["chaos"], "checksum mismatch", "want " + strings.Repeat("ab", 32)}},
 		{"not a plugin", []string{"--plugin", trueBin}, []string{trueBin + ": not a streamer plugin", "exited before the handshake", "want a streamer model plugin"}},
 		{"prints something else", []string{"--plugin", chatty}, []string{chatty + ": not a streamer plugin", `printed "hello, I am no plugin"`}},
+		{"prints a handshake cut short", []string{"--plugin", short}, []string{short + ": not a streamer plugin", `its handshake line "1|1|unix|" has no protocol field`, `want a streamer model plugin`}},
 		{"names a socket that is not there", []string{"--plugin", noSocket}, []string{noSocket, "could not be called", "no such file or directory"}},
 		{"prints a line too long", []string{"--plugin", longLine}, []string{longLine + ": not a streamer plugin", "printed a line of more than 64 KiB on stdout"}},
 		{"prints nothing", []string{"--plugin", bins["silent"], "--init-timeout", "5s"}, []string{bins["silent"] + ": not a streamer plugin", "printed no handshake within 4.5s"}},

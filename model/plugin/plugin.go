@@ -353,6 +353,12 @@ func (m *Model) startError(err error) error {
 		did = strings.TrimPrefix(msg, "incompatible API version with plugin. ")
 		want = fmt.Sprintf("want streamer plugin protocol version %d: rebuild the plugin against this streamer's model/plugin/sdk", pluginpb.ProtocolVersion)
 	case strings.Contains(msg, "unsupported plugin protocol"):
+		if line := m.runner.handshakeLine(); strings.Count(line, "|") < 4 {
+			// go-plugin takes a line without the protocol's field
+			// for net/rpc's: the line is short, not of another kind.
+			did = fmt.Sprintf("its handshake line %q has no protocol field", line)
+			break
+		}
 		want = "want a plugin that serves gRPC (go-plugin's net/rpc is not supported)"
 	}
 	return fmt.Errorf("plugin %s: %w: %s; %s", path, ErrHandshake, did, want)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -48,8 +49,9 @@ type procRunner struct {
 	waited  chan struct{} // closed when the plugin has exited and its output is read
 	waitErr error         // cmd.Wait's, set before waited is closed
 
-	mu       sync.Mutex
-	overlong int // the length read of a first line too long to be a handshake
+	mu        sync.Mutex
+	overlong  int    // the length read of a first line too long to be a handshake
+	handshake string // the first line, of a handshake's length at most
 }
 
 var _ runner.Runner = (*procRunner)(nil)
@@ -134,13 +136,15 @@ func (r *procRunner) pumpStdout(f *os.File) {
 		}
 		break
 	}
+	r.mu.Lock()
 	if len(line) > maxHandshakeLine {
-		r.mu.Lock()
 		r.overlong = len(line)
-		r.mu.Unlock()
 		// go-plugin says what it got: a start is enough.
 		line = append(line[:60:60], '\n')
+	} else {
+		r.handshake = strings.TrimSpace(string(line))
 	}
+	r.mu.Unlock()
 	if len(line) > 0 {
 		_, _ = r.handshakeW.Write(line)
 	}
@@ -172,6 +176,14 @@ func (r *procRunner) overlongLine() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.overlong
+}
+
+// handshakeLine is the first line the plugin printed, trimmed, when it was
+// of a handshake's length.
+func (r *procRunner) handshakeLine() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.handshake
 }
 
 // Wait waits for the plugin's exit.
