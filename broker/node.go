@@ -445,8 +445,20 @@ func (n *Node) join(ctx context.Context) error {
 			return fmt.Errorf("broker: join group %s of %s on redis at %s: %w", nodeGroup, key, n.where, err)
 		}
 	}
-	if err := n.rdb.SAdd(ctx, n.k.streams, n.own).Err(); err != nil {
-		return fmt.Errorf("broker: list %s on redis at %s: %w", n.own, n.where, err)
+	// Listed, and both given the time to live the beats renew, at once: a
+	// node that died before its next beat left them for good. Not in a
+	// transaction, which a refused SADD would abort as a whole, its own
+	// error (a user's NOPERM, say) lost in Redis's EXECABORT.
+	pipe := n.rdb.Pipeline()
+	listed := pipe.SAdd(ctx, n.k.streams, n.own)
+	pipe.Expire(ctx, n.k.streams, nodeKeysTTL)
+	pipe.Expire(ctx, n.own, nodeKeysTTL)
+	if _, err := pipe.Exec(ctx); err != nil {
+		what := "set the time to live of"
+		if listed.Err() != nil {
+			what = "list"
+		}
+		return fmt.Errorf("broker: %s %s on redis at %s: %w", what, n.own, n.where, err)
 	}
 	n.joined.Store(true)
 	return nil
@@ -1930,6 +1942,14 @@ func (n *Node) beat(ctx context.Context) error {
 	pipe.ZRemRangeByScore(ctx, n.k.nodes, "-inf", unixMs(now.Add(-time.Hour)))
 	pipe.ZRemRangeByScore(ctx, n.k.leaving, "-inf", unixMs(now.Add(-time.Hour)))
 	prune := pipe.ZRemRangeByScore(ctx, n.k.poison, "-inf", unixMs(now))
+	var listed *redis.IntCmd
+	if n.joined.Load() && !n.ownBroken.Load() {
+		// Listed again should the list have gone (deleted by hand, as a
+		// key of another type): front ends route only to listed streams.
+		// Before the times to live are set, so that a list made again
+		// gets one too.
+		listed = pipe.SAdd(ctx, n.k.streams, n.own)
+	}
 	// The keys only running nodes prune go by themselves once no node
 	// runs: the lists of nodes and streams an hour after the last beat,
 	// the quarantine once its last entry could have expired.
@@ -1938,12 +1958,6 @@ func (n *Node) beat(ctx context.Context) error {
 	}
 	pipe.Expire(ctx, n.k.poison, n.cfg.PoisonTTL+heartbeat)
 	poison := pipe.ZRangeWithScores(ctx, n.k.poison, 0, -1)
-	var listed *redis.IntCmd
-	if n.joined.Load() && !n.ownBroken.Load() {
-		// Listed again should the list have gone (deleted by hand, as a
-		// key of another type): front ends route only to listed streams.
-		listed = pipe.SAdd(ctx, n.k.streams, n.own)
-	}
 	cmds, err := pipe.Exec(ctx)
 	if listed != nil && errors.As(listed.Err(), new(redis.Error)) {
 		// Of another type, or refused: the node is alive all the same.

@@ -75,6 +75,20 @@ func TestTheNodesKeysGoWhenNoNodeRuns(t *testing.T) {
 	}
 }
 
+// A node's own stream and the list of streams carry their time to live as
+// soon as the node has joined, not from its next beat: a node killed in
+// between (one crash-looping at start, say) left them for good.
+func TestANodesStreamExpiresFromItsJoin(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	n := startNode(t, rs, newRecorder(), 4, func(c *broker.NodeConfig) { broker.SlowBeats(c, time.Hour) })
+	for _, key := range []string{"streamer:items:" + n.Name(), "streamer:streams"} {
+		ttl, err := strconv.ParseInt(rs.Do(t, "PTTL", key), 10, 64)
+		if got := time.Duration(ttl) * time.Millisecond; err != nil || got <= 0 || got > time.Hour {
+			t.Errorf("%s right after the node started: PTTL %v, %v; want an hour at most", key, got, err)
+		}
+	}
+}
+
 // After Redis froze (here paused) for longer than the nodes' claim idle,
 // the items every node holds have been idle that long on Redis's clock,
 // and the nodes silent (a trial saw a node delete a live one's stream): a node takes none of another's items, nor its
