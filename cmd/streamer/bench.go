@@ -137,7 +137,13 @@ func runBench(ctx context.Context, flags *pflag.FlagSet, o benchOptions) error {
 	if o.caFile != "" && !strings.HasPrefix(o.cfg.Target, "https://") {
 		return errors.New("--ca: it checks the certificate of an https --target, and there is none")
 	}
+	if err := refuseEmpty(flags); err != nil {
+		return err
+	}
 	if err := checkTargetFlags(flags, o); err != nil {
+		return err
+	}
+	if err := checkGoAPIFlags(flags, o); err != nil {
 		return err
 	}
 	if flags.Changed("request-timeout") && o.cfg.API == bench.APIGo {
@@ -228,6 +234,34 @@ func checkTargetFlags(flags *pflag.FlagSet, o benchOptions) error {
 			strings.Join(unused, ", "))
 	}
 	return nil
+}
+
+// goAPIFlags are the serve flags a run of --api go uses: those of the
+// model and of the supervisor, which it runs in this process.
+var goAPIFlags = []string{
+	"model", "plugin", "plugin-arg", "plugin-sha256", "device", "intra-op-threads", "ort-lib", "pad",
+	"workers", "cuda", "batch-size", "max-latency", "batching", "max-queue", "max-items", "max-batch-bytes",
+	"worker-timeout", "init-timeout", "max-restarts", "unavailable-after", "pipeline-depth",
+}
+
+// checkGoAPIFlags checks, for --api go, the serve flags as serve does, and
+// refuses those the run would ignore: it has no HTTP server, broker, token
+// or log of a server's.
+func checkGoAPIFlags(flags *pflag.FlagSet, o benchOptions) error {
+	if o.cfg.API != bench.APIGo {
+		return nil
+	}
+	serveFlags := newServeCommand().Flags()
+	var unused []string
+	flags.Visit(func(f *pflag.Flag) {
+		if serveFlags.Lookup(f.Name) != nil && !slices.Contains(goAPIFlags, f.Name) {
+			unused = append(unused, "--"+f.Name)
+		}
+	})
+	if len(unused) > 0 {
+		return fmt.Errorf("%s: --api go runs the supervisor in this process, with no HTTP server, broker, token or log, and would ignore these", strings.Join(unused, ", "))
+	}
+	return o.serve.checkFlags()
 }
 
 // checkSweep checks the sweep flags before anything starts, so that a

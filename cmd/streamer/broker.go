@@ -47,11 +47,15 @@ func addBrokerFlags(f *pflag.FlagSet, o *brokerOptions) {
 }
 
 // resolve reads $STREAMER_BROKER when --broker is not given, and notes the
-// broker flags given, from f.
-func (o *brokerOptions) resolve(f *pflag.FlagSet, lookupEnv func(string) (string, bool)) {
+// broker flags given, from f. The variable set but empty is refused, as
+// --broker given empty is (see refuseEmpty): it would serve alone.
+func (o *brokerOptions) resolve(f *pflag.FlagSet, lookupEnv func(string) (string, bool)) error {
 	o.from = "--broker"
 	if !f.Changed("broker") {
 		if v, ok := lookupEnv(envBroker); ok {
+			if strings.TrimSpace(v) == "" {
+				return fmt.Errorf("$%s is set but empty: give a redis:// URL, or unset it to serve alone", envBroker)
+			}
 			o.url, o.from = v, "$"+envBroker
 		}
 	}
@@ -60,6 +64,7 @@ func (o *brokerOptions) resolve(f *pflag.FlagSet, lookupEnv func(string) (string
 			o.set = append(o.set, "--"+name)
 		}
 	}
+	return nil
 }
 
 // check refuses the broker flags that cannot work: those of the

@@ -991,6 +991,7 @@ func TestBrokerAnotherVersionUnderThePrefixIsRefused(t *testing.T) {
 func TestBrokerFlagsAndConnections(t *testing.T) {
 	t.Run("workers 0 without broker", func(t *testing.T) {
 		t.Setenv("STREAMER_BROKER", "")
+		os.Unsetenv("STREAMER_BROKER") // restored by Setenv's cleanup
 		s := launchServer(t, "--workers", "0")
 		code, err := s.wait(readyTimeout)
 		if err != nil || code == 0 || !strings.Contains(s.logs(), "--broker") {
@@ -1010,6 +1011,7 @@ func TestBrokerFlagsAndConnections(t *testing.T) {
 		{"reply ttl past its bound", "", []string{"--broker", "redis://127.0.0.1:1/0", "--reply-ttl", "48h"}, []string{"--reply-ttl 48h0m0s: want 1s to 24h0m0s"}},
 		{"CA without TLS", "", []string{"--broker", "redis://127.0.0.1:1/0", "--broker-ca", "ca.pem"}, []string{"--broker-ca needs a rediss:// URL in --broker"}},
 		{"bad URL from the environment", "redis://u:s3cret@127.0.0.1:abc/0", nil, []string{"$STREAMER_BROKER", "redis://…", "is the port a number"}},
+		{"an empty URL from the environment", " ", nil, []string{"$STREAMER_BROKER is set but empty: give a redis:// URL, or unset it to serve alone"}},
 		{"no scheme", "", []string{"--broker", "127.0.0.1:6379"}, []string{"--broker", "the scheme must be redis://"}},
 		{"an option streamer sets", "", []string{"--broker", "redis://127.0.0.1:1/0?read_timeout=30s"}, []string{"--broker", "query option read_timeout: streamer sets it itself"}},
 		{"a sentinel password that does not decode", "", []string{"--broker", "redis://127.0.0.1:1/0?master_name=m&sentinel_password=s3cret%zz"}, []string{"--broker", "query option sentinel_password does not parse"}},

@@ -21,6 +21,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/streamer-dev/streamer/internal/heapfloor"
 	"github.com/streamer-dev/streamer/internal/idlemem"
@@ -36,7 +37,6 @@ import (
 // serveOptions are the flags of streamer serve.
 type serveOptions struct {
 	modelGiven       bool // --model was on the command line
-	pluginGiven      bool // --plugin was on the command line, maybe empty
 	listen           string
 	workers          int
 	cuda             string
@@ -92,9 +92,13 @@ CUDA_VISIBLE_DEVICES set to the (i mod n)-th entry of --cuda.`,
   streamer serve --model model.onnx --device cuda --cuda 0,1,2,3 --workers 4`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.broker.resolve(cmd.Flags(), os.LookupEnv)
+			if err := refuseEmpty(cmd.Flags()); err != nil {
+				return err
+			}
+			if err := o.broker.resolve(cmd.Flags(), os.LookupEnv); err != nil {
+				return err
+			}
 			o.modelGiven = cmd.Flags().Changed("model")
-			o.pluginGiven = cmd.Flags().Changed("plugin")
 			return runServe(cmd.Context(), o)
 		},
 	}
@@ -784,13 +788,37 @@ func (o serveOptions) checkFlags() error {
 			return fmt.Errorf("--allow-origin %q: %w", origin, err)
 		}
 	}
-	if o.pluginGiven && o.plugin == "" {
-		// An unset shell variable, most likely: serving the default
-		// model instead would answer every request with its inputs.
-		return errors.New("--plugin is empty: give the path of a plugin binary")
-	}
 	if o.plugin == "" && (o.pluginSHA256 != "" || len(o.pluginArgs) > 0) {
 		return errors.New("--plugin-sha256 and --plugin-arg need --plugin: they are the plugin's, and there is none")
+	}
+	return nil
+}
+
+// emptyRefused are the flags whose value, given empty (most likely a shell
+// variable that is not set), would quietly serve other than asked: the
+// echo model that answers each item with itself, no token, no checksum, no
+// broker, plain HTTP, every GPU to every worker. Each says what to give
+// instead. Those whose help says "off when empty" are not among them.
+var emptyRefused = []struct{ flag, instead string }{
+	{"model", "give a model, or leave the flag out to serve the built-in echo"},
+	{"model-name", "give a name, or leave the flag out for the model's own"},
+	{"plugin", "give the path of a plugin binary"},
+	{"plugin-sha256", "give the binary's SHA-256, or leave the flag out to run it unchecked"},
+	{"ort-lib", "give the library's path, or leave the flag out to look for it"},
+	{"cuda", "give GPU ids, or leave the flag out to pass CUDA_VISIBLE_DEVICES through"},
+	{"auth-token-file", "give the path of the token's file, or leave the flag out to serve without a token"},
+	{"tls-cert", "give the certificate's PEM file, or leave the flag out to serve plain HTTP"},
+	{"tls-key", "give the key's PEM file, or leave the flag out to serve plain HTTP"},
+	{"broker", "give a redis:// URL, or leave the flag out to serve alone"},
+	{"broker-ca", "give the CA's PEM file, or leave the flag out to trust the system's"},
+}
+
+// refuseEmpty refuses a flag of emptyRefused given with an empty value.
+func refuseEmpty(f *pflag.FlagSet) error {
+	for _, e := range emptyRefused {
+		if flag := f.Lookup(e.flag); flag != nil && flag.Changed && strings.TrimSpace(flag.Value.String()) == "" {
+			return fmt.Errorf("--%s is empty: %s", e.flag, e.instead)
+		}
 	}
 	return nil
 }
