@@ -97,7 +97,7 @@ bench reports", has the figures and the JSON keys.`,
 
 // addBenchFlags binds the flags of the load itself to o.
 func addBenchFlags(f *pflag.FlagSet, o *benchOptions) {
-	f.IntVar(&o.cfg.Concurrency, "concurrency", 64, "closed loop: number of clients; open loop: most requests in flight")
+	intVar(f, &o.cfg.Concurrency, "concurrency", 64, "closed loop: number of clients; open loop: most requests in flight")
 	f.DurationVar(&o.cfg.Duration, "duration", 10*time.Second, "how long to send load")
 	f.DurationVar(&o.cfg.Warmup, "warmup", time.Second, "load sent before measuring starts")
 	f.Float64Var(&o.cfg.Rate, "rate", 0, "open loop: requests per second on a fixed schedule, up to 1e6 (0: closed loop)")
@@ -108,7 +108,7 @@ func addBenchFlags(f *pflag.FlagSet, o *benchOptions) {
 	f.StringVar(&o.caFile, "ca", "", "with an https --target: PEM file of the CA that signed the server's certificate (default: the system's); its gRPC service's too")
 	f.StringVar(&o.cfg.GRPCTarget, "grpc-target", "", "with --target and --protocol grpc: the address of the target's gRPC service (its --grpc-listen); its stats are read from --target")
 	f.StringVar(&o.cfg.Input, "input", `"hello, streamer"`, "one item, as JSON")
-	f.IntVar(&o.cfg.ItemsPerRequest, "items-per-request", 1, "items in each request (at most 65536, and the --max-items of the server bench starts)")
+	intVar(f, &o.cfg.ItemsPerRequest, "items-per-request", 1, "items in each request (at most 65536, and the --max-items of the server bench starts)")
 	f.BoolVar(&o.jsonOut, "json", false, "print one JSON object instead of the table")
 	f.IntSliceVar(&o.sweepClients, "sweep-concurrency", nil, "run a closed loop at each of these numbers of clients (e.g. 1,2,8,32,64,128,256,512) and print one table, each figure beside the best possible for the sleep model")
 	f.StringSliceVar(&o.sweepBatching, "sweep-batching", nil, "with --sweep-concurrency: the batching policies to run side by side at each number of clients (e.g. greedy,adaptive; default: --batching)")

@@ -125,6 +125,12 @@ func TestServeRefusesFlagValuesNoServerCanUse(t *testing.T) {
 		{[]string{"--plugin-sha256", strings.Repeat("0", 64)}, "--plugin-sha256 and --plugin-arg need --plugin"},
 		{[]string{"--plugin-arg", "k=v"}, "--plugin-sha256 and --plugin-arg need --plugin"},
 		{[]string{"--plugin", ""}, "--plugin is empty"},
+		// Values that do not parse, in the words of the other refusals.
+		{[]string{"--workers", "abc"}, `--workers "abc": want a whole number`},
+		{[]string{"--batch-size", "0x20"}, `--batch-size "0x20": want a whole number`},
+		{[]string{"--max-items", "99999999999999999999"}, `--max-items "99999999999999999999": want a whole number, and this one is out of range`},
+		{[]string{"--max-latency", "10"}, `--max-latency "10": want a duration with its unit, such as 250ms, 30s or 2m`},
+		{[]string{"--admin=maybe"}, `--admin "maybe": want true or false`},
 		// Given empty, as by a shell variable that is not set, these
 		// would serve other than asked: echo, no token, no checksum...
 		{[]string{"--model", ""}, "--model is empty: give a model, or leave the flag out to serve the built-in echo"},

@@ -24,6 +24,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetFlagErrorFunc(flagError)
 	root.AddCommand(newServeCommand(), newBenchCommand(), newWorkerCommand(), newStatusCommand())
 	return root
 }
