@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"syscall"
+
+	"github.com/streamer-dev/streamer/internal/filekind"
 )
 
 // maxSmallFile bounds the files the flags name for a few kilobytes of
@@ -28,7 +30,7 @@ func readSmallFile(flag, path string) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
 	if mode := info.Mode(); !mode.IsRegular() {
-		return nil, fmt.Errorf("%s %s: %s, not a regular file", flag, path, fileKind(mode))
+		return nil, fmt.Errorf("%s %s: %s, not a regular file", flag, path, filekind.Of(mode))
 	}
 	data, err := io.ReadAll(io.LimitReader(f, maxSmallFile+1))
 	if err != nil {
@@ -38,19 +40,4 @@ func readSmallFile(flag, path string) ([]byte, error) {
 		return nil, fmt.Errorf("%s %s: more than %d MiB, far more than such a file holds", flag, path, maxSmallFile>>20)
 	}
 	return data, nil
-}
-
-// fileKind names the kind of file that is not a regular one.
-func fileKind(mode os.FileMode) string {
-	switch {
-	case mode.IsDir():
-		return "a directory"
-	case mode&os.ModeNamedPipe != 0:
-		return "a named pipe"
-	case mode&os.ModeSocket != 0:
-		return "a socket"
-	case mode&os.ModeDevice != 0:
-		return "a device"
-	}
-	return "a special file"
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/streamer-dev/streamer/internal/filekind"
 )
 
 // EnvLibrary is the environment variable that names the ONNX Runtime shared
@@ -59,6 +61,10 @@ func existing(path, from string) (string, error) {
 	}
 	if info.IsDir() {
 		return "", fmt.Errorf("%w: %s names %s, which is a folder, not the library file; %s", ErrNoLibrary, from, path, fixHint)
+	}
+	if !info.Mode().IsRegular() {
+		// The loader would wait for a named pipe's writer for ever.
+		return "", fmt.Errorf("%w: %s names %s, which is %s, not the library file; %s", ErrNoLibrary, from, path, filekind.Of(info.Mode()), fixHint)
 	}
 	// The loader searches the system for a name without a slash; a file
 	// that was found must be loaded from where it is.

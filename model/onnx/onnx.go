@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/streamer-dev/streamer/internal/filekind"
 	"github.com/streamer-dev/streamer/model"
 	"github.com/streamer-dev/streamer/model/onnx/demo"
 	"github.com/streamer-dev/streamer/model/onnx/onnxio"
@@ -219,6 +220,10 @@ func readSource(name string) (source, error) {
 		return source{}, fmt.Errorf("model %s: %w", name, err)
 	case info.IsDir():
 		return source{}, fmt.Errorf("model %s: is a folder, not an .onnx file", name)
+	case !info.Mode().IsRegular():
+		// A named pipe would hold the read for ever, a device such
+		// as /dev/zero fill the memory.
+		return source{}, fmt.Errorf("model %s: is %s, not an .onnx file", name, filekind.Of(info.Mode()))
 	}
 	data, err := os.ReadFile(name)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/streamer-dev/streamer/model"
@@ -457,6 +458,10 @@ func TestCheckFailsFastWithOneClearLine(t *testing.T) {
 	if err := os.WriteFile(notONNX, []byte("these are notes, not a model\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	fifo := filepath.Join(t.TempDir(), "model.onnx")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	with := func(edit func(*onnx.Settings)) onnx.Settings {
 		s := mlp
 		edit(&s)
@@ -470,10 +475,15 @@ func TestCheckFailsFastWithOneClearLine(t *testing.T) {
 	}{
 		{"missing file", with(func(s *onnx.Settings) { s.Path = "no/such/model.onnx" }), nil, []string{"model no/such/model.onnx: no such file"}},
 		{"folder", with(func(s *onnx.Settings) { s.Path = t.TempDir() }), nil, []string{"is a folder, not an .onnx file"}},
+		// Read, a named pipe would hold the start for ever, and a
+		// device such as /dev/zero fill the memory.
+		{"named pipe", with(func(s *onnx.Settings) { s.Path = fifo }), nil, []string{"model " + fifo + ": is a named pipe, not an .onnx file"}},
+		{"device", with(func(s *onnx.Settings) { s.Path = os.DevNull }), nil, []string{"model " + os.DevNull + ": is a device, not an .onnx file"}},
 		{"not ONNX", with(func(s *onnx.Settings) { s.Path = notONNX }), onnxio.ErrNotONNX, []string{notONNX, "not an ONNX model"}},
 		{"bad pad", with(func(s *onnx.Settings) { s.Pad = map[string]float64{"feature": 0} }), nil, []string{`pad feature=0: the model has no input "feature"`}},
 		{"bad device", with(func(s *onnx.Settings) { s.Device = "tpu" }), nil, []string{`device "tpu": want cpu or cuda`}},
 		{"missing library", with(func(s *onnx.Settings) { s.Library = "/no/such/libonnxruntime.so" }), onnx.ErrNoLibrary, []string{"the library path names /no/such/libonnxruntime.so, which does not exist", "make onnxruntime"}},
+		{"library a named pipe", with(func(s *onnx.Settings) { s.Library = fifo }), onnx.ErrNoLibrary, []string{"the library path names " + fifo + ", which is a named pipe, not the library file"}},
 		{"not a library", with(func(s *onnx.Settings) { s.Library = notONNX }), onnx.ErrBadLibrary, []string{"load " + notONNX, "make onnxruntime"}},
 		{"old library", with(func(s *onnx.Settings) { s.Library = fakeRuntime(t) }), onnx.ErrBadLibrary, []string{"does not provide the ONNX Runtime C API version 24", "1.24 or later", "make onnxruntime"}},
 	}

@@ -43,6 +43,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
+	"github.com/streamer-dev/streamer/internal/filekind"
 	"github.com/streamer-dev/streamer/model"
 	"github.com/streamer-dev/streamer/model/plugin/pluginpb"
 )
@@ -686,6 +687,9 @@ func Check(path, sha256Hex string) (string, error) {
 		return "", fmt.Errorf("plugin %s: %w", path, err)
 	case st.IsDir():
 		return "", fmt.Errorf("plugin %s: is a directory; want the path of a plugin binary", path)
+	case !st.Mode().IsRegular():
+		// Its checksum would wait on a named pipe for ever.
+		return "", fmt.Errorf("plugin %s: is %s; want the path of a plugin binary", path, filekind.Of(st.Mode()))
 	case st.Mode().Perm()&0o111 == 0:
 		return "", fmt.Errorf("plugin %s: is not executable (mode %s); want an executable plugin binary", path, st.Mode().Perm())
 	}

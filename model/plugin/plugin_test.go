@@ -259,6 +259,15 @@ func TestStartErrors(t *testing.T) {
 	writeFile(t, blank, "#!/bin/sh\necho\nsleep 30\n", 0o755)
 	closes := filepath.Join(dir, "closes")
 	writeFile(t, closes, "#!/bin/sh\nexec >&-\nsleep 30\n", 0o755)
+	// Executable, or so its mode says: its checksum would wait for a
+	// writer for ever.
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(fifo, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	trueBin, err := exec.LookPath("true")
 	if err != nil {
 		t.Skip("no true binary")
@@ -271,6 +280,7 @@ func TestStartErrors(t *testing.T) {
 	}{
 		{"missing", filepath.Join(dir, "nope"), nil, []string{"nope", "no such file"}},
 		{"directory", dir, nil, []string{"is a directory"}},
+		{"named pipe", fifo, nil, []string{"plugin " + fifo + ": is a named pipe; want the path of a plugin binary"}},
 		{"not executable", notExec, nil, []string{"not-executable", "is not executable"}},
 		{"exits at once", trueBin, ErrHandshake, []string{trueBin, "exited before the handshake", "want a streamer model plugin", "STREAMER_PLUGIN"}},
 		{"prints something else", chatty, ErrHandshake, []string{chatty, `printed "hello, I am no plugin" instead of a handshake`, "want a streamer model plugin"}},
