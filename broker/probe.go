@@ -196,3 +196,32 @@ func Refusal(err error) error {
 func bySentinels(err error) bool {
 	return strings.Contains(err.Error(), "sentinels specified in configuration")
 }
+
+// Check asks the Redis cfg names, once, whether it can serve: it connects
+// as a front end or a node does (with the URL's user, password and
+// database, over TLS for rediss://), and asks what the server is. It
+// returns what their Start would return for the same answers: nil when
+// Redis serves; an error that Refusal returns as it is (ErrRefused,
+// ErrUntrusted, ErrUnsupportedRedis) when no retry mends it; or one that
+// is supervisor.ErrUnavailable while Redis does not answer, or refuses
+// its user a permission (ErrPermission). A server checks so before its
+// workers load the model, which may take minutes, so that a wrong
+// password is said at once.
+func Check(ctx context.Context, cfg Config) error {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return err
+	}
+	rdb, where, err := connect(c, 1)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	err = rdb.Ping(ctx).Err()
+	if err == nil {
+		err = new(probe).check(ctx, rdb, where)
+	}
+	return startError(ctx, err, where)
+}

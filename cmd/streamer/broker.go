@@ -100,6 +100,7 @@ type brokerParts struct {
 	node  *broker.Node
 	local *supervisor.Streamer
 	opts  brokerOptions
+	base  broker.Config // of both
 	// frontStarted is set once the front end's Start has returned: on a
 	// node, after its workers and the node have started.
 	frontStarted atomic.Bool
@@ -133,7 +134,7 @@ func (o serveOptions) brokerParts(st *supervisor.Streamer, id broker.ModelID, lo
 	if err != nil {
 		return nil, o.broker.wrap(err)
 	}
-	p := &brokerParts{front: front, local: st, opts: o.broker}
+	p := &brokerParts{front: front, local: st, opts: o.broker, base: base}
 	if st != nil {
 		// As much as the workers can run soon: a batch running and those
 		// formed ahead on every worker.
@@ -148,6 +149,17 @@ func (o serveOptions) brokerParts(st *supervisor.Streamer, id broker.ModelID, lo
 // wrap names where the URL came from in err, a broker's refusal of it.
 func (o brokerOptions) wrap(err error) error {
 	return fmt.Errorf("%s: %s", o.from, strings.TrimPrefix(err.Error(), "broker: "))
+}
+
+// check asks Redis, before the workers load the model, whether it can
+// serve: a URL it refuses (a wrong password or database, a cluster) ends
+// the server now, not once the model has loaded. Redis not answering is
+// left to the starts, which ride it out.
+func (p *brokerParts) check(ctx context.Context) error {
+	if fatal := fatalAtStart(broker.Check(ctx, p.base)); fatal != nil {
+		return p.opts.wrap(fatal)
+	}
+	return nil
 }
 
 // start runs the node, then the front end. Redis being down is logged, not

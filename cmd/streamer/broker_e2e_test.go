@@ -1171,8 +1171,10 @@ func refusedAtStart(t *testing.T, args []string) string {
 
 // TestBrokerRefusedAtStartExits: a front end or a node whose --broker
 // user, password or database Redis refuses exits 1 at start saying so, as
-// no retry mends it; a Redis that does not answer at all is retried, and
-// the front end does not claim to send through it meanwhile.
+// no retry mends it, a node before its workers load the model (before,
+// once they had: minutes later for a large model); a Redis that does not
+// answer at all is retried, and the front end does not claim to send
+// through it meanwhile.
 func TestBrokerRefusedAtStartExits(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{Password: "s3cret", User: "alice", UserPassword: "pw"})
 	for _, tc := range []struct{ url, why string }{
@@ -1182,9 +1184,13 @@ func TestBrokerRefusedAtStartExits(t *testing.T) {
 		{"redis://alice:pw@" + rs.Addr() + "/99", "DB index is out of range"},
 	} {
 		for _, workers := range []string{"0", "1"} {
-			s := launchServer(t, "--broker", tc.url, "--workers", workers, "--model", "echo")
+			// A model whose load outlasts the wait.
+			s := launchServer(t, "--broker", tc.url, "--workers", workers, "--model", "chaos:init-delay=1m")
 			code, err := s.wait(readyTimeout)
 			logs := s.logs()
+			if strings.Contains(logs, "worker started") {
+				t.Errorf("%s, --workers %s: a worker started before Redis was asked:\n%s", tc.url, workers, logs)
+			}
 			if err != nil || code != 1 || !strings.Contains(logs, "streamer: --broker: redis refuses this client") || !strings.Contains(logs, tc.why) {
 				t.Errorf("%s, --workers %s: exit code %d, %v; want 1, saying Redis refuses it (%s):\n%s", tc.url, workers, code, err, tc.why, logs)
 			}

@@ -426,6 +426,13 @@ func runServe(ctx context.Context, o serveOptions) error {
 	var backend httpapi.Backend = st
 	if remote != nil {
 		backend = remote.backend()
+		if st != nil {
+			// Before the workers load the model, which may take
+			// minutes: a URL Redis refuses is said now.
+			if err := remote.check(ctx); err != nil {
+				return err
+			}
+		}
 	}
 	listener, err := o.openListener(guard, log)
 	if err != nil {
