@@ -114,6 +114,11 @@ func TestServeRefusesFlagValuesNoServerCanUse(t *testing.T) {
 		{[]string{"--init-timeout", "-1s"}, "--init-timeout -1s: want a positive duration"},
 		{[]string{"--unavailable-after", "0"}, "--unavailable-after 0s: want a positive duration"},
 		{[]string{"--grace", "-1s"}, "--grace -1s: must not be negative"},
+		// Before the model loads, not once it has (a plugin's socket
+		// directory made, a warning of echo printed).
+		{[]string{"--read-timeout", "0"}, "--read-timeout 0s: want a positive duration"},
+		{[]string{"--idle-timeout", "-1s"}, "--idle-timeout -1s: want a positive duration"},
+		{[]string{"--max-connections", "0"}, "--max-connections 0: want at least 1"},
 		{[]string{"--pipeline-depth", "0"}, "--pipeline-depth 0: want 1 to 1024"},
 		{[]string{"--pipeline-depth", "9223372036854775807"}, "--pipeline-depth 9223372036854775807: want 1 to 1024"},
 		{[]string{"--max-restarts", "0"}, "--max-restarts 0: want at least 1"},
@@ -152,9 +157,13 @@ func TestServeRefusesFlagValuesNoServerCanUse(t *testing.T) {
 		{[]string{"--plugin", "/bin/true", "--pad", "x=0"}, "--pad is for ONNX models: a plugin pads its own inputs"},
 		{[]string{"--model", "echo", "--intra-op-threads", "4"}, "--intra-op-threads is for ONNX models, and --model echo is a built-in one"},
 		{[]string{"--plugin", "/bin/true", "--intra-op-threads", "4"}, "--intra-op-threads is for ONNX models: a plugin sets its own threads"},
+		{[]string{"--model", "echo", "--ort-lib", "/x/libonnxruntime.so"}, "--ort-lib is for ONNX models, and --model echo is a built-in one"},
+		{[]string{"--plugin", "/bin/true", "--ort-lib", "/x/libonnxruntime.so"}, "--ort-lib is for ONNX models: a plugin loads its own libraries"},
 		{[]string{"--plugin", "/bin/true", "--plugin-arg", "k=1", "--plugin-arg", "k=2"}, `--plugin-arg "k=2": k is given twice`},
 		{[]string{"--allow-origin", "app.example.com"}, `--allow-origin "app.example.com": want scheme://host[:port]`},
 		{[]string{"--allow-origin", "https://app.example.com/page"}, `--allow-origin "https://app.example.com/page": want scheme://host[:port] alone`},
+		{[]string{"--allow-origin", "https://*.example.com"}, `--allow-origin "https://*.example.com": want one origin: * stands alone for any`},
+		{[]string{"--allow-origin", "http://app.example.com:99999"}, `--allow-origin "http://app.example.com:99999": port 99999: want 1 to 65535`},
 		{[]string{"--allow-origin", "https://bücher.example"}, `--allow-origin "https://bücher.example": want the host in ASCII, as a browser sends it`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

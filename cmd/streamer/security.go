@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/spf13/pflag"
 
@@ -103,6 +104,12 @@ func (o securityOptions) token(lookupEnv func(string) (string, bool)) (string, e
 	}
 	if len(sources) > 1 {
 		return "", fmt.Errorf("the API token is given by %s: give it one way only", strings.Join(sources, " and "))
+	}
+	if i := strings.IndexFunc(token, func(r rune) bool { return r < ' ' || r > '~' }); i >= 0 {
+		// Every request would get 401: a header cannot carry a control
+		// character, and gRPC's metadata nothing past ASCII.
+		r, _ := utf8.DecodeRuneInString(token[i:])
+		return "", fmt.Errorf("the API token of %s holds %q at byte %d, which no client can send: want printable ASCII", sources[0], r, i)
 	}
 	return token, nil
 }

@@ -203,7 +203,8 @@ func TestSecurityRefusesBadSettings(t *testing.T) {
 	empty := filepath.Join(dir, "empty")
 	token := filepath.Join(dir, "token")
 	garbage := filepath.Join(dir, "garbage.pem")
-	for path, data := range map[string]string{empty: " \n", token: "t0k\n", garbage: "not a certificate\n"} {
+	twoLines := filepath.Join(dir, "two-lines")
+	for path, data := range map[string]string{empty: " \n", token: "t0k\n", garbage: "not a certificate\n", twoLines: "a\nb\n"} {
 		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -231,6 +232,9 @@ func TestSecurityRefusesBadSettings(t *testing.T) {
 		{"empty env token", []string{envAuthToken + "="}, nil, []string{"$" + envAuthToken, "empty"}},
 		{"empty token file", nil, []string{"--auth-token-file", empty}, []string{"--auth-token-file", empty, "empty"}},
 		{"missing token file", nil, []string{"--auth-token-file", missing}, []string{"--auth-token-file", missing}},
+		// Every request would get 401: no header carries these.
+		{"a token of two lines", nil, []string{"--auth-token-file", twoLines}, []string{`the API token of --auth-token-file holds '\n' at byte 1, which no client can send: want printable ASCII`}},
+		{"a token past ASCII", []string{envAuthToken + "=clé"}, nil, []string{`the API token of $` + envAuthToken + ` holds 'é' at byte 2`}},
 		{"flag and file", nil, []string{"--auth-token", "a", "--auth-token-file", token}, []string{"--auth-token and --auth-token-file", "one way only"}},
 		{"env and flag", []string{envAuthToken + "=b"}, []string{"--auth-token", "a"}, []string{"--auth-token and $" + envAuthToken}},
 		{"cert without key", nil, []string{"--tls-cert", pair.cert}, []string{"--tls-cert and --tls-key"}},

@@ -161,6 +161,8 @@ func (o serveOptions) spec(socketDir string) (model.Spec, error) {
 			return model.Spec{}, errors.New("--pad is for ONNX models: a plugin pads its own inputs")
 		case o.intraOpThreads != 0:
 			return model.Spec{}, errors.New("--intra-op-threads is for ONNX models: a plugin sets its own threads")
+		case o.ortLib != "":
+			return model.Spec{}, errors.New("--ort-lib is for ONNX models: a plugin loads its own libraries")
 		}
 		return o.pluginSpec(socketDir)
 	}
@@ -188,6 +190,8 @@ func (o serveOptions) spec(socketDir string) (model.Spec, error) {
 			return model.Spec{}, fmt.Errorf("--device %s is for ONNX models and plugins, and --model %s is a built-in one that runs on the CPU", o.device, o.model)
 		case o.intraOpThreads != 0:
 			return model.Spec{}, fmt.Errorf("--intra-op-threads is for ONNX models, and --model %s is a built-in one", o.model)
+		case o.ortLib != "":
+			return model.Spec{}, fmt.Errorf("--ort-lib is for ONNX models, and --model %s is a built-in one", o.model)
 		}
 	}
 	return spec, nil
@@ -628,12 +632,9 @@ func (o serveOptions) backends(m servedModel, log *slog.Logger) (*supervisor.Str
 	return st, remote, nil
 }
 
-// openListener checks the HTTP limits, sets the memory limit, and listens
+// openListener sets the memory limit, and listens
 // on --listen, capped at --max-connections, through TLS when asked.
 func (o serveOptions) openListener(guard *security, log *slog.Logger) (*cappedListener, error) {
-	if err := o.checkHTTPLimits(); err != nil {
-		return nil, err
-	}
 	if limit, err := o.memoryLimitBytes(); err != nil {
 		return nil, err
 	} else if limit > 0 {
@@ -768,6 +769,9 @@ func (o serveOptions) checkFlags() error {
 		{"--worker-timeout", o.workerTimeout},
 		{"--init-timeout", o.initTimeout},
 		{"--unavailable-after", o.unavailableAfter},
+		{"--read-timeout", o.readTimeout},
+		{"--write-timeout", o.writeTimeout},
+		{"--idle-timeout", o.idleTimeout},
 	}
 	for _, p := range positive {
 		if p.value <= 0 {
@@ -787,6 +791,8 @@ func (o serveOptions) checkFlags() error {
 		return fmt.Errorf("--max-restarts %d: want at least 1", o.maxRestarts)
 	case o.maxBody < 1:
 		return fmt.Errorf("--max-body %d: want at least 1", o.maxBody)
+	case o.maxConnections < 1:
+		return fmt.Errorf("--max-connections %d: want at least 1", o.maxConnections)
 	case o.intraOpThreads < 0 || o.intraOpThreads > maxIntraOpThreads:
 		return fmt.Errorf("--intra-op-threads %d: want 0 (the runtime's default) to %d", o.intraOpThreads, maxIntraOpThreads)
 	}
@@ -847,6 +853,13 @@ func checkOrigin(origin string) error {
 		return errors.New("want scheme://host[:port] alone: a browser's Origin has no path, query or fragment")
 	case strings.ContainsFunc(u.Host, func(r rune) bool { return r >= utf8.RuneSelf }):
 		return errors.New("want the host in ASCII, as a browser sends it: its punycode form (xn--...)")
+	case strings.Contains(u.Host, "*"):
+		return errors.New("want one origin: * stands alone for any, and matches nothing within a host (list each origin)")
+	}
+	if port := u.Port(); port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("port %s: want 1 to 65535", port)
+		}
 	}
 	return nil
 }
@@ -872,21 +885,6 @@ func loopbackHostOnly(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// checkHTTPLimits refuses limits that would make the server unusable.
-func (o serveOptions) checkHTTPLimits() error {
-	switch {
-	case o.readTimeout <= 0:
-		return fmt.Errorf("--read-timeout %s: want a positive duration", o.readTimeout)
-	case o.writeTimeout <= 0:
-		return fmt.Errorf("--write-timeout %s: want a positive duration", o.writeTimeout)
-	case o.idleTimeout <= 0:
-		return fmt.Errorf("--idle-timeout %s: want a positive duration", o.idleTimeout)
-	case o.maxConnections < 1:
-		return fmt.Errorf("--max-connections %d: want at least 1", o.maxConnections)
-	}
-	return nil
 }
 
 // serveProfiles serves net/http/pprof's handlers on their own listener, so
