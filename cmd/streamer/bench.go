@@ -97,7 +97,7 @@ bench reports", has the figures and the JSON keys.`,
 
 // addBenchFlags binds the flags of the load itself to o.
 func addBenchFlags(f *pflag.FlagSet, o *benchOptions) {
-	intVar(f, &o.cfg.Concurrency, "concurrency", 64, "closed loop: number of clients; open loop: most requests in flight")
+	intVar(f, &o.cfg.Concurrency, "concurrency", 64, "closed loop: number of clients; open loop: most requests in flight (at most 65536)")
 	f.DurationVar(&o.cfg.Duration, "duration", 10*time.Second, "how long to send load")
 	f.DurationVar(&o.cfg.Warmup, "warmup", time.Second, "load sent before measuring starts")
 	f.Float64Var(&o.cfg.Rate, "rate", 0, "open loop: requests per second on a fixed schedule, up to 1e6 (0: closed loop)")

@@ -41,8 +41,8 @@ const envBroker = "STREAMER_BROKER"
 func addBrokerFlags(f *pflag.FlagSet, o *brokerOptions) {
 	f.StringVar(&o.url, "broker", "", "redis://[user:password@]host:port/db (or rediss:// for TLS) shared by front ends and GPU nodes: requests go through it and every node with --workers > 0 serves them; with ?master_name=NAME, host:port is a Sentinel (more: &addr=host:port) and the master of NAME is followed through failovers (also $"+envBroker+")")
 	f.StringVar(&o.prefix, "stream-prefix", broker.DefaultPrefix, "prefix of every Redis key, to keep several models apart on one Redis")
-	f.DurationVar(&o.claimIdle, "claim-idle", broker.DefaultClaimIdle, "with --broker: how long a node may hold items without a sign of life before another node claims and answers them")
-	f.DurationVar(&o.replyTTL, "reply-ttl", broker.DefaultReplyTTL, "with --broker: how long this front end's answers stay in Redis after the last was written, when nobody reads them (it died); its items carry it to the nodes")
+	f.DurationVar(&o.claimIdle, "claim-idle", broker.DefaultClaimIdle, "with --broker: how long a node may hold items without a sign of life before another node claims and answers them (100ms to 1h)")
+	f.DurationVar(&o.replyTTL, "reply-ttl", broker.DefaultReplyTTL, "with --broker: how long this front end's answers stay in Redis after the last was written, when nobody reads them (it died), 1s to 24h; its items carry it to the nodes")
 	f.StringVar(&o.caFile, "broker-ca", "", "with a rediss:// --broker: PEM file of the CA that signed Redis's certificate (default: the system's)")
 }
 
