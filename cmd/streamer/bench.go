@@ -187,6 +187,9 @@ func runBench(ctx context.Context, flags *pflag.FlagSet, o benchOptions) error {
 		return o.serve.supervisorConfig(spec, slog.New(slog.DiscardHandler))
 	}
 	cfg.MaxItems = o.serve.maxItems
+	if cfg.MaxQueue = o.serve.maxQueue; cfg.MaxQueue == 0 {
+		cfg.MaxQueue = 100 * o.serve.batchSize * o.serve.workers // the server's default
+	}
 	if o.serve.plugin == "" {
 		cfg.LimitItemsPerS = bench.SleepLimit(o.serve.model, o.serve.workers, o.batchBound(cfg.Input))
 	}

@@ -369,6 +369,8 @@ func TestBenchBadFlags(t *testing.T) {
 		{"rate below one request", []string{"--rate", "1e-10"}, "--rate 1e-10: less than one request"},
 		{"too many items", []string{"--items-per-request", "1000000000"}, "--items-per-request 1000000000: want at most 65536"},
 		{"more items than its server takes", []string{"--items-per-request", "5000"}, "--items-per-request 5000: more than the server's --max-items 4096"},
+		{"more items than its server's queue holds", []string{"--items-per-request", "100", "--max-queue", "50"}, "--items-per-request 100: more than its server's queue holds (50 items: --max-queue, or 100 × --batch-size × --workers), which refuses such a request whole (413)"},
+		{"more items than its server's default queue holds", []string{"--items-per-request", "200", "--batch-size", "1"}, "--items-per-request 200: more than its server's queue holds (100 items"},
 		{"more items than its supervisor takes", []string{"--api", "go", "--max-items", "1", "--items-per-request", "2"}, "--items-per-request 2: more than the server's --max-items 1"},
 		{"duration overflows", []string{"--duration", "2562047h", "--warmup", "1h"}, "together they overflow"},
 		{"target port out of range", []string{"--target", "http://127.0.0.1:99999"}, "port 99999: want 1 to 65535"},

@@ -61,6 +61,10 @@ func (o serveOptions) v2ModelName(spec model.Spec) (string, error) {
 		if strings.ContainsFunc(o.v2Name, func(r rune) bool { return r == '/' || !unicode.IsGraphic(r) || unicode.IsSpace(r) }) {
 			return "", fmt.Errorf("--model-name %q: want a name without '/' or spaces: it is a segment of the /v2/models/NAME path", o.v2Name)
 		}
+		if o.v2Name == "." || o.v2Name == ".." {
+			// Clients clean such a segment out of their paths.
+			return "", fmt.Errorf("--model-name %q: want a name, not a path's dot segment: a client's /v2/models/%s/... would never reach it", o.v2Name, o.v2Name)
+		}
 		return o.v2Name, nil
 	}
 	switch spec.Runner {

@@ -44,7 +44,7 @@ func TestV2ModelNameFollowsTheModel(t *testing.T) {
 			}
 		})
 	}
-	for _, bad := range []string{"a/b", "two words", "tab\there"} {
+	for _, bad := range []string{"a/b", "two words", "tab\there", ".", ".."} {
 		o := serveOptions{model: "echo", device: "cpu", v2Name: bad}
 		spec, err := o.spec("")
 		if err != nil {

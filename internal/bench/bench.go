@@ -84,6 +84,10 @@ type Config struct {
 	// (or the in-process supervisor) takes: its --max-items. 0 when not
 	// known; not looked at for a Target, which says so itself (413).
 	MaxItems int
+	// MaxQueue is the most items the queue of the server Run starts (or of
+	// the in-process supervisor) holds, which a request of more gets 413
+	// for. 0 when not known; not looked at for a Target.
+	MaxQueue int
 	// Progress shows a progress bar on Stderr when it is a terminal, or
 	// one line when the load starts when it is not.
 	Progress bool
@@ -180,6 +184,9 @@ func (cfg *Config) check() (item any, err error) {
 	case cfg.Target == "" && cfg.MaxItems > 0 && cfg.ItemsPerRequest > cfg.MaxItems:
 		return nil, fmt.Errorf("--items-per-request %d: more than the server's --max-items %d, which refuses such a request whole (413); raise --max-items",
 			cfg.ItemsPerRequest, cfg.MaxItems)
+	case cfg.Target == "" && cfg.MaxQueue > 0 && cfg.ItemsPerRequest > cfg.MaxQueue:
+		return nil, fmt.Errorf("--items-per-request %d: more than its server's queue holds (%d items: --max-queue, or 100 × --batch-size × --workers), which refuses such a request whole (413)",
+			cfg.ItemsPerRequest, cfg.MaxQueue)
 	case (len(cfg.Input)+1)*cfg.ItemsPerRequest > maxBodyBytes:
 		return nil, fmt.Errorf("--items-per-request %d of an --input of %d bytes: requests of about %d MiB; want at most %d MiB",
 			cfg.ItemsPerRequest, len(cfg.Input), (len(cfg.Input)+1)*cfg.ItemsPerRequest>>20, maxBodyBytes>>20)
