@@ -309,6 +309,13 @@ type certPair struct{ cert, key string }
 // half of one.
 func writeCertPair(t *testing.T, dir string, ca testCA, serial int64) certPair {
 	t.Helper()
+	return writeCertPairDated(t, dir, ca, serial, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+}
+
+// writeCertPairDated is writeCertPair of a certificate valid from
+// notBefore to notAfter.
+func writeCertPairDated(t *testing.T, dir string, ca testCA, serial int64, notBefore, notAfter time.Time) certPair {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -317,8 +324,8 @@ func writeCertPair(t *testing.T, dir string, ca testCA, serial int64) certPair {
 		SerialNumber: big.NewInt(serial),
 		Subject:      pkix.Name{CommonName: "127.0.0.1"},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
@@ -357,6 +364,19 @@ func servedSerial(addr string, roots *x509.CertPool) (int64, error) {
 	}
 	defer conn.Close()
 	return conn.ConnectionState().PeerCertificates[0].SerialNumber.Int64(), nil
+}
+
+// TestSecurityWarnsOfAnExpiredCertificate: a certificate served after its
+// expiry, which every client refuses, is served all the same (the
+// operator may be replacing it), but the log says so at once.
+func TestSecurityWarnsOfAnExpiredCertificate(t *testing.T) {
+	dir := t.TempDir()
+	pair := writeCertPairDated(t, dir, newTestCA(t, "expired"), 1, time.Now().Add(-48*time.Hour), time.Now().Add(-24*time.Hour))
+	s := launchServer(t, "--workers", "1", "--model", "echo", "--tls-cert", pair.cert, "--tls-key", pair.key)
+	s.waitFor(t, "the server to say it serves HTTPS", readyTimeout, func() bool { return strings.Contains(s.logs(), "serving HTTPS") })
+	s.waitFor(t, "the warning of the expired certificate", readyTimeout, func() bool {
+		return strings.Contains(s.logs(), `level=WARN msg="TLS certificate out of date: clients that check it refuse it" cert=`+pair.cert+` err="it expired 2`)
+	})
 }
 
 func TestSecurityTLSServesAndReloadsOnSIGHUP(t *testing.T) {

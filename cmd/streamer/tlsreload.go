@@ -86,6 +86,29 @@ func (c *certificate) reload() {
 	}
 	c.current.Store(cert)
 	c.log.Info("TLS certificate reloaded", append([]any{"cert", c.certFile}, describeLeaf(cert.Leaf)...)...)
+	c.warnOutOfDate(cert.Leaf)
+}
+
+// warnOutOfDate says in the log when the certificate is served out of its
+// dates, which every client that checks them refuses: served all the same,
+// as the operator may be about to replace it, but not without a word.
+func (c *certificate) warnOutOfDate(leaf *x509.Certificate) {
+	if err := outOfDate(leaf, time.Now()); err != nil {
+		c.log.Warn("TLS certificate out of date: clients that check it refuse it", "cert", c.certFile, "err", err)
+	}
+}
+
+// outOfDate says why leaf is not valid at now, or nil.
+func outOfDate(leaf *x509.Certificate, now time.Time) error {
+	switch {
+	case leaf == nil:
+		return nil
+	case now.After(leaf.NotAfter):
+		return fmt.Errorf("it expired %s ago, at %s", now.Sub(leaf.NotAfter).Round(time.Second), leaf.NotAfter.UTC().Format(time.RFC3339))
+	case now.Before(leaf.NotBefore):
+		return fmt.Errorf("it is valid from %s, in %s", leaf.NotBefore.UTC().Format(time.RFC3339), leaf.NotBefore.Sub(now).Round(time.Second))
+	}
+	return nil
 }
 
 // describeLeaf gives the log attributes that tell one certificate from the
@@ -102,6 +125,7 @@ func describeLeaf(leaf *x509.Certificate) []any {
 // takes effect for the connections made after it.
 func (c *certificate) listen(l net.Listener) net.Listener {
 	c.log.Info("serving HTTPS", append([]any{"cert", c.certFile}, describeLeaf(c.current.Load().Leaf)...)...)
+	c.warnOutOfDate(c.current.Load().Leaf)
 	return httpsListener{tls.NewListener(l, c.config())}
 }
 
