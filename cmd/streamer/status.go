@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -17,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/streamer-dev/streamer/broker"
+	"github.com/streamer-dev/streamer/internal/bench"
 	"github.com/streamer-dev/streamer/supervisor"
 )
 
@@ -52,6 +52,12 @@ func newStatusCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if timeout <= 0 {
 				return fmt.Errorf("--timeout %s: want a positive duration", timeout)
+			}
+			if _, err := bench.ParseTarget(target, "--token"); err != nil {
+				return err
+			}
+			if caFile != "" && !strings.HasPrefix(target, "https://") {
+				return errors.New("--ca: it checks the certificate of an https --target, and there is none")
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
@@ -90,9 +96,6 @@ type statusClient struct {
 // fetch reads the report from the server.
 func (c statusClient) fetch(ctx context.Context) (statusReport, error) {
 	base := c.base
-	if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return statusReport{}, fmt.Errorf("--target %q: want a URL such as http://127.0.0.1:5005", base)
-	}
 	var r statusReport
 	var info map[string]any
 	if err := c.getJSON(ctx, base+"/v1/models", &info); err != nil {
@@ -141,6 +144,9 @@ func (c statusClient) getJSON(ctx context.Context, url string, v any) error {
 	resp, err := c.client.Do(req)
 	if cert := new(tls.CertificateVerificationError); errors.As(err, &cert) {
 		return fmt.Errorf("GET %s: the server's certificate is not trusted (signed by a private CA? give it with --ca): %w", url, err)
+	}
+	if err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+		return fmt.Errorf("GET %s: no answer within --timeout", url)
 	}
 	if err != nil {
 		return fmt.Errorf("GET %s: %w (is `streamer serve` running there?)", url, err)

@@ -81,6 +81,27 @@ func TestStatusCommandRefusesANonPositiveTimeout(t *testing.T) {
 	}
 }
 
+// A --target no server could answer as asked is refused before it is
+// asked, in bench's words: a query would end up amid the paths, a port
+// cannot be dialled; and a --ca is refused where there is no TLS to check.
+func TestStatusCommandRefusesABadTarget(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--target", "http://127.0.0.1:1?x=1"}, `--target "http://127.0.0.1:1?x=1": want no query or fragment`},
+		{[]string{"--target", "http://127.0.0.1:99999"}, `--target "http://127.0.0.1:99999": port 99999: want 1 to 65535`},
+		{[]string{"--target", "http://u:p@127.0.0.1:1"}, "want no user or password in the URL: give the server's token with --token"},
+		{[]string{"--target", "127.0.0.1:5005"}, `--target "127.0.0.1:5005": want an http:// or https:// URL`},
+		{[]string{"--target", "http://127.0.0.1:1", "--ca", "ca.pem"}, "--ca: it checks the certificate of an https --target, and there is none"},
+	} {
+		out, err := runStatusWith(t, nil, tc.args...)
+		if err == nil || !strings.Contains(out, tc.want) {
+			t.Errorf("streamer status %s: %v:\n%s\nwant it refused, saying %q", strings.Join(tc.args, " "), err, out, tc.want)
+		}
+	}
+}
+
 // With --auth-token the server answers status only when it brings the
 // token, given with --token or in the server's own variable; without one,
 // or with a wrong one, the error says what to pass.

@@ -239,12 +239,17 @@ func (cfg *Config) checkRate() error {
 	return nil
 }
 
-// parseTarget checks that target is an http or https URL with a host, a
-// port that can be dialled, and nothing that bench could not pass on: the
-// paths it asks for are appended to the target's, so a query or a fragment
-// would end up in the middle of them, and the load client sends no user
-// and password.
-func parseTarget(target string) (*url.URL, error) {
+// parseTarget is ParseTarget of bench's --target, whose token is
+// --auth-token's.
+func parseTarget(target string) (*url.URL, error) { return ParseTarget(target, "--auth-token") }
+
+// ParseTarget checks that target, the URL of a running server's HTTP API,
+// is an http or https URL with a host, a port that can be dialled, and
+// nothing that a client could not pass on: the paths it asks for are
+// appended to the target's, so a query or a fragment would end up in the
+// middle of them, and the token goes in a header of its own, given by
+// tokenFlag, not as a user and password.
+func ParseTarget(target, tokenFlag string) (*url.URL, error) {
 	// A target without its scheme (127.0.0.1:5005) fails to parse, as a
 	// first path segment with a colon: url.Parse's words would not say
 	// what is missing.
@@ -259,9 +264,9 @@ func parseTarget(target string) (*url.URL, error) {
 	}
 	switch {
 	case u.RawQuery != "" || u.ForceQuery || strings.Contains(target, "#"):
-		return nil, fmt.Errorf("--target %q: want no query or fragment: bench appends the paths it asks for (/predict, /v1/stats) to the target's", target)
+		return nil, fmt.Errorf("--target %q: want no query or fragment: the paths asked for (/predict, /v1/stats) are appended to the target's", target)
 	case u.User != nil:
-		return nil, fmt.Errorf("--target %q: want no user or password in the URL: give the server's token with --auth-token", target)
+		return nil, fmt.Errorf("--target %q: want no user or password in the URL: give the server's token with %s", target, tokenFlag)
 	}
 	return u, nil
 }
