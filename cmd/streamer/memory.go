@@ -40,7 +40,7 @@ func parseBytes(s string) (int64, error) {
 	}
 	n, err := strconv.ParseFloat(text, 64)
 	if err != nil || n < 0 || math.IsNaN(n) || math.IsInf(n, 0) {
-		return 0, fmt.Errorf("%q is not a size: want a number of bytes with an optional unit (KiB, MiB, GiB, TiB)", s)
+		return 0, fmt.Errorf("%q is not a size: want a number of bytes with an optional unit: KiB, MiB, GiB, TiB (powers of 1024, as are K, M, G, T), KB, MB, GB, TB (of 1000) or B", s)
 	}
 	if n*factor >= math.MaxInt64 {
 		return 0, fmt.Errorf("%q is more bytes than any machine has", s)
