@@ -188,6 +188,22 @@ func TestALongTMPDIRPutsPluginSocketsInTmp(t *testing.T) {
 	}
 }
 
+// TestATMPDIRThatIsNotThereIsNamed: a TMPDIR that does not exist fails
+// the start of a plugin's server, naming it as the temporary directory,
+// which the error of the directory's making alone did not.
+func TestATMPDIRThatIsNotThereIsNamed(t *testing.T) {
+	const gone = "/no-such-tmpdir" // short enough for the sockets below it
+	if _, err := os.Stat(gone); !os.IsNotExist(err) {
+		t.Fatalf("%s is there (%v): the test wants a TMPDIR that is not", gone, err)
+	}
+	t.Setenv("TMPDIR", gone)
+	s := launchPluginServer(t, "--plugin", "/bin/true")
+	code, err := s.wait(readyTimeout)
+	if want := "make the plugin socket directory in " + gone + " (the temporary directory, $TMPDIR)"; err != nil || code != 1 || !strings.Contains(s.logs(), want) {
+		t.Errorf("exit code %d, %v; want 1, saying %q:\n%s", code, err, want, s.logs())
+	}
+}
+
 // TestAPluginStartsAfterItsSocketDirWasRemoved: the server's socket
 // directory removed under it (a cleaner of old files in /tmp) is made
 // again by the next worker that starts a plugin, rather than fail every

@@ -35,7 +35,7 @@ func makeSocketDir(log *slog.Logger) (dir string, unlock func(), err error) {
 		if dir != "" {
 			_ = os.Remove(dir)
 		}
-		return "", nil, fmt.Errorf("make the plugin socket directory: %w", err)
+		return "", nil, fmt.Errorf("make the plugin socket directory in %s (the temporary directory, $TMPDIR): %w", base, err)
 	}
 	return dir, unlock, nil
 }
