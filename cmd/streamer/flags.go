@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -63,4 +64,28 @@ func flagError(_ *cobra.Command, err error) error {
 		want = errors.Unwrap(err).Error()
 	}
 	return fmt.Errorf("--%s %q: %s", flag.Name, invalid.GetValue(), want)
+}
+
+// lower is a flag of a few words, taken in any case (CUDA, JSON, Greedy),
+// as --log-level's are.
+type lower struct{ p *string }
+
+func (l lower) String() string {
+	if l.p == nil {
+		return ""
+	}
+	return *l.p
+}
+
+func (l lower) Set(s string) error {
+	*l.p = strings.ToLower(s)
+	return nil
+}
+
+func (lower) Type() string { return "string" }
+
+// lowerVar defines a flag of a few words, taken in any case.
+func lowerVar(f *pflag.FlagSet, p *string, name, value, usage string) {
+	*p = value
+	f.Var(lower{p}, name, usage)
 }

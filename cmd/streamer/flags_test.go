@@ -3,7 +3,10 @@ package main
 import (
 	"testing"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/streamer-dev/streamer/supervisor"
 )
 
 // Whole-number flags are read in base 10: a leading zero is no octal, and
@@ -24,5 +27,18 @@ func TestWholeNumberFlagsAreDecimal(t *testing.T) {
 		if err := f.Set("n", bad); err == nil {
 			t.Errorf("--n %q taken for %d; want a refusal", bad, n)
 		}
+	}
+}
+
+// The flags of a few words take them in any case, as --log-level does.
+func TestWordFlagsTakeAnyCase(t *testing.T) {
+	var o serveOptions
+	cmd := &cobra.Command{}
+	addServeFlags(cmd, &o)
+	if err := cmd.Flags().Parse([]string{"--device", "CUDA", "--log-format", "JSON", "--batching", "Greedy"}); err != nil {
+		t.Fatal(err)
+	}
+	if o.device != "cuda" || o.logFormat != "json" || o.policy() != supervisor.BatchingGreedy {
+		t.Errorf("device %q, log format %q, batching %q; want cuda, json and greedy", o.device, o.logFormat, o.policy())
 	}
 }
