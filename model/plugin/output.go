@@ -22,13 +22,17 @@ type lineWriter struct {
 	// dying, when not nil, keeps the first line that says why a Go
 	// program dies (its panic's message), for the crash's error.
 	dying *atomic.Pointer[string]
+	// last, when not nil, keeps the last line that is not blank, for the
+	// error of a plugin that exits before its handshake (Python's
+	// ModuleNotFoundError, a shell's "not found").
+	last *atomic.Pointer[string]
 }
 
 // Write buffers p and writes out every line it completes.
 func (w *lineWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.out == nil {
+	if w.out == nil && w.dying == nil && w.last == nil {
 		return len(p), nil
 	}
 	w.buf = append(w.buf, p...)
@@ -54,7 +58,7 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 func (w *lineWriter) Flush() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if len(w.buf) > 0 && w.out != nil {
+	if len(w.buf) > 0 {
 		w.writeLine(w.buf)
 	}
 	w.buf = nil
@@ -65,6 +69,13 @@ func (w *lineWriter) writeLine(line []byte) {
 	if w.dying != nil && w.dying.Load() == nil && (bytes.HasPrefix(line, []byte("panic: ")) || bytes.HasPrefix(line, []byte("fatal error: "))) {
 		text := capText(string(line))
 		w.dying.CompareAndSwap(nil, &text)
+	}
+	if w.last != nil && len(bytes.TrimSpace(line)) > 0 {
+		text := capText(string(bytes.TrimSpace(line)))
+		w.last.Store(&text)
+	}
+	if w.out == nil {
+		return
 	}
 	out := make([]byte, 0, len(w.prefix)+len(line)+1)
 	out = append(out, w.prefix...)

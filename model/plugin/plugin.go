@@ -171,6 +171,8 @@ type Model struct {
 	// lastWords is the first line of the plugin's output that says why it
 	// dies (a Go panic's message), if any.
 	lastWords atomic.Pointer[string]
+	// lastLine is the last line of the plugin's output that is not blank.
+	lastLine atomic.Pointer[string]
 }
 
 // Open starts the plugin, checks its handshake and calls its Init with
@@ -242,7 +244,7 @@ func (m *Model) start(path string) error {
 	prefix := "[plugin " + m.name + "] "
 	var mu sync.Mutex
 	newOutput := func() io.Writer {
-		w := &lineWriter{mu: &mu, out: m.cfg.Output, prefix: prefix, dying: &m.lastWords}
+		w := &lineWriter{mu: &mu, out: m.cfg.Output, prefix: prefix, dying: &m.lastWords, last: &m.lastLine}
 		m.outputs = append(m.outputs, w)
 		return w
 	}
@@ -342,12 +344,12 @@ func (m *Model) startError(err error) error {
 		case printed != "":
 			did = fmt.Sprintf("it printed %q instead of a handshake", printed)
 		case strings.Contains(err.Error(), "Failed to read any lines"):
-			did = "it exited before the handshake, or closed its stdout"
+			did = "it exited before the handshake, or closed its stdout" + m.exitNote()
 		default: // go-plugin trims the line it read
 			did = "it printed an empty line instead of a handshake"
 		}
 	case strings.Contains(msg, "exited before we could connect"):
-		did = "it exited before the handshake"
+		did = "it exited before the handshake" + m.exitNote()
 	case strings.Contains(msg, "timeout while waiting"):
 		did = fmt.Sprintf("it printed no handshake within %s, its limit (a plugin that is slow to start does the slow part in Init, after the handshake)", m.cfg.StartTimeout)
 	case strings.Contains(msg, "incompatible API version"):
@@ -363,6 +365,21 @@ func (m *Model) startError(err error) error {
 		want = "want a plugin that serves gRPC (go-plugin's net/rpc is not supported)"
 	}
 	return fmt.Errorf("plugin %s: %w: %s; %s", path, ErrHandshake, did, want)
+}
+
+// exitNote says how the plugin ended, when it has ended before its
+// handshake, and the last line it printed: what went wrong is most often
+// there (a module its interpreter lacks, a file not found).
+func (m *Model) exitNote() string {
+	status, ok := m.runner.exitStatus(time.Second)
+	if !ok {
+		return ""
+	}
+	note := " (" + status
+	if last := m.lastLine.Load(); last != nil {
+		note += "; its last line: " + strconv.Quote(*last)
+	}
+	return note + ")"
 }
 
 // Predict sends the batch to the plugin. Per-item failures come back as a
@@ -582,7 +599,13 @@ func (m *Model) end(cause error, broke bool) error {
 		case cause != nil && !diedAlone:
 			// It ran, but could not be called: the cause says why (no
 			// socket there, no TLS), which its death by our hand does not.
-			m.crashErr = fmt.Errorf("plugin %s (pid %d) could not be called: %s; killed it: %w: %s", m.cmd.Path, m.pid(), capText(status.Convert(cause).Message()), ErrExited, how)
+			why := capText(status.Convert(cause).Message())
+			if line := m.runner.handshakeLine(); strings.Count(line, "|") == 4 {
+				// go-plugin's own examples print five fields; without
+				// the sixth, the TLS error blames an unknown authority.
+				why = fmt.Sprintf("its handshake line %q has no certificate, the sixth field: a streamer plugin serves gRPC over TLS with the certificate it gives there (go doc model/plugin/pluginpb); the call: %s", line, why)
+			}
+			m.crashErr = fmt.Errorf("plugin %s (pid %d) could not be called: %s; killed it: %w: %s", m.cmd.Path, m.pid(), why, ErrExited, how)
 		default:
 			m.crashErr = fmt.Errorf("plugin %s (pid %d): %w: %s", m.cmd.Path, m.pid(), ErrExited, how)
 			if cause != nil && status.Code(cause) != codes.Unavailable {

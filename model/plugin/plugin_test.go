@@ -257,6 +257,10 @@ func TestStartErrors(t *testing.T) {
 	writeFile(t, chatty, "#!/bin/sh\necho hello, I am no plugin\nsleep 30\n", 0o755)
 	blank := filepath.Join(dir, "blank")
 	writeFile(t, blank, "#!/bin/sh\necho\nsleep 30\n", 0o755)
+	// A Python plugin whose interpreter lacks a module says so on stderr
+	// and exits: the error gives both.
+	missing := filepath.Join(dir, "missing-module")
+	writeFile(t, missing, "#!/bin/sh\necho 'Traceback (most recent call last):' >&2\necho \"ModuleNotFoundError: No module named 'grpc'\" >&2\necho >&2\nexit 3\n", 0o755)
 	closes := filepath.Join(dir, "closes")
 	writeFile(t, closes, "#!/bin/sh\nexec >&-\nsleep 30\n", 0o755)
 	// Executable, or so its mode says: its checksum would wait for a
@@ -283,6 +287,7 @@ func TestStartErrors(t *testing.T) {
 		{"named pipe", fifo, nil, []string{"plugin " + fifo + ": is a named pipe; want the path of a plugin binary"}},
 		{"not executable", notExec, nil, []string{"not-executable", "is not executable"}},
 		{"exits at once", trueBin, ErrHandshake, []string{trueBin, "exited before the handshake", "want a streamer model plugin", "STREAMER_PLUGIN"}},
+		{"exits at once, saying why", missing, ErrHandshake, []string{missing, `it exited before the handshake, or closed its stdout (exit status 3; its last line: "ModuleNotFoundError: No module named 'grpc'")`}},
 		{"prints something else", chatty, ErrHandshake, []string{chatty, `printed "hello, I am no plugin" instead of a handshake`, "want a streamer model plugin"}},
 		{"prints an empty line", blank, ErrHandshake, []string{blank, "printed an empty line instead of a handshake"}},
 		{"closes its stdout", closes, ErrHandshake, []string{closes, "exited before the handshake, or closed its stdout"}},

@@ -186,6 +186,26 @@ func (r *procRunner) handshakeLine() string {
 	return r.handshake
 }
 
+// exitStatus waits up to wait for the plugin's exit, and says how it
+// ended: "exit status 3", "signal: killed"; false when it has not.
+func (r *procRunner) exitStatus(wait time.Duration) (string, bool) {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-r.waited:
+	case <-t.C:
+		return "", false
+	}
+	if r.waitErr == nil {
+		return "exit status 0", true
+	}
+	var exit *exec.ExitError
+	if errors.As(r.waitErr, &exit) {
+		return exit.ProcessState.String(), true
+	}
+	return r.waitErr.Error(), true
+}
+
 // Wait waits for the plugin's exit.
 func (r *procRunner) Wait(context.Context) error {
 	<-r.waited
