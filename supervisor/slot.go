@@ -719,7 +719,9 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 		if st.poison {
 			s.log.Error("poison item isolated", "slot", sl.id, "crashes", st.it.crashes, "alone", st.it.aloneCrashes, "copies_failed", st.copies, "err", exitErr)
 		} else {
-			s.log.Error("the model crashes whatever it runs; failing the item rather than blaming it", "slot", sl.id, "crashes", st.it.crashes, "alone", st.it.aloneCrashes, "err", exitErr)
+			// Its error says which: the model crashes on every batch, or
+			// on too many of the few seen, to take the item for poison.
+			s.log.Error("item failed, not taken for poison: the model is not seen sound enough to blame it", "slot", sl.id, "crashes", st.it.crashes, "alone", st.it.aloneCrashes, "why", st.err, "err", exitErr)
 		}
 		s.complete(st.it, nil, fmt.Errorf("%w (last: %v)", st.err, exitErr))
 	}
