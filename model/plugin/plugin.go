@@ -398,19 +398,31 @@ func (m *Model) Predict(ctx context.Context, items [][]byte) ([][]byte, error) {
 	if len(outputs) != len(items) {
 		return nil, fmt.Errorf("plugin %s returned %d outputs for a batch of %d items; a plugin must answer each item once", m.name, len(outputs), len(items))
 	}
-	failed := resp.GetItemErrors()
-	if len(failed) == 0 {
-		return outputs, nil
+	var errs []error
+	if failed := resp.GetItemErrors(); len(failed) > 0 {
+		errs = make([]error, len(items))
+		for i, msg := range failed {
+			if int64(i) >= int64(len(items)) {
+				return nil, fmt.Errorf("plugin %s failed item %d of a batch of %d items", m.name, i, len(items))
+			}
+			if msg == "" {
+				msg = "it failed the item with an empty error"
+			}
+			errs[i] = fmt.Errorf("plugin %s: %s", m.name, capText(msg))
+		}
 	}
-	errs := make([]error, len(items))
-	for i, msg := range failed {
-		if int64(i) >= int64(len(items)) {
-			return nil, fmt.Errorf("plugin %s failed item %d of a batch of %d items", m.name, i, len(items))
+	for i, out := range outputs {
+		if len(out) == 0 && (errs == nil || errs[i] == nil) {
+			// No value at all: the answer's encoder would say only that
+			// the output is cut short.
+			if errs == nil {
+				errs = make([]error, len(items))
+			}
+			errs[i] = fmt.Errorf("plugin %s answered with an empty output and no error: an output is one msgpack value (an empty string is the byte 0xa0), or the item is failed in item_errors", m.name)
 		}
-		if msg == "" {
-			msg = "it failed the item with an empty error"
-		}
-		errs[i] = fmt.Errorf("plugin %s: %s", m.name, capText(msg))
+	}
+	if errs == nil {
+		return outputs, nil
 	}
 	return outputs, &model.ItemErrors{Errs: errs}
 }

@@ -479,6 +479,26 @@ func TestLongErrorsAreCut(t *testing.T) {
 	assertServes(t, m)
 }
 
+// An empty output, which no item can be and which came with no error, fails
+// its item, naming the plugin and what an output is, rather than reach the
+// answer's encoder, which said only that it was cut short.
+func TestAnEmptyOutputFailsItsItem(t *testing.T) {
+	m, err := Open(context.Background(), Config{Path: bin("unruly")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	outputs, err := m.Predict(context.Background(), pack(t, "empty-output", "fine"))
+	var itemErrs *model.ItemErrors
+	if !errors.As(err, &itemErrs) || itemErrs.Errs[0] == nil || itemErrs.Errs[1] != nil ||
+		!strings.Contains(itemErrs.Errs[0].Error(), "plugin unruly answered with an empty output and no error") {
+		t.Fatalf("Predict = %v; want item 0 failed for its empty output, item 1 answered", err)
+	}
+	if string(outputs[1]) != string(pack(t, "fine")[0]) {
+		t.Errorf("item 1 answered %x, want its echo", outputs[1])
+	}
+}
+
 // TestEmptyItemErrorsSaySo: an item failed with an empty error says that
 // much, from the SDK and from a plugin without it.
 func TestEmptyItemErrorsSaySo(t *testing.T) {

@@ -8,6 +8,7 @@
 //	double     answer the batch twice
 //	wrong-id   answer with another batch's id
 //	empty-item-error   fail the item with an empty message
+//	empty-output       answer the batch's first item with no bytes, and no error
 //	stdout:N   write a line of N KiB on its stdout first
 //
 // Whatever it answers, it logs "unruly: answered batch ID" on stderr.
@@ -19,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -68,6 +70,9 @@ func (s *server) Predict(stream pluginpb.Model_PredictServer) error {
 				}
 			case "empty-item-error":
 				resp.ItemErrors = map[uint32]string{0: ""}
+			case "empty-output":
+				resp.Outputs = slices.Clone(resp.Outputs)
+				resp.Outputs[0] = nil
 			case "double":
 				answers = 2
 			case "late": // answers, then again after the duration
