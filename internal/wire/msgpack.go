@@ -150,9 +150,11 @@ func bigEndian(b []byte) uint64 {
 	return u
 }
 
+// float writes f; NaN and the infinities, which JSON has no number for, as
+// null, as an ONNX model's outputs are written (onnxio).
 func (s *msgpackScanner) float(dst []byte, f float64, bits int) ([]byte, error) {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return dst, s.errorf("float %v has no JSON form", f)
+		return append(dst, "null"...), nil
 	}
 	return appendJSONFloat(dst, f, bits), nil
 }
