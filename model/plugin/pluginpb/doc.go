@@ -75,6 +75,46 @@
 // id, kills the plugin as a crash of its worker: its callers must never get
 // another batch's results.
 //
+// A Predict stream that the plugin ends before it answers a batch,
+// returning from its handler with an error (an exception raised) or
+// without one, fails that batch as a batch's error does (500, with the
+// error's message, or saying that the stream ended): the plugin lives on,
+// and the next batch goes on a new stream. An output that is empty (no
+// bytes, which is no msgpack value) and has no item_errors entry fails its
+// item, saying so.
+//
+// # Items and outputs
+//
+// An item is one msgpack value, as the client's request gave it:
+//
+//   - POST /predict in JSON: each input becomes the msgpack value of its
+//     JSON: a string a str, true and false bools, null nil, an integer an
+//     int (a float64 when it is past the int64 range), any other number a
+//     float64, an array an array and an object a map with str keys.
+//   - POST /predict in msgpack: each input as the client encoded it (a
+//     bin stays a bin).
+//   - The Open Inference Protocol (/v2/models/NAME/infer, REST or gRPC):
+//     the one input, of datatype BYTES, one element per item. An element
+//     that is valid UTF-8 arrives as a str, any other as a bin: a plugin
+//     that wants bytes takes both.
+//
+// An output is one msgpack value too, which the server writes back as the
+// client asked:
+//
+//   - /predict in JSON: a str as a JSON string (bytes that are not UTF-8
+//     as U+FFFD), a bin as a base64 string, a timestamp as an RFC 3339
+//     string, a map's keys as strings, NaN and the infinities as null. An
+//     extension of another type has no JSON form: the request fails with
+//     a 500 naming the output.
+//   - /predict in msgpack: the output as it is.
+//   - The Open Inference Protocol: one BYTES element, the bytes of a str or
+//     a bin, or the JSON text of any other value; in the JSON form of an
+//     answer, that element as a JSON string (bytes that are not UTF-8 as
+//     U+FFFD).
+//
+// A plugin fails one item through item_errors (the client gets 422 and the
+// message) and a whole batch through error (500).
+//
 // A plugin that dies is a crash of its worker: the worker exits, the
 // supervisor restarts it (with a new copy of the plugin) and retries the
 // batch elsewhere, and an item that keeps killing plugins is isolated and
@@ -92,6 +132,17 @@
 // dies, and the rest of its group right after, however the worker died
 // (kill -9, the OOM killer): neither it nor what it started is left behind.
 // A process it moves out of the group (setsid) is its own to stop.
+//
+// Signals: ignore SIGTERM, SIGINT and SIGHUP. A service manager stopping
+// or reloading the server (systemd's KillMode=control-group), or a
+// terminal that hangs up, signals every process of the server, the
+// plugins included; the worker stops its plugin through Shutdown, once
+// the batches it holds are answered. A plugin that dies of such a signal
+// is a crash of its worker, and its batch runs again elsewhere.
+//
+// Output: write logs to stderr. What a plugin writes on stdout after its
+// handshake goes into the server log too, tagged as stderr; before it, any
+// line but the handshake fails the start.
 //
 // Large batches: the worker sends messages of any size up to the server's
 // batch byte limit, so lift the gRPC server's default 4 MiB message limits.
