@@ -15,6 +15,11 @@
 //	PLUGIN_CLIENT_CERT=<PEM>             the worker's certificate (see TLS below)
 //	CUDA_VISIBLE_DEVICES                 inherited: the card of the worker's slot
 //
+// PLUGIN_PROTOCOL_VERSIONS is a comma-separated list (one version today).
+// go-plugin also sets PLUGIN_MIN_PORT and PLUGIN_MAX_PORT, for plugins that
+// listen on TCP: a streamer plugin listens on its Unix socket, and ignores
+// them.
+//
 // A program started without the cookie was not started by streamer: it should
 // say so on stderr and exit with status 1.
 //
