@@ -304,10 +304,6 @@ func TestStatusPageKeepsItsElements(t *testing.T) {
 	chromium := chromiumPath(t)
 	s := startServer(t, "--workers", "2", "--model", "echo")
 	s.waitAllReady(t, 2)
-	target, err := url.Parse(s.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
 	const watch = `<script>
 (() => {
   const show = showWorkers;
@@ -326,6 +322,22 @@ func TestStatusPageKeepsItsElements(t *testing.T) {
   };
 })();
 </script>`
+	dom := dumpDOM(t, chromium, pageWithScript(t, s, watch))
+	if !strings.Contains(dom, `data-kept="true true true 0,1"`) {
+		t.Errorf("after two refreshes the page's elements are not those it showed first "+
+			"(want data-kept: the same row, pid and model text, rows in slot order):\n%s", dom)
+	}
+}
+
+// pageWithScript serves s's status page, and the rest of its routes,
+// through a proxy that adds script to the page, and returns the page's
+// URL: the test's script watches, or drives, the real page's functions.
+func pageWithScript(t *testing.T, s *server, script string) string {
+	t.Helper()
+	target, err := url.Parse(s.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {
@@ -346,14 +358,45 @@ func TestStatusPageKeepsItsElements(t *testing.T) {
 		for _, h := range []string{"Content-Type", "Content-Security-Policy"} {
 			w.Header().Set(h, resp.Header.Get(h))
 		}
-		_, _ = w.Write(bytes.Replace(body, []byte("</body>"), []byte(watch+"</body>"), 1))
+		_, _ = w.Write(bytes.Replace(body, []byte("</body>"), []byte(script+"</body>"), 1))
 	}))
-	defer page.Close()
+	t.Cleanup(page.Close)
+	return page.URL + "/"
+}
 
-	dom := dumpDOM(t, chromium, page.URL+"/")
-	if !strings.Contains(dom, `data-kept="true true true 0,1"`) {
-		t.Errorf("after two refreshes the page's elements are not those it showed first "+
-			"(want data-kept: the same row, pid and model text, rows in slot order):\n%s", dom)
+// A worker draining during a reload is listed beside its slot's new one,
+// in a row of its own, and that row goes once the drain is over. (Before,
+// rows were keyed by slot alone: each refresh during a reload added a row
+// for the slot, and the rows stayed after the drain.) The test's script
+// shows the page's table three lists of a slot with a draining worker,
+// then one without it.
+func TestStatusPageRowsOfADrainingWorker(t *testing.T) {
+	chromium := chromiumPath(t)
+	s := startServer(t, "--workers", "1", "--model", "echo")
+	s.waitAllReady(t, 1)
+	const drive = `<script>
+(() => {
+  const show = showWorkers;
+  let calls = 0;
+  showWorkers = (slots, front) => {
+    if (++calls > 1) return; // the page's own refreshes after the first would undo the test's
+    const fresh = {slot: 0, pid: 11, state: "ready", restarts: 0, in_flight: 0};
+    const draining = {slot: 0, pid: 10, state: "draining", restarts: 0, in_flight: 1};
+    const counts = [];
+    for (let i = 0; i < 3; i++) {
+      show([fresh, draining], front);
+      counts.push(document.getElementById("workers").rows.length);
+    }
+    show([fresh], front);
+    const rows = document.getElementById("workers").rows;
+    counts.push(rows.length, rows[0].cells[2].textContent);
+    document.body.dataset.rows = counts.join(" ");
+  };
+})();
+</script>`
+	dom := dumpDOM(t, chromium, pageWithScript(t, s, drive))
+	if !strings.Contains(dom, `data-rows="2 2 2 1 11"`) {
+		t.Errorf("rows after three refreshes of a slot with a draining worker, then one without (want data-rows 2 2 2 1, the new worker's pid 11):\n%s", dom)
 	}
 }
 
@@ -404,7 +447,7 @@ func dumpDOM(t *testing.T, chromium, url string) string {
 }
 
 var (
-	workerRow  = regexp.MustCompile(`<tr class="worker" data-slot="(\d+)">(.*?)</tr>`)
+	workerRow  = regexp.MustCompile(`<tr class="worker" data-slot="(\d+)"[^>]*>(.*?)</tr>`)
 	workerCell = regexp.MustCompile(`<td class="([a-z-]+)[^"]*">([^<]*)</td>`)
 )
 
