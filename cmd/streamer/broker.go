@@ -289,13 +289,17 @@ func (b nodeBackend) BrokerStats() any {
 // through Redis, for /metrics.
 func (b nodeBackend) Metrics() prometheus.Collector { return broker.Collector(b.FrontEnd, b.node) }
 
-// Stats are the front end's request counters with the local batches.
+// Stats are the front end's request counters, and its callers' time from
+// end to end, with the local batches, and their queue wait and compute
+// time: the workers run items of every front end, and the node's callers'
+// items run on every node.
 func (b nodeBackend) Stats() supervisor.Stats {
 	st := b.local.Stats()
 	front := b.FrontEnd.Stats()
 	st.Submitted, st.Answered, st.Failed, st.Rejected = front.Submitted, front.Answered, front.Failed, front.Rejected
 	st.Expired, st.Poisoned, st.Canceled = front.Expired, front.Poisoned, front.Canceled
 	st.RoomKept = front.RoomKept // in the shared backlog, not the local queue
+	st.Latency.EndToEnd = front.Latency.EndToEnd
 	return st
 }
 

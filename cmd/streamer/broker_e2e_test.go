@@ -642,6 +642,28 @@ func TestBrokerNodeShowsTheRoomKept(t *testing.T) {
 	wantMetrics(t, node, "streamer_queue_room_kept_items 6")
 }
 
+// TestBrokerNodeTimesItsOwnCallers: a node that takes HTTP requests times
+// its callers' items from end to end, through Redis, as it counts them;
+// its queue wait and compute time are its workers', of every front end's
+// items. (Before, its end-to-end time was its workers' too: not what its
+// callers saw, and a sum over front ends and nodes counted items twice.)
+func TestBrokerNodeTimesItsOwnCallers(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	node := startBrokerNode(t, rs, "--workers", "1", "--model", "echo")
+	front := startBrokerFront(t, rs)
+	waitReadyz(t, front, http.StatusOK)
+	if p, err := predictWithin(front, requestTimeout, 0, "a", "b", "c"); err != nil || p.Status != http.StatusOK {
+		t.Fatalf("through the front end: %s, %v", p, err)
+	}
+	if p, err := predictWithin(node, requestTimeout, 0, "d"); err != nil || p.Status != http.StatusOK {
+		t.Fatalf("through the node's own port: %s, %v", p, err)
+	}
+	wantMetrics(t, node, `streamer_items_total{outcome="ok"} 1`, "streamer_end_to_end_seconds_count 1", "streamer_queue_wait_seconds_count 4", "streamer_compute_seconds_count 4")
+	if st := node.stats(t); st.Latency.EndToEnd.Count() != 1 {
+		t.Errorf("the node's /v1/stats end to end counts %d items, want its one caller's", st.Latency.EndToEnd.Count())
+	}
+}
+
 // TestBrokerFullBacklogAnswers429: with a shared backlog of 4 in front of
 // one slow worker, a burst of requests gets 4 admitted and answered and the
 // rest refused with 429 and Retry-After.
@@ -1457,6 +1479,10 @@ func TestBrokerStatusCommand(t *testing.T) {
 	out, err = runStatus(t, node.URL())
 	if err != nil || !regexp.MustCompile(`(?m)^node +read 3, claimed 0, answered 3, `).MatchString(out) {
 		t.Errorf("streamer status of the node: %v; want its traffic, 3 items read and answered:\n%s", err, out)
+	}
+	// Its workers' items waited and ran; it had no callers of its own.
+	if want := `(?m)^mean latency +queue wait \d+\.\d+ ms, compute \d+\.\d+ ms, of its workers' items; end to end -, of its callers' through redis$`; !regexp.MustCompile(want).MatchString(out) {
+		t.Errorf("streamer status of the node lacks %s:\n%s", want, out)
 	}
 }
 

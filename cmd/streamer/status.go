@@ -237,8 +237,13 @@ func (r statusReport) print(out io.Writer) error {
 	} else {
 		fmt.Fprintf(w, "batch cost\tnot fitted yet\n")
 	}
-	fmt.Fprintf(w, "mean latency\tqueue wait %s, compute %s, end to end %s\n",
-		meanMs(lat.QueueWait), meanMs(lat.Compute), meanMs(lat.EndToEnd))
+	if r.broker != nil && r.broker.Node != nil {
+		fmt.Fprintf(w, "mean latency\tqueue wait %s, compute %s, of its workers' items; end to end %s, of its callers' through redis\n",
+			meanMs(lat.QueueWait), meanMs(lat.Compute), meanMs(lat.EndToEnd))
+	} else {
+		fmt.Fprintf(w, "mean latency\tqueue wait %s, compute %s, end to end %s\n",
+			meanMs(lat.QueueWait), meanMs(lat.Compute), meanMs(lat.EndToEnd))
+	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "SLOT\tDEVICE\tPID\tSTATE\tRESTARTS\tCRASHES\tBATCHES\tIN FLIGHT\tLAST ERROR")
 	for _, sl := range r.slots {
