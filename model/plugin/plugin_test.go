@@ -564,8 +564,21 @@ func TestSpecRecordsTheBinaryLoaded(t *testing.T) {
 	if sum := sha256.Sum256([]byte("#!/bin/sh\n")); err != nil || settings.Loaded != hex.EncodeToString(sum[:]) {
 		t.Fatalf("spec's settings %+v, %v; want the binary's SHA-256 loaded", settings, err)
 	}
+	if err := checkLoaded(settings); err != nil || settings.LoadedStamp == "" {
+		t.Fatalf("the binary as it was loaded: %v (stamp %q)", err, settings.LoadedStamp)
+	}
+	// A worker reads the binary only when its stamp changed: written again
+	// to the same size and time (which no deploy does), it is not read.
+	info, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write("#!/bin/ash")
+	if err := os.Chtimes(path, info.ModTime(), info.ModTime()); err != nil {
+		t.Fatal(err)
+	}
 	if err := checkLoaded(settings); err != nil {
-		t.Fatalf("the binary as it was loaded: %v", err)
+		t.Fatalf("a binary of the stamp recorded was read: %v", err)
 	}
 	write("#!/bin/sh\n# another\n")
 	if err := checkLoaded(settings); !errors.Is(err, ErrPluginChanged) || !errors.Is(err, model.ErrStale) {

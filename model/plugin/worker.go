@@ -37,6 +37,10 @@ type Settings struct {
 	// restarted after a crash must run the plugin the other workers run,
 	// not a binary replaced on disk without a reload. Empty: no check.
 	Loaded string `json:"loaded_sha256,omitempty"`
+	// LoadedStamp is the binary's stamp (size, modification time, inode)
+	// when Loaded was read: a worker that finds the binary with the same
+	// stamp does not read it to compare.
+	LoadedStamp string `json:"loaded_stamp,omitempty"`
 	// SocketDir is where the plugin's private socket directory is made (see
 	// Config.SocketDir). It says where, not what: it does not change the model.
 	SocketDir string `json:"socket_dir,omitempty"`
@@ -66,29 +70,28 @@ func (d *Duration) UnmarshalText(text []byte) error {
 }
 
 // Spec is the Spec that opens this plugin in a worker. Unless SHA256 pins
-// the binary, it reads the binary's SHA-256 as it is now into Loaded
-// (unless it is set), so that a worker started later, after a crash,
-// refuses a binary that changed; a binary it cannot read is left to Check
-// to report.
+// the binary, it reads the binary's SHA-256 as it is now into Loaded, with
+// its stamp into LoadedStamp (unless Loaded is set), so that a worker
+// started later, after a crash, refuses a binary that changed; a binary it
+// cannot read (one the server may run but not read) is left unchecked,
+// and one it cannot find to Check to report.
 func (s Settings) Spec() (model.Spec, error) {
 	if s.Path == "" {
 		return model.Spec{}, errors.New("plugin: the binary's path is required")
 	}
 	if s.SHA256 == "" && s.Loaded == "" {
 		if path, err := Check(s.Path, ""); err == nil {
-			if sum, err := fileSHA256(path); err == nil {
-				s.Loaded = hex.EncodeToString(sum)
-			}
+			s.Loaded, s.LoadedStamp = loaded(path)
 		}
 	}
 	return model.NewSpec(Runner, s)
 }
 
-// Refresh returns spec with the binary's SHA-256 read again: the spec of
-// the workers a reload starts, which run the binary as it is now. A binary
-// that SHA256 pins is left so: a reload runs only the binary of that
-// checksum. It reads the binary once, in the supervisor, so that each
-// worker only compares.
+// Refresh returns spec with the binary's SHA-256 and stamp read again: the
+// spec of the workers a reload starts, which run the binary as it is now.
+// A binary that SHA256 pins is left so: a reload runs only the binary of
+// that checksum. It reads the binary once, in the supervisor; each worker
+// compares the stamp, and reads the binary only when that differs.
 func Refresh(spec model.Spec) (model.Spec, error) {
 	settings, err := SettingsOf(spec)
 	if err != nil || settings.SHA256 != "" {
@@ -98,16 +101,45 @@ func Refresh(spec model.Spec) (model.Spec, error) {
 	if err != nil {
 		return model.Spec{}, err
 	}
-	sum, err := fileSHA256(path)
-	if err != nil {
-		return model.Spec{}, fmt.Errorf("plugin %s: checksum: %w", settings.Path, err)
-	}
-	settings.Loaded = hex.EncodeToString(sum)
+	settings.Loaded, settings.LoadedStamp = loaded(path)
 	return model.NewSpec(Runner, settings)
 }
 
+// loaded is the SHA-256 of the binary at path, in hex, and its stamp (see
+// fileStamp); both empty when it cannot be read, which leaves it unchecked.
+func loaded(path string) (sum, stamp string) {
+	before, err := fileStamp(path)
+	if err != nil {
+		return "", ""
+	}
+	digest, err := fileSHA256(path)
+	if err != nil {
+		return "", ""
+	}
+	if after, err := fileStamp(path); err != nil || after != before {
+		// Replaced while it was read: its stamp is not that of the
+		// content hashed, and a worker must hash to compare.
+		before = ""
+	}
+	return hex.EncodeToString(digest), before
+}
+
+// fileStamp says, in one string, which file is at path and when it was
+// last written: its size, modification time and, where there is one, its
+// device and inode. A binary replaced (renamed into place) or written
+// again changes it; a worker that finds the stamp the supervisor recorded
+// need not read the binary.
+func fileStamp(path string) (string, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d:%d:%s", info.Size(), info.ModTime().UnixNano(), fileID(info)), nil
+}
+
 // checkLoaded refuses a binary whose content is no longer the one whose
-// SHA-256 settings.Loaded records. A binary it cannot find or read is left
+// SHA-256 settings.Loaded records. It reads the binary only when its stamp
+// is not the one recorded with it. A binary it cannot find or read is left
 // to Open to report.
 func checkLoaded(settings Settings) error {
 	if settings.Loaded == "" {
@@ -115,6 +147,9 @@ func checkLoaded(settings Settings) error {
 	}
 	path, err := Check(settings.Path, "")
 	if err != nil {
+		return nil
+	}
+	if stamp, err := fileStamp(path); err == nil && stamp == settings.LoadedStamp {
 		return nil
 	}
 	sum, err := fileSHA256(path)
