@@ -134,10 +134,15 @@ func runBench(ctx context.Context, flags *pflag.FlagSet, o benchOptions) error {
 	if err := checkSweep(flags, o); err != nil {
 		return err
 	}
-	if o.caFile != "" && !strings.HasPrefix(o.cfg.Target, "https://") {
+	if o.caFile != "" && !bench.IsHTTPS(o.cfg.Target) {
 		return errors.New("--ca: it checks the certificate of an https --target, and there is none")
 	}
-	if err := refuseEmpty(flags); err != nil {
+	if err := refuseEmpty(flags, os.LookupEnv); err != nil {
+		return err
+	}
+	// As its server will: $STREAMER_BROKER set but empty is refused now,
+	// not once the server has started.
+	if err := o.serve.broker.resolve(flags, os.LookupEnv); err != nil {
 		return err
 	}
 	if err := checkTargetFlags(flags, o); err != nil {
@@ -188,7 +193,11 @@ func runBench(ctx context.Context, flags *pflag.FlagSet, o benchOptions) error {
 	}
 	cfg.MaxItems = o.serve.maxItems
 	if cfg.MaxQueue = o.serve.maxQueue; cfg.MaxQueue == 0 {
-		cfg.MaxQueue = 100 * o.serve.batchSize * o.serve.workers // the server's default
+		// The server's default: with a broker, the shared backlog's.
+		cfg.MaxQueue = 100 * o.serve.batchSize * o.serve.workers
+		if o.serve.broker.url != "" {
+			cfg.MaxQueue = 100 * o.serve.batchSize
+		}
 	}
 	if o.serve.plugin == "" {
 		cfg.LimitItemsPerS = bench.SleepLimit(o.serve.model, o.serve.workers, o.batchBound(cfg.Input))

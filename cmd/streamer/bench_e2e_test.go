@@ -369,8 +369,9 @@ func TestBenchBadFlags(t *testing.T) {
 		{"rate below one request", []string{"--rate", "1e-10"}, "--rate 1e-10: less than one request"},
 		{"too many items", []string{"--items-per-request", "1000000000"}, "--items-per-request 1000000000: want at most 65536"},
 		{"more items than its server takes", []string{"--items-per-request", "5000"}, "--items-per-request 5000: more than the server's --max-items 4096"},
-		{"more items than its server's queue holds", []string{"--items-per-request", "100", "--max-queue", "50"}, "--items-per-request 100: more than its server's queue holds (50 items: --max-queue, or 100 × --batch-size × --workers), which refuses such a request whole (413)"},
+		{"more items than its server's queue holds", []string{"--items-per-request", "100", "--max-queue", "50"}, "--items-per-request 100: more than its server's queue holds (50 items: --max-queue, or its default), which refuses such a request whole (413)"},
 		{"more items than its server's default queue holds", []string{"--items-per-request", "200", "--batch-size", "1"}, "--items-per-request 200: more than its server's queue holds (100 items"},
+		{"more items than the shared backlog holds", []string{"--broker", "redis://127.0.0.1:1/0", "--workers", "2", "--batch-size", "2", "--items-per-request", "300"}, "--items-per-request 300: more than its server's queue holds (200 items"},
 		{"more items than its supervisor takes", []string{"--api", "go", "--max-items", "1", "--items-per-request", "2"}, "--items-per-request 2: more than the server's --max-items 1"},
 		{"duration overflows", []string{"--duration", "2562047h", "--warmup", "1h"}, "together they overflow"},
 		{"target port out of range", []string{"--target", "http://127.0.0.1:99999"}, "port 99999: want 1 to 65535"},
@@ -423,6 +424,20 @@ func TestBenchBadFlags(t *testing.T) {
 				t.Errorf("took %s to reject the flags", d)
 			}
 		})
+	}
+}
+
+// $STREAMER_BROKER set but empty, which the server bench starts refuses,
+// is refused before that server starts.
+func TestBenchRefusesAnEmptyBrokerVariable(t *testing.T) {
+	t.Setenv("STREAMER_BROKER", "")
+	began := time.Now()
+	res := runBenchCmd(t, "--duration", "1s", "--warmup", "0s")
+	if res.code == 0 || !strings.Contains(res.stderr, "$STREAMER_BROKER is set but empty") || strings.Contains(res.stderr, "server exited") {
+		t.Errorf("exit code %d, stderr %q; want bench itself to refuse the empty variable", res.code, res.stderr)
+	}
+	if d := time.Since(began); d > 5*time.Second {
+		t.Errorf("took %s to refuse it", d)
 	}
 }
 

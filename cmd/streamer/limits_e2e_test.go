@@ -139,10 +139,7 @@ func TestServeRefusesFlagValuesNoServerCanUse(t *testing.T) {
 		// Given empty, as by a shell variable that is not set, these
 		// would serve other than asked: echo, no token, no checksum...
 		{[]string{"--model", ""}, "--model is empty: give a model, or leave the flag out to serve the built-in echo"},
-		{[]string{"--model-name", ""}, "--model-name is empty"},
 		{[]string{"--plugin", "/bin/true", "--plugin-sha256", ""}, "--plugin-sha256 is empty: give the binary's SHA-256, or leave the flag out to run it unchecked"},
-		{[]string{"--ort-lib", ""}, "--ort-lib is empty"},
-		{[]string{"--cuda", " "}, "--cuda is empty: give GPU ids, or leave the flag out to pass CUDA_VISIBLE_DEVICES through"},
 		{[]string{"--auth-token-file", ""}, "--auth-token-file is empty: give the path of the token's file, or leave the flag out to serve without a token"},
 		{[]string{"--tls-cert", "", "--tls-key", ""}, "--tls-cert is empty: give the certificate's PEM file, or leave the flag out to serve plain HTTP"},
 		{[]string{"--broker", ""}, "--broker is empty: give a redis:// URL, or leave the flag out to serve alone"},

@@ -92,7 +92,7 @@ CUDA_VISIBLE_DEVICES set to the (i mod n)-th entry of --cuda.`,
   streamer serve --model model.onnx --device cuda --cuda 0,1,2,3 --workers 4`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := refuseEmpty(cmd.Flags()); err != nil {
+			if err := refuseEmpty(cmd.Flags(), os.LookupEnv); err != nil {
 				return err
 			}
 			if err := o.broker.resolve(cmd.Flags(), os.LookupEnv); err != nil {
@@ -549,6 +549,10 @@ func (o serveOptions) checkRoles(guard *security) error {
 	if o.admin && o.workers == 0 {
 		return errors.New("--admin needs workers of this server's own (--workers > 0): a front end has none to reload or scale")
 	}
+	if i := strings.IndexFunc(guard.token, func(r rune) bool { return r > '~' }); o.grpcListen != "" && i >= 0 {
+		r, _ := utf8.DecodeRuneInString(guard.token[i:])
+		return fmt.Errorf("--grpc-listen: the API token holds %q at byte %d, which gRPC metadata cannot carry, and every gRPC call would be refused: give a token of printable ASCII", r, i)
+	}
 	return nil
 }
 
@@ -810,27 +814,32 @@ func (o serveOptions) checkFlags() error {
 // emptyRefused are the flags whose value, given empty (most likely a shell
 // variable that is not set), would quietly serve other than asked: the
 // echo model that answers each item with itself, no token, no checksum, no
-// broker, plain HTTP, every GPU to every worker. Each says what to give
-// instead. Those whose help says "off when empty" are not among them.
-var emptyRefused = []struct{ flag, instead string }{
-	{"model", "give a model, or leave the flag out to serve the built-in echo"},
-	{"model-name", "give a name, or leave the flag out for the model's own"},
-	{"plugin", "give the path of a plugin binary"},
-	{"plugin-sha256", "give the binary's SHA-256, or leave the flag out to run it unchecked"},
-	{"ort-lib", "give the library's path, or leave the flag out to look for it"},
-	{"cuda", "give GPU ids, or leave the flag out to pass CUDA_VISIBLE_DEVICES through"},
-	{"auth-token-file", "give the path of the token's file, or leave the flag out to serve without a token"},
-	{"tls-cert", "give the certificate's PEM file, or leave the flag out to serve plain HTTP"},
-	{"tls-key", "give the key's PEM file, or leave the flag out to serve plain HTTP"},
-	{"broker", "give a redis:// URL, or leave the flag out to serve alone"},
-	{"broker-ca", "give the CA's PEM file, or leave the flag out to trust the system's"},
+// broker, plain HTTP. Each says what to give instead; env is the variable
+// the flag's absence falls back to, whose being set changes that advice.
+// Those whose empty value is their default (--cuda, --ort-lib,
+// --model-name), or whose help says "off when empty", are not among them.
+var emptyRefused = []struct{ flag, instead, env, insteadEnv string }{
+	{"model", "give a model, or leave the flag out to serve the built-in echo", "", ""},
+	{"plugin", "give the path of a plugin binary", "", ""},
+	{"plugin-sha256", "give the binary's SHA-256, or leave the flag out to run it unchecked", "", ""},
+	{"auth-token-file", "give the path of the token's file, or leave the flag out to serve without a token",
+		envAuthToken, "give the path of the token's file, or leave the flag out to serve with $" + envAuthToken},
+	{"tls-cert", "give the certificate's PEM file, or leave the flag out to serve plain HTTP", "", ""},
+	{"tls-key", "give the key's PEM file, or leave the flag out to serve plain HTTP", "", ""},
+	{"broker", "give a redis:// URL, or leave the flag out to serve alone",
+		envBroker, "give a redis:// URL; leaving the flag out serves through $" + envBroker + ", and to serve alone, unset it for this server (env -u " + envBroker + " streamer serve ...)"},
+	{"broker-ca", "give the CA's PEM file, or leave the flag out to trust the system's", "", ""},
 }
 
 // refuseEmpty refuses a flag of emptyRefused given with an empty value.
-func refuseEmpty(f *pflag.FlagSet) error {
+func refuseEmpty(f *pflag.FlagSet, lookupEnv func(string) (string, bool)) error {
 	for _, e := range emptyRefused {
 		if flag := f.Lookup(e.flag); flag != nil && flag.Changed && strings.TrimSpace(flag.Value.String()) == "" {
-			return fmt.Errorf("--%s is empty: %s", e.flag, e.instead)
+			instead := e.instead
+			if v, set := lookupEnv(e.env); e.env != "" && set && strings.TrimSpace(v) != "" {
+				instead = e.insteadEnv
+			}
+			return fmt.Errorf("--%s is empty: %s", e.flag, instead)
 		}
 	}
 	return nil

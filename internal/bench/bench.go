@@ -185,7 +185,7 @@ func (cfg *Config) check() (item any, err error) {
 		return nil, fmt.Errorf("--items-per-request %d: more than the server's --max-items %d, which refuses such a request whole (413); raise --max-items",
 			cfg.ItemsPerRequest, cfg.MaxItems)
 	case cfg.Target == "" && cfg.MaxQueue > 0 && cfg.ItemsPerRequest > cfg.MaxQueue:
-		return nil, fmt.Errorf("--items-per-request %d: more than its server's queue holds (%d items: --max-queue, or 100 × --batch-size × --workers), which refuses such a request whole (413)",
+		return nil, fmt.Errorf("--items-per-request %d: more than its server's queue holds (%d items: --max-queue, or its default), which refuses such a request whole (413)",
 			cfg.ItemsPerRequest, cfg.MaxQueue)
 	case (len(cfg.Input)+1)*cfg.ItemsPerRequest > maxBodyBytes:
 		return nil, fmt.Errorf("--items-per-request %d of an --input of %d bytes: requests of about %d MiB; want at most %d MiB",
@@ -237,6 +237,12 @@ func (cfg *Config) checkRate() error {
 		return fmt.Errorf("--rate %g: less than one request in the %s of --warmup and --duration", cfg.Rate, cfg.Warmup+cfg.Duration)
 	}
 	return nil
+}
+
+// IsHTTPS reports whether target is an https:// URL, its scheme in any case
+// (ParseTarget takes HTTPS:// too).
+func IsHTTPS(target string) bool {
+	return len(target) >= len("https://") && strings.EqualFold(target[:len("https://")], "https://")
 }
 
 // parseTarget is ParseTarget of bench's --target, whose token is
