@@ -105,11 +105,12 @@ func (o securityOptions) token(lookupEnv func(string) (string, bool)) (string, e
 	if len(sources) > 1 {
 		return "", fmt.Errorf("the API token is given by %s: give it one way only", strings.Join(sources, " and "))
 	}
-	if i := strings.IndexFunc(token, func(r rune) bool { return r < ' ' || r > '~' }); i >= 0 {
+	if i := strings.IndexFunc(token, func(r rune) bool { return r < ' ' || r == 0x7f }); i >= 0 {
 		// Every request would get 401: a header cannot carry a control
-		// character, and gRPC's metadata nothing past ASCII.
+		// character. (gRPC's metadata carries no more than ASCII: see
+		// checkRoles.)
 		r, _ := utf8.DecodeRuneInString(token[i:])
-		return "", fmt.Errorf("the API token of %s holds %q at byte %d, which no client can send: want printable ASCII", sources[0], r, i)
+		return "", fmt.Errorf("the API token of %s holds %q at byte %d, a control character, which no client can send in a header", sources[0], r, i)
 	}
 	return token, nil
 }
