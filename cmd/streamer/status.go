@@ -56,7 +56,7 @@ func newStatusCommand() *cobra.Command {
 			if _, err := bench.ParseTarget(target, "--token"); err != nil {
 				return err
 			}
-			if caFile != "" && !strings.HasPrefix(target, "https://") {
+			if caFile != "" && !bench.IsHTTPS(target) {
 				return errors.New("--ca: it checks the certificate of an https --target, and there is none")
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)

@@ -94,6 +94,8 @@ func TestStatusCommandRefusesABadTarget(t *testing.T) {
 		{[]string{"--target", "http://u:p@127.0.0.1:1"}, "want no user or password in the URL: give the server's token with --token"},
 		{[]string{"--target", "127.0.0.1:5005"}, `--target "127.0.0.1:5005": want an http:// or https:// URL`},
 		{[]string{"--target", "http://127.0.0.1:1", "--ca", "ca.pem"}, "--ca: it checks the certificate of an https --target, and there is none"},
+		// A scheme in capitals is https all the same: the CA is read.
+		{[]string{"--target", "HTTPS://127.0.0.1:1", "--ca", "missing-ca.pem"}, "--ca: open missing-ca.pem"},
 	} {
 		out, err := runStatusWith(t, nil, tc.args...)
 		if err == nil || !strings.Contains(out, tc.want) {

@@ -7,7 +7,6 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -93,7 +92,7 @@ func (cfg *Config) grpcSender(client *http.Client, base, addr string, item any) 
 		}
 	}
 	creds := insecure.NewCredentials()
-	if strings.HasPrefix(base, "https://") {
+	if IsHTTPS(base) {
 		// The gRPC service of a server that serves HTTPS is served over
 		// TLS with the same certificate, checked as for the http requests.
 		creds = credentials.NewTLS(cfg.tlsConfig())
