@@ -439,6 +439,18 @@ func (s *server) waitAllReady(t *testing.T, n int) []supervisor.SlotStatus {
 	return ready
 }
 
+// replaceFile writes data beside path and renames it into place, as an
+// operator replaces a served file: a reader never sees half of it.
+func replaceFile(t *testing.T, path string, data []byte, perm os.FileMode) {
+	t.Helper()
+	if err := os.WriteFile(path+".new", data, perm); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".new", path); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // killWorker sends SIGKILL to a worker process of this server.
 func killWorker(t *testing.T, pid int) {
 	t.Helper()

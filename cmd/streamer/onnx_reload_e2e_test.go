@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -24,13 +23,7 @@ func installModel(t *testing.T, path, name string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Write beside it and rename: a worker never reads half a file.
-	if err := os.WriteFile(path+".new", data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(path+".new", path); err != nil {
-		t.Fatal(err)
-	}
+	replaceFile(t, path, data, 0o644)
 	return data
 }
 

@@ -137,13 +137,7 @@ func testPluginReplacedWithoutAReload(t *testing.T, bins map[string]string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Written beside it and renamed, as an operator replaces a binary.
-		if err := os.WriteFile(live+".new", data, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(live+".new", live); err != nil {
-			t.Fatal(err)
-		}
+		replaceFile(t, live, data, 0o755)
 		sum := sha256.Sum256(data)
 		return hex.EncodeToString(sum[:])
 	}

@@ -345,13 +345,7 @@ func writeCertPairDated(t *testing.T, dir string, ca testCA, serial int64, notBe
 
 func writeFileWhole(t *testing.T, path string, data []byte) {
 	t.Helper()
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
+	replaceFile(t, path, data, 0o600)
 }
 
 // servedSerial makes a new TLS connection to addr, trusting roots, and
