@@ -1,9 +1,9 @@
-//go:build !unix
+//go:build !linux && !darwin
 
 package plugin
 
 import "os"
 
-// fileID is empty where files have no inode to tell them apart by: the
-// size and modification time stand for the file.
-func fileID(os.FileInfo) string { return "" }
+// fileID has nothing to go by here: the size and modification time alone
+// do not stand for the content, so the binary is always read to compare.
+func fileID(os.FileInfo) (string, bool) { return "", false }

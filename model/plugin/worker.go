@@ -106,12 +106,10 @@ func Refresh(spec model.Spec) (model.Spec, error) {
 }
 
 // loaded is the SHA-256 of the binary at path, in hex, and its stamp (see
-// fileStamp); both empty when it cannot be read, which leaves it unchecked.
+// fileStamp; empty where there is none); both empty when it cannot be
+// read, which leaves it unchecked.
 func loaded(path string) (sum, stamp string) {
-	before, err := fileStamp(path)
-	if err != nil {
-		return "", ""
-	}
+	before, _ := fileStamp(path)
 	digest, err := fileSHA256(path)
 	if err != nil {
 		return "", ""
@@ -125,16 +123,21 @@ func loaded(path string) (sum, stamp string) {
 }
 
 // fileStamp says, in one string, which file is at path and when it was
-// last written: its size, modification time and, where there is one, its
-// device and inode. A binary replaced (renamed into place) or written
-// again changes it; a worker that finds the stamp the supervisor recorded
-// need not read the binary.
+// last changed: its size, modification time, device, inode and change
+// time. A binary replaced (renamed into place) or written again changes
+// it; a worker that finds the stamp the supervisor recorded need not read
+// the binary. Where there is no change time to go by, it is an error: the
+// binary is read.
 func fileStamp(path string) (string, error) {
 	info, err := os.Stat(path)
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("%d:%d:%s", info.Size(), info.ModTime().UnixNano(), fileID(info)), nil
+	id, ok := fileID(info)
+	if !ok {
+		return "", errors.New("no change time to go by")
+	}
+	return fmt.Sprintf("%d:%d:%s", info.Size(), info.ModTime().UnixNano(), id), nil
 }
 
 // checkLoaded refuses a binary whose content is no longer the one whose
@@ -149,7 +152,7 @@ func checkLoaded(settings Settings) error {
 	if err != nil {
 		return nil
 	}
-	if stamp, err := fileStamp(path); err == nil && stamp == settings.LoadedStamp {
+	if stamp, err := fileStamp(path); err == nil && stamp != "" && stamp == settings.LoadedStamp {
 		return nil
 	}
 	sum, err := fileSHA256(path)
