@@ -54,6 +54,14 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// stopLast stops keeping the last line, once the plugin serves: it was
+// for an error of its start.
+func (w *lineWriter) stopLast() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.last = nil
+}
+
 // Flush writes a last line that has no end yet.
 func (w *lineWriter) Flush() {
 	w.mu.Lock()
@@ -70,8 +78,8 @@ func (w *lineWriter) writeLine(line []byte) {
 		text := capText(string(line))
 		w.dying.CompareAndSwap(nil, &text)
 	}
-	if w.last != nil && len(bytes.TrimSpace(line)) > 0 {
-		text := capText(string(bytes.TrimSpace(line)))
+	if trimmed := bytes.TrimSpace(line); w.last != nil && len(trimmed) > 0 {
+		text := capText(string(trimmed[:min(len(trimmed), maxErrorText+1)]))
 		w.last.Store(&text)
 	}
 	if w.out == nil {

@@ -211,6 +211,9 @@ func Open(ctx context.Context, cfg Config) (*Model, error) {
 	}
 	m.info = info
 	m.serving.Store(true)
+	for _, w := range m.outputs {
+		w.stopLast() // a start error's alone: not every line of its life
+	}
 	go m.watch()
 	return m, nil
 }
@@ -279,8 +282,18 @@ func (m *Model) start(path string) error {
 	conn, release, err := startOnLockedThread(m.client)
 	m.release = release
 	if err != nil {
+		// How it ended, read before it is killed: a plugin still
+		// running (one that closed its stdout) did not exit of itself.
+		// Waited for only where its stdout ended: one that exited is
+		// reaped at once, and one that printed something else, or
+		// nothing in time, is no matter of its exit.
+		wait := time.Duration(0)
+		if msg := err.Error(); strings.Contains(msg, "Failed to read any lines") || strings.Contains(msg, "exited before we could connect") {
+			wait = time.Second
+		}
+		status, exited := m.runner.exitStatus(wait)
 		m.kill()
-		return m.startError(err)
+		return m.startError(err, status, exited)
 	}
 	m.rpc, m.cc, m.exited = conn.rpc, conn.cc, conn.exited
 	return nil
@@ -326,7 +339,7 @@ func handshakeConfig() goplugin.HandshakeConfig {
 // startError explains a failed start: what the binary did and what a
 // streamer plugin does instead. go-plugin's errors are strings; the known
 // ones are reworded, any other is passed on.
-func (m *Model) startError(err error) error {
+func (m *Model) startError(err error, status string, exited bool) error {
 	path := m.cmd.Path
 	if errors.Is(err, ErrChecksum) {
 		return err
@@ -344,12 +357,12 @@ func (m *Model) startError(err error) error {
 		case printed != "":
 			did = fmt.Sprintf("it printed %q instead of a handshake", printed)
 		case strings.Contains(err.Error(), "Failed to read any lines"):
-			did = "it exited before the handshake, or closed its stdout" + m.exitNote()
+			did = "it exited before the handshake, or closed its stdout" + m.exitNote(status, exited)
 		default: // go-plugin trims the line it read
 			did = "it printed an empty line instead of a handshake"
 		}
 	case strings.Contains(msg, "exited before we could connect"):
-		did = "it exited before the handshake" + m.exitNote()
+		did = "it exited before the handshake" + m.exitNote(status, exited)
 	case strings.Contains(msg, "timeout while waiting"):
 		did = fmt.Sprintf("it printed no handshake within %s, its limit (a plugin that is slow to start does the slow part in Init, after the handshake)", m.cfg.StartTimeout)
 	case strings.Contains(msg, "incompatible API version"):
@@ -367,15 +380,15 @@ func (m *Model) startError(err error) error {
 	return fmt.Errorf("plugin %s: %w: %s; %s", path, ErrHandshake, did, want)
 }
 
-// exitNote says how the plugin ended, when it has ended before its
-// handshake, and the last line it printed: what went wrong is most often
-// there (a module its interpreter lacks, a file not found).
-func (m *Model) exitNote() string {
-	status, ok := m.runner.exitStatus(time.Second)
-	if !ok {
-		return ""
+// exitNote says how the plugin ended (status, when it had exited of
+// itself) or that it had not, and the last line it printed: what went
+// wrong is most often there (a module its interpreter lacks, a file not
+// found).
+func (m *Model) exitNote(status string, exited bool) string {
+	note := " (it had not exited, and was killed"
+	if exited {
+		note = " (" + status
 	}
-	note := " (" + status
 	if last := m.lastLine.Load(); last != nil {
 		note += "; its last line: " + strconv.Quote(*last)
 	}

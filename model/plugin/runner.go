@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-plugin/runner"
@@ -48,6 +49,8 @@ type procRunner struct {
 	pumps   sync.WaitGroup
 	waited  chan struct{} // closed when the plugin has exited and its output is read
 	waitErr error         // cmd.Wait's, set before waited is closed
+
+	killed atomic.Bool // Kill was called: by go-plugin, as a start failed, or by the worker
 
 	mu        sync.Mutex
 	overlong  int    // the length read of a first line too long to be a handshake
@@ -189,17 +192,27 @@ func (r *procRunner) handshakeLine() string {
 // exitStatus waits up to wait for the plugin's exit, and says how it
 // ended: "exit status 3", "signal: killed"; false when it has not.
 func (r *procRunner) exitStatus(wait time.Duration) (string, bool) {
-	t := time.NewTimer(wait)
-	defer t.Stop()
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-r.waited:
+		case <-t.C:
+		}
+	}
 	select {
 	case <-r.waited:
-	case <-t.C:
+	default:
+		return "", false
+	}
+	var exit *exec.ExitError
+	if errors.As(r.waitErr, &exit) && r.killed.Load() && !exit.Exited() {
+		// Ended by the signal of our own Kill: it had not exited.
 		return "", false
 	}
 	if r.waitErr == nil {
 		return "exit status 0", true
 	}
-	var exit *exec.ExitError
 	if errors.As(r.waitErr, &exit) {
 		return exit.ProcessState.String(), true
 	}
@@ -217,6 +230,7 @@ func (r *procRunner) Kill(context.Context) error {
 	if r.cmd.Process == nil {
 		return nil
 	}
+	r.killed.Store(true)
 	if err := r.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return err
 	}
