@@ -105,12 +105,13 @@ func (o securityOptions) token(lookupEnv func(string) (string, bool)) (string, e
 	if len(sources) > 1 {
 		return "", fmt.Errorf("the API token is given by %s: give it one way only", strings.Join(sources, " and "))
 	}
-	if i := strings.IndexFunc(token, func(r rune) bool { return r < ' ' || r == 0x7f }); i >= 0 {
-		// Every request would get 401: a header cannot carry a control
-		// character. (gRPC's metadata carries no more than ASCII: see
-		// checkRoles.)
+	if i := strings.IndexFunc(token, func(r rune) bool { return r < ' ' || r > '~' }); i >= 0 {
+		// Most requests would get 401: a header cannot carry a control
+		// character, browsers and Python send a header's other
+		// characters as Latin-1 where curl and Go send UTF-8, and gRPC's
+		// metadata carries ASCII alone.
 		r, _ := utf8.DecodeRuneInString(token[i:])
-		return "", fmt.Errorf("the API token of %s holds %q at byte %d, a control character, which no client can send in a header", sources[0], r, i)
+		return "", fmt.Errorf("the API token of %s holds %q at byte %d, which clients do not all send alike, or at all: want printable ASCII", sources[0], r, i)
 	}
 	return token, nil
 }

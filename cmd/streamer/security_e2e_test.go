@@ -233,8 +233,9 @@ func TestSecurityRefusesBadSettings(t *testing.T) {
 		{"empty token file", nil, []string{"--auth-token-file", empty}, []string{"--auth-token-file", empty, "empty"}},
 		{"missing token file", nil, []string{"--auth-token-file", missing}, []string{"--auth-token-file", missing}},
 		// Every request would get 401: no header carries these.
-		{"a token of two lines", nil, []string{"--auth-token-file", twoLines}, []string{`the API token of --auth-token-file holds '\n' at byte 1, a control character, which no client can send in a header`}},
-		{"a token past ASCII, for gRPC", []string{envAuthToken + "=clé"}, []string{"--grpc-listen", "127.0.0.1:0"}, []string{`--grpc-listen: the API token holds 'é' at byte 2, which gRPC metadata cannot carry`}},
+		{"a token of two lines", nil, []string{"--auth-token-file", twoLines}, []string{`the API token of --auth-token-file holds '\n' at byte 1, which clients do not all send alike, or at all: want printable ASCII`}},
+		// Browsers send it as Latin-1, curl as UTF-8, gRPC not at all.
+		{"a token past ASCII", []string{envAuthToken + "=clé"}, nil, []string{`the API token of $` + envAuthToken + ` holds 'é' at byte 2`}},
 		{"flag and file", nil, []string{"--auth-token", "a", "--auth-token-file", token}, []string{"--auth-token and --auth-token-file", "one way only"}},
 		{"env and flag", []string{envAuthToken + "=b"}, []string{"--auth-token", "a"}, []string{"--auth-token and $" + envAuthToken}},
 		{"cert without key", nil, []string{"--tls-cert", pair.cert}, []string{"--tls-cert and --tls-key"}},
@@ -358,21 +359,6 @@ func servedSerial(addr string, roots *x509.CertPool) (int64, error) {
 	}
 	defer conn.Close()
 	return conn.ConnectionState().PeerCertificates[0].SerialNumber.Int64(), nil
-}
-
-// A token past ASCII serves over HTTP, whose clients send such bytes in
-// their headers (only gRPC's metadata cannot carry them, see
-// TestSecurityRefusesBadSettings).
-func TestSecurityATokenPastASCIIServesHTTP(t *testing.T) {
-	t.Setenv(envAuthToken, "clé-secrète")
-	s := startServer(t, "--workers", "1", "--model", "echo")
-	if p := s.predictJSON(t, "x"); p.Status != http.StatusUnauthorized {
-		t.Errorf("without the token: %s, want 401", p)
-	}
-	s.token = "clé-secrète"
-	if p := s.predictJSON(t, "x"); p.Status != http.StatusOK {
-		t.Errorf("with the token: %s, want 200", p)
-	}
 }
 
 // TestSecurityWarnsOfAnExpiredCertificate: a certificate served after its
