@@ -140,9 +140,9 @@ func runBench(ctx context.Context, flags *pflag.FlagSet, o benchOptions) error {
 	if err := refuseEmpty(flags, os.LookupEnv); err != nil {
 		return err
 	}
-	// As its server will: $STREAMER_BROKER set but empty is refused now,
-	// not once the server has started.
-	if err := o.serve.broker.resolve(flags, os.LookupEnv); err != nil {
+	// As the server it starts will: $STREAMER_BROKER set but empty is
+	// refused now, not once the server has started.
+	if err := o.serve.broker.resolve(flags, os.LookupEnv); err != nil && o.cfg.Target == "" {
 		return err
 	}
 	if err := checkTargetFlags(flags, o); err != nil {

@@ -439,6 +439,11 @@ func TestBenchRefusesAnEmptyBrokerVariable(t *testing.T) {
 	if d := time.Since(began); d > 5*time.Second {
 		t.Errorf("took %s to refuse it", d)
 	}
+	// A --target's server was started with its own environment.
+	res = runBenchCmd(t, "--target", "http://127.0.0.1:1", "--duration", "1s", "--warmup", "0s")
+	if strings.Contains(res.stderr, "STREAMER_BROKER") {
+		t.Errorf("bench of a --target refused the empty variable, which is no matter of its: %q", res.stderr)
+	}
 }
 
 // TestBenchWithNoRequestAnsweredFails: a run in which every request

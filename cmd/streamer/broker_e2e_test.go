@@ -1035,7 +1035,8 @@ func TestBrokerFlagsAndConnections(t *testing.T) {
 		{"bad URL from the environment", "redis://u:s3cret@127.0.0.1:abc/0", nil, []string{"$STREAMER_BROKER", "redis://…", "is the port a number"}},
 		{"an empty URL from the environment", " ", nil, []string{"$STREAMER_BROKER is set but empty: give a redis:// URL, or unset it to serve alone"}},
 		// Leaving the flag out would not serve alone: the advice says how.
-		{"an empty --broker beside the variable", "redis://127.0.0.1:1/0", []string{"--broker", ""}, []string{"--broker is empty: give a redis:// URL; leaving the flag out serves through $STREAMER_BROKER", "env -u STREAMER_BROKER"}},
+		{"an empty --broker beside the variable", "redis://127.0.0.1:1/0", []string{"--broker", ""}, []string{"--broker is empty: give a redis:// URL; leaving the flag out takes $STREAMER_BROKER", "env -u STREAMER_BROKER"}},
+		{"an empty --broker beside an empty variable", " ", []string{"--broker", ""}, []string{"--broker is empty: give a redis:// URL; $STREAMER_BROKER is set but empty too: unset it and leave the flag out to serve alone"}},
 		{"no scheme", "", []string{"--broker", "127.0.0.1:6379"}, []string{"--broker", "the scheme must be redis://"}},
 		{"an option streamer sets", "", []string{"--broker", "redis://127.0.0.1:1/0?read_timeout=30s"}, []string{"--broker", "query option read_timeout: streamer sets it itself"}},
 		{"a sentinel password that does not decode", "", []string{"--broker", "redis://127.0.0.1:1/0?master_name=m&sentinel_password=s3cret%zz"}, []string{"--broker", "query option sentinel_password does not parse"}},

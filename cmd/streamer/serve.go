@@ -549,10 +549,6 @@ func (o serveOptions) checkRoles(guard *security) error {
 	if o.admin && o.workers == 0 {
 		return errors.New("--admin needs workers of this server's own (--workers > 0): a front end has none to reload or scale")
 	}
-	if i := strings.IndexFunc(guard.token, func(r rune) bool { return r > '~' }); o.grpcListen != "" && i >= 0 {
-		r, _ := utf8.DecodeRuneInString(guard.token[i:])
-		return fmt.Errorf("--grpc-listen: the API token holds %q at byte %d, which gRPC metadata cannot carry, and every gRPC call would be refused: give a token of printable ASCII", r, i)
-	}
 	return nil
 }
 
@@ -814,35 +810,53 @@ func (o serveOptions) checkFlags() error {
 // emptyRefused are the flags whose value, given empty (most likely a shell
 // variable that is not set), would quietly serve other than asked: the
 // echo model that answers each item with itself, no token, no checksum, no
-// broker, plain HTTP. Each says what to give instead; env is the variable
-// the flag's absence falls back to, whose being set changes that advice.
-// Those whose empty value is their default (--cuda, --ort-lib,
-// --model-name), or whose help says "off when empty", are not among them.
-var emptyRefused = []struct{ flag, instead, env, insteadEnv string }{
-	{"model", "give a model, or leave the flag out to serve the built-in echo", "", ""},
-	{"plugin", "give the path of a plugin binary", "", ""},
-	{"plugin-sha256", "give the binary's SHA-256, or leave the flag out to run it unchecked", "", ""},
-	{"auth-token-file", "give the path of the token's file, or leave the flag out to serve without a token",
-		envAuthToken, "give the path of the token's file, or leave the flag out to serve with $" + envAuthToken},
-	{"tls-cert", "give the certificate's PEM file, or leave the flag out to serve plain HTTP", "", ""},
-	{"tls-key", "give the key's PEM file, or leave the flag out to serve plain HTTP", "", ""},
-	{"broker", "give a redis:// URL, or leave the flag out to serve alone",
-		envBroker, "give a redis:// URL; leaving the flag out serves through $" + envBroker + ", and to serve alone, unset it for this server (env -u " + envBroker + " streamer serve ...)"},
-	{"broker-ca", "give the CA's PEM file, or leave the flag out to trust the system's", "", ""},
+// broker, plain HTTP. Each says what to give instead. Those whose empty
+// value is their default (--cuda, --ort-lib, --model-name), or whose help
+// says "off when empty", are not among them.
+var emptyRefused = []struct{ flag, instead string }{
+	{"model", "give a model, or leave the flag out to serve the built-in echo"},
+	{"plugin", "give the path of a plugin binary"},
+	{"plugin-sha256", "give the binary's SHA-256, or leave the flag out to run it unchecked"},
+	{"auth-token-file", "give the path of the token's file"},
+	{"tls-cert", "give the certificate's PEM file, or leave the flag out to serve plain HTTP"},
+	{"tls-key", "give the key's PEM file, or leave the flag out to serve plain HTTP"},
+	{"broker", "give a redis:// URL"},
+	{"broker-ca", "give the CA's PEM file, or leave the flag out to trust the system's"},
 }
 
 // refuseEmpty refuses a flag of emptyRefused given with an empty value.
 func refuseEmpty(f *pflag.FlagSet, lookupEnv func(string) (string, bool)) error {
 	for _, e := range emptyRefused {
 		if flag := f.Lookup(e.flag); flag != nil && flag.Changed && strings.TrimSpace(flag.Value.String()) == "" {
-			instead := e.instead
-			if v, set := lookupEnv(e.env); e.env != "" && set && strings.TrimSpace(v) != "" {
-				instead = e.insteadEnv
-			}
-			return fmt.Errorf("--%s is empty: %s", e.flag, instead)
+			return fmt.Errorf("--%s is empty: %s%s", e.flag, e.instead, withoutIt(e.flag, f, lookupEnv))
 		}
 	}
 	return nil
+}
+
+// withoutIt says what leaving out flag, given empty, would do instead,
+// where something else than its absence decides that: the token's and the
+// broker's variables, and the token's flag.
+func withoutIt(flag string, f *pflag.FlagSet, lookupEnv func(string) (string, bool)) string {
+	var env, alone string
+	switch flag {
+	case "auth-token-file":
+		if f.Changed("auth-token") {
+			return "; the token of --auth-token serves without it"
+		}
+		env, alone = envAuthToken, "to serve without a token"
+	case "broker":
+		env, alone = envBroker, "to serve alone"
+	default:
+		return ""
+	}
+	switch v, set := lookupEnv(env); {
+	case !set:
+		return ", or leave the flag out " + alone
+	case strings.TrimSpace(v) == "":
+		return fmt.Sprintf("; $%s is set but empty too: unset it and leave the flag out %s", env, alone)
+	}
+	return fmt.Sprintf("; leaving the flag out takes $%s, and %s, unset it for this server too (env -u %s streamer serve ...)", env, alone, env)
 }
 
 // checkOrigin says why origin is not one a browser sends in its Origin
