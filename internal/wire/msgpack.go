@@ -15,7 +15,8 @@ import (
 type msgpackScanner struct {
 	data     []byte
 	pos      int
-	maxDepth int // how deep arrays and maps may nest
+	maxDepth int  // how deep arrays and maps may nest
+	inKey    bool // the scalar read is a map's key (see float)
 }
 
 func (s *msgpackScanner) errorf(format string, args ...any) error {
@@ -151,9 +152,13 @@ func bigEndian(b []byte) uint64 {
 }
 
 // float writes f; NaN and the infinities, which JSON has no number for, as
-// null, as an ONNX model's outputs are written (onnxio).
+// null, as an ONNX model's outputs are written (onnxio); as a map's key,
+// which is a string, as NaN, +Inf and -Inf, so that no two keys become one.
 func (s *msgpackScanner) float(dst []byte, f float64, bits int) ([]byte, error) {
-	if math.IsNaN(f) || math.IsInf(f, 0) {
+	switch {
+	case (math.IsNaN(f) || math.IsInf(f, 0)) && s.inKey:
+		return strconv.AppendFloat(dst, f, 'g', -1, 64), nil
+	case math.IsNaN(f) || math.IsInf(f, 0):
 		return append(dst, "null"...), nil
 	}
 	return appendJSONFloat(dst, f, bits), nil
@@ -289,7 +294,9 @@ func (s *msgpackScanner) key(dst []byte, depth int) ([]byte, error) {
 		return dst, s.errorf("a map key that is an array or a map has no JSON form")
 	}
 	start := len(dst)
+	s.inKey = true
 	dst, err := s.value(dst, depth)
+	s.inKey = false
 	if err != nil {
 		return dst, err
 	}

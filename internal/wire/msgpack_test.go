@@ -49,7 +49,8 @@ func TestMsgpackToJSON(t *testing.T) {
 		{name: "NaN", raw: "cb7ff8000000000001", want: `null`},
 		{name: "Inf", raw: "cb7ff0000000000000", want: `null`},
 		{name: "float32 -Inf", raw: "caff800000", want: `null`},
-		{name: "a NaN key", raw: "81" + "cb7ff8000000000001" + "01", want: `{"null":1}`},
+		// As keys, which are strings, they are named: no two become one.
+		{name: "NaN and infinite keys", raw: "84" + "cb7ff8000000000001" + "01" + "cb7ff0000000000000" + "02" + "caff800000" + "03" + "a46e756c6c" + "04", want: `{"NaN":1,"+Inf":2,"-Inf":3,"null":4}`},
 		{name: "string", value: "héllo <&>", want: `"héllo <&>"`},
 		{name: "escapes", value: "\"\\\n\r\t\x01\x1f", want: `"\"\\\n\r\t\u0001\u001f"`},
 		{name: "invalid UTF-8", raw: "a3" + "61ff62", want: `"a\ufffdb"`},
