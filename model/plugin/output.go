@@ -75,11 +75,11 @@ func (w *lineWriter) Flush() {
 func (w *lineWriter) writeLine(line []byte) {
 	line = bytes.TrimSuffix(line, []byte{'\r'})
 	if w.dying != nil && w.dying.Load() == nil && (bytes.HasPrefix(line, []byte("panic: ")) || bytes.HasPrefix(line, []byte("fatal error: "))) {
-		text := capText(string(line))
+		text := capText(line)
 		w.dying.CompareAndSwap(nil, &text)
 	}
 	if trimmed := bytes.TrimSpace(line); w.last != nil && len(trimmed) > 0 {
-		text := capText(string(trimmed[:min(len(trimmed), maxErrorText+1)]))
+		text := capText(trimmed) // cut before it is copied
 		w.last.Store(&text)
 	}
 	if w.out == nil {

@@ -2,8 +2,10 @@ package plugin
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -64,4 +66,25 @@ func FuzzLineWriter(f *testing.F) {
 			t.Fatalf("output lost bytes: kept %q of %q", kept, data)
 		}
 	})
+}
+
+// The last line kept for a start's error is cut as an error's text is,
+// saying how much was cut of the whole line.
+func TestTheLastLineIsCutToAnErrorsLength(t *testing.T) {
+	var last atomic.Pointer[string]
+	w := &lineWriter{mu: &sync.Mutex{}, last: &last}
+	if _, err := w.Write(append(bytes.Repeat([]byte{'x'}, 10000), '\n')); err != nil {
+		t.Fatal(err)
+	}
+	got := last.Load()
+	if want := fmt.Sprintf("… (%d more bytes cut)", 10000-maxErrorText); got == nil || !strings.HasSuffix(*got, want) || len(*got) > maxErrorText+len(want) {
+		t.Fatalf("last line kept: %.40q… (%d bytes); want %d bytes of it, then %q", deref(got), len(deref(got)), maxErrorText, want)
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

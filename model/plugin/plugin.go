@@ -282,18 +282,17 @@ func (m *Model) start(path string) error {
 	conn, release, err := startOnLockedThread(m.client)
 	m.release = release
 	if err != nil {
-		// How it ended, read before it is killed: a plugin still
-		// running (one that closed its stdout) did not exit of itself.
-		// Waited for only where its stdout ended: one that exited is
-		// reaped at once, and one that printed something else, or
-		// nothing in time, is no matter of its exit.
+		// How it ended. Waited for only where its stdout ended: one
+		// that exited is reaped at once, and one that printed
+		// something else, or nothing in time, is no matter of its exit.
+		// (go-plugin has killed it already, should it still run.)
 		wait := time.Duration(0)
 		if msg := err.Error(); strings.Contains(msg, "Failed to read any lines") || strings.Contains(msg, "exited before we could connect") {
 			wait = time.Second
 		}
-		status, exited := m.runner.exitStatus(wait)
+		status, ended := m.runner.exitStatus(wait)
 		m.kill()
-		return m.startError(err, status, exited)
+		return m.startError(err, status, ended)
 	}
 	m.rpc, m.cc, m.exited = conn.rpc, conn.cc, conn.exited
 	return nil
@@ -339,7 +338,7 @@ func handshakeConfig() goplugin.HandshakeConfig {
 // startError explains a failed start: what the binary did and what a
 // streamer plugin does instead. go-plugin's errors are strings; the known
 // ones are reworded, any other is passed on.
-func (m *Model) startError(err error, status string, exited bool) error {
+func (m *Model) startError(err error, status string, ended bool) error {
 	path := m.cmd.Path
 	if errors.Is(err, ErrChecksum) {
 		return err
@@ -357,12 +356,12 @@ func (m *Model) startError(err error, status string, exited bool) error {
 		case printed != "":
 			did = fmt.Sprintf("it printed %q instead of a handshake", printed)
 		case strings.Contains(err.Error(), "Failed to read any lines"):
-			did = "it exited before the handshake, or closed its stdout" + m.exitNote(status, exited)
+			did = "it exited before the handshake, or closed its stdout" + m.exitNote(status, ended)
 		default: // go-plugin trims the line it read
 			did = "it printed an empty line instead of a handshake"
 		}
 	case strings.Contains(msg, "exited before we could connect"):
-		did = "it exited before the handshake" + m.exitNote(status, exited)
+		did = "it exited before the handshake" + m.exitNote(status, ended)
 	case strings.Contains(msg, "timeout while waiting"):
 		did = fmt.Sprintf("it printed no handshake within %s, its limit (a plugin that is slow to start does the slow part in Init, after the handshake)", m.cfg.StartTimeout)
 	case strings.Contains(msg, "incompatible API version"):
@@ -380,13 +379,17 @@ func (m *Model) startError(err error, status string, exited bool) error {
 	return fmt.Errorf("plugin %s: %w: %s; %s", path, ErrHandshake, did, want)
 }
 
-// exitNote says how the plugin ended (status, when it had exited of
-// itself) or that it had not, and the last line it printed: what went
-// wrong is most often there (a module its interpreter lacks, a file not
-// found).
-func (m *Model) exitNote(status string, exited bool) string {
+// exitNote says how the plugin ended (status), or that it had not (it
+// closed its stdout, and runs on), and the last line it printed: what
+// went wrong is most often there (a module its interpreter lacks, a file
+// not found). A plugin whose start fails is killed, by go-plugin: one
+// ended by SIGKILL may have been running still, which the note says.
+func (m *Model) exitNote(status string, ended bool) string {
 	note := " (it had not exited, and was killed"
-	if exited {
+	switch {
+	case ended && status == "signal: killed" && m.runner.killed.Load():
+		note = " (signal: killed, as streamer kills a plugin whose start failed, if nothing killed it first"
+	case ended:
 		note = " (" + status
 	}
 	if last := m.lastLine.Load(); last != nil {
@@ -564,9 +567,9 @@ func (m *Model) unreachable() bool {
 const maxErrorText = 4 << 10
 
 // capText cuts a plugin's error text to maxErrorText, saying how much was cut.
-func capText(msg string) string {
+func capText[T string | []byte](msg T) string {
 	if len(msg) <= maxErrorText {
-		return msg
+		return string(msg)
 	}
 	cut := maxErrorText
 	for cut > 0 && !utf8.RuneStart(msg[cut]) {

@@ -261,6 +261,8 @@ func TestStartErrors(t *testing.T) {
 	// and exits: the error gives both.
 	missing := filepath.Join(dir, "missing-module")
 	writeFile(t, missing, "#!/bin/sh\necho 'Traceback (most recent call last):' >&2\necho \"ModuleNotFoundError: No module named 'grpc'\" >&2\necho >&2\nexit 3\n", 0o755)
+	segv := filepath.Join(dir, "segv")
+	writeFile(t, segv, "#!/bin/sh\necho 'about to crash' >&2\nkill -SEGV $$\n", 0o755)
 	closes := filepath.Join(dir, "closes")
 	writeFile(t, closes, "#!/bin/sh\nexec >&-\nsleep 30\n", 0o755)
 	// Executable, or so its mode says: its checksum would wait for a
@@ -290,7 +292,8 @@ func TestStartErrors(t *testing.T) {
 		{"exits at once, saying why", missing, ErrHandshake, []string{missing, `it exited before the handshake, or closed its stdout (exit status 3; its last line: "ModuleNotFoundError: No module named 'grpc'")`}},
 		{"prints something else", chatty, ErrHandshake, []string{chatty, `printed "hello, I am no plugin" instead of a handshake`, "want a streamer model plugin"}},
 		{"prints an empty line", blank, ErrHandshake, []string{blank, "printed an empty line instead of a handshake"}},
-		{"closes its stdout", closes, ErrHandshake, []string{closes, "exited before the handshake, or closed its stdout (it had not exited, and was killed)"}},
+		{"closes its stdout", closes, ErrHandshake, []string{closes, "exited before the handshake, or closed its stdout (signal: killed, as streamer kills a plugin whose start failed"}},
+		{"dies of a signal", segv, ErrHandshake, []string{segv, `exited before the handshake, or closed its stdout (signal: segmentation fault; its last line: "about to crash")`}},
 		{"prints nothing", bin("silent"), ErrHandshake, []string{bin("silent"), "printed no handshake within 700ms"}},
 		{"wrong protocol version", bin("wrongversion"), ErrHandshake, []string{bin("wrongversion"), "Plugin version: 99", "want streamer plugin protocol version 1"}},
 	}

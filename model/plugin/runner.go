@@ -50,7 +50,7 @@ type procRunner struct {
 	waited  chan struct{} // closed when the plugin has exited and its output is read
 	waitErr error         // cmd.Wait's, set before waited is closed
 
-	killed atomic.Bool // Kill was called: by go-plugin, as a start failed, or by the worker
+	killed atomic.Bool // Kill was called: by go-plugin as a start failed, or by the worker
 
 	mu        sync.Mutex
 	overlong  int    // the length read of a first line too long to be a handshake
@@ -205,14 +205,10 @@ func (r *procRunner) exitStatus(wait time.Duration) (string, bool) {
 	default:
 		return "", false
 	}
-	var exit *exec.ExitError
-	if errors.As(r.waitErr, &exit) && r.killed.Load() && !exit.Exited() {
-		// Ended by the signal of our own Kill: it had not exited.
-		return "", false
-	}
 	if r.waitErr == nil {
 		return "exit status 0", true
 	}
+	var exit *exec.ExitError
 	if errors.As(r.waitErr, &exit) {
 		return exit.ProcessState.String(), true
 	}
