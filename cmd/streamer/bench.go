@@ -137,15 +137,16 @@ func runBench(ctx context.Context, flags *pflag.FlagSet, o benchOptions) error {
 	if o.caFile != "" && !bench.IsHTTPS(o.cfg.Target) {
 		return errors.New("--ca: it checks the certificate of an https --target, and there is none")
 	}
-	if err := refuseEmpty(flags, os.LookupEnv); err != nil {
+	if err := checkTargetFlags(flags, o); err != nil {
+		return err
+	}
+	if err := refuseEmpty(flags, os.LookupEnv, "bench"); err != nil {
 		return err
 	}
 	// As the server it starts will: $STREAMER_BROKER set but empty is
-	// refused now, not once the server has started.
-	if err := o.serve.broker.resolve(flags, os.LookupEnv); err != nil && o.cfg.Target == "" {
-		return err
-	}
-	if err := checkTargetFlags(flags, o); err != nil {
+	// refused now, not once the server has started. (A --target, or the
+	// Go API, starts no server.)
+	if err := o.serve.broker.resolve(flags, os.LookupEnv); err != nil && o.cfg.Target == "" && o.cfg.API != bench.APIGo {
 		return err
 	}
 	if err := checkGoAPIFlags(flags, o); err != nil {

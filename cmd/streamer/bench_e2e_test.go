@@ -388,6 +388,7 @@ func TestBenchBadFlags(t *testing.T) {
 		{"a sweep with too many clients", []string{"--sweep-concurrency", "1,70000"}, "--sweep-concurrency 70000: want 1 to 65536 clients"},
 		{"a sweep of an unknown policy", []string{"--sweep-concurrency", "2", "--sweep-batching", "greedy,bogus"}, `--sweep-batching "bogus": want adaptive or greedy`},
 		{"policies without a sweep", []string{"--sweep-batching", "greedy"}, "--sweep-batching goes with --sweep-concurrency"},
+		{"an empty broker with a target", []string{"--target", "http://127.0.0.1:26001", "--broker", ""}, "--broker: --target drives a server started with flags of its own"},
 		{"serve flags with a target", []string{"--target", "http://127.0.0.1:26001", "--model", "echo", "--workers", "2", "--batch-size", "8", "--auth-token", "t"}, "--batch-size, --model, --workers: --target drives a server started with flags of its own"},
 		{"a model named for a v2 target", []string{"--target", "http://127.0.0.1:1", "--protocol", "v2", "--model", "echo", "--auth-token", "t"}, "--protocol v2: read the model's metadata (bench asks for model \"echo\"; --model-name NAME asks for the one the target serves)"},
 		{"a model with a target, not v2", []string{"--target", "http://127.0.0.1:26001", "--model-name", "echo"}, "--model-name: --target drives a server"},
@@ -439,10 +440,15 @@ func TestBenchRefusesAnEmptyBrokerVariable(t *testing.T) {
 	if d := time.Since(began); d > 5*time.Second {
 		t.Errorf("took %s to refuse it", d)
 	}
-	// A --target's server was started with its own environment.
+	// A --target's server was started with its own environment, and the
+	// Go API starts none.
 	res = runBenchCmd(t, "--target", "http://127.0.0.1:1", "--duration", "1s", "--warmup", "0s")
 	if strings.Contains(res.stderr, "STREAMER_BROKER") {
 		t.Errorf("bench of a --target refused the empty variable, which is no matter of its: %q", res.stderr)
+	}
+	res = runBenchCmd(t, "--api", "go", "--duration", "500ms", "--warmup", "0s", "--concurrency", "2")
+	if res.code != 0 {
+		t.Errorf("bench of the Go API: exit %d, %q; want the run, which starts no server", res.code, res.stderr)
 	}
 }
 

@@ -1036,6 +1036,7 @@ func TestBrokerFlagsAndConnections(t *testing.T) {
 		{"an empty URL from the environment", " ", nil, []string{"$STREAMER_BROKER is set but empty: give a redis:// URL, or unset it to serve alone"}},
 		// Leaving the flag out would not serve alone: the advice says how.
 		{"an empty --broker beside the variable", "redis://127.0.0.1:1/0", []string{"--broker", ""}, []string{"--broker is empty: give a redis:// URL; leaving the flag out takes $STREAMER_BROKER", "env -u STREAMER_BROKER"}},
+		{"an empty --broker on a front end", "", []string{"--broker", "", "--workers", "0"}, []string{"streamer: --broker is empty: give a redis:// URL\n"}},
 		{"an empty --broker beside an empty variable", " ", []string{"--broker", ""}, []string{"--broker is empty: give a redis:// URL; $STREAMER_BROKER is set but empty too: unset it and leave the flag out to serve alone"}},
 		{"no scheme", "", []string{"--broker", "127.0.0.1:6379"}, []string{"--broker", "the scheme must be redis://"}},
 		{"an option streamer sets", "", []string{"--broker", "redis://127.0.0.1:1/0?read_timeout=30s"}, []string{"--broker", "query option read_timeout: streamer sets it itself"}},

@@ -236,6 +236,9 @@ func TestSecurityRefusesBadSettings(t *testing.T) {
 		{"a token of two lines", nil, []string{"--auth-token-file", twoLines}, []string{`the API token of --auth-token-file holds '\n' at byte 1, which clients do not all send alike, or at all: want printable ASCII`}},
 		// Browsers send it as Latin-1, curl as UTF-8, gRPC not at all.
 		{"a token past ASCII", []string{envAuthToken + "=clé"}, nil, []string{`the API token of $` + envAuthToken + ` holds 'é' at byte 2`}},
+		// What leaving the empty flag out would do depends on the others.
+		{"an empty token file beside the variable", []string{envAuthToken + "=t"}, []string{"--auth-token-file", ""}, []string{"leaving the flag out takes $" + envAuthToken, "(env -u " + envAuthToken + " streamer serve ...)"}},
+		{"an empty token file beside an empty variable", []string{envAuthToken + "="}, []string{"--auth-token-file", ""}, []string{"$" + envAuthToken + " is set but empty too: unset it and leave the flag out to serve without a token"}},
 		{"flag and file", nil, []string{"--auth-token", "a", "--auth-token-file", token}, []string{"--auth-token and --auth-token-file", "one way only"}},
 		{"env and flag", []string{envAuthToken + "=b"}, []string{"--auth-token", "a"}, []string{"--auth-token and $" + envAuthToken}},
 		{"cert without key", nil, []string{"--tls-cert", pair.cert}, []string{"--tls-cert and --tls-key"}},

@@ -92,7 +92,7 @@ CUDA_VISIBLE_DEVICES set to the (i mod n)-th entry of --cuda.`,
   streamer serve --model model.onnx --device cuda --cuda 0,1,2,3 --workers 4`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := refuseEmpty(cmd.Flags(), os.LookupEnv); err != nil {
+			if err := refuseEmpty(cmd.Flags(), os.LookupEnv, "serve"); err != nil {
 				return err
 			}
 			if err := o.broker.resolve(cmd.Flags(), os.LookupEnv); err != nil {
@@ -824,11 +824,12 @@ var emptyRefused = []struct{ flag, instead string }{
 	{"broker-ca", "give the CA's PEM file, or leave the flag out to trust the system's"},
 }
 
-// refuseEmpty refuses a flag of emptyRefused given with an empty value.
-func refuseEmpty(f *pflag.FlagSet, lookupEnv func(string) (string, bool)) error {
+// refuseEmpty refuses a flag of emptyRefused given with an empty value to
+// command (serve, or bench).
+func refuseEmpty(f *pflag.FlagSet, lookupEnv func(string) (string, bool), command string) error {
 	for _, e := range emptyRefused {
 		if flag := f.Lookup(e.flag); flag != nil && flag.Changed && strings.TrimSpace(flag.Value.String()) == "" {
-			return fmt.Errorf("--%s is empty: %s%s", e.flag, e.instead, withoutIt(e.flag, f, lookupEnv))
+			return fmt.Errorf("--%s is empty: %s%s", e.flag, e.instead, withoutIt(e.flag, f, lookupEnv, command))
 		}
 	}
 	return nil
@@ -836,16 +837,14 @@ func refuseEmpty(f *pflag.FlagSet, lookupEnv func(string) (string, bool)) error 
 
 // withoutIt says what leaving out flag, given empty, would do instead,
 // where something else than its absence decides that: the token's and the
-// broker's variables, and the token's flag.
-func withoutIt(flag string, f *pflag.FlagSet, lookupEnv func(string) (string, bool)) string {
+// broker's variables; nothing where leaving it out would not do either (a
+// token given by its flag too, a front end that needs its broker).
+func withoutIt(flag string, f *pflag.FlagSet, lookupEnv func(string) (string, bool), command string) string {
 	var env, alone string
-	switch flag {
-	case "auth-token-file":
-		if f.Changed("auth-token") {
-			return "; the token of --auth-token serves without it"
-		}
+	switch {
+	case flag == "auth-token-file" && !f.Changed("auth-token"):
 		env, alone = envAuthToken, "to serve without a token"
-	case "broker":
+	case flag == "broker" && (f.Lookup("workers") == nil || f.Lookup("workers").Value.String() != "0"):
 		env, alone = envBroker, "to serve alone"
 	default:
 		return ""
@@ -856,7 +855,7 @@ func withoutIt(flag string, f *pflag.FlagSet, lookupEnv func(string) (string, bo
 	case strings.TrimSpace(v) == "":
 		return fmt.Sprintf("; $%s is set but empty too: unset it and leave the flag out %s", env, alone)
 	}
-	return fmt.Sprintf("; leaving the flag out takes $%s, and %s, unset it for this server too (env -u %s streamer serve ...)", env, alone, env)
+	return fmt.Sprintf("; leaving the flag out takes $%s, and %s, unset it for this command too (env -u %s streamer %s ...)", env, alone, env, command)
 }
 
 // checkOrigin says why origin is not one a browser sends in its Origin

@@ -153,7 +153,9 @@ func bigEndian(b []byte) uint64 {
 
 // float writes f; NaN and the infinities, which JSON has no number for, as
 // null, as an ONNX model's outputs are written (onnxio); as a map's key,
-// which is a string, as NaN, +Inf and -Inf, so that no two keys become one.
+// which is a string, as NaN, +Inf and -Inf, told apart from one another
+// and from null. (A key's text can still be another key's: the string
+// "NaN", or the int 1 beside the float 1.0.)
 func (s *msgpackScanner) float(dst []byte, f float64, bits int) ([]byte, error) {
 	switch {
 	case (math.IsNaN(f) || math.IsInf(f, 0)) && s.inKey:
