@@ -1,19 +1,5 @@
 package plugin
 
-import (
-	"fmt"
-	"os"
-	"syscall"
-)
+import "syscall"
 
-// fileID is the device, inode and change time of the file info describes.
-// The change time is the kernel's, which no tool sets: a binary written
-// again to the same size and modification time (cp -p, tar, rsync -t)
-// changes it.
-func fileID(info os.FileInfo) (string, bool) {
-	st, ok := info.Sys().(*syscall.Stat_t)
-	if !ok {
-		return "", false
-	}
-	return fmt.Sprintf("%d:%d:%d.%d", st.Dev, st.Ino, st.Ctim.Sec, st.Ctim.Nsec), true
-}
+func changeTime(st *syscall.Stat_t) syscall.Timespec { return st.Ctim }
