@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -85,7 +86,7 @@ func (o serveOptions) openGRPC(api http.Handler, guard *security, counts *grpcCo
 	}
 	service := httpapi.NewGRPC(api)
 	listener := &grpcListener{Listener: tcp, max: int64(o.maxConnections), counts: counts, log: log, conns: map[string]*grpcConn{}}
-	calls := &grpcCalls{token: tokenCheck(guard.token), readTimeout: o.readTimeout, readTimedOut: service.CountReadTimeout, conns: listener, log: log}
+	calls := &grpcCalls{token: tokenCheck(guard.token), readTimeout: o.readTimeout, unread: service.CountUnread, conns: listener, log: log}
 	options := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(min(o.maxBody, 1<<31-1-grpcHeaderSlack) + grpcHeaderSlack)),
 		grpc.MaxConcurrentStreams(grpcMaxStreams),
@@ -112,7 +113,7 @@ func (o serveOptions) openGRPC(api http.Handler, guard *security, counts *grpcCo
 		log.Info("serving gRPC over TLS", "cert", guard.cert.certFile)
 	}
 	server := grpc.NewServer(options...)
-	inferencepb.RegisterGRPCInferenceServiceServer(server, service)
+	calls.register(server, service)
 	g := &grpcServer{server: server, listener: listener, served: make(chan error, 1)}
 	go func() { g.served <- server.Serve(listener) }()
 	log.Info("serving the Open Inference Protocol over gRPC", "grpc_listen", tcp.Addr().String())
@@ -164,15 +165,78 @@ func tokenCheck(token string) func(metadata.MD) error {
 type grpcCalls struct {
 	token       func(metadata.MD) error
 	readTimeout time.Duration
-	// readTimedOut counts a ModelInfer call ended for its read timeout.
-	readTimedOut func()
-	conns        *grpcListener
-	log          *slog.Logger
-	warnings     repeats.Lines
+	// unread counts a ModelInfer call ended before its handler ran, with
+	// the REST route's status for the same end.
+	unread   func(status int)
+	conns    *grpcListener
+	log      *slog.Logger
+	warnings repeats.Lines
 }
 
-// readTimerKey keys the timer of a call's message in its context.
+// readTimerKey keys a call's *unreadCall in its context.
 type readTimerKey struct{}
+
+// unreadCall is a call on its way to its handler: the timer of its
+// message, and whether its end is settled. Three things may settle it,
+// and the first does: the timer, which ends the call for its read timeout;
+// the message refused as it is read (over the limit, or the call ended
+// meanwhile); the handler that starts, and counts the call as it ends.
+type unreadCall struct {
+	timer   *time.Timer
+	settled atomic.Bool
+}
+
+// settle says whether the caller is the first to settle the call.
+func (u *unreadCall) settle() bool { return u.settled.CompareAndSwap(false, true) }
+
+// register serves service on server, with a ModelInfer that counts the
+// calls it refuses as it reads their messages, as the REST route counts
+// the requests whose bodies it cannot read: grpc-go refuses a message over
+// the limit, or a call that ends first, before any handler or interceptor
+// sees it.
+func (c *grpcCalls) register(server *grpc.Server, service inferencepb.GRPCInferenceServiceServer) {
+	desc := inferencepb.GRPCInferenceService_ServiceDesc
+	desc.Methods = slices.Clone(desc.Methods)
+	for i, m := range desc.Methods {
+		if "/"+desc.ServiceName+"/"+m.MethodName != inferencepb.GRPCInferenceService_ModelInfer_FullMethodName {
+			continue
+		}
+		handler := m.Handler
+		desc.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+			counted := func(msg any) error {
+				err := dec(msg)
+				if u, ok := ctx.Value(readTimerKey{}).(*unreadCall); ok && err != nil && u.settle() {
+					c.unread(unreadStatus(ctx, err))
+				}
+				return err
+			}
+			return handler(srv, ctx, counted, interceptor)
+		}
+	}
+	server.RegisterService(&desc, service)
+}
+
+// unreadStatus is the REST route's status for a call of ctx whose message
+// grpc-go could not read for err.
+func unreadStatus(ctx context.Context, err error) int {
+	code := status.Code(err)
+	if deadline, ok := ctx.Deadline(); ok && code == codes.Canceled && !time.Now().Before(deadline) {
+		// grpc-go ends a call at its deadline by canceling it, which may
+		// come before its context sees the deadline pass.
+		code = codes.DeadlineExceeded
+	}
+	switch code {
+	case codes.ResourceExhausted:
+		return http.StatusRequestEntityTooLarge
+	case codes.Canceled:
+		return httpapi.StatusClientClosedRequest
+	case codes.DeadlineExceeded:
+		return http.StatusGatewayTimeout
+	case codes.Unavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusBadRequest
+}
 
 // begin is the server's tap: it runs as a call's headers arrive.
 func (c *grpcCalls) begin(ctx context.Context, info *tap.Info) (context.Context, error) {
@@ -194,14 +258,15 @@ func (c *grpcCalls) begin(ctx context.Context, info *tap.Info) (context.Context,
 	ctx, cancel := context.WithCancelCause(ctx)
 	ctx = readTimedContext{ctx}
 	method := info.FullMethodName
-	timer := time.AfterFunc(readTimeout, func() {
-		if ctx.Err() != nil {
-			return // the call ended before its message was read: refused, or its client left
+	u := &unreadCall{}
+	u.timer = time.AfterFunc(readTimeout, func() {
+		if ctx.Err() != nil || !u.settle() {
+			return // the call ended before its message was read, or its message is in
 		}
 		c.warnings.Log(c.log, slog.LevelWarn, "read timeout", "gRPC call ended: its message did not arrive within --read-timeout",
 			"method", method, "read_timeout", readTimeout)
 		if method == inferencepb.GRPCInferenceService_ModelInfer_FullMethodName {
-			c.readTimedOut()
+			c.unread(http.StatusRequestTimeout)
 		}
 		cancel(errReadTimeout)
 	})
@@ -212,10 +277,10 @@ func (c *grpcCalls) begin(ctx context.Context, info *tap.Info) (context.Context,
 	// for its read timeout is counted ended on its connection as it is
 	// told to end, a moment before it has.
 	context.AfterFunc(ctx, func() {
-		timer.Stop()
+		u.timer.Stop()
 		ended()
 	})
-	return context.WithValue(ctx, readTimerKey{}, timer), nil
+	return context.WithValue(ctx, readTimerKey{}, u), nil
 }
 
 // readTimedContext is a call's context, ended (canceled) when the call's
@@ -243,10 +308,14 @@ const healthReadTimeout = time.Second
 var errReadTimeout = errors.New("the call's message did not arrive within --read-timeout")
 
 // read is the server's interceptor: it runs once the call's message is in,
-// and stops its timer.
+// and stops its timer; the handler counts the call from then on. A call
+// its read timeout settled first has been counted, and is ended.
 func (c *grpcCalls) read(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if timer, ok := ctx.Value(readTimerKey{}).(*time.Timer); ok && !timer.Stop() {
-		return nil, status.Error(codes.DeadlineExceeded, errReadTimeout.Error())
+	if u, ok := ctx.Value(readTimerKey{}).(*unreadCall); ok {
+		if !u.settle() {
+			return nil, status.Error(codes.DeadlineExceeded, errReadTimeout.Error())
+		}
+		u.timer.Stop()
 	}
 	return handler(ctx, req)
 }

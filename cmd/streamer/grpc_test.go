@@ -56,9 +56,9 @@ func cappedGRPC(t *testing.T, max int, token string, service pb.GRPCInferenceSer
 	}
 	log := slog.New(slog.DiscardHandler)
 	l := &grpcListener{Listener: tcp, max: int64(max), reclaimAfter: time.Nanosecond, counts: &grpcConnCounts{}, log: log, conns: map[string]*grpcConn{}}
-	calls := &grpcCalls{token: tokenCheck(token), readTimeout: requestTimeout, readTimedOut: func() {}, conns: l, log: log}
+	calls := &grpcCalls{token: tokenCheck(token), readTimeout: requestTimeout, unread: func(int) {}, conns: l, log: log}
 	server := grpc.NewServer(grpc.InTapHandle(calls.begin), grpc.UnaryInterceptor(calls.read))
-	pb.RegisterGRPCInferenceServiceServer(server, service)
+	calls.register(server, service)
 	go func() { _ = server.Serve(l) }()
 	t.Cleanup(server.Stop)
 	return l

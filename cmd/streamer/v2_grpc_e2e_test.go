@@ -651,6 +651,12 @@ func stalledCall(t *testing.T, addr string) (net.Conn, <-chan string) {
 // what grpc-go's clients never do.
 func rawCall(t *testing.T, addr, method string, settings ...http2.Setting) (net.Conn, *http2.Framer) {
 	t.Helper()
+	return rawCallWith(t, addr, method, nil, settings...)
+}
+
+// rawCallWith is rawCall with more headers: name and value pairs.
+func rawCallWith(t *testing.T, addr, method string, headers [][2]string, settings ...http2.Setting) (net.Conn, *http2.Framer) {
+	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -667,6 +673,9 @@ func rawCall(t *testing.T, addr, method string, settings ...http2.Setting) (net.
 	enc := hpack.NewEncoder(&block)
 	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", method},
 		{":authority", addr}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	for _, f := range headers {
 		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
 	}
 	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndHeaders: true}); err != nil {
@@ -793,6 +802,41 @@ func TestGRPCStalledCallsEnd(t *testing.T) {
 			return err
 		})
 	})
+}
+
+// TestGRPCCallsEndedUnreadAreCounted: a ModelInfer call that ends before
+// its message is read is counted as the REST route counts a request whose
+// body it cannot read: canceled when its client resets it, timed out when
+// its deadline passes, refused when its message is over the limit.
+// grpc-go ends such calls before any handler or interceptor sees them, and
+// they were not counted at all.
+func TestGRPCCallsEndedUnreadAreCounted(t *testing.T) {
+	addr := freePort(t)
+	s := startServer(t, "--model", "echo", "--max-body", "1000", "--grpc-listen", addr)
+	c := grpcClient(t, addr, nil)
+	count := func(outcome string) float64 {
+		return metricValue(t, s, `streamer_requests_total{outcome="`+outcome+`"}`)
+	}
+
+	_, fr := rawCall(t, addr, pb.GRPCInferenceService_ModelInfer_FullMethodName)
+	if err := fr.WriteRSTStream(1, http2.ErrCodeCancel); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a call reset before its message counted canceled", 10*time.Second, func() bool { return count("canceled") == 1 })
+
+	rawCallWith(t, addr, pb.GRPCInferenceService_ModelInfer_FullMethodName, [][2]string{{"grpc-timeout", "50m"}})
+	waitFor(t, "a call whose deadline passed before its message counted timed out", 10*time.Second, func() bool { return count("timed_out") == 1 })
+
+	big := &pb.ModelInferRequest{ModelName: "echo", Inputs: []*pb.ModelInferRequest_InferInputTensor{{
+		Name: "input", Datatype: "BYTES", Shape: []int64{1}, Contents: &pb.InferTensorContents{BytesContents: [][]byte{make([]byte, 8000)}},
+	}}}
+	_, err := c.ModelInfer(callCtx(t), big)
+	wantCode(t, "a message over the limit", err, codes.ResourceExhausted, "larger than max")
+	waitFor(t, "a message over the limit counted refused", 10*time.Second, func() bool { return count("rejected") == 1 })
+
+	if got := count("canceled") + count("timed_out"); got != 2 {
+		t.Errorf("canceled + timed out = %v after one call of each; want 2", got)
+	}
 }
 
 // callsOnANewConnection says whether call, made on a client of its own

@@ -241,10 +241,12 @@ func grpcDuration(d tritonDuration) *inferencepb.StatisticDuration {
 	return &inferencepb.StatisticDuration{Count: d.Count, Ns: d.NS}
 }
 
-// CountReadTimeout counts a ModelInfer call ended before its handler ran,
-// as its message did not arrive within the server's read timeout: a
-// request refused, as the REST route counts its 408.
-func (g *GRPC) CountReadTimeout() { g.h.requests.count(http.StatusRequestTimeout, nil) }
+// CountUnread counts a ModelInfer call that ended before its handler ran,
+// with the REST route's status for the same end: 408 for a message that
+// did not arrive within the server's read timeout, 413 for one over the
+// limit, 499 for a call its client canceled, 504 for one whose deadline
+// passed.
+func (g *GRPC) CountUnread(status int) { g.h.requests.count(status, nil) }
 
 // ModelInfer runs one inference request: its batched inputs are cut into
 // rows, each one item, as on the REST route. The call's deadline, when it
