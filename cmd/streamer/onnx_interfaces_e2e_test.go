@@ -84,6 +84,33 @@ func TestONNXTimeMajorModelRunsItemsOneByOne(t *testing.T) {
 	}
 }
 
+// TestONNXReductionOverTheBatchRunsItemsOneByOne serves a model that sums
+// its input over the batch, its output's axis named as exporters name the
+// axes nobody named: stacked, each of three items got the sum of all
+// three. The worker finds at start that the output does not lead with the
+// batch, and says so.
+func TestONNXReductionOverTheBatchRunsItemsOneByOne(t *testing.T) {
+	path := customModel(t, onnxtest.Custom{
+		Inputs:  []onnxtest.Value{{Name: "x", DType: f32, Dims: []any{"unk__0", 3}}},
+		Outputs: []onnxtest.Value{{Name: "y", DType: f32, Dims: []any{"unk__9"}}},
+		Nodes:   []onnxtest.Node{{Op: "ReduceSum", Inputs: []string{"x", "axis0"}, Output: "y", Ints: map[string]int64{"keepdims": 0}}},
+		Int64s:  map[string][]int64{"axis0": {0}},
+	})
+	s := startServer(t, "--model", path, "--intra-op-threads", "1", "--max-latency", "50ms")
+	p := s.predictJSON(t, []float32{1, 1, 1}, []float32{2, 2, 2}, []float32{5, 5, 5})
+	if p.Status != http.StatusOK || len(p.Outputs) != 3 {
+		t.Fatalf("%s", p)
+	}
+	for i, want := range [][]float64{{1, 1, 1}, {2, 2, 2}, {5, 5, 5}} {
+		if err := nearJSON(p.Outputs[i], want); err != nil {
+			t.Errorf("item %d: %v", i, err)
+		}
+	}
+	if n := len(rawLinesContaining(s.logs(), "one item per run: output \\\"y\\\" declares [unk__9], and a run of 1 item of zeros gave it the shape [3]")); n != 1 {
+		t.Errorf("%d log lines say why the model runs items one by one, want 1:\n%s", n, s.logs())
+	}
+}
+
 // TestONNXScalarOutputDeclaredBatchedFailsWithoutCrashing serves a model
 // whose output declared [batch] is a scalar: each request fails, saying so,
 // and the worker serves on.

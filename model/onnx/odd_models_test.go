@@ -353,3 +353,84 @@ func writeBuilt(t *testing.T, path, name string) []byte {
 	}
 	return data
 }
+
+const i64 = onnxpb.TensorProto_INT64
+
+// An output whose leading axis has a made-up name, as exporters write for
+// an axis nobody named, is what is left of a reduction over the batch.
+// Stacked, each of three items got the sum of all three (its length, 3,
+// happened to be the number of items). A run of zeros at start finds its
+// length is not the number of items, so items run one by one.
+func TestReductionOverTheBatchRunsItemsAlone(t *testing.T) {
+	r := openCustom(t, onnxtest.Custom{
+		Inputs:  []onnxtest.Value{{Name: "x", DType: f32, Dims: []any{"unk__0", 3}}},
+		Outputs: []onnxtest.Value{{Name: "y", DType: f32, Dims: []any{"unk__9"}}},
+		Nodes:   []onnxtest.Node{{Op: "ReduceSum", Inputs: []string{"x", "axis0"}, Output: "y", Ints: map[string]int64{"keepdims": 0}}},
+		Int64s:  map[string][]int64{"axis0": {0}},
+	}, nil)
+	if d := r.Describe(); !strings.Contains(d, `one item per run: output "y" declares [unk__9], and a run of 1 item of zeros gave it the shape [3]`) {
+		t.Errorf("description %q does not say why items run one by one", d)
+	}
+	outs := predict(t, r, encode(t, r, `[1, 1, 1]`, `[2, 2, 2]`, `[5, 5, 5]`))
+	for i, want := range []float64{1, 2, 5} {
+		near(t, fmt.Sprintf("item %d", i), values(t, outs[i][0]), []float64{want, want, want})
+	}
+	if r.Runs() != 3 {
+		t.Errorf("%d runs for 3 items, want 3 (the probe's not counted)", r.Runs())
+	}
+}
+
+// nonZeroOutput is a model whose output's leading axis counts what the
+// data holds (as detections do), declared with a made-up name: the
+// positions of x's positive elements, [count, 2].
+var nonZeroOutput = onnxtest.Custom{
+	Inputs:  []onnxtest.Value{{Name: "x", DType: i64, Dims: []any{"unk__0", 4}}},
+	Outputs: []onnxtest.Value{{Name: "y", DType: i64, Dims: []any{"unk__5", 2}}},
+	Nodes: []onnxtest.Node{
+		{Op: "Greater", Inputs: []string{"x", "zero"}, Output: "positive"},
+		{Op: "NonZero", Inputs: []string{"positive"}, Output: "at"},
+		{Op: "Transpose", Inputs: []string{"at"}, Output: "y"},
+	},
+	Int64s: map[string][]int64{"zero": {0}},
+}
+
+// Stacked, an item with no positive element got the other item's second
+// position. Each item gets the positions of its own, found alone.
+func TestCountedOutputsRunItemsAlone(t *testing.T) {
+	r := openCustom(t, nonZeroOutput, nil)
+	outs := predict(t, r, encode(t, r, `[1, 0, 1, 0]`, `[0, 0, 0, 0]`))
+	near(t, "item 0", values(t, outs[0][0]), []float64{0, 0, 0, 2})
+	if !equalShape(outs[0][0].Shape, 2, 2) || !equalShape(outs[1][0].Shape, 0, 2) {
+		t.Errorf("shapes %v and %v, want [2 2] and [0 2]", outs[0][0].Shape, outs[1][0].Shape)
+	}
+}
+
+// A run of zeros cannot tell that this output's leading axis is not the
+// batch axis: rows whose largest element is under 1, which zeros all are.
+// The first run whose output does not lead with its items tells: from
+// then on items run one by one. Before, the item with no such row failed,
+// and two items of zeros each got one of the run's two rows.
+func TestAnOutputFoundNotToLeadWithTheBatchRunsItemsAlone(t *testing.T) {
+	r := openCustom(t, onnxtest.Custom{
+		Inputs:  []onnxtest.Value{{Name: "x", DType: i64, Dims: []any{"unk__0", 2}}},
+		Outputs: []onnxtest.Value{{Name: "y", DType: i64, Dims: []any{"unk__5", 1}}},
+		Nodes: []onnxtest.Node{
+			{Op: "ReduceMax", Inputs: []string{"x"}, Output: "top", Ints: map[string]int64{"keepdims": 0}, IntLists: map[string][]int64{"axes": {1}}},
+			{Op: "Less", Inputs: []string{"top", "one"}, Output: "small"},
+			{Op: "NonZero", Inputs: []string{"small"}, Output: "at"},
+			{Op: "Transpose", Inputs: []string{"at"}, Output: "y"},
+		},
+		Int64s: map[string][]int64{"one": {1}},
+	}, nil)
+	if strings.Contains(r.Describe(), "one item per run") {
+		t.Fatalf("description %q: the probe of zeros should find nothing", r.Describe())
+	}
+	outs := predict(t, r, encode(t, r, `[1, 1]`, `[0, 0]`))
+	if !equalShape(outs[0][0].Shape, 0, 1) || !equalShape(outs[1][0].Shape, 1, 1) {
+		t.Errorf("shapes %v and %v, want [0 1] and [1 1]", outs[0][0].Shape, outs[1][0].Shape)
+	}
+	outs = predict(t, r, encode(t, r, `[0, 0]`, `[0, 0]`))
+	for i := range outs {
+		near(t, fmt.Sprintf("zeros %d", i), values(t, outs[i][0]), []float64{0})
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync/atomic"
 
 	ort "github.com/yalue/onnxruntime_go"
@@ -28,6 +29,10 @@ type Runner struct {
 	padding     bool // some input is padded
 	closed      bool
 	runs        atomic.Uint64
+	// unproven lists the outputs cut along a leading axis that nothing
+	// names the batch axis (see onnxio.Signature.UnprovenOutputs); one
+	// that does not lead with a run's items is unbatched.
+	unproven []int
 }
 
 var (
@@ -85,14 +90,22 @@ func Open(ctx context.Context, spec Settings) (*Runner, error) {
 		releaseRuntime()
 		return nil, err
 	}
-	return &Runner{
+	// The runner's own signature: it may learn that an output's leading
+	// axis is not the batch axis (see unbatch), which the codec, used by
+	// other goroutines, need not know.
+	own := *sig
+	own.Inputs, own.Outputs = slices.Clone(sig.Inputs), slices.Clone(sig.Outputs)
+	r := &Runner{
 		codec:       codec,
-		sig:         sig,
+		sig:         &own,
 		float16Outs: float16Outs,
 		session:     session,
 		padding:     len(codec.Pads()) > 0,
-		description: runnerDescription(src.name, spec, version, sig),
-	}, nil
+	}
+	r.unproven = own.UnprovenOutputs()
+	r.probeBatchAxis()
+	r.description = runnerDescription(src.name, spec, version, r.sig)
+	return r, nil
 }
 
 // runnerDescription is the one line a worker reports when it is ready.
@@ -230,6 +243,14 @@ func (r *Runner) Predict(ctx context.Context, items [][]byte) ([][]byte, error) 
 	}
 	for _, key := range order {
 		for _, run := range r.padRuns(groups[key], decoded) {
+			if r.sig.Mode == onnxio.OneByOne && len(run) > 1 {
+				// The model was found to take one item at a time
+				// while this batch was grouped.
+				for _, i := range run {
+					r.runGroup(ctx, []int{i}, decoded, outputs, errs)
+				}
+				continue
+			}
 			r.runGroup(ctx, run, decoded, outputs, errs)
 		}
 	}
@@ -259,7 +280,7 @@ func (r *Runner) runGroup(ctx context.Context, idx []int, decoded [][]onnxio.Ten
 		}
 		return
 	}
-	if len(idx) == 1 {
+	if len(idx) == 1 && !errors.Is(err, errUnbatched) {
 		errs[idx[0]] = err
 		return
 	}
@@ -271,6 +292,34 @@ func (r *Runner) runGroup(ctx context.Context, idx []int, decoded [][]onnxio.Ten
 // run stacks items (all with one batch key), runs the model once and
 // returns each item's encoded outputs.
 func (r *Runner) run(items [][]onnxio.Tensor) ([][]byte, error) {
+	var encoded [][]byte
+	err := r.execute(items, func(outs []onnxio.Tensor) error {
+		perItem := make([][]onnxio.Tensor, len(items))
+		for i := range perItem {
+			perItem[i] = make([]onnxio.Tensor, len(r.sig.Outputs))
+		}
+		for k, t := range outs {
+			if err := r.split(k, t, items, perItem); err != nil {
+				return fmt.Errorf("onnx: output %q: %w", r.sig.Outputs[k].Name, err)
+			}
+		}
+		encoded = make([][]byte, len(items))
+		for i, outs := range perItem {
+			b, err := onnxio.EncodeOutput(r.sig, outs)
+			if err != nil {
+				return err
+			}
+			encoded[i] = b
+		}
+		return nil
+	})
+	return encoded, err
+}
+
+// execute stacks items (all with one batch key), runs the model once and
+// calls use with its outputs, whose data is the runtime's until use
+// returns.
+func (r *Runner) execute(items [][]onnxio.Tensor, use func(outs []onnxio.Tensor) error) error {
 	inputs := make([]ort.Value, len(r.sig.Inputs))
 	defer destroyAll(inputs)
 	shapes := make([][]int64, len(r.sig.Inputs))
@@ -278,41 +327,28 @@ func (r *Runner) run(items [][]onnxio.Tensor) ([][]byte, error) {
 		t := r.stack(j, items)
 		v, err := newValue(t)
 		if err != nil {
-			return nil, fmt.Errorf("onnx: input %q: %w", r.sig.Inputs[j].Name, err)
+			return fmt.Errorf("onnx: input %q: %w", r.sig.Inputs[j].Name, err)
 		}
 		inputs[j], shapes[j] = v, t.Shape
 	}
 	outputs, err := r.allocateOutputs(shapes, len(items))
 	defer destroyAll(outputs)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	r.runs.Add(1)
 	if err := r.session.Run(inputs, outputs); err != nil {
-		return nil, r.runError(err, outputs)
+		return r.runError(err, outputs)
 	}
-	perItem := make([][]onnxio.Tensor, len(items))
-	for i := range perItem {
-		perItem[i] = make([]onnxio.Tensor, len(r.sig.Outputs))
-	}
+	outs := make([]onnxio.Tensor, len(outputs))
 	for k, p := range r.sig.Outputs {
 		t, err := valueTensor(outputs[k])
 		if err != nil {
-			return nil, fmt.Errorf("onnx: output %q: %w", p.Name, err)
+			return fmt.Errorf("onnx: output %q: %w", p.Name, err)
 		}
-		if err := r.split(k, t, items, perItem); err != nil {
-			return nil, fmt.Errorf("onnx: output %q: %w", p.Name, err)
-		}
+		outs[k] = t
 	}
-	encoded := make([][]byte, len(items))
-	for i, outs := range perItem {
-		b, err := onnxio.EncodeOutput(r.sig, outs)
-		if err != nil {
-			return nil, err
-		}
-		encoded[i] = b
-	}
-	return encoded, nil
+	return use(outs)
 }
 
 // runError explains a failed run. onnxruntime_go cannot hand back a rank-0

@@ -3,7 +3,10 @@
 package onnx
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 
 	"github.com/streamer-dev/streamer/model/onnx/onnxio"
 )
@@ -178,6 +181,11 @@ func (r *Runner) split(k int, out onnxio.Tensor, items [][]onnxio.Tensor, perIte
 		return nil
 	}
 	if len(out.Shape) == 0 || out.Shape[0] != int64(len(items)) {
+		if slices.Contains(r.unproven, k) {
+			r.unbatch(k, fmt.Sprintf("a run of %s gave it the shape %v", itemCount(len(items)), out.Shape))
+			slog.Warn("onnx: this model's items run one by one from now on", "why", r.sig.Why)
+			return errUnbatched
+		}
 		return fmt.Errorf("shape %v does not lead with the batch of %d items", out.Shape, len(items))
 	}
 	itemShape := out.Shape[1:]
@@ -242,4 +250,71 @@ func equalShapes(a, b []int64) bool {
 		}
 	}
 	return true
+}
+
+// errUnbatched fails a run that found an output's leading axis not to be the
+// batch axis: its items run again, one by one.
+var errUnbatched = errors.New("the output does not lead with the batch axis; items run one by one")
+
+// unbatch takes output k, one of r.unproven, for one without a batch axis,
+// as a run found it (how): from then on each item gets it whole, so items
+// run one by one. Were they stacked, a caller could get what the model made
+// of the whole run (a sum over it, another item's detections) whenever the
+// output's length happened to be the number of items.
+func (r *Runner) unbatch(k int, how string) {
+	p := r.sig.Outputs[k]
+	r.sig.Unbatch(k, fmt.Sprintf("output %q declares %s, and %s, so its leading axis is not the batch axis; name its batch axis like the inputs' when exporting, if it has one", p.Name, declaredShape(p), how))
+	r.unproven = slices.DeleteFunc(r.unproven, func(j int) bool { return j == k })
+}
+
+// itemCount writes "1 item", "2 items".
+func itemCount(n int) string {
+	if n == 1 {
+		return "1 item"
+	}
+	return fmt.Sprintf("%d items", n)
+}
+
+// declaredShape writes an output's declared shape, or "no shape".
+func declaredShape(p onnxio.Port) string {
+	if p.Shape == nil {
+		return "no shape"
+	}
+	return p.Shape.String()
+}
+
+// probeBatchAxis runs the model on one item of zeros, then on two, when
+// some output's leading axis is not named the batch axis (r.unproven), and
+// unbatches each such output whose leading length is not the number of
+// items. A model that refuses zeros proves nothing here; its runs check
+// each output's leading length as they cut it (see split).
+func (r *Runner) probeBatchAxis() {
+	if len(r.unproven) == 0 {
+		return
+	}
+	item := make([]onnxio.Tensor, len(r.sig.Inputs))
+	for j, p := range r.sig.Inputs {
+		t := onnxio.Tensor{DType: p.DType, Shape: make([]int64, len(p.ItemShape))}
+		n := int64(p.DType.Size())
+		for a, d := range p.ItemShape {
+			t.Shape[a] = max(d.Size, 1) // a dynamic axis of length 1
+			n *= t.Shape[a]
+		}
+		t.Data = make([]byte, n)
+		item[j] = t
+	}
+	for n := 1; n <= 2 && len(r.unproven) > 0 && r.sig.Mode == onnxio.Stacked; n++ {
+		err := r.execute(slices.Repeat([][]onnxio.Tensor{item}, n), func(outs []onnxio.Tensor) error {
+			for _, k := range slices.Clone(r.unproven) {
+				if t := outs[k]; len(t.Shape) == 0 || t.Shape[0] != int64(n) {
+					r.unbatch(k, fmt.Sprintf("a run of %s of zeros gave it the shape %v", itemCount(n), t.Shape))
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			break
+		}
+	}
+	r.runs.Store(0) // the probe's runs serve no item
 }

@@ -352,6 +352,44 @@ func (s *Signature) decideBatching() {
 	}
 }
 
+// UnprovenOutputs lists, for a stacked model, the outputs cut along a
+// leading axis that nothing in the file names the batch axis: an output
+// with no declared shape, or one whose dynamic leading axis has a name no
+// stacked input's leading axis shares and that is not named like a batch
+// axis (the exporters' made-up names among them). Such an axis may be
+// something else: a count of detections, or what is left of a reduction
+// over the batch. Whether it is shows only as the model runs.
+func (s *Signature) UnprovenOutputs() []int {
+	if s.Mode != Stacked {
+		return nil
+	}
+	leading := map[string]bool{}
+	for _, p := range s.Inputs {
+		if p.Batched && p.Shape[0].Param != "" {
+			leading[p.Shape[0].Param] = true
+		}
+	}
+	var unproven []int
+	for k, p := range s.Outputs {
+		if !p.Batched {
+			continue
+		}
+		if p.Shape == nil || p.Shape[0].Dynamic() && !leading[p.Shape[0].Param] && !batchLike(chosenName(p.Shape[0].Param)) {
+			unproven = append(unproven, k)
+		}
+	}
+	return unproven
+}
+
+// Unbatch takes output k for one without a batch axis, found so as the
+// model ran (see UnprovenOutputs): each item gets it whole, so items run
+// one by one, for the reason why.
+func (s *Signature) Unbatch(k int, why string) {
+	s.Outputs[k].setBatched(false)
+	s.Mode = OneByOne
+	s.Why = why
+}
+
 // batchNames are the chosen names of the inputs' dynamic leading axes that
 // are named like a batch axis: empty when no input names its batch axis.
 func (s *Signature) batchNames() map[string]bool {
