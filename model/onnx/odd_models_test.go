@@ -342,6 +342,49 @@ func TestNonFinitePaddingTravelsInTheSpec(t *testing.T) {
 
 // writeBuilt writes the test model name, built, to path, and returns its
 // bytes.
+// The supervisor reads a model file once for its settings, its check and
+// its codec, where it read and hashed it three times; a file written again
+// in place meanwhile, to the same size and modification time (as cp -p
+// does), is still read again and refused.
+func TestAFileWrittenAgainInPlaceIsReadAgain(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "model.onnx")
+	data := writeBuilt(t, path, onnxtest.MLP)
+	spec, err := onnx.Settings{Path: path, IntraOpThreads: 1}.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings, err := onnx.SettingsOf(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := onnx.Codec(settings); err != nil {
+		t.Fatal(err)
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The last weight's last byte: the same inputs and outputs, other
+	// content.
+	data[len(data)-1] ^= 0x01
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(data[len(data)-1:], int64(len(data)-1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, info.ModTime(), info.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := onnx.Codec(settings); !errors.Is(err, onnx.ErrModelChanged) {
+		t.Fatalf("codec of the file written again in place: %v; want %v", err, onnx.ErrModelChanged)
+	}
+}
+
 func writeBuilt(t *testing.T, path, name string) []byte {
 	t.Helper()
 	data, err := onnxtest.Build(name)

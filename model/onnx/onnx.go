@@ -20,8 +20,10 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/streamer-dev/streamer/internal/filekind"
+	"github.com/streamer-dev/streamer/internal/filestamp"
 	"github.com/streamer-dev/streamer/model"
 	"github.com/streamer-dev/streamer/model/onnx/demo"
 	"github.com/streamer-dev/streamer/model/onnx/onnxio"
@@ -206,6 +208,10 @@ type source struct {
 	name string
 	path string // empty for the demo
 	data []byte
+	sum  string // the file's hex SHA-256; "" for the demo
+	// stamp is the file's (see filestamp.Of) as it was before it was
+	// read; "" where there is none to go by.
+	stamp string
 }
 
 func readSource(name string) (source, error) {
@@ -225,22 +231,18 @@ func readSource(name string) (source, error) {
 		// as /dev/zero fill the memory.
 		return source{}, fmt.Errorf("model %s: is %s, not an .onnx file", name, filekind.Of(info.Mode()))
 	}
+	stamp, _ := filestamp.Of(info)
 	data, err := os.ReadFile(name)
 	if err != nil {
 		return source{}, fmt.Errorf("model %s: %w", name, err)
 	}
-	return source{name: name, path: name, data: data}, nil
+	sum := sha256.Sum256(data)
+	return source{name: name, path: name, data: data, sum: hex.EncodeToString(sum[:]), stamp: stamp}, nil
 }
 
 // sha256 is the hex SHA-256 of a file's content, or "" for the embedded
 // demo, which cannot change under a running server.
-func (src source) sha256() string {
-	if src.path == "" {
-		return ""
-	}
-	sum := sha256.Sum256(src.data)
-	return hex.EncodeToString(sum[:])
-}
+func (src source) sha256() string { return src.sum }
 
 // Codec reads the model the settings name and returns the codec that checks its
 // items at the edge, with the description GET /v1/models serves. It reads
@@ -262,7 +264,13 @@ func Codec(spec Settings) (*onnxio.Codec, *Description, error) {
 	return codec, d, nil
 }
 
+// signatureOf reads the model name names and its signature. A file read
+// last, unchanged since, is not read again (see lastRead); its source then
+// has no data, which only the embedded demo's runner needs.
 func signatureOf(name string) (source, *onnxio.Signature, error) {
+	if src, sig, ok := lastRead.get(name); ok {
+		return src, sig, nil
+	}
 	src, err := readSource(name)
 	if err != nil {
 		return src, nil, err
@@ -271,7 +279,48 @@ func signatureOf(name string) (source, *onnxio.Signature, error) {
 	if err != nil {
 		return src, nil, fmt.Errorf("model %s: %w", name, err)
 	}
+	lastRead.put(src, sig)
 	return src, sig, nil
+}
+
+// lastRead is the model file signatureOf read last, with its signature:
+// the supervisor reads a model's settings, checks the model and makes its
+// codec within moments, and read and hashed a model of gigabytes each time.
+var lastRead readMemo
+
+type readMemo struct {
+	mu  sync.Mutex
+	src source // without its data
+	sig *onnxio.Signature
+}
+
+// get returns the file at path as it was read last, when the file is still
+// the one that was read: its stamp has not changed.
+func (m *readMemo) get(path string) (source, *onnxio.Signature, bool) {
+	if path == demo.Name {
+		return source{}, nil, false
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		return source{}, nil, false
+	}
+	stamp, ok := filestamp.Of(info)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !ok || m.src.path != path || m.src.stamp != stamp {
+		return source{}, nil, false
+	}
+	return m.src, m.sig, true
+}
+
+func (m *readMemo) put(src source, sig *onnxio.Signature) {
+	if src.stamp == "" {
+		return
+	}
+	src.data = nil
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.src, m.sig = src, sig
 }
 
 // Check validates the settings in the supervisor before any worker starts:

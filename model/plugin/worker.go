@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/streamer-dev/streamer/internal/filestamp"
 	"github.com/streamer-dev/streamer/model"
 )
 
@@ -133,11 +134,11 @@ func fileStamp(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	id, ok := fileID(info)
+	stamp, ok := filestamp.Of(info)
 	if !ok {
 		return "", errors.New("no change time to go by")
 	}
-	return fmt.Sprintf("%d:%d:%s", info.Size(), info.ModTime().UnixNano(), id), nil
+	return stamp, nil
 }
 
 // checkLoaded refuses a binary whose content is no longer the one whose

@@ -1,6 +1,6 @@
 //go:build linux || darwin
 
-package plugin
+package filestamp
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 )
 
 // fileID is the device, inode and change time of the file info describes.
-// The change time is the kernel's, which no tool sets: a binary written
+// The change time is the kernel's, which no tool sets: a file written
 // again to the same size and modification time (cp -p, tar, rsync -t)
 // changes it.
 func fileID(info os.FileInfo) (string, bool) {

@@ -1,9 +1,9 @@
 //go:build !linux && !darwin
 
-package plugin
+package filestamp
 
 import "os"
 
 // fileID has nothing to go by here: the size and modification time alone
-// do not stand for the content, so the binary is always read to compare.
+// do not stand for the content, so a file must be read to compare.
 func fileID(os.FileInfo) (string, bool) { return "", false }
