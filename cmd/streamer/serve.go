@@ -118,7 +118,7 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	intVar(f, &o.maxItems, "max-items", 4096, "most items in one request; more (or more than --max-queue) gets 413")
 	intVar(f, &o.maxBatchBytes, "max-batch-bytes", 64<<20, "most encoded item bytes in one batch; an item larger gets 413 (must fit the pipe's frame limit of 256 MiB)")
 	intVar(f, &o.maxBody, "max-body", 8<<20, "largest request body in bytes; larger gets 413")
-	f.DurationVar(&o.readTimeout, "read-timeout", 30*time.Second, "longest a client may take to send a whole request, headers and body (a slower one gets 408, or is dropped while still sending headers)")
+	f.DurationVar(&o.readTimeout, "read-timeout", 30*time.Second, "longest a client may take to send a whole request, headers and body (a slower one gets 408, or 400 while still sending headers)")
 	f.DurationVar(&o.writeTimeout, "write-timeout", 30*time.Second, "longest a client may take to read its answer once it is ready (not counting the wait for the model)")
 	f.DurationVar(&o.idleTimeout, "idle-timeout", 120*time.Second, "how long an idle keep-alive connection is kept open")
 	intVar(f, &o.maxConnections, "max-connections", 4096, "most client connections open at once; one more takes the place of the connection idle longest (for 1s at least: between requests, or before its first), or with none is answered 503 and closed; as many gRPC connections on --grpc-listen, counted apart and reclaimed alike")

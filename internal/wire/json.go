@@ -87,7 +87,14 @@ func (s *JSONScanner) Unexpected(context string) error {
 	if s.pos >= len(s.data) {
 		return s.errorf("unexpected end of JSON %s", context)
 	}
-	return s.errorf("invalid character %q %s", s.data[s.pos], context)
+	switch r, size := utf8.DecodeRune(s.data[s.pos:]); {
+	case r == '\ufeff' && s.pos == 0:
+		return s.errorf("the text starts with a byte-order mark (EF BB BF), which JSON sent over a network must not have")
+	case r == utf8.RuneError && size <= 1:
+		return s.errorf("invalid byte 0x%02x %s: not UTF-8", s.data[s.pos], context)
+	default:
+		return s.errorf("invalid character %q %s", r, context)
+	}
 }
 
 func (s *JSONScanner) skipSpace() {

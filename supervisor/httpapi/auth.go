@@ -54,7 +54,7 @@ type tokenGuard struct {
 const (
 	challenge        = `Bearer realm="streamer"`
 	invalidChallenge = `Bearer realm="streamer", error="invalid_token"`
-	missingToken     = "this server requires a token: send the header Authorization: Bearer <token>"
+	missingToken     = "this server requires a token: send the header Authorization: Bearer TOKEN"
 	wrongToken       = "the bearer token is not valid for this server"
 )
 
@@ -156,7 +156,11 @@ func unauthorized(w http.ResponseWriter, r *http.Request, challenge, msg string)
 	hdr.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusUnauthorized)
 	_, _ = w.Write(body)
-	if r.ContentLength > smallBody || r.ContentLength < 0 {
+	switch {
+	case r.ContentLength != 0 && r.ProtoMajor == 1 && expectsContinue(r.Header):
+		// Its client sends no body, not asked for it: see serveExpecting.
+		sendAndClose(w)
+	case r.ContentLength > smallBody || r.ContentLength < 0:
 		discardUnread(w, r, unauthorizedDiscard)
 	}
 }

@@ -95,6 +95,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -332,10 +333,43 @@ func (h *handler) putBuffer(b *bytes.Buffer) {
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength != 0 && r.ProtoMajor == 1 && expectsContinue(r.Header) {
+		h.serveExpecting(w, r)
+		return
+	}
 	h.route(w, r)
 	if r.ContentLength > smallBody || r.ContentLength < 0 {
 		h.discardUnread(w, r)
 	}
+}
+
+// serveExpecting answers a request whose client waits for 100 Continue
+// before it sends its body. Answered without its body being asked for (a
+// 413, 415, 429...), the client sends none, and the connection is closed
+// as the answer goes: net/http would wait for the body, up to 256 KiB of
+// it, until --read-timeout, holding the connection.
+func (h *handler) serveExpecting(w http.ResponseWriter, r *http.Request) {
+	body := &askedBody{ReadCloser: r.Body}
+	r.Body = body
+	h.route(w, r)
+	// net/http's own body again, before the answer goes: by its type,
+	// net/http knows not to wait for a body it did not ask for.
+	r.Body = body.ReadCloser
+	if !body.asked {
+		sendAndClose(w)
+	}
+}
+
+// askedBody is a request body that tells whether it was read: for a
+// client waiting for 100 Continue, whether it was asked for.
+type askedBody struct {
+	io.ReadCloser
+	asked bool
+}
+
+func (b *askedBody) Read(p []byte) (int, error) {
+	b.asked = true
+	return b.ReadCloser.Read(p)
 }
 
 // route answers r.

@@ -244,6 +244,7 @@ func TestPredictRefusesBadInput(t *testing.T) {
 		{name: "malformed form", contentType: "application/x-www-form-urlencoded", body: []byte("s=%zz"), wantStatus: 400, wantMsg: []string{"malformed form body"}},
 		{name: "form bad timeout", contentType: "application/x-www-form-urlencoded", body: []byte("s=a&timeout_ms=x"), wantStatus: 400, wantMsg: []string{`"timeout_ms" must be a whole number`}},
 		{name: "body too large", body: []byte(`{"inputs": ["` + strings.Repeat("x", 2000) + `"]}`), wantStatus: 413, wantMsg: []string{"larger than the limit of 1024 bytes"}},
+		{name: "JSON in another charset", contentType: "application/json; charset=ISO-8859-1", body: []byte("{\"inputs\": [\"caf\xe9\"]}"), wantStatus: 415, wantMsg: []string{`"application/json; charset=ISO-8859-1"`, "read as UTF-8"}},
 		{name: "unsupported content type", contentType: "text/plain; charset=utf-8", body: []byte("hi"), wantStatus: 415, wantMsg: []string{`"text/plain; charset=utf-8"`, "application/json", "application/msgpack", "application/x-www-form-urlencoded"}},
 		{name: "timeout header with a sign", header: []string{"X-Timeout-Ms", "+5"}, body: []byte(`{"inputs": [1]}`), wantStatus: 400, wantMsg: []string{"written in digits", `"+5"`}},
 		{name: "timeout header twice", header: []string{"X-Timeout-Ms", "500", "X-Timeout-Ms", "0"}, body: []byte(`{"inputs": [1]}`), wantStatus: 400, wantMsg: []string{"X-Timeout-Ms is given 2 times"}},

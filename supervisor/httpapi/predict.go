@@ -38,15 +38,35 @@ const (
 // acceptedTypes is named in the 415 answer.
 const acceptedTypes = "application/json, application/msgpack (or application/x-msgpack), application/x-www-form-urlencoded"
 
+// charsetOf is the charset parameter among a media type's params
+// ("; charset=utf-8; ..."), unquoted; "" when there is none.
+func charsetOf(params string) string {
+	for params != "" {
+		var param string
+		param, params, _ = strings.Cut(params, ";")
+		name, value, _ := strings.Cut(param, "=")
+		if strings.EqualFold(strings.TrimSpace(name), "charset") {
+			return strings.Trim(strings.TrimSpace(value), `"`)
+		}
+	}
+	return ""
+}
+
 // formatOf reads the Content-Type header. A missing header means JSON.
 func formatOf(contentType string) (bodyFormat, error) {
 	if contentType == "" || contentType == "application/json" {
 		return formatJSON, nil
 	}
-	mediaType, _, _ := strings.Cut(contentType, ";")
+	mediaType, params, _ := strings.Cut(contentType, ";")
 	mediaType = strings.TrimSpace(mediaType)
 	switch {
 	case strings.EqualFold(mediaType, "application/json"):
+		if charset := charsetOf(params); charset != "" && !strings.EqualFold(charset, "utf-8") && !strings.EqualFold(charset, "us-ascii") {
+			return 0, &requestError{
+				status: http.StatusUnsupportedMediaType,
+				msg:    "content type " + strconv.Quote(contentType) + ": JSON is read as UTF-8; send it in UTF-8, with charset=utf-8 or no charset",
+			}
+		}
 		return formatJSON, nil
 	case strings.EqualFold(mediaType, "application/msgpack"), strings.EqualFold(mediaType, "application/x-msgpack"):
 		return formatMsgpack, nil
@@ -257,14 +277,20 @@ func (h *handler) readSent(w http.ResponseWriter, r *http.Request, buf *bytes.Bu
 	}
 	// A body of announced length is cut there by net/http already, and
 	// that length is within maxBody (checked above): only a chunked one
-	// needs the limit's reader, an allocation a request.
-	body := r.Body
+	// needs a limit, an allocation a request. It is read one byte past
+	// maxBody, to tell a body over it; http.MaxBytesReader would have the
+	// connection closed after the 413, where a body announced too long
+	// keeps it once read through (see discardUnread).
+	var body io.Reader = r.Body
 	if r.ContentLength < 0 {
-		body = http.MaxBytesReader(w, r.Body, h.maxBody)
+		body = &io.LimitedReader{R: r.Body, N: min(h.maxBody, math.MaxInt64-1) + 1}
 	}
 	_, err := buf.ReadFrom(body)
 	if err != nil {
 		return h.bodyError(err)
+	}
+	if int64(buf.Len()) > h.maxBody {
+		return h.tooLarge()
 	}
 	// A mean over the last few dozen, roughly: a race between two
 	// requests loses one of them, which matters little.
@@ -287,11 +313,8 @@ func (h *handler) readSent(w http.ResponseWriter, r *http.Request, buf *bytes.Bu
 // bodyError says why reading a body failed. Apart from readBody, so that
 // the targets errors.As needs are allocated only when there is an error.
 func (h *handler) bodyError(err error) error {
-	var tooBig *http.MaxBytesError
 	var netErr net.Error
 	switch {
-	case errors.As(err, &tooBig):
-		return h.tooLarge()
 	case errors.As(err, &netErr) && netErr.Timeout():
 		return &requestError{status: http.StatusRequestTimeout, msg: "the request body did not arrive within the server's read timeout"}
 	case errors.Is(err, io.ErrUnexpectedEOF):

@@ -92,6 +92,15 @@ func discardUnread(w http.ResponseWriter, r *http.Request, limit int64) {
 	}
 }
 
+// sendAndClose sends the answer written to w, with its Content-Length,
+// and closes its connection.
+func sendAndClose(w http.ResponseWriter) {
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+	closeConnection(w)
+}
+
 // closeConnection closes the connection of w, whose answer has been sent
 // whole (flushed, with its Content-Length). It takes the connection from
 // net/http to close it; where w cannot give it up (a wrapper that hides

@@ -162,23 +162,77 @@ func TestAnAnswerGivenUnreadReachesAClientSendingItsWholeBody(t *testing.T) {
 // TestAConnectionWhoseBodyWasReadThroughServesTheNext: once an answer
 // given unread is followed by the rest of its body, read and thrown away,
 // the connection serves the client's next request.
+// A chunked body found over the limit serves it too: it was refused with
+// the connection closed (http.MaxBytesReader's doing).
 func TestAConnectionWhoseBodyWasReadThroughServesTheNext(t *testing.T) {
 	addr, _ := serveLoopback(t, New(Config{Backend: &fakeBackend{ready: true}, MaxBody: 1 << 20}), unreadTimeout)
 	over := bytes.Repeat([]byte("x"), 2<<20)
-	conn := dialSmallBuffer(t, addr)
 	small := `{"inputs": ["after"]}`
-	fmt.Fprintf(conn, "%s%s", rawPost("/predict", fmt.Sprintf("Content-Length: %d\r\n", len(over))), over)
-	fmt.Fprintf(conn, "%s%s", rawPost("/predict", fmt.Sprintf("Content-Length: %d\r\n", len(small))), small)
-	reader := bufio.NewReader(conn)
-	for i, want := range []int{http.StatusRequestEntityTooLarge, http.StatusOK} {
-		resp, err := http.ReadResponse(reader, nil)
-		if err != nil {
-			t.Fatalf("answer %d: %v; want %d", i, err, want)
+	for _, first := range []string{
+		rawPost("/predict", fmt.Sprintf("Content-Length: %d\r\n", len(over))) + string(over),
+		rawPost("/predict", "Transfer-Encoding: chunked\r\n") + string(chunked(over)),
+	} {
+		conn := dialSmallBuffer(t, addr)
+		go func() {
+			_, _ = io.WriteString(conn, first)
+			fmt.Fprintf(conn, "%s%s", rawPost("/predict", fmt.Sprintf("Content-Length: %d\r\n", len(small))), small)
+		}()
+		reader := bufio.NewReader(conn)
+		for i, want := range []int{http.StatusRequestEntityTooLarge, http.StatusOK} {
+			resp, err := http.ReadResponse(reader, nil)
+			if err != nil {
+				t.Fatalf("%.40q: answer %d: %v; want %d", first, i, err, want)
+			}
+			data, err := io.ReadAll(resp.Body)
+			if err != nil || resp.StatusCode != want {
+				t.Fatalf("%.40q: answer %d: %d %s (%v); want %d", first, i, resp.StatusCode, data, err, want)
+			}
 		}
-		data, err := io.ReadAll(resp.Body)
-		if err != nil || resp.StatusCode != want {
-			t.Fatalf("answer %d: %d %s (%v); want %d", i, resp.StatusCode, data, err, want)
-		}
+	}
+}
+
+// TestAClientWaitingToSendItsBodyIsAnsweredAndLetGo: a client that sent
+// Expect: 100-continue and is answered without its body being asked for
+// sends none, and its connection is closed with the answer. It was held
+// until the read timeout, net/http waiting for a small body that would
+// never come.
+func TestAClientWaitingToSendItsBodyIsAnsweredAndLetGo(t *testing.T) {
+	api := New(Config{Backend: &fakeBackend{ready: true}, MaxBody: 1 << 20})
+	for _, tc := range []struct {
+		name string
+		h    http.Handler
+		head string
+		want int
+	}{
+		{"a content type it cannot read", api, "Content-Type: text/plain\r\n", http.StatusUnsupportedMediaType},
+		{"a route that takes no body", api, "", http.StatusNotFound},
+		{"no token", RequireToken("s3cret", api), "", http.StatusUnauthorized},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr, _ := serveLoopback(t, tc.h, unreadTimeout)
+			conn := dialSmallBuffer(t, addr)
+			path := "/predict"
+			if tc.want == http.StatusNotFound {
+				path = "/nowhere"
+			}
+			if _, err := io.WriteString(conn, rawPost(path, tc.head+"Content-Length: 1000\r\nExpect: 100-continue\r\n")); err != nil {
+				t.Fatal(err)
+			}
+			// Well within the read timeout: a connection held until it
+			// fails this.
+			_ = conn.SetDeadline(time.Now().Add(unreadTimeout / 4))
+			reader := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(reader, nil)
+			if err != nil || resp.StatusCode != tc.want {
+				t.Fatalf("answer: %v %v; want %d", resp, err, tc.want)
+			}
+			if _, err := io.ReadAll(resp.Body); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := reader.Read(make([]byte, 1)); err != io.EOF {
+				t.Fatalf("after the answer: %d bytes, %v; want the connection closed", n, err)
+			}
+		})
 	}
 }
 
