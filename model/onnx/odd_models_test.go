@@ -3,6 +3,7 @@ package onnx_test
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/streamer-dev/streamer/model"
 	"github.com/streamer-dev/streamer/model/onnx"
 	"github.com/streamer-dev/streamer/model/onnx/demo"
 	"github.com/streamer-dev/streamer/model/onnx/onnxpb"
@@ -476,4 +478,69 @@ func TestAnOutputFoundNotToLeadWithTheBatchRunsItemsAlone(t *testing.T) {
 	for i := range outs {
 		near(t, fmt.Sprintf("zeros %d", i), values(t, outs[i][0]), []float64{0})
 	}
+}
+
+// withExternalWeights adds its weight w, kept in the file w.bin beside the
+// model, to each item's x [batch, 2].
+var withExternalWeights = onnxtest.Custom{
+	Inputs:   []onnxtest.Value{{Name: "x", DType: i64, Dims: []any{"batch", 2}}},
+	Outputs:  []onnxtest.Value{{Name: "y", DType: i64, Dims: []any{"batch", 2}}},
+	Nodes:    []onnxtest.Node{{Op: "Add", Inputs: []string{"x", "w"}, Output: "y"}},
+	Int64s:   map[string][]int64{"w": {1, 2}},
+	External: map[string]string{"w": "w.bin"},
+}
+
+// A model's weights kept in a file of their own count in its SHA-256 as
+// the model file's do: a worker restarted after that file was replaced
+// without a reload refuses it, where it served the new weights beside the
+// others' old ones; a reload takes it. A weights file missing is named at
+// the check, before any worker starts.
+func TestExternalWeightsCountInTheModelsChecksum(t *testing.T) {
+	dir := t.TempDir()
+	path, err := withExternalWeights.Write(dir, "model")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := onnx.Settings{Path: path, IntraOpThreads: 1}.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := openSpec(t, spec)
+	near(t, "with the weights loaded", values(t, predict(t, r, encode(t, r, `[10, 20]`))[0][0]), []float64{11, 22})
+
+	weights := filepath.Join(dir, "w.bin")
+	next := filepath.Join(dir, "w.bin.new")
+	if err := os.WriteFile(next, binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, 100), 200), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(next, weights); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := onnx.OpenSpec(context.Background(), spec); !errors.Is(err, onnx.ErrModelChanged) {
+		t.Fatalf("open after the weights file was replaced: %v; want %v", err, onnx.ErrModelChanged)
+	}
+	refreshed, err := onnx.Refresh(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = openSpec(t, refreshed)
+	near(t, "with the new weights, reloaded", values(t, predict(t, r, encode(t, r, `[10, 20]`))[0][0]), []float64{110, 220})
+
+	if err := os.Remove(weights); err != nil {
+		t.Fatal(err)
+	}
+	if err := onnx.Check(onnx.Settings{Path: path}); err == nil || !strings.Contains(err.Error(), `the file of its external weights "w.bin"`) {
+		t.Fatalf("check with the weights file missing: %v; want an error naming it", err)
+	}
+}
+
+// openSpec opens a runner on spec, closed when the test ends.
+func openSpec(t *testing.T, spec model.Spec) *onnx.Runner {
+	t.Helper()
+	m, err := onnx.OpenSpec(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	return m.(*onnx.Runner)
 }

@@ -16,8 +16,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -146,7 +148,7 @@ func Refresh(spec model.Spec) (model.Spec, error) {
 	if err != nil {
 		return model.Spec{}, err
 	}
-	src, err := readSource(settings.Path)
+	src, _, err := readModel(settings.Path)
 	if err != nil {
 		return model.Spec{}, err
 	}
@@ -208,9 +210,13 @@ type source struct {
 	name string
 	path string // empty for the demo
 	data []byte
-	sum  string // the file's hex SHA-256; "" for the demo
-	// stamp is the file's (see filestamp.Of) as it was before it was
-	// read; "" where there is none to go by.
+	// sum is the hex SHA-256 of the file, and of the files of its
+	// external weights with it when it has some; "" for the demo.
+	sum string
+	// external are the paths of the files of its external weights.
+	external []string
+	// stamp is the file's and its external weights' (see stampOf), as
+	// they were before they were read; "" where there is none to go by.
 	stamp string
 }
 
@@ -231,7 +237,10 @@ func readSource(name string) (source, error) {
 		// as /dev/zero fill the memory.
 		return source{}, fmt.Errorf("model %s: is %s, not an .onnx file", name, filekind.Of(info.Mode()))
 	}
-	stamp, _ := filestamp.Of(info)
+	stamp, ok := filestamp.Of(info)
+	if !ok {
+		stamp = ""
+	}
 	data, err := os.ReadFile(name)
 	if err != nil {
 		return source{}, fmt.Errorf("model %s: %w", name, err)
@@ -240,9 +249,92 @@ func readSource(name string) (source, error) {
 	return source{name: name, path: name, data: data, sum: hex.EncodeToString(sum[:]), stamp: stamp}, nil
 }
 
-// sha256 is the hex SHA-256 of a file's content, or "" for the embedded
-// demo, which cannot change under a running server.
+// sha256 is the hex SHA-256 of a file's content, with its external
+// weights', or "" for the embedded demo, which cannot change under a
+// running server.
 func (src source) sha256() string { return src.sum }
+
+// readModel reads the model name names, its signature, and the files of
+// its external weights, whose content counts in the model's SHA-256 as the
+// model file's does: ONNX Runtime reads them as it loads the model, and new
+// weights there are new weights.
+func readModel(name string) (source, *onnxio.Signature, error) {
+	src, err := readSource(name)
+	if err != nil {
+		return src, nil, err
+	}
+	sig, err := onnxio.Parse(src.data)
+	if err != nil {
+		return src, nil, fmt.Errorf("model %s: %w", name, err)
+	}
+	if len(sig.ExternalData) == 0 || src.path == "" {
+		return src, sig, nil
+	}
+	h := sha256.New()
+	_, _ = io.WriteString(h, src.sum)
+	for _, location := range sig.ExternalData {
+		path := filepath.Join(filepath.Dir(src.path), filepath.FromSlash(location))
+		sum, stamp, err := hashFile(path)
+		if err != nil {
+			return src, nil, fmt.Errorf("model %s: the file of its external weights %q: %w", name, location, err)
+		}
+		fmt.Fprintf(h, "\n%s %s", location, sum)
+		src.external = append(src.external, path)
+		if stamp == "" {
+			src.stamp = ""
+		} else if src.stamp != "" {
+			src.stamp += "|" + stamp
+		}
+	}
+	src.sum = hex.EncodeToString(h.Sum(nil))
+	return src, sig, nil
+}
+
+// hashFile returns the hex SHA-256 of the regular file at path, read a
+// piece at a time, and its stamp from before the read ("" for none).
+func hashFile(path string) (sum, stamp string, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", "", err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return "", "", err
+	}
+	if !info.Mode().IsRegular() {
+		return "", "", fmt.Errorf("is %s, not a file", filekind.Of(info.Mode()))
+	}
+	if s, ok := filestamp.Of(info); ok {
+		stamp = s
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), stamp, nil
+}
+
+// stampOf is the stamp of the model file at path and of the files of its
+// external weights, as they are now; false where there is none to go by.
+func stampOf(path string, external []string) (string, bool) {
+	stamp := ""
+	for i, p := range append([]string{path}, external...) {
+		info, err := os.Stat(p)
+		if err != nil {
+			return "", false
+		}
+		s, ok := filestamp.Of(info)
+		if !ok {
+			return "", false
+		}
+		if i > 0 {
+			stamp += "|"
+		}
+		stamp += s
+	}
+	return stamp, true
+}
 
 // Codec reads the model the settings name and returns the codec that checks its
 // items at the edge, with the description GET /v1/models serves. It reads
@@ -271,13 +363,9 @@ func signatureOf(name string) (source, *onnxio.Signature, error) {
 	if src, sig, ok := lastRead.get(name); ok {
 		return src, sig, nil
 	}
-	src, err := readSource(name)
+	src, sig, err := readModel(name)
 	if err != nil {
 		return src, nil, err
-	}
-	sig, err := onnxio.Parse(src.data)
-	if err != nil {
-		return src, nil, fmt.Errorf("model %s: %w", name, err)
 	}
 	lastRead.put(src, sig)
 	return src, sig, nil
@@ -300,17 +388,16 @@ func (m *readMemo) get(path string) (source, *onnxio.Signature, bool) {
 	if path == demo.Name {
 		return source{}, nil, false
 	}
-	info, err := os.Stat(path)
-	if err != nil {
-		return source{}, nil, false
-	}
-	stamp, ok := filestamp.Of(info)
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !ok || m.src.path != path || m.src.stamp != stamp {
+	src, sig := m.src, m.sig
+	m.mu.Unlock()
+	if src.path != path || src.stamp == "" {
 		return source{}, nil, false
 	}
-	return m.src, m.sig, true
+	if stamp, ok := stampOf(path, src.external); !ok || stamp != src.stamp {
+		return source{}, nil, false
+	}
+	return src, sig, true
 }
 
 func (m *readMemo) put(src source, sig *onnxio.Signature) {

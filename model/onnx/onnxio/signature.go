@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -124,6 +125,9 @@ type Signature struct {
 	Opset     int64 `json:"opset"`
 	// Producer is the tool that wrote the file.
 	Producer string `json:"producer,omitempty"`
+	// ExternalData lists the files that hold weights kept outside the
+	// model file, as the file names them: relative to its folder.
+	ExternalData []string `json:"-"`
 }
 
 // Interface spells the model's inputs and outputs, with their names, dtypes
@@ -157,6 +161,10 @@ func (s *Signature) Input(name string) int {
 	return -1
 }
 
+// externalData is TensorProto's data_location of a weight kept in a file
+// of its own.
+const externalData = 1
+
 // Parse reads the signature of the ONNX model in data. It reads only the
 // graph's interface; the weights are skipped.
 func Parse(data []byte) (*Signature, error) {
@@ -176,6 +184,14 @@ func Parse(data []byte) (*Signature, error) {
 	weights := map[string]bool{}
 	for _, w := range m.GetGraph().GetInitializer() {
 		weights[w.GetName()] = true
+		if w.GetDataLocation() != externalData {
+			continue
+		}
+		for _, e := range w.GetExternalData() {
+			if e.GetKey() == "location" && !slices.Contains(sig.ExternalData, e.GetValue()) {
+				sig.ExternalData = append(sig.ExternalData, e.GetValue())
+			}
+		}
 	}
 	for _, vi := range m.GetGraph().GetInput() {
 		if weights[vi.GetName()] {

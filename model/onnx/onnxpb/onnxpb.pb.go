@@ -1142,10 +1142,14 @@ func (x *GraphHeader) GetOutput() []*ValueInfoProto {
 
 // InitializerName is the name of a weight, whose data is skipped. Older
 // models list their weights among the graph inputs; these names tell them
-// apart from the inputs a caller must feed.
+// apart from the inputs a caller must feed. A weight kept in a file of its
+// own (data_location EXTERNAL, 1) names the file in external_data, under
+// the key "location", relative to the model's folder.
 type InitializerName struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,8,opt,name=name,proto3" json:"name,omitempty"`
+	state         protoimpl.MessageState    `protogen:"open.v1"`
+	Name          string                    `protobuf:"bytes,8,opt,name=name,proto3" json:"name,omitempty"`
+	ExternalData  []*StringStringEntryProto `protobuf:"bytes,13,rep,name=external_data,json=externalData,proto3" json:"external_data,omitempty"`
+	DataLocation  int32                     `protobuf:"varint,14,opt,name=data_location,json=dataLocation,proto3" json:"data_location,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1187,6 +1191,73 @@ func (x *InitializerName) GetName() string {
 	return ""
 }
 
+func (x *InitializerName) GetExternalData() []*StringStringEntryProto {
+	if x != nil {
+		return x.ExternalData
+	}
+	return nil
+}
+
+func (x *InitializerName) GetDataLocation() int32 {
+	if x != nil {
+		return x.DataLocation
+	}
+	return 0
+}
+
+// StringStringEntryProto is one key and its value.
+type StringStringEntryProto struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value         string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StringStringEntryProto) Reset() {
+	*x = StringStringEntryProto{}
+	mi := &file_onnxpb_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StringStringEntryProto) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StringStringEntryProto) ProtoMessage() {}
+
+func (x *StringStringEntryProto) ProtoReflect() protoreflect.Message {
+	mi := &file_onnxpb_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StringStringEntryProto.ProtoReflect.Descriptor instead.
+func (*StringStringEntryProto) Descriptor() ([]byte, []int) {
+	return file_onnxpb_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *StringStringEntryProto) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *StringStringEntryProto) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
 // Tensor is a dense tensor type: element type and shape.
 type TypeProto_Tensor struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1198,7 +1269,7 @@ type TypeProto_Tensor struct {
 
 func (x *TypeProto_Tensor) Reset() {
 	*x = TypeProto_Tensor{}
-	mi := &file_onnxpb_proto_msgTypes[12]
+	mi := &file_onnxpb_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1210,7 +1281,7 @@ func (x *TypeProto_Tensor) String() string {
 func (*TypeProto_Tensor) ProtoMessage() {}
 
 func (x *TypeProto_Tensor) ProtoReflect() protoreflect.Message {
-	mi := &file_onnxpb_proto_msgTypes[12]
+	mi := &file_onnxpb_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1249,7 +1320,7 @@ type TypeProto_Opaque struct {
 
 func (x *TypeProto_Opaque) Reset() {
 	*x = TypeProto_Opaque{}
-	mi := &file_onnxpb_proto_msgTypes[13]
+	mi := &file_onnxpb_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1332,7 @@ func (x *TypeProto_Opaque) String() string {
 func (*TypeProto_Opaque) ProtoMessage() {}
 
 func (x *TypeProto_Opaque) ProtoReflect() protoreflect.Message {
-	mi := &file_onnxpb_proto_msgTypes[13]
+	mi := &file_onnxpb_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1293,7 +1364,7 @@ type TensorShapeProto_Dimension struct {
 
 func (x *TensorShapeProto_Dimension) Reset() {
 	*x = TensorShapeProto_Dimension{}
-	mi := &file_onnxpb_proto_msgTypes[14]
+	mi := &file_onnxpb_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1305,7 +1376,7 @@ func (x *TensorShapeProto_Dimension) String() string {
 func (*TensorShapeProto_Dimension) ProtoMessage() {}
 
 func (x *TensorShapeProto_Dimension) ProtoReflect() protoreflect.Message {
-	mi := &file_onnxpb_proto_msgTypes[14]
+	mi := &file_onnxpb_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1514,9 +1585,14 @@ const file_onnxpb_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12B\n" +
 	"\vinitializer\x18\x05 \x03(\v2 .streamer.onnxpb.InitializerNameR\vinitializer\x125\n" +
 	"\x05input\x18\v \x03(\v2\x1f.streamer.onnxpb.ValueInfoProtoR\x05input\x127\n" +
-	"\x06output\x18\f \x03(\v2\x1f.streamer.onnxpb.ValueInfoProtoR\x06output\"%\n" +
+	"\x06output\x18\f \x03(\v2\x1f.streamer.onnxpb.ValueInfoProtoR\x06output\"\x98\x01\n" +
 	"\x0fInitializerName\x12\x12\n" +
-	"\x04name\x18\b \x01(\tR\x04nameB4Z2github.com/streamer-dev/streamer/model/onnx/onnxpbb\x06proto3"
+	"\x04name\x18\b \x01(\tR\x04name\x12L\n" +
+	"\rexternal_data\x18\r \x03(\v2'.streamer.onnxpb.StringStringEntryProtoR\fexternalData\x12#\n" +
+	"\rdata_location\x18\x0e \x01(\x05R\fdataLocation\"@\n" +
+	"\x16StringStringEntryProto\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05valueB4Z2github.com/streamer-dev/streamer/model/onnx/onnxpbb\x06proto3"
 
 var (
 	file_onnxpb_proto_rawDescOnce sync.Once
@@ -1531,7 +1607,7 @@ func file_onnxpb_proto_rawDescGZIP() []byte {
 }
 
 var file_onnxpb_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_onnxpb_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_onnxpb_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_onnxpb_proto_goTypes = []any{
 	(AttributeProto_AttributeType)(0),  // 0: streamer.onnxpb.AttributeProto.AttributeType
 	(TensorProto_DataType)(0),          // 1: streamer.onnxpb.TensorProto.DataType
@@ -1547,9 +1623,10 @@ var file_onnxpb_proto_goTypes = []any{
 	(*ModelHeader)(nil),                // 11: streamer.onnxpb.ModelHeader
 	(*GraphHeader)(nil),                // 12: streamer.onnxpb.GraphHeader
 	(*InitializerName)(nil),            // 13: streamer.onnxpb.InitializerName
-	(*TypeProto_Tensor)(nil),           // 14: streamer.onnxpb.TypeProto.Tensor
-	(*TypeProto_Opaque)(nil),           // 15: streamer.onnxpb.TypeProto.Opaque
-	(*TensorShapeProto_Dimension)(nil), // 16: streamer.onnxpb.TensorShapeProto.Dimension
+	(*StringStringEntryProto)(nil),     // 14: streamer.onnxpb.StringStringEntryProto
+	(*TypeProto_Tensor)(nil),           // 15: streamer.onnxpb.TypeProto.Tensor
+	(*TypeProto_Opaque)(nil),           // 16: streamer.onnxpb.TypeProto.Opaque
+	(*TensorShapeProto_Dimension)(nil), // 17: streamer.onnxpb.TensorShapeProto.Dimension
 }
 var file_onnxpb_proto_depIdxs = []int32{
 	4,  // 0: streamer.onnxpb.ModelProto.graph:type_name -> streamer.onnxpb.GraphProto
@@ -1564,23 +1641,24 @@ var file_onnxpb_proto_depIdxs = []int32{
 	4,  // 9: streamer.onnxpb.AttributeProto.g:type_name -> streamer.onnxpb.GraphProto
 	0,  // 10: streamer.onnxpb.AttributeProto.type:type_name -> streamer.onnxpb.AttributeProto.AttributeType
 	9,  // 11: streamer.onnxpb.ValueInfoProto.type:type_name -> streamer.onnxpb.TypeProto
-	14, // 12: streamer.onnxpb.TypeProto.tensor_type:type_name -> streamer.onnxpb.TypeProto.Tensor
-	15, // 13: streamer.onnxpb.TypeProto.sequence_type:type_name -> streamer.onnxpb.TypeProto.Opaque
-	15, // 14: streamer.onnxpb.TypeProto.map_type:type_name -> streamer.onnxpb.TypeProto.Opaque
-	15, // 15: streamer.onnxpb.TypeProto.sparse_tensor_type:type_name -> streamer.onnxpb.TypeProto.Opaque
-	15, // 16: streamer.onnxpb.TypeProto.optional_type:type_name -> streamer.onnxpb.TypeProto.Opaque
-	16, // 17: streamer.onnxpb.TensorShapeProto.dim:type_name -> streamer.onnxpb.TensorShapeProto.Dimension
+	15, // 12: streamer.onnxpb.TypeProto.tensor_type:type_name -> streamer.onnxpb.TypeProto.Tensor
+	16, // 13: streamer.onnxpb.TypeProto.sequence_type:type_name -> streamer.onnxpb.TypeProto.Opaque
+	16, // 14: streamer.onnxpb.TypeProto.map_type:type_name -> streamer.onnxpb.TypeProto.Opaque
+	16, // 15: streamer.onnxpb.TypeProto.sparse_tensor_type:type_name -> streamer.onnxpb.TypeProto.Opaque
+	16, // 16: streamer.onnxpb.TypeProto.optional_type:type_name -> streamer.onnxpb.TypeProto.Opaque
+	17, // 17: streamer.onnxpb.TensorShapeProto.dim:type_name -> streamer.onnxpb.TensorShapeProto.Dimension
 	12, // 18: streamer.onnxpb.ModelHeader.graph:type_name -> streamer.onnxpb.GraphHeader
 	3,  // 19: streamer.onnxpb.ModelHeader.opset_import:type_name -> streamer.onnxpb.OperatorSetIdProto
 	13, // 20: streamer.onnxpb.GraphHeader.initializer:type_name -> streamer.onnxpb.InitializerName
 	8,  // 21: streamer.onnxpb.GraphHeader.input:type_name -> streamer.onnxpb.ValueInfoProto
 	8,  // 22: streamer.onnxpb.GraphHeader.output:type_name -> streamer.onnxpb.ValueInfoProto
-	10, // 23: streamer.onnxpb.TypeProto.Tensor.shape:type_name -> streamer.onnxpb.TensorShapeProto
-	24, // [24:24] is the sub-list for method output_type
-	24, // [24:24] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	14, // 23: streamer.onnxpb.InitializerName.external_data:type_name -> streamer.onnxpb.StringStringEntryProto
+	10, // 24: streamer.onnxpb.TypeProto.Tensor.shape:type_name -> streamer.onnxpb.TensorShapeProto
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_onnxpb_proto_init() }
@@ -1595,7 +1673,7 @@ func file_onnxpb_proto_init() {
 		(*TypeProto_SparseTensorType)(nil),
 		(*TypeProto_OptionalType)(nil),
 	}
-	file_onnxpb_proto_msgTypes[14].OneofWrappers = []any{
+	file_onnxpb_proto_msgTypes[15].OneofWrappers = []any{
 		(*TensorShapeProto_Dimension_DimValue)(nil),
 		(*TensorShapeProto_Dimension_DimParam)(nil),
 	}
@@ -1605,7 +1683,7 @@ func file_onnxpb_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_onnxpb_proto_rawDesc), len(file_onnxpb_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
