@@ -2,15 +2,18 @@ package main
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/streamer-dev/streamer/model/onnx/onnxpb"
 	"github.com/streamer-dev/streamer/model/onnx/onnxtest"
 	"github.com/streamer-dev/streamer/supervisor"
 )
@@ -137,6 +140,55 @@ func TestONNXFileReplacedWithoutAReloadIsNotServed(t *testing.T) {
 	s.waitAllReady(t, 2)
 	s.answersAll(t, x, newWeights.Demo(x))
 	s.servesChecksum(t, newSum)
+}
+
+// TestONNXExternalWeightsReplacedWithoutAReloadAreNotServed: weights kept
+// in a file of their own beside the model count as the model file does. A
+// worker restarted after that file was replaced without a reload served
+// the new weights beside the other worker's old ones; it refuses them, and
+// a reload serves them on every worker.
+func TestONNXExternalWeightsReplacedWithoutAReloadAreNotServed(t *testing.T) {
+	dir := t.TempDir()
+	path, err := onnxtest.Custom{
+		Inputs:   []onnxtest.Value{{Name: "x", DType: onnxpb.TensorProto_INT64, Dims: []any{"batch", 2}}},
+		Outputs:  []onnxtest.Value{{Name: "y", DType: onnxpb.TensorProto_INT64, Dims: []any{"batch", 2}}},
+		Nodes:    []onnxtest.Node{{Op: "Add", Inputs: []string{"x", "w"}, Output: "y"}},
+		Int64s:   map[string][]int64{"w": {1, 2}},
+		External: map[string]string{"w": "w.bin"},
+	}.Write(dir, "model")
+	if err != nil {
+		t.Fatal(err)
+	}
+	onnxModel(t, onnxtest.MLP) // fails the test at once, with the fix, when the runtime library is missing
+	s := startAdminServer(t, "--model", path, "--intra-op-threads", "1", "--workers", "2")
+	before := s.waitAllReady(t, 2)
+	x := []float32{10, 20}
+	s.answersAll(t, x, []float64{11, 22})
+
+	next := filepath.Join(dir, "w.bin.new")
+	if err := os.WriteFile(next, binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, 100), 200), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(next, filepath.Join(dir, "w.bin")); err != nil {
+		t.Fatal(err)
+	}
+	killed := before[1]
+	killWorker(t, killed.PID)
+	var slot supervisor.SlotStatus
+	s.waitFor(t, "the killed worker's restart to open the new weights or refuse them", readyTimeout, func() bool {
+		slot = s.slot(t, killed.Slot)
+		return slot.State == supervisor.SlotReady && slot.PID != killed.PID || strings.Contains(slot.LastErr, "changed since it was loaded")
+	})
+	if slot.State == supervisor.SlotReady {
+		t.Fatalf("the worker restarted after the weights file was replaced without a reload opened it: %+v", slot)
+	}
+	s.answersAll(t, x, []float64{11, 22})
+
+	if status, answer := s.admin(t, "/admin/reload", "{}"); status != http.StatusOK {
+		t.Fatalf("POST /admin/reload: %d %v", status, answer)
+	}
+	s.waitAllReady(t, 2)
+	s.answersAll(t, x, []float64{110, 220})
 }
 
 // TestONNXFileReplacedKeepsTheLastSlotRetrying replaces the file of a
