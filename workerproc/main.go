@@ -67,6 +67,9 @@ func Serve(ctx context.Context, open OpenFunc) error {
 		return fmt.Errorf("workerproc: file descriptors %d and %d must be the supervisor's pipes", ipc.WorkerInFD, ipc.WorkerOutFD)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	// The model's own code logs through slog's default: in this form,
+	// which the supervisor reads each line's level from.
+	slog.SetDefault(log)
 	defer ignoreSignals(log)()
 	return Run(ctx, Config{
 		Open:     open,

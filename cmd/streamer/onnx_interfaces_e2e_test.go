@@ -106,8 +106,49 @@ func TestONNXReductionOverTheBatchRunsItemsOneByOne(t *testing.T) {
 			t.Errorf("item %d: %v", i, err)
 		}
 	}
-	if n := len(rawLinesContaining(s.logs(), "one item per run: output \\\"y\\\" declares [unk__9], and a run of 1 item of zeros gave it the shape [3]")); n != 1 {
+	if n := len(rawLinesContaining(s.logs(), "one item per run: output \\\"y\\\" declares [unk__9], and a run of 2 items of ones gave it the shape [3]")); n != 1 {
 		t.Errorf("%d log lines say why the model runs items one by one, want 1:\n%s", n, s.logs())
+	}
+}
+
+// TestONNXOutputFoundNotToLeadWithTheBatchWarns serves a model whose
+// output counts rows of its input (those whose largest element is under 2),
+// which a probe of ones cannot tell from a batch axis: the first run whose
+// output does not lead with its items has items run one by one, each
+// getting its own rows, and the worker says so as a warning, which
+// --log-level warn shows (it was logged at INFO, in the log package's form).
+func TestONNXOutputFoundNotToLeadWithTheBatchWarns(t *testing.T) {
+	i64 := onnxpb.TensorProto_INT64
+	path := customModel(t, onnxtest.Custom{
+		Inputs:  []onnxtest.Value{{Name: "x", DType: i64, Dims: []any{"unk__0", 2}}},
+		Outputs: []onnxtest.Value{{Name: "y", DType: i64, Dims: []any{"unk__5", 1}}},
+		Nodes: []onnxtest.Node{
+			{Op: "ReduceMax", Inputs: []string{"x"}, Output: "top", Ints: map[string]int64{"keepdims": 0}, IntLists: map[string][]int64{"axes": {1}}},
+			{Op: "Less", Inputs: []string{"top", "two"}, Output: "small"},
+			{Op: "NonZero", Inputs: []string{"small"}, Output: "at"},
+			{Op: "Transpose", Inputs: []string{"at"}, Output: "y"},
+		},
+		Int64s: map[string][]int64{"two": {2}},
+	})
+	s := startServer(t, "--model", path, "--intra-op-threads", "1", "--max-latency", "50ms")
+	p := s.predictJSON(t, []int{2, 2}, []int{0, 0})
+	if p.Status != http.StatusOK || len(p.Outputs) != 2 {
+		t.Fatalf("%s", p)
+	}
+	if err := nearJSON(p.Outputs[0], nil); err != nil {
+		t.Errorf("item 0: %v", err)
+	}
+	if err := nearJSON(p.Outputs[1], []float64{0}); err != nil {
+		t.Errorf("item 1: %v", err)
+	}
+	// The worker's line, logged by the supervisor at the level it says.
+	var lines []string
+	s.waitFor(t, "the worker to say the model runs items one by one", readyTimeout, func() bool {
+		lines = rawLinesContaining(s.logs(), "items run one by one from now on")
+		return len(lines) > 0
+	})
+	if len(lines) != 1 || !strings.Contains(lines[0], `level=WARN msg="worker output"`) || !strings.Contains(lines[0], `line="time=`) {
+		t.Errorf("want one warning of the worker's, in slog's form, logged as a warning: %q", lines)
 	}
 }
 

@@ -404,7 +404,7 @@ const i64 = onnxpb.TensorProto_INT64
 // An output whose leading axis has a made-up name, as exporters write for
 // an axis nobody named, is what is left of a reduction over the batch.
 // Stacked, each of three items got the sum of all three (its length, 3,
-// happened to be the number of items). A run of zeros at start finds its
+// happened to be the number of items). A run of ones at start finds its
 // length is not the number of items, so items run one by one.
 func TestReductionOverTheBatchRunsItemsAlone(t *testing.T) {
 	r := openCustom(t, onnxtest.Custom{
@@ -413,7 +413,7 @@ func TestReductionOverTheBatchRunsItemsAlone(t *testing.T) {
 		Nodes:   []onnxtest.Node{{Op: "ReduceSum", Inputs: []string{"x", "axis0"}, Output: "y", Ints: map[string]int64{"keepdims": 0}}},
 		Int64s:  map[string][]int64{"axis0": {0}},
 	}, nil)
-	if d := r.Describe(); !strings.Contains(d, `one item per run: output "y" declares [unk__9], and a run of 1 item of zeros gave it the shape [3]`) {
+	if d := r.Describe(); !strings.Contains(d, `one item per run: output "y" declares [unk__9], and a run of 2 items of ones gave it the shape [3]`) {
 		t.Errorf("description %q does not say why items run one by one", d)
 	}
 	outs := predict(t, r, encode(t, r, `[1, 1, 1]`, `[2, 2, 2]`, `[5, 5, 5]`))
@@ -450,8 +450,8 @@ func TestCountedOutputsRunItemsAlone(t *testing.T) {
 	}
 }
 
-// A run of zeros cannot tell that this output's leading axis is not the
-// batch axis: rows whose largest element is under 1, which zeros all are.
+// A run of ones cannot tell that this output's leading axis is not the
+// batch axis: rows whose largest element is under 2, which ones all are.
 // The first run whose output does not lead with its items tells: from
 // then on items run one by one. Before, the item with no such row failed,
 // and two items of zeros each got one of the run's two rows.
@@ -461,22 +461,62 @@ func TestAnOutputFoundNotToLeadWithTheBatchRunsItemsAlone(t *testing.T) {
 		Outputs: []onnxtest.Value{{Name: "y", DType: i64, Dims: []any{"unk__5", 1}}},
 		Nodes: []onnxtest.Node{
 			{Op: "ReduceMax", Inputs: []string{"x"}, Output: "top", Ints: map[string]int64{"keepdims": 0}, IntLists: map[string][]int64{"axes": {1}}},
-			{Op: "Less", Inputs: []string{"top", "one"}, Output: "small"},
+			{Op: "Less", Inputs: []string{"top", "two"}, Output: "small"},
 			{Op: "NonZero", Inputs: []string{"small"}, Output: "at"},
 			{Op: "Transpose", Inputs: []string{"at"}, Output: "y"},
 		},
-		Int64s: map[string][]int64{"one": {1}},
+		Int64s: map[string][]int64{"two": {2}},
 	}, nil)
 	if strings.Contains(r.Describe(), "one item per run") {
-		t.Fatalf("description %q: the probe of zeros should find nothing", r.Describe())
+		t.Fatalf("description %q: the probe of ones should find nothing", r.Describe())
 	}
-	outs := predict(t, r, encode(t, r, `[1, 1]`, `[0, 0]`))
+	outs := predict(t, r, encode(t, r, `[2, 2]`, `[0, 0]`))
 	if !equalShape(outs[0][0].Shape, 0, 1) || !equalShape(outs[1][0].Shape, 1, 1) {
 		t.Errorf("shapes %v and %v, want [0 1] and [1 1]", outs[0][0].Shape, outs[1][0].Shape)
 	}
 	outs = predict(t, r, encode(t, r, `[0, 0]`, `[0, 0]`))
 	for i := range outs {
 		near(t, fmt.Sprintf("zeros %d", i), values(t, outs[i][0]), []float64{0})
+	}
+}
+
+// The probe at load must not end the worker, nor take a batched output
+// for one that is not. An integer division by the input ended the worker
+// on a probe of zeros (SIGFPE), so the model could not be served at all;
+// a Squeeze without axes takes away a batch axis of length 1, so a probe
+// of one item had its items run one by one.
+func TestTheProbeLeavesBatchedModelsStacked(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		c    onnxtest.Custom
+		item string
+		want []float64
+	}{
+		{"integer division by the input", onnxtest.Custom{
+			Inputs:  []onnxtest.Value{{Name: "x", DType: i64, Dims: []any{"unk__0", 2}}},
+			Outputs: []onnxtest.Value{{Name: "y", DType: i64, Dims: []any{"unk__7", 2}}},
+			Nodes:   []onnxtest.Node{{Op: "Div", Inputs: []string{"hundred", "x"}, Output: "y"}},
+			Int64s:  map[string][]int64{"hundred": {100}},
+		}, `[4, 5]`, []float64{25, 20}},
+		{"a squeeze of every axis of length 1", onnxtest.Custom{
+			Inputs:  []onnxtest.Value{{Name: "x", DType: i64, Dims: []any{"unk__0", 1, 2}}},
+			Outputs: []onnxtest.Value{{Name: "y", DType: i64, Dims: []any{"unk__2", 2}}},
+			Nodes:   []onnxtest.Node{{Op: "Squeeze", Inputs: []string{"x"}, Output: "y"}},
+		}, `[[4, 5]]`, []float64{4, 5}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := openCustom(t, tc.c, nil)
+			if d := r.Describe(); strings.Contains(d, "one item per run") {
+				t.Fatalf("description %q: want items stacked", d)
+			}
+			outs := predict(t, r, encode(t, r, tc.item, tc.item, tc.item))
+			for i := range outs {
+				near(t, fmt.Sprintf("item %d", i), values(t, outs[i][0]), tc.want)
+			}
+			if r.Runs() != 1 {
+				t.Errorf("%d runs for 3 items, want 1", r.Runs())
+			}
+		})
 	}
 }
 

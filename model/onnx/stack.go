@@ -3,10 +3,13 @@
 package onnx
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/streamer-dev/streamer/model/onnx/onnxio"
 )
@@ -182,7 +185,7 @@ func (r *Runner) split(k int, out onnxio.Tensor, items [][]onnxio.Tensor, perIte
 	}
 	if len(out.Shape) == 0 || out.Shape[0] != int64(len(items)) {
 		if slices.Contains(r.unproven, k) {
-			r.unbatch(k, fmt.Sprintf("a run of %s gave it the shape %v", itemCount(len(items)), out.Shape))
+			r.unbatch(k, fmt.Sprintf("a run of %s gave it the shape %s", itemCount(len(items)), shapeText(out.Shape)))
 			slog.Warn("onnx: this model's items run one by one from now on", "why", r.sig.Why)
 			return errUnbatched
 		}
@@ -283,31 +286,38 @@ func declaredShape(p onnxio.Port) string {
 	return p.Shape.String()
 }
 
-// probeBatchAxis runs the model on one item of zeros, then on two, when
+// probeBatchAxis runs the model on two items of ones, then on three, when
 // some output's leading axis is not named the batch axis (r.unproven), and
 // unbatches each such output whose leading length is not the number of
-// items. A model that refuses zeros proves nothing here; its runs check
-// each output's leading length as they cut it (see split).
+// items. Ones, not zeros, which an integer division by them would end the
+// worker on; and not one item alone, whose batch axis of length 1 an op
+// such as Squeeze takes away. A model that refuses the probe proves
+// nothing here; its runs check each output's leading length as they cut
+// it (see split).
 func (r *Runner) probeBatchAxis() {
 	if len(r.unproven) == 0 {
 		return
 	}
 	item := make([]onnxio.Tensor, len(r.sig.Inputs))
 	for j, p := range r.sig.Inputs {
+		one := onnxio.One(p.DType)
+		if one == nil {
+			return
+		}
 		t := onnxio.Tensor{DType: p.DType, Shape: make([]int64, len(p.ItemShape))}
-		n := int64(p.DType.Size())
+		n := 1
 		for a, d := range p.ItemShape {
 			t.Shape[a] = max(d.Size, 1) // a dynamic axis of length 1
-			n *= t.Shape[a]
+			n *= int(t.Shape[a])
 		}
-		t.Data = make([]byte, n)
+		t.Data = bytes.Repeat(one, n)
 		item[j] = t
 	}
-	for n := 1; n <= 2 && len(r.unproven) > 0 && r.sig.Mode == onnxio.Stacked; n++ {
+	for n := 2; n <= 3 && len(r.unproven) > 0 && r.sig.Mode == onnxio.Stacked; n++ {
 		err := r.execute(slices.Repeat([][]onnxio.Tensor{item}, n), func(outs []onnxio.Tensor) error {
 			for _, k := range slices.Clone(r.unproven) {
 				if t := outs[k]; len(t.Shape) == 0 || t.Shape[0] != int64(n) {
-					r.unbatch(k, fmt.Sprintf("a run of %s of zeros gave it the shape %v", itemCount(n), t.Shape))
+					r.unbatch(k, fmt.Sprintf("a run of %d items of ones gave it the shape %s", n, shapeText(t.Shape)))
 				}
 			}
 			return nil
@@ -317,4 +327,13 @@ func (r *Runner) probeBatchAxis() {
 		}
 	}
 	r.runs.Store(0) // the probe's runs serve no item
+}
+
+// shapeText writes a shape as a declared one is written: "[2, 3]".
+func shapeText(shape []int64) string {
+	parts := make([]string, len(shape))
+	for i, d := range shape {
+		parts[i] = strconv.FormatInt(d, 10)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
 }

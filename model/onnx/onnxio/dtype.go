@@ -230,3 +230,15 @@ func appendU64(dst []byte, v uint64) []byte {
 	return append(dst, byte(v), byte(v>>8), byte(v>>16), byte(v>>24),
 		byte(v>>32), byte(v>>40), byte(v>>48), byte(v>>56))
 }
+
+// One is the value 1 as one element of dtype d, little-endian (true for
+// bool), or nil for a dtype without numbers.
+func One(d DType) []byte {
+	if d == Bool {
+		return []byte{1}
+	}
+	if b, ok := appendFloat(nil, d, 1); ok && len(b) == d.Size() {
+		return b
+	}
+	return nil
+}
