@@ -129,6 +129,7 @@ func TestServeRefusesFlagValuesNoServerCanUse(t *testing.T) {
 		{[]string{"--listen", ""}, "--listen is empty"},
 		{[]string{"--plugin-sha256", strings.Repeat("0", 64)}, "--plugin-sha256 and --plugin-arg need --plugin"},
 		{[]string{"--plugin-arg", "k=v"}, "--plugin-sha256 and --plugin-arg need --plugin"},
+		{[]string{"--plugin", "/bin/true", "--model", "demo"}, `--model "demo" and --plugin both given`},
 		{[]string{"--plugin", ""}, "--plugin is empty"},
 		// Values that do not parse, in the words of the other refusals.
 		{[]string{"--workers", "abc"}, `--workers "abc": want a whole number`},

@@ -118,7 +118,7 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	intVar(f, &o.maxItems, "max-items", 4096, "most items in one request; more (or more than --max-queue) gets 413")
 	intVar(f, &o.maxBatchBytes, "max-batch-bytes", 64<<20, "most encoded item bytes in one batch; an item larger gets 413 (must fit the pipe's frame limit of 256 MiB)")
 	intVar(f, &o.maxBody, "max-body", 8<<20, "largest request body in bytes; larger gets 413")
-	f.DurationVar(&o.readTimeout, "read-timeout", 30*time.Second, "longest a client may take to send a whole request, headers and body (a slower one gets 408, or 400 while still sending headers)")
+	f.DurationVar(&o.readTimeout, "read-timeout", 30*time.Second, "longest a client may take to send a whole request, headers and body (a slower one gets 408, or is closed while still sending headers, 10s at most)")
 	f.DurationVar(&o.writeTimeout, "write-timeout", 30*time.Second, "longest a client may take to read its answer once it is ready (not counting the wait for the model)")
 	f.DurationVar(&o.idleTimeout, "idle-timeout", 120*time.Second, "how long an idle keep-alive connection is kept open")
 	intVar(f, &o.maxConnections, "max-connections", 4096, "most client connections open at once; one more takes the place of the connection idle longest (for 1s at least: between requests, or before its first), or with none is answered 503 and closed; as many gRPC connections on --grpc-listen, counted apart and reclaimed alike")
@@ -126,7 +126,7 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f.StringVar(&o.memoryLimit, "memory-limit", "", "soft limit on this supervisor process's Go memory (e.g. 2GiB; at least 16MiB): the collector works harder as it nears it (unset: none; memory is given back anyway once the server is idle after a burst)")
 	f.DurationVar(&o.workerTimeout, "worker-timeout", 20*time.Second, "a batch running longer kills its worker (counted as a crash)")
 	f.DurationVar(&o.initTimeout, "init-timeout", 2*time.Minute, "longest a worker may take to start and initialise its model")
-	f.DurationVar(&o.grace, "grace", 30*time.Second, "on SIGTERM, how long admitted requests may take to finish before the rest are failed")
+	f.DurationVar(&o.grace, "grace", 30*time.Second, "on SIGTERM, how long admitted requests may take to finish before the rest are failed (a second SIGTERM or SIGINT exits at once)")
 	intVar(f, &o.maxRestarts, "max-restarts", 10, "restarts of one slot within a minute; a death past them gives the slot up (deaths a bad item explains, while the model answers other items, do not count); when every slot is given up the server exits 1")
 	f.DurationVar(&o.unavailableAfter, "unavailable-after", time.Second, "with no worker able to run for this long, new requests get 503 at once (and queued ones too unless a worker is starting)")
 	lowerVar(f, &o.batching, "batching", "", "when an idle worker starts a batch that is not full: adaptive (waits a little for arriving items when its measured batch cost says a fuller batch pays) or greedy (at once) (default: adaptive)")
@@ -137,7 +137,7 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 
 	f.StringVar(&o.model, "model", "echo", "model to serve: demo (a small ONNX classifier, built in), echo, sleep:FIXED,PER_ITEM, chaos:OPTS (tests), or a path to an .onnx file")
 	f.StringVar(&o.v2Name, "model-name", "", "the model's name on the Open Inference Protocol routes, /v2/models/NAME (default: the built-in's name, the ONNX file's base name without .onnx, or the plugin binary's base name)")
-	f.StringVar(&o.plugin, "plugin", "", "path to a model plugin binary (overrides --model)")
+	f.StringVar(&o.plugin, "plugin", "", "path to a model plugin binary, served in place of --model")
 	f.StringArrayVar(&o.pluginArgs, "plugin-arg", nil, "key=value setting passed to the plugin's Init (repeatable)")
 	f.StringVar(&o.pluginSHA256, "plugin-sha256", "", "refuse a plugin binary whose SHA-256 (hex) differs")
 	lowerVar(f, &o.device, "device", "cpu", "where the model runs: cpu or cuda (device 0 of the worker's CUDA_VISIBLE_DEVICES)")
@@ -803,6 +803,10 @@ func (o serveOptions) checkFlags() error {
 	}
 	if o.plugin == "" && (o.pluginSHA256 != "" || len(o.pluginArgs) > 0) {
 		return errors.New("--plugin-sha256 and --plugin-arg need --plugin: they are the plugin's, and there is none")
+	}
+	if o.plugin != "" && o.modelGiven {
+		// One of them would be ignored: the plugin is the model.
+		return fmt.Errorf("--model %q and --plugin both given: a plugin is the model it serves; give one of them", o.model)
 	}
 	return nil
 }

@@ -10,7 +10,7 @@ import (
 // errNoCgo is why a binary built without cgo serves no ONNX model: ONNX
 // Runtime is loaded through cgo. Reading a model's signature (Codec) works
 // without it.
-var errNoCgo = fmt.Errorf("%w: this binary was built without cgo, and ONNX Runtime is loaded through cgo; build it with cgo to serve ONNX models", ErrBadLibrary)
+var errNoCgo = fmt.Errorf("%w: this binary was built without cgo, and ONNX Runtime is loaded through cgo; build it with cgo to serve ONNX models (CGO_ENABLED=1 and a C compiler, such as Debian's gcc)", ErrBadLibrary)
 
 // Runner stands in for the ONNX runner in a binary built without cgo:
 // Open never returns one.
