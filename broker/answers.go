@@ -143,6 +143,18 @@ func cutString(s string) (field, rest string, ok bool) {
 	return "", "", false
 }
 
+// answerBytes is about how many bytes of Redis's memory an entry of the
+// reply stream holds: its answers, packed or in their own fields.
+func answerBytes(values map[string]any) int {
+	n := 0
+	for _, field := range []string{fieldAnswers, fieldOutput, fieldMessage} {
+		if v, ok := values[field].(string); ok {
+			n += len(v)
+		}
+	}
+	return n
+}
+
 // answersOf returns the answers of a reply entry: those packed in
 // fieldAnswers, or the one in its own fields.
 func answersOf(values map[string]any, fn func(packedAnswer)) error {

@@ -1455,6 +1455,41 @@ func TestANodeRedisRefusesToAnswerLeavesItsItemsToAnother(t *testing.T) {
 	})
 }
 
+// A node whose user may not XCLAIM cannot keep the items it runs from
+// other nodes' claims, which ran them again: it says so at its start, as a
+// refused permission, takes no items (another node that may claim runs
+// them, once), and takes items again once it may claim.
+func TestANodeThatMayNotClaimTakesNoItems(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	rs.Do(t, "ACL", "SETUSER", "noclaim", "on", ">pw", "~*", "&*", "+@all", "-xclaim")
+	rec := newRecorder()
+	limited, err := startNodeFailing(t, broker.NodeConfig{
+		Config:   broker.Config{URL: "redis://noclaim:pw@" + rs.Addr() + "/0", ClaimIdle: 400 * time.Millisecond},
+		Streamer: startStreamer(t, supervisor.Config{InProcess: rec, Workers: 1, BatchSize: 4, MaxLatency: time.Millisecond}),
+		Capacity: 8,
+	})
+	if !errors.Is(err, broker.ErrPermission) || !strings.Contains(err.Error(), "XCLAIM") {
+		t.Fatalf("the start of a node that may not XCLAIM: %v; want ErrPermission naming XCLAIM", err)
+	}
+	if why := limited.Stats().Refused; !strings.Contains(why, "XCLAIM") {
+		t.Errorf("the node's stats say %q; want the refused XCLAIM", why)
+	}
+	fe := startFront(t, rs, nil)
+	fakeNode(t, rs)
+	eventually(t, "front end ready", fe.Ready)
+	later := predictLater(t, fe, "x")
+	startNode(t, rs, newRecorder(), 4, nil)
+	if a := answerWithin(t, later, 10*time.Second, "no answer 10s after a node that may claim started"); a.err != nil || string(a.out[0]) != "x" {
+		t.Fatalf("got %q, %v; want the answer of the node that may claim", a.out, a.err)
+	}
+	if rec.runs("x") != 0 {
+		t.Error("the node that may not claim ran the item")
+	}
+
+	rs.Do(t, "ACL", "SETUSER", "noclaim", "+xclaim")
+	eventually(t, "the node takes items again once it may claim", func() bool { return limited.Stats().Refused == "" })
+}
+
 // A node whose user may not read items (XREADGROUP taken from it) takes
 // itself off the lists of nodes: front ends answer new requests 503 at
 // once, and fail those waiting for items it will not read, rather than

@@ -2429,12 +2429,16 @@ func (fe *FrontEnd) admitArgs(batch []*call, epoch string) []any {
 	return args
 }
 
+// trimBytes is how many bytes of answers the reader reads before it trims
+// them from the reply stream, at the latest.
+const trimBytes = 1 << 20
+
 // readLoop reads the answers on the front end's reply stream and hands
 // them to their calls, trimming what it has read.
 func (fe *FrontEnd) readLoop() {
 	defer fe.reader.Done()
 	last := "0-0"
-	var read int
+	var read, readBytes int
 	lastTrim := time.Now()
 	trimRefused := false
 	retry := newBackoff()
@@ -2461,7 +2465,10 @@ func (fe *FrontEnd) readLoop() {
 			if ctx.Err() != nil {
 				return
 			}
-			if timedOut(err) && (count > 1 || patience < readPatienceMax) {
+			// A connection closed under the read is taken as one that
+			// ran out of time: Redis closes a client whose answer is
+			// over its client-output-buffer-limit.
+			if (timedOut(err) || brokenConn(err)) && (count > 1 || patience < readPatienceMax) {
 				count, patience = max(count/2, 1), min(2*patience, readPatienceMax)
 				fe.cfg.Logger.Debug("a read of answers ran out of time; it is made again for fewer, with more time", "redis", fe.where, "entries", count, "time", blockFor+patience)
 				continue
@@ -2487,10 +2494,16 @@ func (fe *FrontEnd) readLoop() {
 			last = st.Messages[len(st.Messages)-1].ID
 			fe.noteRead(last)
 			read += len(st.Messages)
+			for _, m := range st.Messages {
+				readBytes += answerBytes(m.Values)
+			}
 		}
-		if read > 0 && (read >= 1024 || time.Since(lastTrim) > time.Second) {
+		// Answers read are trimmed away within a second, or once they
+		// are many, or large: a second of large answers (100 KB each)
+		// held most of Redis's memory after their callers had them.
+		if read > 0 && (read >= 1024 || readBytes >= trimBytes || time.Since(lastTrim) > time.Second) {
 			trimRefused = fe.trim(ctx, last, trimRefused)
-			read, lastTrim = 0, time.Now()
+			read, readBytes, lastTrim = 0, 0, time.Now()
 		}
 	}
 }
@@ -3275,7 +3288,7 @@ func connHint(rdb *redis.Client, err error) string {
 		// for a request of its own. Retried: a Redis resumes.
 		return " (the connection was accepted, and nothing answered: a Redis that hangs, or a server that is not Redis, waiting for more; retrying until it answers as Redis)"
 	case brokenConn(err):
-		return ": is redis shutting down or restarting, at its maxclients, a proxy before it without its backend, or a TLS port reached without rediss://?"
+		return ": is redis shutting down or restarting, at its maxclients, in protected mode (no password and no bind: it turns away clients from other machines), a proxy before it without its backend, or a TLS port reached without rediss://?"
 	}
 	return ""
 }

@@ -94,6 +94,10 @@ type Node struct {
 	// or the shared stream's key holds another type; nil while it reads
 	// (see refuseReads).
 	readRefused atomic.Pointer[string]
+	// claimsRefused says why the node takes no items: Redis refuses its
+	// user XCLAIM or XAUTOCLAIM; nil while it lets it claim (see
+	// checkClaims).
+	claimsRefused atomic.Pointer[string]
 	// ownBroken is set while the node's own stream's key holds another
 	// type than a stream, and Redis refused to replace it: the node reads
 	// the shared stream alone, its own unlisted (see mendStreams).
@@ -414,6 +418,9 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	if err == nil {
 		err = step(n.join)
+	}
+	if err == nil {
+		err = step(n.checkClaims)
 	}
 	n.stalls.look(time.Now())
 	n.writer.Go(func() { n.stalls.run(n.stopped) }) // stopped: the writer is done
@@ -782,11 +789,15 @@ func (n *Node) sized(asked, got int, err error) (failed bool) {
 		}
 		return false
 	}
-	if timedOut(err) {
+	// A connection closed under the read is taken as one that ran out
+	// of time: Redis closes a client whose answer is over its
+	// client-output-buffer-limit, and the same read, asked again, would
+	// be closed again, for ever.
+	if timedOut(err) || brokenConn(err) {
 		n.fetchFull.Store(0)
 		n.fetchCapSet.Store(time.Now().UnixNano())
 		n.fetchCap.Store(int64(max(asked/2, 1)))
-		n.cfg.Logger.Debug("a read of items ran out of time: the next ask for fewer", "items", max(asked/2, 1), "node", n.cfg.Name)
+		n.cfg.Logger.Debug("a read of items ran out of time or lost its connection: the next ask for fewer", "items", max(asked/2, 1), "node", n.cfg.Name, "err", err)
 	}
 	return true
 }
@@ -834,6 +845,9 @@ func (n *Node) recoverLost(ctx context.Context, want int) (more bool, err error)
 	defer n.takeMu.Unlock()
 	if !n.holdsName() {
 		return true, nil // those pending to it may be another's (see holdsName)
+	}
+	if c := n.fetchBound(); c > 0 {
+		want = min(want, c) // what a failed read brought may be what it could not carry
 	}
 	streams := []string{n.own, n.k.items}
 	n.mu.Lock()
@@ -930,7 +944,7 @@ const quarantineRead = 256
 // holds only the callers it just answered.
 func (n *Node) wanted() (want int, block bool) {
 	free := n.free()
-	if free <= 0 || n.refusal() != "" || !n.holdsName() {
+	if free <= 0 || n.refusal() != "" || n.claimsRefused.Load() != nil || !n.holdsName() {
 		return 0, false
 	}
 	if c := n.fetchBound(); c > 0 {
@@ -1449,7 +1463,7 @@ func (n *Node) warn(what string, err error) {
 		// One connection closed or reset says nothing of Redis: the
 		// node goes on over a new one. Another before Redis answers
 		// again (each new one closed at once) is an outage.
-		n.cfg.Logger.Warn(what+": a connection to redis closed; going on over a new one", "redis", n.where, "err", err)
+		n.cfg.Logger.Warn(what+": a connection to redis closed; going on over a new one (if this repeats while items are large, redis may be closing connections whose answers pass its client-output-buffer-limit for normal clients: raise it)", "redis", n.where, "err", err)
 		return
 	}
 	if dialFailed(err) && time.Since(time.Unix(0, n.back.Load())) < dialGrace {
@@ -1676,9 +1690,13 @@ func (n *Node) readsAllowed() {
 	}
 }
 
-// readsRefused says why Redis refuses the node's reads, or "".
+// readsRefused says why Redis refuses the node's reads, or its claims,
+// or "".
 func (n *Node) readsRefused() string {
 	if why := n.readRefused.Load(); why != nil {
+		return *why
+	}
+	if why := n.claimsRefused.Load(); why != nil {
 		return *why
 	}
 	return ""
@@ -1827,6 +1845,11 @@ func (n *Node) upkeepLoop() {
 		if n.nameTaken.Load() != nil {
 			if err := n.checkName(ctx); err != nil && !errors.Is(err, ErrNameTaken) {
 				n.warn("keep the node's name", err)
+			}
+		}
+		if n.claimsRefused.Load() != nil {
+			if err := n.checkClaims(ctx); err != nil && !errors.Is(err, ErrPermission) && ctx.Err() == nil {
+				n.warn("ask redis whether this node may claim items", err)
 			}
 		}
 		if (n.mismatch.Load() != nil || n.nameTaken.Load() != nil) && n.refused.Load() == nil {
@@ -2092,6 +2115,9 @@ func (n *Node) keep(ctx context.Context) error {
 		// deleted once empty, its items withdrawn while this node ran
 		// them): there is nothing left to keep from claims.
 		if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) && !redis.HasErrorPrefix(err, "NOGROUP") {
+			if permissionRefused(err) {
+				n.refuseClaims("XCLAIM", err)
+			}
 			// Their stamps stay: the next keep tries them again at once.
 			return err
 		}
@@ -2106,6 +2132,47 @@ func (n *Node) keep(ctx context.Context) error {
 	}
 	n.mu.Unlock()
 	return nil
+}
+
+// checkClaims asks Redis whether the node's user may claim items, with
+// claims that take nothing (an idle time no item has). A node that may
+// not XCLAIM cannot keep the items it runs from other nodes' claims, which
+// run them again, and one that may not XAUTOCLAIM leaves a dead node's
+// items unanswered: it takes no items until it may (see refuseClaims).
+func (n *Node) checkClaims(ctx context.Context) error {
+	const never = 100 * 365 * 24 * time.Hour
+	pipe := n.rdb.Pipeline()
+	claim := pipe.XClaimJustID(ctx, &redis.XClaimArgs{Stream: n.k.items, Group: nodeGroup, Consumer: n.cfg.Name, MinIdle: never, Messages: []string{"0-1"}})
+	auto := pipe.XAutoClaimJustID(ctx, &redis.XAutoClaimArgs{Stream: n.k.items, Group: nodeGroup, Consumer: n.cfg.Name, MinIdle: never, Start: "0-0", Count: 1})
+	_, _ = pipe.Exec(ctx)
+	for _, c := range []struct {
+		command string
+		err     error
+	}{{"XCLAIM", claim.Err()}, {"XAUTOCLAIM", auto.Err()}} {
+		switch {
+		case c.err == nil, errors.Is(c.err, redis.Nil), redis.HasErrorPrefix(c.err, "NOGROUP"):
+		case permissionRefused(c.err):
+			return n.refuseClaims(c.command, c.err)
+		default:
+			return c.err
+		}
+	}
+	if n.claimsRefused.Swap(nil) != nil {
+		n.cfg.Logger.Info("redis lets this node claim items again; it takes items", "redis", n.where)
+	}
+	return nil
+}
+
+// refuseClaims notes that Redis refuses the node's user command (XCLAIM
+// or XAUTOCLAIM) for err, and logs it once: the node takes no items until
+// a check finds it may (see checkClaims). It returns the refusal, as
+// ErrPermission.
+func (n *Node) refuseClaims(command string, err error) error {
+	why := fmt.Sprintf("redis refuses this node's user %s (%v): a node that may not claim items runs them twice (XCLAIM keeps those it runs from other nodes' claims) or leaves a dead node's unanswered (XAUTOCLAIM); grant it, as the README's user has it", command, err)
+	if n.claimsRefused.Swap(&why) == nil {
+		n.cfg.Logger.Error("this node takes no items: "+why, "redis", n.where, "node", n.cfg.Name)
+	}
+	return permissionf("%s", why)
 }
 
 // claim takes over, as room allows, the items that other nodes have held

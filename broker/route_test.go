@@ -184,3 +184,73 @@ func TestAGoneNodesOwnStreamIsAdoptedThenDropped(t *testing.T) {
 		return rs.Do(t, "EXISTS", gone.stream()) == "0" && rs.Do(t, "SISMEMBER", "streamer:streams", gone.stream()) == "0"
 	})
 }
+
+// readAny takes the next item of the shared stream or of the node's own,
+// and says which it came from.
+func (h *handNode) readAny() (string, redis.XMessage) {
+	h.t.Helper()
+	got, err := h.rdb.XReadGroup(context.Background(), &redis.XReadGroupArgs{
+		Group: "nodes", Consumer: h.name, Streams: []string{"streamer:items", h.stream(), ">", ">"}, Count: 1, Block: 5 * time.Second,
+	}).Result()
+	for _, st := range got {
+		if len(st.Messages) == 1 {
+			return st.Stream, st.Messages[0]
+		}
+	}
+	h.t.Fatalf("read: %v, %v", got, err)
+	return "", redis.XMessage{}
+}
+
+// TestLargeAnswersAreTrimmedOnceRead: answers the front end has read are
+// trimmed from its reply stream once they add up to a MiB, not only each
+// second: a second of large answers held most of Redis's memory after
+// their callers had them.
+func TestLargeAnswersAreTrimmedOnceRead(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	h := newHandNode(t, rs, "hand")
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	output := strings.Repeat("x", 300<<10)
+	reply := ""
+	for i := range 30 {
+		got := predictLater(t, fe, "item")
+		stream, m := h.readAny()
+		reply = "streamer:reply:" + strings.Fields(m.Values["h"].(string))[0]
+		h.answer(stream, m, output)
+		if a := <-got; a.err != nil || len(a.out) != 1 || len(a.out[0]) != len(output) {
+			t.Fatalf("request %d: %d outputs, %v", i, len(a.out), a.err)
+		}
+	}
+	// Each trim comes once four answers of 300 KiB are read: what is left
+	// is what came since the last.
+	if n := h.xlen(reply); n > 4 {
+		t.Errorf("%d answers of 300 KiB left on the reply stream once read; want at most 4", n)
+	}
+}
+
+// TestReadsShrinkWhenRedisClosesLargeAnswers: Redis closes a client whose
+// answer passes its client-output-buffer-limit. A node's read of many
+// large items, or a front end's of many large answers, asked again as it
+// was, was closed again, for ever, and every request timed out. A read
+// closed under it now asks for fewer, as one that ran out of time does.
+func TestReadsShrinkWhenRedisClosesLargeAnswers(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	if err := rdb.ConfigSet(context.Background(), "client-output-buffer-limit", "normal 256kb 128kb 1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	startNode(t, rs, newRecorder(), 8, nil)
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	item := strings.Repeat("x", 100<<10)
+	var got []<-chan answer
+	for range 8 {
+		got = append(got, predictLater(t, fe, item, item))
+	}
+	for i, later := range got {
+		if a := <-later; a.err != nil || len(a.out) != 2 || string(a.out[0]) != item || string(a.out[1]) != item {
+			t.Errorf("request %d: %d outputs, %v", i, len(a.out), a.err)
+		}
+	}
+}
