@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -587,10 +588,11 @@ func (p *process) wait() error {
 		<-p.written
 	}
 	err := p.deathReason()
-	// A panic's message says why better than an exit status. It is read
-	// by now as a rule, written before the exit; no wait for it here,
-	// which would hold the dead worker's batches.
-	if last := p.firstDeathLine.Load(); last != nil && p.reason() == nil {
+	// A panic's message says why better than an exit status, or than a
+	// write to a pipe the worker had already left (EPIPE: it was dying).
+	// It is read by now as a rule, written before the exit; no wait for it
+	// here, which would hold the dead worker's batches.
+	if last := p.firstDeathLine.Load(); last != nil && (p.reason() == nil || errors.Is(p.reason(), syscall.EPIPE)) {
 		err = fmt.Errorf("%w; its last words: %s", err, *last)
 	}
 	return err

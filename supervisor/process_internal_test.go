@@ -1,8 +1,12 @@
 package supervisor
 
 import (
+	"errors"
+	"fmt"
+	"os"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/streamer-dev/streamer/ipc"
@@ -84,5 +88,31 @@ func TestCutText(t *testing.T) {
 	long := strings.Repeat("é", 10) // two bytes each
 	if got, want := cutText(long, 5), "éé… (16 more bytes cut)"; got != want {
 		t.Errorf("cutText = %q, want %q", got, want)
+	}
+}
+
+// A worker that dies while a batch is written to it breaks the pipe under
+// the write, and the broken pipe was all its death said: its own last
+// words (Go's "fatal error: out of memory"), which say why, come with it.
+func TestAWriteToADyingWorkerKeepsItsLastWords(t *testing.T) {
+	for _, tc := range []struct {
+		reason error
+		want   string
+	}{
+		{fmt.Errorf("send batch to worker: ipc: write batch: %w", &os.PathError{Op: "write", Path: "|1", Err: syscall.EPIPE}),
+			"broken pipe; its last words: fatal error: out of memory"},
+		{errors.New("worker sent no heartbeat for 5s"), "worker sent no heartbeat for 5s"},
+	} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := &process{in: r, toChild: w, exited: make(chan struct{}), killReason: tc.reason}
+		words := "fatal error: out of memory"
+		p.firstDeathLine.Store(&words)
+		close(p.exited)
+		if got := p.wait().Error(); !strings.HasSuffix(got, tc.want) {
+			t.Errorf("death killed for %q: %q; want it to end %q", tc.reason, got, tc.want)
+		}
 	}
 }

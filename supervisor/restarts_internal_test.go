@@ -3,6 +3,9 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -73,4 +76,31 @@ func TestAWorkerThatLivedStableAfterResetsTheBackoff(t *testing.T) {
 	if n := failures(); n != 1 {
 		t.Fatalf("%d failures after a death that followed 30s of life, want 1: the death alone", n)
 	}
+}
+
+// A worker that could not be started for want of the supervisor's own
+// resources (its file descriptors, taken by clients' connections) is not
+// the model's failure: its slot backs off and retries, and is never given
+// up for it. Counted as crashes, such failures gave every slot up within
+// seconds, and the server exited.
+func TestStartsFailedForWantOfResourcesAreNotCounted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, sl := unstartedSlot(t, Config{MaxRestarts: 2, BackoffMin: time.Millisecond, BackoffMax: time.Millisecond})
+		for _, errno := range []error{syscall.EMFILE, syscall.ENFILE, syscall.EAGAIN, syscall.ENOMEM} {
+			err := fmt.Errorf("slot 0: make pipes for a worker: %w", &os.PathError{Op: "pipe2", Err: errno})
+			for range 5 {
+				sl.noteCrash(err, startFailure(err), nil)
+				if !sl.backoff() {
+					t.Fatalf("slot given up after failed starts for %v, with 2 restarts allowed", errno)
+				}
+			}
+		}
+		other := errors.New("slot 0: open model: cannot load weights")
+		for range 3 {
+			sl.noteCrash(other, startFailure(other), nil)
+		}
+		if sl.backoff() {
+			t.Fatal("slot still restarting after 3 failed starts of its model, with 2 restarts allowed")
+		}
+	})
 }

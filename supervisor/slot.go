@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/streamer-dev/streamer/internal/waitq"
@@ -234,6 +235,9 @@ func (sl *slot) start() (worker, error) {
 		sl.s.log.Info("worker start given up: the slot is stopping", sl.logAttrs(nil, "err", err)...)
 	default:
 		err = fmt.Errorf("slot %d: %w", sl.id, err)
+		if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+			err = fmt.Errorf("%w (this process has no file descriptor left for the worker's pipes: raise its open-files limit, ulimit -n or systemd's LimitNOFILE=, or let in fewer connections; the slot retries, and is not given up for it)", err)
+		}
 		sl.s.log.Error("worker failed to start", sl.logAttrs(nil, "err", err)...)
 		sl.s.mu.Lock()
 		sl.startErr = err.Error()
@@ -833,6 +837,13 @@ const (
 	// until a Reload or the old file put back, not give up and, with every
 	// slot alike, end the server in the middle of an ordinary deploy.
 	crashModelChanged
+	// crashNoResources: it could not be started for want of what the
+	// supervisor itself needs to start a process (file descriptors for its
+	// pipes, a process slot, memory: see noResources). Not the model's
+	// doing: the back-off grows, but it never counts towards MaxRestarts,
+	// so that clients holding every descriptor for a while do not have
+	// every slot given up and the server end.
+	crashNoResources
 	// crashProbe: it died running the probe of the model, an item the
 	// model answered before (see Streamer.probeLocked). The death is the
 	// model's: it counts towards MaxRestarts, and the worker restarts at
@@ -847,10 +858,25 @@ const (
 
 // startFailure is the cause of a worker's failure to start.
 func startFailure(err error) crashCause {
-	if errors.Is(err, ErrModelChanged) {
+	switch {
+	case errors.Is(err, ErrModelChanged):
 		return crashModelChanged
+	case noResources(err):
+		return crashNoResources
 	}
 	return crashUnexplained
+}
+
+// noResources says whether err, a worker's failure to start, is the
+// supervisor's want of a resource of its own: a file descriptor (EMFILE,
+// ENFILE), a process (EAGAIN), memory (ENOMEM).
+func noResources(err error) bool {
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.EAGAIN, syscall.ENOMEM} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // forgiveLocked takes the first death of a hunt that found a bad item
@@ -885,13 +911,13 @@ func (sl *slot) noteCrash(err error, cause crashCause, hunt *firstCrash) {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if cause == crashUnexplained || cause == crashModelChanged {
+	if cause == crashUnexplained || cause == crashModelChanged || cause == crashNoResources {
 		sl.failures++
 	}
 	if err != nil {
 		sl.lastErr = err.Error()
 	}
-	if cause == crashModelChanged || cause == crashPoisonKnown {
+	if cause == crashModelChanged || cause == crashNoResources || cause == crashPoisonKnown {
 		return
 	}
 	if cause == crashHunting {

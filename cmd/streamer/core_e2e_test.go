@@ -616,6 +616,23 @@ func TestOverloadAnswers429(t *testing.T) {
 	}
 }
 
+// TestJSONLogEndsWithJSON: with --log-format json, every line a server
+// that gives up writes is JSON, the error it exits with too: that line,
+// the one a log pipeline most needs, was plain text.
+func TestJSONLogEndsWithJSON(t *testing.T) {
+	out := runServeToFailure(t, nil, "--log-format", "json", "--model", "chaos:init-fail", "--max-restarts", "1")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	for i, line := range lines {
+		if !json.Valid([]byte(line)) {
+			t.Errorf("line %d is not JSON: %s", i+1, line)
+		}
+	}
+	var last struct{ Level, Msg, Err string }
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last.Level != "ERROR" || last.Msg != "exiting" || !strings.Contains(last.Err, "init failed as asked") {
+		t.Errorf("last line %s (%v); want an ERROR saying why the server exits", lines[len(lines)-1], err)
+	}
+}
+
 func TestNoLiveWorkerFailsFast(t *testing.T) {
 	for _, tt := range []struct{ model, reason string }{
 		{"chaos:init-fail", "init failed as asked"},

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bufio"
+	"context"
 	"fmt"
 	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 // jsonInputs builds a /predict body of n string items.
@@ -174,5 +178,44 @@ func TestServeRefusesFlagValuesNoServerCanUse(t *testing.T) {
 				t.Errorf("said:\n%s\nwant one line beginning %q", out, "streamer: "+tc.want)
 			}
 		})
+	}
+}
+
+// TestServeWarnsOfAnOpenFilesLimitBelowItsConnections: a server that may
+// open fewer files than --max-connections takes says so at start. Past
+// the limit, new connections waited unanswered, never told 503, and dead
+// workers could not be started again, without a word of why.
+func TestServeWarnsOfAnOpenFilesLimitBelowItsConnections(t *testing.T) {
+	for _, tc := range []struct {
+		connections string
+		warns       bool
+	}{{"4096", true}, {"100", false}} {
+		ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "sh", "-c", `ulimit -n 256 && exec "$0" serve --listen 127.0.0.1:0 --model echo --max-connections "$1"`, streamerBin, tc.connections)
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.WaitDelay = time.Second
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var before []string // the lines before the server listens
+		listening := false
+		sc := bufio.NewScanner(stderr)
+		for !listening && sc.Scan() {
+			listening = strings.Contains(sc.Text(), "listening")
+			before = append(before, sc.Text())
+		}
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if !listening {
+			t.Fatalf("ulimit -n 256, --max-connections %s: the server did not start:\n%s", tc.connections, strings.Join(before, "\n"))
+		}
+		warned := strings.Contains(strings.Join(before, "\n"), "level=WARN msg=\"the open-files limit is below what --max-connections and the workers take")
+		if warned != tc.warns {
+			t.Errorf("ulimit -n 256, --max-connections %s: warned %v, want %v; the start's log:\n%s", tc.connections, warned, tc.warns, strings.Join(before, "\n"))
+		}
 	}
 }

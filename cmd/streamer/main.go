@@ -5,17 +5,29 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
+	"sync/atomic"
 
 	"github.com/spf13/cobra"
 )
 
 func main() {
 	if err := newRootCommand().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "streamer:", err)
+		if log := exitLog.Load(); log != nil {
+			log.Error("exiting", "err", err.Error())
+		} else {
+			fmt.Fprintln(os.Stderr, "streamer:", err)
+		}
 		os.Exit(1)
 	}
 }
+
+// exitLog, when set, logs the error the command exits with, in place of
+// the plain line: serve's logger with --log-format json, so that a log
+// pipeline reads the last line, the one it most needs, as it reads the
+// others.
+var exitLog atomic.Pointer[slog.Logger]
 
 func newRootCommand() *cobra.Command {
 	root := &cobra.Command{

@@ -282,6 +282,28 @@ func (o serveOptions) logger(w io.Writer) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q: want text or json", o.logFormat)
 }
 
+// warnOpenFiles warns when this process may open fewer files than its
+// connections and workers take at their bounds: --max-connections (on the
+// gRPC port as many again), a dozen pipes and files for each worker, and
+// some for the rest. Past the limit, a new connection waits in the kernel
+// unanswered, not even told 503, and a worker that dies cannot be started
+// again until clients leave.
+func (o serveOptions) warnOpenFiles(log *slog.Logger) {
+	limit, ok := openFilesLimit()
+	if !ok {
+		return
+	}
+	connections := uint64(o.maxConnections)
+	if o.grpcListen != "" {
+		connections *= 2
+	}
+	need := connections + 12*uint64(o.workers) + 64
+	if limit < need {
+		log.Warn("the open-files limit is below what --max-connections and the workers take: past it, new connections wait unanswered (no 503) and dead workers cannot be restarted until clients leave; raise the limit (ulimit -n, systemd's LimitNOFILE=) or lower --max-connections",
+			"open_files_limit", limit, "needs", need, "max_connections", o.maxConnections, "workers", o.workers)
+	}
+}
+
 // policy is the batching policy --batching names; unset, adaptive, on a
 // node fed through Redis too (BenchmarkClosedLoop in package broker: at 8
 // and 64 clients it is at least as good as greedy there).
@@ -390,6 +412,10 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
+	if o.logFormat == "json" {
+		exitLog.Store(log) // the error the server exits with is JSON too
+	}
+	o.warnOpenFiles(log)
 	heapfloor.Keep()
 	// Before anything slow: a SIGHUP from here on must not end the server.
 	hangups := catchHangups(log)
