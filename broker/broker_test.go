@@ -1474,7 +1474,13 @@ func TestANodeThatMayNotClaimTakesNoItems(t *testing.T) {
 	if why := limited.Stats().Refused; !strings.Contains(why, "XCLAIM") {
 		t.Errorf("the node's stats say %q; want the refused XCLAIM", why)
 	}
+	// Off the list of nodes, so that front ends refuse requests no node
+	// would take rather than leave them waiting.
+	eventually(t, "the node that may not claim off the list of nodes", func() bool { return rs.Do(t, "ZCARD", "streamer:nodes") == "0" })
 	fe := startFront(t, rs, nil)
+	if _, err := predict(t, fe, "alone"); !errors.Is(err, supervisor.ErrUnavailable) {
+		t.Errorf("a request with only the node that may not claim: %v; want ErrUnavailable at once", err)
+	}
 	fakeNode(t, rs)
 	eventually(t, "front end ready", fe.Ready)
 	later := predictLater(t, fe, "x")

@@ -96,8 +96,11 @@ type Node struct {
 	readRefused atomic.Pointer[string]
 	// claimsRefused says why the node takes no items: Redis refuses its
 	// user XCLAIM or XAUTOCLAIM; nil while it lets it claim (see
-	// checkClaims).
+	// checkClaims). claimsChecked is set once a check found that it may:
+	// until then, as when Redis did not answer the start's, the node
+	// takes no items, and its upkeep asks again.
 	claimsRefused atomic.Pointer[string]
+	claimsChecked atomic.Bool
 	// ownBroken is set while the node's own stream's key holds another
 	// type than a stream, and Redis refused to replace it: the node reads
 	// the shared stream alone, its own unlisted (see mendStreams).
@@ -944,7 +947,7 @@ const quarantineRead = 256
 // holds only the callers it just answered.
 func (n *Node) wanted() (want int, block bool) {
 	free := n.free()
-	if free <= 0 || n.refusal() != "" || n.claimsRefused.Load() != nil || !n.holdsName() {
+	if free <= 0 || n.refusal() != "" || n.claimsRefused.Load() != nil || !n.claimsChecked.Load() || !n.holdsName() {
 		return 0, false
 	}
 	if c := n.fetchBound(); c > 0 {
@@ -1847,7 +1850,7 @@ func (n *Node) upkeepLoop() {
 				n.warn("keep the node's name", err)
 			}
 		}
-		if n.claimsRefused.Load() != nil {
+		if n.claimsRefused.Load() != nil || !n.claimsChecked.Load() {
 			if err := n.checkClaims(ctx); err != nil && !errors.Is(err, ErrPermission) && ctx.Err() == nil {
 				n.warn("ask redis whether this node may claim items", err)
 			}
@@ -1955,8 +1958,9 @@ func (n *Node) beat(ctx context.Context) error {
 		alive, out = out, alive
 	}
 	gone := n.streamerGone()
-	if n.readRefused.Load() != nil || gone {
-		// Listed as neither: see refuseReads, and streamerGone.
+	if n.readRefused.Load() != nil || n.claimsRefused.Load() != nil || gone {
+		// Listed as neither: see refuseReads, refuseClaims, and
+		// streamerGone.
 		pipe.ZRem(ctx, alive, n.cfg.Name)
 	} else {
 		pipe.ZAdd(ctx, alive, redis.Z{Score: float64(now.UnixMilli()), Member: n.cfg.Name})
@@ -2157,8 +2161,10 @@ func (n *Node) checkClaims(ctx context.Context) error {
 			return c.err
 		}
 	}
+	n.claimsChecked.Store(true)
 	if n.claimsRefused.Swap(nil) != nil {
 		n.cfg.Logger.Info("redis lets this node claim items again; it takes items", "redis", n.where)
+		n.beatNow()
 	}
 	return nil
 }
@@ -2171,6 +2177,9 @@ func (n *Node) refuseClaims(command string, err error) error {
 	why := fmt.Sprintf("redis refuses this node's user %s (%v): a node that may not claim items runs them twice (XCLAIM keeps those it runs from other nodes' claims) or leaves a dead node's unanswered (XAUTOCLAIM); grant it, as the README's user has it", command, err)
 	if n.claimsRefused.Swap(&why) == nil {
 		n.cfg.Logger.Error("this node takes no items: "+why, "redis", n.where, "node", n.cfg.Name)
+		// Off the lists of nodes at once: front ends refuse the requests
+		// no node would take, rather than leave them waiting.
+		n.beatNow()
 	}
 	return permissionf("%s", why)
 }
