@@ -119,6 +119,7 @@ func addBenchFlags(f *pflag.FlagSet, o *benchOptions) {
 // interrupt ends the load early; the server the run started is stopped and
 // what was measured so far is still reported.
 func runBench(ctx context.Context, flags *pflag.FlagSet, o benchOptions) error {
+	o.serve.modelGiven = flags.Changed("model") // --model and --plugin are refused together, as by serve
 	if flags.Changed("listen") {
 		return errors.New("--listen: bench starts its server on a free loopback port of its own, or drives --target")
 	}

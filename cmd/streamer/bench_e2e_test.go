@@ -404,6 +404,7 @@ func TestBenchBadFlags(t *testing.T) {
 		{"too many workers for its Go API run", []string{"--api", "go", "--workers", "5000"}, "--workers 5000: want at most 1024"},
 		{"a server's flags for its Go API run", []string{"--api", "go", "--broker", "redis://127.0.0.1:1/0", "--log-level", "debug", "--max-body", "1"}, "--broker, --log-level, --max-body: --api go runs the supervisor in this process, with no HTTP server, broker, token or log, and would ignore these"},
 		{"an empty model", []string{"--model", ""}, "--model is empty"},
+		{"a model and a plugin for its Go API run", []string{"--api", "go", "--model", "sleep:10ms,100us", "--plugin", "/bin/true"}, `--model "sleep:10ms,100us" and --plugin both given`},
 		{"a grpc target without a target", []string{"--protocol", "grpc", "--grpc-target", "127.0.0.1:2"}, "--grpc-target goes with --target"},
 		{"a grpc target that is a URL", []string{"--target", "http://127.0.0.1:1", "--protocol", "grpc", "--grpc-target", "http://127.0.0.1:2"}, `--grpc-target "http://127.0.0.1:2": want host:port`},
 		{"an unknown protocol", []string{"--protocol", "soap"}, `--protocol "soap": want predict, v2, v2-binary or grpc`},

@@ -620,16 +620,26 @@ func TestOverloadAnswers429(t *testing.T) {
 // that gives up writes is JSON, the error it exits with too: that line,
 // the one a log pipeline most needs, was plain text.
 func TestJSONLogEndsWithJSON(t *testing.T) {
-	out := runServeToFailure(t, nil, "--log-format", "json", "--model", "chaos:init-fail", "--max-restarts", "1")
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	for i, line := range lines {
-		if !json.Valid([]byte(line)) {
-			t.Errorf("line %d is not JSON: %s", i+1, line)
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"--model", "chaos:init-fail", "--max-restarts", "1"}, "init failed as asked"},
+		// Refused by the checks of the flags, before the server starts.
+		{[]string{"--memory-limit", "1KB"}, "--memory-limit"},
+		{[]string{"--model", "", "--log-level", "info"}, "--model is empty"},
+	} {
+		out := runServeToFailure(t, nil, append([]string{"--log-format", "json"}, tc.args...)...)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		for i, line := range lines {
+			if !json.Valid([]byte(line)) {
+				t.Errorf("%s: line %d is not JSON: %s", tc.args, i+1, line)
+			}
 		}
-	}
-	var last struct{ Level, Msg, Err string }
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last.Level != "ERROR" || last.Msg != "exiting" || !strings.Contains(last.Err, "init failed as asked") {
-		t.Errorf("last line %s (%v); want an ERROR saying why the server exits", lines[len(lines)-1], err)
+		var last struct{ Level, Msg, Err string }
+		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last.Level != "ERROR" || last.Msg != "exiting" || !strings.Contains(last.Err, tc.says) {
+			t.Errorf("%s: last line %s (%v); want an ERROR saying why the server exits", tc.args, lines[len(lines)-1], err)
+		}
 	}
 }
 

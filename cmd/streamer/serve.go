@@ -92,6 +92,11 @@ CUDA_VISIBLE_DEVICES set to the (i mod n)-th entry of --cuda.`,
   streamer serve --model model.onnx --device cuda --cuda 0,1,2,3 --workers 4`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if log, err := o.logger(os.Stderr); err == nil && o.logFormat == "json" {
+				// From the first check on, the error the server
+				// exits with is JSON, as its log is.
+				exitLog.Store(log)
+			}
 			if err := refuseEmpty(cmd.Flags(), os.LookupEnv, "serve"); err != nil {
 				return err
 			}
@@ -411,9 +416,6 @@ func runServe(ctx context.Context, o serveOptions) error {
 	log, err := o.logger(os.Stderr)
 	if err != nil {
 		return err
-	}
-	if o.logFormat == "json" {
-		exitLog.Store(log) // the error the server exits with is JSON too
 	}
 	o.warnOpenFiles(log)
 	heapfloor.Keep()

@@ -149,9 +149,12 @@ func Refresh(spec model.Spec) (model.Spec, error) {
 		return model.Spec{}, err
 	}
 	src, _, err := readModel(settings.Path)
-	if err != nil {
-		return model.Spec{}, err
+	if err != nil && src.sum == "" {
+		return model.Spec{}, err // the file could not be read
 	}
+	// A file read but not served (not a model, its weights' file missing)
+	// is the workers' to refuse, which they do at the reload's first slot,
+	// saying why, as for any model that does not open.
 	settings.SHA256 = src.sha256()
 	return model.NewSpec(SpecRunner, settings)
 }
