@@ -90,12 +90,7 @@ func TestONNXTimeMajorModelRunsItemsOneByOne(t *testing.T) {
 // three. The worker finds at start that the output does not lead with the
 // batch, and says so.
 func TestONNXReductionOverTheBatchRunsItemsOneByOne(t *testing.T) {
-	path := customModel(t, onnxtest.Custom{
-		Inputs:  []onnxtest.Value{{Name: "x", DType: f32, Dims: []any{"unk__0", 3}}},
-		Outputs: []onnxtest.Value{{Name: "y", DType: f32, Dims: []any{"unk__9"}}},
-		Nodes:   []onnxtest.Node{{Op: "ReduceSum", Inputs: []string{"x", "axis0"}, Output: "y", Ints: map[string]int64{"keepdims": 0}}},
-		Int64s:  map[string][]int64{"axis0": {0}},
-	})
+	path := customModel(t, onnxtest.SumOverBatch)
 	s := startServer(t, "--model", path, "--intra-op-threads", "1", "--max-latency", "50ms")
 	p := s.predictJSON(t, []float32{1, 1, 1}, []float32{2, 2, 2}, []float32{5, 5, 5})
 	if p.Status != http.StatusOK || len(p.Outputs) != 3 {
@@ -118,18 +113,7 @@ func TestONNXReductionOverTheBatchRunsItemsOneByOne(t *testing.T) {
 // getting its own rows, and the worker says so as a warning, which
 // --log-level warn shows (it was logged at INFO, in the log package's form).
 func TestONNXOutputFoundNotToLeadWithTheBatchWarns(t *testing.T) {
-	i64 := onnxpb.TensorProto_INT64
-	path := customModel(t, onnxtest.Custom{
-		Inputs:  []onnxtest.Value{{Name: "x", DType: i64, Dims: []any{"unk__0", 2}}},
-		Outputs: []onnxtest.Value{{Name: "y", DType: i64, Dims: []any{"unk__5", 1}}},
-		Nodes: []onnxtest.Node{
-			{Op: "ReduceMax", Inputs: []string{"x"}, Output: "top", Ints: map[string]int64{"keepdims": 0}, IntLists: map[string][]int64{"axes": {1}}},
-			{Op: "Less", Inputs: []string{"top", "two"}, Output: "small"},
-			{Op: "NonZero", Inputs: []string{"small"}, Output: "at"},
-			{Op: "Transpose", Inputs: []string{"at"}, Output: "y"},
-		},
-		Int64s: map[string][]int64{"two": {2}},
-	})
+	path := customModel(t, onnxtest.RowsUnderTwo)
 	s := startServer(t, "--model", path, "--intra-op-threads", "1", "--max-latency", "50ms")
 	p := s.predictJSON(t, []int{2, 2}, []int{0, 0})
 	if p.Status != http.StatusOK || len(p.Outputs) != 2 {

@@ -191,14 +191,7 @@ func TestWorkersRefuseAModelWhoseInterfaceChanged(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "model.onnx")
 	build := func(name string) { writeBuilt(t, path, name) }
 	build(onnxtest.MLP)
-	spec, err := onnx.Settings{Path: path, IntraOpThreads: 1}.Spec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	settings, err := onnx.SettingsOf(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec, settings := specOf(t, path)
 	if want := "inputs features float32 [batch, 4]; outputs probs float32 [batch, 3]"; settings.Signature != want {
 		t.Fatalf("signature %q, want %q", settings.Signature, want)
 	}
@@ -245,14 +238,7 @@ func TestWorkersRefuseAModelFileReplacedWithoutAReload(t *testing.T) {
 		return hex.EncodeToString(sum[:])
 	}
 	mlpSum := build(onnxtest.MLP)
-	spec, err := onnx.Settings{Path: path, IntraOpThreads: 1}.Spec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	settings, err := onnx.SettingsOf(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec, settings := specOf(t, path)
 	if settings.SHA256 != mlpSum {
 		t.Fatalf("the spec records sha256 %q, want the file's %s", settings.SHA256, mlpSum)
 	}
@@ -261,7 +247,7 @@ func TestWorkersRefuseAModelFileReplacedWithoutAReload(t *testing.T) {
 	}
 
 	demoSum := build(onnxtest.Demo) // the same inputs and outputs, other weights
-	_, err = onnx.OpenSpec(context.Background(), spec)
+	_, err := onnx.OpenSpec(context.Background(), spec)
 	if !errors.Is(err, onnx.ErrModelChanged) ||
 		!strings.Contains(err.Error(), "sha256 "+mlpSum+", now "+demoSum) || !strings.Contains(err.Error(), "reload to serve the new one") {
 		t.Fatalf("open after the file was replaced: %v; want %v naming both checksums and the reload", err, onnx.ErrModelChanged)
@@ -351,14 +337,7 @@ func TestNonFinitePaddingTravelsInTheSpec(t *testing.T) {
 func TestAFileWrittenAgainInPlaceIsReadAgain(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "model.onnx")
 	data := writeBuilt(t, path, onnxtest.MLP)
-	spec, err := onnx.Settings{Path: path, IntraOpThreads: 1}.Spec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	settings, err := onnx.SettingsOf(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, settings := specOf(t, path)
 	if _, _, err := onnx.Codec(settings); err != nil {
 		t.Fatal(err)
 	}
@@ -407,12 +386,7 @@ const i64 = onnxpb.TensorProto_INT64
 // happened to be the number of items). A run of ones at start finds its
 // length is not the number of items, so items run one by one.
 func TestReductionOverTheBatchRunsItemsAlone(t *testing.T) {
-	r := openCustom(t, onnxtest.Custom{
-		Inputs:  []onnxtest.Value{{Name: "x", DType: f32, Dims: []any{"unk__0", 3}}},
-		Outputs: []onnxtest.Value{{Name: "y", DType: f32, Dims: []any{"unk__9"}}},
-		Nodes:   []onnxtest.Node{{Op: "ReduceSum", Inputs: []string{"x", "axis0"}, Output: "y", Ints: map[string]int64{"keepdims": 0}}},
-		Int64s:  map[string][]int64{"axis0": {0}},
-	}, nil)
+	r := openCustom(t, onnxtest.SumOverBatch, nil)
 	if d := r.Describe(); !strings.Contains(d, `one item per run: output "y" declares [unk__9], and a run of 2 items of ones gave it the shape [3]`) {
 		t.Errorf("description %q does not say why items run one by one", d)
 	}
@@ -456,17 +430,7 @@ func TestCountedOutputsRunItemsAlone(t *testing.T) {
 // then on items run one by one. Before, the item with no such row failed,
 // and two items of zeros each got one of the run's two rows.
 func TestAnOutputFoundNotToLeadWithTheBatchRunsItemsAlone(t *testing.T) {
-	r := openCustom(t, onnxtest.Custom{
-		Inputs:  []onnxtest.Value{{Name: "x", DType: i64, Dims: []any{"unk__0", 2}}},
-		Outputs: []onnxtest.Value{{Name: "y", DType: i64, Dims: []any{"unk__5", 1}}},
-		Nodes: []onnxtest.Node{
-			{Op: "ReduceMax", Inputs: []string{"x"}, Output: "top", Ints: map[string]int64{"keepdims": 0}, IntLists: map[string][]int64{"axes": {1}}},
-			{Op: "Less", Inputs: []string{"top", "two"}, Output: "small"},
-			{Op: "NonZero", Inputs: []string{"small"}, Output: "at"},
-			{Op: "Transpose", Inputs: []string{"at"}, Output: "y"},
-		},
-		Int64s: map[string][]int64{"two": {2}},
-	}, nil)
+	r := openCustom(t, onnxtest.RowsUnderTwo, nil)
 	if strings.Contains(r.Describe(), "one item per run") {
 		t.Fatalf("description %q: the probe of ones should find nothing", r.Describe())
 	}
@@ -541,10 +505,7 @@ func TestExternalWeightsCountInTheModelsChecksum(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, err := onnx.Settings{Path: path, IntraOpThreads: 1}.Spec()
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec, _ := specOf(t, path)
 	r := openSpec(t, spec)
 	near(t, "with the weights loaded", values(t, predict(t, r, encode(t, r, `[10, 20]`))[0][0]), []float64{11, 22})
 
@@ -572,6 +533,21 @@ func TestExternalWeightsCountInTheModelsChecksum(t *testing.T) {
 	if err := onnx.Check(onnx.Settings{Path: path}); err == nil || !strings.Contains(err.Error(), `the file of its external weights "w.bin"`) {
 		t.Fatalf("check with the weights file missing: %v; want an error naming it", err)
 	}
+}
+
+// specOf is the spec of the model at path, as the server makes it, and
+// the settings it carries.
+func specOf(t *testing.T, path string) (model.Spec, onnx.Settings) {
+	t.Helper()
+	spec, err := onnx.Settings{Path: path, IntraOpThreads: 1}.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings, err := onnx.SettingsOf(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec, settings
 }
 
 // openSpec opens a runner on spec, closed when the test ends.
