@@ -114,16 +114,7 @@ func TestONNXFileReplacedWithoutAReloadIsNotServed(t *testing.T) {
 	if newSum == oldSum || slices.Equal(newWeights.Demo(x), oldWeights.MLP(x)) {
 		t.Fatal("the replacing model is the same as the one served")
 	}
-	killed := before[1]
-	killWorker(t, killed.PID)
-	var slot supervisor.SlotStatus
-	s.waitFor(t, "the killed worker's restart to open the replaced file or refuse it", readyTimeout, func() bool {
-		slot = s.slot(t, killed.Slot)
-		return slot.State == supervisor.SlotReady && slot.PID != killed.PID || strings.Contains(slot.LastErr, "changed since it was loaded")
-	})
-	if slot.State == supervisor.SlotReady {
-		t.Fatalf("the worker restarted after the file was replaced without a reload opened it: %+v", slot)
-	}
+	slot := s.restartRefuses(t, before[1], "the file")
 	why := fmt.Sprintf("the model file changed since it was loaded (sha256 %s, now %s): reload to serve the new one", oldSum, newSum)
 	if !strings.Contains(slot.LastErr, why) {
 		t.Errorf("slot %d's last error %q does not say %q", slot.Slot, slot.LastErr, why)
@@ -172,16 +163,7 @@ func TestONNXExternalWeightsReplacedWithoutAReloadAreNotServed(t *testing.T) {
 	if err := os.Rename(next, filepath.Join(dir, "w.bin")); err != nil {
 		t.Fatal(err)
 	}
-	killed := before[1]
-	killWorker(t, killed.PID)
-	var slot supervisor.SlotStatus
-	s.waitFor(t, "the killed worker's restart to open the new weights or refuse them", readyTimeout, func() bool {
-		slot = s.slot(t, killed.Slot)
-		return slot.State == supervisor.SlotReady && slot.PID != killed.PID || strings.Contains(slot.LastErr, "changed since it was loaded")
-	})
-	if slot.State == supervisor.SlotReady {
-		t.Fatalf("the worker restarted after the weights file was replaced without a reload opened it: %+v", slot)
-	}
+	s.restartRefuses(t, before[1], "the weights file")
 	s.answersAll(t, x, []float64{11, 22})
 
 	if status, answer := s.admin(t, "/admin/reload", "{}"); status != http.StatusOK {
@@ -247,6 +229,23 @@ func weightsOf(t *testing.T, data []byte) (*onnxtest.Reference, string) {
 	}
 	sum := sha256.Sum256(data)
 	return ref, hex.EncodeToString(sum[:])
+}
+
+// restartRefuses kills the worker of killed, whose file (what) was
+// replaced without a reload, and returns its slot once the restart has
+// refused the file, failing the test if it opened it.
+func (s *server) restartRefuses(t *testing.T, killed supervisor.SlotStatus, what string) supervisor.SlotStatus {
+	t.Helper()
+	killWorker(t, killed.PID)
+	var slot supervisor.SlotStatus
+	s.waitFor(t, "the killed worker's restart to open "+what+" or refuse it", readyTimeout, func() bool {
+		slot = s.slot(t, killed.Slot)
+		return slot.State == supervisor.SlotReady && slot.PID != killed.PID || strings.Contains(slot.LastErr, "changed since it was loaded")
+	})
+	if slot.State == supervisor.SlotReady {
+		t.Fatalf("the worker restarted after %s was replaced without a reload opened it: %+v", what, slot)
+	}
+	return slot
 }
 
 // answersAll sends eight requests for x at once, as many as keep every
