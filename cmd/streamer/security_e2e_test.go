@@ -22,6 +22,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -101,6 +102,57 @@ func TestSecurityAuthTokenGuardsEndpoints(t *testing.T) {
 		if status, _, body := authedRequest(t, s, http.MethodGet, path, ""); status != http.StatusOK {
 			t.Errorf("GET %s without a token: status %d (%s), want 200", path, status, bytes.TrimSpace(body))
 		}
+	}
+}
+
+// TestSecurityAClientWithoutTheTokenHoldsNoConnectionBySendingSlowly: a
+// request without the token whose body comes slowly, or not at all, is
+// answered and its connection closed within seconds, not held to
+// --read-timeout: its place under --max-connections is free again, for a
+// client with the token. Before, a few such clients kept every client with
+// the token out with 503s.
+func TestSecurityAClientWithoutTheTokenHoldsNoConnectionBySendingSlowly(t *testing.T) {
+	const token = "tok-slow-3e1b"
+	stalls := []struct{ what, head string }{
+		// A body over what Go's server reads before it answers: answered at
+		// once, then read until the client stops.
+		{"a large body refused for want of the token", "POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 8000000\r\n\r\n{"},
+		// A small body: Go's server reads it before it sends the answer.
+		{"a small body refused for want of the token", "POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"},
+		// A route that passes without the token and takes no body.
+		{"a body sent to /healthz without the token", "GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nx"},
+	}
+	s := startServer(t, "--workers", "1", "--model", "echo", "--auth-token", token,
+		"--max-connections", strconv.Itoa(len(stalls)), "--read-timeout", "2m")
+	conns := make([]net.Conn, len(stalls))
+	for i, st := range stalls {
+		conn, err := net.DialTimeout("tcp", s.addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := io.WriteString(conn, st.head); err != nil {
+			t.Fatalf("%s: %v", st.what, err)
+		}
+		conns[i] = conn // and it sends nothing more
+	}
+	for i, st := range stalls {
+		_ = conns[i].SetReadDeadline(time.Now().Add(20 * time.Second))
+		got, err := io.ReadAll(conns[i])
+		if err != nil {
+			t.Errorf("%s: the server held the connection of a client that stopped sending (%v), having answered %q; want it answered and closed within seconds", st.what, err, got)
+			continue
+		}
+		want := "HTTP/1.1 401 "
+		if strings.Contains(st.head, "/healthz") {
+			want = "HTTP/1.1 200 "
+		}
+		if !strings.HasPrefix(string(got), want) {
+			t.Errorf("%s: answered %q; want %s", st.what, got, want)
+		}
+	}
+	if status, _, body := authedRequest(t, s, http.MethodPost, "/predict", "Bearer "+token); status != http.StatusOK {
+		t.Errorf("a request with the token after those: status %d (%s), want 200", status, bytes.TrimSpace(body))
 	}
 }
 

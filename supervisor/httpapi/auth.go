@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // RequireToken returns a handler that passes a request on to next only when
@@ -64,6 +65,9 @@ func (g *tokenGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case refusal == "":
 		g.next.ServeHTTP(w, r)
 	case exemptFromToken(r):
+		if r.ContentLength != 0 {
+			boundAnonymousRead(w)
+		}
 		g.next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), anonymousKey{}, true)))
 	default:
 		if o, ok := g.next.(refusalOriginer); ok {
@@ -143,8 +147,33 @@ func bearerToken(header string) (string, bool) {
 	return token, token != ""
 }
 
+// anonymousReadTime bounds the reading of a body sent without the token:
+// one refused for it (see unauthorized), or sent to a route that takes
+// none (see exemptFromToken). Read until --read-timeout, a body sent a
+// byte at a time would let a client without the token hold its
+// connection, and its place under --max-connections, for as long, where
+// a connection that sends nothing gives its place after a second (see
+// the listener's reclaimAfter): a few hundred such clients would keep out
+// every client with the token. In a second, a client on a fast network
+// sends the megabytes it may; a slower one is reset while it sends, as a
+// client past the bounds of the reading is.
+const anonymousReadTime = time.Second
+
+// boundAnonymousRead cuts the reading of w's request body short at
+// anonymousReadTime from now. Net/http sets the read deadline again for
+// the connection's next request.
+func boundAnonymousRead(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(anonymousReadTime))
+}
+
 // unauthorized answers r with 401 and the server's usual JSON error body.
+// What is read of its body is read within anonymousReadTime: net/http
+// reads a small body before it sends the answer, and discardUnread a
+// larger one after.
 func unauthorized(w http.ResponseWriter, r *http.Request, challenge, msg string) {
+	if r.ContentLength != 0 {
+		boundAnonymousRead(w)
+	}
 	body, _ := json.Marshal(errorBody{Error: msg})
 	body = append(body, '\n')
 	hdr := w.Header()
