@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -93,7 +94,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if err != nil {
 		_ = out.Write(&ipc.Message{Kind: ipc.KindFatal, Error: fatalText(spec, err)})
-		return fmt.Errorf("open model %s: %w", spec, err)
+		return openError(spec, err)
 	}
 	defer func() {
 		if err := m.Close(); err != nil {
@@ -114,13 +115,23 @@ func Run(ctx context.Context, cfg Config) error {
 // fatalText is the Error of the Fatal message that says why the model spec
 // names did not open. When the model changed since spec was made, it is
 // marked with ipc.FatalStale, so that the supervisor can tell it from a
-// crash, and it leaves out the spec: the opener's error names the model,
-// and the refusal, cut short for /readyz and 503s, must still say why.
+// crash, and it leaves out the spec: the opener's error names the model.
 func fatalText(spec model.Spec, err error) string {
 	if errors.Is(err, model.ErrStale) {
 		return ipc.FatalStale + err.Error()
 	}
-	return fmt.Sprintf("open model %s: %v", spec, err)
+	return openError(spec, err).Error()
+}
+
+// openError is err, the opener's, said of the model spec names: the
+// runner, the error, then the settings, which run to hundreds of bytes
+// (a plugin's path, sum, stamp and sockets' folder): the text, cut short
+// for /readyz and 503s, must still say why.
+func openError(spec model.Spec, err error) error {
+	if settings, ok := strings.CutPrefix(spec.String(), spec.Runner+" "); ok {
+		return fmt.Errorf("open model %s: %w (its settings: %s)", spec.Runner, err, settings)
+	}
+	return fmt.Errorf("open model %s: %w", spec.Runner, err)
 }
 
 // lastWordsWait bounds how long a model's last words wait for the pipe: a

@@ -535,6 +535,11 @@ func TestOpenFailureSendsFatal(t *testing.T) {
 			return nil, errNoWeights
 		}, []string{"resnet.onnx", "weights.onnx: no such file"}, errNoWeights},
 		{"chaos init-fail", builtinSpec(t, "chaos:init-fail"), load.Open, []string{"chaos", "init failed"}, nil},
+		// Settings of hundreds of bytes, as a plugin's are, come after the
+		// cause: /readyz and 503s say the first 300 bytes alone.
+		{"long settings", model.Spec{Runner: "plugin", Settings: []byte(`{"path":"/opt/models/` + strings.Repeat("p", 400) + `"}`)}, func(context.Context, model.Spec) (model.Model, error) {
+			return nil, errNoWeights
+		}, []string{"open model plugin: weights.onnx: no such file (its settings: {\"path\":\"/opt/models/ppp"}, errNoWeights},
 		{"unknown model", model.Spec{Runner: "nope"}, load.Open, []string{"nope", "unknown model"}, model.ErrUnknownModel},
 		// An opener that returns no model, and no error: every batch
 		// would crash the worker.
