@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"container/list"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -81,12 +79,13 @@ func (o serveOptions) openGRPC(api http.Handler, guard *security, counts *grpcCo
 	if err != nil {
 		return nil, fmt.Errorf("--grpc-listen %s: %w", o.grpcListen, err)
 	}
-	if ip, ok := tcp.Addr().(*net.TCPAddr); ok && !ip.IP.IsLoopback() && guard.token == "" {
+	if ip, ok := tcp.Addr().(*net.TCPAddr); ok && !ip.IP.IsLoopback() && guard.token == nil {
 		log.Warn("the gRPC API listens beyond this machine with no token: anyone who can reach it can run the model; give --auth-token", "grpc_listen", tcp.Addr().String())
 	}
 	service := httpapi.NewGRPC(api)
 	listener := &grpcListener{Listener: tcp, max: int64(o.maxConnections), counts: counts, log: log, conns: map[string]*grpcConn{}}
-	calls := &grpcCalls{token: tokenCheck(guard.token), readTimeout: o.readTimeout, unread: service.CountUnread, conns: listener, log: log}
+	refused := func(remote string, carried bool) { guard.refused(&guard.refusedGRPC, "gRPC call", remote, carried) }
+	calls := &grpcCalls{token: tokenCheck(guard.token, refused), readTimeout: o.readTimeout, unread: service.CountUnread, conns: listener, log: log}
 	options := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(min(o.maxBody, 1<<31-1-grpcHeaderSlack) + grpcHeaderSlack)),
 		grpc.MaxConcurrentStreams(grpcMaxStreams),
@@ -131,27 +130,36 @@ func grpcHealthCall(method string) bool {
 	return false
 }
 
-// tokenCheck returns the check of a call's "authorization" metadata
-// against token, as RequireToken checks the HTTP header: "Bearer TOKEN",
-// compared through their SHA-256 digests in constant time, which tells
-// nothing of the token's length either. With no token, it checks nothing.
-func tokenCheck(token string) func(metadata.MD) error {
-	if token == "" {
-		return func(metadata.MD) error { return nil }
+// tokenCheck returns the check of a call's "authorization" metadata, in
+// md, against token, as its Guard checks the HTTP header: "Bearer TOKEN",
+// compared through their SHA-256 digests in constant time. A call it
+// refuses is told to refused, with its client's address, from ctx. With no
+// token, it checks nothing.
+func tokenCheck(token *httpapi.Token, refused func(remote string, carried bool)) func(ctx context.Context, md metadata.MD) error {
+	if token == nil {
+		return func(context.Context, metadata.MD) error { return nil }
 	}
-	want := sha256.Sum256([]byte(token))
-	return func(md metadata.MD) error {
+	return func(ctx context.Context, md metadata.MD) error {
 		values := md.Get("authorization")
 		if len(values) == 0 {
+			refused(remoteOf(ctx), false)
 			return status.Error(codes.Unauthenticated, `missing "authorization" metadata: send "Bearer TOKEN" with the server's --auth-token`)
 		}
 		scheme, got, ok := strings.Cut(values[0], " ")
-		digest := sha256.Sum256([]byte(strings.TrimSpace(got)))
-		if len(values) > 1 || !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(digest[:], want[:]) != 1 {
+		if len(values) > 1 || !ok || !strings.EqualFold(scheme, "Bearer") || !token.Matches(strings.TrimSpace(got)) {
+			refused(remoteOf(ctx), true)
 			return status.Error(codes.Unauthenticated, `the "authorization" metadata is not "Bearer" with the server's token`)
 		}
 		return nil
 	}
+}
+
+// remoteOf is the address of the client of the call whose context is ctx.
+func remoteOf(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return "unknown"
 }
 
 // grpcCalls vets each call as it begins, before its message is read: the
@@ -163,7 +171,7 @@ func tokenCheck(token string) func(metadata.MD) error {
 // It tells conns of each call it lets through, which keeps the connection
 // from being reclaimed while the call is in progress.
 type grpcCalls struct {
-	token       func(metadata.MD) error
+	token       func(context.Context, metadata.MD) error
 	readTimeout time.Duration
 	// unread counts a ModelInfer call ended before its handler ran, with
 	// the REST route's status for the same end.
@@ -247,7 +255,7 @@ func (c *grpcCalls) begin(ctx context.Context, info *tap.Info) (context.Context,
 		// and its message, an empty one, has a second to come.
 		readTimeout = min(readTimeout, healthReadTimeout)
 	} else {
-		if err := c.token(info.Header); err != nil {
+		if err := c.token(ctx, info.Header); err != nil {
 			return ctx, err
 		}
 		// Counted once let through: a call refused here is aborted with a

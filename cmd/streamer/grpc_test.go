@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/streamer-dev/streamer/supervisor/httpapi"
 	pb "github.com/streamer-dev/streamer/supervisor/httpapi/inferencepb"
 )
 
@@ -56,7 +57,11 @@ func cappedGRPC(t *testing.T, max int, token string, service pb.GRPCInferenceSer
 	}
 	log := slog.New(slog.DiscardHandler)
 	l := &grpcListener{Listener: tcp, max: int64(max), reclaimAfter: time.Nanosecond, counts: &grpcConnCounts{}, log: log, conns: map[string]*grpcConn{}}
-	calls := &grpcCalls{token: tokenCheck(token), readTimeout: requestTimeout, unread: func(int) {}, conns: l, log: log}
+	var required *httpapi.Token
+	if token != "" {
+		required = httpapi.NewToken(token)
+	}
+	calls := &grpcCalls{token: tokenCheck(required, func(string, bool) {}), readTimeout: requestTimeout, unread: func(int) {}, conns: l, log: log}
 	server := grpc.NewServer(grpc.InTapHandle(calls.begin), grpc.UnaryInterceptor(calls.read))
 	calls.register(server, service)
 	go func() { _ = server.Serve(l) }()

@@ -36,22 +36,22 @@ func adminFor(on bool, st *supervisor.Streamer) httpapi.Admin {
 // runServe to its return. SIGHUP's default would end the process, and with
 // it every request admitted, and a SIGHUP may come at any time: an
 // operator's reload racing the start, or the drain. Every SIGHUP reads the
-// TLS certificate again, once there is one (see certificate). The workers
-// are reloaded by a SIGHUP while the server serves (see serve); one that
-// comes before is held, and reloads them once the server serves, since the
-// first workers may have opened the model before it changed on disk; one
-// that comes once the drain has begun is logged and ignored, since the
-// workers are stopping.
+// TLS certificate and the token's file again, once the server has them
+// (see security.reload). The workers are reloaded by a SIGHUP while the
+// server serves (see serve); one that comes before is held, and reloads
+// them once the server serves, since the first workers may have opened
+// the model before it changed on disk; one that comes once the drain has
+// begun is logged and ignored, since the workers are stopping.
 type hangups struct {
 	signals chan os.Signal
 	log     *slog.Logger
 	lines   repeats.Lines // a storm of SIGHUPs logs a line now and then
 
 	mu       sync.Mutex
-	cert     *certificate // read again on every SIGHUP; nil: none
-	reload   func()       // what a SIGHUP does to the workers; nil before serving
-	held     bool         // a SIGHUP came before serving
-	draining bool         // the drain has begun
+	files    *security // read again on every SIGHUP; nil: not yet
+	reload   func()    // what a SIGHUP does to the workers; nil before serving
+	held     bool      // a SIGHUP came before serving
+	draining bool      // the drain has begun
 }
 
 // catchHangups takes SIGHUP from now until the process ends. Its own
@@ -76,13 +76,13 @@ func (h *hangups) stop() { h.drain() }
 // handle does what one SIGHUP does now.
 func (h *hangups) handle() {
 	h.mu.Lock()
-	cert, reload, draining := h.cert, h.reload, h.draining
+	files, reload, draining := h.files, h.reload, h.draining
 	if reload == nil && !draining {
 		h.held = true
 	}
 	h.mu.Unlock()
-	if cert != nil {
-		cert.reload()
+	if files != nil {
+		files.reload()
 	}
 	switch {
 	case draining:
@@ -94,11 +94,12 @@ func (h *hangups) handle() {
 	}
 }
 
-// reloadCertificate makes every SIGHUP from now on read c's files again.
-func (h *hangups) reloadCertificate(c *certificate) {
+// reloadFiles makes every SIGHUP from now on read the certificate's and
+// the token's files of s again.
+func (h *hangups) reloadFiles(s *security) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.cert = c
+	h.files = s
 }
 
 // drain makes the SIGHUPs from now on leave the workers alone: they are

@@ -70,6 +70,9 @@ func checkUnauthorized(t *testing.T, what string, status int, hdr http.Header, b
 func TestSecurityAuthTokenGuardsEndpoints(t *testing.T) {
 	const token = "tok-7f3a9c"
 	s := startServer(t, "--workers", "1", "--model", "echo", "--auth-token", token)
+	if !strings.Contains(s.logs(), "the API token is 10 characters long: a short one can be guessed") {
+		t.Errorf("no warning of the short token in the log:\n%s", s.logs())
+	}
 	guarded := []struct{ method, path string }{
 		{http.MethodPost, "/predict"},
 		{http.MethodGet, "/v1/stats"},
@@ -153,6 +156,58 @@ func TestSecurityAClientWithoutTheTokenHoldsNoConnectionBySendingSlowly(t *testi
 	}
 	if status, _, body := authedRequest(t, s, http.MethodPost, "/predict", "Bearer "+token); status != http.StatusOK {
 		t.Errorf("a request with the token after those: status %d (%s), want 200", status, bytes.TrimSpace(body))
+	}
+}
+
+// TestSecurityTokenFileIsReadAgainOnSIGHUP: SIGHUP reads --auth-token-file
+// again, and requests from then on need the token it holds; a file that
+// holds no token leaves the one required. Requests refused for the token
+// are counted in /metrics, and logged with their client's address.
+func TestSecurityTokenFileIsReadAgainOnSIGHUP(t *testing.T) {
+	const first, second = "first-token-5b0e27c1", "second-token-9d4f6a83"
+	file := filepath.Join(t.TempDir(), "token")
+	writeFileWhole(t, file, []byte(first+"\n"))
+	s := startServer(t, "--workers", "1", "--model", "echo", "--auth-token-file", file)
+	status := func(token string) int {
+		t.Helper()
+		status, _, _ := authedRequest(t, s, http.MethodPost, "/predict", "Bearer "+token)
+		return status
+	}
+	if got := status(first); got != http.StatusOK {
+		t.Fatalf("with the file's token: status %d, want 200", got)
+	}
+
+	writeFileWhole(t, file, []byte(second+"\n"))
+	if err := s.signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor(t, "the token reloaded", readyTimeout, func() bool {
+		return strings.Contains(s.logs(), `msg="API token reloaded: requests from now on need the new one" file=`+file)
+	})
+	if got := status(first); got != http.StatusUnauthorized {
+		t.Errorf("with the token the file held before: status %d, want 401", got)
+	}
+	if got := status(second); got != http.StatusOK {
+		t.Errorf("with the token the file holds now: status %d, want 200", got)
+	}
+
+	writeFileWhole(t, file, []byte("\n"))
+	if err := s.signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor(t, "the empty file refused", readyTimeout, func() bool {
+		return strings.Contains(s.logs(), `level=ERROR msg="API token not reloaded; still requiring the previous one" err="--auth-token-file `+file+`: the file is empty"`)
+	})
+	if got := status(second); got != http.StatusOK {
+		t.Errorf("after a reload of an empty file: status %d, want 200 with the token required before", got)
+	}
+
+	s.token = second
+	if got := metricValue(t, s, `streamer_unauthorized_total{protocol="http"}`); got != 1 {
+		t.Errorf(`streamer_unauthorized_total{protocol="http"} is %v; want the one request refused`, got)
+	}
+	if !strings.Contains(s.logs(), `level=WARN msg="HTTP request refused: a wrong token" remote=127.0.0.1:`) {
+		t.Errorf("the log does not name the request refused:\n%s", s.logs())
 	}
 }
 
@@ -528,6 +583,56 @@ func TestSecurityTLSServesAndReloadsOnSIGHUP(t *testing.T) {
 	predict("after the refused reloads")
 	if s.exited() {
 		t.Fatalf("the server exited on SIGHUP:\n%s", s.logs())
+	}
+}
+
+// TestSecurityAReloadKeepsACertificateInItsDatesForOneOutOfThem: SIGHUP
+// with an expired certificate in the files leaves the one served, which
+// is in its dates; with one valid only from a few seconds on (issued by a
+// machine whose clock is ahead), the one served stays until then, and the
+// new one is served from then on, with no other SIGHUP.
+func TestSecurityAReloadKeepsACertificateInItsDatesForOneOutOfThem(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t, "dates")
+	pair := writeCertPair(t, dir, ca, 11)
+	s := launchServer(t, "--workers", "1", "--model", "echo", "--tls-cert", pair.cert, "--tls-key", pair.key)
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.cert)
+	serial := func() int64 {
+		t.Helper()
+		n, err := servedSerial(s.addr, roots)
+		if err != nil {
+			t.Fatalf("a TLS handshake: %v", err)
+		}
+		return n
+	}
+	s.waitFor(t, "the server to say it serves HTTPS", readyTimeout, func() bool { return strings.Contains(s.logs(), "serving HTTPS") })
+
+	writeCertPairDated(t, dir, ca, 22, time.Now().Add(-48*time.Hour), time.Now().Add(-24*time.Hour))
+	if err := s.signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor(t, "the expired certificate refused", readyTimeout, func() bool {
+		return strings.Contains(s.logs(), `level=ERROR msg="TLS certificate not reloaded: it expired 2`)
+	})
+	if n := serial(); n != 11 {
+		t.Errorf("after a reload of an expired certificate: serial %d served; want the previous one, 11", n)
+	}
+
+	from := time.Now().Add(4 * time.Second)
+	writeCertPairDated(t, dir, ca, 33, from, from.Add(time.Hour))
+	if err := s.signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor(t, "the certificate not valid yet held back", readyTimeout, func() bool {
+		return strings.Contains(s.logs(), `msg="TLS certificate loaded, not served yet: it is valid from`)
+	})
+	if n := serial(); n != 11 && time.Now().Before(from) {
+		t.Errorf("before the new certificate's dates: serial %d served; want the previous one, 11", n)
+	}
+	s.waitFor(t, "the new certificate served once valid", readyTimeout, func() bool { return serial() == 33 })
+	if !strings.Contains(s.logs(), `msg="TLS certificate reloaded: it is valid from now"`) {
+		t.Errorf("the log does not say the new certificate is served:\n%s", s.logs())
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"net"
 	"strings"
 	"testing"
+
+	"github.com/streamer-dev/streamer/supervisor/httpapi"
 )
 
 func TestSecurityListenDefaultIsLoopback(t *testing.T) {
@@ -36,7 +38,10 @@ func TestSecurityWarnsOfAnOpenAPIWithoutToken(t *testing.T) {
 			}
 			defer l.Close()
 			var logs bytes.Buffer
-			s := &security{token: tc.token, log: slog.New(slog.NewTextHandler(&logs, nil))}
+			s := &security{log: slog.New(slog.NewTextHandler(&logs, nil))}
+			if tc.token != "" {
+				s.token = httpapi.NewToken(tc.token)
+			}
 			if got := s.listener(l); got != l {
 				t.Errorf("without a certificate the listener was wrapped: %T", got)
 			}

@@ -433,9 +433,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 	for _, secret := range []string{envAuthToken, envBroker} {
 		_ = os.Unsetenv(secret)
 	}
-	if guard.cert != nil {
-		hangups.reloadCertificate(guard.cert)
-	}
+	hangups.reloadFiles(guard)
 	if err := o.checkRoles(guard); err != nil {
 		return err
 	}
@@ -489,7 +487,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		WriteTimeout: o.writeTimeout, AllowedOrigins: o.allowOrigins,
 		Admin: adminFor(o.admin, st), Tensors: m.tensors,
 		MaxBatchSize: o.batchSize, MaxQueueDelay: o.maxLatency, MaxItems: o.maxItems,
-		Metrics: listener,
+		Metrics: collectors{listener, guard},
 	})
 	grpcAPI, err := o.openGRPC(api, guard, &listener.grpc, log)
 	if err != nil {
@@ -568,7 +566,7 @@ func (o serveOptions) awaitEnd(ctx context.Context, stop context.CancelFunc, fat
 // checkRoles refuses flags that contradict the server's role: admin
 // endpoints without a token, or on a front end that has no workers.
 func (o serveOptions) checkRoles(guard *security) error {
-	if o.admin && guard.token == "" {
+	if o.admin && guard.token == nil {
 		return errors.New("--admin needs --auth-token (or $" + envAuthToken + ", or --auth-token-file): whoever reaches the admin endpoints can reload and scale the workers")
 	}
 	if err := o.broker.check(); err != nil {

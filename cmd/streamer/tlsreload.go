@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -21,6 +22,9 @@ type certificate struct {
 	certFile, keyFile string
 	log               *slog.Logger
 	current           atomic.Pointer[tls.Certificate]
+
+	mu      sync.Mutex
+	pending *time.Timer // swaps in a certificate loaded before its dates; nil: none
 }
 
 // newCertificate loads the pair of files, failing with an error that names
@@ -77,11 +81,43 @@ func wholePEM(data []byte) error {
 }
 
 // reload swaps in the certificate the files hold now. On failure the one
-// served so far stays, and the log says why.
+// served so far stays, and the log says why. So it does when the one
+// served is in its dates and the new one is not, which no client that
+// checks them would accept: an expired one is refused, and one not valid
+// yet (issued by a machine whose clock is ahead) is swapped in once it
+// is. Out of date both, the new one is served, as at the start.
 func (c *certificate) reload() {
 	cert, err := c.load()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pending != nil {
+		c.pending.Stop() // the files hold another one now
+		c.pending = nil
+	}
 	if err != nil {
 		c.log.Error("TLS certificate not reloaded; still serving the previous one", "err", err)
+		return
+	}
+	now := time.Now()
+	served := c.current.Load().Leaf
+	if dates := outOfDate(cert.Leaf, now); dates != nil && outOfDate(served, now) == nil {
+		if now.After(cert.Leaf.NotAfter) {
+			c.log.Error("TLS certificate not reloaded: "+dates.Error()+"; still serving the previous one", append([]any{"cert", c.certFile}, describeLeaf(served)...)...)
+			return
+		}
+		c.log.Warn("TLS certificate loaded, not served yet: "+dates.Error()+"; serving the previous one until then", append([]any{"cert", c.certFile}, describeLeaf(cert.Leaf)...)...)
+		var timer *time.Timer
+		timer = time.AfterFunc(cert.Leaf.NotBefore.Sub(now), func() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if c.pending != timer {
+				return // a later reload came first
+			}
+			c.pending = nil
+			c.current.Store(cert)
+			c.log.Info("TLS certificate reloaded: it is valid from now", append([]any{"cert", c.certFile}, describeLeaf(cert.Leaf)...)...)
+		})
+		c.pending = timer
 		return
 	}
 	c.current.Store(cert)

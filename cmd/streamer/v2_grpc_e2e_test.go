@@ -635,6 +635,13 @@ func TestGRPCTokenBeforeTheMessage(t *testing.T) {
 	if st, _ := status.FromError(err); st.Code() == codes.Unauthenticated || st.Code() == codes.OK {
 		t.Errorf("garbage with the token: %v, want a decoding error", err)
 	}
+	// The refusal is counted, and logged with its client's address.
+	if got := metricValue(t, s, `streamer_unauthorized_total{protocol="grpc"}`); got != 1 {
+		t.Errorf(`streamer_unauthorized_total{protocol="grpc"} is %v; want the one call refused`, got)
+	}
+	if !strings.Contains(s.logs(), `level=WARN msg="gRPC call refused: no token" remote=127.0.0.1:`) {
+		t.Errorf("the log does not name the call refused:\n%s", s.logs())
+	}
 }
 
 // stalledCall opens a connection to addr and begins a ModelInfer call

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -35,18 +36,59 @@ import (
 // The token is compared through its SHA-256 digest in constant time, so the
 // time an answer takes tells neither how much of a guess was right nor how
 // long the token is. RequireToken panics on an empty token, which would let
-// every request through.
+// every request through. A Token's Guard is the same handler, for a token
+// that may be replaced while it serves.
 func RequireToken(token string, next http.Handler) http.Handler {
+	return NewToken(token).Guard(next)
+}
+
+// Token is the bearer token a server requires (see RequireToken), kept as
+// its SHA-256 digest, which Set replaces while the server serves: the
+// requests that begin after it need the new token.
+type Token struct {
+	digest atomic.Pointer[[sha256.Size]byte]
+	// Refused, when set before the token guards anything, is told of each
+	// request its guard refuses: its client's address, and whether it
+	// carried a token (a wrong one) or none.
+	Refused func(remote string, carried bool)
+}
+
+// NewToken returns the Token of token. It panics on an empty token, which
+// would let every request through.
+func NewToken(token string) *Token {
+	t := &Token{}
+	t.Set(token)
+	return t
+}
+
+// Set makes token the one required from now on. It panics on an empty
+// token.
+func (t *Token) Set(token string) {
 	if token == "" {
-		panic("httpapi: RequireToken with an empty token")
+		panic("httpapi: an empty token")
 	}
-	return &tokenGuard{want: sha256.Sum256([]byte(token)), next: next}
+	digest := sha256.Sum256([]byte(token))
+	t.digest.Store(&digest)
+}
+
+// Matches reports whether got is the token. The digests are compared, in
+// constant time: the time it takes tells neither how much of a guess was
+// right nor how long the token is.
+func (t *Token) Matches(got string) bool {
+	digest := sha256.Sum256([]byte(got))
+	return subtle.ConstantTimeCompare(digest[:], t.digest.Load()[:]) == 1
+}
+
+// Guard returns RequireToken's handler, which requires t of the requests
+// it passes on to next.
+func (t *Token) Guard(next http.Handler) http.Handler {
+	return &tokenGuard{token: t, next: next}
 }
 
 // tokenGuard is RequireToken's handler.
 type tokenGuard struct {
-	want [sha256.Size]byte
-	next http.Handler
+	token *Token
+	next  http.Handler
 }
 
 // Answers of the guard. The challenge follows RFC 6750: a request with no
@@ -70,6 +112,9 @@ func (g *tokenGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		g.next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), anonymousKey{}, true)))
 	default:
+		if refused := g.token.Refused; refused != nil {
+			refused(r.RemoteAddr, refusal == invalidChallenge)
+		}
 		if o, ok := g.next.(refusalOriginer); ok {
 			o.refusalOrigin(w, r)
 		}
@@ -92,8 +137,7 @@ func (g *tokenGuard) check(r *http.Request) (refusal, msg string) {
 	if !ok {
 		return challenge, missingToken
 	}
-	got := sha256.Sum256([]byte(token))
-	if subtle.ConstantTimeCompare(got[:], g.want[:]) != 1 {
+	if !g.token.Matches(token) {
 		return invalidChallenge, wrongToken
 	}
 	return "", ""
