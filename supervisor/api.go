@@ -93,6 +93,13 @@ func (e *ItemError) Unwrap() error { return e.Err }
 // Request is what Submit takes.
 type Request struct {
 	// Items are the samples, each encoded as the model expects (msgpack).
+	// The streamer keeps them, and reads them, after the call that
+	// submitted them returns: one that returns early, for its caller's
+	// context or deadline, leaves items that were queued, or on their way
+	// to a worker (or to Redis, for a broker's front end), to be dropped
+	// or sent later, with no sign to the caller of when. Their bytes must
+	// not be changed once submitted: a caller that reuses its buffers
+	// submits copies.
 	Items [][]byte
 	// Keys, when not nil, holds one batch key per item: items with different
 	// keys never share a batch (e.g. tensors of different shapes).
