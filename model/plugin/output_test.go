@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 )
 
@@ -33,7 +32,8 @@ func TestLineWriter(t *testing.T) {
 }
 
 // FuzzLineWriter checks that whatever a plugin prints, in whatever pieces,
-// comes out as prefixed lines that keep every byte but line ends.
+// comes out as prefixed lines that keep every byte but line ends, and that
+// the lines kept for its crash stay within their bound.
 func FuzzLineWriter(f *testing.F) {
 	f.Add([]byte("hello\nworld"), 3)
 	f.Add([]byte("\n\n\r\n"), 1)
@@ -43,13 +43,17 @@ func FuzzLineWriter(f *testing.F) {
 			piece = 1
 		}
 		var out bytes.Buffer
-		w := &lineWriter{mu: &sync.Mutex{}, out: &out, prefix: "> "}
+		var tail outputTail
+		w := &lineWriter{mu: &sync.Mutex{}, out: &out, prefix: "> ", tail: &tail}
 		for rest := data; len(rest) > 0; {
 			n := min(piece, len(rest))
 			_, _ = w.Write(rest[:n])
 			rest = rest[n:]
 		}
 		w.Flush()
+		if recent := tail.recent(); len(recent) > tailBytes+len("…") {
+			t.Fatalf("the last lines kept for a crash are %d bytes, past their bound of %d", len(recent), tailBytes)
+		}
 		var kept []byte
 		if out.Len() > 0 {
 			for line := range strings.SplitSeq(strings.TrimSuffix(out.String(), "\n"), "\n") {
@@ -71,20 +75,65 @@ func FuzzLineWriter(f *testing.F) {
 // The last line kept for a start's error is cut as an error's text is,
 // saying how much was cut of the whole line.
 func TestTheLastLineIsCutToAnErrorsLength(t *testing.T) {
-	var last atomic.Pointer[string]
-	w := &lineWriter{mu: &sync.Mutex{}, last: &last}
+	var tail outputTail
+	w := &lineWriter{mu: &sync.Mutex{}, tail: &tail}
 	if _, err := w.Write(append(bytes.Repeat([]byte{'x'}, 10000), '\n')); err != nil {
 		t.Fatal(err)
 	}
-	got := last.Load()
-	if want := fmt.Sprintf("… (%d more bytes cut)", 10000-maxErrorText); got == nil || !strings.HasSuffix(*got, want) || len(*got) > maxErrorText+len(want) {
-		t.Fatalf("last line kept: %.40q… (%d bytes); want %d bytes of it, then %q", deref(got), len(deref(got)), maxErrorText, want)
+	got, ok := tail.last()
+	if want := fmt.Sprintf("… (%d more bytes cut)", 10000-maxErrorText); !ok || !strings.HasSuffix(got, want) || len(got) > maxErrorText+len(want) {
+		t.Fatalf("last line kept: %.40q… (%d bytes); want %d bytes of it, then %q", got, len(got), maxErrorText, want)
 	}
 }
 
-func deref(s *string) string {
-	if s == nil {
-		return ""
+// The lines a crash without last words is reported with: the last few
+// that are not blank, trimmed, within tailBytes, the oldest dropped first.
+func TestOutputTailRecent(t *testing.T) {
+	long := strings.Repeat("y", 300)
+	tests := []struct {
+		name   string
+		output string
+		want   string
+	}{
+		{"nothing", "", ""},
+		{"blank lines only", "\n  \n\t\n", ""},
+		{"one line without an end", "the end", "the end"},
+		{
+			"a Python traceback",
+			"Traceback (most recent call last):\n  File \"plugin.py\", line 40, in Predict\n    raise ValueError(\"bad input\")\nValueError: bad input\n\n",
+			`File "plugin.py", line 40, in Predict | raise ValueError("bad input") | ValueError: bad input`,
+		},
+		{"older lines past the bound are dropped", "a\n" + long + "\n" + long + "\n", long},
+		{"a last line past the bound is cut", "before\n" + strings.Repeat("z", 2000) + "\n", strings.Repeat("z", tailBytes) + "…"},
+		{"a last line past an error's length is cut too", strings.Repeat("é", 5000) + "\n", strings.Repeat("é", tailBytes/2) + "…"},
+		{"within the bound", "one\ntwo\n" + long + "\n", "one | two | " + long},
 	}
-	return *s
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var tail outputTail
+			w := &lineWriter{mu: &sync.Mutex{}, tail: &tail}
+			_, _ = w.Write([]byte(tt.output))
+			w.Flush()
+			got := tail.recent()
+			if got != tt.want {
+				t.Errorf("recent() = %q, want %q", got, tt.want)
+			}
+			if len(got) > tailBytes+len("…") {
+				t.Errorf("recent() is %d bytes, past its bound of %d", len(got), tailBytes)
+			}
+		})
+	}
+}
+
+// Feeding the tail a line does not allocate once its buffers have grown:
+// it sees every line of a plugin's life.
+func TestOutputTailReusesItsBuffers(t *testing.T) {
+	var tail outputTail
+	line := []byte("a log line of a plugin that logs a lot")
+	for range tailLines {
+		tail.add(line)
+	}
+	if n := testing.AllocsPerRun(100, func() { tail.add(line) }); n != 0 {
+		t.Errorf("add allocates %v times a line", n)
+	}
 }

@@ -171,8 +171,8 @@ type Model struct {
 	// lastWords is the first line of the plugin's output that says why it
 	// dies (a Go panic's message), if any.
 	lastWords atomic.Pointer[string]
-	// lastLine is the last line of the plugin's output that is not blank.
-	lastLine atomic.Pointer[string]
+	// tail keeps the last lines of the plugin's output that are not blank.
+	tail outputTail
 }
 
 // Open starts the plugin, checks its handshake and calls its Init with
@@ -211,9 +211,6 @@ func Open(ctx context.Context, cfg Config) (*Model, error) {
 	}
 	m.info = info
 	m.serving.Store(true)
-	for _, w := range m.outputs {
-		w.stopLast() // a start error's alone: not every line of its life
-	}
 	go m.watch()
 	return m, nil
 }
@@ -247,7 +244,7 @@ func (m *Model) start(path string) error {
 	prefix := "[plugin " + m.name + "] "
 	var mu sync.Mutex
 	newOutput := func() io.Writer {
-		w := &lineWriter{mu: &mu, out: m.cfg.Output, prefix: prefix, dying: &m.lastWords, last: &m.lastLine}
+		w := &lineWriter{mu: &mu, out: m.cfg.Output, prefix: prefix, dying: &m.lastWords, tail: &m.tail}
 		m.outputs = append(m.outputs, w)
 		return w
 	}
@@ -344,8 +341,8 @@ func (m *Model) startError(err error, status string, ended bool) error {
 		return err
 	}
 	msg, _, _ := strings.Cut(err.Error(), "\n") // go-plugin appends generic advice; ours follows
-	want := fmt.Sprintf("want a streamer model plugin: started with %s set, it prints the handshake line \"1|%d|unix|SOCKET|grpc|CERT\" on stdout within %s and serves streamer.plugin.v1.Model there over gRPC with TLS (Go plugins: model/plugin/sdk; others: go doc model/plugin/pluginpb)",
-		pluginpb.MagicCookieKey, pluginpb.ProtocolVersion, m.cfg.StartTimeout)
+	want := fmt.Sprintf("want a streamer model plugin: started with %s=%s in its environment, it prints the handshake line \"1|%d|unix|SOCKET|grpc|CERT\" on stdout within %s and serves streamer.plugin.v1.Model there over gRPC with TLS (a Go plugin: model/plugin/sdk; another language: the contract in model/plugin/pluginpb/doc.go)",
+		pluginpb.MagicCookieKey, pluginpb.MagicCookieValue, pluginpb.ProtocolVersion, m.cfg.StartTimeout)
 	did := msg
 	switch {
 	case m.runner.overlongLine() > 0:
@@ -366,7 +363,7 @@ func (m *Model) startError(err error, status string, ended bool) error {
 		did = fmt.Sprintf("it printed no handshake within %s, its limit (a plugin that is slow to start does the slow part in Init, after the handshake)", m.cfg.StartTimeout)
 	case strings.Contains(msg, "incompatible API version"):
 		did = strings.TrimPrefix(msg, "incompatible API version with plugin. ")
-		want = fmt.Sprintf("want streamer plugin protocol version %d: rebuild the plugin against this streamer's model/plugin/sdk", pluginpb.ProtocolVersion)
+		want = fmt.Sprintf("want streamer plugin protocol version %d (a Go plugin: rebuild it against this streamer's model/plugin/sdk; another language: implement version %[1]d of the contract in model/plugin/pluginpb/doc.go)", pluginpb.ProtocolVersion)
 	case strings.Contains(msg, "unsupported plugin protocol"):
 		if line := m.runner.handshakeLine(); strings.Count(line, "|") < 4 {
 			// go-plugin takes a line without the protocol's field
@@ -392,8 +389,8 @@ func (m *Model) exitNote(status string, ended bool) string {
 	case ended:
 		note = " (" + status
 	}
-	if last := m.lastLine.Load(); last != nil {
-		note += "; its last line: " + strconv.Quote(*last)
+	if last, ok := m.tail.last(); ok {
+		note += "; its last line: " + strconv.Quote(last)
 	}
 	return note + ")"
 }
@@ -571,11 +568,21 @@ func capText[T string | []byte](msg T) string {
 	if len(msg) <= maxErrorText {
 		return string(msg)
 	}
-	cut := maxErrorText
+	cut := cutIndex(msg, maxErrorText)
+	return fmt.Sprintf("%s… (%d more bytes cut)", msg[:cut], len(msg)-cut)
+}
+
+// cutIndex is where to cut msg to keep at most n bytes of it, whole
+// UTF-8 sequences only: len(msg) if it is no longer.
+func cutIndex[T string | []byte](msg T, n int) int {
+	if len(msg) <= n {
+		return len(msg)
+	}
+	cut := n
 	for cut > 0 && !utf8.RuneStart(msg[cut]) {
 		cut--
 	}
-	return fmt.Sprintf("%s… (%d more bytes cut)", msg[:cut], len(msg)-cut)
+	return cut
 }
 
 func (m *Model) hasExited() bool {
@@ -631,7 +638,7 @@ func (m *Model) end(cause error, broke bool) error {
 			if line := m.runner.handshakeLine(); strings.Count(line, "|") == 4 {
 				// go-plugin's own examples print five fields; without
 				// the sixth, the TLS error blames an unknown authority.
-				why = fmt.Sprintf("its handshake line %q has no certificate, the sixth field: a streamer plugin serves gRPC over TLS with the certificate it gives there (go doc model/plugin/pluginpb); the call: %s", line, why)
+				why = fmt.Sprintf("its handshake line %q has no certificate, the sixth field: a streamer plugin serves gRPC over TLS with the certificate it gives there (see model/plugin/pluginpb/doc.go); the call: %s", line, why)
 			}
 			m.crashErr = fmt.Errorf("plugin %s (pid %d) could not be called: %s; killed it: %w: %s", m.cmd.Path, m.pid(), why, ErrExited, how)
 		default:
@@ -642,6 +649,10 @@ func (m *Model) end(cause error, broke bool) error {
 			// Its output is read to its end by now (see procRunner.wait).
 			if last := m.lastWords.Load(); last != nil {
 				m.crashErr = fmt.Errorf("%w; its last words: %s", m.crashErr, *last)
+			} else if lines := m.tail.recent(); lines != "" {
+				// No panic's message: what it printed last most often
+				// says why (a Python traceback's exception).
+				m.crashErr = fmt.Errorf("%w; its last lines: %s", m.crashErr, lines)
 			}
 		}
 		if m.cfg.Crashed != nil && m.serving.Load() {

@@ -127,15 +127,40 @@ func assertServes(t *testing.T, m *Model) {
 	}
 }
 
+// pythonTraceback is what Python prints on stderr when an exception ends it.
+const pythonTraceback = `Traceback (most recent call last):
+  File "plugin.py", line 40, in Predict
+    raise ValueError("bad input")
+ValueError: bad input
+`
+
+// nodeCrash is what Node.js prints on stderr when an exception ends it,
+// after a line of the plugin's own that gives the reason.
+const nodeCrash = `fatal error: Error: bad input
+/srv/plugin.js:12
+    throw new Error("bad input");
+    ^
+
+Error: bad input
+    at predict (/srv/plugin.js:12:11)
+    at process.processTicksAndRejections (node:internal/process/task_queues:95:5)
+
+Node.js v20.11.0
+`
+
 func TestCrashes(t *testing.T) {
 	tests := []struct {
 		name       string
 		trigger    string
-		wantStatus string // in the error
+		wantReason string // in the error: how it ended, and what it said of why
 		wantOutput string // what the dying plugin printed, in Output
 	}{
-		{"exit", "crash", "exit status 3", "[plugin chaos] chaos plugin: crashing on a trigger item\n"},
-		{"panic", "panic", "exit status 2", "[plugin chaos] panic: chaos plugin: panic on a trigger item\n"},
+		{"exit", "crash", "exit status 3; its last lines: chaos plugin: crashing on a trigger item", "[plugin chaos] chaos plugin: crashing on a trigger item\n"},
+		{"panic", "panic", "exit status 2; its last words: panic: chaos plugin: panic on a trigger item", "[plugin chaos] panic: chaos plugin: panic on a trigger item\n"},
+		// A plugin in another language: the last lines of its traceback,
+		// or the line it wrote as a Go panic's, say why.
+		{"exception", "die:" + pythonTraceback, `exit status 1; its last lines: File "plugin.py", line 40, in Predict | raise ValueError("bad input") | ValueError: bad input`, "[plugin chaos] ValueError: bad input\n"},
+		{"last words", "die:" + nodeCrash, "exit status 1; its last words: fatal error: Error: bad input", "[plugin chaos] Node.js v20.11.0\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -152,7 +177,7 @@ func TestCrashes(t *testing.T) {
 			if !errors.Is(err, ErrExited) {
 				t.Fatalf("Predict error = %v, want ErrExited", err)
 			}
-			for _, want := range []string{bin("chaos"), fmt.Sprintf("pid %d", pid), tt.wantStatus} {
+			for _, want := range []string{bin("chaos"), fmt.Sprintf("pid %d", pid), tt.wantReason} {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("crash error %q does not contain %q", err, want)
 				}
@@ -288,14 +313,14 @@ func TestStartErrors(t *testing.T) {
 		{"directory", dir, nil, []string{"is a directory"}},
 		{"named pipe", fifo, nil, []string{"plugin " + fifo + ": is a named pipe; want the path of a plugin binary"}},
 		{"not executable", notExec, nil, []string{"not-executable", "is not executable"}},
-		{"exits at once", trueBin, ErrHandshake, []string{trueBin, "exited before the handshake", "want a streamer model plugin", "STREAMER_PLUGIN"}},
+		{"exits at once", trueBin, ErrHandshake, []string{trueBin, "exited before the handshake", "want a streamer model plugin: started with STREAMER_PLUGIN=6f3c1e0a-streamer-model-plugin in its environment", "(a Go plugin: model/plugin/sdk; another language: the contract in model/plugin/pluginpb/doc.go)"}},
 		{"exits at once, saying why", missing, ErrHandshake, []string{missing, `it exited before the handshake, or closed its stdout (exit status 3; its last line: "ModuleNotFoundError: No module named 'grpc'")`}},
 		{"prints something else", chatty, ErrHandshake, []string{chatty, `printed "hello, I am no plugin" instead of a handshake`, "want a streamer model plugin"}},
 		{"prints an empty line", blank, ErrHandshake, []string{blank, "printed an empty line instead of a handshake"}},
 		{"closes its stdout", closes, ErrHandshake, []string{closes, "exited before the handshake, or closed its stdout (signal: killed, as streamer kills a plugin whose start failed"}},
 		{"dies of a signal", segv, ErrHandshake, []string{segv, `exited before the handshake, or closed its stdout (signal: segmentation fault; its last line: "about to crash")`}},
 		{"prints nothing", bin("silent"), ErrHandshake, []string{bin("silent"), "printed no handshake within 700ms"}},
-		{"wrong protocol version", bin("wrongversion"), ErrHandshake, []string{bin("wrongversion"), "Plugin version: 99", "want streamer plugin protocol version 1"}},
+		{"wrong protocol version", bin("wrongversion"), ErrHandshake, []string{bin("wrongversion"), "Plugin version: 99", "want streamer plugin protocol version 1 (a Go plugin: rebuild it against this streamer's model/plugin/sdk; another language: implement version 1 of the contract in model/plugin/pluginpb/doc.go)"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

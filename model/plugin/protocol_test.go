@@ -4,9 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
 )
 
 func openUnruly(t *testing.T, echoIDs string, crashed chan<- error) *Model {
@@ -165,4 +172,44 @@ func TestAStreamEndedUnansweredSaysSo(t *testing.T) {
 		t.Fatalf("a batch whose stream the plugin ended: %v; want an error saying so", err)
 	}
 	assertServes(t, m)
+}
+
+// TestControllerProtoNamesWhatGoPluginServes: pluginpb/controller.proto,
+// written for plugins in other languages, names the method go-plugin calls
+// to stop a plugin: called by that name, a plugin built on go-plugin (as
+// the SDK's are) stops.
+func TestControllerProtoNamesWhatGoPluginServes(t *testing.T) {
+	// The file is read as plugin authors' tools read it, for the three
+	// names that make the method's path: no protoc is needed.
+	text, err := os.ReadFile(filepath.Join("pluginpb", "controller.proto"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var methods []string
+	pkg := regexp.MustCompile(`(?m)^package\s+([\w.]+)\s*;`).FindSubmatch(text)
+	services := regexp.MustCompile(`(?m)^service\s+(\w+)\s*\{([^}]*)\}`).FindAllSubmatch(text, -1)
+	if pkg == nil || len(services) != 1 {
+		t.Fatalf("controller.proto: package %q, %d services; want a package and one service", pkg, len(services))
+	}
+	for _, rpc := range regexp.MustCompile(`(?m)^\s*rpc\s+(\w+)\s*\(`).FindAllSubmatch(services[0][2], -1) {
+		methods = append(methods, "/"+string(pkg[1])+"."+string(services[0][1])+"/"+string(rpc[1]))
+	}
+	if len(methods) != 1 {
+		t.Fatalf("controller.proto has methods %q, want Shutdown alone", methods)
+	}
+
+	m := openChaos(t, Config{})
+	pid := pidOf(t, m)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// go-plugin's server stops before it sends the reply, which its
+	// client does not wait for: UNAVAILABLE is its answer.
+	err = m.cc.Invoke(ctx, methods[0], &emptypb.Empty{}, &emptypb.Empty{})
+	if code := status.Code(err); code != codes.OK && code != codes.Unavailable {
+		t.Fatalf("%s: %v", methods[0], err)
+	}
+	waitFor(t, 5*time.Second, "the plugin to stop when asked", func() bool { return m.hasExited() })
+	if !processGone(pid) {
+		t.Errorf("plugin pid %d runs on after %s", pid, methods[0])
+	}
 }

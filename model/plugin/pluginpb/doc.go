@@ -1,21 +1,28 @@
 // Package pluginpb is the contract between a streamer worker and a model
 // plugin: the gRPC service in model.proto (Go code generated from it by
-// `make proto`) and the handshake constants below. Go plugins do not use it
-// directly; they call the SDK in model/plugin/sdk. Plugins in other languages
-// implement it by hand, as follows.
+// `make proto`), go-plugin's stopping service in controller.proto (written
+// out for other languages; no Go code is generated from it) and the
+// handshake constants below. Go plugins do not use it directly; they call
+// the SDK in model/plugin/sdk. Plugins in other languages implement it by
+// hand, as follows: this text, the file model/plugin/pluginpb/doc.go (also
+// shown by `go doc model/plugin/pluginpb`), is the whole contract beside
+// the two .proto files, and needs no Go to read.
 //
 // # Starting
 //
 // A worker starts the plugin binary with no arguments and with its own
 // environment plus:
 //
-//	STREAMER_PLUGIN=<MagicCookieValue>   the magic cookie (MagicCookieKey=MagicCookieValue)
-//	PLUGIN_PROTOCOL_VERSIONS=1           the protocol versions the worker speaks (ProtocolVersion)
-//	PLUGIN_UNIX_SOCKET_DIR=<dir>         the private directory to make the socket in
-//	PLUGIN_CLIENT_CERT=<PEM>             the worker's certificate (see TLS below)
-//	CUDA_VISIBLE_DEVICES                 inherited: the card of the worker's slot
+//	STREAMER_PLUGIN=6f3c1e0a-streamer-model-plugin  the magic cookie (MagicCookieKey=MagicCookieValue)
+//	PLUGIN_PROTOCOL_VERSIONS=1                      the protocol versions the worker speaks (ProtocolVersion)
+//	PLUGIN_UNIX_SOCKET_DIR=<dir>                    the private directory to make the socket in
+//	PLUGIN_CLIENT_CERT=<PEM>                        the worker's certificate (see TLS below)
+//	CUDA_VISIBLE_DEVICES                            inherited: the card of the worker's slot
 //
-// PLUGIN_PROTOCOL_VERSIONS is a comma-separated list (one version today).
+// The cookie's variable is STREAMER_PLUGIN and its value exactly
+// 6f3c1e0a-streamer-model-plugin (MagicCookieKey and MagicCookieValue in
+// handshake.go): a plugin compares the two strings, and refuses to run
+// when they differ. PLUGIN_PROTOCOL_VERSIONS is a comma-separated list (one version today).
 // go-plugin also sets PLUGIN_MIN_PORT and PLUGIN_MAX_PORT, for plugins that
 // listen on TCP: a streamer plugin listens on its Unix socket, and ignores
 // them.
@@ -126,12 +133,40 @@
 // refused. A Predict that hangs past the server's --worker-timeout is
 // handled the same way.
 //
+// # Dying
+//
+// The worker says why its plugin died, in the server log, the slot's last
+// error and the error of each item it killed: the plugin's exit status or
+// signal, then what it printed (on stderr, or on stdout after the
+// handshake), chosen thus:
+//
+//   - The first line of the plugin's life that begins with "panic: " or
+//     "fatal error: " (these very bytes, at the start of the line), as a Go
+//     program's panic or fatal error begins: that line alone, cut to 4 KiB,
+//     as "exit status 2; its last words: panic: MESSAGE". The lines after
+//     it (a Go panic's goroutines) go to the log only.
+//   - Where no such line came, its last lines that are not blank, each
+//     trimmed of white space at both ends: of the last three, as many as
+//     fit in 512 bytes together, the oldest left out first (the last one
+//     alone is cut to 512 bytes), joined by " | ", as "exit status 1; its
+//     last lines: A | B | C". A Python traceback ends with its exception's
+//     line, so its crash says that.
+//
+// A plugin in any language can give the reason itself: write one line
+// that begins with "fatal error: " (or "panic: ") on stderr, then exit.
+// Write it only when dying, since the first such line is the one kept.
+// Where the runtime's last lines say little (Node.js ends an uncaught
+// exception's stack with a line giving its own version), do it from the
+// handler of uncaught exceptions, writing the exception's message.
+//
 // # Stopping
 //
 // When its worker stops, the plugin is asked to stop through
 // plugin.GRPCController/Shutdown (an empty request and reply, from
-// go-plugin's own contract); a plugin still running two seconds later (one
-// that does not serve Shutdown, say) is killed. The plugin runs in a process
+// go-plugin's own contract, written out in controller.proto beside
+// model.proto), served on the same socket, with the same TLS, as the
+// model; a plugin still running two seconds later (one that does not
+// serve Shutdown, say) is killed. The plugin runs in a process
 // group of its own, and what it started and left in that group is killed
 // with it. On Linux a plugin also receives SIGKILL the moment its worker
 // dies, and the rest of its group right after, however the worker died

@@ -6,6 +6,9 @@
 //
 //	crash          exit with status 3
 //	panic          panic
+//	die:TEXT       write TEXT (which may hold several lines) on stderr, then
+//	               exit with status 1, as a program in another language
+//	               dies of an exception
 //	hang           never return
 //	reject         fail this item alone
 //	wrong-count    answer the batch with one output too few
@@ -86,6 +89,9 @@ func (c *chaos) Predict(_ context.Context, items []sdk.Item) ([]sdk.Result, erro
 			os.Exit(3)
 		case "panic":
 			panic("chaos plugin: panic on a trigger item")
+		case "die":
+			fmt.Fprint(os.Stderr, arg)
+			os.Exit(1)
 		case "hang":
 			select {}
 		case "reject":
