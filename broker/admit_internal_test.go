@@ -854,7 +854,7 @@ func TestARedisOutOfMemoryIsSaidSoForAnOutage(t *testing.T) {
 		t.Errorf("with no node heard from: %v; want Redis out of memory named", err)
 	}
 	fe.nodes.Store(1)
-	fe.fullAt.Store(time.Now().Add(-fe.cfg.Outage).UnixNano())
+	fe.fullAt.Add(-int64(fe.cfg.Outage))
 	if err := fe.unavailable(); err != nil {
 		t.Errorf("an Outage after the last refusal: %v; want nil", err)
 	}

@@ -83,12 +83,16 @@ type FrontEnd struct {
 	writerDone    chan struct{}
 	writerStopped bool
 	closing       chan struct{}
-	done          sync.WaitGroup // the writer and the checks
+	done          sync.WaitGroup // the writer, the checks and the stall watch
 	reader        sync.WaitGroup // the reader of answers
 	closed        atomic.Bool    // Close was called
 	closeDone     chan struct{}  // closed once the first Close has ended
 	started       atomic.Bool    // Start was called
 	firstLook     chan struct{}  // closed once Start's look at Redis has ended
+	// lifeMu orders Start and Close: Start counts every goroutine it will
+	// run in done, reader and withdrawing under it, unless closed is set;
+	// Close sets closed under it, before it waits for any of them.
+	lifeMu sync.Mutex
 
 	// epoch is the value of the epoch key at the last check, under mu: a
 	// Redis that lost its data (restarted without persistence, or flushed)
@@ -170,8 +174,8 @@ type FrontEnd struct {
 	// otherName is set while the nodes' model has another name than the
 	// front end's (logged once each time it begins; see noteModel).
 	otherName atomic.Bool
-	// fullAt is when Redis last refused a write for want of memory, in
-	// Unix nanoseconds (see noteFull); fullLogged, that the refusals
+	// fullAt is when Redis last refused a write for want of memory, as
+	// fullSeen counts (see noteFull); fullLogged, that the refusals
 	// since Redis last took the front end's writes for Outage were logged.
 	fullAt     atomic.Int64
 	fullLogged atomic.Bool
@@ -631,16 +635,14 @@ func (fe *FrontEnd) ID() string { return fe.id }
 //     ErrVersionMismatch too; until they agree, calls fail with an error that
 //     is both ErrModelMismatch and supervisor.ErrUnavailable).
 //   - supervisor.ErrStarted for a second Start, and
-//     supervisor.ErrShuttingDown for one after Close.
+//     supervisor.ErrShuttingDown for one after Close, or one that a
+//     Close overtook during its check (the front end is closed then,
+//     whatever the check found; that Close waits for Start to end).
 func (fe *FrontEnd) Start(ctx context.Context) error {
-	switch {
-	case fe.closed.Load():
-		return fmt.Errorf("broker: start of a front end closed: %w", supervisor.ErrShuttingDown)
-	case !fe.started.CompareAndSwap(false, true):
-		return fmt.Errorf("broker: front end: %w", supervisor.ErrStarted)
+	if err := fe.begin(); err != nil {
+		return err
 	}
 	fe.stalls.look(time.Now())
-	fe.done.Add(1)
 	go func() {
 		defer fe.done.Done()
 		fe.stalls.run(fe.closing)
@@ -653,14 +655,32 @@ func (fe *FrontEnd) Start(ctx context.Context) error {
 		err = admissionRefused(fe.where, *why) // logged by the check
 	}
 	close(fe.firstLook)
-	fe.done.Add(2)
 	go fe.writeLoop()
 	go fe.checkLoop()
-	fe.reader.Add(1)
 	go fe.readLoop()
-	fe.withdrawing.Add(1)
 	go fe.withdrawLoop()
+	if fe.closed.Load() {
+		return fmt.Errorf("broker: front end closed as it started: %w", supervisor.ErrShuttingDown)
+	}
 	return startError(ctx, err, fe.where)
+}
+
+// begin marks the front end started, and counts the goroutines Start
+// runs, unless it was closed or started already: a Close from then on
+// waits for each of them, those that Start has yet to run too.
+func (fe *FrontEnd) begin() error {
+	fe.lifeMu.Lock()
+	defer fe.lifeMu.Unlock()
+	switch {
+	case fe.closed.Load():
+		return fmt.Errorf("broker: start of a front end closed: %w", supervisor.ErrShuttingDown)
+	case !fe.started.CompareAndSwap(false, true):
+		return fmt.Errorf("broker: front end: %w", supervisor.ErrStarted)
+	}
+	fe.done.Add(3) // the stall watch, the writer and the checks
+	fe.reader.Add(1)
+	fe.withdrawing.Add(1)
+	return nil
 }
 
 // Ready reports whether a request can be served now: Redis answers, lets
@@ -876,7 +896,10 @@ func (fe *FrontEnd) Predict(ctx context.Context, items [][]byte) ([][]byte, erro
 // item's failure comes back as an *supervisor.ItemError for the lowest
 // failed index, with the other outputs; when every item of the request
 // failed with one error, of one kind and text (their batch failed as a
-// whole), its Every is set, as a Streamer's is.
+// whole), its Every is set, as a Streamer's is. A request that fails as
+// a whole once admitted (by Close, or an outage) comes back alike: with
+// the outputs answered before, and an ItemError for its first item left
+// unanswered, wrapping the failure.
 func (fe *FrontEnd) PredictRequest(ctx context.Context, req supervisor.Request) ([][]byte, error) {
 	n := len(req.Items)
 	switch {
@@ -890,6 +913,7 @@ func (fe *FrontEnd) PredictRequest(ctx context.Context, req supervisor.Request) 
 		fe.stats.rejected.Add(uint64(n))
 		return nil, fmt.Errorf("%w: %d items, more than the shared backlog's limit of %d", supervisor.ErrTooLarge, n, fe.cfg.MaxBacklog)
 	case req.Keys != nil && len(req.Keys) != n:
+		fe.stats.rejected.Add(uint64(n))
 		return nil, fmt.Errorf("%w: %d keys for %d items", supervisor.ErrBadRequest, len(req.Keys), n)
 	}
 	for i, item := range req.Items {
@@ -1189,12 +1213,28 @@ func (fe *FrontEnd) await(ctx context.Context, c *call, timeout <-chan time.Time
 		return nil, err
 	}
 	if c.failure != nil {
-		return nil, c.failure
+		return c.outputs, failedWhole(c)
 	}
 	if err := supervisor.FirstItemError(alike(c.errs)); err != nil {
 		return c.outputs, err
 	}
 	return c.outputs, nil
+}
+
+// failedWhole is the error of c, admitted and then failed as a whole with
+// c.failure (by Close, or an outage): an *supervisor.ItemError for its
+// first item that failed, those left unanswered failed with c.failure,
+// which its outputs come with, as a Streamer answers the items a Shutdown
+// leaves pending. It requires that fe.mu is held.
+func failedWhole(c *call) error {
+	errs := make([]error, len(c.got))
+	copy(errs, alike(c.errs))
+	for i, got := range c.got {
+		if !got {
+			errs[i] = c.failure
+		}
+	}
+	return supervisor.FirstItemError(errs)
 }
 
 // reject forgets c, given up with err before the writer took it, counts
@@ -3364,7 +3404,7 @@ func timedOut(err error) bool {
 // last Outage (see noteFull), or nil.
 func (fe *FrontEnd) fullError() error {
 	at := fe.fullAt.Load()
-	if at == 0 || time.Since(time.Unix(0, at)) >= fe.cfg.Outage {
+	if at == 0 || fe.sinceBorn()+1-at >= int64(fe.cfg.Outage) {
 		return nil
 	}
 	return unavailablef("redis at %s is out of memory (OOM) and refuses writes (raise its maxmemory, or lower --max-queue): requests cannot be admitted, nor their answers written", fe.where)
@@ -3381,7 +3421,7 @@ func (fe *FrontEnd) noteFull(err error) {
 	if !outOfMemory(err) {
 		return
 	}
-	fe.fullAt.Store(time.Now().UnixNano())
+	fe.fullAt.Store(fe.sinceBorn() + 1)
 	if !fe.fullLogged.Swap(true) {
 		fe.cfg.Logger.Error("redis is out of memory and refuses writes: this front end takes no requests, and fails those waiting after a second, until it takes writes again (raise its maxmemory, or lower --max-queue)", "redis", fe.where, "err", err)
 	}
@@ -3418,8 +3458,14 @@ func (fe *FrontEnd) markDown(err error) {
 // Only the first call closes. Another call made while it runs waits for
 // it to end, bounded by its own ctx, and returns nil (or its ctx's
 // error); a call after it has ended returns nil at once.
+//
+// A Close that overtakes Start's check makes that Start return
+// supervisor.ErrShuttingDown, and waits for it to end.
 func (fe *FrontEnd) Close(ctx context.Context) error {
-	if fe.closed.Swap(true) {
+	fe.lifeMu.Lock()
+	again := fe.closed.Swap(true)
+	fe.lifeMu.Unlock()
+	if again {
 		return fe.awaitClose(ctx)
 	}
 	defer close(fe.closeDone)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -749,5 +750,118 @@ func TestARequestWhoseCallerLeftIsRefusedBeforeRedis(t *testing.T) {
 	// Its items count as the request does, canceled, as a Streamer's.
 	if st := fe.Stats(); st.Canceled != calls || st.Submitted != calls || st.Answered != calls || st.Rejected != 0 {
 		t.Errorf("canceled %d, submitted %d, answered %d, rejected %d; want the %d items canceled", st.Canceled, st.Submitted, st.Answered, st.Rejected, calls)
+	}
+}
+
+// A Close made while Start runs, before its check, during it or after it,
+// neither panics nor races: Start returns nil, or ErrShuttingDown when the
+// Close came first or overtook its check (against a Redis that does not
+// serve, the check's own error may come first), and Close returns once
+// every goroutine Start ran has stopped.
+func TestAFrontEndClosedAsItStartsStops(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	stopped := redistest.Start(t, redistest.Options{})
+	stopped.Kill()
+	for _, tc := range []struct {
+		name  string
+		url   string
+		other error // an error Start may return besides ErrShuttingDown
+	}{
+		{"redis serving", rs.URL(), nil},
+		{"redis stopped", stopped.URL(), supervisor.ErrUnavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for i := range 40 {
+				fe, err := broker.NewFrontEnd(broker.FrontEndConfig{Config: broker.Config{URL: tc.url}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				started := make(chan error, 1)
+				go func() { started <- fe.Start(ctx) }()
+				for range i % 4 { // Close at another point of Start each time
+					runtime.Gosched()
+				}
+				if err := fe.Close(ctx); err != nil {
+					t.Errorf("Close %d: %v; want nil", i, err)
+				}
+				err = <-started
+				if err != nil && !errors.Is(err, supervisor.ErrShuttingDown) && (tc.other == nil || !errors.Is(err, tc.other)) {
+					t.Errorf("Start %d, closed as it ran: %v; want nil or ErrShuttingDown", i, err)
+				}
+				cancel()
+			}
+		})
+	}
+}
+
+// A request failed as a whole (by Close, or by an outage) after some of
+// its items were answered returns their outputs, with an
+// *supervisor.ItemError for the first item left unanswered that wraps
+// the failure, as a Streamer answers the items a Shutdown leaves pending.
+// Before, it came back as the bare failure, without the outputs.
+func TestARequestFailedWholeKeepsTheAnswersItGot(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fail func(*redistest.Server, *broker.FrontEnd)
+		want error
+	}{
+		{"closed", func(_ *redistest.Server, fe *broker.FrontEnd) {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel() // no wait for the answers
+			_ = fe.Close(ctx)
+		}, supervisor.ErrShuttingDown},
+		{"redis gone", func(rs *redistest.Server, _ *broker.FrontEnd) { rs.Kill() }, supervisor.ErrUnavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := redistest.Start(t, redistest.Options{})
+			held := newRecorder()
+			held.hold["slow"] = true
+			defer close(held.release)
+			// Two workers, a batch each: "fast" is answered while "slow"
+			// runs.
+			startNodeOn(t, rs, supervisor.Config{InProcess: held, Workers: 2, BatchSize: 1, MaxLatency: time.Millisecond}, nil)
+			fe := startFront(t, rs, func(c *broker.FrontEndConfig) { c.Outage = 300 * time.Millisecond })
+			eventually(t, "front end ready", fe.Ready)
+			later := predictLater(t, fe, "slow", "fast")
+			eventually(t, "the fast item answered, the slow one running", func() bool {
+				return fe.Stats().Answered == 1 && held.runs("slow") == 1
+			})
+			tc.fail(rs, fe)
+			a := answerWithin(t, later, 10*time.Second, "the request still waits 10s after it failed")
+			var ie *supervisor.ItemError
+			if !errors.As(a.err, &ie) || ie.Index != 0 || ie.Every || !errors.Is(a.err, tc.want) {
+				t.Errorf("the request's error: %#v (%v); want an ItemError for item 0, not Every, wrapping %v", a.err, a.err, tc.want)
+			}
+			if len(a.out) != 2 || a.out[0] != nil || string(a.out[1]) != "fast" {
+				t.Errorf("the request's outputs: %q; want none for item 0 and \"fast\" for item 1", a.out)
+			}
+		})
+	}
+}
+
+// A request whose keys do not match its items (ErrBadRequest) counts its
+// items as rejected, as a Streamer counts them.
+func TestARequestWithMismatchedKeysCountsAsRejected(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	fe := startFront(t, rs, nil)
+	st := startStreamer(t, supervisor.Config{InProcess: newRecorder(), Workers: 1, BatchSize: 4})
+	req := supervisor.Request{Items: [][]byte{[]byte("a"), []byte("b")}, Keys: []string{"k"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		name    string
+		predict func(context.Context, supervisor.Request) ([][]byte, error)
+		stats   func() supervisor.Stats
+	}{
+		{"a Streamer", st.PredictRequest, st.Stats},
+		{"a front end", fe.PredictRequest, fe.Stats},
+	} {
+		if _, err := tc.predict(ctx, req); !errors.Is(err, supervisor.ErrBadRequest) {
+			t.Errorf("%s: a request of 2 items and 1 key: %v; want ErrBadRequest", tc.name, err)
+		}
+		if got := tc.stats().Rejected; got != 2 {
+			t.Errorf("%s: %d items rejected after a request of 2 items and 1 key; want 2", tc.name, got)
+		}
 	}
 }

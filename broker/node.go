@@ -130,24 +130,25 @@ type Node struct {
 	// fetchCap, when not zero, bounds the items a read or claim asks for:
 	// one that ran out of time asked for too many (see fetched); fetchFull
 	// counts the reads that brought as many since it was last set, at
-	// fetchCapSet (unix ns).
+	// fetchCapSet (see sinceBorn).
 	fetchCap, fetchFull, fetchCapSet atomic.Int64
-	// quietUntil (unix ns) holds off claims and adoptions while Redis does
-	// not serve the node, and for nodeSilence after (see upkeepLoop).
+	// quietUntil (see sinceBorn) holds off claims and adoptions while
+	// Redis does not serve the node, and for nodeSilence after (see
+	// upkeepLoop).
 	quietUntil atomic.Int64
-	// claimDue, when not zero, is the time (unix ns) until which the read
-	// loop makes a claim at its next room, before it reads new items: the
-	// upkeep found items to claim and no room to take them (see
-	// leaveClaim).
+	// claimDue, when not zero, is the time (see sinceBorn) until which
+	// the read loop makes a claim at its next room, before it reads new
+	// items: the upkeep found items to claim and no room to take them
+	// (see leaveClaim).
 	claimDue atomic.Int64
 	// down is set by a command that got no answer from Redis, and
 	// cleared by one that did (see warn); broken, by a connection that
 	// closed under a command since; full, by a write Redis refused for
 	// want of memory, and cleared by the next that went through.
 	down, broken, full atomic.Bool
-	// back is when Redis answered the node again after it was down, in
-	// unix ns (see reachable): a dial refused soon after is the client
-	// library's, not Redis's (see dialGrace).
+	// back is when Redis answered the node again after it was down (see
+	// sinceBorn; zero for never), as reachable notes it: a dial refused
+	// soon after is the client library's, not Redis's (see dialGrace).
 	back atomic.Int64
 	// unable is set while the node beats as leaving for want of a
 	// worker that can run (see beat); unlisted, while it beats as neither
@@ -798,7 +799,7 @@ func (n *Node) sized(asked, got int, err error) (failed bool) {
 	// be closed again, for ever.
 	if timedOut(err) || brokenConn(err) {
 		n.fetchFull.Store(0)
-		n.fetchCapSet.Store(time.Now().UnixNano())
+		n.fetchCapSet.Store(n.sinceBorn())
 		n.fetchCap.Store(int64(max(asked/2, 1)))
 		n.cfg.Logger.Debug("a read of items ran out of time or lost its connection: the next ask for fewer", "items", max(asked/2, 1), "node", n.cfg.Name, "err", err)
 	}
@@ -809,7 +810,7 @@ func (n *Node) sized(asked, got int, err error) (failed bool) {
 // fetched), or 0 for no bound.
 func (n *Node) fetchBound() int {
 	c := n.fetchCap.Load()
-	if c > 0 && time.Now().UnixNano()-n.fetchCapSet.Load() >= int64(fetchCapLast) {
+	if c > 0 && n.sinceBorn()-n.fetchCapSet.Load() >= int64(fetchCapLast) {
 		n.fetchCap.CompareAndSwap(c, 0)
 		return 0
 	}
@@ -1469,7 +1470,7 @@ func (n *Node) warn(what string, err error) {
 		n.cfg.Logger.Warn(what+": a connection to redis closed; going on over a new one (if this repeats while items are large, redis may be closing connections whose answers pass its client-output-buffer-limit for normal clients: raise it)", "redis", n.where, "err", err)
 		return
 	}
-	if dialFailed(err) && time.Since(time.Unix(0, n.back.Load())) < dialGrace {
+	if back := n.back.Load(); dialFailed(err) && back != 0 && n.sinceBorn()-back < int64(dialGrace) {
 		// The client library hands the failure of its last dial to the
 		// commands of a pool it has not dialled again since, for up to a
 		// second after Redis came back: no news of Redis.
@@ -1538,7 +1539,7 @@ func dialFailed(err error) bool {
 func (n *Node) reachable() {
 	n.broken.Store(false)
 	if n.down.Swap(false) {
-		n.back.Store(time.Now().UnixNano())
+		n.back.Store(max(n.sinceBorn(), 1))
 		n.cfg.Logger.Info("redis serves this node again", "redis", n.where)
 		// Front ends count it again once it beats; a Redis restarted
 		// without its data has no list of nodes until then.
@@ -2276,12 +2277,17 @@ func (n *Node) autoClaim(ctx context.Context, stream, start string, count int) (
 // holdOffClaims holds off claims and adoptions for nodeSilence: see
 // upkeepLoop.
 func (n *Node) holdOffClaims() {
-	n.quietUntil.Store(time.Now().Add(nodeSilence).UnixNano())
+	n.quietUntil.Store(n.sinceBorn() + int64(nodeSilence))
 	n.claimDue.Store(0)
 }
 
 // claimsHeldOff says whether claims and adoptions are held off now.
-func (n *Node) claimsHeldOff() bool { return time.Now().UnixNano() < n.quietUntil.Load() }
+func (n *Node) claimsHeldOff() bool { return n.sinceBorn() < n.quietUntil.Load() }
+
+// sinceBorn is the time since the node was made, in nanoseconds, on the
+// monotonic clock: the node's timers count in it, so that a step of the
+// wall clock neither stretches nor shortens them.
+func (n *Node) sinceBorn() int64 { return int64(time.Since(n.born)) }
 
 // claimFrom takes over, as room allows, the items of stream that other
 // nodes have held without a sign of life for ClaimIdle. XAUTOCLAIM looks
@@ -2388,7 +2394,7 @@ func (n *Node) leaveClaim(ctx context.Context, stream string) error {
 // within two of the upkeep's ticks: the upkeep finds the items again
 // meanwhile, unless Redis failed it (then it waits, see upkeepLoop).
 func (n *Node) claimSoon() {
-	n.claimDue.Store(time.Now().Add(2 * n.upkeepEvery()).UnixNano())
+	n.claimDue.Store(n.sinceBorn() + int64(2*n.upkeepEvery()))
 }
 
 // claimIsDue takes the read loop's turn to claim, if there is one and
@@ -2399,7 +2405,7 @@ func (n *Node) claimIsDue() bool {
 	if due == 0 || !n.claimDue.CompareAndSwap(due, 0) {
 		return false
 	}
-	now := time.Now().UnixNano()
+	now := n.sinceBorn()
 	return now < due && now >= n.quietUntil.Load() && n.readRefused.Load() == nil
 }
 

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/streamer-dev/streamer/internal/syncbuf"
 )
@@ -38,7 +37,7 @@ func TestANodeTakesNoFailedDialJustAfterRedisCameBackForAnOutage(t *testing.T) {
 	if down, back := count(); down != 1 || back != 1 {
 		t.Fatalf("a failed dial of the client's just after Redis came back: the outage logged %d times, its end %d times; want once each:\n%s", down, back, logs.String())
 	}
-	n.back.Store(time.Now().Add(-2 * dialGrace).UnixNano())
+	n.back.Store(n.sinceBorn() - int64(2*dialGrace))
 	n.warn("heartbeat", refused)
 	if down, _ := count(); down != 2 {
 		t.Fatalf("a dial refused %s after Redis came back: the outage logged %d times in all; want twice, a new outage", 2*dialGrace, down)
