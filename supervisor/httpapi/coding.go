@@ -6,10 +6,15 @@ import (
 	"compress/gzip"
 	"compress/zlib"
 	"errors"
+	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
+
+	"github.com/streamer-dev/streamer/supervisor"
 )
 
 // This file reads compressed request bodies: Content-Encoding gzip, and
@@ -158,4 +163,45 @@ func corruptBody(coding contentCoding, err error) error {
 		err = io.ErrUnexpectedEOF // no compressed data at all
 	}
 	return badRequest("the body is not valid " + coding.String() + " data, as its Content-Encoding says it is: " + err.Error())
+}
+
+// inflatedBudget bounds the bytes of compressed bodies, once decompressed,
+// that the requests in progress hold: at least 1 GiB, and 16 times the
+// body limit. A client sends a few kilobytes of gzip that decompress to
+// --max-body, megabytes the server holds until the model answers, in the
+// body and in the items made of it: without a bound, a few hundred such
+// requests fill the server's memory for the price of a web page. A body
+// sent uncompressed costs its client its bytes, and the queue's bound
+// holds them.
+func inflatedBudget(maxBody int64) int64 {
+	if maxBody > math.MaxInt64/16 {
+		return math.MaxInt64
+	}
+	return max(1<<30, 16*maxBody)
+}
+
+// budget counts bytes held against a bound.
+type budget struct {
+	held  atomic.Int64
+	bound int64
+}
+
+// take counts n bytes more, unless that would pass the bound: it reports
+// whether it did.
+func (b *budget) take(n int64) bool {
+	if b.held.Add(n) > b.bound {
+		b.held.Add(-n)
+		return false
+	}
+	return true
+}
+
+// give counts n bytes taken as held no longer.
+func (b *budget) give(n int64) { b.held.Add(-n) }
+
+// inflatedFull refuses a compressed body whose bytes, decompressed, would
+// pass the inflated budget: 429, as for a full queue, which it is a
+// bound of too.
+func inflatedFull(bound int64) error {
+	return fmt.Errorf("%w: the requests in progress hold %d MiB of decompressed bodies, the most the server holds; send this one again later, or uncompressed", supervisor.ErrOverloaded, bound>>20)
 }

@@ -5,12 +5,16 @@ import (
 	"compress/flate"
 	"compress/gzip"
 	"compress/zlib"
+	"context"
 	"io"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/streamer-dev/streamer/supervisor"
 )
 
 // compressions are the ways a client compresses a body, with the
@@ -222,5 +226,62 @@ func TestCompressedBodiesAreReadUnderTheLargestMaxBody(t *testing.T) {
 		if got.Code != http.StatusOK || !bytes.Equal(got.Body.Bytes(), want.Body.Bytes()) {
 			t.Errorf("%s: %d %q; want the plain body's %d %q", c.name, got.Code, got.Body, want.Code, want.Body)
 		}
+	}
+}
+
+// TestDecompressedBodiesHeldAreBounded: the bytes of compressed bodies,
+// decompressed, that the requests in progress hold are bounded. Past the
+// bound a compressed body gets 429 saying why, with Retry-After; a body
+// sent plain is not counted; and once the requests that held the bytes
+// are done, the next compressed body is read. Before, a few kilobytes of
+// gzip held --max-body each until the model answered, with no bound but
+// the queue's count of items.
+func TestDecompressedBodiesHeldAreBounded(t *testing.T) {
+	held, release := make(chan struct{}, 4), make(chan struct{})
+	backend := &fakeBackend{ready: true, submit: func(ctx context.Context, req supervisor.Request) (*answer, error) {
+		held <- struct{}{}
+		<-release
+		return echoAnswer(req), nil
+	}}
+	h := New(Config{Backend: backend}).(*handler)
+	if h.inflated.bound != 1<<30 {
+		t.Errorf("the bound for the default body limit is %d; want 1 GiB", h.inflated.bound)
+	}
+	body := []byte(`{"inputs": ["` + strings.Repeat("a", 1<<20) + `"]}`)
+	h.inflated.bound = int64(len(body)) * 3 / 2 // one body, not two
+	sent := compress(t, "gzip", body)
+	post := func(body []byte, header ...string) <-chan *httptest.ResponseRecorder {
+		done := make(chan *httptest.ResponseRecorder, 1)
+		go func() { done <- do(t, h, http.MethodPost, "/predict", "application/json", body, header...) }()
+		return done
+	}
+	first := post(sent, "Content-Encoding", "gzip")
+	<-held
+	plain := post(body)
+	<-held
+	select {
+	case second := <-post(sent, "Content-Encoding", "gzip"):
+		if second.Code != http.StatusTooManyRequests || second.Header().Get("Retry-After") == "" ||
+			!strings.Contains(second.Body.String(), "decompressed bodies, the most the server holds") {
+			t.Errorf("a compressed body past the bound: %d %q, Retry-After %q; want 429 saying why, with Retry-After",
+				second.Code, second.Body, second.Header().Get("Retry-After"))
+		}
+	case <-held:
+		t.Error("a compressed body past the bound was submitted")
+	}
+	close(release)
+	for what, done := range map[string]<-chan *httptest.ResponseRecorder{"the compressed body held": first, "the plain body": plain} {
+		if rec := <-done; rec.Code != http.StatusOK {
+			t.Errorf("%s: %d %s", what, rec.Code, rec.Body)
+		}
+	}
+	if rec := do(t, h, http.MethodPost, "/predict", "application/json", sent, "Content-Encoding", "gzip"); rec.Code != http.StatusOK {
+		t.Errorf("a compressed body once the others are done: %d %s; want 200", rec.Code, rec.Body)
+	}
+	if n := h.inflated.held.Load(); n != 0 {
+		t.Errorf("%d bytes counted held once every request is done; want 0", n)
+	}
+	if got := inflatedBudget(math.MaxInt64 - 1); got != math.MaxInt64 {
+		t.Errorf("the bound for a body limit near the largest: %d; want no bound", got)
 	}
 }

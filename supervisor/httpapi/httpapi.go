@@ -238,6 +238,7 @@ type handler struct {
 	bufs        sync.Pool // *bytes.Buffer: request bodies and responses
 	inferStates sync.Pool // *inferState: the v2 inference requests' memory
 	inflaters   sync.Pool // *inflater: decompressors of compressed bodies
+	inflated    budget    // the decompressed bodies' bytes held (see inflatedBudget)
 
 	requests requestCounts
 	metrics  http.Handler
@@ -311,6 +312,7 @@ func New(cfg Config) http.Handler {
 	h.bufs.New = func() any { return new(bytes.Buffer) }
 	h.inferStates.New = func() any { return new(inferState) }
 	h.inflaters.New = func() any { return new(inflater) }
+	h.inflated.bound = inflatedBudget(h.maxBody)
 	h.metrics = metricsHandler(h.backend, &h.requests, cfg.Metrics)
 	h.fullBody, _ = json.Marshal(errorBody{Error: fullMessage})
 	h.fullBody = append(h.fullBody, '\n')

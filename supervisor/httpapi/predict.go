@@ -167,8 +167,10 @@ func (h *handler) predict(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body := h.getBuffer()
-	defer h.putBuffer(body)
-	if err := h.readBody(w, r, body, coding, full); err != nil {
+	inflated, err := h.readBody(w, r, body, coding, full)
+	defer h.inflated.give(inflated)
+	if err != nil {
+		h.putBuffer(body)
 		h.fail(w, r, err)
 		return
 	}
@@ -184,6 +186,9 @@ func (h *handler) predict(w http.ResponseWriter, r *http.Request) {
 	case formatForm:
 		err = h.decodeForm(body.Bytes(), &req)
 	}
+	// The body's bytes are no longer referenced, the items being copies:
+	// its buffer, as large as the body, is not held while the model runs.
+	h.putBuffer(body)
 	if err == nil {
 		err = applyTimeoutHeader(r.Header, &req)
 	}
@@ -196,8 +201,8 @@ func (h *handler) predict(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	out := body // the body's bytes are no longer referenced: items are copies
-	out.Reset()
+	out := h.getBuffer()
+	defer h.putBuffer(out)
 	contentType := h.jsonType
 	if format == formatMsgpack {
 		contentType = h.msgpackType
@@ -250,16 +255,27 @@ const initialBodyBuffer = 64 << 10
 // refusing more than maxBody bytes as sent or decompressed. One read while
 // the queue has no room (full) does not count in the mean (see
 // refusedFull).
-func (h *handler) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer, coding contentCoding, full bool) error {
+//
+// A compressed body, decompressed, is counted in the inflated budget (see
+// inflatedBudget) and refused 429 past it: inflated is what it counted,
+// for the caller to give back once the request is done.
+func (h *handler) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer, coding contentCoding, full bool) (inflated int64, err error) {
 	if coding == identity {
-		return h.readSent(w, r, buf, full)
+		return 0, h.readSent(w, r, buf, full)
 	}
 	sent := h.getBuffer()
 	defer h.putBuffer(sent)
 	if err := h.readSent(w, r, sent, full); err != nil {
-		return err
+		return 0, err
 	}
-	return h.decompress(coding, sent.Bytes(), buf)
+	if err := h.decompress(coding, sent.Bytes(), buf); err != nil {
+		return 0, err
+	}
+	n := int64(buf.Len())
+	if !h.inflated.take(n) {
+		return 0, inflatedFull(h.inflated.bound)
+	}
+	return n, nil
 }
 
 // readSent reads the whole body as sent into buf, refusing more than

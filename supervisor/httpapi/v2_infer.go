@@ -106,7 +106,9 @@ func (h *handler) infer(w http.ResponseWriter, r *http.Request, meta ModelMetada
 // after they were submitted (a deadline, a canceled client) while some of
 // them may be queued or running.
 func (h *handler) inferWith(st *inferState, w http.ResponseWriter, r *http.Request, meta ModelMetadata, version string, coding contentCoding, full bool) (inUse bool, err error) {
-	if err := h.readBody(w, r, &st.body, coding, full); err != nil {
+	inflated, err := h.readBody(w, r, &st.body, coding, full)
+	defer h.inflated.give(inflated)
+	if err != nil {
 		return false, err
 	}
 	if err := st.read(r.Header, meta, h.tensors); err != nil {
