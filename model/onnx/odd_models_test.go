@@ -444,6 +444,23 @@ func TestAnOutputFoundNotToLeadWithTheBatchRunsItemsAlone(t *testing.T) {
 	}
 }
 
+// An item whose input is larger than any batch may carry is not probed:
+// the model is judged by its runs. Before, an item of 3037000500 ×
+// 3037000500 elements overflowed the count, and the probe panicked at
+// load (the worker died, and the server with it).
+func TestTheProbeLeavesItemsLargerThanABatchAlone(t *testing.T) {
+	const side = 3037000500
+	r := openCustom(t, onnxtest.Custom{
+		Inputs:  []onnxtest.Value{{Name: "x", DType: f32, Dims: []any{"rows", side, side}}},
+		Outputs: []onnxtest.Value{{Name: "y", DType: f32, Dims: []any{"unk__3"}}},
+		Nodes:   []onnxtest.Node{{Op: "ReduceSum", Inputs: []string{"x", "axes"}, Output: "y", Ints: map[string]int64{"keepdims": 0}}},
+		Int64s:  map[string][]int64{"axes": {1, 2}},
+	}, nil)
+	if d := r.Describe(); strings.Contains(d, "items of ones") {
+		t.Errorf("description %q: the probe ran on items larger than a batch", d)
+	}
+}
+
 // The probe at load must not end the worker, nor take a batched output
 // for one that is not. An integer division by the input ended the worker
 // on a probe of zeros (SIGFPE), so the model could not be served at all;

@@ -294,6 +294,10 @@ func declaredShape(p onnxio.Port) string {
 // such as Squeeze takes away. A model that refuses the probe proves
 // nothing here; its runs check each output's leading length as they cut
 // it (see split).
+// maxProbeBytes bounds an input of the probe's items: the default bound
+// of a batch's bytes, which no item past it could be sent in.
+const maxProbeBytes = 64 << 20
+
 func (r *Runner) probeBatchAxis() {
 	if len(r.unproven) == 0 {
 		return
@@ -305,12 +309,17 @@ func (r *Runner) probeBatchAxis() {
 			return
 		}
 		t := onnxio.Tensor{DType: p.DType, Shape: make([]int64, len(p.ItemShape))}
-		n := 1
+		n := int64(1)
 		for a, d := range p.ItemShape {
 			t.Shape[a] = max(d.Size, 1) // a dynamic axis of length 1
-			n *= int(t.Shape[a])
+			if n > maxProbeBytes/int64(len(one))/t.Shape[a] {
+				// An item larger than a batch may carry: the probe would
+				// cost more than any run, or overflow; the runs judge.
+				return
+			}
+			n *= t.Shape[a]
 		}
-		t.Data = bytes.Repeat(one, n)
+		t.Data = bytes.Repeat(one, int(n))
 		item[j] = t
 	}
 	for n := 2; n <= 3 && len(r.unproven) > 0 && r.sig.Mode == onnxio.Stacked; n++ {

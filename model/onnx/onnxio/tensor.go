@@ -91,11 +91,17 @@ func DecodeItem(item []byte) ([]Tensor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("item is not an array of tensors: %w", err)
 	}
-	inputs := make([]Tensor, n)
-	for i := range inputs {
-		if inputs[i], err = d.itemTensor(); err != nil {
+	// Grown as tensors are read, not made as long as the header says: an
+	// item from Redis, which anyone with its password writes, that
+	// declares millions of tensors in a few bytes each must not make the
+	// worker allocate tens of times its size before it is refused.
+	inputs := make([]Tensor, 0, min(n, 8))
+	for i := range n {
+		t, err := d.itemTensor()
+		if err != nil {
 			return nil, fmt.Errorf("item tensor %d: %w", i, err)
 		}
+		inputs = append(inputs, t)
 	}
 	if d.Len() != 0 {
 		return nil, fmt.Errorf("item has %d bytes after its tensors", d.Len())
