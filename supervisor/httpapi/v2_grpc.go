@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
@@ -267,6 +268,17 @@ func (g *GRPC) ModelInfer(ctx context.Context, req *inferencepb.ModelInferReques
 		h.requests.count(http.StatusNotFound, nil)
 		return nil, err
 	}
+	if compressedCall(ctx) {
+		// Counted as a compressed REST body is, by its message's size
+		// decompressed (see inflatedBudget).
+		n := int64(proto.Size(req))
+		if !h.inflated.take(n) {
+			err := inflatedFull(h.inflated.bound)
+			h.requests.count(StatusOf(err), err)
+			return nil, grpcError(err)
+		}
+		defer h.inflated.give(n)
+	}
 	st := h.getInferState()
 	resp, inUse, err := g.infer(ctx, st, req, meta)
 	if !inUse {
@@ -286,6 +298,18 @@ func (g *GRPC) ModelInfer(ctx context.Context, req *inferencepb.ModelInferReques
 	}
 	h.requests.count(http.StatusOK, nil)
 	return resp, nil
+}
+
+// compressedCall reports whether the message of the call whose context is
+// ctx came compressed (grpc-encoding): grpc-go tells it through the
+// call's transport stream alone.
+func compressedCall(ctx context.Context) bool {
+	s, ok := grpc.ServerTransportStreamFromContext(ctx).(interface{ RecvCompress() string })
+	if !ok {
+		return false
+	}
+	c := s.RecvCompress()
+	return c != "" && c != "identity"
 }
 
 // infer reads, runs and answers req; inUse says the supervisor may still

@@ -5,14 +5,19 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"net"
 	"net/http"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding/gzip"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -681,5 +686,79 @@ func TestGRPCMalformedMessagesAreTheClientsMistake(t *testing.T) {
 				t.Errorf("requests counted rejected: %d, want %d", got, tt.rejected)
 			}
 		})
+	}
+}
+
+// TestGRPCCompressedMessagesHeldAreBounded: a ModelInfer message that came
+// compressed counts, decompressed, in the bound of the compressed bodies
+// the requests in progress hold, as a compressed REST body does: past it
+// the call is UNAVAILABLE saying why, and one sent plain is not counted.
+func TestGRPCCompressedMessagesHeldAreBounded(t *testing.T) {
+	held, release := make(chan struct{}, 4), make(chan struct{})
+	backend := &fakeBackend{ready: true, submit: func(ctx context.Context, req supervisor.Request) (*answer, error) {
+		held <- struct{}{}
+		<-release
+		return echoAnswer(req), nil
+	}}
+	h := newV2(echoModel(spec("t", "INT8", true, -1, -1)), backend).(*handler)
+	req := &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{input("t", "INT8", 1, 1<<20)}, RawInputContents: [][]byte{make([]byte, 1<<20)}}
+	h.inflated.bound = int64(proto.Size(req)) * 3 / 2 // one message, not two
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := grpc.NewServer()
+	pb.RegisterGRPCInferenceServiceServer(server, NewGRPC(h))
+	go func() { _ = server.Serve(l) }()
+	defer server.Stop()
+	conn, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := pb.NewGRPCInferenceServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	call := func(opts ...grpc.CallOption) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := client.ModelInfer(ctx, req, opts...)
+			done <- err
+		}()
+		return done
+	}
+	gzipped := grpc.UseCompressor(gzip.Name)
+	admitted := func(what string, done <-chan error) {
+		t.Helper()
+		select {
+		case <-held:
+		case err := <-done:
+			t.Fatalf("%s ended before it was submitted: %v", what, err)
+		}
+	}
+	first := call(gzipped)
+	admitted("a compressed message", first)
+	plain := call()
+	admitted("a plain message", plain)
+	select {
+	case err := <-call(gzipped):
+		if st, _ := status.FromError(err); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "decompressed bodies, the most the server holds") {
+			t.Errorf("a compressed message past the bound: %v; want UNAVAILABLE saying why", err)
+		}
+	case <-held:
+		t.Error("a compressed message past the bound was submitted")
+	}
+	close(release)
+	for what, done := range map[string]<-chan error{"the compressed message held": first, "the plain message": plain} {
+		if err := <-done; err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+	}
+	if err := <-call(gzipped); err != nil {
+		t.Errorf("a compressed message once the others are done: %v", err)
+	}
+	if n := h.inflated.held.Load(); n != 0 {
+		t.Errorf("%d bytes counted held once every call is done; want 0", n)
 	}
 }
