@@ -91,6 +91,50 @@ func TestONNXReloadRefusesAModelWithOtherInputs(t *testing.T) {
 	answers(demoRef.Demo(x))
 }
 
+// TestAWorkerRestartedOnAReplacedFileWaitsForIt: a worker that crashes
+// after its model file was replaced by one of other inputs and outputs,
+// or by one still being written, refuses the file and tries again, as for
+// new weights, without counting towards --max-restarts: before, the
+// refusals gave the slot up, and a server of one worker exited in the
+// middle of an ordinary deploy. Once the file it loaded is back, the
+// worker serves it.
+func TestAWorkerRestartedOnAReplacedFileWaitsForIt(t *testing.T) {
+	onnxModel(t, onnxtest.MLP) // fails the test at once when the runtime library is missing
+	path := filepath.Join(t.TempDir(), "model.onnx")
+	whole := installModel(t, path, onnxtest.MLP)
+	// Two restarts allowed, for the test's two kills.
+	s := startServer(t, "--model", path, "--intra-op-threads", "1", "--workers", "1", "--max-restarts", "2")
+	first := s.waitAllReady(t, 1)
+	for i, replace := range []struct {
+		what      string
+		do        func()
+		says, why string // in the log, and in /readyz (cut short)
+	}{
+		{"a model of other inputs", func() { installModel(t, path, onnxtest.Seq) }, "restart the server to serve a model with other inputs or outputs", "inputs or outputs changed"},
+		{"a file cut short", func() { replaceFile(t, path, whole[:len(whole)/2], 0o644) }, "the file changed since it was loaded", "not an ONNX model"},
+	} {
+		said := strings.Count(s.logs(), replace.says)
+		replace.do()
+		pid := s.readyWorkers(t)[0].PID
+		if i == 0 {
+			pid = first[0].PID
+		}
+		killWorker(t, pid)
+		s.waitFor(t, "the restarted worker to refuse "+replace.what+" twice", readyTimeout, func() bool {
+			return strings.Count(s.logs(), replace.says) >= said+2
+		})
+		if s.exited() {
+			t.Fatalf("the server exited on the refusals of %s:\n%s", replace.what, s.logs())
+		}
+		status, body, err := s.get("/readyz")
+		if err != nil || status != http.StatusServiceUnavailable || !strings.Contains(string(body), replace.why) {
+			t.Errorf("/readyz while the worker refuses %s: %d %s, %v; want 503 saying %q", replace.what, status, body, err, replace.why)
+		}
+		installModel(t, path, onnxtest.MLP)
+		s.waitAllReady(t, 1)
+	}
+}
+
 // TestONNXFileReplacedWithoutAReloadIsNotServed replaces the served file by
 // one with the same inputs and outputs and other weights, without a
 // reload, and kills a worker: the restarted worker refuses the file,

@@ -197,9 +197,12 @@ func TestWorkersRefuseAModelWhoseInterfaceChanged(t *testing.T) {
 	}
 
 	build(onnxtest.Seq)
-	if _, err := onnx.OpenSpec(context.Background(), spec); !errors.Is(err, onnx.ErrSignatureChanged) ||
+	// The file changed since the spec was made: the refusal is a stale
+	// spec's, which a worker restarted after a crash backs off from, not
+	// a crash of its own that counts towards giving its slot up.
+	if _, err := onnx.OpenSpec(context.Background(), spec); !errors.Is(err, onnx.ErrSignatureChanged) || !errors.Is(err, model.ErrStale) ||
 		!strings.Contains(err.Error(), "it now has inputs x float32 [batch, seq, 3]") || !strings.Contains(err.Error(), "restart the server") {
-		t.Fatalf("open after the inputs changed: %v", err)
+		t.Fatalf("open after the inputs changed: %v; want ErrSignatureChanged and ErrStale", err)
 	}
 	if _, _, err := onnx.Codec(settings); !errors.Is(err, onnx.ErrSignatureChanged) {
 		t.Fatalf("codec after the inputs changed: %v", err)
@@ -208,8 +211,10 @@ func TestWorkersRefuseAModelWhoseInterfaceChanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := onnx.OpenSpec(context.Background(), refreshed); !errors.Is(err, onnx.ErrSignatureChanged) {
-		t.Fatalf("open after the inputs changed, the spec refreshed: %v", err)
+	// Refreshed, as a reload's is, the spec is the file's: the refusal is
+	// the model's, which a reload reports.
+	if _, err := onnx.OpenSpec(context.Background(), refreshed); !errors.Is(err, onnx.ErrSignatureChanged) || errors.Is(err, model.ErrStale) {
+		t.Fatalf("open after the inputs changed, the spec refreshed: %v; want ErrSignatureChanged, not ErrStale", err)
 	}
 
 	build(onnxtest.Demo)
@@ -219,6 +224,31 @@ func TestWorkersRefuseAModelWhoseInterfaceChanged(t *testing.T) {
 	m, err := onnx.OpenSpec(context.Background(), refreshed)
 	if err != nil {
 		t.Fatalf("open a model of the same inputs and outputs: %v", err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A model file still being written when a worker restarts does not parse:
+// the refusal is a stale spec's, as for a file replaced whole, so that the
+// worker backs off and tries again rather than count a crash.
+func TestAModelFileCutShortIsStale(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "model.onnx")
+	whole := writeBuilt(t, path, onnxtest.MLP)
+	spec, _ := specOf(t, path)
+	if err := os.WriteFile(path, whole[:len(whole)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := onnx.OpenSpec(context.Background(), spec); err == nil || !errors.Is(err, model.ErrStale) || !strings.Contains(err.Error(), "the file changed since it was loaded") {
+		t.Fatalf("open of the file cut short: %v; want ErrStale saying the file changed", err)
+	}
+	if err := os.WriteFile(path, whole, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := onnx.OpenSpec(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("open of the file whole again: %v", err)
 	}
 	if err := m.Close(); err != nil {
 		t.Fatal(err)

@@ -171,15 +171,31 @@ var ErrModelChanged = errors.New("the model file changed since it was loaded")
 
 // checkModel refuses a model whose inputs or outputs differ from those the
 // settings record, or whose file's content does. The inputs and outputs
-// come first: a reload cannot serve those, and their error says so.
+// come first: a reload cannot serve those, and their error says so. Both
+// are model.ErrStale when the content changed (see staleIfChanged).
 func checkModel(spec Settings, src source, sig *onnxio.Signature) error {
 	if spec.Signature != "" && sig.Interface() != spec.Signature {
-		return fmt.Errorf("model %s: %w: it now has %s; the server serves %s; restart the server to serve a model with other inputs or outputs", spec.Path, ErrSignatureChanged, sig.Interface(), spec.Signature)
+		return staleIfChanged(spec, src, fmt.Errorf("model %s: %w: it now has %s; the server serves %s; restart the server to serve a model with other inputs or outputs", spec.Path, ErrSignatureChanged, sig.Interface(), spec.Signature))
 	}
 	if got := src.sha256(); spec.SHA256 != "" && got != spec.SHA256 {
 		return model.Stale(fmt.Errorf("model %s: %w (sha256 %s, now %s): reload to serve the new one", spec.Path, ErrModelChanged, spec.SHA256, got))
 	}
 	return nil
+}
+
+// staleIfChanged marks err, a refusal of the model the settings name, as
+// model.ErrStale when the file read (src) is not the one the settings
+// were made of: a file replaced since the server loaded it, by one of other
+// inputs or outputs, or one still being written that does not parse yet.
+// A worker that restarts after a crash then backs off and tries again, as
+// for new weights, rather than count the refusal as a crash of its own:
+// the crashes that give a slot up, and end a server whose slots are all
+// given up, in the middle of an ordinary deploy.
+func staleIfChanged(spec Settings, src source, err error) error {
+	if spec.SHA256 == "" || src.sum == "" || src.sum == spec.SHA256 {
+		return err
+	}
+	return model.Stale(fmt.Errorf("%w (the file changed since it was loaded: sha256 %s, now %s)", err, spec.SHA256, src.sum))
 }
 
 // SettingsOf reads an ONNX model's settings from spec.
@@ -345,7 +361,7 @@ func stampOf(path string, external []string) (string, bool) {
 func Codec(spec Settings) (*onnxio.Codec, *Description, error) {
 	src, sig, err := signatureOf(spec.Path)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, staleIfChanged(spec, src, err)
 	}
 	if err := checkModel(spec, src, sig); err != nil {
 		return nil, nil, err

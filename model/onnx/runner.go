@@ -56,7 +56,7 @@ func Open(ctx context.Context, spec Settings) (*Runner, error) {
 	}
 	src, sig, err := signatureOf(spec.Path)
 	if err != nil {
-		return nil, err
+		return nil, staleIfChanged(spec, src, err)
 	}
 	if err := checkModel(spec, src, sig); err != nil {
 		return nil, err
