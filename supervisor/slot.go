@@ -969,7 +969,7 @@ func (sl *slot) backoff() bool {
 		allFailed := s.allFailedLocked()
 		lastErr := sl.lastErr
 		s.mu.Unlock()
-		s.log.Error("slot is crash-looping; giving up on it", sl.logAttrs(nil, "restarts", len(sl.recent), "window", s.cfg.RestartWindow, "err", lastErr)...)
+		s.log.Error("slot is crash-looping; giving up on it", sl.logAttrs(nil, "deaths", len(sl.recent), "window", s.cfg.RestartWindow, "err", lastErr)...)
 		s.signal()
 		if allFailed {
 			s.giveUp(lastErr, len(sl.recent))
