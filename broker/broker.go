@@ -116,6 +116,11 @@ type Config struct {
 	// start, and a front end that writes items otherwise too. Zero checks
 	// nothing.
 	Model ModelID
+	// ModelVersion, when set, says the model's version now, read at every
+	// beat and check in place of Model.Version: a process whose workers a
+	// reload gives a new model file publishes that model's version from
+	// then on.
+	ModelVersion func() string
 	// Logger receives the broker's events; nil discards them. The Redis
 	// client library logs a few of its own (a pool that cannot dial)
 	// through its logger, redis.SetLogger, which is the process's and
@@ -169,7 +174,7 @@ const blockFor = 250 * time.Millisecond
 
 // keys are the Redis keys of one prefix.
 type keys struct {
-	items, nodes, leaving, poison, replyPrefix, streams, epoch, model, room, sizes, names string
+	items, nodes, leaving, poison, replyPrefix, streams, epoch, model, room, sizes, names, versions string
 }
 
 // SendRedisLogTo sends the Redis client library's own messages (a pool
@@ -185,6 +190,14 @@ func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
 	l.log.DebugContext(ctx, fmt.Sprintf(format, v...), "from", "redis client")
 }
 
+// modelVersion is the model's version now (see Config.ModelVersion).
+func (c *Config) modelVersion() string {
+	if c.ModelVersion != nil {
+		return c.ModelVersion()
+	}
+	return c.Model.Version
+}
+
 func newKeys(prefix string) keys {
 	return keys{
 		items:       prefix + ":items",
@@ -198,6 +211,7 @@ func newKeys(prefix string) keys {
 		room:        prefix + ":room",
 		sizes:       prefix + ":sizes",
 		names:       prefix + ":name:",
+		versions:    prefix + ":versions",
 	}
 }
 

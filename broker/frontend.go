@@ -174,6 +174,12 @@ type FrontEnd struct {
 	// otherName is set while the nodes' model has another name than the
 	// front end's (logged once each time it begins; see noteModel).
 	otherName atomic.Bool
+	// versions counts the versions of the model the live nodes run, as
+	// the checks read them; otherVersion is set while the front end's own
+	// is none of them (logged once each time it begins; see noteVersions).
+	versions       versionWatch
+	otherVersion   atomic.Bool
+	versionsLogged atomic.Bool // a refused read of the versions is logged
 	// fullAt is when Redis last refused a write for want of memory, as
 	// fullSeen counts (see noteFull); fullLogged, that the refusals
 	// since Redis last took the front end's writes for Outage were logged.
@@ -847,6 +853,16 @@ type FrontEndStats struct {
 	// heartbeats go on Redis's clock, so an offset does no harm here; it
 	// says that this machine's clock is not in sync.
 	ClockOffsetMs int64 `json:"clock_offset_ms"`
+	// ModelVersions is how many versions of the model (see
+	// ModelID.Version) the nodes heard from as Nodes counts them run:
+	// more than one while callers get the answers of either (a rolling
+	// upgrade, until it is done), logged as it begins and ends. Nodes of
+	// no version are not counted.
+	ModelVersions int64 `json:"model_versions"`
+	// OtherVersion is set while the front end's own version is not empty
+	// and none of the nodes' (logged as it begins): it names its model
+	// while they answer with theirs.
+	OtherVersion bool `json:"other_version,omitempty"`
 }
 
 // Metrics are the front end's counters of its traffic through Redis (see
@@ -857,14 +873,15 @@ func (fe *FrontEnd) Metrics() prometheus.Collector { return Collector(fe, nil) }
 
 // FrontEndStats returns what the front end knows of Redis.
 func (fe *FrontEnd) FrontEndStats() FrontEndStats {
-	up, nodes := fe.up.Load(), fe.nodes.Load()
+	up, nodes, versions := fe.up.Load(), fe.nodes.Load(), fe.versions.count.Load()
 	if !up {
-		nodes = 0
+		nodes, versions = 0, 0
 	}
 	return FrontEndStats{
 		Checked: fe.looked(), RedisUp: up, Nodes: nodes, Backlog: fe.backlog.Load(), RoomKept: fe.room.Load(),
 		MaxBacklog: fe.cfg.MaxBacklog, Duplicates: fe.stats.duplicates.Load(), Withdrawn: fe.stats.withdrawn.Load(),
 		Lost: fe.stats.lost.Load(), ClockOffsetMs: time.Duration(fe.clock.offset.Load()).Milliseconds(),
+		ModelVersions: versions, OtherVersion: up && fe.otherVersion.Load(),
 	}
 }
 
@@ -3016,12 +3033,14 @@ func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time, final bool) 
 	fe.clock.ensure(ctx, fe.rdb)
 	pipe := fe.rdb.Pipeline()
 	timeCmd, sent := fe.clock.timeCmd(ctx, pipe)
-	since := "(" + unixMs(fe.nodesSince(fe.clock.now()))
+	heardAfter := fe.nodesSince(fe.clock.now())
+	since := "(" + unixMs(heardAfter)
 	nodes := pipe.ZCount(ctx, fe.k.nodes, since, "+inf")
 	leaving := pipe.ZCount(ctx, fe.k.leaving, since, "+inf")
 	backlog := pipe.XLen(ctx, fe.k.items)
 	room := pipe.MGet(ctx, fe.k.room, fe.k.sizes) // no error when they are not there, or of another type
 	model := pipe.HMGet(ctx, fe.k.model, modelFields...)
+	versions := pipe.HGetAll(ctx, fe.k.versions)
 	pipe.Expire(ctx, fe.replyKey, fe.cfg.ReplyTTL)
 	pipe.SetNX(ctx, fe.k.epoch, randomHex(8), 0)
 	epoch := pipe.Get(ctx, fe.k.epoch)
@@ -3040,6 +3059,18 @@ func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time, final bool) 
 		// A user whose ACL leaves out the model's key: the check goes on
 		// without it (see modelRefused).
 		cmds = slices.DeleteFunc(cmds, func(c redis.Cmder) bool { return c == redis.Cmder(model) })
+		if err != nil && !slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Err() != nil }) {
+			err = nil
+		}
+	}
+	versionsRefused := versionsErr([]redis.Cmder{versions})
+	if versionsRefused != nil {
+		// Refused (a permission, or its key of another type): the check
+		// goes on without the versions, which are not counted.
+		if !fe.versionsLogged.Swap(true) {
+			fe.cfg.Logger.Warn("redis refuses this front end's read of the model's versions: the versions the nodes run are not counted (let the user read "+fe.k.versions+")", "redis", fe.where, "err", versionsRefused)
+		}
+		cmds = slices.DeleteFunc(cmds, func(c redis.Cmder) bool { return c == redis.Cmder(versions) })
 		if err != nil && !slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Err() != nil }) {
 			err = nil
 		}
@@ -3080,6 +3111,11 @@ func (fe *FrontEnd) checkOnce(ctx context.Context, began time.Time, final bool) 
 		fe.probeAdmission(ctx)
 	}
 	fe.noteCheck(model, nodes.Val(), leaving.Val(), backlog.Val(), epoch.Val())
+	if versionsRefused != nil {
+		fe.noteVersions(nil, heardAfter)
+	} else {
+		fe.noteVersions(versions.Val(), heardAfter)
+	}
 	kept, mean := int64(0), int64(0)
 	if v := room.Val(); len(v) == 2 {
 		if s, ok := v[0].(string); ok { // "N TOKEN"

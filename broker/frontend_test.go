@@ -171,7 +171,7 @@ func TestTheREADMEsRedisUserServes(t *testing.T) {
 	t.Run("the keys of the table", func(t *testing.T) {
 		readmeUserServes(t, "~streamer:items", "~streamer:items:*", "~streamer:streams", "~streamer:reply:*",
 			"~streamer:nodes", "~streamer:leaving", "~streamer:poison", "~streamer:epoch", "~streamer:room",
-			"~streamer:sizes", "~streamer:model", "~streamer:name:*")
+			"~streamer:sizes", "~streamer:model", "~streamer:name:*", "~streamer:versions")
 	})
 }
 

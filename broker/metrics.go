@@ -14,6 +14,7 @@ import "github.com/prometheus/client_golang/prometheus"
 //	streamer_broker_withdrawn_items_total       items of requests given up, deleted before any node read them
 //	streamer_broker_lost_items_total            items of requests failed as Redis lost them and kept its other data
 //	streamer_broker_clock_offset_seconds        how far Redis's clock is ahead of this machine's
+//	streamer_broker_model_versions              versions of the model the nodes heard from within 3 s run (see ModelID.Version)
 //	streamer_broker_node_items_total{event}     read, claimed, answered, expired, released, quarantined, withdrawn
 //	streamer_broker_node_write_failures_total   writes of answers Redis did not take (retried)
 //	streamer_broker_node_held_items             items the node holds now
@@ -27,6 +28,7 @@ func Collector(fe *FrontEnd, node *Node) prometheus.Collector {
 		duplicates: prometheus.NewDesc("streamer_broker_duplicate_answers_total", "Answers dropped by this front end: second answers to one item (after a claim, or a node's write retried when its reply was lost), and answers to requests no longer waiting (canceled, past their deadline, or failed).", nil, nil),
 		withdrawn:  prometheus.NewDesc("streamer_broker_withdrawn_items_total", "Items of requests given up (client gone, deadline passed) deleted from the stream before any node read them.", nil, nil),
 		lost:       prometheus.NewDesc("streamer_broker_lost_items_total", "Items of requests failed with 503 as Redis lost them while it kept its other data (a failover to a replica that lacked them, a restart that lost its last writes).", nil, nil),
+		versions:   prometheus.NewDesc("streamer_broker_model_versions", "Versions of the model (its file, plugin binary and arguments, or settings) that the nodes heard from within the last 3 seconds run: above 1, a request is answered by whichever version runs it (a rolling upgrade, until it is done).", nil, nil),
 		offset:     prometheus.NewDesc("streamer_broker_clock_offset_seconds", "How far Redis's clock is ahead of this machine's (negative: behind), as last measured. Times shared through Redis go on its clock, so an offset does no harm to streamer; it says that this machine's clock is not in sync.", nil, nil),
 		items:      prometheus.NewDesc("streamer_broker_node_items_total", "Items this node read from Redis (claimed: of them, taken over from a silent node), answered, found expired, released for another node, refused as quarantined, or withdrawn (their answers dropped as Redis, full, refused them, and their items gone from their streams).", []string{"event"}, nil),
 		failures:   prometheus.NewDesc("streamer_broker_node_write_failures_total", "Writes of answers that Redis did not take; they are retried and their items kept.", nil, nil),
@@ -41,6 +43,7 @@ type collector struct {
 
 	up, nodes, backlog, maxBacklog, duplicates, withdrawn, lost, offset *prometheus.Desc
 	items, failures, held, refused                                      *prometheus.Desc
+	versions                                                            *prometheus.Desc
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
@@ -48,6 +51,9 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		for _, d := range []*prometheus.Desc{c.up, c.nodes, c.backlog, c.maxBacklog, c.duplicates, c.withdrawn, c.lost, c.offset} {
 			ch <- d
 		}
+	}
+	if c.fe != nil || c.node != nil {
+		ch <- c.versions
 	}
 	if c.node != nil {
 		ch <- c.items
@@ -73,6 +79,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			}
 			gauge(c.up, up)
 			gauge(c.nodes, float64(fs.Nodes))
+			gauge(c.versions, float64(fs.ModelVersions))
 		}
 		gauge(c.backlog, float64(fs.Backlog))
 		gauge(c.maxBacklog, float64(fs.MaxBacklog))
@@ -85,6 +92,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	ns := c.node.Stats()
+	if c.fe == nil {
+		// Beside a front end, the front end's count, read at its checks.
+		gauge(c.versions, float64(ns.ModelVersions))
+	}
 	for _, e := range []struct {
 		event string
 		n     uint64

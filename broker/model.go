@@ -41,6 +41,19 @@ type ModelID struct {
 	Name string
 	// Label names the model for people, in messages; it is not compared.
 	Label string
+	// Version is a short digest of what makes the model's answers (for
+	// streamer serve, the first 16 hex digits of a SHA-256 of the runner,
+	// the ONNX file's or the plugin binary's SHA-256, the plugin's
+	// arguments, the padding, a built-in's settings; not paths, devices
+	// or threads, which differ between machines serving one model). It
+	// refuses nothing, as a rolling upgrade mixes two: nodes publish
+	// theirs as they beat, and front ends and nodes count those of the
+	// nodes heard from within 3 s (NodeStats and FrontEndStats'
+	// ModelVersions), warning while there is more than one, as callers
+	// then get the answers of either; a front end warns too when its
+	// own is none of the nodes'. Empty is no version: a node of none
+	// publishes nothing, and a front end of none compares nothing.
+	Version string
 }
 
 // ErrModelMismatch says that the nodes under the key prefix serve another

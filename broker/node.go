@@ -110,6 +110,13 @@ type Node struct {
 	// checkModel).
 	mismatch    atomic.Pointer[string]
 	modelLogged atomic.Bool // a refused script on the model is logged
+	// versions counts the versions of the model that the live nodes run,
+	// as the node's beats read them; staleVersions are the entries its
+	// last beat found stale, which its next deletes (see liveVersions).
+	// Only the beats touch staleVersions.
+	versions       versionWatch
+	staleVersions  []string
+	versionsLogged atomic.Bool // a refused read or write of the versions is logged
 	// token is the node's own, under which Redis keeps its name for it;
 	// nameTaken says why the node takes no items, another live node
 	// keeping its name; nil while it is its own (see checkName).
@@ -238,6 +245,12 @@ type NodeStats struct {
 	// ModelID), or another live node has its name (see ErrNameTaken).
 	// Empty while none of these holds.
 	Refused string `json:"refused,omitempty"`
+	// ModelVersions is how many versions of the model (see
+	// ModelID.Version) the nodes heard from within 3 s run, this one
+	// among them, as its last beat read them: more than one while
+	// callers get the answers of either (a rolling upgrade, until it is
+	// done), logged as it begins and ends.
+	ModelVersions int64 `json:"model_versions"`
 }
 
 // NewNode returns a node for cfg, not yet running. Its Redis client is
@@ -303,8 +316,9 @@ func (n *Node) Stats() NodeStats {
 		Read: n.stats.read.Load(), Claimed: n.stats.claimed.Load(), Answered: n.stats.answered.Load(),
 		Expired: n.stats.expired.Load(), Released: n.stats.released.Load(), Quarantined: n.stats.quarantined.Load(),
 		WriteFailures: n.stats.writeFailures.Load(), Withdrawn: n.stats.withdrawn.Load(),
-		Held:    held,
-		Refused: cmp.Or(n.refusal(), n.readsRefused()),
+		Held:          held,
+		Refused:       cmp.Or(n.refusal(), n.readsRefused()),
+		ModelVersions: n.versions.count.Load(),
 	}
 }
 
@@ -1986,6 +2000,7 @@ func (n *Node) beat(ctx context.Context) error {
 	}
 	pipe.Expire(ctx, n.k.poison, n.cfg.PoisonTTL+heartbeat)
 	poison := pipe.ZRangeWithScores(ctx, n.k.poison, 0, -1)
+	versions := n.versionsBeat(ctx, pipe, now, workers && !gone && n.readRefused.Load() == nil && n.claimsRefused.Load() == nil)
 	cmds, err := pipe.Exec(ctx)
 	if listed != nil && errors.As(listed.Err(), new(redis.Error)) {
 		// Of another type, or refused: the node is alive all the same.
@@ -2005,10 +2020,23 @@ func (n *Node) beat(ctx context.Context) error {
 			err = nil
 		}
 	}
+	if verr := versionsErr(versions); verr != nil {
+		// Refused (a permission, or its key of another type): the node
+		// is alive all the same, and counts no versions meanwhile.
+		if !n.versionsLogged.Swap(true) {
+			n.cfg.Logger.Warn("redis refuses this node's read or write of the model's versions: the versions the nodes run are not counted (let the user read and write "+n.k.versions+")", "node", n.cfg.Name, "err", verr)
+		}
+		cmds = slices.DeleteFunc(cmds, func(c redis.Cmder) bool { return slices.Contains(versions, c) })
+		if !slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Err() != nil }) {
+			err = nil
+		}
+		versions = nil
+	}
 	if err = n.clock.pipelineError(cmds, timeCmd, err); err != nil {
 		return fmt.Errorf("redis at %s: %w", n.where, err)
 	}
 	n.clock.observe(timeCmd, sent)
+	n.noteVersions(versions, now)
 	if !n.unlisted.Swap(gone) && gone {
 		n.cfg.Logger.Error("this node's Streamer is shut down: the node takes no items, and front ends count it as no node (shut the node down before its Streamer)", "node", n.cfg.Name)
 	}
@@ -2457,7 +2485,12 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	owns := n.ownsName()
 	if owns {
 		lctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		n.rdb.ZRem(lctx, n.k.nodes, n.cfg.Name) // best effort: a node silent for goneAfter is gone too
+		// Best effort: a node silent for goneAfter is gone too, and its
+		// version no longer counted.
+		pipe := n.rdb.Pipeline()
+		pipe.ZRem(lctx, n.k.nodes, n.cfg.Name)
+		pipe.HDel(lctx, n.k.versions, n.cfg.Name)
+		_, _ = pipe.Exec(lctx)
 		cancel()
 	}
 	drained := make(chan struct{})

@@ -117,6 +117,10 @@ func (o serveOptions) brokerParts(st *supervisor.Streamer, id broker.ModelID, lo
 		URL: o.broker.url, Prefix: o.broker.prefix, ClaimIdle: o.broker.claimIdle,
 		ReplyTTL: o.broker.replyTTL, Model: id, Logger: log.With("broker", o.broker.prefix),
 	}
+	if st != nil && id.Version != "" {
+		// A reload's new file is a new version.
+		base.ModelVersion = func() string { return answersVersion(st.Model()) }
+	}
 	if o.broker.caFile != "" {
 		pool, err := readCA("--broker-ca", o.broker.caFile)
 		if err != nil {

@@ -573,8 +573,8 @@ func deadFrontEndKeysExpire(t *testing.T, nodeArgs ...string) {
 	})
 	own := brokerItemsKey + ":" + brokerLogField(t, node, "node serving items from redis", "node")
 	name := "streamer:name:" + strings.TrimPrefix(own, brokerItemsKey+":")
-	if keys := redisKeys(t, rs, "*"); strings.Join(keys, " ") != strings.Join([]string{brokerEpochKey, brokerItemsKey, own, brokerModelKey, name, brokerNodesKey, brokerSizesKey, brokerStreamsKey}, " ") {
-		t.Errorf("Redis holds %q; want only the epoch, the shared stream, the node's own, the model, the node's name, the live nodes, the mean size of the requests and the list of node streams", keys)
+	if keys := redisKeys(t, rs, "*"); strings.Join(keys, " ") != strings.Join([]string{brokerEpochKey, brokerItemsKey, own, brokerModelKey, name, brokerNodesKey, brokerSizesKey, brokerStreamsKey, brokerVersionsKey}, " ") {
+		t.Errorf("Redis holds %q; want only the epoch, the shared stream, the node's own, the model, the node's name, the live nodes, the mean size of the requests, the list of node streams and the versions of the nodes' model", keys)
 	}
 }
 
@@ -903,8 +903,8 @@ func TestBrokerStreamPrefixKeepsModelsApart(t *testing.T) {
 		t.Errorf("batches run: %d on prefix one's node, %d on prefix two's; want 0 and 3", b1, b2)
 	}
 	nodeOne, nodeTwo := brokerLogField(t, one, "node serving items from redis", "node"), brokerLogField(t, two, "node serving items from redis", "node")
-	want := []string{"one:epoch", "one:items", "one:items:" + nodeOne, "one:model", "one:name:" + nodeOne, "one:nodes", "one:streams", "two:epoch", "two:items", "two:items:" + nodeTwo, "two:model", "two:name:" + nodeTwo, "two:nodes",
-		"two:reply:" + brokerLogField(t, front, "front end sending requests through redis", "front"), "two:sizes", "two:streams"}
+	want := []string{"one:epoch", "one:items", "one:items:" + nodeOne, "one:model", "one:name:" + nodeOne, "one:nodes", "one:streams", "one:versions", "two:epoch", "two:items", "two:items:" + nodeTwo, "two:model", "two:name:" + nodeTwo, "two:nodes",
+		"two:reply:" + brokerLogField(t, front, "front end sending requests through redis", "front"), "two:sizes", "two:streams", "two:versions"}
 	if keys := redisKeys(t, rs, "*"); strings.Join(keys, " ") != strings.Join(want, " ") {
 		t.Errorf("Redis holds %q; want each prefix's own keys", keys)
 	}

@@ -36,7 +36,9 @@ const (
 	brokerModelKey = "streamer:model"
 	// brokerSizesKey holds the mean size of the requests admitted of late.
 	brokerSizesKey = "streamer:sizes"
-	brokerGroup    = "nodes"
+	// brokerVersionsKey holds the version of each live node's model.
+	brokerVersionsKey = "streamer:versions"
+	brokerGroup       = "nodes"
 )
 
 // brokerWait bounds the waits of these tests on the cluster: for a

@@ -1,15 +1,23 @@
 package main
 
 import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"log/slog"
+	"maps"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/streamer-dev/streamer/broker"
 
 	"github.com/streamer-dev/streamer/model"
 	"github.com/streamer-dev/streamer/model/onnx"
+	"github.com/streamer-dev/streamer/model/onnx/demo"
+	"github.com/streamer-dev/streamer/model/plugin"
 	"github.com/streamer-dev/streamer/supervisor"
 	"github.com/streamer-dev/streamer/supervisor/httpapi"
 )
@@ -83,15 +91,72 @@ func announceModel(info any, batchSize int, maxLatency time.Duration, log *slog.
 // for the check that the front ends and nodes under one key prefix serve
 // the same: its wire is the codec (an ONNX model's inputs and outputs, so
 // that a new file of the same model passes, or the generic one), its name
-// the runner (and a plugin's file name), label what the command line said.
-func modelID(spec model.Spec, info any, plugin, label string) broker.ModelID {
+// the runner (and a plugin's file name), label what the command line said,
+// and its version what makes its answers (see answersVersion), which the
+// broker counts rather than compares.
+func modelID(spec model.Spec, info any, pluginPath, label string) broker.ModelID {
+	version := answersVersion(spec)
 	if desc, ok := info.(*onnx.Description); ok {
 		wire, _ := json.Marshal(map[string]any{"inputs": desc.Inputs, "outputs": desc.Outputs})
-		return broker.ModelID{Wire: "onnx " + string(wire), Name: spec.Runner, Label: label}
+		return broker.ModelID{Wire: "onnx " + string(wire), Name: spec.Runner, Label: label, Version: version}
 	}
 	name := spec.Runner
-	if plugin != "" {
-		name += " " + filepath.Base(plugin)
+	if pluginPath != "" {
+		name += " " + filepath.Base(pluginPath)
 	}
-	return broker.ModelID{Wire: "generic", Name: name, Label: label}
+	return broker.ModelID{Wire: "generic", Name: name, Label: label, Version: version}
+}
+
+// answersVersion digests what makes the answers of the model spec opens:
+// the runner and, for an ONNX model, its file's SHA-256 (its external
+// weights folded in) and how its inputs are padded; for a plugin, its
+// binary's SHA-256 and its arguments; for a built-in, its settings. Not
+// what differs between machines that serve the same model: paths, file
+// stamps, socket folders, devices, threads, the runtime library. It is ""
+// where the content is not known (a front end without the model's file or
+// binary), which the broker compares with nothing.
+func answersVersion(spec model.Spec) string {
+	var parts []string
+	switch spec.Runner {
+	case onnx.SpecRunner:
+		settings, err := onnx.SettingsOf(spec)
+		if err != nil {
+			return ""
+		}
+		content := settings.SHA256
+		if settings.Path == demo.Name {
+			// Embedded: no file, and no checksum recorded.
+			sum := sha256.Sum256(demo.ONNX())
+			content = hex.EncodeToString(sum[:])
+		}
+		pad, _ := json.Marshal(settings.Pad) // a map: its keys sorted
+		parts = []string{content, "pad " + string(pad)}
+	case plugin.Runner:
+		settings, err := plugin.SettingsOf(spec)
+		if err != nil {
+			return ""
+		}
+		parts = []string{strings.ToLower(cmp.Or(settings.SHA256, settings.Loaded))}
+		for _, k := range slices.Sorted(maps.Keys(settings.Args)) {
+			// Its values may be secrets: only their digest goes in.
+			sum := sha256.Sum256([]byte(settings.Args[k]))
+			parts = append(parts, k+"="+hex.EncodeToString(sum[:]))
+		}
+	default:
+		// A built-in's settings are all model (sleep's costs, chaos's
+		// faults).
+		return digest(spec.Runner, string(spec.Settings))
+	}
+	if parts[0] == "" {
+		return ""
+	}
+	return digest(append([]string{spec.Runner}, parts...)...)
+}
+
+// digest is the first 16 hex digits of the SHA-256 of parts, one a line:
+// a model's version, short enough for a log line, long enough that two
+// models never share one by chance.
+func digest(parts ...string) string {
+	sum := sha256.Sum256([]byte(strings.Join(parts, "\n")))
+	return hex.EncodeToString(sum[:8])
 }

@@ -192,6 +192,12 @@ func (r statusReport) print(out io.Writer) error {
 			fmt.Fprintf(w, "redis\tdown: no node heard from; backlog %d of %d items when last seen\n", f.Backlog, f.MaxBacklog)
 		}
 		fmt.Fprintf(w, "front end\tanswers dropped %d (late, or second: a claim, a write retried), withdrawn %d, lost %d\n", f.Duplicates, f.Withdrawn, f.Lost)
+		if f.ModelVersions > 1 {
+			fmt.Fprintf(w, "model versions\t%d among the nodes: a request is answered by whichever runs it (a rolling upgrade, until it is done; the log names them)\n", f.ModelVersions)
+		}
+		if f.OtherVersion {
+			fmt.Fprintf(w, "model version\tthis front end's is none of the nodes': it names its own model while they answer with theirs\n")
+		}
 	}
 	if b := r.broker; b != nil && b.Node != nil {
 		n := b.Node
@@ -199,6 +205,10 @@ func (r statusReport) print(out io.Writer) error {
 			n.Read, n.Claimed, n.Answered, n.Expired, n.Released, n.Quarantined, n.Withdrawn, n.WriteFailures, n.Held)
 		if n.Refused != "" {
 			fmt.Fprintf(w, "node refused\t%s\n", n.Refused)
+		}
+		if n.ModelVersions > 1 && (b.FrontEnd == nil || b.FrontEnd.ModelVersions <= 1) {
+			// Beside a front end that says it already, said once.
+			fmt.Fprintf(w, "model versions\t%d among the nodes: a request is answered by whichever runs it (a rolling upgrade, until it is done; the log names them)\n", n.ModelVersions)
 		}
 	}
 	if st.RoomKept > 0 {
