@@ -233,6 +233,11 @@ func (s *Streamer) PredictRequest(ctx context.Context, req Request) ([][]byte, e
 	out, reusable, err := f.wait(ctx)
 	if reusable {
 		s.futures.put(f)
+	} else {
+		// The caller left before its answer: the items it leaves queued
+		// would hold their bytes, and their places, until a batch
+		// reached them, a worker's run away. A sweep drops them now.
+		s.askSweep()
 	}
 	return out, err
 }

@@ -404,6 +404,46 @@ func TestHangingBatchTimesOutAndIsIsolated(t *testing.T) {
 	}
 }
 
+// TestItemsWhoseCallerLeftLeaveTheQueueAtOnce: a Predict call that ends
+// before its answer (its deadline, its caller gone) leaves its items
+// queued no longer than a sweep takes: they held their bytes and their
+// places until a batch reached them, which a busy worker can put off for
+// as long as its run takes. A client that set short deadlines on large
+// items kept the server's memory that way.
+func TestItemsWhoseCallerLeftLeaveTheQueueAtOnce(t *testing.T) {
+	g := newGate(false)
+	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), BatchSize: 1, MaxLatency: time.Hour, PipelineDepth: 1})
+	running, err := s.Submit(context.Background(), items("running"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-g.started
+	for i := range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		_, err := s.Predict(ctx, items(fmt.Sprint(i)))
+		cancel()
+		if !errors.Is(err, supervisor.ErrDeadline) {
+			t.Fatalf("a call past its deadline: %v, want ErrDeadline", err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	left := make(chan error, 1)
+	go func() {
+		_, err := s.Predict(ctx, items("left"))
+		left <- err
+	}()
+	waitFor(t, "the call that will leave queued", func() bool { return s.Stats().Queued > 0 })
+	cancel()
+	if err := <-left; !errors.Is(err, supervisor.ErrCanceled) {
+		t.Fatalf("a call whose caller left: %v, want ErrCanceled", err)
+	}
+	waitFor(t, "the queue emptied of the items whose callers left, while the worker still runs", func() bool { return s.Stats().Queued == 0 })
+	g.release()
+	if _, err := running.Result(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestOverloadIsRefusedAtOnce(t *testing.T) {
 	g := newGate(false)
 	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), MaxQueue: 3, BatchSize: 1, MaxLatency: time.Hour, PipelineDepth: 1})
