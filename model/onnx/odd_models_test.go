@@ -580,6 +580,13 @@ func TestExternalWeightsCountInTheModelsChecksum(t *testing.T) {
 	if err := onnx.Check(onnx.Settings{Path: path}); err == nil || !strings.Contains(err.Error(), `the file of its external weights "w.bin"`) {
 		t.Fatalf("check with the weights file missing: %v; want an error naming it", err)
 	}
+	// The model file is the one loaded: a worker restarted with its
+	// weights file gone says that, and not that the file changed (the
+	// sums are not comparable), and it counts as a failure to start.
+	if _, err := onnx.OpenSpec(context.Background(), refreshed); err == nil || errors.Is(err, model.ErrStale) ||
+		!strings.Contains(err.Error(), `the file of its external weights "w.bin"`) || strings.Contains(err.Error(), "the file changed") {
+		t.Fatalf("open with the weights file missing: %v; want an error naming it, not ErrStale", err)
+	}
 }
 
 // specOf is the spec of the model at path, as the server makes it, and

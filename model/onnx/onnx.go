@@ -192,7 +192,7 @@ func checkModel(spec Settings, src source, sig *onnxio.Signature) error {
 // the crashes that give a slot up, and end a server whose slots are all
 // given up, in the middle of an ordinary deploy.
 func staleIfChanged(spec Settings, src source, err error) error {
-	if spec.SHA256 == "" || src.sum == "" || src.sum == spec.SHA256 {
+	if spec.SHA256 == "" || src.sum == "" || src.partial || src.sum == spec.SHA256 {
 		return err
 	}
 	return model.Stale(fmt.Errorf("%w (the file changed since it was loaded: sha256 %s, now %s)", err, spec.SHA256, src.sum))
@@ -232,6 +232,9 @@ type source struct {
 	// sum is the hex SHA-256 of the file, and of the files of its
 	// external weights with it when it has some; "" for the demo.
 	sum string
+	// partial is set when sum is the file's alone, a file of its external
+	// weights having failed to be read: it is not what a spec records.
+	partial bool
 	// external are the paths of the files of its external weights.
 	external []string
 	// stamp is the file's and its external weights' (see stampOf), as
@@ -295,6 +298,7 @@ func readModel(name string) (source, *onnxio.Signature, error) {
 		path := filepath.Join(filepath.Dir(src.path), filepath.FromSlash(location))
 		sum, stamp, err := hashFile(path)
 		if err != nil {
+			src.partial = true
 			return src, nil, fmt.Errorf("model %s: the file of its external weights %q: %w", name, location, err)
 		}
 		fmt.Fprintf(h, "\n%s %s", location, sum)

@@ -286,6 +286,10 @@ func declaredShape(p onnxio.Port) string {
 	return p.Shape.String()
 }
 
+// maxProbeBytes bounds an input of the probe's items: the default bound
+// of a batch's bytes, which no item past it could be sent in.
+const maxProbeBytes = 64 << 20
+
 // probeBatchAxis runs the model on two items of ones, then on three, when
 // some output's leading axis is not named the batch axis (r.unproven), and
 // unbatches each such output whose leading length is not the number of
@@ -294,10 +298,6 @@ func declaredShape(p onnxio.Port) string {
 // such as Squeeze takes away. A model that refuses the probe proves
 // nothing here; its runs check each output's leading length as they cut
 // it (see split).
-// maxProbeBytes bounds an input of the probe's items: the default bound
-// of a batch's bytes, which no item past it could be sent in.
-const maxProbeBytes = 64 << 20
-
 func (r *Runner) probeBatchAxis() {
 	if len(r.unproven) == 0 {
 		return
