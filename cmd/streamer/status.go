@@ -221,8 +221,11 @@ func (r statusReport) print(out io.Writer) error {
 			q["ok"], q["rejected"], q["timed_out"], q["failed"], q["poisoned"], q["canceled"])
 	}
 	// Failed is part of Answered, and Expired, Poisoned and Canceled of
-	// Failed; the rest failed in the model (streamer_items_total's failed).
-	fmt.Fprintf(w, "items\tanswered %d (ok %d, failed %d: expired %d, poisoned %d, canceled %d, the model's %d), rejected %d\n",
+	// Failed; the rest failed in the model, or for want of anything to
+	// run them (no worker able to; behind --broker, no node alive, or
+	// Redis not serving): streamer_items_total's failed. Not "the
+	// model's": an outage would be put on it.
+	fmt.Fprintf(w, "items\tanswered %d (ok %d, failed %d: expired %d, poisoned %d, canceled %d, other %d), rejected %d\n",
 		st.Answered, st.Answered-st.Failed, st.Failed, st.Expired, st.Poisoned, st.Canceled,
 		st.Failed-st.Expired-st.Poisoned-st.Canceled, st.Rejected)
 	lat := st.Latency

@@ -38,7 +38,7 @@ func TestStatusCommand(t *testing.T) {
 		"model", "echo", "ready", "yes",
 		"queue depth", "0 items",
 		"requests          ok 3, rejected 0, timed out 0, failed 0, poisoned 0, canceled 0",
-		"answered 9 (ok 9, failed 0: expired 0, poisoned 0, canceled 0, the model's 0), rejected 0",
+		"answered 9 (ok 9, failed 0: expired 0, poisoned 0, canceled 0, other 0), rejected 0",
 		fmt.Sprintf("idle %d", st.Dispatch.Idle),
 		"SLOT", "DEVICE", "PID", "STATE", "RESTARTS", "BATCHES",
 	} {
