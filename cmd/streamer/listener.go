@@ -81,9 +81,10 @@ type cappedListener struct {
 
 	refusing     sync.WaitGroup
 	refusalsMu   sync.Mutex
-	refusals     int  // under way, at most maxRefusals (or l.maxRefusals)
-	refusalsOver bool // awaitRefusals has begun: a late connection is closed
-	maxRefusals  int  // tests' bound in place of maxRefusals; 0: that
+	refusals     int           // under way, at most maxRefusals (or l.maxRefusals)
+	refusalsOver bool          // awaitRefusals has begun: a late connection is closed
+	maxRefusals  int           // tests' bound in place of maxRefusals; 0: that
+	reclaimAfter time.Duration // tests' wait in place of reclaimAfter; 0: that
 
 	// The connections idle between requests or before their first, the
 	// longest idle first: a list linked through the connections
@@ -182,6 +183,7 @@ func (l *cappedListener) track(conn net.Conn, state http.ConnState) {
 	}
 	if idle {
 		c.idleSince = now
+		c.readsIdle = c.reads.Load()
 		c.listed = true
 		c.idlePrev, c.idleNext = l.idleTail, nil
 		if l.idleTail != nil {
@@ -218,13 +220,20 @@ func (l *cappedListener) unlinkIdle(c *countedConn) {
 func (l *cappedListener) reclaim() bool {
 	l.idleMu.Lock()
 	defer l.idleMu.Unlock()
-	for {
-		conn := l.idleHead
-		if conn == nil || time.Since(conn.idleSince) < reclaimAfter {
+	for conn := l.idleHead; conn != nil; {
+		if time.Since(conn.idleSince) < cmp.Or(l.reclaimAfter, reclaimAfter) {
 			return false
+		}
+		next := conn.idleNext
+		if conn.busy() {
+			// A request is coming on it: its server goroutine lists it
+			// active once the headers are whole, or idle again after.
+			conn = next
+			continue
 		}
 		l.unlinkIdle(conn)
 		if !conn.release() {
+			conn = next
 			continue
 		}
 		// Its server goroutine, waiting for a request, ends on the closed
@@ -235,6 +244,7 @@ func (l *cappedListener) reclaim() bool {
 		l.reclaimed.Add(1)
 		return true
 	}
+	return false
 }
 
 // quiesce answers every new connection 503 from now on, and returns once
@@ -379,12 +389,34 @@ type countedConn struct {
 	net.Conn
 	open     *atomic.Int64
 	released atomic.Bool
+	// reads counts the reads that brought bytes: one since the connection
+	// was listed idle (readsIdle) began a request, which net/http says
+	// only once its headers are whole (see reclaim).
+	reads atomic.Uint64
 
 	// Its place in the listener's list of idle connections, under the
 	// listener's idleMu (see track).
 	listed             bool
 	idleSince          time.Time
+	readsIdle          uint64
 	idlePrev, idleNext *countedConn
+}
+
+func (c *countedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.reads.Add(1)
+	}
+	return n, err
+}
+
+// busy reports whether the connection, listed idle, has a request coming:
+// bytes read since, or waiting to be. A proxy that pools its connections
+// writes a request on each before it opens another, the one that has an
+// idle connection reclaimed: closed then, the request would be lost, and
+// the proxy's client answered 502. It requires the listener's idleMu.
+func (c *countedConn) busy() bool {
+	return c.reads.Load() != c.readsIdle || bytesWaiting(c.Conn)
 }
 
 func (c *countedConn) Close() error {

@@ -166,3 +166,62 @@ func BenchmarkTrack(b *testing.B) {
 		}
 	})
 }
+
+// A connection listed idle on which a request has begun to arrive is not
+// reclaimed for a new one over the cap: a proxy that pools its
+// connections writes a request on each before it opens another, and the
+// request on the connection reclaimed was lost (the proxy's client got
+// 502). The new connection is refused 503 instead, and the request that
+// was coming is answered.
+func TestAConnectionARequestIsComingOnIsNotReclaimed(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &cappedListener{Listener: inner, max: 1, reclaimAfter: time.Nanosecond}
+	server := &http.Server{
+		Handler:   http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) }),
+		ConnState: l.track,
+	}
+	go func() { _ = server.Serve(l) }()
+	t.Cleanup(func() { _ = server.Close() })
+
+	pooled := dialRaw(t, l.Addr().String())
+	defer pooled.Close()
+	answers := bufio.NewReader(pooled)
+	ask := func(what string) {
+		t.Helper()
+		_ = pooled.SetReadDeadline(time.Now().Add(requestTimeout))
+		resp, err := http.ReadResponse(answers, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d", what, resp.StatusCode)
+		}
+	}
+	if _, err := pooled.Write([]byte("GET /a HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	ask("the first request")
+	waitFor(t, "the connection listed idle", requestTimeout, func() bool {
+		l.idleMu.Lock()
+		defer l.idleMu.Unlock()
+		return l.idleHead != nil
+	})
+	// The next request begins, its headers not whole yet.
+	if _, err := pooled.Write([]byte("GET /b HTTP/1.1\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if resp := askHealth(t, dialRaw(t, l.Addr().String())); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("a connection over the cap, none idle: %d; want 503", resp.StatusCode)
+	}
+	if _, err := pooled.Write([]byte("Host: x\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	ask("the request that was coming as a connection came over the cap")
+	if n := l.reclaimed.Load(); n != 0 {
+		t.Errorf("%d connections reclaimed; want none", n)
+	}
+}
