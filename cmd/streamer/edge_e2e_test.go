@@ -640,6 +640,37 @@ func TestABodyOverTheLimitSentWholeGetsItsAnswer(t *testing.T) {
 	}
 }
 
+// TestABodyAnnouncedFarOverTheLimitGetsItsAnswer: a body announced past
+// four times --max-body, which the server does not read through, is
+// answered 413 all the same to a client that writes it whole before it
+// reads, as a proxy does: the server shuts down writing and reads what
+// comes for a moment before it closes, where the close had reset the
+// connection, and the answer with it (nginx answered its client 502). So
+// for a request that asks to close the connection (nginx's default), which
+// Go's server closes at once, and for one that does not.
+func TestABodyAnnouncedFarOverTheLimitGetsItsAnswer(t *testing.T) {
+	s := startServer(t, "--model", "echo", "--max-body", "100000")
+	// More than the kernel's buffers take in at their largest, sent at
+	// the speed of a proxy on a network: a few milliseconds on loopback.
+	body := bytes.Repeat([]byte("x"), 16<<20)
+	for _, connection := range []string{"close", "keep-alive"} {
+		conn := dialRaw(t, s.addr)
+		_ = conn.SetWriteDeadline(time.Now().Add(requestTimeout))
+		fmt.Fprintf(conn, "POST /predict HTTP/1.1\r\nHost: x\r\nConnection: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", connection, len(body))
+		if _, err := conn.Write(body); err != nil {
+			t.Errorf("Connection: %s: the server reset the body of a request far over --max-body: %v; want its 413 once sent", connection, err)
+			continue
+		}
+		resp, answer, err := readRawResponse(conn)
+		if err != nil || resp.StatusCode != http.StatusRequestEntityTooLarge || !isJSONError(answer) {
+			t.Errorf("Connection: %s: %v, %v %s; want 413 with a JSON error", connection, err, resp, answer)
+		}
+	}
+	if p := s.predictJSON(t, "after"); p.Status != http.StatusOK {
+		t.Fatalf("the server keeps serving: %s", p)
+	}
+}
+
 // rssBytes is a process's resident memory.
 func rssBytes(t *testing.T, pid int) int64 {
 	t.Helper()

@@ -402,6 +402,16 @@ type countedConn struct {
 	idlePrev, idleNext *countedConn
 }
 
+// CloseWrite shuts down the connection's writing, where the connection
+// beneath can (TCP, TLS), as a server that closes with a request's body
+// unread does first, lest the close reset its answer.
+func (c *countedConn) CloseWrite() error {
+	if half, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return half.CloseWrite()
+	}
+	return nil
+}
+
 func (c *countedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {

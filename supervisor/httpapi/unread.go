@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // This file reads, and throws away, what is left of a request body that
@@ -55,9 +56,12 @@ type fullDuplexer interface{ EnableFullDuplex() error }
 // one that never stops, for no more than discardLimit bytes. Past either,
 // net/http closes the connection, as it did without this.
 //
-// A body announced longer than discardLimit is not read at all: the client
-// would be reset all the same, after the server had read megabytes for
-// nothing. Nor is the body of a client waiting for 100 Continue: it was
+// A body announced longer than discardLimit is not read through: its
+// connection is closed once the answer is sent, what the client sends
+// meanwhile thrown away for lingerTime (see lingerAndClose), in which a
+// client still sending a few megabytes gets to its answer, and one sending
+// more is reset, without the server reading megabytes for nothing. Nor is
+// the body of a client waiting for 100 Continue read: it was
 // answered instead, and does not send its body. Nor an HTTP/2 body: a
 // stream left unread costs its connection nothing.
 func (h *handler) discardUnread(w http.ResponseWriter, r *http.Request) {
@@ -66,7 +70,11 @@ func (h *handler) discardUnread(w http.ResponseWriter, r *http.Request) {
 
 // discardUnread is the handler's discardUnread with the bound limit.
 func discardUnread(w http.ResponseWriter, r *http.Request, limit int64) {
-	if r.ProtoMajor != 1 || r.ContentLength > limit || expectsContinue(r.Header) {
+	if r.ProtoMajor != 1 || expectsContinue(r.Header) {
+		return
+	}
+	if r.ContentLength > limit {
+		lingerAndClose(w)
 		return
 	}
 	// Without full duplex, net/http would read at most smallBody of the
@@ -90,6 +98,37 @@ func discardUnread(w http.ResponseWriter, r *http.Request, limit int64) {
 		// own check, which would close the connection here.
 		closeConnection(w)
 	}
+}
+
+// lingerTime is how long a connection closed with its request's body
+// unread is read from, its answer sent and its writing shut down, before
+// it is closed (see lingerAndClose): as long as Go's server waits itself.
+const lingerTime = 500 * time.Millisecond
+
+// lingerAndClose sends the answer written to w and closes its connection
+// without resetting it: it shuts down writing, then reads and throws away
+// what the client still sends, for lingerTime at most, and closes. Closed
+// with bytes unread, a connection is reset, and the reset can destroy the
+// answer in flight: a client still sending its body sees the reset, and a
+// proxy answers its own client 502. Go's server waits so itself, but not
+// for a request that asked to close the connection (Connection: close, as
+// nginx sends by default), and without reading.
+func lingerAndClose(w http.ResponseWriter) {
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		panic(http.ErrAbortHandler) // as closeConnection does
+	}
+	go func() {
+		if half, ok := conn.(interface{ CloseWrite() error }); ok {
+			_ = half.CloseWrite()
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(lingerTime))
+		_, _ = io.Copy(io.Discard, conn)
+		_ = conn.Close()
+	}()
 }
 
 // sendAndClose sends the answer written to w, with its Content-Length,
