@@ -85,6 +85,7 @@ type cappedListener struct {
 	refusalsOver bool          // awaitRefusals has begun: a late connection is closed
 	maxRefusals  int           // tests' bound in place of maxRefusals; 0: that
 	reclaimAfter time.Duration // tests' wait in place of reclaimAfter; 0: that
+	arriving     time.Duration // tests' time in place of reclaimAfter for a request to arrive (see busy); 0: that
 
 	// The connections idle between requests or before their first, the
 	// longest idle first: a list linked through the connections
@@ -183,7 +184,7 @@ func (l *cappedListener) track(conn net.Conn, state http.ConnState) {
 	}
 	if idle {
 		c.idleSince = now
-		c.readsIdle = c.reads.Load()
+		c.firstRead.Store(0)
 		c.listed = true
 		c.idlePrev, c.idleNext = l.idleTail, nil
 		if l.idleTail != nil {
@@ -220,12 +221,13 @@ func (l *cappedListener) unlinkIdle(c *countedConn) {
 func (l *cappedListener) reclaim() bool {
 	l.idleMu.Lock()
 	defer l.idleMu.Unlock()
+	after := cmp.Or(l.reclaimAfter, reclaimAfter)
 	for conn := l.idleHead; conn != nil; {
-		if time.Since(conn.idleSince) < cmp.Or(l.reclaimAfter, reclaimAfter) {
+		if time.Since(conn.idleSince) < after {
 			return false
 		}
 		next := conn.idleNext
-		if conn.busy() {
+		if conn.busy(cmp.Or(l.arriving, reclaimAfter)) {
 			// A request is coming on it: its server goroutine lists it
 			// active once the headers are whole, or idle again after.
 			conn = next
@@ -389,16 +391,16 @@ type countedConn struct {
 	net.Conn
 	open     *atomic.Int64
 	released atomic.Bool
-	// reads counts the reads that brought bytes: one since the connection
-	// was listed idle (readsIdle) began a request, which net/http says
-	// only once its headers are whole (see reclaim).
-	reads atomic.Uint64
+	// firstRead is when the first read that brought bytes since the
+	// connection was listed idle took them (see monotonic), 0 for none:
+	// a request has begun to arrive, which net/http says only once its
+	// headers are whole (see busy).
+	firstRead atomic.Int64
 
 	// Its place in the listener's list of idle connections, under the
 	// listener's idleMu (see track).
 	listed             bool
 	idleSince          time.Time
-	readsIdle          uint64
 	idlePrev, idleNext *countedConn
 }
 
@@ -414,20 +416,34 @@ func (c *countedConn) CloseWrite() error {
 
 func (c *countedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	if n > 0 {
-		c.reads.Add(1)
+	if n > 0 && c.firstRead.Load() == 0 {
+		c.firstRead.CompareAndSwap(0, monotonic())
 	}
 	return n, err
 }
 
 // busy reports whether the connection, listed idle, has a request coming:
-// bytes read since, or waiting to be. A proxy that pools its connections
-// writes a request on each before it opens another, the one that has an
-// idle connection reclaimed: closed then, the request would be lost, and
-// the proxy's client answered 502. It requires the listener's idleMu.
-func (c *countedConn) busy() bool {
-	return c.reads.Load() != c.readsIdle || bytesWaiting(c.Conn)
+// bytes that began to arrive within reclaimAfter, or that wait to be read.
+// A proxy that pools its connections writes a request on each before it
+// opens another, the one that has an idle connection reclaimed: closed
+// then, the request would be lost, and the proxy's client answered 502.
+// Its headers come whole at once; a client that sends them a byte at a
+// time, to hold its place, has its connection reclaimed all the same once
+// it has sent them for longer than that. It requires the listener's
+// idleMu.
+func (c *countedConn) busy(after time.Duration) bool {
+	if first := c.firstRead.Load(); first != 0 && monotonic()-first < int64(after) {
+		return true
+	}
+	return bytesWaiting(c.Conn)
 }
+
+// started is when the process began, for monotonic.
+var started = time.Now()
+
+// monotonic is the time since the process began, in nanoseconds, on the
+// monotonic clock; never 0.
+func monotonic() int64 { return max(int64(time.Since(started)), 1) }
 
 func (c *countedConn) Close() error {
 	c.release()

@@ -172,13 +172,24 @@ func BenchmarkTrack(b *testing.B) {
 // connections writes a request on each before it opens another, and the
 // request on the connection reclaimed was lost (the proxy's client got
 // 502). The new connection is refused 503 instead, and the request that
-// was coming is answered.
+// was coming is answered. A request whose headers have been arriving for
+// longer than a request sent whole takes is reclaimed all the same: a
+// client that sends them a byte at a time does not hold its place.
 func TestAConnectionARequestIsComingOnIsNotReclaimed(t *testing.T) {
+	t.Run("coming", func(t *testing.T) { requestComingAtTheCap(t, 0, false) })
+	t.Run("coming slowly", func(t *testing.T) { requestComingAtTheCap(t, time.Nanosecond, true) })
+}
+
+// requestComingAtTheCap has a request begin to arrive on the one
+// connection a listener of one allows, listed idle, as another connection
+// comes; arriving is the listener's time for a request to arrive (0: its
+// own), and reclaimed says whether the connection should be reclaimed.
+func requestComingAtTheCap(t *testing.T, arriving time.Duration, reclaimed bool) {
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &cappedListener{Listener: inner, max: 1, reclaimAfter: time.Nanosecond}
+	l := &cappedListener{Listener: inner, max: 1, reclaimAfter: time.Nanosecond, arriving: arriving}
 	server := &http.Server{
 		Handler:   http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) }),
 		ConnState: l.track,
@@ -210,9 +221,23 @@ func TestAConnectionARequestIsComingOnIsNotReclaimed(t *testing.T) {
 		defer l.idleMu.Unlock()
 		return l.idleHead != nil
 	})
-	// The next request begins, its headers not whole yet.
+	// The next request begins, its headers not whole yet, and read.
 	if _, err := pooled.Write([]byte("GET /b HTTP/1.1\r\n")); err != nil {
 		t.Fatal(err)
+	}
+	waitFor(t, "the request's first bytes read", requestTimeout, func() bool {
+		l.idleMu.Lock()
+		defer l.idleMu.Unlock()
+		return l.idleHead != nil && l.idleHead.firstRead.Load() != 0
+	})
+	if reclaimed {
+		if resp := askHealth(t, dialRaw(t, l.Addr().String())); resp.StatusCode != http.StatusOK {
+			t.Errorf("a connection over the cap, the other's request arriving for longer than one takes: %d; want it served", resp.StatusCode)
+		}
+		if n := l.reclaimed.Load(); n != 1 {
+			t.Errorf("%d connections reclaimed; want the one whose request was slow to arrive", n)
+		}
+		return
 	}
 	if resp := askHealth(t, dialRaw(t, l.Addr().String())); resp.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("a connection over the cap, none idle: %d; want 503", resp.StatusCode)
