@@ -176,9 +176,10 @@ type FrontEnd struct {
 	otherName atomic.Bool
 	// versions counts the versions of the model the live nodes run, as
 	// the checks read them; otherVersion is set while the front end's own
-	// is none of them (logged once each time it begins; see noteVersions).
+	// is none of them (logged once it has held a while; see noteVersions).
 	versions       versionWatch
 	otherVersion   atomic.Bool
+	otherSaid      steady      // under checkMu: otherVersion as logged
 	versionsLogged atomic.Bool // a refused read of the versions is logged
 	// fullAt is when Redis last refused a write for want of memory, as
 	// fullSeen counts (see noteFull); fullLogged, that the refusals

@@ -64,12 +64,44 @@ func liveVersions(entries map[string]string, since, stale time.Time) (live map[s
 }
 
 // versionWatch counts the versions that the live nodes run, as a node's
-// beats or a front end's checks read them, and logs when a mix begins
-// and when it ends: once each, not at every read.
+// beats or a front end's checks read them, and, when it has a logger, logs
+// when a mix begins and when it ends: once each, not at every read, and
+// only once the mix, or its end, has held for versionsHold.
 type versionWatch struct {
 	count atomic.Int64
 	mu    sync.Mutex
-	mixed bool // requires that mu is held
+	mixed steady // requires that mu is held
+}
+
+// versionsHold is how long a mix of versions, or its end, or a front end
+// of a version no node runs, holds before it is logged: a Redis restarted
+// without its data, or a node's first beat, has the nodes' entries come
+// back one beat apart, a second at most, which read as a mix ended and
+// begun again, or as no node of the front end's version.
+const versionsHold = nodeSilence
+
+// steady is a condition said once it has held for versionsHold: said is
+// the one said last, and since when the other one has held, if pending.
+type steady struct {
+	said, pending bool
+	since         time.Time
+}
+
+// note takes in that the condition is v at now, and reports whether it
+// is now to be said: it has held for versionsHold since it changed.
+func (s *steady) note(v bool, now time.Time) bool {
+	switch {
+	case v == s.said:
+		s.pending = false
+		return false
+	case !s.pending:
+		s.pending, s.since = true, now
+		return false
+	case now.Sub(s.since) < versionsHold:
+		return false
+	}
+	s.said, s.pending = v, false
+	return true
 }
 
 // mixMsg and unmixedMsg are the log lines of a mix's beginning and end.
@@ -78,18 +110,16 @@ const (
 	unmixedMsg = "the nodes under this key prefix no longer run more than one version of the model"
 )
 
-// note takes in the live versions a read found, logging to log, with
-// attrs, when there comes to be more than one and when that ends.
+// note counts the versions of live, and logs to log, when it is not nil, a
+// mix begun or ended that has held.
 func (w *versionWatch) note(log *slog.Logger, live map[string][]string, attrs ...any) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.count.Store(int64(len(live)))
-	mixed := len(live) > 1
-	if mixed == w.mixed {
+	if !w.mixed.note(len(live) > 1, time.Now()) || log == nil {
 		return
 	}
-	w.mixed = mixed
-	if mixed {
+	if w.mixed.said {
 		log.Warn(mixMsg, append([]any{"count", len(live), "versions", describeVersions(live)}, attrs...)...)
 	} else {
 		log.Info(unmixedMsg, append([]any{"count", len(live), "versions", describeVersions(live)}, attrs...)...)
@@ -164,13 +194,15 @@ func versionsErr(cmds []redis.Cmder) error {
 func (n *Node) noteVersions(cmds []redis.Cmder, now time.Time) {
 	if len(cmds) == 0 {
 		n.staleVersions = nil
-		n.versions.note(n.cfg.Logger, nil, "node", n.cfg.Name, "prefix", n.cfg.Prefix)
+		n.versions.note(nil, nil)
 		return
 	}
 	entries := cmds[len(cmds)-1].(*redis.MapStringStringCmd).Val()
 	live, old := liveVersions(entries, now.Add(-nodeSilence), now.Add(-versionsTTL))
 	n.staleVersions = old
-	n.versions.note(n.cfg.Logger, live, "node", n.cfg.Name, "prefix", n.cfg.Prefix)
+	// Counted, not logged: the front ends log it, that of the node's own
+	// process among them, which would say it a second time.
+	n.versions.note(nil, live)
 }
 
 // noteVersions takes in the versions key as a check read it (nil when
@@ -184,7 +216,8 @@ func (fe *FrontEnd) noteVersions(entries map[string]string, since time.Time) {
 	fe.versions.note(fe.cfg.Logger, live, "redis", fe.where, "prefix", fe.cfg.Prefix)
 	mine := fe.cfg.modelVersion()
 	other := mine != "" && fe.modelErr == nil && len(live) > 0 && live[mine] == nil
-	if fe.otherVersion.Swap(other) == other {
+	fe.otherVersion.Store(other)
+	if !fe.otherSaid.note(other, time.Now()) {
 		return
 	}
 	if other {
