@@ -666,6 +666,20 @@ func TestABodyAnnouncedFarOverTheLimitGetsItsAnswer(t *testing.T) {
 			t.Errorf("Connection: %s: %v, %v %s; want 413 with a JSON error", connection, err, resp, answer)
 		}
 	}
+	// An answer of no length, sent chunked (/metrics), is ended whole
+	// before its connection is closed: closed the same way, it lost its
+	// last chunk.
+	conn := dialRaw(t, s.addr)
+	fmt.Fprintf(conn, "GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 3000000\r\n\r\n")
+	_ = conn.SetReadDeadline(time.Now().Add(requestTimeout))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("GET /metrics announcing a body far over the limit: %v", err)
+	}
+	metrics, err := io.ReadAll(resp.Body)
+	if err != nil || !bytes.Contains(metrics, []byte("streamer_")) {
+		t.Errorf("GET /metrics announcing a body far over the limit: %d, %d bytes, %v; want the whole answer", resp.StatusCode, len(metrics), err)
+	}
 	if p := s.predictJSON(t, "after"); p.Status != http.StatusOK {
 		t.Fatalf("the server keeps serving: %s", p)
 	}

@@ -74,7 +74,11 @@ func discardUnread(w http.ResponseWriter, r *http.Request, limit int64) {
 		return
 	}
 	if r.ContentLength > limit {
-		lingerAndClose(w)
+		if w.Header().Get("Content-Length") != "" {
+			// Whole on the wire once flushed; an answer of no length
+			// (/metrics, chunked) is closed by net/http, which ends it.
+			lingerAndClose(w)
+		}
 		return
 	}
 	// Without full duplex, net/http would read at most smallBody of the
