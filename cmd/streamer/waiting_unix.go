@@ -3,16 +3,16 @@
 package main
 
 import (
-	"crypto/tls"
 	"net"
 	"syscall"
 )
 
 // bytesWaiting reports whether conn has bytes received that no read has
 // taken yet, as the kernel holds them: a peek that neither waits nor
-// takes them. Over TLS it looks at the connection beneath.
+// takes them. Over TLS (a *tls.Conn, or a connection that wraps one, as
+// httpsConn does) it looks at the connection beneath.
 func bytesWaiting(conn net.Conn) bool {
-	if t, ok := conn.(*tls.Conn); ok {
+	if t, ok := conn.(interface{ NetConn() net.Conn }); ok {
 		conn = t.NetConn()
 	}
 	sc, ok := conn.(syscall.Conn)
