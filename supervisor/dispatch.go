@@ -89,6 +89,7 @@ func (s *Streamer) sweepLocked(now time.Time, earlier func(time.Time)) {
 		return
 	}
 	s.sweepWanted.Store(false)
+	s.givenUp.Store(0)
 	s.lastSweep = now
 	s.queue.sweep(now, s.drop)
 }

@@ -36,6 +36,7 @@ type Streamer struct {
 	downSince   time.Time     // when the last ready slot went away; zero while one is ready
 	lastSweep   time.Time     // when the queue was last swept
 	sweepWanted atomic.Bool   // a request was refused for want of room since lastSweep
+	givenUp     atomic.Int64  // items whose callers left before their answer since lastSweep
 	nextSlot    int           // round-robin start for picking a slot
 	cost        costFit       // the batches' measured cost
 	returns     returnTracker // callers coming back after their answers
@@ -233,10 +234,12 @@ func (s *Streamer) PredictRequest(ctx context.Context, req Request) ([][]byte, e
 	out, reusable, err := f.wait(ctx)
 	if reusable {
 		s.futures.put(f)
-	} else {
+	} else if left := s.givenUp.Add(int64(len(req.Items))); left*8 >= s.queue.size.Load() {
 		// The caller left before its answer: the items it leaves queued
 		// would hold their bytes, and their places, until a batch
-		// reached them, a worker's run away. A sweep drops them now.
+		// reached them, a worker's run away. A sweep drops them now,
+		// once the items left since the last are an eighth of the queue:
+		// a sweep walks the whole queue, under the lock.
 		s.askSweep()
 	}
 	return out, err
