@@ -92,6 +92,16 @@ func (s *Streamer) sweepLocked(now time.Time, earlier func(time.Time)) {
 	s.givenUp.Store(0)
 	s.lastSweep = now
 	s.queue.sweep(now, s.drop)
+	if isClosed(s.stopping) {
+		return // the workers stop, and what they hold is answered
+	}
+	for _, slots := range [...][]*slot{s.slots, s.retiring} {
+		for _, sl := range slots {
+			if sl.state == SlotReady || sl.state == SlotDraining {
+				sl.recallAbandonedLocked()
+			}
+		}
+	}
 }
 
 // pickSlot returns the ready slot with the fewest batches in flight (below

@@ -382,19 +382,47 @@ func (sl *slot) pruneForRun(w worker, b *batch, seq uint64, ttls []int64) ([]int
 // held.
 func (sl *slot) recallLocked() {
 	for i := 1; i < len(sl.inflight); {
-		b := sl.inflight[i]
-		switch {
-		case b.recalling:
+		if sl.recallAtLocked(i) {
 			i++
-		case b.onWire:
-			b.recalling = true
-			sl.w.recall(b.id)
-			i++
-		default:
-			sl.giveBackLocked(i)
 		}
 	}
 }
+
+// recallAtLocked takes back inflight[i], a batch sent ahead (i > 0): at
+// once if the worker has not taken it yet, else by asking the worker for
+// it. It reports whether the batch is still in flight, being asked for. It
+// requires that s.mu is held.
+func (sl *slot) recallAtLocked(i int) bool {
+	b := sl.inflight[i]
+	switch {
+	case b.recalling:
+		return true
+	case b.onWire:
+		b.recalling = true
+		sl.w.recall(b.id)
+		return true
+	default:
+		sl.giveBackLocked(i)
+		return false
+	}
+}
+
+// recallAbandonedLocked asks for the batches sent ahead whose callers have
+// all left: given back, they are dropped as queued items are, counted
+// canceled, and the worker runs the next batch instead of one nobody waits
+// for. A batch of which some callers wait still runs, for them. Pieces of
+// a hunt run whole, whoever waits. It requires that s.mu is held.
+func (sl *slot) recallAbandonedLocked() {
+	for i := 1; i < len(sl.inflight); i++ {
+		b := sl.inflight[i]
+		if b.onWire && !b.recalling && !b.suspect && !slices.ContainsFunc(b.items, stillWanted) {
+			sl.recallAtLocked(i)
+		}
+	}
+}
+
+// stillWanted reports whether its caller still waits for its answer.
+func stillWanted(it item) bool { return !it.fut.gone() }
 
 // giveBackLocked takes the batch at inflight[i] from the slot, unrun, and
 // queues it ahead of every other; or, once the streamer stops, answers its

@@ -444,6 +444,41 @@ func TestItemsWhoseCallerLeftLeaveTheQueueAtOnce(t *testing.T) {
 	}
 }
 
+// TestABatchSentAheadWhoseCallersLeftDoesNotRun: a worker process is sent
+// its next batch while it runs one. When every caller of that batch
+// leaves, the batch is asked back and dropped, counted canceled; before,
+// the worker ran it for nobody, and its items counted ok.
+func TestABatchSentAheadWhoseCallersLeftDoesNotRun(t *testing.T) {
+	cfg := processConfig("sleep:300ms,0", 1, 8)
+	cfg.MaxLatency = time.Millisecond
+	s := start(t, cfg)
+	running := make(chan error, 1)
+	go func() {
+		_, err := s.Predict(context.Background(), items("running"))
+		running <- err
+	}()
+	waitFor(t, "a batch running", func() bool { return s.Slots()[0].InFlight == 1 })
+	ctx, cancel := context.WithCancel(context.Background())
+	left := make(chan error, 1)
+	go func() {
+		_, err := s.Predict(ctx, items("left"))
+		left <- err
+	}()
+	waitFor(t, "a batch sent ahead", func() bool { return s.Slots()[0].InFlight == 2 })
+	cancel()
+	if err := <-left; !errors.Is(err, supervisor.ErrCanceled) {
+		t.Fatalf("a call whose caller left: %v, want ErrCanceled", err)
+	}
+	if err := <-running; err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the worker's pipeline empty", func() bool { return s.Slots()[0].InFlight == 0 })
+	st, slot := s.Stats(), s.Slots()[0]
+	if ok := st.Answered - st.Failed; ok != 1 || st.Canceled != 1 || slot.Batches != 1 {
+		t.Errorf("items ok %d, canceled %d; batches run %d; want 1, 1 and 1 (the batch whose caller left ran)", ok, st.Canceled, slot.Batches)
+	}
+}
+
 func TestOverloadIsRefusedAtOnce(t *testing.T) {
 	g := newGate(false)
 	s := start(t, supervisor.Config{InProcess: model.Func(g.fn), MaxQueue: 3, BatchSize: 1, MaxLatency: time.Hour, PipelineDepth: 1})
