@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	_ "google.golang.org/grpc/encoding/gzip" // calls compressed with gzip, as REST bodies may be
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
@@ -103,9 +104,15 @@ func (o serveOptions) openGRPC(api http.Handler, guard *security, counts *grpcCo
 			Time:    o.writeTimeout,
 			Timeout: o.writeTimeout,
 		}),
+		// grpc-go's own policy closes, with "too_many_pings", the
+		// connection of a client that pings more often than every 5
+		// minutes, its calls under way failed: clients and proxies that
+		// keep their connections alive ping every 10 to 30 s.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: grpcMinPingInterval, PermitWithoutStream: true}),
 		grpc.ForceServerCodecV2(service.Codec()),
 		grpc.InTapHandle(calls.begin),
 		grpc.UnaryInterceptor(calls.read),
+		grpc.StreamInterceptor(calls.readStream),
 	}
 	if guard.cert != nil {
 		options = append(options, grpc.Creds(credentials.NewTLS(guard.cert.config())))
@@ -113,18 +120,27 @@ func (o serveOptions) openGRPC(api http.Handler, guard *security, counts *grpcCo
 	}
 	server := grpc.NewServer(options...)
 	calls.register(server, service)
+	healthpb.RegisterHealthServer(server, httpapi.NewGRPCHealth(api))
 	g := &grpcServer{server: server, listener: listener, served: make(chan error, 1)}
 	go func() { g.served <- server.Serve(listener) }()
 	log.Info("serving the Open Inference Protocol over gRPC", "grpc_listen", tcp.Addr().String())
 	return g, nil
 }
 
+// grpcMinPingInterval is the shortest time between a client's pings that
+// the server takes: a client that pings more often, three times running
+// with no data between, has its connection closed ("too_many_pings").
+const grpcMinPingInterval = 5 * time.Second
+
 // grpcHealthCall says whether method is one of the server's health calls,
 // which, as the HTTP API's health routes, need no token: probes may not
-// carry one, and the answers tell nothing of the model.
+// carry one, and the answers tell nothing of the model. The health
+// service's Watch is not one: it holds its call open for as long as its
+// client likes.
 func grpcHealthCall(method string) bool {
 	switch method {
-	case inferencepb.GRPCInferenceService_ServerLive_FullMethodName, inferencepb.GRPCInferenceService_ServerReady_FullMethodName:
+	case inferencepb.GRPCInferenceService_ServerLive_FullMethodName, inferencepb.GRPCInferenceService_ServerReady_FullMethodName,
+		healthpb.Health_Check_FullMethodName, healthpb.Health_List_FullMethodName:
 		return true
 	}
 	return false
@@ -326,6 +342,35 @@ func (c *grpcCalls) read(ctx context.Context, req any, _ *grpc.UnaryServerInfo, 
 		u.timer.Stop()
 	}
 	return handler(ctx, req)
+}
+
+// readStream is read for streaming calls: it stops the call's timer once
+// the call's first message is in.
+func (c *grpcCalls) readStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	u, ok := ss.Context().Value(readTimerKey{}).(*unreadCall)
+	if !ok {
+		return handler(srv, ss)
+	}
+	return handler(srv, &timedStream{ServerStream: ss, u: u})
+}
+
+// timedStream is a streaming call whose first message stops its timer.
+type timedStream struct {
+	grpc.ServerStream
+	u  *unreadCall
+	in bool // the first message came
+}
+
+func (s *timedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil || s.in {
+		return err
+	}
+	s.in = true
+	if !s.u.settle() {
+		return status.Error(codes.DeadlineExceeded, errReadTimeout.Error())
+	}
+	s.u.timer.Stop()
+	return nil
 }
 
 // stop ends the gRPC service once the drain has answered every admitted
