@@ -134,6 +134,14 @@ func launchServerOn(t *testing.T, port func(*testing.T) string, args ...string) 
 
 func newServer(t *testing.T, addr string, args []string) *server {
 	t.Helper()
+	return newServerTo(t, addr, args, nil)
+}
+
+// newServerTo is newServer with the server's stderr going to stderr, when
+// it is not nil, rather than to its output buffer: its log is then not
+// read from it.
+func newServerTo(t *testing.T, addr string, args []string, stderr io.Writer) *server {
+	t.Helper()
 	s := &server{
 		addr:   addr,
 		out:    &syncbuf.Buffer{},
@@ -143,6 +151,9 @@ func newServer(t *testing.T, addr string, args []string) *server {
 	s.cmd = exec.Command(streamerBin, append([]string{"serve", "--listen", addr}, args...)...)
 	s.cmd.Stdout = s.out
 	s.cmd.Stderr = s.out
+	if stderr != nil {
+		s.cmd.Stderr = stderr
+	}
 	// A process group of its own lets cleanup kill workers a crashed server
 	// left behind; WaitDelay bounds the wait for output pipes such orphans hold.
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -8,15 +8,22 @@ import (
 	"log/slog"
 	"os"
 	"sync/atomic"
+	"time"
 
 	"github.com/spf13/cobra"
 )
 
 func main() {
-	if err := newRootCommand().Execute(); err != nil {
+	err := newRootCommand().Execute()
+	if err != nil {
 		if log := exitLog.Load(); log != nil {
 			log.Error("exiting", "err", err.Error())
-		} else {
+		}
+	}
+	// The log's last lines, unless its reader has stopped reading.
+	stderrLog.flush(2 * time.Second)
+	if err != nil {
+		if exitLog.Load() == nil {
 			fmt.Fprintln(os.Stderr, "streamer:", err)
 		}
 		os.Exit(1)

@@ -92,7 +92,7 @@ CUDA_VISIBLE_DEVICES set to the (i mod n)-th entry of --cuda.`,
   streamer serve --model model.onnx --device cuda --cuda 0,1,2,3 --workers 4`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if log, err := o.logger(os.Stderr); err == nil && o.logFormat == "json" {
+			if log, err := o.logger(stderrLog); err == nil && o.logFormat == "json" {
 				// From the first check on, the error the server
 				// exits with is JSON, as its log is.
 				exitLog.Store(log)
@@ -413,10 +413,13 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if err := o.checkFlags(); err != nil {
 		return err
 	}
-	log, err := o.logger(os.Stderr)
+	log, err := o.logger(stderrLog)
 	if err != nil {
 		return err
 	}
+	stderrLog.setNotice(func(dropped int) {
+		log.Warn("log lines dropped: the reader of the server's stderr fell behind", "dropped", dropped)
+	})
 	o.warnOpenFiles(log)
 	heapfloor.Keep()
 	// Before anything slow: a SIGHUP from here on must not end the server.
@@ -487,7 +490,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		WriteTimeout: o.writeTimeout, AllowedOrigins: o.allowOrigins,
 		Admin: adminFor(o.admin, st), Tensors: m.tensors,
 		MaxBatchSize: o.batchSize, MaxQueueDelay: o.maxLatency, MaxItems: o.maxItems,
-		Metrics: collectors{listener, guard},
+		Metrics: collectors{listener, guard, stderrLog},
 	})
 	grpcAPI, err := o.openGRPC(api, guard, &listener.grpc, log)
 	if err != nil {
