@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
@@ -40,5 +41,22 @@ func TestWordFlagsTakeAnyCase(t *testing.T) {
 	}
 	if o.device != "cuda" || o.logFormat != "json" || o.policy() != supervisor.BatchingGreedy {
 		t.Errorf("device %q, log format %q, batching %q; want cuda, json and greedy", o.device, o.logFormat, o.policy())
+	}
+}
+
+// A server run as a container's first process with a plugin warns that the
+// plugin's orphans are not reaped, naming the inits that reap them; run
+// otherwise, or with no plugin to leave orphans, it warns of nothing.
+func TestPid1WarningOnlyForAPluginAsProcess1(t *testing.T) {
+	if got := pid1Warning(1, "./bin/fillmask"); !strings.Contains(got, "not reaped") || !strings.Contains(got, "docker run --init") {
+		t.Errorf("as process 1 with a plugin: %q; want a warning naming docker run --init", got)
+	}
+	for _, c := range []struct {
+		pid    int
+		plugin string
+	}{{1, ""}, {4242, "./bin/fillmask"}} {
+		if got := pid1Warning(c.pid, c.plugin); got != "" {
+			t.Errorf("as process %d with plugin %q: %q; want no warning", c.pid, c.plugin, got)
+		}
 	}
 }

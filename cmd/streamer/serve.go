@@ -287,6 +287,18 @@ func (o serveOptions) logger(w io.Writer) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q: want text or json", o.logFormat)
 }
 
+// pid1Warning is what the server warns of when it runs as pid, with
+// plugin: as a container's first process (pid 1), every orphan of the
+// machine's namespace becomes its child, and the processes a plugin leaves
+// behind when it dies (its children, a shell wrapper's) stay zombies, for
+// serve reaps its own workers alone. "" for nothing to warn of.
+func pid1Warning(pid int, plugin string) string {
+	if pid != 1 || plugin == "" {
+		return ""
+	}
+	return "running as process 1 with a plugin: processes the plugin leaves behind as it dies are not reaped, and stay zombies; run streamer under an init that reaps them (docker run --init, tini as the container's entrypoint, or shareProcessNamespace in a Kubernetes pod)"
+}
+
 // warnOpenFiles warns when this process may open fewer files than its
 // connections and workers take at their bounds: --max-connections (on the
 // gRPC port as many again), a dozen pipes and files for each worker, and
@@ -421,6 +433,9 @@ func runServe(ctx context.Context, o serveOptions) error {
 		log.Warn("log lines dropped: the reader of the server's stderr fell behind", "dropped", dropped)
 	})
 	o.warnOpenFiles(log)
+	if warning := pid1Warning(os.Getpid(), o.plugin); warning != "" {
+		log.Warn(warning)
+	}
 	heapfloor.Keep()
 	// Before anything slow: a SIGHUP from here on must not end the server.
 	hangups := catchHangups(log)
