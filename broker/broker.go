@@ -650,6 +650,11 @@ func parseURL(s string) (*url.URL, error) {
 	if misread(s) {
 		return nil, fmt.Errorf("broker: redis URL %s holds an @ past its host: in a password, and in the query (sentinel_username=svc%%40corp), write @ as %%40, and / ? # %% in a password percent-encoded too", redactURL(s))
 	}
+	if strings.Contains(s, "#") {
+		// A Redis URL has no fragment: this # began a password's end,
+		// which the password would lose (sentinel_password=pa#ss).
+		return nil, fmt.Errorf("broker: redis URL %s holds a #: in a password, and in the query (sentinel_password=pa%%23ss), write # as %%23", redactURL(s))
+	}
 	return u, nil
 }
 
@@ -694,7 +699,8 @@ func hasScheme(url, scheme string) bool {
 // anybody's guess.
 func redactURL(s string) string {
 	u, err := url.Parse(s)
-	if err != nil || misread(s) {
+	// Past a #, a password's end may follow (sentinel_password=pa#ss).
+	if err != nil || misread(s) || strings.Contains(s, "#") {
 		if !strings.Contains(s, "@") && !strings.Contains(s, "password") {
 			return s
 		}

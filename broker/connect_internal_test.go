@@ -47,6 +47,8 @@ func TestConnectRefusesBadURLsSayingWhy(t *testing.T) {
 		{"redis://:secret@10.0.0.1:6379/-1", "database number -1: must not be negative"},
 		{"redis://10.0.0.1:6379?db=-2", "database number -2: must not be negative"},
 		{"redis://10.0.0.1:26379/-1?master_name=main", "database number -1: must not be negative"},
+		{"redis://10.0.0.1:26379/0?master_name=m&sentinel_password=abc#secret", "write # as %23"},
+		{"redis://:abc@10.0.0.1:6379/0#secret", "write # as %23"},
 	} {
 		_, _, err := connect(Config{URL: tc.url}, 1)
 		if err == nil || !strings.Contains(err.Error(), tc.why) {
@@ -161,19 +163,22 @@ func TestConnectRefusesQueryOptionsItWouldLose(t *testing.T) {
 
 func TestRedactURLHidesThePasswords(t *testing.T) {
 	for in, want := range map[string]string{
-		"redis://user:secret@h:1/0":                             "redis://user:xxxxx@h:1/0",
-		"redis://:secret@h:1/0?a=b":                             "redis://:xxxxx@h:1/0?a=b",
-		"redis://h:1/0?master_name=m&sentinel_password=secret":  "redis://h:1/0?master_name=m&sentinel_password=xxxxx",
-		"rediss://user:p@ss@h:abc/0":                            "rediss://…",
-		"redis://u:pa/ss@h:1/0":                                 "redis://…",
-		"redis://h:abc/0?sentinel_password=secret":              "redis://…",
-		"redis://user@h:1/0":                                    "redis://user@h:1/0",
-		"redis://h:1/0":                                         "redis://h:1/0",
-		"10.0.0.1:6379":                                         "10.0.0.1:6379",
-		"redis://u:se%zz@h/0?master_name=m":                     "redis://…",
-		"redis://u:my@secret/word@h:1/0":                        "redis://…",
-		"redis://h:1/0?master_name=m&sentinel_password=se%zz":   "redis://h:1/0?…",
-		"redis://h:1/0?master_name=m&sentinel_password=se&cret": "redis://h:1/0?…",
+		"redis://user:secret@h:1/0":                               "redis://user:xxxxx@h:1/0",
+		"redis://:secret@h:1/0?a=b":                               "redis://:xxxxx@h:1/0?a=b",
+		"redis://h:1/0?master_name=m&sentinel_password=secret":    "redis://h:1/0?master_name=m&sentinel_password=xxxxx",
+		"rediss://user:p@ss@h:abc/0":                              "rediss://…",
+		"redis://u:pa/ss@h:1/0":                                   "redis://…",
+		"redis://h:abc/0?sentinel_password=secret":                "redis://…",
+		"redis://user@h:1/0":                                      "redis://user@h:1/0",
+		"redis://h:1/0":                                           "redis://h:1/0",
+		"10.0.0.1:6379":                                           "10.0.0.1:6379",
+		"redis://u:se%zz@h/0?master_name=m":                       "redis://…",
+		"redis://u:my@secret/word@h:1/0":                          "redis://…",
+		"redis://h:1/0?master_name=m&sentinel_password=se%zz":     "redis://h:1/0?…",
+		"redis://h:1/0?master_name=m&sentinel_password=se&cret":   "redis://h:1/0?…",
+		"redis://h:1/0?master_name=m&sentinel_password=se#cret":   "redis://…",
+		"redis://h:99999/0?master_name=&sentinel_password=a#cret": "redis://…",
+		"redis://h:1/0#frag":                                      "redis://h:1/0#frag",
 	} {
 		if got := redactURL(in); got != want {
 			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
@@ -233,4 +238,29 @@ func TestConnectTakesTheTLSSchemeInAnyCase(t *testing.T) {
 	if TLSURL("redis://10.0.0.1:6379/0") {
 		t.Error("TLSURL takes redis:// for TLS")
 	}
+}
+
+// FuzzConnectHidesThePassword: whatever surrounds a password in a Redis
+// URL, unencoded characters included, no error of connect and no name it
+// gives its Redis shows the password.
+func FuzzConnectHidesThePassword(f *testing.F) {
+	for _, seed := range [][2]string{{"", ""}, {"a", "#b"}, {"a/", "?b"}, {"%zz", ""}, {"a&", "=b"}, {"", "@x"}} {
+		f.Add(seed[0], seed[1], false)
+		f.Add(seed[0], seed[1], true)
+	}
+	const secret = "Zx7Qsecret"
+	f.Fuzz(func(t *testing.T, before, after string, sentinel bool) {
+		password := before + secret + after
+		url := "redis://u:" + password + "@127.0.0.1:6379/0"
+		if sentinel {
+			url = "redis://127.0.0.1:26379/0?master_name=m&sentinel_password=" + password
+		}
+		rdb, where, err := connect(Config{URL: url}, 1)
+		if rdb != nil {
+			_ = rdb.Close()
+		}
+		if err != nil && strings.Contains(err.Error(), secret) || strings.Contains(where, secret) {
+			t.Errorf("connect(%q): %q %v; shows the password", url, where, err)
+		}
+	})
 }
