@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -565,6 +566,11 @@ func appendContents(dst []byte, dt dtype, c *inferencepb.InferTensorContents, re
 	outOfRange := func(i int, v string) error {
 		return badRequest(ref.String() + ": element " + strconv.Itoa(i) + " is " + v + ", which does not fit " + dt.name)
 	}
+	if want != "bytes_contents" {
+		// Once, rather than doubling as it fills: a tensor of 64 MiB held
+		// up to twice that while it grew.
+		dst = slices.Grow(dst, count*max(dt.size, 1))
+	}
 	switch want {
 	case "bool_contents":
 		for _, v := range c.BoolContents {
@@ -692,7 +698,8 @@ func (st *inferState) grpcAnswer(model TensorModel, meta ModelMetadata, req *inf
 // client with more elements sends them as raw_input_contents, one slice an
 // input.
 func (g *GRPC) Codec() encoding.CodecV2 {
-	return &inferCodec{base: encoding.GetCodecV2("proto"), maxElements: int(min(g.h.maxBody/12, math.MaxInt32))}
+	return &inferCodec{base: encoding.GetCodecV2("proto"), maxElements: int(min(g.h.maxBody/12, math.MaxInt32)),
+		maxDecoded: int(min(2*g.h.maxBody, math.MaxInt32))}
 }
 
 // maxTensorEntries bounds the inputs, outputs and raw contents of one gRPC
@@ -702,6 +709,7 @@ const maxTensorEntries = 4096
 type inferCodec struct {
 	base        encoding.CodecV2
 	maxElements int
+	maxDecoded  int // bytes of numeric contents and shapes decoded
 }
 
 func (c *inferCodec) Name() string { return c.base.Name() }
@@ -732,6 +740,10 @@ func (c *inferCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		return refuse("parameters", n.parameters, maxTensorEntries, "")
 	case n.elements > c.maxElements:
 		return refuse("BYTES elements in contents", n.elements, c.maxElements, " (the body limit, --max-body, / 12); send them in raw_input_contents")
+	case n.decoded > c.maxDecoded:
+		// A zero is a byte on the wire, and 8 in an int64: 8 MiB of them
+		// held 64 MiB decoded, and as much again converted.
+		return refuse("bytes of numbers in contents and shapes once decoded", n.decoded, c.maxDecoded, " (twice the body limit, --max-body); send them in raw_input_contents")
 	}
 	if err := proto.Unmarshal(wire, req); err != nil {
 		// A client's mistake, as a malformed body is over REST: 400.
@@ -782,15 +794,44 @@ const (
 	fieldInputs            = 5 // ModelInferRequest.inputs
 	fieldOutputs           = 6 // ModelInferRequest.outputs
 	fieldRawContents       = 7 // ModelInferRequest.raw_input_contents
+	fieldShape             = 3 // InferInputTensor.shape
 	fieldInputParameters   = 4 // InferInputTensor.parameters
 	fieldContents          = 5 // InferInputTensor.contents
 	fieldOutputParameters  = 2 // InferRequestedOutputTensor.parameters
+	fieldFP32Contents      = 6 // InferTensorContents.fp32_contents
+	fieldFP64Contents      = 7 // InferTensorContents.fp64_contents
 	fieldBytesContents     = 8 // InferTensorContents.bytes_contents
 )
 
+// decodedSize is the bytes one element of field num of
+// InferTensorContents takes decoded, but for bytes_contents: bool 1,
+// int32 and uint32 4, int64, uint64 and float64 8, float32 4.
+var decodedSize = [...]int{1: 1, 2: 4, 3: 8, 4: 4, 5: 8, 6: 4, 7: 8}
+
 // entryCounts are the repeated entries of a ModelInferRequest that each
-// decode to an object or slice of their own.
-type entryCounts struct{ tensors, parameters, elements int }
+// decode to an object or slice of their own, and the bytes its numbers
+// take decoded.
+type entryCounts struct{ tensors, parameters, elements, decoded int }
+
+// numbersIn is the count of numbers of a field whose wire type is typ and
+// value, if packed, v: packed fixed-size numbers take fixed bytes each,
+// packed varints (fixed 0) end each in a byte under 0x80; unpacked, a
+// field is one number.
+func numbersIn(typ protowire.Type, v []byte, fixed int) int {
+	switch {
+	case typ != protowire.BytesType:
+		return 1
+	case fixed > 0:
+		return len(v) / fixed
+	}
+	n := 0
+	for _, b := range v {
+		if b < 0x80 {
+			n++
+		}
+	}
+	return n
+}
 
 // countEntries counts the entries of a ModelInferRequest in its wire form,
 // as far as it is well formed.
@@ -816,13 +857,22 @@ func countEntries(b []byte) entryCounts {
 			n.tensors++
 			eachField(v, func(num protowire.Number, typ protowire.Type, v []byte) {
 				switch {
+				case num == fieldShape:
+					n.decoded += 8 * numbersIn(typ, v, 0)
 				case typ != protowire.BytesType:
 				case num == fieldInputParameters:
 					n.parameters++
 				case num == fieldContents:
-					eachField(v, func(num protowire.Number, typ protowire.Type, _ []byte) {
-						if num == fieldBytesContents && typ == protowire.BytesType {
+					eachField(v, func(num protowire.Number, typ protowire.Type, v []byte) {
+						switch {
+						case num == fieldBytesContents && typ == protowire.BytesType:
 							n.elements++
+						case num > 0 && int(num) < len(decodedSize):
+							size, fixed := decodedSize[num], 0
+							if num == fieldFP32Contents || num == fieldFP64Contents {
+								fixed = size
+							}
+							n.decoded += size * numbersIn(typ, v, fixed)
 						}
 					})
 				}

@@ -568,6 +568,87 @@ func TestGRPCCodecBoundsBytesElements(t *testing.T) {
 	}
 }
 
+// TestGRPCCodecBoundsDecodedNumbers: a call whose typed numeric contents
+// and shapes would take more than twice the body limit once decoded is
+// refused before it is decoded, however each field is written (packed,
+// unpacked, fixed-size); one at the bound is decoded whole. Before, a call
+// of 8 MiB of zeros in int64_contents held 64 MiB decoded and as much
+// again converted, and 8 such calls took a server to 2 GB.
+func TestGRPCCodecBoundsDecodedNumbers(t *testing.T) {
+	const maxBody = 1200 // numbers decoded: 2400 bytes at most
+	codec := NewGRPC(New(Config{Backend: &fakeBackend{}, MaxBody: maxBody})).Codec()
+	for _, c := range []struct {
+		name      string
+		contents  func(n int) *pb.InferTensorContents
+		size      int
+		unpacked  bool
+		viaShapes bool
+	}{
+		{name: "int64_contents", contents: func(n int) *pb.InferTensorContents { return &pb.InferTensorContents{Int64Contents: make([]int64, n)} }, size: 8},
+		{name: "uint64_contents", contents: func(n int) *pb.InferTensorContents { return &pb.InferTensorContents{Uint64Contents: make([]uint64, n)} }, size: 8},
+		{name: "int_contents", contents: func(n int) *pb.InferTensorContents { return &pb.InferTensorContents{IntContents: make([]int32, n)} }, size: 4},
+		{name: "bool_contents", contents: func(n int) *pb.InferTensorContents { return &pb.InferTensorContents{BoolContents: make([]bool, n)} }, size: 1},
+		{name: "fp64_contents", contents: func(n int) *pb.InferTensorContents { return &pb.InferTensorContents{Fp64Contents: make([]float64, n)} }, size: 8},
+		{name: "int64_contents unpacked", contents: func(n int) *pb.InferTensorContents { return &pb.InferTensorContents{Int64Contents: make([]int64, n)} }, size: 8, unpacked: true},
+		{name: "shape", size: 8, viaShapes: true},
+	} {
+		request := func(elements int) []byte {
+			in := input("a", "INT64", 1)
+			if c.viaShapes {
+				in.Shape = make([]int64, elements)
+			} else {
+				in.Contents = c.contents(elements)
+			}
+			wire, err := proto.Marshal(&pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{in}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.unpacked {
+				wire = unpackInt64Contents(t, wire, elements)
+			}
+			return wire
+		}
+		most := (2*maxBody - 8) / c.size // beside the input's shape, [1]
+		if c.viaShapes {
+			most = 2 * maxBody / c.size
+		}
+		got := new(pb.ModelInferRequest)
+		if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(request(most))}, got); err != nil || len(got.GetInputs()) != 1 {
+			t.Errorf("%s: %d numbers, at the bound: %v, %d inputs decoded; want it decoded", c.name, most, err, len(got.GetInputs()))
+		}
+		refused := new(pb.ModelInferRequest)
+		if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(request(most + 1))}, refused); err != nil {
+			t.Fatalf("%s: %v; want the refusal left in the request", c.name, err)
+		}
+		if msg, field := codecRefusal(refused); field != fieldTooLarge || !strings.Contains(msg, "over the 2400 one call may carry") || len(refused.GetInputs()) != 0 {
+			t.Errorf("%s: %d numbers: refusal %q (field %d), %d inputs decoded; want it refused undecoded", c.name, most+1, msg, field, len(refused.GetInputs()))
+		}
+	}
+}
+
+// unpackInt64Contents rewrites wire, a request of one input whose contents
+// are n packed zeros in int64_contents, with each zero a field of its own,
+// as protobuf allows a repeated number to come.
+func unpackInt64Contents(t *testing.T, wire []byte, n int) []byte {
+	t.Helper()
+	var contents []byte
+	for range n {
+		contents = protowire.AppendTag(contents, 3, protowire.VarintType)
+		contents = protowire.AppendVarint(contents, 0)
+	}
+	in := input("a", "INT64", 1)
+	inWire, err := proto.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inWire = protowire.AppendTag(inWire, fieldContents, protowire.BytesType)
+	inWire = protowire.AppendBytes(inWire, contents)
+	out := protowire.AppendTag([]byte(nil), 1, protowire.BytesType)
+	out = protowire.AppendString(out, "m")
+	out = protowire.AppendTag(out, fieldInputs, protowire.BytesType)
+	return protowire.AppendBytes(out, inWire)
+}
+
 // TestGRPCRefusesNegativeAxesAsREST: a negative axis is refused in the
 // REST route's words, whichever form the data takes.
 func TestGRPCRefusesNegativeAxesAsREST(t *testing.T) {
