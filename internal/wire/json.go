@@ -27,6 +27,9 @@ func NewJSONScanner(data []byte) JSONScanner { return JSONScanner{data: data} }
 // Offset is the byte offset of the scanner in the text.
 func (s *JSONScanner) Offset() int { return s.pos }
 
+// Remaining is the count of bytes of the text after the scanner.
+func (s *JSONScanner) Remaining() int { return len(s.data) - s.pos }
+
 // Peek moves past white space and returns the next byte; false at the end
 // of the text.
 func (s *JSONScanner) Peek() (byte, bool) {

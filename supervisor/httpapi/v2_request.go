@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -475,6 +476,16 @@ func (st *inferState) parseData(s *wire.JSONScanner, in *v2Input, ref tensorRef)
 }
 
 func (st *inferState) convert(s *wire.JSONScanner, in *v2Input, ref tensorRef) error {
+	if in.dtype.size > 0 && in.rank > 0 {
+		// The shape came first, as clients send it: the data's bytes are
+		// sized once, rather than doubling as they fill (a body of
+		// zeros for an INT64 tensor held 15 times its size as it grew).
+		// As many as the text left may hold: an element and its comma
+		// take two bytes at least.
+		if want, ok := elementCount(st.dims[in.shapeAt : in.shapeAt+in.rank]); ok {
+			st.arena = slices.Grow(st.arena, int(min(want, int64(s.Remaining()/2+1)))*in.dtype.size)
+		}
+	}
 	in.dataAt = len(st.arena)
 	var err error
 	st.arena, in.elements, err = appendJSONData(st.arena, s, in.dtype, ref)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"math"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -264,4 +265,26 @@ func FuzzV2DataReadsAsFlat(f *testing.F) {
 			t.Fatalf("nested %s: %d elements % x, %v; flat reads as %d: % x", nested, count, got, err, n, want)
 		}
 	})
+}
+
+// TestJSONDataIsSizedOnceByItsShape: an input's JSON data, its shape sent
+// before it, is converted into bytes allocated once, not grown by
+// doubling: a body of zeros for an INT64 tensor, 2 bytes of JSON an element
+// and 8 converted, allocated 15 times its size as it grew.
+func TestJSONDataIsSizedOnceByItsShape(t *testing.T) {
+	const n = 1 << 17
+	body := []byte(`{"inputs":[{"name":"x","datatype":"INT64","shape":[` + strconv.Itoa(n) + `],"data":[0` + strings.Repeat(",0", n-1) + `]}]}`)
+	var st inferState
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if err := st.parse(body, false); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	if len(st.arena) != 8*n {
+		t.Fatalf("converted %d bytes; want %d", len(st.arena), 8*n)
+	}
+	if allocated := after.TotalAlloc - before.TotalAlloc; allocated > 12*n {
+		t.Errorf("parsing allocated %d bytes for %d bytes converted; want them allocated once", allocated, 8*n)
+	}
 }
