@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"slices"
 	"strconv"
 	"time"
 
@@ -569,7 +568,7 @@ func appendContents(dst []byte, dt dtype, c *inferencepb.InferTensorContents, re
 	if want != "bytes_contents" {
 		// Once, rather than doubling as it fills: a tensor of 64 MiB held
 		// up to twice that while it grew.
-		dst = slices.Grow(dst, count*max(dt.size, 1))
+		dst = growBytes(dst, count*max(dt.size, 1))
 	}
 	switch want {
 	case "bool_contents":
@@ -699,7 +698,7 @@ func (st *inferState) grpcAnswer(model TensorModel, meta ModelMetadata, req *inf
 // input.
 func (g *GRPC) Codec() encoding.CodecV2 {
 	return &inferCodec{base: encoding.GetCodecV2("proto"), maxElements: int(min(g.h.maxBody/12, math.MaxInt32)),
-		maxDecoded: int(min(2*g.h.maxBody, math.MaxInt32))}
+		maxDecoded: int(min(g.h.maxBody, math.MaxInt32/2) * 2)}
 }
 
 // maxTensorEntries bounds the inputs, outputs and raw contents of one gRPC

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"math"
-	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -483,7 +482,7 @@ func (st *inferState) convert(s *wire.JSONScanner, in *v2Input, ref tensorRef) e
 		// As many as the text left may hold: an element and its comma
 		// take two bytes at least.
 		if want, ok := elementCount(st.dims[in.shapeAt : in.shapeAt+in.rank]); ok {
-			st.arena = slices.Grow(st.arena, int(min(want, int64(s.Remaining()/2+1)))*in.dtype.size)
+			st.arena = growBytes(st.arena, int(min(want, int64(s.Remaining()/2+1)))*in.dtype.size)
 		}
 	}
 	in.dataAt = len(st.arena)

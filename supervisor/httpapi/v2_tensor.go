@@ -655,3 +655,14 @@ func quoteNames(specs []TensorSpec) string {
 	}
 	return b.String()
 }
+
+// growBytes returns b with room for n more bytes, allocated once: where
+// slices.Grow may allocate the room twice over (built with -race, it does).
+func growBytes(b []byte, n int) []byte {
+	if cap(b)-len(b) >= n {
+		return b
+	}
+	grown := make([]byte, len(b), len(b)+n)
+	copy(grown, b)
+	return grown
+}
