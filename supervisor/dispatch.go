@@ -52,6 +52,7 @@ func (s *Streamer) dispatchLocked(now time.Time) time.Time {
 	}
 	s.checkAvailable(now, earlier)
 	s.sweepLocked(now, earlier)
+	s.recallAbandonedLocked()
 	s.recallLate(now, earlier)
 	for {
 		sl := s.pickSlot(now)
@@ -92,8 +93,14 @@ func (s *Streamer) sweepLocked(now time.Time, earlier func(time.Time)) {
 	s.givenUp.Store(0)
 	s.lastSweep = now
 	s.queue.sweep(now, s.drop)
-	if isClosed(s.stopping) {
-		return // the workers stop, and what they hold is answered
+}
+
+// recallAbandonedLocked asks back the batches sent ahead whose callers have
+// all left, once a caller left since the last look (see
+// slot.recallAbandonedLocked). It requires that s.mu is held.
+func (s *Streamer) recallAbandonedLocked() {
+	if !s.recallWanted.CompareAndSwap(true, false) || isClosed(s.stopping) {
+		return // none left, or the workers stop, and what they hold is answered
 	}
 	for _, slots := range [...][]*slot{s.slots, s.retiring} {
 		for _, sl := range slots {

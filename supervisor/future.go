@@ -38,6 +38,9 @@ type Future struct {
 	// poisonGen is the poison list's generation before admission looked
 	// at it for the request's items (see Streamer.pushLocked).
 	poisonGen uint64
+	// owner, set on the Futures SubmitRequest returns, is told when
+	// Result finds the request's context ended before the answer.
+	owner *Streamer
 }
 
 // closedChan is what Done returns for a Future that finished before anybody
@@ -168,6 +171,9 @@ func (f *Future) Result(ctx context.Context) ([][]byte, error) {
 		return f.result()
 	}
 	if err := f.await(ctx, f.Done()); err != nil && f.remaining.Load() != 0 {
+		if f.owner != nil && f.gone() {
+			f.owner.callerLeft(len(f.outputs))
+		}
 		return nil, err
 	}
 	// Answered, even if the deadline or ctx ended at the same moment.

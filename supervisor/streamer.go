@@ -36,6 +36,9 @@ type Streamer struct {
 	downSince   time.Time     // when the last ready slot went away; zero while one is ready
 	lastSweep   time.Time     // when the queue was last swept
 	sweepWanted atomic.Bool   // a request was refused for want of room since lastSweep
+	// recallWanted: a caller left before its answer since the dispatcher
+	// last looked for batches sent ahead that nobody waits for.
+	recallWanted atomic.Bool
 	givenUp     atomic.Int64  // items whose callers left before their answer since lastSweep
 	nextSlot    int           // round-robin start for picking a slot
 	cost        costFit       // the batches' measured cost
@@ -234,15 +237,26 @@ func (s *Streamer) PredictRequest(ctx context.Context, req Request) ([][]byte, e
 	out, reusable, err := f.wait(ctx)
 	if reusable {
 		s.futures.put(f)
-	} else if left := s.givenUp.Add(int64(len(req.Items))); left*8 >= s.queue.size.Load() {
-		// The caller left before its answer: the items it leaves queued
-		// would hold their bytes, and their places, until a batch
-		// reached them, a worker's run away. A sweep drops them now,
-		// once the items left since the last are an eighth of the queue:
-		// a sweep walks the whole queue, under the lock.
-		s.askSweep()
+	} else {
+		s.callerLeft(len(req.Items))
 	}
 	return out, err
+}
+
+// callerLeft is told of a caller that left before the answer of its n
+// items. Those it leaves queued would hold their bytes, and their places,
+// until a batch reached them, a worker's run away: a sweep drops them now,
+// once the items left since the last are an eighth of the queue (a sweep
+// walks the whole queue, under the lock). A batch sent ahead that holds
+// them, and nothing else waited for, is asked back at once (see
+// slot.recallAbandonedLocked): a look at the few batches in flight.
+func (s *Streamer) callerLeft(n int) {
+	s.recallWanted.Store(true)
+	if left := s.givenUp.Add(int64(n)); left*8 >= s.queue.size.Load() {
+		s.askSweep()
+		return
+	}
+	s.signal()
 }
 
 // SubmitRequest queues the request's items and returns their Future at once,
@@ -261,6 +275,7 @@ func (s *Streamer) SubmitRequest(ctx context.Context, req Request) (*Future, err
 	if err := s.enqueue(ctx, req, f); err != nil {
 		return nil, err
 	}
+	f.owner = s
 	return f, nil
 }
 

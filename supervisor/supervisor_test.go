@@ -446,36 +446,63 @@ func TestItemsWhoseCallerLeftLeaveTheQueueAtOnce(t *testing.T) {
 
 // TestABatchSentAheadWhoseCallersLeftDoesNotRun: a worker process is sent
 // its next batch while it runs one. When every caller of that batch
-// leaves, the batch is asked back and dropped, counted canceled; before,
-// the worker ran it for nobody, and its items counted ok.
+// leaves, the batch is asked back and dropped, counted canceled, however
+// many items wait behind it, and whether the caller called Predict or
+// Submit and Result; before, the worker ran it for nobody, and its items
+// counted ok.
 func TestABatchSentAheadWhoseCallersLeftDoesNotRun(t *testing.T) {
-	cfg := processConfig("sleep:300ms,0", 1, 8)
-	cfg.MaxLatency = time.Millisecond
-	s := start(t, cfg)
-	running := make(chan error, 1)
-	go func() {
-		_, err := s.Predict(context.Background(), items("running"))
-		running <- err
-	}()
-	waitFor(t, "a batch running", func() bool { return s.Slots()[0].InFlight == 1 })
-	ctx, cancel := context.WithCancel(context.Background())
-	left := make(chan error, 1)
-	go func() {
-		_, err := s.Predict(ctx, items("left"))
-		left <- err
-	}()
-	waitFor(t, "a batch sent ahead", func() bool { return s.Slots()[0].InFlight == 2 })
-	cancel()
-	if err := <-left; !errors.Is(err, supervisor.ErrCanceled) {
-		t.Fatalf("a call whose caller left: %v, want ErrCanceled", err)
-	}
-	if err := <-running; err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the worker's pipeline empty", func() bool { return s.Slots()[0].InFlight == 0 })
-	st, slot := s.Stats(), s.Slots()[0]
-	if ok := st.Answered - st.Failed; ok != 1 || st.Canceled != 1 || slot.Batches != 1 {
-		t.Errorf("items ok %d, canceled %d; batches run %d; want 1, 1 and 1 (the batch whose caller left ran)", ok, st.Canceled, slot.Batches)
+	for _, c := range []struct {
+		name   string
+		queued int
+		submit bool
+	}{{"predict", 0, false}, {"predict, a queue behind", 16, false}, {"submit, a queue behind", 16, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := processConfig("sleep:300ms,0", 1, 8)
+			cfg.MaxLatency = time.Millisecond
+			s := start(t, cfg)
+			var others sync.WaitGroup
+			call := func(name string) {
+				others.Add(1)
+				go func() {
+					defer others.Done()
+					if _, err := s.Predict(context.Background(), items(name)); err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+			call("running")
+			waitFor(t, "a batch running", func() bool { return s.Slots()[0].InFlight == 1 })
+			ctx, cancel := context.WithCancel(context.Background())
+			left := make(chan error, 1)
+			go func() {
+				if c.submit {
+					f, err := s.Submit(ctx, items("left"))
+					if err == nil {
+						<-ctx.Done()
+						_, err = f.Result(ctx)
+					}
+					left <- err
+					return
+				}
+				_, err := s.Predict(ctx, items("left"))
+				left <- err
+			}()
+			waitFor(t, "a batch sent ahead", func() bool { return s.Slots()[0].InFlight == 2 })
+			for i := range c.queued {
+				call(fmt.Sprint("queued", i))
+			}
+			waitFor(t, "the callers queued", func() bool { return s.Stats().Queued == c.queued })
+			cancel()
+			if err := <-left; !errors.Is(err, supervisor.ErrCanceled) {
+				t.Fatalf("a call whose caller left: %v, want ErrCanceled", err)
+			}
+			others.Wait()
+			waitFor(t, "the worker's pipeline empty", func() bool { return s.Slots()[0].InFlight == 0 })
+			st := s.Stats()
+			if ok := st.Answered - st.Failed; ok != uint64(1+c.queued) || st.Canceled != 1 {
+				t.Errorf("items ok %d, canceled %d; want %d and 1 (the batch whose caller left ran)", ok, st.Canceled, 1+c.queued)
+			}
+		})
 	}
 }
 
