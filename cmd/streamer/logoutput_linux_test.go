@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -69,5 +70,32 @@ func TestAStuckLogReaderDoesNotStopTheServer(t *testing.T) {
 	}
 	if code, err := s.wait(15 * time.Second); err != nil || code != 0 {
 		t.Fatalf("after SIGTERM with the log's pipe full: exit %d %v, want 0", code, err)
+	}
+}
+
+// TestAStartFailureExitsThoughItsLogReaderIsStuck: a server that cannot
+// start exits 1 within a few seconds though its stderr is a full pipe that
+// nobody reads, in either log format: its last lines are given 2 s. Before,
+// the text format's error line was written straight to stderr and blocked
+// the exit for good.
+func TestAStartFailureExitsThoughItsLogReaderIsStuck(t *testing.T) {
+	for _, format := range []string{"text", "json"} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		size, err := unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Write(make([]byte, size)); err != nil {
+			t.Fatal(err)
+		}
+		s := newServerTo(t, freePort(t), []string{"--log-format", format, "--model", filepath.Join(t.TempDir(), "missing.onnx")}, w)
+		_ = w.Close()
+		if code, err := s.wait(15 * time.Second); err != nil || code != 1 {
+			t.Errorf("--log-format %s, a model that is missing, stderr full: exit %d %v; want 1", format, code, err)
+		}
+		_ = r.Close()
 	}
 }

@@ -18,14 +18,15 @@ func main() {
 	if err != nil {
 		if log := exitLog.Load(); log != nil {
 			log.Error("exiting", "err", err.Error())
+		} else {
+			// Behind the log's lines, and as bounded: a reader that has
+			// stopped reading must not hold the exit.
+			fmt.Fprintln(stderrLog, "streamer:", err)
 		}
 	}
 	// The log's last lines, unless its reader has stopped reading.
 	stderrLog.flush(2 * time.Second)
 	if err != nil {
-		if exitLog.Load() == nil {
-			fmt.Fprintln(os.Stderr, "streamer:", err)
-		}
 		os.Exit(1)
 	}
 }
