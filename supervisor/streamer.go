@@ -28,37 +28,37 @@ type Streamer struct {
 	// so.
 	mu          sync.Mutex
 	queue       *queue
-	spec        model.Spec    // what new slots' workers open: Process.Model, or Refresh's at the last Reload
-	slots       []*slot       // the slots taking batches; slot i is slots[i]
-	retiring    []*slot       // slots retired by Reload or SetWorkers, until their run ends
-	tallies     []*slotTally  // the slots' counts by slot number, kept across reloads and scaling
-	changing    atomic.Bool   // a Reload or SetWorkers is running
-	downSince   time.Time     // when the last ready slot went away; zero while one is ready
-	lastSweep   time.Time     // when the queue was last swept
-	sweepWanted atomic.Bool   // a request was refused for want of room since lastSweep
+	spec        model.Spec   // what new slots' workers open: Process.Model, or Refresh's at the last Reload
+	slots       []*slot      // the slots taking batches; slot i is slots[i]
+	retiring    []*slot      // slots retired by Reload or SetWorkers, until their run ends
+	tallies     []*slotTally // the slots' counts by slot number, kept across reloads and scaling
+	changing    atomic.Bool  // a Reload or SetWorkers is running
+	downSince   time.Time    // when the last ready slot went away; zero while one is ready
+	lastSweep   time.Time    // when the queue was last swept
+	sweepWanted atomic.Bool  // a request was refused for want of room since lastSweep
 	// recallWanted: a caller left before its answer since the dispatcher
 	// last looked for batches sent ahead that nobody waits for.
 	recallWanted atomic.Bool
-	givenUp     atomic.Int64  // items whose callers left before their answer since lastSweep
-	nextSlot    int           // round-robin start for picking a slot
-	cost        costFit       // the batches' measured cost
-	returns     returnTracker // callers coming back after their answers
-	arrivals    rateMeter     // how fast items arrive
-	holdStart   time.Time     // when an idle slot began waiting for arrivals; zero if none
-	holdUntil   time.Time     // when that wait ends, as last judged
-	explore     int           // holds considered while the cost fit was not ready
-	returned    uint64        // batches workers returned, under mu (see firstCrash)
-	sends       uint64        // batches sent to workers, under mu (see batch.sendSeq)
-	record      crashRecord   // the recent batches' outcomes, under mu (see judgeLocked)
-	canary      canary        // an item the model answered lately, under mu (see probeLocked)
-	answering   atomic.Int32  // slots completing a batch's Futures now (see Answering)
-	answered    atomic.Uint64 // batches whose Futures have all been completed
-	wake        chan struct{}
-	batchID     atomic.Uint64
-	draining    atomic.Bool
-	unavail     atomic.Bool    // no worker has been able to run for UnavailableAfter
-	dispatched  sync.WaitGroup // the dispatcher and watchStalls
-	stalls      stallClock
+	givenUp      atomic.Int64  // items whose callers left before their answer since lastSweep
+	nextSlot     int           // round-robin start for picking a slot
+	cost         costFit       // the batches' measured cost
+	returns      returnTracker // callers coming back after their answers
+	arrivals     rateMeter     // how fast items arrive
+	holdStart    time.Time     // when an idle slot began waiting for arrivals; zero if none
+	holdUntil    time.Time     // when that wait ends, as last judged
+	explore      int           // holds considered while the cost fit was not ready
+	returned     uint64        // batches workers returned, under mu (see firstCrash)
+	sends        uint64        // batches sent to workers, under mu (see batch.sendSeq)
+	record       crashRecord   // the recent batches' outcomes, under mu (see judgeLocked)
+	canary       canary        // an item the model answered lately, under mu (see probeLocked)
+	answering    atomic.Int32  // slots completing a batch's Futures now (see Answering)
+	answered     atomic.Uint64 // batches whose Futures have all been completed
+	wake         chan struct{}
+	batchID      atomic.Uint64
+	draining     atomic.Bool
+	unavail      atomic.Bool    // no worker has been able to run for UnavailableAfter
+	dispatched   sync.WaitGroup // the dispatcher and watchStalls
+	stalls       stallClock
 
 	drained     chan struct{} // closed when draining and nothing is left
 	drainedOnce sync.Once
