@@ -5,7 +5,6 @@ package main
 // and a ping policy that takes the keepalive settings they use.
 
 import (
-	"net"
 	"syscall"
 	"testing"
 	"time"
@@ -108,18 +107,7 @@ func TestGRPCHealthService(t *testing.T) {
 func TestGRPCKeepalivePingsAreTaken(t *testing.T) {
 	addr := freePort(t)
 	startServer(t, "--model", "echo", "--grpc-listen", addr, "--idle-timeout", "1m")
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	if _, err := conn.Write([]byte(http2.ClientPreface)); err != nil {
-		t.Fatal(err)
-	}
-	fr := http2.NewFramer(conn, conn)
-	if err := fr.WriteSettings(); err != nil {
-		t.Fatal(err)
-	}
+	_, fr := rawConn(t, addr)
 	acks, goaway := make(chan struct{}, 8), make(chan string, 1)
 	writes := make(chan func() error, 8) // the framer writes from one goroutine
 	go func() {

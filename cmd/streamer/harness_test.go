@@ -98,6 +98,14 @@ func startServer(t *testing.T, args ...string) *server {
 func startServerOn(t *testing.T, port func(*testing.T) string, args ...string) *server {
 	t.Helper()
 	s := launchServerOn(t, port, args...)
+	s.waitReady(t)
+	return s
+}
+
+// waitReady waits until GET /readyz answers 200, failing the test if the
+// server exits first.
+func (s *server) waitReady(t *testing.T) {
+	t.Helper()
 	s.waitFor(t, "the server to be ready", readyTimeout, func() bool {
 		if s.exited() {
 			t.Fatalf("the server exited with code %d before it was ready", s.cmd.ProcessState.ExitCode())
@@ -109,7 +117,6 @@ func startServerOn(t *testing.T, port func(*testing.T) string, args ...string) *
 		status, _, _, err := s.do(ctx, http.MethodGet, "/readyz", "", nil)
 		return err == nil && status == http.StatusOK
 	})
-	return s
 }
 
 // launchServer starts the server process without waiting for it to be ready,

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -33,15 +32,7 @@ func TestAStuckLogReaderDoesNotStopTheServer(t *testing.T) {
 	}
 	s := newServerTo(t, freePort(t), []string{"--model", "chaos:stdout", "--workers", "2", "--max-latency", "1ms"}, w)
 	_ = w.Close() // the server's copy is the only one
-	s.waitFor(t, "the server to be ready", readyTimeout, func() bool {
-		if s.exited() {
-			t.Fatalf("the server exited with code %d before it was ready", s.cmd.ProcessState.ExitCode())
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
-		defer cancel()
-		status, _, _, err := s.do(ctx, http.MethodGet, "/readyz", "", nil)
-		return err == nil && status == http.StatusOK
-	})
+	s.waitReady(t)
 	predict := func() {
 		t.Helper()
 		if status, body, _ := s.post(t, "application/json", []byte(`{"inputs":["a","b"]}`)); status != http.StatusOK {

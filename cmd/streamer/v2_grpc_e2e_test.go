@@ -661,8 +661,9 @@ func rawCall(t *testing.T, addr, method string, settings ...http2.Setting) (net.
 	return rawCallWith(t, addr, method, nil, settings...)
 }
 
-// rawCallWith is rawCall with more headers: name and value pairs.
-func rawCallWith(t *testing.T, addr, method string, headers [][2]string, settings ...http2.Setting) (net.Conn, *http2.Framer) {
+// rawConn opens an HTTP/2 connection to addr, its preface and settings
+// sent, closed when the test ends.
+func rawConn(t *testing.T, addr string, settings ...http2.Setting) (net.Conn, *http2.Framer) {
 	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -676,6 +677,13 @@ func rawCallWith(t *testing.T, addr, method string, headers [][2]string, setting
 	if err := fr.WriteSettings(settings...); err != nil {
 		t.Fatal(err)
 	}
+	return conn, fr
+}
+
+// rawCallWith is rawCall with more headers: name and value pairs.
+func rawCallWith(t *testing.T, addr, method string, headers [][2]string, settings ...http2.Setting) (net.Conn, *http2.Framer) {
+	t.Helper()
+	conn, fr := rawConn(t, addr, settings...)
 	var block bytes.Buffer
 	enc := hpack.NewEncoder(&block)
 	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", method},
