@@ -65,6 +65,13 @@ func TestGRPCHealthService(t *testing.T) {
 	wantCode(t, "Watch without the token", err, codes.Unauthenticated)
 
 	authed := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer s3cret-s3cret-s3cret")
+	unknown, err := health.Watch(authed, &healthpb.HealthCheckRequest{Service: "nope"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first, err := unknown.Recv(); err != nil || first.GetStatus() != healthpb.HealthCheckResponse_SERVICE_UNKNOWN {
+		t.Errorf("Watch of a service the server does not know: %v %v; want SERVICE_UNKNOWN", first, err)
+	}
 	watch, err := health.Watch(authed, &healthpb.HealthCheckRequest{})
 	if err != nil {
 		t.Fatal(err)
