@@ -561,8 +561,21 @@ func (p *process) forget(b *batch) { forgetOrder(p.orders, b) }
 func (p *process) stop() { p.orders.Put(order{}) }
 
 // kill ends the child and everything in its process group. The first
-// non-nil reason is kept as the cause of death.
+// non-nil reason is kept as the cause of death; but a pipe that broke
+// (see pipeBroke) is the cause only if the child still runs a moment
+// later: as a rule it broke because the child died, and the child's own
+// end (its exit status, the SIGKILL of the kernel's out-of-memory killer)
+// says why, which the pipe's error would hide.
 func (p *process) kill(reason error) {
+	if reason != nil && pipeBroke(reason) {
+		t := time.NewTimer(deathSettles)
+		select {
+		case <-p.waited:
+			reason = nil
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	p.mu.Lock()
 	if p.killReason == nil {
 		p.killReason = reason
@@ -598,6 +611,17 @@ func (p *process) wait() error {
 	return err
 }
 
+// deathSettles is how long a broken pipe waits for its child's end to
+// be seen, before the child is killed for it.
+const deathSettles = 200 * time.Millisecond
+
+// pipeBroke says whether err is a pipe to or from the child that broke:
+// what a child that died leaves its pipes in.
+func pipeBroke(err error) bool {
+	return errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrClosed) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET)
+}
+
 // deathReason says why the child ended; call it once the child is reaped.
 func (p *process) deathReason() error {
 	p.mu.Lock()
@@ -605,10 +629,17 @@ func (p *process) deathReason() error {
 	if p.killReason != nil {
 		return p.killReason
 	}
-	if p.exitErr != nil {
-		return fmt.Errorf("worker pid %d exited: %w", p.cmd.Process.Pid, p.exitErr)
+	if p.exitErr == nil {
+		return fmt.Errorf("worker pid %d exited", p.cmd.Process.Pid)
 	}
-	return fmt.Errorf("worker pid %d exited", p.cmd.Process.Pid)
+	err := fmt.Errorf("worker pid %d exited: %w", p.cmd.Process.Pid, p.exitErr)
+	if ps := p.cmd.ProcessState; ps != nil {
+		if sig, ok := exitSignal(ps); ok && sig == syscall.SIGKILL.String() {
+			// Not this server's: it kills with a reason.
+			err = fmt.Errorf("%w (a SIGKILL this server did not send: as a rule the kernel's out-of-memory killer; see the kernel's log)", err)
+		}
+	}
+	return err
 }
 
 func (p *process) pid() int { return p.cmd.Process.Pid }
