@@ -55,6 +55,14 @@ const frameHeader = 4
 // the supervisor retries without counting it as the worker's crash.
 const FatalStale = "stale model: "
 
+// FatalNoResources begins the Error of a KindFatal message from a worker
+// whose model did not open for want of the machine's resources: processes
+// or threads (EAGAIN), memory (ENOMEM), open files (EMFILE, ENFILE), disk
+// space or inodes (ENOSPC), as a plugin that could not be started. The text
+// after it says why. The supervisor backs off and retries without counting
+// it as the worker's crash: the model is not at fault.
+const FatalNoResources = "no resources: "
+
 // Kind tells what a message is for.
 type Kind uint8
 

@@ -45,6 +45,9 @@ func TestMain(m *testing.M) {
 			if os.Getenv(growEnv) != "" {
 				return grows{}, nil
 			}
+			if path := os.Getenv(threadlessEnv); path != "" {
+				return threadless{path: path}, nil
+			}
 			return builtin.Open(spec)
 		})
 	}

@@ -107,8 +107,8 @@ func lineLevel(line string) slog.Level {
 			line = after
 		}
 	}
-	if strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "fatal error: ") {
-		return slog.LevelError // deathLine's
+	if deathLine([]byte(line)) {
+		return slog.LevelError
 	}
 	head := line[:min(len(line), lineHead)]
 	if i := strings.Index(head, "level="); i == 0 || i > 0 && head[i-1] == ' ' {
@@ -164,11 +164,32 @@ func namedLevel(s string, end byte) slog.Level {
 }
 
 // deathLine reports whether a line of output says why a Go process dies:
-// a panic's message or a fatal runtime error. (The stack that follows ends
-// with a line that says nothing of the cause.)
+// a panic's message, a fatal runtime error, the runtime's failure to start
+// a thread, a C++ exception nobody caught, or the signal that ends it
+// ("SIGABRT: abort", as a library's abort() gives). (The stack and the
+// registers that follow end with a line that says nothing of the cause.)
 func deathLine(line []byte) bool {
 	s := string(line) // no allocation: only compared
-	return strings.HasPrefix(s, "panic: ") || strings.HasPrefix(s, "fatal error: ")
+	for _, prefix := range [...]string{"panic: ", "fatal error: ", "runtime/cgo: ", "runtime: failed to create new OS thread", "terminate called "} {
+		if strings.HasPrefix(s, prefix) {
+			return true
+		}
+	}
+	return signalLine(s)
+}
+
+// signalLine says whether s is the Go runtime's line naming the signal that
+// ends a process ("SIGABRT: abort"): one of those it crashes on.
+func signalLine(s string) bool {
+	name, _, ok := strings.Cut(s, ": ")
+	if !ok {
+		return false
+	}
+	switch name {
+	case "SIGABRT", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGTRAP", "SIGSYS", "SIGQUIT":
+		return true
+	}
+	return false
 }
 
 // plainText drops terminal escape sequences (colours, mostly, which some

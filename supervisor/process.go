@@ -338,7 +338,25 @@ func fatalError(text string) error {
 	if why, ok := strings.CutPrefix(text, ipc.FatalStale); ok {
 		return modelChangedError{why: cutText(why, maxLastWords)}
 	}
+	if why, ok := strings.CutPrefix(text, ipc.FatalNoResources); ok {
+		return noResourcesError{"worker could not open its model for want of the machine's resources: " + cutText(why, maxLastWords)}
+	}
 	return fmt.Errorf("worker gave up: %s", cutText(text, maxLastWords))
+}
+
+// noResourcesError is a worker's failure for want of the machine's
+// resources, which it said in words: noResources takes it as the
+// supervisor's own want of them (see crashNoResources).
+type noResourcesError struct{ why string }
+
+func (e noResourcesError) Error() string        { return e.why }
+func (e noResourcesError) Is(target error) bool { return target == syscall.EAGAIN }
+
+// threadsWanting says whether line, a Go process's last words, is its
+// runtime failing to start a thread: a limit of processes (a container's
+// pids limit, ulimit -u) that leaves a worker no room to run.
+func threadsWanting(line string) bool {
+	return strings.HasPrefix(line, "runtime/cgo: pthread_create failed") || strings.HasPrefix(line, "runtime: failed to create new OS thread")
 }
 
 // modelChangedError is a worker's refusal of a model changed since the
@@ -410,6 +428,9 @@ func (p *process) startError(helloed bool) error {
 	}
 	if last != nil && !killed {
 		err = fmt.Errorf("%w; its last words: %s", err, *last)
+	}
+	if last != nil && !killed && threadsWanting(*last) {
+		return noResourcesError{fmt.Sprintf("%s could not start a thread: the limit of processes (a container's pids limit, ulimit -u) leaves it no room (%v)", p.cmd.Path, err)}
 	}
 	if !helloed && !killed {
 		if sig, ok := p.signaled(); ok {
@@ -607,6 +628,9 @@ func (p *process) wait() error {
 	// here, which would hold the dead worker's batches.
 	if last := p.firstDeathLine.Load(); last != nil && (p.reason() == nil || errors.Is(p.reason(), syscall.EPIPE)) {
 		err = fmt.Errorf("%w; its last words: %s", err, *last)
+		if threadsWanting(*last) {
+			return noResourcesError{fmt.Sprintf("worker could not start a thread: the limit of processes (a container's pids limit, ulimit -u) leaves it no room (%v)", err)}
+		}
 	}
 	return err
 }

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"reflect"
 	"strings"
@@ -114,5 +115,44 @@ func TestAWriteToADyingWorkerKeepsItsLastWords(t *testing.T) {
 		if got := p.wait().Error(); !strings.HasSuffix(got, tc.want) {
 			t.Errorf("death killed for %q: %q; want it to end %q", tc.reason, got, tc.want)
 		}
+	}
+}
+
+// The lines that say why a Go process died are told from the rest of its
+// output, which ends with registers that say nothing: the runtime's, a C
+// library's abort, an uncaught C++ exception.
+func TestDeathLinesAreTheCauses(t *testing.T) {
+	for line, want := range map[string]bool{
+		"panic: runtime error: index out of range":                             true,
+		"fatal error: out of memory":                                           true,
+		"runtime/cgo: pthread_create failed: Resource temporarily unavailable": true,
+		"runtime: failed to create new OS thread (have 9 already; errno=11)":   true,
+		"terminate called after throwing an instance of 'Ort::Exception'":      true,
+		"SIGABRT: abort":                  true,
+		"SIGSEGV: segmentation violation": true,
+		"gs     0x0":                      false,
+		"SIGNAL: not one":                 false,
+		"SIGx: lower case":                false,
+		"goroutine 1 [running]:":          false,
+		"Sig: no":                         false,
+	} {
+		if got := deathLine([]byte(line)); got != want {
+			t.Errorf("deathLine(%q) = %v, want %v", line, got, want)
+		}
+		if level := lineLevel(line); (level == slog.LevelError) != want {
+			t.Errorf("lineLevel(%q) = %v; want an error level %v", line, level, want)
+		}
+	}
+}
+
+// A worker's Fatal marked as a want of resources is no crash of the
+// model's: its start is retried, backing off, without counting.
+func TestAFatalForWantOfResourcesIsNotCounted(t *testing.T) {
+	err := fatalError(ipc.FatalNoResources + "open model plugin: fork/exec ./p: resource temporarily unavailable")
+	if startFailure(err) != crashNoResources || !strings.Contains(err.Error(), "for want of the machine's resources: open model plugin") {
+		t.Errorf("fatalError: %v, cause %v; want a want of resources", err, startFailure(err))
+	}
+	if startFailure(fatalError("open model plugin: bad")) == crashNoResources {
+		t.Error("an unmarked Fatal was taken for a want of resources")
 	}
 }

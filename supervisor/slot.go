@@ -691,6 +691,12 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 			// failed, its batch-mates run again, and nothing counts.
 			cause = crashPoisonKnown
 			s.queue.requeue(slices.DeleteFunc(batches, func(b *batch) bool { return len(b.items) == 0 }))
+		case noResources(exitErr):
+			// The machine's want (a limit of processes that leaves the
+			// worker no thread), not an item's: the batches run again
+			// whole, with no hunt, and nothing counts.
+			cause = crashNoResources
+			s.queue.requeue(slices.DeleteFunc(batches, func(b *batch) bool { return len(b.items) == 0 }))
 		case len(batches[0].items) == 1 && batches[0].items[0].probe:
 			// The model crashed on an item it answered before (see
 			// probeLocked): the death is the model's.

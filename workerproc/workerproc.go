@@ -18,6 +18,7 @@ import (
 	"os"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/streamer-dev/streamer/internal/idlemem"
@@ -119,6 +120,13 @@ func Run(ctx context.Context, cfg Config) error {
 func fatalText(spec model.Spec, err error) string {
 	if errors.Is(err, model.ErrStale) {
 		return ipc.FatalStale + err.Error()
+	}
+	for _, e := range []error{syscall.EAGAIN, syscall.ENOMEM, syscall.EMFILE, syscall.ENFILE, syscall.ENOSPC} {
+		if errors.Is(err, e) {
+			// The machine's want, not the model's fault: a plugin that
+			// could not be forked under a limit of processes, say.
+			return ipc.FatalNoResources + openError(spec, err).Error()
+		}
 	}
 	return openError(spec, err).Error()
 }
