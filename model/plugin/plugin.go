@@ -32,6 +32,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -339,6 +340,13 @@ func (m *Model) startError(err error, status string, ended bool) error {
 	path := m.cmd.Path
 	if errors.Is(err, ErrChecksum) {
 		return err
+	}
+	for _, e := range []error{syscall.EAGAIN, syscall.ENOMEM, syscall.EMFILE, syscall.ENFILE, syscall.ENOSPC} {
+		if errors.Is(err, e) {
+			// Not the binary's doing: the machine's want, which the
+			// worker says as such (see workerproc).
+			return fmt.Errorf("plugin %s could not be started: %w", path, err)
+		}
 	}
 	msg, _, _ := strings.Cut(err.Error(), "\n") // go-plugin appends generic advice; ours follows
 	want := fmt.Sprintf("want a streamer model plugin: started with %s=%s in its environment, it prints the handshake line \"1|%d|unix|SOCKET|grpc|CERT\" on stdout within %s and serves streamer.plugin.v1.Model there over gRPC with TLS (a Go plugin: model/plugin/sdk; another language: the contract in model/plugin/pluginpb/doc.go)",
