@@ -122,9 +122,8 @@ func (c statusClient) fetch(ctx context.Context) (statusReport, error) {
 	var readiness map[string]string
 	if err := c.getJSON(ctx, base+"/readyz", &readiness); err != nil {
 		r.notReady = err.Error()
-		var body map[string]string
-		if i := strings.Index(r.notReady, "{"); i >= 0 && json.Unmarshal([]byte(r.notReady[i:]), &body) == nil && body["error"] != "" {
-			r.notReady = body["error"]
+		if refused := new(refusedError); errors.As(err, &refused) {
+			r.notReady = refused.why
 		}
 	} else {
 		r.ready = true
@@ -163,12 +162,36 @@ func (c statusClient) getJSON(ctx context.Context, url string, v any) error {
 		return fmt.Errorf("GET %s: status 401: the server refused the token given (--token or $%s): is it the server's --auth-token?", url, envAuthToken)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: status %d: %s", url, resp.StatusCode, strings.TrimSpace(string(body)))
+		return &refusedError{url: url, status: resp.StatusCode, why: refusalText(body)}
 	}
 	if err := json.Unmarshal(body, v); err != nil {
 		return fmt.Errorf("GET %s: not a streamer answer: %w", url, err)
 	}
 	return nil
+}
+
+// refusedError is an answer other than 200, and what it says.
+type refusedError struct {
+	url    string
+	status int
+	why    string
+}
+
+func (e *refusedError) Error() string { return fmt.Sprintf("GET %s: status %d: %s", e.url, e.status, e.why) }
+
+// refusalText is what an answer other than 200 says, in one line: a
+// streamer server's error, else the start of the body, which may be
+// another server's page.
+func refusalText(body []byte) string {
+	var refusal struct{ Error string }
+	if json.Unmarshal(body, &refusal) == nil && refusal.Error != "" {
+		return refusal.Error
+	}
+	text := strings.Join(strings.Fields(string(body)), " ")
+	if len(text) > 200 {
+		text = strings.ToValidUTF8(text[:200], "") + "…"
+	}
+	return text + " (is `streamer serve` running there?)"
 }
 
 // print writes the report as aligned text.

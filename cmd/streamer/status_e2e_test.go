@@ -70,6 +70,24 @@ func TestStatusCommandUnreachable(t *testing.T) {
 	}
 }
 
+// Another server's page is not printed whole: one line of it, and the
+// question whether a streamer server runs there.
+func TestStatusCommandOfAnotherServer(t *testing.T) {
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprint(w, "<!DOCTYPE HTML>\n<html>\n<head><title>Error</title></head>\n<body>"+strings.Repeat("<p>not here</p>\n", 100)+"</body></html>\n")
+	}))
+	t.Cleanup(web.Close)
+	out, err := runStatus(t, web.URL)
+	if err == nil {
+		t.Fatalf("streamer status of another server succeeded:\n%s", out)
+	}
+	if lines := strings.Count(strings.TrimSpace(out), "\n") + 1; lines != 1 || !strings.Contains(out, "status 404: <!DOCTYPE HTML> <html>") ||
+		!strings.Contains(out, "running there") || len(out) > 400 {
+		t.Errorf("streamer status of another server: %d lines, %d bytes; want one short line saying so:\n%s", lines, len(out), out)
+	}
+}
+
 // A --timeout of zero or less is refused as such, rather than run out at
 // once and blamed on the server.
 func TestStatusCommandRefusesANonPositiveTimeout(t *testing.T) {
@@ -484,6 +502,12 @@ func testStatusPageWithToken(t *testing.T, chromium, token string) {
 	dom := dumpDOM(t, chromium, s.URL()+"/")
 	if !strings.Contains(dom, `<form id="auth">`) || strings.Contains(dom, `<span id="model">echo</span>`) {
 		t.Errorf("without a token the page should show its token form and no data:\n%s", dom)
+	}
+	// One refresh's three reads refused, then nothing until a token is
+	// given: before, the page asked every second, each ask counted and
+	// logged as a guess at the token.
+	if got := metricValue(t, s, `streamer_unauthorized_total{protocol="http"}`); got != 3 {
+		t.Errorf(`after the page was open without a token, streamer_unauthorized_total{protocol="http"} is %v; want 3, one refresh`, got)
 	}
 	waitFor(t, "the page to show the worker with the token", 90*time.Second, func() bool {
 		dom = dumpDOM(t, chromium, s.URL()+"/#token="+token)
