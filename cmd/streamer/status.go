@@ -177,7 +177,9 @@ type refusedError struct {
 	why    string
 }
 
-func (e *refusedError) Error() string { return fmt.Sprintf("GET %s: status %d: %s", e.url, e.status, e.why) }
+func (e *refusedError) Error() string {
+	return fmt.Sprintf("GET %s: status %d: %s", e.url, e.status, e.why)
+}
 
 // refusalText is what an answer other than 200 says, in one line: a
 // streamer server's error, else the start of the body, which may be
