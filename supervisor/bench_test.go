@@ -46,7 +46,7 @@ func TestMain(m *testing.M) {
 				return grows{}, nil
 			}
 			if path := os.Getenv(threadlessEnv); path != "" {
-				return threadless{path: path}, nil
+				return newThreadless(path), nil
 			}
 			return builtin.Open(spec)
 		})

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/streamer-dev/streamer/internal/lastwords"
 )
 
 // A worker's output goes into the log a line an event, but no faster than
@@ -163,33 +165,10 @@ func namedLevel(s string, end byte) slog.Level {
 	}
 }
 
-// deathLine reports whether a line of output says why a Go process dies:
-// a panic's message, a fatal runtime error, the runtime's failure to start
-// a thread, a C++ exception nobody caught, or the signal that ends it
-// ("SIGABRT: abort", as a library's abort() gives). (The stack and the
-// registers that follow end with a line that says nothing of the cause.)
+// deathLine reports whether a line of output says why a Go process dies
+// (see lastwords.Cause).
 func deathLine(line []byte) bool {
-	s := string(line) // no allocation: only compared
-	for _, prefix := range [...]string{"panic: ", "fatal error: ", "runtime/cgo: ", "runtime: failed to create new OS thread", "terminate called "} {
-		if strings.HasPrefix(s, prefix) {
-			return true
-		}
-	}
-	return signalLine(s)
-}
-
-// signalLine says whether s is the Go runtime's line naming the signal that
-// ends a process ("SIGABRT: abort"): one of those it crashes on.
-func signalLine(s string) bool {
-	name, _, ok := strings.Cut(s, ": ")
-	if !ok {
-		return false
-	}
-	switch name {
-	case "SIGABRT", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGTRAP", "SIGSYS", "SIGQUIT":
-		return true
-	}
-	return false
+	return lastwords.Cause(line)
 }
 
 // plainText drops terminal escape sequences (colours, mostly, which some

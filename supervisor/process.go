@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/streamer-dev/streamer/internal/lastwords"
 	"github.com/streamer-dev/streamer/internal/waitq"
 	"github.com/streamer-dev/streamer/ipc"
 )
@@ -352,13 +353,6 @@ type noResourcesError struct{ why string }
 func (e noResourcesError) Error() string        { return e.why }
 func (e noResourcesError) Is(target error) bool { return target == syscall.EAGAIN }
 
-// threadsWanting says whether line, a Go process's last words, is its
-// runtime failing to start a thread: a limit of processes (a container's
-// pids limit, ulimit -u) that leaves a worker no room to run.
-func threadsWanting(line string) bool {
-	return strings.HasPrefix(line, "runtime/cgo: pthread_create failed") || strings.HasPrefix(line, "runtime: failed to create new OS thread")
-}
-
 // modelChangedError is a worker's refusal of a model changed since the
 // spec was made. It is ErrModelChanged, but its text is the worker's own,
 // which says what changed and what to do.
@@ -429,7 +423,7 @@ func (p *process) startError(helloed bool) error {
 	if last != nil && !killed {
 		err = fmt.Errorf("%w; its last words: %s", err, *last)
 	}
-	if last != nil && !killed && threadsWanting(*last) {
+	if last != nil && !killed && lastwords.WantsThreads(*last) {
 		return noResourcesError{fmt.Sprintf("%s could not start a thread: the limit of processes (a container's pids limit, ulimit -u) leaves it no room (%v)", p.cmd.Path, err)}
 	}
 	if !helloed && !killed {
@@ -628,7 +622,7 @@ func (p *process) wait() error {
 	// here, which would hold the dead worker's batches.
 	if last := p.firstDeathLine.Load(); last != nil && (p.reason() == nil || errors.Is(p.reason(), syscall.EPIPE)) {
 		err = fmt.Errorf("%w; its last words: %s", err, *last)
-		if threadsWanting(*last) {
+		if lastwords.WantsThreads(*last) {
 			return noResourcesError{fmt.Sprintf("worker could not start a thread: the limit of processes (a container's pids limit, ulimit -u) leaves it no room (%v)", err)}
 		}
 	}

@@ -672,6 +672,9 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 	var settled []settledItem
 	var hunt *firstCrash
 	cause := crashUnexplained
+	if noResources(exitErr) {
+		cause = crashNoResources // see below, for the batches it held
+	}
 	inFlight := len(batches)
 	copies := 0
 	// Killed by the server as it drains, for a hunt nobody waits for (see

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/streamer-dev/streamer/internal/lastwords"
 )
 
 // maxLine bounds how much of a line without an end is held before it is
@@ -112,16 +114,28 @@ type outputTail struct {
 	sizes [tailLines]int    // each line's length before it was cut
 	next  int
 	count int
+	cause string // the first line that said why the plugin dies (see lastwords.Cause)
 }
 
 // add keeps line as the last, in place of the oldest kept.
 func (t *outputTail) add(line []byte) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.cause == "" && lastwords.Cause(line) {
+		t.cause = string(line[:cutIndex(line, maxErrorText)])
+	}
 	t.sizes[t.next] = len(line)
 	t.lines[t.next] = append(t.lines[t.next][:0], line[:cutIndex(line, maxErrorText)]...)
 	t.next = (t.next + 1) % tailLines
 	t.count = min(t.count+1, tailLines)
+}
+
+// deathCause is the first line that said why the plugin dies (a Go
+// plugin's panic, its runtime's failure to start a thread), or "".
+func (t *outputTail) deathCause() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.cause
 }
 
 // last returns the last line, cut as a plugin's error text is, or false

@@ -45,6 +45,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/streamer-dev/streamer/internal/filekind"
+	"github.com/streamer-dev/streamer/internal/lastwords"
 	"github.com/streamer-dev/streamer/model"
 	"github.com/streamer-dev/streamer/model/plugin/pluginpb"
 )
@@ -348,6 +349,10 @@ func (m *Model) startError(err error, status string, ended bool) error {
 			return fmt.Errorf("plugin %s could not be started: %w", path, err)
 		}
 	}
+	if cause := m.tail.deathCause(); lastwords.WantsThreads(cause) {
+		// A Go plugin started, but its runtime had no room for a thread.
+		return fmt.Errorf("plugin %s could not start a thread: the limit of processes (a container's pids limit, ulimit -u) leaves it no room (its last words: %s): %w", path, cause, syscall.EAGAIN)
+	}
 	msg, _, _ := strings.Cut(err.Error(), "\n") // go-plugin appends generic advice; ours follows
 	want := fmt.Sprintf("want a streamer model plugin: started with %s=%s in its environment, it prints the handshake line \"1|%d|unix|SOCKET|grpc|CERT\" on stdout within %s and serves streamer.plugin.v1.Model there over gRPC with TLS (a Go plugin: model/plugin/sdk; another language: the contract in model/plugin/pluginpb/doc.go)",
 		pluginpb.MagicCookieKey, pluginpb.MagicCookieValue, pluginpb.ProtocolVersion, m.cfg.StartTimeout)
@@ -397,7 +402,9 @@ func (m *Model) exitNote(status string, ended bool) string {
 	case ended:
 		note = " (" + status
 	}
-	if last, ok := m.tail.last(); ok {
+	if cause := m.tail.deathCause(); cause != "" {
+		note += "; its last words: " + strconv.Quote(cause)
+	} else if last, ok := m.tail.last(); ok {
 		note += "; its last line: " + strconv.Quote(last)
 	}
 	return note + ")"
