@@ -64,6 +64,8 @@ type process struct {
 	// clock: a step of the wall clock must not make a worker look silent.
 	lastHeard  atomic.Int64
 	lastStderr atomic.Pointer[string]
+	// signalled: this server sent the child its SIGKILL (see kill).
+	signalled bool // guarded by mu
 	// firstDeathLine is the first line of its stderr that says why it
 	// dies (a panic's message; see deathLine), if any.
 	firstDeathLine atomic.Pointer[string]
@@ -190,7 +192,7 @@ func (p *process) readLoop(r *ipc.Reader, first chan<- error) {
 	defer func() {
 		// Whatever ended the reading, the child must be gone before we say so.
 		if !isClosed(p.waited) {
-			p.kill(nil)
+			p.kill(errClosedPipe)
 		}
 		<-p.waited
 	}()
@@ -586,15 +588,18 @@ func (p *process) kill(reason error) {
 		t := time.NewTimer(deathSettles)
 		select {
 		case <-p.waited:
-			reason = nil
+			// Dead already: what it started goes, and its end says why.
+			t.Stop()
+			killProcessGroup(p.cmd.Process.Pid)
+			return
 		case <-t.C:
 		}
-		t.Stop()
 	}
 	p.mu.Lock()
 	if p.killReason == nil {
 		p.killReason = reason
 	}
+	p.signalled = true
 	p.mu.Unlock()
 	killProcessGroup(p.cmd.Process.Pid)
 	_ = p.cmd.Process.Kill()
@@ -633,11 +638,15 @@ func (p *process) wait() error {
 // be seen, before the child is killed for it.
 const deathSettles = 200 * time.Millisecond
 
+// errClosedPipe is the death of a child that closed its pipe to the server
+// while it ran on, and was killed for it.
+var errClosedPipe = errors.New("worker closed its pipe to the server while it ran")
+
 // pipeBroke says whether err is a pipe to or from the child that broke:
 // what a child that died leaves its pipes in.
 func pipeBroke(err error) bool {
 	return errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrClosed) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET)
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, errClosedPipe)
 }
 
 // deathReason says why the child ended; call it once the child is reaped.
@@ -652,8 +661,7 @@ func (p *process) deathReason() error {
 	}
 	err := fmt.Errorf("worker pid %d exited: %w", p.cmd.Process.Pid, p.exitErr)
 	if ps := p.cmd.ProcessState; ps != nil {
-		if sig, ok := exitSignal(ps); ok && sig == syscall.SIGKILL.String() {
-			// Not this server's: it kills with a reason.
+		if sig, ok := exitSignal(ps); ok && sig == syscall.SIGKILL.String() && !p.signalled {
 			err = fmt.Errorf("%w (a SIGKILL this server did not send: as a rule the kernel's out-of-memory killer; see the kernel's log)", err)
 		}
 	}

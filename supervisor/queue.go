@@ -63,6 +63,11 @@ type batch struct {
 	recalling bool
 	// recalled: it was given back unrun, and waits to be sent again.
 	recalled bool
+	// wantReruns counts the deaths of its workers, running it, for want
+	// of the machine's resources (see slot.onExit): past maxWantReruns, an
+	// item of it may be what takes them, and it is hunted as after any
+	// crash.
+	wantReruns uint8
 }
 
 // firstCrash is a worker's death running a batch that had not killed one

@@ -672,7 +672,8 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 	var settled []settledItem
 	var hunt *firstCrash
 	cause := crashUnexplained
-	if noResources(exitErr) {
+	wanting := noResources(exitErr)
+	if wanting {
 		cause = crashNoResources // see below, for the batches it held
 	}
 	inFlight := len(batches)
@@ -694,11 +695,14 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 			// failed, its batch-mates run again, and nothing counts.
 			cause = crashPoisonKnown
 			s.queue.requeue(slices.DeleteFunc(batches, func(b *batch) bool { return len(b.items) == 0 }))
-		case noResources(exitErr):
-			// The machine's want (a limit of processes that leaves the
-			// worker no thread), not an item's: the batches run again
-			// whole, with no hunt, and nothing counts.
+		case wanting && batches[0].wantReruns < maxWantReruns:
+			// The machine's want, as a rule (a limit of processes that
+			// leaves the worker no thread), not an item's: the batches
+			// run again whole, with no hunt, and nothing counts. But an
+			// item may be what takes the threads: a batch whose workers
+			// die so again is hunted, as after any crash.
 			cause = crashNoResources
+			batches[0].wantReruns++
 			s.queue.requeue(slices.DeleteFunc(batches, func(b *batch) bool { return len(b.items) == 0 }))
 		case len(batches[0].items) == 1 && batches[0].items[0].probe:
 			// The model crashed on an item it answered before (see
@@ -892,6 +896,10 @@ const (
 	// restarts at once, and the death never counts towards MaxRestarts.
 	crashPoisonKnown
 )
+
+// maxWantReruns is how many times a batch runs again whole, no item
+// hunted, after its worker died for want of the machine's resources.
+const maxWantReruns = 2
 
 // startFailure is the cause of a worker's failure to start.
 func startFailure(err error) crashCause {

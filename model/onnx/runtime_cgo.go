@@ -60,11 +60,11 @@ func loadError(lib string, err error) error {
 	switch {
 	case strings.Contains(msg, "Error setting ORT API base"):
 		return fmt.Errorf("%w: %s does not provide the ONNX Runtime C API version %d that onnxruntime_go needs (ONNX Runtime %s or later); %s", ErrBadLibrary, lib, apiVersion, minimumORT, fixHint)
-	case lib == libraryName && strings.Contains(msg, "Error loading ONNX shared library"):
-		return fmt.Errorf("%w: looked at the given path (none), $%s (not set), %s/%s in the working directory, the folders above it and next to the binary, and %s on the system library path; %s", ErrNoLibrary, EnvLibrary, libraryFolder, libraryName, libraryName, fixHint)
 	case strings.Contains(msg, "failed to map segment") || strings.Contains(msg, "annot allocate memory"):
 		// The library is there: the process may not map it.
 		return fmt.Errorf("%w: load %s: %s; the process could not map it into memory: is its address space limited (ulimit -v, RLIMIT_AS), or the machine's memory spent?", ErrBadLibrary, lib, msg)
+	case lib == libraryName && strings.Contains(msg, "Error loading ONNX shared library"):
+		return fmt.Errorf("%w: looked at the given path (none), $%s (not set), %s/%s in the working directory, the folders above it and next to the binary, and %s on the system library path; %s", ErrNoLibrary, EnvLibrary, libraryFolder, libraryName, libraryName, fixHint)
 	}
 	return fmt.Errorf("%w: load %s: %s; %s", ErrBadLibrary, lib, msg, fixHint)
 }

@@ -91,11 +91,10 @@ func (w *lineWriter) writeLine(line []byte) {
 }
 
 // isLastWords reports whether line says why its program dies, as the
-// first line of a Go panic or fatal error does. Plugins in other languages
-// may write such a line themselves (see package pluginpb).
-func isLastWords(line []byte) bool {
-	return bytes.HasPrefix(line, []byte("panic: ")) || bytes.HasPrefix(line, []byte("fatal error: "))
-}
+// first line of a Go panic or fatal error does, or a cgo abort's (see
+// lastwords.Cause). Plugins in other languages may write such a line
+// themselves (see package pluginpb).
+func isLastWords(line []byte) bool { return lastwords.Cause(line) }
 
 // tailLines and tailBytes bound the last lines of its output that a crash
 // of a plugin without last words is reported with: a Python traceback's
@@ -114,28 +113,16 @@ type outputTail struct {
 	sizes [tailLines]int    // each line's length before it was cut
 	next  int
 	count int
-	cause string // the first line that said why the plugin dies (see lastwords.Cause)
 }
 
 // add keeps line as the last, in place of the oldest kept.
 func (t *outputTail) add(line []byte) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.cause == "" && lastwords.Cause(line) {
-		t.cause = string(line[:cutIndex(line, maxErrorText)])
-	}
 	t.sizes[t.next] = len(line)
 	t.lines[t.next] = append(t.lines[t.next][:0], line[:cutIndex(line, maxErrorText)]...)
 	t.next = (t.next + 1) % tailLines
 	t.count = min(t.count+1, tailLines)
-}
-
-// deathCause is the first line that said why the plugin dies (a Go
-// plugin's panic, its runtime's failure to start a thread), or "".
-func (t *outputTail) deathCause() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.cause
 }
 
 // last returns the last line, cut as a plugin's error text is, or false

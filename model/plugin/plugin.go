@@ -349,9 +349,9 @@ func (m *Model) startError(err error, status string, ended bool) error {
 			return fmt.Errorf("plugin %s could not be started: %w", path, err)
 		}
 	}
-	if cause := m.tail.deathCause(); lastwords.WantsThreads(cause) {
+	if cause := m.lastWords.Load(); cause != nil && lastwords.WantsThreads(*cause) {
 		// A Go plugin started, but its runtime had no room for a thread.
-		return fmt.Errorf("plugin %s could not start a thread: the limit of processes (a container's pids limit, ulimit -u) leaves it no room (its last words: %s): %w", path, cause, syscall.EAGAIN)
+		return fmt.Errorf("plugin %s could not start a thread: the limit of processes (a container's pids limit, ulimit -u) leaves it no room (its last words: %s): %w", path, *cause, syscall.EAGAIN)
 	}
 	msg, _, _ := strings.Cut(err.Error(), "\n") // go-plugin appends generic advice; ours follows
 	want := fmt.Sprintf("want a streamer model plugin: started with %s=%s in its environment, it prints the handshake line \"1|%d|unix|SOCKET|grpc|CERT\" on stdout within %s and serves streamer.plugin.v1.Model there over gRPC with TLS (a Go plugin: model/plugin/sdk; another language: the contract in model/plugin/pluginpb/doc.go)",
@@ -402,8 +402,8 @@ func (m *Model) exitNote(status string, ended bool) string {
 	case ended:
 		note = " (" + status
 	}
-	if cause := m.tail.deathCause(); cause != "" {
-		note += "; its last words: " + strconv.Quote(cause)
+	if cause := m.lastWords.Load(); cause != nil {
+		note += "; its last words: " + strconv.Quote(*cause)
 	} else if last, ok := m.tail.last(); ok {
 		note += "; its last line: " + strconv.Quote(last)
 	}
