@@ -237,12 +237,7 @@ func TestCompressedBodiesAreReadUnderTheLargestMaxBody(t *testing.T) {
 // gzip held --max-body each until the model answered, with no bound but
 // the queue's count of items.
 func TestDecompressedBodiesHeldAreBounded(t *testing.T) {
-	held, release := make(chan struct{}, 4), make(chan struct{})
-	backend := &fakeBackend{ready: true, submit: func(ctx context.Context, req supervisor.Request) (*answer, error) {
-		held <- struct{}{}
-		<-release
-		return echoAnswer(req), nil
-	}}
+	backend, held, release := heldBackend()
 	h := New(Config{Backend: backend}).(*handler)
 	if h.inflated.bound != 1<<30 {
 		t.Errorf("the bound for the default body limit is %d; want 1 GiB", h.inflated.bound)
@@ -284,4 +279,16 @@ func TestDecompressedBodiesHeldAreBounded(t *testing.T) {
 	if got := inflatedBudget(math.MaxInt64 - 1); got != math.MaxInt64 {
 		t.Errorf("the bound for a body limit near the largest: %d; want no bound", got)
 	}
+}
+
+// heldBackend is a ready backend whose submissions each say so on held,
+// then wait until release is closed to answer their items back.
+func heldBackend() (backend *fakeBackend, held chan struct{}, release chan struct{}) {
+	held, release = make(chan struct{}, 4), make(chan struct{})
+	backend = &fakeBackend{ready: true, submit: func(_ context.Context, req supervisor.Request) (*answer, error) {
+		held <- struct{}{}
+		<-release
+		return echoAnswer(req), nil
+	}}
+	return backend, held, release
 }

@@ -775,12 +775,7 @@ func TestGRPCMalformedMessagesAreTheClientsMistake(t *testing.T) {
 // the requests in progress hold, as a compressed REST body does: past it
 // the call is UNAVAILABLE saying why, and one sent plain is not counted.
 func TestGRPCCompressedMessagesHeldAreBounded(t *testing.T) {
-	held, release := make(chan struct{}, 4), make(chan struct{})
-	backend := &fakeBackend{ready: true, submit: func(ctx context.Context, req supervisor.Request) (*answer, error) {
-		held <- struct{}{}
-		<-release
-		return echoAnswer(req), nil
-	}}
+	backend, held, release := heldBackend()
 	h := newV2(echoModel(spec("t", "INT8", true, -1, -1)), backend).(*handler)
 	req := &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{input("t", "INT8", 1, 1<<20)}, RawInputContents: [][]byte{make([]byte, 1<<20)}}
 	h.inflated.bound = int64(proto.Size(req)) * 3 / 2 // one message, not two
