@@ -251,12 +251,17 @@ func (s *Streamer) PredictRequest(ctx context.Context, req Request) ([][]byte, e
 // them, and nothing else waited for, is asked back at once (see
 // slot.recallAbandonedLocked): a look at the few batches in flight.
 func (s *Streamer) callerLeft(n int) {
-	s.recallWanted.Store(true)
+	// The dispatcher is woken once for the callers that leave between two
+	// of its looks, however many: a flood of callers giving up must not
+	// keep it turning.
+	wake := s.recallWanted.CompareAndSwap(false, true)
 	if left := s.givenUp.Add(int64(n)); left*8 >= s.queue.size.Load() {
 		s.askSweep()
 		return
 	}
-	s.signal()
+	if wake {
+		s.signal()
+	}
 }
 
 // SubmitRequest queues the request's items and returns their Future at once,
