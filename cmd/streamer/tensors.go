@@ -42,6 +42,7 @@ func tensorsFor(spec model.Spec, codec httpapi.Codec, name string) (httpapi.Tens
 		if err != nil {
 			return nil, fmt.Errorf("model %s: %w", name, err)
 		}
+		meta.Fixed = c.Signature().Fixed
 		return newONNXTensors(meta, m), nil
 	}
 	meta.Platform = "streamer_" + spec.Runner

@@ -614,3 +614,120 @@ func openSpec(t *testing.T, spec model.Spec) *onnx.Runner {
 	t.Cleanup(func() { _ = m.Close() })
 	return m.(*onnx.Runner)
 }
+
+// A model that mixes the items of a run (here each item less the mean of
+// the run, as a normalisation over the batch axis does) gave a caller an
+// answer made of other callers' inputs: stacked beside [1000, 1000], an
+// item [0, 0] got [-500, -500], and told of it. The probe at load finds
+// that an item's answer changes with the item beside it, and items run
+// one by one, each getting what it gives alone.
+func TestAModelThatMixesItemsRunsThemAlone(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		node onnxtest.Node
+		want [][]float64
+	}{
+		{"less the run's mean", onnxtest.Node{Op: "ReduceMean", Inputs: []string{"x"}, Output: "mean", Ints: map[string]int64{"keepdims": 1}, IntLists: map[string][]int64{"axes": {0}}},
+			[][]float64{{0, 0}, {0, 0}, {0, 0}}},
+		// Alone, an item's softmax over the run is 1.
+		{"less a softmax over the run", onnxtest.Node{Op: "Softmax", Inputs: []string{"x"}, Output: "mean", Ints: map[string]int64{"axis": 0}},
+			[][]float64{{-1, -1}, {999, 999}, {2, 2}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := openCustom(t, onnxtest.Custom{
+				Inputs:  []onnxtest.Value{{Name: "x", DType: f32, Dims: []any{"batch", 2}}},
+				Outputs: []onnxtest.Value{{Name: "y", DType: f32, Dims: []any{"batch", 2}}},
+				Nodes:   []onnxtest.Node{tc.node, {Op: "Sub", Inputs: []string{"x", "mean"}, Output: "y"}},
+			}, nil)
+			if d := r.Describe(); !strings.Contains(d, `one item per run: output "y" of an item of ones changed when the item beside it in the run was made twos`) {
+				t.Errorf("description %q does not say why items run one by one", d)
+			}
+			outs := predict(t, r, encode(t, r, `[0, 0]`, `[1000, 1000]`, `[3, 3]`))
+			for i, want := range tc.want {
+				near(t, fmt.Sprintf("item %d", i), values(t, outs[i][0]), want)
+			}
+		})
+	}
+}
+
+// A model that does not mix its items keeps them stacked: the probe takes
+// rounding for no change.
+func TestTheProbeLeavesModelsThatKeepItemsApartStacked(t *testing.T) {
+	r := openCustom(t, onnxtest.Custom{
+		Inputs:  []onnxtest.Value{{Name: "x", DType: f32, Dims: []any{"batch", 3}}},
+		Outputs: []onnxtest.Value{{Name: "y", DType: f32, Dims: []any{"batch", 3}}},
+		Nodes:   []onnxtest.Node{{Op: "Softmax", Inputs: []string{"x"}, Output: "y", Ints: map[string]int64{"axis": 1}}},
+	}, nil)
+	if d := r.Describe(); strings.Contains(d, "one item per run") {
+		t.Fatalf("description %q: a softmax over each item's own axis does not mix items", d)
+	}
+	predict(t, r, encode(t, r, `[1, 2, 3]`, `[3, 2, 1]`))
+	if r.Runs() != 1 {
+		t.Errorf("%d runs for 2 items, want 1 (stacked; the probe's not counted)", r.Runs())
+	}
+}
+
+// An output that declares the inputs' batch axis but does not lead with
+// it (a sum over the batch that keeps its axis, rows made twice over):
+// before, each batch ran stacked, failed its cut and ran again item by
+// item, on every batch and without a word; and the rows made twice failed
+// every request. The probe finds it, and each item gets what it gives
+// alone, in one run.
+func TestADeclaredBatchAxisThatIsNotOneRunsItemsAlone(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		node  onnxtest.Node
+		shape string
+		want  [][]float64
+	}{
+		{"a sum over the batch, kept", onnxtest.Node{Op: "ReduceSum", Inputs: []string{"x", "axis0"}, Output: "y", Ints: map[string]int64{"keepdims": 1}},
+			"[1, 2]", [][]float64{{1, 2}, {3, 4}}},
+		{"rows twice over", onnxtest.Node{Op: "Concat", Inputs: []string{"x", "x"}, Output: "y", Ints: map[string]int64{"axis": 0}},
+			"[4, 2]", [][]float64{{1, 2, 1, 2}, {3, 4, 3, 4}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := openCustom(t, onnxtest.Custom{
+				Inputs:  []onnxtest.Value{{Name: "x", DType: f32, Dims: []any{"batch", 2}}},
+				Outputs: []onnxtest.Value{{Name: "y", DType: f32, Dims: []any{"batch", 2}}},
+				Nodes:   []onnxtest.Node{tc.node},
+				Int64s:  map[string][]int64{"axis0": {0}},
+			}, nil)
+			want := `one item per run: output "y" declares [batch, 2], and a run of 2 items of ones gave it the shape ` + tc.shape + `, so its leading axis is not the batch axis; re-export it declaring the shape it has`
+			if d := r.Describe(); !strings.Contains(d, want) {
+				t.Errorf("description %q; want it to say %q", d, want)
+			}
+			outs := predict(t, r, encode(t, r, `[1, 2]`, `[3, 4]`))
+			for i, w := range tc.want {
+				near(t, fmt.Sprintf("item %d", i), values(t, outs[i][0]), w)
+			}
+			if r.Runs() != 2 {
+				t.Errorf("%d runs for 2 items, want 2", r.Runs())
+			}
+		})
+	}
+}
+
+// A float16 output is allocated in its declared shape (see float16.go):
+// one declared [batch, n] like its input, which the model makes [batch,
+// 2n], failed every request with ONNX Runtime's words on a shape check,
+// while the server said it was ready. It is refused at load, naming the
+// output and both shapes.
+func TestAFloat16OutputInAnotherShapeThanDeclaredIsRefused(t *testing.T) {
+	f16 := onnxpb.TensorProto_FLOAT16
+	path, err := onnxtest.Custom{
+		Inputs:  []onnxtest.Value{{Name: "x", DType: f16, Dims: []any{"batch", "n"}}},
+		Outputs: []onnxtest.Value{{Name: "y", DType: f16, Dims: []any{"batch", "n"}}},
+		Nodes:   []onnxtest.Node{{Op: "Concat", Inputs: []string{"x", "x"}, Output: "y", Ints: map[string]int64{"axis": 1}}},
+	}.Write(t.TempDir(), "custom")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := onnx.Open(context.Background(), onnx.Settings{Path: path, IntraOpThreads: 1})
+	if err == nil {
+		_ = r.Close()
+		t.Fatal("opened; want the model refused")
+	}
+	if want := `output "y" declares [batch, n], which is [2, 1] in a run of 2 items, but the model makes it [2, 2]: re-export it declaring the shape it has`; !strings.Contains(err.Error(), want) {
+		t.Errorf("refusal %q; want it to say %q", err, want)
+	}
+}

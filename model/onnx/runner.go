@@ -30,8 +30,9 @@ type Runner struct {
 	closed      bool
 	runs        atomic.Uint64
 	// unproven lists the outputs cut along a leading axis that nothing
-	// names the batch axis (see onnxio.Signature.UnprovenOutputs); one
-	// that does not lead with a run's items is unbatched.
+	// names the batch axis (see onnxio.Signature.UnprovenOutputs): found
+	// not to lead with a run's items, as any output may be, one is told
+	// to be named so at export (see unbatch).
 	unproven []int
 }
 
@@ -103,7 +104,10 @@ func Open(ctx context.Context, spec Settings) (*Runner, error) {
 		padding:     len(codec.Pads()) > 0,
 	}
 	r.unproven = own.UnprovenOutputs()
-	r.probeBatchAxis()
+	if err := r.probe(); err != nil {
+		_ = r.Close()
+		return nil, fmt.Errorf("model %s: %w", src.name, err)
+	}
 	r.description = runnerDescription(src.name, spec, version, r.sig)
 	return r, nil
 }
@@ -338,6 +342,9 @@ func (r *Runner) execute(items [][]onnxio.Tensor, use func(outs []onnxio.Tensor)
 	}
 	r.runs.Add(1)
 	if err := r.session.Run(inputs, outputs); err != nil {
+		if f16 := r.float16Mismatch(err, shapes, len(items)); f16 != nil {
+			return f16
+		}
 		return r.runError(err, outputs)
 	}
 	outs := make([]onnxio.Tensor, len(outputs))

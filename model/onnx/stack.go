@@ -3,7 +3,6 @@
 package onnx
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -184,12 +183,9 @@ func (r *Runner) split(k int, out onnxio.Tensor, items [][]onnxio.Tensor, perIte
 		return nil
 	}
 	if len(out.Shape) == 0 || out.Shape[0] != int64(len(items)) {
-		if slices.Contains(r.unproven, k) {
-			r.unbatch(k, fmt.Sprintf("a run of %s gave it the shape %s", itemCount(len(items)), shapeText(out.Shape)))
-			slog.Warn("onnx: this model's items run one by one from now on", "why", r.sig.Why)
-			return errUnbatched
-		}
-		return fmt.Errorf("shape %v does not lead with the batch of %d items", out.Shape, len(items))
+		r.unbatch(k, fmt.Sprintf("a run of %s gave it the shape %s", itemCount(len(items)), shapeText(out.Shape)))
+		slog.Warn("onnx: this model's items run one by one from now on", "why", r.sig.Why)
+		return errUnbatched
 	}
 	itemShape := out.Shape[1:]
 	stride := int64(len(out.Data)) / int64(len(items))
@@ -259,14 +255,20 @@ func equalShapes(a, b []int64) bool {
 // batch axis: its items run again, one by one.
 var errUnbatched = errors.New("the output does not lead with the batch axis; items run one by one")
 
-// unbatch takes output k, one of r.unproven, for one without a batch axis,
-// as a run found it (how): from then on each item gets it whole, so items
-// run one by one. Were they stacked, a caller could get what the model made
-// of the whole run (a sum over it, another item's detections) whenever the
-// output's length happened to be the number of items.
+// unbatch takes output k for one without a batch axis, as a run found it
+// (how): from then on each item gets it whole, so items run one by one.
+// Were they stacked, a caller could get what the model made of the whole
+// run (a sum over it, another item's detections) whenever the output's
+// length happened to be the number of items. An output whose declared
+// leading axis is named as the batch axis may lie too: an exporter told
+// that an axis is the batch axis writes so.
 func (r *Runner) unbatch(k int, how string) {
 	p := r.sig.Outputs[k]
-	r.sig.Unbatch(k, fmt.Sprintf("output %q declares %s, and %s, so its leading axis is not the batch axis; name its batch axis like the inputs' when exporting, if it has one", p.Name, declaredShape(p), how))
+	advice := "re-export it declaring the shape it has"
+	if slices.Contains(r.unproven, k) {
+		advice = "name its batch axis like the inputs' when exporting, if it has one"
+	}
+	r.sig.Unbatch(k, fmt.Sprintf("output %q declares %s, and %s, so its leading axis is not the batch axis; %s", p.Name, declaredShape(p), how, advice))
 	r.unproven = slices.DeleteFunc(r.unproven, func(j int) bool { return j == k })
 }
 
@@ -284,58 +286,6 @@ func declaredShape(p onnxio.Port) string {
 		return "no shape"
 	}
 	return p.Shape.String()
-}
-
-// maxProbeBytes bounds an input of the probe's items: the default bound
-// of a batch's bytes, which no item past it could be sent in.
-const maxProbeBytes = 64 << 20
-
-// probeBatchAxis runs the model on two items of ones, then on three, when
-// some output's leading axis is not named the batch axis (r.unproven), and
-// unbatches each such output whose leading length is not the number of
-// items. Ones, not zeros, which an integer division by them would end the
-// worker on; and not one item alone, whose batch axis of length 1 an op
-// such as Squeeze takes away. A model that refuses the probe proves
-// nothing here; its runs check each output's leading length as they cut
-// it (see split).
-func (r *Runner) probeBatchAxis() {
-	if len(r.unproven) == 0 {
-		return
-	}
-	item := make([]onnxio.Tensor, len(r.sig.Inputs))
-	for j, p := range r.sig.Inputs {
-		one := onnxio.One(p.DType)
-		if one == nil {
-			return
-		}
-		t := onnxio.Tensor{DType: p.DType, Shape: make([]int64, len(p.ItemShape))}
-		n := int64(1)
-		for a, d := range p.ItemShape {
-			t.Shape[a] = max(d.Size, 1) // a dynamic axis of length 1
-			if n > maxProbeBytes/int64(len(one))/t.Shape[a] {
-				// An item larger than a batch may carry: the probe would
-				// cost more than any run, or overflow; the runs judge.
-				return
-			}
-			n *= t.Shape[a]
-		}
-		t.Data = bytes.Repeat(one, int(n))
-		item[j] = t
-	}
-	for n := 2; n <= 3 && len(r.unproven) > 0 && r.sig.Mode == onnxio.Stacked; n++ {
-		err := r.execute(slices.Repeat([][]onnxio.Tensor{item}, n), func(outs []onnxio.Tensor) error {
-			for _, k := range slices.Clone(r.unproven) {
-				if t := outs[k]; len(t.Shape) == 0 || t.Shape[0] != int64(n) {
-					r.unbatch(k, fmt.Sprintf("a run of %d items of ones gave it the shape %s", n, shapeText(t.Shape)))
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			break
-		}
-	}
-	r.runs.Store(0) // the probe's runs serve no item
 }
 
 // shapeText writes a shape as a declared one is written: "[2, 3]".

@@ -31,6 +31,9 @@ type ModelMetadata struct {
 	Platform string       `json:"platform"`
 	Inputs   []TensorSpec `json:"inputs"`
 	Outputs  []TensorSpec `json:"outputs"`
+	// Fixed, when set, says why a caller may not send an input of the
+	// model that is not among Inputs ("" for a name it does not know).
+	Fixed func(name string) string `json:"-"`
 }
 
 // TensorSpec describes one input or output of the model.

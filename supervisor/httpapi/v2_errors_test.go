@@ -164,7 +164,18 @@ func TestV2InferRefusesBadJSON(t *testing.T) {
 
 func TestV2InferRefusesInputsTheModelDoesNotTake(t *testing.T) {
 	twoBatched := echoModel(spec("a", "FP32", true, -1), spec("b", "FP32", true, -1, 2))
+	weighted := errorModel()
+	weighted.meta.Fixed = func(name string) string {
+		if name == "w" {
+			return `input "w" has a value in the model file`
+		}
+		return ""
+	}
 	runV2ErrorCases(t, []v2ErrorCase{
+		{name: "an input the model file fixes", model: weighted, body: inputsBody(goodX, goodY, `{"name":"w","shape":[1],"datatype":"FP32","data":[1]}`), want: 400,
+			wantMsg: []string{`input "w" has a value in the model file; model "m" takes "x", "y"`}},
+		{name: "an unknown input beside it", model: weighted, body: inputsBody(goodX, goodY, `{"name":"z","shape":[1],"datatype":"FP32","data":[1]}`), want: 400,
+			wantMsg: []string{`unknown input "z"; model "m" takes "x", "y"`}},
 		{name: "unknown input", body: inputsBody(goodX, goodY, `{"name":"z","shape":[1],"datatype":"FP32","data":[1]}`), want: 400,
 			wantMsg: []string{`unknown input "z"`, `model "m" takes "x", "y"`}},
 		{name: "missing input", body: inputsBody(goodX), want: 400, wantMsg: []string{`missing input "y"`, "INT8", "[2]"}},

@@ -218,8 +218,13 @@ func (st *inferState) match(meta ModelMetadata) error {
 		j := specIndex(meta.Inputs, in.name)
 		switch {
 		case j < 0:
-			return badRequest("unknown input " + strconv.Quote(string(in.name)) + "; model " + strconv.Quote(meta.Name) +
-				" takes " + quoteNames(meta.Inputs))
+			why := "unknown input " + strconv.Quote(string(in.name))
+			if meta.Fixed != nil {
+				if fixed := meta.Fixed(string(in.name)); fixed != "" {
+					why = fixed
+				}
+			}
+			return badRequest(why + "; model " + strconv.Quote(meta.Name) + " takes " + quoteNames(meta.Inputs))
 		case st.byModel[j] >= 0:
 			return badRequest("input " + strconv.Quote(string(in.name)) + " is given twice")
 		}

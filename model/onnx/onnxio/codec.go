@@ -179,6 +179,14 @@ func (c *Codec) Pads() map[string]float64 {
 	return m
 }
 
+// unknownInput refuses an input the model does not take.
+func (c *Codec) unknownInput(name string) error {
+	if why := c.sig.Fixed(name); why != "" {
+		return fmt.Errorf("%s; the model's inputs are %s", why, c.inputList())
+	}
+	return fmt.Errorf("unknown input %q; the model's inputs are %s", name, c.inputList())
+}
+
 func (c *Codec) inputList() string {
 	parts := make([]string, len(c.sig.Inputs))
 	for i, p := range c.sig.Inputs {
@@ -370,7 +378,7 @@ func (c *Codec) jsonFields(raw []byte) ([][]byte, error) {
 		}
 		i := c.sig.Input(string(name))
 		if i < 0 {
-			return nil, fmt.Errorf("unknown input %q; the model's inputs are %s", name, c.inputList())
+			return nil, c.unknownInput(string(name))
 		}
 		if raws[i] != nil {
 			return nil, fmt.Errorf("input %q is given twice", name)
@@ -465,7 +473,7 @@ func (c *Codec) msgpackObject(r reader) ([]Tensor, error) {
 		}
 		i := c.sig.Input(name)
 		if i < 0 {
-			return nil, fmt.Errorf("unknown input %q; the model's inputs are %s", name, c.inputList())
+			return nil, c.unknownInput(string(name))
 		}
 		if have[i] {
 			return nil, fmt.Errorf("input %q is given twice", name)

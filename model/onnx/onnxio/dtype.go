@@ -242,3 +242,14 @@ func One(d DType) []byte {
 	}
 	return nil
 }
+
+// Two is the value 2 as one element of a floating-point dtype d,
+// little-endian, or nil for any other dtype.
+func Two(d DType) []byte {
+	switch d {
+	case Float16, Float32, Float64:
+		b, _ := appendFloat(nil, d, 2)
+		return b
+	}
+	return nil
+}

@@ -128,6 +128,21 @@ type Signature struct {
 	// ExternalData lists the files that hold weights kept outside the
 	// model file, as the file names them: relative to its folder.
 	ExternalData []string `json:"-"`
+	// Defaulted lists the graph inputs that are weights too: their value
+	// is in the file, and they are not served as inputs (see Fixed).
+	Defaulted []string `json:"-"`
+}
+
+// Fixed says why a caller may not send the input named name, when the
+// model file gives it a value of its own ("" for a name it does not know
+// at all). Exporters list weights among the inputs (PyTorch's
+// keep_initializers_as_inputs), which ONNX Runtime then lets a caller
+// override; served, every weight would be an input.
+func (s *Signature) Fixed(name string) string {
+	if !slices.Contains(s.Defaulted, name) {
+		return ""
+	}
+	return fmt.Sprintf("input %q has a value in the model file (a weight, listed among its inputs as some exporters list weights), and streamer serves the model with that value: it takes no other", name)
 }
 
 // Interface spells the model's inputs and outputs, with their names, dtypes
@@ -195,7 +210,9 @@ func Parse(data []byte) (*Signature, error) {
 	}
 	for _, vi := range m.GetGraph().GetInput() {
 		if weights[vi.GetName()] {
-			continue // a weight listed as an input by an old exporter
+			// A weight listed as an input by an old exporter.
+			sig.Defaulted = append(sig.Defaulted, vi.GetName())
+			continue
 		}
 		p, err := port(vi, true)
 		if err != nil {
@@ -260,6 +277,10 @@ func port(vi *onnxpb.ValueInfoProto, input bool) (Port, error) {
 			kind = "a sparse tensor"
 		case t.GetOptionalType() != nil:
 			kind = "an optional"
+		}
+		if t.GetSequenceType() != nil {
+			// The sequence most often met.
+			return p, errors.New("it is a sequence; streamer serves dense tensors only (a classifier converted by sklearn-onnx answers its probabilities as a sequence of maps, unless converted with options={'zipmap': False}, which answers them as a tensor)")
 		}
 		return p, fmt.Errorf("it is %s; streamer serves dense tensors only", kind)
 	}

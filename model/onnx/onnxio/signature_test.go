@@ -151,6 +151,20 @@ func TestParseHandlesOddInterfaces(t *testing.T) {
 		if len(sig.Inputs) != 1 || sig.Inputs[0].Name != "x" {
 			t.Fatalf("inputs %v, want only x", ports(sig.Inputs))
 		}
+		// A caller who sends it is told why it is not taken, where it was
+		// told only that the input is unknown.
+		c, err := onnxio.NewCodec(sig, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = c.FromJSON([]byte(`{"x": [1, 2], "w": [3, 4]}`))
+		if want := `input "w" has a value in the model file (a weight, listed among its inputs as some exporters list weights), and streamer serves the model with that value: it takes no other; the model's inputs are x (float32 [2])`; err == nil || err.Error() != want {
+			t.Errorf("w sent: %v; want %q", err, want)
+		}
+		_, _, err = c.FromJSON([]byte(`{"x": [1, 2], "v": [3, 4]}`))
+		if want := `unknown input "v"; the model's inputs are x (float32 [2])`; err == nil || err.Error() != want {
+			t.Errorf("v sent: %v; want %q", err, want)
+		}
 	})
 	t.Run("no batch axis at all", func(t *testing.T) {
 		sig, err := onnxio.Parse(handModel(
@@ -179,6 +193,7 @@ func TestParseRefuses(t *testing.T) {
 		{"text", []byte("# streamer\nThis is a README, not a model.\n"), "not an ONNX model", true},
 		{"json", []byte(`{"inputs": [1, 2]}`), "not an ONNX model", true},
 		{"sequence input", handModel([]*onnxpb.ValueInfoProto{sequence}, []*onnxpb.ValueInfoProto{tensorValue("y", f32, "n")}), `input "s": it is a sequence`, false},
+		{"sequence output", handModel([]*onnxpb.ValueInfoProto{tensorValue("x", f32, "n")}, []*onnxpb.ValueInfoProto{sequence}), `output "s": it is a sequence; streamer serves dense tensors only (a classifier converted by sklearn-onnx answers its probabilities as a sequence of maps, unless converted with options={'zipmap': False}`, false},
 		{"string input", handModel([]*onnxpb.ValueInfoProto{tensorValue("text", onnxpb.TensorProto_STRING, "n")}, []*onnxpb.ValueInfoProto{tensorValue("y", f32, "n")}), `input "text": element type string is not served`, false},
 		{"bfloat16 output", handModel([]*onnxpb.ValueInfoProto{tensorValue("x", f32, "n")}, []*onnxpb.ValueInfoProto{tensorValue("y", onnxpb.TensorProto_BFLOAT16, "n")}), `output "y": element type bfloat16 is not served (streamer serves float16, float32`, false},
 		{"complex64 input", handModel([]*onnxpb.ValueInfoProto{tensorValue("z", onnxpb.TensorProto_COMPLEX64, "n")}, []*onnxpb.ValueInfoProto{tensorValue("y", f32, "n")}), `input "z": element type complex64 is not served`, false},
