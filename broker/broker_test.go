@@ -1545,6 +1545,41 @@ func TestANodeRedisWillNotLetReadCountsAsNoNode(t *testing.T) {
 	}
 }
 
+// A node whose Redis comes back not knowing XREADGROUP (renamed away in
+// its new configuration) takes itself off the lists of nodes, as one that
+// may not read: front ends answer 503 at once. Before, the node did not
+// take Redis's "ERR unknown command" for what it is (go-redis matches
+// prefixes after "ERR "), went on beating, and its callers waited to their
+// deadlines while /readyz said ready.
+func TestANodeWhoseRedisNoLongerKnowsHowToReadCountsAsNoNode(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	n := startNode(t, rs, echoItems, 4, nil)
+	fe := startFront(t, rs, nil)
+	answersEventually(t, fe, "before", "a request answered before the restart")
+
+	rs.RestartRenamingAway(t, "XREADGROUP")
+	eventually(t, "the node says Redis refuses its reads", func() bool { return strings.Contains(n.Stats().Refused, "unknown command") })
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := fe.Predict(ctx, [][]byte{[]byte("after")})
+	if !errors.Is(err, supervisor.ErrUnavailable) || time.Since(began) > 2*time.Second {
+		t.Errorf("a request while the only node cannot read: %v after %s; want ErrUnavailable at once", err, time.Since(began))
+	}
+}
+
+// A stream of a node gone that is gone too (deleted, evicted) has nothing
+// to claim: it is no error. Before, Redis's "ERR no such key" was not
+// taken for that (the same prefix mistake), and each claim that met one
+// logged a failure and skipped the other streams of nodes gone.
+func TestAStreamGoneHasNothingToClaim(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	n := startNode(t, rs, echoItems, 4, nil)
+	if unread, err := broker.Unread(n, "streamer:items:gone"); unread || err != nil {
+		t.Errorf("a stream that is not there: unread %v, %v; want nothing, and no error", unread, err)
+	}
+}
+
 // Answers Redis refuses for want of memory are kept and retried until it
 // takes them; the node logs the refusal once, as an error, however many
 // retries fail, and once that it takes answers again.
@@ -2165,6 +2200,21 @@ func TestARedisWithoutACommandStreamerNeedsIsRefused(t *testing.T) {
 	t.Cleanup(func() { _ = fe.Close(context.Background()) })
 	if err := fe.Start(context.Background()); !errors.Is(err, broker.ErrUnsupportedRedis) || !strings.Contains(err.Error(), "rename-command") {
 		t.Errorf("a front end's start on a Redis without XAUTOCLAIM and XREADGROUP: %v; want ErrUnsupportedRedis naming rename-command", err)
+	}
+}
+
+// A Redis that refuses INFO too is still asked which commands it knows.
+// Before, a refused INFO had it served as fit, unasked: a node without
+// XREADGROUP started, looked alive, and left its callers waiting.
+func TestARedisThatRefusesInfoIsStillAskedForTheCommands(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{RenameAway: []string{"INFO", "XREADGROUP"}})
+	n, err := broker.NewNode(broker.NodeConfig{Config: broker.Config{URL: rs.URL()}, Streamer: startStreamer(t, supervisor.Config{InProcess: newRecorder(), Workers: 1, BatchSize: 4})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Shutdown(context.Background()) })
+	if err := n.Start(context.Background()); !errors.Is(err, broker.ErrUnsupportedRedis) || !strings.Contains(err.Error(), "does not know the command XREADGROUP") {
+		t.Errorf("a node's start on a Redis without INFO and XREADGROUP: %v; want ErrUnsupportedRedis naming XREADGROUP", err)
 	}
 }
 

@@ -49,7 +49,10 @@ func (fe *FrontEnd) lookAtEviction(ctx context.Context) {
 	})
 	info, err := memory.Result()
 	if err != nil {
-		l.off = refusedCommand(err)
+		if l.off = refusedCommand(err); l.off {
+			fe.cfg.Logger.Warn("redis refuses INFO: streamer cannot see whether redis may evict its keys when full (maxmemory-policy), nor count the keys it evicts; grant the user +info, or check the policy is noeviction yourself (see the README)",
+				"redis", fe.where, "err", err)
+		}
 		return
 	}
 	policy := infoValue(info, "maxmemory_policy")

@@ -80,3 +80,7 @@ func (fe *FrontEnd) FullPastHold() bool {
 // FullSeen is when the front end last saw the backlog full, on its own
 // clock; zero for never.
 func (fe *FrontEnd) FullSeen() int64 { return fe.fullSeen.Load() }
+
+// Unread says whether a stream has entries the node's group has not
+// delivered, as a claim asks of the streams of nodes gone.
+func Unread(n *Node, stream string) (bool, error) { return n.unread(context.Background(), stream) }

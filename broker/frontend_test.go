@@ -336,6 +336,27 @@ func TestAFrontEndWarnsOfARedisThatMayEvictItsKeys(t *testing.T) {
 	}
 }
 
+// A front end whose user may not run INFO cannot see the policy: it says
+// so, once. Before, the README's warnings of a Redis that may evict were
+// off without a word.
+func TestAFrontEndSaysItCannotSeeThePolicy(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	rs.Do(t, "CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+	rs.Do(t, "ACL", "SETUSER", "noinfo", "on", ">pw", "~*", "&*", "+@all", "-info")
+	fakeNode(t, rs)
+	var logs syncbuf.Buffer
+	fe := startFront(t, rs, func(c *broker.FrontEndConfig) {
+		c.URL = "redis://noinfo:pw@" + rs.Addr() + "/0"
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	eventually(t, "front end ready", fe.Ready)
+	broker.LookAtEviction(fe)
+	broker.LookAtEviction(fe)
+	if got := strings.Count(logs.String(), "redis refuses INFO: streamer cannot see whether redis may evict its keys"); got != 1 {
+		t.Errorf("said %d times that it cannot see the policy; want once:\n%s", got, logs.String())
+	}
+}
+
 // Keys evicted under a policy that evicts, set for less than the time
 // between two looks at it, are told of too: the front end follows Redis's
 // count of keys evicted, and logs an error when it grew since its last

@@ -617,7 +617,7 @@ func (n *Node) readLoop() {
 				}
 				continue
 			}
-			if permissionRefused(err) || redis.HasErrorPrefix(err, "ERR unknown command") {
+			if permissionRefused(err) || redis.HasErrorPrefix(err, "unknown command") {
 				n.refuseReads(err)
 				retry.wait(n.stop)
 				continue
@@ -2782,7 +2782,7 @@ func (n *Node) unread(ctx context.Context, stream string) (bool, error) {
 	last := pipe.XRevRangeN(ctx, stream, "+", "-", 1)
 	_, _ = pipe.Exec(ctx) // each command's own error is read below
 	if err := cmp.Or(groups.Err(), last.Err()); err != nil {
-		if redis.HasErrorPrefix(err, "ERR no such key") || redis.HasErrorPrefix(err, "NOGROUP") {
+		if redis.HasErrorPrefix(err, "no such key") || redis.HasErrorPrefix(err, "NOGROUP") {
 			return false, nil // gone meanwhile
 		}
 		return false, err

@@ -48,21 +48,22 @@ func (p *probe) check(ctx context.Context, rdb redis.Cmdable, where string) erro
 	cluster := pipe.Info(ctx, "cluster")
 	known := pipe.Do(ctx, append([]any{"COMMAND", "INFO"}, neededCommands...)...)
 	_, _ = pipe.Exec(ctx) // each command's own error is read below
-	if err := cmp.Or(server.Err(), cluster.Err()); err != nil {
-		if refusedCommand(err) {
-			p.done.Store(true) // INFO refused (an ACL, a proxy): served as fit
-		}
+	err := cmp.Or(server.Err(), cluster.Err())
+	if err != nil && !refusedCommand(err) {
 		return nil // no answer: the commands that follow say why
 	}
+	// INFO refused (an ACL, a proxy, rename-command): what it tells goes
+	// unchecked, but not the commands, which COMMAND INFO tells.
+	unseen := err != nil
 	var verdict error
 	version := infoValue(server.Val(), "redis_version")
 	missing := unknownCommands(known)
 	switch {
-	case infoValue(server.Val(), "redis_mode") == "sentinel":
+	case !unseen && infoValue(server.Val(), "redis_mode") == "sentinel":
 		verdict = fmt.Errorf("%w: redis at %s is a Sentinel, which keeps no data: name the master it watches in the URL, ?master_name=NAME, and streamer follows that master through failovers", ErrUnsupportedRedis, where)
-	case infoValue(cluster.Val(), "cluster_enabled") == "1":
+	case !unseen && infoValue(cluster.Val(), "cluster_enabled") == "1":
 		verdict = fmt.Errorf("%w: redis at %s runs as a cluster, which streamer does not support (its scripts use several keys at once): give it a Redis of its own, with replicas and Sentinel for failover", ErrUnsupportedRedis, where)
-	case olderThan(version, 6, 2):
+	case !unseen && olderThan(version, 6, 2):
 		verdict = fmt.Errorf("%w: redis at %s is version %s; streamer needs 6.2 or later", ErrUnsupportedRedis, where, version)
 	case len(missing) == 1:
 		verdict = fmt.Errorf("%w: redis at %s does not know the command %s, which streamer needs (renamed away with rename-command?): give streamer a Redis that runs it", ErrUnsupportedRedis, where, missing[0])

@@ -350,6 +350,15 @@ func (s *Server) Restart(t testing.TB) {
 	}
 }
 
+// RestartRenamingAway restarts the server as Restart does, taking the
+// commands names away (rename-command NAME ""), as a new configuration of
+// the operator's does, or a failover to a replica configured so.
+func (s *Server) RestartRenamingAway(t testing.TB, names ...string) {
+	t.Helper()
+	s.opt.RenameAway = names
+	s.Restart(t)
+}
+
 // Do runs one command as the default user (with Options.Password) and
 // returns its reply as text: simple and bulk strings as they are, integers
 // in decimal, a null reply as "", arrays as their elements joined by
