@@ -3363,7 +3363,7 @@ func connHint(rdb *redis.Client, err error) string {
 		// A port that accepts and says nothing: a Redis frozen, or a
 		// server of another protocol waiting for more of what it takes
 		// for a request of its own. Retried: a Redis resumes.
-		return " (the connection was accepted, and nothing answered: a Redis that hangs, or a server that is not Redis, waiting for more; retrying until it answers as Redis)"
+		return " (the connection was accepted, and nothing answered: a Redis that hangs or is paused (DEBUG SLEEP, CLIENT PAUSE, a long script), or a server that is not Redis, waiting for more; retrying until it answers as Redis)"
 	case brokenConn(err):
 		return ": is redis shutting down or restarting, at its maxclients, in protected mode (no password and no bind: it turns away clients from other machines), a proxy before it without its backend, or a TLS port reached without rediss://?"
 	}
@@ -3404,7 +3404,7 @@ func (fe *FrontEnd) lostDataLocked() {
 
 // lostError is the error of a call whose items Redis lost.
 func (fe *FrontEnd) lostError() error {
-	return unavailablef("redis at %s lost its data (restarted without persistence, or flushed): the items waiting there are gone", fe.where)
+	return unavailablef("redis at %s lost its data (restarted without persistence, flushed, or its keys evicted for want of memory under a maxmemory-policy that evicts): the items waiting there are gone", fe.where)
 }
 
 // noteDown marks Redis unreachable after a failed command that did not get
