@@ -366,14 +366,14 @@ func (m *Model) startError(err error, status string, ended bool) error {
 		case printed != "":
 			did = fmt.Sprintf("it printed %q instead of a handshake", printed)
 		case strings.Contains(err.Error(), "Failed to read any lines"):
-			did = "it exited before the handshake, or closed its stdout" + m.exitNote(status, ended)
+			did = "it exited before the handshake, or closed its stdout" + m.exitNote(status, ended) + unflushed
 		default: // go-plugin trims the line it read
 			did = "it printed an empty line instead of a handshake"
 		}
 	case strings.Contains(msg, "exited before we could connect"):
 		did = "it exited before the handshake" + m.exitNote(status, ended)
 	case strings.Contains(msg, "timeout while waiting"):
-		did = fmt.Sprintf("it printed no handshake within %s, its limit (a plugin that is slow to start does the slow part in Init, after the handshake)", m.cfg.StartTimeout)
+		did = fmt.Sprintf("it printed no handshake within %s, its limit (a plugin that is slow to start does the slow part in Init, after the handshake)%s", m.cfg.StartTimeout, unflushed)
 	case strings.Contains(msg, "incompatible API version"):
 		did = strings.TrimPrefix(msg, "incompatible API version with plugin. ")
 		want = fmt.Sprintf("want streamer plugin protocol version %d (a Go plugin: rebuild it against this streamer's model/plugin/sdk; another language: implement version %[1]d of the contract in model/plugin/pluginpb/doc.go)", pluginpb.ProtocolVersion)
@@ -389,6 +389,10 @@ func (m *Model) startError(err error, status string, ended bool) error {
 	return fmt.Errorf("plugin %s: %w: %s; %s", path, ErrHandshake, did, want)
 }
 
+// unflushed is what a plugin that printed its handshake into a buffer
+// seems to have done: exited, or printed nothing.
+const unflushed = "; or it wrote the handshake without flushing its stdout, which Python, Node.js and C's stdio hold in a buffer when it is a pipe: flush it after the line"
+
 // exitNote says how the plugin ended (status), or that it had not (it
 // closed its stdout, and runs on), and the last line it printed: what
 // went wrong is most often there (a module its interpreter lacks, a file
@@ -399,6 +403,8 @@ func (m *Model) exitNote(status string, ended bool) string {
 	switch {
 	case ended && status == "signal: killed" && m.runner.killed.Load():
 		note = " (signal: killed, as streamer kills a plugin whose start failed, if nothing killed it first"
+	case ended && status == "signal: killed":
+		note = " (signal: killed, and not by streamer: the out-of-memory killer, or an operator"
 	case ended:
 		note = " (" + status
 	}
@@ -544,7 +550,12 @@ func (m *Model) callError(ctx context.Context, call string, err error) error {
 		// elsewhere, as after any crash, not failed.
 		return m.crash(err)
 	}
-	return fmt.Errorf("plugin %s: %s: %s", m.name, call, capText(status.Convert(err).Message()))
+	msg := capText(status.Convert(err).Message())
+	if code == codes.ResourceExhausted && strings.Contains(strings.ToLower(msg), "larger than max") {
+		// The host takes answers of any size: the limit is the plugin's.
+		msg += " (the plugin's gRPC server refused a message this large: lift its receive limit, 4 MiB by default in most gRPC libraries, as model/plugin/pluginpb/doc.go says under \"Large batches\", or lower --max-batch-bytes)"
+	}
+	return fmt.Errorf("plugin %s: %s: %s", m.name, call, msg)
 }
 
 // unavailableGrace is how long a call's UNAVAILABLE waits for the plugin's

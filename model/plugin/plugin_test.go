@@ -290,6 +290,10 @@ func TestStartErrors(t *testing.T) {
 	writeFile(t, segv, "#!/bin/sh\necho 'about to crash' >&2\nkill -SEGV $$\n", 0o755)
 	closes := filepath.Join(dir, "closes")
 	writeFile(t, closes, "#!/bin/sh\nexec >&-\nsleep 30\n", 0o755)
+	// Killed as it starts, by the out-of-memory killer, say: not by
+	// streamer, which had found nothing wrong yet.
+	oomed := filepath.Join(dir, "oomed")
+	writeFile(t, oomed, "#!/bin/sh\nkill -KILL $$\n", 0o755)
 	// Executable, or so its mode says: its checksum would wait for a
 	// writer for ever.
 	fifo := filepath.Join(dir, "fifo")
@@ -318,8 +322,9 @@ func TestStartErrors(t *testing.T) {
 		{"prints something else", chatty, ErrHandshake, []string{chatty, `printed "hello, I am no plugin" instead of a handshake`, "want a streamer model plugin"}},
 		{"prints an empty line", blank, ErrHandshake, []string{blank, "printed an empty line instead of a handshake"}},
 		{"closes its stdout", closes, ErrHandshake, []string{closes, "exited before the handshake, or closed its stdout (signal: killed, as streamer kills a plugin whose start failed"}},
+		{"killed from outside", oomed, ErrHandshake, []string{oomed, "exited before the handshake, or closed its stdout (signal: killed, and not by streamer: the out-of-memory killer, or an operator)"}},
 		{"dies of a signal", segv, ErrHandshake, []string{segv, `exited before the handshake, or closed its stdout (signal: segmentation fault; its last line: "about to crash")`}},
-		{"prints nothing", bin("silent"), ErrHandshake, []string{bin("silent"), "printed no handshake within 700ms"}},
+		{"prints nothing", bin("silent"), ErrHandshake, []string{bin("silent"), "printed no handshake within 700ms", "or it wrote the handshake without flushing its stdout"}},
 		{"wrong protocol version", bin("wrongversion"), ErrHandshake, []string{bin("wrongversion"), "Plugin version: 99", "want streamer plugin protocol version 1 (a Go plugin: rebuild it against this streamer's model/plugin/sdk; another language: implement version 1 of the contract in model/plugin/pluginpb/doc.go)"}},
 	}
 	for _, tt := range tests {
@@ -525,6 +530,23 @@ func TestAnEmptyOutputFailsItsItem(t *testing.T) {
 	if string(outputs[1]) != string(pack(t, "fine")[0]) {
 		t.Errorf("item 1 answered %x, want its echo", outputs[1])
 	}
+}
+
+// A plugin whose gRPC server keeps its library's 4 MiB limit on what it
+// receives (unruly keeps go-plugin's default server, as grpcio's keeps its
+// own) fails a larger batch: the error says whose the limit is and how to
+// lift it, where it said only "larger than max".
+func TestABatchOverThePluginsMessageLimitSaysWhose(t *testing.T) {
+	m, err := Open(context.Background(), Config{Path: bin("unruly")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	_, err = m.Predict(context.Background(), [][]byte{make([]byte, 5<<20)})
+	if err == nil || !strings.Contains(err.Error(), "larger than max") || !strings.Contains(err.Error(), "the plugin's gRPC server refused a message this large: lift its receive limit") {
+		t.Fatalf("a 5 MiB batch: %v; want the plugin's limit named", err)
+	}
+	assertServes(t, m)
 }
 
 // TestEmptyItemErrorsSaySo: an item failed with an empty error says that

@@ -1,10 +1,13 @@
 package plugin
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 )
@@ -144,4 +147,23 @@ func (g *groupGuard) stop() {
 		g.pipe.Close()
 		_ = g.cmd.Wait()
 	})
+}
+
+// exiting reports whether process pid is dying or dead, not yet reaped:
+// its state is zombie, or it has begun to exit (PF_EXITING in its flags,
+// set before the kernel closes its files). Linux's /proc/PID/stat has its
+// state and its flags, third and ninth, the name in parentheses second.
+func exiting(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	end := bytes.LastIndexByte(stat, ')') // the name may hold one too
+	fields := strings.Fields(string(stat[end+1:]))
+	if end < 0 || len(fields) < 7 {
+		return false
+	}
+	const pfExiting = 0x4
+	flags, err := strconv.ParseUint(fields[6], 10, 64)
+	return fields[0] == "Z" || fields[0] == "X" || err == nil && flags&pfExiting != 0
 }

@@ -50,7 +50,7 @@ type procRunner struct {
 	waited  chan struct{} // closed when the plugin has exited and its output is read
 	waitErr error         // cmd.Wait's, set before waited is closed
 
-	killed atomic.Bool // Kill was called: by go-plugin as a start failed, or by the worker
+	killed atomic.Bool // Kill was called while it ran: by go-plugin as a start failed, or by the worker
 
 	mu        sync.Mutex
 	overlong  int    // the length read of a first line too long to be a handshake
@@ -226,7 +226,16 @@ func (r *procRunner) Kill(context.Context) error {
 	if r.cmd.Process == nil {
 		return nil
 	}
-	r.killed.Store(true)
+	select {
+	case <-r.waited:
+		return nil // it ended, and was reaped
+	default:
+	}
+	if !exiting(r.cmd.Process.Pid) {
+		// Not a plugin that something else killed, whose stdout closed
+		// as it died: go-plugin kills it then, finding no handshake.
+		r.killed.Store(true)
+	}
 	if err := r.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return err
 	}

@@ -154,6 +154,9 @@
 //
 // A plugin in any language can give the reason itself: write one line
 // that begins with "fatal error: " (or "panic: ") on stderr, then exit.
+// From a gRPC handler, exit the process itself (Python's os._exit, not
+// sys.exit, whose SystemExit grpcio's handler threads do not catch: the
+// batch is left unanswered until the server's --worker-timeout).
 // Write it only when dying, since the first such line is the one kept.
 // Where the runtime's last lines say little (Node.js ends an uncaught
 // exception's stack with a line giving its own version), do it from the
