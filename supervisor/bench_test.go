@@ -24,6 +24,11 @@ import (
 // gone does: a test has a worker start well, then its restarts fail.
 const failOpenEnv = "SUPERVISOR_TEST_FAIL_OPEN_IF"
 
+// failSlowlyEnv, beside failOpenEnv, is how long the worker takes to fail
+// (a duration), as a model does that loads for a while before it finds its
+// weights gone.
+const failSlowlyEnv = "SUPERVISOR_TEST_FAIL_OPEN_AFTER"
+
 // TestMain makes this test binary a worker process when a supervisor
 // starts it, serving the built-in models, so the benchmarks and process
 // tests exercise real children and real pipes without building the
@@ -39,6 +44,9 @@ func TestMain(m *testing.M) {
 		workerproc.Main(func(_ context.Context, spec model.Spec) (model.Model, error) {
 			if path := os.Getenv(failOpenEnv); path != "" {
 				if _, err := os.Stat(path); err == nil {
+					if after, err := time.ParseDuration(os.Getenv(failSlowlyEnv)); err == nil {
+						time.Sleep(after)
+					}
 					return nil, errors.New("init: cannot load weights")
 				}
 			}

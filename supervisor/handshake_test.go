@@ -229,6 +229,29 @@ func TestAQueuedItemIsRefusedWhileTheRestartsFail(t *testing.T) {
 	}
 }
 
+// A model that takes longer to fail its start than the slot's backoff:
+// the dispatcher looked at the slots every UnavailableAfter, each look most
+// likely found the slot starting again, and the queued item waited on,
+// for ever without a deadline. The slot's entering backoff has it look.
+func TestAQueuedItemIsRefusedWhileSlowStartsFail(t *testing.T) {
+	weightsGone, cfg := failingStarts(t, 100*time.Millisecond, time.Millisecond)
+	cfg.Process.Env = append(cfg.Process.Env, failSlowlyEnv+"=500ms")
+	s := start(t, cfg)
+	if err := os.WriteFile(weightsGone, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	die, _ := msgpack.Marshal("die")
+	dying, err := s.SubmitRequest(context.Background(), supervisor.Request{Items: [][]byte{die}}) // no deadline
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := dying.Result(ctx); !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), "cannot load weights") {
+		t.Fatalf("the queued item while slow restarts fail: %v; want ErrUnavailable saying why", err)
+	}
+}
+
 // The model a worker serves is the one ProcessConfig.Model names, carried
 // over the pipe: a chaos model that rejects one item proves the settings
 // arrived.

@@ -140,7 +140,9 @@ func TestAnItemThatTakesEveryThreadIsConvicted(t *testing.T) {
 	errs := make(chan error, 3)
 	for _, name := range []string{"ok1", "hog", "ok2"} {
 		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			// Room for two whole reruns and a hunt, each with a worker
+			// restarted: seconds on a busy machine.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			_, err := s.Predict(ctx, items(name))
 			if name != "hog" && err != nil {

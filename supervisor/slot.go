@@ -1033,6 +1033,12 @@ func (sl *slot) backoff() bool {
 	sl.tally.restarts++
 	restarts, lastErr := sl.tally.restarts, sl.lastErr
 	s.mu.Unlock()
+	// The dispatcher looks now: with no worker able to run for
+	// UnavailableAfter, the queue is failed while the slot waits here,
+	// not only should a look of its own fall in this wait. Before, a
+	// model slower to fail its start than the backoff left queued callers
+	// waiting past UnavailableAfter, to their deadlines.
+	s.signal()
 	t := time.NewTimer(delay)
 	defer t.Stop()
 	select {
