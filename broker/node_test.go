@@ -552,7 +552,9 @@ func TestItemsTooLargeToReadInTimeAreTakenFewAtATime(t *testing.T) {
 	eventually(t, "front end ready", fe.Ready)
 	proxy.Throttle(2 << 20)
 	const size = 18 << 20 / 10
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Each look that runs out of time costs its bound, and a busy machine
+	// slows the proxy's link: room for many.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	items := make([][]byte, 4)
 	for i := range items {
