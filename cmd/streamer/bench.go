@@ -21,17 +21,18 @@ import (
 	"github.com/streamer-dev/streamer/supervisor"
 )
 
-// benchOptions are the flags of streamer bench; the serve flags come too.
 // batchBound is the most items one batch of the server bench starts may
 // hold: --batch-size, or fewer where --max-queue or --max-batch-bytes (at
-// the encoded size of --input) allow fewer. The limits bench reports
-// against are the sleep model's at that size: at --batch-size, a server
-// whose batches could never be that large seemed to reach a fraction of
-// its best.
+// the encoded size of --input) allow fewer. The queue admits whole
+// requests, so it holds a multiple of --items-per-request at most. The
+// limits bench reports against are the sleep model's at that size: at
+// --batch-size, a server whose batches could never be that large seemed
+// to reach a fraction of its best.
 func (o benchOptions) batchBound(input string) int {
 	n := o.serve.batchSize
 	if o.serve.maxQueue > 0 {
-		n = min(n, o.serve.maxQueue)
+		per := max(o.cfg.ItemsPerRequest, 1)
+		n = min(n, max(o.serve.maxQueue/per*per, per))
 	}
 	if item, err := wire.JSONToMsgpack(nil, []byte(input)); err == nil && len(item) > 0 && o.serve.maxBatchBytes > 0 {
 		n = min(n, max(1, o.serve.maxBatchBytes/len(item)))
@@ -39,6 +40,33 @@ func (o benchOptions) batchBound(input string) int {
 	return n
 }
 
+// benchFilesMargin is the files bench keeps open besides its clients'
+// connections: its server's pipes, the stats reads, the runtime's own.
+const benchFilesMargin = 64
+
+// checkOpenFiles refuses a --concurrency over HTTP whose connections, one
+// per client, would not fit this process's limit of open files. Past it,
+// the clients the limit left out failed each request at once, counted as
+// the server's connection errors, and the run measured fewer clients than
+// it said, exiting 0.
+func (o benchOptions) checkOpenFiles() error {
+	if o.cfg.API == bench.APIGo || o.cfg.Protocol == bench.ProtocolGRPC {
+		return nil // no connection per client
+	}
+	flag, clients := "--concurrency", o.cfg.Concurrency
+	if len(o.sweepClients) > 0 {
+		flag, clients = "--sweep-concurrency", slices.Max(o.sweepClients)
+	}
+	limit, ok := openFilesLimit()
+	need := uint64(clients) + benchFilesMargin
+	if !ok || limit >= need {
+		return nil
+	}
+	return fmt.Errorf("%s %d: each client holds a connection, and this process may open %d files (ulimit -n), fewer than the %d it needs: raise the limit (ulimit -n %d), or lower %[1]s",
+		flag, clients, limit, need, need)
+}
+
+// benchOptions are the flags of streamer bench; the serve flags come too.
 type benchOptions struct {
 	serve         serveOptions
 	cfg           bench.Config
@@ -155,6 +183,9 @@ func runBench(ctx context.Context, flags *pflag.FlagSet, o benchOptions) error {
 	}
 	if flags.Changed("request-timeout") && o.cfg.API == bench.APIGo {
 		return errors.New("--request-timeout bounds the requests of an http run; with --api go the supervisor's --worker-timeout bounds them")
+	}
+	if err := o.checkOpenFiles(); err != nil {
+		return err
 	}
 
 	self, err := os.Executable()

@@ -429,6 +429,22 @@ func TestBenchBadFlags(t *testing.T) {
 	}
 }
 
+// Clients that could not all open their connections, under the process's
+// limit of open files, failed each request at once, counted as the
+// server's connection errors, and the run exited 0, measuring fewer
+// clients than it said: bench refuses such a --concurrency at once.
+func TestBenchRefusesMoreClientsThanItMayOpenFiles(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "sh", "-c", `ulimit -n 200 && exec "$0" bench "$@"`, streamerBin,
+		"--model", "sleep:1ms,1us", "--concurrency", "500", "--duration", "1s", "--warmup", "0")
+	out, err := cmd.CombinedOutput()
+	want := "--concurrency 500: each client holds a connection, and this process may open 200 files (ulimit -n), fewer than the 564 it needs"
+	if err == nil || !strings.Contains(string(out), want) {
+		t.Fatalf("bench with 500 clients and 200 files: %v\n%s\nwant it refused, saying %q", err, out, want)
+	}
+}
+
 // $STREAMER_BROKER set but empty, which the server bench starts refuses,
 // is refused before that server starts.
 func TestBenchRefusesAnEmptyBrokerVariable(t *testing.T) {
@@ -991,7 +1007,8 @@ func TestBenchTrustsTheCAItIsGiven(t *testing.T) {
 
 // The limit a run is measured against is the sleep model's at the largest
 // batch the server can form: fewer items than --batch-size when
-// --max-queue or --max-batch-bytes allow fewer. At --batch-size, a server
+// --max-queue (a multiple of --items-per-request) or --max-batch-bytes
+// allow fewer. At --batch-size, a server
 // whose batches could never be that large seemed to reach a fifth of its
 // best.
 func TestBenchLimitIsAtTheLargestBatchTheServerCanForm(t *testing.T) {
@@ -1002,6 +1019,8 @@ func TestBenchLimitIsAtTheLargestBatchTheServerCanForm(t *testing.T) {
 	}{
 		{[]string{"--max-queue", "16"}, 16},
 		{[]string{"--max-batch-bytes", "200"}, 200 / 16}, // --input's item, 16 bytes encoded
+		// The queue admits whole requests: 5 of 3 items at most, not 16.
+		{[]string{"--max-queue", "16", "--items-per-request", "3"}, 15},
 	} {
 		rep, _ := benchJSON(t, append([]string{"--model", model, "--workers", "1", "--batch-size", "64", "--concurrency", "4",
 			"--duration", "300ms", "--warmup", "0", "--input", `"fifteen chars.."`}, tc.args...)...)

@@ -312,7 +312,7 @@ func TestClosedLoopBacksOffAfterConnectionErrors(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	counted := closedLoop(ctx, loadRun{send: send, start: time.Now(), backOffAfter: connection}, 4)
+	counted := closedLoop(ctx, loadRun{send: send, start: time.Now(), backOffAfter: []uint16{connection}}, 4)
 	// 1+2+4+8+16+32+64+100 ms: at most nine sends of each client in 300ms.
 	if n := sent.Load(); n < 4 || n > 4*10 {
 		t.Errorf("%d sends of 4 clients in 300ms against connection errors; want at most 40", n)
@@ -320,6 +320,48 @@ func TestClosedLoopBacksOffAfterConnectionErrors(t *testing.T) {
 	// A send the end of the load cut short is not counted: one per client.
 	if f, n := counted.failures[connection], uint64(sent.Load()); len(counted.samples) != 0 || f > n || f+4 < n {
 		t.Errorf("samples %v, failures %v; want the %d failures counted, but for the last of each client, and no sample kept", counted.samples, counted.failures, n)
+	}
+}
+
+// A closed-loop client refused for want of room pauses as after a
+// connection error, whatever API said so. Before, it sent again at once:
+// against a server with --max-queue 10, 64 clients sent two million
+// requests in two seconds, their loop took the CPU the server's workers
+// ran on, and the figures were the load client's.
+func TestClosedLoopBacksOffWhenTheServerIsFull(t *testing.T) {
+	for _, kind := range overloadKinds {
+		t.Run(kind, func(t *testing.T) {
+			cfg := Config{Concurrency: 4, Duration: 300 * time.Millisecond}
+			var sent atomic.Int64
+			send := func(ctx context.Context) (string, error) {
+				if ctx.Err() != nil {
+					return "", nil
+				}
+				sent.Add(1)
+				return kind, errors.New("the queue is full")
+			}
+			_, _, refused := cfg.load(context.Background(), send)
+			// 1+2+4+8+16+32+64+100 ms: at most nine sends of each client
+			// in 300 ms.
+			if n := sent.Load(); refused != nil || n < 4 || n > 4*10 {
+				t.Errorf("%d sends of 4 clients in 300ms, all refused for want of room (%v); want at most 40, and the load not stopped", n, refused)
+			}
+		})
+	}
+}
+
+// The report says when more than a few requests were refused for want of
+// room: the figures are those of a server overloaded.
+func TestTheReportWarnsOfAnOverloadedServer(t *testing.T) {
+	for _, tc := range []struct {
+		refused int
+		warned  bool
+	}{{1, false}, {20, true}} {
+		var out strings.Builder
+		Report{Requests: 980, Errors: map[string]uint64{"http 429": uint64(tc.refused)}}.Print(&out)
+		if got := strings.Contains(out.String(), "of the requests were refused for want of room"); got != tc.warned {
+			t.Errorf("%d of %d refused: warned %v, want %v:\n%s", tc.refused, 980+tc.refused, got, tc.warned, out.String())
+		}
 	}
 }
 

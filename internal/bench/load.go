@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,14 @@ const (
 	kindTimeout = "timeout"
 )
 
+// overloadKinds are the answers of a server that has no room for the
+// request for now (a full queue, no worker able to run), over each API:
+// refusals sent back at once, after which a closed-loop client pauses as
+// after a connection error (see backoff), as a client of a real service
+// does; else it sends again at once, and the load client's own loop takes
+// the CPU the server's workers run on.
+var overloadKinds = []string{"http 429", "http 503", "overloaded", "unavailable", "grpc Unavailable"}
+
 // errorKinds numbers the kinds of failure the loads count, and keeps the
 // text of the first failure of each.
 type errorKinds struct {
@@ -44,6 +53,15 @@ type failureKind struct {
 
 func newErrorKinds() *errorKinds {
 	return &errorKinds{kinds: []failureKind{{}}, ids: map[string]uint16{"": 0}}
+}
+
+// idsOf numbers each of names.
+func (k *errorKinds) idsOf(names []string) []uint16 {
+	ids := make([]uint16, len(names))
+	for i, name := range names {
+		ids[i] = k.id(name, nil)
+	}
+	return ids
 }
 
 // id numbers kind, "" being 0, and keeps err's text if it is the first of
@@ -91,9 +109,9 @@ type loadRun struct {
 	// warmup is when the window opens, from start: failures answered
 	// before it are not counted.
 	warmup time.Duration
-	// backOffAfter is the kind of failure after which a closed-loop client
-	// pauses (see backoff).
-	backOffAfter uint16
+	// backOffAfter are the kinds of failure after which a closed-loop
+	// client pauses (see backoff).
+	backOffAfter []uint16
 	done         *atomic.Int64 // counts answers for the progress bar; nil without one
 }
 
@@ -175,7 +193,7 @@ func (cfg *Config) load(ctx context.Context, send sender) (counted tally, kinds 
 		stop:         func(id uint16) { cancel(refusal(kinds.kind(id))) },
 		start:        time.Now(),
 		warmup:       cfg.Warmup,
-		backOffAfter: kinds.id(kindConnection, nil),
+		backOffAfter: kinds.idsOf(append([]string{kindConnection}, overloadKinds...)),
 		done:         done,
 	}
 	if cfg.Rate > 0 {
@@ -291,7 +309,7 @@ func client(ctx context.Context, run loadRun) tally {
 			run.stop(kind)
 			break
 		}
-		if kind == run.backOffAfter {
+		if kind != 0 && slices.Contains(run.backOffAfter, kind) {
 			pause.wait(ctx)
 		} else {
 			pause.reset()
@@ -306,7 +324,8 @@ const (
 	maxBackoff = 100 * time.Millisecond
 )
 
-// backoff is a closed-loop client's pause after a connection error: from
+// backoff is a closed-loop client's pause after a connection error or an
+// overload's refusal (see overloadKinds): from
 // minBackoff, doubling at each error in a row up to maxBackoff, and none
 // again once a request is answered. A server that is down fails each
 // request at once: without the pause a few clients sent it a million

@@ -309,6 +309,24 @@ func (r Report) printErrors(w io.Writer) {
 	}
 	fmt.Fprintln(w, "errors")
 	r.printErrorKinds(w)
+	if n, all := r.overloaded(), uint64(r.Requests)+r.failed(); float64(n) > maxOverloadedFraction*float64(all) {
+		fmt.Fprintf(w, "  !! %.1f%% of the requests were refused for want of room (429, 503, or their gRPC and Go API forms): the server was past what it takes, and its figures are those of a server overloaded (each client paused 1 to 100 ms after each refusal)\n",
+			100*float64(n)/float64(all))
+	}
+}
+
+// maxOverloadedFraction is the share of requests refused for want of room
+// past which the report warns that the server was overloaded.
+const maxOverloadedFraction = 0.01
+
+// overloaded counts the requests refused for want of room (see
+// overloadKinds).
+func (r Report) overloaded() uint64 {
+	var n uint64
+	for _, kind := range overloadKinds {
+		n += r.Errors[kind]
+	}
+	return n
 }
 
 // printErrorKinds writes a line for each kind of failed request.
