@@ -38,7 +38,11 @@ const maxProbeBytes = 64 << 20
 //   - a float16 output whose declared shape is not the one the model
 //     makes: the runner allocates those in their declared shape (see
 //     float16Outputs), and every run would fail; the model is refused
-//     (see float16Mismatch).
+//     (see float16Mismatch). Where the axes that differ are declared
+//     fixed, and an input has a dynamic axis besides the batch axis, the
+//     probe's items (of length 1) may be what the declared shape does not
+//     fit (an export traced at one length, that left the output's axis
+//     fixed): then it warns, and each run that fails says so.
 //
 // A model that refuses the probe otherwise proves nothing here: its runs
 // check each output's leading length as they cut it (see split).
@@ -66,17 +70,32 @@ func (r *Runner) probe() error {
 			return nil
 		})
 		if f16 := (*float16ShapeError)(nil); errors.As(err, &f16) {
-			// It would fail every run: the model is refused.
-			return err
+			if !f16.otherLengthsMayFit {
+				return err // every run would fail: the model is refused
+			}
+			slog.Warn("onnx: requests whose lengths give a float16 output another shape than it declares will fail", "probe", err.Error())
 		}
 		if err != nil {
 			break
 		}
 	}
-	if twos != nil && r.sig.Mode == onnxio.Stacked {
+	if twos != nil && beside != nil && r.sig.Mode == onnxio.Stacked {
 		r.crossTalk(ones, twos, beside)
 	}
 	return nil
+}
+
+// lengthsVary reports whether some input has a dynamic axis besides the
+// batch axis: items of other lengths than the probe's then run otherwise.
+func (r *Runner) lengthsVary() bool {
+	for _, p := range r.sig.Inputs {
+		for _, d := range p.ItemShape {
+			if d.Dynamic() {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // probeItems makes the probe's items: one of ones, and one like it whose
@@ -137,23 +156,45 @@ func firstRows(outs []onnxio.Tensor) [][]byte {
 // run one by one from then on. Both runs have two items, so the runtime
 // takes the same kernels for both, and their answers differ only by
 // rounding where its kernels are not deterministic (sameOutput allows
-// for that). A model that refuses the twos proves nothing.
+// for that). A model whose answers differ from run to run anyway (a
+// random op: noise sampled in a decoder) is not judged: the ones beside
+// ones run again, and when they too differ, nothing is concluded. A model
+// that refuses the twos proves nothing.
 func (r *Runner) crossTalk(ones, twos []onnxio.Tensor, beside [][]byte) {
-	_ = r.execute([][]onnxio.Tensor{ones, twos}, func(outs []onnxio.Tensor) error {
+	changed := r.firstItemChanged([][]onnxio.Tensor{ones, twos}, beside)
+	if changed < 0 {
+		return
+	}
+	if again := r.firstItemChanged([][]onnxio.Tensor{ones, ones}, beside); again != -1 {
+		slog.Info("onnx: the model answers the same items otherwise from run to run, so whether it mixes the items of a run was not judged", "output", r.sig.Outputs[changed].Name)
+		return
+	}
+	r.sig.Mode = onnxio.OneByOne
+	r.sig.Why = fmt.Sprintf("output %q of an item of ones changed when the item beside it in the run was made twos: the model mixes the items of a run (a reduction or a normalisation over the batch axis, such as BatchNormalization exported in training mode), so a caller's answer would depend on other callers' inputs", r.sig.Outputs[changed].Name)
+	slog.Warn("onnx: this model's items run one by one", "why", r.sig.Why)
+}
+
+// firstItemChanged runs two items and returns the first batched output in
+// which the first item's answer differs from beside, -1 where none does,
+// or -2 where the run failed.
+func (r *Runner) firstItemChanged(run [][]onnxio.Tensor, beside [][]byte) int {
+	changed := -1
+	err := r.execute(run, func(outs []onnxio.Tensor) error {
 		for k, t := range outs {
 			if !r.sig.Outputs[k].Batched || beside[k] == nil {
 				continue
 			}
 			if len(t.Shape) == 0 || t.Shape[0] != 2 || !sameOutput(t.DType, beside[k], t.Data[:len(t.Data)/2]) {
-				p := r.sig.Outputs[k]
-				r.sig.Mode = onnxio.OneByOne
-				r.sig.Why = fmt.Sprintf("output %q of an item of ones changed when the item beside it in the run was made twos: the model mixes the items of a run (a reduction or a normalisation over the batch axis, such as BatchNormalization exported in training mode), so a caller's answer would depend on other callers' inputs", p.Name)
-				slog.Warn("onnx: this model's items run one by one", "why", r.sig.Why)
+				changed = k
 				return nil
 			}
 		}
 		return nil
 	})
+	if err != nil {
+		return -2
+	}
+	return changed
 }
 
 // sameOutput reports whether two encodings of one output are the same
@@ -204,39 +245,99 @@ func sameOutput(d onnxio.DType, a, b []byte) bool {
 }
 
 // float16ShapeError is a run that failed for a float16 output whose
-// declared shape is not the one the model makes.
-type float16ShapeError struct{ msg string }
+// declared shape is not the one the model makes. otherLengthsMayFit says
+// that only axes the output declares fixed differ, while the inputs' item
+// lengths vary: items of other lengths may make it in its declared shape.
+type float16ShapeError struct {
+	msg                string
+	otherLengthsMayFit bool
+}
 
 func (e *float16ShapeError) Error() string { return e.msg }
 
-// ortShapeCheck is how ONNX Runtime refuses an output allocated in another
-// shape than the model makes: "Current shape:{2,1} Requested shape:{2,2}".
-var ortShapeCheck = regexp.MustCompile(`OrtValue shape verification failed\. Current shape:\{([0-9,]*)\} Requested shape:\{([0-9,]*)\}`)
+// ONNX Runtime refuses an output allocated in another shape than the
+// model makes in one of two ways: where its own shape inference knew the
+// output's shape, before the run, naming the output and the axes that
+// differ ("Got invalid dimensions for output: y for the following
+// indices\n index: 1 Got: 2 Expected: 1"); else as the node that makes it
+// runs, naming the node ("running Concat node. Name:'Concat_0' ...
+// OrtValue shape verification failed. Current shape:{2,1} Requested
+// shape:{2,2}").
+var (
+	ortOutputCheck = regexp.MustCompile(`Got invalid dimensions for output: (\S+) for the following indices`)
+	ortAxisCheck   = regexp.MustCompile(`index: (\d+) Got: (\d+) Expected: (\d+)`)
+	ortShapeCheck  = regexp.MustCompile(`OrtValue shape verification failed\. Current shape:\{([0-9,]*)\} Requested shape:\{([0-9,]*)\}`)
+	ortNode        = regexp.MustCompile(`Name:'([^']*)'`)
+)
 
 // float16Mismatch explains a run that failed (err) as ONNX Runtime fails
 // one whose float16 output the runner allocated (see float16Outputs, in a
 // run of items whose stacked inputs have the given shapes) in another
-// shape than the model makes, naming the output: ONNX Runtime names
-// neither it nor its node. It returns nil for any other failure.
-// onnxruntime_go cannot return a float16 output that ONNX Runtime makes
-// (it copies one byte of each element, and fails), so the shape the model
-// makes is known only from ONNX Runtime's words.
+// shape than the model makes, naming the output, or the outputs it may be
+// where ONNX Runtime names only its node and several were allocated in
+// that shape. It returns nil for any other failure. onnxruntime_go cannot
+// return a float16 output that ONNX Runtime makes (it copies one byte of
+// each element, and fails), so the shape the model makes is known only
+// from ONNX Runtime's words.
 func (r *Runner) float16Mismatch(err error, inputs [][]int64, items int) error {
-	m := ortShapeCheck.FindStringSubmatch(err.Error())
-	if len(r.float16Outs) == 0 || m == nil {
+	if len(r.float16Outs) == 0 {
 		return nil
 	}
-	allocated, made := parseShape(m[1]), parseShape(m[2])
-	for k := range r.sig.Outputs {
+	text := err.Error()
+	var outs []int // the outputs it may be
+	var allocated, made []int64
+	if m := ortOutputCheck.FindStringSubmatch(text); m != nil {
+		k := slices.IndexFunc(r.sig.Outputs, func(p onnxio.Port) bool { return p.Name == m[1] })
 		plan, ok := r.float16Outs[k]
-		if !ok || !slices.Equal(outputShape(plan, inputs, items), allocated) {
-			continue
+		if !ok {
+			return nil
 		}
-		p := r.sig.Outputs[k]
-		return &float16ShapeError{fmt.Sprintf("onnx: output %q declares %s, which is %s in a run of %s, but the model makes it %s: re-export it declaring the shape it has (%s)",
-			p.Name, declaredShape(p), shapeText(allocated), itemCount(items), shapeText(made), float16Why)}
+		outs = []int{k}
+		allocated = outputShape(plan, inputs, items)
+		made = slices.Clone(allocated)
+		for _, axis := range ortAxisCheck.FindAllStringSubmatch(text, -1) {
+			a, _ := strconv.Atoi(axis[1])
+			if n, err := strconv.ParseInt(axis[3], 10, 64); err == nil && a < len(made) {
+				made[a] = n
+			}
+		}
+	} else if m := ortShapeCheck.FindStringSubmatch(text); m != nil {
+		allocated, made = parseShape(m[1]), parseShape(m[2])
+		for k := range r.sig.Outputs {
+			if plan, ok := r.float16Outs[k]; ok && slices.Equal(outputShape(plan, inputs, items), allocated) {
+				outs = append(outs, k)
+			}
+		}
 	}
-	return nil
+	if len(outs) == 0 {
+		return nil
+	}
+	what := fmt.Sprintf("output %q declares %s", r.sig.Outputs[outs[0]].Name, declaredShape(r.sig.Outputs[outs[0]]))
+	if len(outs) > 1 {
+		names := make([]string, len(outs))
+		for i, k := range outs {
+			names[i] = strconv.Quote(r.sig.Outputs[k].Name)
+		}
+		what = "one of the outputs " + strings.Join(names, ", ") + " declares its shape"
+	}
+	node := ""
+	if m := ortNode.FindStringSubmatch(text); m != nil {
+		node = fmt.Sprintf(" (at node %q)", m[1])
+	}
+	fixedOnly := len(made) == len(allocated)
+	for _, k := range outs {
+		plan := r.float16Outs[k]
+		for a := range min(len(plan), len(made), len(allocated)) {
+			if allocated[a] != made[a] && plan[a].size == 0 {
+				fixedOnly = false
+			}
+		}
+	}
+	return &float16ShapeError{
+		msg: fmt.Sprintf("onnx: %s, which is %s in a run of %s, but the model makes it %s%s: re-export it declaring the shape it has (%s)",
+			what, shapeText(allocated), itemCount(items), shapeText(made), node, float16Why),
+		otherLengthsMayFit: fixedOnly && r.lengthsVary(),
+	}
 }
 
 // parseShape reads ONNX Runtime's "2,1" as [2, 1].

@@ -112,6 +112,10 @@ func values(t *testing.T, tensor onnxio.Tensor) []float64 {
 		for i := 0; i < len(tensor.Data); i += 8 {
 			out = append(out, math.Float64frombits(binary.LittleEndian.Uint64(tensor.Data[i:])))
 		}
+	case onnxio.Float16:
+		for i := 0; i < len(tensor.Data); i += 2 {
+			out = append(out, onnxio.Float16Frombits(binary.LittleEndian.Uint16(tensor.Data[i:])))
+		}
 	case onnxio.Int64:
 		for i := 0; i < len(tensor.Data); i += 8 {
 			out = append(out, float64(int64(binary.LittleEndian.Uint64(tensor.Data[i:]))))
