@@ -73,6 +73,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/url"
 	"strconv"
@@ -300,6 +301,11 @@ func connect(cfg Config, poolSize int) (rdb *redis.Client, where string, err err
 	if err != nil {
 		return nil, "", err
 	}
+	if strings.Count(u.Host, ":") > 1 && !strings.HasPrefix(u.Host, "[") {
+		// url.Parse splits it at its last colon: redis://fd00::5/0 would
+		// dial host fd00: on port 5, and retry for ever.
+		return nil, "", fmt.Errorf("broker: redis URL %s: host %q: write an IPv6 address in brackets, as in redis://[fd00::5]:6379/0", redactURL(cfg.URL), u.Host)
+	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
 			return nil, "", fmt.Errorf("broker: redis URL %s: port %s out of range", redactURL(cfg.URL), p)
@@ -315,8 +321,8 @@ func connect(cfg Config, poolSize int) (rdb *redis.Client, where string, err err
 	if err != nil {
 		return nil, "", parseError(cfg.URL, err)
 	}
-	if opt.DB < 0 {
-		return nil, "", negativeDB(cfg.URL, opt.DB)
+	if err := checkDB(cfg.URL, opt.DB); err != nil {
+		return nil, "", err
 	}
 	if cfg.TLS != nil {
 		tc := cfg.TLS.Clone()
@@ -371,8 +377,8 @@ func connectFailover(cfg Config, poolSize int) (*redis.Client, string, error) {
 	if err != nil {
 		return nil, "", parseError(cfg.URL, err)
 	}
-	if opt.DB < 0 {
-		return nil, "", negativeDB(cfg.URL, opt.DB)
+	if err := checkDB(cfg.URL, opt.DB); err != nil {
+		return nil, "", err
 	}
 	if opt.MasterName == "" {
 		return nil, "", fmt.Errorf("broker: redis URL %s: master_name is empty", redactURL(cfg.URL))
@@ -513,8 +519,18 @@ func parseError(s string, err error) error {
 // negativeDB is the error of s, a Redis URL whose database number, db, is
 // negative. (Whether a number is too high, only Redis knows: its setting
 // databases.)
-func negativeDB(s string, db int) error {
-	return fmt.Errorf("broker: redis URL %s: database number %d: must not be negative", redactURL(s), db)
+// checkDB refuses a database number no Redis has: a negative one, or one
+// past what SELECT reads, which Redis refuses in words unlike those of a
+// number past its databases (see Refusal), so that the refusal was taken
+// for an outage, and retried for ever.
+func checkDB(s string, db int) error {
+	switch {
+	case db < 0:
+		return fmt.Errorf("broker: redis URL %s: database number %d: must not be negative", redactURL(s), db)
+	case db > math.MaxInt32:
+		return fmt.Errorf("broker: redis URL %s: database number %d: Redis has as many as its setting databases (16 unless set), and none past %d", redactURL(s), db, math.MaxInt32)
+	}
+	return nil
 }
 
 // unavailableError is a supervisor.ErrUnavailable whose message says what

@@ -47,6 +47,13 @@ func TestConnectRefusesBadURLsSayingWhy(t *testing.T) {
 		{"redis://:secret@10.0.0.1:6379/-1", "database number -1: must not be negative"},
 		{"redis://10.0.0.1:6379?db=-2", "database number -2: must not be negative"},
 		{"redis://10.0.0.1:26379/-1?master_name=main", "database number -1: must not be negative"},
+		// Refused by Redis in other words than a number past its
+		// databases: taken for an outage, and retried for ever.
+		{"redis://:secret@10.0.0.1:6379/2147483648", "database number 2147483648: Redis has as many as its setting databases"},
+		{"redis://10.0.0.1:26379/2147483648?master_name=main", "database number 2147483648: Redis has as many"},
+		// Split at the last colon: host fd00: on port 5, retried for ever.
+		{"redis://:secret@fd00::5/0", `host "fd00::5": write an IPv6 address in brackets, as in redis://[fd00::5]:6379/0`},
+		{"redis://2001:db8::10:6379/0?master_name=main", "write an IPv6 address in brackets"},
 		{"redis://10.0.0.1:26379/0?master_name=m&sentinel_password=abc#secret", "write # as %23"},
 		{"redis://:abc@10.0.0.1:6379/0#secret", "write # as %23"},
 	} {
