@@ -167,6 +167,13 @@ func TestServeRefusesFlagValuesNoServerCanUse(t *testing.T) {
 		{[]string{"--allow-origin", "https://*.example.com"}, `--allow-origin "https://*.example.com": want one origin: * stands alone for any`},
 		{[]string{"--allow-origin", "http://app.example.com:99999"}, `--allow-origin "http://app.example.com:99999": port 99999: want 1 to 65535`},
 		{[]string{"--allow-origin", "https://bücher.example"}, `--allow-origin "https://bücher.example": want the host in ASCII, as a browser sends it`},
+		{[]string{"--listen", "::1:5005"}, "--listen ::1:5005: want host:port, an IPv6 address in brackets (as 127.0.0.1:5005, [::1]:5005, or :5005 for every interface): too many colons in address"},
+		{[]string{"--listen", "127.0.0.1:http"}, `--listen 127.0.0.1:http: port "http": want a number from 1 to 65535`},
+		{[]string{"--listen", "[::]:5005", "--pprof", "127.0.0.1:5005"}, "--pprof 127.0.0.1:5005: --listen takes that port too ([::]:5005): give each its own"},
+		{[]string{"--listen", "127.0.0.1:5005", "--grpc-listen", "127.0.0.1:5005"}, "--grpc-listen 127.0.0.1:5005: --listen takes that port too (127.0.0.1:5005)"},
+		// A browser writes these 127.0.0.1: as written, they never matched.
+		{[]string{"--allow-origin", "http://127.1:8080"}, `--allow-origin "http://127.1:8080": host 127.1: write an IPv4 address as a browser does, four decimal parts without leading zeros (as 127.0.0.1)`},
+		{[]string{"--allow-origin", "http://0x7f.0.0.1"}, `--allow-origin "http://0x7f.0.0.1": host 0x7f.0.0.1: write an IPv4 address as a browser does`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			s := launchServer(t, tc.args...) // no --model: the warning of echo would come first

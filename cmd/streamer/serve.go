@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/signal"
@@ -845,6 +846,9 @@ func (o serveOptions) checkFlags() error {
 			return fmt.Errorf("--allow-origin %q: %w", origin, err)
 		}
 	}
+	if err := checkListenAddrs([][2]string{{"--listen", o.listen}, {"--grpc-listen", o.grpcListen}, {"--pprof", o.pprof}}); err != nil {
+		return err
+	}
 	if o.plugin == "" && (o.pluginSHA256 != "" || len(o.pluginArgs) > 0) {
 		return errors.New("--plugin-sha256 and --plugin-arg need --plugin: they are the plugin's, and there is none")
 	}
@@ -925,6 +929,10 @@ func checkOrigin(origin string) error {
 		return errors.New("want the host in ASCII, as a browser sends it: its punycode form (xn--...)")
 	case strings.Contains(u.Host, "*"):
 		return errors.New("want one origin: * stands alone for any, and matches nothing within a host (list each origin)")
+	case !strings.Contains(u.Hostname(), ":") && endsInANumber(u.Hostname()):
+		if a, err := netip.ParseAddr(u.Hostname()); err != nil || !a.Is4() {
+			return fmt.Errorf("host %s: write an IPv4 address as a browser does, four decimal parts without leading zeros (as 127.0.0.1): it never sends another form", u.Hostname())
+		}
 	}
 	if port := u.Port(); port != "" {
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
@@ -932,6 +940,52 @@ func checkOrigin(origin string) error {
 		}
 	}
 	return nil
+}
+
+// checkListenAddrs refuses, before anything listens, an address of the
+// given flags (flag, address; empty: not given) that is not host:port with
+// a port number, or that takes the port another of them takes. Before,
+// Go's words said it ("too many colons in address" for an IPv6 address out
+// of brackets), or a clash of two of them read as another process holding
+// the port; and a port named as a service (http) listened on its number.
+func checkListenAddrs(addrs [][2]string) error {
+	type bound struct{ flag, host, port string }
+	var seen []bound
+	for _, a := range addrs {
+		flag, addr := a[0], a[1]
+		if addr == "" {
+			continue
+		}
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return fmt.Errorf("%s %s: want host:port, an IPv6 address in brackets (as 127.0.0.1:5005, [::1]:5005, or :5005 for every interface): %s", flag, addr, strings.TrimPrefix(err.Error(), "address "+addr+": "))
+		}
+		if port != "" {
+			if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+				return fmt.Errorf("%s %s: port %q: want a number from 1 to 65535 (or 0 for one the system picks)", flag, addr, port)
+			}
+		}
+		for _, b := range seen {
+			wildcard := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+			if port != "" && port != "0" && b.port == port && (b.host == host || wildcard(b.host) || wildcard(host)) {
+				return fmt.Errorf("%s %s: %s takes that port too (%s): give each its own", flag, addr, b.flag, net.JoinHostPort(b.host, b.port))
+			}
+		}
+		seen = append(seen, bound{flag, host, port})
+	}
+	return nil
+}
+
+// endsInANumber says whether a browser takes host for an IPv4 address: its
+// last label (a trailing dot aside) is a number, decimal or 0x hex, as in
+// 127.1 or 0x7f.0.0.1, which it writes in full (127.0.0.1).
+func endsInANumber(host string) bool {
+	labels := strings.Split(strings.TrimSuffix(host, "."), ".")
+	last := labels[len(labels)-1]
+	if hex, ok := strings.CutPrefix(strings.ToLower(last), "0x"); ok {
+		return strings.Trim(hex, "0123456789abcdef") == ""
+	}
+	return last != "" && strings.Trim(last, "0123456789") == ""
 }
 
 // maxIntraOpThreads bounds --intra-op-threads: a worker's threads past
@@ -965,7 +1019,7 @@ func serveProfiles(addr string, log *slog.Logger) (*http.Server, error) {
 		return nil, fmt.Errorf("--pprof %s: %w", addr, err)
 	}
 	if ip := listener.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
-		log.Warn("--pprof listens beyond this machine: anyone who can reach it can read the process's memory profiles and command line; keep it on loopback", "pprof", addr, "bound", listener.Addr().String())
+		log.Warn("--pprof listens beyond this machine: anyone who can reach it can read the process's memory profiles and command line, and so can any web page opened on a machine that reaches it (a name rebound to its address: no Host check holds off such a page here, as on loopback); keep it on loopback", "pprof", addr, "bound", listener.Addr().String())
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)

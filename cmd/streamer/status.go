@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -142,6 +143,9 @@ func (c statusClient) getJSON(ctx context.Context, url string, v any) error {
 	}
 	resp, err := c.client.Do(req)
 	if cert := new(tls.CertificateVerificationError); errors.As(err, &cert) {
+		if host := new(x509.HostnameError); errors.As(err, host) {
+			return fmt.Errorf("GET %s: the server's certificate does not name %s, the target's host (give --target a name the certificate holds, or serve one that names this host, an IP address among its SANs for an address): %w", url, host.Host, err)
+		}
 		return fmt.Errorf("GET %s: the server's certificate is not trusted (signed by a private CA? give it with --ca): %w", url, err)
 	}
 	if err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -184,6 +185,13 @@ func TestStatusCommandTrustsTheCAGiven(t *testing.T) {
 	out, err := runStatusWith(t, nil, "--target", target)
 	if err == nil || !strings.Contains(out, "certificate is not trusted") || !strings.Contains(out, "--ca") {
 		t.Errorf("streamer status without the CA: %v; want an error saying to give it with --ca:\n%s", err, out)
+	}
+	// A certificate that names another host is no matter of the CA, which
+	// the error blamed even with --ca given.
+	_, port, _ := net.SplitHostPort(s.addr)
+	out, err = runStatusWith(t, nil, "--target", "https://localhost:"+port, "--ca", caFile)
+	if err == nil || !strings.Contains(out, "the server's certificate does not name localhost, the target's host") {
+		t.Errorf("streamer status at a name the certificate does not hold: %v; want an error saying so:\n%s", err, out)
 	}
 }
 

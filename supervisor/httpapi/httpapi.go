@@ -95,10 +95,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -441,8 +444,10 @@ func (h *handler) crossOrigin(w http.ResponseWriter, r *http.Request, origin []s
 }
 
 // browserOrigin writes origin as a browser sends it in its Origin header:
-// scheme and host in lower case, without the scheme's default port or a
-// trailing slash. A configured origin written otherwise would never match.
+// scheme and host in lower case, an IP address in its shortest form
+// (http://[::1], not http://[0:0:0:0:0:0:0:1]), the port without leading
+// zeros and without the scheme's default, no trailing slash. A configured
+// origin written otherwise would never match.
 func browserOrigin(origin string) string {
 	origin = strings.TrimSuffix(origin, "/")
 	scheme, host, ok := strings.Cut(origin, "://")
@@ -450,13 +455,39 @@ func browserOrigin(origin string) string {
 		return origin // "*", or what the caller checked no further
 	}
 	scheme, host = strings.ToLower(scheme), strings.ToLower(host)
-	switch {
-	case scheme == "https":
-		host = strings.TrimSuffix(host, ":443")
-	case scheme == "http":
-		host = strings.TrimSuffix(host, ":80")
+	name, port := host, ""
+	if h, p, err := net.SplitHostPort(host); err == nil {
+		name, port = h, p
+	} else if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		name = host[1 : len(host)-1]
 	}
-	return scheme + "://" + host
+	if addr, err := netip.ParseAddr(name); err == nil && addr.Zone() == "" {
+		name = browserIP(addr)
+	}
+	if n, err := strconv.Atoi(port); err == nil {
+		port = strconv.Itoa(n)
+	}
+	if scheme == "https" && port == "443" || scheme == "http" && port == "80" {
+		port = ""
+	}
+	if port == "" {
+		if strings.Contains(name, ":") {
+			return scheme + "://[" + name + "]"
+		}
+		return scheme + "://" + name
+	}
+	return scheme + "://" + net.JoinHostPort(name, port)
+}
+
+// browserIP writes addr as a browser's URL parser does: IPv4 dotted,
+// IPv6 in its shortest form, the IPv4 in an IPv4-mapped address in hex
+// (::ffff:7f00:1).
+func browserIP(addr netip.Addr) string {
+	if !addr.Is4In6() {
+		return addr.String()
+	}
+	b := addr.As16()
+	return fmt.Sprintf("::ffff:%x:%x", uint16(b[12])<<8|uint16(b[13]), uint16(b[14])<<8|uint16(b[15]))
 }
 
 // originAllowed reports whether a request whose Origin header values are

@@ -70,6 +70,31 @@ func TestAnOriginIsComparedAsABrowserWritesIt(t *testing.T) {
 	}
 }
 
+// An IP address written otherwise than the shortest way, or a port with
+// leading zeros or none after its colon, allows the page whose browser
+// writes it the one way browsers do. Before, such an origin never matched.
+func TestAnOriginsAddressIsComparedAsABrowserWritesIt(t *testing.T) {
+	h := New(Config{Backend: &fakeBackend{ready: true}, AllowedOrigins: []string{
+		"http://[0:0:0:0:0:0:0:1]:44211", "https://[2001:0DB8:0:0::1]:8443", "http://[::1]:", "http://[::1]:044212",
+		"http://[::ffff:127.0.0.1]:8080", "http://10.0.0.1:0080",
+	}})
+	body := []byte(`{"inputs": ["x"]}`)
+	for origin, want := range map[string]int{
+		"http://[::1]:44211":          http.StatusOK,
+		"https://[2001:db8::1]:8443":  http.StatusOK,
+		"http://[::1]":                http.StatusOK,
+		"http://[::1]:44212":          http.StatusOK,
+		"http://[::ffff:7f00:1]:8080": http.StatusOK,
+		"http://10.0.0.1":             http.StatusOK,
+		"http://[::1]:44213":          http.StatusForbidden,
+		"https://[::1]":               http.StatusForbidden,
+	} {
+		if rec := do(t, h, http.MethodPost, "/predict", "application/json", body, "Origin", origin); rec.Code != want {
+			t.Errorf("Origin %s: %d (%s), want %d", origin, rec.Code, rec.Body.String(), want)
+		}
+	}
+}
+
 // A page may send a compressed body, which the API takes: its preflight
 // allows Content-Encoding.
 func TestAPreflightAllowsACompressedBody(t *testing.T) {
