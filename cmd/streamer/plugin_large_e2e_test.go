@@ -19,7 +19,9 @@ import (
 // msgpack rather than JSON spares the copies that would not test anything.
 func TestLargeOutputsTogetherOverTheFrameLimit(t *testing.T) {
 	const items, mib = 4, 70
-	s := startPluginServer(t, "--plugin", pluginBins(t)["chaos"], "--workers", "1", "--batch-size", "4", "--worker-timeout", "2m")
+	// The answer, 280 MiB, may take a loaded machine's race-built client
+	// longer than the default --write-timeout (30 s) to read.
+	s := startPluginServer(t, "--plugin", pluginBins(t)["chaos"], "--workers", "1", "--batch-size", "4", "--worker-timeout", "2m", "--write-timeout", "3m")
 	s.waitAllReady(t, 1)
 	s.client.Timeout = 3 * time.Minute // hundreds of megabytes, copied from process to process
 	inputs := make([]string, items)
@@ -63,7 +65,7 @@ func TestLargeOutputsTogetherOverTheFrameLimit(t *testing.T) {
 func TestWorkerAndPluginGiveBackMemoryWhenIdle(t *testing.T) {
 	const mib = 100
 	const idleRSS = 80 << 20 // well above either process at rest, well below what the batch left
-	s := startPluginServer(t, "--plugin", pluginBins(t)["chaos"], "--workers", "1", "--worker-timeout", "2m")
+	s := startPluginServer(t, "--plugin", pluginBins(t)["chaos"], "--workers", "1", "--worker-timeout", "2m", "--write-timeout", "3m")
 	worker := s.waitAllReady(t, 1)[0].PID
 	plugin := pluginOf(t, worker)
 	s.client.Timeout = 3 * time.Minute

@@ -2,8 +2,10 @@ package plugin
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"strconv"
@@ -153,10 +155,16 @@ func (g *groupGuard) stop() {
 // its state is zombie, or it has begun to exit (PF_EXITING in its flags,
 // set before the kernel closes its files). Linux's /proc/PID/stat has its
 // state and its flags, third and ninth, the name in parentheses second.
+//
+// A process whose entry is gone (or goes as it is read: ESRCH) was reaped
+// already: our wait for it returned between its stdout closing, which has
+// go-plugin kill it, and this look, so it ended before any kill of ours.
+// Where /proc itself is missing, nothing is known: not exiting.
 func exiting(pid int) bool {
 	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return false
+		_, self := os.Stat("/proc/self/stat")
+		return (errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH)) && self == nil
 	}
 	end := bytes.LastIndexByte(stat, ')') // the name may hold one too
 	fields := strings.Fields(string(stat[end+1:]))
