@@ -393,10 +393,12 @@ func TestGRPCTypedContentsAndDeadlines(t *testing.T) {
 	_, err = c.ModelInfer(ctx, withTimeout)
 	wantCode(t, "a 20ms timeout parameter", err, codes.DeadlineExceeded)
 
-	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	// Half the model's cost: a client stalled for longer before it sends
+	// gives up without sending, and the server would count no call.
+	short, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
 	defer cancel()
 	_, err = c.ModelInfer(short, typed)
-	wantCode(t, "a 50ms call deadline", err, codes.DeadlineExceeded)
+	wantCode(t, "a 150ms call deadline", err, codes.DeadlineExceeded)
 
 	// The first call is counted as answered, the timeout parameter's as
 	// timed out. The call whose client gave up at its deadline is timed
