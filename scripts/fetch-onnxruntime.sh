@@ -52,7 +52,12 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 # npm pack checks the tarball against the registry's integrity hash; no
 # install scripts run.
-(cd "$work" && npm pack "onnxruntime-node@$ort_version" --silent >/dev/null)
+# --loglevel=error, not --silent, which hides npm's errors too: without the
+# network, the fetch failed after a minute saying nothing.
+if ! (cd "$work" && npm pack "onnxruntime-node@$ort_version" --loglevel=error >/dev/null); then
+	echo "fetch-onnxruntime: npm pack onnxruntime-node@$ort_version failed (above, npm's reason: the network, the registry, a proxy?)" >&2
+	exit 1
+fi
 member="package/bin/napi-v6/$platform/libonnxruntime.so.1"
 tar -xzf "$work/onnxruntime-node-$ort_version.tgz" -C "$work" "$member"
 if ! grep -aq "$ort_version" "$work/$member"; then

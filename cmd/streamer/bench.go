@@ -109,7 +109,7 @@ refused alike (the load then stops early). BENCHMARKS.md, "What streamer
 bench reports", has the figures and the JSON keys.`,
 		Example: `  streamer bench --model sleep:10ms,100us --workers 4 --concurrency 512 --duration 10s
   streamer bench --api go --model echo --workers 2 --concurrency 512
-  streamer bench --target http://127.0.0.1:5005 --rate 2000 --duration 30s --json
+  streamer bench --target http://127.0.0.1:5005 --input '[5.1,3.5,1.4,0.2]' --rate 2000 --duration 30s --json
   streamer bench --model demo --protocol grpc --input '[5.1,3.5,1.4,0.2]' --concurrency 64`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -119,6 +119,7 @@ bench reports", has the figures and the JSON keys.`,
 	addServeFlags(cmd, &o.serve)
 	// Its server listens where bench picks (see runBench).
 	_ = cmd.Flags().MarkHidden("listen")
+	_ = cmd.Flags().MarkHidden("grpc-listen") // bench picks its server's gRPC port
 	addBenchFlags(cmd.Flags(), &o)
 	return cmd
 }
