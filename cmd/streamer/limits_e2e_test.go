@@ -171,6 +171,7 @@ func TestServeRefusesFlagValuesNoServerCanUse(t *testing.T) {
 		{[]string{"--listen", "127.0.0.1:http"}, `--listen 127.0.0.1:http: port "http": want a number from 1 to 65535`},
 		{[]string{"--listen", "[::]:5005", "--pprof", "127.0.0.1:5005"}, "--pprof 127.0.0.1:5005: --listen takes that port too ([::]:5005): give each its own"},
 		{[]string{"--listen", "127.0.0.1:5005", "--grpc-listen", "127.0.0.1:5005"}, "--grpc-listen 127.0.0.1:5005: --listen takes that port too (127.0.0.1:5005)"},
+		{[]string{"--listen", "127.0.0.1:5005", "--grpc-listen", "localhost:05005"}, "--grpc-listen localhost:05005: --listen takes that port too (127.0.0.1:5005)"},
 		// A browser writes these 127.0.0.1: as written, they never matched.
 		{[]string{"--allow-origin", "http://127.1:8080"}, `--allow-origin "http://127.1:8080": host 127.1: write an IPv4 address as a browser does, four decimal parts without leading zeros (as 127.0.0.1)`},
 		{[]string{"--allow-origin", "http://0x7f.0.0.1"}, `--allow-origin "http://0x7f.0.0.1": host 0x7f.0.0.1: write an IPv4 address as a browser does`},

@@ -961,13 +961,30 @@ func checkListenAddrs(addrs [][2]string) error {
 			return fmt.Errorf("%s %s: want host:port, an IPv6 address in brackets (as 127.0.0.1:5005, [::1]:5005, or :5005 for every interface): %s", flag, addr, strings.TrimPrefix(err.Error(), "address "+addr+": "))
 		}
 		if port != "" {
-			if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			n, err := strconv.Atoi(port)
+			if err != nil || n < 0 || n > 65535 {
 				return fmt.Errorf("%s %s: port %q: want a number from 1 to 65535 (or 0 for one the system picks)", flag, addr, port)
 			}
+			port = strconv.Itoa(n) // 044319 is 44319
+		}
+		// Hosts compared as addresses, localhost as loopback's: a clash
+		// these miss (a name that resolves alike) is still refused as
+		// the second listens, in Go's words.
+		same := func(a, b string) bool {
+			norm := func(h string) string {
+				if strings.EqualFold(h, "localhost") {
+					return "127.0.0.1"
+				}
+				if ip, err := netip.ParseAddr(h); err == nil {
+					return ip.Unmap().String()
+				}
+				return strings.ToLower(h)
+			}
+			return norm(a) == norm(b)
 		}
 		for _, b := range seen {
 			wildcard := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
-			if port != "" && port != "0" && b.port == port && (b.host == host || wildcard(b.host) || wildcard(host)) {
+			if port != "" && port != "0" && b.port == port && (same(b.host, host) || wildcard(b.host) || wildcard(host)) {
 				return fmt.Errorf("%s %s: %s takes that port too (%s): give each its own", flag, addr, b.flag, net.JoinHostPort(b.host, b.port))
 			}
 		}

@@ -363,6 +363,18 @@ func TestTheReportWarnsOfAnOverloadedServer(t *testing.T) {
 			t.Errorf("%d of %d refused: warned %v, want %v:\n%s", tc.refused, 980+tc.refused, got, tc.warned, out.String())
 		}
 	}
+	// An open loop's clients do not pause: the warning says so.
+	var out strings.Builder
+	Report{Requests: 980, Errors: map[string]uint64{"http 429": 20}, openLoop: true}.Print(&out)
+	if !strings.Contains(out.String(), "the schedule sent on regardless") || strings.Contains(out.String(), "paused") {
+		t.Errorf("an open loop's warning:\n%s\nwant it to say the schedule sent on", out.String())
+	}
+	// Nor is a sweep's row over the bound left unmarked.
+	out.Reset()
+	PrintSweep(&out, 1, []SweepRow{{Batching: "adaptive", Clients: 32, Report: Report{Requests: 400, Errors: map[string]uint64{"http 429": 200}}}})
+	if !strings.Contains(out.String(), "!! 33.3% of the requests were refused for want of room") {
+		t.Errorf("a sweep with a third of a row's requests refused:\n%s\nwant the row warned of", out.String())
+	}
 }
 
 func TestBackoffDoublesToItsBoundAndResets(t *testing.T) {

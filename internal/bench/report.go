@@ -36,6 +36,9 @@ type Report struct {
 	// scheduled in the window. Both are 0 for a closed loop.
 	Skipped         int     `json:"skipped"`
 	SkippedFraction float64 `json:"skipped_fraction"`
+	// openLoop says the load was an open loop (Rate > 0), whose clients
+	// do not pause after a refusal.
+	openLoop bool
 	// Errors counts the failed requests by kind: "http 429", "connection",
 	// "timeout", "overloaded" and the like.
 	Errors map[string]uint64 `json:"errors"`
@@ -105,6 +108,7 @@ func newReport(samples []sample, counted tally, kinds *errorKinds, elapsed time.
 	r := Report{Seconds: elapsed.Seconds(), Errors: map[string]uint64{}}
 	r.InFlightAtEnd, r.OldestInFlightMS = counted.cutShort, ms(counted.oldest)
 	if counted.scheduled > 0 {
+		r.openLoop = true
 		r.Skipped, r.SkippedFraction = counted.skipped, float64(counted.skipped)/float64(counted.scheduled)
 	}
 	for id, n := range counted.failures {
@@ -309,10 +313,22 @@ func (r Report) printErrors(w io.Writer) {
 	}
 	fmt.Fprintln(w, "errors")
 	r.printErrorKinds(w)
-	if n, all := r.overloaded(), uint64(r.Requests)+r.failed(); float64(n) > maxOverloadedFraction*float64(all) {
-		fmt.Fprintf(w, "  !! %.1f%% of the requests were refused for want of room (429, 503, or their gRPC and Go API forms): the server was past what it takes, and its figures are those of a server overloaded (each client paused 1 to 100 ms after each refusal)\n",
-			100*float64(n)/float64(all))
+	r.printOverload(w)
+}
+
+// printOverload warns when more than maxOverloadedFraction of the requests
+// were refused for want of room.
+func (r Report) printOverload(w io.Writer) {
+	n, all := r.overloaded(), uint64(r.Requests)+r.failed()
+	if float64(n) <= maxOverloadedFraction*float64(all) {
+		return
 	}
+	how := "each client paused 1 to 100 ms after each refusal"
+	if r.openLoop {
+		how = "the schedule sent on regardless"
+	}
+	fmt.Fprintf(w, "  !! %.1f%% of the requests were refused for want of room (429, 503, or their gRPC and Go API forms): the server was past what it takes, and its figures are those of a server overloaded (%s)\n",
+		100*float64(n)/float64(all), how)
 }
 
 // maxOverloadedFraction is the share of requests refused for want of room

@@ -118,6 +118,7 @@ func PrintSweep(w io.Writer, workers int, rows []SweepRow) {
 		if len(r.Report.Errors) > 0 {
 			fmt.Fprintf(w, "errors of %d clients, %s:\n", r.Clients, r.Batching)
 			r.Report.printErrorKinds(w)
+			r.Report.printOverload(w)
 		}
 	}
 }

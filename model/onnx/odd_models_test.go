@@ -734,6 +734,14 @@ func TestAFloat16OutputInAnotherShapeThanDeclaredIsRefused(t *testing.T) {
 				{Op: "Concat", Inputs: []string{"x", "x"}, Output: "b", Ints: map[string]int64{"axis": 1}},
 			},
 		}, `one of the outputs "a", "b" declares its shape, which is [2, 2] in a run of 2 items, but the model makes it [2, 4] (at node "Concat_1")`},
+		// Whatever the length of x: ONNX Runtime knows y's shape before
+		// any run.
+		{"a shape the runtime infers, of an input whose length varies", onnxtest.Custom{
+			Inputs:  []onnxtest.Value{{Name: "x", DType: f16, Dims: []any{"batch", "n"}}},
+			Outputs: []onnxtest.Value{{Name: "y", DType: f16, Dims: []any{"batch", 4}}},
+			Nodes:   []onnxtest.Node{{Op: "ReduceSum", Inputs: []string{"x", "axis1"}, Output: "y", Ints: map[string]int64{"keepdims": 1}}},
+			Int64s:  map[string][]int64{"axis1": {1}},
+		}, `output "y" declares [batch, 4], which is [2, 4] in a run of 2 items, but the model makes it [2, 1]`},
 		{"a shape the runtime infers", onnxtest.Custom{
 			Inputs:  []onnxtest.Value{{Name: "x", DType: f16, Dims: []any{"batch", 2}}},
 			Outputs: []onnxtest.Value{{Name: "y", DType: f16, Dims: []any{"batch", 2}}},

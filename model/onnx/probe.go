@@ -42,7 +42,9 @@ const maxProbeBytes = 64 << 20
 //     fixed, and an input has a dynamic axis besides the batch axis, the
 //     probe's items (of length 1) may be what the declared shape does not
 //     fit (an export traced at one length, that left the output's axis
-//     fixed): then it warns, and each run that fails says so.
+//     fixed): then it warns, and each run that fails says so; unless
+//     ONNX Runtime inferred the shape before the run, which no length
+//     then changes.
 //
 // A model that refuses the probe otherwise proves nothing here: its runs
 // check each output's leading length as they cut it (see split).
@@ -286,7 +288,9 @@ func (r *Runner) float16Mismatch(err error, inputs [][]int64, items int) error {
 	text := err.Error()
 	var outs []int // the outputs it may be
 	var allocated, made []int64
+	inferred := false // ONNX Runtime knew the shape before the run, whatever the lengths
 	if m := ortOutputCheck.FindStringSubmatch(text); m != nil {
+		inferred = true
 		k := slices.IndexFunc(r.sig.Outputs, func(p onnxio.Port) bool { return p.Name == m[1] })
 		plan, ok := r.float16Outs[k]
 		if !ok {
@@ -336,7 +340,7 @@ func (r *Runner) float16Mismatch(err error, inputs [][]int64, items int) error {
 	return &float16ShapeError{
 		msg: fmt.Sprintf("onnx: %s, which is %s in a run of %s, but the model makes it %s%s: re-export it declaring the shape it has (%s)",
 			what, shapeText(allocated), itemCount(items), shapeText(made), node, float16Why),
-		otherLengthsMayFit: fixedOnly && r.lengthsVary(),
+		otherLengthsMayFit: fixedOnly && !inferred && r.lengthsVary(),
 	}
 }
 
