@@ -57,6 +57,9 @@ func (o benchOptions) checkOpenFiles() error {
 	if len(o.sweepClients) > 0 {
 		flag, clients = "--sweep-concurrency", slices.Max(o.sweepClients)
 	}
+	if clients < 1 || clients > bench.MaxConcurrency {
+		return nil // refused as out of range, by the load's own check
+	}
 	limit, ok := openFilesLimit()
 	need := uint64(clients) + benchFilesMargin
 	if !ok || limit >= need {
