@@ -209,24 +209,12 @@ func TestAQueuedItemIsRefusedWhileTheRestartsFail(t *testing.T) {
 	// Starts fail within UnavailableAfter, and most of the time between
 	// them is spent waiting.
 	weightsGone, cfg := failingStarts(t, 200*time.Millisecond, 50*time.Millisecond)
-	s := start(t, cfg)
-	if err := os.WriteFile(weightsGone, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	die, _ := msgpack.Marshal("die")
-	dying, err := s.SubmitRequest(context.Background(), supervisor.Request{Items: [][]byte{die}}) // no deadline
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, dying := queueWhileStartsFail(t, weightsGone, cfg)
 	waitFor(t, "the slot waiting in backoff after a failed start", func() bool {
 		st := s.Slots()[0]
 		return st.State == supervisor.SlotBackoff && strings.Contains(st.LastErr, "cannot load weights")
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := dying.Result(ctx); !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), "cannot load weights") {
-		t.Fatalf("the queued item while the restarts fail: %v; want ErrUnavailable saying why", err)
-	}
+	wantRefused(t, "the queued item while the restarts fail", dying)
 }
 
 // A model that takes longer to fail its start than the slot's backoff:
@@ -236,6 +224,15 @@ func TestAQueuedItemIsRefusedWhileTheRestartsFail(t *testing.T) {
 func TestAQueuedItemIsRefusedWhileSlowStartsFail(t *testing.T) {
 	weightsGone, cfg := failingStarts(t, 100*time.Millisecond, time.Millisecond)
 	cfg.Process.Env = append(cfg.Process.Env, failSlowlyEnv+"=500ms")
+	_, dying := queueWhileStartsFail(t, weightsGone, cfg)
+	wantRefused(t, "the queued item while slow restarts fail", dying)
+}
+
+// queueWhileStartsFail starts a streamer of cfg, has its worker's restarts
+// fail (weightsGone), and queues an item with no deadline that ends the
+// worker.
+func queueWhileStartsFail(t *testing.T, weightsGone string, cfg supervisor.Config) (*supervisor.Streamer, *supervisor.Future) {
+	t.Helper()
 	s := start(t, cfg)
 	if err := os.WriteFile(weightsGone, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -245,10 +242,16 @@ func TestAQueuedItemIsRefusedWhileSlowStartsFail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, dying
+}
+
+// wantRefused wants the queued item refused as unavailable, saying why.
+func wantRefused(t *testing.T, what string, f *supervisor.Future) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := dying.Result(ctx); !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), "cannot load weights") {
-		t.Fatalf("the queued item while slow restarts fail: %v; want ErrUnavailable saying why", err)
+	if _, err := f.Result(ctx); !errors.Is(err, supervisor.ErrUnavailable) || !strings.Contains(err.Error(), "cannot load weights") {
+		t.Fatalf("%s: %v; want ErrUnavailable saying why", what, err)
 	}
 }
 
