@@ -19,7 +19,7 @@ build:
 ## serve: build, fetch the ONNX Runtime library, serve the demo model on 127.0.0.1:5005
 serve:
 	bash scripts/install-tools.sh --serve
-	$(MAKE) build
+	$(GO) build -o $(BIN)/streamer ./cmd/streamer # the plotter of make build serves nothing
 	$(BIN)/streamer serve --model demo --workers 2 --intra-op-threads 1 --listen 127.0.0.1:5005
 
 ## test: every check CI runs: vet, staticcheck, gofmt, a tidy go.mod, other platforms' builds, then the tests with -race
