@@ -251,14 +251,19 @@ const (
 
 // SlotStatus describes one slot.
 type SlotStatus struct {
-	Slot     int       `json:"slot"`
-	State    SlotState `json:"state"`
-	PID      int       `json:"pid,omitempty"`
-	Device   string    `json:"device,omitempty"`
-	CUDA     string    `json:"cuda_visible_devices,omitempty"`
-	Restarts int       `json:"restarts"`
-	InFlight int       `json:"in_flight"`
-	LastErr  string    `json:"last_error,omitempty"`
+	Slot   int       `json:"slot"`
+	State  SlotState `json:"state"`
+	PID    int       `json:"pid,omitempty"`
+	Device string    `json:"device,omitempty"`
+	// Model is how the slot's worker describes the model it opened: an
+	// ONNX model's file, device and runtime, and why its items run one
+	// by one where the worker found so as it loaded it (see model/onnx's
+	// README), which the file alone does not say.
+	Model    string `json:"model,omitempty"`
+	CUDA     string `json:"cuda_visible_devices,omitempty"`
+	Restarts int    `json:"restarts"`
+	InFlight int    `json:"in_flight"`
+	LastErr  string `json:"last_error,omitempty"`
 	// Restarts, Batches and Crashes count for the slot number, since the
 	// Streamer started: a slot that a Reload or SetWorkers put in the
 	// place of another counts on from the other's counts, so they never go

@@ -169,7 +169,7 @@ func (sl *slot) status() SlotStatus {
 	st := SlotStatus{Slot: sl.id, State: sl.state, CUDA: sl.cuda, Restarts: sl.tally.restarts, InFlight: len(sl.inflight),
 		LastErr: sl.lastErr, Batches: sl.tally.batches, Crashes: sl.tally.crashes}
 	if sl.w != nil {
-		st.PID, st.Device = sl.w.pid(), sl.w.device()
+		st.PID, st.Device, st.Model = sl.w.pid(), sl.w.device(), sl.w.modelName()
 		st.InitSeconds = sl.initTime.Seconds()
 	}
 	return st

@@ -104,6 +104,11 @@ func TestONNXReductionOverTheBatchRunsItemsOneByOne(t *testing.T) {
 	if n := len(rawLinesContaining(s.logs(), "one item per run: output \\\"y\\\" declares [unk__9], and a run of 2 items of ones gave it the shape [3]")); n != 1 {
 		t.Errorf("%d log lines say why the model runs items one by one, want 1:\n%s", n, s.logs())
 	}
+	// And /v1/workers, where the log alone said it: /v1/models gives what
+	// the file declares.
+	if w := s.workers(t); len(w) != 1 || !strings.Contains(w[0].Model, `one item per run: output "y" declares [unk__9], and a run of 2 items of ones gave it the shape [3]`) {
+		t.Errorf("/v1/workers: %+v; want the slot's model to say why its items run one by one", w)
+	}
 }
 
 // TestONNXOutputFoundNotToLeadWithTheBatchWarns serves a model whose
