@@ -203,9 +203,11 @@ func TestControllerProtoNamesWhatGoPluginServes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	// go-plugin's server stops before it sends the reply, which its
-	// client does not wait for: UNAVAILABLE is its answer.
+	// client does not wait for: UNAVAILABLE is its answer. Or the model
+	// saw the plugin exit first and closed the connection under the call,
+	// which then ends CANCELED.
 	err = m.cc.Invoke(ctx, methods[0], &emptypb.Empty{}, &emptypb.Empty{})
-	if code := status.Code(err); code != codes.OK && code != codes.Unavailable {
+	if code := status.Code(err); code != codes.OK && code != codes.Unavailable && code != codes.Canceled {
 		t.Fatalf("%s: %v", methods[0], err)
 	}
 	waitFor(t, 5*time.Second, "the plugin to stop when asked", func() bool { return m.hasExited() })
