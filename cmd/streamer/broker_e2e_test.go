@@ -669,7 +669,9 @@ func TestBrokerNodeTimesItsOwnCallers(t *testing.T) {
 // rest refused with 429 and Retry-After.
 func TestBrokerFullBacklogAnswers429(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
-	node := startBrokerNode(t, rs, "--workers", "1", "--batch-size", "1", "--model", "sleep:500ms,0s")
+	// Each item runs 2 s, so that the whole burst reaches the front end
+	// before the first answer frees a place, even on a loaded machine.
+	node := startBrokerNode(t, rs, "--workers", "1", "--batch-size", "1", "--model", "sleep:2s,0s")
 	front := startBrokerFront(t, rs, "--max-queue", "4")
 	waitReadyz(t, front, http.StatusOK)
 

@@ -409,10 +409,12 @@ func TestHangingBatchKillsWorker(t *testing.T) {
 // it was late: that batch runs on the other worker within a few batches'
 // time, rather than wait for --worker-timeout to kill the hung worker.
 func TestABatchSentAheadToAHungWorkerRunsOnTheOther(t *testing.T) {
-	const workerTimeout = 5 * time.Second
-	s := startServer(t, "--workers", "2", "--model", "chaos:hang=zzz,delay=300ms", "--batch-size", "4", "--worker-timeout", workerTimeout.String())
+	const workerTimeout = 8 * time.Second
+	s := startServer(t, "--workers", "2", "--model", "chaos:hang=zzz,delay=1s", "--batch-size", "4", "--worker-timeout", workerTimeout.String())
 	s.waitAllReady(t, 2)
-	// Batches of 300ms, measured: a worker runs late 620ms into a batch.
+	// Batches of 1 s, measured: a worker runs late 2.02 s into a batch,
+	// time enough for the load below to come and have a batch sent ahead
+	// to the hung worker, even on a loaded machine.
 	var warm sync.WaitGroup
 	for i := range 8 {
 		warm.Go(func() {
@@ -445,7 +447,9 @@ func TestABatchSentAheadToAHungWorkerRunsOnTheOther(t *testing.T) {
 	}
 	load.Wait()
 	took := time.Since(start)
-	if limit := workerTimeout * 3 / 4; took > limit {
+	// Four batches of 1 s on the other worker, where waiting for the hung
+	// one to be killed takes the worker timeout and a batch more.
+	if limit := workerTimeout - time.Second; took > limit {
 		t.Errorf("16 requests beside a hung worker took %s; want under %s: the batch sent ahead to it should run on the other worker, not wait for the worker timeout (%s)", took, limit, workerTimeout)
 	}
 	if st := s.stats(t); st.Dispatch.Recalled == 0 {
@@ -532,9 +536,13 @@ func TestBadInputAnsweredAndServerKeepsServing(t *testing.T) {
 // smaller one that would fit is refused meanwhile; the large one is
 // answered once a batch has left room for it.
 func TestALargeRequestWaitsForItsRoom(t *testing.T) {
-	// The first batch runs 0.7 s: room is kept for the large request
-	// while it runs, and made as it ends, within the second it waits.
-	s := startServer(t, "--workers", "1", "--batch-size", "4", "--max-queue", "4", "--model", "sleep:700ms,0s")
+	// The first batch runs 3 s: room is kept for the large request while
+	// it runs, and made as it ends. Until a batch has told what one costs,
+	// a request waits for room as long as it may wait at all, and after
+	// that twice a batch. The steps below, each a poll of the stats, must
+	// all be done within the first batch: a loaded machine took more than
+	// 0.7 s for them.
+	s := startServer(t, "--workers", "1", "--batch-size", "4", "--max-queue", "4", "--model", "sleep:3s,0s")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	send := func(items string) {

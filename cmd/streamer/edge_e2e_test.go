@@ -861,7 +861,10 @@ func heapInUse(t *testing.T, s *server) float64 {
 // that repeat. (Before, a server refusing every new client showed it in
 // no metric and no line.)
 func TestConnectionsTurnedAwayAreCountedAndLogged(t *testing.T) {
-	s := startServer(t, "--model", "sleep:2s,0", "--max-connections", "1")
+	// The slow request runs 5 s: the connections below are all turned
+	// away while it runs, even on a loaded machine; once it is answered
+	// and its connection idle, a newcomer would take its place.
+	s := startServer(t, "--model", "sleep:5s,0", "--max-connections", "1")
 	held := holdConnections(t, s, 1)[0]
 	before := refusedOverCap(t, held)
 	// The only connection is busy with a slow request: none is idle to

@@ -433,14 +433,15 @@ func runServe(ctx context.Context, o serveOptions) error {
 	stderrLog.setNotice(func(dropped int) {
 		log.Warn("log lines dropped: the reader of the server's stderr fell behind", "dropped", dropped)
 	})
+	// Before the first line: a supervisor that sends SIGHUP once the
+	// server speaks must not end it.
+	hangups := catchHangups(log)
+	defer hangups.stop()
 	o.warnOpenFiles(log)
 	if warning := pid1Warning(os.Getpid(), o.plugin); warning != "" {
 		log.Warn(warning)
 	}
 	heapfloor.Keep()
-	// Before anything slow: a SIGHUP from here on must not end the server.
-	hangups := catchHangups(log)
-	defer hangups.stop()
 	guard, err := o.security.prepare(os.LookupEnv, log)
 	if err != nil {
 		return err
