@@ -239,7 +239,9 @@ func TestADrainDoesNotWaitForAHuntNobodyWaitsFor(t *testing.T) {
 	s := start(t, cfg)
 	seenWorking(t, s)
 	hang := chaosItem(t, "HANG")
-	short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	// Past its deadline before the worker is killed, but not before the
+	// batch is sent, which a loaded machine may take tens of ms to do.
+	short, cancel := context.WithTimeout(context.Background(), workerTimeout/2)
 	defer cancel()
 	if _, err := s.Predict(short, [][]byte{[]byte("a"), hang, []byte("b")}); !errors.Is(err, supervisor.ErrDeadline) {
 		t.Fatalf("the request that hangs the model: %v; want ErrDeadline", err)

@@ -623,9 +623,20 @@ func (p *process) wait() error {
 	err := p.deathReason()
 	// A panic's message says why better than an exit status, or than a
 	// write to a pipe the worker had already left (EPIPE: it was dying).
-	// It is read by now as a rule, written before the exit; no wait for it
-	// here, which would hold the dead worker's batches.
-	if last := p.firstDeathLine.Load(); last != nil && (p.reason() == nil || errors.Is(p.reason(), syscall.EPIPE)) {
+	// Written before the exit, it is read by now as a rule, but a loaded
+	// machine's reader may lag behind the reaping: the death of a worker
+	// short of threads, taken for a crash, would count towards its
+	// restarts. The wait is short, since it holds the dead worker's
+	// batches, and ends at once as a rule: only a process the worker
+	// started can hold the pipe open past its end.
+	ownDeath := p.reason() == nil || errors.Is(p.reason(), syscall.EPIPE)
+	if ownDeath {
+		select {
+		case <-p.stderrRead:
+		case <-time.After(lastWordsWait):
+		}
+	}
+	if last := p.firstDeathLine.Load(); last != nil && ownDeath {
 		err = fmt.Errorf("%w; its last words: %s", err, *last)
 		if lastwords.WantsThreads(*last) {
 			return noResourcesError{fmt.Sprintf("worker could not start a thread: the limit of processes (a container's pids limit, ulimit -u) leaves it no room (%v)", err)}
@@ -633,6 +644,10 @@ func (p *process) wait() error {
 	}
 	return err
 }
+
+// lastWordsWait is how long a worker that died on its own waits for the
+// reader of its stderr to finish, for its last words.
+const lastWordsWait = 500 * time.Millisecond
 
 // deathSettles is how long a broken pipe waits for its child's end to
 // be seen, before the child is killed for it.

@@ -30,7 +30,9 @@ type threadless struct{ path string }
 func newThreadless(path string) threadless {
 	m := threadless{path: path}
 	if os.Getenv(idleThreadlessEnv) != "" {
-		time.AfterFunc(20*time.Millisecond, m.dieIfLimited)
+		// Time enough to be ready first, even on a loaded machine: a
+		// worker that dies before it is ready fails its start instead.
+		time.AfterFunc(500*time.Millisecond, m.dieIfLimited)
 	}
 	return m
 }

@@ -551,7 +551,8 @@ func TestRoomHeldByExpiredItemsIsGivenBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-g.started
-	deadline := time.Now().Add(50 * time.Millisecond)
+	// Time enough for the four to be queued before it passes.
+	deadline := time.Now().Add(300 * time.Millisecond)
 	var doomed []*supervisor.Future
 	for i := range 4 {
 		f, err := s.SubmitRequest(context.Background(), supervisor.Request{Items: items(fmt.Sprint("doomed", i)), Deadline: deadline})
