@@ -262,6 +262,25 @@ func (s *server) wait(timeout time.Duration) (int, error) {
 	}
 }
 
+// waitLog waits until the server's log has n lines or more that contain
+// want, and fails the test if it then has more than n. A line logged as
+// the state a test saw changed may come a moment after it, through the
+// server's log writer and its stderr pipe: a test that read the log once
+// failed on a loaded machine.
+func (s *server) waitLog(t *testing.T, want string, n int) {
+	t.Helper()
+	s.waitFor(t, fmt.Sprintf("%d lines of the log to say %q", n, want), readyTimeout, func() bool { return strings.Count(s.logs(), want) >= n })
+	if got := strings.Count(s.logs(), want); got > n {
+		t.Errorf("%d lines of the log say %q; want %d", got, want, n)
+	}
+}
+
+// waitLogged waits until the server's log says want, at least once.
+func (s *server) waitLogged(t *testing.T, want string) {
+	t.Helper()
+	s.waitFor(t, fmt.Sprintf("the log to say %q", want), readyTimeout, func() bool { return strings.Contains(s.logs(), want) })
+}
+
 // waitFor polls cond until it holds, failing the test after timeout.
 func (s *server) waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()

@@ -228,9 +228,7 @@ func testFillMask(t *testing.T, bins map[string]string) {
 			t.Errorf("slot %d: plugin pid %d has CUDA_VISIBLE_DEVICES=%q, want its worker's %q", slot.Slot, plugin, got, slot.CUDA)
 		}
 		wantLog := fmt.Sprintf("slot=%d pid=%d stream=stderr line=\"[plugin fillmask] fillmask: 4-gram model", slot.Slot, slot.PID)
-		if !strings.Contains(s.logs(), wantLog) {
-			t.Errorf("slot %d: the plugin's stderr is not in the server log tagged with its slot; want %q", slot.Slot, wantLog)
-		}
+		s.waitLogged(t, wantLog) // the plugin's stderr, tagged with its slot
 	}
 }
 
@@ -300,9 +298,7 @@ func testPluginCrash(t *testing.T, bins map[string]string) {
 	if sumRestarts(s.workers(t)) == 0 {
 		t.Error("no worker was restarted after its plugin crashed")
 	}
-	if !strings.Contains(s.logs(), "[plugin chaos] chaos plugin: crashing on a trigger item") {
-		t.Error("the crashing plugin's last words are not in the server log")
-	}
+	s.waitLogged(t, "[plugin chaos] chaos plugin: crashing on a trigger item")
 	s.waitAllReady(t, 2)
 	if p := s.predictJSON(t, "crash"); p.Status != http.StatusUnprocessableEntity {
 		t.Errorf("known poison: %s, want 422", p)
@@ -529,9 +525,7 @@ func TestPythonPlugin(t *testing.T) {
 		t.Errorf("a number for the python plugin: %s, want 422 saying it wants a string", p)
 	}
 	testPythonBadItems(t, s)
-	if !strings.Contains(s.logs(), "[plugin python-plugin] python-plugin: bigram model of") {
-		t.Error("the Python plugin's stderr is not in the server log")
-	}
+	s.waitLogged(t, "[plugin python-plugin] python-plugin: bigram model of")
 	// It serves on through a SIGTERM or SIGHUP meant for the server.
 	plugin := pluginOf(t, slots[0].PID)
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGHUP} {

@@ -160,9 +160,7 @@ func TestReloadByAdminAndSIGHUPLosesNoRequest(t *testing.T) {
 		t.Errorf("after two reloads: %d failed items, %d crashes", st.Failed, st.Crashes)
 	}
 	for _, want := range []string{"reload begun", "worker replaced", "worker drained; stopping it", "worker stopped"} {
-		if !strings.Contains(s.logs(), want) {
-			t.Errorf("the log has no %q line", want)
-		}
+		s.waitLogged(t, want)
 	}
 }
 
@@ -246,9 +244,7 @@ func TestReloadOfABrokenModelKeepsTheOldWorkers(t *testing.T) {
 	if len(after) != 2 || after[0].PID != before[0].PID || after[1].PID != before[1].PID {
 		t.Fatalf("workers after a failed reload: %+v, want the old ones %+v", after, before)
 	}
-	if !strings.Contains(s.logs(), "reload failed") {
-		t.Error(`the log has no "reload failed" line`)
-	}
+	s.waitLogged(t, "reload failed")
 	// The metrics count it, and the stats say why.
 	status, body, err := s.get("/metrics")
 	if err != nil || status != http.StatusOK || !strings.Contains(string(body), `streamer_reloads_total{outcome="failed"} 1`) {

@@ -206,9 +206,7 @@ func TestSecurityTokenFileIsReadAgainOnSIGHUP(t *testing.T) {
 	if got := metricValue(t, s, `streamer_unauthorized_total{protocol="http"}`); got != 1 {
 		t.Errorf(`streamer_unauthorized_total{protocol="http"} is %v; want the one request refused`, got)
 	}
-	if !strings.Contains(s.logs(), `level=WARN msg="HTTP request refused: a wrong token" remote=127.0.0.1:`) {
-		t.Errorf("the log does not name the request refused:\n%s", s.logs())
-	}
+	s.waitLogged(t, `level=WARN msg="HTTP request refused: a wrong token" remote=127.0.0.1:`)
 }
 
 // TestSecurityUnauthorizedReadableByAllowedOrigin: a request without the
@@ -631,9 +629,7 @@ func TestSecurityAReloadKeepsACertificateInItsDatesForOneOutOfThem(t *testing.T)
 		t.Errorf("before the new certificate's dates: serial %d served; want the previous one, 11", n)
 	}
 	s.waitFor(t, "the new certificate served once valid", readyTimeout, func() bool { return serial() == 33 })
-	if !strings.Contains(s.logs(), `msg="TLS certificate reloaded: it is valid from now"`) {
-		t.Errorf("the log does not say the new certificate is served:\n%s", s.logs())
-	}
+	s.waitLogged(t, `msg="TLS certificate reloaded: it is valid from now"`)
 }
 
 func TestSecurityLogLevel(t *testing.T) {

@@ -641,9 +641,7 @@ func TestGRPCTokenBeforeTheMessage(t *testing.T) {
 	if got := metricValue(t, s, `streamer_unauthorized_total{protocol="grpc"}`); got != 1 {
 		t.Errorf(`streamer_unauthorized_total{protocol="grpc"} is %v; want the one call refused`, got)
 	}
-	if !strings.Contains(s.logs(), `level=WARN msg="gRPC call refused: no token" remote=127.0.0.1:`) {
-		t.Errorf("the log does not name the call refused:\n%s", s.logs())
-	}
+	s.waitLogged(t, `level=WARN msg="gRPC call refused: no token" remote=127.0.0.1:`)
 }
 
 // stalledCall opens a connection to addr and begins a ModelInfer call
@@ -900,10 +898,7 @@ func TestGRPCIdleConnectionGivesItsPlace(t *testing.T) {
 	waitFor(t, "/metrics to count the reclaim", 10*time.Second, func() bool {
 		return metricValue(t, s, `streamer_connections_reclaimed_total{protocol="grpc"}`) == 1
 	})
-	const line = `level=INFO msg="gRPC connection closed for a new one to take its place`
-	if n := strings.Count(s.logs(), line); n != 1 {
-		t.Errorf("%d lines %q; want 1:\n%s", n, line, s.logs())
-	}
+	s.waitLog(t, `level=INFO msg="gRPC connection closed for a new one to take its place`, 1)
 }
 
 // TestGRPCDrainNotHeldBySilentConnections: a connection that never sends
