@@ -748,6 +748,7 @@ func ExampleRun() {
 func TestExpiredItemsAreNotRun(t *testing.T) {
 	var mu sync.Mutex
 	var seen [][]string
+	release := make(chan struct{})
 	m := upper()
 	inner := m.predict
 	m.predict = func(ctx context.Context, items [][]byte) ([][]byte, error) {
@@ -759,7 +760,7 @@ func TestExpiredItemsAreNotRun(t *testing.T) {
 		seen = append(seen, names)
 		mu.Unlock()
 		if names[0] == "slow" {
-			time.Sleep(100 * time.Millisecond) // the model's work, not a wait for a state
+			<-release // held until batch 2 was read and its 20ms are up
 		}
 		return inner(ctx, items)
 	}
@@ -774,6 +775,15 @@ func TestExpiredItemsAreNotRun(t *testing.T) {
 		TTLs:  []int64{int64(20 * time.Millisecond), int64(time.Hour), int64(20 * time.Millisecond), 0}})
 	// A batch whose items are all expired never reaches the model.
 	w.write(ipc.Message{Kind: ipc.KindBatch, BatchID: 3, Items: [][]byte{[]byte("gone")}, TTLs: []int64{1}})
+	// The worker reads in order: once it gives back batch 4, it has read
+	// (and timed) batches 2 and 3.
+	w.batch(4, []byte("marker"))
+	w.write(ipc.Message{Kind: ipc.KindRecall, BatchID: 4})
+	if m := w.next(); m.Kind != ipc.KindRecalled || m.BatchID != 4 {
+		t.Fatalf("got %s of batch %d, want recalled of 4", m.Kind, m.BatchID)
+	}
+	time.Sleep(40 * time.Millisecond) // past the 20ms TTLs, however late batch 2 was read
+	close(release)
 	w.result(1)
 	res := w.result(2)
 	if res.Error != "" || !slices.Equal(res.Expired, []int{0, 2}) {

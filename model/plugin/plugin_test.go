@@ -247,7 +247,8 @@ func TestCloseStopsThePlugin(t *testing.T) {
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if elapsed := time.Since(start); elapsed > time.Second {
+	// Under go-plugin's kill after 2 s, with room for a loaded machine.
+	if elapsed := time.Since(start); elapsed > 1500*time.Millisecond {
 		t.Errorf("Close of an idle plugin took %s; it should shut down at once", elapsed)
 	}
 	if !processGone(pid) {
@@ -289,7 +290,7 @@ func TestStartErrors(t *testing.T) {
 	segv := filepath.Join(dir, "segv")
 	writeFile(t, segv, "#!/bin/sh\necho 'about to crash' >&2\nkill -SEGV $$\n", 0o755)
 	closes := filepath.Join(dir, "closes")
-	writeFile(t, closes, "#!/bin/sh\nexec >&-\nsleep 30\n", 0o755)
+	writeFile(t, closes, "#!/bin/sh\nexec >&-\nexec sleep 30\n", 0o755)
 	// Killed as it starts, by the out-of-memory killer, say: not by
 	// streamer, which had found nothing wrong yet.
 	oomed := filepath.Join(dir, "oomed")
