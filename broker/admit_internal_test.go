@@ -508,8 +508,15 @@ func TestACallEndedBeforeItIsRoutedCountsForNoNode(t *testing.T) {
 // hand itself to the writer, and returns once it waits; the call's error
 // comes on ended.
 func queuedForTheWriter(t *testing.T, ctx context.Context, n int) (fe *FrontEnd, ended <-chan error) {
+	return queuedForTheWriterWithin(t, func() context.Context { return ctx }, n)
+}
+
+// queuedForTheWriterWithin is queuedForTheWriter with the call's context
+// made by mkctx once Redis runs, so that a deadline counts from the call.
+func queuedForTheWriterWithin(t *testing.T, mkctx func() context.Context, n int) (fe *FrontEnd, ended <-chan error) {
 	t.Helper()
 	rs := redistest.Start(t, redistest.Options{})
+	ctx := mkctx()
 	fe = unstartedFront(t, rs.URL(), 100)
 	fe.started.Store(true)
 	close(fe.firstLook)
@@ -584,9 +591,11 @@ func TestACallGivenUpWhileQueuedForTheWriterCountsAsItEnds(t *testing.T) {
 	if st := fe.Stats(); st.Canceled != 2 || st.Submitted != 2 || st.Answered != 2 || st.Rejected != 0 {
 		t.Errorf("canceled %d, submitted %d, answered %d, rejected %d; want the 2 items canceled", st.Canceled, st.Submitted, st.Answered, st.Rejected)
 	}
-	ctx, cancel = context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	fe, ended = queuedForTheWriter(t, ctx, 3)
+	fe, ended = queuedForTheWriterWithin(t, func() context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		t.Cleanup(cancel)
+		return ctx
+	}, 3)
 	awaitEnd(t, ended, supervisor.ErrDeadline, "the deadline")
 	if st := fe.Stats(); st.Expired != 3 || st.Submitted != 3 || st.Answered != 3 || st.Rejected != 0 {
 		t.Errorf("expired %d, submitted %d, answered %d, rejected %d; want the 3 items expired", st.Expired, st.Submitted, st.Answered, st.Rejected)

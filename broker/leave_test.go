@@ -101,6 +101,8 @@ func TestConsumersOfNodesThatAreGoneAreDeleted(t *testing.T) {
 	stuck := newRecorder()
 	stuck.hold["slow"] = true
 	killed := startNode(t, rs, stuck, 4, func(c *broker.NodeConfig) { c.Name = "killed" })
+	// The idle node left: the front end may have counted no node since.
+	eventually(t, "front end ready: the new node heard from", fe.Ready)
 	later := predictLater(t, fe, "slow")
 	eventually(t, "the node holds the item", func() bool { return stuck.runs("slow") == 1 })
 	ctx, cancel := context.WithCancel(context.Background())

@@ -61,12 +61,16 @@ func TestTwoLiveNodesMayNotShareAName(t *testing.T) {
 	// A start given less time than the name takes to lapse ends with its
 	// context's error, the node refused and running (it would take the
 	// name once lapsed); its shutdown too leaves the live node listed.
-	short := newTwin(t, rs.URL(), echoItems, nil)
-	sctx, scancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	err = short.Start(sctx)
+	var shortLogs syncbuf.Buffer
+	short := newTwin(t, rs.URL(), echoItems, &shortLogs)
+	sctx, scancel := context.WithCancel(context.Background())
+	started := make(chan error, 1)
+	go func() { started <- short.Start(sctx) }()
+	eventually(t, "the short start waiting for the name", func() bool { return strings.Contains(shortLogs.String(), "waiting for it to lapse") })
 	scancel()
-	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, broker.ErrNameTaken) {
-		t.Errorf("a start cut short while the name is another's: %v; want its context's deadline", err)
+	err = <-started
+	if !errors.Is(err, context.Canceled) || errors.Is(err, broker.ErrNameTaken) {
+		t.Errorf("a start cut short while the name is another's: %v; want its context's error", err)
 	}
 	if !strings.Contains(short.Stats().Refused, "two live nodes must not share a name") {
 		t.Errorf("the node whose start was cut short says %q; want it refused for its name", short.Stats().Refused)
@@ -255,6 +259,9 @@ func TestANodeCutOffFromRedisTakesUpNoItemsOfTheNodeThatTookItsName(t *testing.T
 		c.Name = "twin"
 		c.ClaimIdle = time.Minute
 	})
+	// The cut-off node went silent seconds ago: the front end may have
+	// counted no node since, until it has heard the taker.
+	eventually(t, "front end ready: the taker heard from", fe.Ready)
 	for _, item := range []string{"h0", "h1", "h2", "h3"} {
 		held = append(held, predictLater(t, fe, item))
 	}

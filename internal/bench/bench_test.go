@@ -291,7 +291,7 @@ func TestOpenLoopSchedulesNothingPastTheEnd(t *testing.T) {
 		sent.Add(1)
 		return 0, false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	counted := openLoop(ctx, loadRun{send: send, start: time.Now()}, 1e-12, 4, 10*time.Millisecond)
 	if sent.Load() != 1 || len(counted.samples) != 1 || counted.samples[0].at != 0 {

@@ -575,8 +575,14 @@ func (s *Server) awaitReady(cmd *exec.Cmd, exited <-chan struct{}, logStart int6
 		ctx, cancel := context.WithTimeout(untilExit, time.Second)
 		err := s.ping(ctx)
 		cancel()
-		if err == nil {
+		if err == nil && s.saidReady(logStart) {
 			return nil
+		}
+		if err == nil {
+			// Another process's server took the port first and answered:
+			// ours fails to bind, and exits. Ours has said it is ready
+			// before it answers anything.
+			err = errors.New("PONG from a server that is not this one")
 		}
 		select {
 		case <-exited:
@@ -586,6 +592,13 @@ func (s *Server) awaitReady(cmd *exec.Cmd, exited <-chan struct{}, logStart int6
 		case <-time.After(readyPollInterval):
 		}
 	}
+}
+
+// saidReady reports whether the server logged, since logStart, that it
+// serves: a server as it enters its loop, a Sentinel once it runs.
+func (s *Server) saidReady(logStart int64) bool {
+	log := s.logSince(logStart)
+	return strings.Contains(log, "Ready to accept connections") || strings.Contains(log, "Sentinel ID is")
 }
 
 // exitError tells why cmd exited while starting, from what it logged since

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
@@ -366,6 +367,52 @@ func TestRestartFailsWhenPortTaken(t *testing.T) {
 	msg := fatalMessage(t, func(tb testing.TB) { s.Restart(tb) })
 	if !strings.Contains(msg, s.Addr()) || !strings.Contains(msg, "port already in use") {
 		t.Errorf("Restart on a taken port failed with %q, want the address and the cause", msg)
+	}
+}
+
+// TestRestartFailsWhenAnotherServerTookThePort: a Redis of another
+// process's on the port answers PING as ours would; it is not taken for
+// ours, which fails to bind.
+func TestRestartFailsWhenAnotherServerTookThePort(t *testing.T) {
+	s := redistest.Start(t, redistest.Options{})
+	s.Kill()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(s.Addr())
+	other := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = other.Process.Kill()
+		_ = other.Wait()
+	})
+	ctx := testContext(t)
+	for {
+		conn, err := net.Dial("tcp", s.Addr())
+		if err == nil {
+			_, err = io.WriteString(conn, pingCommand)
+			line := ""
+			if err == nil {
+				line, err = bufio.NewReader(conn).ReadString('\n')
+			}
+			conn.Close()
+			if err == nil && line == "+PONG\r\n" {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the other server never answered PING: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+
+	msg := fatalMessage(t, func(tb testing.TB) { s.Restart(tb) })
+	if !strings.Contains(msg, s.Addr()) || !strings.Contains(msg, "port already in use") {
+		t.Errorf("Restart on a port another server took failed with %q, want the address and the cause", msg)
 	}
 }
 
