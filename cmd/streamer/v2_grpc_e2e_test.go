@@ -371,7 +371,7 @@ func TestV2RowsOverMaxItemsCountRejected(t *testing.T) {
 // row; a "timeout" parameter shorter than the model, or a call deadline,
 // is DEADLINE_EXCEEDED and counted as timed out.
 func TestGRPCTypedContentsAndDeadlines(t *testing.T) {
-	s, c := startGRPC(t, "--model", "sleep:300ms,0", "--max-latency", "1ms")
+	s, c := startGRPC(t, "--model", "sleep:2s,0", "--max-latency", "1ms")
 	ctx := callCtx(t)
 	typed := &pb.ModelInferRequest{ModelName: "sleep", Inputs: []*pb.ModelInferRequest_InferInputTensor{{
 		Name: "input", Datatype: "BYTES", Shape: []int64{2},
@@ -395,10 +395,10 @@ func TestGRPCTypedContentsAndDeadlines(t *testing.T) {
 
 	// Half the model's cost: a client stalled for longer before it sends
 	// gives up without sending, and the server would count no call.
-	short, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+	short, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	_, err = c.ModelInfer(short, typed)
-	wantCode(t, "a 150ms call deadline", err, codes.DeadlineExceeded)
+	wantCode(t, "a 1s call deadline", err, codes.DeadlineExceeded)
 
 	// The first call is counted as answered, the timeout parameter's as
 	// timed out. The call whose client gave up at its deadline is timed
