@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"unicode/utf8"
 
@@ -32,8 +33,8 @@ type securityOptions struct {
 
 func addSecurityFlags(f *pflag.FlagSet, o *securityOptions) {
 	f.Var(&o.authToken, "auth-token", "require the header Authorization: Bearer TOKEN on every endpoint but the health routes (/healthz, /readyz, /v2/health/live, /v2/health/ready) and the status page / (also $"+envAuthToken+" or --auth-token-file, which keep it out of the process list)")
-	f.StringVar(&o.authTokenFile, "auth-token-file", "", "read the token of --auth-token from this file (surrounding whitespace trimmed); read again on SIGHUP")
-	f.StringVar(&o.tlsCert, "tls-cert", "", "serve HTTPS with this PEM certificate (chain) file; needs --tls-key; reloaded on SIGHUP")
+	f.StringVar(&o.authTokenFile, "auth-token-file", "", "read the token of --auth-token from this file (surrounding whitespace trimmed); read again when it changes, and on SIGHUP")
+	f.StringVar(&o.tlsCert, "tls-cert", "", "serve HTTPS with this PEM certificate (chain) file; needs --tls-key; reloaded when it or the key changes, and on SIGHUP")
 	f.StringVar(&o.tlsKey, "tls-key", "", "the PEM private key of --tls-cert")
 }
 
@@ -50,13 +51,19 @@ func (s *secretFlag) String() string     { return "" }
 func (s *secretFlag) Type() string       { return "string" }
 
 // security is what the security flags resolved to before the server
-// starts, and what SIGHUP reads again: the token's file and the
-// certificate (see reload).
+// starts, and what a change on disk or SIGHUP reads again: the token's
+// file and the certificate (see watch and reload).
 type security struct {
 	token     *httpapi.Token // nil: no token required
-	tokenFile string         // the token's file, read again on SIGHUP; "": the token came otherwise
+	tokenFile string         // the token's file, read again when it changes and on SIGHUP; "": the token came otherwise
 	cert      *certificate   // nil: plain HTTP
 	log       *slog.Logger
+
+	// The files read again when they change (see watch), or on SIGHUP:
+	// the certificate and its key, and the token's; each empty when not
+	// given.
+	filesMu          sync.Mutex
+	pair, tokenFiles []*watchedFile
 
 	// The requests and gRPC calls refused for the token, counted for
 	// /metrics and logged, held back as they repeat: a client guessing
@@ -69,11 +76,18 @@ type security struct {
 // in them stops the server before any worker starts. lookupEnv is
 // os.LookupEnv outside tests.
 func (o securityOptions) prepare(lookupEnv func(string) (string, bool), log *slog.Logger) (*security, error) {
+	s := &security{tokenFile: o.authTokenFile, log: log}
+	// Stamped before they are read: a change meanwhile is read again.
+	if o.authTokenFile != "" {
+		s.tokenFiles = watchFiles(o.authTokenFile)
+	}
+	if o.tlsCert != "" && o.tlsKey != "" {
+		s.pair = watchFiles(o.tlsCert, o.tlsKey)
+	}
 	token, err := o.token(lookupEnv)
 	if err != nil {
 		return nil, err
 	}
-	s := &security{tokenFile: o.authTokenFile, log: log}
 	if token != "" {
 		s.token = httpapi.NewToken(token)
 		s.token.Refused = func(remote string, carried bool) { s.refused(&s.refusedHTTP, "HTTP request", remote, carried) }
@@ -168,9 +182,18 @@ func (s *security) warnShort(token string) {
 // the certificate's, and the token's. One that fails to load leaves the
 // one in use, and the log says why.
 func (s *security) reload() {
+	s.filesMu.Lock()
+	defer s.filesMu.Unlock()
+	readNow(s.pair)
+	readNow(s.tokenFiles)
 	if s.cert != nil {
 		s.cert.reload()
 	}
+	s.reloadToken()
+}
+
+// reloadToken reads the token's file again, if the token came from one.
+func (s *security) reloadToken() {
 	if s.token == nil || s.tokenFile == "" {
 		return
 	}

@@ -209,6 +209,70 @@ func TestSecurityTokenFileIsReadAgainOnSIGHUP(t *testing.T) {
 	s.waitLogged(t, `level=WARN msg="HTTP request refused: a wrong token" remote=127.0.0.1:`)
 }
 
+// TestSecurityFilesChangedAreReadAgainWithoutASignal: a certificate and a
+// token file replaced on disk are read again without a SIGHUP, and the
+// workers are left alone: a certificate renewed every few hours does not
+// reload the model.
+func TestSecurityFilesChangedAreReadAgainWithoutASignal(t *testing.T) {
+	const first, second = "first-token-0c5e2a97", "second-token-7b31d4f8"
+	dir := t.TempDir()
+	ca := newTestCA(t, "watched")
+	pair := writeCertPair(t, dir, ca, 1)
+	file := filepath.Join(dir, "token")
+	writeFileWhole(t, file, []byte(first+"\n"))
+	s := launchServer(t, "--workers", "1", "--model", "echo", "--tls-cert", pair.cert, "--tls-key", pair.key, "--auth-token-file", file)
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.cert)
+	client := &http.Client{Timeout: requestTimeout, Transport: &http.Transport{
+		TLSClientConfig:   &tls.Config{RootCAs: roots},
+		DisableKeepAlives: true,
+	}}
+	status := func(token string) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, "https://"+s.addr+"/predict", strings.NewReader(`{"inputs": ["a"]}`))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("POST /predict over https: %v", err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	s.waitFor(t, "the server to answer over https", readyTimeout, func() bool {
+		resp, err := client.Get("https://" + s.addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	if got := status(first); got != http.StatusOK {
+		t.Fatalf("with the file's token: status %d, want 200", got)
+	}
+
+	writeCertPair(t, dir, ca, 2)
+	writeFileWhole(t, file, []byte(second+"\n"))
+	s.waitFor(t, "a new connection to see the new certificate", readyTimeout, func() bool {
+		serial, err := servedSerial(s.addr, roots)
+		return err == nil && serial == 2
+	})
+	s.waitLogged(t, `msg="API token reloaded: requests from now on need the new one"`)
+	if got := status(second); got != http.StatusOK {
+		t.Errorf("with the token the file holds now: status %d, want 200", got)
+	}
+	if got := status(first); got != http.StatusUnauthorized {
+		t.Errorf("with the token the file held before: status %d, want 401", got)
+	}
+	for _, want := range []string{"TLS certificate files changed on disk: reading them again", "API token file changed on disk: reading it again"} {
+		if !strings.Contains(s.logs(), want) {
+			t.Errorf("the log does not say %q", want)
+		}
+	}
+	if n := strings.Count(s.logs(), `msg="worker started"`); n != 1 || strings.Contains(s.logs(), "reload begun") {
+		t.Errorf("%d workers started, and a reload begun: %v; want the one worker left alone", n, strings.Contains(s.logs(), "reload begun"))
+	}
+}
+
 // TestSecurityUnauthorizedReadableByAllowedOrigin: a request without the
 // token from a page of an --allow-origin gets its 401 with the CORS headers
 // that let the page read it and its challenge; a page of another origin
@@ -634,7 +698,10 @@ func TestSecurityAReloadKeepsACertificateInItsDatesForOneOutOfThem(t *testing.T)
 
 func TestSecurityLogLevel(t *testing.T) {
 	t.Run("warn hides info", func(t *testing.T) {
-		s := startServer(t, "--workers", "1", "--log-level", "warn")
+		// Not through the harness's wait for the "listening" line, which
+		// this server does not write: it would wait its whole timeout.
+		s := newServer(t, freePort(t), []string{"--workers", "1", "--log-level", "warn"})
+		s.waitReady(t)
 		if p := s.predictJSON(t, "quiet"); p.Status != http.StatusOK {
 			t.Fatalf("predict: %s", p)
 		}

@@ -454,6 +454,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		_ = os.Unsetenv(secret)
 	}
 	hangups.reloadFiles(guard)
+	guard.watch(ctx)
 	if err := o.checkRoles(guard); err != nil {
 		return err
 	}

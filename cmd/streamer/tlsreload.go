@@ -15,9 +15,10 @@ import (
 	"time"
 )
 
-// certificate is the server's TLS certificate, read from its files at start
-// and again on every SIGHUP (see hangups). Connections already open keep the certificate
-// they were made with; new ones get the latest that loaded.
+// certificate is the server's TLS certificate, read from its files at
+// start, and again when they change and on SIGHUP (see security.watch,
+// hangups). Connections already open keep the certificate they were made
+// with; new ones get the latest that loaded.
 type certificate struct {
 	certFile, keyFile string
 	log               *slog.Logger
@@ -157,7 +158,7 @@ func describeLeaf(leaf *x509.Certificate) []any {
 }
 
 // listen serves TLS on l with the current certificate: the one a
-// connection's handshake finds, so that a reload (on SIGHUP, see hangups)
+// connection's handshake finds, so that a reload (see security.watch, hangups)
 // takes effect for the connections made after it.
 func (c *certificate) listen(l net.Listener) net.Listener {
 	c.log.Info("serving HTTPS", append([]any{"cert", c.certFile}, describeLeaf(c.current.Load().Leaf)...)...)
