@@ -53,6 +53,9 @@ func TestMain(m *testing.M) {
 			if os.Getenv(growEnv) != "" {
 				return grows{}, nil
 			}
+			if path := os.Getenv(orphanEnv); path != "" {
+				return orphaner{pids: path}, nil
+			}
 			if path := os.Getenv(threadlessEnv); path != "" {
 				return newThreadless(path), nil
 			}

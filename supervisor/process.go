@@ -628,9 +628,13 @@ func (p *process) wait() error {
 	// short of threads, taken for a crash, would count towards its
 	// restarts. The wait is short, since it holds the dead worker's
 	// batches, and ends at once as a rule: only a process the worker
-	// started can hold the pipe open past its end.
+	// started can hold the pipe open past its end, and what it started
+	// goes with it first, as kill has it go.
 	ownDeath := p.reason() == nil || errors.Is(p.reason(), syscall.EPIPE)
-	if ownDeath {
+	if ownDeath && p.stderrRead != nil {
+		if p.cmd != nil && p.cmd.Process != nil {
+			killProcessGroup(p.cmd.Process.Pid)
+		}
 		select {
 		case <-p.stderrRead:
 		case <-time.After(lastWordsWait):
