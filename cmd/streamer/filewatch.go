@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"os"
 	"time"
 )
@@ -52,22 +54,35 @@ func watchFiles(paths ...string) []*watchedFile {
 	return files
 }
 
-// readNow stamps files as read now, by a SIGHUP: call it before they are
-// read. A change after the stamp is read again at the next looks.
-func readNow(files []*watchedFile) {
-	for _, f := range files {
+// unread is the stamp of files whose last read failed: none that Stat
+// gives, so that the next look reads them again.
+var unread = fileStamp{err: "\x00unread"}
+
+// fileGroup is files read together (a certificate and its key), and how
+// their last read went.
+type fileGroup struct {
+	files  []*watchedFile
+	failed string    // why the last read failed; "": it did not
+	since  time.Time // since when it has failed so
+	loud   bool      // the failure was logged as an error
+}
+
+// readNow stamps the files as read now, by a SIGHUP: call it before they
+// are read. A change after the stamp is read again at the next looks.
+func (g *fileGroup) readNow() {
+	for _, f := range g.files {
 		f.loaded = stampOf(f.path)
 		f.seen = f.loaded
 	}
 }
 
-// changed looks at files and says whether they are to be read again: one
-// of them differs from what was read last, and none changed since the
+// changed looks at the files and says whether they are to be read again:
+// one of them differs from what was read last, and none changed since the
 // look before, so that a file still being written, or a certificate whose
-// key is not written yet, is not read. It then takes them as read.
-func changed(files []*watchedFile) bool {
+// key follows within a look, is not read. It then takes them as read.
+func (g *fileGroup) changed() bool {
 	held, differ := true, false
-	for _, f := range files {
+	for _, f := range g.files {
 		now := stampOf(f.path)
 		held = held && now.same(f.seen)
 		differ = differ || !now.same(f.loaded)
@@ -76,10 +91,41 @@ func changed(files []*watchedFile) bool {
 	if !held || !differ {
 		return false
 	}
-	for _, f := range files {
+	for _, f := range g.files {
 		f.loaded = f.seen
 	}
 	return true
+}
+
+// watchFailureGrace is how long the reads of changed files may fail, each
+// look, before the log says so as an error: a key written a few seconds
+// after its certificate fails one read, and is no incident.
+const watchFailureGrace = time.Minute
+
+// read records how a read of the files that began at now went. One that
+// failed is tried again at each look, as what mends it may leave their
+// stamps as they are (a chown, a file descriptor freed), and is logged
+// once for each cause: when a look found it, as a warning, and as an
+// error once it has lasted watchFailureGrace; when a SIGHUP did (byLook
+// false), as an error at once, by the caller.
+func (g *fileGroup) read(err error, now time.Time, log *slog.Logger, what string, byLook bool) {
+	if err == nil {
+		g.failed, g.loud = "", false
+		return
+	}
+	for _, f := range g.files {
+		f.loaded = unread
+	}
+	switch {
+	case err.Error() != g.failed:
+		g.failed, g.since, g.loud = err.Error(), now, !byLook
+		if byLook {
+			log.Warn(what+fmt.Sprintf(" (the files are read again every %s until they load)", fileWatchInterval), "err", err)
+		}
+	case byLook && !g.loud && now.Sub(g.since) >= watchFailureGrace:
+		g.loud = true
+		log.Error(what+fmt.Sprintf(" for %s (the files are read again every %s until they load)", now.Sub(g.since).Round(time.Second), fileWatchInterval), "err", err)
+	}
 }
 
 // watch reads the certificate's and the token's files again once they
@@ -87,7 +133,7 @@ func changed(files []*watchedFile) bool {
 // certificate renewed every few weeks, or hours, is served without a
 // SIGHUP, which would reload the workers and their model too.
 func (s *security) watch(ctx context.Context) {
-	if len(s.pair) == 0 && len(s.tokenFiles) == 0 {
+	if len(s.pair.files) == 0 && len(s.tokenFiles.files) == 0 {
 		return
 	}
 	go func() {
@@ -99,22 +145,26 @@ func (s *security) watch(ctx context.Context) {
 				return
 			case <-t.C:
 			}
-			s.look()
+			s.look(time.Now())
 		}
 	}()
 }
 
 // look reads again the files that changed and have held since the look
-// before.
-func (s *security) look() {
+// before, and those whose last read failed.
+func (s *security) look(now time.Time) {
 	s.filesMu.Lock()
 	defer s.filesMu.Unlock()
-	if changed(s.pair) {
-		s.log.Info("TLS certificate files changed on disk: reading them again", "cert", s.pair[0].path, "key", s.pair[1].path)
-		s.cert.reload()
+	if s.pair.changed() {
+		if s.pair.failed == "" {
+			s.log.Info("TLS certificate files changed on disk: reading them again", "cert", s.pair.files[0].path, "key", s.pair.files[1].path)
+		}
+		s.pair.read(s.cert.swap(), now, s.log, certNotReloaded, true)
 	}
-	if changed(s.tokenFiles) {
-		s.log.Info("API token file changed on disk: reading it again", "file", s.tokenFile)
-		s.reloadToken()
+	if s.tokenFiles.changed() {
+		if s.tokenFiles.failed == "" {
+			s.log.Info("API token file changed on disk: reading it again", "file", s.tokenFile)
+		}
+		s.tokenFiles.read(s.swapToken(), now, s.log, tokenNotReloaded, true)
 	}
 }

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 )
 
 // A file's change is read once it has held for a look: a file still being
@@ -20,10 +24,10 @@ func TestAChangedFileIsReadOnceItHolds(t *testing.T) {
 	}
 	write(cert, "cert 1")
 	write(key, "key 1")
-	pair := watchFiles(cert, key)
+	pair := fileGroup{files: watchFiles(cert, key)}
 	look := func(want bool, what string) {
 		t.Helper()
-		if got := changed(pair); got != want {
+		if got := pair.changed(); got != want {
 			t.Fatalf("%s: changed %v, want %v", what, got, want)
 		}
 	}
@@ -54,11 +58,74 @@ func TestAChangedFileIsReadOnceItHolds(t *testing.T) {
 
 	// A SIGHUP reads them: no look reads them again.
 	write(key, "key 4")
-	readNow(pair)
+	pair.readNow()
 	look(false, "read by a SIGHUP")
 	look(false, "read by a SIGHUP, a look later")
 
-	if changed(nil) {
+	if none := (fileGroup{}); none.changed() {
 		t.Error("no files changed")
+	}
+}
+
+// A read that failed is tried again at each look, though the files did
+// not change (a chown, a file descriptor freed, may mend it and leave
+// their stamps as they are), and logged once for each cause: a warning,
+// then an error once it has lasted watchFailureGrace.
+func TestAFailedReadIsTriedAgainAndLoggedOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte("token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	g := fileGroup{files: watchFiles(path)}
+	lines := func() int { return strings.Count(logs.String(), "\n") }
+	start := time.Now()
+	denied := errors.New("permission denied")
+
+	g.read(denied, start, log, "not reloaded", true)
+	if !strings.Contains(logs.String(), `level=WARN msg="not reloaded (the files are read again every 2s until they load)" err="permission denied"`) {
+		t.Errorf("the first failure: %q; want a warning", logs.String())
+	}
+	if !g.changed() {
+		t.Fatal("a look after a failed read, the files unchanged: want them read again")
+	}
+	g.read(denied, start.Add(fileWatchInterval), log, "not reloaded", true)
+	if lines() != 1 {
+		t.Errorf("the same failure again: %q; want no new line", logs.String())
+	}
+	g.changed()
+	g.read(denied, start.Add(watchFailureGrace), log, "not reloaded", true)
+	if lines() != 2 || !strings.Contains(logs.String(), `level=ERROR msg="not reloaded for 1m0s`) {
+		t.Errorf("the same failure for a minute: %q; want an error", logs.String())
+	}
+	g.changed()
+	g.read(denied, start.Add(2*watchFailureGrace), log, "not reloaded", true)
+	if lines() != 2 {
+		t.Errorf("the same failure after its error: %q; want no new line", logs.String())
+	}
+	g.changed()
+	g.read(errors.New("too many open files"), start.Add(2*watchFailureGrace), log, "not reloaded", true)
+	if lines() != 3 {
+		t.Errorf("another cause: %q; want a warning of it", logs.String())
+	}
+	g.changed()
+	g.read(nil, start.Add(2*watchFailureGrace), log, "not reloaded", true)
+	if g.changed() {
+		t.Error("a look after a read that went well: want nothing read")
+	}
+
+	// A SIGHUP's failure is logged by its caller, as an error: the looks
+	// that read the files again do not say it again.
+	g.readNow()
+	g.read(denied, start, log, "not reloaded", false)
+	for i := 1; i <= 40; i++ {
+		if !g.changed() {
+			t.Fatal("a look after a SIGHUP's failed read: want the files read again")
+		}
+		g.read(denied, start.Add(time.Duration(i)*fileWatchInterval), log, "not reloaded", true)
+	}
+	if lines() != 3 {
+		t.Errorf("the looks after a SIGHUP's failure: %q; want no new line", logs.String())
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -60,10 +61,10 @@ type security struct {
 	log       *slog.Logger
 
 	// The files read again when they change (see watch), or on SIGHUP:
-	// the certificate and its key, and the token's; each empty when not
-	// given.
+	// the certificate and its key, and the token's; each without files
+	// when not given.
 	filesMu          sync.Mutex
-	pair, tokenFiles []*watchedFile
+	pair, tokenFiles fileGroup
 
 	// The requests and gRPC calls refused for the token, counted for
 	// /metrics and logged, held back as they repeat: a client guessing
@@ -79,10 +80,10 @@ func (o securityOptions) prepare(lookupEnv func(string) (string, bool), log *slo
 	s := &security{tokenFile: o.authTokenFile, log: log}
 	// Stamped before they are read: a change meanwhile is read again.
 	if o.authTokenFile != "" {
-		s.tokenFiles = watchFiles(o.authTokenFile)
+		s.tokenFiles.files = watchFiles(o.authTokenFile)
 	}
 	if o.tlsCert != "" && o.tlsKey != "" {
-		s.pair = watchFiles(o.tlsCert, o.tlsKey)
+		s.pair.files = watchFiles(o.tlsCert, o.tlsKey)
 	}
 	token, err := o.token(lookupEnv)
 	if err != nil {
@@ -184,18 +185,35 @@ func (s *security) warnShort(token string) {
 func (s *security) reload() {
 	s.filesMu.Lock()
 	defer s.filesMu.Unlock()
-	readNow(s.pair)
-	readNow(s.tokenFiles)
+	now := time.Now()
 	if s.cert != nil {
-		s.cert.reload()
+		s.pair.readNow()
+		err := s.cert.swap()
+		if err != nil {
+			s.log.Error(certNotReloaded, "err", err)
+		}
+		s.pair.read(err, now, s.log, certNotReloaded, false)
 	}
-	s.reloadToken()
+	if s.token != nil && s.tokenFile != "" {
+		s.tokenFiles.readNow()
+		err := s.swapToken()
+		if err != nil {
+			s.log.Error(tokenNotReloaded, "err", err)
+		}
+		s.tokenFiles.read(err, now, s.log, tokenNotReloaded, false)
+	}
 }
 
-// reloadToken reads the token's file again, if the token came from one.
-func (s *security) reloadToken() {
+// tokenNotReloaded is what the log says of a token file that failed to
+// load.
+const tokenNotReloaded = "API token not reloaded; still requiring the previous one"
+
+// swapToken reads the token's file again, if the token came from one,
+// and returns why it failed to, if it did: the token required so far
+// stays then.
+func (s *security) swapToken() error {
 	if s.token == nil || s.tokenFile == "" {
-		return
+		return nil
 	}
 	token, err := tokenFromFile(s.tokenFile)
 	if err == nil {
@@ -203,7 +221,7 @@ func (s *security) reloadToken() {
 	}
 	switch {
 	case err != nil:
-		s.log.Error("API token not reloaded; still requiring the previous one", "err", err)
+		return err
 	case s.token.Matches(token):
 		s.log.Info("API token file read again: the token is the same", "file", s.tokenFile)
 	default:
@@ -211,6 +229,7 @@ func (s *security) reloadToken() {
 		s.log.Info("API token reloaded: requests from now on need the new one", "file", s.tokenFile)
 		s.warnShort(token)
 	}
+	return nil
 }
 
 // refused counts, in count, a request (or call) refused for the token, and

@@ -268,6 +268,29 @@ func TestSecurityFilesChangedAreReadAgainWithoutASignal(t *testing.T) {
 			t.Errorf("the log does not say %q", want)
 		}
 	}
+
+	// A certificate whose key comes seconds later: read with the old key,
+	// it fails, which is said once, as a warning, not an error; it is
+	// read again at each look, and served once its key is there.
+	next := writeCertPair(t, t.TempDir(), ca, 3)
+	read := func(path string) []byte {
+		t.Helper()
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	writeFileWhole(t, pair.cert, read(next.cert))
+	s.waitLogged(t, `level=WARN msg="TLS certificate not reloaded; still serving the previous one (the files are read again every 2s until they load)"`)
+	writeFileWhole(t, pair.key, read(next.key))
+	s.waitFor(t, "the certificate served once its key came", readyTimeout, func() bool {
+		serial, err := servedSerial(s.addr, roots)
+		return err == nil && serial == 3
+	})
+	if strings.Contains(s.logs(), "level=ERROR") {
+		t.Errorf("an error logged for the rotations:\n%s", s.logs())
+	}
 	if n := strings.Count(s.logs(), `msg="worker started"`); n != 1 || strings.Contains(s.logs(), "reload begun") {
 		t.Errorf("%d workers started, and a reload begun: %v; want the one worker left alone", n, strings.Contains(s.logs(), "reload begun"))
 	}

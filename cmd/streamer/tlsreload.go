@@ -81,30 +81,34 @@ func wholePEM(data []byte) error {
 	return nil
 }
 
-// reload swaps in the certificate the files hold now. On failure the one
-// served so far stays, and the log says why. So it does when the one
-// served is in its dates and the new one is not, which no client that
-// checks them would accept: an expired one is refused, and one not valid
-// yet (issued by a machine whose clock is ahead) is swapped in once it
-// is. Out of date both, the new one is served, as at the start.
-func (c *certificate) reload() {
+// certNotReloaded is what the log says of a pair that failed to load.
+const certNotReloaded = "TLS certificate not reloaded; still serving the previous one"
+
+// swap swaps in the certificate the files hold now, and returns why they
+// failed to load, if they did: the one served so far stays then, and
+// so does one waiting for its dates. So it does, and the log says why,
+// when the one served is in its dates and the new one is not, which no
+// client that checks them would accept: an expired one is refused, and
+// one not valid yet (issued by a machine whose clock is ahead) is
+// swapped in once it is. Out of date both, the new one is served, as at
+// the start.
+func (c *certificate) swap() error {
 	cert, err := c.load()
+	if err != nil {
+		return err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.pending != nil {
 		c.pending.Stop() // the files hold another one now
 		c.pending = nil
 	}
-	if err != nil {
-		c.log.Error("TLS certificate not reloaded; still serving the previous one", "err", err)
-		return
-	}
 	now := time.Now()
 	served := c.current.Load().Leaf
 	if dates := outOfDate(cert.Leaf, now); dates != nil && outOfDate(served, now) == nil {
 		if now.After(cert.Leaf.NotAfter) {
 			c.log.Error("TLS certificate not reloaded: "+dates.Error()+"; still serving the previous one", append([]any{"cert", c.certFile}, describeLeaf(served)...)...)
-			return
+			return nil
 		}
 		c.log.Warn("TLS certificate loaded, not served yet: "+dates.Error()+"; serving the previous one until then", append([]any{"cert", c.certFile}, describeLeaf(cert.Leaf)...)...)
 		var timer *time.Timer
@@ -119,11 +123,12 @@ func (c *certificate) reload() {
 			c.log.Info("TLS certificate reloaded: it is valid from now", append([]any{"cert", c.certFile}, describeLeaf(cert.Leaf)...)...)
 		})
 		c.pending = timer
-		return
+		return nil
 	}
 	c.current.Store(cert)
 	c.log.Info("TLS certificate reloaded", append([]any{"cert", c.certFile}, describeLeaf(cert.Leaf)...)...)
 	c.warnOutOfDate(cert.Leaf)
+	return nil
 }
 
 // warnOutOfDate says in the log when the certificate is served out of its
