@@ -120,13 +120,18 @@ func (g *fileGroup) read(err error, now time.Time, log *slog.Logger, what string
 	case err.Error() != g.failed:
 		g.failed, g.since, g.loud = err.Error(), now, !byLook
 		if byLook {
-			log.Warn(what+fmt.Sprintf(" (the files are read again every %s until they load)", fileWatchInterval), "err", err)
+			log.Warn(what+readAgain, "err", err)
 		}
-	case byLook && !g.loud && now.Sub(g.since) >= watchFailureGrace:
+	case !byLook:
+		g.loud = true // its caller said it as an error
+	case !g.loud && now.Sub(g.since) >= watchFailureGrace:
 		g.loud = true
-		log.Error(what+fmt.Sprintf(" for %s (the files are read again every %s until they load)", now.Sub(g.since).Round(time.Second), fileWatchInterval), "err", err)
+		log.Error(what+fmt.Sprintf(" for %s", now.Sub(g.since).Round(time.Second))+readAgain, "err", err)
 	}
 }
+
+// readAgain ends what the log says of files that failed to load.
+var readAgain = fmt.Sprintf(" (the files are read again every %s until they load)", fileWatchInterval)
 
 // watch reads the certificate's and the token's files again once they
 // change on disk, looking every fileWatchInterval until ctx ends: a

@@ -128,4 +128,18 @@ func TestAFailedReadIsTriedAgainAndLoggedOnce(t *testing.T) {
 	if lines() != 3 {
 		t.Errorf("the looks after a SIGHUP's failure: %q; want no new line", logs.String())
 	}
+
+	// Nor after a SIGHUP that failed for the cause a look warned of.
+	g.read(nil, start, log, "not reloaded", true)
+	g.changed()
+	g.read(denied, start, log, "not reloaded", true) // a look's warning
+	g.readNow()
+	g.read(denied, start.Add(fileWatchInterval), log, "not reloaded", false) // a SIGHUP's error
+	for i := 2; i <= 40; i++ {
+		g.changed()
+		g.read(denied, start.Add(time.Duration(i)*fileWatchInterval), log, "not reloaded", true)
+	}
+	if lines() != 4 {
+		t.Errorf("the looks after a SIGHUP failed as a look did: %q; want the look's warning alone", logs.String())
+	}
 }

@@ -190,7 +190,7 @@ func (s *security) reload() {
 		s.pair.readNow()
 		err := s.cert.swap()
 		if err != nil {
-			s.log.Error(certNotReloaded, "err", err)
+			s.log.Error(certNotReloaded+readAgain, "err", err)
 		}
 		s.pair.read(err, now, s.log, certNotReloaded, false)
 	}
@@ -198,7 +198,7 @@ func (s *security) reload() {
 		s.tokenFiles.readNow()
 		err := s.swapToken()
 		if err != nil {
-			s.log.Error(tokenNotReloaded, "err", err)
+			s.log.Error(tokenNotReloaded+readAgain, "err", err)
 		}
 		s.tokenFiles.read(err, now, s.log, tokenNotReloaded, false)
 	}

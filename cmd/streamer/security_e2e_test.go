@@ -196,7 +196,7 @@ func TestSecurityTokenFileIsReadAgainOnSIGHUP(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.waitFor(t, "the empty file refused", readyTimeout, func() bool {
-		return strings.Contains(s.logs(), `level=ERROR msg="API token not reloaded; still requiring the previous one" err="--auth-token-file `+file+`: the file is empty"`)
+		return strings.Contains(s.logs(), `level=ERROR msg="API token not reloaded; still requiring the previous one (the files are read again every 2s until they load)" err="--auth-token-file `+file+`: the file is empty"`)
 	})
 	if got := status(second); got != http.StatusOK {
 		t.Errorf("after a reload of an empty file: status %d, want 200 with the token required before", got)
