@@ -6,34 +6,30 @@ import (
 	"log/slog"
 	"os"
 	"time"
+
+	"github.com/streamer-dev/streamer/internal/filestamp"
 )
 
 // fileWatchInterval is how often serve looks whether the files of its
 // certificate and token changed on disk.
 const fileWatchInterval = 2 * time.Second
 
-// fileStamp is what os.Stat says of a file: enough to tell one version of
-// it from the next, whether it was written in place, renamed into place,
-// or swapped behind a link (as Kubernetes updates a mounted Secret).
-type fileStamp struct {
-	info os.FileInfo // nil: Stat failed
-	err  string      // why Stat failed
-}
+// fileStamp tells one version of a file from the next without reading
+// it (see filestamp.Of), whether it was written in place, renamed into
+// place, swapped behind a link (as Kubernetes updates a mounted Secret),
+// or given another owner; or it is why Stat failed.
+type fileStamp string
 
 func stampOf(path string) fileStamp {
 	info, err := os.Stat(path)
 	if err != nil {
-		return fileStamp{err: err.Error()}
+		return fileStamp("\x00" + err.Error())
 	}
-	return fileStamp{info: info}
-}
-
-func (a fileStamp) same(b fileStamp) bool {
-	if a.info == nil || b.info == nil {
-		return a.info == nil && b.info == nil && a.err == b.err
+	if stamp, ok := filestamp.Of(info); ok {
+		return fileStamp(stamp)
 	}
-	return os.SameFile(a.info, b.info) && a.info.ModTime().Equal(b.info.ModTime()) &&
-		a.info.Size() == b.info.Size() && a.info.Mode() == b.info.Mode()
+	// No change time here: the size, time and mode are the best there is.
+	return fileStamp(fmt.Sprintf("%d:%d:%v", info.Size(), info.ModTime().UnixNano(), info.Mode()))
 }
 
 // watchedFile is one file of the certificate's or the token's: as it was
@@ -56,7 +52,7 @@ func watchFiles(paths ...string) []*watchedFile {
 
 // unread is the stamp of files whose last read failed: none that Stat
 // gives, so that the next look reads them again.
-var unread = fileStamp{err: "\x00unread"}
+const unread fileStamp = "\x01unread"
 
 // fileGroup is files read together (a certificate and its key), and how
 // their last read went.
@@ -84,8 +80,8 @@ func (g *fileGroup) changed() bool {
 	held, differ := true, false
 	for _, f := range g.files {
 		now := stampOf(f.path)
-		held = held && now.same(f.seen)
-		differ = differ || !now.same(f.loaded)
+		held = held && now == f.seen
+		differ = differ || now != f.loaded
 		f.seen = now
 	}
 	if !held || !differ {

@@ -48,6 +48,21 @@ func TestAChangedFileIsReadOnceItHolds(t *testing.T) {
 	look(false, "a certificate renamed into place")
 	look(true, "the renamed certificate held")
 
+	// Given another owner or mode (here the same mode again), with its
+	// content, size and modification time as they were: what a chown that
+	// lets the server read it does.
+	before, began := stampOf(key), time.Now()
+	for stampOf(key) == before {
+		if err := os.Chmod(key, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if time.Since(began) > 5*time.Second {
+			t.Fatal("a chmod left the key's stamp as it was")
+		}
+	}
+	look(false, "the key's owner just changed")
+	look(true, "the key's new owner held")
+
 	// Gone: read again (and refused then), once, not at every look.
 	if err := os.Remove(key); err != nil {
 		t.Fatal(err)
