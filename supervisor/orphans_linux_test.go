@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/streamer-dev/streamer/internal/procstat"
 )
 
 // A worker that dies on its own, leaving behind a process it started
@@ -44,7 +46,7 @@ func TestAWorkerThatDiesTakesWhatItStartedWithIt(t *testing.T) {
 	}
 	waitFor(t, fmt.Sprintf("the processes the dead workers started (%v) to end", left), func() bool {
 		for _, pid := range left {
-			if !exited(pid) {
+			if !procstat.Ended(pid) {
 				return false
 			}
 		}
@@ -53,15 +55,4 @@ func TestAWorkerThatDiesTakesWhatItStartedWithIt(t *testing.T) {
 	if why := s.Slots()[0].LastErr; !strings.Contains(why, "dying on purpose") {
 		t.Errorf("the worker's death: %q; want its last words", why)
 	}
-}
-
-// exited reports whether pid has ended (a zombie has).
-func exited(pid int) bool {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] == 'Z'
 }

@@ -6,13 +6,11 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamer-dev/streamer/internal/procstat"
 	"github.com/streamer-dev/streamer/internal/redistest"
 )
 
@@ -175,14 +174,11 @@ func sigkillGroup(t *testing.T, s *server) {
 func freezeGroup(t *testing.T, s *server) {
 	t.Helper()
 	signalGroup(t, s, syscall.SIGSTOP)
-	stat := fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid)
 	waitFor(t, "the server to stop", stopTimeout, func() bool {
-		b, err := os.ReadFile(stat)
+		fields, err := procstat.Fields(s.cmd.Process.Pid)
 		if err != nil {
-			t.Fatalf("read %s: %v", stat, err)
+			t.Fatalf("the server's state: %v", err)
 		}
-		// pid (comm) state ...: comm may hold spaces, not a ')'.
-		fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
 		return len(fields) > 0 && (fields[0] == "T" || fields[0] == "t")
 	})
 }

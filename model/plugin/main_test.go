@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/streamer-dev/streamer/internal/procstat"
 )
 
 // binDir holds the test plugins, built once for the whole test binary.
@@ -88,16 +90,7 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 }
 
 // processGone reports whether pid has exited (a zombie counts as gone).
-func processGone(pid int) bool {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	// The state follows the command name, which is in parentheses.
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] == 'Z'
-}
+func processGone(pid int) bool { return procstat.Ended(pid) }
 
 func openChaos(t *testing.T, cfg Config) *Model {
 	t.Helper()

@@ -1,7 +1,6 @@
 package plugin
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -9,9 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/streamer-dev/streamer/internal/procstat"
 )
 
 // setProcAttr puts the plugin in the process group pgid leads (a group of
@@ -161,14 +161,12 @@ func (g *groupGuard) stop() {
 // go-plugin kill it, and this look, so it ended before any kill of ours.
 // Where /proc itself is missing, nothing is known: not exiting.
 func exiting(pid int) bool {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	fields, err := procstat.Fields(pid)
 	if err != nil {
 		_, self := os.Stat("/proc/self/stat")
 		return (errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH)) && self == nil
 	}
-	end := bytes.LastIndexByte(stat, ')') // the name may hold one too
-	fields := strings.Fields(string(stat[end+1:]))
-	if end < 0 || len(fields) < 7 {
+	if len(fields) < 7 {
 		return false
 	}
 	const pfExiting = 0x4
