@@ -126,7 +126,11 @@ type ProcessConfig struct {
 	// binary, in TestMain): New refuses to start workers from a process
 	// started as a worker that did not, which would start copies of
 	// itself. A binary that does not answer the handshake fails Start
-	// with ErrNotWorker.
+	// with ErrNotWorker. By default the workers run this program's own
+	// image (on Linux, /proc/self/exe): one that an upgrade replaced on
+	// disk since it started is not the one restarted workers run, nor
+	// those of a Reload, which would be another build than the
+	// supervisor's. A Path is started as it is on disk at each start.
 	Path string
 	// Args are its arguments; default: ["worker"], which is what the
 	// streamer binary needs. A program that checks workerproc.Started

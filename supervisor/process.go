@@ -74,13 +74,12 @@ type process struct {
 func startProcess(abandon <-chan struct{}, sl *slot) (*process, error) {
 	s := sl.s
 	pc := s.cfg.Process
-	path := pc.Path
+	path, shown := pc.Path, pc.Path
 	if path == "" {
-		self, err := os.Executable()
-		if err != nil {
+		var err error
+		if path, shown, err = ownImage(); err != nil {
 			return nil, fmt.Errorf("find own binary: %w", err)
 		}
-		path = self
 	}
 	args := pc.Args
 	if args == nil {
@@ -91,6 +90,7 @@ func startProcess(abandon <-chan struct{}, sl *slot) (*process, error) {
 		return nil, err
 	}
 	cmd := exec.Command(path, args...)
+	cmd.Args[0] = shown
 	cmd.Env = append(os.Environ(), pc.Env...)
 	cmd.Env = append(cmd.Env, ipc.WorkerEnv+"="+ipc.WorkerCookie, ipc.MaxFrameEnv+"="+strconv.Itoa(ipc.FrameLimit(pc.MaxFrame)))
 	if sl.cuda != "" {
@@ -162,11 +162,11 @@ func (p *process) awaitReady(abandon <-chan struct{}, r *ipc.Reader) error {
 			handshake.Stop()
 			done = false
 		case <-handshake.C:
-			err = fmt.Errorf("%w: %s said nothing on the worker pipe within %s (a worker binary's main calls workerproc.Main)", ErrNotWorker, p.cmd.Path, s.cfg.Process.HandshakeTimeout)
+			err = fmt.Errorf("%w: %s said nothing on the worker pipe within %s (a worker binary's main calls workerproc.Main)", ErrNotWorker, p.binary(), s.cfg.Process.HandshakeTimeout)
 		case <-timer.C:
 			err = fmt.Errorf("worker did not become ready within %s, the init timeout: its %s model was still opening", s.cfg.InitTimeout, p.sl.spec.Runner)
 			if helloed != nil { // no Hello yet: it was never sent the model
-				err = fmt.Errorf("%w: %s said nothing on the worker pipe within %s, the init timeout (a worker binary's main calls workerproc.Main)", ErrNotWorker, p.cmd.Path, s.cfg.InitTimeout)
+				err = fmt.Errorf("%w: %s said nothing on the worker pipe within %s, the init timeout (a worker binary's main calls workerproc.Main)", ErrNotWorker, p.binary(), s.cfg.InitTimeout)
 			}
 		case <-s.stopping:
 			err = ErrShuttingDown
@@ -203,7 +203,7 @@ func (p *process) readLoop(r *ipc.Reader, first chan<- error) {
 		if err != nil {
 			switch {
 			case !errors.Is(err, io.EOF) && !helloed:
-				p.kill(fmt.Errorf("%w: %s wrote what is not a worker's frame on the worker pipe: %v", ErrNotWorker, p.cmd.Path, err))
+				p.kill(fmt.Errorf("%w: %s wrote what is not a worker's frame on the worker pipe: %v", ErrNotWorker, p.binary(), err))
 			case !errors.Is(err, io.EOF):
 				p.kill(fmt.Errorf("read from worker: %w", err))
 			}
@@ -381,10 +381,14 @@ func cutText(text string, limit int) string {
 	return fmt.Sprintf("%s… (%d more bytes cut)", text[:cut], len(text)-cut)
 }
 
+// binary names the worker's binary in messages: its path, or this
+// program's as it was started, when it runs this program's image.
+func (p *process) binary() string { return p.cmd.Args[0] }
+
 // greet checks the child's first message, which must be a Hello of this
 // protocol's version, and answers it with the model spec.
 func (p *process) greet(msg ipc.Message) error {
-	path := p.cmd.Path
+	path := p.binary()
 	switch {
 	case msg.Kind == ipc.KindReady && msg.Ready != nil && msg.Ready.Version != ipc.Version:
 		// Workers before version 3 said Ready first, without a Hello.
@@ -426,15 +430,15 @@ func (p *process) startError(helloed bool) error {
 		err = fmt.Errorf("%w; its last words: %s", err, *last)
 	}
 	if last != nil && !killed && lastwords.WantsThreads(*last) {
-		return noResourcesError{fmt.Sprintf("%s could not start a thread: the limit of processes (a container's pids limit, ulimit -u) leaves it no room (%v)", p.cmd.Path, err)}
+		return noResourcesError{fmt.Sprintf("%s could not start a thread: the limit of processes (a container's pids limit, ulimit -u) leaves it no room (%v)", p.binary(), err)}
 	}
 	if !helloed && !killed {
 		if sig, ok := p.signaled(); ok {
 			// Killed from outside (the OOM killer, an operator): no news
 			// of what the binary is.
-			return fmt.Errorf("%s was ended by a signal (%s) before its handshake, not sent by this server (%v)", p.cmd.Path, sig, err)
+			return fmt.Errorf("%s was ended by a signal (%s) before its handshake, not sent by this server (%v)", p.binary(), sig, err)
 		}
-		return fmt.Errorf("%w: %s ended before the handshake (%v)", ErrNotWorker, p.cmd.Path, err)
+		return fmt.Errorf("%w: %s ended before the handshake (%v)", ErrNotWorker, p.binary(), err)
 	}
 	return err
 }

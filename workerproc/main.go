@@ -51,6 +51,7 @@ func Serve(ctx context.Context, open OpenFunc) error {
 	if !Started() {
 		return ErrNotStarted
 	}
+	takeName()
 	maxFrame, err := supervisorFrame()
 	if err != nil {
 		return err

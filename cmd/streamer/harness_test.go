@@ -149,13 +149,19 @@ func newServer(t *testing.T, addr string, args []string) *server {
 // read from it.
 func newServerTo(t *testing.T, addr string, args []string, stderr io.Writer) *server {
 	t.Helper()
+	return newServerFrom(t, streamerBin, addr, args, stderr)
+}
+
+// newServerFrom is newServerTo with the server run from the binary bin.
+func newServerFrom(t *testing.T, bin, addr string, args []string, stderr io.Writer) *server {
+	t.Helper()
 	s := &server{
 		addr:   addr,
 		out:    &syncbuf.Buffer{},
 		done:   make(chan struct{}),
 		client: &http.Client{Timeout: requestTimeout, Transport: &http.Transport{MaxIdleConnsPerHost: 64}},
 	}
-	s.cmd = exec.Command(streamerBin, append([]string{"serve", "--listen", addr}, args...)...)
+	s.cmd = exec.Command(bin, append([]string{"serve", "--listen", addr}, args...)...)
 	s.cmd.Stdout = s.out
 	s.cmd.Stderr = s.out
 	if stderr != nil {
@@ -166,7 +172,7 @@ func newServerTo(t *testing.T, addr string, args []string, stderr io.Writer) *se
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	s.cmd.WaitDelay = 2 * time.Second
 	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", streamerBin, err)
+		t.Fatalf("start %s: %v", bin, err)
 	}
 	go func() {
 		_ = s.cmd.Wait()

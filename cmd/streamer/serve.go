@@ -384,10 +384,6 @@ func (o serveOptions) supervisorConfig(spec model.Spec, log *slog.Logger) (super
 	if err := o.checkQueueFlags(); err != nil {
 		return supervisor.Config{}, err
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return supervisor.Config{}, fmt.Errorf("find own binary to start workers: %w", err)
-	}
 	cuda, err := o.cudaDevices()
 	if err != nil {
 		return supervisor.Config{}, err
@@ -407,7 +403,8 @@ func (o serveOptions) supervisorConfig(spec model.Spec, log *slog.Logger) (super
 		Batching:         o.policy(),
 		Logger:           log,
 		Process: supervisor.ProcessConfig{
-			Path:        self,
+			// No Path: workers run this very build, even once an upgrade
+			// replaced the binary on disk.
 			Args:        []string{"worker"},
 			Model:       spec,
 			Refresh:     load.Refresh,

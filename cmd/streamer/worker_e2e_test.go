@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -185,4 +187,74 @@ func commandLine(t *testing.T, pid int) string {
 		t.Skipf("no command line of process %d to read: %v", pid, err)
 	}
 	return strings.ReplaceAll(strings.TrimSuffix(string(data), "\x00"), "\x00", " ")
+}
+
+// TestWorkersRunTheServersBuildAfterItsBinaryIsReplaced: a deploy that
+// puts another binary where the server's was (here, one that is no worker
+// at all) changes nothing until the server restarts. A worker killed, then
+// a reload's workers, run the server's own image, under its name for ps,
+// top and pgrep, and serve. Before, they ran the new file: another build
+// under this server, or, as here, slots given up one crash at a time.
+func TestWorkersRunTheServersBuildAfterItsBinaryIsReplaced(t *testing.T) {
+	build, err := os.ReadFile(streamerBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "streamer")
+	if err := os.WriteFile(bin, build, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := newServerFrom(t, bin, freePort(t), []string{"--model", "echo", "--workers", "2"}, nil)
+	s.waitReady(t)
+	before := s.waitAllReady(t, 2)
+	replaceFile(t, bin, []byte("#!/bin/sh\necho 'another build' >&2\nexit 3\n"), 0o755)
+
+	failed := func() bool {
+		return strings.Contains(s.logs(), "failed to start") || strings.Contains(s.logs(), "reload failed")
+	}
+	killWorker(t, before[0].PID)
+	s.waitFor(t, "the killed worker to be replaced", readyTimeout, func() bool {
+		if failed() {
+			t.Fatalf("a worker started after the binary was replaced failed:\n%s", s.logs())
+		}
+		w := s.readyWorkers(t)
+		return len(w) == 2 && !slices.ContainsFunc(w, func(st supervisor.SlotStatus) bool { return st.PID == before[0].PID })
+	})
+	if err := s.signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	s.waitLogged(t, "reload done")
+	if failed() {
+		t.Fatalf("a reload after the binary was replaced failed:\n%s", s.logs())
+	}
+	after := s.waitAllReady(t, 2)
+	server, err := os.Stat(fmt.Sprintf("/proc/%d/exe", s.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range after {
+		if w.PID == before[0].PID || w.PID == before[1].PID {
+			t.Errorf("worker %d outlived the reload", w.PID)
+		}
+		image, err := os.Stat(fmt.Sprintf("/proc/%d/exe", w.PID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !os.SameFile(server, image) {
+			t.Errorf("worker %d runs another image than its server's", w.PID)
+		}
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", w.PID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.TrimSpace(string(comm)); got != "streamer" {
+			t.Errorf("worker %d is named %q, want streamer, its server's", w.PID, got)
+		}
+		if line := commandLine(t, w.PID); line != bin+" worker" {
+			t.Errorf("worker %d's command line is %q, want %q", w.PID, line, bin+" worker")
+		}
+	}
+	if got := s.predictJSON(t, "same build"); got.Status != http.StatusOK {
+		t.Errorf("a request after the binary was replaced: %s", got)
+	}
 }
