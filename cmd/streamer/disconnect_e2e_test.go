@@ -24,10 +24,17 @@ func TestClientThatDisconnectsCancelsItsQueuedItems(t *testing.T) {
 	}()
 	s.waitFor(t, "the first request running", 10*time.Second, func() bool { return s.stats(t).Submitted == 1 })
 
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	// The client gives up once its item is queued behind the first.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	_, _, _, err := s.do(ctx, http.MethodPost, "/predict", "application/json", []byte(`{"inputs": ["gone"]}`))
-	if !errors.Is(err, context.DeadlineExceeded) {
+	gone := make(chan error, 1)
+	go func() {
+		_, _, _, err := s.do(ctx, http.MethodPost, "/predict", "application/json", []byte(`{"inputs": ["gone"]}`))
+		gone <- err
+	}()
+	s.waitFor(t, "the second request queued", 10*time.Second, func() bool { return s.stats(t).Submitted == 2 })
+	cancel()
+	if err := <-gone; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the client should have given up, got %v", err)
 	}
 	if status := <-busy; status != http.StatusOK {

@@ -169,7 +169,9 @@ var readmeHangup = regexp.MustCompile(`^[^ ]*streamer serve`)
 // reload matches the server's command line, as pkill -f reads it (the
 // arguments joined by spaces), and not its workers'.
 func TestReadmeHangupPatternMatchesTheServerOnly(t *testing.T) {
-	s := startServer(t, "--model", "echo", "--workers", "1")
+	// The pattern names the binary: run one named as it is installed.
+	s := newServerFrom(t, binaryCopy(t), freePort(t), []string{"--model", "echo", "--workers", "1"}, nil)
+	s.waitReady(t)
 	worker := s.waitAllReady(t, 1)[0].PID
 	if line := commandLine(t, s.cmd.Process.Pid); !readmeHangup.MatchString(line) {
 		t.Errorf("the README's pattern %q does not match the server's command line %q", readmeHangup, line)
@@ -196,14 +198,7 @@ func commandLine(t *testing.T, pid int) string {
 // top and pgrep, and serve. Before, they ran the new file: another build
 // under this server, or, as here, slots given up one crash at a time.
 func TestWorkersRunTheServersBuildAfterItsBinaryIsReplaced(t *testing.T) {
-	build, err := os.ReadFile(streamerBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "streamer")
-	if err := os.WriteFile(bin, build, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := binaryCopy(t)
 	s := newServerFrom(t, bin, freePort(t), []string{"--model", "echo", "--workers", "2"}, nil)
 	s.waitReady(t)
 	before := s.waitAllReady(t, 2)
@@ -257,4 +252,19 @@ func TestWorkersRunTheServersBuildAfterItsBinaryIsReplaced(t *testing.T) {
 	if got := s.predictJSON(t, "same build"); got.Status != http.StatusOK {
 		t.Errorf("a request after the binary was replaced: %s", got)
 	}
+}
+
+// binaryCopy copies the binary under test to a directory of the test's
+// own, under the name it is installed as, and returns its path.
+func binaryCopy(t *testing.T) string {
+	t.Helper()
+	build, err := os.ReadFile(streamerBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "streamer")
+	if err := os.WriteFile(bin, build, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
 }
