@@ -149,11 +149,12 @@ func newServer(t *testing.T, addr string, args []string) *server {
 // read from it.
 func newServerTo(t *testing.T, addr string, args []string, stderr io.Writer) *server {
 	t.Helper()
-	return newServerFrom(t, streamerBin, addr, args, stderr)
+	return newServerFrom(t, streamerBin, addr, args, stderr, nil)
 }
 
-// newServerFrom is newServerTo with the server run from the binary bin.
-func newServerFrom(t *testing.T, bin, addr string, args []string, stderr io.Writer) *server {
+// newServerFrom is newServerTo with the server run from the binary bin,
+// with env added to the test's environment.
+func newServerFrom(t *testing.T, bin, addr string, args []string, stderr io.Writer, env []string) *server {
 	t.Helper()
 	s := &server{
 		addr:   addr,
@@ -162,6 +163,7 @@ func newServerFrom(t *testing.T, bin, addr string, args []string, stderr io.Writ
 		client: &http.Client{Timeout: requestTimeout, Transport: &http.Transport{MaxIdleConnsPerHost: 64}},
 	}
 	s.cmd = exec.Command(bin, append([]string{"serve", "--listen", addr}, args...)...)
+	s.cmd.Env = append(os.Environ(), env...)
 	s.cmd.Stdout = s.out
 	s.cmd.Stderr = s.out
 	if stderr != nil {

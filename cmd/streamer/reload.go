@@ -48,10 +48,11 @@ type hangups struct {
 	lines   repeats.Lines // a storm of SIGHUPs logs a line now and then
 
 	mu       sync.Mutex
-	files    *security // read again on every SIGHUP; nil: not yet
-	reload   func()    // what a SIGHUP does to the workers; nil before serving
-	held     bool      // a SIGHUP came before serving
-	draining bool      // the drain has begun
+	manager  *serviceManager // told of the reloads; nil: none
+	files    *security       // read again on every SIGHUP; nil: not yet
+	reload   func()          // what a SIGHUP does to the workers; nil before serving
+	held     bool            // a SIGHUP came before serving
+	draining bool            // the drain has begun
 }
 
 // catchHangups takes SIGHUP from now until the process ends. Its own
@@ -73,14 +74,30 @@ func catchHangups(log *slog.Logger) *hangups {
 // finishes cleanly with the status of one killed.
 func (h *hangups) stop() { h.drain() }
 
-// handle does what one SIGHUP does now.
+// tell makes the reloads of SIGHUPs from now on known to the service
+// manager.
+func (h *hangups) tell(m *serviceManager) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.manager = m
+}
+
+// handle does what one SIGHUP does now. The service manager hears that a
+// reload begins as the SIGHUP comes (systemd's Type=notify-reload sends
+// it, and waits for that word), and that the server is ready again once
+// the reload that SIGHUP asked for has ended (see serve). A SIGHUP held
+// before the server serves, or in the drain, reloads nothing it could
+// wait for.
 func (h *hangups) handle() {
 	h.mu.Lock()
-	files, reload, draining := h.files, h.reload, h.draining
+	files, reload, draining, manager := h.files, h.reload, h.draining, h.manager
 	if reload == nil && !draining {
 		h.held = true
 	}
 	h.mu.Unlock()
+	if reload != nil && !draining {
+		manager.reloading("reloading: the certificate, the token and the workers")
+	}
 	if files != nil {
 		files.reload()
 	}
@@ -119,9 +136,16 @@ func (h *hangups) drain() {
 // word. SIGHUPs that come while a reload waits or runs make one reload
 // more, not one each. A front end (st nil) has no workers to reload: it
 // logs so and serves on.
-func (h *hangups) serve(ctx context.Context, st *supervisor.Streamer) {
+//
+// serving is what the service manager is told the server does once a
+// reload is done, or failed, and no other was asked meanwhile.
+func (h *hangups) serve(ctx context.Context, st *supervisor.Streamer, serving string) {
+	h.mu.Lock()
+	manager := h.manager
+	h.mu.Unlock()
 	reload := func() {
 		h.lines.Log(h.log, slog.LevelInfo, "front end", "SIGHUP: a front end has no workers to reload; serving on (its nodes reload their own)")
+		manager.ready(serving)
 	}
 	if st != nil {
 		wanted := make(chan struct{}, 1) // a reload asked and not begun yet
@@ -141,7 +165,15 @@ func (h *hangups) serve(ctx context.Context, st *supervisor.Streamer) {
 				if ctx.Err() != nil {
 					return // asked as the signal to stop came
 				}
-				reloadWhenFree(ctx, st, wanted, h.log)
+				err := reloadWhenFree(ctx, st, wanted, h.log)
+				switch {
+				case ctx.Err() != nil || len(wanted) > 0:
+					// Stopping, or another reload follows.
+				case err != nil:
+					manager.ready(serving + " (the last reload failed: " + err.Error() + ")")
+				default:
+					manager.ready(serving)
+				}
 			}
 		}()
 	}
@@ -159,9 +191,10 @@ func (h *hangups) serve(ctx context.Context, st *supervisor.Streamer) {
 const busyRecheck = 100 * time.Millisecond
 
 // reloadWhenFree reloads st's workers, waiting first for a reload or
-// scaling under way to end. A SIGHUP that comes meanwhile (on wanted) is
-// the same reload's: it has not begun yet.
-func reloadWhenFree(ctx context.Context, st *supervisor.Streamer, wanted <-chan struct{}, log *slog.Logger) {
+// scaling under way to end, and returns why the reload failed. A SIGHUP
+// that comes meanwhile (on wanted) is the same reload's: it has not begun
+// yet.
+func reloadWhenFree(ctx context.Context, st *supervisor.Streamer, wanted <-chan struct{}, log *slog.Logger) error {
 	log.Info("SIGHUP: reloading the workers")
 	told := false
 	for {
@@ -177,7 +210,7 @@ func reloadWhenFree(ctx context.Context, st *supervisor.Streamer, wanted <-chan 
 			case err != nil:
 				log.Error("SIGHUP: reload failed; serving on", "err", err)
 			}
-			return
+			return err
 		}
 		if !told {
 			log.Info("SIGHUP: a reload or scaling of the workers is running; reloading once it is done")
@@ -187,7 +220,7 @@ func reloadWhenFree(ctx context.Context, st *supervisor.Streamer, wanted <-chan 
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return
+			return ctx.Err()
 		case <-t.C:
 		}
 	}

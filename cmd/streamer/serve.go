@@ -434,6 +434,9 @@ func runServe(ctx context.Context, o serveOptions) error {
 	// server speaks must not end it.
 	hangups := catchHangups(log)
 	defer hangups.stop()
+	// Before any worker starts: they must not inherit its socket.
+	manager := notifyService(log)
+	hangups.tell(manager)
 	o.warnOpenFiles(log)
 	if warning := pid1Warning(os.Getpid(), o.plugin); warning != "" {
 		log.Warn(warning)
@@ -511,15 +514,19 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
-	stopping := &drainer{listener: listener, grpc: grpcAPI, grace: o.grace, writeTimeout: o.writeTimeout, log: log, stops: stopsOf(st, remote), hangups: hangups}
+	stopping := &drainer{listener: listener, grpc: grpcAPI, grace: o.grace, writeTimeout: o.writeTimeout, log: log, stops: stopsOf(st, remote), hangups: hangups, manager: manager}
 	server := o.httpServer(stopping.wrap(guard.protect(api)), log)
 	server.ConnState = listener.track
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- server.Serve(listener) }()
 	if st == nil {
 		log.Info("listening; a front end, with no workers of its own", "listen", listener.Addr().String(), "model", o.modelName())
+		manager.starting("starting: a front end, joining Redis", 0)
 	} else {
 		log.Info("listening; starting workers", "listen", listener.Addr().String(), "model", o.modelName(), "workers", o.workers, "cuda", o.cuda)
+		// A worker has --init-timeout to load the model; the start ends
+		// once the first is ready, or when every one failed.
+		manager.starting(fmt.Sprintf("starting: %d workers load the model %s", o.workers, o.modelName()), o.initTimeout+startSlack)
 	}
 	var fatal <-chan error
 	if st != nil {
@@ -537,8 +544,10 @@ func runServe(ctx context.Context, o serveOptions) error {
 			return errors.Join(err, stopping.drain(server))
 		}
 	}
-	hangups.serve(ctx, st)
+	serving := o.servingStatus(st != nil, remote != nil)
+	hangups.serve(ctx, st, serving)
 	log.Info("serving")
+	manager.ready(serving)
 	var work statser = backend
 	if remote != nil && st != nil {
 		work = nodeWork{callers: backend, workers: st}
@@ -546,6 +555,22 @@ func runServe(ctx context.Context, o serveOptions) error {
 	go idlemem.Release(ctx, serverProgress(work), log)
 	runErr := o.awaitEnd(ctx, stop, fatal, serveErr, grpcAPI.failed(), log)
 	return errors.Join(runErr, stopping.drain(server))
+}
+
+// startSlack is how much longer than --init-timeout a start may take:
+// its workers' launch, and a node's first reads of Redis.
+const startSlack = 30 * time.Second
+
+// servingStatus is the line the service manager shows while the server
+// serves.
+func (o serveOptions) servingStatus(workers, redis bool) string {
+	switch {
+	case !workers:
+		return "serving: a front end for the model " + o.modelName() + ", through Redis"
+	case redis:
+		return fmt.Sprintf("serving: the model %s on %d workers, a node of Redis", o.modelName(), o.workers)
+	}
+	return fmt.Sprintf("serving: the model %s on %d workers", o.modelName(), o.workers)
 }
 
 // httpServer is the server of the API's handler, with the flags' bounds.
@@ -725,6 +750,7 @@ type drainer struct {
 	// writeTimeout bounds the writing of every answer (see wrap).
 	writeTimeout time.Duration
 	log          *slog.Logger
+	manager      *serviceManager // told as the drain begins
 	draining     atomic.Bool
 }
 
@@ -771,6 +797,7 @@ const (
 func (d *drainer) drain(server *http.Server) error {
 	d.hangups.drain()
 	d.draining.Store(true)
+	d.manager.stopping("stopping: answering what was admitted, then stopping the workers")
 	ctx, cancel := context.WithTimeout(context.Background(), d.grace)
 	defer cancel()
 	for _, stop := range d.stops {

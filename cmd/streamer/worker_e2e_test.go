@@ -170,7 +170,7 @@ var readmeHangup = regexp.MustCompile(`^[^ ]*streamer serve`)
 // arguments joined by spaces), and not its workers'.
 func TestReadmeHangupPatternMatchesTheServerOnly(t *testing.T) {
 	// The pattern names the binary: run one named as it is installed.
-	s := newServerFrom(t, binaryCopy(t), freePort(t), []string{"--model", "echo", "--workers", "1"}, nil)
+	s := newServerFrom(t, binaryCopy(t), freePort(t), []string{"--model", "echo", "--workers", "1"}, nil, nil)
 	s.waitReady(t)
 	worker := s.waitAllReady(t, 1)[0].PID
 	if line := commandLine(t, s.cmd.Process.Pid); !readmeHangup.MatchString(line) {
@@ -199,7 +199,7 @@ func commandLine(t *testing.T, pid int) string {
 // under this server, or, as here, slots given up one crash at a time.
 func TestWorkersRunTheServersBuildAfterItsBinaryIsReplaced(t *testing.T) {
 	bin := binaryCopy(t)
-	s := newServerFrom(t, bin, freePort(t), []string{"--model", "echo", "--workers", "2"}, nil)
+	s := newServerFrom(t, bin, freePort(t), []string{"--model", "echo", "--workers", "2"}, nil, nil)
 	s.waitReady(t)
 	before := s.waitAllReady(t, 2)
 	replaceFile(t, bin, []byte("#!/bin/sh\necho 'another build' >&2\nexit 3\n"), 0o755)

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/streamer-dev/streamer/supervisor"
+)
+
+// notifications plays the service manager's part: it listens on a
+// datagram socket, as systemd does for a Type=notify unit, and hands
+// each message it gets as its assignments.
+type notifications struct {
+	socket string
+	got    chan map[string]string
+}
+
+func listenNotifications(t *testing.T) *notifications {
+	t.Helper()
+	n := &notifications{socket: filepath.Join(t.TempDir(), "notify"), got: make(chan map[string]string, 64)}
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: n.socket, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	go func() {
+		buf := make([]byte, 1<<16)
+		for {
+			k, err := conn.Read(buf)
+			if err != nil {
+				return
+			}
+			msg := map[string]string{}
+			for _, line := range strings.Split(strings.TrimSuffix(string(buf[:k]), "\n"), "\n") {
+				key, value, _ := strings.Cut(line, "=")
+				msg[key] = value
+			}
+			n.got <- msg
+		}
+	}()
+	return n
+}
+
+// next is the next message, which must come within readyTimeout.
+func (n *notifications) next(t *testing.T, what string) map[string]string {
+	t.Helper()
+	select {
+	case msg := <-n.got:
+		return msg
+	case <-time.After(readyTimeout):
+		t.Fatalf("the service manager heard nothing within %s; waited for %s", readyTimeout, what)
+		return nil
+	}
+}
+
+func monotonicNow(t *testing.T) int64 {
+	t.Helper()
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		t.Fatal(err)
+	}
+	return ts.Nano() / 1000
+}
+
+// TestServiceManagerHearsWhatTheServerDoes: a server started by a service
+// manager (systemd's Type=notify and Type=notify-reload set NOTIFY_SOCKET)
+// tells it, in its protocol, that it starts and may take the init timeout
+// to, that it is ready once it serves, that a SIGHUP's reload begins (on
+// the manager's clock) and once it has replaced the workers, and that it
+// stops. Its workers do not get the socket.
+func TestServiceManagerHearsWhatTheServerDoes(t *testing.T) {
+	n := listenNotifications(t)
+	s := newServerFrom(t, streamerBin, freePort(t), []string{"--model", "echo", "--workers", "2", "--init-timeout", "40s"}, nil, []string{envNotifySocket + "=" + n.socket})
+
+	start := n.next(t, "the start")
+	if !strings.HasPrefix(start["STATUS"], "starting") || start["EXTEND_TIMEOUT_USEC"] != strconv.Itoa(int((40*time.Second+startSlack).Microseconds())) {
+		t.Errorf("the start said %v; want a STATUS of starting, and EXTEND_TIMEOUT_USEC of --init-timeout and %s", start, startSlack)
+	}
+	ready := n.next(t, "READY=1")
+	if ready["READY"] != "1" || !strings.HasPrefix(ready["STATUS"], "serving") {
+		t.Fatalf("after the start the server said %v; want READY=1 and a STATUS of serving", ready)
+	}
+	// Ready means ready, at once: no poll.
+	if status, _, _, err := s.do(context.Background(), http.MethodGet, "/readyz", "", nil); err != nil || status != http.StatusOK {
+		t.Errorf("/readyz as the server said READY=1: %d %v; want 200", status, err)
+	}
+	before := s.waitAllReady(t, 2)
+	for _, w := range before {
+		environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", w.PID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(environ, []byte(envNotifySocket+"=")) {
+			t.Errorf("worker %d has %s in its environment", w.PID, envNotifySocket)
+		}
+	}
+
+	signalled := monotonicNow(t)
+	if err := s.signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	reloading := n.next(t, "RELOADING=1")
+	heard := monotonicNow(t)
+	at, err := strconv.ParseInt(reloading["MONOTONIC_USEC"], 10, 64)
+	if reloading["RELOADING"] != "1" || err != nil || at < signalled || at > heard {
+		t.Errorf("after SIGHUP the server said %v; want RELOADING=1 and a MONOTONIC_USEC between %d and %d", reloading, signalled, heard)
+	}
+	reloaded := n.next(t, "READY=1 after the reload")
+	if reloaded["READY"] != "1" || !strings.HasPrefix(reloaded["STATUS"], "serving") {
+		t.Fatalf("after the reload the server said %v; want READY=1 and a STATUS of serving", reloaded)
+	}
+	// Ready again once every worker is replaced.
+	for _, w := range s.workers(t) {
+		if w.PID == before[0].PID || w.PID == before[1].PID || w.State != supervisor.SlotReady {
+			t.Errorf("as the server said the reload was done, a worker was %+v; want new workers, ready (before: %+v)", w, before)
+		}
+	}
+
+	if err := s.signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if stopping := n.next(t, "STOPPING=1"); stopping["STOPPING"] != "1" {
+		t.Errorf("after SIGTERM the server said %v; want STOPPING=1", stopping)
+	}
+	if code, err := s.wait(stopTimeout); err != nil || code != 0 {
+		t.Errorf("exit code %d (%v) after SIGTERM, want 0", code, err)
+	}
+	select {
+	case msg := <-n.got:
+		t.Errorf("the server said %v after STOPPING=1", msg)
+	default:
+	}
+}
