@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -163,7 +164,12 @@ func newServerFrom(t *testing.T, bin, addr string, args []string, stderr io.Writ
 		client: &http.Client{Timeout: requestTimeout, Transport: &http.Transport{MaxIdleConnsPerHost: 64}},
 	}
 	s.cmd = exec.Command(bin, append([]string{"serve", "--listen", addr}, args...)...)
-	s.cmd.Env = append(os.Environ(), env...)
+	// A service manager that runs the tests is not the servers'.
+	s.cmd.Env = slices.DeleteFunc(os.Environ(), func(v string) bool {
+		name, _, _ := strings.Cut(v, "=")
+		return name == envNotifySocket || name == envWatchdogUsec || name == envWatchdogPID
+	})
+	s.cmd.Env = append(s.cmd.Env, env...)
 	s.cmd.Stdout = s.out
 	s.cmd.Stderr = s.out
 	if stderr != nil {

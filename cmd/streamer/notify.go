@@ -10,11 +10,6 @@ import (
 	"time"
 )
 
-// envNotifySocket names the datagram socket of the service manager that
-// started the server and waits for word of it (systemd's Type=notify and
-// Type=notify-reload).
-const envNotifySocket = "NOTIFY_SOCKET"
-
 // serviceManager tells the service manager that started the server what
 // the server is doing, in its notify protocol: READY=1 once it serves,
 // RELOADING=1 as a SIGHUP's reload begins and READY=1 once it ends,
@@ -22,21 +17,40 @@ const envNotifySocket = "NOTIFY_SOCKET"
 // shows. Under systemd, Type=notify makes `systemctl start` return, and
 // units ordered after the server start, once the server serves rather
 // than once it was forked; Type=notify-reload makes `systemctl reload`
-// return once the workers are replaced. With no manager (NOTIFY_SOCKET
+// return once the workers are replaced. With WatchdogSec=, it hears that
+// the server is alive (see keepAlive). With no manager (NOTIFY_SOCKET
 // unset) it does nothing.
 type serviceManager struct {
 	socket string // "" for none
 	log    *slog.Logger
 	warned atomic.Bool // a failed send was logged
+	// watchdog is how often the manager wants to hear that the server
+	// is alive (systemd's WatchdogSec=); 0 for never.
+	watchdog time.Duration
 }
 
-// notifyService takes the service manager's socket from the environment,
-// and out of it: a worker, or the plugin it starts, is not the service,
-// and a message of theirs would be taken for the server's.
+// The service manager's variables: its socket, and its watchdog's
+// interval, in microseconds, and the process it watches.
+const (
+	envNotifySocket = "NOTIFY_SOCKET"
+	envWatchdogUsec = "WATCHDOG_USEC"
+	envWatchdogPID  = "WATCHDOG_PID"
+)
+
+// notifyService takes the service manager's variables from the
+// environment, and out of it: a worker, or the plugin it starts, is not
+// the service, and a message of theirs would be taken for the server's.
 func notifyService(log *slog.Logger) *serviceManager {
-	socket := os.Getenv(envNotifySocket)
-	_ = os.Unsetenv(envNotifySocket)
-	return &serviceManager{socket: socket, log: log}
+	m := &serviceManager{socket: os.Getenv(envNotifySocket), log: log}
+	usec, err := strconv.ParseInt(os.Getenv(envWatchdogUsec), 10, 64)
+	pid := os.Getenv(envWatchdogPID)
+	if err == nil && usec > 0 && (pid == "" || pid == strconv.Itoa(os.Getpid())) {
+		m.watchdog = time.Duration(usec) * time.Microsecond
+	}
+	for _, name := range []string{envNotifySocket, envWatchdogUsec, envWatchdogPID} {
+		_ = os.Unsetenv(name)
+	}
+	return m
 }
 
 // send sends one message of the given lines. Each goes on a socket of its
@@ -97,3 +111,28 @@ func (m *serviceManager) reloading(status string) {
 
 // stopping says the server drains and stops.
 func (m *serviceManager) stopping(status string) { m.send("STOPPING=1", "STATUS="+status) }
+
+// keepAlive tells the manager that the server is alive, at half the
+// interval its watchdog allows, until done is closed; each time only once
+// look has returned. look takes the lock every request takes (the
+// supervisor's, in its Stats), so that a server whose supervisor is
+// wedged, or that no longer runs at all, is not kept alive: the manager
+// kills it (by default with SIGABRT, on which Go writes every goroutine's
+// stack to the log) and, as configured, starts it again. Without a
+// watchdog it returns at once.
+func (m *serviceManager) keepAlive(done <-chan struct{}, look func()) {
+	if m == nil || m.watchdog <= 0 {
+		return
+	}
+	t := time.NewTicker(m.watchdog / 2)
+	defer t.Stop()
+	for {
+		look()
+		m.send("WATCHDOG=1")
+		select {
+		case <-t.C:
+		case <-done:
+			return
+		}
+	}
+}

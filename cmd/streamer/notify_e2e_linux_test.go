@@ -143,3 +143,34 @@ func TestServiceManagerHearsWhatTheServerDoes(t *testing.T) {
 	default:
 	}
 }
+
+// TestServiceManagerWatchdogHearsTheServerAlive: with systemd's
+// WatchdogSec= (WATCHDOG_USEC), the server says it is alive, again and
+// again, from the end of its start on; its workers do not get the
+// variables.
+func TestServiceManagerWatchdogHearsTheServerAlive(t *testing.T) {
+	n := listenNotifications(t)
+	s := newServerFrom(t, streamerBin, freePort(t), []string{"--model", "echo", "--workers", "1"}, nil,
+		[]string{envNotifySocket + "=" + n.socket, envWatchdogUsec + "=200000"})
+	for msg := n.next(t, "READY=1"); msg["READY"] != "1"; msg = n.next(t, "READY=1") {
+		if msg["WATCHDOG"] != "" {
+			t.Fatalf("the server said %v before it was ready: the watchdog runs from then on", msg)
+		}
+	}
+	for i := range 3 {
+		if msg := n.next(t, "WATCHDOG=1"); msg["WATCHDOG"] != "1" {
+			t.Fatalf("message %d after READY=1: %v; want WATCHDOG=1", i+1, msg)
+		}
+	}
+	for _, w := range s.waitAllReady(t, 1) {
+		environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", w.PID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{envNotifySocket, envWatchdogUsec} {
+			if bytes.Contains(environ, []byte(name+"=")) {
+				t.Errorf("worker %d has %s in its environment", w.PID, name)
+			}
+		}
+	}
+}

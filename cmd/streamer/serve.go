@@ -553,6 +553,10 @@ func runServe(ctx context.Context, o serveOptions) error {
 		work = nodeWork{callers: backend, workers: st}
 	}
 	go idlemem.Release(ctx, serverProgress(work), log)
+	// Through the drain too, which may take longer than the watchdog.
+	alive := make(chan struct{})
+	defer close(alive)
+	go manager.keepAlive(alive, func() { work.Stats() })
 	runErr := o.awaitEnd(ctx, stop, fatal, serveErr, grpcAPI.failed(), log)
 	return errors.Join(runErr, stopping.drain(server))
 }
