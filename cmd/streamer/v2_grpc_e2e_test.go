@@ -599,6 +599,32 @@ func TestGRPCWithGrpcurl(t *testing.T) {
 	if err != nil || !strings.Contains(out, `"name": "features"`) || !strings.Contains(out, `"dataType": "TYPE_FP32"`) {
 		t.Errorf("grpcurl ModelConfig: %v\n%s; want features, TYPE_FP32", err, out)
 	}
+	// Triton's streaming call: two requests on one call, each answered.
+	out, err = call("ModelStreamInfer", `{"model_name":"demo","id":"s1","inputs":[{"name":"features","datatype":"FP32","shape":[1,4],"contents":{"fp32_contents":[5.1,3.5,1.4,0.2]}}]}
+		{"model_name":"demo","id":"s2","inputs":[{"name":"features","datatype":"FP64","shape":[1,4],"contents":{"fp64_contents":[1,2,3,4]}}]}`)
+	if err != nil {
+		t.Fatalf("grpcurl ModelStreamInfer: %v\n%s", err, out)
+	}
+	answers := map[string]string{}
+	for dec := json.NewDecoder(strings.NewReader(out)); dec.More(); {
+		var msg struct {
+			ErrorMessage  string `json:"errorMessage"`
+			InferResponse struct {
+				ID                string   `json:"id"`
+				RawOutputContents [][]byte `json:"rawOutputContents"`
+			} `json:"inferResponse"`
+		}
+		if err := dec.Decode(&msg); err != nil {
+			t.Fatalf("grpcurl's stream of answers: %v\n%s", err, out)
+		}
+		answers[msg.InferResponse.ID] = msg.ErrorMessage
+		if msg.ErrorMessage == "" && len(msg.InferResponse.RawOutputContents) != 1 {
+			t.Errorf("grpcurl's streamed answer %s has %d outputs, want 1", msg.InferResponse.ID, len(msg.InferResponse.RawOutputContents))
+		}
+	}
+	if len(answers) != 2 || answers["s1"] != "" || !strings.Contains(answers["s2"], "datatype FP64 was sent, the model takes FP32") {
+		t.Errorf("grpcurl ModelStreamInfer: %s; want s1 answered and s2 refused for its datatype", out)
+	}
 }
 
 // rawCodec sends a message's bytes as they are, to send what no client

@@ -5,9 +5,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -32,8 +34,9 @@ import (
 // answer's outputs always come as raw bytes (raw_output_contents), as
 // Triton answers. Of the calls Triton adds to the service it serves the two
 // its clients make around inference, ModelConfig and ModelStatistics,
-// with the facts of the REST routes /config and /stats. Errors carry the
-// REST route's message with the gRPC code of its status (see grpcCode).
+// with the facts of the REST routes /config and /stats, and its streaming
+// inference, ModelStreamInfer. Errors carry the REST route's message with
+// the gRPC code of its status (see grpcCode).
 type GRPC struct {
 	inferencepb.UnimplementedGRPCInferenceServiceServer
 	h *handler
@@ -298,6 +301,62 @@ func (g *GRPC) ModelInfer(ctx context.Context, req *inferencepb.ModelInferReques
 	}
 	h.requests.count(http.StatusOK, nil)
 	return resp, nil
+}
+
+// streamInFlight bounds the requests of one ModelStreamInfer call under
+// way at once: past it, the call reads its client's next request once one
+// is answered, and the client's sends wait (HTTP/2's flow control), as
+// its calls would wait for one connection's bound on calls at once.
+const streamInFlight = 256
+
+// ModelStreamInfer runs each request its client sends on the call, as
+// ModelInfer runs one (the same checks, counts and deadlines, the
+// "timeout" parameter included), each as soon as it comes, so that one
+// call carries many requests to the batcher at once. Each request gets one
+// message, sent as it is answered, so in the order they are answered, not
+// sent: a client tells them apart by the id it gave. A request that fails
+// gets its error's message in error_message, with its id, model and
+// version, and the call goes on. Once the client has sent its last (it
+// closed its side), the call ends, OK, as its last request is answered; a
+// client that ends it first cancels the requests it has under way.
+func (g *GRPC) ModelStreamInfer(stream inferencepb.GRPCInferenceService_ModelStreamInferServer) error {
+	ctx := stream.Context()
+	var (
+		sending  sync.Mutex // a stream takes one message at a time
+		sendErr  error      // the first failed send: the call is over
+		inFlight = make(chan struct{}, streamInFlight)
+		answered sync.WaitGroup
+	)
+	defer answered.Wait()
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			answered.Wait()
+			return sendErr
+		}
+		if err != nil {
+			return err
+		}
+		select {
+		case inFlight <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		answered.Go(func() {
+			defer func() { <-inFlight }()
+			resp, err := g.ModelInfer(ctx, req)
+			msg := &inferencepb.ModelStreamInferResponse{InferResponse: resp}
+			if err != nil {
+				msg.ErrorMessage = status.Convert(err).Message()
+				msg.InferResponse = &inferencepb.ModelInferResponse{Id: req.GetId(), ModelName: req.GetModelName(), ModelVersion: req.GetModelVersion()}
+			}
+			sending.Lock()
+			defer sending.Unlock()
+			if sendErr == nil {
+				sendErr = stream.Send(msg)
+			}
+		})
+	}
 }
 
 // compressedCall reports whether the message of the call whose context is

@@ -272,6 +272,8 @@ func TestGRPCProtocolNumbers(t *testing.T) {
 		"inference.InferBatchStatistics.compute_output":               4,
 		"inference.StatisticDuration.count":                           1,
 		"inference.StatisticDuration.ns":                              2,
+		"inference.ModelStreamInferResponse.error_message":            1,
+		"inference.ModelStreamInferResponse.infer_response":           2,
 	}
 	for name, number := range want {
 		d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(name))
@@ -299,10 +301,15 @@ func TestGRPCProtocolNumbers(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no inference.GRPCInferenceService: %v", err)
 	}
-	for _, method := range []protoreflect.Name{"ModelInfer", "ModelConfig", "ModelStatistics"} {
+	for _, method := range []protoreflect.Name{"ModelInfer", "ModelConfig", "ModelStatistics", "ModelStreamInfer"} {
 		if sd.(protoreflect.ServiceDescriptor).Methods().ByName(method) == nil {
 			t.Errorf("inference.GRPCInferenceService has no %s", method)
 		}
+	}
+	stream := sd.(protoreflect.ServiceDescriptor).Methods().ByName("ModelStreamInfer")
+	if stream == nil || !stream.IsStreamingClient() || !stream.IsStreamingServer() ||
+		stream.Input().FullName() != "inference.ModelInferRequest" || stream.Output().FullName() != "inference.ModelStreamInferResponse" {
+		t.Errorf("ModelStreamInfer is not Triton's: stream ModelInferRequest to stream ModelStreamInferResponse")
 	}
 }
 

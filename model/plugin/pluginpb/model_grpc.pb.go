@@ -1,13 +1,16 @@
 // The contract between a streamer worker and a model plugin.
 //
 // A plugin is a program that serves the Model service below over gRPC after
-// the go-plugin handshake described in handshake.go (and in the package
-// documentation of pluginpb). The worker calls Init once, then sends its
+// the go-plugin handshake described in doc.go, beside this file (the package
+// documentation of pluginpb, also shown by `go doc model/plugin/pluginpb`).
+// It also serves go-plugin's GRPCController (controller.proto), through
+// which the worker stops it. The worker calls Init once, then sends its
 // batches one at a time on one Predict stream.
 //
 // Items and outputs are msgpack-encoded values: a JSON string item sent to
 // streamer's HTTP API arrives here as a msgpack string, and an output encoded
-// as a msgpack string goes back to the client as a JSON string.
+// as a msgpack string goes back to the client as a JSON string. doc.go
+// ("Items and outputs") says how each route encodes them.
 //
 // Regenerate the Go code with `make proto` (scripts/gen-proto.sh).
 

@@ -2,14 +2,14 @@
 // KServe, MLServer and Seldon serve it: the package, service, message and
 // field names and numbers are the protocol's, so that clients built for
 // those servers (tritonclient.grpc, KServe's InferenceGRPCClient) call
-// streamer unchanged. streamer serves the protocol's six calls and two of
-// the calls Triton adds to the service, ModelConfig and ModelStatistics,
-// which Triton's clients and perf_analyzer make around inference; their
+// streamer unchanged. streamer serves the protocol's six calls and three
+// of the calls Triton adds to the service: ModelConfig and
+// ModelStatistics, which Triton's clients and perf_analyzer make around
+// inference, and ModelStreamInfer, its streaming inference; their
 // messages are Triton's (its grpc_service.proto and model_config.proto,
 // both of package inference), cut down to the fields streamer fills. The
-// other calls Triton adds (repository, shared memory, streaming
-// inference, trace and log settings) are not declared here and are
-// answered UNIMPLEMENTED.
+// other calls Triton adds (repository, shared memory, trace and log
+// settings) are not declared here and are answered UNIMPLEMENTED.
 //
 // Regenerate the Go code with `make proto` (scripts/gen-proto.sh).
 
@@ -1022,6 +1022,61 @@ func (x *ModelInferResponse) GetRawOutputContents() [][]byte {
 	return nil
 }
 
+// ModelStreamInferResponse answers one request of a ModelStreamInfer
+// call: its answer, or why it failed (then infer_response holds only the
+// request's id, model and version).
+type ModelStreamInferResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ErrorMessage  string                 `protobuf:"bytes,1,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	InferResponse *ModelInferResponse    `protobuf:"bytes,2,opt,name=infer_response,json=inferResponse,proto3" json:"infer_response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelStreamInferResponse) Reset() {
+	*x = ModelStreamInferResponse{}
+	mi := &file_inference_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelStreamInferResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelStreamInferResponse) ProtoMessage() {}
+
+func (x *ModelStreamInferResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelStreamInferResponse.ProtoReflect.Descriptor instead.
+func (*ModelStreamInferResponse) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ModelStreamInferResponse) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
+func (x *ModelStreamInferResponse) GetInferResponse() *ModelInferResponse {
+	if x != nil {
+		return x.InferResponse
+	}
+	return nil
+}
+
 type ModelConfigRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1033,7 +1088,7 @@ type ModelConfigRequest struct {
 
 func (x *ModelConfigRequest) Reset() {
 	*x = ModelConfigRequest{}
-	mi := &file_inference_proto_msgTypes[14]
+	mi := &file_inference_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1045,7 +1100,7 @@ func (x *ModelConfigRequest) String() string {
 func (*ModelConfigRequest) ProtoMessage() {}
 
 func (x *ModelConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[14]
+	mi := &file_inference_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1058,7 +1113,7 @@ func (x *ModelConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelConfigRequest.ProtoReflect.Descriptor instead.
 func (*ModelConfigRequest) Descriptor() ([]byte, []int) {
-	return file_inference_proto_rawDescGZIP(), []int{14}
+	return file_inference_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ModelConfigRequest) GetName() string {
@@ -1084,7 +1139,7 @@ type ModelConfigResponse struct {
 
 func (x *ModelConfigResponse) Reset() {
 	*x = ModelConfigResponse{}
-	mi := &file_inference_proto_msgTypes[15]
+	mi := &file_inference_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +1151,7 @@ func (x *ModelConfigResponse) String() string {
 func (*ModelConfigResponse) ProtoMessage() {}
 
 func (x *ModelConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[15]
+	mi := &file_inference_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +1164,7 @@ func (x *ModelConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelConfigResponse.ProtoReflect.Descriptor instead.
 func (*ModelConfigResponse) Descriptor() ([]byte, []int) {
-	return file_inference_proto_rawDescGZIP(), []int{15}
+	return file_inference_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ModelConfigResponse) GetConfig() *ModelConfig {
@@ -1132,7 +1187,7 @@ type ModelInput struct {
 
 func (x *ModelInput) Reset() {
 	*x = ModelInput{}
-	mi := &file_inference_proto_msgTypes[16]
+	mi := &file_inference_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1144,7 +1199,7 @@ func (x *ModelInput) String() string {
 func (*ModelInput) ProtoMessage() {}
 
 func (x *ModelInput) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[16]
+	mi := &file_inference_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1157,7 +1212,7 @@ func (x *ModelInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelInput.ProtoReflect.Descriptor instead.
 func (*ModelInput) Descriptor() ([]byte, []int) {
-	return file_inference_proto_rawDescGZIP(), []int{16}
+	return file_inference_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ModelInput) GetName() string {
@@ -1193,7 +1248,7 @@ type ModelOutput struct {
 
 func (x *ModelOutput) Reset() {
 	*x = ModelOutput{}
-	mi := &file_inference_proto_msgTypes[17]
+	mi := &file_inference_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1205,7 +1260,7 @@ func (x *ModelOutput) String() string {
 func (*ModelOutput) ProtoMessage() {}
 
 func (x *ModelOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[17]
+	mi := &file_inference_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1218,7 +1273,7 @@ func (x *ModelOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelOutput.ProtoReflect.Descriptor instead.
 func (*ModelOutput) Descriptor() ([]byte, []int) {
-	return file_inference_proto_rawDescGZIP(), []int{17}
+	return file_inference_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ModelOutput) GetName() string {
@@ -1256,7 +1311,7 @@ type ModelVersionPolicy struct {
 
 func (x *ModelVersionPolicy) Reset() {
 	*x = ModelVersionPolicy{}
-	mi := &file_inference_proto_msgTypes[18]
+	mi := &file_inference_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1268,7 +1323,7 @@ func (x *ModelVersionPolicy) String() string {
 func (*ModelVersionPolicy) ProtoMessage() {}
 
 func (x *ModelVersionPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[18]
+	mi := &file_inference_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1281,7 +1336,7 @@ func (x *ModelVersionPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelVersionPolicy.ProtoReflect.Descriptor instead.
 func (*ModelVersionPolicy) Descriptor() ([]byte, []int) {
-	return file_inference_proto_rawDescGZIP(), []int{18}
+	return file_inference_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ModelVersionPolicy) GetPolicyChoice() isModelVersionPolicy_PolicyChoice {
@@ -1322,7 +1377,7 @@ type ModelDynamicBatching struct {
 
 func (x *ModelDynamicBatching) Reset() {
 	*x = ModelDynamicBatching{}
-	mi := &file_inference_proto_msgTypes[19]
+	mi := &file_inference_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1334,7 +1389,7 @@ func (x *ModelDynamicBatching) String() string {
 func (*ModelDynamicBatching) ProtoMessage() {}
 
 func (x *ModelDynamicBatching) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[19]
+	mi := &file_inference_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1347,7 +1402,7 @@ func (x *ModelDynamicBatching) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelDynamicBatching.ProtoReflect.Descriptor instead.
 func (*ModelDynamicBatching) Descriptor() ([]byte, []int) {
-	return file_inference_proto_rawDescGZIP(), []int{19}
+	return file_inference_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ModelDynamicBatching) GetMaxQueueDelayMicroseconds() uint64 {
@@ -1366,7 +1421,7 @@ type ModelParameter struct {
 
 func (x *ModelParameter) Reset() {
 	*x = ModelParameter{}
-	mi := &file_inference_proto_msgTypes[20]
+	mi := &file_inference_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1433,7 @@ func (x *ModelParameter) String() string {
 func (*ModelParameter) ProtoMessage() {}
 
 func (x *ModelParameter) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[20]
+	mi := &file_inference_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1446,7 @@ func (x *ModelParameter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelParameter.ProtoReflect.Descriptor instead.
 func (*ModelParameter) Descriptor() ([]byte, []int) {
-	return file_inference_proto_rawDescGZIP(), []int{20}
+	return file_inference_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ModelParameter) GetStringValue() string {
@@ -1423,7 +1478,7 @@ type ModelConfig struct {
 
 func (x *ModelConfig) Reset() {
 	*x = ModelConfig{}
-	mi := &file_inference_proto_msgTypes[21]
+	mi := &file_inference_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1435,7 +1490,7 @@ func (x *ModelConfig) String() string {
 func (*ModelConfig) ProtoMessage() {}
 
 func (x *ModelConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[21]
+	mi := &file_inference_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1448,7 +1503,7 @@ func (x *ModelConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelConfig.ProtoReflect.Descriptor instead.
 func (*ModelConfig) Descriptor() ([]byte, []int) {
-	return file_inference_proto_rawDescGZIP(), []int{21}
+	return file_inference_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ModelConfig) GetName() string {
@@ -1538,7 +1593,7 @@ type ModelStatisticsRequest struct {
 
 func (x *ModelStatisticsRequest) Reset() {
 	*x = ModelStatisticsRequest{}
-	mi := &file_inference_proto_msgTypes[22]
+	mi := &file_inference_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +1605,7 @@ func (x *ModelStatisticsRequest) String() string {
 func (*ModelStatisticsRequest) ProtoMessage() {}
 
 func (x *ModelStatisticsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[22]
+	mi := &file_inference_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +1618,7 @@ func (x *ModelStatisticsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelStatisticsRequest.ProtoReflect.Descriptor instead.
 func (*ModelStatisticsRequest) Descriptor() ([]byte, []int) {
-	return file_inference_proto_rawDescGZIP(), []int{22}
+	return file_inference_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ModelStatisticsRequest) GetName() string {
@@ -1592,7 +1647,7 @@ type StatisticDuration struct {
 
 func (x *StatisticDuration) Reset() {
 	*x = StatisticDuration{}
-	mi := &file_inference_proto_msgTypes[23]
+	mi := &file_inference_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1604,7 +1659,7 @@ func (x *StatisticDuration) String() string {
 func (*StatisticDuration) ProtoMessage() {}
 
 func (x *StatisticDuration) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[23]
+	mi := &file_inference_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1617,7 +1672,7 @@ func (x *StatisticDuration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatisticDuration.ProtoReflect.Descriptor instead.
 func (*StatisticDuration) Descriptor() ([]byte, []int) {
-	return file_inference_proto_rawDescGZIP(), []int{23}
+	return file_inference_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StatisticDuration) GetCount() uint64 {
@@ -1652,7 +1707,7 @@ type InferStatistics struct {
 
 func (x *InferStatistics) Reset() {
 	*x = InferStatistics{}
-	mi := &file_inference_proto_msgTypes[24]
+	mi := &file_inference_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1664,7 +1719,7 @@ func (x *InferStatistics) String() string {
 func (*InferStatistics) ProtoMessage() {}
 
 func (x *InferStatistics) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[24]
+	mi := &file_inference_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1677,7 +1732,7 @@ func (x *InferStatistics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InferStatistics.ProtoReflect.Descriptor instead.
 func (*InferStatistics) Descriptor() ([]byte, []int) {
-	return file_inference_proto_rawDescGZIP(), []int{24}
+	return file_inference_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *InferStatistics) GetSuccess() *StatisticDuration {
@@ -1749,7 +1804,7 @@ type InferBatchStatistics struct {
 
 func (x *InferBatchStatistics) Reset() {
 	*x = InferBatchStatistics{}
-	mi := &file_inference_proto_msgTypes[25]
+	mi := &file_inference_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1761,7 +1816,7 @@ func (x *InferBatchStatistics) String() string {
 func (*InferBatchStatistics) ProtoMessage() {}
 
 func (x *InferBatchStatistics) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[25]
+	mi := &file_inference_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1774,7 +1829,7 @@ func (x *InferBatchStatistics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InferBatchStatistics.ProtoReflect.Descriptor instead.
 func (*InferBatchStatistics) Descriptor() ([]byte, []int) {
-	return file_inference_proto_rawDescGZIP(), []int{25}
+	return file_inference_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *InferBatchStatistics) GetBatchSize() uint64 {
@@ -1823,7 +1878,7 @@ type ModelStatistics struct {
 
 func (x *ModelStatistics) Reset() {
 	*x = ModelStatistics{}
-	mi := &file_inference_proto_msgTypes[26]
+	mi := &file_inference_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1835,7 +1890,7 @@ func (x *ModelStatistics) String() string {
 func (*ModelStatistics) ProtoMessage() {}
 
 func (x *ModelStatistics) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[26]
+	mi := &file_inference_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1848,7 +1903,7 @@ func (x *ModelStatistics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelStatistics.ProtoReflect.Descriptor instead.
 func (*ModelStatistics) Descriptor() ([]byte, []int) {
-	return file_inference_proto_rawDescGZIP(), []int{26}
+	return file_inference_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ModelStatistics) GetName() string {
@@ -1909,7 +1964,7 @@ type ModelStatisticsResponse struct {
 
 func (x *ModelStatisticsResponse) Reset() {
 	*x = ModelStatisticsResponse{}
-	mi := &file_inference_proto_msgTypes[27]
+	mi := &file_inference_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1921,7 +1976,7 @@ func (x *ModelStatisticsResponse) String() string {
 func (*ModelStatisticsResponse) ProtoMessage() {}
 
 func (x *ModelStatisticsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[27]
+	mi := &file_inference_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1934,7 +1989,7 @@ func (x *ModelStatisticsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelStatisticsResponse.ProtoReflect.Descriptor instead.
 func (*ModelStatisticsResponse) Descriptor() ([]byte, []int) {
-	return file_inference_proto_rawDescGZIP(), []int{27}
+	return file_inference_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ModelStatisticsResponse) GetModelStats() []*ModelStatistics {
@@ -1957,7 +2012,7 @@ type ModelMetadataResponse_TensorMetadata struct {
 
 func (x *ModelMetadataResponse_TensorMetadata) Reset() {
 	*x = ModelMetadataResponse_TensorMetadata{}
-	mi := &file_inference_proto_msgTypes[28]
+	mi := &file_inference_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1969,7 +2024,7 @@ func (x *ModelMetadataResponse_TensorMetadata) String() string {
 func (*ModelMetadataResponse_TensorMetadata) ProtoMessage() {}
 
 func (x *ModelMetadataResponse_TensorMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[28]
+	mi := &file_inference_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2076,7 @@ type ModelInferRequest_InferInputTensor struct {
 
 func (x *ModelInferRequest_InferInputTensor) Reset() {
 	*x = ModelInferRequest_InferInputTensor{}
-	mi := &file_inference_proto_msgTypes[29]
+	mi := &file_inference_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2033,7 +2088,7 @@ func (x *ModelInferRequest_InferInputTensor) String() string {
 func (*ModelInferRequest_InferInputTensor) ProtoMessage() {}
 
 func (x *ModelInferRequest_InferInputTensor) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[29]
+	mi := &file_inference_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2095,7 +2150,7 @@ type ModelInferRequest_InferRequestedOutputTensor struct {
 
 func (x *ModelInferRequest_InferRequestedOutputTensor) Reset() {
 	*x = ModelInferRequest_InferRequestedOutputTensor{}
-	mi := &file_inference_proto_msgTypes[30]
+	mi := &file_inference_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2107,7 +2162,7 @@ func (x *ModelInferRequest_InferRequestedOutputTensor) String() string {
 func (*ModelInferRequest_InferRequestedOutputTensor) ProtoMessage() {}
 
 func (x *ModelInferRequest_InferRequestedOutputTensor) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[30]
+	mi := &file_inference_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2152,7 +2207,7 @@ type ModelInferResponse_InferOutputTensor struct {
 
 func (x *ModelInferResponse_InferOutputTensor) Reset() {
 	*x = ModelInferResponse_InferOutputTensor{}
-	mi := &file_inference_proto_msgTypes[34]
+	mi := &file_inference_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2164,7 +2219,7 @@ func (x *ModelInferResponse_InferOutputTensor) String() string {
 func (*ModelInferResponse_InferOutputTensor) ProtoMessage() {}
 
 func (x *ModelInferResponse_InferOutputTensor) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[34]
+	mi := &file_inference_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2224,7 +2279,7 @@ type ModelVersionPolicy_Latest struct {
 
 func (x *ModelVersionPolicy_Latest) Reset() {
 	*x = ModelVersionPolicy_Latest{}
-	mi := &file_inference_proto_msgTypes[37]
+	mi := &file_inference_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2236,7 +2291,7 @@ func (x *ModelVersionPolicy_Latest) String() string {
 func (*ModelVersionPolicy_Latest) ProtoMessage() {}
 
 func (x *ModelVersionPolicy_Latest) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[37]
+	mi := &file_inference_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2249,7 +2304,7 @@ func (x *ModelVersionPolicy_Latest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelVersionPolicy_Latest.ProtoReflect.Descriptor instead.
 func (*ModelVersionPolicy_Latest) Descriptor() ([]byte, []int) {
-	return file_inference_proto_rawDescGZIP(), []int{18, 0}
+	return file_inference_proto_rawDescGZIP(), []int{19, 0}
 }
 
 func (x *ModelVersionPolicy_Latest) GetNumVersions() uint32 {
@@ -2369,7 +2424,10 @@ const file_inference_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2\x19.inference.InferParameterR\x05value:\x028\x01\x1aX\n" +
 	"\x0fParametersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12/\n" +
-	"\x05value\x18\x02 \x01(\v2\x19.inference.InferParameterR\x05value:\x028\x01\"B\n" +
+	"\x05value\x18\x02 \x01(\v2\x19.inference.InferParameterR\x05value:\x028\x01\"\x85\x01\n" +
+	"\x18ModelStreamInferResponse\x12#\n" +
+	"\rerror_message\x18\x01 \x01(\tR\ferrorMessage\x12D\n" +
+	"\x0einfer_response\x18\x02 \x01(\v2\x1d.inference.ModelInferResponseR\rinferResponse\"B\n" +
 	"\x12ModelConfigRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\"E\n" +
@@ -2462,7 +2520,7 @@ const file_inference_proto_rawDesc = "" +
 	"\tTYPE_FP32\x10\v\x12\r\n" +
 	"\tTYPE_FP64\x10\f\x12\x0f\n" +
 	"\vTYPE_STRING\x10\r\x12\r\n" +
-	"\tTYPE_BF16\x10\x0e2\xa8\x05\n" +
+	"\tTYPE_BF16\x10\x0e2\x85\x06\n" +
 	"\x14GRPCInferenceService\x12K\n" +
 	"\n" +
 	"ServerLive\x12\x1c.inference.ServerLiveRequest\x1a\x1d.inference.ServerLiveResponse\"\x00\x12N\n" +
@@ -2474,7 +2532,8 @@ const file_inference_proto_rawDesc = "" +
 	"\n" +
 	"ModelInfer\x12\x1c.inference.ModelInferRequest\x1a\x1d.inference.ModelInferResponse\"\x00\x12N\n" +
 	"\vModelConfig\x12\x1d.inference.ModelConfigRequest\x1a\x1e.inference.ModelConfigResponse\"\x00\x12Z\n" +
-	"\x0fModelStatistics\x12!.inference.ModelStatisticsRequest\x1a\".inference.ModelStatisticsResponse\"\x00BAZ?github.com/streamer-dev/streamer/supervisor/httpapi/inferencepbb\x06proto3"
+	"\x0fModelStatistics\x12!.inference.ModelStatisticsRequest\x1a\".inference.ModelStatisticsResponse\"\x00\x12[\n" +
+	"\x10ModelStreamInfer\x12\x1c.inference.ModelInferRequest\x1a#.inference.ModelStreamInferResponse\"\x00(\x010\x01BAZ?github.com/streamer-dev/streamer/supervisor/httpapi/inferencepbb\x06proto3"
 
 var (
 	file_inference_proto_rawDescOnce sync.Once
@@ -2489,7 +2548,7 @@ func file_inference_proto_rawDescGZIP() []byte {
 }
 
 var file_inference_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_inference_proto_goTypes = []any{
 	(DataType)(0),                                        // 0: inference.DataType
 	(*ServerLiveRequest)(nil),                            // 1: inference.ServerLiveRequest
@@ -2506,95 +2565,99 @@ var file_inference_proto_goTypes = []any{
 	(*InferTensorContents)(nil),                          // 12: inference.InferTensorContents
 	(*ModelInferRequest)(nil),                            // 13: inference.ModelInferRequest
 	(*ModelInferResponse)(nil),                           // 14: inference.ModelInferResponse
-	(*ModelConfigRequest)(nil),                           // 15: inference.ModelConfigRequest
-	(*ModelConfigResponse)(nil),                          // 16: inference.ModelConfigResponse
-	(*ModelInput)(nil),                                   // 17: inference.ModelInput
-	(*ModelOutput)(nil),                                  // 18: inference.ModelOutput
-	(*ModelVersionPolicy)(nil),                           // 19: inference.ModelVersionPolicy
-	(*ModelDynamicBatching)(nil),                         // 20: inference.ModelDynamicBatching
-	(*ModelParameter)(nil),                               // 21: inference.ModelParameter
-	(*ModelConfig)(nil),                                  // 22: inference.ModelConfig
-	(*ModelStatisticsRequest)(nil),                       // 23: inference.ModelStatisticsRequest
-	(*StatisticDuration)(nil),                            // 24: inference.StatisticDuration
-	(*InferStatistics)(nil),                              // 25: inference.InferStatistics
-	(*InferBatchStatistics)(nil),                         // 26: inference.InferBatchStatistics
-	(*ModelStatistics)(nil),                              // 27: inference.ModelStatistics
-	(*ModelStatisticsResponse)(nil),                      // 28: inference.ModelStatisticsResponse
-	(*ModelMetadataResponse_TensorMetadata)(nil),         // 29: inference.ModelMetadataResponse.TensorMetadata
-	(*ModelInferRequest_InferInputTensor)(nil),           // 30: inference.ModelInferRequest.InferInputTensor
-	(*ModelInferRequest_InferRequestedOutputTensor)(nil), // 31: inference.ModelInferRequest.InferRequestedOutputTensor
-	nil, // 32: inference.ModelInferRequest.ParametersEntry
-	nil, // 33: inference.ModelInferRequest.InferInputTensor.ParametersEntry
-	nil, // 34: inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry
-	(*ModelInferResponse_InferOutputTensor)(nil), // 35: inference.ModelInferResponse.InferOutputTensor
-	nil,                               // 36: inference.ModelInferResponse.ParametersEntry
-	nil,                               // 37: inference.ModelInferResponse.InferOutputTensor.ParametersEntry
-	(*ModelVersionPolicy_Latest)(nil), // 38: inference.ModelVersionPolicy.Latest
-	nil,                               // 39: inference.ModelConfig.ParametersEntry
+	(*ModelStreamInferResponse)(nil),                     // 15: inference.ModelStreamInferResponse
+	(*ModelConfigRequest)(nil),                           // 16: inference.ModelConfigRequest
+	(*ModelConfigResponse)(nil),                          // 17: inference.ModelConfigResponse
+	(*ModelInput)(nil),                                   // 18: inference.ModelInput
+	(*ModelOutput)(nil),                                  // 19: inference.ModelOutput
+	(*ModelVersionPolicy)(nil),                           // 20: inference.ModelVersionPolicy
+	(*ModelDynamicBatching)(nil),                         // 21: inference.ModelDynamicBatching
+	(*ModelParameter)(nil),                               // 22: inference.ModelParameter
+	(*ModelConfig)(nil),                                  // 23: inference.ModelConfig
+	(*ModelStatisticsRequest)(nil),                       // 24: inference.ModelStatisticsRequest
+	(*StatisticDuration)(nil),                            // 25: inference.StatisticDuration
+	(*InferStatistics)(nil),                              // 26: inference.InferStatistics
+	(*InferBatchStatistics)(nil),                         // 27: inference.InferBatchStatistics
+	(*ModelStatistics)(nil),                              // 28: inference.ModelStatistics
+	(*ModelStatisticsResponse)(nil),                      // 29: inference.ModelStatisticsResponse
+	(*ModelMetadataResponse_TensorMetadata)(nil),         // 30: inference.ModelMetadataResponse.TensorMetadata
+	(*ModelInferRequest_InferInputTensor)(nil),           // 31: inference.ModelInferRequest.InferInputTensor
+	(*ModelInferRequest_InferRequestedOutputTensor)(nil), // 32: inference.ModelInferRequest.InferRequestedOutputTensor
+	nil, // 33: inference.ModelInferRequest.ParametersEntry
+	nil, // 34: inference.ModelInferRequest.InferInputTensor.ParametersEntry
+	nil, // 35: inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry
+	(*ModelInferResponse_InferOutputTensor)(nil), // 36: inference.ModelInferResponse.InferOutputTensor
+	nil,                               // 37: inference.ModelInferResponse.ParametersEntry
+	nil,                               // 38: inference.ModelInferResponse.InferOutputTensor.ParametersEntry
+	(*ModelVersionPolicy_Latest)(nil), // 39: inference.ModelVersionPolicy.Latest
+	nil,                               // 40: inference.ModelConfig.ParametersEntry
 }
 var file_inference_proto_depIdxs = []int32{
-	29, // 0: inference.ModelMetadataResponse.inputs:type_name -> inference.ModelMetadataResponse.TensorMetadata
-	29, // 1: inference.ModelMetadataResponse.outputs:type_name -> inference.ModelMetadataResponse.TensorMetadata
-	32, // 2: inference.ModelInferRequest.parameters:type_name -> inference.ModelInferRequest.ParametersEntry
-	30, // 3: inference.ModelInferRequest.inputs:type_name -> inference.ModelInferRequest.InferInputTensor
-	31, // 4: inference.ModelInferRequest.outputs:type_name -> inference.ModelInferRequest.InferRequestedOutputTensor
-	36, // 5: inference.ModelInferResponse.parameters:type_name -> inference.ModelInferResponse.ParametersEntry
-	35, // 6: inference.ModelInferResponse.outputs:type_name -> inference.ModelInferResponse.InferOutputTensor
-	22, // 7: inference.ModelConfigResponse.config:type_name -> inference.ModelConfig
-	0,  // 8: inference.ModelInput.data_type:type_name -> inference.DataType
-	0,  // 9: inference.ModelOutput.data_type:type_name -> inference.DataType
-	38, // 10: inference.ModelVersionPolicy.latest:type_name -> inference.ModelVersionPolicy.Latest
-	19, // 11: inference.ModelConfig.version_policy:type_name -> inference.ModelVersionPolicy
-	17, // 12: inference.ModelConfig.input:type_name -> inference.ModelInput
-	18, // 13: inference.ModelConfig.output:type_name -> inference.ModelOutput
-	20, // 14: inference.ModelConfig.dynamic_batching:type_name -> inference.ModelDynamicBatching
-	39, // 15: inference.ModelConfig.parameters:type_name -> inference.ModelConfig.ParametersEntry
-	24, // 16: inference.InferStatistics.success:type_name -> inference.StatisticDuration
-	24, // 17: inference.InferStatistics.fail:type_name -> inference.StatisticDuration
-	24, // 18: inference.InferStatistics.queue:type_name -> inference.StatisticDuration
-	24, // 19: inference.InferStatistics.compute_input:type_name -> inference.StatisticDuration
-	24, // 20: inference.InferStatistics.compute_infer:type_name -> inference.StatisticDuration
-	24, // 21: inference.InferStatistics.compute_output:type_name -> inference.StatisticDuration
-	24, // 22: inference.InferStatistics.cache_hit:type_name -> inference.StatisticDuration
-	24, // 23: inference.InferStatistics.cache_miss:type_name -> inference.StatisticDuration
-	24, // 24: inference.InferBatchStatistics.compute_input:type_name -> inference.StatisticDuration
-	24, // 25: inference.InferBatchStatistics.compute_infer:type_name -> inference.StatisticDuration
-	24, // 26: inference.InferBatchStatistics.compute_output:type_name -> inference.StatisticDuration
-	25, // 27: inference.ModelStatistics.inference_stats:type_name -> inference.InferStatistics
-	26, // 28: inference.ModelStatistics.batch_stats:type_name -> inference.InferBatchStatistics
-	27, // 29: inference.ModelStatisticsResponse.model_stats:type_name -> inference.ModelStatistics
-	33, // 30: inference.ModelInferRequest.InferInputTensor.parameters:type_name -> inference.ModelInferRequest.InferInputTensor.ParametersEntry
-	12, // 31: inference.ModelInferRequest.InferInputTensor.contents:type_name -> inference.InferTensorContents
-	34, // 32: inference.ModelInferRequest.InferRequestedOutputTensor.parameters:type_name -> inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry
-	11, // 33: inference.ModelInferRequest.ParametersEntry.value:type_name -> inference.InferParameter
-	11, // 34: inference.ModelInferRequest.InferInputTensor.ParametersEntry.value:type_name -> inference.InferParameter
-	11, // 35: inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry.value:type_name -> inference.InferParameter
-	37, // 36: inference.ModelInferResponse.InferOutputTensor.parameters:type_name -> inference.ModelInferResponse.InferOutputTensor.ParametersEntry
-	12, // 37: inference.ModelInferResponse.InferOutputTensor.contents:type_name -> inference.InferTensorContents
-	11, // 38: inference.ModelInferResponse.ParametersEntry.value:type_name -> inference.InferParameter
-	11, // 39: inference.ModelInferResponse.InferOutputTensor.ParametersEntry.value:type_name -> inference.InferParameter
-	21, // 40: inference.ModelConfig.ParametersEntry.value:type_name -> inference.ModelParameter
-	1,  // 41: inference.GRPCInferenceService.ServerLive:input_type -> inference.ServerLiveRequest
-	3,  // 42: inference.GRPCInferenceService.ServerReady:input_type -> inference.ServerReadyRequest
-	5,  // 43: inference.GRPCInferenceService.ModelReady:input_type -> inference.ModelReadyRequest
-	7,  // 44: inference.GRPCInferenceService.ServerMetadata:input_type -> inference.ServerMetadataRequest
-	9,  // 45: inference.GRPCInferenceService.ModelMetadata:input_type -> inference.ModelMetadataRequest
-	13, // 46: inference.GRPCInferenceService.ModelInfer:input_type -> inference.ModelInferRequest
-	15, // 47: inference.GRPCInferenceService.ModelConfig:input_type -> inference.ModelConfigRequest
-	23, // 48: inference.GRPCInferenceService.ModelStatistics:input_type -> inference.ModelStatisticsRequest
-	2,  // 49: inference.GRPCInferenceService.ServerLive:output_type -> inference.ServerLiveResponse
-	4,  // 50: inference.GRPCInferenceService.ServerReady:output_type -> inference.ServerReadyResponse
-	6,  // 51: inference.GRPCInferenceService.ModelReady:output_type -> inference.ModelReadyResponse
-	8,  // 52: inference.GRPCInferenceService.ServerMetadata:output_type -> inference.ServerMetadataResponse
-	10, // 53: inference.GRPCInferenceService.ModelMetadata:output_type -> inference.ModelMetadataResponse
-	14, // 54: inference.GRPCInferenceService.ModelInfer:output_type -> inference.ModelInferResponse
-	16, // 55: inference.GRPCInferenceService.ModelConfig:output_type -> inference.ModelConfigResponse
-	28, // 56: inference.GRPCInferenceService.ModelStatistics:output_type -> inference.ModelStatisticsResponse
-	49, // [49:57] is the sub-list for method output_type
-	41, // [41:49] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	30, // 0: inference.ModelMetadataResponse.inputs:type_name -> inference.ModelMetadataResponse.TensorMetadata
+	30, // 1: inference.ModelMetadataResponse.outputs:type_name -> inference.ModelMetadataResponse.TensorMetadata
+	33, // 2: inference.ModelInferRequest.parameters:type_name -> inference.ModelInferRequest.ParametersEntry
+	31, // 3: inference.ModelInferRequest.inputs:type_name -> inference.ModelInferRequest.InferInputTensor
+	32, // 4: inference.ModelInferRequest.outputs:type_name -> inference.ModelInferRequest.InferRequestedOutputTensor
+	37, // 5: inference.ModelInferResponse.parameters:type_name -> inference.ModelInferResponse.ParametersEntry
+	36, // 6: inference.ModelInferResponse.outputs:type_name -> inference.ModelInferResponse.InferOutputTensor
+	14, // 7: inference.ModelStreamInferResponse.infer_response:type_name -> inference.ModelInferResponse
+	23, // 8: inference.ModelConfigResponse.config:type_name -> inference.ModelConfig
+	0,  // 9: inference.ModelInput.data_type:type_name -> inference.DataType
+	0,  // 10: inference.ModelOutput.data_type:type_name -> inference.DataType
+	39, // 11: inference.ModelVersionPolicy.latest:type_name -> inference.ModelVersionPolicy.Latest
+	20, // 12: inference.ModelConfig.version_policy:type_name -> inference.ModelVersionPolicy
+	18, // 13: inference.ModelConfig.input:type_name -> inference.ModelInput
+	19, // 14: inference.ModelConfig.output:type_name -> inference.ModelOutput
+	21, // 15: inference.ModelConfig.dynamic_batching:type_name -> inference.ModelDynamicBatching
+	40, // 16: inference.ModelConfig.parameters:type_name -> inference.ModelConfig.ParametersEntry
+	25, // 17: inference.InferStatistics.success:type_name -> inference.StatisticDuration
+	25, // 18: inference.InferStatistics.fail:type_name -> inference.StatisticDuration
+	25, // 19: inference.InferStatistics.queue:type_name -> inference.StatisticDuration
+	25, // 20: inference.InferStatistics.compute_input:type_name -> inference.StatisticDuration
+	25, // 21: inference.InferStatistics.compute_infer:type_name -> inference.StatisticDuration
+	25, // 22: inference.InferStatistics.compute_output:type_name -> inference.StatisticDuration
+	25, // 23: inference.InferStatistics.cache_hit:type_name -> inference.StatisticDuration
+	25, // 24: inference.InferStatistics.cache_miss:type_name -> inference.StatisticDuration
+	25, // 25: inference.InferBatchStatistics.compute_input:type_name -> inference.StatisticDuration
+	25, // 26: inference.InferBatchStatistics.compute_infer:type_name -> inference.StatisticDuration
+	25, // 27: inference.InferBatchStatistics.compute_output:type_name -> inference.StatisticDuration
+	26, // 28: inference.ModelStatistics.inference_stats:type_name -> inference.InferStatistics
+	27, // 29: inference.ModelStatistics.batch_stats:type_name -> inference.InferBatchStatistics
+	28, // 30: inference.ModelStatisticsResponse.model_stats:type_name -> inference.ModelStatistics
+	34, // 31: inference.ModelInferRequest.InferInputTensor.parameters:type_name -> inference.ModelInferRequest.InferInputTensor.ParametersEntry
+	12, // 32: inference.ModelInferRequest.InferInputTensor.contents:type_name -> inference.InferTensorContents
+	35, // 33: inference.ModelInferRequest.InferRequestedOutputTensor.parameters:type_name -> inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry
+	11, // 34: inference.ModelInferRequest.ParametersEntry.value:type_name -> inference.InferParameter
+	11, // 35: inference.ModelInferRequest.InferInputTensor.ParametersEntry.value:type_name -> inference.InferParameter
+	11, // 36: inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry.value:type_name -> inference.InferParameter
+	38, // 37: inference.ModelInferResponse.InferOutputTensor.parameters:type_name -> inference.ModelInferResponse.InferOutputTensor.ParametersEntry
+	12, // 38: inference.ModelInferResponse.InferOutputTensor.contents:type_name -> inference.InferTensorContents
+	11, // 39: inference.ModelInferResponse.ParametersEntry.value:type_name -> inference.InferParameter
+	11, // 40: inference.ModelInferResponse.InferOutputTensor.ParametersEntry.value:type_name -> inference.InferParameter
+	22, // 41: inference.ModelConfig.ParametersEntry.value:type_name -> inference.ModelParameter
+	1,  // 42: inference.GRPCInferenceService.ServerLive:input_type -> inference.ServerLiveRequest
+	3,  // 43: inference.GRPCInferenceService.ServerReady:input_type -> inference.ServerReadyRequest
+	5,  // 44: inference.GRPCInferenceService.ModelReady:input_type -> inference.ModelReadyRequest
+	7,  // 45: inference.GRPCInferenceService.ServerMetadata:input_type -> inference.ServerMetadataRequest
+	9,  // 46: inference.GRPCInferenceService.ModelMetadata:input_type -> inference.ModelMetadataRequest
+	13, // 47: inference.GRPCInferenceService.ModelInfer:input_type -> inference.ModelInferRequest
+	16, // 48: inference.GRPCInferenceService.ModelConfig:input_type -> inference.ModelConfigRequest
+	24, // 49: inference.GRPCInferenceService.ModelStatistics:input_type -> inference.ModelStatisticsRequest
+	13, // 50: inference.GRPCInferenceService.ModelStreamInfer:input_type -> inference.ModelInferRequest
+	2,  // 51: inference.GRPCInferenceService.ServerLive:output_type -> inference.ServerLiveResponse
+	4,  // 52: inference.GRPCInferenceService.ServerReady:output_type -> inference.ServerReadyResponse
+	6,  // 53: inference.GRPCInferenceService.ModelReady:output_type -> inference.ModelReadyResponse
+	8,  // 54: inference.GRPCInferenceService.ServerMetadata:output_type -> inference.ServerMetadataResponse
+	10, // 55: inference.GRPCInferenceService.ModelMetadata:output_type -> inference.ModelMetadataResponse
+	14, // 56: inference.GRPCInferenceService.ModelInfer:output_type -> inference.ModelInferResponse
+	17, // 57: inference.GRPCInferenceService.ModelConfig:output_type -> inference.ModelConfigResponse
+	29, // 58: inference.GRPCInferenceService.ModelStatistics:output_type -> inference.ModelStatisticsResponse
+	15, // 59: inference.GRPCInferenceService.ModelStreamInfer:output_type -> inference.ModelStreamInferResponse
+	51, // [51:60] is the sub-list for method output_type
+	42, // [42:51] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_inference_proto_init() }
@@ -2609,10 +2672,10 @@ func file_inference_proto_init() {
 		(*InferParameter_DoubleParam)(nil),
 		(*InferParameter_Uint64Param)(nil),
 	}
-	file_inference_proto_msgTypes[18].OneofWrappers = []any{
+	file_inference_proto_msgTypes[19].OneofWrappers = []any{
 		(*ModelVersionPolicy_Latest_)(nil),
 	}
-	file_inference_proto_msgTypes[21].OneofWrappers = []any{
+	file_inference_proto_msgTypes[22].OneofWrappers = []any{
 		(*ModelConfig_DynamicBatching)(nil),
 	}
 	type x struct{}
@@ -2621,7 +2684,7 @@ func file_inference_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_inference_proto_rawDesc), len(file_inference_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   39,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

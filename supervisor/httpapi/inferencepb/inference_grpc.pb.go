@@ -2,14 +2,14 @@
 // KServe, MLServer and Seldon serve it: the package, service, message and
 // field names and numbers are the protocol's, so that clients built for
 // those servers (tritonclient.grpc, KServe's InferenceGRPCClient) call
-// streamer unchanged. streamer serves the protocol's six calls and two of
-// the calls Triton adds to the service, ModelConfig and ModelStatistics,
-// which Triton's clients and perf_analyzer make around inference; their
+// streamer unchanged. streamer serves the protocol's six calls and three
+// of the calls Triton adds to the service: ModelConfig and
+// ModelStatistics, which Triton's clients and perf_analyzer make around
+// inference, and ModelStreamInfer, its streaming inference; their
 // messages are Triton's (its grpc_service.proto and model_config.proto,
 // both of package inference), cut down to the fields streamer fills. The
-// other calls Triton adds (repository, shared memory, streaming
-// inference, trace and log settings) are not declared here and are
-// answered UNIMPLEMENTED.
+// other calls Triton adds (repository, shared memory, trace and log
+// settings) are not declared here and are answered UNIMPLEMENTED.
 //
 // Regenerate the Go code with `make proto` (scripts/gen-proto.sh).
 
@@ -34,14 +34,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	GRPCInferenceService_ServerLive_FullMethodName      = "/inference.GRPCInferenceService/ServerLive"
-	GRPCInferenceService_ServerReady_FullMethodName     = "/inference.GRPCInferenceService/ServerReady"
-	GRPCInferenceService_ModelReady_FullMethodName      = "/inference.GRPCInferenceService/ModelReady"
-	GRPCInferenceService_ServerMetadata_FullMethodName  = "/inference.GRPCInferenceService/ServerMetadata"
-	GRPCInferenceService_ModelMetadata_FullMethodName   = "/inference.GRPCInferenceService/ModelMetadata"
-	GRPCInferenceService_ModelInfer_FullMethodName      = "/inference.GRPCInferenceService/ModelInfer"
-	GRPCInferenceService_ModelConfig_FullMethodName     = "/inference.GRPCInferenceService/ModelConfig"
-	GRPCInferenceService_ModelStatistics_FullMethodName = "/inference.GRPCInferenceService/ModelStatistics"
+	GRPCInferenceService_ServerLive_FullMethodName       = "/inference.GRPCInferenceService/ServerLive"
+	GRPCInferenceService_ServerReady_FullMethodName      = "/inference.GRPCInferenceService/ServerReady"
+	GRPCInferenceService_ModelReady_FullMethodName       = "/inference.GRPCInferenceService/ModelReady"
+	GRPCInferenceService_ServerMetadata_FullMethodName   = "/inference.GRPCInferenceService/ServerMetadata"
+	GRPCInferenceService_ModelMetadata_FullMethodName    = "/inference.GRPCInferenceService/ModelMetadata"
+	GRPCInferenceService_ModelInfer_FullMethodName       = "/inference.GRPCInferenceService/ModelInfer"
+	GRPCInferenceService_ModelConfig_FullMethodName      = "/inference.GRPCInferenceService/ModelConfig"
+	GRPCInferenceService_ModelStatistics_FullMethodName  = "/inference.GRPCInferenceService/ModelStatistics"
+	GRPCInferenceService_ModelStreamInfer_FullMethodName = "/inference.GRPCInferenceService/ModelStreamInfer"
 )
 
 // GRPCInferenceServiceClient is the client API for GRPCInferenceService service.
@@ -68,6 +69,10 @@ type GRPCInferenceServiceClient interface {
 	// ModelStatistics gives a model's counts and times since the server
 	// started, in Triton's terms (Triton's call, not the protocol's).
 	ModelStatistics(ctx context.Context, in *ModelStatisticsRequest, opts ...grpc.CallOption) (*ModelStatisticsResponse, error)
+	// ModelStreamInfer runs each request the client sends on the stream,
+	// and answers each with one message, as it is answered (Triton's call,
+	// not the protocol's).
+	ModelStreamInfer(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ModelInferRequest, ModelStreamInferResponse], error)
 }
 
 type gRPCInferenceServiceClient struct {
@@ -158,6 +163,19 @@ func (c *gRPCInferenceServiceClient) ModelStatistics(ctx context.Context, in *Mo
 	return out, nil
 }
 
+func (c *gRPCInferenceServiceClient) ModelStreamInfer(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ModelInferRequest, ModelStreamInferResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &GRPCInferenceService_ServiceDesc.Streams[0], GRPCInferenceService_ModelStreamInfer_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ModelInferRequest, ModelStreamInferResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type GRPCInferenceService_ModelStreamInferClient = grpc.BidiStreamingClient[ModelInferRequest, ModelStreamInferResponse]
+
 // GRPCInferenceServiceServer is the server API for GRPCInferenceService service.
 // All implementations must embed UnimplementedGRPCInferenceServiceServer
 // for forward compatibility.
@@ -182,6 +200,10 @@ type GRPCInferenceServiceServer interface {
 	// ModelStatistics gives a model's counts and times since the server
 	// started, in Triton's terms (Triton's call, not the protocol's).
 	ModelStatistics(context.Context, *ModelStatisticsRequest) (*ModelStatisticsResponse, error)
+	// ModelStreamInfer runs each request the client sends on the stream,
+	// and answers each with one message, as it is answered (Triton's call,
+	// not the protocol's).
+	ModelStreamInfer(grpc.BidiStreamingServer[ModelInferRequest, ModelStreamInferResponse]) error
 	mustEmbedUnimplementedGRPCInferenceServiceServer()
 }
 
@@ -215,6 +237,9 @@ func (UnimplementedGRPCInferenceServiceServer) ModelConfig(context.Context, *Mod
 }
 func (UnimplementedGRPCInferenceServiceServer) ModelStatistics(context.Context, *ModelStatisticsRequest) (*ModelStatisticsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ModelStatistics not implemented")
+}
+func (UnimplementedGRPCInferenceServiceServer) ModelStreamInfer(grpc.BidiStreamingServer[ModelInferRequest, ModelStreamInferResponse]) error {
+	return status.Error(codes.Unimplemented, "method ModelStreamInfer not implemented")
 }
 func (UnimplementedGRPCInferenceServiceServer) mustEmbedUnimplementedGRPCInferenceServiceServer() {}
 func (UnimplementedGRPCInferenceServiceServer) testEmbeddedByValue()                              {}
@@ -381,6 +406,13 @@ func _GRPCInferenceService_ModelStatistics_Handler(srv interface{}, ctx context.
 	return interceptor(ctx, in, info, handler)
 }
 
+func _GRPCInferenceService_ModelStreamInfer_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(GRPCInferenceServiceServer).ModelStreamInfer(&grpc.GenericServerStream[ModelInferRequest, ModelStreamInferResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type GRPCInferenceService_ModelStreamInferServer = grpc.BidiStreamingServer[ModelInferRequest, ModelStreamInferResponse]
+
 // GRPCInferenceService_ServiceDesc is the grpc.ServiceDesc for GRPCInferenceService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -421,6 +453,13 @@ var GRPCInferenceService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _GRPCInferenceService_ModelStatistics_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ModelStreamInfer",
+			Handler:       _GRPCInferenceService_ModelStreamInfer_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "inference.proto",
 }

@@ -1,0 +1,119 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/streamer-dev/streamer/supervisor"
+	pb "github.com/streamer-dev/streamer/supervisor/httpapi/inferencepb"
+)
+
+// TestGRPCStreamInferBoundsTheRequestsUnderWay: a client that sends more
+// requests on one ModelStreamInfer call than streamInFlight has at most
+// that many under way at once, the rest read as earlier ones are
+// answered; every request is answered once, with its id and its own item.
+func TestGRPCStreamInferBoundsTheRequestsUnderWay(t *testing.T) {
+	const sent = streamInFlight*2 + 44
+	var underWay, most atomic.Int64
+	full, release := make(chan struct{}), make(chan struct{})
+	var fullOnce sync.Once
+	backend := &fakeBackend{ready: true, submit: func(ctx context.Context, req supervisor.Request) (*answer, error) {
+		n := underWay.Add(1)
+		defer underWay.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		if n == streamInFlight {
+			fullOnce.Do(func() { close(full) })
+		}
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return echoAnswer(req), nil
+	}}
+	h := newV2(echoModel(spec("t", "INT8", true, -1, -1)), backend).(*handler)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := grpc.NewServer()
+	pb.RegisterGRPCInferenceServiceServer(server, NewGRPC(h))
+	go func() { _ = server.Serve(l) }()
+	defer server.Stop()
+	conn, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	stream, err := pb.NewGRPCInferenceServiceClient(conn).ModelStreamInfer(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendErr := make(chan error, 1)
+	go func() {
+		for i := range sent {
+			req := &pb.ModelInferRequest{Id: fmt.Sprint(i), ModelName: "m",
+				Inputs: []*pb.ModelInferRequest_InferInputTensor{input("t", "INT8", 1, 1)}, RawInputContents: [][]byte{{byte(i)}}}
+			if err := stream.Send(req); err != nil {
+				sendErr <- err
+				return
+			}
+		}
+		sendErr <- stream.CloseSend()
+	}()
+	select {
+	case <-full:
+	case <-ctx.Done():
+		t.Fatalf("%d requests never came under way at once", streamInFlight)
+	}
+	close(release)
+	seen := map[string]bool{}
+	for {
+		msg, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("after %d answers: %v", len(seen), err)
+		}
+		id := msg.GetInferResponse().GetId()
+		if msg.ErrorMessage != "" || seen[id] {
+			t.Fatalf("request %s: error %q, answered before: %v", id, msg.ErrorMessage, seen[id])
+		}
+		seen[id] = true
+		if raw := msg.InferResponse.RawOutputContents; len(raw) != 1 || len(raw[0]) != 1 || raw[0][0] != byte(atoi(t, id)) {
+			t.Fatalf("request %s answered %v", id, raw)
+		}
+	}
+	if err := <-sendErr; err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != sent {
+		t.Errorf("%d requests answered, want %d", len(seen), sent)
+	}
+	if m := most.Load(); m > streamInFlight {
+		t.Errorf("%d requests of one call under way at once, want %d at most", m, streamInFlight)
+	}
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	var n int
+	if _, err := fmt.Sscan(s, &n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
