@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -27,6 +28,12 @@ type serviceManager struct {
 	// watchdog is how often the manager wants to hear that the server
 	// is alive (systemd's WatchdogSec=); 0 for never.
 	watchdog time.Duration
+
+	// mu makes the messages go one at a time, each after the state it
+	// reads: a reload that ends as the drain begins must not say READY=1
+	// after STOPPING=1.
+	mu      sync.Mutex
+	stopped bool // STOPPING=1 was sent: no READY=1, RELOADING=1 or STATUS= after it
 }
 
 // The service manager's variables: its socket, and its watchdog's
@@ -53,12 +60,25 @@ func notifyService(log *slog.Logger) *serviceManager {
 	return m
 }
 
-// send sends one message of the given lines. Each goes on a socket of its
-// own, as the manager may have made its socket anew since the last
-// (systemd's daemon-reexec).
+// send sends one message of the given lines, unless the server said it
+// stops and the message would say otherwise (stopping, and the
+// watchdog's, go all the same). Each goes on a socket of its own, as the
+// manager may have made its socket anew since the last (systemd's
+// daemon-reexec).
 func (m *serviceManager) send(lines ...string) {
 	if m == nil || m.socket == "" {
 		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch lines[0] {
+	case "STOPPING=1":
+		m.stopped = true
+	case "WATCHDOG=1":
+	default:
+		if m.stopped {
+			return
+		}
 	}
 	if m.socket[0] != '/' && m.socket[0] != '@' { // a path, or an abstract name
 		if !m.warned.Swap(true) {
@@ -99,12 +119,20 @@ func (m *serviceManager) starting(status string, upTo time.Duration) {
 // ready says the server serves (after its start, or a reload).
 func (m *serviceManager) ready(status string) { m.send("READY=1", "STATUS="+status) }
 
+// status says what the server does now.
+func (m *serviceManager) status(status string) { m.send("STATUS=" + status) }
+
 // reloading says a reload begins, when, on the clock the manager compares
-// with its own signal's.
-func (m *serviceManager) reloading(status string) {
+// with its own signal's, and that it may take up to the time given from
+// now (systemd bounds a reload by the unit's start timeout); 0 leaves the
+// manager's bound as it is.
+func (m *serviceManager) reloading(status string, upTo time.Duration) {
 	lines := []string{"RELOADING=1", "STATUS=" + status}
 	if usec, ok := monotonicMicros(); ok {
 		lines = append(lines, "MONOTONIC_USEC="+strconv.FormatInt(usec, 10))
+	}
+	if upTo > 0 {
+		lines = append(lines, "EXTEND_TIMEOUT_USEC="+strconv.FormatInt(upTo.Microseconds(), 10))
 	}
 	m.send(lines...)
 }

@@ -77,12 +77,15 @@ func monotonicNow(t *testing.T) int64 {
 // TestServiceManagerHearsWhatTheServerDoes: a server started by a service
 // manager (systemd's Type=notify and Type=notify-reload set NOTIFY_SOCKET)
 // tells it, in its protocol, that it starts and may take the init timeout
-// to, that it is ready once it serves, that a SIGHUP's reload begins (on
-// the manager's clock) and once it has replaced the workers, and that it
-// stops. Its workers do not get the socket.
+// to, that it is ready once it serves, how many workers it has once a
+// scaling is done, that a SIGHUP's reload begins (on the manager's clock)
+// and may take an init timeout per worker, and once it has replaced the
+// workers, and that it stops. Its workers do not get the socket.
 func TestServiceManagerHearsWhatTheServerDoes(t *testing.T) {
 	n := listenNotifications(t)
-	s := newServerFrom(t, streamerBin, freePort(t), []string{"--model", "echo", "--workers", "2", "--init-timeout", "40s"}, nil, []string{envNotifySocket + "=" + n.socket})
+	s := newServerFrom(t, streamerBin, freePort(t), []string{"--model", "echo", "--workers", "1", "--init-timeout", "40s", "--admin", "--auth-token", adminToken},
+		nil, []string{envNotifySocket + "=" + n.socket})
+	s.token = adminToken
 
 	start := n.next(t, "the start")
 	if !strings.HasPrefix(start["STATUS"], "starting") || start["EXTEND_TIMEOUT_USEC"] != strconv.Itoa(int((40*time.Second+startSlack).Microseconds())) {
@@ -95,6 +98,12 @@ func TestServiceManagerHearsWhatTheServerDoes(t *testing.T) {
 	// Ready means ready, at once: no poll.
 	if status, _, _, err := s.do(context.Background(), http.MethodGet, "/readyz", "", nil); err != nil || status != http.StatusOK {
 		t.Errorf("/readyz as the server said READY=1: %d %v; want 200", status, err)
+	}
+	if status, answer := s.admin(t, "/admin/workers", `{"workers": 2}`); status != http.StatusOK {
+		t.Fatalf("POST /admin/workers: %d %v", status, answer)
+	}
+	if scaled := n.next(t, "the status after the scaling"); !strings.HasSuffix(scaled["STATUS"], "on 2 workers") || len(scaled) != 1 {
+		t.Errorf("after the scaling to 2 the server said %v; want a STATUS of 2 workers, alone", scaled)
 	}
 	before := s.waitAllReady(t, 2)
 	for _, w := range before {
@@ -117,9 +126,12 @@ func TestServiceManagerHearsWhatTheServerDoes(t *testing.T) {
 	if reloading["RELOADING"] != "1" || err != nil || at < signalled || at > heard {
 		t.Errorf("after SIGHUP the server said %v; want RELOADING=1 and a MONOTONIC_USEC between %d and %d", reloading, signalled, heard)
 	}
+	if want := strconv.Itoa(int((2*40*time.Second + startSlack).Microseconds())); reloading["EXTEND_TIMEOUT_USEC"] != want {
+		t.Errorf("the reload of 2 workers may take %s µs, want %s: an init timeout each, and %s", reloading["EXTEND_TIMEOUT_USEC"], want, startSlack)
+	}
 	reloaded := n.next(t, "READY=1 after the reload")
-	if reloaded["READY"] != "1" || !strings.HasPrefix(reloaded["STATUS"], "serving") {
-		t.Fatalf("after the reload the server said %v; want READY=1 and a STATUS of serving", reloaded)
+	if reloaded["READY"] != "1" || !strings.HasPrefix(reloaded["STATUS"], "serving") || !strings.HasSuffix(reloaded["STATUS"], "on 2 workers") {
+		t.Fatalf("after the reload the server said %v; want READY=1 and a STATUS of serving on 2 workers", reloaded)
 	}
 	// Ready again once every worker is replaced.
 	for _, w := range s.workers(t) {

@@ -41,7 +41,7 @@ func TestServiceManagerOutOfReachIsLoggedOnce(t *testing.T) {
 		m := &serviceManager{socket: socket, log: slog.New(slog.NewTextHandler(&log, nil))}
 		m.starting("starting", time.Minute)
 		m.ready("serving")
-		m.reloading("reloading")
+		m.reloading("reloading", time.Minute)
 		m.stopping("stopping")
 		if got := strings.Count(log.String(), "level=WARN"); got != 1 || !strings.Contains(log.String(), socket) {
 			t.Errorf("NOTIFY_SOCKET=%s logged %d warnings, want 1 naming it:\n%s", socket, got, log.String())
@@ -49,4 +49,36 @@ func TestServiceManagerOutOfReachIsLoggedOnce(t *testing.T) {
 	}
 	var none *serviceManager // no manager: nothing to tell, nothing logged
 	none.ready("serving")
+}
+
+// Once the server said it stops, it says nothing that would tell
+// otherwise, however the calls interleave: no READY=1 of a reload that
+// ends in the drain, no RELOADING=1, no STATUS=. The watchdog's word goes
+// on until the end.
+func TestServiceManagerHearsNothingButStopsAfterStopping(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "notify")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: socket, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	m := &serviceManager{socket: socket, log: slog.New(slog.DiscardHandler)}
+	m.stopping("stopping")
+	m.ready("serving")
+	m.reloading("reloading", time.Minute)
+	m.status("serving")
+	m.send("WATCHDOG=1")
+	var got []string
+	buf := make([]byte, 4096)
+	for range 2 {
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		k, err := conn.Read(buf)
+		if err != nil {
+			t.Fatalf("after %q: %v", got, err)
+		}
+		got = append(got, strings.SplitN(string(buf[:k]), "\n", 2)[0])
+	}
+	if got[0] != "STOPPING=1" || got[1] != "WATCHDOG=1" {
+		t.Errorf("the manager heard %q; want STOPPING=1, then WATCHDOG=1 alone", got)
+	}
 }

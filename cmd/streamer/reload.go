@@ -24,12 +24,35 @@ func addAdminFlags(f *pflag.FlagSet, admin *bool) {
 }
 
 // adminFor is what serves the admin routes: st when they are on and there
-// are local workers, else nil (no admin routes).
-func adminFor(on bool, st *supervisor.Streamer) httpapi.Admin {
+// are local workers, else nil (no admin routes). The service manager hears
+// what the server does once a reload or scaling so asked is over.
+func adminFor(on bool, st *supervisor.Streamer, manager *serviceManager, serving func() string) httpapi.Admin {
 	if !on || st == nil {
 		return nil
 	}
-	return st
+	return toldAdmin{st, manager, serving}
+}
+
+// toldAdmin is a Streamer whose reloads and scalings, once over, update
+// the status the service manager shows. They are not announced as
+// reloads (RELOADING=1): systemd takes one for a reload of its own, and
+// one asked over HTTP may be refused as busy while a SIGHUP's runs.
+type toldAdmin struct {
+	*supervisor.Streamer
+	manager *serviceManager
+	serving func() string
+}
+
+func (a toldAdmin) Reload(ctx context.Context) error {
+	err := a.Streamer.Reload(ctx)
+	a.manager.status(a.serving())
+	return err
+}
+
+func (a toldAdmin) SetWorkers(ctx context.Context, n int) error {
+	err := a.Streamer.SetWorkers(ctx, n)
+	a.manager.status(a.serving())
+	return err
 }
 
 // hangups is what SIGHUP does to streamer serve, from the first moment of
@@ -53,6 +76,9 @@ type hangups struct {
 	reload   func()          // what a SIGHUP does to the workers; nil before serving
 	held     bool            // a SIGHUP came before serving
 	draining bool            // the drain has begun
+	// reloadTakes is the longest a reload may take (the manager is told
+	// as it begins); nil or 0 for no bound worth telling.
+	reloadTakes func() time.Duration
 }
 
 // catchHangups takes SIGHUP from now until the process ends. Its own
@@ -90,13 +116,17 @@ func (h *hangups) tell(m *serviceManager) {
 // wait for.
 func (h *hangups) handle() {
 	h.mu.Lock()
-	files, reload, draining, manager := h.files, h.reload, h.draining, h.manager
+	files, reload, draining, manager, takes := h.files, h.reload, h.draining, h.manager, h.reloadTakes
 	if reload == nil && !draining {
 		h.held = true
 	}
 	h.mu.Unlock()
 	if reload != nil && !draining {
-		manager.reloading("reloading: the certificate, the token and the workers")
+		var upTo time.Duration
+		if takes != nil {
+			upTo = takes()
+		}
+		manager.reloading("reloading: the certificate, the token and the workers", upTo)
 	}
 	if files != nil {
 		files.reload()
@@ -137,15 +167,16 @@ func (h *hangups) drain() {
 // more, not one each. A front end (st nil) has no workers to reload: it
 // logs so and serves on.
 //
-// serving is what the service manager is told the server does once a
-// reload is done, or failed, and no other was asked meanwhile.
-func (h *hangups) serve(ctx context.Context, st *supervisor.Streamer, serving string) {
+// serving says what the server does, for the service manager, which is
+// told it once a reload is done, or failed, and no other was asked
+// meanwhile; takes is the longest a reload of st may take.
+func (h *hangups) serve(ctx context.Context, st *supervisor.Streamer, serving func() string, takes func() time.Duration) {
 	h.mu.Lock()
 	manager := h.manager
 	h.mu.Unlock()
 	reload := func() {
 		h.lines.Log(h.log, slog.LevelInfo, "front end", "SIGHUP: a front end has no workers to reload; serving on (its nodes reload their own)")
-		manager.ready(serving)
+		manager.ready(serving())
 	}
 	if st != nil {
 		wanted := make(chan struct{}, 1) // a reload asked and not begun yet
@@ -167,18 +198,20 @@ func (h *hangups) serve(ctx context.Context, st *supervisor.Streamer, serving st
 				}
 				err := reloadWhenFree(ctx, st, wanted, h.log)
 				switch {
-				case ctx.Err() != nil || len(wanted) > 0:
-					// Stopping, or another reload follows.
+				case ctx.Err() != nil || errors.Is(err, supervisor.ErrShuttingDown) || len(wanted) > 0:
+					// Stopping (the manager hears no READY=1 once it
+					// heard STOPPING=1, whichever is sent first), or
+					// another reload follows.
 				case err != nil:
-					manager.ready(serving + " (the last reload failed: " + err.Error() + ")")
+					manager.ready(serving() + " (the last reload failed: " + err.Error() + ")")
 				default:
-					manager.ready(serving)
+					manager.ready(serving())
 				}
 			}
 		}()
 	}
 	h.mu.Lock()
-	h.reload = reload
+	h.reload, h.reloadTakes = reload, takes
 	held := h.held && !h.draining
 	h.mu.Unlock()
 	if held {

@@ -506,7 +506,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 	api := httpapi.New(httpapi.Config{
 		Backend: backend, Codec: m.codec, MaxBody: o.maxBody, Logger: log, Model: servedDescription(m.info, st),
 		WriteTimeout: o.writeTimeout, AllowedOrigins: o.allowOrigins,
-		Admin: adminFor(o.admin, st), Tensors: m.tensors,
+		Admin: adminFor(o.admin, st, manager, o.servingStatus(st, remote != nil)), Tensors: m.tensors,
 		MaxBatchSize: o.batchSize, MaxQueueDelay: o.maxLatency, MaxItems: o.maxItems,
 		Metrics: collectors{listener, guard, stderrLog},
 	})
@@ -544,10 +544,10 @@ func runServe(ctx context.Context, o serveOptions) error {
 			return errors.Join(err, stopping.drain(server))
 		}
 	}
-	serving := o.servingStatus(st != nil, remote != nil)
-	hangups.serve(ctx, st, serving)
+	serving := o.servingStatus(st, remote != nil)
+	hangups.serve(ctx, st, serving, o.reloadTakes(st))
 	log.Info("serving")
-	manager.ready(serving)
+	manager.ready(serving())
 	var work statser = backend
 	if remote != nil && st != nil {
 		work = nodeWork{callers: backend, workers: st}
@@ -566,15 +566,27 @@ func runServe(ctx context.Context, o serveOptions) error {
 const startSlack = 30 * time.Second
 
 // servingStatus is the line the service manager shows while the server
-// serves.
-func (o serveOptions) servingStatus(workers, redis bool) string {
-	switch {
-	case !workers:
-		return "serving: a front end for the model " + o.modelName() + ", through Redis"
-	case redis:
-		return fmt.Sprintf("serving: the model %s on %d workers, a node of Redis", o.modelName(), o.workers)
+// serves, with st's workers as they are when it is read.
+func (o serveOptions) servingStatus(st *supervisor.Streamer, redis bool) func() string {
+	return func() string {
+		switch {
+		case st == nil:
+			return "serving: a front end for the model " + o.modelName() + ", through Redis"
+		case redis:
+			return fmt.Sprintf("serving: the model %s on %d workers, a node of Redis", o.modelName(), st.Workers())
+		}
+		return fmt.Sprintf("serving: the model %s on %d workers", o.modelName(), st.Workers())
 	}
-	return fmt.Sprintf("serving: the model %s on %d workers", o.modelName(), o.workers)
+}
+
+// reloadTakes is the longest a reload of st may take: it replaces the
+// workers one after another, each of which has --init-timeout to load the
+// model. Nil for a front end, which reloads no workers.
+func (o serveOptions) reloadTakes(st *supervisor.Streamer) func() time.Duration {
+	if st == nil {
+		return nil
+	}
+	return func() time.Duration { return time.Duration(st.Workers())*o.initTimeout + startSlack }
 }
 
 // httpServer is the server of the API's handler, with the flags' bounds.

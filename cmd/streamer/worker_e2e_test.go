@@ -194,8 +194,8 @@ func commandLine(t *testing.T, pid int) string {
 // TestWorkersRunTheServersBuildAfterItsBinaryIsReplaced: a deploy that
 // puts another binary where the server's was (here, one that is no worker
 // at all) changes nothing until the server restarts. A worker killed, then
-// a reload's workers, run the server's own image, under its name for ps,
-// top and pgrep, and serve. Before, they ran the new file: another build
+// a reload's workers, run the server's own image, under its name (for ps,
+// top and pgrep, and for each thread), and serve. Before, they ran the new file: another build
 // under this server, or, as here, slots given up one crash at a time.
 func TestWorkersRunTheServersBuildAfterItsBinaryIsReplaced(t *testing.T) {
 	bin := binaryCopy(t)
@@ -238,12 +238,18 @@ func TestWorkersRunTheServersBuildAfterItsBinaryIsReplaced(t *testing.T) {
 		if !os.SameFile(server, image) {
 			t.Errorf("worker %d runs another image than its server's", w.PID)
 		}
-		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", w.PID))
-		if err != nil {
-			t.Fatal(err)
+		threads, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/comm", w.PID))
+		if err != nil || len(threads) == 0 {
+			t.Fatalf("worker %d's threads: %v", w.PID, err)
 		}
-		if got := strings.TrimSpace(string(comm)); got != "streamer" {
-			t.Errorf("worker %d is named %q, want streamer, its server's", w.PID, got)
+		for _, thread := range append(threads, fmt.Sprintf("/proc/%d/comm", w.PID)) {
+			comm, err := os.ReadFile(thread)
+			if err != nil {
+				continue // a thread that ended
+			}
+			if got := strings.TrimSpace(string(comm)); got != "streamer" {
+				t.Errorf("%s is %q, want streamer, its server's", thread, got)
+			}
 		}
 		if line := commandLine(t, w.PID); line != bin+" worker" {
 			t.Errorf("worker %d's command line is %q, want %q", w.PID, line, bin+" worker")
