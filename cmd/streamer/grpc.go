@@ -208,6 +208,72 @@ type readTimerKey struct{}
 type unreadCall struct {
 	timer   *time.Timer
 	settled atomic.Bool
+	// requests counts a streaming inference call's requests under way,
+	// nil for another call (see inProgress).
+	requests *inProgress
+}
+
+// inProgress is a streaming inference call's count on its connection (see
+// grpcListener.callBegun). It counts while the call's first message is on
+// its way, then only while the call has requests under way (read, and not
+// yet answered: ModelStreamInfer answers each once): a client that holds
+// the call open with none does not keep its connection from being
+// reclaimed at --max-connections, as a connection between unary calls may
+// be. Held open so, a call would otherwise keep its connection for good,
+// out of the reach of both the read timeout, which ends at its first
+// message, and grpc-go's idle timeout, which waits for every call to end.
+type inProgress struct {
+	begin func() (ended func()) // counts the call on its connection
+
+	mu       sync.Mutex
+	ended    func() // uncounts it; nil while it is not counted
+	underWay int
+	over     bool // the call has ended
+}
+
+// countLocked counts the call, unless it has ended or is counted already.
+// It requires that p.mu is held.
+func (p *inProgress) countLocked() {
+	if p.ended == nil && !p.over {
+		p.ended = p.begin()
+	}
+}
+
+// uncountLocked uncounts the call if it is counted. It requires that p.mu
+// is held.
+func (p *inProgress) uncountLocked() {
+	if p.ended != nil {
+		p.ended()
+		p.ended = nil
+	}
+}
+
+// read notes a request read.
+func (p *inProgress) read() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.underWay++
+	p.countLocked()
+}
+
+// answered notes a request answered (its answer sent, or its send failed).
+func (p *inProgress) answered() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.underWay > 0 {
+		p.underWay--
+	}
+	if p.underWay == 0 {
+		p.uncountLocked()
+	}
+}
+
+// end notes that the call has ended.
+func (p *inProgress) end() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.over = true
+	p.uncountLocked()
 }
 
 // settle says whether the caller is the first to settle the call.
@@ -279,10 +345,15 @@ func (c *grpcCalls) begin(ctx context.Context, info *tap.Info) (context.Context,
 		// never fall, and it leaves its connection as idle as it was.
 		ended = c.conns.callBegun(ctx)
 	}
+	u := &unreadCall{}
+	if info.FullMethodName == inferencepb.GRPCInferenceService_ModelStreamInfer_FullMethodName {
+		tapped := ctx
+		u.requests = &inProgress{begin: func() func() { return c.conns.callBegun(tapped) }, ended: ended}
+		ended = u.requests.end
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	ctx = readTimedContext{ctx}
 	method := info.FullMethodName
-	u := &unreadCall{}
 	u.timer = time.AfterFunc(readTimeout, func() {
 		if ctx.Err() != nil || !u.settle() {
 			return // the call ended before its message was read, or its message is in
@@ -345,7 +416,8 @@ func (c *grpcCalls) read(ctx context.Context, req any, _ *grpc.UnaryServerInfo, 
 }
 
 // readStream is read for streaming calls: it stops the call's timer once
-// the call's first message is in.
+// the call's first message is in, and counts a streaming inference call's
+// requests under way (see inProgress).
 func (c *grpcCalls) readStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	u, ok := ss.Context().Value(readTimerKey{}).(*unreadCall)
 	if !ok {
@@ -362,8 +434,14 @@ type timedStream struct {
 }
 
 func (s *timedStream) RecvMsg(m any) error {
-	if err := s.ServerStream.RecvMsg(m); err != nil || s.in {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
+	}
+	if s.u.requests != nil {
+		s.u.requests.read()
+	}
+	if s.in {
+		return nil
 	}
 	s.in = true
 	if !s.u.settle() {
@@ -371,6 +449,14 @@ func (s *timedStream) RecvMsg(m any) error {
 	}
 	s.u.timer.Stop()
 	return nil
+}
+
+func (s *timedStream) SendMsg(m any) error {
+	err := s.ServerStream.SendMsg(m)
+	if s.u.requests != nil {
+		s.u.requests.answered()
+	}
+	return err
 }
 
 // stop ends the gRPC service once the drain has answered every admitted

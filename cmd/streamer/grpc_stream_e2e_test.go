@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -27,8 +29,9 @@ func sleepRequest(id, item string) *pb.ModelInferRequest {
 // once on one call, so that one client fills batches: 20 requests sent
 // one after another without waiting run in two or three batches of a 1 s
 // model, where one at a time would take 20. Each request gets one answer
-// with its id, its item back; one for a model the server does not serve
-// gets its error with its id, and the call goes on. Once the client has
+// with its id, its item back; one for a model the server does not serve,
+// and one refused as it is read, get their errors with their ids, and the
+// call goes on. Once the client has
 // sent its last, the call ends OK after the last answer.
 func TestGRPCStreamInfer(t *testing.T) {
 	s, c := startGRPC(t, "--model", "sleep:1s,0", "--workers", "1", "--max-latency", "1ms")
@@ -47,6 +50,14 @@ func TestGRPCStreamInfer(t *testing.T) {
 	if err := stream.Send(wrong); err != nil {
 		t.Fatal(err)
 	}
+	// Refused as it is read, over the bound on entries: by its id too.
+	tooMany := sleepRequest("too many", "x")
+	for range 4097 {
+		tooMany.Outputs = append(tooMany.Outputs, &pb.ModelInferRequest_InferRequestedOutputTensor{Name: "output"})
+	}
+	if err := stream.Send(tooMany); err != nil {
+		t.Fatal(err)
+	}
 	if err := stream.CloseSend(); err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +68,7 @@ func TestGRPCStreamInfer(t *testing.T) {
 			break
 		}
 		if err != nil {
-			t.Fatalf("the stream ended with %v after %d answers; want OK after %d", err, len(got), n+1)
+			t.Fatalf("the stream ended with %v after %d answers; want OK after %d", err, len(got), n+2)
 		}
 		id := msg.GetInferResponse().GetId()
 		if _, twice := got[id]; twice {
@@ -81,8 +92,11 @@ func TestGRPCStreamInfer(t *testing.T) {
 	if answer := got["wrong"]; !strings.HasPrefix(answer, "error: ") || !strings.Contains(answer, "nonesuch") {
 		t.Errorf("the request for another model: answered %q, want its error naming the model", answer)
 	}
-	if len(got) != n+1 {
-		t.Errorf("%d answers, want %d", len(got), n+1)
+	if answer := got["too many"]; !strings.HasPrefix(answer, "error: ") || !strings.Contains(answer, "over the 4096") {
+		t.Errorf("the request over the bound on entries: answered %q, want its refusal", answer)
+	}
+	if len(got) != n+2 {
+		t.Errorf("%d answers, want %d", len(got), n+2)
 	}
 	if st := s.stats(t); st.Batches > 3 || st.Answered != n {
 		t.Errorf("stats %+v: want the %d items answered in 3 batches at most", st, n)
@@ -153,7 +167,8 @@ func TestGRPCStreamInferThroughADrain(t *testing.T) {
 // TestGRPCStreamInferEndsAtAMessageOverTheLimit: a message over the limit
 // ends the call RESOURCE_EXHAUSTED at once: grpc-go ends it as it refuses
 // the message, so the request under way on it is canceled, and counted
-// so. The server serves the next call.
+// so; the message is counted rejected, as on a call of its own. The
+// server serves the next call.
 func TestGRPCStreamInferEndsAtAMessageOverTheLimit(t *testing.T) {
 	s, c := startGRPC(t, "--model", "sleep:1s,0", "--max-latency", "1ms", "--max-body", "1024")
 	stream, err := c.ModelStreamInfer(callCtx(t))
@@ -171,8 +186,9 @@ func TestGRPCStreamInferEndsAtAMessageOverTheLimit(t *testing.T) {
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "larger than max") {
 		t.Errorf("after a message over the limit: %v %v; want the stream ended RESOURCE_EXHAUSTED", msg, err)
 	}
-	waitFor(t, "the small request counted canceled", readyTimeout, func() bool {
-		return metricValue(t, s, `streamer_requests_total{outcome="canceled"}`) == 1
+	waitFor(t, "the small request counted canceled, the large one rejected", readyTimeout, func() bool {
+		return metricValue(t, s, `streamer_requests_total{outcome="canceled"}`) == 1 &&
+			metricValue(t, s, `streamer_requests_total{outcome="rejected"}`) == 1
 	})
 	next, err := c.ModelStreamInfer(callCtx(t))
 	if err != nil {
@@ -183,5 +199,43 @@ func TestGRPCStreamInferEndsAtAMessageOverTheLimit(t *testing.T) {
 	}
 	if msg, err := next.Recv(); err != nil || msg.ErrorMessage != "" || msg.GetInferResponse().GetId() != "next" {
 		t.Errorf("the call after: %v %v; want its answer", msg, err)
+	}
+}
+
+// TestGRPCStreamInferHoldsItsConnectionOnlyWhileBusy: at
+// --max-connections, a streaming call keeps its connection from being
+// reclaimed while it has a request under way; once its answers are out,
+// held open with nothing under way, its connection gives its place to a
+// new one as an idle connection does, and the call ends UNAVAILABLE.
+// Before, a client held its connection for good with one stream open.
+func TestGRPCStreamInferHoldsItsConnectionOnlyWhileBusy(t *testing.T) {
+	addr := freePort(t)
+	s := startServer(t, "--model", "sleep:5s,0", "--max-latency", "1ms", "--grpc-listen", addr, "--max-connections", "1")
+	stream, err := grpcClient(t, addr, nil).ModelStreamInfer(callCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(sleepRequest("busy", "x")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the request to be admitted", readyTimeout, func() bool { return s.stats(t).Submitted == 1 })
+	live := func(ctx context.Context, c pb.GRPCInferenceServiceClient) error {
+		_, err := c.ServerLive(ctx, &pb.ServerLiveRequest{})
+		return err
+	}
+	if callsOnANewConnection(t, addr, live) {
+		t.Fatal("a new connection took the place of one whose stream had a request under way")
+	}
+	if msg, err := stream.Recv(); err != nil || msg.ErrorMessage != "" {
+		t.Fatalf("the request under way: %v %v", msg, err)
+	}
+	waitFor(t, "a new connection to take the place of the one whose stream is idle", 15*time.Second, func() bool {
+		return callsOnANewConnection(t, addr, live)
+	})
+	if _, err := stream.Recv(); status.Code(err) != codes.Unavailable {
+		t.Errorf("the idle stream after its connection was reclaimed: %v; want UNAVAILABLE", err)
+	}
+	if n := metricValue(t, s, `streamer_connections_reclaimed_total{protocol="grpc"}`); n != 1 {
+		t.Errorf("%v connections counted reclaimed, want 1", n)
 	}
 }

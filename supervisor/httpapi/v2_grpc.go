@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -335,11 +336,21 @@ func (g *GRPC) ModelStreamInfer(stream inferencepb.GRPCInferenceService_ModelStr
 			return sendErr
 		}
 		if err != nil {
+			// grpc-go refused a message as it read it (over the limit,
+			// or not to be decompressed), and ended the call: counted as
+			// ModelInfer's would be.
+			switch status.Code(err) {
+			case codes.ResourceExhausted:
+				g.h.requests.count(http.StatusRequestEntityTooLarge, nil)
+			case codes.Internal:
+				g.h.requests.count(http.StatusBadRequest, nil)
+			}
 			return err
 		}
 		select {
 		case inFlight <- struct{}{}:
 		case <-ctx.Done():
+			g.h.requests.count(StatusClientClosedRequest, nil) // read, and never run
 			return ctx.Err()
 		}
 		answered.Go(func() {
@@ -788,7 +799,7 @@ func (c *inferCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	// as INTERNAL. The request goes on, undecoded but for the refusal,
 	// which ModelInfer answers (see codecRefusal).
 	refuse := func(what string, got, most int, hint string) error {
-		refuseRequest(req, fieldTooLarge, "the request holds "+strconv.Itoa(got)+" "+what+", over the "+strconv.Itoa(most)+" one call may carry"+hint)
+		refuseRequest(req, wire, fieldTooLarge, "the request holds "+strconv.Itoa(got)+" "+what+", over the "+strconv.Itoa(most)+" one call may carry"+hint)
 		return nil
 	}
 	switch {
@@ -805,7 +816,7 @@ func (c *inferCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	if err := proto.Unmarshal(wire, req); err != nil {
 		// A client's mistake, as a malformed body is over REST: 400.
-		refuseRequest(req, fieldMalformed, "the message is not a well-formed ModelInferRequest: "+err.Error())
+		refuseRequest(req, wire, fieldMalformed, "the message is not a well-formed ModelInferRequest: "+err.Error())
 		return nil
 	}
 	// A client's own unknown fields mean nothing here, and may not pass
@@ -823,10 +834,25 @@ const (
 	fieldMalformed = protowire.MaxValidNumber - 1 // INVALID_ARGUMENT, as a 400
 )
 
-// refuseRequest leaves req undecoded but for msg, the codec's refusal,
-// under field, its kind.
-func refuseRequest(req *inferencepb.ModelInferRequest, field protowire.Number, msg string) {
+// refuseRequest leaves req, whose wire form is wire, undecoded but for
+// msg, the codec's refusal, under field, its kind, and the names of the
+// request, as far as they are well formed: its model, version and id,
+// which a refusal on a stream is answered with (see ModelStreamInfer).
+func refuseRequest(req *inferencepb.ModelInferRequest, wire []byte, field protowire.Number, msg string) {
 	proto.Reset(req)
+	eachField(wire, func(num protowire.Number, typ protowire.Type, v []byte) {
+		if typ != protowire.BytesType || !utf8.Valid(v) { // a string, as the answer must hold it
+			return
+		}
+		switch num {
+		case fieldModelName:
+			req.ModelName = string(v)
+		case fieldModelVersion:
+			req.ModelVersion = string(v)
+		case fieldID:
+			req.Id = string(v)
+		}
+	})
 	b := protowire.AppendTag(nil, field, protowire.BytesType)
 	req.ProtoReflect().SetUnknown(protowire.AppendString(b, msg))
 }
@@ -846,8 +872,11 @@ func codecRefusal(req *inferencepb.ModelInferRequest) (msg string, field protowi
 	return msg, field
 }
 
-// The field numbers countEntries follows.
+// The field numbers countEntries and refuseRequest follow.
 const (
+	fieldModelName         = 1 // ModelInferRequest.model_name
+	fieldModelVersion      = 2 // ModelInferRequest.model_version
+	fieldID                = 3 // ModelInferRequest.id
 	fieldRequestParameters = 4 // ModelInferRequest.parameters
 	fieldInputs            = 5 // ModelInferRequest.inputs
 	fieldOutputs           = 6 // ModelInferRequest.outputs

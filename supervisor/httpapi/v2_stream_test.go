@@ -13,6 +13,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/streamer-dev/streamer/supervisor"
 	pb "github.com/streamer-dev/streamer/supervisor/httpapi/inferencepb"
@@ -116,4 +119,50 @@ func atoi(t *testing.T, s string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// A request the codec refuses keeps the names it came with, as far as they
+// are well formed, so that a refusal on a stream is answered with the id
+// the client gave it: over the bound on entries, and malformed after its
+// names. A name that is not UTF-8 is left out, as no answer could hold it.
+func TestGRPCRefusedRequestKeepsItsNames(t *testing.T) {
+	codec := NewGRPC(New(Config{Backend: &fakeBackend{ready: true}})).Codec()
+	names := func(b []byte, model, version, id string) []byte {
+		b = protowire.AppendString(protowire.AppendTag(b, fieldModelName, protowire.BytesType), model)
+		b = protowire.AppendString(protowire.AppendTag(b, fieldModelVersion, protowire.BytesType), version)
+		return protowire.AppendString(protowire.AppendTag(b, fieldID, protowire.BytesType), id)
+	}
+	tooMany := &pb.ModelInferRequest{ModelName: "m", ModelVersion: "2", Id: "many",
+		Outputs: make([]*pb.ModelInferRequest_InferRequestedOutputTensor, maxTensorEntries+1)}
+	for i := range tooMany.Outputs {
+		tooMany.Outputs[i] = &pb.ModelInferRequest_InferRequestedOutputTensor{}
+	}
+	large, err := proto.Marshal(tooMany)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name               string
+		wire               []byte
+		field              protowire.Number
+		model, version, id string
+	}{
+		{"too many entries", large, fieldTooLarge, "m", "2", "many"},
+		{"malformed after its names", append(names(nil, "m", "1", "bad"), 0xff), fieldMalformed, "m", "1", "bad"},
+		{"an id not UTF-8", names(nil, "m", "1", "\xff"), fieldMalformed, "m", "1", ""},
+	} {
+		req := new(pb.ModelInferRequest)
+		if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(tt.wire)}, req); err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if _, field := codecRefusal(req); field != tt.field {
+			t.Errorf("%s: refusal field %d, want %d", tt.name, field, tt.field)
+		}
+		if req.ModelName != tt.model || req.ModelVersion != tt.version || req.Id != tt.id {
+			t.Errorf("%s: refused request named model %q version %q id %q, want %q %q %q", tt.name, req.ModelName, req.ModelVersion, req.Id, tt.model, tt.version, tt.id)
+		}
+		if len(req.Outputs) != 0 || len(req.Inputs) != 0 {
+			t.Errorf("%s: a refused request kept its tensors", tt.name)
+		}
+	}
 }
