@@ -3,33 +3,21 @@ package main
 import (
 	"bytes"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 )
 
-// A value with a newline (a failed reload's error) stays one assignment,
-// and the message ends with a newline, as the protocol has it.
+// A value with a newline (a failed reload's error) stays one assignment.
 func TestServiceManagerKeepsAValueOnItsLine(t *testing.T) {
-	socket := filepath.Join(t.TempDir(), "notify")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: socket, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	m := &serviceManager{socket: socket, log: slog.New(slog.DiscardHandler)}
+	n := listenNotifications(t)
+	m := &serviceManager{socket: n.socket, log: slog.New(slog.DiscardHandler)}
 	m.ready("serving (the last reload failed: slot 0: its last words:\nout of memory)")
-	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-	buf := make([]byte, 4096)
-	k, err := conn.Read(buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := "READY=1\nSTATUS=serving (the last reload failed: slot 0: its last words: out of memory)\n"
-	if got := string(buf[:k]); got != want {
-		t.Errorf("sent %q, want %q", got, want)
+	msg := n.next(t, "READY=1")
+	want := "serving (the last reload failed: slot 0: its last words: out of memory)"
+	if len(msg) != 2 || msg["READY"] != "1" || msg["STATUS"] != want {
+		t.Errorf("sent %v, want READY=1 and STATUS=%s", msg, want)
 	}
 }
 
@@ -56,29 +44,17 @@ func TestServiceManagerOutOfReachIsLoggedOnce(t *testing.T) {
 // ends in the drain, no RELOADING=1, no STATUS=. The watchdog's word goes
 // on until the end.
 func TestServiceManagerHearsNothingButStopsAfterStopping(t *testing.T) {
-	socket := filepath.Join(t.TempDir(), "notify")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: socket, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	m := &serviceManager{socket: socket, log: slog.New(slog.DiscardHandler)}
+	n := listenNotifications(t)
+	m := &serviceManager{socket: n.socket, log: slog.New(slog.DiscardHandler)}
 	m.stopping("stopping")
 	m.ready("serving")
 	m.reloading("reloading", time.Minute)
 	m.status("serving")
 	m.send("WATCHDOG=1")
-	var got []string
-	buf := make([]byte, 4096)
-	for range 2 {
-		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-		k, err := conn.Read(buf)
-		if err != nil {
-			t.Fatalf("after %q: %v", got, err)
-		}
-		got = append(got, strings.SplitN(string(buf[:k]), "\n", 2)[0])
+	if msg := n.next(t, "STOPPING=1"); msg["STOPPING"] != "1" {
+		t.Errorf("the manager heard %v first; want STOPPING=1", msg)
 	}
-	if got[0] != "STOPPING=1" || got[1] != "WATCHDOG=1" {
-		t.Errorf("the manager heard %q; want STOPPING=1, then WATCHDOG=1 alone", got)
+	if msg := n.next(t, "WATCHDOG=1"); msg["WATCHDOG"] != "1" || len(msg) != 1 {
+		t.Errorf("the manager heard %v after STOPPING=1; want WATCHDOG=1 alone", msg)
 	}
 }

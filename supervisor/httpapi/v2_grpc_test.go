@@ -787,20 +787,7 @@ func TestGRPCCompressedMessagesHeldAreBounded(t *testing.T) {
 	req := &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{input("t", "INT8", 1, 1<<20)}, RawInputContents: [][]byte{make([]byte, 1<<20)}}
 	h.inflated.bound = int64(proto.Size(req)) * 3 / 2 // one message, not two
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	server := grpc.NewServer()
-	pb.RegisterGRPCInferenceServiceServer(server, NewGRPC(h))
-	go func() { _ = server.Serve(l) }()
-	defer server.Stop()
-	conn, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := pb.NewGRPCInferenceServiceClient(conn)
+	client := serveGRPC(t, h)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	call := func(opts ...grpc.CallOption) <-chan error {
@@ -844,4 +831,24 @@ func TestGRPCCompressedMessagesHeldAreBounded(t *testing.T) {
 	if n := h.inflated.held.Load(); n != 0 {
 		t.Errorf("%d bytes counted held once every call is done; want 0", n)
 	}
+}
+
+// serveGRPC serves h's gRPC service on a loopback port until the test
+// ends, and returns a client of it.
+func serveGRPC(t *testing.T, h *handler) pb.GRPCInferenceServiceClient {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := grpc.NewServer()
+	pb.RegisterGRPCInferenceServiceServer(server, NewGRPC(h))
+	go func() { _ = server.Serve(l) }()
+	t.Cleanup(server.Stop)
+	conn, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return pb.NewGRPCInferenceServiceClient(conn)
 }

@@ -5,14 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -46,22 +43,9 @@ func TestGRPCStreamInferBoundsTheRequestsUnderWay(t *testing.T) {
 		return echoAnswer(req), nil
 	}}
 	h := newV2(echoModel(spec("t", "INT8", true, -1, -1)), backend).(*handler)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	server := grpc.NewServer()
-	pb.RegisterGRPCInferenceServiceServer(server, NewGRPC(h))
-	go func() { _ = server.Serve(l) }()
-	defer server.Stop()
-	conn, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	stream, err := pb.NewGRPCInferenceServiceClient(conn).ModelStreamInfer(ctx)
+	stream, err := serveGRPC(t, h).ModelStreamInfer(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
