@@ -138,6 +138,7 @@ func addBenchFlags(f *pflag.FlagSet, o *benchOptions) {
 	f.StringVar(&o.cfg.API, "api", bench.APIHTTP, "http, or go to drive the supervisor's Go API in this process")
 	f.StringVar(&o.cfg.Protocol, "protocol", bench.ProtocolPredict, "what the load speaks: predict (POST /predict), v2 (the Open Inference Protocol, JSON data), v2-binary (its binary tensor data extension, for inputs and outputs) or grpc (its gRPC service, raw contents)")
 	f.StringVar(&o.caFile, "ca", "", "with an https --target: PEM file of the CA that signed the server's certificate (default: the system's); its gRPC service's too")
+	f.BoolVar(&o.cfg.GRPCStream, "grpc-stream", false, "with --protocol grpc: send the requests on Triton's streaming call (ModelStreamInfer), one call per connection carrying its clients' requests, rather than a call each")
 	f.StringVar(&o.cfg.GRPCTarget, "grpc-target", "", "with --target and --protocol grpc: the address of the target's gRPC service (its --grpc-listen); its stats are read from --target")
 	f.StringVar(&o.cfg.Input, "input", `"hello, streamer"`, "one item, as JSON")
 	intVar(f, &o.cfg.ItemsPerRequest, "items-per-request", 1, "items in each request (at most 65536, and the --max-items of the server bench starts)")

@@ -396,6 +396,7 @@ func TestBenchBadFlags(t *testing.T) {
 		{"request timeout with the go api", []string{"--api", "go", "--request-timeout", "1s"}, "--request-timeout bounds the requests of an http run"},
 		{"grpc with a target but no grpc target", []string{"--target", "http://127.0.0.1:1", "--protocol", "grpc", "--model", "echo"}, "--protocol grpc with --target: give the target's gRPC address with --grpc-target"},
 		{"a grpc target with another protocol", []string{"--target", "http://127.0.0.1:1", "--grpc-target", "127.0.0.1:2"}, "--grpc-target goes with --protocol grpc, not predict"},
+		{"grpc streams with another protocol", []string{"--protocol", "v2", "--grpc-stream"}, "--grpc-stream goes with --protocol grpc, not v2"},
 		{"a gRPC listen address", []string{"--protocol", "grpc", "--grpc-listen", "127.0.0.1:1"}, "--grpc-listen: with --protocol grpc, bench starts its server's gRPC service"},
 		{"a certificate for its own server", []string{"--tls-cert", "cert.pem", "--tls-key", "key.pem"}, "--tls-cert, --tls-key: bench speaks plain http to the server it starts"},
 		{"a key alone for its own server", []string{"--tls-key", "key.pem"}, "--tls-cert, --tls-key: bench speaks plain http to the server it starts"},
@@ -960,6 +961,21 @@ func TestBenchOverGRPC(t *testing.T) {
 	}
 	if got := after.Submitted - before.Submitted; got < 3*uint64(rep.Requests) {
 		t.Errorf("the server admitted %d items, bench reports %d answered requests of 3", got, rep.Requests)
+	}
+	// The same on Triton's streaming call: 70 clients, so two connections
+	// of 64 at most, each one call.
+	before = s.stats(t)
+	rep, _ = benchJSON(t, "--target", s.URL(), "--grpc-target", addr, "--protocol", "grpc", "--grpc-stream", "--model", "echo", "--items-per-request", "3",
+		"--concurrency", "70", "--duration", "500ms", "--auth-token", "target-tok")
+	after = s.stats(t)
+	if rep.Requests == 0 || len(rep.Errors) != 0 {
+		t.Fatalf("bench over gRPC streams of a target: %d requests, errors %v", rep.Requests, rep.Errors)
+	}
+	if got := after.Submitted - before.Submitted; got < 3*uint64(rep.Requests) {
+		t.Errorf("the server admitted %d items, bench reports %d answered requests of 3 on streams", got, rep.Requests)
+	}
+	if got := metricValue(t, s, `streamer_requests_total{outcome="ok"}`); got < float64(rep.Requests) {
+		t.Errorf("the server counted %v requests answered, bench %d on streams", got, rep.Requests)
 	}
 	// A server that refuses every call alike stops the load early, as over
 	// http.

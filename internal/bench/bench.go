@@ -68,6 +68,10 @@ type Config struct {
 	// Protocol is what an http run speaks: ProtocolPredict (the default
 	// when empty), ProtocolV2, ProtocolV2Binary or ProtocolGRPC.
 	Protocol string
+	// GRPCStream sends ProtocolGRPC's requests on Triton's streaming call,
+	// ModelStreamInfer: one call on each connection carries the requests
+	// of the clients that share it, rather than a call each.
+	GRPCStream bool
 	// GRPCTarget is the address of the gRPC service of Target (its
 	// --grpc-listen), for ProtocolGRPC; a server Run starts is given one.
 	// The server's stats are still read from Target over http.

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -114,6 +117,21 @@ func (cfg *Config) grpcSender(client *http.Client, base, addr string, item any) 
 	}
 	var next atomic.Uint64
 	timeout := cfg.RequestTimeout
+	if cfg.GRPCStream {
+		muxes := make([]*streamMux, len(clients))
+		for i, c := range clients {
+			muxes[i] = &streamMux{client: c, md: md, req: req}
+		}
+		send := func(ctx context.Context) (string, error) {
+			return muxes[next.Add(1)%uint64(len(muxes))].call(ctx, timeout)
+		}
+		return send, func() {
+			for _, m := range muxes {
+				m.close()
+			}
+			closeAll()
+		}, nil
+	}
 	send := func(ctx context.Context) (string, error) {
 		c := clients[next.Add(1)%uint64(len(clients))]
 		call, cancel := context.WithTimeout(ctx, timeout)
@@ -137,6 +155,159 @@ func (cfg *Config) grpcSender(client *http.Client, base, addr string, item any) 
 		return "grpc " + code.String(), errors.New(status.Convert(err).Message())
 	}
 	return send, closeAll, nil
+}
+
+// grpcKind is the kind of error of a call that failed with err: a
+// timeout, a connection lost or refused, or the server's refusal by its
+// code.
+func grpcKind(err error) (string, error) {
+	code := status.Code(err)
+	switch {
+	case errors.Is(err, errStreamEnded):
+		return kindConnection, err
+	case code == codes.DeadlineExceeded:
+		return kindTimeout, err
+	case code == codes.Unavailable && !serverSaidUnavailable(err):
+		return kindConnection, err
+	}
+	return "grpc " + code.String(), errors.New(status.Convert(err).Message())
+}
+
+// streamMux carries the requests of the clients that share a connection
+// on one ModelStreamInfer call, each told its answer by the id it was
+// sent with. A call that ends (its connection lost, the server's drain)
+// fails the requests under way on it, and the next request opens
+// another.
+type streamMux struct {
+	client pb.GRPCInferenceServiceClient
+	md     metadata.MD
+	req    *pb.ModelInferRequest // each request is this one under its own id
+
+	mu      sync.Mutex // the stream takes one message at a time
+	stream  pb.GRPCInferenceService_ModelStreamInferClient
+	cancel  context.CancelFunc
+	waiting map[string]chan streamAnswer
+	next    uint64
+	closed  bool
+}
+
+// errStreamEnded fails the requests under way on a streaming call that
+// the server ended without their answers.
+var errStreamEnded = errors.New("the server ended the streaming call with requests under way")
+
+// streamAnswer is a request's answer, or the end of its call.
+type streamAnswer struct {
+	msg *pb.ModelStreamInferResponse
+	err error
+}
+
+// call sends one request and waits for its answer, for timeout at most.
+func (m *streamMux) call(ctx context.Context, timeout time.Duration) (string, error) {
+	answer := make(chan streamAnswer, 1)
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return "", nil // the load ended
+	}
+	if m.stream == nil {
+		if err := m.openLocked(); err != nil {
+			m.mu.Unlock()
+			return grpcKind(err)
+		}
+	}
+	m.next++
+	id := strconv.FormatUint(m.next, 10)
+	m.waiting[id] = answer
+	err := m.stream.Send(&pb.ModelInferRequest{Id: id, ModelName: m.req.ModelName, Inputs: m.req.Inputs, RawInputContents: m.req.RawInputContents})
+	m.mu.Unlock()
+	if err != nil {
+		// The call ended: its reader fails what waits on it, this too.
+		err = (<-answer).err
+		return grpcKind(err)
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case a := <-answer:
+		switch {
+		case a.err != nil && ctx.Err() != nil:
+			return "", nil // the load ended under it
+		case a.err != nil:
+			return grpcKind(a.err)
+		case a.msg.ErrorMessage != "":
+			return "grpc stream refusal", errors.New(a.msg.ErrorMessage)
+		}
+		return "", nil
+	case <-t.C:
+		m.forget(id)
+		return kindTimeout, fmt.Errorf("no answer on the stream within %s", timeout)
+	case <-ctx.Done():
+		m.forget(id)
+		return "", nil
+	}
+}
+
+// openLocked opens a call, and its reader. It requires that m.mu is held.
+func (m *streamMux) openLocked() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	if m.md != nil {
+		ctx = metadata.NewOutgoingContext(ctx, m.md)
+	}
+	stream, err := m.client.ModelStreamInfer(ctx)
+	if err != nil {
+		cancel()
+		return err
+	}
+	m.stream, m.cancel, m.waiting = stream, cancel, map[string]chan streamAnswer{}
+	go m.read(stream, m.waiting)
+	return nil
+}
+
+// read hands each answer of stream to the request of its id, among
+// waiting, until the call ends; then it fails those left.
+func (m *streamMux) read(stream pb.GRPCInferenceService_ModelStreamInferClient, waiting map[string]chan streamAnswer) {
+	for {
+		msg, err := stream.Recv()
+		m.mu.Lock()
+		if err != nil {
+			if err == io.EOF {
+				err = errStreamEnded
+			}
+			for id, answer := range waiting {
+				answer <- streamAnswer{err: err}
+				delete(waiting, id)
+			}
+			if m.stream == stream {
+				m.stream = nil
+				m.cancel()
+			}
+			m.mu.Unlock()
+			return
+		}
+		answer, ok := waiting[msg.GetInferResponse().GetId()]
+		delete(waiting, msg.GetInferResponse().GetId())
+		m.mu.Unlock()
+		if ok {
+			answer <- streamAnswer{msg: msg}
+		}
+	}
+}
+
+// forget stops waiting for the answer of request id.
+func (m *streamMux) forget(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.waiting, id)
+}
+
+// close ends the call under way, if any; no request is sent after.
+func (m *streamMux) close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	if m.stream != nil {
+		m.cancel()
+	}
 }
 
 // serverSaidUnavailable tells the server's UNAVAILABLE (no worker able to

@@ -259,6 +259,8 @@ func (cfg *Config) checkProtocol() error {
 		return fmt.Errorf("--protocol %s is spoken to a server; --api go calls the supervisor directly", cfg.Protocol)
 	}
 	switch {
+	case cfg.GRPCStream && cfg.Protocol != ProtocolGRPC:
+		return fmt.Errorf("--grpc-stream goes with --protocol grpc, not %s", cfg.Protocol)
 	case cfg.GRPCTarget != "" && cfg.Protocol != ProtocolGRPC:
 		return fmt.Errorf("--grpc-target goes with --protocol grpc, not %s", cfg.Protocol)
 	case cfg.GRPCTarget != "" && cfg.Target == "":
