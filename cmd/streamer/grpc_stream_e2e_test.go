@@ -239,3 +239,39 @@ func TestGRPCStreamInferHoldsItsConnectionOnlyWhileBusy(t *testing.T) {
 		t.Errorf("%v connections counted reclaimed, want 1", n)
 	}
 }
+
+// TestGRPCStreamInferRefusalsCarryTheirCode: a request refused on a
+// stream carries the gRPC code its call would have ended with, in the
+// streamer_error_code parameter: INVALID_ARGUMENT for a wrong input,
+// NOT_FOUND for another model.
+func TestGRPCStreamInferRefusalsCarryTheirCode(t *testing.T) {
+	_, c := startGRPC(t, "--model", "sleep:1ms,0")
+	stream, err := c.ModelStreamInfer(callCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrongType := sleepRequest("type", "x")
+	wrongType.Inputs[0].Datatype = "FP32"
+	other := sleepRequest("model", "x")
+	other.ModelName = "nonesuch"
+	for _, req := range []*pb.ModelInferRequest{wrongType, other} {
+		if err := stream.Send(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]codes.Code{"type": codes.InvalidArgument, "model": codes.NotFound}
+	for range want {
+		msg, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp := msg.GetInferResponse()
+		code, ok := resp.GetParameters()["streamer_error_code"]
+		if msg.ErrorMessage == "" || !ok || codes.Code(code.GetInt64Param()) != want[resp.GetId()] {
+			t.Errorf("request %q: %v; want its error with code %s", resp.GetId(), msg, want[resp.GetId()])
+		}
+	}
+}

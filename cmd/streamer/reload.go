@@ -45,14 +45,22 @@ type toldAdmin struct {
 
 func (a toldAdmin) Reload(ctx context.Context) error {
 	err := a.Streamer.Reload(ctx)
-	a.manager.status(a.serving())
+	a.told(err)
 	return err
 }
 
 func (a toldAdmin) SetWorkers(ctx context.Context, n int) error {
 	err := a.Streamer.SetWorkers(ctx, n)
-	a.manager.status(a.serving())
+	a.told(err)
 	return err
+}
+
+// told updates the status once a change asked over HTTP is over, unless
+// it was refused for another under way, which tells its own.
+func (a toldAdmin) told(err error) {
+	if !errors.Is(err, supervisor.ErrBusy) {
+		a.manager.status(a.serving())
+	}
 }
 
 // hangups is what SIGHUP does to streamer serve, from the first moment of

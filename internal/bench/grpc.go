@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/streamer-dev/streamer/supervisor/httpapi"
 	pb "github.com/streamer-dev/streamer/supervisor/httpapi/inferencepb"
 )
 
@@ -177,18 +178,29 @@ func grpcKind(err error) (string, error) {
 // on one ModelStreamInfer call, each told its answer by the id it was
 // sent with. A call that ends (its connection lost, the server's drain)
 // fails the requests under way on it, and the next request opens
-// another.
+// another. Messages go out through one sender per call: a request waits
+// for its turn no longer than its timeout, even while the server, its
+// 256 requests of the call under way, reads no more (a call cannot cancel
+// one request, so those that time out stay under way there).
 type streamMux struct {
 	client pb.GRPCInferenceServiceClient
 	md     metadata.MD
 	req    *pb.ModelInferRequest // each request is this one under its own id
 
-	mu      sync.Mutex // the stream takes one message at a time
-	stream  pb.GRPCInferenceService_ModelStreamInferClient
-	cancel  context.CancelFunc
-	waiting map[string]chan streamAnswer
+	mu      sync.Mutex
+	current *muxCall // the call under way; nil for none
 	next    uint64
 	closed  bool
+}
+
+// muxCall is one ModelStreamInfer call of a streamMux.
+type muxCall struct {
+	stream  pb.GRPCInferenceService_ModelStreamInferClient
+	cancel  context.CancelFunc
+	sends   chan *pb.ModelInferRequest // to the call's sender
+	ended   chan struct{}              // closed once the call has ended
+	mu      sync.Mutex
+	waiting map[string]chan streamAnswer // nil once the call has ended
 }
 
 // errStreamEnded fails the requests under way on a streaming call that
@@ -203,30 +215,41 @@ type streamAnswer struct {
 
 // call sends one request and waits for its answer, for timeout at most.
 func (m *streamMux) call(ctx context.Context, timeout time.Duration) (string, error) {
-	answer := make(chan streamAnswer, 1)
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
 		return "", nil // the load ended
 	}
-	if m.stream == nil {
-		if err := m.openLocked(); err != nil {
+	c := m.current
+	if c == nil {
+		var err error
+		if c, err = m.open(); err != nil {
 			m.mu.Unlock()
 			return grpcKind(err)
 		}
+		m.current = c
 	}
 	m.next++
 	id := strconv.FormatUint(m.next, 10)
-	m.waiting[id] = answer
-	err := m.stream.Send(&pb.ModelInferRequest{Id: id, ModelName: m.req.ModelName, Inputs: m.req.Inputs, RawInputContents: m.req.RawInputContents})
 	m.mu.Unlock()
-	if err != nil {
-		// The call ended: its reader fails what waits on it, this too.
-		err = (<-answer).err
-		return grpcKind(err)
+	answer := make(chan streamAnswer, 1)
+	if !c.wait(id, answer) {
+		return kindConnection, errStreamEnded
 	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
+	req := &pb.ModelInferRequest{Id: id, ModelName: m.req.ModelName, Inputs: m.req.Inputs, RawInputContents: m.req.RawInputContents}
+	select {
+	case c.sends <- req:
+	case a := <-answer: // the call ended before its turn
+		return grpcKind(a.err)
+	case <-t.C:
+		c.forget(id)
+		return kindTimeout, fmt.Errorf("not sent on the stream within %s", timeout)
+	case <-ctx.Done():
+		c.forget(id)
+		return "", nil
+	}
 	select {
 	case a := <-answer:
 		switch {
@@ -235,20 +258,32 @@ func (m *streamMux) call(ctx context.Context, timeout time.Duration) (string, er
 		case a.err != nil:
 			return grpcKind(a.err)
 		case a.msg.ErrorMessage != "":
-			return "grpc stream refusal", errors.New(a.msg.ErrorMessage)
+			return streamRefusal(a.msg)
 		}
 		return "", nil
 	case <-t.C:
-		m.forget(id)
+		c.forget(id)
 		return kindTimeout, fmt.Errorf("no answer on the stream within %s", timeout)
 	case <-ctx.Done():
-		m.forget(id)
+		c.forget(id)
 		return "", nil
 	}
 }
 
-// openLocked opens a call, and its reader. It requires that m.mu is held.
-func (m *streamMux) openLocked() error {
+// streamRefusal is the kind of a request's failure on a stream: the
+// gRPC code the server gives it (httpapi.StreamErrorCode), as ModelInfer
+// would have ended its call with.
+func streamRefusal(msg *pb.ModelStreamInferResponse) (string, error) {
+	err := errors.New(msg.ErrorMessage)
+	p, ok := msg.GetInferResponse().GetParameters()[httpapi.StreamErrorCode]
+	if !ok {
+		return "grpc stream refusal", err
+	}
+	return "grpc " + codes.Code(p.GetInt64Param()).String(), err
+}
+
+// open opens a call, with its sender and its reader.
+func (m *streamMux) open() (*muxCall, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	if m.md != nil {
 		ctx = metadata.NewOutgoingContext(ctx, m.md)
@@ -256,48 +291,82 @@ func (m *streamMux) openLocked() error {
 	stream, err := m.client.ModelStreamInfer(ctx)
 	if err != nil {
 		cancel()
-		return err
+		return nil, err
 	}
-	m.stream, m.cancel, m.waiting = stream, cancel, map[string]chan streamAnswer{}
-	go m.read(stream, m.waiting)
-	return nil
+	c := &muxCall{stream: stream, cancel: cancel, sends: make(chan *pb.ModelInferRequest), ended: make(chan struct{}),
+		waiting: map[string]chan streamAnswer{}}
+	go c.send()
+	go c.read(m)
+	return c, nil
 }
 
-// read hands each answer of stream to the request of its id, among
-// waiting, until the call ends; then it fails those left.
-func (m *streamMux) read(stream pb.GRPCInferenceService_ModelStreamInferClient, waiting map[string]chan streamAnswer) {
+// send sends the requests handed to it until the call ends.
+func (c *muxCall) send() {
 	for {
-		msg, err := stream.Recv()
-		m.mu.Lock()
+		select {
+		case req := <-c.sends:
+			if c.stream.Send(req) != nil {
+				return // the reader hears why, and fails what waits
+			}
+		case <-c.ended:
+			return
+		}
+	}
+}
+
+// read hands each answer to the request of its id until the call ends;
+// then it fails those left, and m opens another call for the next.
+func (c *muxCall) read(m *streamMux) {
+	for {
+		msg, err := c.stream.Recv()
 		if err != nil {
 			if err == io.EOF {
 				err = errStreamEnded
 			}
-			for id, answer := range waiting {
+			c.mu.Lock()
+			waiting := c.waiting
+			c.waiting = nil
+			c.mu.Unlock()
+			for _, answer := range waiting {
 				answer <- streamAnswer{err: err}
-				delete(waiting, id)
 			}
-			if m.stream == stream {
-				m.stream = nil
-				m.cancel()
+			close(c.ended)
+			c.cancel()
+			m.mu.Lock()
+			if m.current == c {
+				m.current = nil
 			}
 			m.mu.Unlock()
 			return
 		}
-		answer, ok := waiting[msg.GetInferResponse().GetId()]
-		delete(waiting, msg.GetInferResponse().GetId())
-		m.mu.Unlock()
+		id := msg.GetInferResponse().GetId()
+		c.mu.Lock()
+		answer, ok := c.waiting[id]
+		delete(c.waiting, id)
+		c.mu.Unlock()
 		if ok {
 			answer <- streamAnswer{msg: msg}
 		}
 	}
 }
 
+// wait makes answer the channel of request id's answer; false once the
+// call has ended.
+func (c *muxCall) wait(id string, answer chan streamAnswer) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.waiting == nil {
+		return false
+	}
+	c.waiting[id] = answer
+	return true
+}
+
 // forget stops waiting for the answer of request id.
-func (m *streamMux) forget(id string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.waiting, id)
+func (c *muxCall) forget(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.waiting, id)
 }
 
 // close ends the call under way, if any; no request is sent after.
@@ -305,8 +374,8 @@ func (m *streamMux) close() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.closed = true
-	if m.stream != nil {
-		m.cancel()
+	if m.current != nil {
+		m.current.cancel()
 	}
 }
 
@@ -316,7 +385,7 @@ func (m *streamMux) close() {
 // failure does not start with.
 func serverSaidUnavailable(err error) bool {
 	msg := status.Convert(err).Message()
-	for _, prefix := range []string{"connection error", "error reading from server", "transport is closing", "name resolver", "invalid target address"} {
+	for _, prefix := range []string{"connection error", "error reading from server", "transport is closing", "closing transport due to", "name resolver", "invalid target address"} {
 		if len(msg) >= len(prefix) && msg[:len(prefix)] == prefix {
 			return false
 		}

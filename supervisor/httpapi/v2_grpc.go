@@ -304,6 +304,12 @@ func (g *GRPC) ModelInfer(ctx context.Context, req *inferencepb.ModelInferReques
 	return resp, nil
 }
 
+// StreamErrorCode is the parameter of a ModelStreamInfer answer that
+// failed which holds the gRPC status code ModelInfer would have ended the
+// request's call with, by its number (14 UNAVAILABLE, 3
+// INVALID_ARGUMENT, ...), as an int64_param.
+const StreamErrorCode = "streamer_error_code"
+
 // streamInFlight bounds the requests of one ModelStreamInfer call under
 // way at once: past it, the call reads its client's next request once one
 // is answered, and the client's sends wait (HTTP/2's flow control), as
@@ -358,8 +364,13 @@ func (g *GRPC) ModelStreamInfer(stream inferencepb.GRPCInferenceService_ModelStr
 			resp, err := g.ModelInfer(ctx, req)
 			msg := &inferencepb.ModelStreamInferResponse{InferResponse: resp}
 			if err != nil {
-				msg.ErrorMessage = status.Convert(err).Message()
-				msg.InferResponse = &inferencepb.ModelInferResponse{Id: req.GetId(), ModelName: req.GetModelName(), ModelVersion: req.GetModelVersion()}
+				st := status.Convert(err)
+				msg.ErrorMessage = st.Message()
+				// Triton's answer has no place for the code, which tells
+				// a client what ModelInfer's would (retry UNAVAILABLE, not
+				// INVALID_ARGUMENT): streamer's own parameter carries it.
+				msg.InferResponse = &inferencepb.ModelInferResponse{Id: req.GetId(), ModelName: req.GetModelName(), ModelVersion: req.GetModelVersion(),
+					Parameters: map[string]*inferencepb.InferParameter{StreamErrorCode: {ParameterChoice: &inferencepb.InferParameter_Int64Param{Int64Param: int64(st.Code())}}}}
 			}
 			sending.Lock()
 			defer sending.Unlock()
