@@ -215,26 +215,40 @@ type streamAnswer struct {
 
 // call sends one request and waits for its answer, for timeout at most.
 func (m *streamMux) call(ctx context.Context, timeout time.Duration) (string, error) {
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return "", nil // the load ended
-	}
-	c := m.current
-	if c == nil {
-		var err error
-		if c, err = m.open(); err != nil {
-			m.mu.Unlock()
-			return grpcKind(err)
-		}
-		m.current = c
-	}
-	m.next++
-	id := strconv.FormatUint(m.next, 10)
-	m.mu.Unlock()
 	answer := make(chan streamAnswer, 1)
-	if !c.wait(id, answer) {
-		return kindConnection, errStreamEnded
+	var c *muxCall
+	var id string
+	for tries := 0; ; tries++ {
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			return "", nil // the load ended
+		}
+		c = m.current
+		if c == nil {
+			var err error
+			if c, err = m.open(); err != nil {
+				m.mu.Unlock()
+				return grpcKind(err)
+			}
+			m.current = c
+		}
+		m.next++
+		id = strconv.FormatUint(m.next, 10)
+		m.mu.Unlock()
+		if c.wait(id, answer) {
+			break
+		}
+		// The call ended as it was taken, before its reader let it go:
+		// the request goes on a new one, once.
+		m.mu.Lock()
+		if m.current == c {
+			m.current = nil
+		}
+		m.mu.Unlock()
+		if tries == 1 {
+			return kindConnection, errStreamEnded
+		}
 	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
