@@ -137,6 +137,12 @@ func (m *serviceManager) reloading(status string, upTo time.Duration) {
 	m.send(lines...)
 }
 
+// extend lets what the server does now (a reload that waited for
+// another change) take up to the time given from now.
+func (m *serviceManager) extend(upTo time.Duration) {
+	m.send("EXTEND_TIMEOUT_USEC=" + strconv.FormatInt(upTo.Microseconds(), 10))
+}
+
 // stopping says the server drains and stops.
 func (m *serviceManager) stopping(status string) { m.send("STOPPING=1", "STATUS="+status) }
 

@@ -186,3 +186,77 @@ func TestServiceManagerWatchdogHearsTheServerAlive(t *testing.T) {
 		}
 	}
 }
+
+// TestServiceManagerGivesAReloadThatWaitedItsTime: a reload that begins
+// later than its SIGHUP, behind a scaling or behind another reload, is
+// given its time anew by the service manager (EXTEND_TIMEOUT_USEC, sent
+// alone), as the time it was given at the SIGHUP may have run out
+// meanwhile; READY=1 comes once, after the last reload.
+func TestServiceManagerGivesAReloadThatWaitedItsTime(t *testing.T) {
+	n := listenNotifications(t)
+	s := newServerFrom(t, streamerBin, freePort(t), []string{"--model", "chaos:init-delay=1s", "--workers", "1", "--init-timeout", "40s", "--admin", "--auth-token", adminToken},
+		nil, []string{envNotifySocket + "=" + n.socket})
+	s.token = adminToken
+	for msg := n.next(t, "READY=1"); msg["READY"] != "1"; msg = n.next(t, "READY=1") {
+	}
+	reloadOf2 := strconv.Itoa(int((2*40*time.Second + startSlack).Microseconds()))
+	// untilReady takes the messages up to READY=1, and says whether the
+	// time of a reload of 2 workers was given anew, alone, after the
+	// RELOADING=1 of the last SIGHUP.
+	untilReady := func(what string, reloads int) (extended bool) {
+		t.Helper()
+		for {
+			msg := n.next(t, what)
+			switch {
+			case msg["RELOADING"] == "1":
+				reloads--
+			case msg["READY"] == "1":
+				if reloads != 0 {
+					t.Fatalf("READY=1 with %d RELOADING=1 still to come; %s", reloads, what)
+				}
+				return extended
+			case len(msg) == 1 && msg["EXTEND_TIMEOUT_USEC"] != "":
+				// Behind the scaling, the reload may first be told the
+				// time of one worker's: the scaling's counts once ready.
+				extended = extended || reloads == 0 && msg["EXTEND_TIMEOUT_USEC"] == reloadOf2
+			}
+		}
+	}
+	// Behind a scaling: the new worker takes a second to load.
+	scaled := make(chan error, 1)
+	go func() {
+		status, body, _, err := s.do(context.Background(), http.MethodPost, "/admin/workers", "application/json", []byte(`{"workers": 2}`))
+		if err == nil && status != http.StatusOK {
+			err = fmt.Errorf("POST /admin/workers: %d %s", status, body)
+		}
+		scaled <- err
+	}()
+	s.waitLogged(t, `msg="worker started" slot=1`)
+	if err := s.signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if !untilReady("the reload behind the scaling", 1) {
+		t.Error("a reload that waited for a scaling was not given its time anew as it could begin")
+	}
+	if err := <-scaled; err != nil {
+		t.Fatal(err)
+	}
+	s.waitLogged(t, "a reload or scaling of the workers is running")
+
+	// Behind another reload: the second SIGHUP comes as the first's
+	// reload replaces a worker.
+	if err := s.signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if msg := n.next(t, "RELOADING=1"); msg["RELOADING"] != "1" {
+		t.Fatalf("after SIGHUP the server said %v; want RELOADING=1", msg)
+	}
+	s.waitLog(t, "reload begun", 2)
+	if err := s.signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if !untilReady("the reload behind another", 1) {
+		t.Error("a reload that waited for another reload was not given its time anew as it could begin")
+	}
+	s.waitAllReady(t, 2)
+}

@@ -194,7 +194,26 @@ func (h *hangups) serve(ctx context.Context, st *supervisor.Streamer, serving fu
 			default: // one is asked already
 			}
 		}
+		// A reload that begins later than its SIGHUP, behind another
+		// reload or a scaling, is given its time anew as it may begin:
+		// the manager's bound, told at the SIGHUP, may have run out, and
+		// a scaling changes the number of workers to replace. The time
+		// is told again when that number changes, and at most once every
+		// extendEvery otherwise: a reload begins with its whole time, less
+		// at most extendEvery, which takes' slack covers.
+		var extendedAt time.Time
+		var extendedTo time.Duration
+		extend := func() {
+			if takes == nil {
+				return
+			}
+			if upTo := takes(); upTo != extendedTo || time.Since(extendedAt) >= extendEvery {
+				manager.extend(upTo)
+				extendedAt, extendedTo = time.Now(), upTo
+			}
+		}
 		go func() {
+			queued := false // behind the reload just done
 			for {
 				select {
 				case <-ctx.Done():
@@ -204,9 +223,10 @@ func (h *hangups) serve(ctx context.Context, st *supervisor.Streamer, serving fu
 				if ctx.Err() != nil {
 					return // asked as the signal to stop came
 				}
-				err := reloadWhenFree(ctx, st, wanted, h.log)
+				err := reloadWhenFree(ctx, st, wanted, queued, extend, h.log)
+				queued = len(wanted) > 0
 				switch {
-				case ctx.Err() != nil || errors.Is(err, supervisor.ErrShuttingDown) || len(wanted) > 0:
+				case ctx.Err() != nil || errors.Is(err, supervisor.ErrShuttingDown) || queued:
 					// Stopping (the manager hears no READY=1 once it
 					// heard STOPPING=1, whichever is sent first), or
 					// another reload follows.
@@ -231,17 +251,27 @@ func (h *hangups) serve(ctx context.Context, st *supervisor.Streamer, serving fu
 // looks whether that change is done.
 const busyRecheck = 100 * time.Millisecond
 
+// extendEvery is how often, at most, a reload that waits for another
+// change has its time told again to the service manager when it has not
+// changed (see serve).
+const extendEvery = time.Second
+
 // reloadWhenFree reloads st's workers, waiting first for a reload or
 // scaling under way to end, and returns why the reload failed. A SIGHUP
 // that comes meanwhile (on wanted) is the same reload's: it has not begun
-// yet.
-func reloadWhenFree(ctx context.Context, st *supervisor.Streamer, wanted <-chan struct{}, log *slog.Logger) error {
+// yet. extend, called before each try that follows a wait (for a change
+// that refused the reload as busy, or, queued, for the reload before
+// it), gives the reload its time anew with the service manager.
+func reloadWhenFree(ctx context.Context, st *supervisor.Streamer, wanted <-chan struct{}, queued bool, extend func(), log *slog.Logger) error {
 	log.Info("SIGHUP: reloading the workers")
 	told := false
 	for {
 		select {
 		case <-wanted:
 		default:
+		}
+		if queued || told {
+			extend()
 		}
 		err := st.Reload(ctx)
 		if !errors.Is(err, supervisor.ErrBusy) {
