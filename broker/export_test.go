@@ -41,6 +41,9 @@ func AutoClaimLate(n *Node) (time.Duration, error) {
 // EntryLayout is the layout of the entries this version writes.
 const EntryLayout = entryLayout
 
+// Sweepers is how many nodes besides its own look at a live node's stream.
+const Sweepers = sweepers
+
 // LayoutWire is the model key's wire field for a model of wire w.
 var LayoutWire = layoutWire
 

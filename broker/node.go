@@ -2214,11 +2214,11 @@ func (n *Node) refuseClaims(command string, err error) error {
 }
 
 // claim takes over, as room allows, the items that other nodes have held
-// without a sign of life for ClaimIdle: on the shared stream, and on every
-// node's own stream, this one's included (a node that took items from
-// another's stream, see steal, holds them there; a live node keeps its
-// own from claims, see keep), then adopts the streams of nodes that are
-// gone.
+// without a sign of life for ClaimIdle: on the shared stream, on this
+// node's own stream, and on the own streams of other nodes that sweeps
+// names (a node that took items from another's stream, see steal, holds
+// them there; a live node keeps its own from claims, see keep), then
+// adopts the streams of nodes that are gone.
 //
 // Nothing is claimed while claims are held off, and a claim stops where
 // Redis ran one of its commands late enough that it may have frozen under
@@ -2228,11 +2228,15 @@ func (n *Node) claim(ctx context.Context) error {
 		return nil
 	}
 	began := time.Now()
-	streams, err := n.rdb.SMembers(ctx, n.k.streams).Result()
+	pipe := n.rdb.Pipeline()
+	listed := pipe.SMembers(ctx, n.k.streams)
+	heard := pipe.ZRangeByScore(ctx, n.k.nodes, &redis.ZRangeBy{Min: unixMs(n.clock.now().Add(-goneAfter)), Max: "+inf"})
+	_, err := pipe.Exec(ctx)
 	if froze := n.frozeFor(time.Since(began)); err != nil || froze {
-		return err
+		return err // after a freeze every node looks silent
 	}
-	for _, key := range append([]string{n.k.items}, streams...) {
+	streams, live := listed.Val(), heard.Val()
+	for _, key := range n.sweeps(streams, live) {
 		err := n.claimFrom(ctx, key)
 		if key != n.k.items && redis.HasErrorPrefix(err, "WRONGTYPE") {
 			// A node's own of another type: its node replaces it (see
@@ -2245,7 +2249,78 @@ func (n *Node) claim(ctx context.Context) error {
 			return err
 		}
 	}
-	return n.adopt(ctx, streams)
+	return n.adopt(ctx, streams, live)
+}
+
+// sweepers is how many nodes, besides its own, look at a live node's own
+// stream for items to claim.
+const sweepers = 2
+
+// sweeps is the streams, of those listed, that this node looks at for
+// items to claim: the shared one, its own, those of nodes not heard from
+// within goneAfter (of those live, not this one), which every node looks
+// at, and, of each other live node's own, those for which this node is
+// one of the sweepers whose names rank first by a hash of theirs and the
+// stream's. A live node's own stream holds items of other nodes only as
+// they took them from it (see steal): its node claims those that such a
+// node died holding, and the sweepers when its node has no room. Were
+// every node to look at every stream, an idle fleet of N nodes would run
+// N × (N+1) claims a tick, each with a TIME (see autoClaim): 270 a second
+// at 16 nodes, and about as many forgets (see forgetGone); this way, about
+// 4N.
+func (n *Node) sweeps(streams, live []string) []string {
+	own := []string{n.k.items}
+	for _, key := range streams {
+		name, ok := strings.CutPrefix(key, n.k.items+":")
+		switch {
+		case key == n.own:
+			own = append(own, key)
+		case !ok || !slices.Contains(live, name) || sweepsFor(key, name, n.cfg.Name, live):
+			own = append(own, key)
+		}
+	}
+	return own
+}
+
+// sweepsFor says whether node, one of the live, is among the sweepers of
+// stream, the own stream of the live node owner: of the live nodes but
+// owner, those whose hash with the stream is the highest (rendezvous
+// hashing, so that each node finds the same ones without a word, and a
+// node's coming or going moves only the streams it sweeps).
+func sweepsFor(stream, owner, node string, live []string) bool {
+	if node == owner || !slices.Contains(live, node) {
+		return false
+	}
+	mine := sweepRank(stream, node)
+	above := 0
+	for _, other := range live {
+		if other == owner || other == node {
+			continue
+		}
+		if r := sweepRank(stream, other); r > mine || r == mine && other > node {
+			if above++; above >= sweepers {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// sweepRank is node's rank for stream: FNV-1a of both, mixed.
+func sweepRank(stream, node string) uint64 {
+	h := uint64(14695981039346656037)
+	for _, s := range []string{stream, "\x00", node} {
+		for i := range len(s) {
+			h ^= uint64(s[i])
+			h *= 1099511628211
+		}
+	}
+	// FNV's last bytes move its high bits little: mixed, the ranks of
+	// names that differ at their end spread.
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	return h
 }
 
 // frozeFor says whether a command of a claim, which Redis ran late after
@@ -2569,18 +2644,15 @@ return n
 `)
 
 // forgetGone deletes the consumers, on the shared stream and on the
-// nodes' own streams, that hold nothing and have been idle for goneAfter:
+// node's own stream, that hold nothing and have been idle for goneAfter:
 // those of nodes killed, or stopped while items were pending to them, once
 // another node has claimed those. Without it the groups keep a consumer for
 // every node that ever ran. A live node that has read nothing for as long
 // loses its consumer too, and Redis makes it anew when a read brings it
-// items.
+// items. Each live node forgets on its own stream; the stream of a node
+// gone goes whole once adopted (see adopt).
 func (n *Node) forgetGone(ctx context.Context) error {
-	streams, err := n.rdb.SMembers(ctx, n.k.streams).Result()
-	if err != nil {
-		return err
-	}
-	for _, key := range append([]string{n.k.items}, streams...) {
+	for _, key := range []string{n.k.items, n.own} {
 		err := forgetScript.Run(ctx, n.rdb, []string{key}, nodeGroup, goneAfter.Milliseconds()).Err()
 		// A stream deleted, or its group, meanwhile, or a key of another
 		// type in its place (see mendStreams): nothing to forget.
@@ -2699,11 +2771,12 @@ func (n *Node) steal(ctx context.Context, want int) error {
 // more comes to its stream after that.
 const goneAfter = nodeSilence
 
-// adopt serves the streams, of those listed, of nodes that are gone
-// (silent for goneAfter, or left), once claim has taken what they held: it
-// reads what they had not read yet, and deletes a stream left empty once
-// its node has been gone twice as long.
-func (n *Node) adopt(ctx context.Context, streams []string) error {
+// adopt serves the streams, of those listed, of nodes that are gone (not
+// among the live, those heard from within goneAfter: silent, or left),
+// once claim has taken what they held: it reads what they had not read
+// yet, and deletes a stream left empty once its node has been gone twice
+// as long.
+func (n *Node) adopt(ctx context.Context, streams, live []string) error {
 	if len(streams) <= 1 {
 		return nil
 	}
@@ -2714,14 +2787,9 @@ func (n *Node) adopt(ctx context.Context, streams []string) error {
 			names = append(names, strings.TrimPrefix(key, n.k.items+":"))
 		}
 	}
-	began := time.Now()
-	beats, err := n.rdb.ZMScore(ctx, n.k.nodes, names...).Result()
-	if froze := n.frozeFor(time.Since(began)); err != nil || froze {
-		return err // after a freeze every node looks silent
-	}
 	now := n.clock.now()
 	for i, key := range others {
-		if silent := now.Sub(time.UnixMilli(int64(beats[i]))); beats[i] != 0 && silent < goneAfter {
+		if slices.Contains(live, names[i]) {
 			continue
 		}
 		if err := n.readFrom(ctx, key); err != nil && !redis.HasErrorPrefix(err, "WRONGTYPE") {

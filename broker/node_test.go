@@ -1,11 +1,14 @@
 package broker_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -564,5 +567,89 @@ func TestItemsTooLargeToReadInTimeAreTakenFewAtATime(t *testing.T) {
 	out, err := fe.Predict(ctx, items)
 	if err != nil || len(out) != 4 || slices.ContainsFunc(out, func(o []byte) bool { return string(o) != strconv.Itoa(size) }) {
 		t.Fatalf("four items of %d bytes: %q, %v; want their sizes", size, out, err)
+	}
+}
+
+// TestALiveNodesStreamIsSweptByAFewNodesNotAll: in a fleet of five live
+// nodes, each node looks at the shared stream for items to claim, and at
+// its own; a live node's own stream is looked at by its node and
+// broker's few sweepers, not by every node: an idle fleet's claims grow
+// with its nodes, not with their square. (Read from Redis's MONITOR: the
+// consumer that each XAUTOCLAIM names.)
+func TestALiveNodesStreamIsSweptByAFewNodesNotAll(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	const count = 5
+	names := map[string]bool{}
+	for range count {
+		names[startNode(t, rs, newRecorder(), 4, nil).Name()] = true
+	}
+	eventually(t, "every node to be listed live", func() bool { return rs.Do(t, "ZCARD", "streamer:nodes") == strconv.Itoa(count) })
+
+	// MONITOR on a connection of its own: each command Redis runs, a line.
+	conn, err := net.Dial("tcp", rs.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	if _, err := conn.Write([]byte("MONITOR\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 4096)
+	go func() {
+		defer close(lines)
+		read := bufio.NewScanner(conn)
+		for read.Scan() {
+			lines <- read.Text()
+		}
+	}()
+
+	claims := map[string]map[string]int{} // stream: each node's claims on it
+	until := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.After(30 * time.Second)
+		for !cond() {
+			select {
+			case line, ok := <-lines:
+				if !ok {
+					t.Fatal("MONITOR's connection closed")
+				}
+				// +1700000000.123456 [0 127.0.0.1:5000] "XAUTOCLAIM" "stream" "group" "consumer" ...
+				fields := strings.Fields(line)
+				if len(fields) < 7 || !strings.EqualFold(strings.Trim(fields[3], `"`), "XAUTOCLAIM") {
+					continue
+				}
+				stream, consumer := strings.Trim(fields[4], `"`), strings.Trim(fields[6], `"`)
+				if claims[stream] == nil {
+					claims[stream] = map[string]int{}
+				}
+				claims[stream][consumer]++
+			case <-deadline:
+				t.Fatalf("after 30s, claims seen %v; want %s", claims, what)
+			}
+		}
+	}
+	until("every node's on the shared stream and on its own", func() bool {
+		for name := range names {
+			if claims["streamer:items"][name] == 0 || claims["streamer:items:"+name][name] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	// Two passes more begun by each node: one whole pass seen since.
+	begun := maps.Clone(claims["streamer:items"])
+	until("two passes more of every node", func() bool {
+		for name := range names {
+			if claims["streamer:items"][name] < begun[name]+2 {
+				return false
+			}
+		}
+		return true
+	})
+	for name := range names {
+		by := claims["streamer:items:"+name]
+		if len(by) > 1+broker.Sweepers {
+			t.Errorf("the stream of live node %s was looked at by %d nodes (%v); want its own and at most %d others", name, len(by), slices.Sorted(maps.Keys(by)), broker.Sweepers)
+		}
 	}
 }
