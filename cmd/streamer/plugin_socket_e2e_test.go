@@ -224,3 +224,36 @@ func TestAPluginStartsAfterItsSocketDirWasRemoved(t *testing.T) {
 		t.Errorf("after the socket directory was made again: %s", p)
 	}
 }
+
+// TestASecondSignalRemovesThePluginSocketFolder: a second SIGTERM during
+// the drain ends the server at once, killed by that signal as before, and
+// its workers and their plugins with it; the plugins' socket folder, which
+// the drain would have removed at its end, is removed first.
+func TestASecondSignalRemovesThePluginSocketFolder(t *testing.T) {
+	s := startPluginServer(t, "--plugin", pluginBins(t)["chaos"], "--workers", "1", "--worker-timeout", "60s")
+	worker := s.waitAllReady(t, 1)[0].PID
+	plugin := pluginOf(t, worker)
+	dir := serverSocketDir(t, s.cmd.Process.Pid)
+	go func() { _, _ = s.tryPredictJSON(map[string]any{"inputs": []any{"hang"}}) }() // keeps the drain going
+	s.waitFor(t, "the hanging item to run", readyTimeout, func() bool { return s.workers(t)[0].InFlight > 0 })
+
+	if err := s.signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	s.waitLogged(t, "signal received: draining")
+	if err := s.signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.wait(stopTimeout); err != nil {
+		t.Fatal(err)
+	}
+	if status, ok := s.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !status.Signaled() || status.Signal() != syscall.SIGTERM {
+		t.Errorf("the server ended %v after a second SIGTERM; want killed by SIGTERM", s.cmd.ProcessState)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("socket directory %s after a second SIGTERM: %v; want it removed", dir, err)
+	}
+	waitFor(t, "the worker and its plugin to die with the server", readyTimeout, func() bool {
+		return processGone(worker) && processGone(plugin)
+	})
+}

@@ -434,7 +434,9 @@ func runServe(ctx context.Context, o serveOptions) error {
 	// server speaks must not end it.
 	hangups := catchHangups(log)
 	defer hangups.stop()
-	// Before any worker starts: they must not inherit its socket.
+	// Before any worker starts: they must not inherit its socket, nor the
+	// descriptors the server inherited.
+	keepInheritedToItself()
 	manager := notifyService(log)
 	hangups.tell(manager)
 	o.warnOpenFiles(log)
@@ -557,8 +559,39 @@ func runServe(ctx context.Context, o serveOptions) error {
 	alive := make(chan struct{})
 	defer close(alive)
 	go manager.keepAlive(alive, func() { work.Stats() })
-	runErr := o.awaitEnd(ctx, stop, fatal, serveErr, grpcAPI.failed(), log)
+	// What a second signal does before it ends the process, which skips
+	// the deferred removal of the plugins' socket folder.
+	lastWords := func() {
+		if m.socketDir != "" {
+			_ = os.RemoveAll(m.socketDir)
+		}
+	}
+	runErr := o.awaitEnd(ctx, stop, lastWords, fatal, serveErr, grpcAPI.failed(), log)
 	return errors.Join(runErr, stopping.drain(server))
+}
+
+// exitOnSecondSignal ends the process once SIGTERM or SIGINT comes again,
+// after lastWords, as that signal ends a process by default: the drain
+// the first began is cut short, and the workers, and their plugins, die
+// with the server (see supervisor's parent-death signal). The signal is
+// raised again with its default action back; should it be ignored (a
+// server started in the background by a shell that ignores SIGINT), the
+// process exits all the same, with the shell's status for it, 128 and
+// its number.
+func exitOnSecondSignal(lastWords func()) {
+	second := make(chan os.Signal, 1)
+	signal.Notify(second, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		sig := (<-second).(syscall.Signal)
+		lastWords()
+		signal.Reset(syscall.SIGTERM, syscall.SIGINT)
+		if self, err := os.FindProcess(os.Getpid()); err == nil && self.Signal(sig) == nil {
+			// Delivered to another of the process's threads, maybe: it
+			// ends the process meanwhile.
+			time.Sleep(time.Second)
+		}
+		os.Exit(128 + int(sig))
+	}()
 }
 
 // startSlack is how much longer than --init-timeout a start may take:
@@ -603,12 +636,13 @@ func (o serveOptions) httpServer(handler http.Handler, log *slog.Logger) *http.S
 	}
 }
 
-// awaitEnd serves until a signal (ctx ends: then stop lets a second one
-// end the process at once), every worker slot failing (fatal), or the
-// HTTP server failing; it returns the error of the last two.
-func (o serveOptions) awaitEnd(ctx context.Context, stop context.CancelFunc, fatal, serveErr, grpcErr <-chan error, log *slog.Logger) error {
+// awaitEnd serves until a signal (ctx ends: then a second one ends the
+// process at once, after lastWords), every worker slot failing (fatal),
+// or the HTTP server failing; it returns the error of the last two.
+func (o serveOptions) awaitEnd(ctx context.Context, stop context.CancelFunc, lastWords func(), fatal, serveErr, grpcErr <-chan error, log *slog.Logger) error {
 	select {
 	case <-ctx.Done():
+		exitOnSecondSignal(lastWords)
 		stop()
 		log.Info("signal received: draining (a second signal exits at once)", "grace", o.grace)
 		return nil
