@@ -197,7 +197,10 @@ func decoderValue(dec *msgpack.Decoder, dst []byte) ([]byte, error) {
 			if err != nil {
 				return dst, err
 			}
-			dst = append(appendJSONString(dst, []byte(key)), ':')
+			if dst, err = appendStringJSON(dst, key); err != nil {
+				return dst, err
+			}
+			dst = append(dst, ':')
 			if dst, err = decoderValue(dec, dst); err != nil {
 				return dst, err
 			}
@@ -205,7 +208,10 @@ func decoderValue(dec *msgpack.Decoder, dst []byte) ([]byte, error) {
 		return append(dst, '}'), nil
 	case msgpcode.IsString(c):
 		s, err := dec.DecodeString()
-		return appendJSONString(dst, []byte(s)), err
+		if err != nil {
+			return dst, err
+		}
+		return appendStringJSON(dst, s)
 	case c == msgpcode.Double:
 		f, err := dec.DecodeFloat64()
 		return appendJSONFloat(dst, f, 64), err
@@ -217,6 +223,16 @@ func decoderValue(dec *msgpack.Decoder, dst []byte) ([]byte, error) {
 	}
 	v, err := dec.DecodeInt64()
 	return strconv.AppendInt(dst, v, 10), err
+}
+
+// appendStringJSON writes s as MsgpackToJSON writes a str, refusing one
+// that is not valid UTF-8.
+func appendStringJSON(dst []byte, s string) ([]byte, error) {
+	dst, bad := appendJSONString(dst, []byte(s))
+	if bad >= 0 {
+		return dst, errors.New("a str that is not valid UTF-8")
+	}
+	return dst, nil
 }
 
 func TestDecoderToJSONAgrees(t *testing.T) {

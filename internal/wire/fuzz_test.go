@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -18,14 +19,21 @@ import (
 var jsonSeeds = wiretest.JSONSeeds
 
 // FuzzJSONToMsgpack checks the transcoder against encoding/json: it takes
-// exactly the texts encoding/json takes, and keeps their values.
+// exactly the texts encoding/json takes whose strings are text (see
+// isText), and keeps their values, integers that fit a uint64 exact.
 func FuzzJSONToMsgpack(f *testing.F) {
 	for _, s := range jsonSeeds {
 		f.Add([]byte(s))
 	}
+	for _, s := range []string{`"\ud800"`, `["\ud83d\ude00", "\udc00x"]`, `{"\\ud800": 18446744073709551615}`, `-9223372036854775809`} {
+		f.Add([]byte(s))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		item, err := JSONToMsgpack(nil, data)
-		want, refErr := wiretest.ReferenceJSON(data)
+		want, refErr := referenceJSON(data)
+		if refErr == nil && !isText(data) {
+			refErr = errors.New("a string is not text")
+		}
 		if (err == nil) != (refErr == nil) {
 			t.Fatalf("JSONToMsgpack(%q) error %v, encoding/json error %v", data, err, refErr)
 		}
@@ -53,6 +61,7 @@ func FuzzMsgpackToJSON(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add([]byte{0x82, 0x01, 0x02, 0xc0, 0xc3})
+	f.Add([]byte{0x92, 0xa2, 'a', 0xff, 0x81, 0xa1, 0xfe, 0x01})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		out, err := MsgpackToJSON(nil, data)
 		if err != nil {
@@ -65,6 +74,9 @@ func FuzzMsgpackToJSON(f *testing.F) {
 		v, ok := referenceMsgpack(data)
 		if !ok {
 			return
+		}
+		if !allText(v) {
+			t.Fatalf("MsgpackToJSON(%x) = %s, from a str that is not UTF-8", data, out)
 		}
 		v, ok = stringKeyed(v)
 		if !ok {
@@ -96,6 +108,28 @@ func referenceMsgpack(data []byte) (v any, ok bool) {
 	dec := msgpack.NewDecoder(bytes.NewReader(data))
 	dec.SetMapDecoder(func(d *msgpack.Decoder) (any, error) { return d.DecodeUntypedMap() })
 	return v, dec.Decode(&v) == nil
+}
+
+// allText reports whether every string in v, map keys included, is
+// valid UTF-8.
+func allText(v any) bool {
+	switch x := v.(type) {
+	case string:
+		return utf8.ValidString(x)
+	case []any:
+		for _, e := range x {
+			if !allText(e) {
+				return false
+			}
+		}
+	case map[any]any:
+		for k, e := range x {
+			if !allText(k) || !allText(e) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // stringKeyed turns maps whose keys are all strings into map[string]any. It

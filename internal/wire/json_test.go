@@ -1,19 +1,20 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/vmihailenco/msgpack/v5"
-
-	"github.com/streamer-dev/streamer/internal/wire/wiretest"
 )
 
 func TestJSONToMsgpackEncodings(t *testing.T) {
@@ -36,7 +37,11 @@ func TestJSONToMsgpackEncodings(t *testing.T) {
 		{`-200`, "d1ff38"},
 		{`-70000`, "d2fffeee90"},
 		{`-9223372036854775808`, "d38000000000000000"},
-		{`9223372036854775808`, "cb43e0000000000000"}, // past int64: a float
+		{`9223372036854775808`, "cf8000000000000000"}, // past int64: a uint64, exact
+		{`9223372036854775809`, "cf8000000000000001"},
+		{`18446744073709551615`, "cfffffffffffffffff"},
+		{`18446744073709551616`, "cb43f0000000000000"}, // past uint64: a float
+		{`-9223372036854775809`, "cbc3e0000000000000"}, // below int64: a float
 		{`1.5`, "cb3ff8000000000000"},
 		{`1.0`, "cb3ff0000000000000"},
 		{`1e2`, "cb4059000000000000"},
@@ -48,11 +53,11 @@ func TestJSONToMsgpackEncodings(t *testing.T) {
 		{`"abc"`, "a3616263"},
 		{`"\u00e9"`, "a2c3a9"},
 		{`"\ud83d\ude00"`, "a4f09f9880"},
-		{`"\ud800"`, "a3efbfbd"},         // lone surrogate
-		{`"\ud800x"`, "a4efbfbd78"},      // lone surrogate, then a letter
-		{`"\ud800\u0041"`, "a4efbfbd41"}, // high surrogate, then not a low one
+		{`"\uD83D\uDE00"`, "a4f09f9880"},
+		{`"\ufffd"`, "a3efbfbd"},         // U+FFFD sent as such is text like any other
+		{"\"\xef\xbf\xbd\"", "a3efbfbd"}, // the same in UTF-8
+		{"\"\xc3\xa9\\n\"", "a3c3a90a"},  // UTF-8 beside an escape
 		{`"a\"\\\/\b\f\n\r\t"`, "a961225c2f080c0a0d09"},
-		{"\"\xff\"", "a3efbfbd"}, // invalid UTF-8
 		{`[]`, "90"},
 		{`[1, [2, []]]`, "920192" + "0290"},
 		{`{}`, "80"},
@@ -97,7 +102,7 @@ func TestJSONToMsgpackHeaderSizes(t *testing.T) {
 // assertSameValue checks the msgpack item holds the value of the JSON text.
 func assertSameValue(t testing.TB, jsonText, item []byte) {
 	t.Helper()
-	want, err := wiretest.ReferenceJSON(jsonText)
+	want, err := referenceJSON(jsonText)
 	if err != nil {
 		t.Fatalf("reference decode of %.80s: %v", jsonText, err)
 	}
@@ -196,5 +201,167 @@ func TestJSONToMsgpackRefusesInvalid(t *testing.T) {
 	deep := strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth)
 	if _, err := JSONToMsgpack(nil, []byte(deep)); err != nil {
 		t.Errorf("%d nested arrays: %v", MaxDepth, err)
+	}
+}
+
+// TestJSONToMsgpackRefusesStringsThatAreNotText: a string encoding/json
+// would change to U+FFFD (invalid UTF-8, a lone surrogate escape) is
+// refused, saying what is wrong and where, rather than changed.
+func TestJSONToMsgpackRefusesStringsThatAreNotText(t *testing.T) {
+	const (
+		notUTF8 = "string is not valid UTF-8: byte "
+		lone    = "string has a lone surrogate escape "
+	)
+	tests := []struct {
+		json   string
+		want   string
+		offset int // of the byte or escape at fault
+	}{
+		{"\"a\xffb\"", notUTF8 + "0xff", 2},
+		{"\"ok\xc3\"", notUTF8 + "0xc3", 3},                        // cut short
+		{"\"\xc0\xaf\"", notUTF8 + "0xc0", 1},                      // overlong
+		{"\"\xed\xa0\x80\"", notUTF8 + "0xed", 1},                  // a surrogate in UTF-8
+		{"\"\\n\xff\"", notUTF8 + "0xff", 3},                       // beside an escape
+		{"[1, [\"\xfe\"]]", notUTF8 + "0xfe", 6},                   // nested
+		{"{\"\xff\": 1}", notUTF8 + "0xff", 2},                     // a key
+		{`"\ud800"`, lone + `\ud800, which is not valid UTF-8`, 1}, // high, alone
+		{`"\udc00"`, lone + `\udc00`, 1},                           // low, alone
+		{`"\uDC00"`, lone + `\uDC00`, 1},                           // as written
+		{`"x\ud800y"`, lone + `\ud800`, 2},                         // high, then a letter
+		{`"\ud800\u0041"`, lone + `\ud800`, 1},                     // high, then not a low one
+		{`"\udc00\ud800"`, lone + `\udc00`, 1},                     // the pair reversed
+		{`"\ud83d\ud83d\ude00"`, lone + `\ud83d`, 1},               // high, high, low
+		{`"\ud83d\ude00\udc00"`, lone + `\udc00`, 13},              // a pair, then a low one
+		{`{"k": ["\ud800"]}`, lone + `\ud800`, 8},
+		{`{"\udfff": 1}`, lone + `\udfff`, 2},
+	}
+	for _, tt := range tests {
+		item, err := JSONToMsgpack([]byte("prefix:"), []byte(tt.json))
+		var e *Error
+		if !errors.As(err, &e) || !strings.Contains(e.Problem, tt.want) || e.Offset != tt.offset {
+			t.Errorf("JSONToMsgpack(%q) = %x, %v; want an *Error at offset %d containing %q", tt.json, item, err, tt.offset, tt.want)
+		}
+		if !json.Valid([]byte(tt.json)) {
+			t.Errorf("test case %q is not JSON encoding/json takes", tt.json)
+		}
+	}
+}
+
+// TestKeyRefusesKeysThatAreNotText: Key decodes a key, so it refuses one
+// that is not text as JSONToMsgpack refuses a string.
+func TestKeyRefusesKeysThatAreNotText(t *testing.T) {
+	for _, text := range []string{"{\"a\xff\": 1}", `{"\ud800": 1}`, "{\"\\t\xff\": 1}"} {
+		s := NewJSONScanner([]byte(text))
+		s.Consume('{')
+		if key, err := s.Key(); err == nil || !strings.Contains(err.Error(), "offset ") {
+			t.Errorf("Key of %q = %q, %v; want an error", text, key, err)
+		}
+	}
+	s := NewJSONScanner([]byte(`{"\ud83d\ude00\n": 1}`))
+	s.Consume('{')
+	if key, err := s.Key(); err != nil || string(key) != "😀\n" {
+		t.Errorf("Key = %q, %v; want %q", key, err, "😀\n")
+	}
+}
+
+// TestSkipTakesStringsThatAreNotText: Skip checks syntax alone; the caller
+// that decodes what it skipped checks the text.
+func TestSkipTakesStringsThatAreNotText(t *testing.T) {
+	text := "[\"\xff\", \"\\ud800\"]"
+	s := NewJSONScanner([]byte(text))
+	if got, err := s.Skip(0); err != nil || string(got) != text {
+		t.Errorf("Skip(%q) = %q, %v", text, got, err)
+	}
+}
+
+// isText reports whether every string of data, which encoding/json takes,
+// is valid UTF-8 without a lone surrogate escape: whether JSONToMsgpack
+// takes it too. Outside its strings, valid JSON has neither bytes past
+// ASCII nor backslashes.
+func isText(data []byte) bool {
+	if !utf8.Valid(data) {
+		return false
+	}
+	escape := func(i int) rune { // the \uXXXX at data[i], else -1
+		if i+6 > len(data) || data[i] != '\\' || data[i+1] != 'u' {
+			return -1
+		}
+		r, _ := strconv.ParseUint(string(data[i+2:i+6]), 16, 16)
+		return rune(r)
+	}
+	for i := 0; i < len(data); i++ {
+		if data[i] != '\\' {
+			continue
+		}
+		r := escape(i)
+		switch {
+		case r < 0:
+			i++ // past the escaped character
+		case 0xdc00 <= r && r <= 0xdfff:
+			return false
+		case 0xd800 <= r && r <= 0xdbff:
+			if low := escape(i + 6); low < 0xdc00 || low > 0xdfff {
+				return false
+			}
+			i += 11
+		default:
+			i += 5
+		}
+	}
+	return true
+}
+
+// referenceJSON is wiretest.ReferenceJSON but for integers past int64
+// that fit a uint64, which it keeps exact as JSONToMsgpack does.
+func referenceJSON(data []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("more after the value: %v", err)
+	}
+	return exactNumbers(v)
+}
+
+func exactNumbers(v any) (any, error) {
+	switch x := v.(type) {
+	case json.Number:
+		if i, err := strconv.ParseInt(string(x), 10, 64); err == nil {
+			return i, nil
+		}
+		if u, err := strconv.ParseUint(string(x), 10, 64); err == nil {
+			return u, nil
+		}
+		return strconv.ParseFloat(string(x), 64)
+	case []any:
+		for i := range x {
+			var err error
+			if x[i], err = exactNumbers(x[i]); err != nil {
+				return nil, err
+			}
+		}
+	case map[string]any:
+		for k := range x {
+			var err error
+			if x[k], err = exactNumbers(x[k]); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return v, nil
+}
+
+func TestIsText(t *testing.T) {
+	for text, want := range map[string]bool{
+		`"a"`: true, `"\ud83d\ude00"`: true, `"\\ud800"`: true, `"\\\ud83d\ude00"`: true, `"\u0041\n"`: true,
+		`"\ud800"`: false, `"\udc00"`: false, `"\\\ud800"`: false, `"\ud800\u0041"`: false, "\"\xff\"": false,
+		`["\ud83d\ude00", "\ud83d"]`: false,
+	} {
+		if got := isText([]byte(text)); got != want {
+			t.Errorf("isText(%q) = %v, want %v", text, got, want)
+		}
 	}
 }

@@ -186,12 +186,20 @@ func appendJSONFloat(dst []byte, f float64, bits int) []byte {
 	return dst
 }
 
+// str writes a str of n bytes. One that is not valid UTF-8 is refused,
+// where encoding/json would write U+FFFD in its place: bytes that are not
+// text travel as a bin, which JSON carries as base64.
 func (s *msgpackScanner) str(dst []byte, n int) ([]byte, error) {
 	b, err := s.take(n)
 	if err != nil {
 		return dst, err
 	}
-	return appendJSONString(dst, b), nil
+	dst, bad := appendJSONString(dst, b)
+	if bad >= 0 {
+		return dst, errorAt(s.pos-n+bad, "a str that is not valid UTF-8 (byte 0x%02x) has no JSON form: "+
+			"bytes that are not text go as a bin, which JSON carries as base64", b[bad])
+	}
+	return dst, nil
 }
 
 func (s *msgpackScanner) bin(dst []byte, n int) ([]byte, error) {
@@ -312,9 +320,10 @@ func (s *msgpackScanner) key(dst []byte, depth int) ([]byte, error) {
 	return dst, nil
 }
 
-// appendJSONString writes s as a JSON string. Invalid UTF-8 becomes U+FFFD,
-// as encoding/json does; HTML characters are left alone.
-func appendJSONString(dst, s []byte) []byte {
+// appendJSONString writes s as a JSON string, HTML characters left alone.
+// It stops at the first byte that is not UTF-8 and returns its index, else
+// -1.
+func appendJSONString(dst, s []byte) ([]byte, int) {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
 	start := 0
@@ -344,23 +353,21 @@ func appendJSONString(dst, s []byte) []byte {
 		}
 		r, size := utf8.DecodeRune(s[i:])
 		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i++
-			start = i
-			continue
+			return dst, i
 		}
 		i += size
 	}
 	dst = append(dst, s[start:]...)
-	return append(dst, '"')
+	return append(dst, '"'), -1
 }
 
 // MsgpackToJSON appends the JSON form of the one msgpack value in data to
 // dst. Binary becomes a base64 string and timestamps RFC 3339 strings, as
 // encoding/json writes []byte and time.Time; map keys that are not strings
-// become their JSON text as a string. Floats that JSON cannot hold (NaN,
-// ±Inf), other extension types, and maps or arrays as map keys are errors.
+// become their JSON text as a string; NaN and ±Inf, which JSON has no
+// number for, become null. Strings that are not valid UTF-8 (which
+// encoding/json would change), other extension types, and maps or arrays
+// as map keys are errors.
 // On error the returned slice holds a partial encoding.
 //
 // It walks the bytes itself rather than through msgpack.Decoder: the same

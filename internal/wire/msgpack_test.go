@@ -53,7 +53,7 @@ func TestMsgpackToJSON(t *testing.T) {
 		{name: "NaN and infinite keys", raw: "84" + "cb7ff8000000000001" + "01" + "cb7ff0000000000000" + "02" + "caff800000" + "03" + "a46e756c6c" + "04", want: `{"NaN":1,"+Inf":2,"-Inf":3,"null":4}`},
 		{name: "string", value: "héllo <&>", want: `"héllo <&>"`},
 		{name: "escapes", value: "\"\\\n\r\t\x01\x1f", want: `"\"\\\n\r\t\u0001\u001f"`},
-		{name: "invalid UTF-8", raw: "a3" + "61ff62", want: `"a\ufffdb"`},
+		{name: "U+FFFD", raw: "a3" + "efbfbd", want: "\"\ufffd\""}, // text like any other
 		{name: "str8", value: strings.Repeat("y", 40), want: `"` + strings.Repeat("y", 40) + `"`},
 		{name: "str16", value: strings.Repeat("z", 300), want: `"` + strings.Repeat("z", 300) + `"`},
 		{name: "bin", value: []byte{0, 1, 2, 250}, want: `"AAEC+g=="`},
@@ -134,6 +134,11 @@ func TestMsgpackToJSONRefuses(t *testing.T) {
 		{"map key", "81" + "80" + "01", "a map key that is an array or a map", 1},
 		{"missing key", "81", "truncated", 1},
 		{"bad value in map", "81a161c1", "invalid msgpack code 0xc1", 3},
+		// A str holds text: bytes that are not are refused, not changed.
+		{"str not UTF-8", "a3" + "61ff62", "a str that is not valid UTF-8 (byte 0xff) has no JSON form", 2},
+		{"str8 cut short", "d902" + "61c3", "not valid UTF-8 (byte 0xc3)", 3},
+		{"str in an array", "92" + "01" + "a3" + "edb080", "not valid UTF-8 (byte 0xed)", 3},
+		{"str as a map key", "81" + "a1" + "fe" + "01", "not valid UTF-8 (byte 0xfe)", 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

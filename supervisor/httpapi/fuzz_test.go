@@ -3,11 +3,14 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/streamer-dev/streamer/internal/wire"
 	"github.com/streamer-dev/streamer/internal/wire/wiretest"
 )
 
@@ -23,6 +26,9 @@ func FuzzPredictJSONBody(f *testing.F) {
 	}
 	for _, ms := range []string{"0", "-0", "1", "9223372036854775", "9223372036854776"} {
 		f.Add([]byte(`{"inputs": [1], "timeout_ms": ` + ms + `}`))
+	}
+	for _, s := range []string{`{"inputs": ["\udc00", "a"]}`, "{\"inputs\": [\"a\xffb\"]}", `{"\ud800": 1, "inputs": [1]}`, "{\"x\": \"\xff\", \"inputs\": [1]}"} {
+		f.Add([]byte(s))
 	}
 	h := New(Config{Backend: &fakeBackend{}})
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -42,7 +48,11 @@ func FuzzPredictJSONBody(f *testing.F) {
 
 // expectedJSONStatus decides with encoding/json what /predict must answer.
 // Keys match exactly (encoding/json's struct fields would match any case),
-// and each top-level member is looked at, duplicates included.
+// and each top-level member is looked at, duplicates included. A key or an
+// item with a string that is not text (invalid UTF-8, a lone surrogate
+// escape), which encoding/json reads as U+FFFD, is refused: whether a
+// string is text is wire.JSONToMsgpack's to say, held against an oracle of
+// its own in internal/wire (FuzzJSONToMsgpack).
 func expectedJSONStatus(body []byte) int {
 	if !json.Valid(body) {
 		return http.StatusBadRequest
@@ -54,7 +64,12 @@ func expectedJSONStatus(body []byte) int {
 	var inputs []json.RawMessage
 	seenInputs := false
 	for dec.More() {
+		before := dec.InputOffset()
 		key, _ := dec.Token()
+		rawKey := body[before:dec.InputOffset()] // after a comma and white space, if any
+		if !isText(rawKey[bytes.IndexByte(rawKey, '"'):]) {
+			return http.StatusBadRequest
+		}
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
 			panic(err) // valid JSON always decodes
@@ -76,11 +91,19 @@ func expectedJSONStatus(body []byte) int {
 		return http.StatusBadRequest
 	}
 	for _, raw := range inputs {
-		if _, err := wiretest.ReferenceJSON(raw); err != nil { // e.g. a number out of range
+		if _, err := wiretest.ReferenceJSON(raw); err != nil || !isText(raw) { // e.g. a number out of range
 			return http.StatusBadRequest
 		}
 	}
 	return http.StatusOK
+}
+
+// isText reports whether the strings of raw, JSON that encoding/json
+// takes, are text (see expectedJSONStatus).
+func isText(raw []byte) bool {
+	_, err := wire.JSONToMsgpack(nil, raw)
+	var e *wire.Error
+	return !errors.As(err, &e) || !strings.HasPrefix(e.Problem, "string ")
 }
 
 // FuzzPredictMsgpackBody feeds arbitrary msgpack bodies: the answer is 200

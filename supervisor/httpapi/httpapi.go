@@ -58,8 +58,10 @@
 // In JSON, FP16 data is read and written as numbers, NaN and ±Inf are
 // written as null (and null in an array of data is read as NaN; null for
 // any optional member is the member left out), and BYTES elements are
-// strings: bytes of an output that are not UTF-8 are written as U+FFFD, so
-// clients that need them exact ask for binary data. The request parameter
+// strings of text: an input's string that is not valid UTF-8 (or has a
+// lone surrogate escape) is refused, and so is an answer whose output has
+// bytes that are not, naming the output and the element (400), rather
+// than write U+FFFD in their place: the client asks for it as binary data. The request parameter
 // "timeout", in microseconds, sets the deadline as timeout_ms does for
 // /predict (0 is none); "priority" is accepted and ignored, since the batcher has no
 // priorities; other parameters are ignored. The classification extension is

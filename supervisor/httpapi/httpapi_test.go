@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -571,6 +572,74 @@ func TestPredictOutputWithoutJSONFormIs500(t *testing.T) {
 	}
 	if msg := errorOf(t, rec); !strings.Contains(msg, "output 0") || !strings.Contains(msg, "no JSON form") {
 		t.Errorf("error %q does not say which output is broken and why", msg)
+	}
+}
+
+// TestPredictRefusesStringsThatAreNotText: a JSON item holding a string
+// that is not valid UTF-8, or has a lone surrogate escape, is refused
+// naming the item, where encoding/json would hand the model U+FFFD.
+func TestPredictRefusesStringsThatAreNotText(t *testing.T) {
+	tests := []struct {
+		body string
+		want string
+	}{
+		{"{\"inputs\": [\"\\udc00\", \"a\xffb\"]}", `item 0: not valid JSON: offset 1: string has a lone surrogate escape \udc00, which is not valid UTF-8`},
+		{"{\"inputs\": [\"ok\", \"a\xffb\"]}", `item 1: not valid JSON: offset 2: string is not valid UTF-8: byte 0xff`},
+		{`{"inputs": [1, {"k": ["\ud83d\u0041"]}]}`, `item 1: not valid JSON: offset 8: string has a lone surrogate escape \ud83d`},
+		{"{\"inputs\": [{\"\xc3\": 1}]}", `item 0: not valid JSON: offset 2: string is not valid UTF-8: byte 0xc3`},
+		{"{\"inputs\": [1], \"\\ud800\": 2}", `malformed JSON body: offset 17: string has a lone surrogate escape \ud800`},
+	}
+	for _, tt := range tests {
+		backend := &fakeBackend{}
+		rec := do(t, New(Config{Backend: backend}), http.MethodPost, "/predict", "application/json", []byte(tt.body))
+		if rec.Code != http.StatusBadRequest || !strings.Contains(errorOf(t, rec), tt.want) {
+			t.Errorf("body %q: status %d %s, want 400 saying %q", tt.body, rec.Code, rec.Body, tt.want)
+		}
+		if _, _, calls := backend.lastRequest(); calls != 0 {
+			t.Errorf("body %q: a refused request reached the backend", tt.body)
+		}
+	}
+}
+
+// TestPredictKeepsIntegersExact: a JSON integer past int64 that fits a
+// uint64 reaches the model as a msgpack uint64 and comes back as it was
+// sent; past that, or below int64, it is a float64.
+func TestPredictKeepsIntegersExact(t *testing.T) {
+	backend := &fakeBackend{}
+	body := `{"inputs": [18446744073709551615, 9223372036854775809, -9223372036854775808, 18446744073709551616, -9223372036854775809]}`
+	rec := do(t, New(Config{Backend: backend}), http.MethodPost, "/predict", "application/json", []byte(body))
+	want := `{"outputs":[18446744073709551615,9223372036854775809,-9223372036854775808,18446744073709552000,-9223372036854776000]}`
+	if rec.Code != http.StatusOK || strings.TrimSpace(rec.Body.String()) != want {
+		t.Fatalf("status %d %s, want 200 %s", rec.Code, rec.Body, want)
+	}
+	req, _, _ := backend.lastRequest()
+	for i, item := range []string{"cfffffffffffffffff", "cf8000000000000001", "d38000000000000000", "cb43f0000000000000", "cbc3e0000000000000"} {
+		if got := hex.EncodeToString(req.Items[i]); got != item {
+			t.Errorf("item %d reached the model as %s, want %s", i, got, item)
+		}
+	}
+}
+
+// TestPredictOutputStrNotUTF8Is500: a str output that is not valid UTF-8
+// has no JSON form, as an extension has none: refused naming the output,
+// not written with U+FFFD. Bytes go as a bin, which JSON carries as base64.
+func TestPredictOutputStrNotUTF8Is500(t *testing.T) {
+	outputs := [][]byte{{0xc4, 0x02, 0xff, 0x00}, {0xa3, 'a', 0xff, 'b'}}
+	backend := &fakeBackend{submit: func(_ context.Context, req supervisor.Request) (*answer, error) {
+		f := newAnswer(len(req.Items))
+		for i := range req.Items {
+			f.complete(i, outputs[i], nil)
+		}
+		return f, nil
+	}}
+	h := New(Config{Backend: backend})
+	rec := do(t, h, http.MethodPost, "/predict", "", []byte(`{"inputs": [1, 2]}`))
+	if msg := errorOf(t, rec); rec.Code != 500 || !strings.Contains(msg, "output 1: model output has no JSON form: offset 2: a str that is not valid UTF-8 (byte 0xff)") {
+		t.Errorf("status %d %q, want 500 naming output 1 and its byte", rec.Code, msg)
+	}
+	rec = do(t, h, http.MethodPost, "/predict", "", []byte(`{"inputs": [1]}`))
+	if rec.Code != http.StatusOK || strings.TrimSpace(rec.Body.String()) != `{"outputs":["/wA="]}` {
+		t.Errorf("a bin output: status %d %s, want 200 with base64", rec.Code, rec.Body)
 	}
 }
 

@@ -627,3 +627,52 @@ func TestV2InferBoundsTheCopiesOfUnbatchedInputs(t *testing.T) {
 		t.Errorf("the model encoded %d items; want the 20 of the request served and none of the one refused", n)
 	}
 }
+
+// TestV2InferRefusesStringsThatAreNotText: a BYTES element in JSON that is
+// not valid UTF-8, or has a lone surrogate escape, is refused naming the
+// input and the element, where encoding/json would hand the model U+FFFD.
+func TestV2InferRefusesStringsThatAreNotText(t *testing.T) {
+	model := func() *tensorEcho { return echoModel(spec("input", "BYTES", true, -1)) }
+	body := func(data string) string {
+		return inputsBody(`{"name":"input","datatype":"BYTES","shape":[2],"data":` + data + `}`)
+	}
+	const (
+		lone   = `is a string with a lone surrogate escape `
+		bad    = `is a string that is not valid UTF-8 (byte 0x`
+		binary = "send bytes that are not text as binary data"
+	)
+	runV2ErrorCases(t, []v2ErrorCase{
+		{name: "a lone high surrogate", model: model(), body: body(`["\ud800","a"]`), want: 400,
+			wantMsg: []string{`input "input": element 0 ` + lone + `\ud800, which is not valid UTF-8`, binary}},
+		{name: "a lone low surrogate", model: model(), body: body(`["a","x\uDC00"]`), want: 400,
+			wantMsg: []string{`input "input": element 1 ` + lone + `\uDC00`}},
+		{name: "a high surrogate then not a low one", model: model(), body: body(`["a",["\ud83d\u0041"]]`), want: 400,
+			wantMsg: []string{`input "input": element 1 ` + lone + `\ud83d`}},
+		{name: "invalid UTF-8", model: model(), body: body("[\"ok\",\"a\xffb\"]"), want: 400,
+			wantMsg: []string{`input "input": element 1 ` + bad + `ff)`, binary}},
+		{name: "invalid UTF-8 beside an escape", model: model(), body: body("[\"\\n\xc3\",\"a\"]"), want: 400,
+			wantMsg: []string{`input "input": element 0 ` + bad + `c3)`}},
+		{name: "the brief's two", model: model(), body: body("[\"\\ud800\",\"a\xffb\"]"), want: 400,
+			wantMsg: []string{`input "input": element 0 ` + lone + `\ud800`}},
+		{name: "the one element bare", model: echoModel(spec("input", "BYTES", true, -1)),
+			body: inputsBody(`{"name":"input","datatype":"BYTES","shape":[1],"data":"\udfff"}`), want: 400,
+			wantMsg: []string{`input "input": "data" ` + lone + `\udfff`}},
+	})
+}
+
+// TestV2InferTakesStringsThatAreText: what is text passes as its UTF-8,
+// surrogate pairs joined and U+FFFD sent as such kept.
+func TestV2InferTakesStringsThatAreText(t *testing.T) {
+	model := echoModel(spec("input", "BYTES", true, -1))
+	rec := postV2(t, newV2(model, nil), "/v2/models/m/infer",
+		inputsBody(`{"name":"input","datatype":"BYTES","shape":[3],"data":["\ud83d\ude00\n","\ufffd","é"]}`))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	if got, want := model.itemRows()[0][0].Data, bytesElements("😀\n"); !bytes.Equal(got, want) {
+		t.Errorf("row 0 reached the model as % x, want % x", got, want)
+	}
+	if got, want := model.itemRows()[1][0].Data, bytesElements("\ufffd"); !bytes.Equal(got, want) {
+		t.Errorf("row 1 reached the model as % x, want % x", got, want)
+	}
+}

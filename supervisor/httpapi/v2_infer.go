@@ -433,7 +433,10 @@ func (st *inferState) writeAnswer(model TensorModel, meta ModelMetadata, version
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = st.appendOutput(dst, meta.Outputs[sel.spec].Name, sel)
+		var err error
+		if dst, err = st.appendOutput(dst, meta.Outputs[sel.spec].Name, sel); err != nil {
+			return 0, err
+		}
 		anyBinary = anyBinary || sel.binary
 	}
 	dst = append(dst, "]}"...)
@@ -556,8 +559,8 @@ func sameShape(a, b []int64) bool {
 // appendOutput writes one output's JSON: its rows stacked on a new first
 // axis (an output without a batch axis is the one row's, as the metadata
 // gives it), with its data, or with its size when the data follows as
-// binary.
-func (st *inferState) appendOutput(dst []byte, name string, sel selectedOutput) []byte {
+// binary. BYTES data that JSON cannot hold is refused (see notJSONText).
+func (st *inferState) appendOutput(dst []byte, name string, sel selectedOutput) ([]byte, error) {
 	dst = append(dst, `{"name":`...)
 	dst = appendJSONStringText(dst, name)
 	dst = append(dst, `,"datatype":"`...)
@@ -576,14 +579,18 @@ func (st *inferState) appendOutput(dst []byte, name string, sel selectedOutput) 
 	if sel.binary {
 		dst = append(dst, `,"parameters":{"binary_data_size":`...)
 		dst = strconv.AppendInt(dst, int64(sel.size), 10)
-		return append(dst, "}}"...)
+		return append(dst, "}}"...), nil
 	}
 	dst = append(dst, `,"data":[`...)
 	first := true
-	for _, tensors := range st.answers {
+	perRow, _ := elementCount(sel.shape)
+	for r, tensors := range st.answers {
 		t := findTensor(tensors, name, sel.spec)
-		dst = appendJSONElements(dst, sel.dt, t.Data, first)
+		var bad int64
+		if dst, bad = appendJSONElements(dst, sel.dt, t.Data, first); bad >= 0 {
+			return dst, notJSONText(name, int64(r)*perRow+bad)
+		}
 		first = first && len(t.Data) == 0
 	}
-	return append(dst, "]}"...)
+	return append(dst, "]}"...), nil
 }

@@ -340,9 +340,9 @@ func (d *jsonDataReader) appendFloat(text []byte) string {
 		case d.dt.kind == kindHalf:
 			d.dst = binary.LittleEndian.AppendUint16(d.dst, halfNaN)
 		case d.dt.size == 4:
-			d.dst = binary.LittleEndian.AppendUint32(d.dst, math.Float32bits(float32(math.NaN())))
+			d.dst = binary.LittleEndian.AppendUint32(d.dst, floatNaN)
 		default:
-			d.dst = binary.LittleEndian.AppendUint64(d.dst, math.Float64bits(math.NaN()))
+			d.dst = binary.LittleEndian.AppendUint64(d.dst, doubleNaN)
 		}
 		return ""
 	}
@@ -381,14 +381,20 @@ func (d *jsonDataReader) appendHalf(text []byte) string {
 }
 
 // appendBytes appends a BYTES element: the string's bytes after a 4-byte
-// length.
+// length. A string that is not text is refused, where encoding/json would
+// change it: the model would get other bytes than the client meant.
 func (d *jsonDataReader) appendBytes(text []byte) string {
 	if text[0] != '"' {
 		return "is " + describeValue(text) + ", not a string (BYTES)"
 	}
 	start := len(d.dst)
 	d.dst = append(d.dst, 0, 0, 0, 0)
-	d.dst = appendUnquoted(d.dst, text[1:len(text)-1])
+	raw := text[1 : len(text)-1]
+	var bad, size int
+	if d.dst, bad, size = appendText(d.dst, raw); bad >= 0 {
+		d.dst = d.dst[:start]
+		return notText(raw[bad : bad+size])
+	}
 	n := len(d.dst) - start - 4
 	if uint64(n) > math.MaxUint32 {
 		return "is longer than a BYTES element can be (4 GiB)"
@@ -417,65 +423,95 @@ func describeValue(text []byte) string {
 	return jsonKind(text)
 }
 
-// appendUnquoted appends the text of a JSON string body (validated, its
-// quotes removed) with its escapes decoded. Invalid UTF-8 and lone
-// surrogates become U+FFFD, as encoding/json decodes them.
-func appendUnquoted(dst, raw []byte) []byte {
+// notText says why the string whose part bad (a byte, or an escape) is
+// not text is refused.
+func notText(bad []byte) string {
+	const asBinary = "; send bytes that are not text as binary data (a binary_data_size parameter)"
+	if bad[0] == '\\' {
+		return "is a string with a lone surrogate escape " + string(bad) + ", which is not valid UTF-8: an escape from " +
+			`\ud800 to \udfff must be a high surrogate (\ud800-\udbff) followed by a low one (\udc00-\udfff)` + asBinary
+	}
+	return "is a string that is not valid UTF-8 (byte 0x" + strconv.FormatUint(uint64(bad[0]), 16) + ")" + asBinary
+}
+
+// appendText appends the text of a JSON string body (syntax-checked, its
+// quotes removed) with its escapes decoded, up to the first byte that is
+// not UTF-8 or the first lone surrogate escape, which have no text to
+// decode to: bad is its index in raw and size its length (1 or 6), or bad
+// is -1 when raw has neither.
+func appendText(dst, raw []byte) (out []byte, bad, size int) {
 	if bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
-		return append(dst, raw...)
+		return append(dst, raw...), -1, 0
 	}
 	for i := 0; i < len(raw); {
 		c := raw[i]
 		switch {
 		case c == '\\':
-			var r rune
-			r, i = unescape(raw, i)
+			r, next, ok := unescape(raw, i)
+			if !ok {
+				return dst, i, next - i
+			}
 			dst = utf8.AppendRune(dst, r)
+			i = next
 		case c < utf8.RuneSelf:
 			dst = append(dst, c)
 			i++
 		default:
-			r, size := utf8.DecodeRune(raw[i:])
-			if r == utf8.RuneError && size == 1 {
-				dst = utf8.AppendRune(dst, utf8.RuneError)
-			} else {
-				dst = append(dst, raw[i:i+size]...)
+			r, n := utf8.DecodeRune(raw[i:])
+			if r == utf8.RuneError && n == 1 {
+				return dst, i, 1
 			}
-			i += size
+			dst = append(dst, raw[i:i+n]...)
+			i += n
 		}
 	}
-	return dst
+	return dst, -1, 0
 }
 
-// unescape decodes the validated escape at raw[i] and returns its rune and
-// the index after it. A surrogate pair is joined; a lone surrogate becomes
-// U+FFFD, leaving what follows it to be read on its own.
-func unescape(raw []byte, i int) (rune, int) {
+// appendUnquoted is appendText with U+FFFD for each byte that is not UTF-8
+// and each lone surrogate escape, as encoding/json decodes them: what
+// stringValue and echoID read names and the id with. A BYTES element of
+// the data is refused instead (appendBytes).
+func appendUnquoted(dst, raw []byte) []byte {
+	for {
+		var bad, size int
+		if dst, bad, size = appendText(dst, raw); bad < 0 {
+			return dst
+		}
+		dst = utf8.AppendRune(dst, utf8.RuneError)
+		raw = raw[bad+size:]
+	}
+}
+
+// unescape decodes the syntax-checked escape at raw[i] and returns its
+// rune and the index after it. A surrogate pair is joined; a lone
+// surrogate is not ok, next being the index after its escape.
+func unescape(raw []byte, i int) (r rune, next int, ok bool) {
 	switch raw[i+1] {
 	case 'b':
-		return '\b', i + 2
+		return '\b', i + 2, true
 	case 'f':
-		return '\f', i + 2
+		return '\f', i + 2, true
 	case 'n':
-		return '\n', i + 2
+		return '\n', i + 2, true
 	case 'r':
-		return '\r', i + 2
+		return '\r', i + 2, true
 	case 't':
-		return '\t', i + 2
+		return '\t', i + 2, true
 	case 'u':
 		r := hex4(raw[i+2:])
 		i += 6
 		if !utf16.IsSurrogate(r) {
-			return r, i
+			return r, i, true
 		}
 		if i+6 <= len(raw) && raw[i] == '\\' && raw[i+1] == 'u' {
 			if joined := utf16.DecodeRune(r, hex4(raw[i+2:])); joined != utf8.RuneError {
-				return joined, i + 6
+				return joined, i + 6, true
 			}
 		}
-		return utf8.RuneError, i
+		return 0, i, false
 	}
-	return rune(raw[i+1]), i + 2 // \" \\ \/
+	return rune(raw[i+1]), i + 2, true // \" \\ \/
 }
 
 func hex4(b []byte) rune {
@@ -494,12 +530,27 @@ func hex4(b []byte) rune {
 	return r
 }
 
-// appendJSONString writes s as a JSON string. Bytes that are not UTF-8
-// become U+FFFD, as encoding/json writes them: the answer stays valid JSON,
-// and a client that needs the exact bytes asks for binary data.
+// appendJSONString writes s as a JSON string, with U+FFFD for each byte
+// that is not UTF-8, as encoding/json writes it: for names and the id,
+// which the server or the client chose as text. A BYTES element of an
+// answer that is not text is refused instead (appendJSONElements).
 func appendJSONString(dst, s []byte) []byte {
-	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
+	for {
+		var bad int
+		if dst, bad = appendJSONChars(dst, s); bad < 0 {
+			return append(dst, '"')
+		}
+		dst = append(dst, `\ufffd`...)
+		s = s[bad+1:]
+	}
+}
+
+// appendJSONChars writes s escaped as a JSON string's characters are, up
+// to the first byte that is not UTF-8, which no JSON string can hold: bad
+// is its index, or -1 when there is none.
+func appendJSONChars(dst, s []byte) (out []byte, bad int) {
+	const hex = "0123456789abcdef"
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
@@ -527,16 +578,11 @@ func appendJSONString(dst, s []byte) []byte {
 		}
 		r, size := utf8.DecodeRune(s[i:])
 		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i++
-			start = i
-			continue
+			return append(dst, s[start:i]...), i
 		}
 		i += size
 	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
+	return append(dst, s[start:]...), -1
 }
 
 func appendJSONStringText(dst []byte, s string) []byte {
@@ -547,9 +593,11 @@ func appendJSONStringText(dst []byte, s string) []byte {
 
 // appendJSONElements appends the elements of data, a tensor of dt in the
 // binary layout that checkData has vetted, as comma-separated JSON values;
-// first says whether one has been written before them.
-func appendJSONElements(dst []byte, dt dtype, data []byte, first bool) []byte {
-	for len(data) > 0 {
+// first says whether one has been written before them. It stops at the
+// first BYTES element that is not valid UTF-8, which a JSON string cannot
+// hold but changed: bad is its index, or -1 when there is none.
+func appendJSONElements(dst []byte, dt dtype, data []byte, first bool) (out []byte, bad int64) {
+	for i := int64(0); len(data) > 0; i++ {
 		if !first {
 			dst = append(dst, ',')
 		}
@@ -576,12 +624,25 @@ func appendJSONElements(dst []byte, dt dtype, data []byte, first bool) []byte {
 		case kindBytes:
 			var element []byte
 			element, data, _ = nextBytesElement(data)
-			dst = appendJSONString(dst, element)
+			var at int
+			if dst, at = appendJSONChars(append(dst, '"'), element); at >= 0 {
+				return dst, i
+			}
+			dst = append(dst, '"')
 			continue
 		}
 		data = data[dt.size:]
 	}
-	return dst
+	return dst, -1
+}
+
+// notJSONText refuses to write the element bad of the output called name,
+// BYTES that are not valid UTF-8, as JSON: the client asks for it as binary
+// data, which holds any bytes, rather than get U+FFFD in their place.
+func notJSONText(name string, bad int64) error {
+	return badRequest("output " + strconv.Quote(name) + ": element " + strconv.FormatInt(bad, 10) +
+		" is bytes that are not valid UTF-8, which a JSON string cannot hold; ask for the output as binary data " +
+		`("binary_data": true in its "parameters", or "binary_data_output": true in the request's)`)
 }
 
 func readUint(b []byte, size int) uint64 {
@@ -633,8 +694,14 @@ func appendJSONFloat(dst []byte, f float64, bits int) []byte {
 	return dst
 }
 
-// halfNaN is the quiet NaN of IEEE 754 half precision.
-const halfNaN = 0x7e00
+// The quiet NaNs of IEEE 754 half, single and double precision that null
+// reads as: the canonical ones, the top bit of the fraction alone set, as
+// numpy writes NaN. (Go's math.NaN() sets the lowest bit as well.)
+const (
+	halfNaN   = 0x7e00
+	floatNaN  = 0x7fc00000
+	doubleNaN = 0x7ff8000000000000
+)
 
 // halfToFloat32 widens the IEEE 754 half h exactly.
 func halfToFloat32(h uint16) float32 {

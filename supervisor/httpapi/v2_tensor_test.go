@@ -51,7 +51,9 @@ func TestV2HalfDataRoundsOnceFromTheText(t *testing.T) {
 }
 
 // TestAppendUnquotedMatchesEncodingJSON: JSON strings decode as
-// encoding/json decodes them, invalid UTF-8 and lone surrogates included.
+// encoding/json decodes them, invalid UTF-8 and lone surrogates included;
+// appendText decodes the strings that are text the same, and stops at the
+// first byte or escape of one that is not.
 func TestAppendUnquotedMatchesEncodingJSON(t *testing.T) {
 	for _, s := range unquoteSeeds {
 		checkUnquoted(t, []byte(s))
@@ -77,7 +79,19 @@ func checkUnquoted(t *testing.T, text []byte) {
 	if got := appendUnquoted(nil, raw[1:len(raw)-1]); string(got) != want {
 		t.Fatalf("appendUnquoted(%q) = %q, encoding/json says %q", text, got, want)
 	}
+	got, bad, size := appendText(nil, raw[1:len(raw)-1])
+	switch {
+	case isText(text) != (bad < 0):
+		t.Fatalf("appendText(%q) stops at %d; is it text: %v", text, bad, isText(text))
+	case bad < 0 && string(got) != want:
+		t.Fatalf("appendText(%q) = %q, encoding/json says %q", text, got, want)
+	case bad >= 0 && (!isText(quote(raw[1:1+bad])) || isText(quote(raw[1+bad:1+bad+size]))):
+		t.Fatalf("appendText(%q) stops at %d, %d bytes, not at the first part that is not text", text, bad, size)
+	}
 }
+
+// quote is the string body b in quotes.
+func quote(b []byte) []byte { return append(append([]byte{'"'}, b...), '"') }
 
 func FuzzAppendUnquoted(f *testing.F) {
 	for _, s := range unquoteSeeds {

@@ -873,45 +873,59 @@ func TestV2InferMixedBody(t *testing.T) {
 	}
 }
 
-// TestV2InferBytesThatAreNotUTF8: in JSON they are written with U+FFFD for
-// each invalid byte; as binary data they come back exact.
+// TestV2InferBytesThatAreNotUTF8: a JSON answer cannot hold them but
+// changed, so it is refused, naming the output and the element (counted
+// over the rows stacked) and how to ask for them; as binary data they come
+// back exact.
 func TestV2InferBytesThatAreNotUTF8(t *testing.T) {
-	raw := bytesElements("ok\xff\xfe", "\xc3")
-	header := `{"inputs":[{"name":"b","shape":[2],"datatype":"BYTES","parameters":{"binary_data_size":` + strconv.Itoa(len(raw)) + `}}]}`
-	body, hl := binaryRequest(header, raw)
-	h := newV2(echoModel(spec("b", "BYTES", true, -1)), nil)
-	rec := do(t, h, http.MethodPost, "/v2/models/m/infer", "", body, InferenceHeaderLength, hl)
-	if !json.Valid(rec.Body.Bytes()) || !strings.Contains(rec.Body.String(), `"data":["ok\ufffd\ufffd","\ufffd"]`) {
-		t.Errorf("answer %s, want valid JSON with U+FFFD for each invalid byte", rec.Body)
+	tests := []struct {
+		name     string
+		spec     TensorSpec
+		shape    string
+		elements []string
+		want     string
+	}{
+		{"one per row", spec("b", "BYTES", true, -1), "[3]", []string{"ok", "é", "a\xffb"}, `output "b": element 2 is bytes that are not valid UTF-8`},
+		{"two per row", spec("b", "BYTES", true, -1, 2), "[2,2]", []string{"a", "b", "c", "\xc3"}, `output "b": element 3 is bytes that are not valid UTF-8`},
 	}
-	header = `{"parameters":{"binary_data_output":true},` + header[1:]
-	body, hl = binaryRequest(header, raw)
-	_, bins := answerOf(t, do(t, h, http.MethodPost, "/v2/models/m/infer", "", body, InferenceHeaderLength, hl))
-	if !bytes.Equal(bins["b"], raw) {
-		t.Errorf("binary output % x, want % x", bins["b"], raw)
+	for _, tt := range tests {
+		raw := bytesElements(tt.elements...)
+		header := `{"inputs":[{"name":"b","shape":` + tt.shape + `,"datatype":"BYTES","parameters":{"binary_data_size":` + strconv.Itoa(len(raw)) + `}}]}`
+		body, hl := binaryRequest(header, raw)
+		h := newV2(echoModel(tt.spec), nil)
+		rec := do(t, h, http.MethodPost, "/v2/models/m/infer", "", body, InferenceHeaderLength, hl)
+		if msg := errorOf(t, rec); rec.Code != http.StatusBadRequest || !strings.Contains(msg, tt.want) || !strings.Contains(msg, `ask for the output as binary data ("binary_data": true`) {
+			t.Errorf("%s: status %d %q, want 400 saying %q and how to ask for binary data", tt.name, rec.Code, msg, tt.want)
+		}
+		for _, binaryHeader := range []string{
+			`{"parameters":{"binary_data_output":true},` + header[1:],
+			header[:len(header)-1] + `,"outputs":[{"name":"b","parameters":{"binary_data":true}}]}`,
+		} {
+			body, hl = binaryRequest(binaryHeader, raw)
+			_, bins := answerOf(t, do(t, h, http.MethodPost, "/v2/models/m/infer", "", body, InferenceHeaderLength, hl))
+			if !bytes.Equal(bins["b"], raw) {
+				t.Errorf("%s: binary output % x, want % x", tt.name, bins["b"], raw)
+			}
+		}
 	}
 }
 
 // TestV2InferNaNAndInfinity: JSON has no NaN or ±Inf; the answer writes
-// them as null, and null is read as NaN.
+// them as null, and null is read as NaN: the canonical quiet NaN of each
+// size, as numpy writes it (not Go's math.NaN(), 0x7ff8000000000001).
 func TestV2InferNaNAndInfinity(t *testing.T) {
-	for _, datatype := range []string{"FP16", "FP32", "FP64"} {
+	for datatype, nan := range map[string][]byte{
+		"FP16": binary.LittleEndian.AppendUint16(nil, 0x7e00),
+		"FP32": binary.LittleEndian.AppendUint32(nil, 0x7fc00000),
+		"FP64": binary.LittleEndian.AppendUint64(nil, 0x7ff8000000000000),
+	} {
 		model := echoModel(spec("f", datatype, true, -1))
 		rec := postV2(t, newV2(model, nil), "/v2/models/m/infer", `{"inputs":[{"name":"f","shape":[2],"datatype":"`+datatype+`","data":[null,1]}]}`)
 		if answer, _ := answerOf(t, rec); !reflect.DeepEqual(answer.Outputs[0].Data, jsonValues(t, `[null,1]`)) {
 			t.Errorf("%s: output %v, want [null,1]", datatype, answer.Outputs[0].Data)
 		}
-		var nan bool
-		switch data := model.itemRows()[0][0].Data; datatype {
-		case "FP16":
-			nan = math.IsNaN(float64(halfToFloat32(binary.LittleEndian.Uint16(data))))
-		case "FP32":
-			nan = math.IsNaN(float64(math.Float32frombits(binary.LittleEndian.Uint32(data))))
-		default:
-			nan = math.IsNaN(math.Float64frombits(binary.LittleEndian.Uint64(data)))
-		}
-		if !nan {
-			t.Errorf("%s: null reached the model as % x, not NaN", datatype, model.itemRows()[0][0].Data)
+		if got := model.itemRows()[0][0].Data; !bytes.Equal(got, nan) {
+			t.Errorf("%s: null reached the model as % x, want the quiet NaN % x", datatype, got, nan)
 		}
 	}
 	data := f32s(float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 2)

@@ -101,8 +101,11 @@
 //
 //   - POST /predict in JSON: each input becomes the msgpack value of its
 //     JSON: a string a str, true and false bools, null nil, an integer an
-//     int (a float64 when it is past the int64 range), any other number a
-//     float64, an array an array and an object a map with str keys.
+//     int (a uint64 past the int64 range, a float64 past the uint64
+//     range), any other number a float64, an array an array and an object
+//     a map with str keys. A string that is not valid UTF-8, or has a lone
+//     surrogate escape, refuses its item (400) rather than reach the
+//     plugin with U+FFFD in its place.
 //   - POST /predict in msgpack: each input as the client encoded it (a
 //     bin stays a bin).
 //   - The Open Inference Protocol (/v2/models/NAME/infer, REST or gRPC):
@@ -113,16 +116,17 @@
 // An output is one msgpack value too, which the server writes back as the
 // client asked:
 //
-//   - /predict in JSON: a str as a JSON string (bytes that are not UTF-8
-//     as U+FFFD), a bin as a base64 string, a timestamp as an RFC 3339
-//     string, a map's keys as strings, NaN and the infinities as null. An
-//     extension of another type has no JSON form: the request fails with
-//     a 500 naming the output.
+//   - /predict in JSON: a str as a JSON string, a bin as a base64 string,
+//     a timestamp as an RFC 3339 string, a map's keys as strings, NaN and
+//     the infinities as null. A str that is not valid UTF-8 and an
+//     extension of another type have no JSON form: the request fails with
+//     a 500 naming the output (bytes go as a bin).
 //   - /predict in msgpack: the output as it is.
 //   - The Open Inference Protocol: one BYTES element, the bytes of a str or
-//     a bin, or the JSON text of any other value; in the JSON form of an
-//     answer, that element as a JSON string (bytes that are not UTF-8 as
-//     U+FFFD).
+//     a bin, or the JSON text of any other value (none for one holding a str
+//     that is not valid UTF-8: a 500, as above); in the JSON form of an
+//     answer, that element as a JSON string, or, when its bytes are not
+//     valid UTF-8, a 400 telling the client to ask for binary data.
 //
 // A plugin fails one item through item_errors (the client gets 422 and the
 // message) and a whole batch through error (500).
