@@ -676,3 +676,29 @@ func TestV2InferTakesStringsThatAreText(t *testing.T) {
 		t.Errorf("row 1 reached the model as % x, want % x", got, want)
 	}
 }
+
+// TestV2InferRefusesNamesAndIDsThatAreNotText: a tensor's name or
+// datatype, or the request's id, that is not text is refused naming it,
+// rather than read, or echoed, with U+FFFD in its place; one that is
+// text, escapes and pairs included, is served, the id echoed as it came.
+func TestV2InferRefusesNamesAndIDsThatAreNotText(t *testing.T) {
+	model := func() *tensorEcho { return echoModel(spec("input", "BYTES", true, -1)) }
+	const data = `"datatype":"BYTES","shape":[1],"data":["a"]`
+	runV2ErrorCases(t, []v2ErrorCase{
+		{name: "an input's name", model: model(), body: inputsBody(`{"name":"in\ud800put",` + data + `}`), want: 400,
+			wantMsg: []string{`"name" is a string with a lone surrogate escape \ud800`}},
+		{name: "an input's datatype", model: model(), body: inputsBody("{\"name\":\"input\",\"datatype\":\"BYT\xffES\",\"shape\":[1],\"data\":[\"a\"]}"), want: 400,
+			wantMsg: []string{`"datatype" is a string that is not valid UTF-8 (byte 0xff)`}},
+		{name: "an output's name", model: model(),
+			body: `{"inputs":[{"name":"input",` + data + `}],"outputs":[{"name":"out\udc00"}]}`, want: 400,
+			wantMsg: []string{`"name" is a string with a lone surrogate escape \udc00`}},
+		{name: "the id, not UTF-8", model: model(), body: "{\"id\":\"r\xfe1\",\"inputs\":[{\"name\":\"input\"," + data + "}]}", want: 400,
+			wantMsg: []string{`"id" is a string that is not valid UTF-8 (byte 0xfe)`}},
+		{name: "the id, a lone surrogate", model: model(), body: `{"id":"r\ud83d","inputs":[{"name":"input",` + data + `}]}`, want: 400,
+			wantMsg: []string{`"id" is a string with a lone surrogate escape \ud83d`}},
+	})
+	rec := postV2(t, newV2(model(), nil), "/v2/models/m/infer", `{"id":"r\ud83d\ude00\n","inputs":[{"n\u0061me":"input",`+data+`}]}`)
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"id":"r\ud83d\ude00\n"`) {
+		t.Errorf("a request whose id and key are text, with escapes: %d %s; want 200 with the id as it came", rec.Code, rec.Body)
+	}
+}

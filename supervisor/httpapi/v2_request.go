@@ -182,7 +182,11 @@ func stringValue(s *wire.JSONScanner, what field, depth int) ([]byte, error) {
 	if bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
 		return raw, nil
 	}
-	return appendUnquoted(nil, raw), nil
+	out, bad, size := appendText(nil, raw)
+	if bad >= 0 {
+		return nil, badRequest(what.String() + " " + notTextWhy(raw[bad:bad+size]))
+	}
+	return out, nil
 }
 
 // intValue reads a whole number that fits an int64.
@@ -249,6 +253,12 @@ func (st *inferState) parse(body []byte, binary bool) error {
 			}
 			if text[0] != '"' {
 				return badRequest(`"id" must be a string, not ` + jsonKind(text))
+			}
+			// Echoed as it came: text, or refused rather than changed.
+			if raw := text[1 : len(text)-1]; !utf8.Valid(raw) || bytes.IndexByte(raw, '\\') >= 0 {
+				if _, bad, size := appendText(nil, raw); bad >= 0 {
+					return badRequest(`"id" ` + notTextWhy(raw[bad:bad+size]))
+				}
 			}
 			st.req.id = text
 			return nil
@@ -640,11 +650,6 @@ func sharedMemoryRefusal(ref tensorRef) error {
 		"send the data in the request and take it from the answer")
 }
 
-// echoID is the request's id as the answer writes it: its JSON text when
-// that is valid UTF-8 (the scanner has checked the rest), else re-encoded.
-func echoID(dst, id []byte) []byte {
-	if utf8.Valid(id) {
-		return append(dst, id...)
-	}
-	return appendJSONString(dst, appendUnquoted(nil, id[1:len(id)-1]))
-}
+// echoID is the request's id as the answer writes it: its JSON text,
+// which the scanner and the request's read have checked is text.
+func echoID(dst, id []byte) []byte { return append(dst, id...) }

@@ -423,15 +423,20 @@ func describeValue(text []byte) string {
 	return jsonKind(text)
 }
 
-// notText says why the string whose part bad (a byte, or an escape) is
-// not text is refused.
+// notText says why the BYTES element whose part bad (a byte, or an
+// escape) is not text is refused.
 func notText(bad []byte) string {
-	const asBinary = "; send bytes that are not text as binary data (a binary_data_size parameter)"
+	return notTextWhy(bad) + "; send bytes that are not text as binary data (a binary_data_size parameter)"
+}
+
+// notTextWhy says why a string whose part bad (a byte, or an escape) is
+// not text is refused.
+func notTextWhy(bad []byte) string {
 	if bad[0] == '\\' {
 		return "is a string with a lone surrogate escape " + string(bad) + ", which is not valid UTF-8: an escape from " +
-			`\ud800 to \udfff must be a high surrogate (\ud800-\udbff) followed by a low one (\udc00-\udfff)` + asBinary
+			`\ud800 to \udfff must be a high surrogate (\ud800-\udbff) followed by a low one (\udc00-\udfff)`
 	}
-	return "is a string that is not valid UTF-8 (byte 0x" + strconv.FormatUint(uint64(bad[0]), 16) + ")" + asBinary
+	return "is a string that is not valid UTF-8 (byte 0x" + strconv.FormatUint(uint64(bad[0]), 16) + ")"
 }
 
 // appendText appends the text of a JSON string body (syntax-checked, its
@@ -466,21 +471,6 @@ func appendText(dst, raw []byte) (out []byte, bad, size int) {
 		}
 	}
 	return dst, -1, 0
-}
-
-// appendUnquoted is appendText with U+FFFD for each byte that is not UTF-8
-// and each lone surrogate escape, as encoding/json decodes them: what
-// stringValue and echoID read names and the id with. A BYTES element of
-// the data is refused instead (appendBytes).
-func appendUnquoted(dst, raw []byte) []byte {
-	for {
-		var bad, size int
-		if dst, bad, size = appendText(dst, raw); bad < 0 {
-			return dst
-		}
-		dst = utf8.AppendRune(dst, utf8.RuneError)
-		raw = raw[bad+size:]
-	}
 }
 
 // unescape decodes the syntax-checked escape at raw[i] and returns its
