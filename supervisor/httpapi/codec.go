@@ -29,10 +29,12 @@ type Codec interface {
 // becomes the msgpack encoding of the same value, a msgpack item passes as
 // it is, and every item shares one batch key.
 //
-// JSON integers that fit an int64 become msgpack integers in their shortest
-// form, other numbers float64; object keys keep their order. Outputs go back
-// to JSON with binary as base64 strings and timestamps as RFC 3339 strings,
-// as encoding/json writes []byte and time.Time.
+// JSON integers that fit an int64 or a uint64 become msgpack integers in
+// their shortest form, other numbers float64; strings must be text (valid
+// UTF-8, no lone surrogate escape); object keys keep their order. Outputs
+// go back to JSON with binary as base64 strings and timestamps as RFC 3339
+// strings, as encoding/json writes []byte and time.Time; a str output that
+// is not valid UTF-8 has no JSON form.
 type Generic struct{}
 
 // FromJSON re-encodes the JSON value as msgpack.
