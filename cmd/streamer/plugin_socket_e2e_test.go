@@ -257,3 +257,28 @@ func TestASecondSignalRemovesThePluginSocketFolder(t *testing.T) {
 		return processGone(worker) && processGone(plugin)
 	})
 }
+
+// TestTwoSignalsBackToBackAreTwo: a second signal sent right after the
+// first, before the drain has begun, ends the server at once as well,
+// rather than being lost. (SIGINT, then SIGTERM: the kernel keeps one of
+// a signal pending, so that two SIGTERMs sent back to back may reach the
+// process as one.)
+func TestTwoSignalsBackToBackAreTwo(t *testing.T) {
+	for round := range 3 {
+		s := startServer(t, "--model", "sleep:30s,0", "--workers", "1")
+		go func() { _, _ = s.tryPredictJSON(map[string]any{"inputs": []any{"x"}}) }() // keeps the drain going
+		s.waitFor(t, "the item to run", readyTimeout, func() bool { return s.workers(t)[0].InFlight > 0 })
+		if err := s.signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.wait(stopTimeout); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if status, ok := s.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !status.Signaled() || status.Signal() != syscall.SIGTERM {
+			t.Fatalf("round %d: the server ended %v after SIGINT and SIGTERM back to back; want killed by SIGTERM", round, s.cmd.ProcessState)
+		}
+	}
+}

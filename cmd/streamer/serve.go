@@ -16,6 +16,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -500,7 +501,14 @@ func runServe(ctx context.Context, o serveOptions) error {
 		defer profiles.Close()
 	}
 
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	// What a second signal does before it ends the process, which skips
+	// the deferred removal of the plugins' socket folder.
+	lastWords := func() {
+		if m.socketDir != "" {
+			_ = os.RemoveAll(m.socketDir)
+		}
+	}
+	ctx, stop := stopOnSignals(ctx, lastWords)
 	defer stop()
 
 	// Serve from the start: while the workers initialise, /readyz says 503
@@ -559,39 +567,59 @@ func runServe(ctx context.Context, o serveOptions) error {
 	alive := make(chan struct{})
 	defer close(alive)
 	go manager.keepAlive(alive, func() { work.Stats() })
-	// What a second signal does before it ends the process, which skips
-	// the deferred removal of the plugins' socket folder.
-	lastWords := func() {
-		if m.socketDir != "" {
-			_ = os.RemoveAll(m.socketDir)
-		}
-	}
-	runErr := o.awaitEnd(ctx, stop, lastWords, fatal, serveErr, grpcAPI.failed(), log)
+	runErr := o.awaitEnd(ctx, fatal, serveErr, grpcAPI.failed(), log)
 	return errors.Join(runErr, stopping.drain(server))
 }
 
-// exitOnSecondSignal ends the process once SIGTERM or SIGINT comes again,
-// after lastWords, as that signal ends a process by default: the drain
-// the first began is cut short, and the workers, and their plugins, die
-// with the server (see supervisor's parent-death signal). The signal is
-// raised again with its default action back; should it be ignored (a
-// server started in the background by a shell that ignores SIGINT), the
-// process exits all the same, with the shell's status for it, 128 and
-// its number.
-func exitOnSecondSignal(lastWords func()) {
-	second := make(chan os.Signal, 1)
-	signal.Notify(second, syscall.SIGTERM, syscall.SIGINT)
+// stopOnSignals is ctx, canceled at the first SIGTERM or SIGINT, which
+// begins the drain. The second ends the process at once, after lastWords,
+// as that signal ends a process by default: the drain is cut short, and
+// the workers, and their plugins, die with the server (see supervisor's
+// parent-death signal). Both are caught from the start, so that two sent
+// back to back are two. stop ends the watch; the signals that come after
+// it are ignored, as the process ends.
+func stopOnSignals(parent context.Context, lastWords func()) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(parent)
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	done := make(chan struct{})
 	go func() {
-		sig := (<-second).(syscall.Signal)
-		lastWords()
-		signal.Reset(syscall.SIGTERM, syscall.SIGINT)
-		if self, err := os.FindProcess(os.Getpid()); err == nil && self.Signal(sig) == nil {
-			// Delivered to another of the process's threads, maybe: it
-			// ends the process meanwhile.
-			time.Sleep(time.Second)
+		for first := true; ; first = false {
+			select {
+			case <-done:
+				return
+			case sig := <-signals:
+				if first {
+					cancel()
+					continue
+				}
+				exitBy(sig.(syscall.Signal), lastWords)
+			}
 		}
-		os.Exit(128 + int(sig))
 	}()
+	var once sync.Once
+	return ctx, func() {
+		once.Do(func() {
+			close(done)
+			cancel()
+		})
+	}
+}
+
+// exitBy ends the process as sig does by default, after lastWords. The
+// signal is raised again with its default action back; should it be
+// ignored (a server started in the background by a shell that ignores
+// SIGINT), the process exits all the same, with the shell's status for
+// it, 128 and its number.
+func exitBy(sig syscall.Signal, lastWords func()) {
+	lastWords()
+	signal.Reset(syscall.SIGTERM, syscall.SIGINT)
+	if self, err := os.FindProcess(os.Getpid()); err == nil && self.Signal(sig) == nil {
+		// Delivered to another of the process's threads, maybe: it ends
+		// the process meanwhile.
+		time.Sleep(time.Second)
+	}
+	os.Exit(128 + int(sig))
 }
 
 // startSlack is how much longer than --init-timeout a start may take:
@@ -637,13 +665,11 @@ func (o serveOptions) httpServer(handler http.Handler, log *slog.Logger) *http.S
 }
 
 // awaitEnd serves until a signal (ctx ends: then a second one ends the
-// process at once, after lastWords), every worker slot failing (fatal),
+// process at once, see stopOnSignals), every worker slot failing (fatal),
 // or the HTTP server failing; it returns the error of the last two.
-func (o serveOptions) awaitEnd(ctx context.Context, stop context.CancelFunc, lastWords func(), fatal, serveErr, grpcErr <-chan error, log *slog.Logger) error {
+func (o serveOptions) awaitEnd(ctx context.Context, fatal, serveErr, grpcErr <-chan error, log *slog.Logger) error {
 	select {
 	case <-ctx.Done():
-		exitOnSecondSignal(lastWords)
-		stop()
 		log.Info("signal received: draining (a second signal exits at once)", "grace", o.grace)
 		return nil
 	case err := <-fatal:
