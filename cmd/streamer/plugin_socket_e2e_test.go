@@ -277,8 +277,10 @@ func TestTwoSignalsBackToBackAreTwo(t *testing.T) {
 		if _, err := s.wait(stopTimeout); err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
-		if status, ok := s.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !status.Signaled() || status.Signal() != syscall.SIGTERM {
-			t.Fatalf("round %d: the server ended %v after SIGINT and SIGTERM back to back; want killed by SIGTERM", round, s.cmd.ProcessState)
+		// Killed by the one taken second: Go's runtime may hand on two
+		// pending signals in either order.
+		if status, ok := s.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !status.Signaled() || status.Signal() != syscall.SIGTERM && status.Signal() != syscall.SIGINT {
+			t.Fatalf("round %d: the server ended %v after SIGINT and SIGTERM back to back; want killed by one of them, not a drain to its end", round, s.cmd.ProcessState)
 		}
 	}
 }
