@@ -2228,15 +2228,24 @@ func (n *Node) claim(ctx context.Context) error {
 		return nil
 	}
 	began := time.Now()
+	now := n.clock.now()
 	pipe := n.rdb.Pipeline()
 	listed := pipe.SMembers(ctx, n.k.streams)
-	heard := pipe.ZRangeByScore(ctx, n.k.nodes, &redis.ZRangeBy{Min: unixMs(n.clock.now().Add(-goneAfter)), Max: "+inf"})
+	heard := pipe.ZRangeByScoreWithScores(ctx, n.k.nodes, &redis.ZRangeBy{Min: unixMs(now.Add(-goneAfter)), Max: "+inf"})
 	_, err := pipe.Exec(ctx)
 	if froze := n.frozeFor(time.Since(began)); err != nil || froze {
 		return err // after a freeze every node looks silent
 	}
-	streams, live := listed.Val(), heard.Val()
-	for _, key := range n.sweeps(streams, live) {
+	streams := listed.Val()
+	live, fresh := make([]string, 0, len(heard.Val())), make([]string, 0, len(heard.Val()))
+	for _, beat := range heard.Val() {
+		name, _ := beat.Member.(string)
+		live = append(live, name)
+		if now.Sub(time.UnixMilli(int64(beat.Score))) < n.cfg.beatEvery*3/2 {
+			fresh = append(fresh, name)
+		}
+	}
+	for _, key := range n.sweeps(streams, fresh) {
 		err := n.claimFrom(ctx, key)
 		if key != n.k.items && redis.HasErrorPrefix(err, "WRONGTYPE") {
 			// A node's own of another type: its node replaces it (see
@@ -2257,43 +2266,46 @@ func (n *Node) claim(ctx context.Context) error {
 const sweepers = 2
 
 // sweeps is the streams, of those listed, that this node looks at for
-// items to claim: the shared one, its own, those of nodes not heard from
-// within goneAfter (of those live, not this one), which every node looks
-// at, and, of each other live node's own, those for which this node is
-// one of the sweepers whose names rank first by a hash of theirs and the
-// stream's. A live node's own stream holds items of other nodes only as
-// they took them from it (see steal): its node claims those that such a
-// node died holding, and the sweepers when its node has no room. Were
-// every node to look at every stream, an idle fleet of N nodes would run
-// N × (N+1) claims a tick, each with a TIME (see autoClaim): 270 a second
-// at 16 nodes, and about as many forgets (see forgetGone); this way, about
-// 4N.
-func (n *Node) sweeps(streams, live []string) []string {
+// items to claim: the shared one, its own; those of nodes not heard from
+// within goneAfter (not among the live), and of live nodes that have
+// missed a beat (not among the fresh, heard from within one beat and a
+// half), which every node looks at; and, of each other fresh node's own,
+// those for which this node is one of the sweepers. A live node's own
+// stream holds items of other nodes only as they took them from it (see
+// steal): its node claims those that such a node died holding, and the
+// sweepers when its node has no room or has died. A node whose sweepers
+// died with it (nodes of one machine) has missed a beat before they are
+// replaced, so that its items wait for a claim no longer than --claim-idle
+// or a beat and a half, whichever is more. Were every node to look at
+// every stream, an idle fleet of N nodes would run N × (N+1) claims a
+// tick, each with a TIME (see autoClaim): 270 a second at 16 nodes, and
+// about as many forgets (see forgetGone); this way, about 4N.
+func (n *Node) sweeps(streams, fresh []string) []string {
 	own := []string{n.k.items}
 	for _, key := range streams {
 		name, ok := strings.CutPrefix(key, n.k.items+":")
 		switch {
 		case key == n.own:
 			own = append(own, key)
-		case !ok || !slices.Contains(live, name) || sweepsFor(key, name, n.cfg.Name, live):
+		case !ok || !slices.Contains(fresh, name) || sweepsFor(key, name, n.cfg.Name, fresh):
 			own = append(own, key)
 		}
 	}
 	return own
 }
 
-// sweepsFor says whether node, one of the live, is among the sweepers of
-// stream, the own stream of the live node owner: of the live nodes but
-// owner, those whose hash with the stream is the highest (rendezvous
-// hashing, so that each node finds the same ones without a word, and a
-// node's coming or going moves only the streams it sweeps).
-func sweepsFor(stream, owner, node string, live []string) bool {
-	if node == owner || !slices.Contains(live, node) {
+// sweepsFor says whether node is among the sweepers of stream, the own
+// stream of the fresh node owner: of the fresh nodes but owner, those
+// whose hash with the stream is the highest (rendezvous hashing, so that
+// each node finds the same ones without a word, and a node's coming or
+// going moves only the streams it sweeps).
+func sweepsFor(stream, owner, node string, fresh []string) bool {
+	if node == owner || !slices.Contains(fresh, node) {
 		return false
 	}
 	mine := sweepRank(stream, node)
 	above := 0
-	for _, other := range live {
+	for _, other := range fresh {
 		if other == owner || other == node {
 			continue
 		}

@@ -70,17 +70,53 @@ func TestEachLiveStreamIsSweptByItsNodeAndAFewOthers(t *testing.T) {
 	}
 }
 
-// A node not heard from lately (its beat failing) still looks at the
-// shared stream and its own, and sweeps no other live node's.
-func TestANodeNotListedLooksAtItsOwnAndTheShared(t *testing.T) {
+// A node that missed a beat (not among the fresh: its beat failing, or it
+// died) still looks at the shared stream and its own, and sweeps no other
+// fresh node's; every fresh node looks at its stream.
+func TestANodeThatMissedABeatIsSweptByAll(t *testing.T) {
 	k := newKeys("p")
-	live := []string{"a", "b", "c", "d", "e"}
+	fresh := []string{"a", "b", "c", "d", "e"}
 	var streams []string
-	for _, name := range append(live, "x") {
+	for _, name := range append(fresh, "x") {
 		streams = append(streams, k.nodeItems(name))
 	}
-	got := sweepNode("x").sweeps(streams, live)
+	got := sweepNode("x").sweeps(streams, fresh)
 	if want := []string{k.items, k.nodeItems("x")}; !slices.Equal(got, want) {
-		t.Errorf("a node not among the live looks at %v; want %v", got, want)
+		t.Errorf("a node not among the fresh looks at %v; want %v", got, want)
+	}
+	for _, name := range fresh {
+		if !slices.Contains(sweepNode(name).sweeps(streams, fresh), k.nodeItems("x")) {
+			t.Errorf("%s does not look at the stream of x, which missed a beat", name)
+		}
+	}
+}
+
+// A stream's sweepers that missed a beat (died with its node: nodes of one
+// machine) are replaced by the next fresh nodes by rank.
+func TestSweepersThatMissedABeatAreReplaced(t *testing.T) {
+	k := newKeys("p")
+	var all []string
+	for i := range 8 {
+		all = append(all, fmt.Sprintf("gpu-%d", i))
+	}
+	owner := all[0]
+	stream := k.nodeItems(owner)
+	sweepersOf := func(fresh []string) []string {
+		var by []string
+		for _, name := range fresh {
+			if sweepsFor(stream, owner, name, fresh) {
+				by = append(by, name)
+			}
+		}
+		return by
+	}
+	first := sweepersOf(all)
+	if len(first) != sweepers {
+		t.Fatalf("sweepers of %s: %v; want %d", stream, first, sweepers)
+	}
+	rest := slices.DeleteFunc(slices.Clone(all), func(name string) bool { return slices.Contains(first, name) })
+	then := sweepersOf(rest)
+	if len(then) != sweepers || slices.ContainsFunc(then, func(name string) bool { return slices.Contains(first, name) }) {
+		t.Errorf("with its sweepers %v gone stale, %s is swept by %v; want %d others", first, stream, then, sweepers)
 	}
 }
