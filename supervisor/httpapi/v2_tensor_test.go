@@ -55,17 +55,17 @@ func TestV2HalfDataRoundsOnceFromTheText(t *testing.T) {
 // appendText decodes the strings that are text the same, and stops at the
 // first byte or escape of one that is not.
 func TestAppendTextMatchesEncodingJSON(t *testing.T) {
-	for _, s := range unquoteSeeds {
-		checkUnquoted(t, []byte(s))
+	for _, s := range textSeeds {
+		checkText(t, []byte(s))
 	}
 }
 
-var unquoteSeeds = []string{
+var textSeeds = []string{
 	`"plain"`, `""`, `"a\"b\\c\/d\b\f\n\r\t"`, `"\u00e9\u4e2d"`, `"\ud83d\ude00"`, `"\ud83d"`, `"\ud83dx"`,
 	`"\ude00\ud83d"`, `"\ud83d\u0041"`, `"\ud83d\ud83d\ude00"`, "\"\xff\xfe\"", "\"ok\xc3\"", "\"é\"", `"\uFFFD\uabcd"`,
 }
 
-func checkUnquoted(t *testing.T, text []byte) {
+func checkText(t *testing.T, text []byte) {
 	t.Helper()
 	s := wire.NewJSONScanner(text)
 	raw, err := s.Skip(0)
@@ -90,11 +90,11 @@ func checkUnquoted(t *testing.T, text []byte) {
 // quote is the string body b in quotes.
 func quote(b []byte) []byte { return append(append([]byte{'"'}, b...), '"') }
 
-func FuzzAppendUnquoted(f *testing.F) {
-	for _, s := range unquoteSeeds {
+func FuzzAppendText(f *testing.F) {
+	for _, s := range textSeeds {
 		f.Add([]byte(s))
 	}
-	f.Fuzz(func(t *testing.T, text []byte) { checkUnquoted(t, text) })
+	f.Fuzz(func(t *testing.T, text []byte) { checkText(t, text) })
 }
 
 // TestAppendJSONStringMatchesEncodingJSON: the strings written are valid
