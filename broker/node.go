@@ -2241,7 +2241,7 @@ func (n *Node) claim(ctx context.Context) error {
 	for _, beat := range heard.Val() {
 		name, _ := beat.Member.(string)
 		live = append(live, name)
-		if now.Sub(time.UnixMilli(int64(beat.Score))) < n.cfg.beatEvery*3/2 {
+		if now.Sub(time.UnixMilli(int64(beat.Score))) < n.freshFor() {
 			fresh = append(fresh, name)
 		}
 	}
@@ -2268,15 +2268,15 @@ const sweepers = 2
 // sweeps is the streams, of those listed, that this node looks at for
 // items to claim: the shared one, its own; those of nodes not heard from
 // within goneAfter (not among the live), and of live nodes that have
-// missed a beat (not among the fresh, heard from within one beat and a
-// half), which every node looks at; and, of each other fresh node's own,
+// missed a beat (not among the fresh, heard from within freshFor), which
+// every node looks at; and, of each other fresh node's own,
 // those for which this node is one of the sweepers. A live node's own
 // stream holds items of other nodes only as they took them from it (see
 // steal): its node claims those that such a node died holding, and the
 // sweepers when its node has no room or has died. A node whose sweepers
 // died with it (nodes of one machine) has missed a beat before they are
 // replaced, so that its items wait for a claim no longer than --claim-idle
-// or a beat and a half, whichever is more. Were every node to look at
+// or freshFor, whichever is more. Were every node to look at
 // every stream, an idle fleet of N nodes would run N × (N+1) claims a
 // tick, each with a TIME (see autoClaim): 270 a second at 16 nodes, and
 // about as many forgets (see forgetGone); this way, about 4N.
@@ -2292,6 +2292,14 @@ func (n *Node) sweeps(streams, fresh []string) []string {
 		}
 	}
 	return own
+}
+
+// freshFor is how long a node is fresh after its last beat: the most
+// beats are apart (a beat interval and half an upkeep tick, see
+// upkeepLoop), and half an interval more for the beat's trip and a late
+// tick. 1.5 s to 2 s with the default heartbeat, whatever --claim-idle.
+func (n *Node) freshFor() time.Duration {
+	return n.cfg.beatEvery*3/2 + n.upkeepEvery()/2
 }
 
 // sweepsFor says whether node is among the sweepers of stream, the own
