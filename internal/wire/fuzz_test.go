@@ -30,7 +30,7 @@ func FuzzJSONToMsgpack(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		item, err := JSONToMsgpack(nil, data)
-		want, refErr := referenceJSON(data)
+		want, refErr := wiretest.ReferenceJSON(data)
 		if refErr == nil && !isText(data) {
 			refErr = errors.New("a string is not text")
 		}

@@ -1,12 +1,10 @@
 package wire
 
 import (
-	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"reflect"
 	"strconv"
@@ -15,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/streamer-dev/streamer/internal/wire/wiretest"
 )
 
 func TestJSONToMsgpackEncodings(t *testing.T) {
@@ -102,7 +102,7 @@ func TestJSONToMsgpackHeaderSizes(t *testing.T) {
 // assertSameValue checks the msgpack item holds the value of the JSON text.
 func assertSameValue(t testing.TB, jsonText, item []byte) {
 	t.Helper()
-	want, err := referenceJSON(jsonText)
+	want, err := wiretest.ReferenceJSON(jsonText)
 	if err != nil {
 		t.Fatalf("reference decode of %.80s: %v", jsonText, err)
 	}
@@ -309,49 +309,6 @@ func isText(data []byte) bool {
 		}
 	}
 	return true
-}
-
-// referenceJSON is wiretest.ReferenceJSON but for integers past int64
-// that fit a uint64, which it keeps exact as JSONToMsgpack does.
-func referenceJSON(data []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("more after the value: %v", err)
-	}
-	return exactNumbers(v)
-}
-
-func exactNumbers(v any) (any, error) {
-	switch x := v.(type) {
-	case json.Number:
-		if i, err := strconv.ParseInt(string(x), 10, 64); err == nil {
-			return i, nil
-		}
-		if u, err := strconv.ParseUint(string(x), 10, 64); err == nil {
-			return u, nil
-		}
-		return strconv.ParseFloat(string(x), 64)
-	case []any:
-		for i := range x {
-			var err error
-			if x[i], err = exactNumbers(x[i]); err != nil {
-				return nil, err
-			}
-		}
-	case map[string]any:
-		for k := range x {
-			var err error
-			if x[k], err = exactNumbers(x[k]); err != nil {
-				return nil, err
-			}
-		}
-	}
-	return v, nil
 }
 
 func TestIsText(t *testing.T) {

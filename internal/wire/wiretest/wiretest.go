@@ -23,7 +23,8 @@ var JSONSeeds = []string{
 }
 
 // ReferenceJSON decodes JSON the way encoding/json does, with numbers as
-// int64 when they fit and float64 otherwise; out of range is an error.
+// int64 when they fit, uint64 when that fits (as JSONToMsgpack keeps
+// them), and float64 otherwise; out of range is an error.
 func ReferenceJSON(data []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -42,6 +43,9 @@ func numbers(v any) (any, error) {
 	case json.Number:
 		if i, err := strconv.ParseInt(string(x), 10, 64); err == nil {
 			return i, nil
+		}
+		if u, err := strconv.ParseUint(string(x), 10, 64); err == nil {
+			return u, nil
 		}
 		return strconv.ParseFloat(string(x), 64)
 	case []any:
