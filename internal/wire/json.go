@@ -436,14 +436,18 @@ func checkUTF8(raw []byte, offset int) error {
 // notUTF8 is the error for the byte c, at offset, of a string that is not
 // valid UTF-8.
 func notUTF8(c byte, offset int) error {
-	return errorAt(offset, "string is not valid UTF-8: byte 0x%02x", c)
+	e := errorAt(offset, "string is not valid UTF-8: byte 0x%02x", c)
+	e.notText = true
+	return e
 }
 
 // loneSurrogate is the error for the escape esc, at offset, of a UTF-16
 // surrogate without its pair.
 func loneSurrogate(esc []byte, offset int) error {
-	return errorAt(offset, "string has a lone surrogate escape %s, which is not valid UTF-8: an escape "+
+	e := errorAt(offset, "string has a lone surrogate escape %s, which is not valid UTF-8: an escape "+
 		"from \\ud800 to \\udfff must be a high surrogate (\\ud800-\\udbff) followed by a low one (\\udc00-\\udfff)", esc)
+	e.notText = true
+	return e
 }
 
 func hex4(b []byte) rune {

@@ -322,3 +322,18 @@ func TestIsText(t *testing.T) {
 		}
 	}
 }
+
+// A string that is not text is told apart from malformed JSON: its error
+// is ErrNotText, a syntax error's is not.
+func TestNotTextIsToldFromMalformed(t *testing.T) {
+	for text, notText := range map[string]bool{
+		`["\ud800"]`: true, "[\"a\xffb\"]": true, "{\"\xc3\": 1}": true,
+		`["a"`: false, `[1,]`: false, `{"a" 1}`: false,
+	} {
+		_, err := JSONToMsgpack(nil, []byte(text))
+		var e *Error
+		if err == nil || !errors.As(err, &e) || errors.Is(err, ErrNotText) != notText {
+			t.Errorf("JSONToMsgpack(%q): %v; want a *Error, ErrNotText %v", text, err, notText)
+		}
+	}
+}

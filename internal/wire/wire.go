@@ -18,7 +18,10 @@
 // the problem was found.
 package wire
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // MaxDepth bounds how deep arrays and objects (maps) may nest, as
 // encoding/json does, so that a hostile body cannot exhaust the stack.
@@ -32,10 +35,21 @@ type Error struct {
 	// Problem says what is wrong, e.g. "invalid character '}' looking for a
 	// value" or "truncated: want 3 more bytes, have 1".
 	Problem string
+
+	notText bool // see ErrNotText
 }
 
 // Error writes "offset N: problem".
 func (e *Error) Error() string { return fmt.Sprintf("offset %d: %s", e.Offset, e.Problem) }
+
+// ErrNotText is what errors.Is finds in an Error for a JSON string that is
+// well formed but not text (not valid UTF-8, or a lone surrogate escape):
+// the JSON is not malformed, but has no text to give.
+var ErrNotText = errors.New("a JSON string that is not text")
+
+// Is reports whether target is ErrNotText and e is for a string that is
+// not text.
+func (e *Error) Is(target error) bool { return target == ErrNotText && e.notText }
 
 func errorAt(offset int, format string, args ...any) *Error {
 	return &Error{Offset: offset, Problem: fmt.Sprintf(format, args...)}

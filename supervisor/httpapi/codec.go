@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/streamer-dev/streamer/internal/wire"
@@ -40,7 +41,10 @@ type Generic struct{}
 // FromJSON re-encodes the JSON value as msgpack.
 func (Generic) FromJSON(raw json.RawMessage) ([]byte, string, error) {
 	item, err := wire.JSONToMsgpack(make([]byte, 0, len(raw)+8), raw)
-	if err != nil {
+	switch {
+	case errors.Is(err, wire.ErrNotText):
+		return nil, "", err // well formed: its message says what it lacks
+	case err != nil:
 		return nil, "", fmt.Errorf("not valid JSON: %w", err)
 	}
 	return item, "", nil

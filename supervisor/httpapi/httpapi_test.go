@@ -583,11 +583,11 @@ func TestPredictRefusesStringsThatAreNotText(t *testing.T) {
 		body string
 		want string
 	}{
-		{"{\"inputs\": [\"\\udc00\", \"a\xffb\"]}", `item 0: not valid JSON: offset 1: string has a lone surrogate escape \udc00, which is not valid UTF-8`},
-		{"{\"inputs\": [\"ok\", \"a\xffb\"]}", `item 1: not valid JSON: offset 2: string is not valid UTF-8: byte 0xff`},
-		{`{"inputs": [1, {"k": ["\ud83d\u0041"]}]}`, `item 1: not valid JSON: offset 8: string has a lone surrogate escape \ud83d`},
-		{"{\"inputs\": [{\"\xc3\": 1}]}", `item 0: not valid JSON: offset 2: string is not valid UTF-8: byte 0xc3`},
-		{"{\"inputs\": [1], \"\\ud800\": 2}", `malformed JSON body: offset 17: string has a lone surrogate escape \ud800`},
+		{"{\"inputs\": [\"\\udc00\", \"a\xffb\"]}", `item 0: offset 1: string has a lone surrogate escape \udc00, which is not valid UTF-8`},
+		{"{\"inputs\": [\"ok\", \"a\xffb\"]}", `item 1: offset 2: string is not valid UTF-8: byte 0xff`},
+		{`{"inputs": [1, {"k": ["\ud83d\u0041"]}]}`, `item 1: offset 8: string has a lone surrogate escape \ud83d`},
+		{"{\"inputs\": [{\"\xc3\": 1}]}", `item 0: offset 2: string is not valid UTF-8: byte 0xc3`},
+		{"{\"inputs\": [1], \"\\ud800\": 2}", `JSON body: offset 17: string has a lone surrogate escape \ud800`},
 	}
 	for _, tt := range tests {
 		backend := &fakeBackend{}

@@ -356,7 +356,7 @@ func (h *handler) decodeJSON(body []byte, req *predictRequest) error {
 	if c, ok := s.Peek(); ok && c != '{' {
 		value, err := s.Skip(0)
 		if err != nil {
-			return badRequest("malformed JSON body: " + err.Error())
+			return malformedJSON(err)
 		}
 		return badRequest(`body must be a JSON object {"inputs": [...]}, not ` + jsonKind(value))
 	}
@@ -370,7 +370,7 @@ func (h *handler) decodeJSON(body []byte, req *predictRequest) error {
 		}
 		key, err := objectKey(&s, first)
 		if err != nil {
-			return badRequest("malformed JSON body: " + err.Error())
+			return malformedJSON(err)
 		}
 		switch key {
 		case "inputs":
@@ -383,7 +383,7 @@ func (h *handler) decodeJSON(body []byte, req *predictRequest) error {
 			err = decodeJSONTimeout(&s, req)
 		default:
 			if _, err = s.Skip(1); err != nil {
-				err = badRequest("malformed JSON body: " + err.Error())
+				err = malformedJSON(err)
 			}
 		}
 		if err != nil {
@@ -398,7 +398,7 @@ func (h *handler) decodeJSON(body []byte, req *predictRequest) error {
 		return badRequest("malformed JSON body: " + s.Unexpected("after an object value").Error())
 	}
 	if err := s.End(); err != nil {
-		return badRequest("malformed JSON body: " + err.Error())
+		return malformedJSON(err)
 	}
 	return checkItemCount(len(req.items), req.items == nil)
 }
@@ -428,7 +428,7 @@ func (h *handler) decodeJSONInputs(s *wire.JSONScanner, req *predictRequest) err
 	if c, ok := s.Peek(); ok && c != '[' {
 		value, err := s.Skip(1)
 		if err != nil {
-			return badRequest("malformed JSON body: " + err.Error())
+			return malformedJSON(err)
 		}
 		if string(value) == "null" {
 			return nil
@@ -445,7 +445,7 @@ func (h *handler) decodeJSONInputs(s *wire.JSONScanner, req *predictRequest) err
 	for i := 0; ; i++ {
 		raw, err := s.Skip(2)
 		if err != nil {
-			return badRequest("malformed JSON body: " + err.Error())
+			return malformedJSON(err)
 		}
 		item, key, err := h.codec.FromJSON(json.RawMessage(raw))
 		if err != nil {
@@ -466,7 +466,7 @@ func (h *handler) decodeJSONInputs(s *wire.JSONScanner, req *predictRequest) err
 func decodeJSONTimeout(s *wire.JSONScanner, req *predictRequest) error {
 	text, err := s.Skip(1)
 	if err != nil {
-		return badRequest("malformed JSON body: " + err.Error())
+		return malformedJSON(err)
 	}
 	if string(text) == "null" {
 		return nil

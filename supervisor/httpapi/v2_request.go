@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"cmp"
+	"errors"
 	"math"
 	"strconv"
 	"time"
@@ -60,7 +61,12 @@ type v2Request struct {
 	outputs      []v2Output
 }
 
+// malformedJSON is the refusal of a JSON body for the scanner's err: a
+// body malformed, or, well formed, with a string that is not text.
 func malformedJSON(err error) error {
+	if errors.Is(err, wire.ErrNotText) {
+		return badRequest("JSON body: " + err.Error())
+	}
 	return badRequest("malformed JSON body: " + err.Error())
 }
 
