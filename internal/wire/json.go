@@ -418,6 +418,11 @@ func unescapeAt(raw []byte, i int) (r rune, next int, ok bool) {
 	return rune(raw[i+1]), i + 2, true // '"', '\\' or '/'
 }
 
+// CheckText is nil when s is valid UTF-8, and otherwise the error that
+// names its first byte that is not, at its offset in s (errors.Is finds
+// ErrNotText in it): for text that came in another form than a JSON string.
+func CheckText(s []byte) error { return checkUTF8(s, 0) }
+
 // checkUTF8 refuses the string body raw, which starts at offset in the
 // text, unless it is valid UTF-8.
 func checkUTF8(raw []byte, offset int) error {

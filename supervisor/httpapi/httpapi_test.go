@@ -246,6 +246,7 @@ func TestPredictRefusesBadInput(t *testing.T) {
 		{name: "form bad timeout", contentType: "application/x-www-form-urlencoded", body: []byte("s=a&timeout_ms=x"), wantStatus: 400, wantMsg: []string{`"timeout_ms" must be a whole number`}},
 		{name: "body too large", body: []byte(`{"inputs": ["` + strings.Repeat("x", 2000) + `"]}`), wantStatus: 413, wantMsg: []string{"larger than the limit of 1024 bytes"}},
 		{name: "JSON in another charset", contentType: "application/json; charset=ISO-8859-1", body: []byte("{\"inputs\": [\"caf\xe9\"]}"), wantStatus: 415, wantMsg: []string{`"application/json; charset=ISO-8859-1"`, "read as UTF-8"}},
+		{name: "form in another charset", contentType: "application/x-www-form-urlencoded; charset=iso-8859-1", body: []byte("s=caf%E9"), wantStatus: 415, wantMsg: []string{`"application/x-www-form-urlencoded; charset=iso-8859-1"`, "a form is read as UTF-8"}},
 		{name: "unsupported content type", contentType: "text/plain; charset=utf-8", body: []byte("hi"), wantStatus: 415, wantMsg: []string{`"text/plain; charset=utf-8"`, "application/json", "application/msgpack", "application/x-www-form-urlencoded"}},
 		{name: "timeout header with a sign", header: []string{"X-Timeout-Ms", "+5"}, body: []byte(`{"inputs": [1]}`), wantStatus: 400, wantMsg: []string{"written in digits", `"+5"`}},
 		{name: "timeout header twice", header: []string{"X-Timeout-Ms", "500", "X-Timeout-Ms", "0"}, body: []byte(`{"inputs": [1]}`), wantStatus: 400, wantMsg: []string{"X-Timeout-Ms is given 2 times"}},
@@ -347,6 +348,13 @@ func TestPredictAnswersEachContentType(t *testing.T) {
 			body:        []byte(url.Values{"s": {"I love [MASK].", "héllo & bye"}}.Encode()),
 			wantItems:   []any{"I love [MASK].", "héllo & bye"},
 			wantJSON:    `{"outputs":["I love [MASK].","héllo & bye"]}`,
+		},
+		{
+			name:        "form that names its charset",
+			contentType: "application/x-www-form-urlencoded; charset=UTF-8",
+			body:        []byte("s=h%C3%A9llo"),
+			wantItems:   []any{"héllo"},
+			wantJSON:    `{"outputs":["héllo"]}`,
 		},
 	}
 	for _, tt := range tests {
@@ -577,21 +585,27 @@ func TestPredictOutputWithoutJSONFormIs500(t *testing.T) {
 
 // TestPredictRefusesStringsThatAreNotText: a JSON item holding a string
 // that is not valid UTF-8, or has a lone surrogate escape, is refused
-// naming the item, where encoding/json would hand the model U+FFFD.
+// naming the item, where encoding/json would hand the model U+FFFD; so is
+// a form field s whose escapes decode to bytes that are not text, which
+// reached the model, whose answer then had no JSON form (a 500).
 func TestPredictRefusesStringsThatAreNotText(t *testing.T) {
+	const form = "application/x-www-form-urlencoded"
 	tests := []struct {
-		body string
-		want string
+		contentType string
+		body        string
+		want        string
 	}{
-		{"{\"inputs\": [\"\\udc00\", \"a\xffb\"]}", `item 0: offset 1: string has a lone surrogate escape \udc00, which is not valid UTF-8`},
-		{"{\"inputs\": [\"ok\", \"a\xffb\"]}", `item 1: offset 2: string is not valid UTF-8: byte 0xff`},
-		{`{"inputs": [1, {"k": ["\ud83d\u0041"]}]}`, `item 1: offset 8: string has a lone surrogate escape \ud83d`},
-		{"{\"inputs\": [{\"\xc3\": 1}]}", `item 0: offset 2: string is not valid UTF-8: byte 0xc3`},
-		{"{\"inputs\": [1], \"\\ud800\": 2}", `JSON body: offset 17: string has a lone surrogate escape \ud800`},
+		{form, "s=ok&s=%ff%fe", `item 1: form field s: offset 0: string is not valid UTF-8: byte 0xff; send text in UTF-8`},
+		{form, "s=caf%E9", `item 0: form field s: offset 3: string is not valid UTF-8: byte 0xe9`},
+		{"application/json", "{\"inputs\": [\"\\udc00\", \"a\xffb\"]}", `item 0: offset 1: string has a lone surrogate escape \udc00, which is not valid UTF-8`},
+		{"application/json", "{\"inputs\": [\"ok\", \"a\xffb\"]}", `item 1: offset 2: string is not valid UTF-8: byte 0xff`},
+		{"application/json", `{"inputs": [1, {"k": ["\ud83d\u0041"]}]}`, `item 1: offset 8: string has a lone surrogate escape \ud83d`},
+		{"application/json", "{\"inputs\": [{\"\xc3\": 1}]}", `item 0: offset 2: string is not valid UTF-8: byte 0xc3`},
+		{"application/json", "{\"inputs\": [1], \"\\ud800\": 2}", `JSON body: offset 17: string has a lone surrogate escape \ud800`},
 	}
 	for _, tt := range tests {
 		backend := &fakeBackend{}
-		rec := do(t, New(Config{Backend: backend}), http.MethodPost, "/predict", "application/json", []byte(tt.body))
+		rec := do(t, New(Config{Backend: backend}), http.MethodPost, "/predict", tt.contentType, []byte(tt.body))
 		if rec.Code != http.StatusBadRequest || !strings.Contains(errorOf(t, rec), tt.want) {
 			t.Errorf("body %q: status %d %s, want 400 saying %q", tt.body, rec.Code, rec.Body, tt.want)
 		}

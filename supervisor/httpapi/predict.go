@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/streamer-dev/streamer/internal/wire"
 	"github.com/streamer-dev/streamer/supervisor"
@@ -61,21 +62,29 @@ func formatOf(contentType string) (bodyFormat, error) {
 	mediaType = strings.TrimSpace(mediaType)
 	switch {
 	case strings.EqualFold(mediaType, "application/json"):
-		if charset := charsetOf(params); charset != "" && !strings.EqualFold(charset, "utf-8") && !strings.EqualFold(charset, "us-ascii") {
-			return 0, &requestError{
-				status: http.StatusUnsupportedMediaType,
-				msg:    "content type " + strconv.Quote(contentType) + ": JSON is read as UTF-8; send it in UTF-8, with charset=utf-8 or no charset",
-			}
-		}
-		return formatJSON, nil
+		return formatJSON, notUTF8Charset(contentType, params, "JSON")
 	case strings.EqualFold(mediaType, "application/msgpack"), strings.EqualFold(mediaType, "application/x-msgpack"):
 		return formatMsgpack, nil
 	case strings.EqualFold(mediaType, "application/x-www-form-urlencoded"):
-		return formatForm, nil
+		return formatForm, notUTF8Charset(contentType, params, "a form")
 	}
 	return 0, &requestError{
 		status: http.StatusUnsupportedMediaType,
 		msg:    "unsupported content type " + strconv.Quote(contentType) + "; send " + acceptedTypes,
+	}
+}
+
+// notUTF8Charset refuses a text body (what) whose content type names a
+// charset other than UTF-8 (or its subset US-ASCII): it is read as UTF-8,
+// and its text would reach the model changed.
+func notUTF8Charset(contentType, params, what string) error {
+	charset := charsetOf(params)
+	if charset == "" || strings.EqualFold(charset, "utf-8") || strings.EqualFold(charset, "us-ascii") {
+		return nil
+	}
+	return &requestError{
+		status: http.StatusUnsupportedMediaType,
+		msg:    "content type " + strconv.Quote(contentType) + ": " + what + " is read as UTF-8; send it in UTF-8, with charset=utf-8 or no charset",
 	}
 }
 
@@ -681,7 +690,8 @@ func decodeMsgpackTimeout(r *wire.MsgpackReader, req *predictRequest) error {
 }
 
 // decodeForm reads the original service-streamer's client format: one form
-// field s per item, each a string. Each becomes a msgpack string item.
+// field s per item, each a string. Each becomes a msgpack string item; one
+// that is not valid UTF-8 is refused, as JSON strings are.
 func (h *handler) decodeForm(body []byte, req *predictRequest) error {
 	values, err := url.ParseQuery(string(body))
 	if err != nil {
@@ -698,6 +708,10 @@ func (h *handler) decodeForm(body []byte, req *predictRequest) error {
 	}
 	req.items = make([][]byte, 0, len(strs))
 	for i, s := range strs {
+		if !utf8.ValidString(s) {
+			// Its percent escapes decode to bytes that are not text.
+			return itemError(i, fmt.Errorf("form field s: %w; send text in UTF-8, or bytes in msgpack as a bin", wire.CheckText([]byte(s))))
+		}
 		raw, err := msgpack.Marshal(s)
 		if err != nil {
 			return itemError(i, err)
