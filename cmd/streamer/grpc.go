@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	_ "google.golang.org/grpc/encoding/gzip" // calls compressed with gzip, as REST bodies may be
+	"google.golang.org/grpc/encoding"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
@@ -30,6 +30,11 @@ import (
 	"github.com/streamer-dev/streamer/supervisor/httpapi"
 	"github.com/streamer-dev/streamer/supervisor/httpapi/inferencepb"
 )
+
+// Calls compressed with gzip are read, as REST bodies may be, by the
+// service's own compressor, which refuses broken data as a client's
+// mistake rather than a server's.
+func init() { encoding.RegisterCompressor(httpapi.GRPCGzip()) }
 
 // grpcMaxStreams bounds the calls one gRPC connection carries at once, as
 // HTTP/2 servers commonly do (Go's own serves 250): without it one

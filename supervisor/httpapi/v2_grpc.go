@@ -763,7 +763,8 @@ func (st *inferState) grpcAnswer(model TensorModel, meta ModelMetadata, req *inf
 	return resp, nil
 }
 
-// Codec is the codec the service's server must use (grpc.ForceServerCodecV2):
+// Codec is the codec the service's server must use (grpc.ForceServerCodecV2),
+// with GRPCGzip registered for calls compressed with gzip:
 // protobuf, as gRPC's default, but a ModelInfer call is first scanned, and
 // refused before it is decoded when its repeated entries would decode to
 // far more memory than the call's size: each entry of inputs, outputs,
@@ -804,6 +805,10 @@ func (c *inferCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
 	wire := buf.ReadOnlyData()
+	if why, ok := notGzip(wire); ok {
+		refuseRequest(req, nil, fieldMalformed, "the message is not valid gzip data, as its grpc-encoding says it is: "+why)
+		return nil
+	}
 	// A message that is not well formed is left to Unmarshal to refuse.
 	n := countEntries(wire)
 	// Refusals are not errors: gRPC would answer any error of the codec's
