@@ -3,6 +3,7 @@ package supervisor
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"syscall"
 	"time"
@@ -755,18 +756,22 @@ func (sl *slot) onExit(w worker, exitErr error, born time.Time) {
 	}
 	switch {
 	case copies > 0:
-		s.log.Warn("the worker ran a copy of an item convicted as poison; its death is not counted", "slot", sl.id, "copies", copies)
+		s.log.Warn("the worker ran a copy of an item convicted as poison; its death is not counted", sl.logAttrs(w, "copies", copies)...)
 	case cause == crashProbe:
 		s.log.Warn("the model crashed on an item it answered before: it crashes whatever it runs, and the item that crashed workers after the last one convicted is not to blame", "slot", sl.id)
 	}
 	sl.noteCrash(exitErr, cause, hunt)
 	for _, st := range settled {
 		if st.poison {
-			s.log.Error("poison item isolated", "slot", sl.id, "crashes", st.it.crashes, "alone", st.it.aloneCrashes, "copies_failed", st.copies, "err", exitErr)
+			s.log.Error("poison item isolated", sl.logAttrs(w, "crashes", st.it.crashes, "alone", st.it.aloneCrashes, "copies_failed", st.copies,
+				"item_bytes", len(st.it.data), "item_sha256", itemDigest(st.it.data), "err", exitErr)...)
 		} else {
 			// Its error says which: the model crashes on every batch, or
 			// on too many of the few seen, to take the item for poison.
-			s.log.Error("item failed, not taken for poison: the model is not seen sound enough to blame it", "slot", sl.id, "crashes", st.it.crashes, "alone", st.it.aloneCrashes, "why", st.err, "err", exitErr)
+			// A model that crashes on every batch fails each of its items
+			// so: held back when they repeat.
+			s.failedItems.Log(s.log, slog.LevelError, "not taken for poison", "item failed, not taken for poison: the model is not seen sound enough to blame it",
+				sl.logAttrs(w, "crashes", st.it.crashes, "alone", st.it.aloneCrashes, "why", st.err, "err", exitErr)...)
 		}
 		s.complete(st.it, nil, fmt.Errorf("%w (last: %v)", st.err, exitErr))
 	}

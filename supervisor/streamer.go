@@ -2,6 +2,8 @@ package supervisor
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -12,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/streamer-dev/streamer/internal/repeats"
 	"github.com/streamer-dev/streamer/model"
 )
 
@@ -20,6 +23,10 @@ import (
 type Streamer struct {
 	cfg Config
 	log *slog.Logger
+	// failedItems holds back the lines of items failed for a crash that
+	// are not taken for poison, which a model that crashes on every batch
+	// writes for every item.
+	failedItems repeats.Lines
 
 	epoch time.Time // the origin of clock
 
@@ -548,6 +555,14 @@ func (s *Streamer) hashOf(it *item) uint64 {
 		it.hash, it.hashed = s.poison.hash(it.key, it.data), true
 	}
 	return it.hash
+}
+
+// itemDigest names an item in the log without its content: the first 16
+// hex digits of the SHA-256 of its bytes (as a model gets them: msgpack,
+// or the codec's form), for an operator to match against a copy.
+func itemDigest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:8])
 }
 
 // clock reads the streamer's monotonic clock, in nanoseconds since New. It

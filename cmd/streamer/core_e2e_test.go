@@ -8,6 +8,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -189,6 +191,10 @@ func TestPoisonItemFailsAloneAndIsRemembered(t *testing.T) {
 	if p.Status != http.StatusUnprocessableEntity || !strings.Contains(p.Error, "item 1") {
 		t.Errorf("poison request: %s, want 422 naming item 1", p)
 	}
+	// The log names the item by its size and digest, not its content.
+	digest := sha256.Sum256([]byte("\xa4boom")) // the item, in msgpack
+	s.waitLogged(t, `msg="poison item isolated"`)
+	s.waitLogged(t, "item_bytes=5 item_sha256="+hex.EncodeToString(digest[:8]))
 	for _, err := range <-loadDone {
 		t.Error(err)
 	}

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 
 	"github.com/streamer-dev/streamer/supervisor"
@@ -84,9 +85,23 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		// draining: each passes, and a client that retries should.
 		w.Header()["Retry-After"] = h.retryAfter
 	case http.StatusInternalServerError:
-		h.log.Error("predict failed", "path", r.URL.Path, "remote", r.RemoteAddr, "err", err)
+		h.logFailed(r.URL.Path, r.RemoteAddr, err)
 	}
 	h.writeError(w, status, msg)
+}
+
+// logFailed logs a request failed for the server's fault or the model's
+// (500): the first of its kind at once, then at most every repeats.Every,
+// saying how many were held back; the others go to debug level. A model
+// that fails every batch fails every request, and a line each filled the
+// log by thousands a second. The kind is the failure's: the model's, or
+// any other.
+func (h *handler) logFailed(path, remote string, err error) {
+	kind := "other"
+	if errors.Is(err, supervisor.ErrModelFailed) {
+		kind = "model failed"
+	}
+	h.failed.Log(h.log, slog.LevelError, kind, "predict failed", "path", path, "remote", remote, "err", err)
 }
 
 // errorBody is the JSON of every error answer.

@@ -112,6 +112,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/streamer-dev/streamer/internal/repeats"
 	"github.com/streamer-dev/streamer/supervisor"
 )
 
@@ -164,8 +165,10 @@ type Config struct {
 	// MaxBody is the largest request body accepted, in bytes; larger ones get
 	// 413. Zero means DefaultMaxBody.
 	MaxBody int64
-	// Logger receives a line for every request that fails on the server's
-	// side (5xx); nil discards them.
+	// Logger receives a line for a request that fails on the server's
+	// side (5xx), the first of its kind at once and then at most every few
+	// seconds with a count of those held back (those at debug level); nil
+	// discards them.
 	Logger *slog.Logger
 	// Model is served as JSON at GET /v1/models; nil serves {"model":"unknown"}.
 	Model any
@@ -226,6 +229,7 @@ type handler struct {
 	codec   Codec
 	maxBody int64
 	log     *slog.Logger
+	failed  repeats.Lines // the lines of requests failed (500), held back when they repeat (see logFailed)
 	model   any
 	admin   Admin
 	tensors TensorModel

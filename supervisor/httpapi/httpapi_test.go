@@ -541,6 +541,29 @@ func TestPredictMapsErrors(t *testing.T) {
 	}
 }
 
+// TestFailedRequestsAreNotLoggedEachAtError: a model that fails every
+// batch fails every request: the first of its kind is logged at error
+// level, and the next ones, within a few seconds, at debug level only; a
+// failure of another kind is logged at once.
+func TestFailedRequestsAreNotLoggedEachAtError(t *testing.T) {
+	var logs bytes.Buffer
+	fail := fmt.Errorf("%w: the worker died", supervisor.ErrModelFailed)
+	backend := &fakeBackend{submit: func(context.Context, supervisor.Request) (*answer, error) { return nil, fail }}
+	h := New(Config{Backend: backend, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	for range 50 {
+		if rec := do(t, h, http.MethodPost, "/predict", "", []byte(`{"inputs": [1]}`)); rec.Code != 500 {
+			t.Fatalf("status %d, want 500", rec.Code)
+		}
+	}
+	fail = errors.New("disk on fire")
+	do(t, h, http.MethodPost, "/predict", "", []byte(`{"inputs": [1]}`))
+	errorLines := strings.Count(logs.String(), `level=ERROR msg="predict failed"`)
+	debugLines := strings.Count(logs.String(), `level=DEBUG msg="predict failed"`)
+	if errorLines != 2 || debugLines != 49 || !strings.Contains(logs.String(), "disk on fire") {
+		t.Errorf("51 failed requests of two kinds: %d lines at error level and %d at debug, want 2 and 49:\n%s", errorLines, debugLines, logs.String())
+	}
+}
+
 func TestStatusOf(t *testing.T) {
 	tests := []struct {
 		err  error

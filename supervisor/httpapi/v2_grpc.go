@@ -296,7 +296,7 @@ func (g *GRPC) ModelInfer(ctx context.Context, req *inferencepb.ModelInferReques
 			if p, ok := peer.FromContext(ctx); ok {
 				remote = p.Addr.String()
 			}
-			h.log.Error("predict failed", "path", "gRPC ModelInfer", "remote", remote, "err", err)
+			h.logFailed("gRPC ModelInfer", remote, err)
 		}
 		return nil, grpcError(err)
 	}
