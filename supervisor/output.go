@@ -41,10 +41,19 @@ func newOutputLog(log *slog.Logger) *outputLog {
 	return &outputLog{log: log, tokens: outputBurst}
 }
 
-// line logs line, read at now, unless the stream is over its rate, and
-// reports the text logged ("" when dropped). A line that says why the
-// process is dying always goes through.
+// line logs line, read at now, unless the stream is over its rate or the
+// line's level is one the log leaves out, and reports the text logged (""
+// when not). A line that says why the process is dying always goes
+// through. A line left out for its level takes nothing of the rate: a
+// plugin that writes its debug lines by thousands is heard at warn level
+// all the same.
 func (o *outputLog) line(line []byte, now time.Time) string {
+	// The level is in the line's head: past the tag of a plugin's lines
+	// ("[plugin NAME] "), within lineHead.
+	level := lineLevel(plainText(string(line[:min(len(line), 4*lineHead)])))
+	if !o.log.Enabled(context.Background(), level) {
+		return ""
+	}
 	if !o.last.IsZero() {
 		o.tokens = min(outputBurst, o.tokens+now.Sub(o.last).Seconds()*outputRate)
 	}
@@ -65,7 +74,7 @@ func (o *outputLog) line(line []byte, now time.Time) string {
 	}
 	o.held = 0 // older than this line: no one's last words
 	text := plainText(string(line))
-	o.log.Log(context.Background(), lineLevel(text), "worker output", "line", text)
+	o.log.Log(context.Background(), level, "worker output", "line", text)
 	return text
 }
 
@@ -99,7 +108,8 @@ const lineHead = 80
 // lineLevel is the level a line of a worker's output says it has, in the
 // forms the code a worker runs writes: slog's text and JSON (the worker
 // itself, a Go plugin), hclog's "[WARN]" (go-plugin), onnxruntime's
-// "[W:onnxruntime:", Python logging's "WARNING:root:". A panic's message
+// "[W:onnxruntime:", Python logging's "WARNING:root:", a level after a
+// timestamp (see levelAfterTimestamp). A panic's message
 // is an error; a line that says no level (print, a stack trace) is info.
 // Without it a warning from a worker hid under --log-level warn.
 func lineLevel(line string) slog.Level {
@@ -119,6 +129,9 @@ func lineLevel(line string) slog.Level {
 	if i := strings.Index(head, `"level":"`); i >= 0 {
 		return namedLevel(head[i+len(`"level":"`):], '"')
 	}
+	if level, ok := levelAfterTimestamp(head); ok {
+		return level
+	}
 	if i := strings.IndexByte(head, '['); i >= 0 && i+2 < len(head) {
 		rest := head[i+1:]
 		if j := strings.IndexByte(rest, ']'); j > 0 && j <= len("ERROR") {
@@ -137,6 +150,52 @@ func lineLevel(line string) slog.Level {
 		return namedLevel(head[:i], ':')
 	}
 	return slog.LevelInfo
+}
+
+// levelAfterTimestamp reads the level of a line that begins with a
+// timestamp and gives its level as a word of its own, in capitals, among
+// its first few: Python logging's "%(asctime)s %(levelname)s ..." and
+// "%(asctime)s - %(name)s - %(levelname)s - ...", log4j's and many others'
+// ("2026-12-07 23:00:00,123 ERROR model: ..."); or glog's and absl's,
+// whose first letter is the level ("E1207 23:00:00.123456 12 model.cc:40]").
+func levelAfterTimestamp(head string) (slog.Level, bool) {
+	if len(head) > 5 && strings.IndexByte("IWEF", head[0]) >= 0 && head[5] == ' ' && isDigits(head[1:5]) {
+		switch head[0] {
+		case 'W':
+			return slog.LevelWarn, true
+		case 'E', 'F':
+			return slog.LevelError, true
+		}
+		return slog.LevelInfo, true
+	}
+	if head == "" || head[0] < '0' || head[0] > '9' {
+		return 0, false
+	}
+	rest := head
+	for range 5 {
+		var word string
+		word, rest, _ = strings.Cut(strings.TrimLeft(rest, " \t-|"), " ")
+		switch strings.Trim(word, "[]:-|") {
+		case "DEBUG":
+			return slog.LevelDebug, true
+		case "INFO":
+			return slog.LevelInfo, true
+		case "WARN", "WARNING":
+			return slog.LevelWarn, true
+		case "ERROR", "CRITICAL", "FATAL":
+			return slog.LevelError, true
+		}
+	}
+	return 0, false
+}
+
+func isDigits(s string) bool {
+	for i := range len(s) {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // namedLevel reads a level's name (DEBUG, INFO, WARN or WARNING, ERROR,

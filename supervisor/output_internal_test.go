@@ -109,9 +109,19 @@ func TestWorkerOutputKeepsItsLevel(t *testing.T) {
 		"\x1b[1;31m2026-12-07 02:40:00.1 [E:onnxruntime:Default, provider.cc:1] failed\x1b[m":        slog.LevelError,
 		`WARNING:root:tokenizer truncated the input`:                                                 slog.LevelWarn,
 		`CRITICAL:model:out of memory`:                                                               slog.LevelError,
-		`Error: the weights are missing`:                                                             slog.LevelError,
-		`panic: runtime error: index out of range`:                                                   slog.LevelError,
-		`fatal error: out of memory`:                                                                 slog.LevelError,
+		`2026-12-07 23:00:00,123 ERROR mymodel: CUDA out of memory`:                                  slog.LevelError,
+		`2026-12-07 23:00:00,123 - root - WARNING - weights in float16`:                              slog.LevelWarn,
+		`2026-12-07 23:00:00,123 - my.model - DEBUG - batch of 3`:                                    slog.LevelDebug,
+		`2026-12-07 23:00:00 [main] INFO  Loader - ready`:                                            slog.LevelInfo,
+		`E1207 23:00:00.123456  123 model.cc:12] tensor shape mismatch`:                              slog.LevelError,
+		`W1207 23:00:00.123456  123 model.cc:12] slow kernel`:                                        slog.LevelWarn,
+		`F1207 23:00:00.123456  123 model.cc:12] Check failed`:                                       slog.LevelError,
+		`I1207 23:00:00.123456  123 model.cc:12] loaded`:                                             slog.LevelInfo,
+		`2026-12-07 23:00:00 loaded the weights of 12 layers; ERROR rate 0`:                          slog.LevelInfo,
+		`Epoch 1 of 3`:                             slog.LevelInfo,
+		`Error: the weights are missing`:           slog.LevelError,
+		`panic: runtime error: index out of range`: slog.LevelError,
+		`fatal error: out of memory`:               slog.LevelError,
 		// A plugin's lines, as its worker tags them.
 		`[plugin fillmask] WARNING:root:tokenizer truncated the input`:         slog.LevelWarn,
 		`[plugin fillmask] 2026-12-07T02:40:00.000Z [WARN]  mylib: slow start`: slog.LevelWarn,
@@ -140,5 +150,21 @@ func TestWorkerOutputKeepsItsLevel(t *testing.T) {
 	text := logs.String()
 	if !strings.Contains(text, "level=WARN") || !strings.Contains(text, "tokenizer truncated") || strings.Contains(text, "loading weights") {
 		t.Errorf("under --log-level warn the log is:\n%s\nwant the warning alone, at WARN", text)
+	}
+
+	// Lines the level leaves out take nothing of the rate, and are not
+	// counted dropped: a flood of debug lines does not hide the errors.
+	var flood syncbuf.Buffer
+	out = newOutputLog(slog.New(slog.NewTextHandler(&flood, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	for i := range 10 * outputBurst {
+		out.line(fmt.Appendf(nil, "[DEBUG] chatty %d", i), now)
+		if i%100 == 0 {
+			out.line(fmt.Appendf(nil, "[ERROR] important %d", i), now)
+		}
+	}
+	out.end()
+	text = flood.String()
+	if got := strings.Count(text, "important"); got != 10*outputBurst/100 || strings.Contains(text, "chatty") || strings.Contains(text, "dropped") {
+		t.Errorf("under --log-level warn, %d debug lines and %d errors among them: %d errors logged, want all:\n%s", 10*outputBurst, 10*outputBurst/100, got, text)
 	}
 }
