@@ -110,7 +110,7 @@ func TestStatusCommandRefusesABadTarget(t *testing.T) {
 	}{
 		{[]string{"--target", "http://127.0.0.1:1?x=1"}, `--target "http://127.0.0.1:1?x=1": want no query or fragment`},
 		{[]string{"--target", "http://127.0.0.1:99999"}, `--target "http://127.0.0.1:99999": port 99999: want 1 to 65535`},
-		{[]string{"--target", "http://u:p@127.0.0.1:1"}, "want no user or password in the URL: give the server's token with --token"},
+		{[]string{"--target", "http://u:p@127.0.0.1:1"}, `--target "http://u:xxxxx@127.0.0.1:1": want no user or password in the URL: give the server's token with --token`},
 		{[]string{"--target", "127.0.0.1:5005"}, `--target "127.0.0.1:5005": want an http:// or https:// URL`},
 		{[]string{"--target", "http://127.0.0.1:1", "--ca", "ca.pem"}, "--ca: it checks the certificate of an https --target, and there is none"},
 		// A scheme in capitals is https all the same: the CA is read.

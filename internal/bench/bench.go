@@ -253,6 +253,22 @@ func IsHTTPS(target string) bool {
 // --auth-token's.
 func parseTarget(target string) (*url.URL, error) { return ParseTarget(target, "--auth-token") }
 
+// redactTarget is target, parsed as u (or failing to parse with err), as
+// its errors show it: with the password of a user in it replaced by
+// xxxxx, or, where it does not parse and may hold one, its scheme alone.
+func redactTarget(target string, u *url.URL, err error) string {
+	switch {
+	case err == nil:
+		return u.Redacted()
+	case !strings.Contains(target, "@"):
+		return target
+	}
+	if i := strings.Index(target, "://"); i >= 0 {
+		return target[:i+3] + "…"
+	}
+	return "…"
+}
+
 // ParseTarget checks that target, the URL of a running server's HTTP API,
 // is an http or https URL with a host, a port that can be dialled, and
 // nothing that a client could not pass on: the paths it asks for are
@@ -264,19 +280,20 @@ func ParseTarget(target, tokenFlag string) (*url.URL, error) {
 	// first path segment with a colon: url.Parse's words would not say
 	// what is missing.
 	u, err := url.Parse(target)
+	shown := redactTarget(target, u, err)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("--target %q: want an http:// or https:// URL such as http://127.0.0.1:5005", target)
+		return nil, fmt.Errorf("--target %q: want an http:// or https:// URL such as http://127.0.0.1:5005", shown)
 	}
 	if port := u.Port(); port != "" {
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return nil, fmt.Errorf("--target %q: port %s: want 1 to 65535", target, port)
+			return nil, fmt.Errorf("--target %q: port %s: want 1 to 65535", shown, port)
 		}
 	}
 	switch {
 	case u.RawQuery != "" || u.ForceQuery || strings.Contains(target, "#"):
-		return nil, fmt.Errorf("--target %q: want no query or fragment: the paths asked for (/predict, /v1/stats) are appended to the target's", target)
+		return nil, fmt.Errorf("--target %q: want no query or fragment: the paths asked for (/predict, /v1/stats) are appended to the target's", shown)
 	case u.User != nil:
-		return nil, fmt.Errorf("--target %q: want no user or password in the URL: give the server's token with %s", target, tokenFlag)
+		return nil, fmt.Errorf("--target %q: want no user or password in the URL: give the server's token with %s", shown, tokenFlag)
 	}
 	return u, nil
 }
