@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/streamer-dev/streamer/internal/buildinfo"
 )
 
 func main() {
@@ -43,8 +45,24 @@ func newRootCommand() *cobra.Command {
 		Short:         "Batching middleware for serving deep-learning models",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       buildinfo.Line(),
 	}
+	root.SetVersionTemplate("streamer {{.Version}}\n")
 	root.SetFlagErrorFunc(flagError)
-	root.AddCommand(newServeCommand(), newBenchCommand(), newWorkerCommand(), newStatusCommand())
+	root.AddCommand(newServeCommand(), newBenchCommand(), newWorkerCommand(), newStatusCommand(), newVersionCommand())
 	return root
+}
+
+// newVersionCommand says which build this is, as --version does: the
+// module's version, the commit, the toolchain and the platform.
+func newVersionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version of this build",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), "streamer", buildinfo.Line())
+			return err
+		},
+	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/streamer-dev/streamer/internal/buildinfo"
 	"github.com/streamer-dev/streamer/internal/heapfloor"
 	"github.com/streamer-dev/streamer/internal/idlemem"
 	"github.com/streamer-dev/streamer/ipc"
@@ -524,16 +525,17 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
-	stopping := &drainer{listener: listener, grpc: grpcAPI, grace: o.grace, writeTimeout: o.writeTimeout, log: log, stops: stopsOf(st, remote), hangups: hangups, manager: manager}
+	stopping := &drainer{listener: listener, grpc: grpcAPI, grace: o.grace, writeTimeout: o.writeTimeout, log: log, stops: stopsOf(st, remote), hangups: hangups, manager: manager,
+		started: time.Now()}
 	server := o.httpServer(stopping.wrap(guard.protect(api)), log)
 	server.ConnState = listener.track
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- server.Serve(listener) }()
 	if st == nil {
-		log.Info("listening; a front end, with no workers of its own", "listen", listener.Addr().String(), "model", o.modelName())
+		log.Info("listening; a front end, with no workers of its own", "listen", listener.Addr().String(), "model", o.modelName(), "version", buildinfo.Line())
 		manager.starting("starting: a front end, joining Redis", 0)
 	} else {
-		log.Info("listening; starting workers", "listen", listener.Addr().String(), "model", o.modelName(), "workers", o.workers, "cuda", o.cuda)
+		log.Info("listening; starting workers", "listen", listener.Addr().String(), "model", o.modelName(), "workers", o.workers, "cuda", o.cuda, "version", buildinfo.Line())
 		// A worker has --init-timeout to load the model; the start ends
 		// once the first is ready, or when every one failed.
 		manager.starting(fmt.Sprintf("starting: %d workers load the model %s", o.workers, o.modelName()), o.initTimeout+startSlack)
@@ -828,6 +830,7 @@ type drainer struct {
 	log          *slog.Logger
 	manager      *serviceManager // told as the drain begins
 	draining     atomic.Bool
+	started      time.Time // when the server began to listen
 }
 
 // writeDeadliner is net/http's HTTP/1 ResponseWriter as
@@ -895,7 +898,7 @@ func (d *drainer) drain(server *http.Server) error {
 	}
 	d.grpc.stop(time.Second)
 	d.listener.awaitRefusals()
-	d.log.Info("stopped")
+	d.log.Info("stopped", "uptime", time.Since(d.started).Round(time.Second).String())
 	return nil
 }
 

@@ -112,6 +112,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/streamer-dev/streamer/internal/buildinfo"
 	"github.com/streamer-dev/streamer/internal/repeats"
 	"github.com/streamer-dev/streamer/supervisor"
 )
@@ -291,7 +292,7 @@ func New(cfg Config) http.Handler {
 		codings:       []string{acceptedCodings},
 		serverMetadata: serverMetadataBody{
 			Name:       cmp.Or(cfg.ServerName, DefaultServerName),
-			Version:    cmp.Or(cfg.ServerVersion, defaultServerVersion()),
+			Version:    cmp.Or(cfg.ServerVersion, buildinfo.Version()),
 			Extensions: []string{"binary_tensor_data", "model_configuration", "statistics"}, // the protocol extensions served
 		},
 	}

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"net/http"
-	"runtime/debug"
 	"strconv"
 	"strings"
 )
@@ -16,15 +15,6 @@ import (
 // DefaultServerName is what GET /v2 calls the server when
 // Config.ServerName is empty.
 const DefaultServerName = "streamer"
-
-// defaultServerVersion is the main module's version when the binary was
-// built from a tagged or stamped module, else "devel".
-func defaultServerVersion() string {
-	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" && info.Main.Version != "(devel)" {
-		return info.Main.Version
-	}
-	return "devel"
-}
 
 // serverMetadataBody is the GET /v2 answer.
 type serverMetadataBody struct {
