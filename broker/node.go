@@ -925,7 +925,7 @@ func (n *Node) recoverLost(ctx context.Context, want int) (more bool, err error)
 				return true, err
 			}
 			if msgs = n.notHeld(stream, msgs); len(msgs) > 0 {
-				n.cfg.Logger.Info("took the items a failed read had brought", "items", len(msgs), "stream", stream)
+				n.cfg.Logger.Info("took the items a failed read had brought", "items", len(msgs), "stream", stream, "node", n.cfg.Name)
 				n.stats.read.Add(uint64(len(msgs)))
 				n.take(stream, msgs)
 				want -= len(msgs)
@@ -2467,7 +2467,7 @@ func (n *Node) claimFrom(ctx context.Context, stream string) error {
 				// stalled past --claim-idle).
 				what = "claimed items of its own stream that no node kept alive"
 			}
-			n.cfg.Logger.Info(what, "items", len(msgs), "stream", stream)
+			n.cfg.Logger.Info(what, "items", len(msgs), "stream", stream, "node", n.cfg.Name)
 			n.stats.claimed.Add(uint64(len(msgs)))
 			n.stats.read.Add(uint64(len(msgs)))
 			n.take(stream, msgs)

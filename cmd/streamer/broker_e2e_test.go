@@ -189,9 +189,13 @@ func TestBrokerKilledNodeAndFrontEndLoseNoAdmittedRequest(t *testing.T) {
 		return len(redisPending(t, rs, victimName)) == 0
 	})
 	// It logs the claim just after Redis has moved the items.
+	survivorName := brokerLogField(t, survivor, "node serving items from redis", "node")
 	waitFor(t, "the surviving node to say it claimed the killed node's items", brokerWait, func() bool {
 		return strings.Contains(survivor.logs(), "claimed items their node kept no more")
 	})
+	if !regexp.MustCompile(`claimed items their node kept no more[^\n]*` + regexp.QuoteMeta(survivorName)).MatchString(survivor.logs()) {
+		t.Errorf("the claim's line does not name the node that claimed (%s):\n%s", survivorName, survivor.logs())
+	}
 	// Its /v1/stats counts them too.
 	var bst struct {
 		Broker struct {
