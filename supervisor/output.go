@@ -42,17 +42,20 @@ func newOutputLog(log *slog.Logger) *outputLog {
 }
 
 // line logs line, read at now, unless the stream is over its rate or the
-// line's level is one the log leaves out, and reports the text logged (""
-// when not). A line that says why the process is dying always goes
-// through. A line left out for its level takes nothing of the rate: a
-// plugin that writes its debug lines by thousands is heard at warn level
-// all the same.
+// line's level is one the log leaves out, and reports its text ("" when
+// dropped for the rate). A line that says why the process is dying always
+// goes through the rate. A line left out for its level takes nothing of
+// the rate, so that a plugin that writes its debug lines by thousands is
+// heard at warn level all the same; its text is reported as a logged
+// line's is, being the last words so far, which say why a worker died
+// whatever the log keeps.
 func (o *outputLog) line(line []byte, now time.Time) string {
 	// The level is in the line's head: past the tag of a plugin's lines
 	// ("[plugin NAME] "), within lineHead.
 	level := lineLevel(plainText(string(line[:min(len(line), 4*lineHead)])))
 	if !o.log.Enabled(context.Background(), level) {
-		return ""
+		o.held = 0 // older than this line: no one's last words
+		return plainText(string(line))
 	}
 	if !o.last.IsZero() {
 		o.tokens = min(outputBurst, o.tokens+now.Sub(o.last).Seconds()*outputRate)

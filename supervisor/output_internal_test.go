@@ -162,6 +162,11 @@ func TestWorkerOutputKeepsItsLevel(t *testing.T) {
 			out.line(fmt.Appendf(nil, "[ERROR] important %d", i), now)
 		}
 	}
+	// Its text is the last words so far all the same: a worker's death is
+	// explained by its lines whatever the log keeps.
+	if got := out.line([]byte("[DEBUG] the last line"), now); got != "[DEBUG] the last line" {
+		t.Errorf("a line left out for its level reports %q; want its text, the last words so far", got)
+	}
 	out.end()
 	text = flood.String()
 	if got := strings.Count(text, "important"); got != 10*outputBurst/100 || strings.Contains(text, "chatty") || strings.Contains(text, "dropped") {

@@ -548,8 +548,9 @@ func (p *process) logLines(r *os.File, stream string, done chan struct{}) {
 		line, err := br.ReadSlice('\n')
 		if len(line) > 0 {
 			line = trimNewline(line)
-			// A line logged is the last words so far; dropped ones are
-			// kept by out, and the last of them said at the end.
+			// A line logged, or left out for its level, is the last
+			// words so far; those dropped for the rate are kept by out,
+			// and the last of them said at the end.
 			if text := out.line(line, time.Now()); text != "" && stream == "stderr" {
 				p.lastStderr.Store(&text)
 				if deathLine(line) && p.firstDeathLine.Load() == nil {
