@@ -1,6 +1,8 @@
 package supervisor
 
 import (
+	"container/heap"
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -112,6 +114,8 @@ type firstCrash struct {
 type fifo struct {
 	items []item
 	head  int
+	key   string
+	at    int // its index in the queue's live heap; -1 when empty
 }
 
 func (f *fifo) len() int { return len(f.items) - f.head }
@@ -146,8 +150,14 @@ func (f *fifo) discard(n int) {
 // It has no lock of its own: every method requires that the Streamer's mu
 // is held, and only size may be read without it.
 type queue struct {
-	byKey  map[string]*fifo
-	keys   []string // keys with a non-empty fifo
+	byKey map[string]*fifo
+	// live holds the non-empty fifos, a heap by the time their first item
+	// was queued: the next batch is the oldest key's, found at once and
+	// kept in order in O(log keys). Scanned, as before, the keys cost each
+	// batch a look at every one, so that requests of many shapes (an
+	// ONNX input without a batch axis, a sequence length) made draining
+	// the queue quadratic, under the lock that admission takes too.
+	live   fifoHeap
 	n      int      // items in the fifos
 	ready  []*batch // formed batches waiting for a worker, oldest first
 	readyN int      // items in ready
@@ -208,29 +218,66 @@ func (q *queue) push(it item) {
 	if f == nil || it.key != q.lastKey {
 		f = q.byKey[it.key]
 		if f == nil {
-			f = &fifo{}
+			f = &fifo{key: it.key, at: -1}
 			q.byKey[it.key] = f
 		}
 		q.last, q.lastKey = f, it.key
 	}
-	if f.len() == 0 {
-		q.keys = append(q.keys, it.key)
-	}
 	f.push(it)
+	if f.at < 0 {
+		heap.Push(&q.live, f)
+	}
 	q.n++
 }
 
 // oldest returns the fifo whose first item has waited longest, or nil.
 // It requires that the Streamer's mu is held.
 func (q *queue) oldest() *fifo {
-	var best *fifo
-	for _, k := range q.keys {
-		f := q.byKey[k]
-		if best == nil || f.front().fut.enqueued < best.front().fut.enqueued {
-			best = f
-		}
+	if len(q.live) == 0 {
+		return nil
 	}
-	return best
+	return q.live[0]
+}
+
+// fronted notes that the first item of f, in the live heap, changed: it
+// moves in the heap, or leaves it if f is empty.
+// It requires that the Streamer's mu is held.
+func (q *queue) fronted(f *fifo) {
+	if f.len() == 0 {
+		q.removeKey(f)
+		return
+	}
+	heap.Fix(&q.live, f.at)
+}
+
+// fifoHeap is the queue's live fifos, by the time their first item was
+// queued (see container/heap).
+type fifoHeap []*fifo
+
+func (h fifoHeap) Len() int { return len(h) }
+
+func (h fifoHeap) Less(i, j int) bool {
+	return h[i].front().fut.enqueued < h[j].front().fut.enqueued
+}
+
+func (h fifoHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].at, h[j].at = i, j
+}
+
+func (h *fifoHeap) Push(x any) {
+	f := x.(*fifo)
+	f.at = len(*h)
+	*h = append(*h, f)
+}
+
+func (h *fifoHeap) Pop() any {
+	old := *h
+	f := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	f.at = -1
+	return f
 }
 
 // take moves up to max items (and at most maxBytes, but always one) from f
@@ -268,9 +315,7 @@ func (q *queue) take(out []item, f *fifo, max, maxBytes int, now time.Time, drop
 		f.discard(n)
 		q.n -= n
 	}
-	if f.len() == 0 {
-		q.removeKey(f)
-	}
+	q.fronted(f)
 	q.resize()
 	return out
 }
@@ -278,19 +323,15 @@ func (q *queue) take(out []item, f *fifo, max, maxBytes int, now time.Time, drop
 // removeKey forgets f, which is empty, as a key with items.
 // It requires that the Streamer's mu is held.
 func (q *queue) removeKey(f *fifo) {
-	for i, k := range q.keys {
-		if q.byKey[k] == f {
-			q.keys[i] = q.keys[len(q.keys)-1]
-			q.keys = q.keys[:len(q.keys)-1]
-			if len(q.byKey) > 64 {
-				// Keys come from request shapes; forget idle ones so the map
-				// cannot grow without bound.
-				delete(q.byKey, k)
-				if q.last == f {
-					q.last = nil
-				}
-			}
-			return
+	if f.at >= 0 {
+		heap.Remove(&q.live, f.at)
+	}
+	if len(q.byKey) > 64 && q.byKey[f.key] == f {
+		// Keys come from request shapes; forget idle ones so the map
+		// cannot grow without bound.
+		delete(q.byKey, f.key)
+		if q.last == f {
+			q.last = nil
 		}
 	}
 }
@@ -308,8 +349,7 @@ func (q *queue) sweep(now time.Time, drop func(item, time.Time)) {
 // it learns of it).
 // It requires that the Streamer's mu is held.
 func (q *queue) remove(bad func(*item) bool, out func(item)) {
-	for _, k := range append([]string(nil), q.keys...) {
-		f := q.byKey[k]
+	for _, f := range slices.Clone(q.live) {
 		kept := f.items[:0]
 		for i := f.head; i < len(f.items); i++ {
 			it := &f.items[i]
@@ -322,9 +362,7 @@ func (q *queue) remove(bad func(*item) bool, out func(item)) {
 		}
 		clear(f.items[len(kept):])
 		f.items, f.head = kept, 0
-		if f.len() == 0 {
-			q.removeKey(f)
-		}
+		q.fronted(f)
 	}
 	q.resize()
 }
@@ -355,12 +393,12 @@ func (q *queue) drain() []item {
 		out = append(out, b.items...)
 	}
 	q.ready = nil
-	for _, k := range q.keys {
-		f := q.byKey[k]
+	for _, f := range q.live {
 		out = append(out, f.items[f.head:]...)
-		f.items, f.head = nil, 0
+		f.items, f.head, f.at = nil, 0, -1
 	}
-	q.keys = q.keys[:0]
+	clear(q.live)
+	q.live = q.live[:0]
 	q.n, q.readyN = 0, 0
 	q.resize()
 	return out
