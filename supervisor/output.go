@@ -171,7 +171,8 @@ func levelAfterTimestamp(head string) (slog.Level, bool) {
 		}
 		return slog.LevelInfo, true
 	}
-	if head == "" || head[0] < '0' || head[0] > '9' {
+	first, _, _ := strings.Cut(head, " ")
+	if !isTimestamp(first) {
 		return 0, false
 	}
 	rest := head
@@ -190,6 +191,21 @@ func levelAfterTimestamp(head string) (slog.Level, bool) {
 		}
 	}
 	return 0, false
+}
+
+// isTimestamp says whether word looks like a date or a time of day, as a
+// log line's first word: digits first, with - / or : among them, and
+// nothing but digits, those and . , T Z +. "2" or "3rd" is not.
+func isTimestamp(word string) bool {
+	if word == "" || word[0] < '0' || word[0] > '9' || !strings.ContainsAny(word, "-/:") {
+		return false
+	}
+	for i := range len(word) {
+		if c := word[i]; (c < '0' || c > '9') && !strings.ContainsRune("-/:.,TZ+", rune(c)) {
+			return false
+		}
+	}
+	return true
 }
 
 func isDigits(s string) bool {
