@@ -162,7 +162,7 @@ func lineLevel(line string) slog.Level {
 // ("2026-12-07 23:00:00,123 ERROR model: ..."); or glog's and absl's,
 // whose first letter is the level ("E1207 23:00:00.123456 12 model.cc:40]").
 func levelAfterTimestamp(head string) (slog.Level, bool) {
-	if len(head) > 5 && strings.IndexByte("IWEF", head[0]) >= 0 && head[5] == ' ' && isDigits(head[1:5]) {
+	if len(head) > 5 && strings.IndexByte("IWEF", head[0]) >= 0 && head[5] == ' ' && isDigits(head[1:5]) && isClock(head[6:]) {
 		switch head[0] {
 		case 'W':
 			return slog.LevelWarn, true
@@ -194,10 +194,13 @@ func levelAfterTimestamp(head string) (slog.Level, bool) {
 }
 
 // isTimestamp says whether word looks like a date or a time of day, as a
-// log line's first word: digits first, with - / or : among them, and
-// nothing but digits, those and . , T Z +. "2" or "3rd" is not.
+// log line's first word: it begins with a date (2026-12-07, 2026/12/07)
+// or a time (23:00:00, 9:00:00), and holds nothing but digits and - / : .
+// , T Z +. "1/2", "3-5" or "10:1" is not.
 func isTimestamp(word string) bool {
-	if word == "" || word[0] < '0' || word[0] > '9' || !strings.ContainsAny(word, "-/:") {
+	date := len(word) >= 10 && isDigits(word[:4]) && (word[4] == '-' || word[4] == '/') && word[7] == word[4] &&
+		isDigits(word[5:7]) && isDigits(word[8:10])
+	if !date && !isClock(word) {
 		return false
 	}
 	for i := range len(word) {
@@ -206,6 +209,13 @@ func isTimestamp(word string) bool {
 		}
 	}
 	return true
+}
+
+// isClock says whether s begins with a time of day, h:mm:ss or hh:mm:ss.
+func isClock(s string) bool {
+	h, _, ok := strings.Cut(s, ":")
+	return ok && (len(h) == 1 || len(h) == 2) && isDigits(h) && len(s) >= len(h)+6 &&
+		isDigits(s[len(h)+1:len(h)+3]) && s[len(h)+3] == ':' && isDigits(s[len(h)+4:len(h)+6])
 }
 
 func isDigits(s string) bool {

@@ -258,15 +258,20 @@ func parseTarget(target string) (*url.URL, error) { return ParseTarget(target, "
 // xxxxx, or, where it does not parse and may hold one, its scheme alone.
 func redactTarget(target string, u *url.URL, err error) string {
 	switch {
-	case err == nil:
-		return u.Redacted()
 	case !strings.Contains(target, "@"):
 		return target
+	case err == nil && u.Opaque == "":
+		return u.Redacted()
 	}
-	if i := strings.Index(target, "://"); i >= 0 {
-		return target[:i+3] + "…"
+	// A target that does not parse, or parses as a scheme and an opaque
+	// rest (u:pw@host:port, its scheme forgotten), might hold a password
+	// anywhere before its last @: shown as its scheme, if any, and what
+	// follows that @.
+	scheme := ""
+	if i := strings.Index(target, "://"); i >= 0 && i < strings.Index(target, "@") {
+		scheme = target[:i+3]
 	}
-	return "…"
+	return scheme + "…@" + target[strings.LastIndex(target, "@")+1:]
 }
 
 // ParseTarget checks that target, the URL of a running server's HTTP API,
