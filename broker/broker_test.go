@@ -1350,6 +1350,27 @@ func TestAFailoverToTheReplicaIsFollowed(t *testing.T) {
 	}
 }
 
+// A front end whose connections close under it (a failover: the client
+// closes those to the old master, and the new one may lack the last
+// writes) looks for every waiting call's items at its next check, as after
+// an outage, rather than at the next periodic look, which looks only at
+// calls older than 2 s, every 2 s: the call whose item is gone is told
+// within a check or two (0.3 s measured), not after 2 to 4.
+func TestCallsWhoseItemsAreGoneAfterAConnectionClosedAreToldSoon(t *testing.T) {
+	rs, fe := frontWithoutNodes(t, nil)
+	lost := predictLater(t, fe, "lost")
+	onStream(t, rs, 1, "the item on the stream")
+	id, _, _ := strings.Cut(rs.Do(t, "XREVRANGE", "streamer:items", "+", "-", "COUNT", "1"), "\n")
+	if got := rs.Do(t, "XDEL", "streamer:items", id); got != "1" {
+		t.Fatalf("XDEL %s: %s", id, got)
+	}
+	rs.Do(t, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+	a := answerWithin(t, lost, 1500*time.Millisecond, "the call whose item is gone is still waiting 1.5s after its connections closed")
+	if !errors.Is(a.err, supervisor.ErrUnavailable) || !strings.Contains(a.err.Error(), "lost the request's items") {
+		t.Errorf("the call whose item is gone: %q, %v; want ErrUnavailable saying Redis lost its items", a.out, a.err)
+	}
+}
+
 // A Redis that loses some items and keeps its other data (a failover to a
 // replica that lacked them, a restart that lost its last writes) keeps its
 // epoch: the front end finds the calls whose items are gone by looking for

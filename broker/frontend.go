@@ -113,6 +113,9 @@ type FrontEnd struct {
 	unrefreshed atomic.Pointer[span]
 	lastGap     atomic.Pointer[span]
 	refreshedAt atomic.Int64 // refreshed, in Unix nanoseconds, for the looks for lost items
+	// lookAll asks the check loop for a look at every call's items: a
+	// command found Redis down, or its connection closed (see noteDown).
+	lookAll atomic.Bool
 	// graceSince and graceUntil let the nodes alive before an outage
 	// count for a while after it, under checkMu (see nodesSince).
 	graceSince, graceUntil time.Time
@@ -2525,7 +2528,12 @@ func (fe *FrontEnd) readLoop() {
 			}
 			// A connection closed under the read is taken as one that
 			// ran out of time: Redis closes a client whose answer is
-			// over its client-output-buffer-limit.
+			// over its client-output-buffer-limit. It may be a failover's
+			// too, after which the new master may lack the last writes:
+			// the waiting calls' items are looked for (see noteDown).
+			if brokenConn(err) {
+				fe.lookAll.Store(true)
+			}
 			if (timedOut(err) || brokenConn(err)) && (count > 1 || patience < readPatienceMax) {
 				count, patience = max(count/2, 1), min(2*patience, readPatienceMax)
 				fe.cfg.Logger.Debug("a read of answers ran out of time; it is made again for fewer, with more time", "redis", fe.where, "entries", count, "time", blockFor+patience)
@@ -2728,8 +2736,10 @@ func (fe *FrontEnd) checkLoop() {
 		if err == nil || outOfMemory(err) {
 			fe.withdrawLeftovers()
 		}
-		if err != nil || fe.unrefreshed.Load() != nil {
-			// Redis was down, or the front end went without refreshing
+		if err != nil || fe.unrefreshed.Load() != nil || fe.lookAll.Swap(false) {
+			// Redis was down, or a command found it so or its connection
+			// closed (a failover, after which the new master may lack
+			// the last writes), or the front end went without refreshing
 			// its reply stream past its TTL: look at every call.
 			looks.all.Store(true)
 		}
@@ -3417,18 +3427,25 @@ func (fe *FrontEnd) noteDown(err error) {
 	}
 	if brokenConn(err) {
 		// One connection closed or reset (a proxy, an operator's
-		// CLIENT KILL) says nothing of Redis: the next check, on a new
-		// one, does.
+		// CLIENT KILL, the client's own as Sentinel names a new master)
+		// says nothing of Redis: the next check, on a new one, does. A
+		// new master may lack the last writes of the old: the waiting
+		// calls' items are looked for.
+		fe.lookAll.Store(true)
 		return
 	}
 	fe.markDown(err)
 }
 
 // brokenConn says whether err is a connection closed or reset by its peer,
-// rather than no answer: Redis may well serve on a new one.
+// or closed by the client itself (go-redis closes its connections to a
+// master that Sentinel has replaced, those in use too), rather than no
+// answer: Redis may well serve on a new one. Taken for no answer, a
+// planned failover refused every request for up to a check's interval
+// while the new master served.
 func brokenConn(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
 }
 
 // timedOut says whether err is a command that ran out of time: its
@@ -3476,6 +3493,7 @@ func (fe *FrontEnd) noteWritesTaken() {
 // markDown marks Redis unusable, for err.
 func (fe *FrontEnd) markDown(err error) {
 	fe.noteFull(err)
+	fe.lookAll.Store(true)
 	msg := err.Error()
 	fe.lastErr.Store(&msg)
 	if fe.up.Swap(false) && !outOfMemory(err) {
