@@ -1427,7 +1427,7 @@ func TestBrokerFollowsASentinelFailover(t *testing.T) {
 // and 497 requests answered 503 in 100 to 250 ms, with the new master
 // serving). The load goes on through the new master.
 func TestBrokerAPlannedSentinelFailoverFailsFew(t *testing.T) {
-	_, replica, sentinel := redistest.StartFailover(t, "main", "s3cret")
+	master, replica, sentinel := redistest.StartFailover(t, "main", "s3cret")
 	url := sentinel.FailoverURL()
 	node := launchBroker(t, url, "--workers", "2", "--model", "sleep:1ms,0s")
 	brokerLogField(t, node, "node serving items from redis", "node")
@@ -1436,7 +1436,7 @@ func TestBrokerAPlannedSentinelFailoverFailsFew(t *testing.T) {
 
 	const clients = 8
 	var answered, unavailable atomic.Int64
-	var others []string
+	var others, refusals []string
 	var mu sync.Mutex
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -1454,7 +1454,11 @@ func TestBrokerAPlannedSentinelFailoverFailsFew(t *testing.T) {
 				case err == nil && p.Status == http.StatusOK && len(p.Outputs) == 1 && p.Outputs[0] == in:
 					answered.Add(1)
 				case err == nil && p.Status == http.StatusServiceUnavailable:
-					unavailable.Add(1)
+					if unavailable.Add(1) <= 3 {
+						mu.Lock()
+						refusals = append(refusals, p.Error)
+						mu.Unlock()
+					}
 				default:
 					mu.Lock()
 					others = append(others, fmt.Sprintf("%s: %s, %v", in, p, err))
@@ -1465,6 +1469,11 @@ func TestBrokerAPlannedSentinelFailoverFailsFew(t *testing.T) {
 		})
 	}
 	waitFor(t, "the load to flow", brokerWait, func() bool { return answered.Load() >= 100 })
+	// SENTINEL FAILOVER does not wait for the replica: one that lags
+	// (a machine short of CPU) is promoted without the master's last
+	// writes, which the front end rightly fails requests for. Here it
+	// lacks at most what came in the moment before.
+	master.AwaitReplicated(t, replica)
 	sentinel.Do(t, "SENTINEL", "FAILOVER", "main")
 	promoted := strings.Replace(replica.Addr(), ":", "\n", 1)
 	waitFor(t, "the sentinel to promote the replica", brokerWait, func() bool {
@@ -1480,7 +1489,7 @@ func TestBrokerAPlannedSentinelFailoverFailsFew(t *testing.T) {
 	// Those under way as the client closed the connections, each client's
 	// one, and perhaps its next on a connection closed too.
 	if n := unavailable.Load(); n > 2*clients {
-		t.Errorf("%d requests answered 503 through the failover, %d answered; want no more than two a client, those under way as the connections closed", n, answered.Load())
+		t.Errorf("%d requests answered 503 through the failover (the first: %q), %d answered; want no more than two a client, those under way as the connections closed", n, refusals, answered.Load())
 	}
 	t.Logf("%d requests answered, %d answered 503", answered.Load(), unavailable.Load())
 }
