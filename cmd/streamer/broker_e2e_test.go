@@ -1389,26 +1389,41 @@ func TestBrokerNodeThatMayNotAnswerLeavesItsItemsToAnother(t *testing.T) {
 	}
 }
 
+// sentinelFleet starts a master, its replica and a Sentinel watching them
+// as "main", a node of workers workers of the sleep model and a front end
+// given the Sentinel's URL, and returns once the front end is ready.
+func sentinelFleet(t *testing.T, workers int) (master, replica, sentinel *redistest.Server, front *server) {
+	t.Helper()
+	master, replica, sentinel = redistest.StartFailover(t, "main", "s3cret")
+	url := sentinel.FailoverURL()
+	node := launchBroker(t, url, "--workers", strconv.Itoa(workers), "--model", "sleep:1ms,0s")
+	brokerLogField(t, node, "node serving items from redis", "node")
+	front = launchBroker(t, url, "--workers", "0")
+	waitReadyz(t, front, http.StatusOK)
+	return master, replica, sentinel, front
+}
+
+// awaitPromoted waits for sentinel to name replica the master of "main".
+func awaitPromoted(t *testing.T, sentinel, replica *redistest.Server) {
+	t.Helper()
+	promoted := strings.Replace(replica.Addr(), ":", "\n", 1)
+	waitFor(t, "the sentinel to promote the replica", brokerWait, func() bool {
+		return sentinel.Do(t, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "main") == promoted
+	})
+}
+
 // TestBrokerFollowsASentinelFailover: a front end and a node given a
 // Sentinel's URL (?master_name=) serve through the master it names, and,
 // once that master's machine is gone and the Sentinel has promoted the
 // replica, through the replica, without a restart.
 func TestBrokerFollowsASentinelFailover(t *testing.T) {
-	master, replica, sentinel := redistest.StartFailover(t, "main", "s3cret")
-	url := sentinel.FailoverURL()
-	node := launchBroker(t, url, "--workers", "1", "--model", "sleep:1ms,0s")
-	brokerLogField(t, node, "node serving items from redis", "node")
-	front := launchBroker(t, url, "--workers", "0")
-	waitReadyz(t, front, http.StatusOK)
+	master, replica, sentinel, front := sentinelFleet(t, 1)
 	if p, err := predictWithin(front, requestTimeout, 0, "before"); err != nil || p.Status != http.StatusOK || len(p.Outputs) != 1 || p.Outputs[0] != "before" {
 		t.Fatalf("through the first master: %s, %v; want 200 with its input", p, err)
 	}
 
 	master.Vanish(t)
-	promoted := strings.Replace(replica.Addr(), ":", "\n", 1)
-	waitFor(t, "the sentinel to promote the replica", brokerWait, func() bool {
-		return sentinel.Do(t, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "main") == promoted
-	})
+	awaitPromoted(t, sentinel, replica)
 	waitFor(t, "a request answered through the promoted replica", brokerWait, func() bool {
 		p, err := predictWithin(front, requestTimeout, 0, "after")
 		return err == nil && p.Status == http.StatusOK && len(p.Outputs) == 1 && p.Outputs[0] == "after"
@@ -1427,12 +1442,7 @@ func TestBrokerFollowsASentinelFailover(t *testing.T) {
 // and 497 requests answered 503 in 100 to 250 ms, with the new master
 // serving). The load goes on through the new master.
 func TestBrokerAPlannedSentinelFailoverFailsFew(t *testing.T) {
-	master, replica, sentinel := redistest.StartFailover(t, "main", "s3cret")
-	url := sentinel.FailoverURL()
-	node := launchBroker(t, url, "--workers", "2", "--model", "sleep:1ms,0s")
-	brokerLogField(t, node, "node serving items from redis", "node")
-	front := launchBroker(t, url, "--workers", "0")
-	waitReadyz(t, front, http.StatusOK)
+	master, replica, sentinel, front := sentinelFleet(t, 2)
 
 	const clients = 8
 	var answered, unavailable atomic.Int64
@@ -1475,10 +1485,7 @@ func TestBrokerAPlannedSentinelFailoverFailsFew(t *testing.T) {
 	// lacks at most what came in the moment before.
 	master.AwaitReplicated(t, replica)
 	sentinel.Do(t, "SENTINEL", "FAILOVER", "main")
-	promoted := strings.Replace(replica.Addr(), ":", "\n", 1)
-	waitFor(t, "the sentinel to promote the replica", brokerWait, func() bool {
-		return sentinel.Do(t, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "main") == promoted
-	})
+	awaitPromoted(t, sentinel, replica)
 	after := answered.Load()
 	waitFor(t, "requests answered after the switch", brokerWait, func() bool { return answered.Load() >= after+300 })
 	close(stop)
