@@ -273,7 +273,11 @@ func reloadWhenFree(ctx context.Context, st *supervisor.Streamer, wanted <-chan 
 		if queued || told {
 			extend()
 		}
-		err := st.Reload(ctx)
+		// Not ctx itself, which SIGTERM cancels before the shutdown
+		// begins: the shutdown stops a reload under way, as it does one
+		// asked over HTTP, and a cancellation would read as the model's
+		// failure.
+		err := st.Reload(context.WithoutCancel(ctx))
 		if !errors.Is(err, supervisor.ErrBusy) {
 			switch {
 			case errors.Is(err, supervisor.ErrShuttingDown):

@@ -348,6 +348,30 @@ func TestSIGHUPWhileDrainingEndsNothing(t *testing.T) {
 	}
 }
 
+// TestSIGTERMDuringASIGHUPReloadIsNoFailure: a SIGTERM that comes while
+// a SIGHUP's reload starts its workers (systemctl reload, then stop) stops
+// the reload as the shutdown does one asked over HTTP: no ERROR line
+// saying the reload failed and the server serves on, as it does not. (The
+// reload ran on the context SIGTERM cancels, before the shutdown began,
+// and took its cancellation for the model's failure.)
+func TestSIGTERMDuringASIGHUPReloadIsNoFailure(t *testing.T) {
+	s := startServer(t, "--model", "chaos:init-delay=1500ms", "--workers", "1")
+	if err := s.signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor(t, "the reload to begin", readyTimeout, func() bool { return strings.Contains(s.logs(), "reload begun") })
+	if err := s.signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := s.wait(stopTimeout); err != nil || code != 0 {
+		t.Errorf("exit code %d (%v) after SIGHUP and SIGTERM, want 0", code, err)
+	}
+	logs := s.logs()
+	if strings.Contains(logs, "level=ERROR") || strings.Contains(logs, "reload failed") || !strings.Contains(logs, "SIGHUP: reload stopped by the shutdown") {
+		t.Errorf("the log does not say the reload was stopped by the shutdown, or says it failed:\n%s", logs)
+	}
+}
+
 // TestSIGHUPBeforeServingIsHeld: a SIGHUP as soon as the server writes
 // its first line (it checks the model, then listens, then starts the
 // workers, here for two seconds) does not end it: it serves, and reloads
