@@ -1416,6 +1416,10 @@ func (fe *FrontEnd) writeLoop() {
 	wait := time.NewTimer(time.Hour)
 	wait.Stop()
 	for {
+		// Cleared, not only cut: the calls of the last round would stay
+		// reachable, with their items and answers, until newer ones took
+		// their places.
+		clear(batch)
 		batch = batch[:0]
 		select {
 		case c := <-fe.submits:

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -885,4 +886,32 @@ func TestARequestWithMismatchedKeysCountsAsRejected(t *testing.T) {
 			t.Errorf("%s: %d items rejected after a request of 2 items and 1 key; want 2", tc.name, got)
 		}
 	}
+}
+
+// TestAFrontEndKeepsNoRequestOnceAnswered: once a request is answered and
+// its caller has dropped it, nothing of it is left in the front end, its
+// items and answers included. Its writer kept the last admissions it sent
+// (up to 256 requests, a review measured 160 MB after a burst of 4 MB
+// items) until newer ones took their places, for as long as it stayed
+// idle.
+func TestAFrontEndKeepsNoRequestOnceAnswered(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	startNode(t, rs, newRecorder(), 4, nil)
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+
+	var freed atomic.Int32
+	func() {
+		item := bytes.Repeat([]byte("x"), 1<<20)
+		runtime.AddCleanup(&item[0], func(struct{}) { freed.Add(1) }, struct{}{})
+		out, err := fe.Predict(context.Background(), [][]byte{item})
+		if err != nil || len(out) != 1 || !bytes.Equal(out[0], item) {
+			t.Fatalf("the item's answer: %d outputs, %v", len(out), err)
+		}
+		runtime.AddCleanup(&out[0][0], func(struct{}) { freed.Add(1) }, struct{}{})
+	}()
+	eventually(t, "the request's item and its answer to be collected", func() bool {
+		runtime.GC()
+		return freed.Load() == 2
+	})
 }
