@@ -1976,6 +1976,59 @@ func TestANodeClaimingItsOwnItemBackRunsItOnce(t *testing.T) {
 	}
 }
 
+// A node that reads a batch for its idle worker, whose batches take long
+// (a second here), reads no batch ahead before that one nears its end:
+// the items left in Redis meanwhile go to another node that frees sooner,
+// or are withdrawn unread when their caller leaves. The node took the
+// queued batch's worker for idle, and read a second batch at once, before
+// the first was sent, which ran for a caller long gone (a review saw it
+// in 8 of 8 tries).
+func TestANodeReadsNoBatchAheadOfALongOneAboutToStart(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	const cost = time.Second
+	rec := newRecorder()
+	slowFirst := model.Func(func(ctx context.Context, items [][]byte) ([][]byte, error) {
+		if string(items[0]) == "slow" {
+			time.Sleep(cost) // the model's cost, which the streamer measures
+		}
+		return rec.Predict(ctx, items)
+	})
+	n := startNodeOn(t, rs, supervisor.Config{InProcess: slowFirst, Workers: 1, BatchSize: 4, MaxLatency: time.Millisecond}, nil)
+	fe := startFront(t, rs, nil)
+	eventually(t, "front end ready", fe.Ready)
+	if _, err := predict(t, fe, "slow"); err != nil {
+		t.Fatal(err)
+	}
+	items := []string{"a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7"}
+	rec.hold["a0"] = true
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	go func() {
+		raw := make([][]byte, len(items))
+		for i, s := range items {
+			raw[i] = []byte(s)
+		}
+		_, err := fe.Predict(ctx, raw)
+		gaveUp <- err
+	}()
+	eventually(t, "the request's first batch running", func() bool { return rec.runs("a0") == 1 })
+	cancel()
+	if err := <-gaveUp; !errors.Is(err, supervisor.ErrCanceled) {
+		t.Fatalf("canceled request: %v; want ErrCanceled", err)
+	}
+	eventually(t, "the items of the batch after it withdrawn unread", func() bool { return fe.FrontEndStats().Withdrawn == 4 })
+	close(rec.release)
+	eventually(t, "the running batch's answers dropped", func() bool { return fe.Duplicates() == 4 })
+	if st := n.Stats(); st.Read != 5 {
+		t.Errorf("the node read %d items; want 5, the first and the batch that ran", st.Read)
+	}
+	for _, item := range items[4:] {
+		if rec.runs(item) != 0 {
+			t.Errorf("%s ran for a caller gone", item)
+		}
+	}
+}
+
 func TestACanceledRequestsItemsAreWithdrawnBeforeAnyNodeRunsThem(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	busy, fe, first := oneRunning(t, rs, "first")

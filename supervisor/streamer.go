@@ -650,6 +650,15 @@ func (s *Streamer) Room() (now, ahead int) {
 		// idle peer could have run at once.
 		whole := min((queued+b-1)/b*b, now)
 		now, queued = now-whole, max(queued-whole, 0)
+		// Their workers are as good as busy, at the start of their
+		// batches: no room ahead before those near their end. A feeder
+		// that read a batch for an idle worker read the next at once,
+		// before the first was sent, and held it for the whole of a long
+		// batch; its callers, if they left meanwhile, had it run all the
+		// same, where it could have been withdrawn unread.
+		if s.expectedRun(b) > aheadHorizon {
+			ahead = max(ahead-whole/b*(s.cfg.PipelineDepth-1)*b, 0)
+		}
 	}
 	if queued >= now {
 		return 0, max(ahead-(queued-now), 0)
@@ -680,11 +689,22 @@ func (s *Streamer) RoomAheadIn() time.Duration {
 	defer s.mu.Unlock()
 	clock := time.Now()
 	soonest := time.Duration(0)
+	idle := false
 	for _, sl := range s.slots {
-		if sl.state != SlotReady || len(sl.inflight) == 0 || len(sl.inflight) >= s.cfg.PipelineDepth {
+		if sl.state != SlotReady || len(sl.inflight) >= s.cfg.PipelineDepth {
+			continue
+		}
+		if len(sl.inflight) == 0 {
+			idle = true
 			continue
 		}
 		if in := s.aheadIn(sl, clock); in > 0 && (soonest == 0 || in < soonest) {
+			soonest = in
+		}
+	}
+	if idle && s.queue.items() > 0 && s.holdStart.IsZero() {
+		// A batch queued for an idle worker is about to start (see Room).
+		if in := s.expectedRun(s.cfg.BatchSize) - aheadHorizon; in > 0 && (soonest == 0 || in < soonest) {
 			soonest = in
 		}
 	}
