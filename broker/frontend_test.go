@@ -888,6 +888,30 @@ func TestARequestWithMismatchedKeysCountsAsRejected(t *testing.T) {
 	}
 }
 
+// The model key's label names a model that runs: after a rolling
+// upgrade (the same way of writing items, the same name, another
+// version), a mismatch's message named the first node's model for as long
+// as any node beat, though none ran it any more.
+func TestTheModelsLabelIsALiveNodes(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	version := func(label string) func(*broker.NodeConfig) {
+		return func(c *broker.NodeConfig) { c.Model = broker.ModelID{Wire: "generic", Name: "sleep", Label: label} }
+	}
+	old := startNode(t, rs, newRecorder(), 4, version("sleep:10ms,100us"))
+	if got := rs.Do(t, "HGET", "streamer:model", "label"); got != "sleep:10ms,100us" {
+		t.Fatalf("the model's label is %q; want the first node's", got)
+	}
+	startNode(t, rs, newRecorder(), 4, version("sleep:10ms,200us"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := old.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the label to name the model still running", func() bool {
+		return rs.Do(t, "HGET", "streamer:model", "label") == "sleep:10ms,200us"
+	})
+}
+
 // TestAFrontEndKeepsNoRequestOnceAnswered: once a request is answered and
 // its caller has dropped it, nothing of it is left in the front end, its
 // items and answers included. Its writer kept the last admissions it sent

@@ -99,9 +99,10 @@ const modelTTL = 30 * time.Second
 
 // modelScript says which model the prefix serves: the node's own when the
 // prefix has none, or kept for it when the node's agrees (its time to
-// live renewed), else the other, which the node must not serve beside.
-// The wire it is given and keeps ends with the entries' layout (see
-// layoutMark).
+// live renewed, and its label the node's: after a rolling upgrade, the
+// label names a model that runs, not the first node's), else the other,
+// which the node must not serve beside. The wire it is given and keeps
+// ends with the entries' layout (see layoutMark).
 //
 //	KEYS[1] the model key
 //	ARGV    the node's wire, name and label, the time to live (ms)
@@ -113,6 +114,7 @@ if not held[1] then
   return {ARGV[1], ARGV[2], ARGV[3]}
 end
 if held[1] == ARGV[1] and held[2] == ARGV[2] then
+  redis.call('HSET', KEYS[1], 'label', ARGV[3])
   redis.call('PEXPIRE', KEYS[1], ARGV[4])
 end
 return held
