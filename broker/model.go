@@ -228,23 +228,55 @@ func (n *Node) checkModel(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("redis at %s: %w", n.where, err)
 	}
-	theirs, layout, _ := heldModel(fields)
-	if theirs.Wire == mine.Wire && theirs.Name == mine.Name && layout == entryLayout {
+	err = n.modelMismatch(fields)
+	if err == nil {
 		if n.mismatch.Swap(nil) != nil {
 			n.cfg.Logger.Info("the nodes under this key prefix serve this node's model again; it takes items", "node", n.cfg.Name)
 		}
+		return nil
+	}
+	msg := err.Error()
+	if n.mismatch.Swap(&msg) == nil {
+		n.cfg.Logger.Error("this node takes no items", "node", n.cfg.Name, "err", err)
+	}
+	return err
+}
+
+// modelMismatch is the error of the node when the model the prefix
+// serves, as read (fields, of modelScript or an HMGET of modelFields), is
+// another than its own; nil when it is its own, or the prefix has none.
+func (n *Node) modelMismatch(fields []any) error {
+	mine := n.cfg.Model
+	theirs, layout, held := heldModel(fields)
+	if !held || theirs.Wire == mine.Wire && theirs.Name == mine.Name && layout == entryLayout {
 		return nil
 	}
 	mend := fmt.Sprintf("give it another key prefix (--stream-prefix; in Go, Config.Prefix), or stop those nodes first (the prefix keeps their model %s after the last one)", modelTTL)
 	if layout != entryLayout {
 		mend = versionMend
 	}
-	err = mismatch("node", n.where, n.cfg.Prefix, theirs, mine, layout, mend)
-	msg := err.Error()
-	if n.mismatch.Swap(&msg) == nil {
-		n.cfg.Logger.Error("this node takes no items", "node", n.cfg.Name, "err", err)
+	return mismatch("node", n.where, n.cfg.Prefix, theirs, mine, layout, mend)
+}
+
+// CheckModel reads, before the node starts, the model the nodes under its
+// prefix serve, and returns an ErrModelMismatch when it is another than
+// the node's: a server checks so before its workers load the model, which
+// may take minutes, so that a node started with the wrong model or prefix
+// is told at once. It takes nothing in Redis (Start does), and returns nil
+// when the prefix serves the node's model or none, when the node has no
+// model to compare, and when Redis does not answer or refuses the read:
+// Start says those.
+func (n *Node) CheckModel(ctx context.Context) error {
+	if n.cfg.Model.Wire == "" {
+		return nil
 	}
-	return err
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	fields, err := n.rdb.HMGet(ctx, n.k.model, modelFields...).Result()
+	if err != nil {
+		return nil
+	}
+	return n.modelMismatch(fields)
 }
 
 // noteModel compares the model the prefix serves, as a check read

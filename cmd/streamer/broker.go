@@ -156,12 +156,18 @@ func (o brokerOptions) wrap(err error) error {
 }
 
 // check asks Redis, before the workers load the model, whether it can
-// serve: a URL it refuses (a wrong password or database, a cluster) ends
-// the server now, not once the model has loaded. Redis not answering is
-// left to the starts, which ride it out.
+// serve: a URL it refuses (a wrong password or database, a cluster), or a
+// prefix whose nodes serve another model than the node's, ends the server
+// now, not once the model has loaded. Redis not answering is left to the
+// starts, which ride it out.
 func (p *brokerParts) check(ctx context.Context) error {
 	if fatal := fatalAtStart(broker.Check(ctx, p.base)); fatal != nil {
 		return p.opts.wrap(fatal)
+	}
+	if p.node != nil {
+		if err := p.node.CheckModel(ctx); err != nil {
+			return p.opts.wrap(err)
+		}
 	}
 	return nil
 }

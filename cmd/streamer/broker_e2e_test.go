@@ -939,8 +939,9 @@ func TestBrokerStreamPrefixKeepsModelsApart(t *testing.T) {
 }
 
 // TestBrokerAnotherModelUnderTheSamePrefixIsRefused: the nodes under a
-// key prefix serve one model. A node of another refuses to start (it
-// would answer the items it read with its own answers), as does a front
+// key prefix serve one model. A node of another refuses to start, before
+// its workers load the model (it would answer the items it read with its
+// own answers), as does a front
 // end that writes items otherwise than the nodes read them (an ONNX
 // model's tensors to a generic model); one that started before the nodes
 // takes no requests, saying why, while they disagree. Front ends of
@@ -965,6 +966,10 @@ func TestBrokerAnotherModelUnderTheSamePrefixIsRefused(t *testing.T) {
 			`; the nodes' model is named "sleep", this node's "onnx")`, `: give it another key prefix (--stream-prefix`}},
 		{"a node of another generic model", []string{"--workers", "1", "--model", "echo"}, []string{
 			`this node serves "echo" (the nodes' model is named "sleep", this node's "echo"): `}},
+		// Before its workers load the model, which takes them an hour
+		// here: it was told once they had.
+		{"a node of a model slow to load", []string{"--workers", "1", "--model", "chaos:init-delay=1h", "--init-timeout", "2h"}, []string{
+			`this node serves "chaos:init-delay=1h" (the nodes' model is named "sleep", this node's "chaos"): `}},
 		{"a front end of an ONNX model", []string{"--workers", "0", "--model", "demo"}, []string{
 			`this front end serves "demo" (the nodes write items as "generic", this front end as "onnx {`, `: give it the nodes' model (--model`}},
 	} {
