@@ -229,4 +229,4 @@ func (fe *FrontEnd) noteVersions(entries map[string]string, since time.Time) {
 
 // otherVersionMsg is the log line of a front end whose model is another
 // version than every live node's.
-const otherVersionMsg = "this front end's model is another version than every node's: it names its own model (on the v2 routes too) while the nodes answer with theirs (give it the nodes' --model file, or binary and --plugin-arg)"
+const otherVersionMsg = "this front end's model is another version than every node's: it names its own model (on the v2 routes too) while the nodes answer with theirs (give it the nodes' --model file, or binary and --plugin-arg; SIGHUP it once its file is replaced)"

@@ -107,8 +107,8 @@ type brokerParts struct {
 }
 
 // brokerParts makes the front end, and the node when st is not nil, of
-// the model id.
-func (o serveOptions) brokerParts(st *supervisor.Streamer, id broker.ModelID, log *slog.Logger) (*brokerParts, error) {
+// the model id, whose spec models gives as it is now.
+func (o serveOptions) brokerParts(st *supervisor.Streamer, models specSource, id broker.ModelID, log *slog.Logger) (*brokerParts, error) {
 	if o.workers < 0 {
 		return nil, fmt.Errorf("--workers %d: must not be negative", o.workers)
 	}
@@ -117,9 +117,10 @@ func (o serveOptions) brokerParts(st *supervisor.Streamer, id broker.ModelID, lo
 		URL: o.broker.url, Prefix: o.broker.prefix, ClaimIdle: o.broker.claimIdle,
 		ReplyTTL: o.broker.replyTTL, Model: id, Logger: log.With("broker", o.broker.prefix),
 	}
-	if st != nil && id.Version != "" {
-		// A reload's new file is a new version.
-		base.ModelVersion = func() string { return answersVersion(st.Model()) }
+	if id.Version != "" {
+		// A reload's new file is a new version, as is a front end's read
+		// again at a SIGHUP.
+		base.ModelVersion = func() string { return answersVersion(models.Model()) }
 	}
 	if o.broker.caFile != "" {
 		pool, err := readCA("--broker-ca", o.broker.caFile)

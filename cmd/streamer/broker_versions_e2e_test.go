@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -19,7 +21,7 @@ import (
 const (
 	versionsMixed   = "the nodes under this key prefix run more than one version of the model: a request is answered by whichever version runs it (a rolling upgrade shows this until it is done; else give every node the same model file, plugin binary and --plugin-arg)"
 	versionsUnmixed = "the nodes under this key prefix no longer run more than one version of the model"
-	versionOfFront  = "this front end's model is another version than every node's: it names its own model (on the v2 routes too) while the nodes answer with theirs (give it the nodes' --model file, or binary and --plugin-arg)"
+	versionOfFront  = "this front end's model is another version than every node's: it names its own model (on the v2 routes too) while the nodes answer with theirs (give it the nodes' --model file, or binary and --plugin-arg; SIGHUP it once its file is replaced)"
 )
 
 // brokerVersions is what /v1/stats says of the versions of the model.
@@ -159,5 +161,46 @@ func TestBrokerANodeReloadedOnNewWeightsIsAnotherVersion(t *testing.T) {
 	})
 	if v := versionsOf(t, upgraded); v.Broker.FrontEnd.OtherVersion {
 		t.Errorf("the reloaded node's front end says its version is none of the nodes': %+v", v.Broker)
+	}
+}
+
+// TestBrokerAFrontEndReadsItsModelAgainOnSIGHUP: in a rolling upgrade by
+// reloads, the model file is replaced and every server signalled. A node
+// reloads its workers; a front end, which has none, reads its --model
+// file again, and names the new version as the nodes do: its /v1/models
+// gives the new file's checksum, and it no longer says its version is
+// none of the nodes'. Before, it kept the version read at start until
+// restarted, and its warning told to give it the file it had.
+func TestBrokerAFrontEndReadsItsModelAgainOnSIGHUP(t *testing.T) {
+	onnxModel(t, onnxtest.MLP) // fails the test at once when the runtime library is missing
+	rs := redistest.Start(t, redistest.Options{})
+	file := filepath.Join(t.TempDir(), "model.onnx")
+	installModel(t, file, onnxtest.MLP)
+	node := startBrokerNode(t, rs, "--workers", "1", "--intra-op-threads", "1", "--model", file)
+	front := startBrokerFront(t, rs, "--model", file)
+	waitFor(t, "the front end to count the node, of its own version", brokerWait, func() bool {
+		v := versionsOf(t, front)
+		return v.Broker.FrontEnd.Nodes == 1 && v.Broker.FrontEnd.ModelVersions == 1 && !v.Broker.FrontEnd.OtherVersion
+	})
+
+	data := installModel(t, file, onnxtest.Demo)
+	if err := node.signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the front end to see the node's new version as none of its own", brokerWait, func() bool {
+		return versionsOf(t, front).Broker.FrontEnd.OtherVersion
+	})
+	if err := front.signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the front end to name the nodes' version", brokerWait, func() bool {
+		return !versionsOf(t, front).Broker.FrontEnd.OtherVersion
+	})
+	sum := sha256.Sum256(data)
+	if status, body, err := front.get("/v1/models"); err != nil || status != http.StatusOK || !strings.Contains(string(body), hex.EncodeToString(sum[:])) {
+		t.Errorf("GET /v1/models: %d %v %s; want the new file's sha256", status, err, body)
+	}
+	if !strings.Contains(front.logs(), "its model's file read again is a new version") {
+		t.Errorf("the front end's log does not say it read a new version:\n%s", front.logs())
 	}
 }

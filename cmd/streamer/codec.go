@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -10,15 +11,16 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/streamer-dev/streamer/broker"
 
 	"github.com/streamer-dev/streamer/model"
+	"github.com/streamer-dev/streamer/model/load"
 	"github.com/streamer-dev/streamer/model/onnx"
 	"github.com/streamer-dev/streamer/model/onnx/demo"
 	"github.com/streamer-dev/streamer/model/plugin"
-	"github.com/streamer-dev/streamer/supervisor"
 	"github.com/streamer-dev/streamer/supervisor/httpapi"
 )
 
@@ -44,32 +46,72 @@ func codecFor(spec model.Spec, name string) (httpapi.Codec, any, error) {
 }
 
 // servedDescription is what GET /v1/models serves about the model info
-// describes (see codecFor): info itself, or, for an ONNX file served by
-// workers of st, info with the SHA-256 of the file st's newest workers
-// open, which a reload that took a new file changes.
-func servedDescription(info any, st *supervisor.Streamer) any {
+// describes (see codecFor): info itself, or, for an ONNX file, info with
+// the SHA-256 of the file models opens now: the file a node's newest
+// workers open, which a reload that took a new file changes, or the file
+// a front end read last (see liveSpec). models may be nil.
+func servedDescription(info any, models specSource) any {
 	desc, ok := info.(*onnx.Description)
-	if !ok || st == nil {
+	if !ok || models == nil {
 		return info
 	}
-	return reloadedDescription{desc: desc, st: st}
+	return reloadedDescription{desc: desc, models: models}
 }
 
+// specSource gives the model spec served now: a Streamer's, or a front
+// end's liveSpec.
+type specSource interface{ Model() model.Spec }
+
 // reloadedDescription is an ONNX model's description whose checksum is
-// read from the supervisor each time it is served.
+// read from its spec source each time it is served.
 type reloadedDescription struct {
-	desc *onnx.Description
-	st   *supervisor.Streamer
+	desc   *onnx.Description
+	models specSource
 }
 
 // MarshalJSON writes the description with the checksum of the file the
-// newest workers open.
+// model's spec names now.
 func (d reloadedDescription) MarshalJSON() ([]byte, error) {
 	desc := *d.desc
-	if settings, err := onnx.SettingsOf(d.st.Model()); err == nil && settings.SHA256 != "" {
+	if settings, err := onnx.SettingsOf(d.models.Model()); err == nil && settings.SHA256 != "" {
 		desc.SHA256 = settings.SHA256
 	}
 	return json.Marshal(desc)
+}
+
+// liveSpec is the model spec of a front end, which runs no workers to
+// reload: its model's file or binary is read again at each SIGHUP (see
+// refresh), so that a front end given the nodes' new model in a rolling
+// upgrade by reloads names the version they run (its v2 routes, its
+// /v1/models, the versions the broker counts), as a restart would.
+type liveSpec struct{ p atomic.Pointer[model.Spec] }
+
+func newLiveSpec(spec model.Spec) *liveSpec {
+	l := &liveSpec{}
+	l.p.Store(&spec)
+	return l
+}
+
+// Model is the spec as last read.
+func (l *liveSpec) Model() model.Spec { return *l.p.Load() }
+
+// refresh reads the model's file or binary again, as a reload's workers
+// would, and logs what it found: a new version, the same, or why it could
+// not (the version read before stays).
+func (l *liveSpec) refresh(ctx context.Context, say func(level slog.Level, msg string, args ...any)) {
+	old := l.Model()
+	fresh, err := load.Refresh(ctx, old)
+	if err != nil {
+		say(slog.LevelError, "SIGHUP: a front end reads its model's file again, and could not; serving on with the version read before (its nodes reload their own)", "err", err)
+		return
+	}
+	l.p.Store(&fresh)
+	before, now := answersVersion(old), answersVersion(fresh)
+	if before == now {
+		say(slog.LevelInfo, "SIGHUP: a front end has no workers to reload; its model's file read again is unchanged (its nodes reload their own)", "version", now)
+		return
+	}
+	say(slog.LevelInfo, "SIGHUP: a front end has no workers to reload; its model's file read again is a new version (its nodes reload their own)", "version", now, "was", before)
 }
 
 // announceModel completes the model description with the server's batching

@@ -173,27 +173,44 @@ func (h *hangups) drain() {
 // signals while the workers scale must not keep the old one without a
 // word. SIGHUPs that come while a reload waits or runs make one reload
 // more, not one each. A front end (st nil) has no workers to reload: it
-// logs so and serves on.
+// reads its model's file again (front, see liveSpec), as the SIGHUPs
+// come, one read for those that come during one, and serves on.
 //
 // serving says what the server does, for the service manager, which is
 // told it once a reload is done, or failed, and no other was asked
 // meanwhile; takes is the longest a reload of st may take.
-func (h *hangups) serve(ctx context.Context, st *supervisor.Streamer, serving func() string, takes func() time.Duration) {
+func (h *hangups) serve(ctx context.Context, st *supervisor.Streamer, front *liveSpec, serving func() string, takes func() time.Duration) {
 	h.mu.Lock()
 	manager := h.manager
 	h.mu.Unlock()
+	wanted := make(chan struct{}, 1) // a reload asked and not begun yet
 	reload := func() {
-		h.lines.Log(h.log, slog.LevelInfo, "front end", "SIGHUP: a front end has no workers to reload; serving on (its nodes reload their own)")
-		manager.ready(serving())
-	}
-	if st != nil {
-		wanted := make(chan struct{}, 1) // a reload asked and not begun yet
-		reload = func() {
-			select {
-			case wanted <- struct{}{}:
-			default: // one is asked already
-			}
+		select {
+		case wanted <- struct{}{}:
+		default: // one is asked already
 		}
+	}
+	if st == nil {
+		// Read in a goroutine of its own: a large file takes a while to
+		// read through.
+		say := func(level slog.Level, msg string, args ...any) {
+			h.lines.Log(h.log, level, "front end", msg, args...)
+		}
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-wanted:
+				}
+				if ctx.Err() != nil {
+					return
+				}
+				front.refresh(ctx, say)
+				manager.ready(serving())
+			}
+		}()
+	} else {
 		// A reload that begins later than its SIGHUP, behind another
 		// reload or a scaling, is given its time anew as it may begin:
 		// the manager's bound, told at the SIGHUP, may have run out, and

@@ -474,9 +474,16 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
-	st, remote, err := o.backends(m, log)
+	// A front end's model, read again at each SIGHUP; a node's is its
+	// workers'.
+	front := newLiveSpec(m.spec)
+	st, remote, err := o.backends(m, front, log)
 	if err != nil {
 		return err
+	}
+	var models specSource = front
+	if st != nil {
+		models = st
 	}
 	var backend httpapi.Backend = st
 	if remote != nil {
@@ -515,7 +522,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 	// Serve from the start: while the workers initialise, /readyz says 503
 	// and requests get a quick 503 instead of waiting on a silent socket.
 	api := httpapi.New(httpapi.Config{
-		Backend: backend, Codec: m.codec, MaxBody: o.maxBody, Logger: log, Model: servedDescription(m.info, st),
+		Backend: backend, Codec: m.codec, MaxBody: o.maxBody, Logger: log, Model: servedDescription(m.info, models),
 		WriteTimeout: o.writeTimeout, AllowedOrigins: o.allowOrigins,
 		Admin: adminFor(o.admin, st, manager, o.servingStatus(st, remote != nil)), Tensors: m.tensors,
 		MaxBatchSize: o.batchSize, MaxQueueDelay: o.maxLatency, MaxItems: o.maxItems,
@@ -557,7 +564,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		}
 	}
 	serving := o.servingStatus(st, remote != nil)
-	hangups.serve(ctx, st, serving, o.reloadTakes(st))
+	hangups.serve(ctx, st, front, serving, o.reloadTakes(st))
 	log.Info("serving")
 	manager.ready(serving())
 	var work statser = backend
@@ -752,7 +759,7 @@ func (o serveOptions) loadModel(log *slog.Logger) (servedModel, error) {
 // backends makes what serves the requests: the local supervisor of the
 // server's own workers (none on a front end), and with --broker the parts
 // that talk to Redis. Neither is started.
-func (o serveOptions) backends(m servedModel, log *slog.Logger) (*supervisor.Streamer, *brokerParts, error) {
+func (o serveOptions) backends(m servedModel, front *liveSpec, log *slog.Logger) (*supervisor.Streamer, *brokerParts, error) {
 	if o.workers == 0 && o.broker.url == "" {
 		return nil, nil, errNoBroker
 	}
@@ -772,7 +779,11 @@ func (o serveOptions) backends(m servedModel, log *slog.Logger) (*supervisor.Str
 	if o.broker.url == "" {
 		return st, nil, nil
 	}
-	remote, err := o.brokerParts(st, modelID(m.spec, m.info, o.plugin, o.modelName()), log)
+	var models specSource = front
+	if st != nil {
+		models = st
+	}
+	remote, err := o.brokerParts(st, models, modelID(m.spec, m.info, o.plugin, o.modelName()), log)
 	if err != nil {
 		return nil, nil, err
 	}
