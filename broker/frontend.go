@@ -322,7 +322,7 @@ if ARGV[7] == 'probe' then
   -- the front end to learn whether its user may (see probeAdmission).
   redis.call('GET', KEYS[4])
   redis.call('XLEN', KEYS[1])
-  redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+  redis.call('XRANGE', KEYS[1], '0-0', '0-0')
   local groups = redis.pcall('XINFO', 'GROUPS', KEYS[1])
   if type(groups) == 'table' and groups.err and not string.find(groups.err, 'no such key') then
     return redis.error_reply(groups.err)
@@ -365,25 +365,24 @@ local meanBefore = mean
 local function largerThanMost(n)
   return n >= math.max(2, math.ceil(2 * mean / 1024))
 end
-local function later(a, b)
-  local am, as = string.match(a, '(%d+)-(%d+)')
-  local bm, bs = string.match(b, '(%d+)-(%d+)')
-  am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
-  return am > bm or (am == bm and as > bs)
-end
--- unread(key) says whether items wait unread on the stream key.
+-- unread(key) says whether items wait unread on the stream key: by the
+-- nodes' group's lag (Redis 7 on, when it knows it), else by the first
+-- entry past the last the group read. Never by the stream's last entry,
+-- which it read whole, items of megabytes included, at every admission.
 local function unread(key)
-  local last = redis.call('XREVRANGE', key, '+', '-', 'COUNT', 1)
-  if #last == 0 then return false end
-  local delivered = '0-0'
+  if redis.call('XLEN', key) == 0 then return false end
+  local delivered, lag = '0-0', nil
   for _, g in ipairs(redis.call('XINFO', 'GROUPS', key)) do
-    local name, id
+    local name, id, behind
     for i = 1, #g, 2 do
-      if g[i] == 'name' then name = g[i + 1] elseif g[i] == 'last-delivered-id' then id = g[i + 1] end
+      if g[i] == 'name' then name = g[i + 1]
+      elseif g[i] == 'last-delivered-id' then id = g[i + 1]
+      elseif g[i] == 'lag' then behind = g[i + 1] end
     end
-    if name == 'nodes' then delivered = id end
+    if name == 'nodes' then delivered, lag = id, behind end
   end
-  return later(last[1][1], delivered)
+  if type(lag) == 'number' then return lag > 0 end
+  return #redis.call('XRANGE', key, '(' .. delivered, '+', 'COUNT', 1) > 0
 end
 local waiting = nil
 -- open[key]: the node stream key may take requests in this run (its node

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -30,18 +31,36 @@ const (
 	// lostLookMax bounds the items one look asks Redis about: Redis serves
 	// nobody else while the script runs (about 2µs an item).
 	lostLookMax = 4096
+	// lostLookBytes bounds the bytes of items one look reads (see
+	// lostScript), and a node's look for items gone (see goneScript): a
+	// look that read every item whole held Redis for over a second with a
+	// few dozen items of 4 MB, and every front end and node took it for
+	// down.
+	lostLookBytes = 4 << 20
 )
 
 // lostScript answers which of the items named are gone from their streams
-// (their places in ARGV's pairs, from 1), and the id of the last entry on
-// the reply stream (0-0 when it has none).
+// (their places among the pairs, from 1), and the id of the last entry on
+// the reply stream (0-0 when it has none). An item a node holds (pending
+// in the group) is there, and is not read; one not yet read by a node is
+// looked for by reading it whole, which the script does for at most
+// ARGV[1] bytes of items: those left once they are read are not judged.
 //
 //	KEYS[1] the front end's reply stream
-//	ARGV    stream, id, stream, id, ...
+//	ARGV    the group, the most bytes of items to read, then stream, id, stream, id, ...
 var lostScript = redis.NewScript(`
 local gone = {}
-for i = 1, #ARGV, 2 do
-  if #redis.call('XRANGE', ARGV[i], ARGV[i + 1], ARGV[i + 1]) == 0 then gone[#gone + 1] = (i + 1) / 2 end
+local budget = tonumber(ARGV[2])
+for i = 3, #ARGV, 2 do
+  local held = redis.pcall('XPENDING', ARGV[i], ARGV[1], ARGV[i + 1], ARGV[i + 1], 1)
+  if (held.err or #held == 0) and budget > 0 then
+    local e = redis.call('XRANGE', ARGV[i], ARGV[i + 1], ARGV[i + 1])
+    if #e == 0 then
+      gone[#gone + 1] = (i - 1) / 2
+    else
+      for _, v in ipairs(e[1][2]) do budget = budget - #v end
+    end
+  end
 end
 local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 if #last == 0 then return {'0-0', gone} end
@@ -55,7 +74,14 @@ func (fe *FrontEnd) lookForLost(ctx context.Context, minAge time.Duration) error
 	if len(places) == 0 {
 		return nil
 	}
-	res, err := lostScript.Run(ctx, fe.rdb, []string{fe.replyKey}, args...).Slice()
+	// In another order each time: the items past the script's bound on
+	// the bytes it reads are judged by a later look.
+	rand.Shuffle(len(places), func(i, j int) {
+		places[i], places[j] = places[j], places[i]
+		args[2*i], args[2*j] = args[2*j], args[2*i]
+		args[2*i+1], args[2*j+1] = args[2*j+1], args[2*i+1]
+	})
+	res, err := lostScript.Run(ctx, fe.rdb, []string{fe.replyKey}, append([]any{nodeGroup, lostLookBytes}, args...)...).Slice()
 	if err != nil {
 		return err
 	}

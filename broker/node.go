@@ -1378,14 +1378,23 @@ func (n *Node) writeWhole(batch []answerEntry) bool {
 }
 
 // goneScript answers which of the items named are gone from their
-// streams (their places in ARGV's pairs, from 1). It writes nothing, so a
-// full Redis runs it.
+// streams (their places among the pairs, from 1). It writes nothing, so a
+// full Redis runs it. It reads the items whole, for at most ARGV[1] bytes
+// of them (see lostLookBytes): those left once they are read are not
+// judged, and their answers kept.
 //
-//	ARGV    stream, id, stream, id, ...
+//	ARGV    the most bytes of items to read, then stream, id, stream, id, ...
 var goneScript = redis.NewScript(`
 local gone = {}
-for i = 1, #ARGV, 2 do
-  if #redis.call('XRANGE', ARGV[i], ARGV[i + 1], ARGV[i + 1]) == 0 then gone[#gone + 1] = (i + 1) / 2 end
+local budget = tonumber(ARGV[1])
+for i = 2, #ARGV, 2 do
+  if budget <= 0 then break end
+  local e = redis.call('XRANGE', ARGV[i], ARGV[i + 1], ARGV[i + 1])
+  if #e == 0 then
+    gone[#gone + 1] = i / 2
+  else
+    for _, v in ipairs(e[1][2]) do budget = budget - #v end
+  end
 end
 return gone
 `)
@@ -1400,7 +1409,8 @@ return gone
 func (n *Node) dropUnwanted(batch []answerEntry) []answerEntry {
 	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 	defer cancel()
-	args := make([]any, 0, 2*len(batch))
+	args := make([]any, 0, 1+2*len(batch))
+	args = append(args, lostLookBytes)
 	for _, a := range batch {
 		args = append(args, a.stream, a.id)
 	}
