@@ -1,9 +1,7 @@
 package broker
 
 import (
-	"bufio"
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -42,18 +40,8 @@ func TestALookForLostItemsReadsBoundedBytes(t *testing.T) {
 	fe.mu.Unlock()
 	fe.noteRefreshed(time.Now()) // as its checks do: its answers would be there
 
-	// MONITOR on a connection of its own: each command Redis runs, those
-	// of scripts too, a line.
-	conn, err := net.Dial("tcp", rs.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	if _, err := conn.Write([]byte("MONITOR\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	lines := bufio.NewScanner(conn)
-	lines.Buffer(nil, 64<<20)
+	// Each command Redis runs, those of scripts too, a line.
+	lines := rs.Monitor(t)
 	// reads counts the reads of each item until Redis runs marker.
 	reads := func(marker string) map[string]int {
 		got := map[string]int{}
@@ -70,8 +58,6 @@ func TestALookForLostItemsReadsBoundedBytes(t *testing.T) {
 		t.Fatalf("MONITOR's connection ended: %v", lines.Err())
 		return nil
 	}
-	rs.Do(t, "ECHO", "monitoring")
-	reads("ECHO")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for look := 1; ; look++ {

@@ -1,14 +1,12 @@
 package broker_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -585,19 +583,11 @@ func TestALiveNodesStreamIsSweptByAFewNodesNotAll(t *testing.T) {
 	}
 	eventually(t, "every node to be listed live", func() bool { return rs.Do(t, "ZCARD", "streamer:nodes") == strconv.Itoa(count) })
 
-	// MONITOR on a connection of its own: each command Redis runs, a line.
-	conn, err := net.Dial("tcp", rs.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	if _, err := conn.Write([]byte("MONITOR\r\n")); err != nil {
-		t.Fatal(err)
-	}
+	// Each command Redis runs, a line.
+	read := rs.Monitor(t)
 	lines := make(chan string, 4096)
 	go func() {
 		defer close(lines)
-		read := bufio.NewScanner(conn)
 		for read.Scan() {
 			lines <- read.Text()
 		}

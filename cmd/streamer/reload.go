@@ -196,20 +196,10 @@ func (h *hangups) serve(ctx context.Context, st *supervisor.Streamer, front *liv
 		say := func(level slog.Level, msg string, args ...any) {
 			h.lines.Log(h.log, level, "front end", msg, args...)
 		}
-		go func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-wanted:
-				}
-				if ctx.Err() != nil {
-					return
-				}
-				front.refresh(ctx, say)
-				manager.ready(serving())
-			}
-		}()
+		go eachAsked(ctx, wanted, func() {
+			front.refresh(ctx, say)
+			manager.ready(serving())
+		})
 	} else {
 		// A reload that begins later than its SIGHUP, behind another
 		// reload or a scaling, is given its time anew as it may begin:
@@ -229,31 +219,21 @@ func (h *hangups) serve(ctx context.Context, st *supervisor.Streamer, front *liv
 				extendedAt, extendedTo = time.Now(), upTo
 			}
 		}
-		go func() {
-			queued := false // behind the reload just done
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-wanted:
-				}
-				if ctx.Err() != nil {
-					return // asked as the signal to stop came
-				}
-				err := reloadWhenFree(ctx, st, wanted, queued, extend, h.log)
-				queued = len(wanted) > 0
-				switch {
-				case ctx.Err() != nil || errors.Is(err, supervisor.ErrShuttingDown) || queued:
-					// Stopping (the manager hears no READY=1 once it
-					// heard STOPPING=1, whichever is sent first), or
-					// another reload follows.
-				case err != nil:
-					manager.ready(serving() + " (the last reload failed: " + err.Error() + ")")
-				default:
-					manager.ready(serving())
-				}
+		queued := false // behind the reload just done
+		go eachAsked(ctx, wanted, func() {
+			err := reloadWhenFree(ctx, st, wanted, queued, extend, h.log)
+			queued = len(wanted) > 0
+			switch {
+			case ctx.Err() != nil || errors.Is(err, supervisor.ErrShuttingDown) || queued:
+				// Stopping (the manager hears no READY=1 once it heard
+				// STOPPING=1, whichever is sent first), or another
+				// reload follows.
+			case err != nil:
+				manager.ready(serving() + " (the last reload failed: " + err.Error() + ")")
+			default:
+				manager.ready(serving())
 			}
-		}()
+		})
 	}
 	h.mu.Lock()
 	h.reload, h.reloadTakes = reload, takes
@@ -261,6 +241,22 @@ func (h *hangups) serve(ctx context.Context, st *supervisor.Streamer, front *liv
 	h.mu.Unlock()
 	if held {
 		reload()
+	}
+}
+
+// eachAsked runs do once for each reload asked on wanted, one after
+// another, until ctx ends; not for one asked as the signal to stop came.
+func eachAsked(ctx context.Context, wanted <-chan struct{}, do func()) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-wanted:
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		do()
 	}
 }
 

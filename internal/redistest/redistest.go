@@ -376,6 +376,29 @@ func (s *Server) Do(t testing.TB, args ...string) string {
 	return text
 }
 
+// Monitor opens a connection of its own to s, a server started without a
+// password or TLS, and runs MONITOR on it: the scanner reads a line for
+// each command Redis runs from then on, those of scripts too
+// (`+1700000000.123456 [0 lua] "XRANGE" "key" "id" "id"`). The connection
+// closes when the test ends.
+func (s *Server) Monitor(t testing.TB) *bufio.Scanner {
+	t.Helper()
+	conn, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	if _, err := conn.Write([]byte("MONITOR\r\n")); err != nil {
+		t.Fatalf("redistest: MONITOR: %v", err)
+	}
+	lines := bufio.NewScanner(conn)
+	lines.Buffer(nil, 64<<20) // a command's line holds its arguments
+	if !lines.Scan() || lines.Text() != "+OK" {
+		t.Fatalf("redistest: MONITOR answered %q, %v", lines.Text(), lines.Err())
+	}
+	return lines
+}
+
 // Info is the field name of the INFO section, failing the test when the
 // section has no such field.
 func (s *Server) Info(t testing.TB, section, name string) string {
